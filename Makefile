@@ -1,0 +1,29 @@
+# Thin wrapper over CMake: `make` builds into build/ (binaries in build/bin/).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure test test-slow bench clean
+
+all: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/setup-deps.sh
+
+configure: deps
+	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+# Unit tests (everything but the slow label).
+test: all
+	cd $(BUILD) && ctest --output-on-failure -LE slow -j $(JOBS)
+
+test-slow: all
+	cd $(BUILD) && ctest --output-on-failure -L slow
+
+bench: all
+	$(BUILD)/bin/triad-bench step --model tiny --steps 10 --warmup 2
+	$(BUILD)/bin/bench-gemm --benchmark_min_time=0.2
+
+clean:
+	rm -rf $(BUILD)

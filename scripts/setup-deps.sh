@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages triad needs to build, test and run its default job.
+# Idempotent: packages already present are left alone, and nothing runs when all are there.
+# Works as root or through sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libeigen3-dev          # CPU GEMM and vector math
+  libboost-test-dev      # unit tests
+  libbenchmark-dev       # micro benchmarks
+  libcli11-dev           # command lines
+  nlohmann-json3-dev     # configs and benchmark output
+  libopenblas-openmp-dev # the BLAS behind Eigen's GEMM (OpenMP build: one thread pool with ours)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+((${#missing[@]} == 0)) && exit 0
+
+if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
+echo "setup-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

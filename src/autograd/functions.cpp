@@ -1,0 +1,285 @@
+#include "autograd/functions.h"
+
+#include <cmath>
+
+#include "autograd/record.h"
+
+namespace triad {
+
+// ---- views: the backward maps the gradient back onto the input's shape ----
+
+Tensor view(const Tensor& t, const Shape& shape) {
+  return record("view", {t}, ops::view(t, shape), [s = t.shape()](const Grads& g) { return Grads{ops::reshape(g[0], s)}; });
+}
+
+Tensor reshape(const Tensor& t, const Shape& shape) {
+  return record("reshape", {t}, ops::reshape(t, shape),
+                [s = t.shape()](const Grads& g) { return Grads{ops::reshape(g[0], s)}; });
+}
+
+Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1) {
+  return record("transpose", {t}, ops::transpose(t, dim0, dim1),
+                [=](const Grads& g) { return Grads{ops::transpose(g[0], dim0, dim1)}; });
+}
+
+Tensor permute(const Tensor& t, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) inverse[normalize_dim(dims[i], t.dim(), "permute")] = int64_t(i);
+  return record("permute", {t}, ops::permute(t, dims),
+                [inverse](const Grads& g) { return Grads{ops::permute(g[0], inverse)}; });
+}
+
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
+  const int d = normalize_dim(dim, t.dim(), "narrow");
+  return record("narrow", {t}, ops::narrow(t, d, start, length), [=, s = t.shape()](const Grads& g) {
+    Tensor full = Tensor::zeros(s, g[0].dtype(), g[0].device());
+    ops::copy_(ops::narrow(full, d, start, length), g[0]);
+    return Grads{full};
+  });
+}
+
+Tensor select(const Tensor& t, int64_t dim, int64_t index) {
+  const int d = normalize_dim(dim, t.dim(), "select");
+  const int64_t i = index < 0 ? index + t.size(d) : index;
+  return record("select", {t}, ops::select(t, d, i), [=, s = t.shape()](const Grads& g) {
+    Tensor full = Tensor::zeros(s, g[0].dtype(), g[0].device());
+    ops::copy_(ops::select(full, d, i), g[0]);
+    return Grads{full};
+  });
+}
+
+Tensor unsqueeze(const Tensor& t, int64_t dim) {
+  return record("unsqueeze", {t}, ops::unsqueeze(t, dim),
+                [s = t.shape()](const Grads& g) { return Grads{ops::reshape(g[0], s)}; });
+}
+
+Tensor squeeze(const Tensor& t, int64_t dim) {
+  return record("squeeze", {t}, ops::squeeze(t, dim),
+                [s = t.shape()](const Grads& g) { return Grads{ops::reshape(g[0], s)}; });
+}
+
+Tensor expand(const Tensor& t, const Shape& shape) {
+  return record("expand", {t}, ops::expand(t, shape),
+                [s = t.shape()](const Grads& g) { return Grads{ops::sum_to(g[0], s)}; });
+}
+
+Tensor contiguous(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  return record("contiguous", {t}, ops::contiguous(t), [](const Grads& g) { return Grads{g[0]}; });
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  TRIAD_CHECK(!tensors.empty(), "cat: no tensors given");
+  const Tensor& first = tensors[0];
+  const int d = normalize_dim(dim, first.dim(), "cat");
+  Shape shape = first.shape();
+  shape[d] = 0;
+  for (const Tensor& t : tensors) {
+    Shape a = t.shape(), b = first.shape();
+    TRIAD_CHECK(t.dim() == first.dim() && t.dtype() == first.dtype(),
+                "cat: " << t.str() << " does not match " << first.str());
+    a[d] = b[d] = 0;
+    TRIAD_CHECK(a == b, "cat: shapes " << shape_str(t.shape()) << " and " << shape_str(first.shape())
+                                       << " differ outside dimension " << d);
+    shape[d] += t.size(d);
+  }
+  Tensor out = Tensor::empty(shape, first.dtype(), first.device());
+  std::vector<int64_t> starts;
+  int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    starts.push_back(at);
+    ops::copy_(ops::narrow(out, d, at, t.size(d)), t);
+    at += t.size(d);
+  }
+  std::vector<int64_t> lengths;
+  for (const Tensor& t : tensors) lengths.push_back(t.size(d));
+  return record("cat", tensors, out, [=](const Grads& g) {
+    Grads r;
+    for (size_t i = 0; i < starts.size(); ++i) r.push_back(ops::narrow(g[0], d, starts[i], lengths[i]));
+    return r;
+  });
+}
+
+// ---- elementwise ----
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return record("add", {a, b}, ops::add(a, b), [sa = a.shape(), sb = b.shape()](const Grads& g) {
+    return Grads{ops::sum_to(g[0], sa), ops::sum_to(g[0], sb)};
+  });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return record("sub", {a, b}, ops::sub(a, b), [sa = a.shape(), sb = b.shape()](const Grads& g) {
+    return Grads{ops::sum_to(g[0], sa), ops::sum_to(ops::neg(g[0]), sb)};
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  const bool ga = requires_grad(a), gb = requires_grad(b);
+  return record("mul", {a, b}, ops::mul(a, b), [=, a = detach(a), b = detach(b)](const Grads& g) {
+    return Grads{ga ? ops::sum_to(ops::mul(g[0], b), a.shape()) : Tensor(),
+                 gb ? ops::sum_to(ops::mul(g[0], a), b.shape()) : Tensor()};
+  });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  const bool gb = requires_grad(b);
+  Tensor y = ops::div(a, b);
+  return record("div", {a, b}, y, [=, a_shape = a.shape(), b = detach(b), y = detach(y)](const Grads& g) {
+    Tensor ga = ops::div(g[0], b);
+    Tensor gbv = gb ? ops::sum_to(ops::neg(ops::mul(ga, y)), b.shape()) : Tensor();
+    return Grads{ops::sum_to(ga, a_shape), gbv};
+  });
+}
+
+Tensor add(const Tensor& a, double b) {
+  return record("add_scalar", {a}, ops::add(a, b), [](const Grads& g) { return Grads{g[0]}; });
+}
+
+Tensor mul(const Tensor& a, double b) {
+  return record("mul_scalar", {a}, ops::mul(a, b), [b](const Grads& g) { return Grads{ops::mul(g[0], b)}; });
+}
+
+Tensor neg(const Tensor& a) {
+  return record("neg", {a}, ops::neg(a), [](const Grads& g) { return Grads{ops::neg(g[0])}; });
+}
+
+Tensor exp(const Tensor& a) {
+  Tensor y = ops::exp(a);
+  return record("exp", {a}, y, [y = detach(y)](const Grads& g) { return Grads{ops::mul(g[0], y)}; });
+}
+
+Tensor log(const Tensor& a) {
+  return record("log", {a}, ops::log(a), [a = detach(a)](const Grads& g) { return Grads{ops::div(g[0], a)}; });
+}
+
+Tensor sqrt(const Tensor& a) {
+  Tensor y = ops::sqrt(a);
+  return record("sqrt", {a}, y,
+                [y = detach(y)](const Grads& g) { return Grads{ops::div(ops::mul(g[0], 0.5), y)}; });
+}
+
+Tensor tanh(const Tensor& a) {
+  Tensor y = ops::tanh(a);
+  return record("tanh", {a}, y, [y = detach(y)](const Grads& g) {
+    return Grads{ops::mul(g[0], ops::add(ops::neg(ops::mul(y, y)), 1.0))};
+  });
+}
+
+Tensor relu(const Tensor& a) {
+  Tensor y = ops::relu(a);
+  return record("relu", {a}, y, [y = detach(y)](const Grads& g) { return Grads{ops::relu_backward(y, g[0])}; });
+}
+
+Tensor pow(const Tensor& a, double exponent) {
+  return record("pow", {a}, ops::pow(a, exponent), [=, a = detach(a)](const Grads& g) {
+    return Grads{ops::mul(ops::mul(g[0], ops::pow(a, exponent - 1.0)), exponent)};
+  });
+}
+
+Tensor gelu(const Tensor& x) {
+  return record("gelu", {x}, ops::gelu(x), [x = detach(x)](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  if (!training || p == 0.0) return x;
+  const uint64_t seed = gen.state().seed, first = gen.advance(uint64_t(x.numel()));
+  return record("dropout", {x}, ops::dropout(x, p, seed, first),
+                [=](const Grads& g) { return Grads{ops::dropout(g[0], p, seed, first)}; });
+}
+
+// ---- reductions ----
+
+Tensor sum(const Tensor& a) {
+  return record("sum", {a}, ops::sum(a), [s = a.shape()](const Grads& g) { return Grads{ops::expand(g[0], s)}; });
+}
+
+Tensor sum(const Tensor& a, int64_t dim, bool keepdim) {
+  const int d = normalize_dim(dim, a.dim(), "sum");
+  return record("sum_dim", {a}, ops::sum(a, d, keepdim), [=, s = a.shape()](const Grads& g) {
+    return Grads{ops::expand(keepdim ? g[0] : ops::unsqueeze(g[0], d), s)};
+  });
+}
+
+Tensor mean(const Tensor& a) {
+  return record("mean", {a}, ops::mean(a), [s = a.shape()](const Grads& g) {
+    return Grads{ops::expand(ops::mul(g[0], 1.0 / double(numel(s))), s)};
+  });
+}
+
+Tensor mean(const Tensor& a, int64_t dim, bool keepdim) {
+  const int d = normalize_dim(dim, a.dim(), "mean");
+  return record("mean_dim", {a}, ops::mean(a, d, keepdim), [=, s = a.shape()](const Grads& g) {
+    Tensor gd = ops::mul(keepdim ? g[0] : ops::unsqueeze(g[0], d), 1.0 / double(s[d]));
+    return Grads{ops::expand(gd, s)};
+  });
+}
+
+// ---- linear algebra ----
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const bool ga = requires_grad(a), gb = requires_grad(b);
+  return record("matmul", {a, b}, ops::matmul(a, b, trans_a, trans_b),
+                [=, a = detach(a), b = detach(b)](const Grads& g) {
+                  // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
+                  Tensor da, db;
+                  if (ga) da = trans_a ? ops::matmul(b, g[0], trans_b, true) : ops::matmul(g[0], b, false, !trans_b);
+                  if (gb) {
+                    db = trans_b ? ops::matmul(g[0], a, true, trans_a) : ops::matmul(a, g[0], !trans_a, false);
+                    if (b.dim() == 2 && db.dim() > 2) db = ops::sum_to(db, b.shape());
+                  }
+                  return Grads{da, db};
+                });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
+  return record("linear", {x, weight, bias}, ops::linear(x, weight, bias),
+                [=, x = detach(x), w = detach(weight)](const Grads& g) {
+                  const Tensor g2 = ops::reshape(g[0], {-1, w.size(0)});
+                  const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
+                  Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
+                  Tensor dw = gw ? ops::matmul(g2, x2, true, false) : Tensor();
+                  Tensor db = gbias ? ops::sum(g2, 0) : Tensor();
+                  return Grads{dx, dw, db};
+                });
+}
+
+// ---- neural-network functions ----
+
+Tensor softmax(const Tensor& x, bool causal) {
+  Tensor y = ops::softmax(x, causal);
+  return record("softmax", {x}, y, [y = detach(y)](const Grads& g) { return Grads{ops::softmax_backward(y, g[0])}; });
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  ops::LayerNormOut r = ops::layer_norm(x, weight, bias, eps);
+  return record("layer_norm", {x, weight, bias}, r.y,
+                [x = detach(x), w = detach(weight), mean = r.mean, rstd = r.rstd](const Grads& g) {
+                  ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[0]), x, w, mean, rstd);
+                  return Grads{d.dx, d.dweight, d.dbias};
+                });
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  return record("embedding", {weight}, ops::embedding(weight, indices),
+                [idx = detach(indices), v = weight.size(0)](const Grads& g) {
+                  return Grads{ops::embedding_backward(g[0], idx, v)};
+                });
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  TRIAD_CHECK(logits.dim() >= 1 && targets.shape() == Shape(logits.shape().begin(), logits.shape().end() - 1),
+              "cross_entropy: logits " << shape_str(logits.shape()) << " do not match targets "
+                                       << shape_str(targets.shape()) << " (expected logits (..., V), targets (...))");
+  const Tensor l2 = ops::reshape(logits, {-1, logits.size(-1)});
+  const Tensor t1 = ops::reshape(targets, {-1});
+  ops::CrossEntropyOut r = ops::cross_entropy(l2, t1, ignore_index);
+  return record("cross_entropy", {logits}, r.loss,
+                [=, l2 = detach(l2), s = logits.shape(), lse = r.lse, counted = r.counted](const Grads& g) {
+                  const double gl = g[0].item();
+                  return Grads{ops::reshape(ops::cross_entropy_backward(l2, t1, lse, gl, counted, ignore_index), s)};
+                });
+}
+
+}  // namespace triad

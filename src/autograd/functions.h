@@ -1,0 +1,68 @@
+// The differentiable operations a model is written with (namespace triad). Each computes
+// with the raw op of the same name in tensor/ops.h and, when an input requires grad and
+// grad mode is on, records its backward on the tape. Views share storage as their raw
+// counterparts do.
+#pragma once
+
+#include "tensor/ops.h"
+
+namespace triad {
+
+// ---- views ----
+Tensor view(const Tensor& t, const Shape& shape);
+Tensor reshape(const Tensor& t, const Shape& shape);
+Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1);
+Tensor permute(const Tensor& t, const std::vector<int64_t>& dims);
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+Tensor select(const Tensor& t, int64_t dim, int64_t index);
+Tensor unsqueeze(const Tensor& t, int64_t dim);
+Tensor squeeze(const Tensor& t, int64_t dim);
+Tensor expand(const Tensor& t, const Shape& shape);
+Tensor contiguous(const Tensor& t);
+// Joins tensors along `dim` (all other dimensions equal).
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
+
+// ---- elementwise (broadcasting) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor pow(const Tensor& a, double exponent);
+Tensor gelu(const Tensor& x);  // tanh approximation
+// Inverted dropout with probability p; identity when !training or p == 0. The mask is
+// drawn from `gen` and replayed exactly in the backward.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+
+// ---- reductions ----
+Tensor sum(const Tensor& a);
+Tensor sum(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& a);
+Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
+
+// ---- linear algebra ----
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- neural-network functions ----
+Tensor softmax(const Tensor& x, bool causal = false);
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+// Mean cross-entropy of logits (..., V) against targets (...), skipping ignore_index.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+
+}  // namespace triad

@@ -1,0 +1,69 @@
+// The tape. Each recorded operation is a Node: given the gradients of its outputs it
+// returns the gradients of its inputs, which flow along `next` to the nodes that produced
+// those inputs (or to the AccumulateGrad node of a leaf). Output tensors own their node
+// through AutogradMeta::grad_fn; a node owns the tensors its backward needs.
+//
+// Note [Saved outputs]: a backward that needs an operation's own output must save it
+// through detach(), a handle over the same storage without autograd meta; saving the
+// output itself would make output -> node -> output a reference cycle.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace triad {
+
+struct Node;
+
+// Where the gradient of one input goes: input `input_nr` of `node`. A null node means the
+// input needs no gradient.
+struct Edge {
+  std::shared_ptr<Node> node;
+  int input_nr = 0;
+};
+
+// Transforms a gradient flowing into a tensor (may return it unchanged or a new tensor).
+using GradHook = std::function<Tensor(const Tensor& grad)>;
+// Runs after a leaf's .grad has absorbed a new contribution.
+using PostAccumulateHook = std::function<void(const Tensor& leaf)>;
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+
+struct Node {
+  explicit Node(std::string name, int num_outputs = 1) : name(std::move(name)), num_outputs(num_outputs) {}
+  virtual ~Node() = default;
+
+  // Gradients of the inputs (one per entry of `next`; undefined where not needed).
+  virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
+  // Drops what the backward saved, once it has run (unless the graph is retained).
+  virtual void release() {}
+
+  std::string name;
+  int num_outputs;
+  std::vector<Edge> next;
+  // Hooks on the gradient of each output (registered on non-leaf tensors).
+  std::vector<std::vector<GradHook>> output_hooks;
+};
+
+// An operation's backward as a closure.
+struct FunctionNode final : Node {
+  FunctionNode(std::string name, int num_outputs, BackwardFn fn)
+      : Node(std::move(name), num_outputs), backward(std::move(fn)) {}
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
+  void release() override { backward = nullptr; }
+
+  BackwardFn backward;
+};
+
+// The sink of a leaf: adds the incoming gradient into the leaf's .grad.
+struct AccumulateGrad final : Node {
+  explicit AccumulateGrad(Tensor leaf) : Node("AccumulateGrad", 1), leaf(std::move(leaf)) {}
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
+
+  Tensor leaf;
+};
+
+}  // namespace triad

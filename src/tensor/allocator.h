@@ -1,0 +1,41 @@
+// Allocators own raw bytes for Storage. Each device type has one default allocator; the CPU
+// one returns 64-byte-aligned memory (a cache line, and the widest vector load) and counts
+// the bytes it holds, so memory reports are exact rather than read off the process's RSS.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+
+#include "tensor/device.h"
+
+namespace triad {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual Device device() const = 0;
+
+  size_t bytes_in_use() const { return in_use_.load(); }
+  size_t peak_bytes() const { return peak_.load(); }
+  void reset_peak() { peak_.store(in_use_.load()); }
+
+ protected:
+  void count_allocation(size_t nbytes);
+  void count_release(size_t nbytes) { in_use_ -= nbytes; }
+
+ private:
+  std::atomic<size_t> in_use_{0};
+  std::atomic<size_t> peak_{0};
+};
+
+inline constexpr size_t kCpuAlignment = 64;
+
+Allocator& cpu_allocator();
+// The allocator of a device; throws Error when its backend is not built.
+Allocator& allocator_for(Device device);
+// Installs the allocator of a non-CPU device type (done by that backend at start-up).
+void register_allocator(DeviceType type, Allocator* allocator);
+
+}  // namespace triad

@@ -1,0 +1,76 @@
+// The device seam. Every op in tensor/ops.h checks its arguments, allocates its result and
+// calls exactly one method here on the backend of its inputs' device. A backend receives
+// validated tensors: outputs are freshly allocated and contiguous unless a method says
+// otherwise, shapes agree, dtypes are f32 or f64 for floating kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace triad {
+
+enum class BinaryOp { add, sub, mul, div, relu_backward /* b where a > 0, else 0 */ };
+enum class UnaryOp { neg, exp, log, sqrt, tanh, relu, gelu, pow, scale, add_scalar };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // dst and src have the same shape (src may have 0 strides), any strides, any dtypes.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void fill(const Tensor& dst, double value) = 0;  // dst any strides
+  // dst contiguous; element i uses counter first + i of seed.
+  virtual void normal(const Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t first) = 0;
+  virtual void uniform(const Tensor& dst, double low, double high, uint64_t seed, uint64_t first) = 0;
+
+  // a and b have out's shape (broadcast dimensions have stride 0), any strides.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // a has out's shape, any strides. scalar: the exponent (pow), factor (scale), addend.
+  virtual void unary(UnaryOp op, const Tensor& a, const Tensor& out, double scalar) = 0;
+  // dst += alpha * src; src has dst's shape (stride 0 where broadcast); dst any strides.
+  virtual void axpy(const Tensor& dst, const Tensor& src, double alpha) = 0;
+  virtual void gelu_backward(const Tensor& x, const Tensor& grad_y, const Tensor& grad_x) = 0;
+  virtual void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t first) = 0;
+
+  // a contiguous, viewed as (outer, n, inner); out (outer, inner).
+  virtual void sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) = 0;
+  virtual void max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) = 0;
+  // a contiguous; reductions to a host double.
+  virtual double sum_all(const Tensor& a) = 0;
+  virtual double sum_squares(const Tensor& a) = 0;
+  virtual double max_abs(const Tensor& a) = 0;
+  virtual bool all_finite(const Tensor& a) = 0;
+
+  // a (batch_a, M, K) or (batch_a, K, M) when trans_a; b likewise (batch_b is 1 or batch);
+  // out (batch, M, N) = a' b'. All contiguous.
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b,
+                      int64_t batch, int64_t m, int64_t n, int64_t k) = 0;
+  // out (rows, N) += bias (N) on every row.
+  virtual void add_row_vector(const Tensor& out, const Tensor& bias) = 0;
+
+  // x, y (rows, n) contiguous.
+  virtual void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows,
+                                int64_t n) = 0;
+  // x, y (rows, C); mean, rstd (rows).
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                          const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                                   const Tensor& dbias) = 0;
+  // indices contiguous, checked in range by the op.
+  virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) = 0;
+  virtual void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) = 0;
+  // logits (N, V) contiguous; loss_sum: the sum over counted rows, in double.
+  virtual double cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                               int64_t ignore_index) = 0;
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                      double scale, int64_t ignore_index, const Tensor& grad_logits) = 0;
+};
+
+// The backend of a device; throws Error when that backend is not built.
+Backend& backend_for(Device device);
+void register_backend(DeviceType type, Backend* backend);
+
+}  // namespace triad

@@ -1,0 +1,70 @@
+// GEMM through Eigen. With EIGEN_USE_BLAS (set for this library) Eigen forwards large
+// products to the OpenMP build of OpenBLAS; small ones stay in Eigen's own kernels.
+// Batched products run their batch in parallel when the batch is large and each product
+// small (attention), and one product at a time, each multi-threaded, otherwise.
+#include <Eigen/Core>
+#include <omp.h>
+
+#include "tensor/cpu/cpu_backend.h"
+
+namespace triad {
+
+namespace {
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const RowMajor<T>>;
+template <class T>
+using Map = Eigen::Map<RowMajor<T>>;
+
+template <class T>
+void gemm(const T* a, const T* b, T* c, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  Map<T> C(c, m, n);
+  const ConstMap<T> A(a, ta ? k : m, ta ? m : k);
+  const ConstMap<T> B(b, tb ? n : k, tb ? k : n);
+  if (!ta && !tb) C.noalias() = A * B;
+  else if (!ta && tb) C.noalias() = A * B.transpose();
+  else if (ta && !tb) C.noalias() = A.transpose() * B;
+  else C.noalias() = A.transpose() * B.transpose();
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b,
+                        int64_t batch, int64_t m, int64_t n, int64_t k) {
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = out.data<T>();
+    const int64_t b_step = b.dim() == 2 ? 0 : k * n;
+    if (batch == 1) {
+      gemm(pa, pb, pc, trans_a, trans_b, m, n, k);
+      return;
+    }
+    const bool parallel_batch = batch >= omp_get_max_threads() && m * n * k < (int64_t(1) << 21);
+#pragma omp parallel for if (parallel_batch) schedule(static)
+    for (int64_t i = 0; i < batch; ++i) gemm(pa + i * m * k, pb + i * b_step, pc + i * m * n, trans_a, trans_b, m, n, k);
+  };
+  if (a.dtype() == DType::f64) run(double{});
+  else run(float{});
+}
+
+void CpuBackend::add_row_vector(const Tensor& out, const Tensor& bias) {
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = bias.numel(), rows = out.numel() / std::max<int64_t>(n, 1);
+    T* po = out.data<T>();
+    const T* pb = bias.data<T>();
+#pragma omp parallel for if (rows * n > (1 << 15))
+    for (int64_t r = 0; r < rows; ++r) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) po[r * n + j] += pb[j];
+    }
+  };
+  if (out.dtype() == DType::f64) run(double{});
+  else run(float{});
+}
+
+}  // namespace triad

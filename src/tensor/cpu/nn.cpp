@@ -1,0 +1,227 @@
+// Fused neural-network kernels: softmax (optionally causal), layer norm, embedding,
+// cross-entropy. One row per loop iteration, rows spread over threads; reductions that
+// cross rows (layer-norm weight gradients, embedding scatter) are split by column so every
+// thread owns what it writes and results do not depend on the schedule.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/strided.h"
+
+namespace triad {
+
+namespace {
+
+template <class F>
+void visit_float(DType t, F&& f) {
+  if (t == DType::f64) f(double{});
+  else f(float{});
+}
+
+int64_t index_at(const Tensor& idx, int64_t i) {
+  return idx.dtype() == DType::i64 ? idx.data<int64_t>()[i] : idx.data<int32_t>()[i];
+}
+
+}  // namespace
+
+void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) {
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+#pragma omp parallel for if (rows * n > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* in = px + r * n;
+      T* out = py + r * n;
+      const int64_t valid = causal ? (r % tq) + (n - tq) + 1 : n;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, in[j]);
+      T total = 0;
+      for (int64_t j = 0; j < valid; ++j) {
+        out[j] = std::exp(in[j] - mx);
+        total += out[j];
+      }
+      const T inv = T(1) / total;
+#pragma omp simd
+      for (int64_t j = 0; j < valid; ++j) out[j] *= inv;
+      std::fill(out + valid, out + n, T(0));
+    }
+  });
+}
+
+void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows,
+                                  int64_t n) {
+  visit_float(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* py = y.data<T>();
+    const T* pg = grad_y.data<T>();
+    T* pd = grad_x.data<T>();
+#pragma omp parallel for if (rows * n > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* yr = py + r * n;
+      const T* gr = pg + r * n;
+      T* dr = pd + r * n;
+      T dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j < n; ++j) dot += yr[j] * gr[j];
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) dr[j] = yr[j] * (gr[j] - dot);
+    }
+  });
+}
+
+void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                            const Tensor& mean, const Tensor& rstd) {
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t c = x.size(-1), rows = mean.numel();
+    const T *px = x.data<T>(), *pw = weight.data<T>(), *pb = bias.data<T>();
+    T *py = y.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
+#pragma omp parallel for if (rows * c > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* in = px + r * c;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < c; ++j) s += in[j];
+      const T mu = s / T(c);
+      T v = 0;
+#pragma omp simd reduction(+ : v)
+      for (int64_t j = 0; j < c; ++j) v += (in[j] - mu) * (in[j] - mu);
+      const T rs = T(1) / std::sqrt(v / T(c) + T(eps));
+      T* out = py + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) out[j] = (in[j] - mu) * rs * pw[j] + pb[j];
+      pm[r] = mu;
+      pr[r] = rs;
+    }
+  });
+}
+
+void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                                     const Tensor& dbias) {
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t c = x.size(-1), rows = mean.numel();
+    const T *pg = grad_y.data<T>(), *px = x.data<T>(), *pw = weight.data<T>();
+    const T *pm = mean.data<T>(), *pr = rstd.data<T>();
+    T *pdx = dx.data<T>(), *pdw = dweight.data<T>(), *pdb = dbias.data<T>();
+#pragma omp parallel for if (rows * c > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *g = pg + r * c, *in = px + r * c;
+      const T mu = pm[r], rs = pr[r];
+      T sum_g = 0, sum_gx = 0;  // mean of (g w) and of (g w xhat), times c
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+      for (int64_t j = 0; j < c; ++j) {
+        const T gw = g[j] * pw[j];
+        sum_g += gw;
+        sum_gx += gw * (in[j] - mu) * rs;
+      }
+      const T a = sum_g / T(c), b = sum_gx / T(c);
+      T* out = pdx + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) out[j] = rs * (g[j] * pw[j] - a - (in[j] - mu) * rs * b);
+    }
+    // Parameter gradients: columns split across threads, rows summed in order.
+#pragma omp parallel for if (rows * c > cpu::kParallelGrain)
+    for (int64_t j = 0; j < c; ++j) {
+      T sw = 0, sb = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const T g = pg[r * c + j];
+        sw += g * (px[r * c + j] - pm[r]) * pr[r];
+        sb += g;
+      }
+      pdw[j] = sw;
+      pdb[j] = sb;
+    }
+  });
+}
+
+void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
+  visit_float(weight.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t c = weight.size(1), n = indices.numel();
+    const T* pw = weight.data<T>();
+    T* po = out.data<T>();
+#pragma omp parallel for if (n * c > cpu::kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) std::copy_n(pw + index_at(indices, i) * c, c, po + i * c);
+  });
+}
+
+void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) {
+  visit_float(grad_y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t c = grad_weight.size(1), n = indices.numel();
+    const T* pg = grad_y.data<T>();
+    T* pw = grad_weight.data<T>();
+    // Each thread owns a band of columns, so rows hit by several indices need no atomics.
+#pragma omp parallel if (n * c > cpu::kParallelGrain)
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t lo = c * t / nt, hi = c * (t + 1) / nt;
+      for (int64_t i = 0; i < n; ++i) {
+        T* dst = pw + index_at(indices, i) * c;
+        const T* src = pg + i * c;
+#pragma omp simd
+        for (int64_t j = lo; j < hi; ++j) dst[j] += src[j];
+      }
+    }
+  });
+}
+
+double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                 int64_t ignore_index) {
+  double total = 0;
+  visit_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t rows = logits.size(0), v = logits.size(1);
+    const T* pl = logits.data<T>();
+    const int64_t* pt = targets.data<int64_t>();
+    T* ps = lse.data<T>();
+    double sum = 0;
+#pragma omp parallel for reduction(+ : sum) if (rows * v > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = pl + r * v;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < v; ++j) s += std::exp(row[j] - mx);
+      ps[r] = mx + std::log(s);
+      if (pt[r] != ignore_index) sum += double(ps[r]) - double(row[pt[r]]);
+    }
+    total = sum;
+  });
+  return total;
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                        double scale, int64_t ignore_index, const Tensor& grad_logits) {
+  visit_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t rows = logits.size(0), v = logits.size(1);
+    const T *pl = logits.data<T>(), *ps = lse.data<T>();
+    const int64_t* pt = targets.data<int64_t>();
+    T* pg = grad_logits.data<T>();
+    const T sc = T(scale);
+#pragma omp parallel for if (rows * v > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      T* g = pg + r * v;
+      if (pt[r] == ignore_index) {
+        std::fill(g, g + v, T(0));
+        continue;
+      }
+      const T* row = pl + r * v;
+      const T l = ps[r];
+#pragma omp simd
+      for (int64_t j = 0; j < v; ++j) g[j] = std::exp(row[j] - l) * sc;
+      g[pt[r]] -= sc;
+    }
+  });
+}
+
+}  // namespace triad

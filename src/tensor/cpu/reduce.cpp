@@ -1,0 +1,107 @@
+// Reductions. Sums over a dimension accumulate in the compute type along contiguous inner
+// runs; whole-tensor reductions accumulate in double so gradient norms and losses do not
+// depend on the thread count beyond the last bits.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/strided.h"
+
+namespace triad {
+
+namespace {
+
+template <class F>
+void visit_float(DType t, F&& f) {
+  if (t == DType::f64) f(double{});
+  else f(float{});
+}
+
+template <class T, class Init, class Acc>
+void reduce_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner, Init init, Acc acc) {
+  const T* pa = a.data<T>();
+  T* po = out.data<T>();
+  if (inner == 1) {
+#pragma omp parallel for if (outer * n > cpu::kParallelGrain)
+    for (int64_t o = 0; o < outer; ++o) {
+      T r = init;
+      const T* row = pa + o * n;
+      for (int64_t j = 0; j < n; ++j) r = acc(r, row[j]);
+      po[o] = r;
+    }
+    return;
+  }
+#pragma omp parallel for if (outer * n * inner > cpu::kParallelGrain)
+  for (int64_t o = 0; o < outer; ++o) {
+    T* dst = po + o * inner;
+    std::fill(dst, dst + inner, init);
+    for (int64_t j = 0; j < n; ++j) {
+      const T* src = pa + (o * n + j) * inner;
+#pragma omp simd
+      for (int64_t i = 0; i < inner; ++i) dst[i] = acc(dst[i], src[i]);
+    }
+  }
+}
+
+template <class T, class F>
+double reduce_all(const Tensor& a, F&& f) {
+  const T* p = a.data<T>();
+  const int64_t n = a.numel();
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total) if (n > cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) total += f(double(p[i]));
+  return total;
+}
+
+}  // namespace
+
+void CpuBackend::sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
+  visit_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    reduce_dim<T>(a, out, outer, n, inner, T(0), [](T r, T v) { return r + v; });
+  });
+}
+
+void CpuBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
+  visit_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    reduce_dim<T>(a, out, outer, n, inner, -std::numeric_limits<T>::infinity(),
+                  [](T r, T v) { return v > r || std::isnan(v) ? v : r; });
+  });
+}
+
+double CpuBackend::sum_all(const Tensor& a) {
+  double r = 0;
+  visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v; }); });
+  return r;
+}
+
+double CpuBackend::sum_squares(const Tensor& a) {
+  double r = 0;
+  visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v * v; }); });
+  return r;
+}
+
+double CpuBackend::max_abs(const Tensor& a) {
+  double r = 0;
+  visit_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = a.data<T>();
+    const int64_t n = a.numel();
+    double m = 0;
+#pragma omp parallel for reduction(max : m) if (n > cpu::kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(p[i])));
+    r = m;
+  });
+  return r;
+}
+
+bool CpuBackend::all_finite(const Tensor& a) {
+  // A NaN or inf anywhere makes the sum of x*0 NaN; one pass, no branches.
+  double r = 0;
+  visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v * 0.0; }); });
+  return r == 0.0;
+}
+
+}  // namespace triad

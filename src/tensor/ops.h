@@ -1,0 +1,116 @@
+// Raw tensor operations: no gradient tracking. Each function here is the single dispatch
+// point of its op: it checks its arguments (throwing triad::Error that names the op and the
+// shapes involved), allocates the result, and hands the work to the backend of the inputs'
+// device (tensor/backend.h). Floating-point kernels run in f32 or f64; bf16/f16 are storage
+// types that `to` converts.
+//
+// The differentiable versions a model uses are in autograd/functions.h (namespace triad).
+#pragma once
+
+#include "tensor/random.h"
+#include "tensor/tensor.h"
+
+namespace triad::ops {
+
+// ---- views: share storage ----
+Tensor view(const Tensor& t, Shape shape);     // one dimension may be -1; t must be viewable
+Tensor reshape(const Tensor& t, Shape shape);  // a view when possible, else a contiguous copy
+Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1);
+Tensor permute(const Tensor& t, const std::vector<int64_t>& dims);
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+Tensor select(const Tensor& t, int64_t dim, int64_t index);
+Tensor unsqueeze(const Tensor& t, int64_t dim);
+Tensor squeeze(const Tensor& t, int64_t dim);
+Tensor expand(const Tensor& t, const Shape& shape);  // broadcast view (strides 0)
+Tensor flatten(const Tensor& t);                     // reshape to (numel,)
+
+// ---- copies and conversion ----
+Tensor contiguous(const Tensor& t);  // t itself when already contiguous
+Tensor clone(const Tensor& t);       // always a new contiguous tensor
+Tensor to(const Tensor& t, DType dtype);    // t itself when already of that dtype
+Tensor to(const Tensor& t, Device device);  // t itself when already on that device
+void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's shape, dtype converted
+void fill_(const Tensor& dst, double value);
+inline void zero_(const Tensor& dst) { fill_(dst, 0.0); }
+
+// ---- random fills (counter-based, see tensor/random.h) ----
+void normal_(const Tensor& dst, double mean, double stddev, Generator& gen = default_generator());
+void uniform_(const Tensor& dst, double low, double high, Generator& gen = default_generator());
+
+// ---- elementwise, numpy broadcasting ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);  // dst += alpha * src
+void mul_(const Tensor& dst, double factor);
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor relu_backward(const Tensor& y, const Tensor& grad_y);  // grad_y where y > 0, else 0
+Tensor pow(const Tensor& a, double exponent);
+// GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+Tensor gelu(const Tensor& x);
+Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
+// Bernoulli(1-p) mask scaled by 1/(1-p): draws from counters first..first+numel-1 of seed,
+// so the mask of a given (seed, first) can be replayed (backward, recomputation).
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t first);
+
+// ---- reductions (f32 inputs accumulate in double where the result is a scalar) ----
+Tensor sum(const Tensor& a);                                   // all elements -> shape ()
+Tensor sum(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& a);
+Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor sum_to(const Tensor& a, const Shape& shape);  // sums the dimensions broadcasting added
+double sum_squares(const Tensor& a);                 // in double, for gradient norms
+double max_abs(const Tensor& a);
+bool all_finite(const Tensor& a);
+
+// ---- linear algebra ----
+// a (..., M, K) and b (..., K, N) -> (..., M, N); with trans_a / trans_b the last two
+// dimensions of that operand are read transposed. b may be 2-D (shared by every batch).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// x (..., in), weight (out, in), bias (out) or undefined -> x weight^T + bias, (..., out).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// ---- neural-network kernels ----
+// Softmax over the last dimension. causal: for (..., Tq, Tk), query i sees keys
+// j <= i + (Tk - Tq) (the last Tq queries of a sequence of Tk); masked entries are 0.
+Tensor softmax(const Tensor& x, bool causal = false);
+Tensor softmax_backward(const Tensor& y, const Tensor& grad_y);
+
+struct LayerNormOut {
+  Tensor y, mean, rstd;  // mean and rstd: (rows,) in the compute dtype
+};
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;
+};
+// Over the last dimension C: y = (x - mean) * rstd * weight + bias; weight, bias: (C,).
+LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd);
+
+// weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C).
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+// Scatter-adds grad_y (..., C) into a zero (V, C) gradient at the rows `indices`.
+Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings);
+
+struct CrossEntropyOut {
+  Tensor loss;      // shape (): mean over rows whose target != ignore_index
+  Tensor lse;       // (N,) log-sum-exp of each row of logits (for the backward)
+  int64_t counted;  // rows that count (targets != ignore_index)
+};
+// logits (N, V), targets (N,) of i64/i32 in [0, V) or == ignore_index. Probabilities are
+// never stored; the backward recomputes them from logits and lse.
+CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
+// d(loss)/d(logits) scaled by grad_loss (the incoming gradient of the mean loss).
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              double grad_loss, int64_t counted, int64_t ignore_index);
+
+}  // namespace triad::ops

@@ -1,0 +1,202 @@
+// Elementwise, reduction and linear-algebra ops of tensor/ops.h: argument checks, result
+// allocation, one backend call each.
+#include <cmath>
+
+#include "tensor/backend.h"
+#include "tensor/ops.h"
+
+namespace triad::ops {
+
+namespace {
+
+void check_float(const Tensor& t, const char* op) {
+  TRIAD_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
+              op << ": expected an f32 or f64 tensor, got " << t.str() << " (convert with ops::to)");
+}
+
+void check_same(const Tensor& a, const Tensor& b, const char* op) {
+  TRIAD_CHECK(a.dtype() == b.dtype(), op << ": dtypes differ: " << a.str() << " and " << b.str());
+  TRIAD_CHECK(a.device() == b.device(), op << ": devices differ: " << a.str() << " and " << b.str());
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  check_float(a, name);
+  check_same(a, b, name);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  backend_for(a.device()).binary(op, expand(a, shape), expand(b, shape), out);
+  return out;
+}
+
+Tensor unary(UnaryOp op, const Tensor& a, double scalar, const char* name) {
+  check_float(a, name);
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  backend_for(a.device()).unary(op, a, out, scalar);
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b, "add"); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b, "sub"); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b, "mul"); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b, "div"); }
+Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
+  TRIAD_CHECK(y.shape() == grad_y.shape(), "relu_backward: shapes " << shape_str(y.shape()) << " and "
+                                                                    << shape_str(grad_y.shape()) << " differ");
+  return binary(BinaryOp::relu_backward, y, grad_y, "relu_backward");
+}
+Tensor add(const Tensor& a, double b) { return unary(UnaryOp::add_scalar, a, b, "add"); }
+Tensor mul(const Tensor& a, double b) { return unary(UnaryOp::scale, a, b, "mul"); }
+Tensor neg(const Tensor& a) { return unary(UnaryOp::neg, a, 0, "neg"); }
+Tensor exp(const Tensor& a) { return unary(UnaryOp::exp, a, 0, "exp"); }
+Tensor log(const Tensor& a) { return unary(UnaryOp::log, a, 0, "log"); }
+Tensor sqrt(const Tensor& a) { return unary(UnaryOp::sqrt, a, 0, "sqrt"); }
+Tensor tanh(const Tensor& a) { return unary(UnaryOp::tanh, a, 0, "tanh"); }
+Tensor relu(const Tensor& a) { return unary(UnaryOp::relu, a, 0, "relu"); }
+Tensor pow(const Tensor& a, double exponent) { return unary(UnaryOp::pow, a, exponent, "pow"); }
+Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x, 0, "gelu"); }
+
+void add_(const Tensor& dst, const Tensor& src, double alpha) {
+  check_float(dst, "add_");
+  check_same(dst, src, "add_");
+  TRIAD_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(),
+              "add_: source of shape " << shape_str(src.shape()) << " does not broadcast to the destination's "
+                                       << shape_str(dst.shape()));
+  backend_for(dst.device()).axpy(dst, expand(src, dst.shape()), alpha);
+}
+
+void mul_(const Tensor& dst, double factor) {
+  check_float(dst, "mul_");
+  backend_for(dst.device()).unary(UnaryOp::scale, dst, dst, factor);
+}
+
+Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
+  check_float(x, "gelu_backward");
+  check_same(x, grad_y, "gelu_backward");
+  TRIAD_CHECK(x.shape() == grad_y.shape(), "gelu_backward: shapes " << shape_str(x.shape()) << " and "
+                                                                    << shape_str(grad_y.shape()) << " differ");
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend_for(x.device()).gelu_backward(contiguous(x), contiguous(grad_y), out);
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t first) {
+  check_float(x, "dropout");
+  TRIAD_CHECK(p >= 0.0 && p < 1.0, "dropout: probability must be in [0, 1), got " << p);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend_for(x.device()).dropout(contiguous(x), out, p, seed, first);
+  return out;
+}
+
+// ---- reductions ----
+
+Tensor sum(const Tensor& a) {
+  check_float(a, "sum");
+  return Tensor::full({}, backend_for(a.device()).sum_all(contiguous(a)), a.dtype(), a.device());
+}
+
+namespace {
+
+Tensor reduce_dim(const Tensor& a, int64_t dim, bool keepdim, bool is_max, const char* op) {
+  check_float(a, op);
+  const int d = normalize_dim(dim, a.dim(), op);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < d; ++i) outer *= a.shape()[i];
+  for (int i = d + 1; i < a.dim(); ++i) inner *= a.shape()[i];
+  const int64_t n = a.shape()[d];
+  TRIAD_CHECK(!is_max || n > 0, op << ": reducing an empty dimension " << d);
+  Shape shape = a.shape();
+  shape[d] = 1;
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  Backend& be = backend_for(a.device());
+  if (is_max) be.max_dim(contiguous(a), out, outer, n, inner);
+  else be.sum_dim(contiguous(a), out, outer, n, inner);
+  return keepdim ? out : squeeze(out, d);
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& a, int64_t dim, bool keepdim) { return reduce_dim(a, dim, keepdim, false, "sum"); }
+Tensor max(const Tensor& a, int64_t dim, bool keepdim) { return reduce_dim(a, dim, keepdim, true, "max"); }
+
+Tensor mean(const Tensor& a) {
+  TRIAD_CHECK(a.numel() > 0, "mean: empty tensor");
+  return mul(sum(a), 1.0 / double(a.numel()));
+}
+
+Tensor mean(const Tensor& a, int64_t dim, bool keepdim) {
+  const int d = normalize_dim(dim, a.dim(), "mean");
+  TRIAD_CHECK(a.shape()[d] > 0, "mean: empty dimension " << d);
+  Tensor s = sum(a, d, keepdim);
+  mul_(s, 1.0 / double(a.shape()[d]));
+  return s;
+}
+
+Tensor sum_to(const Tensor& a, const Shape& shape) {
+  TRIAD_CHECK(broadcast_shapes(shape, a.shape(), "sum_to") == a.shape(),
+              "sum_to: " << shape_str(shape) << " does not broadcast to " << shape_str(a.shape()));
+  Tensor r = a;
+  const int lead = a.dim() - int(shape.size());
+  for (int i = 0; i < lead; ++i) r = sum(r, 0, false);
+  for (int i = 0; i < int(shape.size()); ++i)
+    if (shape[i] == 1 && r.shape()[i] != 1) r = sum(r, i, true);
+  return r;
+}
+
+double sum_squares(const Tensor& a) {
+  check_float(a, "sum_squares");
+  return backend_for(a.device()).sum_squares(contiguous(a));
+}
+
+double max_abs(const Tensor& a) {
+  check_float(a, "max_abs");
+  return backend_for(a.device()).max_abs(contiguous(a));
+}
+
+bool all_finite(const Tensor& a) {
+  check_float(a, "all_finite");
+  return backend_for(a.device()).all_finite(contiguous(a));
+}
+
+// ---- linear algebra ----
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  check_float(a, "matmul");
+  check_same(a, b, "matmul");
+  TRIAD_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected operands with at least 2 dimensions, got "
+                                                 << shape_str(a.shape()) << " and " << shape_str(b.shape()));
+  const int64_t m = trans_a ? a.size(-1) : a.size(-2), ka = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t kb = trans_b ? b.size(-1) : b.size(-2), n = trans_b ? b.size(-2) : b.size(-1);
+  TRIAD_CHECK(ka == kb, "matmul: inner dimensions differ: " << shape_str(a.shape()) << (trans_a ? "^T" : "")
+                                                            << " @ " << shape_str(b.shape()) << (trans_b ? "^T" : ""));
+  const Shape batch_shape(a.shape().begin(), a.shape().end() - 2);
+  const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
+  TRIAD_CHECK(b.dim() == 2 || b_batch == batch_shape,
+              "matmul: batch dimensions differ: " << shape_str(a.shape()) << " @ " << shape_str(b.shape()));
+  Shape out_shape = batch_shape;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  backend_for(a.device()).matmul(contiguous(a), contiguous(b), out, trans_a, trans_b, numel(batch_shape), m, n, ka);
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  TRIAD_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
+              "linear: input " << shape_str(x.shape()) << " does not match weight " << shape_str(weight.shape())
+                               << " (expected input (..., " << (weight.dim() == 2 ? weight.size(1) : -1) << "))");
+  Tensor x2 = reshape(x, {-1, x.size(-1)});
+  Tensor y = matmul(x2, weight, false, true);
+  if (bias.defined()) {
+    check_same(y, bias, "linear");
+    TRIAD_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0),
+                "linear: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(weight.shape()));
+    backend_for(y.device()).add_row_vector(y, contiguous(bias));
+  }
+  Shape shape = x.shape();
+  shape.back() = weight.size(0);
+  return view(y, shape);
+}
+
+}  // namespace triad::ops

@@ -1,0 +1,130 @@
+// Neural-network kernels of tensor/ops.h: softmax, layer norm, embedding, cross-entropy.
+#include "tensor/backend.h"
+#include "tensor/ops.h"
+
+namespace triad::ops {
+
+namespace {
+
+void check_float(const Tensor& t, const char* op) {
+  TRIAD_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
+              op << ": expected an f32 or f64 tensor, got " << t.str());
+}
+
+void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  TRIAD_CHECK(t.dtype() == ref.dtype() && t.device() == ref.device(),
+              op << ": " << what << " is " << t.str() << ", expected " << dtype_name(ref.dtype()) << " on "
+                 << ref.device().str());
+}
+
+void check_indices(const Tensor& idx, int64_t limit, int64_t ignore, const char* op) {
+  TRIAD_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
+              op << ": indices must be i64 or i32, got " << idx.str());
+  const Tensor c = contiguous(to(idx, DType::i64));
+  const int64_t* p = c.data<int64_t>();
+  for (int64_t i = 0; i < c.numel(); ++i)
+    TRIAD_CHECK((p[i] >= 0 && p[i] < limit) || p[i] == ignore,
+                op << ": index " << p[i] << " at position " << i << " out of range [0, " << limit << ")");
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, bool causal) {
+  check_float(x, "softmax");
+  TRIAD_CHECK(x.dim() >= (causal ? 2 : 1), "softmax: expected at least " << (causal ? 2 : 1)
+                                                                         << " dimensions, got " << x.str());
+  const int64_t n = x.size(-1);
+  const int64_t tq = causal ? x.size(-2) : 1;
+  TRIAD_CHECK(!causal || tq <= n, "softmax: causal mask needs queries <= keys, got " << shape_str(x.shape()));
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend_for(x.device()).softmax(contiguous(x), y, n ? x.numel() / n : 0, n, causal, tq);
+  return y;
+}
+
+Tensor softmax_backward(const Tensor& y, const Tensor& grad_y) {
+  check_float(y, "softmax_backward");
+  check_like(grad_y, y, "softmax_backward", "grad_y");
+  TRIAD_CHECK(y.shape() == grad_y.shape(), "softmax_backward: shapes " << shape_str(y.shape()) << " and "
+                                                                       << shape_str(grad_y.shape()) << " differ");
+  const int64_t n = y.size(-1);
+  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+  backend_for(y.device()).softmax_backward(contiguous(y), contiguous(grad_y), dx, n ? y.numel() / n : 0, n);
+  return dx;
+}
+
+LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_float(x, "layer_norm");
+  check_like(weight, x, "layer_norm", "weight");
+  check_like(bias, x, "layer_norm", "bias");
+  const int64_t c = x.size(-1);
+  TRIAD_CHECK(weight.shape() == Shape{c} && bias.shape() == Shape{c},
+              "layer_norm: input " << shape_str(x.shape()) << " needs weight and bias of shape (" << c
+                                   << ",), got " << shape_str(weight.shape()) << " and " << shape_str(bias.shape()));
+  const int64_t rows = c ? x.numel() / c : 0;
+  LayerNormOut r{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({rows}, x.dtype(), x.device()),
+                 Tensor::empty({rows}, x.dtype(), x.device())};
+  backend_for(x.device()).layer_norm(contiguous(x), contiguous(weight), contiguous(bias), eps, r.y, r.mean, r.rstd);
+  return r;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd) {
+  check_float(x, "layer_norm_backward");
+  check_like(grad_y, x, "layer_norm_backward", "grad_y");
+  TRIAD_CHECK(grad_y.shape() == x.shape(), "layer_norm_backward: grad_y " << shape_str(grad_y.shape())
+                                                                          << " differs from input "
+                                                                          << shape_str(x.shape()));
+  const int64_t c = x.size(-1);
+  LayerNormGrads g{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({c}, x.dtype(), x.device()),
+                   Tensor::empty({c}, x.dtype(), x.device())};
+  backend_for(x.device()).layer_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), mean, rstd, g.dx,
+                                              g.dweight, g.dbias);
+  return g;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  check_float(weight, "embedding");
+  TRIAD_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got " << shape_str(weight.shape()));
+  check_indices(indices, weight.size(0), -1, "embedding");
+  Shape shape = indices.shape();
+  shape.push_back(weight.size(1));
+  Tensor out = Tensor::empty(shape, weight.dtype(), weight.device());
+  backend_for(weight.device()).embedding(contiguous(weight), contiguous(indices), out);
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings) {
+  check_float(grad_y, "embedding_backward");
+  TRIAD_CHECK(grad_y.dim() == indices.dim() + 1, "embedding_backward: grad " << shape_str(grad_y.shape())
+                                                                             << " does not match indices "
+                                                                             << shape_str(indices.shape()));
+  Tensor gw = Tensor::zeros({num_embeddings, grad_y.size(-1)}, grad_y.dtype(), grad_y.device());
+  backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), contiguous(indices), gw);
+  return gw;
+}
+
+CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  check_float(logits, "cross_entropy");
+  TRIAD_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "cross_entropy: expected logits (N, V) and targets (N,), got " << shape_str(logits.shape()) << " and "
+                                                                             << shape_str(targets.shape()));
+  check_indices(targets, logits.size(1), ignore_index, "cross_entropy");
+  const Tensor t = contiguous(to(targets, DType::i64));
+  int64_t counted = 0;
+  for (int64_t v : t.to_vector<int64_t>()) counted += v != ignore_index;
+  Tensor lse = Tensor::empty({logits.size(0)}, logits.dtype(), logits.device());
+  const double total = backend_for(logits.device()).cross_entropy(contiguous(logits), t, lse, ignore_index);
+  const double loss = counted ? total / double(counted) : 0.0;
+  return {Tensor::full({}, loss, logits.dtype(), logits.device()), lse, counted};
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double grad_loss,
+                              int64_t counted, int64_t ignore_index) {
+  Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+  const double scale = counted ? grad_loss / double(counted) : 0.0;
+  backend_for(logits.device()).cross_entropy_backward(contiguous(logits), contiguous(to(targets, DType::i64)), lse,
+                                                      scale, ignore_index, g);
+  return g;
+}
+
+}  // namespace triad::ops

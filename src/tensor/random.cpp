@@ -1,0 +1,10 @@
+#include "tensor/random.h"
+
+namespace triad {
+
+Generator& default_generator() {
+  static Generator g(0);
+  return g;
+}
+
+}  // namespace triad

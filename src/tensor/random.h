@@ -1,0 +1,52 @@
+// Counter-based random numbers: element i of a draw is a pure function of (seed, offset + i),
+// so results do not depend on the number of threads, and a draw can be replayed exactly
+// by restoring the generator's state (activation checkpointing replays dropout masks;
+// checkpoints save the state).
+#pragma once
+
+#include <cstdint>
+
+namespace triad {
+
+struct GeneratorState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : state_{seed, 0} {}
+
+  const GeneratorState& state() const { return state_; }
+  void set_state(const GeneratorState& s) { state_ = s; }
+  void manual_seed(uint64_t seed) { state_ = {seed, 0}; }
+  // Reserves n counters and returns the first; the caller draws counters first..first+n-1.
+  uint64_t advance(uint64_t n) {
+    const uint64_t first = state_.offset;
+    state_.offset += n;
+    return first;
+  }
+
+ private:
+  GeneratorState state_;
+};
+
+// The process-wide generator used when none is passed.
+Generator& default_generator();
+
+// 64 random bits for counter `counter` under `seed` (a splitmix64-style mix of both).
+inline uint64_t random_bits(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + counter * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z = z ^ (z >> 31);
+  z = (z ^ (z >> 29)) * 0xd6e8feb86659fd93ull;
+  return z ^ (z >> 32);
+}
+
+// Uniform in [0, 1) with 53 random bits.
+inline double random_uniform(uint64_t seed, uint64_t counter) {
+  return double(random_bits(seed, counter) >> 11) * 0x1.0p-53;
+}
+
+}  // namespace triad
