@@ -18,7 +18,7 @@ using Segment = std::function<std::vector<Tensor>(const std::vector<Tensor>& inp
 std::vector<Tensor> checkpoint(const Segment& segment, const std::vector<Tensor>& inputs);
 
 inline Tensor checkpoint(const std::function<Tensor(const Tensor&)>& segment, const Tensor& input) {
-  return checkpoint([&segment](const std::vector<Tensor>& in) { return std::vector<Tensor>{segment(in[0])}; },
+  return checkpoint([segment](const std::vector<Tensor>& in) { return std::vector<Tensor>{segment(in[0])}; },
                     {input})[0];
 }
 

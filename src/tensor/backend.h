@@ -10,6 +10,12 @@
 
 namespace triad {
 
+// Hyper-parameters of one AdamW update (bias corrections already folded in).
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  double bias_correction1, bias_correction2;  // 1 - beta^t
+};
+
 enum class BinaryOp { add, sub, mul, div, relu_backward /* b where a > 0, else 0 */ };
 enum class UnaryOp { neg, exp, log, sqrt, tanh, relu, gelu, pow, scale, add_scalar };
 
@@ -48,6 +54,10 @@ class Backend {
                       int64_t batch, int64_t m, int64_t n, int64_t k) = 0;
   // out (rows, N) += bias (N) on every row.
   virtual void add_row_vector(const Tensor& out, const Tensor& bias) = 0;
+
+  // One fused AdamW update of a contiguous parameter: see ops::adamw_.
+  virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                     const struct AdamWStep& step) = 0;
 
   // x, y (rows, n) contiguous.
   virtual void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) = 0;

@@ -79,6 +79,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 // x (..., in), weight (out, in), bias (out) or undefined -> x weight^T + bias, (..., out).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+// ---- optimizer kernels ----
+// Fused in-place AdamW on one parameter (PyTorch's arithmetic, in this order):
+//   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+//   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps).
+// param, exp_avg, exp_avg_sq: same shape and dtype, contiguous; grad: same shape.
+void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+            const struct AdamWStep& step);
+
 // ---- neural-network kernels ----
 // Softmax over the last dimension. causal: for (..., Tq, Tk), query i sees keys
 // j <= i + (Tk - Tq) (the last Tq queries of a sequence of Tk); masked entries are 0.

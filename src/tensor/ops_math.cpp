@@ -199,4 +199,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return view(y, shape);
 }
 
+void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+            const AdamWStep& step) {
+  check_float(param, "adamw_");
+  for (const Tensor* t : {&grad, &exp_avg, &exp_avg_sq}) {
+    check_same(param, *t, "adamw_");
+    TRIAD_CHECK(t->shape() == param.shape(), "adamw_: " << t->str() << " does not match parameter " << param.str());
+  }
+  TRIAD_CHECK(param.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous(),
+              "adamw_: parameter and state must be contiguous");
+  backend_for(param.device()).adamw(param, contiguous(grad), exp_avg, exp_avg_sq, step);
+}
+
 }  // namespace triad::ops

@@ -31,6 +31,8 @@ class CpuBackend final : public Backend {
               int64_t m, int64_t n, int64_t k) override;
   void add_row_vector(const Tensor& out, const Tensor& bias) override;
 
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+             const AdamWStep& step) override;
   void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows,
                         int64_t n) override;

@@ -1,0 +1,67 @@
+#include "nn/gpt.h"
+
+#include <cmath>
+
+#include "autograd/checkpoint.h"
+#include "autograd/functions.h"
+
+namespace triad::nn {
+
+void GPTConfig::validate() const {
+  TRIAD_CHECK(n_layer > 0, "[model] n_layer must be positive, got " << n_layer);
+  TRIAD_CHECK(n_head > 0, "[model] n_head must be positive, got " << n_head);
+  TRIAD_CHECK(d_model > 0 && d_model % n_head == 0,
+              "[model] d_model must be a positive multiple of n_head (" << n_head << "), got " << d_model);
+  TRIAD_CHECK(seq_len > 0, "[model] seq_len must be positive, got " << seq_len);
+  TRIAD_CHECK(vocab_size > 0, "[model] vocab_size must be positive, got " << vocab_size);
+  TRIAD_CHECK(dropout >= 0.0 && dropout < 1.0, "[model] dropout must be in [0, 1), got " << dropout);
+}
+
+GPT::GPT(const GPTConfig& config) : Module("GPT"), config_(config) {
+  config_.validate();
+  const int64_t C = config_.d_model;
+  wte = register_module("wte", std::make_shared<Embedding>(config_.vocab_size, C));
+  wpe = register_module("wpe", std::make_shared<Embedding>(config_.seq_len, C));
+  drop = register_module("drop", std::make_shared<Dropout>(config_.dropout));
+  blocks = register_module("blocks", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < config_.n_layer; ++i)
+    blocks->push_back(std::make_shared<Block>(C, config_.n_head, config_.dropout));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(C));
+  init_weights();
+}
+
+void GPT::init_weights() {
+  // GPT-2: N(0, 0.02) for matrices and embeddings, residual projections scaled by
+  // 1/sqrt(2 n_layer), zero biases, unit LayerNorms.
+  Generator gen(config_.init_seed);
+  const double resid_std = 0.02 / std::sqrt(2.0 * double(config_.n_layer));
+  for (auto& [name, p] : named_parameters()) {
+    const bool is_resid_proj = name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight");
+    if (name.find("ln") != std::string::npos) continue;  // LayerNorms keep 1 and 0
+    if (p.dim() == 1) ops::zero_(p);
+    else ops::normal_(p, 0.0, is_resid_proj ? resid_std : 0.02, gen);
+  }
+}
+
+Tensor GPT::forward(const Tensor& indices) {
+  TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
+  const int64_t T = indices.size(1);
+  TRIAD_CHECK(T <= config_.seq_len,
+              "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
+  Tensor x = add((*wte)(indices), narrow(wpe->weight, 0, 0, T));
+  x = (*drop)(x);
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    Module& block = *(*blocks)[i];
+    if (config_.activation_checkpointing && is_training())
+      x = checkpoint([&block](const Tensor& h) { return block(h); }, x);
+    else
+      x = block(x);
+  }
+  return linear((*ln_f)(x), wte->weight);
+}
+
+Tensor GPT::loss(const Tensor& indices, const Tensor& targets) {
+  return cross_entropy((*this)(indices), targets, -100);
+}
+
+}  // namespace triad::nn

@@ -1,0 +1,45 @@
+// GPT-2: token and learned position embeddings, n_layer pre-LN blocks, a final LayerNorm,
+// and an output head tied to the token embedding (logits = x wte^T). Parameter names:
+// wte.weight, wpe.weight, blocks.{i}.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias},
+// ln_f.{weight,bias}.
+#pragma once
+
+#include "nn/transformer.h"
+
+namespace triad::nn {
+
+struct GPTConfig {
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t d_model = 768;
+  int64_t seq_len = 1024;     // rows of the position table: the longest sequence accepted
+  int64_t vocab_size = 50257;
+  double dropout = 0.0;
+  bool activation_checkpointing = false;  // recompute each block in the backward pass
+  uint64_t init_seed = 1234;
+
+  void validate() const;  // throws Error naming the bad field
+};
+
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& config);
+
+  // indices (B, T) of i64/i32, T <= seq_len -> logits (B, T, vocab_size).
+  Tensor forward(const Tensor& indices) override;
+  // Mean cross-entropy of the logits for `indices` against `targets` (B, T), skipping -100.
+  Tensor loss(const Tensor& indices, const Tensor& targets);
+
+  const GPTConfig& config() const { return config_; }
+
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Dropout> drop;
+  std::shared_ptr<ModuleList> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+
+ private:
+  void init_weights();
+  GPTConfig config_;
+};
+
+}  // namespace triad::nn

@@ -1,0 +1,48 @@
+#include "nn/layers.h"
+
+#include <cmath>
+
+#include "autograd/functions.h"
+
+namespace triad::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Generator& gen) : Module("Linear") {
+  TRIAD_CHECK(in_features > 0 && out_features > 0,
+              "Linear: features must be positive, got in " << in_features << ", out " << out_features);
+  const double bound = 1.0 / std::sqrt(double(in_features));
+  weight = register_parameter("weight", Tensor::empty({out_features, in_features}));
+  ops::uniform_(weight, -bound, bound, gen);
+  if (with_bias) {
+    bias = register_parameter("bias", Tensor::empty({out_features}));
+    ops::uniform_(bias, -bound, bound, gen);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) : Module("Embedding") {
+  TRIAD_CHECK(num_embeddings > 0 && dim > 0,
+              "Embedding: sizes must be positive, got " << num_embeddings << " x " << dim);
+  weight = register_parameter("weight", Tensor::empty({num_embeddings, dim}));
+  ops::normal_(weight, 0.0, 1.0, gen);
+}
+
+Tensor Embedding::forward(const Tensor& indices) { return embedding(weight, indices); }
+
+LayerNorm::LayerNorm(int64_t dim, double eps_) : Module("LayerNorm"), eps(eps_) {
+  TRIAD_CHECK(dim > 0, "LayerNorm: dimension must be positive, got " << dim);
+  weight = register_parameter("weight", Tensor::ones({dim}));
+  bias = register_parameter("bias", Tensor::zeros({dim}));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
+
+Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
+  TRIAD_CHECK(p >= 0.0 && p < 1.0, "Dropout: probability must be in [0, 1), got " << p);
+}
+
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+
+Tensor GELU::forward(const Tensor& x) { return gelu(x); }
+
+}  // namespace triad::nn

@@ -1,0 +1,54 @@
+// The basic layers: Linear, Embedding, LayerNorm, Dropout, GELU. Initializations follow
+// PyTorch's defaults; models re-initialize where their architecture says otherwise.
+#pragma once
+
+#include "nn/module.h"
+#include "tensor/random.h"
+
+namespace triad::nn {
+
+// y = x W^T + b, W (out, in), b (out). Init: U(-1/sqrt(in), 1/sqrt(in)) for both.
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+
+  Tensor weight, bias;  // bias undefined when built without one
+};
+
+// Rows of a table: weight (num_embeddings, dim), init N(0, 1).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim, Generator& gen = default_generator());
+  Tensor forward(const Tensor& indices) override;
+
+  Tensor weight;
+};
+
+// Normalizes the last dimension; weight 1, bias 0.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+
+  Tensor weight, bias;
+  double eps;
+};
+
+// Inverted dropout, active only in training mode.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p);
+  Tensor forward(const Tensor& x) override;
+
+  double p;
+};
+
+// GELU, tanh approximation.
+class GELU : public Module {
+ public:
+  GELU() : Module("GELU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+}  // namespace triad::nn

@@ -1,0 +1,101 @@
+// Module: the unit users build models from. A module owns named parameters, buffers and
+// child modules, registered in its constructor; traversal is depth-first in registration
+// order, so parameter names and order are stable (checkpoints and ZeRO units rely on it).
+//
+// Parameters are Tensor handles shared with the module's members: code that repoints a
+// parameter's storage (ZeRO's flat buffers) changes it everywhere at once.
+//
+// Forward hooks run around every call made through operator() or call(): pre hooks before
+// the forward, post hooks after it (ZeRO-3 gathers and releases a unit's parameters there).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace triad::nn {
+
+class Module;
+using ModulePtr = std::shared_ptr<Module>;
+using ForwardHook = std::function<void(Module&)>;
+
+class Module {
+ public:
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& type_name() const { return type_name_; }
+
+  // The single-tensor forward most layers have. Modules with other signatures define their
+  // own entry point and run it through call() so hooks still fire.
+  virtual Tensor forward(const Tensor& x);
+  template <class F>
+  auto call(F&& f) {
+    run_hooks(pre_hooks_);
+    auto y = f();
+    run_hooks(post_hooks_);
+    return y;
+  }
+  Tensor operator()(const Tensor& x) {
+    return call([&] { return forward(x); });
+  }
+
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  // This module (named "") and every descendant, depth-first, with dotted names.
+  std::vector<std::pair<std::string, ModulePtr>> named_modules(const ModulePtr& self) const;
+  const std::vector<std::pair<std::string, ModulePtr>>& children() const { return children_; }
+  int64_t num_parameters() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Drops every parameter's accumulated gradient.
+  void zero_grad();
+
+  void register_forward_pre_hook(ForwardHook hook) { pre_hooks_.push_back(std::move(hook)); }
+  void register_forward_hook(ForwardHook hook) { post_hooks_.push_back(std::move(hook)); }
+
+ protected:
+  // Registers a parameter (it becomes a leaf that requires grad) and returns it.
+  Tensor register_parameter(const std::string& name, Tensor t);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+ private:
+  void add_child(const std::string& name, ModulePtr m);
+  void check_name(const std::string& name) const;
+  void run_hooks(const std::vector<ForwardHook>& hooks);
+
+  std::string type_name_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, ModulePtr>> children_;
+  std::vector<ForwardHook> pre_hooks_, post_hooks_;
+};
+
+// An ordered list of modules, named "0", "1", ...
+class ModuleList : public Module {
+ public:
+  ModuleList() : Module("ModuleList") {}
+  template <class M>
+  std::shared_ptr<M> push_back(std::shared_ptr<M> m) {
+    return register_module(std::to_string(children().size()), std::move(m));
+  }
+  size_t size() const { return children().size(); }
+  const ModulePtr& operator[](size_t i) const { return children()[i].second; }
+};
+
+}  // namespace triad::nn

@@ -1,0 +1,54 @@
+#include "nn/transformer.h"
+
+#include <cmath>
+
+#include "autograd/functions.h"
+
+namespace triad::nn {
+
+CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t n_head_, double dropout)
+    : Module("CausalSelfAttention"), n_head(n_head_) {
+  TRIAD_CHECK(n_head > 0 && d_model % n_head == 0,
+              "CausalSelfAttention: d_model " << d_model << " is not divisible by n_head " << n_head);
+  qkv = register_module("qkv", std::make_shared<Linear>(d_model, 3 * d_model));
+  proj = register_module("proj", std::make_shared<Linear>(d_model, d_model));
+  attn_drop = register_module("attn_drop", std::make_shared<Dropout>(dropout));
+  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  TRIAD_CHECK(x.dim() == 3, "CausalSelfAttention: expected input (B, T, C), got " << shape_str(x.shape()));
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
+  const Tensor qkv_out = (*qkv)(x);  // (B, T, 3C)
+  auto heads = [&](int64_t part) {   // (B, NH, T, hs)
+    return transpose(reshape(narrow(qkv_out, 2, part * C, C), {B, T, n_head, hs}), 1, 2);
+  };
+  const Tensor q = heads(0), k = heads(1), v = heads(2);
+  Tensor att = softmax(mul(matmul(q, k, false, true), 1.0 / std::sqrt(double(hs))), /*causal=*/true);
+  att = (*attn_drop)(att);
+  const Tensor y = reshape(transpose(matmul(att, v), 1, 2), {B, T, C});
+  return (*resid_drop)((*proj)(y));
+}
+
+MLP::MLP(int64_t d_model, double dropout) : Module("MLP") {
+  fc = register_module("fc", std::make_shared<Linear>(d_model, 4 * d_model));
+  act = register_module("act", std::make_shared<GELU>());
+  proj = register_module("proj", std::make_shared<Linear>(4 * d_model, d_model));
+  drop = register_module("drop", std::make_shared<Dropout>(dropout));
+}
+
+Tensor MLP::forward(const Tensor& x) { return (*drop)((*proj)((*act)((*fc)(x)))); }
+
+Block::Block(int64_t d_model, int64_t n_head, double dropout) : Module("Block") {
+  ln1 = register_module("ln1", std::make_shared<LayerNorm>(d_model));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(d_model, n_head, dropout));
+  ln2 = register_module("ln2", std::make_shared<LayerNorm>(d_model));
+  mlp = register_module("mlp", std::make_shared<MLP>(d_model, dropout));
+}
+
+Tensor Block::forward(const Tensor& x) {
+  const Tensor h = add(x, (*attn)((*ln1)(x)));
+  return add(h, (*mlp)((*ln2)(h)));
+}
+
+}  // namespace triad::nn

@@ -1,0 +1,43 @@
+// The pieces of a GPT-2 transformer block: causal self-attention, the MLP, and the pre-LN
+// block that joins them with residual connections.
+#pragma once
+
+#include "nn/layers.h"
+
+namespace triad::nn {
+
+// Multi-head causal self-attention on x (B, T, C): one fused qkv projection (C -> 3C, split
+// q|k|v), softmax(q k^T / sqrt(hs)) over keys at or before each query, output projection.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t d_model, int64_t n_head, double dropout);
+  Tensor forward(const Tensor& x) override;
+
+  int64_t n_head;
+  std::shared_ptr<Linear> qkv, proj;
+  std::shared_ptr<Dropout> attn_drop, resid_drop;
+};
+
+// fc (C -> 4C), GELU, proj (4C -> C), dropout.
+class MLP : public Module {
+ public:
+  MLP(int64_t d_model, double dropout);
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Linear> fc, proj;
+  std::shared_ptr<GELU> act;
+  std::shared_ptr<Dropout> drop;
+};
+
+// x + attn(ln1(x)), then x + mlp(ln2(x)).
+class Block : public Module {
+ public:
+  Block(int64_t d_model, int64_t n_head, double dropout);
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<LayerNorm> ln1, ln2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+}  // namespace triad::nn

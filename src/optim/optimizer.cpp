@@ -1,0 +1,97 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/meta.h"
+#include "tensor/backend.h"
+#include "tensor/ops.h"
+
+namespace triad::optim {
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::move(groups)), lr_(lr) {
+  TRIAD_CHECK(lr >= 0.0 && std::isfinite(lr), "[optimizer] lr must be a finite non-negative number, got " << lr);
+  for (const ParamGroup& g : groups_)
+    TRIAD_CHECK(g.weight_decay >= 0.0, "[optimizer] weight_decay must be >= 0, got " << g.weight_decay);
+}
+
+void Optimizer::zero_grad() {
+  for (ParamGroup& g : groups_)
+    for (Tensor& p : g.params) set_grad(p, Tensor());
+}
+
+std::vector<ParamGroup> decay_groups(const std::vector<Tensor>& params, double weight_decay) {
+  ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
+  for (const Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  return {decay, no_decay};
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o) : Optimizer(std::move(groups), o.lr), options_(o) {
+  TRIAD_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, "[optimizer] AdamW beta1 must be in [0, 1), got " << o.beta1);
+  TRIAD_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, "[optimizer] AdamW beta2 must be in [0, 1), got " << o.beta2);
+  TRIAD_CHECK(o.eps > 0.0, "[optimizer] AdamW eps must be positive, got " << o.eps);
+}
+
+void AdamW::step() {
+  NoGradGuard no_grad;
+  ++step_count_;
+  const double t = double(step_count_);
+  size_t i = 0;
+  for (const ParamGroup& g : groups_) {
+    const AdamWStep s{lr_, options_.beta1, options_.beta2, options_.eps, g.weight_decay,
+                      1.0 - std::pow(options_.beta1, t), 1.0 - std::pow(options_.beta2, t)};
+    for (const Tensor& p : g.params) {
+      if (exp_avg_.size() <= i) {
+        exp_avg_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+        exp_avg_sq_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+      }
+      const Tensor gp = grad(p);
+      if (gp.defined()) ops::adamw_(p, gp, exp_avg_[i], exp_avg_sq_[i], s);
+      ++i;
+    }
+  }
+}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o) : Optimizer(std::move(groups), o.lr), options_(o) {
+  TRIAD_CHECK(o.momentum >= 0.0, "[optimizer] SGD momentum must be >= 0, got " << o.momentum);
+  TRIAD_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0),
+              "[optimizer] SGD nesterov needs momentum > 0 and dampening 0");
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  size_t i = 0;
+  for (const ParamGroup& g : groups_) {
+    for (const Tensor& p : g.params) {
+      if (momentum_.size() <= i) momentum_.emplace_back();
+      Tensor d = grad(p);
+      if (!d.defined()) {
+        ++i;
+        continue;
+      }
+      if (g.weight_decay != 0.0) {
+        d = ops::clone(d);
+        ops::add_(d, p, g.weight_decay);
+      }
+      if (options_.momentum != 0.0) {
+        Tensor& buf = momentum_[i];
+        if (!buf.defined()) {
+          buf = ops::clone(d);
+        } else {
+          ops::mul_(buf, options_.momentum);
+          ops::add_(buf, d, 1.0 - options_.dampening);
+        }
+        if (options_.nesterov) {
+          d = ops::clone(d);
+          ops::add_(d, buf, options_.momentum);
+        } else {
+          d = buf;
+        }
+      }
+      ops::add_(p, d, -lr_);
+      ++i;
+    }
+  }
+}
+
+}  // namespace triad::optim

@@ -1,0 +1,82 @@
+// Optimizers update parameters from their accumulated gradients. Parameters come in groups
+// that share a weight decay (GPT-2 practice: decay matrices and embeddings, not biases or
+// norms). State is allocated on the first step, shaped like each parameter.
+#pragma once
+
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace triad::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups, double lr);
+  virtual ~Optimizer() = default;
+
+  // One update of every parameter that has a gradient (others are skipped).
+  virtual void step() = 0;
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+ protected:
+  std::vector<ParamGroup> groups_;
+  double lr_;
+};
+
+// Splits parameters into a decayed group (dim >= 2) and an undecayed one (dim < 2).
+std::vector<ParamGroup> decay_groups(const std::vector<Tensor>& params, double weight_decay);
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+// Adam with decoupled weight decay (Loshchilov & Hutter), bias-corrected, one fused
+// in-place kernel per parameter (ops::adamw_).
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options);
+  void step() override;
+
+  int64_t step_count() const { return step_count_; }
+  // State of parameter i in group order (undefined before the first step).
+  const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
+  const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+
+ private:
+  AdamWOptions options_;
+  int64_t step_count_ = 0;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+};
+
+struct SGDOptions {
+  double lr = 1e-2;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+};
+
+// SGD with optional momentum: buf = momentum buf + (1 - dampening) g; p -= lr buf
+// (nesterov: p -= lr (g + momentum buf)). Weight decay is L2, added to the gradient.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> groups, const SGDOptions& options);
+  void step() override;
+
+ private:
+  SGDOptions options_;
+  std::vector<Tensor> momentum_;
+};
+
+}  // namespace triad::optim
