@@ -17,6 +17,20 @@ void GPTConfig::validate() const {
   TRIAD_CHECK(dropout >= 0.0 && dropout < 1.0, "[model] dropout must be in [0, 1), got " << dropout);
 }
 
+GPTConfig GPTConfig::preset(const std::string& name) {
+  GPTConfig c;
+  if (name == "tiny") {
+    c.n_layer = 2, c.n_head = 4, c.d_model = 64, c.seq_len = 64, c.vocab_size = 256;
+  } else if (name == "gpt2-124m") {
+    c.n_layer = 12, c.n_head = 12, c.d_model = 768, c.seq_len = 1024, c.vocab_size = 50257;
+  } else if (name == "gpt2-350m") {
+    c.n_layer = 24, c.n_head = 16, c.d_model = 1024, c.seq_len = 1024, c.vocab_size = 50257;
+  } else {
+    throw Error("unknown model preset '" + name + "' (expected tiny, gpt2-124m or gpt2-350m)");
+  }
+  return c;
+}
+
 GPT::GPT(const GPTConfig& config) : Module("GPT"), config_(config) {
   config_.validate();
   const int64_t C = config_.d_model;

@@ -19,6 +19,10 @@ struct GPTConfig {
   uint64_t init_seed = 1234;
 
   void validate() const;  // throws Error naming the bad field
+
+  // Named shapes: "tiny" (L2 C64 NH4 V256 T64, for tests), "gpt2-124m" (L12 C768 NH12
+  // V50257 T1024), "gpt2-350m" (L24 C1024 NH16). Throws Error listing the names.
+  static GPTConfig preset(const std::string& name);
 };
 
 class GPT : public Module {

@@ -1,7 +1,9 @@
 #include "tensor/allocator.h"
 
 #include <cstdlib>
-#include <new>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "tensor/error.h"
 
@@ -16,32 +18,95 @@ void Allocator::count_allocation(size_t nbytes) {
 
 namespace {
 
+void* aligned_block(size_t nbytes) {
+  const size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  void* p = std::aligned_alloc(kCpuAlignment, rounded);
+  if (!p) throw Error("out of host memory allocating " + std::to_string(nbytes) + " bytes");
+  return p;
+}
+
+// Note [Caching CPU allocator].
 class CpuAllocator final : public Allocator {
  public:
+  static constexpr size_t kMinCached = size_t(64) << 10;
+
+  ~CpuAllocator() override { empty_cache(); }
+
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    const size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* p = std::aligned_alloc(kCpuAlignment, rounded);
-    if (!p) throw Error("out of host memory allocating " + std::to_string(nbytes) + " bytes");
     count_allocation(nbytes);
-    return p;
+    if (nbytes >= kMinCached) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = bins_.find(nbytes);
+      if (it != bins_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= nbytes;
+        return p;
+      }
+    }
+    try {
+      return aligned_block(nbytes);
+    } catch (...) {
+      count_release(nbytes);
+      empty_cache();
+      count_allocation(nbytes);
+      return aligned_block(nbytes);
+    }
   }
+
   void deallocate(void* ptr, size_t nbytes) override {
     if (!ptr) return;
-    std::free(ptr);
     count_release(nbytes);
+    if (nbytes >= kMinCached) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + nbytes <= limit_) {
+        bins_[nbytes].push_back(ptr);
+        cached_ += nbytes;
+        return;
+      }
+    }
+    std::free(ptr);
   }
+
   Device device() const override { return Device::cpu(); }
+
+  size_t cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+  void set_limit(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = bytes;
+  }
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [_, blocks] : bins_)
+      for (void* p : blocks) std::free(p);
+    bins_.clear();
+    cached_ = 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> bins_;
+  size_t cached_ = 0;
+  size_t limit_ = size_t(8) << 30;
 };
+
+CpuAllocator& the_cpu_allocator() {
+  static CpuAllocator a;
+  return a;
+}
 
 Allocator* g_cuda_allocator = nullptr;
 
 }  // namespace
 
-Allocator& cpu_allocator() {
-  static CpuAllocator a;
-  return a;
-}
+Allocator& cpu_allocator() { return the_cpu_allocator(); }
+size_t cpu_cached_bytes() { return the_cpu_allocator().cached(); }
+void set_cpu_cache_limit(size_t bytes) { the_cpu_allocator().set_limit(bytes); }
+void empty_cpu_cache() { the_cpu_allocator().empty_cache(); }
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();

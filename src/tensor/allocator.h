@@ -1,6 +1,12 @@
 // Allocators own raw bytes for Storage. Each device type has one default allocator; the CPU
 // one returns 64-byte-aligned memory (a cache line, and the widest vector load) and counts
 // the bytes it holds, so memory reports are exact rather than read off the process's RSS.
+//
+// Note [Caching CPU allocator]: a training step allocates the same large buffers (logits,
+// activations, gradients) every step. Returning them to the C library unmaps them, and
+// the next step pays a page fault and a kernel zeroing for every 4 KiB page again. The CPU
+// allocator therefore keeps freed blocks of 64 KiB and more in exact-size bins and hands
+// them out again; what it keeps is bounded (set_cache_limit) and can be released.
 #pragma once
 
 #include <atomic>
@@ -17,7 +23,7 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
   virtual Device device() const = 0;
 
-  size_t bytes_in_use() const { return in_use_.load(); }
+  size_t bytes_in_use() const { return in_use_.load(); }  // live bytes, not counting caches
   size_t peak_bytes() const { return peak_.load(); }
   void reset_peak() { peak_.store(in_use_.load()); }
 
@@ -33,6 +39,10 @@ class Allocator {
 inline constexpr size_t kCpuAlignment = 64;
 
 Allocator& cpu_allocator();
+// Bytes the CPU allocator holds in its cache, its bound, and returning them all.
+size_t cpu_cached_bytes();
+void set_cpu_cache_limit(size_t bytes);
+void empty_cpu_cache();
 // The allocator of a device; throws Error when its backend is not built.
 Allocator& allocator_for(Device device);
 // Installs the allocator of a non-CPU device type (done by that backend at start-up).

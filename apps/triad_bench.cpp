@@ -1,0 +1,17 @@
+// triad-bench: benchmark programs. Each subcommand prints a readable table and, as its last
+// line, one JSON object with its figures.
+#include <CLI/CLI.hpp>
+
+#include "bench/step.h"
+#include "common/main_guard.h"
+
+int main(int argc, char** argv) {
+  return triad::app::guarded_main([&] {
+    CLI::App app{"triad-bench: training-step and kernel benchmarks"};
+    app.require_subcommand(1);
+    triad::bench::StepOptions step;
+    triad::bench::add_step_command(app, step);
+    CLI11_PARSE(app, argc, argv);
+    return 0;
+  });
+}
