@@ -1,0 +1,36 @@
+#include "cuda/runtime.h"
+
+#include <cuda_runtime.h>
+
+#include <sstream>
+
+#include "cuda/check.h"
+
+namespace triad::cuda {
+
+bool built() { return true; }
+
+int device_count() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+    cudaGetLastError();  // clear the sticky error state
+    return 0;
+  }
+  TRIAD_CUDA_CHECK(e);
+  return n;
+}
+
+std::string describe_devices() {
+  std::ostringstream os;
+  const int n = device_count();
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    TRIAD_CUDA_CHECK(cudaGetDeviceProperties(&p, i));
+    os << "cuda:" << i << " " << p.name << ", " << double(p.totalGlobalMem) / double(1ull << 30) << " GiB, sm_"
+       << p.major << p.minor << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace triad::cuda
