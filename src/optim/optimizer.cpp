@@ -35,18 +35,21 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o) : Optimizer(
 void AdamW::step() {
   NoGradGuard no_grad;
   ++step_count_;
-  const double t = double(step_count_);
   size_t i = 0;
   for (const ParamGroup& g : groups_) {
-    const AdamWStep s{lr_, options_.beta1, options_.beta2, options_.eps, g.weight_decay,
-                      1.0 - std::pow(options_.beta1, t), 1.0 - std::pow(options_.beta2, t)};
     for (const Tensor& p : g.params) {
       if (exp_avg_.size() <= i) {
         exp_avg_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
         exp_avg_sq_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+        param_steps_.push_back(0);
       }
       const Tensor gp = grad(p);
-      if (gp.defined()) ops::adamw_(p, gp, exp_avg_[i], exp_avg_sq_[i], s);
+      if (gp.defined()) {
+        const double t = double(++param_steps_[i]);
+        const AdamWStep s{lr_, options_.beta1, options_.beta2, options_.eps, g.weight_decay,
+                          1.0 - std::pow(options_.beta1, t), 1.0 - std::pow(options_.beta2, t)};
+        ops::adamw_(p, gp, exp_avg_[i], exp_avg_sq_[i], s);
+      }
       ++i;
     }
   }

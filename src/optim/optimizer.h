@@ -49,6 +49,8 @@ class AdamW : public Optimizer {
   AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options);
   void step() override;
 
+  // Calls to step(). Bias correction uses each parameter's own count of updates (PyTorch's
+  // per-parameter state['step']): a parameter skipped for lack of a gradient does not advance.
   int64_t step_count() const { return step_count_; }
   // State of parameter i in group order (undefined before the first step).
   const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
@@ -58,6 +60,7 @@ class AdamW : public Optimizer {
   AdamWOptions options_;
   int64_t step_count_ = 0;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<int64_t> param_steps_;  // updates applied to parameter i
 };
 
 struct SGDOptions {
