@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure test test-slow bench clean
+.PHONY: all deps configure demo test test-slow bench clean
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -13,6 +13,10 @@ deps:
 
 configure: deps
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+# The main job: train a small GPT on the fortunes corpus and sample from it.
+demo: all
+	scripts/demo.sh
 
 # Unit tests (everything but the slow label).
 test: all

@@ -11,6 +11,7 @@ packages=(
   libbenchmark-dev       # micro benchmarks
   libcli11-dev           # command lines
   nlohmann-json3-dev     # configs and benchmark output
+  fortunes               # the default training corpus (plain English, a few MB)
   libopenblas-openmp-dev # the BLAS behind Eigen's GEMM (OpenMP build: one thread pool with ours)
 )
 

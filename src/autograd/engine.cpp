@@ -76,7 +76,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
       for (const GradHook& hook : node->output_hooks[o])
         if (grads[o].defined()) grads[o] = hook(grads[o]);
 
-    std::vector<Tensor> input_grads = node->apply(grads);
+    // A node none of whose outputs received a gradient (e.g. it feeds only a checkpoint
+    // input the segment ignores) passes none on; it still counts as done for its inputs.
+    bool any_grad = false;
+    for (const Tensor& g : grads) any_grad = any_grad || g.defined();
+    std::vector<Tensor> input_grads = any_grad ? node->apply(grads) : std::vector<Tensor>();
     if (!retain_graph) node->release();
     grads.clear();
     for (size_t i = 0; i < node->next.size(); ++i) {

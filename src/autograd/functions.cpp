@@ -23,9 +23,10 @@ Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1) {
 }
 
 Tensor permute(const Tensor& t, const std::vector<int64_t>& dims) {
+  Tensor y = ops::permute(t, dims);  // validates dims before they index `inverse`
   std::vector<int64_t> inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) inverse[normalize_dim(dims[i], t.dim(), "permute")] = int64_t(i);
-  return record("permute", {t}, ops::permute(t, dims),
+  return record("permute", {t}, y,
                 [inverse](const Grads& g) { return Grads{ops::permute(g[0], inverse)}; });
 }
 
@@ -223,7 +224,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
                 [=, a = detach(a), b = detach(b)](const Grads& g) {
                   // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
                   Tensor da, db;
-                  if (ga) da = trans_a ? ops::matmul(b, g[0], trans_b, true) : ops::matmul(g[0], b, false, !trans_b);
+                  if (ga) {
+                    if (!trans_a) da = ops::matmul(g[0], b, false, !trans_b);
+                    else if (b.dim() == 2 && g[0].dim() > 2)  // b shared by the batch: dA = (dC B'^T)^T
+                      da = ops::contiguous(ops::transpose(ops::matmul(g[0], b, false, !trans_b), -1, -2));
+                    else da = ops::matmul(b, g[0], trans_b, true);
+                  }
                   if (gb) {
                     db = trans_b ? ops::matmul(g[0], a, true, trans_a) : ops::matmul(a, g[0], !trans_a, false);
                     if (b.dim() == 2 && db.dim() > 2) db = ops::sum_to(db, b.shape());

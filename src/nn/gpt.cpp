@@ -4,6 +4,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/functions.h"
+#include "autograd/grad_mode.h"
 
 namespace triad::nn {
 
@@ -72,6 +73,33 @@ Tensor GPT::forward(const Tensor& indices) {
       x = block(x);
   }
   return linear((*ln_f)(x), wte->weight);
+}
+
+KVCache GPT::make_cache(int64_t batch) const {
+  KVCache cache;
+  const int64_t hs = config_.d_model / config_.n_head;
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    cache.k.push_back(Tensor::zeros({batch, config_.n_head, config_.seq_len, hs}, wte->weight.dtype()));
+    cache.v.push_back(Tensor::zeros({batch, config_.n_head, config_.seq_len, hs}, wte->weight.dtype()));
+  }
+  return cache;
+}
+
+Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache) {
+  TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
+  const int64_t T = indices.size(1), pos = cache.length;
+  TRIAD_CHECK(pos + T <= config_.seq_len, "GPT: " << pos + T << " positions exceed the model's seq_len "
+                                                  << config_.seq_len);
+  TRIAD_CHECK(!cache.k.empty() && cache.k[0].size(0) == indices.size(0),
+              "GPT: the cache was made for another batch size");
+  NoGradGuard no_grad;
+  return call([&] {
+    Tensor x = ops::add(ops::embedding(wte->weight, indices), ops::narrow(wpe->weight, 0, pos, T));
+    for (size_t i = 0; i < blocks->size(); ++i)
+      x = static_cast<Block&>(*(*blocks)[i]).forward_cached(x, cache.k[i], cache.v[i], pos);
+    cache.length = pos + T;
+    return ops::linear((*ln_f)(x), wte->weight, Tensor());
+  });
 }
 
 Tensor GPT::loss(const Tensor& indices, const Tensor& targets) {

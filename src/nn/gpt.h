@@ -31,6 +31,11 @@ class GPT : public Module {
 
   // indices (B, T) of i64/i32, T <= seq_len -> logits (B, T, vocab_size).
   Tensor forward(const Tensor& indices) override;
+  // Generation: an empty cache for `batch` sequences of up to seq_len tokens, and the
+  // logits (B, T_new, V) of T_new more tokens given the cache, which it extends. Equal to
+  // the last T_new positions of forward() on the whole sequence. Inference only.
+  KVCache make_cache(int64_t batch) const;
+  Tensor forward_cached(const Tensor& indices, KVCache& cache);
   // Mean cross-entropy of the logits for `indices` against `targets` (B, T), skipping -100.
   Tensor loss(const Tensor& indices, const Tensor& targets);
 

@@ -30,6 +30,25 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return (*resid_drop)((*proj)(y));
 }
 
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache,
+                                           int64_t pos) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
+  TRIAD_CHECK(pos + T <= k_cache.size(2), "CausalSelfAttention: positions " << pos << ".." << pos + T
+                                                                            << " exceed the cache capacity "
+                                                                            << k_cache.size(2));
+  const Tensor qkv_out = (*qkv)(x);
+  auto heads = [&](int64_t part) {
+    return ops::transpose(ops::reshape(ops::narrow(qkv_out, 2, part * C, C), {B, T, n_head, hs}), 1, 2);
+  };
+  ops::copy_(ops::narrow(k_cache, 2, pos, T), heads(1));
+  ops::copy_(ops::narrow(v_cache, 2, pos, T), heads(2));
+  const Tensor k = ops::narrow(k_cache, 2, 0, pos + T), v = ops::narrow(v_cache, 2, 0, pos + T);
+  const Tensor att = ops::softmax(ops::mul(ops::matmul(heads(0), k, false, true), 1.0 / std::sqrt(double(hs))),
+                                  /*causal=*/true);
+  const Tensor y = ops::reshape(ops::transpose(ops::matmul(att, v), 1, 2), {B, T, C});
+  return (*proj)(y);
+}
+
 MLP::MLP(int64_t d_model, double dropout) : Module("MLP") {
   fc = register_module("fc", std::make_shared<Linear>(d_model, 4 * d_model));
   act = register_module("act", std::make_shared<GELU>());
@@ -49,6 +68,13 @@ Block::Block(int64_t d_model, int64_t n_head, double dropout) : Module("Block") 
 Tensor Block::forward(const Tensor& x) {
   const Tensor h = add(x, (*attn)((*ln1)(x)));
   return add(h, (*mlp)((*ln2)(h)));
+}
+
+Tensor Block::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos) {
+  return call([&] {
+    const Tensor h = ops::add(x, attn->forward_cached((*ln1)(x), k_cache, v_cache, pos));
+    return ops::add(h, (*mlp)((*ln2)(h)));
+  });
 }
 
 }  // namespace triad::nn

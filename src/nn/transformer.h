@@ -6,12 +6,24 @@
 
 namespace triad::nn {
 
+// Keys and values of earlier positions, for generation without recomputing them: per
+// layer k, v (B, NH, capacity, hs), of which the first `length` positions are filled.
+struct KVCache {
+  std::vector<Tensor> k, v;
+  int64_t length = 0;
+  int64_t capacity() const { return k.empty() ? 0 : k[0].size(2); }
+};
+
 // Multi-head causal self-attention on x (B, T, C): one fused qkv projection (C -> 3C, split
 // q|k|v), softmax(q k^T / sqrt(hs)) over keys at or before each query, output projection.
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t d_model, int64_t n_head, double dropout);
   Tensor forward(const Tensor& x) override;
+  // x (B, T_new, C) at positions pos.. of a sequence whose keys and values before pos are in
+  // k_cache/v_cache (B, NH, capacity, hs); appends this step's keys and values there.
+  // Inference only (no gradients).
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
 
   int64_t n_head;
   std::shared_ptr<Linear> qkv, proj;
@@ -34,6 +46,7 @@ class Block : public Module {
  public:
   Block(int64_t d_model, int64_t n_head, double dropout);
   Tensor forward(const Tensor& x) override;
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
 
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;

@@ -9,7 +9,7 @@ Device Device::parse(const std::string& s) {
   if (s == "cuda") return cuda(0);
   if (s.rfind("cuda:", 0) == 0) {
     const std::string n = s.substr(5);
-    TRIAD_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos,
+    TRIAD_CHECK(!n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos,
                 "device '" << s << "': the index after 'cuda:' must be a number");
     return cuda(std::stoi(n));
   }

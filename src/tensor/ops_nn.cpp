@@ -1,4 +1,6 @@
 // Neural-network kernels of tensor/ops.h: softmax, layer norm, embedding, cross-entropy.
+#include <optional>
+
 #include "tensor/backend.h"
 #include "tensor/ops.h"
 
@@ -17,14 +19,16 @@ void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* 
                  << ref.device().str());
 }
 
-void check_indices(const Tensor& idx, int64_t limit, int64_t ignore, const char* op) {
+// Indices must be i64/i32 in [0, limit); with an `ignore` value, that value is also allowed.
+void check_indices(const Tensor& idx, int64_t limit, std::optional<int64_t> ignore, const char* op) {
   TRIAD_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
               op << ": indices must be i64 or i32, got " << idx.str());
   const Tensor c = contiguous(to(idx, DType::i64));
   const int64_t* p = c.data<int64_t>();
   for (int64_t i = 0; i < c.numel(); ++i)
-    TRIAD_CHECK((p[i] >= 0 && p[i] < limit) || p[i] == ignore,
-                op << ": index " << p[i] << " at position " << i << " out of range [0, " << limit << ")");
+    TRIAD_CHECK((p[i] >= 0 && p[i] < limit) || (ignore && p[i] == *ignore),
+                op << ": index " << p[i] << " at position " << i << " of indices " << shape_str(idx.shape())
+                   << " out of range [0, " << limit << ")");
 }
 
 }  // namespace
@@ -85,7 +89,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_float(weight, "embedding");
   TRIAD_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got " << shape_str(weight.shape()));
-  check_indices(indices, weight.size(0), -1, "embedding");
+  check_indices(indices, weight.size(0), std::nullopt, "embedding");
   Shape shape = indices.shape();
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, weight.dtype(), weight.device());
@@ -95,9 +99,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 
 Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings) {
   check_float(grad_y, "embedding_backward");
-  TRIAD_CHECK(grad_y.dim() == indices.dim() + 1, "embedding_backward: grad " << shape_str(grad_y.shape())
-                                                                             << " does not match indices "
-                                                                             << shape_str(indices.shape()));
+  TRIAD_CHECK(grad_y.dim() == indices.dim() + 1 &&
+                  Shape(grad_y.shape().begin(), grad_y.shape().end() - 1) == indices.shape(),
+              "embedding_backward: grad " << shape_str(grad_y.shape()) << " does not match indices "
+                                          << shape_str(indices.shape()));
+  check_indices(indices, num_embeddings, std::nullopt, "embedding_backward");
   Tensor gw = Tensor::zeros({num_embeddings, grad_y.size(-1)}, grad_y.dtype(), grad_y.device());
   backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), contiguous(indices), gw);
   return gw;
@@ -120,6 +126,13 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double grad_loss,
                               int64_t counted, int64_t ignore_index) {
+  check_float(logits, "cross_entropy_backward");
+  check_like(lse, logits, "cross_entropy_backward", "lse");
+  TRIAD_CHECK(logits.dim() == 2 && targets.shape() == Shape{logits.size(0)} && lse.shape() == Shape{logits.size(0)},
+              "cross_entropy_backward: expected logits (N, V), targets (N,) and lse (N,), got "
+                  << shape_str(logits.shape()) << ", " << shape_str(targets.shape()) << " and "
+                  << shape_str(lse.shape()));
+  check_indices(targets, logits.size(1), ignore_index, "cross_entropy_backward");
   Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const double scale = counted ? grad_loss / double(counted) : 0.0;
   backend_for(logits.device()).cross_entropy_backward(contiguous(logits), contiguous(to(targets, DType::i64)), lse,

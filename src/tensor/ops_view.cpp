@@ -107,7 +107,7 @@ Tensor permute(const Tensor& t, const std::vector<int64_t>& dims) {
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
     const int d = normalize_dim(dims[i], t.dim(), "permute");
-    TRIAD_CHECK(!seen[d], "permute: dimension " << d << " repeated");
+    TRIAD_CHECK(!seen[d], "permute: dimension " << d << " repeated for a tensor of shape " << shape_str(t.shape()));
     seen[d] = true;
     shape[i] = t.shape()[d];
     strides[i] = t.strides()[d];
@@ -119,7 +119,7 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   const int d = normalize_dim(dim, t.dim(), "narrow");
   TRIAD_CHECK(start >= 0 && length >= 0 && start + length <= t.shape()[d],
               "narrow: range [" << start << ", " << start + length << ") out of bounds for dimension " << d
-                                << " of size " << t.shape()[d]);
+                                << " of size " << t.shape()[d] << " in shape " << shape_str(t.shape()));
   Shape shape = t.shape();
   shape[d] = length;
   return make_view(t, shape, t.strides(), t.offset() + start * t.strides()[d]);
@@ -129,7 +129,7 @@ Tensor select(const Tensor& t, int64_t dim, int64_t index) {
   const int d = normalize_dim(dim, t.dim(), "select");
   const int64_t n = t.shape()[d];
   TRIAD_CHECK(index >= -n && index < n, "select: index " << index << " out of range for dimension " << d
-                                                         << " of size " << n);
+                                                         << " of size " << n << " in shape " << shape_str(t.shape()));
   if (index < 0) index += n;
   Shape shape = t.shape(), strides = t.strides();
   shape.erase(shape.begin() + d);

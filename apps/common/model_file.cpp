@@ -1,0 +1,52 @@
+#include "common/model_file.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "engine/config.h"
+#include "io/tensor_file.h"
+#include "tensor/ops.h"
+
+namespace triad::app {
+
+void save_model(const std::string& path, const nn::GPT& model, const nlohmann::json& config) {
+  io::NamedTensors tensors = model.named_parameters();
+  const std::string text = config.dump();
+  Tensor meta = Tensor::empty({int64_t(text.size())}, DType::i8);
+  std::copy(text.begin(), text.end(), meta.data<int8_t>());
+  tensors.emplace_back("meta/config", meta);
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  io::write_tensor_file(tmp, tensors);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("cannot move the new model file into place at '" + path + "'");
+  }
+}
+
+LoadedModel load_model(const std::string& path) {
+  const io::NamedTensors tensors = io::read_tensor_file(path);
+  const Tensor& meta = io::find_tensor(tensors, "meta/config", path);
+  const std::string text(meta.data<int8_t>(), meta.data<int8_t>() + meta.numel());
+  LoadedModel out;
+  try {
+    out.config = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error("model file '" + path + "': its meta/config is not valid JSON");
+  }
+  const engine::TrainConfig config = engine::parse_config(out.config);
+  out.model = std::make_shared<nn::GPT>(config.model);
+  for (auto& [name, p] : out.model->named_parameters()) {
+    const Tensor& t = io::find_tensor(tensors, name, path);
+    TRIAD_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(),
+                "model file '" << path << "': tensor '" << name << "' is " << t.str() << ", the model expects "
+                               << p.str());
+    ops::copy_(p, t);
+  }
+  return out;
+}
+
+}  // namespace triad::app

@@ -1,0 +1,131 @@
+#include "train/train_loop.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "common/model_file.h"
+#include "engine/engine.h"
+#include "io/sampler.h"
+#include "io/tokenizer.h"
+#include "tensor/ops.h"
+
+namespace triad::app {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string duration_text(double seconds) {
+  char buf[32];
+  const long s = long(seconds + 0.5);
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", s);
+  return buf;
+}
+
+// Rows [first, first + n) of a global batch's offsets.
+std::vector<int64_t> rows(const std::vector<int64_t>& offsets, int64_t first, int64_t n) {
+  return std::vector<int64_t>(offsets.begin() + first, offsets.begin() + first + n);
+}
+
+}  // namespace
+
+void train(const engine::TrainConfig& c, const TrainOptions& options) {
+  TRIAD_CHECK(!c.data.corpus.empty(), "[config] data.corpus is required: a token file made by `triad-data encode`");
+  const io::TokenFile tokens = io::TokenFile::open(c.data.corpus);
+  TRIAD_CHECK(int64_t(tokens.vocab_size()) <= c.model.vocab_size,
+              "token file '" << c.data.corpus << "' has a vocabulary of " << tokens.vocab_size()
+                             << " but model.vocab_size is " << c.model.vocab_size);
+  if (!c.data.tokenizer.empty()) {
+    const io::Tokenizer tok = io::Tokenizer::load(c.data.tokenizer);
+    TRIAD_CHECK(tok.vocab_size() == int(tokens.vocab_size()),
+                "tokenizer '" << c.data.tokenizer << "' has " << tok.vocab_size() << " tokens but token file '"
+                              << c.data.corpus << "' was made with " << tokens.vocab_size());
+  }
+  const int64_t T = c.model.seq_len;
+  const auto [train_range, val_range] = io::split_train_val(tokens.size(), c.data.val_fraction);
+  const io::BatchSampler sampler(train_range, T, c.seed);
+  std::vector<std::pair<Tensor, Tensor>> val_batches;
+  if (val_range.size() > 0) {
+    TRIAD_CHECK(val_range.size() >= T + 1, "the validation split of '" << c.data.corpus << "' holds "
+                                                                        << val_range.size() << " tokens, fewer than "
+                                                                        << "model.seq_len + 1 = " << T + 1
+                                                                        << " (raise data.val_fraction)");
+    const io::BatchSampler val_sampler(val_range, T, c.seed + 1);
+    for (int64_t i = 0; i < c.eval_iters; ++i) {
+      io::Batch b = io::make_batch(tokens, val_sampler.offsets(i, c.micro_batch_size), T);
+      val_batches.emplace_back(b.inputs, b.targets);
+    }
+  }
+  std::ofstream metrics;
+  if (!options.metrics_path.empty()) {
+    metrics.open(options.metrics_path, std::ios::trunc);
+    TRIAD_CHECK(metrics.good(), "cannot write the metrics file '" << options.metrics_path << "'");
+  }
+
+  engine::Engine engine(c);
+  std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
+              double(engine.model().num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
+              (long long)c.model.n_head, (long long)T, (long long)c.model.vocab_size);
+  std::printf("data: %lld training tokens, %lld validation tokens; batch %lld = %lld micro x %lld accumulation\n",
+              (long long)train_range.size(), (long long)val_range.size(), (long long)c.train_batch_size,
+              (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps);
+  std::fflush(stdout);
+
+  auto evaluate = [&](int64_t step) -> double {
+    if (val_batches.empty()) return NAN;
+    const double v = engine.evaluate(val_batches);
+    std::printf("step %6lld | val loss %.4f\n", (long long)step, v);
+    std::fflush(stdout);
+    return v;
+  };
+
+  const auto start = Clock::now();
+  const double tokens_per_step = double(c.train_batch_size * T);
+  for (int64_t step = 0; step < c.steps; ++step) {
+    const auto t0 = Clock::now();
+    const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
+    double loss_sum = 0;
+    for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
+      const io::Batch b = io::make_batch(tokens, rows(offsets, m * c.micro_batch_size, c.micro_batch_size), T);
+      const Tensor loss = engine.forward(b.inputs, b.targets);
+      const double value = loss.item();
+      TRIAD_CHECK(std::isfinite(value), "[train] the loss is " << value << " at step " << step + 1 << " (micro-batch "
+                                                                << m << "); lower optimizer.params.lr or set "
+                                                                << "gradient_clipping; nothing was saved");
+      engine.backward(loss);
+      loss_sum += value;
+    }
+    const engine::StepResult r = engine.step();
+    TRIAD_CHECK(std::isfinite(r.grad_norm), "[train] the gradient norm is " << r.grad_norm << " at step " << r.step
+                                                                             << "; nothing was saved");
+    const double loss = loss_sum / double(c.gradient_accumulation_steps);
+    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double tps = tokens_per_step / (step_ms / 1e3);
+    if (r.step % c.log_interval == 0 || r.step == c.steps) {
+      const double eta = elapsed / double(r.step) * double(c.steps - r.step);
+      std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %7.0f tok/s | %s elapsed, ETA %s\n",
+                  (long long)r.step, (long long)c.steps, loss, r.lr, r.grad_norm, tps, duration_text(elapsed).c_str(),
+                  duration_text(eta).c_str());
+      std::fflush(stdout);
+    }
+    nlohmann::json line = {{"step", r.step},         {"loss", loss},       {"lr", r.lr},
+                           {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
+    if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps) line["val_loss"] = evaluate(r.step);
+    if (metrics.is_open()) {
+      metrics << line.dump() << "\n";
+      metrics.flush();
+    }
+  }
+  if (!c.output_dir.empty()) {
+    const std::string path = c.output_dir + "/model.tns";
+    save_model(path, engine.model(), c.json);
+    std::printf("saved %s\n", path.c_str());
+  }
+}
+
+}  // namespace triad::app

@@ -1,0 +1,116 @@
+// triad-generate: samples text from a trained model.
+//
+//   triad-generate --model runs/demo/model.tns --prompt "Once upon a time"
+//   triad-generate --model runs/demo/model.tns --chat      (Human: / Assistant: turns on stdin)
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "common/main_guard.h"
+#include "common/model_file.h"
+#include "common/report.h"
+#include "engine/generate.h"
+#include "io/tokenizer.h"
+
+namespace {
+
+using namespace triad;
+
+// Streams generated text to stdout as it comes; with a stop string, stops before it.
+struct Printer {
+  const io::Tokenizer& tok;
+  std::string stop;
+  std::vector<int32_t> ids;
+  size_t printed = 0;
+  bool stopped = false;
+
+  bool operator()(int32_t id) {
+    if (id == tok.eot()) return false;
+    ids.push_back(id);
+    std::string text = tok.decode(ids);
+    size_t end = text.size();
+    if (!stop.empty()) {
+      const size_t at = text.find(stop);
+      if (at != std::string::npos) end = at, stopped = true;
+      else end = text.size() >= stop.size() ? text.size() - stop.size() + 1 : 0;  // hold a possible prefix
+    }
+    if (end > printed) {
+      std::fwrite(text.data() + printed, 1, end - printed, stdout);
+      std::fflush(stdout);
+      printed = end;
+    }
+    return !stopped;
+  }
+  void flush() {
+    const std::string text = tok.decode(ids);
+    if (!stopped && text.size() > printed) std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
+    std::fflush(stdout);
+  }
+};
+
+std::vector<int32_t> encode_prompt(const io::Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> ids{tok.eot()};  // documents start after an end-of-text in training
+  for (int32_t id : tok.encode(text)) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return app::guarded_main([&] {
+    CLI::App cli{"triad-generate: sample text from a trained model"};
+    std::string model_path, tokenizer_path, prompt;
+    bool chat = false;
+    int threads = 0;
+    engine::SamplingOptions o;
+    cli.add_option("--model", model_path, "model file written by triad-train (output_dir/model.tns)")->required();
+    cli.add_option("--tokenizer", tokenizer_path, "tokenizer (default: the one the model was trained with)");
+    cli.add_option("--prompt", prompt, "text to continue");
+    cli.add_flag("--chat", chat, "interactive Human:/Assistant: turns on stdin");
+    cli.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
+    cli.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
+    cli.add_option("--top-k", o.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str();
+    cli.add_option("--top-p", o.top_p, "keep the most likely tokens up to this probability mass")->capture_default_str();
+    cli.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
+    cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");
+    CLI11_PARSE(cli, argc, argv);
+    o.validate();
+    app::set_threads(threads);
+
+    app::LoadedModel loaded = app::load_model(model_path);
+    if (tokenizer_path.empty()) tokenizer_path = loaded.config["data"].value("tokenizer", "");
+    TRIAD_CHECK(!tokenizer_path.empty(), "the model file does not name its tokenizer; pass --tokenizer");
+    const io::Tokenizer tok = io::Tokenizer::load(tokenizer_path);
+    TRIAD_CHECK(tok.vocab_size() <= loaded.model->config().vocab_size,
+                "tokenizer '" << tokenizer_path << "' has " << tok.vocab_size() << " tokens, more than the model's "
+                              << loaded.model->config().vocab_size);
+    o.stop_token = tok.eot();
+
+    if (!chat) {
+      std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+      Printer print{tok, ""};
+      engine::generate(*loaded.model, encode_prompt(tok, prompt), o, std::ref(print));
+      print.flush();
+      std::printf("\n");
+      return 0;
+    }
+    std::string history;
+    std::string line;
+    std::printf("Human: ");
+    std::fflush(stdout);
+    while (std::getline(std::cin, line)) {
+      history += "Human: " + line + "\nAssistant:";
+      std::printf("Assistant:");
+      Printer print{tok, "\nHuman:"};
+      const std::vector<int32_t> reply = engine::generate(*loaded.model, encode_prompt(tok, history), o, std::ref(print));
+      if (!print.stopped) print.flush();
+      history += tok.decode(print.ids).substr(0, print.printed) + "\n";
+      o.seed += 1;
+      std::printf("\nHuman: ");
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+    return 0;
+  });
+}

@@ -1,0 +1,35 @@
+// triad-train: trains a model as a config describes.
+//
+//   triad-train --config configs/demo.json [--set optimizer.params.lr=1e-3]... [--steps N]
+//               [--metrics run.jsonl]
+#include <CLI/CLI.hpp>
+
+#include "common/main_guard.h"
+#include "common/report.h"
+#include "engine/config.h"
+#include "train/train_loop.h"
+
+int main(int argc, char** argv) {
+  return triad::app::guarded_main([&] {
+    CLI::App app{"triad-train: train a GPT as a JSON config describes"};
+    std::string config_path;
+    std::vector<std::string> overrides;
+    int64_t steps = 0;
+    int threads = 0;
+    triad::app::TrainOptions options;
+    app.add_option("--config", config_path, "the JSON config")->required();
+    app.add_option("--set", overrides, "override a config key: dotted.key=value (repeatable)");
+    app.add_option("--steps", steps, "optimizer steps (overrides the config's steps)");
+    app.add_option("--metrics", options.metrics_path, "write one JSON object per step to this file");
+    app.add_option("--threads", threads, "OpenMP threads (default: all cores)");
+    CLI11_PARSE(app, argc, argv);
+
+    nlohmann::json json = triad::engine::load_config_file(config_path);
+    for (const std::string& o : overrides) triad::engine::apply_override(json, o);
+    if (steps > 0) json["steps"] = steps;
+    const triad::engine::TrainConfig config = triad::engine::parse_config(json);
+    triad::app::set_threads(threads);
+    triad::app::train(config, options);
+    return 0;
+  });
+}

@@ -1,0 +1,176 @@
+#include "engine/config.h"
+
+#include <fstream>
+#include <limits>
+
+#include "engine/json_reader.h"
+#include "tensor/device.h"
+#include "tensor/error.h"
+
+namespace triad::engine {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+void parse_model(JsonReader r, TrainConfig& c) {
+  c.arch = r.choice("arch", "gpt2", {"gpt2"});
+  nn::GPTConfig& m = c.model;
+  m.n_layer = r.integer("n_layer", m.n_layer, 1, 1024);
+  m.n_head = r.integer("n_head", m.n_head, 1, 1024);
+  m.d_model = r.integer("d_model", m.d_model, 1, 1 << 16);
+  m.seq_len = r.integer("seq_len", m.seq_len, 1, 1 << 20);
+  m.vocab_size = r.integer("vocab_size", m.vocab_size, 1, 1 << 24);
+  m.dropout = r.number("dropout", m.dropout, 0.0, 0.999);
+  m.activation_checkpointing = r.boolean("activation_checkpointing", m.activation_checkpointing);
+  r.finish();
+  TRIAD_CHECK(m.d_model % m.n_head == 0, "[config] model.d_model (" << m.d_model
+                                                                    << ") must be a multiple of model.n_head ("
+                                                                    << m.n_head << ")");
+}
+
+void parse_data(JsonReader r, DataConfig& d) {
+  d.corpus = r.string("corpus", "");
+  d.tokenizer = r.string("tokenizer", "");
+  d.val_fraction = r.number("val_fraction", d.val_fraction, 0.0, 0.5);
+  r.finish();
+}
+
+void parse_optimizer(JsonReader r, OptimizerConfig& o) {
+  o.type = r.choice("type", o.type, {"AdamW", "Adam", "SGD"});
+  if (o.type == "Adam") o.type = "AdamW";  // weight_decay 0 makes them the same
+  JsonReader p = r.object("params");
+  r.finish();
+  o.lr = p.number("lr", o.lr, 0.0, 10.0);
+  o.weight_decay = p.number("weight_decay", o.weight_decay, 0.0, 10.0);
+  if (o.type == "AdamW") {
+    const std::vector<double> betas = p.numbers("betas", {o.beta1, o.beta2}, 2, 0.0, 0.999999);
+    o.beta1 = betas[0], o.beta2 = betas[1];
+    o.eps = p.number("eps", o.eps, 1e-30, 1.0);
+  } else {
+    o.momentum = p.number("momentum", o.momentum, 0.0, 0.999999);
+    o.nesterov = p.boolean("nesterov", o.nesterov);
+  }
+  p.finish();
+}
+
+void parse_scheduler(JsonReader r, SchedulerConfig& s) {
+  s.type = r.choice("type", s.type, {"constant", "WarmupLR", "WarmupCosineLR"});
+  if (s.type == "WarmupLR") s.type = "constant";  // warmup then constant: DeepSpeed's name
+  JsonReader p = r.object("params");
+  r.finish();
+  s.warmup_num_steps = p.integer("warmup_num_steps", s.warmup_num_steps, 0, kMaxInt);
+  if (s.type == "WarmupCosineLR") {
+    s.total_num_steps = p.integer("total_num_steps", s.total_num_steps, 0, kMaxInt);
+    s.cos_min_ratio = p.number("cos_min_ratio", s.cos_min_ratio, 0.0, 1.0);
+  }
+  p.finish();
+}
+
+// Any two of (batch, micro, accumulation) determine the third: batch = micro x acc x dp.
+void resolve_batch(JsonReader& r, TrainConfig& c, int64_t dp) {
+  auto batch = r.optional_integer("train_batch_size", 1, kMaxInt);
+  auto micro = r.optional_integer("train_micro_batch_size_per_gpu", 1, kMaxInt);
+  auto acc = r.optional_integer("gradient_accumulation_steps", 1, kMaxInt);
+  if (batch && micro && acc) {
+    TRIAD_CHECK(*batch == *micro * *acc * dp,
+                "[config] inconsistent batch sizes: train_batch_size " << *batch << " != train_micro_batch_size_per_gpu "
+                    << *micro << " x gradient_accumulation_steps " << *acc << " x data-parallel ranks " << dp);
+  } else if (batch && micro) {
+    TRIAD_CHECK(*batch % (*micro * dp) == 0, "[config] train_batch_size " << *batch
+                                                 << " is not divisible by train_micro_batch_size_per_gpu " << *micro
+                                                 << " x data-parallel ranks " << dp);
+    acc = *batch / (*micro * dp);
+  } else if (batch && acc) {
+    TRIAD_CHECK(*batch % (*acc * dp) == 0, "[config] train_batch_size " << *batch
+                                               << " is not divisible by gradient_accumulation_steps " << *acc
+                                               << " x data-parallel ranks " << dp);
+    micro = *batch / (*acc * dp);
+  } else if (micro && acc) {
+    batch = *micro * *acc * dp;
+  } else if (batch) {
+    TRIAD_CHECK(*batch % dp == 0, "[config] train_batch_size " << *batch << " is not divisible by data-parallel ranks "
+                                                               << dp);
+    acc = 1, micro = *batch / dp;
+  } else if (micro) {
+    acc = 1, batch = *micro * dp;
+  } else {
+    throw Error("[config] give at least train_batch_size or train_micro_batch_size_per_gpu");
+  }
+  c.train_batch_size = *batch, c.micro_batch_size = *micro, c.gradient_accumulation_steps = *acc;
+}
+
+}  // namespace
+
+nlohmann::json load_config_file(const std::string& path) {
+  std::ifstream in(path);
+  TRIAD_CHECK(in.good(), "cannot open config file '" << path << "'");
+  try {
+    return nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error("config file '" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+void apply_override(nlohmann::json& config, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  TRIAD_CHECK(eq != std::string::npos && eq > 0,
+              "--set expects dotted.key=value, got '" << assignment << "'");
+  const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  nlohmann::json* node = &config;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = key.find('.', start);
+    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    TRIAD_CHECK(!part.empty(), "--set: empty key segment in '" << key << "'");
+    if (!node->is_object()) *node = nlohmann::json::object();
+    if (dot == std::string::npos) {
+      (*node)[part] = value;
+      return;
+    }
+    node = &(*node)[part];
+    start = dot + 1;
+  }
+}
+
+TrainConfig parse_config(const nlohmann::json& json, int64_t dp) {
+  TRIAD_CHECK(dp >= 1, "parse_config: dp must be >= 1");
+  TrainConfig c;
+  JsonReader r(json, "config");
+  parse_model(r.object("model"), c);
+  parse_data(r.object("data"), c.data);
+  resolve_batch(r, c, dp);
+  c.steps = r.integer("steps", 0, 1, kMaxInt);
+  TRIAD_CHECK(r.has("steps"), "[config] steps is required (the number of optimizer steps)");
+  parse_optimizer(r.object("optimizer"), c.optimizer);
+  parse_scheduler(r.object("scheduler"), c.scheduler);
+  if (c.scheduler.type == "WarmupCosineLR" && c.scheduler.total_num_steps == 0) c.scheduler.total_num_steps = c.steps;
+  TRIAD_CHECK(c.scheduler.warmup_num_steps <= std::max(c.scheduler.total_num_steps, c.steps),
+              "[config] scheduler.params.warmup_num_steps (" << c.scheduler.warmup_num_steps
+                                                             << ") exceeds the run's steps (" << c.steps << ")");
+  c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
+  c.seed = uint64_t(r.integer("seed", 1234, 0, kMaxInt));
+  c.model.init_seed = c.seed;
+  c.eval_interval = r.integer("eval_interval", 0, 0, kMaxInt);
+  c.eval_iters = r.integer("eval_iters", 10, 1, kMaxInt);
+  c.log_interval = r.integer("log_interval", 1, 1, kMaxInt);
+  c.device = r.string("device", "cpu");
+  try {
+    Device::parse(c.device);
+  } catch (const Error& e) {
+    throw Error(std::string("[config] device: ") + e.what());
+  }
+  c.output_dir = r.string("output_dir", "");
+  r.finish();
+
+  c.json = json;
+  c.json["train_batch_size"] = c.train_batch_size;
+  c.json["train_micro_batch_size_per_gpu"] = c.micro_batch_size;
+  c.json["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
+  return c;
+}
+
+}  // namespace triad::engine

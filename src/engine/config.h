@@ -1,0 +1,85 @@
+// The training configuration: one JSON file in the spirit of DeepSpeed's ds_config, with
+// DeepSpeed's key names where a key means the same thing. parse_config validates every key
+// (unknown keys are errors with the closest known key suggested) and resolves the batch
+// sizes. The JSON itself is kept, resolved, so runs can record exactly what they ran.
+//
+//   {
+//     "model": {"arch": "gpt2", "n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 128,
+//               "vocab_size": 4096, "dropout": 0.0, "activation_checkpointing": false},
+//     "data": {"corpus": "tokens.bin", "tokenizer": "tokenizer.json", "val_fraction": 0.05},
+//     "train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,   (any two of these three
+//     "gradient_accumulation_steps": 2,                                 determine the third)
+//     "steps": 1000,
+//     "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+//                                                "weight_decay": 0.1}},
+//     "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 100,
+//                                                         "cos_min_ratio": 0.1}},
+//     "gradient_clipping": 1.0, "seed": 1234, "eval_interval": 100, "eval_iters": 10,
+//     "log_interval": 1, "device": "cpu", "output_dir": "runs/demo"
+//   }
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/gpt.h"
+
+namespace triad::engine {
+
+struct OptimizerConfig {
+  std::string type = "AdamW";  // AdamW | SGD
+  double lr = 3e-4;
+  double beta1 = 0.9, beta2 = 0.999;  // AdamW
+  double eps = 1e-8;                  // AdamW
+  double weight_decay = 0.0;          // AdamW: decoupled, on matrices and embeddings; SGD: L2
+  double momentum = 0.0;              // SGD
+  bool nesterov = false;              // SGD
+};
+
+struct SchedulerConfig {
+  // constant: lr throughout (after warmup_num_steps of linear warmup, if any).
+  // WarmupCosineLR: linear warmup over warmup_num_steps, then cosine decay to
+  // cos_min_ratio * lr at total_num_steps (default: the run's steps).
+  std::string type = "constant";
+  int64_t warmup_num_steps = 0;
+  int64_t total_num_steps = 0;
+  double cos_min_ratio = 0.0;
+};
+
+struct DataConfig {
+  std::string corpus;     // token file written by `triad-data encode`
+  std::string tokenizer;  // tokenizer written by `triad-data tokenizer`
+  double val_fraction = 0.05;
+};
+
+struct TrainConfig {
+  std::string arch = "gpt2";
+  nn::GPTConfig model;
+  DataConfig data;
+  int64_t train_batch_size = 0;  // sequences per optimizer step, over all data-parallel ranks
+  int64_t micro_batch_size = 0;  // sequences per forward on one rank
+  int64_t gradient_accumulation_steps = 0;
+  int64_t steps = 0;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  double gradient_clipping = 0.0;  // 0: off
+  uint64_t seed = 1234;
+  int64_t eval_interval = 0;  // 0: evaluate only at the end
+  int64_t eval_iters = 10;
+  int64_t log_interval = 1;
+  std::string device = "cpu";
+  std::string output_dir;  // where the trained weights go ("" : not saved)
+  nlohmann::json json;     // the configuration as parsed, with batch sizes resolved
+};
+
+// Reads a JSON config file; Error naming the path when missing or not valid JSON.
+nlohmann::json load_config_file(const std::string& path);
+// Applies "dotted.key=value" to the JSON: value is parsed as JSON when it is valid JSON,
+// else taken as a string; missing objects on the way are created.
+void apply_override(nlohmann::json& config, const std::string& assignment);
+// Validates and resolves. dp: data-parallel ranks (train_batch_size = micro x accumulation x dp).
+TrainConfig parse_config(const nlohmann::json& config, int64_t dp = 1);
+
+}  // namespace triad::engine

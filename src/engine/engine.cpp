@@ -1,0 +1,68 @@
+#include "engine/engine.h"
+
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "autograd/grad_mode.h"
+#include "optim/clip.h"
+
+namespace triad::engine {
+
+namespace {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, const std::vector<Tensor>& params) {
+  if (o.type == "SGD")
+    return std::make_unique<optim::SGD>(std::vector<optim::ParamGroup>{{params, o.weight_decay}},
+                                        optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .nesterov = o.nesterov});
+  return std::make_unique<optim::AdamW>(optim::decay_groups(params, o.weight_decay),
+                                        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps});
+}
+
+std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, double lr) {
+  if (s.type == "WarmupCosineLR")
+    return std::make_unique<optim::WarmupCosineLR>(lr, lr * s.cos_min_ratio, s.warmup_num_steps, s.total_num_steps);
+  return std::make_unique<optim::ConstantLR>(lr, s.warmup_num_steps);
+}
+
+}  // namespace
+
+Engine::Engine(const TrainConfig& config) : config_(config) {
+  TRIAD_CHECK(Device::parse(config_.device).is_cpu(),
+              "[config] device \"" << config_.device << "\": this build trains on the cpu only");
+  model_ = std::make_shared<nn::GPT>(config_.model);
+  optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
+  schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
+}
+
+Tensor Engine::forward(const Tensor& inputs, const Tensor& targets) {
+  model_->train();
+  return model_->loss(inputs, targets);
+}
+
+void Engine::backward(const Tensor& loss) {
+  const double scale = 1.0 / double(config_.gradient_accumulation_steps);
+  triad::backward(loss, Tensor::full(loss.shape(), scale, loss.dtype(), loss.device()));
+}
+
+StepResult Engine::step() {
+  const std::vector<Tensor> params = model_->parameters();
+  const double norm = config_.gradient_clipping > 0 ? optim::clip_grad_norm(params, config_.gradient_clipping)
+                                                    : optim::grad_norm(params);
+  const double lr = schedule_->lr_at(step_);
+  optimizer_->set_lr(lr);
+  optimizer_->step();
+  optimizer_->zero_grad();
+  ++step_;
+  return {step_, lr, norm};
+}
+
+double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {
+  TRIAD_CHECK(!batches.empty(), "evaluate: no batches");
+  NoGradGuard no_grad;
+  model_->eval();
+  double total = 0;
+  for (const auto& [x, y] : batches) total += model_->loss(x, y).item();
+  model_->train();
+  return total / double(batches.size());
+}
+
+}  // namespace triad::engine

@@ -1,0 +1,51 @@
+// Engine: the model, optimizer, LR schedule and clipping a config describes, and the
+// operations of a training step. One optimizer step is
+//
+//   for each of gradient_accumulation_steps micro-batches: loss = forward(...); backward(loss);
+//   step();
+//
+// backward() scales by 1/gradient_accumulation_steps, so the accumulated gradient is that of
+// the mean loss over the global batch; step() clips, sets the scheduled rate, updates and
+// clears the gradients.
+#pragma once
+
+#include <memory>
+
+#include "engine/config.h"
+#include "nn/gpt.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+namespace triad::engine {
+
+struct StepResult {
+  int64_t step;      // optimizer steps done, this one included
+  double lr;         // the rate this step used
+  double grad_norm;  // before clipping
+};
+
+class Engine {
+ public:
+  explicit Engine(const TrainConfig& config);
+
+  // Mean cross-entropy of one micro-batch: inputs and targets (B, T) of i64.
+  Tensor forward(const Tensor& inputs, const Tensor& targets);
+  void backward(const Tensor& loss);
+  StepResult step();
+  // Mean loss over (inputs, targets) pairs without recording gradients (eval mode).
+  double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
+
+  nn::GPT& model() { return *model_; }
+  const TrainConfig& config() const { return config_; }
+  int64_t global_step() const { return step_; }
+  double lr_at(int64_t step) const { return schedule_->lr_at(step); }
+
+ private:
+  TrainConfig config_;
+  std::shared_ptr<nn::GPT> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LRSchedule> schedule_;
+  int64_t step_ = 0;
+};
+
+}  // namespace triad::engine

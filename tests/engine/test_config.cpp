@@ -1,0 +1,119 @@
+// Config validation: each kind of bad value gives a message naming the key, the value and
+// what is allowed; batch sizes resolve as DeepSpeed's do; --set overrides.
+#define BOOST_TEST_MODULE config
+#include <boost/test/unit_test.hpp>
+
+#include "engine/config.h"
+#include "tensor/error.h"
+
+using namespace triad;
+using nlohmann::json;
+
+namespace {
+
+json base() {
+  return json::parse(R"({
+    "model": {"n_layer": 2, "n_head": 2, "d_model": 16, "seq_len": 32, "vocab_size": 100},
+    "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "steps": 10,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95]}}
+  })");
+}
+
+// The message of the Error that parse_config throws for `config`.
+std::string error_of(const json& config, int64_t dp = 1) {
+  try {
+    engine::parse_config(config, dp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  BOOST_FAIL("expected an error");
+  return "";
+}
+
+json with(const std::string& assignment) {
+  json j = base();
+  engine::apply_override(j, assignment);
+  return j;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_valid_config_resolves) {
+  const engine::TrainConfig c = engine::parse_config(base());
+  BOOST_TEST(c.model.n_layer == 2);
+  BOOST_TEST(c.model.vocab_size == 100);
+  BOOST_TEST(c.gradient_accumulation_steps == 2);
+  BOOST_TEST(c.optimizer.beta2 == 0.95);
+  BOOST_TEST(c.json["gradient_accumulation_steps"] == 2);
+}
+
+BOOST_AUTO_TEST_CASE(batch_sizes_any_two_determine_the_third) {
+  json j = base();
+  j.erase("train_batch_size");
+  j["gradient_accumulation_steps"] = 3;
+  BOOST_TEST(engine::parse_config(j, 2).train_batch_size == 24);
+  j = base();
+  j.erase("train_micro_batch_size_per_gpu");
+  j["gradient_accumulation_steps"] = 2;
+  BOOST_TEST(engine::parse_config(j, 2).micro_batch_size == 2);
+  j = base();
+  j.erase("train_micro_batch_size_per_gpu");
+  BOOST_TEST(engine::parse_config(j).micro_batch_size == 8);
+  BOOST_TEST(engine::parse_config(j).gradient_accumulation_steps == 1);
+}
+
+BOOST_AUTO_TEST_CASE(inconsistent_batch_sizes_are_named) {
+  const std::string m = error_of(with("gradient_accumulation_steps=3"));
+  BOOST_TEST(contains(m, "inconsistent batch sizes"));
+  BOOST_TEST(contains(m, "train_batch_size 8"));
+  BOOST_TEST(contains(error_of(base(), 3), "not divisible"));
+  json none = base();
+  none.erase("train_batch_size");
+  none.erase("train_micro_batch_size_per_gpu");
+  BOOST_TEST(contains(error_of(none), "train_batch_size"));
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_name_key_value_and_what_is_allowed) {
+  BOOST_TEST(error_of(with("model.n_layer=0")) == "[config] model.n_layer must be an integer in [1, 1024], got 0");
+  BOOST_TEST(error_of(with("optimizer.params.lr=\"fast\"")) ==
+             "[config] optimizer.params.lr must be a number in [0, 10], got \"fast\"");
+  BOOST_TEST(contains(error_of(with("optimizer.type=\"Adagrad\"")), "optimizer.type must be one of \"AdamW\""));
+  BOOST_TEST(contains(error_of(with("optimizer.params.betas=[0.9]")), "a list of 2 numbers"));
+  BOOST_TEST(contains(error_of(with("model.dropout=true")), "model.dropout must be a number"));
+  BOOST_TEST(contains(error_of(with("model.d_model=15")), "multiple of model.n_head"));
+  BOOST_TEST(contains(error_of(with("device=\"tpu\"")), "unknown device 'tpu'"));
+  BOOST_TEST(contains(error_of(with("model.activation_checkpointing=1")), "true or false"));
+  BOOST_TEST(contains(error_of(with("steps=2.5")), "steps must be an integer"));
+  BOOST_TEST(contains(error_of(with("model=[1]")), "model must be an object"));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_with_a_suggestion) {
+  BOOST_TEST(error_of(with("model.n_layers=4")) == "[config] unknown key model.n_layers (did you mean model.n_layer?)");
+  BOOST_TEST(error_of(with("gradient_cliping=1.0")) ==
+             "[config] unknown key gradient_cliping (did you mean gradient_clipping?)");
+  BOOST_TEST(error_of(with("zzz=1")) == "[config] unknown key zzz");
+  BOOST_TEST(contains(error_of(with("optimizer.params.momentum=0.9")), "unknown key optimizer.params.momentum"));
+}
+
+BOOST_AUTO_TEST_CASE(overrides_parse_json_or_strings_and_create_objects) {
+  json j = base();
+  engine::apply_override(j, "optimizer.params.lr=0.01");
+  engine::apply_override(j, "data.corpus=tokens.bin");
+  engine::apply_override(j, "scheduler.type=WarmupCosineLR");
+  engine::apply_override(j, "scheduler.params.warmup_num_steps=2");
+  const engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.optimizer.lr == 0.01);
+  BOOST_TEST(c.data.corpus == "tokens.bin");
+  BOOST_TEST(c.scheduler.type == "WarmupCosineLR");
+  BOOST_TEST(c.scheduler.total_num_steps == 10);  // defaults to the run's steps
+  BOOST_CHECK_THROW(engine::apply_override(j, "no_equals_sign"), Error);
+  BOOST_CHECK_THROW(engine::apply_override(j, "a..b=1"), Error);
+}
+
+BOOST_AUTO_TEST_CASE(config_files_missing_or_malformed) {
+  BOOST_CHECK_EXCEPTION(engine::load_config_file("/nonexistent/x.json"), Error, [](const Error& e) {
+    return contains(e.what(), "/nonexistent/x.json");
+  });
+}

@@ -1,0 +1,129 @@
+// Text corpora: folders (sorted, .dat and symlinks skipped), separator lines (fortune "%"),
+// documents kept apart with <|endoftext|> between them when encoded, and errors naming paths.
+#define BOOST_TEST_MODULE text_corpus
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "io/text_corpus.h"
+#include "support/check.h"
+
+using namespace triad;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("triad_test_text_corpus_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(file(name), std::ios::binary) << bytes;
+    return file(name);
+  }
+};
+
+template <class F>
+void check_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    BOOST_ERROR("expected triad::Error containing '" << parts.front() << "'");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) BOOST_CHECK_MESSAGE(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
+  }
+}
+
+std::vector<std::string> docs(const io::TextCorpus& c) {
+  std::vector<std::string> out;
+  for (auto d : c.documents()) out.emplace_back(d);
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(files_are_documents) {
+  TempDir dir;
+  const std::string a = dir.write("a.txt", "first file\n"), b = dir.write("b.txt", "second");
+  dir.write("empty.txt", "");
+  const io::TextCorpus c = io::read_corpus({b, a, dir.file("empty.txt")});
+  BOOST_CHECK(docs(c) == (std::vector<std::string>{"second", "first file\n"}));  // in the order given
+  BOOST_TEST(c.text == "secondfirst file\n");
+  BOOST_TEST(c.files.size() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(folders_sorted_skipping_dat_and_links) {
+  TempDir dir;
+  dir.write("b", "B\n");
+  dir.write("a", "A\n");
+  dir.write("a.dat", "index bytes\n");
+  fs::create_symlink(dir.file("a"), dir.file("a.u8"));
+  fs::create_directory(dir.file("sub"));
+  dir.write("sub/c", "not read: folders are not recursed\n");
+  const io::TextCorpus c = io::read_corpus({dir.path.string()});
+  BOOST_CHECK(docs(c) == (std::vector<std::string>{"A\n", "B\n"}));
+  BOOST_CHECK(c.files == (std::vector<std::string>{dir.file("a"), dir.file("b")}));
+}
+
+BOOST_AUTO_TEST_CASE(separator_lines_split_documents) {
+  TempDir dir;
+  const std::string f = dir.write("fortunes", "%\none\n%\ntwo\nlines\n%\n%\nthree %\n%%\nno newline at end");
+  const std::string g = dir.write("crlf", "four\r\n%\r\nfive\r\n%");
+  const io::TextCorpus c = io::read_corpus({f, g}, "%");
+  BOOST_CHECK(docs(c) == (std::vector<std::string>{"one\n", "two\nlines\n", "three %\n%%\nno newline at end",
+                                                   "four\r\n", "five\r\n"}));
+  // Without a separator the same files are two documents, separators included.
+  BOOST_TEST(io::read_corpus({f, g}).num_documents() == 2);
+}
+
+BOOST_AUTO_TEST_CASE(encode_puts_eot_between_documents) {
+  TempDir dir;
+  const std::string f = dir.write("f", "the cat\n%\nthe hat\n%\nthe bat sat\n");
+  const io::TextCorpus c = io::read_corpus({f}, "%");
+  BOOST_REQUIRE(c.num_documents() == 3);
+  const io::Tokenizer tok = io::Tokenizer::train(c.documents(), 270);
+  const std::vector<uint32_t> ids = io::encode_corpus(tok, c);
+  BOOST_TEST(std::count(ids.begin(), ids.end(), uint32_t(tok.eot())) == 2);
+  BOOST_TEST(ids.front() != uint32_t(tok.eot()));
+  BOOST_TEST(ids.back() != uint32_t(tok.eot()));
+  const std::vector<int32_t> ids32(ids.begin(), ids.end());
+  BOOST_TEST(tok.decode(ids32) == "the cat\n<|endoftext|>the hat\n<|endoftext|>the bat sat\n");
+
+  // No merge spans two documents: "xy" + "xy" has one pair to merge, "xyxy" would have two.
+  const io::TextCorpus xy = io::read_corpus({dir.write("x1", "xy"), dir.write("x2", "xy")});
+  const io::Tokenizer per_doc = io::Tokenizer::train(xy.documents(), 259);
+  BOOST_TEST(per_doc.num_merges() == 1);
+  BOOST_TEST(io::Tokenizer::train(xy.text, 259).num_merges() == 2);
+  BOOST_TEST(io::encode_corpus(per_doc, xy) == (std::vector<uint32_t>{256, uint32_t(per_doc.eot()), 256}));
+}
+
+BOOST_AUTO_TEST_CASE(errors_name_the_path) {
+  TempDir dir;
+  const std::string missing = dir.file("nope");
+  check_error([&] { io::read_corpus({missing}); }, {missing});
+  const std::string ok = dir.write("ok", "text");
+  check_error([&] { io::read_corpus({ok, missing}, "%"); }, {missing});
+  const std::string empty = dir.write("empty", "");
+  check_error([&] { io::read_corpus({empty}); }, {"empty", empty});
+  const std::string only_separators = dir.write("seps", "%\n%\n");
+  check_error([&] { io::read_corpus({only_separators}, "%"); }, {"empty", only_separators});
+  fs::create_directory(dir.file("void"));
+  check_error([&] { io::read_corpus({dir.file("void")}); }, {"empty", dir.file("void")});
+  check_error([&] { io::read_corpus({}); }, {"no corpus paths"});
+}
+
+BOOST_AUTO_TEST_CASE(english_fixture) {
+  const io::TextCorpus c = io::read_corpus({test::data_path("io/english.txt")});
+  BOOST_TEST(c.num_documents() == 1);
+  BOOST_TEST(c.text.size() > 3000u);
+}

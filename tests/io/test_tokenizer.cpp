@@ -1,0 +1,339 @@
+// Byte-level BPE: the classic hand-checked merge sequence, pre-tokenization, agreement with a
+// naive (recount everything each step) trainer, round trips on arbitrary bytes and English,
+// determinism, files (save/load, and every way a file can be bad naming its path).
+#define BOOST_TEST_MODULE tokenizer
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "io/tokenizer.h"
+#include "support/check.h"
+
+using namespace triad;
+using io::Tokenizer;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Merges = std::vector<std::pair<int32_t, int32_t>>;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("triad_test_tokenizer_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+const std::string& english() {
+  static const std::string text = read_bytes(test::data_path("io/english.txt"));
+  BOOST_REQUIRE_MESSAGE(text.size() > 3000, "missing fixture tests/data/io/english.txt");
+  return text;
+}
+
+// Expects `f` to throw triad::Error whose message contains every one of `parts`.
+template <class F>
+void check_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    BOOST_ERROR("expected triad::Error containing '" << parts.front() << "'");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) BOOST_CHECK_MESSAGE(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
+  }
+}
+
+// The textbook trainer: every step recounts all pairs of all unique chunks.
+Merges naive_train(std::string_view text, int vocab_size, std::map<std::string, std::vector<int32_t>>* words_out) {
+  std::map<std::string, int64_t> counts;
+  for (auto c : Tokenizer::pretokenize(text)) ++counts[std::string(c)];
+  std::map<std::string, std::vector<int32_t>> words;
+  for (const auto& [w, n] : counts) words[w] = std::vector<int32_t>(w.begin(), w.end());
+  for (auto& [w, ids] : words)
+    for (auto& id : ids) id = int32_t(uint8_t(id));
+  Merges merges;
+  while (int(merges.size()) < vocab_size - 257) {
+    std::map<std::pair<int32_t, int32_t>, int64_t> pairs;
+    for (const auto& [w, ids] : words)
+      for (size_t i = 0; i + 1 < ids.size(); ++i) pairs[{ids[i], ids[i + 1]}] += counts[w];
+    if (pairs.empty()) break;
+    auto best = pairs.begin();  // std::map order: the smallest pair wins ties
+    for (auto it = pairs.begin(); it != pairs.end(); ++it)
+      if (it->second > best->second) best = it;
+    const auto [a, b] = best->first;
+    const auto z = int32_t(256 + merges.size());
+    merges.push_back({a, b});
+    for (auto& [w, ids] : words) {
+      std::vector<int32_t> out;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i + 1 < ids.size() && ids[i] == a && ids[i + 1] == b) {
+          out.push_back(z);
+          ++i;
+        } else {
+          out.push_back(ids[i]);
+        }
+      }
+      ids = out;
+    }
+  }
+  if (words_out) *words_out = words;
+  return merges;
+}
+
+std::string random_bytes(std::mt19937_64& rng, size_t max_len) {
+  std::uniform_int_distribution<size_t> len(0, max_len);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::string s(len(rng), '\0');
+  for (auto& c : s) c = char(byte(rng));
+  return s;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(classic_bpe_example) {
+  // "aaabdaaabac": aa (4) -> 256; then ab and (256, a) tie at 2 and the smaller pair ab wins
+  // -> 257; then (256, 257) "aaab" (2) -> 258; then all pairs tie at 1: ac (97, 99) is smallest.
+  const Tokenizer t3 = Tokenizer::train("aaabdaaabac", 260);
+  BOOST_TEST(t3.vocab_size() == 260);
+  BOOST_TEST(t3.eot() == 259);
+  BOOST_CHECK(t3.merges() == (Merges{{'a', 'a'}, {'a', 'b'}, {256, 257}}));
+  BOOST_CHECK(t3.encode("aaabdaaabac") == (std::vector<int32_t>{258, 'd', 258, 'a', 'c'}));
+  BOOST_TEST(t3.token_bytes(258) == "aaab");
+
+  const Tokenizer t4 = Tokenizer::train("aaabdaaabac", 261);
+  BOOST_CHECK(t4.merges() == (Merges{{'a', 'a'}, {'a', 'b'}, {256, 257}, {'a', 'c'}}));
+  BOOST_CHECK(t4.encode("aaabdaaabac") == (std::vector<int32_t>{258, 'd', 258, 259}));
+  // Merges apply in rank order inside one chunk: x a a a b -> x aa a b -> x aa ab -> x aaab.
+  BOOST_CHECK(t4.encode("xaaab") == (std::vector<int32_t>{'x', 258}));
+}
+
+BOOST_AUTO_TEST_CASE(training_stops_when_pairs_run_out) {
+  const Tokenizer t = Tokenizer::train("aaabdaaabac", 1000);
+  BOOST_TEST(t.vocab_size() < 1000);
+  BOOST_TEST(t.eot() == t.vocab_size() - 1);
+  BOOST_TEST(t.encode("aaabdaaabac").size() == 1u);
+  BOOST_TEST(t.decode(t.encode("aaabdaaabac")) == "aaabdaaabac");
+}
+
+BOOST_AUTO_TEST_CASE(pretokenize_gpt2_style) {
+  const auto chunks = Tokenizer::pretokenize("Hello world, it's 2024!  ok\n\nbye");
+  const std::vector<std::string_view> expected = {"Hello", " world", ",", " it", "'s", " 2024", "!",
+                                                  " ",     " ok",    "\n", "\n",  "bye"};
+  BOOST_CHECK_EQUAL_COLLECTIONS(chunks.begin(), chunks.end(), expected.begin(), expected.end());
+  // UTF-8 letters stay in their word; trailing whitespace stays whole; long runs are cut.
+  const auto utf8 = Tokenizer::pretokenize(" caf\xc3\xa9 \t\n");
+  BOOST_TEST(utf8.size() == 2u);
+  BOOST_TEST(utf8[0] == " caf\xc3\xa9");
+  const std::string long_run(1000, 'a');
+  for (auto c : Tokenizer::pretokenize(long_run)) BOOST_TEST(c.size() <= Tokenizer::kMaxChunkBytes);
+  // Chunks always tile the text, whatever the bytes.
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 100; ++i) {
+    const std::string s = random_bytes(rng, 400);
+    std::string joined;
+    for (auto c : Tokenizer::pretokenize(s)) {
+      BOOST_REQUIRE(!c.empty());
+      joined += c;
+    }
+    BOOST_REQUIRE(joined == s);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(merges_never_cross_chunks) {
+  const Tokenizer t = Tokenizer::train(english(), 700);
+  for (int32_t id = 256; id < t.eot(); ++id) {
+    const std::string& piece = t.token_bytes(id);
+    for (size_t i = 0; i + 1 < piece.size(); ++i) {
+      const auto c = uint8_t(piece[i]);
+      const bool letter = std::isalpha(c) || c >= 0x80;
+      BOOST_CHECK_MESSAGE(!(letter && piece[i + 1] == ' '), "token " << id << " '" << piece << "' crosses a word end");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(matches_naive_trainer) {
+  std::map<std::string, std::vector<int32_t>> words;
+  const Merges expected = naive_train(english(), 600, &words);
+  const Tokenizer t = Tokenizer::train(english(), 600);
+  BOOST_REQUIRE_EQUAL(t.merges().size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i)
+    BOOST_REQUIRE_MESSAGE(t.merges()[i] == expected[i], "merge " << i << " differs");
+  // Encoding a chunk reproduces the segmentation training arrived at.
+  for (const auto& [w, ids] : words) BOOST_REQUIRE(t.encode(w) == ids);
+
+  // Small alphabets: many ties, long words, repeated letters (overlapping pairs like "aaa").
+  std::mt19937_64 rng(3);
+  for (const std::string alphabet : {"ab", "aab c", "ab  c\n.!"}) {
+    std::string text;
+    for (int i = 0; i < 3000; ++i) text += alphabet[rng() % alphabet.size()];
+    const Merges want = naive_train(text, 400, &words);
+    const Tokenizer u = Tokenizer::train(text, 400);
+    BOOST_REQUIRE_MESSAGE(u.merges() == want, "merges differ on alphabet '" << alphabet << "'");
+    for (const auto& [w, ids] : words) BOOST_REQUIRE(u.encode(w) == ids);
+    BOOST_REQUIRE(u.decode(u.encode(text)) == text);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(round_trip_any_bytes) {
+  const Tokenizer t = Tokenizer::train(english(), 512);
+  BOOST_TEST(t.encode("").empty());
+  BOOST_TEST(t.decode({}) == "");
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    const std::string s = random_bytes(rng, 300);  // NULs, invalid UTF-8, control bytes
+    BOOST_REQUIRE(t.decode(t.encode(s)) == s);
+  }
+  // Random mixes of English fragments and raw bytes.
+  const std::string& e = english();
+  for (int i = 0; i < 200; ++i) {
+    std::string s;
+    for (int k = 0; k < 5; ++k) {
+      const size_t at = rng() % e.size();
+      s += e.substr(at, rng() % 40);
+      s += random_bytes(rng, 3);
+    }
+    BOOST_REQUIRE(t.decode(t.encode(s)) == s);
+  }
+  for (const std::string s : {std::string(1000, ' '), std::string(1000, 'a'), std::string(300, '\0'),
+                              std::string("\xff\xfe\x80\xc3"), std::string("a\0b", 3)})
+    BOOST_TEST(t.decode(t.encode(s)) == s);
+}
+
+BOOST_AUTO_TEST_CASE(round_trip_english_and_compression) {
+  const Tokenizer t = Tokenizer::train(english(), 800);
+  const auto ids = t.encode(english());
+  BOOST_TEST(t.decode(ids) == english());
+  BOOST_TEST(double(english().size()) / double(ids.size()) > 2.5);  // learned on this very text
+  for (const int32_t id : ids) BOOST_TEST_REQUIRE((id >= 0 && id < t.eot()));
+}
+
+BOOST_AUTO_TEST_CASE(end_of_text_is_never_emitted) {
+  const Tokenizer t = Tokenizer::train(english(), 400);
+  const std::string s = "a<|endoftext|>b";
+  const auto ids = t.encode(s);
+  BOOST_TEST(std::count(ids.begin(), ids.end(), t.eot()) == 0);
+  BOOST_TEST(t.decode(ids) == s);
+  BOOST_TEST(t.decode({'x', t.eot(), 'y'}) == "x<|endoftext|>y");
+  check_error([&] { t.decode({t.vocab_size()}); }, {"token id", std::to_string(t.vocab_size())});
+  check_error([&] { t.decode({-1}); }, {"token id"});
+}
+
+BOOST_AUTO_TEST_CASE(deterministic_training) {
+  TempDir dir;
+  const Tokenizer a = Tokenizer::train(english(), 700), b = Tokenizer::train(english(), 700);
+  BOOST_CHECK(a.merges() == b.merges());
+  BOOST_CHECK(a.encode(english()) == b.encode(english()));
+  a.save(dir.file("a.json"));
+  b.save(dir.file("b.json"));
+  BOOST_CHECK(read_bytes(dir.file("a.json")) == read_bytes(dir.file("b.json")));
+}
+
+BOOST_AUTO_TEST_CASE(progress_is_reported) {
+  std::vector<std::pair<int, int>> calls;
+  const Tokenizer t = Tokenizer::train(english(), 300, [&](int done, int total) { calls.push_back({done, total}); });
+  BOOST_REQUIRE_EQUAL(calls.size(), 300u - 257u);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    BOOST_TEST(calls[i].first == int(i) + 1);
+    BOOST_TEST(calls[i].second == 300 - 257);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_vocab_size) {
+  for (int v : {-1, 0, 256, Tokenizer::kMaxVocabSize + 1})
+    check_error([&] { Tokenizer::train("some text", v); }, {"vocab_size", std::to_string(v)});
+  BOOST_TEST(Tokenizer::train("some text", 257).vocab_size() == 257);
+}
+
+BOOST_AUTO_TEST_CASE(save_load) {
+  TempDir dir;
+  const Tokenizer t = Tokenizer::train(english(), 600);
+  const std::string path = dir.file("tok.json");
+  t.save(path);
+  const Tokenizer u = Tokenizer::load(path);
+  BOOST_CHECK(u.merges() == t.merges());
+  BOOST_TEST(u.vocab_size() == t.vocab_size());
+  BOOST_TEST(u.eot() == t.eot());
+  BOOST_CHECK(u.encode(english()) == t.encode(english()));
+  for (int32_t id = 0; id < t.vocab_size(); ++id) BOOST_REQUIRE(u.token_bytes(id) == t.token_bytes(id));
+  // Saving over an existing file replaces it and leaves no temporary file behind.
+  Tokenizer::train(english(), 300).save(path);
+  BOOST_TEST(Tokenizer::load(path).vocab_size() == 300);
+  BOOST_TEST(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
+}
+
+BOOST_AUTO_TEST_CASE(concurrent_encode) {
+  const Tokenizer t = Tokenizer::train(english(), 500);
+  const Tokenizer copy = t;  // copies share the chunk cache
+  std::vector<int32_t> r1, r2;
+  std::thread th([&] { r1 = t.encode(english()); });
+  r2 = copy.encode(english());
+  th.join();
+  BOOST_CHECK(r1 == r2);
+  BOOST_TEST(t.decode(r1) == english());
+}
+
+BOOST_AUTO_TEST_CASE(load_errors_name_the_file) {
+  TempDir dir;
+  const std::string missing = dir.file("missing.json");
+  check_error([&] { Tokenizer::load(missing); }, {missing});
+
+  const std::string good = dir.file("good.json");
+  Tokenizer::train(english(), 400).save(good);
+  const std::string text = read_bytes(good);
+
+  const std::string truncated = dir.file("truncated.json");
+  write_bytes(truncated, text.substr(0, text.size() / 2));
+  check_error([&] { Tokenizer::load(truncated); }, {truncated, "JSON"});
+
+  const std::string garbage = dir.file("garbage.json");
+  write_bytes(garbage, std::string("\x00\x01\xff garbage", 11));
+  check_error([&] { Tokenizer::load(garbage); }, {garbage});
+
+  const std::string empty = dir.file("empty.json");
+  write_bytes(empty, "");
+  check_error([&] { Tokenizer::load(empty); }, {empty});
+
+  const auto bad_json = [&](const std::string& name, const std::string& json, const std::string& what) {
+    const std::string p = dir.file(name);
+    write_bytes(p, json);
+    check_error([&] { Tokenizer::load(p); }, {p, what});
+  };
+  bad_json("format.json", R"({"format": "other"})", "format");
+  bad_json("version.json", R"({"format": "triad-bpe", "version": 9, "pretokenizer": "gpt2-bytes-128",
+    "vocab_size": 257, "eot": 256, "merges": []})", "version 9");
+  bad_json("forward.json", R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
+    "vocab_size": 258, "eot": 257, "merges": [[97, 256]]})", "merge 0");
+  bad_json("size.json", R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
+    "vocab_size": 300, "eot": 299, "merges": [[97, 98]]})", "vocab_size 300");
+  bad_json("pair.json", R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
+    "vocab_size": 258, "eot": 257, "merges": [[97]]})", "merge 0");
+  bad_json("missing_key.json", R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
+    "vocab_size": 257, "merges": []})", "malformed");
+  // The minimal valid file loads.
+  const std::string ok = dir.file("ok.json");
+  write_bytes(ok, R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
+    "vocab_size": 257, "eot": 256, "merges": []})");
+  BOOST_TEST(Tokenizer::load(ok).vocab_size() == 257);
+}

@@ -1,0 +1,44 @@
+// Generation with the KV cache equals recomputing the whole sequence.
+#define BOOST_TEST_MODULE kv_cache
+#include <boost/test/unit_test.hpp>
+
+#include "support/check.h"
+#include "triad.h"
+
+using namespace triad;
+
+namespace {
+
+nn::GPT small_gpt() {
+  return nn::GPT({.n_layer = 2, .n_head = 2, .d_model = 16, .seq_len = 12, .vocab_size = 23, .init_seed = 5});
+}
+
+Tensor tokens(const std::vector<int64_t>& ids) { return Tensor::from_vector(ids, {1, int64_t(ids.size())}); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(cached_logits_equal_full_recomputation) {
+  nn::GPT model = small_gpt();
+  model.eval();
+  const std::vector<int64_t> seq = {3, 17, 4, 4, 9, 0, 22, 1, 5, 8, 13, 2};
+  const Tensor full = model(tokens(seq));  // (1, 12, V)
+
+  // A prompt of 5, then one token at a time, then a chunk of 3.
+  nn::KVCache cache = model.make_cache(1);
+  std::vector<Tensor> parts;
+  parts.push_back(model.forward_cached(tokens({seq.begin(), seq.begin() + 5}), cache));
+  for (int i = 5; i < 9; ++i) parts.push_back(model.forward_cached(tokens({seq[i]}), cache));
+  parts.push_back(model.forward_cached(tokens({seq.begin() + 9, seq.end()}), cache));
+  BOOST_TEST(cache.length == 12);
+  const Tensor cached = cat(parts, 1);
+  BOOST_TEST(test::max_abs_diff(cached, full) < 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(cache_rejects_overflow_and_batch_mismatch) {
+  nn::GPT model = small_gpt();
+  nn::KVCache cache = model.make_cache(1);
+  model.forward_cached(tokens(std::vector<int64_t>(10, 1)), cache);
+  BOOST_CHECK_THROW(model.forward_cached(tokens({1, 2, 3}), cache), Error);
+  nn::KVCache other = model.make_cache(2);
+  BOOST_CHECK_THROW(model.forward_cached(tokens({1}), other), Error);
+}
