@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/report.h"
+#include "engine/config.h"
 #include "triad.h"
 
 namespace triad::bench {
@@ -21,6 +22,8 @@ double ms_since(Clock::time_point t0) {
 void add_step_command(CLI::App& app, StepOptions& o) {
   CLI::App* cmd = app.add_subcommand("step", "time full training steps (forward, backward, AdamW) of a GPT");
   cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
+  cmd->add_option("--config", o.config, "take the model from a triad-train config instead of a preset");
+  cmd->add_option("--set", o.overrides, "override a key of --config: dotted.key=value (repeatable)");
   cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
@@ -33,7 +36,15 @@ void add_step_command(CLI::App& app, StepOptions& o) {
 int run_step_bench(const StepOptions& o) {
   const int threads = app::set_threads(o.threads);
   nn::GPTConfig config = nn::GPTConfig::preset(o.model);
-  config.activation_checkpointing = o.checkpointing;
+  std::string name = o.model;
+  if (!o.config.empty()) {
+    nlohmann::json json = engine::load_config_file(o.config);
+    for (const std::string& s : o.overrides) engine::apply_override(json, s);
+    const engine::TrainConfig train = engine::parse_config(json);
+    config = train.model;
+    name = o.config;
+  }
+  config.activation_checkpointing = config.activation_checkpointing || o.checkpointing;
   TRIAD_CHECK(o.seq <= config.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << config.seq_len);
   nn::GPT model(config);
   optim::AdamW opt(optim::decay_groups(model.parameters(), 0.1), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95});
@@ -49,7 +60,7 @@ int run_step_bench(const StepOptions& o) {
   const double n_params = double(model.num_parameters());
   const double flops_per_token = 6.0 * n_params + 6.0 * double(config.n_layer * config.d_model * o.seq);
   const double tokens_per_step = double(o.batch * o.seq);
-  std::printf("triad-bench step: %s (%.1fM parameters), batch %lld x seq %lld, %d threads\n", o.model.c_str(),
+  std::printf("triad-bench step: %s (%.1fM parameters), batch %lld x seq %lld, %d threads\n", name.c_str(),
               n_params / 1e6, (long long)o.batch, (long long)o.seq, threads);
   std::printf("%6s %10s %10s %10s %10s %10s\n", "step", "fwd_ms", "bwd_ms", "optim_ms", "step_ms", "loss");
 
@@ -79,7 +90,7 @@ int run_step_bench(const StepOptions& o) {
   std::printf("median: %.1f ms/step (fwd %.1f, bwd %.1f, optim %.1f), %.0f tokens/s, %.1f GFLOP/s, peak RSS %.0f MiB\n",
               med, app::median(fwd_ms), app::median(bwd_ms), app::median(opt_ms), tps, gflops, app::peak_rss_mb());
   app::print_json_line({{"bench", "step"},
-                        {"model", o.model},
+                        {"model", name},
                         {"params", int64_t(n_params)},
                         {"batch", o.batch},
                         {"seq", o.seq},

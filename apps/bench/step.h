@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -9,6 +10,8 @@ namespace triad::bench {
 
 struct StepOptions {
   std::string model = "tiny";
+  std::string config;                  // a triad-train config: its model and micro-batch
+  std::vector<std::string> overrides;  // --set dotted.key=value on that config
   int64_t batch = 4;
   int64_t seq = 64;
   int threads = 0;

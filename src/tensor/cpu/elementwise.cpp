@@ -3,6 +3,7 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/random.h"
 
 namespace triad {
@@ -76,17 +77,17 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double sc
     const T s = T(scalar);
     switch (op) {
       case UnaryOp::neg: return map1<T>(a, out, [](T x) { return -x; });
-      case UnaryOp::exp: return map1<T>(a, out, [](T x) { return std::exp(x); });
+      case UnaryOp::exp: return map1<T>(a, out, [](T x) { return cpu::vexp(x); });
       case UnaryOp::log: return map1<T>(a, out, [](T x) { return std::log(x); });
       case UnaryOp::sqrt: return map1<T>(a, out, [](T x) { return std::sqrt(x); });
-      case UnaryOp::tanh: return map1<T>(a, out, [](T x) { return std::tanh(x); });
+      case UnaryOp::tanh: return map1<T>(a, out, [](T x) { return cpu::vtanh(x); });
       case UnaryOp::relu: return map1<T>(a, out, [](T x) { return x > T(0) ? x : T(0); });
       case UnaryOp::pow: return map1<T>(a, out, [s](T x) { return std::pow(x, s); });
       case UnaryOp::scale: return map1<T>(a, out, [s](T x) { return x * s; });
       case UnaryOp::add_scalar: return map1<T>(a, out, [s](T x) { return x + s; });
       case UnaryOp::gelu:
         return map1<T>(a, out, [](T x) {
-          return T(0.5) * x * (T(1) + std::tanh(kGeluScale<T> * (x + kGeluCubic<T> * x * x * x)));
+          return T(0.5) * x * (T(1) + cpu::vtanh(kGeluScale<T> * (x + kGeluCubic<T> * x * x * x)));
         });
     }
   });
@@ -106,7 +107,7 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& grad_y, const Tens
     using T = decltype(tag);
     map2<T>(x, grad_y, grad_x, [](T v, T g) {
       const T u = kGeluScale<T> * (v + kGeluCubic<T> * v * v * v);
-      const T t = std::tanh(u);
+      const T t = cpu::vtanh(u);
       const T du = kGeluScale<T> * (T(1) + T(3) * kGeluCubic<T> * v * v);
       return g * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
     });

@@ -11,6 +11,7 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
+#include "tensor/cpu/vec_math.h"
 
 namespace triad {
 
@@ -39,10 +40,12 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t
       T* out = py + r * n;
       const int64_t valid = causal ? (r % tq) + (n - tq) + 1 : n;
       T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, in[j]);
       T total = 0;
+#pragma omp simd reduction(+ : total)
       for (int64_t j = 0; j < valid; ++j) {
-        out[j] = std::exp(in[j] - mx);
+        out[j] = cpu::vexp(in[j] - mx);
         total += out[j];
       }
       const T inv = T(1) / total;
@@ -187,10 +190,11 @@ double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, co
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = pl + r * v;
       T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
       T s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < v; ++j) s += std::exp(row[j] - mx);
+      for (int64_t j = 0; j < v; ++j) s += cpu::vexp(row[j] - mx);
       ps[r] = mx + std::log(s);
       if (pt[r] != ignore_index) sum += double(ps[r]) - double(row[pt[r]]);
     }
@@ -218,7 +222,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
       const T* row = pl + r * v;
       const T l = ps[r];
 #pragma omp simd
-      for (int64_t j = 0; j < v; ++j) g[j] = std::exp(row[j] - l) * sc;
+      for (int64_t j = 0; j < v; ++j) g[j] = cpu::vexp(row[j] - l) * sc;
       g[pt[r]] -= sc;
     }
   });
