@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "common/main_guard.h"
-#include "common/model_file.h"
+#include "engine/model_file.h"
 #include "common/report.h"
 #include "engine/generate.h"
 #include "io/tokenizer.h"
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     o.validate();
     app::set_threads(threads);
 
-    app::LoadedModel loaded = app::load_model(model_path);
+    engine::LoadedModel loaded = engine::load_model(model_path);
     if (tokenizer_path.empty()) tokenizer_path = loaded.config["data"].value("tokenizer", "");
     TRIAD_CHECK(!tokenizer_path.empty(), "the model file does not name its tokenizer; pass --tokenizer");
     const io::Tokenizer tok = io::Tokenizer::load(tokenizer_path);

@@ -7,7 +7,7 @@
 #include "common/main_guard.h"
 #include "common/report.h"
 #include "engine/config.h"
-#include "train/train_loop.h"
+#include "engine/trainer.h"
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> overrides;
     int64_t steps = 0;
     int threads = 0;
-    triad::app::TrainOptions options;
+    triad::engine::TrainOptions options;
     app.add_option("--config", config_path, "the JSON config")->required();
     app.add_option("--set", overrides, "override a config key: dotted.key=value (repeatable)");
     app.add_option("--steps", steps, "optimizer steps (overrides the config's steps)");
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     if (steps > 0) json["steps"] = steps;
     const triad::engine::TrainConfig config = triad::engine::parse_config(json);
     triad::app::set_threads(threads);
-    triad::app::train(config, options);
+    triad::engine::train(config, options);
     return 0;
   });
 }

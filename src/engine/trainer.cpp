@@ -1,17 +1,17 @@
-#include "train/train_loop.h"
+#include "engine/trainer.h"
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 
-#include "common/model_file.h"
 #include "engine/engine.h"
+#include "engine/model_file.h"
 #include "io/sampler.h"
 #include "io/tokenizer.h"
 #include "tensor/ops.h"
 
-namespace triad::app {
+namespace triad::engine {
 
 namespace {
 
@@ -33,7 +33,7 @@ std::vector<int64_t> rows(const std::vector<int64_t>& offsets, int64_t first, in
 
 }  // namespace
 
-void train(const engine::TrainConfig& c, const TrainOptions& options) {
+double train(const TrainConfig& c, const TrainOptions& options) {
   TRIAD_CHECK(!c.data.corpus.empty(), "[config] data.corpus is required: a token file made by `triad-data encode`");
   const io::TokenFile tokens = io::TokenFile::open(c.data.corpus);
   TRIAD_CHECK(int64_t(tokens.vocab_size()) <= c.model.vocab_size,
@@ -66,7 +66,7 @@ void train(const engine::TrainConfig& c, const TrainOptions& options) {
     TRIAD_CHECK(metrics.good(), "cannot write the metrics file '" << options.metrics_path << "'");
   }
 
-  engine::Engine engine(c);
+  Engine engine(c);
   std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
               double(engine.model().num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
               (long long)c.model.n_head, (long long)T, (long long)c.model.vocab_size);
@@ -83,6 +83,7 @@ void train(const engine::TrainConfig& c, const TrainOptions& options) {
     return v;
   };
 
+  double last_val = NAN;
   const auto start = Clock::now();
   const double tokens_per_step = double(c.train_batch_size * T);
   for (int64_t step = 0; step < c.steps; ++step) {
@@ -99,7 +100,7 @@ void train(const engine::TrainConfig& c, const TrainOptions& options) {
       engine.backward(loss);
       loss_sum += value;
     }
-    const engine::StepResult r = engine.step();
+    const StepResult r = engine.step();
     TRIAD_CHECK(std::isfinite(r.grad_norm), "[train] the gradient norm is " << r.grad_norm << " at step " << r.step
                                                                              << "; nothing was saved");
     const double loss = loss_sum / double(c.gradient_accumulation_steps);
@@ -115,7 +116,7 @@ void train(const engine::TrainConfig& c, const TrainOptions& options) {
     }
     nlohmann::json line = {{"step", r.step},         {"loss", loss},       {"lr", r.lr},
                            {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
-    if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps) line["val_loss"] = evaluate(r.step);
+    if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps) line["val_loss"] = last_val = evaluate(r.step);
     if (metrics.is_open()) {
       metrics << line.dump() << "\n";
       metrics.flush();
@@ -126,6 +127,7 @@ void train(const engine::TrainConfig& c, const TrainOptions& options) {
     save_model(path, engine.model(), c.json);
     std::printf("saved %s\n", path.c_str());
   }
+  return last_val;
 }
 
-}  // namespace triad::app
+}  // namespace triad::engine

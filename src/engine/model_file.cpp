@@ -1,4 +1,4 @@
-#include "common/model_file.h"
+#include "engine/model_file.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include "io/tensor_file.h"
 #include "tensor/ops.h"
 
-namespace triad::app {
+namespace triad::engine {
 
 void save_model(const std::string& path, const nn::GPT& model, const nlohmann::json& config) {
   io::NamedTensors tensors = model.named_parameters();
@@ -37,7 +37,7 @@ LoadedModel load_model(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw Error("model file '" + path + "': its meta/config is not valid JSON");
   }
-  const engine::TrainConfig config = engine::parse_config(out.config);
+  const TrainConfig config = parse_config(out.config);
   out.model = std::make_shared<nn::GPT>(config.model);
   for (auto& [name, p] : out.model->named_parameters()) {
     const Tensor& t = io::find_tensor(tensors, name, path);
@@ -49,4 +49,4 @@ LoadedModel load_model(const std::string& path) {
   return out;
 }
 
-}  // namespace triad::app
+}  // namespace triad::engine

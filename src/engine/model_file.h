@@ -12,7 +12,7 @@
 
 #include "nn/gpt.h"
 
-namespace triad::app {
+namespace triad::engine {
 
 void save_model(const std::string& path, const nn::GPT& model, const nlohmann::json& config);
 
@@ -23,4 +23,4 @@ struct LoadedModel {
 // Error naming the path when missing, corrupt, or not matching its own config.
 LoadedModel load_model(const std::string& path);
 
-}  // namespace triad::app
+}  // namespace triad::engine
