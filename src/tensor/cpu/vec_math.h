@@ -15,7 +15,7 @@ namespace triad::cpu {
 // error below 1.5e-7 on that interval), 2^n placed in the exponent bits. Inputs are clamped
 // to [-87.3, 88.3], where 2^n stays a normal float.
 inline float vexp(float x) {
-  x = std::fmin(std::fmax(x, -87.3f), 88.3f);
+  x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);  // not fmin/fmax: those stay calls
   const float n = std::nearbyint(x * 1.44269504088896341f);
   const float r = std::fma(n, -1.428606765330187e-6f, std::fma(n, -0.693145751953125f, x));
   float p = 1.0f / 720.0f;
