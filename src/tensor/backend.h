@@ -6,15 +6,9 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/ops.h"
 
 namespace triad {
-
-// Hyper-parameters of one AdamW update (bias corrections already folded in).
-struct AdamWStep {
-  double lr, beta1, beta2, eps, weight_decay;
-  double bias_correction1, bias_correction2;  // 1 - beta^t
-};
 
 enum class BinaryOp { add, sub, mul, div, relu_backward /* b where a > 0, else 0 */ };
 enum class UnaryOp { neg, exp, log, sqrt, tanh, relu, gelu, pow, scale, add_scalar };
@@ -57,7 +51,7 @@ class Backend {
 
   // One fused AdamW update of a contiguous parameter: see ops::adamw_.
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                     const struct AdamWStep& step) = 0;
+                     const AdamWStep& step) = 0;
 
   // x, y (rows, n) contiguous.
   virtual void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) = 0;

@@ -10,6 +10,16 @@
 #include "tensor/random.h"
 #include "tensor/tensor.h"
 
+namespace triad {
+
+// Hyper-parameters of one AdamW update (ops::adamw_).
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  double bias_correction1, bias_correction2;  // 1 - beta^t
+};
+
+}  // namespace triad
+
 namespace triad::ops {
 
 // ---- views: share storage ----
@@ -85,7 +95,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps).
 // param, exp_avg, exp_avg_sq: same shape and dtype, contiguous; grad: same shape.
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-            const struct AdamWStep& step);
+            const AdamWStep& step);
 
 // ---- neural-network kernels ----
 // Softmax over the last dimension. causal: for (..., Tq, Tk), query i sees keys
