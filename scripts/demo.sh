@@ -17,5 +17,8 @@ if [[ ! -s $out/tokens.bin ]]; then
 fi
 "$bin/triad-train" --config configs/demo.json --metrics "$out/metrics.jsonl" "$@"
 echo
-echo "--- a sample from the trained model ---"
-"$bin/triad-generate" --model "$out/model/model.tns" --prompt "The meaning of life is" --max-new-tokens 120 --seed 1
+echo "--- samples from the trained model ---"
+for seed in 1 2 3; do
+  "$bin/triad-generate" --model "$out/model/model.tns" --prompt "The meaning of life is" --max-new-tokens 80 --seed "$seed"
+  echo "%"
+done
