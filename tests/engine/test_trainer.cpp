@@ -4,26 +4,19 @@
 #define BOOST_TEST_MODULE trainer
 #include <boost/test/unit_test.hpp>
 
-#include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "engine/model_file.h"
 #include "engine/trainer.h"
 #include "io/token_file.h"
+#include "support/check.h"
+#include "support/files.h"
 #include "triad.h"
 
 using namespace triad;
-namespace fs = std::filesystem;
+using test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("triad_trainer_" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 // A period-7 pattern (3 1 4 1 5 9 2: after a 1 comes a 4 or a 5, so the model must look
 // two tokens back) in a vocabulary of 16, where guessing costs ln 16 = 2.77.
@@ -31,7 +24,7 @@ std::string write_tokens(const TempDir& dir) {
   std::vector<uint32_t> tokens;
   const uint32_t pattern[7] = {3, 1, 4, 1, 5, 9, 2};
   for (uint32_t i = 0; i < 6000; ++i) tokens.push_back(pattern[i % 7]);
-  const std::string path = dir / "tokens.bin";
+  const std::string path = dir.file("tokens.bin");
   io::write_token_file(path, tokens, 16);
   return path;
 }
@@ -52,34 +45,20 @@ nlohmann::json tiny_config(const std::string& corpus) {
   return j;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(short_run_learns_the_pattern_and_saves_a_loadable_model) {
   TempDir dir;
   nlohmann::json j = tiny_config(write_tokens(dir));
-  j["output_dir"] = dir / "model";
+  j["output_dir"] = dir.file("model");
   const engine::TrainConfig c = engine::parse_config(j);
-  const double val = engine::train(c, {.metrics_path = dir / "metrics.jsonl"});
+  const double val = engine::train(c, {.metrics_path = dir.file("metrics.jsonl")});
   // Measured 0.0086 after 120 steps (seed 3): a tenth of the threshold.
   BOOST_TEST(val < 0.1);
 
-  std::ifstream metrics(dir / "metrics.jsonl");
+  std::ifstream metrics(dir.file("metrics.jsonl"));
   std::string line;
   int lines = 0;
   nlohmann::json last;
@@ -88,54 +67,54 @@ BOOST_AUTO_TEST_CASE(short_run_learns_the_pattern_and_saves_a_loadable_model) {
   for (const char* key : {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "val_loss"})
     BOOST_TEST(last.contains(key), key);
 
-  const engine::LoadedModel loaded = engine::load_model(dir / "model/model.tns");
+  const engine::LoadedModel loaded = engine::load_model(dir.file("model/model.tns"));
   BOOST_TEST(loaded.model->num_parameters() == nn::GPT(c.model).num_parameters());
   BOOST_TEST(loaded.config["steps"] == 120);
 }
 
 BOOST_AUTO_TEST_CASE(missing_and_corrupt_files_name_the_file) {
   TempDir dir;
-  nlohmann::json j = tiny_config(dir / "absent.bin");
-  BOOST_TEST(contains(message_of([&] { engine::train(engine::parse_config(j), {}); }), "absent.bin"));
+  nlohmann::json j = tiny_config(dir.file("absent.bin"));
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "absent.bin"));
 
   const std::string corpus = write_tokens(dir);
-  std::string bytes = file_bytes(corpus);
+  std::string bytes = test::read_bytes(corpus);
   bytes[bytes.size() / 2] ^= 0x5a;
-  std::ofstream(dir / "corrupt.bin", std::ios::binary) << bytes;
-  j["data"]["corpus"] = dir / "corrupt.bin";
-  BOOST_TEST(contains(message_of([&] { engine::train(engine::parse_config(j), {}); }), "corrupt.bin"));
+  std::ofstream(dir.file("corrupt.bin"), std::ios::binary) << bytes;
+  j["data"]["corpus"] = dir.file("corrupt.bin");
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "corrupt.bin"));
 
   j["data"]["corpus"] = corpus;
-  j["data"]["tokenizer"] = dir / "no_tokenizer.json";
-  BOOST_TEST(contains(message_of([&] { engine::train(engine::parse_config(j), {}); }), "no_tokenizer.json"));
+  j["data"]["tokenizer"] = dir.file("no_tokenizer.json");
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "no_tokenizer.json"));
 
-  BOOST_TEST(contains(message_of([] { engine::load_model("/nonexistent/model.tns"); }), "/nonexistent/model.tns"));
+  BOOST_TEST(contains(test::error_message([] { engine::load_model("/nonexistent/model.tns"); }), "/nonexistent/model.tns"));
 }
 
 BOOST_AUTO_TEST_CASE(data_that_does_not_fit_the_model_is_rejected) {
   TempDir dir;
   nlohmann::json j = tiny_config(write_tokens(dir));
   j["model"]["vocab_size"] = 8;  // the file holds 16 kinds of token
-  BOOST_TEST(contains(message_of([&] { engine::train(engine::parse_config(j), {}); }), "vocabulary of 16"));
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "vocabulary of 16"));
   j = tiny_config(write_tokens(dir));
   j["data"]["val_fraction"] = 0.001;  // 6 validation tokens for sequences of 32
-  BOOST_TEST(contains(message_of([&] { engine::train(engine::parse_config(j), {}); }), "validation split"));
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "validation split"));
 }
 
 BOOST_AUTO_TEST_CASE(a_diverging_run_stops_and_keeps_the_earlier_model) {
   TempDir dir;
   nlohmann::json j = tiny_config(write_tokens(dir));
-  j["output_dir"] = dir / "model";
+  j["output_dir"] = dir.file("model");
   j["steps"] = 2;
   engine::train(engine::parse_config(j), {});
-  const std::string saved = file_bytes(dir / "model/model.tns");
+  const std::string saved = test::read_bytes(dir.file("model/model.tns"));
   BOOST_REQUIRE(!saved.empty());
 
   j["steps"] = 200;
   j["optimizer"] = {{"type", "SGD"}, {"params", {{"lr", 10.0}, {"momentum", 0.99}}}};
   j.erase("gradient_clipping");
-  const std::string m = message_of([&] { engine::train(engine::parse_config(j), {}); });
+  const std::string m = test::error_message([&] { engine::train(engine::parse_config(j), {}); });
   BOOST_TEST(contains(m, "at step"), m);
   BOOST_TEST(contains(m, "nothing was saved"), m);
-  BOOST_TEST(file_bytes(dir / "model/model.tns") == saved);
+  BOOST_TEST(test::read_bytes(dir.file("model/model.tns")) == saved);
 }

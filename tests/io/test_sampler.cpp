@@ -13,37 +13,14 @@
 
 #include "io/sampler.h"
 
+#include "support/check.h"
+#include "support/files.h"
+
 using namespace triad;
+using test::check_error;
+using test::TempDir;
 using io::BatchSampler;
 using io::TokenRange;
-namespace fs = std::filesystem;
-
-namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("triad_test_sampler_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-template <class F>
-void check_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    BOOST_ERROR("expected triad::Error containing '" << parts.front() << "'");
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) BOOST_CHECK_MESSAGE(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
-  }
-}
-
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(offsets_are_a_function_of_seed_and_step) {
   const BatchSampler a({100, 100000}, 64, 1234), b({100, 100000}, 64, 1234), c({100, 100000}, 64, 999);

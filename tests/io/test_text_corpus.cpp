@@ -11,38 +11,14 @@
 
 #include "io/text_corpus.h"
 #include "support/check.h"
+#include "support/files.h"
 
 using namespace triad;
+using test::check_error;
+using test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("triad_test_text_corpus_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(file(name), std::ios::binary) << bytes;
-    return file(name);
-  }
-};
-
-template <class F>
-void check_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    BOOST_ERROR("expected triad::Error containing '" << parts.front() << "'");
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) BOOST_CHECK_MESSAGE(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
-  }
-}
 
 std::vector<std::string> docs(const io::TextCorpus& c) {
   std::vector<std::string> out;
@@ -70,7 +46,7 @@ BOOST_AUTO_TEST_CASE(folders_sorted_skipping_dat_and_links) {
   fs::create_symlink(dir.file("a"), dir.file("a.u8"));
   fs::create_directory(dir.file("sub"));
   dir.write("sub/c", "not read: folders are not recursed\n");
-  const io::TextCorpus c = io::read_corpus({dir.path.string()});
+  const io::TextCorpus c = io::read_corpus({dir.path().string()});
   BOOST_CHECK(docs(c) == (std::vector<std::string>{"A\n", "B\n"}));
   BOOST_CHECK(c.files == (std::vector<std::string>{dir.file("a"), dir.file("b")}));
 }

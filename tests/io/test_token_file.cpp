@@ -14,43 +14,18 @@
 #include "io/token_file.h"
 #include "tensor/error.h"
 
+#include "support/check.h"
+#include "support/files.h"
+
 using namespace triad;
+using test::check_error;
+using test::read_bytes;
+using test::TempDir;
+using test::write_bytes;
 using io::TokenFile;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("triad_test_token_file_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-template <class F>
-void check_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    BOOST_ERROR("expected triad::Error containing '" << parts.back() << "'");
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) BOOST_CHECK_MESSAGE(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
-  }
-}
 
 std::vector<uint32_t> random_tokens(size_t n, uint32_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -87,7 +62,7 @@ BOOST_AUTO_TEST_CASE(round_trip_uint16) {
   check_round_trip(dir.file("a.bin"), random_tokens(100000, 4096, 1), 4096, 2);
   check_round_trip(dir.file("b.bin"), random_tokens(1000, 65536, 2), 65536, 2);  // the largest uint16 vocabulary
   check_round_trip(dir.file("empty.bin"), {}, 50257, 2);
-  BOOST_TEST(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 3);  // no temporaries
+  BOOST_TEST(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 3);  // no temporaries
 }
 
 BOOST_AUTO_TEST_CASE(round_trip_uint32) {
@@ -147,7 +122,7 @@ BOOST_AUTO_TEST_CASE(corrupt_files_name_the_file) {
 
   const std::string missing = dir.file("missing.bin");
   check_error([&] { TokenFile::open(missing); }, {missing});
-  check_error([&] { TokenFile::open(dir.path.string()); }, {dir.path.string(), "regular file"});
+  check_error([&] { TokenFile::open(dir.path().string()); }, {dir.path().string(), "regular file"});
 
   std::string p = damaged("short.bin", bytes.substr(0, 20));
   check_error([&] { TokenFile::open(p); }, {p, "truncated"});

@@ -17,35 +17,19 @@
 
 #include "io/tokenizer.h"
 #include "support/check.h"
+#include "support/files.h"
 
 using namespace triad;
+using test::check_error;
+using test::read_bytes;
+using test::TempDir;
+using test::write_bytes;
 using io::Tokenizer;
 namespace fs = std::filesystem;
 
 namespace {
 
 using Merges = std::vector<std::pair<int32_t, int32_t>>;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("triad_test_tokenizer_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 const std::string& english() {
   static const std::string text = read_bytes(test::data_path("io/english.txt"));
@@ -54,17 +38,6 @@ const std::string& english() {
 }
 
 // Expects `f` to throw triad::Error whose message contains every one of `parts`.
-template <class F>
-void check_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    BOOST_ERROR("expected triad::Error containing '" << parts.front() << "'");
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) BOOST_CHECK_MESSAGE(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
-  }
-}
-
 // The textbook trainer: every step recounts all pairs of all unique chunks.
 Merges naive_train(std::string_view text, int vocab_size, std::map<std::string, std::vector<int32_t>>* words_out) {
   std::map<std::string, int64_t> counts;
@@ -280,7 +253,7 @@ BOOST_AUTO_TEST_CASE(save_load) {
   // Saving over an existing file replaces it and leaves no temporary file behind.
   Tokenizer::train(english(), 300).save(path);
   BOOST_TEST(Tokenizer::load(path).vocab_size() == 300);
-  BOOST_TEST(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
+  BOOST_TEST(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(concurrent_encode) {

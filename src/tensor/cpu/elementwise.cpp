@@ -3,19 +3,13 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
+#include "tensor/cpu/visit_float.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/random.h"
 
 namespace triad {
 
 namespace {
-
-// Calls f(T{}) for the two compute dtypes; the op layer has already rejected the others.
-template <class F>
-void visit_float(DType t, F&& f) {
-  if (t == DType::f64) f(double{});
-  else f(float{});
-}
 
 template <class T, class F>
 void map2(const Tensor& a, const Tensor& b, const Tensor& out, F&& f) {
@@ -59,7 +53,7 @@ constexpr T kGeluCubic = T(0.044715);
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  visit_float(out.dtype(), [&](auto tag) {
+  cpu::visit_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     switch (op) {
       case BinaryOp::add: return map2<T>(a, b, out, [](T x, T y) { return x + y; });
@@ -72,7 +66,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double scalar) {
-  visit_float(out.dtype(), [&](auto tag) {
+  cpu::visit_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T s = T(scalar);
     switch (op) {
@@ -94,7 +88,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double sc
 }
 
 void CpuBackend::axpy(const Tensor& dst, const Tensor& src, double alpha) {
-  visit_float(dst.dtype(), [&](auto tag) {
+  cpu::visit_float(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T al = T(alpha);
     if (alpha == 1.0) map2<T>(dst, src, dst, [](T d, T s) { return d + s; });
@@ -103,7 +97,7 @@ void CpuBackend::axpy(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void CpuBackend::gelu_backward(const Tensor& x, const Tensor& grad_y, const Tensor& grad_x) {
-  visit_float(x.dtype(), [&](auto tag) {
+  cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     map2<T>(x, grad_y, grad_x, [](T v, T g) {
       const T u = kGeluScale<T> * (v + kGeluCubic<T> * v * v * v);
@@ -115,7 +109,7 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& grad_y, const Tens
 }
 
 void CpuBackend::dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t first) {
-  visit_float(x.dtype(), [&](auto tag) {
+  cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* po = out.data<T>();

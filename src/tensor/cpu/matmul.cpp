@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/visit_float.h"
 
 namespace triad {
 
@@ -47,8 +48,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
 #pragma omp parallel for if (parallel_batch) schedule(static)
     for (int64_t i = 0; i < batch; ++i) gemm(pa + i * m * k, pb + i * b_step, pc + i * m * n, trans_a, trans_b, m, n, k);
   };
-  if (a.dtype() == DType::f64) run(double{});
-  else run(float{});
+  cpu::visit_float(a.dtype(), run);
 }
 
 void CpuBackend::add_row_vector(const Tensor& out, const Tensor& bias) {
@@ -63,8 +63,7 @@ void CpuBackend::add_row_vector(const Tensor& out, const Tensor& bias) {
       for (int64_t j = 0; j < n; ++j) po[r * n + j] += pb[j];
     }
   };
-  if (out.dtype() == DType::f64) run(double{});
-  else run(float{});
+  cpu::visit_float(out.dtype(), run);
 }
 
 }  // namespace triad

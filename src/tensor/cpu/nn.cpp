@@ -11,17 +11,12 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
+#include "tensor/cpu/visit_float.h"
 #include "tensor/cpu/vec_math.h"
 
 namespace triad {
 
 namespace {
-
-template <class F>
-void visit_float(DType t, F&& f) {
-  if (t == DType::f64) f(double{});
-  else f(float{});
-}
 
 int64_t index_at(const Tensor& idx, int64_t i) {
   return idx.dtype() == DType::i64 ? idx.data<int64_t>()[i] : idx.data<int32_t>()[i];
@@ -30,7 +25,7 @@ int64_t index_at(const Tensor& idx, int64_t i) {
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) {
-  visit_float(x.dtype(), [&](auto tag) {
+  cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
@@ -58,7 +53,7 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t
 
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows,
                                   int64_t n) {
-  visit_float(y.dtype(), [&](auto tag) {
+  cpu::visit_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* py = y.data<T>();
     const T* pg = grad_y.data<T>();
@@ -79,7 +74,7 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const T
 
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                             const Tensor& mean, const Tensor& rstd) {
-  visit_float(x.dtype(), [&](auto tag) {
+  cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t c = x.size(-1), rows = mean.numel();
     const T *px = x.data<T>(), *pw = weight.data<T>(), *pb = bias.data<T>();
@@ -107,7 +102,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                                      const Tensor& dbias) {
-  visit_float(x.dtype(), [&](auto tag) {
+  cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t c = x.size(-1), rows = mean.numel();
     const T *pg = grad_y.data<T>(), *px = x.data<T>(), *pw = weight.data<T>();
@@ -145,7 +140,7 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, cons
 }
 
 void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
-  visit_float(weight.dtype(), [&](auto tag) {
+  cpu::visit_float(weight.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t c = weight.size(1), n = indices.numel();
     const T* pw = weight.data<T>();
@@ -156,7 +151,7 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Te
 }
 
 void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) {
-  visit_float(grad_y.dtype(), [&](auto tag) {
+  cpu::visit_float(grad_y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t c = grad_weight.size(1), n = indices.numel();
     const T* pg = grad_y.data<T>();
@@ -179,7 +174,7 @@ void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices,
 double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                  int64_t ignore_index) {
   double total = 0;
-  visit_float(logits.dtype(), [&](auto tag) {
+  cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = logits.size(0), v = logits.size(1);
     const T* pl = logits.data<T>();
@@ -205,7 +200,7 @@ double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, co
 
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                         double scale, int64_t ignore_index, const Tensor& grad_logits) {
-  visit_float(logits.dtype(), [&](auto tag) {
+  cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = logits.size(0), v = logits.size(1);
     const T *pl = logits.data<T>(), *ps = lse.data<T>();

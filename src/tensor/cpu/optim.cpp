@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/visit_float.h"
 #include "tensor/cpu/strided.h"
 
 namespace triad {
@@ -27,8 +28,7 @@ void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& ex
       p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
     }
   };
-  if (param.dtype() == DType::f64) run(double{});
-  else run(float{});
+  cpu::visit_float(param.dtype(), run);
 }
 
 }  // namespace triad

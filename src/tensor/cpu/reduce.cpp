@@ -7,16 +7,11 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
+#include "tensor/cpu/visit_float.h"
 
 namespace triad {
 
 namespace {
-
-template <class F>
-void visit_float(DType t, F&& f) {
-  if (t == DType::f64) f(double{});
-  else f(float{});
-}
 
 template <class T, class Init, class Acc>
 void reduce_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner, Init init, Acc acc) {
@@ -57,14 +52,14 @@ double reduce_all(const Tensor& a, F&& f) {
 }  // namespace
 
 void CpuBackend::sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
-  visit_float(a.dtype(), [&](auto tag) {
+  cpu::visit_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     reduce_dim<T>(a, out, outer, n, inner, T(0), [](T r, T v) { return r + v; });
   });
 }
 
 void CpuBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
-  visit_float(a.dtype(), [&](auto tag) {
+  cpu::visit_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     reduce_dim<T>(a, out, outer, n, inner, -std::numeric_limits<T>::infinity(),
                   [](T r, T v) { return v > r || std::isnan(v) ? v : r; });
@@ -73,19 +68,19 @@ void CpuBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int6
 
 double CpuBackend::sum_all(const Tensor& a) {
   double r = 0;
-  visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v; }); });
+  cpu::visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v; }); });
   return r;
 }
 
 double CpuBackend::sum_squares(const Tensor& a) {
   double r = 0;
-  visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v * v; }); });
+  cpu::visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v * v; }); });
   return r;
 }
 
 double CpuBackend::max_abs(const Tensor& a) {
   double r = 0;
-  visit_float(a.dtype(), [&](auto tag) {
+  cpu::visit_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = a.data<T>();
     const int64_t n = a.numel();
@@ -100,7 +95,7 @@ double CpuBackend::max_abs(const Tensor& a) {
 bool CpuBackend::all_finite(const Tensor& a) {
   // A NaN or inf anywhere makes the sum of x*0 NaN; one pass, no branches.
   double r = 0;
-  visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v * 0.0; }); });
+  cpu::visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v * 0.0; }); });
   return r == 0.0;
 }
 
