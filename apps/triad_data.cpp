@@ -3,13 +3,12 @@
 // documents, and `inspect` checks a token file and shows its header and first tokens.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "common/main_guard.h"
 #include "io/text_corpus.h"
@@ -73,8 +72,7 @@ void run_tokenizer(const TokenizerOptions& o) {
   bar.finish();
   const double train_s = seconds_since(t0);
   tok.save(o.out);
-  std::printf("trained a vocabulary of %d tokens (%d merges) in %.2f s\n", tok.vocab_size(), tok.num_merges(),
-              train_s);
+  std::printf("trained a vocabulary of %d tokens (%d merges) in %.2f s\n", tok.vocab_size(), tok.num_merges(), train_s);
   if (tok.vocab_size() < o.vocab_size)
     std::printf("note: the corpus ran out of pairs to merge before --vocab-size %d\n", o.vocab_size);
   std::printf("wrote %s\n", o.out.c_str());
@@ -115,8 +113,7 @@ struct InspectOptions {
 
 void run_inspect(const InspectOptions& o) {
   const io::TokenFile f = io::TokenFile::open(o.file);  // checks the whole file
-  std::printf("file:        %s (%llu bytes)\n", o.file.c_str(),
-              (unsigned long long)std::filesystem::file_size(o.file));
+  std::printf("file:        %s (%llu bytes)\n", o.file.c_str(), (unsigned long long)std::filesystem::file_size(o.file));
   std::printf("version:     %u\n", io::TokenFile::kVersion);
   std::printf("dtype:       %s\n", f.bytes_per_token() == 2 ? "uint16" : "uint32");
   std::printf("vocab_size:  %u\n", f.vocab_size());
@@ -127,8 +124,8 @@ void run_inspect(const InspectOptions& o) {
 
   const io::Tokenizer tok = io::Tokenizer::load(o.tokenizer);
   TRIAD_CHECK(uint32_t(tok.vocab_size()) == f.vocab_size(),
-              "tokenizer '" << o.tokenizer << "' has vocab_size " << tok.vocab_size() << ", but token file '"
-                            << o.file << "' was written with vocab_size " << f.vocab_size());
+              "tokenizer '" << o.tokenizer << "' has vocab_size " << tok.vocab_size() << ", but token file '" << o.file
+                            << "' was written with vocab_size " << f.vocab_size());
   int64_t eots = 0;
   for (int64_t i = 0; i < f.size(); ++i) eots += f.at(i) == uint32_t(tok.eot());
   std::printf("documents:   %lld (%lld <|endoftext|> tokens)\n", (long long)(f.size() > 0 ? eots + 1 : 0),
@@ -152,7 +149,8 @@ int main(int argc, char** argv) {
     TokenizerOptions tok;
     CLI::App* t = app.add_subcommand("tokenizer", "learn a byte-level BPE tokenizer from a text corpus");
     t->add_option("--corpus", tok.corpus, "text files or folders of them (*.dat and symlinks skipped)")
-        ->required()->expected(1, -1);
+        ->required()
+        ->expected(1, -1);
     t->add_option("--separator", tok.separator, "a line that separates documents (fortune files: %)");
     t->add_option("--vocab-size", tok.vocab_size, "vocabulary size: 256 bytes + merges + <|endoftext|>")
         ->required()
@@ -164,7 +162,8 @@ int main(int argc, char** argv) {
     CLI::App* e = app.add_subcommand("encode", "encode a text corpus into a token file");
     e->add_option("--tokenizer", enc.tokenizer, "tokenizer JSON file")->required();
     e->add_option("--corpus", enc.corpus, "text files or folders of them (*.dat and symlinks skipped)")
-        ->required()->expected(1, -1);
+        ->required()
+        ->expected(1, -1);
     e->add_option("--separator", enc.separator, "a line that separates documents (fortune files: %)");
     e->add_option("--out", enc.out, "token file to write")->required();
     e->callback([&enc] { run_encode(enc); });
@@ -173,7 +172,9 @@ int main(int argc, char** argv) {
     CLI::App* i = app.add_subcommand("inspect", "check a token file and show its header and first tokens");
     i->add_option("file", ins.file, "token file")->required();
     i->add_option("--tokenizer", ins.tokenizer, "tokenizer JSON file: decode the first tokens");
-    i->add_option("--count", ins.count, "how many tokens to show")->capture_default_str()->check(CLI::NonNegativeNumber);
+    i->add_option("--count", ins.count, "how many tokens to show")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     i->callback([&ins] { run_inspect(ins); });
 
     CLI11_PARSE(app, argc, argv);

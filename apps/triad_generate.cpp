@@ -3,14 +3,13 @@
 //   triad-generate --model runs/demo/model.tns --prompt "Once upon a time"
 //   triad-generate --model runs/demo/model.tns --chat      (Human: / Assistant: turns on stdin)
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <iostream>
 
 #include "common/main_guard.h"
-#include "engine/model_file.h"
 #include "common/report.h"
 #include "engine/generate.h"
+#include "engine/model_file.h"
 #include "io/tokenizer.h"
 
 namespace {
@@ -32,8 +31,10 @@ struct Printer {
     size_t end = text.size();
     if (!stop.empty()) {
       const size_t at = text.find(stop);
-      if (at != std::string::npos) end = at, stopped = true;
-      else end = text.size() >= stop.size() ? text.size() - stop.size() + 1 : 0;  // hold a possible prefix
+      if (at != std::string::npos)
+        end = at, stopped = true;
+      else
+        end = text.size() >= stop.size() ? text.size() - stop.size() + 1 : 0;  // hold a possible prefix
     }
     if (end > printed) {
       std::fwrite(text.data() + printed, 1, end - printed, stdout);
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
     cli.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
     cli.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
     cli.add_option("--top-k", o.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str();
-    cli.add_option("--top-p", o.top_p, "keep the most likely tokens up to this probability mass")->capture_default_str();
+    cli.add_option("--top-p", o.top_p, "keep the most likely tokens up to this probability mass")
+        ->capture_default_str();
     cli.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
     cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");
     CLI11_PARSE(cli, argc, argv);
@@ -103,7 +105,8 @@ int main(int argc, char** argv) {
       history += "Human: " + line + "\nAssistant:";
       std::printf("Assistant:");
       Printer print{tok, "\nHuman:"};
-      const std::vector<int32_t> reply = engine::generate(*loaded.model, encode_prompt(tok, history), o, std::ref(print));
+      const std::vector<int32_t> reply =
+          engine::generate(*loaded.model, encode_prompt(tok, history), o, std::ref(print));
       if (!print.stopped) print.flush();
       history += tok.decode(print.ids).substr(0, print.printed) + "\n";
       o.seed += 1;

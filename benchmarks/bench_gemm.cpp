@@ -6,9 +6,8 @@
 //
 // Counters: GFLOPs = 2 M N K per second / 1e9.
 #include <benchmark/benchmark.h>
-#include <omp.h>
-
 #include <immintrin.h>
+#include <omp.h>
 
 #include "tensor/ops.h"
 
@@ -33,14 +32,14 @@ void gpt2_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "N", "K", "trans"});
   const int64_t rows = 256, C = 768, V = 50257;
   for (int64_t out : {3 * C, C, 4 * C}) {  // attn.qkv, attn.proj, mlp.fc (input C)
-    b->Args({rows, out, C, 2});   // forward
-    b->Args({rows, C, out, 0});   // input gradient
-    b->Args({out, C, rows, 1});   // weight gradient
+    b->Args({rows, out, C, 2});            // forward
+    b->Args({rows, C, out, 0});            // input gradient
+    b->Args({out, C, rows, 1});            // weight gradient
   }
-  b->Args({rows, C, 4 * C, 2});    // mlp.proj forward
-  b->Args({rows, V, C, 2});        // tied head forward
-  b->Args({rows, C, V, 0});        // head input gradient
-  b->Args({V, C, rows, 1});        // head weight gradient
+  b->Args({rows, C, 4 * C, 2});  // mlp.proj forward
+  b->Args({rows, V, C, 2});      // tied head forward
+  b->Args({rows, C, V, 0});      // head input gradient
+  b->Args({V, C, rows, 1});      // head weight gradient
 }
 
 BENCHMARK(BM_matmul)->Apply(gpt2_shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -68,8 +67,8 @@ void BM_fma_peak(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(sink);
   }
-  state.counters["GFLOPs"] = benchmark::Counter(double(iters) * 10 * 8 * 2 * threads / 1e9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(double(iters) * 10 * 8 * 2 * threads / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = threads;
 }
 BENCHMARK(BM_fma_peak)->Unit(benchmark::kMillisecond)->UseRealTime();

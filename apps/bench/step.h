@@ -1,10 +1,9 @@
 // `triad-bench step`: times full training steps (forward, backward, AdamW) of a GPT.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 namespace triad::bench {
 

@@ -1,11 +1,10 @@
 #include "common/report.h"
 
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
-
-#include <omp.h>
 
 namespace triad::app {
 

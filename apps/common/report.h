@@ -2,10 +2,9 @@
 // last-line JSON object benchmarks end with.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace triad::app {
 

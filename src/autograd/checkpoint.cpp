@@ -43,7 +43,8 @@ std::vector<Tensor> checkpoint(const Segment& segment, const std::vector<Tensor>
     }
     if (!roots.empty()) backward(roots, root_grads);
     Grads input_grads;
-    for (size_t i = 0; i < replay_inputs.size(); ++i) input_grads.push_back(needs[i] ? grad(replay_inputs[i]) : Tensor());
+    for (size_t i = 0; i < replay_inputs.size(); ++i)
+      input_grads.push_back(needs[i] ? grad(replay_inputs[i]) : Tensor());
     return input_grads;
   });
 }

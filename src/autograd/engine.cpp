@@ -15,15 +15,17 @@ namespace {
 
 void accumulate(Tensor& slot, const Tensor& g) {
   if (!g.defined()) return;
-  if (!slot.defined()) slot = g;
-  else slot = ops::add(slot, g);
+  if (!slot.defined())
+    slot = g;
+  else
+    slot = ops::add(slot, g);
 }
 
 }  // namespace
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
-  TRIAD_CHECK(roots.size() == grad_roots.size(), "backward: " << roots.size() << " roots but " << grad_roots.size()
-                                                              << " gradients");
+  TRIAD_CHECK(roots.size() == grad_roots.size(),
+              "backward: " << roots.size() << " roots but " << grad_roots.size() << " gradients");
   NoGradGuard no_grad;
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<Node*, std::vector<Tensor>> inputs;

@@ -9,7 +9,8 @@ namespace triad {
 // ---- views: the backward maps the gradient back onto the input's shape ----
 
 Tensor view(const Tensor& t, const Shape& shape) {
-  return record("view", {t}, ops::view(t, shape), [s = t.shape()](const Grads& g) { return Grads{ops::reshape(g[0], s)}; });
+  return record("view", {t}, ops::view(t, shape),
+                [s = t.shape()](const Grads& g) { return Grads{ops::reshape(g[0], s)}; });
 }
 
 Tensor reshape(const Tensor& t, const Shape& shape) {
@@ -26,8 +27,7 @@ Tensor permute(const Tensor& t, const std::vector<int64_t>& dims) {
   Tensor y = ops::permute(t, dims);  // validates dims before they index `inverse`
   std::vector<int64_t> inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) inverse[normalize_dim(dims[i], t.dim(), "permute")] = int64_t(i);
-  return record("permute", {t}, y,
-                [inverse](const Grads& g) { return Grads{ops::permute(g[0], inverse)}; });
+  return record("permute", {t}, y, [inverse](const Grads& g) { return Grads{ops::permute(g[0], inverse)}; });
 }
 
 Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
@@ -156,8 +156,7 @@ Tensor log(const Tensor& a) {
 
 Tensor sqrt(const Tensor& a) {
   Tensor y = ops::sqrt(a);
-  return record("sqrt", {a}, y,
-                [y = detach(y)](const Grads& g) { return Grads{ops::div(ops::mul(g[0], 0.5), y)}; });
+  return record("sqrt", {a}, y, [y = detach(y)](const Grads& g) { return Grads{ops::div(ops::mul(g[0], 0.5), y)}; });
 }
 
 Tensor tanh(const Tensor& a) {
@@ -179,7 +178,8 @@ Tensor pow(const Tensor& a, double exponent) {
 }
 
 Tensor gelu(const Tensor& x) {
-  return record("gelu", {x}, ops::gelu(x), [x = detach(x)](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
+  return record("gelu", {x}, ops::gelu(x),
+                [x = detach(x)](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
@@ -225,10 +225,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
                   // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
                   Tensor da, db;
                   if (ga) {
-                    if (!trans_a) da = ops::matmul(g[0], b, false, !trans_b);
+                    if (!trans_a)
+                      da = ops::matmul(g[0], b, false, !trans_b);
                     else if (b.dim() == 2 && g[0].dim() > 2)  // b shared by the batch: dA = (dC B'^T)^T
                       da = ops::contiguous(ops::transpose(ops::matmul(g[0], b, false, !trans_b), -1, -2));
-                    else da = ops::matmul(b, g[0], trans_b, true);
+                    else
+                      da = ops::matmul(b, g[0], trans_b, true);
                   }
                   if (gb) {
                     db = trans_b ? ops::matmul(g[0], a, true, trans_a) : ops::matmul(a, g[0], !trans_a, false);

@@ -15,7 +15,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // null for leaves
   int output_nr = 0;              // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;
-  std::vector<GradHook> hooks;    // leaves: run before accumulation
+  std::vector<GradHook> hooks;  // leaves: run before accumulation
   std::vector<PostAccumulateHook> post_accumulate_hooks;
 };
 

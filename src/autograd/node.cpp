@@ -7,8 +7,9 @@
 namespace triad {
 
 std::vector<Tensor> FunctionNode::apply(const std::vector<Tensor>& grad_outputs) {
-  TRIAD_ASSERT_MSG(backward != nullptr, "backward through " << name << " a second time; its saved tensors were "
-                                                                       "released (pass retain_graph)");
+  TRIAD_ASSERT_MSG(backward != nullptr, "backward through " << name
+                                                            << " a second time; its saved tensors were "
+                                                               "released (pass retain_graph)");
   return backward(grad_outputs);
 }
 

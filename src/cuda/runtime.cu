@@ -1,10 +1,9 @@
-#include "cuda/runtime.h"
-
 #include <cuda_runtime.h>
 
 #include <sstream>
 
 #include "cuda/check.h"
+#include "cuda/runtime.h"
 
 namespace triad::cuda {
 

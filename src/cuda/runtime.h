@@ -7,7 +7,7 @@
 
 namespace triad::cuda {
 
-bool built();       // whether this build has the CUDA backend
+bool built();        // whether this build has the CUDA backend
 int device_count();  // 0 when not built or no GPU is visible
 // A line per visible device ("cuda:0 NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90"); throws
 // triad::Error when the backend is not built.

@@ -25,9 +25,8 @@ void parse_model(JsonReader r, TrainConfig& c) {
   m.dropout = r.number("dropout", m.dropout, 0.0, 0.999);
   m.activation_checkpointing = r.boolean("activation_checkpointing", m.activation_checkpointing);
   r.finish();
-  TRIAD_CHECK(m.d_model % m.n_head == 0, "[config] model.d_model (" << m.d_model
-                                                                    << ") must be a multiple of model.n_head ("
-                                                                    << m.n_head << ")");
+  TRIAD_CHECK(m.d_model % m.n_head == 0,
+              "[config] model.d_model (" << m.d_model << ") must be a multiple of model.n_head (" << m.n_head << ")");
 }
 
 void parse_data(JsonReader r, DataConfig& d) {
@@ -74,24 +73,25 @@ void resolve_batch(JsonReader& r, TrainConfig& c, int64_t dp) {
   auto micro = r.optional_integer("train_micro_batch_size_per_gpu", 1, kMaxInt);
   auto acc = r.optional_integer("gradient_accumulation_steps", 1, kMaxInt);
   if (batch && micro && acc) {
-    TRIAD_CHECK(*batch == *micro * *acc * dp,
-                "[config] inconsistent batch sizes: train_batch_size " << *batch << " != train_micro_batch_size_per_gpu "
-                    << *micro << " x gradient_accumulation_steps " << *acc << " x data-parallel ranks " << dp);
+    TRIAD_CHECK(*batch == *micro * *acc * dp, "[config] inconsistent batch sizes: train_batch_size "
+                                                  << *batch << " != train_micro_batch_size_per_gpu " << *micro
+                                                  << " x gradient_accumulation_steps " << *acc
+                                                  << " x data-parallel ranks " << dp);
   } else if (batch && micro) {
-    TRIAD_CHECK(*batch % (*micro * dp) == 0, "[config] train_batch_size " << *batch
-                                                 << " is not divisible by train_micro_batch_size_per_gpu " << *micro
-                                                 << " x data-parallel ranks " << dp);
+    TRIAD_CHECK(*batch % (*micro * dp) == 0, "[config] train_batch_size "
+                                                 << *batch << " is not divisible by train_micro_batch_size_per_gpu "
+                                                 << *micro << " x data-parallel ranks " << dp);
     acc = *batch / (*micro * dp);
   } else if (batch && acc) {
-    TRIAD_CHECK(*batch % (*acc * dp) == 0, "[config] train_batch_size " << *batch
-                                               << " is not divisible by gradient_accumulation_steps " << *acc
+    TRIAD_CHECK(*batch % (*acc * dp) == 0, "[config] train_batch_size "
+                                               << *batch << " is not divisible by gradient_accumulation_steps " << *acc
                                                << " x data-parallel ranks " << dp);
     micro = *batch / (*acc * dp);
   } else if (micro && acc) {
     batch = *micro * *acc * dp;
   } else if (batch) {
-    TRIAD_CHECK(*batch % dp == 0, "[config] train_batch_size " << *batch << " is not divisible by data-parallel ranks "
-                                                               << dp);
+    TRIAD_CHECK(*batch % dp == 0,
+                "[config] train_batch_size " << *batch << " is not divisible by data-parallel ranks " << dp);
     acc = 1, micro = *batch / dp;
   } else if (micro) {
     acc = 1, batch = *micro * dp;
@@ -115,8 +115,7 @@ nlohmann::json load_config_file(const std::string& path) {
 
 void apply_override(nlohmann::json& config, const std::string& assignment) {
   const size_t eq = assignment.find('=');
-  TRIAD_CHECK(eq != std::string::npos && eq > 0,
-              "--set expects dotted.key=value, got '" << assignment << "'");
+  TRIAD_CHECK(eq != std::string::npos && eq > 0, "--set expects dotted.key=value, got '" << assignment << "'");
   const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
   nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) value = text;

@@ -19,10 +19,9 @@
 //   }
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "nn/gpt.h"
 

@@ -13,8 +13,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, const
   if (o.type == "SGD")
     return std::make_unique<optim::SGD>(std::vector<optim::ParamGroup>{{params, o.weight_decay}},
                                         optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .nesterov = o.nesterov});
-  return std::make_unique<optim::AdamW>(optim::decay_groups(params, o.weight_decay),
-                                        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps});
+  return std::make_unique<optim::AdamW>(
+      optim::decay_groups(params, o.weight_decay),
+      optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps});
 }
 
 std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, double lr) {

@@ -34,9 +34,12 @@ std::string show(const nlohmann::json& v) { return v.dump(); }
 std::string range_text(double min, double max) {
   const bool has_min = std::isfinite(min), has_max = std::isfinite(max);
   std::ostringstream os;
-  if (has_min && has_max) os << "in [" << min << ", " << max << "]";
-  else if (has_min) os << ">= " << min;
-  else if (has_max) os << "<= " << max;
+  if (has_min && has_max)
+    os << "in [" << min << ", " << max << "]";
+  else if (has_min)
+    os << ">= " << min;
+  else if (has_max)
+    os << "<= " << max;
   return os.str();
 }
 

@@ -5,11 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace triad::engine {
 
@@ -25,8 +24,8 @@ class JsonReader {
   bool boolean(const std::string& key, bool fallback);
   std::string string(const std::string& key, const std::string& fallback);
   std::string choice(const std::string& key, const std::string& fallback, const std::vector<std::string>& allowed);
-  std::vector<double> numbers(const std::string& key, const std::vector<double>& fallback, size_t count,
-                              double min, double max);
+  std::vector<double> numbers(const std::string& key, const std::vector<double>& fallback, size_t count, double min,
+                              double max);
   // A nested object (empty when absent).
   JsonReader object(const std::string& key);
   // Marks a key as known without reading it (read elsewhere).

@@ -41,9 +41,9 @@ LoadedModel load_model(const std::string& path) {
   out.model = std::make_shared<nn::GPT>(config.model);
   for (auto& [name, p] : out.model->named_parameters()) {
     const Tensor& t = io::find_tensor(tensors, name, path);
-    TRIAD_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(),
-                "model file '" << path << "': tensor '" << name << "' is " << t.str() << ", the model expects "
-                               << p.str());
+    TRIAD_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(), "model file '" << path << "': tensor '" << name
+                                                                                 << "' is " << t.str()
+                                                                                 << ", the model expects " << p.str());
     ops::copy_(p, t);
   }
   return out;

@@ -20,9 +20,12 @@ using Clock = std::chrono::steady_clock;
 std::string duration_text(double seconds) {
   char buf[32];
   const long s = long(seconds + 0.5);
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s / 60 % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%lds", s);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", s);
   return buf;
 }
 
@@ -50,10 +53,9 @@ double train(const TrainConfig& c, const TrainOptions& options) {
   const io::BatchSampler sampler(train_range, T, c.seed);
   std::vector<std::pair<Tensor, Tensor>> val_batches;
   if (val_range.size() > 0) {
-    TRIAD_CHECK(val_range.size() >= T + 1, "the validation split of '" << c.data.corpus << "' holds "
-                                                                        << val_range.size() << " tokens, fewer than "
-                                                                        << "model.seq_len + 1 = " << T + 1
-                                                                        << " (raise data.val_fraction)");
+    TRIAD_CHECK(val_range.size() >= T + 1,
+                "the validation split of '" << c.data.corpus << "' holds " << val_range.size() << " tokens, fewer than "
+                                            << "model.seq_len + 1 = " << T + 1 << " (raise data.val_fraction)");
     const io::BatchSampler val_sampler(val_range, T, c.seed + 1);
     for (int64_t i = 0; i < c.eval_iters; ++i) {
       io::Batch b = io::make_batch(tokens, val_sampler.offsets(i, c.micro_batch_size), T);
@@ -95,14 +97,14 @@ double train(const TrainConfig& c, const TrainOptions& options) {
       const Tensor loss = engine.forward(b.inputs, b.targets);
       const double value = loss.item();
       TRIAD_CHECK(std::isfinite(value), "[train] the loss is " << value << " at step " << step + 1 << " (micro-batch "
-                                                                << m << "); lower optimizer.params.lr or set "
-                                                                << "gradient_clipping; nothing was saved");
+                                                               << m << "); lower optimizer.params.lr or set "
+                                                               << "gradient_clipping; nothing was saved");
       engine.backward(loss);
       loss_sum += value;
     }
     const StepResult r = engine.step();
-    TRIAD_CHECK(std::isfinite(r.grad_norm), "[train] the gradient norm is " << r.grad_norm << " at step " << r.step
-                                                                             << "; nothing was saved");
+    TRIAD_CHECK(std::isfinite(r.grad_norm),
+                "[train] the gradient norm is " << r.grad_norm << " at step " << r.step << "; nothing was saved");
     const double loss = loss_sum / double(c.gradient_accumulation_steps);
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -114,9 +116,10 @@ double train(const TrainConfig& c, const TrainOptions& options) {
                   duration_text(eta).c_str());
       std::fflush(stdout);
     }
-    nlohmann::json line = {{"step", r.step},         {"loss", loss},       {"lr", r.lr},
+    nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
                            {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
-    if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps) line["val_loss"] = last_val = evaluate(r.step);
+    if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps)
+      line["val_loss"] = last_val = evaluate(r.step);
     if (metrics.is_open()) {
       metrics << line.dump() << "\n";
       metrics.flush();

@@ -30,10 +30,9 @@ BatchSampler::BatchSampler(TokenRange range, int64_t seq_len, uint64_t seed)
   TRIAD_CHECK(seq_len >= 1, "BatchSampler: seq_len must be >= 1, got " << seq_len);
   TRIAD_CHECK(range.begin >= 0 && range.end >= range.begin,
               "BatchSampler: token range [" << range.begin << ", " << range.end << ") is not a valid range");
-  TRIAD_CHECK(range.size() >= seq_len + 1, "BatchSampler: token range [" << range.begin << ", " << range.end
-                                                                          << ") holds " << range.size()
-                                                                          << " tokens, fewer than seq_len + 1 = "
-                                                                          << seq_len + 1);
+  TRIAD_CHECK(range.size() >= seq_len + 1, "BatchSampler: token range ["
+                                               << range.begin << ", " << range.end << ") holds " << range.size()
+                                               << " tokens, fewer than seq_len + 1 = " << seq_len + 1);
 }
 
 std::vector<int64_t> BatchSampler::offsets(int64_t step, int64_t batch) const {

@@ -47,16 +47,16 @@ NamedTensors read_tensor_file(const std::string& path) {
   NamedTensors out;
   for (uint32_t i = 0; i < count; ++i) {
     const auto name_len = r.pod<uint32_t>("a name");
-    TRIAD_CHECK(name_len < 4096, "tensor file '" << path << "': entry " << i << " has a name of " << name_len
-                                                 << " bytes");
+    TRIAD_CHECK(name_len < 4096,
+                "tensor file '" << path << "': entry " << i << " has a name of " << name_len << " bytes");
     std::string name(name_len, '\0');
     r.bytes(name.data(), name_len, "a name");
     const auto code = r.pod<uint32_t>("a dtype");
-    TRIAD_CHECK(code <= uint32_t(DType::i8), "tensor file '" << path << "': tensor '" << name
-                                                             << "' has unknown dtype code " << code);
+    TRIAD_CHECK(code <= uint32_t(DType::i8),
+                "tensor file '" << path << "': tensor '" << name << "' has unknown dtype code " << code);
     const auto ndim = r.pod<uint32_t>("a rank");
-    TRIAD_CHECK(ndim <= kMaxDims, "tensor file '" << path << "': tensor '" << name << "' has " << ndim
-                                                  << " dimensions");
+    TRIAD_CHECK(ndim <= kMaxDims,
+                "tensor file '" << path << "': tensor '" << name << "' has " << ndim << " dimensions");
     Shape shape(ndim);
     for (auto& d : shape) {
       d = r.pod<int64_t>("a shape");

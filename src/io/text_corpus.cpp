@@ -96,11 +96,12 @@ TextCorpus read_corpus(const std::vector<std::string>& paths, const std::string&
     std::sort(files.begin(), files.end());
     for (const fs::path& p : files) add_file(c, p.string(), separator_line);
   }
-  TRIAD_CHECK(!c.text.empty(), "corpus is empty: no text in " << [&] {
-    std::string s;
-    for (const auto& p : paths) s += (s.empty() ? "'" : ", '") + p + "'";
-    return s;
-  }() << (separator_line.empty() ? "" : " (separator line '" + separator_line + "')"));
+  TRIAD_CHECK(
+      !c.text.empty(), "corpus is empty: no text in " << [&] {
+        std::string s;
+        for (const auto& p : paths) s += (s.empty() ? "'" : ", '") + p + "'";
+        return s;
+      }() << (separator_line.empty() ? "" : " (separator line '" + separator_line + "')"));
   return c;
 }
 

@@ -126,20 +126,20 @@ TokenFile TokenFile::open(const std::string& path) {
   const auto version = get<uint32_t>(p + 8);
   TRIAD_CHECK(version == kVersion, "token file '" << path << "' has version " << version << ", expected " << kVersion);
   f.dtype_ = get<uint32_t>(p + 12);
-  TRIAD_CHECK(f.dtype_ == 2 || f.dtype_ == 4, "token file '" << path << "' has dtype " << f.dtype_
-                                                             << ", expected 2 (uint16) or 4 (uint32)");
+  TRIAD_CHECK(f.dtype_ == 2 || f.dtype_ == 4,
+              "token file '" << path << "' has dtype " << f.dtype_ << ", expected 2 (uint16) or 4 (uint32)");
   f.vocab_size_ = get<uint32_t>(p + 16);
   TRIAD_CHECK(f.vocab_size_ > 0, "token file '" << path << "' has vocab_size 0");
-  TRIAD_CHECK(f.dtype_ == 4 || f.vocab_size_ <= 65536, "token file '" << path << "' has vocab_size "
-                                                                      << f.vocab_size_ << ", too large for uint16 tokens");
+  TRIAD_CHECK(f.dtype_ == 4 || f.vocab_size_ <= 65536,
+              "token file '" << path << "' has vocab_size " << f.vocab_size_ << ", too large for uint16 tokens");
   const auto count = get<uint64_t>(p + 20);
   f.checksum_ = get<uint64_t>(p + 28);
   const size_t data_bytes = file_bytes - kHeaderBytes;
-  TRIAD_CHECK(count <= data_bytes / f.dtype_,
-              "token file '" << path << "' is truncated: its header says " << count << " tokens of " << f.dtype_
-                             << " bytes, but it holds " << data_bytes << " bytes of tokens");
+  TRIAD_CHECK(count <= data_bytes / f.dtype_, "token file '" << path << "' is truncated: its header says " << count
+                                                             << " tokens of " << f.dtype_ << " bytes, but it holds "
+                                                             << data_bytes << " bytes of tokens");
   TRIAD_CHECK(count * f.dtype_ == data_bytes, "token file '" << path << "' has " << data_bytes - count * f.dtype_
-                                                              << " bytes after its " << count << " tokens");
+                                                             << " bytes after its " << count << " tokens");
   f.count_ = int64_t(count);
 
   const unsigned char* data = p + kHeaderBytes;
@@ -191,8 +191,8 @@ TokenFile::~TokenFile() {
 
 void TokenFile::check_range(int64_t start, int64_t n) const {
   TRIAD_CHECK(start >= 0 && n >= 0 && start <= count_ && n <= count_ - start,
-              "token file '" << path_ << "': read of tokens [" << start << ", " << start + n
-                             << ") is outside [0, " << count_ << ")");
+              "token file '" << path_ << "': read of tokens [" << start << ", " << start + n << ") is outside [0, "
+                             << count_ << ")");
 }
 
 uint32_t TokenFile::at(int64_t i) const {

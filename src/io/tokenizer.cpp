@@ -14,11 +14,10 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "tensor/error.h"
 
@@ -47,8 +46,7 @@ size_t contraction_length(std::string_view s) {
   if (s.size() < 2 || s[0] != '\'') return 0;
   const char c = s[1];
   if (c == 's' || c == 't' || c == 'm' || c == 'd') return 2;
-  if (s.size() >= 3 && ((c == 'r' && s[2] == 'e') || (c == 'v' && s[2] == 'e') || (c == 'l' && s[2] == 'l')))
-    return 3;
+  if (s.size() >= 3 && ((c == 'r' && s[2] == 'e') || (c == 'v' && s[2] == 'e') || (c == 'l' && s[2] == 'l'))) return 3;
   return 0;
 }
 
@@ -163,8 +161,7 @@ Tokenizer::Tokenizer(std::vector<std::pair<int32_t, int32_t>> merges)
   }
 }
 
-Tokenizer Tokenizer::train(std::string_view text, int vocab_size,
-                           const std::function<void(int, int)>& progress) {
+Tokenizer Tokenizer::train(std::string_view text, int vocab_size, const std::function<void(int, int)>& progress) {
   return train(std::vector<std::string_view>{text}, vocab_size, progress);
 }
 
@@ -257,8 +254,10 @@ Tokenizer Tokenizer::train(const std::vector<std::string_view>& documents, int v
       if (c == 0) {
         if (it != counts.end()) counts.erase(it);
       } else {
-        if (it == counts.end()) counts.emplace(k, c);
-        else it->second = c;
+        if (it == counts.end())
+          counts.emplace(k, c);
+        else
+          it->second = c;
         heap.push({c, k});
       }
     }
@@ -326,9 +325,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 void Tokenizer::save(const std::string& path) const {
   nlohmann::json merges = nlohmann::json::array();
   for (const auto& [a, b] : merges_) merges.push_back({a, b});
-  const nlohmann::json j = {{"format", kFormat},       {"version", kVersion},
-                            {"vocab_size", vocab_size()}, {"pretokenizer", kPretokenizer},
-                            {"eot", eot()},             {"merges", std::move(merges)}};
+  const nlohmann::json j = {
+      {"format", kFormat}, {"version", kVersion},        {"vocab_size", vocab_size()}, {"pretokenizer", kPretokenizer},
+      {"eot", eot()},      {"merges", std::move(merges)}};
   write_file_atomically(path, j.dump() + "\n");
 }
 
@@ -343,7 +342,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
   }
   const auto bad = [&](const std::string& what) { fail_tokenizer_file(path, what); };
   try {
-    if (!j.is_object() || j.value("format", "") != kFormat) bad("not a triad tokenizer (expected \"format\": \"triad-bpe\")");
+    if (!j.is_object() || j.value("format", "") != kFormat)
+      bad("not a triad tokenizer (expected \"format\": \"triad-bpe\")");
     const int version = j.at("version").get<int>();
     if (version != kVersion) bad("version " + std::to_string(version) + ", expected " + std::to_string(kVersion));
     const std::string pre = j.at("pretokenizer").get<std::string>();

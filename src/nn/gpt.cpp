@@ -53,16 +53,17 @@ void GPT::init_weights() {
   for (auto& [name, p] : named_parameters()) {
     const bool is_resid_proj = name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight");
     if (name.find("ln") != std::string::npos) continue;  // LayerNorms keep 1 and 0
-    if (p.dim() == 1) ops::zero_(p);
-    else ops::normal_(p, 0.0, is_resid_proj ? resid_std : 0.02, gen);
+    if (p.dim() == 1)
+      ops::zero_(p);
+    else
+      ops::normal_(p, 0.0, is_resid_proj ? resid_std : 0.02, gen);
   }
 }
 
 Tensor GPT::forward(const Tensor& indices) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
   const int64_t T = indices.size(1);
-  TRIAD_CHECK(T <= config_.seq_len,
-              "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
+  TRIAD_CHECK(T <= config_.seq_len, "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
   Tensor x = add((*wte)(indices), narrow(wpe->weight, 0, 0, T));
   x = (*drop)(x);
   for (size_t i = 0; i < blocks->size(); ++i) {
@@ -88,8 +89,8 @@ KVCache GPT::make_cache(int64_t batch) const {
 Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
   const int64_t T = indices.size(1), pos = cache.length;
-  TRIAD_CHECK(pos + T <= config_.seq_len, "GPT: " << pos + T << " positions exceed the model's seq_len "
-                                                  << config_.seq_len);
+  TRIAD_CHECK(pos + T <= config_.seq_len,
+              "GPT: " << pos + T << " positions exceed the model's seq_len " << config_.seq_len);
   TRIAD_CHECK(!cache.k.empty() && cache.k[0].size(0) == indices.size(0),
               "GPT: the cache was made for another batch size");
   NoGradGuard no_grad;

@@ -12,7 +12,7 @@ struct GPTConfig {
   int64_t n_layer = 12;
   int64_t n_head = 12;
   int64_t d_model = 768;
-  int64_t seq_len = 1024;     // rows of the position table: the longest sequence accepted
+  int64_t seq_len = 1024;  // rows of the position table: the longest sequence accepted
   int64_t vocab_size = 50257;
   double dropout = 0.0;
   bool activation_checkpointing = false;  // recompute each block in the backward pass

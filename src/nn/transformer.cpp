@@ -30,8 +30,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return (*resid_drop)((*proj)(y));
 }
 
-Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache,
-                                           int64_t pos) {
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
   TRIAD_CHECK(pos + T <= k_cache.size(2), "CausalSelfAttention: positions " << pos << ".." << pos + T
                                                                             << " exceed the cache capacity "

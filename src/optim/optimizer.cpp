@@ -46,8 +46,13 @@ void AdamW::step() {
       const Tensor gp = grad(p);
       if (gp.defined()) {
         const double t = double(++param_steps_[i]);
-        const AdamWStep s{lr_, options_.beta1, options_.beta2, options_.eps, g.weight_decay,
-                          1.0 - std::pow(options_.beta1, t), 1.0 - std::pow(options_.beta2, t)};
+        const AdamWStep s{lr_,
+                          options_.beta1,
+                          options_.beta2,
+                          options_.eps,
+                          g.weight_decay,
+                          1.0 - std::pow(options_.beta1, t),
+                          1.0 - std::pow(options_.beta2, t)};
         ops::adamw_(p, gp, exp_avg_[i], exp_avg_sq_[i], s);
       }
       ++i;

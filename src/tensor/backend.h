@@ -44,8 +44,8 @@ class Backend {
 
   // a (batch_a, M, K) or (batch_a, K, M) when trans_a; b likewise (batch_b is 1 or batch);
   // out (batch, M, N) = a' b'. All contiguous.
-  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b,
-                      int64_t batch, int64_t m, int64_t n, int64_t k) = 0;
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
+                      int64_t m, int64_t n, int64_t k) = 0;
   // out (rows, N) += bias (N) on every row.
   virtual void add_row_vector(const Tensor& out, const Tensor& bias) = 0;
 
@@ -60,8 +60,8 @@ class Backend {
   // x, y (rows, C); mean, rstd (rows).
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                           const Tensor& mean, const Tensor& rstd) = 0;
-  virtual void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
-                                   const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+  virtual void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                                    const Tensor& dbias) = 0;
   // indices contiguous, checked in range by the op.
   virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) = 0;
@@ -69,8 +69,8 @@ class Backend {
   // logits (N, V) contiguous; loss_sum: the sum over counted rows, in double.
   virtual double cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                int64_t ignore_index) = 0;
-  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                      double scale, int64_t ignore_index, const Tensor& grad_logits) = 0;
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
+                                      int64_t ignore_index, const Tensor& grad_logits) = 0;
 };
 
 // The backend of a device; throws Error when that backend is not built.

@@ -16,8 +16,6 @@ Device Device::parse(const std::string& s) {
   throw Error("unknown device '" + s + "' (expected cpu, cuda or cuda:N)");
 }
 
-std::string Device::str() const {
-  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
-}
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
 }  // namespace triad

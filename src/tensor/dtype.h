@@ -50,36 +50,69 @@ struct f16 {
 // Any element type as double (bf16/f16 through float).
 template <class T>
 double to_double(T v) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return double(float(v));
-  else return double(v);
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+    return double(float(v));
+  else
+    return double(v);
 }
 // A double as any element type (bf16/f16 through float, rounding to nearest even).
 template <class T>
 T from_double(double v) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return T(float(v));
-  else return T(v);
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+    return T(float(v));
+  else
+    return T(v);
 }
 
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<f16> { static constexpr DType value = DType::f16; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int8_t> { static constexpr DType value = DType::i8; };
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<f16> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = DType::i8;
+};
 
 // Calls f(T{}) with T the C++ type of dtype t.
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::bf16: return f(bf16{});
-    case DType::f16: return f(f16{});
-    case DType::i64: return f(int64_t{});
-    case DType::i32: return f(int32_t{});
-    case DType::i8: return f(int8_t{});
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::bf16:
+      return f(bf16{});
+    case DType::f16:
+      return f(f16{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i8:
+      return f(int8_t{});
   }
   return f(float{});
 }

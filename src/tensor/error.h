@@ -28,25 +28,25 @@ namespace detail {
 }  // namespace triad
 
 // TRIAD_CHECK(cond, "matmul: expected ... got " << x): throws triad::Error with the message.
-#define TRIAD_CHECK(cond, msg)                         \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::ostringstream triad_check_os_;              \
-      triad_check_os_ << msg;                          \
-      throw ::triad::Error(triad_check_os_.str());     \
-    }                                                  \
+#define TRIAD_CHECK(cond, msg)                     \
+  do {                                             \
+    if (!(cond)) {                                 \
+      std::ostringstream triad_check_os_;          \
+      triad_check_os_ << msg;                      \
+      throw ::triad::Error(triad_check_os_.str()); \
+    }                                              \
   } while (0)
 
-#define TRIAD_ASSERT(cond)                                                     \
-  do {                                                                         \
+#define TRIAD_ASSERT(cond)                                                       \
+  do {                                                                           \
     if (!(cond)) ::triad::detail::throw_internal(#cond, __FILE__, __LINE__, ""); \
   } while (0)
 
-#define TRIAD_ASSERT_MSG(cond, msg)                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      std::ostringstream triad_assert_os_;                                     \
-      triad_assert_os_ << msg;                                                 \
+#define TRIAD_ASSERT_MSG(cond, msg)                                                       \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      std::ostringstream triad_assert_os_;                                                \
+      triad_assert_os_ << msg;                                                            \
       ::triad::detail::throw_internal(#cond, __FILE__, __LINE__, triad_assert_os_.str()); \
-    }                                                                          \
+    }                                                                                     \
   } while (0)

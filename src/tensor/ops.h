@@ -35,10 +35,10 @@ Tensor expand(const Tensor& t, const Shape& shape);  // broadcast view (strides 
 Tensor flatten(const Tensor& t);                     // reshape to (numel,)
 
 // ---- copies and conversion ----
-Tensor contiguous(const Tensor& t);  // t itself when already contiguous
-Tensor clone(const Tensor& t);       // always a new contiguous tensor
-Tensor to(const Tensor& t, DType dtype);    // t itself when already of that dtype
-Tensor to(const Tensor& t, Device device);  // t itself when already on that device
+Tensor contiguous(const Tensor& t);                // t itself when already contiguous
+Tensor clone(const Tensor& t);                     // always a new contiguous tensor
+Tensor to(const Tensor& t, DType dtype);           // t itself when already of that dtype
+Tensor to(const Tensor& t, Device device);         // t itself when already on that device
 void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's shape, dtype converted
 void fill_(const Tensor& dst, double value);
 inline void zero_(const Tensor& dst) { fill_(dst, 0.0); }
@@ -72,7 +72,7 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t first);
 
 // ---- reductions (f32 inputs accumulate in double where the result is a scalar) ----
-Tensor sum(const Tensor& a);                                   // all elements -> shape ()
+Tensor sum(const Tensor& a);  // all elements -> shape ()
 Tensor sum(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
@@ -111,8 +111,8 @@ struct LayerNormGrads {
 };
 // Over the last dimension C: y = (x - mean) * rstd * weight + bias; weight, bias: (C,).
 LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
-                                   const Tensor& mean, const Tensor& rstd);
+LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd);
 
 // weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
@@ -128,7 +128,7 @@ struct CrossEntropyOut {
 // never stored; the backward recomputes them from logits and lse.
 CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
 // d(loss)/d(logits) scaled by grad_loss (the incoming gradient of the mean loss).
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              double grad_loss, int64_t counted, int64_t ignore_index);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double grad_loss,
+                              int64_t counted, int64_t ignore_index);
 
 }  // namespace triad::ops

@@ -42,8 +42,8 @@ Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b, "mul"); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b, "div"); }
 Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
-  TRIAD_CHECK(y.shape() == grad_y.shape(), "relu_backward: shapes " << shape_str(y.shape()) << " and "
-                                                                    << shape_str(grad_y.shape()) << " differ");
+  TRIAD_CHECK(y.shape() == grad_y.shape(),
+              "relu_backward: shapes " << shape_str(y.shape()) << " and " << shape_str(grad_y.shape()) << " differ");
   return binary(BinaryOp::relu_backward, y, grad_y, "relu_backward");
 }
 Tensor add(const Tensor& a, double b) { return unary(UnaryOp::add_scalar, a, b, "add"); }
@@ -74,8 +74,8 @@ void mul_(const Tensor& dst, double factor) {
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
   check_float(x, "gelu_backward");
   check_same(x, grad_y, "gelu_backward");
-  TRIAD_CHECK(x.shape() == grad_y.shape(), "gelu_backward: shapes " << shape_str(x.shape()) << " and "
-                                                                    << shape_str(grad_y.shape()) << " differ");
+  TRIAD_CHECK(x.shape() == grad_y.shape(),
+              "gelu_backward: shapes " << shape_str(x.shape()) << " and " << shape_str(grad_y.shape()) << " differ");
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   backend_for(x.device()).gelu_backward(contiguous(x), contiguous(grad_y), out);
   return out;
@@ -110,8 +110,10 @@ Tensor reduce_dim(const Tensor& a, int64_t dim, bool keepdim, bool is_max, const
   shape[d] = 1;
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   Backend& be = backend_for(a.device());
-  if (is_max) be.max_dim(contiguous(a), out, outer, n, inner);
-  else be.sum_dim(contiguous(a), out, outer, n, inner);
+  if (is_max)
+    be.max_dim(contiguous(a), out, outer, n, inner);
+  else
+    be.sum_dim(contiguous(a), out, outer, n, inner);
   return keepdim ? out : squeeze(out, d);
 }
 
@@ -165,11 +167,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   check_float(a, "matmul");
   check_same(a, b, "matmul");
   TRIAD_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected operands with at least 2 dimensions, got "
-                                                 << shape_str(a.shape()) << " and " << shape_str(b.shape()));
+                                                << shape_str(a.shape()) << " and " << shape_str(b.shape()));
   const int64_t m = trans_a ? a.size(-1) : a.size(-2), ka = trans_a ? a.size(-2) : a.size(-1);
   const int64_t kb = trans_b ? b.size(-1) : b.size(-2), n = trans_b ? b.size(-2) : b.size(-1);
-  TRIAD_CHECK(ka == kb, "matmul: inner dimensions differ: " << shape_str(a.shape()) << (trans_a ? "^T" : "")
-                                                            << " @ " << shape_str(b.shape()) << (trans_b ? "^T" : ""));
+  TRIAD_CHECK(ka == kb, "matmul: inner dimensions differ: " << shape_str(a.shape()) << (trans_a ? "^T" : "") << " @ "
+                                                            << shape_str(b.shape()) << (trans_b ? "^T" : ""));
   const Shape batch_shape(a.shape().begin(), a.shape().end() - 2);
   const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
   TRIAD_CHECK(b.dim() == 2 || b_batch == batch_shape,

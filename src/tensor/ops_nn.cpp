@@ -14,9 +14,9 @@ void check_float(const Tensor& t, const char* op) {
 }
 
 void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
-  TRIAD_CHECK(t.dtype() == ref.dtype() && t.device() == ref.device(),
-              op << ": " << what << " is " << t.str() << ", expected " << dtype_name(ref.dtype()) << " on "
-                 << ref.device().str());
+  TRIAD_CHECK(t.dtype() == ref.dtype() && t.device() == ref.device(), op << ": " << what << " is " << t.str()
+                                                                         << ", expected " << dtype_name(ref.dtype())
+                                                                         << " on " << ref.device().str());
 }
 
 // Indices must be i64/i32 in [0, limit); with an `ignore` value, that value is also allowed.
@@ -35,8 +35,8 @@ void check_indices(const Tensor& idx, int64_t limit, std::optional<int64_t> igno
 
 Tensor softmax(const Tensor& x, bool causal) {
   check_float(x, "softmax");
-  TRIAD_CHECK(x.dim() >= (causal ? 2 : 1), "softmax: expected at least " << (causal ? 2 : 1)
-                                                                         << " dimensions, got " << x.str());
+  TRIAD_CHECK(x.dim() >= (causal ? 2 : 1),
+              "softmax: expected at least " << (causal ? 2 : 1) << " dimensions, got " << x.str());
   const int64_t n = x.size(-1);
   const int64_t tq = causal ? x.size(-2) : 1;
   TRIAD_CHECK(!causal || tq <= n, "softmax: causal mask needs queries <= keys, got " << shape_str(x.shape()));
@@ -48,8 +48,8 @@ Tensor softmax(const Tensor& x, bool causal) {
 Tensor softmax_backward(const Tensor& y, const Tensor& grad_y) {
   check_float(y, "softmax_backward");
   check_like(grad_y, y, "softmax_backward", "grad_y");
-  TRIAD_CHECK(y.shape() == grad_y.shape(), "softmax_backward: shapes " << shape_str(y.shape()) << " and "
-                                                                       << shape_str(grad_y.shape()) << " differ");
+  TRIAD_CHECK(y.shape() == grad_y.shape(),
+              "softmax_backward: shapes " << shape_str(y.shape()) << " and " << shape_str(grad_y.shape()) << " differ");
   const int64_t n = y.size(-1);
   Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
   backend_for(y.device()).softmax_backward(contiguous(y), contiguous(grad_y), dx, n ? y.numel() / n : 0, n);
@@ -62,8 +62,8 @@ LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bia
   check_like(bias, x, "layer_norm", "bias");
   const int64_t c = x.size(-1);
   TRIAD_CHECK(weight.shape() == Shape{c} && bias.shape() == Shape{c},
-              "layer_norm: input " << shape_str(x.shape()) << " needs weight and bias of shape (" << c
-                                   << ",), got " << shape_str(weight.shape()) << " and " << shape_str(bias.shape()));
+              "layer_norm: input " << shape_str(x.shape()) << " needs weight and bias of shape (" << c << ",), got "
+                                   << shape_str(weight.shape()) << " and " << shape_str(bias.shape()));
   const int64_t rows = c ? x.numel() / c : 0;
   LayerNormOut r{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({rows}, x.dtype(), x.device()),
                  Tensor::empty({rows}, x.dtype(), x.device())};
@@ -81,8 +81,8 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   const int64_t c = x.size(-1);
   LayerNormGrads g{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({c}, x.dtype(), x.device()),
                    Tensor::empty({c}, x.dtype(), x.device())};
-  backend_for(x.device()).layer_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), mean, rstd, g.dx,
-                                              g.dweight, g.dbias);
+  backend_for(x.device())
+      .layer_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), mean, rstd, g.dx, g.dweight, g.dbias);
   return g;
 }
 
@@ -99,10 +99,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 
 Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings) {
   check_float(grad_y, "embedding_backward");
-  TRIAD_CHECK(grad_y.dim() == indices.dim() + 1 &&
-                  Shape(grad_y.shape().begin(), grad_y.shape().end() - 1) == indices.shape(),
-              "embedding_backward: grad " << shape_str(grad_y.shape()) << " does not match indices "
-                                          << shape_str(indices.shape()));
+  TRIAD_CHECK(
+      grad_y.dim() == indices.dim() + 1 && Shape(grad_y.shape().begin(), grad_y.shape().end() - 1) == indices.shape(),
+      "embedding_backward: grad " << shape_str(grad_y.shape()) << " does not match indices "
+                                  << shape_str(indices.shape()));
   check_indices(indices, num_embeddings, std::nullopt, "embedding_backward");
   Tensor gw = Tensor::zeros({num_embeddings, grad_y.size(-1)}, grad_y.dtype(), grad_y.device());
   backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), contiguous(indices), gw);
@@ -135,8 +135,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   check_indices(targets, logits.size(1), ignore_index, "cross_entropy_backward");
   Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const double scale = counted ? grad_loss / double(counted) : 0.0;
-  backend_for(logits.device()).cross_entropy_backward(contiguous(logits), contiguous(to(targets, DType::i64)), lse,
-                                                      scale, ignore_index, g);
+  backend_for(logits.device())
+      .cross_entropy_backward(contiguous(logits), contiguous(to(targets, DType::i64)), lse, scale, ignore_index, g);
   return g;
 }
 

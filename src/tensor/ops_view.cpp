@@ -36,8 +36,8 @@ Shape infer_shape(Shape shape, int64_t n, const char* op, const Shape& from) {
                 op << ": cannot reshape " << shape_str(from) << " into " << shape_str(shape));
     shape[infer] = n / known;
   }
-  TRIAD_CHECK(numel(shape) == n, op << ": cannot reshape " << shape_str(from) << " (" << n << " elements) into "
-                                    << shape_str(shape));
+  TRIAD_CHECK(numel(shape) == n,
+              op << ": cannot reshape " << shape_str(from) << " (" << n << " elements) into " << shape_str(shape));
   return shape;
 }
 
@@ -79,9 +79,9 @@ bool view_strides(const Tensor& t, const Shape& shape, Shape& out) {
 Tensor view(const Tensor& t, Shape shape) {
   shape = infer_shape(std::move(shape), t.numel(), "view", t.shape());
   Shape strides;
-  TRIAD_CHECK(view_strides(t, shape, strides), "view: a tensor of shape " << shape_str(t.shape()) << " and strides "
-                                                   << shape_str(t.strides()) << " cannot be viewed as "
-                                                   << shape_str(shape) << " (use reshape)");
+  TRIAD_CHECK(view_strides(t, shape, strides), "view: a tensor of shape "
+                                                   << shape_str(t.shape()) << " and strides " << shape_str(t.strides())
+                                                   << " cannot be viewed as " << shape_str(shape) << " (use reshape)");
   return make_view(t, shape, strides, t.offset());
 }
 
@@ -128,8 +128,8 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
 Tensor select(const Tensor& t, int64_t dim, int64_t index) {
   const int d = normalize_dim(dim, t.dim(), "select");
   const int64_t n = t.shape()[d];
-  TRIAD_CHECK(index >= -n && index < n, "select: index " << index << " out of range for dimension " << d
-                                                         << " of size " << n << " in shape " << shape_str(t.shape()));
+  TRIAD_CHECK(index >= -n && index < n, "select: index " << index << " out of range for dimension " << d << " of size "
+                                                         << n << " in shape " << shape_str(t.shape()));
   if (index < 0) index += n;
   Shape shape = t.shape(), strides = t.strides();
   shape.erase(shape.begin() + d);
@@ -148,8 +148,8 @@ Tensor unsqueeze(const Tensor& t, int64_t dim) {
 
 Tensor squeeze(const Tensor& t, int64_t dim) {
   const int d = normalize_dim(dim, t.dim(), "squeeze");
-  TRIAD_CHECK(t.shape()[d] == 1, "squeeze: dimension " << d << " of shape " << shape_str(t.shape())
-                                                       << " has size " << t.shape()[d] << ", expected 1");
+  TRIAD_CHECK(t.shape()[d] == 1, "squeeze: dimension " << d << " of shape " << shape_str(t.shape()) << " has size "
+                                                       << t.shape()[d] << ", expected 1");
   Shape shape = t.shape(), strides = t.strides();
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
@@ -157,14 +157,14 @@ Tensor squeeze(const Tensor& t, int64_t dim) {
 }
 
 Tensor expand(const Tensor& t, const Shape& shape) {
-  TRIAD_CHECK(shape.size() >= size_t(t.dim()), "expand: cannot expand " << shape_str(t.shape()) << " to "
-                                                                        << shape_str(shape));
+  TRIAD_CHECK(shape.size() >= size_t(t.dim()),
+              "expand: cannot expand " << shape_str(t.shape()) << " to " << shape_str(shape));
   const size_t lead = shape.size() - t.dim();
   Shape strides(shape.size(), 0);
   for (size_t i = 0; i < size_t(t.dim()); ++i) {
     const int64_t from = t.shape()[i], to = shape[lead + i];
-    TRIAD_CHECK(from == to || from == 1, "expand: cannot expand " << shape_str(t.shape()) << " to "
-                                                                  << shape_str(shape));
+    TRIAD_CHECK(from == to || from == 1,
+                "expand: cannot expand " << shape_str(t.shape()) << " to " << shape_str(shape));
     strides[lead + i] = from == to ? t.strides()[i] : 0;
   }
   return make_view(t, shape, strides, t.offset());
@@ -194,8 +194,8 @@ Tensor to(const Tensor& t, Device device) {
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
-  TRIAD_CHECK(dst.device() == src.device(), "copy_: source on " << src.device().str() << ", destination on "
-                                                                << dst.device().str());
+  TRIAD_CHECK(dst.device() == src.device(),
+              "copy_: source on " << src.device().str() << ", destination on " << dst.device().str());
   broadcast_shapes(dst.shape(), src.shape(), "copy_");
   Tensor s = expand(src, dst.shape());
   backend_for(dst.device()).copy(dst, s);
@@ -204,15 +204,15 @@ void copy_(const Tensor& dst, const Tensor& src) {
 void fill_(const Tensor& dst, double value) { backend_for(dst.device()).fill(dst, value); }
 
 void normal_(const Tensor& dst, double mean, double stddev, Generator& gen) {
-  TRIAD_CHECK(is_floating(dst.dtype()) && dst.is_contiguous(), "normal_: expected a contiguous floating tensor, got "
-                                                                   << dst.str());
+  TRIAD_CHECK(is_floating(dst.dtype()) && dst.is_contiguous(),
+              "normal_: expected a contiguous floating tensor, got " << dst.str());
   const uint64_t first = gen.advance(uint64_t(dst.numel() + 1) / 2 * 2);
   backend_for(dst.device()).normal(dst, mean, stddev, gen.state().seed, first);
 }
 
 void uniform_(const Tensor& dst, double low, double high, Generator& gen) {
-  TRIAD_CHECK(is_floating(dst.dtype()) && dst.is_contiguous(), "uniform_: expected a contiguous floating tensor, got "
-                                                                    << dst.str());
+  TRIAD_CHECK(is_floating(dst.dtype()) && dst.is_contiguous(),
+              "uniform_: expected a contiguous floating tensor, got " << dst.str());
   const uint64_t first = gen.advance(uint64_t(dst.numel()));
   backend_for(dst.device()).uniform(dst, low, high, gen.state().seed, first);
 }

@@ -9,8 +9,10 @@ Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(vo
     : data_(data), nbytes_(nbytes), device_(device), release_(std::move(release)) {}
 
 Storage::~Storage() {
-  if (allocator_) allocator_->deallocate(data_, nbytes_);
-  else if (release_) release_(data_);
+  if (allocator_)
+    allocator_->deallocate(data_, nbytes_);
+  else if (release_)
+    release_(data_);
 }
 
 }  // namespace triad

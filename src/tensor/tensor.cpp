@@ -23,10 +23,11 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
   return t;
 }
 
-Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape, const Shape& strides,
-                            int64_t offset, DType dtype) {
-  TRIAD_CHECK(shape.size() == strides.size(), "Tensor::from_storage: shape " << shape_str(shape)
-                                                  << " and strides " << shape_str(strides) << " differ in rank");
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape, const Shape& strides, int64_t offset,
+                            DType dtype) {
+  TRIAD_CHECK(shape.size() == strides.size(), "Tensor::from_storage: shape " << shape_str(shape) << " and strides "
+                                                                             << shape_str(strides)
+                                                                             << " differ in rank");
   int64_t last = offset;
   for (size_t i = 0; i < shape.size(); ++i) {
     TRIAD_CHECK(shape[i] >= 0 && strides[i] >= 0, "Tensor::from_storage: negative size or stride");
@@ -65,8 +66,8 @@ void* Tensor::raw_data() const {
 }
 
 double Tensor::item() const {
-  TRIAD_CHECK(numel() == 1, "Tensor::item: tensor of shape " << shape_str(shape()) << " has " << numel()
-                                                             << " elements, expected 1");
+  TRIAD_CHECK(numel() == 1,
+              "Tensor::item: tensor of shape " << shape_str(shape()) << " has " << numel() << " elements, expected 1");
   return at(std::vector<int64_t>(dim(), 0));
 }
 

@@ -48,8 +48,8 @@ class Tensor {
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
   // A tensor over `storage` with explicit geometry (checked to lie inside the storage).
-  static Tensor from_storage(std::shared_ptr<Storage> storage, const Shape& shape, const Shape& strides,
-                             int64_t offset, DType dtype);
+  static Tensor from_storage(std::shared_ptr<Storage> storage, const Shape& shape, const Shape& strides, int64_t offset,
+                             DType dtype);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }
@@ -93,9 +93,8 @@ class Tensor {
 
 template <class T>
 T* Tensor::data() const {
-  TRIAD_CHECK(dtype() == dtype_of<T>::value,
-              "Tensor::data: tensor holds " << dtype_name(dtype()) << ", accessed as "
-                                             << dtype_name(dtype_of<T>::value));
+  TRIAD_CHECK(dtype() == dtype_of<T>::value, "Tensor::data: tensor holds " << dtype_name(dtype()) << ", accessed as "
+                                                                           << dtype_name(dtype_of<T>::value));
   return static_cast<T*>(raw_data());
 }
 

@@ -83,7 +83,7 @@ BOOST_AUTO_TEST_CASE(a_tensor_used_twice_gets_summed_gradients) {
   check_values(grad(y), {5, 5}, "y + y + 3y");
   // Through views of the same leaf.
   const Tensor z = leaf({1, 2, 3, 4}, {2, 2});
-  backward(sum(mul(transpose(z, 0, 1), z)));  // sum_ij z_ji z_ij
+  backward(sum(mul(transpose(z, 0, 1), z)));       // sum_ij z_ji z_ij
   check_values(grad(z), {2, 6, 4, 8}, "z^T * z");  // d/dz_ij = 2 z_ji
 }
 
@@ -227,15 +227,25 @@ BOOST_AUTO_TEST_CASE(hooks_on_leaves) {
   // Hooks run in registration order, each on the previous one's result.
   const Tensor y = leaf({1});
   std::vector<int> order;
-  register_hook(y, [&](const Tensor& g) { order.push_back(1); return ops::add(g, 1.0); });
-  register_hook(y, [&](const Tensor& g) { order.push_back(2); return ops::mul(g, 3.0); });
+  register_hook(y, [&](const Tensor& g) {
+    order.push_back(1);
+    return ops::add(g, 1.0);
+  });
+  register_hook(y, [&](const Tensor& g) {
+    order.push_back(2);
+    return ops::mul(g, 3.0);
+  });
   backward(sum(y));
   BOOST_TEST((order == std::vector<int>{1, 2}));
   check_values(grad(y), {6}, "(1 + 1) * 3");
   // A leaf used twice: its hook sees the summed gradient once.
   const Tensor z = leaf({3});
   int zc = 0;
-  register_hook(z, [&](const Tensor& g) { ++zc; check_values(g, {6}, "summed"); return g; });
+  register_hook(z, [&](const Tensor& g) {
+    ++zc;
+    check_values(g, {6}, "summed");
+    return g;
+  });
   backward(sum(mul(z, z)));
   BOOST_TEST(zc == 1);
 }
@@ -257,7 +267,10 @@ BOOST_AUTO_TEST_CASE(hooks_on_intermediate_tensors) {
   const Tensor a = leaf({1});
   const Tensor b = mul(a, 3.0);
   double seen = 0;
-  register_hook(b, [&](const Tensor& g) { seen = g.item(); return g; });
+  register_hook(b, [&](const Tensor& g) {
+    seen = g.item();
+    return g;
+  });
   backward(sum(add(mul(b, 2.0), mul(b, b))));  // d/db = 2 + 2b = 8
   BOOST_TEST(seen == 8.0);
   check_values(grad(a), {24}, "through the hooked tensor");
@@ -368,7 +381,12 @@ BOOST_AUTO_TEST_CASE(checkpoint_gives_the_same_gradients) {
   clear(all);
 
   int runs = 0;
-  const Tensor ck_out = checkpoint([&](const Tensor& h) { ++runs; return block(p, h, 0.0); }, mul(x, 2.0));
+  const Tensor ck_out = checkpoint(
+      [&](const Tensor& h) {
+        ++runs;
+        return block(p, h, 0.0);
+      },
+      mul(x, 2.0));
   BOOST_TEST(runs == 1);
   BOOST_TEST(requires_grad(ck_out));
   BOOST_TEST(test::max_abs_diff(ck_out, plain_out) == 0.0);
@@ -405,8 +423,7 @@ BOOST_AUTO_TEST_CASE(checkpoint_replays_dropout_masks) {
   ops::uniform_(noise, 0, 1);
   const GeneratorState before_backward = default_generator().state();
   backward(sum(mul(ck_out, ck_out)));
-  for (size_t i = 0; i < all.size(); ++i)
-    BOOST_TEST(test::max_abs_diff(grad(all[i]), plain[i]) == 0.0, "tensor " << i);
+  for (size_t i = 0; i < all.size(); ++i) BOOST_TEST(test::max_abs_diff(grad(all[i]), plain[i]) == 0.0, "tensor " << i);
   // The backward leaves the generator where it found it.
   BOOST_TEST(default_generator().state().offset == before_backward.offset);
   BOOST_TEST(default_generator().state().seed == before_backward.seed);
@@ -436,7 +453,12 @@ BOOST_AUTO_TEST_CASE(nested_checkpoints) {
   const Tensor out = checkpoint(
       [&](const Tensor& h) {
         ++outer_runs;
-        const Tensor mid = checkpoint([&](const Tensor& u) { ++inner_runs; return block(p, u, 0.3); }, h);
+        const Tensor mid = checkpoint(
+            [&](const Tensor& u) {
+              ++inner_runs;
+              return block(p, u, 0.3);
+            },
+            h);
         return block(q, mid, 0.3);
       },
       x);
@@ -480,15 +502,18 @@ BOOST_AUTO_TEST_CASE(checkpoint_input_the_segment_ignores) {
   // and the pass does not fail on the missing gradient.
   const Tensor x = leaf({1, 2}), y = leaf({3, 4});
   const Tensor hx = mul(x, 2.0), hy = mul(y, 2.0);  // non-leaves: their nodes see what flows back
-  const Tensor out = checkpoint([](const std::vector<Tensor>& in) { return std::vector<Tensor>{mul(in[1], 3.0)}; },
-                                {hx, hy})[0];
+  const Tensor out =
+      checkpoint([](const std::vector<Tensor>& in) { return std::vector<Tensor>{mul(in[1], 3.0)}; }, {hx, hy})[0];
   backward(sum(out));
   check_values(grad(y), {6, 6}, "used input");
   BOOST_TEST((!grad(x).defined() || ops::max_abs(grad(x)) == 0.0));
   // Likewise an unused output of a multi-output checkpoint whose other output is used.
   const Tensor z = leaf({1, 2});
   const std::vector<Tensor> outs = checkpoint(
-      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mul(in[0], 2.0), exp(in[0])}; }, {mul(z, 1.0)});
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{mul(in[0], 2.0), exp(in[0])};
+      },
+      {mul(z, 1.0)});
   backward(sum(outs[1]));
   check_values(grad(z), {std::exp(1.0), std::exp(2.0)}, "second output only");
 }

@@ -5,7 +5,6 @@
 // relative to the gradient's largest entry.
 #define BOOST_TEST_MODULE gradcheck
 #include <boost/test/unit_test.hpp>
-
 #include <cmath>
 #include <functional>
 
@@ -94,7 +93,8 @@ void gradcheck(const std::string& name, const Fn& f, const std::vector<Tensor>& 
       const std::vector<double> analytic = g.to_vector<double>();
       double* p = x.data<double>();
       const int64_t n = x.numel();
-      const int64_t stride = opt.max_entries > 0 && n > opt.max_entries ? (n + opt.max_entries - 1) / opt.max_entries : 1;
+      const int64_t stride =
+          opt.max_entries > 0 && n > opt.max_entries ? (n + opt.max_entries - 1) / opt.max_entries : 1;
       double max_diff = 0, max_num = 0, max_ana = 0;
       int64_t worst = -1;
       for (int64_t j = 0; j < n; j += stride) {
@@ -147,15 +147,20 @@ BOOST_AUTO_TEST_CASE(view_functions) {
   gradcheck("expand lead", [](auto& in) { return expand(in[0], {3, 4}); }, {leaf({4}, 4)});
   gradcheck("contiguous", [](auto& in) { return contiguous(transpose(in[0], 0, 1)); }, {x});
   gradcheck("contiguous of contiguous", [](auto& in) { return contiguous(mul(in[0], 2.0)); }, {x});
-  gradcheck("views chained", [](auto& in) {
-    return squeeze(select(narrow(permute(unsqueeze(in[0], 0), {0, 3, 2, 1}), 1, 1, 3), 2, 1), 0);
-  }, {x});
+  gradcheck("views chained",
+            [](auto& in) {
+              return squeeze(select(narrow(permute(unsqueeze(in[0], 0), {0, 3, 2, 1}), 1, 1, 3), 2, 1), 0);
+            },
+            {x});
 }
 
 BOOST_AUTO_TEST_CASE(cat_function) {
   const Tensor a = leaf({2, 1, 3}, 5), b = leaf({2, 2, 3}, 6), c = leaf({2, 3, 3}, 7);
   gradcheck("cat dim 1", [](auto& in) { return cat({in[0], in[1], in[2]}, 1); }, {a, b, c});
-  gradcheck("cat dim -1", [](auto& in) { return cat({in[0], transpose(in[1], 1, 2)}, -1); },
+  gradcheck("cat dim -1",
+            [](auto& in) {
+              return cat({in[0], transpose(in[1], 1, 2)}, -1);
+            },
             {leaf({2, 3, 2}, 8), leaf({2, 1, 3}, 9)});
   gradcheck("cat dim 0", [](auto& in) { return cat({in[0], in[0]}, 0); }, {leaf({2, 3}, 10)});
   const Tensor constant = randn({2, 2, 3}, 11);
@@ -177,7 +182,8 @@ BOOST_AUTO_TEST_CASE(elementwise_functions) {
   gradcheck("sub self broadcast", [](auto& in) { return sub(in[0], sum(in[0], 1, true)); }, {a});
   gradcheck("div same shape", [](auto& in) { return div(in[0], in[1]); }, {a, away_from_zero({2, 3, 4}, 26, false)});
   gradcheck("div broadcast right", [](auto& in) { return div(in[0], in[1]); }, {a, pos_b});
-  gradcheck("div broadcast left", [](auto& in) { return div(in[0], in[1]); }, {b, away_from_zero({2, 3, 4}, 27, false)});
+  gradcheck("div broadcast left", [](auto& in) { return div(in[0], in[1]); },
+            {b, away_from_zero({2, 3, 4}, 27, false)});
   gradcheck("div broadcast both", [](auto& in) { return div(in[0], in[1]); }, {b, pos_c});
   // One operand constant: only the other gets a gradient.
   const Tensor k = randn({3, 1}, 28), kd = away_from_zero({2, 3, 4}, 29, false);
@@ -221,8 +227,10 @@ BOOST_AUTO_TEST_CASE(dropout_function) {
   }
   Options opt;
   opt.before_eval = [&] { gen.set_state(start); };
-  gradcheck("dropout", [&](auto& in) { return dropout(in[0], 0.4, true, gen); }, {x}, opt);
-  gradcheck("dropout of a view", [&](auto& in) { return dropout(transpose(in[0], 0, 1), 0.25, true, gen); }, {x}, opt);
+  gradcheck(
+      "dropout", [&](auto& in) { return dropout(in[0], 0.4, true, gen); }, {x}, opt);
+  gradcheck(
+      "dropout of a view", [&](auto& in) { return dropout(transpose(in[0], 0, 1), 0.25, true, gen); }, {x}, opt);
   gradcheck("dropout eval", [&](auto& in) { return dropout(in[0], 0.4, false, gen); }, {x});
   gradcheck("dropout p = 0", [&](auto& in) { return dropout(in[0], 0.0, true, gen); }, {x});
 }
@@ -292,8 +300,7 @@ BOOST_AUTO_TEST_CASE(nn_functions) {
   const Tensor x = leaf({2, 3, 6}, 110, 2.0), w = leaf(ops::add(randn({6}, 111, 0.3), 1.0)), b = leaf({6}, 112);
   gradcheck("layer_norm", [](auto& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b});
   gradcheck("layer_norm eps", [](auto& in) { return layer_norm(in[0], in[1], in[2], 0.1); }, {x, w, b});
-  gradcheck("layer_norm strided", [](auto& in) { return layer_norm(transpose(in[0], 0, 1), in[1], in[2]); },
-            {x, w, b});
+  gradcheck("layer_norm strided", [](auto& in) { return layer_norm(transpose(in[0], 0, 1), in[1], in[2]); }, {x, w, b});
 
   const Tensor ids = idx({4, 0, 4, 2, 1, 4}, {2, 3});
   gradcheck("embedding", [&](auto& in) { return embedding(in[0], ids); }, {leaf({5, 3}, 120)});
@@ -303,7 +310,10 @@ BOOST_AUTO_TEST_CASE(nn_functions) {
   gradcheck("cross_entropy", [&](auto& in) { return cross_entropy(in[0], targets); }, {leaf({2, 3, 5}, 130, 2.0)});
   gradcheck("cross_entropy 2d", [&](auto& in) { return cross_entropy(in[0], ops::reshape(targets, {6})); },
             {leaf({6, 5}, 131, 2.0)});
-  gradcheck("cross_entropy custom ignore", [&](auto& in) { return cross_entropy(in[0], idx({1, 4, 2, 0, 3, 3}, {2, 3}), 3); },
+  gradcheck("cross_entropy custom ignore",
+            [&](auto& in) {
+              return cross_entropy(in[0], idx({1, 4, 2, 0, 3, 3}, {2, 3}), 3);
+            },
             {leaf({2, 3, 5}, 132, 2.0)});
   gradcheck("cross_entropy strided logits", [&](auto& in) { return cross_entropy(transpose(in[0], 0, 1), targets); },
             {leaf({3, 2, 5}, 133, 2.0)});
@@ -315,15 +325,19 @@ BOOST_AUTO_TEST_CASE(nn_functions) {
 
 BOOST_AUTO_TEST_CASE(composite_attention) {
   // A small causal attention with a residual, using most functions together.
-  gradcheck("attention", [](auto& in) {
-    const Tensor& x = in[0];  // (B, T, C) = (2, 4, 6), two heads of 3
-    const Tensor qkv = linear(layer_norm(x, in[3], in[4]), in[1], in[2]);  // (2, 4, 18)
-    auto heads = [&](int64_t part) { return transpose(reshape(narrow(qkv, 2, part * 6, 6), {2, 4, 2, 3}), 1, 2); };
-    const Tensor att = softmax(mul(matmul(heads(0), heads(1), false, true), 1 / std::sqrt(3.0)), true);
-    const Tensor y = reshape(transpose(matmul(att, heads(2)), 1, 2), {2, 4, 6});
-    return add(x, gelu(y));
-  }, {leaf({2, 4, 6}, 140), leaf({18, 6}, 141, 0.5), leaf({18}, 142), leaf(ops::add(randn({6}, 143, 0.2), 1.0)),
-      leaf({6}, 144, 0.2)});
+  gradcheck("attention",
+            [](auto& in) {
+              const Tensor& x = in[0];  // (B, T, C) = (2, 4, 6), two heads of 3
+              const Tensor qkv = linear(layer_norm(x, in[3], in[4]), in[1], in[2]);  // (2, 4, 18)
+              auto heads = [&](int64_t part) {
+                return transpose(reshape(narrow(qkv, 2, part * 6, 6), {2, 4, 2, 3}), 1, 2);
+              };
+              const Tensor att = softmax(mul(matmul(heads(0), heads(1), false, true), 1 / std::sqrt(3.0)), true);
+              const Tensor y = reshape(transpose(matmul(att, heads(2)), 1, 2), {2, 4, 6});
+              return add(x, gelu(y));
+            },
+            {leaf({2, 4, 6}, 140), leaf({18, 6}, 141, 0.5), leaf({18}, 142), leaf(ops::add(randn({6}, 143, 0.2), 1.0)),
+             leaf({6}, 144, 0.2)});
 }
 
 // ---------------------------------------------------------------- a whole GPT in f64
@@ -374,30 +388,25 @@ void check_gpt(const nn::GPTConfig& config, const std::string& name) {
   opt.before_eval = [&] { default_generator().set_state(rng); };
   std::vector<Tensor> inputs;
   for (auto& [n, p] : params) inputs.push_back(p);
-  gradcheck(name, [&](auto&) { return model.loss(ids, targets); }, inputs, opt);
+  gradcheck(
+      name, [&](auto&) { return model.loss(ids, targets); }, inputs, opt);
   default_generator().set_state(rng);
 }
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(gpt_gradients_match_finite_differences) {
-  nn::GPTConfig config;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.d_model = 8;
-  config.seq_len = 8;
-  config.vocab_size = 11;
+  nn::GPTConfig config{.n_layer = 2, .n_head = 2, .d_model = 8, .seq_len = 8, .vocab_size = 11};
   check_gpt(config, "gpt");
 }
 
 BOOST_AUTO_TEST_CASE(gpt_with_dropout_and_checkpointing_matches_finite_differences) {
-  nn::GPTConfig config;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.d_model = 8;
-  config.seq_len = 8;
-  config.vocab_size = 11;
-  config.dropout = 0.2;
-  config.activation_checkpointing = true;
+  nn::GPTConfig config{.n_layer = 2,
+                       .n_head = 2,
+                       .d_model = 8,
+                       .seq_len = 8,
+                       .vocab_size = 11,
+                       .dropout = 0.2,
+                       .activation_checkpointing = true};
   check_gpt(config, "gpt dropout checkpointed");
 }

@@ -113,7 +113,6 @@ BOOST_AUTO_TEST_CASE(overrides_parse_json_or_strings_and_create_objects) {
 }
 
 BOOST_AUTO_TEST_CASE(config_files_missing_or_malformed) {
-  BOOST_CHECK_EXCEPTION(engine::load_config_file("/nonexistent/x.json"), Error, [](const Error& e) {
-    return contains(e.what(), "/nonexistent/x.json");
-  });
+  BOOST_CHECK_EXCEPTION(engine::load_config_file("/nonexistent/x.json"), Error,
+                        [](const Error& e) { return contains(e.what(), "/nonexistent/x.json"); });
 }

@@ -1,7 +1,6 @@
 // Token sampling rules and generation over the KV cache.
 #define BOOST_TEST_MODULE generate
 #include <boost/test/unit_test.hpp>
-
 #include <cmath>
 #include <map>
 
@@ -27,9 +26,9 @@ BOOST_AUTO_TEST_CASE(top_k_and_top_p_restrict_the_support) {
     ++nucleus[engine::sample_token(logits.data(), 4, {.temperature = 1.0, .top_k = 0, .top_p = 0.7}, u)];
     ++all[engine::sample_token(logits.data(), 4, {.temperature = 1.0, .top_k = 0, .top_p = 1.0}, u)];
   }
-  BOOST_TEST(top2.size() == 2u);          // only tokens 0 and 1
+  BOOST_TEST(top2.size() == 2u);                          // only tokens 0 and 1
   BOOST_TEST(std::abs(top2[0] / 4000.0 - 0.625) < 0.03);  // 0.5 / 0.8
-  BOOST_TEST(nucleus.size() == 2u);       // 0.5 < 0.7 <= 0.5 + 0.3
+  BOOST_TEST(nucleus.size() == 2u);                       // 0.5 < 0.7 <= 0.5 + 0.3
   BOOST_TEST(all.size() == 4u);
   BOOST_TEST(std::abs(all[3] / 4000.0 - 0.05) < 0.015);
 }

@@ -3,7 +3,6 @@
 // file of an earlier run untouched.
 #define BOOST_TEST_MODULE trainer
 #include <boost/test/unit_test.hpp>
-
 #include <fstream>
 
 #include "engine/model_file.h"
@@ -30,18 +29,17 @@ std::string write_tokens(const TempDir& dir) {
 }
 
 nlohmann::json tiny_config(const std::string& corpus) {
-  nlohmann::json j = {
-      {"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 32}, {"seq_len", 32}, {"vocab_size", 16}}},
-      {"data", {{"corpus", corpus}, {"val_fraction", 0.1}}},
-      {"train_batch_size", 8},
-      {"train_micro_batch_size_per_gpu", 4},
-      {"steps", 120},
-      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"betas", {0.9, 0.95}}}}}},
-      {"gradient_clipping", 1.0},
-      {"eval_interval", 0},
-      {"eval_iters", 4},
-      {"log_interval", 20},
-      {"seed", 3}};
+  nlohmann::json j = {{"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 32}, {"seq_len", 32}, {"vocab_size", 16}}},
+                      {"data", {{"corpus", corpus}, {"val_fraction", 0.1}}},
+                      {"train_batch_size", 8},
+                      {"train_micro_batch_size_per_gpu", 4},
+                      {"steps", 120},
+                      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"betas", {0.9, 0.95}}}}}},
+                      {"gradient_clipping", 1.0},
+                      {"eval_interval", 0},
+                      {"eval_iters", 4},
+                      {"log_interval", 20},
+                      {"seed", 3}};
   return j;
 }
 
@@ -88,7 +86,8 @@ BOOST_AUTO_TEST_CASE(missing_and_corrupt_files_name_the_file) {
   j["data"]["tokenizer"] = dir.file("no_tokenizer.json");
   BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "no_tokenizer.json"));
 
-  BOOST_TEST(contains(test::error_message([] { engine::load_model("/nonexistent/model.tns"); }), "/nonexistent/model.tns"));
+  BOOST_TEST(
+      contains(test::error_message([] { engine::load_model("/nonexistent/model.tns"); }), "/nonexistent/model.tns"));
 }
 
 BOOST_AUTO_TEST_CASE(data_that_does_not_fit_the_model_is_rejected) {

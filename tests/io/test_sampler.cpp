@@ -2,25 +2,23 @@
 // cover it evenly, agree across batch sizes (so data-parallel ranks can slice the global
 // batch); make_batch shifts targets by one token; train/val split edges and errors.
 #define BOOST_TEST_MODULE sampler
-#include <boost/test/unit_test.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 
 #include "io/sampler.h"
-
 #include "support/check.h"
 #include "support/files.h"
 
 using namespace triad;
-using test::check_error;
-using test::TempDir;
 using io::BatchSampler;
 using io::TokenRange;
+using test::check_error;
+using test::TempDir;
 
 BOOST_AUTO_TEST_CASE(offsets_are_a_function_of_seed_and_step) {
   const BatchSampler a({100, 100000}, 64, 1234), b({100, 100000}, 64, 1234), c({100, 100000}, 64, 999);

@@ -1,11 +1,10 @@
 // Text corpora: folders (sorted, .dat and symlinks skipped), separator lines (fortune "%"),
 // documents kept apart with <|endoftext|> between them when encoded, and errors naming paths.
 #define BOOST_TEST_MODULE text_corpus
-#include <boost/test/unit_test.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
 

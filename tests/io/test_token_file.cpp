@@ -2,27 +2,25 @@
 // header, truncation, trailing bytes, bad magic/version/dtype, flipped data byte, token out of
 // the vocabulary) caught on open with an Error naming the file.
 #define BOOST_TEST_MODULE token_file
-#include <boost/test/unit_test.hpp>
-
 #include <unistd.h>
 
+#include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
 #include "io/token_file.h"
-#include "tensor/error.h"
-
 #include "support/check.h"
 #include "support/files.h"
+#include "tensor/error.h"
 
 using namespace triad;
+using io::TokenFile;
 using test::check_error;
 using test::read_bytes;
 using test::TempDir;
 using test::write_bytes;
-using io::TokenFile;
 namespace fs = std::filesystem;
 
 namespace {

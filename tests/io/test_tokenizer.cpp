@@ -2,11 +2,10 @@
 // naive (recount everything each step) trainer, round trips on arbitrary bytes and English,
 // determinism, files (save/load, and every way a file can be bad naming its path).
 #define BOOST_TEST_MODULE tokenizer
-#include <boost/test/unit_test.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -20,11 +19,11 @@
 #include "support/files.h"
 
 using namespace triad;
+using io::Tokenizer;
 using test::check_error;
 using test::read_bytes;
 using test::TempDir;
 using test::write_bytes;
-using io::Tokenizer;
 namespace fs = std::filesystem;
 
 namespace {
@@ -112,8 +111,8 @@ BOOST_AUTO_TEST_CASE(training_stops_when_pairs_run_out) {
 
 BOOST_AUTO_TEST_CASE(pretokenize_gpt2_style) {
   const auto chunks = Tokenizer::pretokenize("Hello world, it's 2024!  ok\n\nbye");
-  const std::vector<std::string_view> expected = {"Hello", " world", ",", " it", "'s", " 2024", "!",
-                                                  " ",     " ok",    "\n", "\n",  "bye"};
+  const std::vector<std::string_view> expected = {"Hello", " world", ",",   " it", "'s", " 2024",
+                                                  "!",     " ",      " ok", "\n",  "\n", "bye"};
   BOOST_CHECK_EQUAL_COLLECTIONS(chunks.begin(), chunks.end(), expected.begin(), expected.end());
   // UTF-8 letters stay in their word; trailing whitespace stays whole; long runs are cut.
   const auto utf8 = Tokenizer::pretokenize(" caf\xc3\xa9 \t\n");
@@ -295,15 +294,20 @@ BOOST_AUTO_TEST_CASE(load_errors_name_the_file) {
   };
   bad_json("format.json", R"({"format": "other"})", "format");
   bad_json("version.json", R"({"format": "triad-bpe", "version": 9, "pretokenizer": "gpt2-bytes-128",
-    "vocab_size": 257, "eot": 256, "merges": []})", "version 9");
+    "vocab_size": 257, "eot": 256, "merges": []})",
+           "version 9");
   bad_json("forward.json", R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
-    "vocab_size": 258, "eot": 257, "merges": [[97, 256]]})", "merge 0");
+    "vocab_size": 258, "eot": 257, "merges": [[97, 256]]})",
+           "merge 0");
   bad_json("size.json", R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
-    "vocab_size": 300, "eot": 299, "merges": [[97, 98]]})", "vocab_size 300");
+    "vocab_size": 300, "eot": 299, "merges": [[97, 98]]})",
+           "vocab_size 300");
   bad_json("pair.json", R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
-    "vocab_size": 258, "eot": 257, "merges": [[97]]})", "merge 0");
+    "vocab_size": 258, "eot": 257, "merges": [[97]]})",
+           "merge 0");
   bad_json("missing_key.json", R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",
-    "vocab_size": 257, "merges": []})", "malformed");
+    "vocab_size": 257, "merges": []})",
+           "malformed");
   // The minimal valid file loads.
   const std::string ok = dir.file("ok.json");
   write_bytes(ok, R"({"format": "triad-bpe", "version": 1, "pretokenizer": "gpt2-bytes-128",

@@ -50,7 +50,8 @@ BOOST_AUTO_TEST_CASE(forward_and_gradients_match_pytorch) {
 BOOST_AUTO_TEST_CASE(adamw_trajectory_matches_pytorch) {
   Reference ref;
   auto model = load_model(ref);
-  optim::AdamW opt(optim::decay_groups(model->parameters(), 0.1), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
+  optim::AdamW opt(optim::decay_groups(model->parameters(), 0.1),
+                   {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
   const std::vector<float> losses = ref["train/losses"].to_vector<float>();
   const std::vector<float> norms = ref["train/grad_norms"].to_vector<float>();
   for (size_t step = 0; step < losses.size(); ++step) {
@@ -73,7 +74,11 @@ BOOST_AUTO_TEST_CASE(activation_checkpointing_gives_the_same_gradients) {
   auto plain = load_model(ref);
   backward(plain->loss(ref["idx"], ref["targets"]));
   const std::vector<int64_t> c = ref["config"].to_vector<int64_t>();
-  nn::GPTConfig config{.n_layer = c[0], .n_head = c[1], .d_model = c[2], .seq_len = c[4], .vocab_size = c[3],
+  nn::GPTConfig config{.n_layer = c[0],
+                       .n_head = c[1],
+                       .d_model = c[2],
+                       .seq_len = c[4],
+                       .vocab_size = c[3],
                        .activation_checkpointing = true};
   nn::GPT ckpt(config);
   auto pp = plain->named_parameters(), cp = ckpt.named_parameters();

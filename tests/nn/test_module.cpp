@@ -3,7 +3,6 @@
 // GPTConfig validation, GPT's sequence-length check, and causality of attention.
 #define BOOST_TEST_MODULE module
 #include <boost/test/unit_test.hpp>
-
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,19 +14,6 @@ using namespace triad;
 
 namespace {
 
-// Runs f, which must throw triad::Error whose message contains every one of `needles`.
-template <class F>
-void expect_error(F&& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    BOOST_ERROR("expected triad::Error mentioning '" << needles.front() << "', nothing was thrown");
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& n : needles)
-      BOOST_TEST(msg.find(n) != std::string::npos, "message '" << msg << "' does not mention '" << n << "'");
-  }
-}
-
 std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named) {
   std::vector<std::string> out;
   for (const auto& [n, _] : named) out.push_back(n);
@@ -35,12 +21,7 @@ std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tenso
 }
 
 nn::GPTConfig tiny_config() {
-  nn::GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.d_model = 16;
-  c.seq_len = 8;
-  c.vocab_size = 11;
+  nn::GPTConfig c{.n_layer = 2, .n_head = 2, .d_model = 16, .seq_len = 8, .vocab_size = 11};
   return c;
 }
 
@@ -118,9 +99,9 @@ BOOST_AUTO_TEST_CASE(gpt_parameter_names_and_order) {
   std::vector<std::string> expected{"wte.weight", "wpe.weight"};
   for (int i = 0; i < 2; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
-    for (const char* s : {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
-                          "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
-                          "mlp.proj.weight", "mlp.proj.bias"})
+    for (const char* s :
+         {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+          "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"})
       expected.push_back(b + s);
   }
   expected.push_back("ln_f.weight");
@@ -154,12 +135,7 @@ BOOST_AUTO_TEST_CASE(gpt_parameter_names_and_order) {
 BOOST_AUTO_TEST_CASE(gpt_num_parameters_closed_form) {
   for (auto [L, NH, C, S, V] : std::vector<std::array<int64_t, 5>>{
            {2, 2, 16, 8, 11}, {1, 1, 8, 3, 5}, {3, 4, 32, 16, 50}, {4, 2, 24, 7, 257}}) {
-    nn::GPTConfig c;
-    c.n_layer = L;
-    c.n_head = NH;
-    c.d_model = C;
-    c.seq_len = S;
-    c.vocab_size = V;
+    nn::GPTConfig c{.n_layer = L, .n_head = NH, .d_model = C, .seq_len = S, .vocab_size = V};
     nn::GPT model(c);
     BOOST_TEST(model.num_parameters() == gpt2_param_count(c), "L=" << L << " C=" << C);
   }
@@ -177,8 +153,7 @@ BOOST_AUTO_TEST_CASE(user_module_with_nested_children) {
   BOOST_TEST(names_of(m->named_parameters()) == expected, boost::test_tools::per_element());
   BOOST_TEST(names_of(m->named_parameters(/*recurse=*/false)) == std::vector<std::string>{"offset"},
              boost::test_tools::per_element());
-  BOOST_TEST(names_of(m->inner->named_parameters()) ==
-                 (std::vector<std::string>{"scale", "fc.weight", "fc.bias"}),
+  BOOST_TEST(names_of(m->inner->named_parameters()) == (std::vector<std::string>{"scale", "fc.weight", "fc.bias"}),
              boost::test_tools::per_element());
   BOOST_TEST(names_of(m->named_buffers()) == std::vector<std::string>{"inner.counter"},
              boost::test_tools::per_element());
@@ -204,17 +179,16 @@ BOOST_AUTO_TEST_CASE(user_module_with_nested_children) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_names_are_rejected) {
-  for (int kind : {0, 1, 2, 3})
-    expect_error([&] { BadModule m(kind); }, {"registered twice"});
-  expect_error([] { BadModule m(4); }, {"a.b"});
-  expect_error([] { BadModule m(5); }, {"invalid member name"});
+  for (int kind : {0, 1, 2, 3}) test::check_error([&] { BadModule m(kind); }, {"registered twice"});
+  test::check_error([] { BadModule m(4); }, {"a.b"});
+  test::check_error([] { BadModule m(5); }, {"invalid member name"});
 }
 
 BOOST_AUTO_TEST_CASE(module_without_single_tensor_forward_says_so) {
   struct NoForward : nn::Module {
     NoForward() : Module("NoForward") {}
   } m;
-  expect_error([&] { m(Tensor::ones({2})); }, {"NoForward"});
+  test::check_error([&] { m(Tensor::ones({2})); }, {"NoForward"});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -265,8 +239,8 @@ BOOST_AUTO_TEST_CASE(dropout_layer_values) {
 
   drop.eval();
   BOOST_TEST(test::max_abs_diff(drop(x), x) == 0.0);
-  expect_error([] { nn::Dropout bad(1.0); }, {"Dropout", "[0, 1)"});
-  expect_error([] { nn::Dropout bad(-0.1); }, {"Dropout"});
+  test::check_error([] { nn::Dropout bad(1.0); }, {"Dropout", "[0, 1)"});
+  test::check_error([] { nn::Dropout bad(-0.1); }, {"Dropout"});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -291,9 +265,8 @@ BOOST_AUTO_TEST_CASE(forward_hooks_fire_in_order_once_per_call) {
   m->head->register_forward_pre_hook(hook("head.pre", m->head.get()));
   m->head->register_forward_hook(hook("head.post", m->head.get()));
 
-  const std::vector<std::string> one_call{"outer.pre", "outer.pre2", "inner.pre",     "inner.fc.pre",
-                                          "inner.fc.post", "inner.post", "head.pre", "head.post",
-                                          "outer.post"};
+  const std::vector<std::string> one_call{"outer.pre",  "outer.pre2", "inner.pre", "inner.fc.pre", "inner.fc.post",
+                                          "inner.post", "head.pre",   "head.post", "outer.post"};
   (*m)(Tensor::ones({2, 3}));
   BOOST_TEST(events == one_call, boost::test_tools::per_element());
 
@@ -325,15 +298,17 @@ BOOST_AUTO_TEST_CASE(gpt_block_hooks_fire_once_per_forward_in_order) {
   nn::GPT model(c);
   std::vector<std::string> events;
   for (size_t i = 0; i < model.blocks->size(); ++i) {
-    (*model.blocks)[i]->register_forward_pre_hook([&events, i](nn::Module&) { events.push_back("pre" + std::to_string(i)); });
-    (*model.blocks)[i]->register_forward_hook([&events, i](nn::Module&) { events.push_back("post" + std::to_string(i)); });
+    (*model.blocks)[i]->register_forward_pre_hook(
+        [&events, i](nn::Module&) { events.push_back("pre" + std::to_string(i)); });
+    (*model.blocks)[i]->register_forward_hook(
+        [&events, i](nn::Module&) { events.push_back("post" + std::to_string(i)); });
   }
   model.register_forward_pre_hook([&](nn::Module&) { events.push_back("gpt.pre"); });
   model.register_forward_hook([&](nn::Module&) { events.push_back("gpt.post"); });
   model.loss(indices({1, 2, 3, 4}, 1, 4), indices({2, 3, 4, 5}, 1, 4));
-  BOOST_TEST(events == (std::vector<std::string>{"gpt.pre", "pre0", "post0", "pre1", "post1", "pre2", "post2",
-                                                 "gpt.post"}),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      events == (std::vector<std::string>{"gpt.pre", "pre0", "post0", "pre1", "post1", "pre2", "post2", "gpt.post"}),
+      boost::test_tools::per_element());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -386,7 +361,7 @@ BOOST_AUTO_TEST_CASE(linear_forward_values) {
   BOOST_TEST(nobias(x).to_vector<float>() == (std::vector<float>{-2.0f, -2.0f, 4.0f, 13.0f}),
              boost::test_tools::per_element());
 
-  expect_error([] { nn::Linear bad(0, 3); }, {"Linear"});
+  test::check_error([] { nn::Linear bad(0, 3); }, {"Linear"});
 }
 
 BOOST_AUTO_TEST_CASE(linear_init_bounds) {
@@ -432,7 +407,7 @@ BOOST_AUTO_TEST_CASE(embedding_forward_values_and_init) {
   // i32 indices work too; out-of-range ones are an Error.
   const Tensor y32 = emb(Tensor::from_vector<int32_t>({2}, {1}));
   BOOST_TEST(y32.to_vector<float>() == (std::vector<float>{20, 21}), boost::test_tools::per_element());
-  expect_error([&] { emb(indices({0, 4}, 1, 2)); }, {"embedding", "out of range"});
+  test::check_error([&] { emb(indices({0, 4}, 1, 2)); }, {"embedding", "out of range"});
 
   // Init N(0, 1): moments of a 100k-element table.
   Generator gen(3);
@@ -449,8 +424,8 @@ BOOST_AUTO_TEST_CASE(embedding_forward_values_and_init) {
 // (and its backward write) the row before the table.
 BOOST_AUTO_TEST_CASE(embedding_rejects_negative_indices) {
   nn::Embedding emb(4, 2);
-  expect_error([&] { emb(indices({-1, 0}, 1, 2)); }, {"embedding", "out of range"});
-  expect_error([&] { emb(indices({0, -2}, 1, 2)); }, {"embedding", "out of range"});
+  test::check_error([&] { emb(indices({-1, 0}, 1, 2)); }, {"embedding", "out of range"});
+  test::check_error([&] { emb(indices({0, -2}, 1, 2)); }, {"embedding", "out of range"});
 }
 
 BOOST_AUTO_TEST_CASE(layer_norm_forward_values) {
@@ -508,7 +483,11 @@ BOOST_AUTO_TEST_CASE(gpt_config_validate_names_the_key) {
     std::string key;
   };
   const std::vector<Case> cases{
-      {[](nn::GPTConfig& c) { c.d_model = 18; c.n_head = 4; }, "d_model"},  // not divisible
+      {[](nn::GPTConfig& c) {
+         c.d_model = 18;
+         c.n_head = 4;
+       },
+       "d_model"},  // not divisible
       {[](nn::GPTConfig& c) { c.d_model = 0; }, "d_model"},
       {[](nn::GPTConfig& c) { c.n_layer = 0; }, "n_layer"},
       {[](nn::GPTConfig& c) { c.n_head = 0; }, "n_head"},
@@ -521,21 +500,21 @@ BOOST_AUTO_TEST_CASE(gpt_config_validate_names_the_key) {
   for (const Case& k : cases) {
     nn::GPTConfig c = tiny_config();
     k.edit(c);
-    expect_error([&] { c.validate(); }, {k.key});
-    expect_error([&] { nn::GPT model(c); }, {k.key});  // the constructor validates too
+    test::check_error([&] { c.validate(); }, {k.key});
+    test::check_error([&] { nn::GPT model(c); }, {k.key});  // the constructor validates too
   }
   // The divisibility message shows both numbers.
   nn::GPTConfig c = tiny_config();
   c.d_model = 18;
   c.n_head = 4;
-  expect_error([&] { c.validate(); }, {"d_model", "n_head", "18", "4"});
+  test::check_error([&] { c.validate(); }, {"d_model", "n_head", "18", "4"});
 }
 
 BOOST_AUTO_TEST_CASE(gpt_rejects_sequences_longer_than_seq_len) {
   nn::GPT model(tiny_config());  // seq_len 8
   std::vector<int64_t> v(9, 1);
-  expect_error([&] { model(indices(v, 1, 9)); }, {"seq_len", "9", "8"});
-  expect_error([&] { model(Tensor::from_vector<int64_t>({1, 2}, {2})); }, {"(B, T)"});
+  test::check_error([&] { model(indices(v, 1, 9)); }, {"seq_len", "9", "8"});
+  test::check_error([&] { model(Tensor::from_vector<int64_t>({1, 2}, {2})); }, {"(B, T)"});
   v.resize(8);
   const Tensor logits = model(indices(v, 1, 8));  // exactly seq_len is fine
   BOOST_TEST((logits.shape() == Shape{1, 8, 11}));
@@ -554,8 +533,10 @@ BOOST_AUTO_TEST_CASE(attention_is_causal) {
   const Tensor la = model(indices(a, 1, T)), lb = model(indices(b, 1, T));
   for (int64_t t = 0; t < T; ++t) {
     const double d = test::max_abs_diff(ops::narrow(la, 1, t, 1), ops::narrow(lb, 1, t, 1));
-    if (t < changed) BOOST_TEST(d < 1e-6, "position " << t << " saw a future token: diff " << d);
-    else BOOST_TEST(d > 1e-4, "position " << t << " did not see the change: diff " << d);
+    if (t < changed)
+      BOOST_TEST(d < 1e-6, "position " << t << " saw a future token: diff " << d);
+    else
+      BOOST_TEST(d > 1e-4, "position " << t << " did not see the change: diff " << d);
   }
 
   // The same for a single block's attention, with random inputs at every later position.
@@ -569,5 +550,5 @@ BOOST_AUTO_TEST_CASE(attention_is_causal) {
   const Tensor ya = attn(x), yb = attn(x2);
   BOOST_TEST(test::max_abs_diff(ops::narrow(ya, 1, 0, 3), ops::narrow(yb, 1, 0, 3)) < 1e-6);
   BOOST_TEST(test::max_abs_diff(ops::narrow(ya, 1, 3, 3), ops::narrow(yb, 1, 3, 3)) > 1e-4);
-  expect_error([] { nn::CausalSelfAttention bad(18, 4, 0.0); }, {"d_model", "n_head"});
+  test::check_error([] { nn::CausalSelfAttention bad(18, 4, 0.0); }, {"d_model", "n_head"});
 }

@@ -4,9 +4,8 @@
 // back H positions (an induction-style circuit: it needs attention, position embeddings and
 // two layers working together). Chance level is ln(V); the test demands far better.
 #define BOOST_TEST_MODULE train_synthetic
-#include <boost/test/unit_test.hpp>
-
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -19,9 +18,9 @@ using namespace triad;
 
 namespace {
 
-constexpr int64_t kV = 8;            // vocabulary
-constexpr int64_t kH = 8;            // half length: sequences of 2H tokens
-constexpr int64_t kT = 2 * kH - 1;   // model input: tokens[0 .. 2H-2], targets tokens[1 .. 2H-1]
+constexpr int64_t kV = 8;           // vocabulary
+constexpr int64_t kH = 8;           // half length: sequences of 2H tokens
+constexpr int64_t kT = 2 * kH - 1;  // model input: tokens[0 .. 2H-2], targets tokens[1 .. 2H-1]
 constexpr int64_t kB = 16;
 
 struct Batch {
@@ -45,13 +44,7 @@ Batch copy_batch(std::mt19937_64& rng) {
 }
 
 nn::GPTConfig copy_config() {
-  nn::GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.d_model = 64;
-  c.seq_len = kT;
-  c.vocab_size = kV;
-  c.init_seed = 2024;
+  nn::GPTConfig c{.n_layer = 2, .n_head = 4, .d_model = 64, .seq_len = kT, .vocab_size = kV, .init_seed = 2024};
   return c;
 }
 

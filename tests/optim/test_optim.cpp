@@ -3,7 +3,6 @@
 // decay_groups, WarmupCosineLR / ConstantLR, clip_grad_norm, and the errors for bad options.
 #define BOOST_TEST_MODULE optim
 #include <boost/test/unit_test.hpp>
-
 #include <cmath>
 #include <vector>
 
@@ -169,15 +168,10 @@ BOOST_AUTO_TEST_CASE(decay_groups_split_by_dimension) {
   BOOST_TEST(groups[1].params[2].is_same(b1b));
 
   // On a GPT: every matrix and embedding decays, every bias and LayerNorm parameter does not.
-  nn::GPTConfig c;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.d_model = 8;
-  c.seq_len = 4;
-  c.vocab_size = 5;
+  nn::GPTConfig c{.n_layer = 1, .n_head = 2, .d_model = 8, .seq_len = 4, .vocab_size = 5};
   nn::GPT model(c);
   const auto g = optim::decay_groups(model.parameters(), 0.1);
-  BOOST_TEST(g[0].params.size() == 2u + 4u);  // wte, wpe, qkv, attn.proj, fc, mlp.proj
+  BOOST_TEST(g[0].params.size() == 2u + 4u);       // wte, wpe, qkv, attn.proj, fc, mlp.proj
   BOOST_TEST(g[1].params.size() == 4u + 4u + 2u);  // 4 Linear biases, 2 LayerNorms, ln_f
 }
 
@@ -280,9 +274,9 @@ BOOST_AUTO_TEST_CASE(warmup_cosine_values) {
   BOOST_TEST(std::fabs(s.lr_at(4) - 0.5) < 1e-15);
   BOOST_TEST(std::fabs(s.lr_at(9) - 1.0) < 1e-15);
   // Decay over steps 10..110: min + (max - min)(1 + cos(pi progress))/2.
-  BOOST_TEST(std::fabs(s.lr_at(10) - 1.0) < 1e-15);                      // progress 0
+  BOOST_TEST(std::fabs(s.lr_at(10) - 1.0) < 1e-15);                                  // progress 0
   BOOST_TEST(std::fabs(s.lr_at(35) - (0.1 + 0.45 * (1 + std::sqrt(0.5)))) < 1e-12);  // progress 1/4
-  BOOST_TEST(std::fabs(s.lr_at(60) - 0.55) < 1e-12);                     // midpoint
+  BOOST_TEST(std::fabs(s.lr_at(60) - 0.55) < 1e-12);                                 // midpoint
   BOOST_TEST(std::fabs(s.lr_at(85) - (0.1 + 0.45 * (1 - std::sqrt(0.5)))) < 1e-12);  // progress 3/4
   BOOST_TEST(std::fabs(s.lr_at(109) - (0.1 + 0.45 * (1 + std::cos(M_PI * 0.99)))) < 1e-12);
   BOOST_TEST(s.lr_at(109) > 0.1);

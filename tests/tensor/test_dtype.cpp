@@ -3,7 +3,6 @@
 // every pair of dtypes, dtype names and device strings.
 #define BOOST_TEST_MODULE dtype
 #include <boost/test/unit_test.hpp>
-
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -38,9 +37,12 @@ bool bf16_is_nan(uint16_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) !=
 double f16_value(uint16_t h) {
   const int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   double v;
-  if (exp == 0x1f) v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else if (exp == 0) v = std::ldexp(double(mant), -24);
-  else v = std::ldexp(1.0 + double(mant) / 1024.0, exp - 15);
+  if (exp == 0x1f)
+    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (exp == 0)
+    v = std::ldexp(double(mant), -24);
+  else
+    v = std::ldexp(1.0 + double(mant) / 1024.0, exp - 15);
   return sign ? -v : v;
 }
 
@@ -75,8 +77,10 @@ BOOST_AUTO_TEST_CASE(f16_round_trips_every_bit_pattern) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = f16::to_float(uint16_t(h));
     const uint16_t back = f16::from_float(f);
-    if (f16_is_nan(uint16_t(h))) BOOST_TEST_REQUIRE(f16_is_nan(back), "pattern " << h << " -> " << back);
-    else BOOST_TEST_REQUIRE(back == h, "pattern " << h << " -> " << back);
+    if (f16_is_nan(uint16_t(h)))
+      BOOST_TEST_REQUIRE(f16_is_nan(back), "pattern " << h << " -> " << back);
+    else
+      BOOST_TEST_REQUIRE(back == h, "pattern " << h << " -> " << back);
     // The struct wrapper agrees with the static functions.
     if (!f16_is_nan(uint16_t(h))) BOOST_TEST_REQUIRE(float(f16(f)) == f);
   }
@@ -103,11 +107,11 @@ BOOST_AUTO_TEST_CASE(f16_known_values) {
   BOOST_TEST(f16::from_float(1.0f + std::ldexp(1.0f, -11) - std::ldexp(1.0f, -20)) == 0x3c00);
   BOOST_TEST(f16::from_float(-(1.0f + 3 * std::ldexp(1.0f, -11))) == 0xbc02);
   // Ties in the subnormal range and across the subnormal/normal boundary.
-  BOOST_TEST(f16::from_float(std::ldexp(1.0f, -25)) == 0x0000);      // half the smallest: to even (0)
+  BOOST_TEST(f16::from_float(std::ldexp(1.0f, -25)) == 0x0000);  // half the smallest: to even (0)
   BOOST_TEST(f16::from_float(std::ldexp(1.0f, -25) * 1.0001f) == 0x0001);
-  BOOST_TEST(f16::from_float(std::ldexp(3.0f, -25)) == 0x0002);      // 1.5 quanta: to even (2)
-  BOOST_TEST(f16::from_float(std::ldexp(5.0f, -25)) == 0x0002);      // 2.5 quanta: to even (2)
-  BOOST_TEST(f16::from_float(std::ldexp(2047.0f, -25)) == 0x0400);   // 1023.5 quanta: up to normal
+  BOOST_TEST(f16::from_float(std::ldexp(3.0f, -25)) == 0x0002);     // 1.5 quanta: to even (2)
+  BOOST_TEST(f16::from_float(std::ldexp(5.0f, -25)) == 0x0002);     // 2.5 quanta: to even (2)
+  BOOST_TEST(f16::from_float(std::ldexp(2047.0f, -25)) == 0x0400);  // 1023.5 quanta: up to normal
   BOOST_TEST(f16::from_float(std::ldexp(1.0f, -30)) == 0x0000);
   BOOST_TEST(f16::from_float(-std::ldexp(1.0f, -30)) == 0x8000);
 
@@ -184,8 +188,10 @@ BOOST_AUTO_TEST_CASE(bf16_round_trips_every_bit_pattern_and_matches_rounding_mod
     const float f = float(b);
     BOOST_TEST_REQUIRE(float_bits(f) == (h << 16));
     const uint16_t back = bf16::from_float(f);
-    if (bf16_is_nan(uint16_t(h))) BOOST_TEST_REQUIRE(bf16_is_nan(back), "pattern " << h);
-    else BOOST_TEST_REQUIRE(back == h, "pattern " << h << " -> " << back);
+    if (bf16_is_nan(uint16_t(h)))
+      BOOST_TEST_REQUIRE(bf16_is_nan(back), "pattern " << h);
+    else
+      BOOST_TEST_REQUIRE(back == h, "pattern " << h << " -> " << back);
   }
   // Rounding model: the nearer of the two neighbours, the even one on a tie.
   int failures = 0;
@@ -216,8 +222,10 @@ BOOST_AUTO_TEST_CASE(to_converts_between_every_pair_of_dtypes) {
       BOOST_TEST_REQUIRE(dst.shape() == src.shape());
       for (size_t i = 0; i < values.size(); ++i)
         BOOST_TEST(dst.at({int64_t(i)}) == values[i], dtype_name(from) << " -> " << dtype_name(to) << " element " << i);
-      if (from == to) BOOST_TEST(dst.is_same(src));
-      else BOOST_TEST(dst.storage() != src.storage());
+      if (from == to)
+        BOOST_TEST(dst.is_same(src));
+      else
+        BOOST_TEST(dst.storage() != src.storage());
       // Strided source: a transposed (3, 4) matrix.
       if (values.size() == 12) {
         const Tensor m = ops::transpose(ops::view(src, {4, 3}), 0, 1);  // (3, 4)

@@ -3,7 +3,6 @@
 // their own argument handling, the differentiable functions.
 #define BOOST_TEST_MODULE errors
 #include <boost/test/unit_test.hpp>
-
 #include <functional>
 
 #include "autograd/engine.h"
@@ -47,12 +46,22 @@ Tensor leaf(const Shape& s) {
 
 BOOST_AUTO_TEST_CASE(matmul_shape_errors) {
   expect_error("matmul inner", [] { ops::matmul(f32({2, 3}), f32({4, 5})); }, {"matmul", "(2, 3)", "(4, 5)"});
-  expect_error("matmul inner trans", [] { ops::matmul(f32({2, 3}), f32({4, 5}), true, false); },
+  expect_error("matmul inner trans",
+               [] {
+                 ops::matmul(f32({2, 3}), f32({4, 5}), true, false);
+               },
                {"matmul", "(2, 3)", "(4, 5)"});
-  expect_error("matmul batch", [] { ops::matmul(f32({2, 2, 3}), f32({3, 3, 4})); }, {"matmul", "(2, 2, 3)", "(3, 3, 4)"});
+  expect_error("matmul batch",
+               [] {
+                 ops::matmul(f32({2, 2, 3}), f32({3, 3, 4}));
+               },
+               {"matmul", "(2, 2, 3)", "(3, 3, 4)"});
   expect_error("matmul 1-d", [] { ops::matmul(f32({3}), f32({3, 2})); }, {"matmul", "(3,)", "(3, 2)"});
   expect_error("matmul 2-d @ batched", [] { ops::matmul(f32({2, 3}), f32({2, 3, 4})); }, {"matmul", "(2, 3)"});
-  expect_error("matmul dtypes", [] { ops::matmul(f32({2, 3}), Tensor::zeros({3, 2}, DType::f64)); },
+  expect_error("matmul dtypes",
+               [] {
+                 ops::matmul(f32({2, 3}), Tensor::zeros({3, 2}, DType::f64));
+               },
                {"matmul", "f32", "f64"});
   expect_error("autograd matmul", [] { matmul(leaf({2, 3}), leaf({4, 5})); }, {"matmul", "(2, 3)", "(4, 5)"});
   expect_error("linear", [] { ops::linear(f32({2, 3}), f32({4, 5}), Tensor()); }, {"linear", "(2, 3)", "(4, 5)"});
@@ -67,7 +76,10 @@ BOOST_AUTO_TEST_CASE(broadcast_and_dtype_errors) {
   expect_error("sub broadcast", [] { ops::sub(f32({5, 1, 3}), f32({2, 2})); }, {"sub", "(5, 1, 3)", "(2, 2)"});
   expect_error("div broadcast", [] { ops::div(f32({2}), f32({3})); }, {"div", "(2,)", "(3,)"});
   expect_error("autograd add broadcast", [] { add(leaf({2, 3}), leaf({4})); }, {"add", "(2, 3)", "(4,)"});
-  expect_error("add i64", [] { ops::add(Tensor::zeros({2, 3}, DType::i64), Tensor::zeros({2, 3}, DType::i64)); },
+  expect_error("add i64",
+               [] {
+                 ops::add(Tensor::zeros({2, 3}, DType::i64), Tensor::zeros({2, 3}, DType::i64));
+               },
                {"add", "i64", "(2, 3)"});
   expect_error("add mixed", [] { ops::add(f32({2, 3}), Tensor::zeros({2, 3}, DType::f64)); }, {"add", "f32", "f64"});
   expect_error("add f32 + i64", [] { ops::add(f32({2, 3}), Tensor::zeros({2, 3}, DType::i64)); }, {"add", "i64"});
@@ -76,14 +88,15 @@ BOOST_AUTO_TEST_CASE(broadcast_and_dtype_errors) {
   expect_error("add_ shape", [] { ops::add_(f32({3}), f32({2, 3})); }, {"add_", "(2, 3)", "(3,)"});
   expect_error("copy_ shape", [] { ops::copy_(f32({2, 3}), f32({4})); }, {"copy_", "(2, 3)", "(4,)"});
   expect_error("sum_to", [] { ops::sum_to(f32({2, 3}), {4}); }, {"sum_to", "(2, 3)", "(4,)"});
-  expect_error("gelu_backward", [] { ops::gelu_backward(f32({2, 3}), f32({3})); },
-               {"gelu_backward", "(2, 3)", "(3,)"});
-  expect_error("relu_backward", [] { ops::relu_backward(f32({2, 3}), f32({3})); },
-               {"relu_backward", "(2, 3)", "(3,)"});
+  expect_error("gelu_backward", [] { ops::gelu_backward(f32({2, 3}), f32({3})); }, {"gelu_backward", "(2, 3)", "(3,)"});
+  expect_error("relu_backward", [] { ops::relu_backward(f32({2, 3}), f32({3})); }, {"relu_backward", "(2, 3)", "(3,)"});
   expect_error("dropout p", [] { ops::dropout(f32({2, 3}), 1.0, 0, 0); }, {"dropout", "1"});
   expect_error("dropout negative p", [] { ops::dropout(f32({2, 3}), -0.1, 0, 0); }, {"dropout"});
   expect_error("normal_ i64", [] { ops::normal_(Tensor::zeros({2}, DType::i64), 0, 1); }, {"normal_", "i64"});
-  expect_error("uniform_ strided", [] { ops::uniform_(ops::transpose(f32({2, 3}), 0, 1), 0, 1); },
+  expect_error("uniform_ strided",
+               [] {
+                 ops::uniform_(ops::transpose(f32({2, 3}), 0, 1), 0, 1);
+               },
                {"uniform_", "(3, 2)"});
   expect_error("undefined tensor", [] { ops::add(Tensor(), f32({2})); }, {"undefined"});
 }
@@ -97,29 +110,57 @@ BOOST_AUTO_TEST_CASE(index_errors) {
   expect_error("embedding 1-d weight", [&] { ops::embedding(f32({4}), idx({0}, {1})); }, {"embedding", "(4,)"});
   expect_error("autograd embedding", [&] { embedding(leaf({4, 3}), idx({1, 9}, {1, 2})); }, {"embedding", "9"});
   expect_error("embedding_backward high",
-               [&] { ops::embedding_backward(f32({2, 3}), idx({1, 4}, {2}), 4); }, {"embedding_backward", "4"});
+               [&] {
+                 ops::embedding_backward(f32({2, 3}), idx({1, 4}, {2}), 4);
+               },
+               {"embedding_backward", "4"});
   expect_error("embedding_backward -1",
-               [&] { ops::embedding_backward(f32({2, 3}), idx({-1, 0}, {2}), 4); }, {"embedding_backward", "-1"});
+               [&] {
+                 ops::embedding_backward(f32({2, 3}), idx({-1, 0}, {2}), 4);
+               },
+               {"embedding_backward", "-1"});
   expect_error("embedding_backward dtype",
-               [&] { ops::embedding_backward(f32({2, 3}), f32({2}), 4); }, {"embedding_backward", "f32"});
+               [&] {
+                 ops::embedding_backward(f32({2, 3}), f32({2}), 4);
+               },
+               {"embedding_backward", "f32"});
   expect_error("embedding_backward shape",
-               [&] { ops::embedding_backward(f32({2, 3}), idx({0, 1, 2}, {3, 1}), 4); },
+               [&] {
+                 ops::embedding_backward(f32({2, 3}), idx({0, 1, 2}, {3, 1}), 4);
+               },
                {"embedding_backward", "(2, 3)", "(3, 1)"});
 
   const Tensor logits = f32({2, 5});
-  expect_error("cross_entropy high", [&] { ops::cross_entropy(logits, idx({0, 5}, {2}), -100); },
+  expect_error("cross_entropy high",
+               [&] {
+                 ops::cross_entropy(logits, idx({0, 5}, {2}), -100);
+               },
                {"cross_entropy", "5", "[0, 5)"});
-  expect_error("cross_entropy -1", [&] { ops::cross_entropy(logits, idx({-1, 0}, {2}), -100); },
+  expect_error("cross_entropy -1",
+               [&] {
+                 ops::cross_entropy(logits, idx({-1, 0}, {2}), -100);
+               },
                {"cross_entropy", "-1", "[0, 5)"});
-  expect_error("cross_entropy shape", [&] { ops::cross_entropy(logits, idx({0, 1, 2}, {3}), -100); },
+  expect_error("cross_entropy shape",
+               [&] {
+                 ops::cross_entropy(logits, idx({0, 1, 2}, {3}), -100);
+               },
                {"cross_entropy", "(2, 5)", "(3,)"});
   expect_error("cross_entropy dtype", [&] { ops::cross_entropy(logits, f32({2}), -100); }, {"cross_entropy", "f32"});
-  expect_error("autograd cross_entropy", [&] { cross_entropy(leaf({2, 3, 5}), idx({0, 1, 2}, {3})); },
+  expect_error("autograd cross_entropy",
+               [&] {
+                 cross_entropy(leaf({2, 3, 5}), idx({0, 1, 2}, {3}));
+               },
                {"cross_entropy", "(2, 3, 5)", "(3,)"});
-  expect_error("autograd cross_entropy target", [&] { cross_entropy(leaf({2, 5}), idx({0, 6}, {2})); },
+  expect_error("autograd cross_entropy target",
+               [&] {
+                 cross_entropy(leaf({2, 5}), idx({0, 6}, {2}));
+               },
                {"cross_entropy", "6"});
   expect_error("cross_entropy_backward target",
-               [&] { ops::cross_entropy_backward(logits, idx({0, 7}, {2}), f32({2}), 1.0, 2, -100); },
+               [&] {
+                 ops::cross_entropy_backward(logits, idx({0, 7}, {2}), f32({2}), 1.0, 2, -100);
+               },
                {"cross_entropy_backward", "7"});
 }
 
@@ -161,21 +202,32 @@ BOOST_AUTO_TEST_CASE(nn_errors) {
   const Tensor x = f32({2, 3});
   expect_error("layer_norm weight", [&] { ops::layer_norm(x, f32({4}), f32({3}), 1e-5); },
                {"layer_norm", "(2, 3)", "(4,)"});
-  expect_error("layer_norm bias", [&] { ops::layer_norm(x, f32({3}), f32({3, 1}), 1e-5); },
+  expect_error("layer_norm bias",
+               [&] {
+                 ops::layer_norm(x, f32({3}), f32({3, 1}), 1e-5);
+               },
                {"layer_norm", "(2, 3)", "(3, 1)"});
   expect_error("layer_norm weight dtype", [&] { ops::layer_norm(x, Tensor::ones({3}, DType::f64), f32({3}), 1e-5); },
                {"layer_norm", "f64"});
-  expect_error("autograd layer_norm", [&] { layer_norm(leaf({2, 3}), leaf({2}), leaf({3})); },
+  expect_error("autograd layer_norm",
+               [&] {
+                 layer_norm(leaf({2, 3}), leaf({2}), leaf({3}));
+               },
                {"layer_norm", "(2, 3)", "(2,)"});
   expect_error("softmax causal Tq > Tk", [&] { ops::softmax(f32({4, 3}), true); }, {"softmax", "(4, 3)"});
   expect_error("softmax causal 1-d", [&] { ops::softmax(f32({3}), true); }, {"softmax", "(3,)"});
   expect_error("softmax i64", [&] { ops::softmax(Tensor::zeros({3}, DType::i64)); }, {"softmax", "i64"});
-  expect_error("softmax_backward", [&] { ops::softmax_backward(x, f32({3, 2})); },
+  expect_error("softmax_backward",
+               [&] {
+                 ops::softmax_backward(x, f32({3, 2}));
+               },
                {"softmax_backward", "(2, 3)", "(3, 2)"});
-  expect_error("layer_norm_backward", [&] {
-    const ops::LayerNormOut r = ops::layer_norm(x, f32({3}), f32({3}), 1e-5);
-    ops::layer_norm_backward(f32({3, 2}), x, f32({3}), r.mean, r.rstd);
-  }, {"layer_norm_backward", "(2, 3)", "(3, 2)"});
+  expect_error("layer_norm_backward",
+               [&] {
+                 const ops::LayerNormOut r = ops::layer_norm(x, f32({3}), f32({3}), 1e-5);
+                 ops::layer_norm_backward(f32({3, 2}), x, f32({3}), r.mean, r.rstd);
+               },
+               {"layer_norm_backward", "(2, 3)", "(3, 2)"});
 }
 
 BOOST_AUTO_TEST_CASE(tensor_access_errors) {
@@ -189,12 +241,21 @@ BOOST_AUTO_TEST_CASE(tensor_access_errors) {
   expect_error("at rank", [&] { t.at({1}); }, {"at"});
   expect_error("at range", [&] { t.at({1, 3}); }, {"at", "3"});
   expect_error("size", [&] { t.size(2); }, {"size", "2"});
-  expect_error("from_vector", [] { Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}); },
+  expect_error("from_vector",
+               [] {
+                 Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2});
+               },
                {"from_vector", "(2, 2)"});
   expect_error("empty negative", [] { Tensor::empty({2, -1}); }, {"empty", "(2, -1)"});
-  expect_error("from_storage outside", [&] { Tensor::from_storage(t.storage(), {3, 3}, {3, 1}, 0, DType::f32); },
+  expect_error("from_storage outside",
+               [&] {
+                 Tensor::from_storage(t.storage(), {3, 3}, {3, 1}, 0, DType::f32);
+               },
                {"from_storage", "(3, 3)"});
-  expect_error("from_storage rank", [&] { Tensor::from_storage(t.storage(), {6}, {1, 1}, 0, DType::f32); },
+  expect_error("from_storage rank",
+               [&] {
+                 Tensor::from_storage(t.storage(), {6}, {1, 1}, 0, DType::f32);
+               },
                {"from_storage", "(6,)"});
   expect_error("to_vector of undefined", [] { Tensor().to_vector<float>(); }, {"undefined"});
 }
@@ -206,9 +267,15 @@ BOOST_AUTO_TEST_CASE(autograd_errors) {
                {"set_requires_grad", "leaf"});
   expect_error("backward without grad", [] { backward(f32({})); }, {"backward", "does not require grad"});
   expect_error("backward non-scalar", [] { backward(mul(leaf({2, 3}), 2.0)); }, {"backward", "(2, 3)"});
-  expect_error("backward gradient shape", [] { backward(mul(leaf({2, 3}), 2.0), Tensor::ones({3}, DType::f64)); },
+  expect_error("backward gradient shape",
+               [] {
+                 backward(mul(leaf({2, 3}), 2.0), Tensor::ones({3}, DType::f64));
+               },
                {"backward", "(3,)", "(2, 3)"});
-  expect_error("set_grad shape", [] { set_grad(leaf({2, 3}), Tensor::zeros({3}, DType::f64)); },
+  expect_error("set_grad shape",
+               [] {
+                 set_grad(leaf({2, 3}), Tensor::zeros({3}, DType::f64));
+               },
                {"set_grad", "(3,)", "(2, 3)"});
   expect_error("register_hook without grad", [] { register_hook(f32({2}), [](const Tensor& g) { return g; }); },
                {"register_hook", "(2,)"});

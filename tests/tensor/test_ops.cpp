@@ -2,10 +2,9 @@
 // f32 and f64; random fills and dropout masks checked for their distribution, replay and
 // independence from the OpenMP thread count.
 #define BOOST_TEST_MODULE ops
-#include <boost/test/unit_test.hpp>
-
 #include <omp.h>
 
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <limits>
 
@@ -29,8 +28,8 @@ double tol(DType dt) { return dt == DType::f64 ? 1e-13 : 2e-6; }
 // Every element of t (any layout) against `expected` (row-major), relative to max(1, |e|).
 void check_values(const Tensor& t, const Shape& shape, const std::vector<double>& expected, double tolerance,
                   const std::string& what) {
-  BOOST_REQUIRE_MESSAGE(t.shape() == shape, what << ": shape " << shape_str(t.shape()) << ", expected "
-                                                 << shape_str(shape));
+  BOOST_REQUIRE_MESSAGE(t.shape() == shape,
+                        what << ": shape " << shape_str(t.shape()) << ", expected " << shape_str(shape));
   const std::vector<double> got = t.to_vector<double>();
   BOOST_REQUIRE_EQUAL(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -39,9 +38,7 @@ void check_values(const Tensor& t, const Shape& shape, const std::vector<double>
   }
 }
 
-double gelu_ref(double x) {
-  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 }  // namespace
 
@@ -205,8 +202,8 @@ BOOST_AUTO_TEST_CASE(softmax_plain_and_causal) {
                   std::exp(2.0) / (1 + std::exp(1.0) + std::exp(2.0))},
                  tol(dt), d + " [1, 2, 3]");
     // Causal, Tq = Tk = 3 on zeros: row i is uniform over keys 0..i.
-    check_values(ops::softmax(Tensor::zeros({3, 3}, dt), true), {3, 3},
-                 {1, 0, 0, 0.5, 0.5, 0, third, third, third}, tol(dt), d + " causal square");
+    check_values(ops::softmax(Tensor::zeros({3, 3}, dt), true), {3, 3}, {1, 0, 0, 0.5, 0.5, 0, third, third, third},
+                 tol(dt), d + " causal square");
     // Tq = 2 < Tk = 3: the queries are the last two of the sequence, so query 0 sees keys 0..1.
     check_values(ops::softmax(Tensor::zeros({2, 3}, dt), true), {2, 3}, {0.5, 0.5, 0, third, third, third}, tol(dt),
                  d + " causal Tq < Tk");
@@ -217,8 +214,7 @@ BOOST_AUTO_TEST_CASE(softmax_plain_and_causal) {
     const double ln3 = std::log(3.0), ln2 = std::log(2.0);
     const Tensor big = make({0, ln3, 1e4, ln3, 0, 0, ln3, 0, -1e4, 0, 0, ln2}, {2, 2, 3}, dt);
     check_values(ops::softmax(big, true), {2, 2, 3}, {0.25, 0.75, 0, 0.6, 0.2, 0.2, 0.75, 0.25, 0, 0.25, 0.25, 0.5},
-                 tol(dt),
-                 d + " causal batched");
+                 tol(dt), d + " causal batched");
     // softmax_backward: dx = y (g - y.g); y = [1/3, 2/3], g = [1, 0] -> [2/9, -2/9].
     check_values(ops::softmax_backward(make({third, 2 * third}, {2}, dt), make({1, 0}, {2}, dt)), {2},
                  {2.0 / 9.0, -2.0 / 9.0}, tol(dt), d + " softmax_backward");
@@ -447,7 +443,7 @@ BOOST_AUTO_TEST_CASE(random_fill_moments) {
     BOOST_TEST(hi <= 3.0);
     BOOST_TEST(lo < -1.99);
     BOOST_TEST(hi > 2.99);
-    BOOST_TEST(std::fabs(s - 0.5) < 0.03, d << " uniform mean " << s);                 // se 0.0046
+    BOOST_TEST(std::fabs(s - 0.5) < 0.03, d << " uniform mean " << s);                // se 0.0046
     BOOST_TEST(std::fabs(ss - 25.0 / 12.0) < 0.04, d << " uniform variance " << ss);  // se 0.0059
     // Each decile holds a tenth of the draws (se 0.00095).
     std::vector<int64_t> bins(10, 0);

@@ -1,7 +1,6 @@
 // The vectorizable exp and tanh of the CPU kernels against the C library.
 #define BOOST_TEST_MODULE vec_math
 #include <boost/test/unit_test.hpp>
-
 #include <cmath>
 
 #include "tensor/cpu/vec_math.h"
@@ -23,7 +22,8 @@ BOOST_AUTO_TEST_CASE(exp_is_within_a_few_ulp_over_its_range) {
 
 BOOST_AUTO_TEST_CASE(tanh_is_within_2e7_absolute) {
   double worst = 0;
-  for (float x = -12.0f; x < 12.0f; x += 0.000377f) worst = std::max(worst, std::fabs(double(vtanh(x)) - std::tanh(double(x))));
+  for (float x = -12.0f; x < 12.0f; x += 0.000377f)
+    worst = std::max(worst, std::fabs(double(vtanh(x)) - std::tanh(double(x))));
   BOOST_TEST(worst < 2e-7);
   BOOST_TEST(vtanh(0.0f) == 0.0f);
   BOOST_TEST(vtanh(30.0f) == 1.0f);

@@ -3,7 +3,6 @@
 // inputs (transposed, narrowed, permuted, expanded views) as on their contiguous copies.
 #define BOOST_TEST_MODULE views
 #include <boost/test/unit_test.hpp>
-
 #include <functional>
 
 #include "support/check.h"
@@ -348,8 +347,7 @@ BOOST_AUTO_TEST_CASE(elementwise_ops_ignore_layout) {
     }
     const Tensor pos = ops::add(ops::mul(randn({3, 4, 5}, dt, 6), 0.1), 1.0);
     check_layouts(d + " div", [](auto& x) { return std::vector{ops::div(x[0], x[1])}; }, {a, pos});
-    check_layouts(d + " div broadcast", [](auto& x) { return std::vector{ops::div(x[0], x[1])}; },
-                  {b, pos});
+    check_layouts(d + " div broadcast", [](auto& x) { return std::vector{ops::div(x[0], x[1])}; }, {b, pos});
     check_expanded(d + " div", [](auto& x) { return std::vector{ops::div(x[0], x[1])}; },
                    {ops::expand(row, {3, 4, 5}), pos});
 
@@ -412,8 +410,10 @@ BOOST_AUTO_TEST_CASE(in_place_ops_write_through_strided_destinations) {
     for (int64_t r = 0; r < 5; ++r)
       for (int64_t c = 0; c < 6; ++c) {
         const bool inside = r >= 1 && r < 4 && c >= 2 && c < 6;
-        if (inside) BOOST_TEST(base.at({r, c}) == -2.0);
-        else BOOST_TEST(base.at({r, c}) == before.at({r, c}));
+        if (inside)
+          BOOST_TEST(base.at({r, c}) == -2.0);
+        else
+          BOOST_TEST(base.at({r, c}) == before.at({r, c}));
       }
   }
 }
@@ -433,8 +433,7 @@ BOOST_AUTO_TEST_CASE(reductions_ignore_layout) {
       }
     check_layouts(d + " sum_to", [](auto& x) { return std::vector{ops::sum_to(x[0], {4, 1})}; }, {a});
     check_layouts(d + " sum_to 3d", [](auto& x) { return std::vector{ops::sum_to(x[0], {3, 1, 5})}; }, {a});
-    check_layouts(d + " sum_squares",
-                  [](auto& x) { return std::vector{scalar_tensor(ops::sum_squares(x[0]))}; }, {a});
+    check_layouts(d + " sum_squares", [](auto& x) { return std::vector{scalar_tensor(ops::sum_squares(x[0]))}; }, {a});
     check_layouts(d + " max_abs", [](auto& x) { return std::vector{scalar_tensor(ops::max_abs(x[0]))}; }, {a});
     check_layouts(d + " all_finite",
                   [](auto& x) { return std::vector{scalar_tensor(ops::all_finite(x[0]) ? 1.0 : 0.0)}; }, {a});
@@ -444,8 +443,7 @@ BOOST_AUTO_TEST_CASE(reductions_ignore_layout) {
     check_expanded(d + " mean dim", [](auto& x) { return std::vector{ops::mean(x[0], 2, true)}; }, {e});
     check_expanded(d + " max dim", [](auto& x) { return std::vector{ops::max(x[0], 0, false)}; }, {e});
     check_expanded(d + " sum_to", [](auto& x) { return std::vector{ops::sum_to(x[0], {4, 5})}; }, {e});
-    check_expanded(d + " sum_squares",
-                   [](auto& x) { return std::vector{scalar_tensor(ops::sum_squares(x[0]))}; }, {e});
+    check_expanded(d + " sum_squares", [](auto& x) { return std::vector{scalar_tensor(ops::sum_squares(x[0]))}; }, {e});
   }
 }
 

@@ -15,8 +15,10 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
       D* d = static_cast<D*>(dst.raw_data());
       const S* s = static_cast<const S*>(src.raw_data());
       auto convert = [](S v) {
-        if constexpr (std::is_same_v<D, S>) return v;
-        else return from_double<D>(to_double(v));
+        if constexpr (std::is_same_v<D, S>)
+          return v;
+        else
+          return from_double<D>(to_double(v));
       };
       if (cpu::dense_like(dst, src)) {
         const int64_t n = dst.numel();

@@ -27,24 +27,21 @@ class CpuBackend final : public Backend {
   double max_abs(const Tensor& a) override;
   bool all_finite(const Tensor& a) override;
 
-  void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
-              int64_t m, int64_t n, int64_t k) override;
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
+              int64_t n, int64_t k) override;
   void add_row_vector(const Tensor& out, const Tensor& bias) override;
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
              const AdamWStep& step) override;
   void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) override;
-  void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows,
-                        int64_t n) override;
+  void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows, int64_t n) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                   const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                           const Tensor& dbias) override;
+                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
-  double cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                       int64_t ignore_index) override;
+  double cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
                               int64_t ignore_index, const Tensor& grad_logits) override;
 };

@@ -3,8 +3,8 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
-#include "tensor/cpu/visit_float.h"
 #include "tensor/cpu/vec_math.h"
+#include "tensor/cpu/visit_float.h"
 #include "tensor/random.h"
 
 namespace triad {
@@ -56,11 +56,16 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
   cpu::visit_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     switch (op) {
-      case BinaryOp::add: return map2<T>(a, b, out, [](T x, T y) { return x + y; });
-      case BinaryOp::sub: return map2<T>(a, b, out, [](T x, T y) { return x - y; });
-      case BinaryOp::mul: return map2<T>(a, b, out, [](T x, T y) { return x * y; });
-      case BinaryOp::div: return map2<T>(a, b, out, [](T x, T y) { return x / y; });
-      case BinaryOp::relu_backward: return map2<T>(a, b, out, [](T y, T g) { return y > T(0) ? g : T(0); });
+      case BinaryOp::add:
+        return map2<T>(a, b, out, [](T x, T y) { return x + y; });
+      case BinaryOp::sub:
+        return map2<T>(a, b, out, [](T x, T y) { return x - y; });
+      case BinaryOp::mul:
+        return map2<T>(a, b, out, [](T x, T y) { return x * y; });
+      case BinaryOp::div:
+        return map2<T>(a, b, out, [](T x, T y) { return x / y; });
+      case BinaryOp::relu_backward:
+        return map2<T>(a, b, out, [](T y, T g) { return y > T(0) ? g : T(0); });
     }
   });
 }
@@ -70,15 +75,24 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double sc
     using T = decltype(tag);
     const T s = T(scalar);
     switch (op) {
-      case UnaryOp::neg: return map1<T>(a, out, [](T x) { return -x; });
-      case UnaryOp::exp: return map1<T>(a, out, [](T x) { return cpu::vexp(x); });
-      case UnaryOp::log: return map1<T>(a, out, [](T x) { return std::log(x); });
-      case UnaryOp::sqrt: return map1<T>(a, out, [](T x) { return std::sqrt(x); });
-      case UnaryOp::tanh: return map1<T>(a, out, [](T x) { return cpu::vtanh(x); });
-      case UnaryOp::relu: return map1<T>(a, out, [](T x) { return x > T(0) ? x : T(0); });
-      case UnaryOp::pow: return map1<T>(a, out, [s](T x) { return std::pow(x, s); });
-      case UnaryOp::scale: return map1<T>(a, out, [s](T x) { return x * s; });
-      case UnaryOp::add_scalar: return map1<T>(a, out, [s](T x) { return x + s; });
+      case UnaryOp::neg:
+        return map1<T>(a, out, [](T x) { return -x; });
+      case UnaryOp::exp:
+        return map1<T>(a, out, [](T x) { return cpu::vexp(x); });
+      case UnaryOp::log:
+        return map1<T>(a, out, [](T x) { return std::log(x); });
+      case UnaryOp::sqrt:
+        return map1<T>(a, out, [](T x) { return std::sqrt(x); });
+      case UnaryOp::tanh:
+        return map1<T>(a, out, [](T x) { return cpu::vtanh(x); });
+      case UnaryOp::relu:
+        return map1<T>(a, out, [](T x) { return x > T(0) ? x : T(0); });
+      case UnaryOp::pow:
+        return map1<T>(a, out, [s](T x) { return std::pow(x, s); });
+      case UnaryOp::scale:
+        return map1<T>(a, out, [s](T x) { return x * s; });
+      case UnaryOp::add_scalar:
+        return map1<T>(a, out, [s](T x) { return x + s; });
       case UnaryOp::gelu:
         return map1<T>(a, out, [](T x) {
           return T(0.5) * x * (T(1) + cpu::vtanh(kGeluScale<T> * (x + kGeluCubic<T> * x * x * x)));
@@ -91,8 +105,10 @@ void CpuBackend::axpy(const Tensor& dst, const Tensor& src, double alpha) {
   cpu::visit_float(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T al = T(alpha);
-    if (alpha == 1.0) map2<T>(dst, src, dst, [](T d, T s) { return d + s; });
-    else map2<T>(dst, src, dst, [al](T d, T s) { return d + al * s; });
+    if (alpha == 1.0)
+      map2<T>(dst, src, dst, [](T d, T s) { return d + s; });
+    else
+      map2<T>(dst, src, dst, [al](T d, T s) { return d + al * s; });
   });
 }
 
@@ -116,8 +132,7 @@ void CpuBackend::dropout(const Tensor& x, const Tensor& out, double p, uint64_t 
     const T keep_scale = T(1.0 / (1.0 - p));
     const int64_t n = x.numel();
 #pragma omp parallel for if (n > cpu::kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
-      po[i] = random_uniform(seed, first + uint64_t(i)) >= p ? px[i] * keep_scale : T(0);
+    for (int64_t i = 0; i < n; ++i) po[i] = random_uniform(seed, first + uint64_t(i)) >= p ? px[i] * keep_scale : T(0);
   });
 }
 

@@ -2,8 +2,9 @@
 // products to the OpenMP build of OpenBLAS; small ones stay in Eigen's own kernels.
 // Batched products run their batch in parallel when the batch is large and each product
 // small (attention), and one product at a time, each multi-threaded, otherwise.
-#include <Eigen/Core>
 #include <omp.h>
+
+#include <Eigen/Core>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/visit_float.h"
@@ -24,16 +25,20 @@ void gemm(const T* a, const T* b, T* c, bool ta, bool tb, int64_t m, int64_t n, 
   Map<T> C(c, m, n);
   const ConstMap<T> A(a, ta ? k : m, ta ? m : k);
   const ConstMap<T> B(b, tb ? n : k, tb ? k : n);
-  if (!ta && !tb) C.noalias() = A * B;
-  else if (!ta && tb) C.noalias() = A * B.transpose();
-  else if (ta && !tb) C.noalias() = A.transpose() * B;
-  else C.noalias() = A.transpose() * B.transpose();
+  if (!ta && !tb)
+    C.noalias() = A * B;
+  else if (!ta && tb)
+    C.noalias() = A * B.transpose();
+  else if (ta && !tb)
+    C.noalias() = A.transpose() * B;
+  else
+    C.noalias() = A.transpose() * B.transpose();
 }
 
 }  // namespace
 
-void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b,
-                        int64_t batch, int64_t m, int64_t n, int64_t k) {
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
+                        int64_t m, int64_t n, int64_t k) {
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const T* pa = a.data<T>();
@@ -46,7 +51,8 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
     }
     const bool parallel_batch = batch >= omp_get_max_threads() && m * n * k < (int64_t(1) << 21);
 #pragma omp parallel for if (parallel_batch) schedule(static)
-    for (int64_t i = 0; i < batch; ++i) gemm(pa + i * m * k, pb + i * b_step, pc + i * m * n, trans_a, trans_b, m, n, k);
+    for (int64_t i = 0; i < batch; ++i)
+      gemm(pa + i * m * k, pb + i * b_step, pc + i * m * n, trans_a, trans_b, m, n, k);
   };
   cpu::visit_float(a.dtype(), run);
 }

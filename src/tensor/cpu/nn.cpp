@@ -2,17 +2,17 @@
 // cross-entropy. One row per loop iteration, rows spread over threads; reductions that
 // cross rows (layer-norm weight gradients, embedding scatter) are split by column so every
 // thread owns what it writes and results do not depend on the schedule.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include <omp.h>
-
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
-#include "tensor/cpu/visit_float.h"
 #include "tensor/cpu/vec_math.h"
+#include "tensor/cpu/visit_float.h"
 
 namespace triad {
 
@@ -100,8 +100,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 }
 
 void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                     const Tensor& dbias) {
+                                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t c = x.size(-1), rows = mean.numel();
@@ -171,8 +170,7 @@ void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices,
   });
 }
 
-double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                 int64_t ignore_index) {
+double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index) {
   double total = 0;
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -198,8 +196,8 @@ double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, co
   return total;
 }
 
-void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                        double scale, int64_t ignore_index, const Tensor& grad_logits) {
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
+                                        int64_t ignore_index, const Tensor& grad_logits) {
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = logits.size(0), v = logits.size(1);

@@ -2,8 +2,8 @@
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
-#include "tensor/cpu/visit_float.h"
 #include "tensor/cpu/strided.h"
+#include "tensor/cpu/visit_float.h"
 
 namespace triad {
 

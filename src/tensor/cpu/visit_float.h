@@ -8,8 +8,10 @@ namespace triad::cpu {
 
 template <class F>
 void visit_float(DType t, F&& f) {
-  if (t == DType::f64) f(double{});
-  else f(float{});
+  if (t == DType::f64)
+    f(double{});
+  else
+    f(float{});
 }
 
 }  // namespace triad::cpu
