@@ -12,6 +12,7 @@ packages=(
   libcli11-dev           # command lines
   nlohmann-json3-dev     # configs and benchmark output
   fortunes               # the default training corpus (plain English, a few MB)
+  openmpi-bin libopenmpi-dev  # the data-parallel transport (mpirun, MPI)
   libopenblas-openmp-dev # the BLAS behind Eigen's GEMM (OpenMP build: one thread pool with ours)
 )
 
@@ -24,5 +25,11 @@ done
 if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
 echo "setup-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! { "${sudo[@]}" apt-get update -qq && "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "setup-deps: installing ${missing[*]} failed (output above)" >&2
+  exit 1
+fi
+echo "setup-deps: done"

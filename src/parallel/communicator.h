@@ -1,0 +1,62 @@
+// Communicator: the one interface every collective in triad goes through. The MPI
+// implementation (mpi_communicator.h) runs on the host; an NCCL one joins it later. A
+// counting wrapper (counting_communicator.h) measures what a step sends.
+//
+// Contracts, for every implementation:
+// - Tensors are contiguous, on the communicator's device, of the same dtype and of the
+//   sizes each collective states below on every rank; sums of bf16/f16 accumulate in fp32.
+// - Every rank of the communicator calls the same collectives in the same order.
+// - Each call starts the operation and returns a Work; the buffers must stay alive and
+//   untouched until wait() returns. Calls on one communicator complete in order.
+// - Errors (from the transport, or bad arguments) throw triad::Error naming the call.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace triad::parallel {
+
+enum class ReduceOp { sum, max, min };
+
+// An operation in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;   // blocks until the operation has completed
+  virtual bool test() = 0;   // true once complete; drives progress without blocking
+};
+using WorkPtr = std::unique_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "mpi", "counting(mpi)", ...
+
+  // Ranks with the same color form a new communicator, ordered by key (then by rank).
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+
+  // In place: every rank ends with the reduction of all ranks' tensors.
+  virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
+  // input: size() * k elements on every rank; output: k elements, the reduction of chunk
+  // rank() of every rank's input.
+  virtual WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::sum) = 0;
+  // input: k elements; output: size() * k elements, chunk r holding rank r's input.
+  virtual WorkPtr all_gather(const Tensor& input, const Tensor& output) = 0;
+  // input and output: size() * k elements; chunk r of the input goes to rank r, and
+  // chunk r of the output comes from rank r.
+  virtual WorkPtr all_to_all(const Tensor& input, const Tensor& output) = 0;
+  // In place: every rank ends with root's tensor.
+  virtual WorkPtr broadcast(const Tensor& t, int root) = 0;
+  virtual WorkPtr send(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual WorkPtr recv(const Tensor& t, int src, int tag = 0) = 0;
+  virtual void barrier() = 0;
+};
+
+using CommunicatorPtr = std::shared_ptr<Communicator>;
+
+}  // namespace triad::parallel
