@@ -117,7 +117,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   const bool ga = requires_grad(a), gb = requires_grad(b);
-  return record("mul", {a, b}, ops::mul(a, b), [=, a = detach(a), b = detach(b)](const Grads& g) {
+  return record("mul", {a, b}, ops::mul(a, b), [=](const Grads& g) {
     return Grads{ga ? ops::sum_to(ops::mul(g[0], b), a.shape()) : Tensor(),
                  gb ? ops::sum_to(ops::mul(g[0], a), b.shape()) : Tensor()};
   });
@@ -126,7 +126,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   const bool gb = requires_grad(b);
   Tensor y = ops::div(a, b);
-  return record("div", {a, b}, y, [=, a_shape = a.shape(), b = detach(b), y = detach(y)](const Grads& g) {
+  return record("div", {a, b}, y, [=, a_shape = a.shape(), b, y = detach(y)](const Grads& g) {
     Tensor ga = ops::div(g[0], b);
     Tensor gbv = gb ? ops::sum_to(ops::neg(ops::mul(ga, y)), b.shape()) : Tensor();
     return Grads{ops::sum_to(ga, a_shape), gbv};
@@ -151,7 +151,7 @@ Tensor exp(const Tensor& a) {
 }
 
 Tensor log(const Tensor& a) {
-  return record("log", {a}, ops::log(a), [a = detach(a)](const Grads& g) { return Grads{ops::div(g[0], a)}; });
+  return record("log", {a}, ops::log(a), [a](const Grads& g) { return Grads{ops::div(g[0], a)}; });
 }
 
 Tensor sqrt(const Tensor& a) {
@@ -172,14 +172,14 @@ Tensor relu(const Tensor& a) {
 }
 
 Tensor pow(const Tensor& a, double exponent) {
-  return record("pow", {a}, ops::pow(a, exponent), [=, a = detach(a)](const Grads& g) {
+  return record("pow", {a}, ops::pow(a, exponent), [=, a](const Grads& g) {
     return Grads{ops::mul(ops::mul(g[0], ops::pow(a, exponent - 1.0)), exponent)};
   });
 }
 
 Tensor gelu(const Tensor& x) {
   return record("gelu", {x}, ops::gelu(x),
-                [x = detach(x)](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
+                [x](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
@@ -221,7 +221,7 @@ Tensor mean(const Tensor& a, int64_t dim, bool keepdim) {
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const bool ga = requires_grad(a), gb = requires_grad(b);
   return record("matmul", {a, b}, ops::matmul(a, b, trans_a, trans_b),
-                [=, a = detach(a), b = detach(b)](const Grads& g) {
+                [=](const Grads& g) {
                   // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
                   Tensor da, db;
                   if (ga) {
@@ -243,7 +243,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
   return record("linear", {x, weight, bias}, ops::linear(x, weight, bias),
-                [=, x = detach(x), w = detach(weight)](const Grads& g) {
+                [=, w = weight](const Grads& g) {
                   const Tensor g2 = ops::reshape(g[0], {-1, w.size(0)});
                   const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
                   Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
@@ -263,7 +263,7 @@ Tensor softmax(const Tensor& x, bool causal) {
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   ops::LayerNormOut r = ops::layer_norm(x, weight, bias, eps);
   return record("layer_norm", {x, weight, bias}, r.y,
-                [x = detach(x), w = detach(weight), mean = r.mean, rstd = r.rstd](const Grads& g) {
+                [x, w = weight, mean = r.mean, rstd = r.rstd](const Grads& g) {
                   ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[0]), x, w, mean, rstd);
                   return Grads{d.dx, d.dweight, d.dbias};
                 });

@@ -6,6 +6,11 @@
 // Note [Saved outputs]: a backward that needs an operation's own output must save it
 // through detach(), a handle over the same storage without autograd meta; saving the
 // output itself would make output -> node -> output a reference cycle.
+//
+// Note [Saved inputs]: inputs are saved by handle (no cycle: an input's history points
+// backwards only). A backward thus sees the storage an input has when the backward runs:
+// ZeRO stage 3 releases a parameter's storage after the forward and restores it before
+// the backward, and the saved handle follows.
 #pragma once
 
 #include <functional>
