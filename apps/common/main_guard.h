@@ -1,5 +1,9 @@
-// The top of every program: runs `body`, and turns an escaping exception into one line
-// "error: ..." on stderr and exit status 1 (DESIGN.md, Conventions).
+// The top of every program: runs `body`, and turns an escaping exception into one line on
+// stderr (DESIGN.md, Conventions):
+// - single-process (MPI not initialized): "error: <message>", exit status 1;
+// - multi-rank (parallel::init was called): "rank R: error: <message>", then the whole job
+//   is aborted (MPI_Abort, exit status 1) so that the other ranks never hang waiting for
+//   this one. When body returns normally under MPI, MPI is finalized before returning.
 #pragma once
 
 #include <functional>

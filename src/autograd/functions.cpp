@@ -126,7 +126,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   const bool gb = requires_grad(b);
   Tensor y = ops::div(a, b);
-  return record("div", {a, b}, y, [=, a_shape = a.shape(), b, y = detach(y)](const Grads& g) {
+  return record("div", {a, b}, y, [=, a_shape = a.shape(), y = detach(y)](const Grads& g) {
     Tensor ga = ops::div(g[0], b);
     Tensor gbv = gb ? ops::sum_to(ops::neg(ops::mul(ga, y)), b.shape()) : Tensor();
     return Grads{ops::sum_to(ga, a_shape), gbv};
@@ -172,7 +172,7 @@ Tensor relu(const Tensor& a) {
 }
 
 Tensor pow(const Tensor& a, double exponent) {
-  return record("pow", {a}, ops::pow(a, exponent), [=, a](const Grads& g) {
+  return record("pow", {a}, ops::pow(a, exponent), [=](const Grads& g) {
     return Grads{ops::mul(ops::mul(g[0], ops::pow(a, exponent - 1.0)), exponent)};
   });
 }
