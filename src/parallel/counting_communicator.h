@@ -1,0 +1,83 @@
+// CountingCommunicator: wraps any Communicator and records, per collective kind, the calls,
+// payload bytes and bus bytes that pass through it, with nccl-tests' definitions
+// (REFERENCE.md, "Collective benchmarks"), n = size() of the communicator the call is on:
+//
+//   kind            payload S                      bus bytes
+//   all_reduce      the buffer                     S * 2(n-1)/n
+//   reduce_scatter  the total input (n * output)   S * (n-1)/n
+//   all_gather      the total output (n * input)   S * (n-1)/n
+//   all_to_all      the send buffer                S * (n-1)/n
+//   broadcast       the buffer                     S
+//   send, recv      the buffer                     S
+//
+// Bus bytes are what one rank moves with a bandwidth-optimal algorithm, so they compare
+// across collectives and communicator sizes. Counts are per rank (each rank counts its own
+// calls); p2p is counted where it happens: a send on the sender, a recv on the receiver.
+// barrier() is forwarded and not counted. A call is counted once the wrapped communicator
+// has accepted it (a call that throws is not counted).
+//
+// split() returns a CountingCommunicator over the wrapped communicator's split that shares
+// this one's counters: the traffic of every group derived from one counting communicator
+// (e.g. a ProcessGrid built on it: tp, dp, pp, intra/inter-node) adds up in one place.
+// reset() clears them for all of those communicators. Counters are guarded by a mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "parallel/communicator.h"
+
+namespace triad::parallel {
+
+struct CollectiveStats {
+  int64_t calls = 0;
+  double payload_bytes = 0;
+  double bus_bytes = 0;
+};
+
+class CountingCommunicator : public Communicator {
+ public:
+  explicit CountingCommunicator(CommunicatorPtr inner);
+
+  // Per kind: "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
+  // "send", "recv" — all seven present, zero when unused.
+  std::map<std::string, CollectiveStats> stats() const;
+  double bus_bytes() const;  // total over all kinds
+  void reset();
+  // {"bus_bytes": total, "by_collective": {"all_reduce": {"calls", "payload_bytes",
+  // "bus_bytes"}, ...}} with every kind present.
+  nlohmann::json to_json() const;
+
+  const CommunicatorPtr& inner() const { return inner_; }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return "counting(" + inner_->name() + ")"; }
+  std::shared_ptr<Communicator> split(int color, int key) override;
+
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr all_gather(const Tensor& input, const Tensor& output) override;
+  WorkPtr all_to_all(const Tensor& input, const Tensor& output) override;
+  WorkPtr broadcast(const Tensor& t, int root) override;
+  WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
+  WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  struct Counters {
+    mutable std::mutex mutex;
+    std::map<std::string, CollectiveStats> by_kind;
+  };
+  CountingCommunicator(CommunicatorPtr inner, std::shared_ptr<Counters> counters);
+  void record(const char* kind, double payload_bytes, double bus_num, double bus_den);  // bus = S * num / den
+
+  CommunicatorPtr inner_;
+  std::shared_ptr<Counters> counters_;
+};
+
+}  // namespace triad::parallel

@@ -1,0 +1,418 @@
+// MpiCommunicator over Open MPI's non-blocking collectives (see the header for the
+// contract). Arguments are validated locally, before any communication, so a bad call
+// throws on the rank that made it instead of leaving the others waiting in a mismatched
+// collective.
+#include "parallel/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "parallel/runtime.h"
+
+#define TRIAD_MPI(call, name)                                                              \
+  do {                                                                                     \
+    const int triad_mpi_rc_ = (call);                                                      \
+    if (triad_mpi_rc_ != MPI_SUCCESS)                                                      \
+      ::triad::parallel::detail::throw_mpi_error(triad_mpi_rc_, name, __FILE__, __LINE__); \
+  } while (0)
+
+namespace triad::parallel {
+
+namespace detail {
+
+void throw_mpi_error(int code, const char* call, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "MPI error code %d", code);
+  std::ostringstream os;
+  os << call << " failed at " << file << ":" << line << " (rank " << world_rank() << "): " << text;
+  throw Error(os.str());
+}
+
+namespace {
+
+// The user reduction ops for bf16 and f16, indexed [dtype is f16][ReduceOp]. Created on
+// first use, freed by free_mpi_reduction_ops() before MPI_Finalize.
+MPI_Op g_half_ops[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
+
+struct Sum {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  float operator()(float a, float b) const { return a > b ? a : b; }
+};
+struct Min {
+  float operator()(float a, float b) const { return a < b ? a : b; }
+};
+
+// Both operands to float, combined, rounded back to nearest even (bf16/f16 constructors).
+template <class H, class F>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  static_assert(sizeof(H) == 2);
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  const F f;
+  for (int i = 0; i < *len; ++i) b[i] = H(f(float(a[i]), float(b[i])));
+}
+
+template <class H>
+void create_ops(MPI_Op* ops) {
+  TRIAD_MPI(MPI_Op_create(&half_reduce<H, Sum>, 1, &ops[int(ReduceOp::sum)]), "MPI_Op_create");
+  TRIAD_MPI(MPI_Op_create(&half_reduce<H, Max>, 1, &ops[int(ReduceOp::max)]), "MPI_Op_create");
+  TRIAD_MPI(MPI_Op_create(&half_reduce<H, Min>, 1, &ops[int(ReduceOp::min)]), "MPI_Op_create");
+}
+
+}  // namespace
+
+void free_mpi_reduction_ops() {
+  for (auto& row : g_half_ops)
+    for (MPI_Op& op : row)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);  // sets op to MPI_OP_NULL
+}
+
+}  // namespace detail
+
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::bf16:
+    case DType::f16:
+      return MPI_UINT16_T;  // raw 2-byte elements; reductions use the user ops
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i8:
+      return MPI_INT8_T;
+  }
+  TRIAD_ASSERT_MSG(false, "unknown dtype " << int(t));
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::bf16 || t == DType::f16) {
+    MPI_Op* ops = detail::g_half_ops[t == DType::f16 ? 1 : 0];
+    if (ops[0] == MPI_OP_NULL) {
+      if (t == DType::f16)
+        detail::create_ops<f16>(ops);
+      else
+        detail::create_ops<bf16>(ops);
+    }
+    return ops[int(op)];
+  }
+  switch (op) {
+    case ReduceOp::sum:
+      return MPI_SUM;
+    case ReduceOp::max:
+      return MPI_MAX;
+    case ReduceOp::min:
+      return MPI_MIN;
+  }
+  TRIAD_ASSERT_MSG(false, "unknown ReduceOp " << int(op));
+  return MPI_OP_NULL;
+}
+
+bool mpi_finalized() {
+  int flag = 0;
+  MPI_Finalized(&flag);
+  return flag != 0;
+}
+
+// A tensor the MPI communicator can hand to MPI: defined, on the host, contiguous, with an
+// element count that fits MPI's int.
+void check_tensor(const char* call, const char* what, const Tensor& t) {
+  TRIAD_CHECK(t.defined(), call << ": " << what << " is an undefined tensor");
+  TRIAD_CHECK(t.device().is_cpu(), call << ": " << what << " " << t.str() << " is on " << t.device().str()
+                                        << "; the MPI communicator takes cpu tensors");
+  TRIAD_CHECK(t.is_contiguous(),
+              call << ": " << what << " " << t.str() << " must be contiguous, has strides " << shape_str(t.strides()));
+  TRIAD_CHECK(t.numel() <= INT_MAX, call << ": " << what << " " << t.str() << " has " << t.numel()
+                                         << " elements, more than MPI's limit of 2^31 - 1 per call");
+}
+
+void check_same_dtype(const char* call, const Tensor& input, const Tensor& output) {
+  TRIAD_CHECK(input.dtype() == output.dtype(),
+              call << ": input " << input.str() << " and output " << output.str() << " must have the same dtype");
+}
+
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::min:
+      return "min";
+  }
+  return "?";
+}
+
+using Range = std::pair<const char*, const char*>;
+Range byte_range(const Tensor& t) {
+  const char* p = static_cast<const char*>(t.raw_data());
+  return {p, p + t.nbytes()};
+}
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const Range x = byte_range(a), y = byte_range(b);
+  return x.first < y.second && y.first < x.second;
+}
+
+// An MPI request in flight, holding the tensors it reads or writes (so their storage
+// outlives it) and an optional step run once on completion.
+class MpiWork final : public Work {
+ public:
+  using Done = std::function<void(const MPI_Status&)>;
+  MpiWork(const char* call, std::vector<Tensor> keep, Done done = {})
+      : call_(call), keep_(std::move(keep)), done_fn_(std::move(done)) {}
+  ~MpiWork() override;
+
+  MPI_Request* request() { return &request_; }
+
+  void wait() override {
+    if (done_) return;
+    MPI_Status status;
+    const int rc = MPI_Wait(&request_, &status);
+    finish(rc, status, "MPI_Wait");
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status status;
+    const int rc = MPI_Test(&request_, &flag, &status);
+    if (rc == MPI_SUCCESS && !flag) return false;
+    finish(rc, status, "MPI_Test");
+    return true;
+  }
+
+ private:
+  void finish(int rc, const MPI_Status& status, const char* how) {
+    done_ = true;
+    Done fn = std::move(done_fn_);
+    std::vector<Tensor> keep = std::move(keep_);
+    if (rc != MPI_SUCCESS) {
+      const std::string name = std::string(how) + " (" + call_ + ")";
+      detail::throw_mpi_error(rc, name.c_str(), __FILE__, __LINE__);
+    }
+    if (fn) fn(status);
+  }
+
+  std::string call_;
+  std::vector<Tensor> keep_;
+  Done done_fn_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+MpiWork::~MpiWork() {
+  if (done_ || request_ == MPI_REQUEST_NULL || mpi_finalized()) return;
+  if (std::uncaught_exceptions() > 0) {
+    // Unwinding after an error: waiting could hang on ranks that will never join. Leak the
+    // request and the buffers it may still write into; the top-level handler aborts the job.
+    new std::vector<Tensor>(std::move(keep_));
+    return;
+  }
+  try {
+    wait();
+  } catch (const std::exception&) {
+    // A destructor cannot report; the error was MPI's, and the buffers are released anyway.
+  }
+}
+
+}  // namespace
+
+struct MpiCommunicator::Impl {
+  MPI_Comm comm = MPI_COMM_NULL;
+  bool owned = false;  // freed in the destructor (everything but MPI_COMM_WORLD)
+  int rank = 0, size = 1;
+  int tag_ub = 32767;  // the MPI standard's guaranteed minimum
+
+  Impl(MPI_Comm c, bool own) : comm(c), owned(own) {
+    TRIAD_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    TRIAD_MPI(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    TRIAD_MPI(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    void* value = nullptr;
+    int flag = 0;
+    TRIAD_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag), "MPI_Comm_get_attr(MPI_TAG_UB)");
+    if (flag) tag_ub = *static_cast<int*>(value);
+  }
+};
+
+MpiCommunicator::MpiCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (impl_ && impl_->owned && impl_->comm != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&impl_->comm);
+}
+
+std::shared_ptr<MpiCommunicator> MpiCommunicator::wrap_world() {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  TRIAD_CHECK(flag && !mpi_finalized(), "MpiCommunicator::wrap_world: MPI is not initialized (call parallel::init)");
+  return std::make_shared<MpiCommunicator>(std::make_unique<Impl>(MPI_COMM_WORLD, false));
+}
+
+int MpiCommunicator::rank() const { return impl_->rank; }
+int MpiCommunicator::size() const { return impl_->size; }
+const void* MpiCommunicator::native_handle() const { return &impl_->comm; }
+
+std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  TRIAD_CHECK(color >= 0, "split: color must be >= 0, got " << color << " (rank " << rank() << ")");
+  MPI_Comm comm = MPI_COMM_NULL;
+  TRIAD_MPI(MPI_Comm_split(impl_->comm, color, key, &comm), "MPI_Comm_split");
+  return std::make_shared<MpiCommunicator>(std::make_unique<Impl>(comm, true));
+}
+
+std::shared_ptr<MpiCommunicator> MpiCommunicator::split_by_node() {
+  MPI_Comm comm = MPI_COMM_NULL;
+  TRIAD_MPI(MPI_Comm_split_type(impl_->comm, MPI_COMM_TYPE_SHARED, impl_->rank, MPI_INFO_NULL, &comm),
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  return std::make_shared<MpiCommunicator>(std::make_unique<Impl>(comm, true));
+}
+
+WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce", "tensor", t);
+  auto work = std::make_unique<MpiWork>("all_reduce", std::vector<Tensor>{t});
+  TRIAD_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), int(t.numel()), mpi_type(t.dtype()), mpi_op(op, t.dtype()),
+                           impl_->comm, work->request()),
+            "MPI_Iallreduce");
+  return work;
+}
+
+WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+  check_tensor("reduce_scatter", "input", input);
+  check_tensor("reduce_scatter", "output", output);
+  check_same_dtype("reduce_scatter", input, output);
+  const int64_t k = output.numel();
+  TRIAD_CHECK(input.numel() == k * size(), "reduce_scatter: input "
+                                               << input.str() << " has " << input.numel()
+                                               << " elements, expected size() * output elements = " << size() << " * "
+                                               << k << " = " << k * size() << " (output " << output.str() << ")");
+  const size_t es = element_size(input.dtype());
+  char* in = static_cast<char*>(input.raw_data());
+  char* out = static_cast<char*>(output.raw_data());
+  const bool in_place = k > 0 && out == in + size_t(rank()) * k * es;
+  TRIAD_CHECK(in_place || !overlap(input, output), "reduce_scatter (" << op_name(op) << "): output " << output.str()
+                                                                      << " overlaps input " << input.str()
+                                                                      << "; in place, output must be chunk rank() of "
+                                                                         "the input");
+  const MPI_Datatype type = mpi_type(input.dtype());
+  const MPI_Op mop = mpi_op(op, input.dtype());
+  if (!in_place) {
+    auto work = std::make_unique<MpiWork>("reduce_scatter", std::vector<Tensor>{input, output});
+    TRIAD_MPI(MPI_Ireduce_scatter_block(in, out, int(k), type, mop, impl_->comm, work->request()),
+              "MPI_Ireduce_scatter_block");
+    return work;
+  }
+  // MPI's in-place form leaves the result in chunk 0 of the buffer; move it to chunk rank().
+  const size_t bytes = size_t(k) * es;
+  auto move_result = [in, out, bytes](const MPI_Status&) {
+    if (out != in) std::memmove(out, in, bytes);
+  };
+  auto work = std::make_unique<MpiWork>("reduce_scatter", std::vector<Tensor>{input, output}, move_result);
+  TRIAD_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, int(k), type, mop, impl_->comm, work->request()),
+            "MPI_Ireduce_scatter_block");
+  return work;
+}
+
+WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_tensor("all_gather", "input", input);
+  check_tensor("all_gather", "output", output);
+  check_same_dtype("all_gather", input, output);
+  const int64_t k = input.numel();
+  TRIAD_CHECK(output.numel() == k * size(), "all_gather: output "
+                                                << output.str() << " has " << output.numel()
+                                                << " elements, expected size() * input elements = " << size() << " * "
+                                                << k << " = " << k * size() << " (input " << input.str() << ")");
+  const size_t es = element_size(input.dtype());
+  char* in = static_cast<char*>(input.raw_data());
+  char* out = static_cast<char*>(output.raw_data());
+  const bool in_place = k > 0 && in == out + size_t(rank()) * k * es;
+  TRIAD_CHECK(in_place || !overlap(input, output), "all_gather: input " << input.str() << " overlaps output "
+                                                                        << output.str()
+                                                                        << "; in place, input must be chunk rank() of "
+                                                                           "the output");
+  const MPI_Datatype type = mpi_type(input.dtype());
+  auto work = std::make_unique<MpiWork>("all_gather", std::vector<Tensor>{input, output});
+  TRIAD_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : in, int(k), type, out, int(k), type, impl_->comm, work->request()),
+            "MPI_Iallgather");
+  return work;
+}
+
+WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
+  check_tensor("all_to_all", "input", input);
+  check_tensor("all_to_all", "output", output);
+  check_same_dtype("all_to_all", input, output);
+  TRIAD_CHECK(input.numel() == output.numel() && input.numel() % size() == 0,
+              "all_to_all: input " << input.str() << " and output " << output.str()
+                                   << " must both have size() * k elements, size() = " << size());
+  const int64_t k = input.numel() / size();
+  Tensor send = input;
+  if (overlap(input, output)) {
+    TRIAD_CHECK(input.raw_data() == output.raw_data(), "all_to_all: input " << input.str() << " partly overlaps output "
+                                                                            << output.str()
+                                                                            << "; they must be disjoint or the same");
+    send = Tensor::empty(input.shape(), input.dtype());  // in place: stage the input
+    std::memcpy(send.raw_data(), input.raw_data(), input.nbytes());
+  }
+  const MPI_Datatype type = mpi_type(input.dtype());
+  auto work = std::make_unique<MpiWork>("all_to_all", std::vector<Tensor>{send, output});
+  TRIAD_MPI(MPI_Ialltoall(send.raw_data(), int(k), type, output.raw_data(), int(k), type, impl_->comm, work->request()),
+            "MPI_Ialltoall");
+  return work;
+}
+
+WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
+  check_tensor("broadcast", "tensor", t);
+  TRIAD_CHECK(root >= 0 && root < size(), "broadcast: root " << root << " is not a rank of a communicator of size "
+                                                             << size() << " (tensor " << t.str() << ")");
+  auto work = std::make_unique<MpiWork>("broadcast", std::vector<Tensor>{t});
+  TRIAD_MPI(MPI_Ibcast(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), root, impl_->comm, work->request()),
+            "MPI_Ibcast");
+  return work;
+}
+
+WorkPtr MpiCommunicator::send(const Tensor& t, int dst, int tag) {
+  check_tensor("send", "tensor", t);
+  TRIAD_CHECK(dst >= 0 && dst < size(), "send: destination " << dst << " is not a rank of a communicator of size "
+                                                             << size() << " (tensor " << t.str() << ")");
+  TRIAD_CHECK(tag >= 0 && tag <= impl_->tag_ub, "send: tag " << tag << " outside [0, " << impl_->tag_ub << "]");
+  auto work = std::make_unique<MpiWork>("send", std::vector<Tensor>{t});
+  TRIAD_MPI(MPI_Isend(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, impl_->comm, work->request()),
+            "MPI_Isend");
+  return work;
+}
+
+WorkPtr MpiCommunicator::recv(const Tensor& t, int src, int tag) {
+  check_tensor("recv", "tensor", t);
+  TRIAD_CHECK(src >= 0 && src < size(), "recv: source " << src << " is not a rank of a communicator of size " << size()
+                                                        << " (tensor " << t.str() << ")");
+  TRIAD_CHECK(tag >= 0 && tag <= impl_->tag_ub, "recv: tag " << tag << " outside [0, " << impl_->tag_ub << "]");
+  const MPI_Datatype type = mpi_type(t.dtype());
+  const int64_t expected = t.numel();
+  const std::string what = t.str();
+  auto check_count = [type, expected, src, tag, what](const MPI_Status& status) {
+    int count = 0;
+    TRIAD_MPI(MPI_Get_count(&status, type, &count), "MPI_Get_count");
+    TRIAD_CHECK(count == expected, "recv: expected " << expected << " elements from rank " << src << " (tag " << tag
+                                                     << ", tensor " << what << "), received " << count);
+  };
+  auto work = std::make_unique<MpiWork>("recv", std::vector<Tensor>{t}, check_count);
+  TRIAD_MPI(MPI_Irecv(t.raw_data(), int(t.numel()), type, src, tag, impl_->comm, work->request()), "MPI_Irecv");
+  return work;
+}
+
+void MpiCommunicator::barrier() { TRIAD_MPI(MPI_Barrier(impl_->comm), "MPI_Barrier"); }
+
+}  // namespace triad::parallel

@@ -1,0 +1,85 @@
+// MpiCommunicator: the Communicator over an MPI communicator (Open MPI's C API, host
+// memory). Every collective is MPI's non-blocking one (MPI_Iallreduce,
+// MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ialltoall, MPI_Ibcast, MPI_Isend/Irecv)
+// and returns a Work over the MPI_Request: wait() = MPI_Wait, test() = MPI_Test.
+//
+// Beyond communicator.h's contract:
+// - dtypes: f32, f64, i64, i32, i8 map to MPI's types. bf16 and f16 travel as raw 2-byte
+//   elements; their reductions use user MPI_Ops that convert both operands to float,
+//   combine them and round the result back to nearest even. So every pairwise
+//   combination is exact-in-fp32-then-rounded: a sum over n ranks is rounded up to n−1
+//   times (once per combination step of MPI's algorithm), not once at the end. Sums of
+//   values whose partial sums are representable (small integers: bf16 up to 256, f16 up
+//   to 2048) are exact; in general expect a relative error up to about (n−1)·2^-8 for
+//   bf16 and (n−1)·2^-11 for f16. max and min are exact.
+// - In place, as NCCL allows: reduce_scatter's output may be chunk rank() of its input,
+//   and all_gather's input may be chunk rank() of its output. all_to_all's input may be
+//   its output (staged through a copy). Any other overlap of input and output throws.
+// - Element counts are MPI ints: a tensor of more than 2^31 − 1 elements throws Error.
+// - A Work holds its tensors, so their storage lives until the operation completes. A
+//   Work destroyed before completion waits for it, except while an exception unwinds
+//   the stack: then it is abandoned (its request and buffers leaked) so that an error on
+//   one rank reaches the top-level handler, which aborts the job, instead of hanging in
+//   MPI_Wait for ranks that will never join.
+// - recv checks on completion that the message had exactly t.numel() elements.
+// - Progress: Open MPI advances non-blocking collectives only inside MPI calls of this
+//   process (wait, test, any other call). To overlap communication with computation,
+//   call Work::test() now and then during the computation (e.g. between layers).
+// - Every MPI return code is checked (communicators use MPI_ERRORS_RETURN); failures
+//   throw triad::Error naming the MPI call, file:line, the world rank and MPI's message.
+#pragma once
+
+#include <memory>
+
+#include "parallel/communicator.h"
+
+namespace triad::parallel {
+
+class MpiCommunicator : public Communicator {
+ public:
+  struct Impl;  // holds the MPI_Comm (defined in the .cpp: this header never sees mpi.h)
+
+  explicit MpiCommunicator(std::unique_ptr<Impl> impl);
+  ~MpiCommunicator() override;  // MPI_Comm_free unless MPI is finalized or the comm is the world
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  // The communicator over MPI_COMM_WORLD (not owned: never freed). MPI must be initialized;
+  // runtime's init() calls this once and hands out the result.
+  static std::shared_ptr<MpiCommunicator> wrap_world();
+
+  int rank() const override;
+  int size() const override;
+  std::string name() const override { return "mpi"; }
+
+  // MPI_Comm_split. color must be >= 0 (Error otherwise). Collective over this communicator.
+  std::shared_ptr<Communicator> split(int color, int key) override;
+  // The ranks of this communicator on the same node (MPI_Comm_split_type with
+  // MPI_COMM_TYPE_SHARED), ordered by rank. Collective.
+  std::shared_ptr<MpiCommunicator> split_by_node();
+
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr all_gather(const Tensor& input, const Tensor& output) override;
+  WorkPtr all_to_all(const Tensor& input, const Tensor& output) override;
+  WorkPtr broadcast(const Tensor& t, int root) override;
+  WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
+  WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
+  void barrier() override;
+
+  // The MPI_Comm, as an opaque pointer to it (for code behind .cpp walls that needs MPI:
+  // `*static_cast<const MPI_Comm*>(comm.native_handle())`).
+  const void* native_handle() const;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+namespace detail {
+// Throws triad::Error "<call> failed at <file>:<line> (rank R): <MPI's message>".
+[[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);
+// Frees the bf16/f16 reduction MPI_Ops (runtime's finalize() calls it before MPI_Finalize).
+void free_mpi_reduction_ops();
+}  // namespace detail
+
+}  // namespace triad::parallel

@@ -1,0 +1,114 @@
+// MPI start-up and shut-down. The node facts (ranks on this node, position, node id) are
+// computed once in init(), collectively, so later queries never communicate.
+#include "parallel/runtime.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "parallel/mpi_communicator.h"
+
+#define TRIAD_MPI(call, name)                                                              \
+  do {                                                                                     \
+    const int triad_mpi_rc_ = (call);                                                      \
+    if (triad_mpi_rc_ != MPI_SUCCESS)                                                      \
+      ::triad::parallel::detail::throw_mpi_error(triad_mpi_rc_, name, __FILE__, __LINE__); \
+  } while (0)
+
+namespace triad::parallel {
+
+namespace {
+
+struct State {
+  std::shared_ptr<MpiCommunicator> world;
+  int ranks_on_node = 1, rank_on_node = 0, node_id = 0;
+};
+State g_state;
+
+bool mpi_running() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+}  // namespace
+
+CommunicatorPtr init(int& argc, char**& argv) {
+  if (g_state.world && mpi_running()) return g_state.world;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  TRIAD_CHECK(!fin, "parallel::init: MPI was already finalized in this process");
+  int started = 0;
+  MPI_Initialized(&started);
+  if (!started) {
+    int provided = 0;
+    const int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    TRIAD_CHECK(rc == MPI_SUCCESS, "parallel::init: MPI_Init_thread failed with code " << rc);
+  }
+  TRIAD_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler(MPI_COMM_WORLD)");
+
+  int world_rank = 0;
+  TRIAD_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
+  MPI_Comm node = MPI_COMM_NULL;
+  TRIAD_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  State s;
+  TRIAD_MPI(MPI_Comm_size(node, &s.ranks_on_node), "MPI_Comm_size");
+  TRIAD_MPI(MPI_Comm_rank(node, &s.rank_on_node), "MPI_Comm_rank");
+  TRIAD_MPI(MPI_Allreduce(&world_rank, &s.node_id, 1, MPI_INT, MPI_MIN, node), "MPI_Allreduce(node id)");
+  TRIAD_MPI(MPI_Comm_free(&node), "MPI_Comm_free");
+  s.world = MpiCommunicator::wrap_world();
+  g_state = std::move(s);
+  return g_state.world;
+}
+
+CommunicatorPtr world() {
+  TRIAD_CHECK(g_state.world && mpi_running(), "parallel::world: MPI is not initialized (call parallel::init first)");
+  return g_state.world;
+}
+
+void finalize() {
+  if (!mpi_running()) return;
+  detail::free_mpi_reduction_ops();
+  g_state = State{};
+  MPI_Finalize();
+}
+
+void abort_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (mpi_running()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+bool initialized() { return mpi_running(); }
+
+int world_rank() {
+  if (!mpi_running()) return 0;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  if (!mpi_running()) return 1;
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int ranks_on_node() { return mpi_running() ? g_state.ranks_on_node : 1; }
+int rank_on_node() { return mpi_running() ? g_state.rank_on_node : 0; }
+int node_id() { return mpi_running() ? g_state.node_id : 0; }
+
+int threads_per_rank(int requested) {
+  if (requested > 0) return requested;
+  const int cores = int(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, ranks_on_node()));
+}
+
+}  // namespace triad::parallel

@@ -1,0 +1,50 @@
+// The MPI runtime of a triad process: start-up, shut-down and whole-job abort, behind
+// functions that never expose mpi.h. A program calls init() once at the top (directly or
+// through apps/common/main_guard), builds its ProcessGrid from the communicator it
+// returns, and calls finalize() before exiting. A process that never calls init() is a
+// single-process program: initialized() is false and world_rank() is 0.
+//
+// Threading: MPI is initialized with MPI_THREAD_FUNNELED, so every MPI call (every
+// Communicator method and every Work::wait/test) must come from the thread that called
+// init(). OpenMP regions inside compute kernels are fine; they make no MPI calls.
+#pragma once
+
+#include "parallel/communicator.h"
+
+namespace triad::parallel {
+
+// Initializes MPI (MPI_Init_thread, FUNNELED) unless it already is, sets MPI_ERRORS_RETURN
+// on MPI_COMM_WORLD, and returns the world communicator (an MpiCommunicator over
+// MPI_COMM_WORLD). Idempotent: later calls return the same communicator. Throws Error
+// when MPI cannot be started or was already finalized.
+CommunicatorPtr init(int& argc, char**& argv);
+
+// The communicator init() returned; throws Error when MPI is not initialized.
+CommunicatorPtr world();
+
+// Frees triad's MPI objects (reduction ops, the node communicator) and calls
+// MPI_Finalize. Safe to call twice and when init() was never called. Communicators still
+// alive afterwards skip MPI_Comm_free in their destructors.
+void finalize();
+
+// Ends the whole job with exit status `code`: MPI_Abort on MPI_COMM_WORLD when MPI is
+// running, std::exit(code) otherwise. Flushes stdout and stderr first.
+[[noreturn]] void abort_job(int code);
+
+bool initialized();  // true between init() and finalize()
+int world_rank();    // rank in MPI_COMM_WORLD; 0 when not initialized
+int world_size();    // size of MPI_COMM_WORLD; 1 when not initialized
+
+// Ranks of MPI_COMM_WORLD that share this rank's node (MPI_COMM_TYPE_SHARED), and this
+// rank's position among them; 1 and 0 when not initialized.
+int ranks_on_node();
+int rank_on_node();
+// An id shared by exactly the ranks on this node: the lowest world rank among them
+// (0 when not initialized).
+int node_id();
+
+// Launch rule "threads per rank default to cores / ranks on the node": `requested` when
+// > 0, else max(1, std::thread::hardware_concurrency() / ranks_on_node()).
+int threads_per_rank(int requested);
+
+}  // namespace triad::parallel

@@ -1,0 +1,92 @@
+#include "zero/estimate.h"
+
+#include <cmath>
+
+#include "nn/gpt.h"
+#include "tensor/error.h"
+
+namespace triad::zero {
+
+namespace {
+
+void validate(const ModelStateInput& in) {
+  TRIAD_CHECK(std::isfinite(in.num_params) && in.num_params > 0,
+              "[estimate] the parameter count must be positive, got " << in.num_params);
+  TRIAD_CHECK(in.dp >= 1, "[estimate] data-parallel ranks must be at least 1, got " << in.dp);
+  TRIAD_CHECK(std::isfinite(in.optimizer_bytes) && in.optimizer_bytes > 0,
+              "[estimate] optimizer bytes per parameter (K) must be positive, got " << in.optimizer_bytes);
+  TRIAD_CHECK(std::isfinite(in.persistent_params) && in.persistent_params >= 0 && in.persistent_params <= in.num_params,
+              "[estimate] persistent parameters must be in [0, " << in.num_params << "], got " << in.persistent_params);
+}
+
+}  // namespace
+
+ModelStateBytes model_state_bytes(int stage, const ModelStateInput& in) {
+  TRIAD_CHECK(stage >= 0 && stage <= 3, "[estimate] ZeRO stage must be 0, 1, 2 or 3, got " << stage);
+  validate(in);
+  const double psi = in.num_params, n = double(in.dp), k = in.optimizer_bytes;
+  ModelStateBytes b;
+  b.stage = stage;
+  b.parameters = kParamBytes * (stage >= 3 ? psi / n : psi);
+  b.gradients = kGradBytes * (stage >= 2 ? psi / n : psi);
+  b.optimizer = k * (stage >= 1 ? psi / n : psi);
+  if (stage == 3) {
+    b.parameters += kParamBytes * in.persistent_params;
+    b.gradients += kGradBytes * in.persistent_params;
+  }
+  return b;
+}
+
+std::array<ModelStateBytes, 4> model_state_bytes_all(const ModelStateInput& in) {
+  return {model_state_bytes(0, in), model_state_bytes(1, in), model_state_bytes(2, in), model_state_bytes(3, in)};
+}
+
+const char* stage_name(int stage) {
+  static const char* const names[] = {"DDP", "P_os", "P_os+g", "P_os+g+p"};
+  TRIAD_CHECK(stage >= 0 && stage <= 3, "[estimate] ZeRO stage must be 0, 1, 2 or 3, got " << stage);
+  return names[stage];
+}
+
+std::vector<ParamSize> gpt_parameter_sizes(const nn::GPTConfig& config) {
+  config.validate();
+  const int64_t C = config.d_model;
+  std::vector<ParamSize> sizes{{"wte.weight", config.vocab_size * C}, {"wpe.weight", config.seq_len * C}};
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    const std::vector<ParamSize> block{{b + "ln1.weight", C},
+                                       {b + "ln1.bias", C},
+                                       {b + "attn.qkv.weight", 3 * C * C},
+                                       {b + "attn.qkv.bias", 3 * C},
+                                       {b + "attn.proj.weight", C * C},
+                                       {b + "attn.proj.bias", C},
+                                       {b + "ln2.weight", C},
+                                       {b + "ln2.bias", C},
+                                       {b + "mlp.fc.weight", 4 * C * C},
+                                       {b + "mlp.fc.bias", 4 * C},
+                                       {b + "mlp.proj.weight", 4 * C * C},
+                                       {b + "mlp.proj.bias", C}};
+    sizes.insert(sizes.end(), block.begin(), block.end());
+  }
+  sizes.push_back({"ln_f.weight", C});
+  sizes.push_back({"ln_f.bias", C});
+  return sizes;
+}
+
+int64_t gpt_num_parameters(const nn::GPTConfig& config) {
+  config.validate();
+  const int64_t V = config.vocab_size, S = config.seq_len, L = config.n_layer, C = config.d_model;
+  return V * C + S * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+PersistentParams gpt_persistent_parameters(const nn::GPTConfig& config, int64_t threshold) {
+  TRIAD_CHECK(threshold >= 0, "[estimate] the persistence threshold must be non-negative, got " << threshold);
+  PersistentParams p;
+  for (const ParamSize& s : gpt_parameter_sizes(config)) {
+    if (s.numel > threshold) continue;
+    ++p.count;
+    p.elements += s.numel;
+  }
+  return p;
+}
+
+}  // namespace triad::zero

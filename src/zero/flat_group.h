@@ -1,0 +1,48 @@
+// A flat group: the parameters of one unit that share a weight decay, copied into one
+// contiguous fp32 buffer padded to a multiple of the data-parallel size n, each parameter
+// tensor repointed to be a view of it (Note [Flat parameters]). Rank r owns the element
+// range [r S, (r+1) S) of the buffer, S = padded / n: its shard.
+//
+// Note [Flat parameters]: a parameter keeps its TensorImpl (modules, optimizers and saved
+// backward inputs hold that handle) and only its storage and offset change, so every
+// holder sees the flat buffer at once. The same holds for gradients: each parameter's
+// .grad is set to a view of the group's flat gradient, so accumulation writes in place.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace triad::zero {
+
+class FlatGroup {
+ public:
+  FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double weight_decay, int ranks, int rank);
+
+  const std::vector<std::pair<std::string, Tensor>>& params() const { return params_; }
+  double weight_decay() const { return weight_decay_; }
+  int64_t numel() const { return numel_; }    // parameters, without padding
+  int64_t padded() const { return padded_; }  // flat size, a multiple of ranks
+  int64_t shard_size() const { return padded_ / ranks_; }
+
+  const Tensor& flat() const { return flat_; }
+  Tensor shard(const Tensor& full) const;  // this rank's range of a padded-size tensor
+
+  // The flat gradient, allocated (zeroed) on first use; params' .grad are views of it.
+  const Tensor& grad();
+  bool has_grad() const { return grad_.defined(); }
+  // Drops the flat gradient and the params' .grad views (stage 2 after reduce-scatter).
+  void release_grad();
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<int64_t> offsets_;
+  double weight_decay_;
+  int ranks_, rank_;
+  int64_t numel_ = 0, padded_ = 0;
+  Tensor flat_, grad_;
+};
+
+}  // namespace triad::zero

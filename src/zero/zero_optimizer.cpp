@@ -1,0 +1,157 @@
+#include "zero/zero_optimizer.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/meta.h"
+#include "tensor/ops.h"
+
+namespace triad::zero {
+
+ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
+                             double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy)
+    : config_(config), adamw_(adamw), dp_(std::move(dp)), units_(make_units(model, policy)) {
+  TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 2,
+              "[config] zero_optimization.stage " << config_.stage << " is not available yet (0, 1 or 2)");
+  TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
+  const int n = dp_->size(), r = dp_->rank();
+  groups_.reserve(2 * units_.size());  // hooks hold Group pointers: no reallocation after this
+  for (const Unit& u : units_) {
+    std::vector<std::pair<std::string, Tensor>> decay, no_decay;
+    for (const auto& np : u.params) (np.second.dim() >= 2 ? decay : no_decay).push_back(np);
+    for (auto* list : {&decay, &no_decay}) {
+      if (list->empty()) continue;
+      Group g;
+      g.flat = std::make_unique<FlatGroup>(std::move(*list), list == &decay ? weight_decay : 0.0, n, r);
+      const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
+      g.exp_avg = Tensor::zeros({state});
+      g.exp_avg_sq = Tensor::zeros({state});
+      if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()});
+      if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
+      groups_.push_back(std::move(g));
+    }
+  }
+  for (Group& g : groups_) {
+    for (const auto& [_, p] : g.flat->params()) {
+      Group* group = &g;
+      // Stage 2 allocates a group's flat gradient when its first gradient arrives.
+      register_hook(p, [group](const Tensor& grad) {
+        group->flat->grad();
+        return grad;
+      });
+      register_post_accumulate_grad_hook(p, [this, group](const Tensor&) { on_grad_ready(*group); });
+    }
+  }
+}
+
+void ZeroOptimizer::begin_backward(bool last) {
+  drain(/*wait_all=*/true);
+  last_micro_ = last;
+  for (Group& g : groups_) g.ready = 0, g.launched = false;
+}
+
+void ZeroOptimizer::on_grad_ready(Group& g) {
+  if (++g.ready < int(g.flat->params().size())) return;
+  const bool reduce_now = config_.stage == 2 || (config_.stage == 0 && last_micro_);
+  if (reduce_now && config_.overlap_comm) launch(g);
+  drain(/*wait_all=*/false);
+}
+
+void ZeroOptimizer::launch(Group& g) {
+  g.launched = true;
+  if (config_.stage == 0) {
+    pending_.push_back({dp_->all_reduce(g.flat->grad()), &g, Tensor()});
+  } else {
+    Tensor out = Tensor::empty({g.flat->shard_size()});
+    pending_.push_back({dp_->reduce_scatter(g.flat->grad(), out), &g, out});
+  }
+}
+
+void ZeroOptimizer::complete(Pending& p) {
+  if (p.result.defined()) {  // a stage-2 gradient reduce-scatter
+    ops::add_(p.group->shard_grad, p.result);
+    p.group->flat->release_grad();
+  }
+}
+
+void ZeroOptimizer::drain(bool wait_all) {
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending& p = pending_[i];
+    if (wait_all) p.work->wait();
+    else if (!p.work->test()) {
+      if (kept != i) pending_[kept] = std::move(p);
+      ++kept;
+      continue;
+    }
+    complete(p);
+  }
+  pending_.resize(kept);
+}
+
+double ZeroOptimizer::step(double lr, double max_norm) {
+  NoGradGuard no_grad;
+  // Reductions the backward did not start (no overlap, unused parameters, stage 1).
+  for (Group& g : groups_) {
+    if (config_.stage == 0 && !g.launched) launch(g);
+    if (config_.stage == 2 && !g.launched && g.flat->has_grad()) launch(g);
+  }
+  drain(/*wait_all=*/true);
+  if (config_.stage == 1) {
+    for (Group& g : groups_) pending_.push_back({dp_->reduce_scatter(g.flat->grad(), g.shard_grad), &g, Tensor()});
+    drain(/*wait_all=*/true);
+  }
+
+  // Average over ranks and take the global norm.
+  const double inv_n = 1.0 / double(dp_->size());
+  double sq = 0.0;
+  for (Group& g : groups_) {
+    const Tensor& grad = config_.stage == 0 ? g.flat->grad() : g.shard_grad;
+    ops::mul_(grad, inv_n);
+    sq += ops::sum_squares(grad);
+  }
+  if (config_.stage >= 1) {
+    Tensor total = Tensor::full({1}, sq, DType::f64);
+    dp_->all_reduce(total)->wait();
+    sq = total.item();
+  }
+  const double norm = std::sqrt(sq);
+  const double clip = max_norm > 0.0 && max_norm / (norm + 1e-6) < 1.0 ? max_norm / (norm + 1e-6) : 1.0;
+
+  ++steps_;
+  const double t = double(steps_);
+  for (Group& g : groups_) {
+    const Tensor& grad = config_.stage == 0 ? g.flat->grad() : g.shard_grad;
+    if (clip < 1.0) ops::mul_(grad, clip);
+    const AdamWStep s{lr, adamw_.beta1, adamw_.beta2, adamw_.eps, g.flat->weight_decay(),
+                      1.0 - std::pow(adamw_.beta1, t), 1.0 - std::pow(adamw_.beta2, t)};
+    const Tensor params = config_.stage == 0 ? g.flat->flat() : g.flat->shard(g.flat->flat());
+    ops::adamw_(params, grad, g.exp_avg, g.exp_avg_sq, s);
+  }
+  if (config_.stage >= 1) {
+    std::vector<Tensor> sends;
+    for (Group& g : groups_) {
+      sends.push_back(ops::clone(g.flat->shard(g.flat->flat())));
+      pending_.push_back({dp_->all_gather(sends.back(), g.flat->flat()), &g, Tensor()});
+    }
+    drain(/*wait_all=*/true);
+  }
+  for (Group& g : groups_) {
+    if (config_.stage <= 1) ops::zero_(g.flat->grad());
+    else ops::zero_(g.shard_grad);
+  }
+  return norm;
+}
+
+ModelStateBytes ZeroOptimizer::memory() const {
+  ModelStateBytes m;
+  for (const Group& g : groups_) {
+    const int64_t full = g.flat->padded() * 4, shard = g.flat->shard_size() * 4;
+    m.param_bytes += full;
+    m.grad_bytes += config_.stage <= 1 ? full : shard;
+    m.optim_bytes += 2 * (config_.stage == 0 ? full : shard);
+  }
+  return m;
+}
+
+}  // namespace triad::zero

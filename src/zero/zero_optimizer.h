@@ -1,0 +1,86 @@
+// ZeRO data parallelism (stages 0–2) over flat parameter groups, with AdamW.
+//
+// Every data-parallel rank runs the same model on its own slice of the global batch; the
+// gradient of the global mean loss is the mean of the ranks' gradients. The stages differ
+// in what each rank keeps and when gradients move (Ψ parameters, n ranks):
+//   stage 0: full gradients all-reduced per group as the backward completes each group
+//            (last micro-batch of an accumulation only); every rank updates everything.
+//   stage 1: optimizer state sharded: full gradients accumulate locally and are
+//            reduce-scattered at the step; each rank updates its shard, then all-gather.
+//   stage 2: gradients sharded too: each group's gradient is reduce-scattered as soon as
+//            the backward has completed it, added to the rank's shard, and freed.
+// Communication per step is 2Ψ(n−1)/n elements of bus traffic in every stage.
+//
+// Gradients of parameters are views of their group's flat gradient (Note [Flat
+// parameters]); the clipping norm is the norm of the full averaged gradient (shards'
+// squares summed in double and all-reduced).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/module.h"
+#include "optim/optimizer.h"
+#include "parallel/communicator.h"
+#include "zero/flat_group.h"
+#include "zero/units.h"
+
+namespace triad::zero {
+
+struct ZeroConfig {
+  int stage = 0;              // 0, 1 or 2
+  bool overlap_comm = true;   // start each group's reduction during the backward
+};
+
+// Bytes resident on this rank for model states (Note: fp32 training keeps no separate
+// master copy; the parameters are their own master weights).
+struct ModelStateBytes {
+  int64_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0, buffer_bytes = 0;
+};
+
+class ZeroOptimizer {
+ public:
+  ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
+                double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy = {});
+
+  // Call before each micro-batch's backward; `last` marks the last micro-batch of the
+  // accumulation (stage 0 reduces only then).
+  void begin_backward(bool last);
+  // Averages and reduces what the backward left, clips to max_norm (0: off), updates with
+  // lr, gathers the parameters, clears the gradients. Returns the norm before clipping.
+  double step(double lr, double max_norm);
+
+  ModelStateBytes memory() const;
+  int stage() const { return config_.stage; }
+  const std::vector<Unit>& units() const { return units_; }
+
+ private:
+  struct Group {
+    std::unique_ptr<FlatGroup> flat;
+    Tensor shard_grad;          // stage 1, 2: this rank's summed gradient shard
+    Tensor exp_avg, exp_avg_sq; // stage 0: full; stage 1, 2: shard
+    int ready = 0;              // parameters whose gradient this backward has completed
+    bool launched = false;      // its reduction for this backward has started
+  };
+  struct Pending {
+    parallel::WorkPtr work;
+    Group* group;
+    Tensor result;  // a stage-2 gradient's reduce-scatter output, added to the shard when done
+  };
+
+  void on_grad_ready(Group& g);
+  void launch(Group& g);
+  void complete(Pending& p);
+  void drain(bool wait_all);
+
+  ZeroConfig config_;
+  optim::AdamWOptions adamw_;
+  parallel::CommunicatorPtr dp_;
+  std::vector<Unit> units_;
+  std::vector<Group> groups_;
+  std::vector<Pending> pending_;
+  bool last_micro_ = true;
+  int64_t steps_ = 0;
+};
+
+}  // namespace triad::zero

@@ -1,0 +1,372 @@
+// Every collective of MpiCommunicator against closed-form values on every rank: rank r
+// contributes v(r, j) (small integers, so sums are exact in bf16/f16 and i8), and each
+// rank evaluates the expected result from the formula for all ranks. Every dtype, sizes
+// 1, odd and non-divisible ones, in-place forms, several operations in flight, split
+// communicators, and argument errors (thrown locally, before communicating: no hang).
+#define BOOST_TEST_MODULE collectives_mpi
+#include <boost/mpl/list.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <functional>
+
+#include "parallel/mpi_communicator.h"
+#include "parallel/runtime.h"
+#include "support/check.h"
+#include "tensor/ops.h"
+
+using namespace triad;
+using namespace triad::parallel;
+
+namespace {
+
+struct MpiSetup {
+  MpiSetup() {
+    auto& suite = boost::unit_test::framework::master_test_suite();
+    init(suite.argc, suite.argv);
+  }
+  ~MpiSetup() { finalize(); }
+};
+
+CommunicatorPtr comm() { return world(); }
+
+// A 1-d tensor of `n` elements, element j = f(j).
+template <class T>
+Tensor make(int64_t n, const std::function<double(int64_t)>& f) {
+  Tensor t = Tensor::empty({n}, dtype_of<T>::value);
+  T* p = t.data<T>();
+  for (int64_t j = 0; j < n; ++j) p[j] = from_double<T>(f(j));
+  return t;
+}
+
+// Counts elements of t that differ from expected(j) (beyond tol) and reports the first.
+template <class T>
+void check_values(const std::string& what, const Tensor& t, const std::function<double(int64_t)>& expected,
+                  double tol = 0) {
+  const T* p = t.data<T>();
+  int64_t bad = 0, first = -1;
+  for (int64_t j = 0; j < t.numel(); ++j) {
+    const double e = expected(j), got = to_double(p[j]);
+    if (!(std::abs(got - e) <= tol * std::max(1.0, std::abs(e)))) {
+      if (bad++ == 0) first = j;
+    }
+  }
+  BOOST_CHECK_MESSAGE(bad == 0, what << " (" << dtype_name(dtype_of<T>::value) << ", rank " << comm()->rank() << "/"
+                                     << comm()->size() << "): " << bad << " of " << t.numel()
+                                     << " elements wrong; first at " << first << ": got "
+                                     << (first >= 0 ? to_double(p[first]) : 0.0) << ", expected "
+                                     << (first >= 0 ? expected(first) : 0.0));
+}
+
+// Values: exact in every dtype (|v| small) and the reductions of n <= 8 of them too.
+double v_sum(int r, int64_t j) { return (r + 1) + (j % 7); }
+double v_mm(int r, int64_t j) { return double((r * 3 + j) % 13) - 6; }
+
+double fold(ReduceOp op, int n, int64_t j) {
+  double acc = op == ReduceOp::sum ? 0 : v_mm(0, j);
+  for (int r = 0; r < n; ++r) {
+    if (op == ReduceOp::sum) acc += v_sum(r, j);
+    if (op == ReduceOp::max) acc = std::max(acc, v_mm(r, j));
+    if (op == ReduceOp::min) acc = std::min(acc, v_mm(r, j));
+  }
+  return acc;
+}
+double v_for(ReduceOp op, int r, int64_t j) { return op == ReduceOp::sum ? v_sum(r, j) : v_mm(r, j); }
+const char* name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : op == ReduceOp::max ? "max" : "min"; }
+
+constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
+
+using AllTypes = boost::mpl::list<float, double, int64_t, bf16, f16, int32_t, int8_t>;
+
+}  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(MpiSetup);
+
+BOOST_AUTO_TEST_CASE(world_basics) {
+  auto c = comm();
+  BOOST_TEST(initialized());
+  BOOST_TEST(c->size() == world_size());
+  BOOST_TEST(c->rank() == world_rank());
+  BOOST_TEST(c->name() == "mpi");
+  BOOST_TEST(ranks_on_node() == c->size());  // one machine
+  BOOST_TEST(rank_on_node() == c->rank());
+  BOOST_TEST(node_id() == 0);
+  BOOST_TEST(threads_per_rank(3) == 3);
+  BOOST_TEST(threads_per_rank(0) >= 1);
+  BOOST_TEST(init(boost::unit_test::framework::master_test_suite().argc,
+                  boost::unit_test::framework::master_test_suite().argv) == c);  // idempotent
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(all_reduce, T, AllTypes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  for (int64_t len : {1, 7, 1001, 65537}) {
+    for (ReduceOp op : kOps) {
+      Tensor t = make<T>(len, [&](int64_t j) { return v_for(op, r, j); });
+      c->all_reduce(t, op)->wait();
+      check_values<T>(std::string("all_reduce ") + name(op) + " len " + std::to_string(len), t,
+                      [&](int64_t j) { return fold(op, n, j); });
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter, T, AllTypes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  for (int64_t k : {1, 1023}) {
+    for (ReduceOp op : kOps) {
+      Tensor in = make<T>(n * k, [&](int64_t j) { return v_for(op, r, j); });
+      Tensor out = make<T>(k, [](int64_t) { return -100; });
+      c->reduce_scatter(in, out, op)->wait();
+      const std::string what = std::string("reduce_scatter ") + name(op) + " k " + std::to_string(k);
+      check_values<T>(what, out, [&](int64_t i) { return fold(op, n, r * k + i); });
+      check_values<T>(what + " leaves its input", in, [&](int64_t j) { return v_for(op, r, j); });
+
+      // In place: output is chunk rank() of the input.
+      Tensor buf = make<T>(n * k, [&](int64_t j) { return v_for(op, r, j); });
+      Tensor chunk = ops::narrow(buf, 0, r * k, k);
+      c->reduce_scatter(buf, chunk, op)->wait();
+      check_values<T>(what + " in place", chunk, [&](int64_t i) { return fold(op, n, r * k + i); });
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(all_gather, T, AllTypes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  for (int64_t k : {1, 1023}) {
+    Tensor in = make<T>(k, [&](int64_t i) { return v_mm(r, i); });
+    Tensor out = make<T>(n * k, [](int64_t) { return -100; });
+    c->all_gather(in, out)->wait();
+    const std::string what = "all_gather k " + std::to_string(k);
+    check_values<T>(what, out, [&](int64_t j) { return v_mm(int(j / k), j % k); });
+
+    // In place: input is chunk rank() of the output.
+    Tensor buf = make<T>(n * k, [](int64_t) { return -100; });
+    Tensor chunk = ops::narrow(buf, 0, r * k, k);
+    std::copy_n(in.data<T>(), k, chunk.data<T>());
+    c->all_gather(chunk, buf)->wait();
+    check_values<T>(what + " in place", buf, [&](int64_t j) { return v_mm(int(j / k), j % k); });
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(all_to_all, T, AllTypes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  // Chunk q of rank s's input holds s·n + q + 64·(i % 2): at most 127, exact everywhere.
+  auto code = [n](int from, int to, int64_t i) { return double(from * n + to + 64 * (i % 2)); };
+  for (int64_t k : {1, 3, 1023}) {
+    Tensor in = make<T>(n * k, [&](int64_t j) { return code(r, int(j / k), j % k); });
+    Tensor out = make<T>(n * k, [](int64_t) { return -100; });
+    c->all_to_all(in, out)->wait();
+    const std::string what = "all_to_all k " + std::to_string(k);
+    // Chunk q of the output came from rank q's chunk r.
+    check_values<T>(what, out, [&](int64_t j) { return code(int(j / k), r, j % k); });
+    c->all_to_all(in, in)->wait();  // in place
+    check_values<T>(what + " in place", in, [&](int64_t j) { return code(int(j / k), r, j % k); });
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(broadcast, T, AllTypes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  for (int root : {n - 1, 1 % n, 0}) {
+    for (int64_t len : {1, 1001}) {
+      Tensor t = make<T>(len, [&](int64_t j) { return r == root ? v_mm(root, j) : -100; });
+      c->broadcast(t, root)->wait();
+      check_values<T>("broadcast from " + std::to_string(root) + " len " + std::to_string(len), t,
+                      [&](int64_t j) { return v_mm(root, j); });
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(send_recv_ring, T, AllTypes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int64_t len : {1, 1001}) {
+    Tensor out = make<T>(len, [&](int64_t j) { return v_mm(r, j); });
+    Tensor in = make<T>(len, [](int64_t) { return -100; });
+    WorkPtr rw = c->recv(in, prev, 5);
+    WorkPtr sw = c->send(out, next, 5);
+    sw->wait();
+    rw->wait();
+    check_values<T>("ring recv len " + std::to_string(len), in, [&](int64_t j) { return v_mm(prev, j); });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(tags_select_messages) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  // Two messages to the same rank, received in the opposite order by tag.
+  Tensor a = Tensor::full({4}, 10 + r, DType::f32), b = Tensor::full({4}, 20 + r, DType::f32);
+  Tensor ra = Tensor::zeros({4}), rb = Tensor::zeros({4});
+  WorkPtr wb = c->recv(rb, prev, 2), wa = c->recv(ra, prev, 1);
+  WorkPtr s1 = c->send(a, next, 1), s2 = c->send(b, next, 2);
+  for (WorkPtr* w : {&s1, &s2, &wb, &wa}) (*w)->wait();
+  check_values<float>("tag 1", ra, [&](int64_t) { return 10 + prev; });
+  check_values<float>("tag 2", rb, [&](int64_t) { return 20 + prev; });
+}
+
+BOOST_AUTO_TEST_CASE(many_in_flight_waited_in_order) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int64_t k = 513;
+  std::vector<Tensor> sums;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 6; ++i) {
+    sums.push_back(make<float>(1001 + i, [&](int64_t j) { return v_sum(r, j + i); }));
+    works.push_back(c->all_reduce(sums.back()));
+  }
+  Tensor rs_in = make<double>(n * k, [&](int64_t j) { return v_sum(r, j); }), rs_out = Tensor::empty({k}, DType::f64);
+  works.push_back(c->reduce_scatter(rs_in, rs_out));
+  Tensor ag_in = make<bf16>(k, [&](int64_t i) { return v_mm(r, i); }), ag_out = Tensor::empty({n * k}, DType::bf16);
+  works.push_back(c->all_gather(ag_in, ag_out));
+  Tensor bc = make<int64_t>(77, [&](int64_t j) { return r == n - 1 ? j * 3 : -1; });
+  works.push_back(c->broadcast(bc, n - 1));
+  Tensor mx = make<float>(999, [&](int64_t j) { return v_mm(r, j); });
+  works.push_back(c->all_reduce(mx, ReduceOp::max));
+  for (auto& w : works) w->wait();
+  for (int i = 0; i < 6; ++i)
+    check_values<float>("in flight all_reduce " + std::to_string(i), sums[i],
+                        [&](int64_t j) { return fold(ReduceOp::sum, n, j + i); });
+  check_values<double>("in flight reduce_scatter", rs_out,
+                       [&](int64_t i) { return fold(ReduceOp::sum, n, r * k + i); });
+  check_values<bf16>("in flight all_gather", ag_out, [&](int64_t j) { return v_mm(int(j / k), j % k); });
+  check_values<int64_t>("in flight broadcast", bc, [&](int64_t j) { return j * 3; });
+  check_values<float>("in flight all_reduce max", mx, [&](int64_t j) { return fold(ReduceOp::max, n, j); });
+}
+
+BOOST_AUTO_TEST_CASE(test_polls_to_completion_and_unwaited_work_completes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  Tensor t = make<float>(4096, [&](int64_t j) { return v_sum(r, j); });
+  WorkPtr w = c->all_reduce(t);
+  int64_t polls = 0;
+  while (!w->test()) ++polls;
+  BOOST_TEST(w->test());  // stays complete
+  w->wait();              // and wait() after completion returns at once
+  check_values<float>("all_reduce by test()", t, [&](int64_t j) { return fold(ReduceOp::sum, n, j); });
+
+  // A Work dropped without wait() completes in its destructor.
+  Tensor u = make<float>(1001, [&](int64_t j) { return v_sum(r, j); });
+  c->all_reduce(u);
+  check_values<float>("dropped Work", u, [&](int64_t j) { return fold(ReduceOp::sum, n, j); });
+}
+
+BOOST_AUTO_TEST_CASE(empty_tensors) {
+  auto c = comm();
+  Tensor e = Tensor::empty({0}, DType::f32);
+  c->all_reduce(e)->wait();
+  c->all_gather(e, Tensor::empty({0}, DType::f32))->wait();
+  c->reduce_scatter(Tensor::empty({0}, DType::f32), e)->wait();
+  c->broadcast(e, 0)->wait();
+}
+
+BOOST_AUTO_TEST_CASE(bf16_and_f16_sums_round_per_combination) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  // Inexact values: the result is within (n-1) roundings of the exact sum of the inputs.
+  auto x = [](int rr, int64_t j) { return 1.0 + 0.0137 * (rr + 1) + 0.00071 * (j % 97); };
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const double u = dt == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    Tensor t = Tensor::empty({4099}, dt);
+    Tensor in64 = Tensor::empty({n, 4099}, DType::f64);  // every rank's rounded inputs
+    for (int rr = 0; rr < n; ++rr) {
+      Tensor row = make<double>(4099, [&](int64_t j) { return x(rr, j); });
+      Tensor rounded = ops::to(ops::to(row, dt), DType::f64);
+      std::copy_n(rounded.data<double>(), 4099, in64.data<double>() + rr * 4099);
+      if (rr == r) t = ops::to(row, dt);
+    }
+    c->all_reduce(t)->wait();
+    Tensor got = ops::to(t, DType::f64);
+    double worst = 0;
+    for (int64_t j = 0; j < 4099; ++j) {
+      double exact = 0;
+      for (int rr = 0; rr < n; ++rr) exact += in64.data<double>()[rr * 4099 + j];
+      worst = std::max(worst, std::abs(got.data<double>()[j] - exact) / exact);
+    }
+    BOOST_TEST(worst <= (n - 1) * u, dtype_name(dt) << " sum relative error " << worst << " > (n-1)·u");
+    // Every rank holds the same result.
+    Tensor same = ops::clone(t), mn = ops::clone(t);
+    c->all_reduce(same, ReduceOp::max)->wait();
+    c->all_reduce(mn, ReduceOp::min)->wait();
+    BOOST_TEST(test::max_abs_diff(same, mn) == 0, dtype_name(dt) << " sums differ across ranks");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(split_halves_reversed_key) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int half = n / 2, color = r < half ? 0 : 1;
+  auto sub = c->split(color, -r);
+  const int lo = color * half, hi = lo + half;  // world ranks [lo, hi) in this half
+  BOOST_TEST(sub->size() == half);
+  BOOST_TEST(sub->rank() == hi - 1 - r);
+  Tensor mine = Tensor::full({1}, r, DType::i64), all = Tensor::empty({half}, DType::i64);
+  sub->all_gather(mine, all)->wait();
+  check_values<int64_t>("split members, reversed", all, [&](int64_t q) { return hi - 1 - q; });
+  Tensor s = Tensor::full({3}, r, DType::f64);
+  sub->all_reduce(s)->wait();
+  check_values<double>("split sum", s, [&](int64_t) { return double(hi - 1 + lo) * half / 2; });
+
+  // Both halves and the world in flight together.
+  Tensor w = Tensor::full({5}, 1, DType::i32), h = Tensor::full({5}, 1, DType::i32);
+  WorkPtr ww = c->all_reduce(w), wh = sub->all_reduce(h);
+  wh->wait();
+  ww->wait();
+  check_values<int32_t>("world sum", w, [&](int64_t) { return n; });
+  check_values<int32_t>("half sum", h, [&](int64_t) { return half; });
+
+  auto node = std::dynamic_pointer_cast<MpiCommunicator>(c)->split_by_node();
+  BOOST_TEST(node->size() == n);  // one machine
+  BOOST_TEST(node->rank() == r);
+}
+
+BOOST_AUTO_TEST_CASE(argument_errors_throw_before_communicating) {
+  auto c = comm();
+  const int n = c->size();
+  using test::check_error;
+  Tensor m = Tensor::zeros({4, 6});
+  check_error([&] { c->all_reduce(ops::transpose(m, 0, 1)); }, {"all_reduce", "contiguous", "(6, 4)"});
+  check_error([&] { c->reduce_scatter(Tensor::zeros({n * 3 + 1}), Tensor::zeros({3})); },
+              {"reduce_scatter", "(" + std::to_string(n * 3 + 1) + ",)", "(3,)"});
+  check_error([&] { c->reduce_scatter(Tensor::zeros({n * 3}), Tensor::zeros({3}, DType::f64)); },
+              {"reduce_scatter", "dtype", "f32", "f64"});
+  check_error([&] { c->all_gather(Tensor::zeros({3}), Tensor::zeros({n * 3 + 2})); },
+              {"all_gather", "(3,)", "(" + std::to_string(n * 3 + 2) + ",)"});
+  check_error([&] { c->all_gather(Tensor::zeros({3}, DType::bf16), Tensor::zeros({n * 3})); },
+              {"all_gather", "bf16", "f32"});
+  check_error([&] { c->all_to_all(Tensor::zeros({n * 2 + 1}), Tensor::zeros({n * 2 + 1})); },
+              {"all_to_all", "size() * k"});
+  check_error([&] { c->broadcast(Tensor::zeros({2}), n); }, {"broadcast", "root " + std::to_string(n)});
+  check_error([&] { c->send(Tensor::zeros({2}), -1); }, {"send", "destination -1"});
+  check_error([&] { c->recv(Tensor::zeros({2}), n); }, {"recv", "source " + std::to_string(n)});
+  check_error([&] { c->send(Tensor::zeros({2}), 0, -3); }, {"send", "tag -3"});
+  check_error([&] { c->split(-1, 0); }, {"split", "color"});
+  check_error([&] { c->all_reduce(Tensor()); }, {"all_reduce", "undefined"});
+  // Overlapping buffers other than the in-place forms.
+  Tensor buf = Tensor::zeros({n * 4});
+  if (n > 1) {
+    const int other = (c->rank() + 1) % n;
+    check_error([&] { c->reduce_scatter(buf, ops::narrow(buf, 0, other * 4, 4)); }, {"reduce_scatter", "overlaps"});
+    check_error([&] { c->all_gather(ops::narrow(buf, 0, other * 4, 4), buf); }, {"all_gather", "overlaps"});
+  }
+  check_error([&] { c->all_to_all(ops::narrow(buf, 0, 0, n * 2), ops::narrow(buf, 0, 1, n * 2)); },
+              {"all_to_all", "overlaps"});
+  // The communicator is still in step after the errors.
+  Tensor t = Tensor::ones({8});
+  c->all_reduce(t)->wait();
+  check_values<float>("after errors", t, [&](int64_t) { return n; });
+}
+
+BOOST_AUTO_TEST_CASE(recv_of_the_wrong_size_throws_on_wait) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  Tensor out = Tensor::ones({3}), in = Tensor::zeros({5});
+  WorkPtr rw = c->recv(in, prev, 9);
+  WorkPtr sw = c->send(out, next, 9);
+  sw->wait();
+  test::check_error([&] { rw->wait(); }, {"recv", "expected 5", "received 3"});
+}

@@ -1,0 +1,139 @@
+// CountingCommunicator: calls, payload bytes and bus bytes per collective equal
+// nccl-tests' definitions exactly (REFERENCE.md), on the world and on split groups that
+// share the counters; results still pass through unchanged.
+#define BOOST_TEST_MODULE counting_mpi
+#include <boost/test/unit_test.hpp>
+
+#include "parallel/counting_communicator.h"
+#include "parallel/runtime.h"
+#include "support/check.h"
+
+using namespace triad;
+using namespace triad::parallel;
+
+namespace {
+
+struct MpiSetup {
+  MpiSetup() {
+    auto& suite = boost::unit_test::framework::master_test_suite();
+    init(suite.argc, suite.argv);
+  }
+  ~MpiSetup() { finalize(); }
+};
+
+// Bus bytes by nccl-tests' factors, in exact integer arithmetic (S·2(n−1) divisible by n here).
+double bus(const std::string& kind, double S, int n) {
+  if (kind == "all_reduce") return S * 2 * (n - 1) / n;
+  if (kind == "reduce_scatter" || kind == "all_gather" || kind == "all_to_all") return S * (n - 1) / n;
+  return S;
+}
+
+void check_kind(const CountingCommunicator& cc, const std::string& kind, int64_t calls, double payload, int n) {
+  const CollectiveStats s = cc.stats().at(kind);
+  BOOST_TEST(s.calls == calls, kind << " calls");
+  BOOST_TEST(s.payload_bytes == payload, kind << " payload " << s.payload_bytes << " expected " << payload);
+  BOOST_TEST(s.bus_bytes == bus(kind, payload, n),
+             kind << " bus " << s.bus_bytes << " expected " << bus(kind, payload, n) << " (n " << n << ")");
+}
+
+}  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(MpiSetup);
+
+BOOST_AUTO_TEST_CASE(each_collective_by_the_formulas) {
+  CountingCommunicator cc(world());
+  const int n = cc.size(), r = cc.rank();
+  BOOST_TEST(cc.name() == "counting(mpi)");
+  BOOST_TEST(cc.stats().size() == 7u);
+  BOOST_TEST(cc.bus_bytes() == 0);
+
+  const int64_t k = 40;
+  Tensor ar = Tensor::ones({n * k});  // f32
+  cc.all_reduce(ar)->wait();
+  cc.all_reduce(ar, ReduceOp::max)->wait();
+  check_kind(cc, "all_reduce", 2, 2.0 * n * k * 4, n);
+  BOOST_TEST(ar.to_vector<float>()[0] == float(n));  // results pass through
+
+  Tensor rs_in = Tensor::ones({n * k}, DType::bf16), rs_out = Tensor::empty({k}, DType::bf16);
+  cc.reduce_scatter(rs_in, rs_out)->wait();
+  check_kind(cc, "reduce_scatter", 1, double(n * k * 2), n);  // total input
+
+  Tensor ag_in = Tensor::ones({k}, DType::f64), ag_out = Tensor::empty({n * k}, DType::f64);
+  cc.all_gather(ag_in, ag_out)->wait();
+  check_kind(cc, "all_gather", 1, double(n * k * 8), n);  // total output
+
+  Tensor a2a_in = Tensor::ones({n * k}, DType::i64), a2a_out = Tensor::empty({n * k}, DType::i64);
+  cc.all_to_all(a2a_in, a2a_out)->wait();
+  check_kind(cc, "all_to_all", 1, double(n * k * 8), n);  // send buffer
+
+  Tensor bc = Tensor::ones({k + 1}, DType::i32);
+  cc.broadcast(bc, n - 1)->wait();
+  check_kind(cc, "broadcast", 1, double((k + 1) * 4), n);
+
+  Tensor s = Tensor::ones({k + 3}, DType::i8), rv = Tensor::empty({k + 3}, DType::i8);
+  WorkPtr rw = cc.recv(rv, (r + n - 1) % n, 3);
+  cc.send(s, (r + 1) % n, 3)->wait();
+  rw->wait();
+  check_kind(cc, "send", 1, double(k + 3), n);
+  check_kind(cc, "recv", 1, double(k + 3), n);
+
+  cc.barrier();  // not counted
+  double total = 0;
+  for (const auto& [kind, st] : cc.stats()) total += st.bus_bytes;
+  BOOST_TEST(cc.bus_bytes() == total);
+  const double expected_total = bus("all_reduce", 2.0 * n * k * 4, n) + bus("reduce_scatter", n * k * 2, n) +
+                                bus("all_gather", n * k * 8, n) + bus("all_to_all", n * k * 8, n) + (k + 1) * 4 +
+                                2.0 * (k + 3);
+  BOOST_TEST(cc.bus_bytes() == expected_total);
+
+  const nlohmann::json j = cc.to_json();
+  BOOST_TEST(j.at("bus_bytes").get<double>() == expected_total);
+  BOOST_TEST(j.at("by_collective").size() == 7u);
+  BOOST_TEST(j.at("by_collective").at("all_reduce").at("calls").get<int64_t>() == 2);
+  BOOST_TEST(j.at("by_collective").at("all_gather").at("payload_bytes").get<double>() == double(n * k * 8));
+  BOOST_TEST(j.at("by_collective").at("all_to_all").at("bus_bytes").get<double>() == bus("all_to_all", n * k * 8, n));
+
+  cc.reset();
+  BOOST_TEST(cc.bus_bytes() == 0);
+  for (const auto& [kind, st] : cc.stats()) BOOST_TEST(st.calls == 0, kind);
+}
+
+BOOST_AUTO_TEST_CASE(splits_share_the_counters) {
+  CountingCommunicator cc(world());
+  const int n = cc.size(), r = cc.rank();
+  const int half = n / 2;
+  auto sub = cc.split(r < half ? 0 : 1, r);
+  BOOST_TEST(sub->name() == "counting(mpi)");
+  BOOST_TEST(sub->size() == half);
+
+  Tensor t = Tensor::ones({n * 8});  // 32n bytes
+  sub->all_reduce(t)->wait();        // n = half
+  cc.all_reduce(t)->wait();          // n = world
+  const double S = n * 8 * 4;
+  const CollectiveStats s = cc.stats().at("all_reduce");
+  BOOST_TEST(s.calls == 2);
+  BOOST_TEST(s.payload_bytes == 2 * S);
+  BOOST_TEST(s.bus_bytes == bus("all_reduce", S, half) + bus("all_reduce", S, n));
+  BOOST_TEST(t.to_vector<float>()[0] == float(half * n));
+
+  // The same counters, seen from the split communicator.
+  auto* sub_cc = dynamic_cast<CountingCommunicator*>(sub.get());
+  BOOST_REQUIRE(sub_cc != nullptr);
+  BOOST_TEST(sub_cc->bus_bytes() == cc.bus_bytes());
+  sub_cc->reset();
+  BOOST_TEST(cc.bus_bytes() == 0);
+
+  // A grandchild, too.
+  auto leaf = sub->split(0, 0);
+  Tensor in = Tensor::ones({half * 5}), out = Tensor::empty({5});
+  leaf->reduce_scatter(in, out)->wait();
+  check_kind(cc, "reduce_scatter", 1, half * 5 * 4, half);
+}
+
+BOOST_AUTO_TEST_CASE(failed_calls_are_not_counted) {
+  CountingCommunicator cc(world());
+  const int n = cc.size();
+  test::check_error([&] { cc.all_gather(Tensor::ones({3}), Tensor::ones({n * 3 + 1})); }, {"all_gather"});
+  BOOST_TEST(cc.stats().at("all_gather").calls == 0);
+  BOOST_TEST(cc.bus_bytes() == 0);
+}

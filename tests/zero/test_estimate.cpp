@@ -1,0 +1,167 @@
+// ZeRO model-state memory estimate: the ZeRO paper's worked example (Ψ = 7.5B, n = 64,
+// K = 12) exactly, the per-stage split, n = 1 collapsing every stage to plain data
+// parallelism, GPT parameter counts against nn::GPT, and the stage 3 persistence threshold.
+#define BOOST_TEST_MODULE zero_estimate
+#include <boost/test/unit_test.hpp>
+#include <map>
+
+#include "nn/gpt.h"
+#include "support/check.h"
+#include "zero/estimate.h"
+
+using namespace triad;
+
+namespace {
+
+zero::ModelStateInput paper_example() { return {.num_params = 7.5e9, .dp = 64, .optimizer_bytes = 12}; }
+
+nn::GPTConfig small_gpt() {
+  // Small enough to build; every parameter kind has its own size: biases and LayerNorms
+  // (C..4C) < C² (2304) < wpe (3072) < 3C² < wte (4656) < 4C².
+  return {.n_layer = 3, .n_head = 2, .d_model = 48, .seq_len = 64, .vocab_size = 97};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(paper_example_totals_are_exact) {
+  // Figure 1 / section 5.1: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB, which round these (all four
+  // exact in binary). Stage 2 is 2Ψ + 14Ψ/64 = 15e9 + 1.640625e9.
+  const auto all = zero::model_state_bytes_all(paper_example());
+  BOOST_TEST(all[0].total() == 120e9);
+  BOOST_TEST(all[1].total() == 31.40625e9);
+  BOOST_TEST(all[2].total() == 16.640625e9);
+  BOOST_TEST(all[3].total() == 1.875e9);
+  for (int s = 0; s < 4; ++s) BOOST_TEST(all[s].stage == s);
+}
+
+BOOST_AUTO_TEST_CASE(paper_example_split_by_kind) {
+  const auto all = zero::model_state_bytes_all(paper_example());
+  const double full16 = 15e9, shard16 = 15e9 / 64, full_opt = 90e9, shard_opt = 90e9 / 64;
+  BOOST_TEST(all[0].parameters == full16);
+  BOOST_TEST(all[0].gradients == full16);
+  BOOST_TEST(all[0].optimizer == full_opt);
+  BOOST_TEST(all[1].parameters == full16);
+  BOOST_TEST(all[1].gradients == full16);
+  BOOST_TEST(all[1].optimizer == shard_opt);
+  BOOST_TEST(all[2].parameters == full16);
+  BOOST_TEST(all[2].gradients == shard16);
+  BOOST_TEST(all[2].optimizer == shard_opt);
+  BOOST_TEST(all[3].parameters == shard16);
+  BOOST_TEST(all[3].gradients == shard16);
+  BOOST_TEST(all[3].optimizer == shard_opt);
+}
+
+BOOST_AUTO_TEST_CASE(one_rank_makes_every_stage_plain_data_parallel) {
+  for (double k : {12.0, 8.0, 4.0}) {
+    const zero::ModelStateInput in{.num_params = 1.3e9, .dp = 1, .optimizer_bytes = k};
+    const auto all = zero::model_state_bytes_all(in);
+    for (const auto& b : all) {
+      BOOST_TEST(b.total() == (2 + 2 + k) * 1.3e9);
+      BOOST_TEST(b.parameters == all[0].parameters);
+      BOOST_TEST(b.gradients == all[0].gradients);
+      BOOST_TEST(b.optimizer == all[0].optimizer);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(k_scales_only_the_optimizer_state) {
+  zero::ModelStateInput in = paper_example();
+  in.optimizer_bytes = 16;  // e.g. fp32 gradients accumulated beside Adam's 12
+  const auto all = zero::model_state_bytes_all(in);
+  BOOST_TEST(all[0].total() == (2 + 2 + 16) * 7.5e9);
+  BOOST_TEST(all[1].total() == 4 * 7.5e9 + 16 * 7.5e9 / 64);
+  BOOST_TEST(all[2].total() == 2 * 7.5e9 + 18 * 7.5e9 / 64);
+  BOOST_TEST(all[3].total() == 20 * 7.5e9 / 64);
+}
+
+BOOST_AUTO_TEST_CASE(bad_inputs_are_errors_naming_the_value) {
+  auto with = [](auto change) {
+    zero::ModelStateInput in = paper_example();
+    change(in);
+    return in;
+  };
+  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.num_params = 0; })); },
+                    {"parameter count", "positive"});
+  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.num_params = -5; })); }, {"-5"});
+  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.dp = 0; })); },
+                    {"data-parallel ranks", "0"});
+  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.optimizer_bytes = -1; })); },
+                    {"(K)", "-1"});
+  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.persistent_params = 8e9; })); },
+                    {"persistent"});
+  test::check_error([&] { zero::model_state_bytes(4, paper_example()); }, {"stage", "0, 1, 2 or 3", "4"});
+  test::check_error([&] { zero::gpt_persistent_parameters(small_gpt(), -1); }, {"threshold", "-1"});
+}
+
+BOOST_AUTO_TEST_CASE(gpt2_124m_parameter_count) {
+  const nn::GPTConfig c = nn::GPTConfig::preset("gpt2-124m");
+  BOOST_TEST(zero::gpt_num_parameters(c) == 124439808);
+  int64_t sum = 0;
+  for (const auto& p : zero::gpt_parameter_sizes(c)) sum += p.numel;
+  BOOST_TEST(sum == 124439808);
+}
+
+BOOST_AUTO_TEST_CASE(gpt_count_matches_the_model_both_ways) {
+  for (const nn::GPTConfig& c : {small_gpt(), nn::GPTConfig::preset("tiny")}) {
+    const nn::GPT model(c);
+    // Closed form and the per-parameter enumeration both equal the built model's count.
+    BOOST_TEST(zero::gpt_num_parameters(c) == model.num_parameters());
+    std::map<std::string, int64_t> built, listed;
+    for (const auto& [name, p] : model.named_parameters()) built[name] = p.numel();
+    for (const auto& p : zero::gpt_parameter_sizes(c)) {
+      BOOST_TEST(listed.count(p.name) == 0u, "listed twice: " << p.name);
+      listed[p.name] = p.numel;
+    }
+    BOOST_TEST(built.size() == listed.size());
+    for (const auto& [name, numel] : built) {
+      BOOST_TEST_CONTEXT(name) {
+        BOOST_TEST_REQUIRE(listed.count(name) == 1u);
+        BOOST_TEST(listed[name] == numel);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(persistence_threshold_moves_exactly_the_small_parameters) {
+  const nn::GPTConfig c = small_gpt();
+  const int64_t C = c.d_model, L = c.n_layer;
+  const nn::GPT model(c);
+  const auto params = model.named_parameters();
+
+  // The threshold is inclusive (DeepSpeed: numel <= threshold); check against the model.
+  for (int64_t threshold : {int64_t(0), C - 1, C, 3 * C, C * C - 1, C * C, 3 * C * C, 4 * C * C, int64_t(1) << 40}) {
+    BOOST_TEST_CONTEXT("threshold " << threshold) {
+      zero::PersistentParams expect;
+      for (const auto& [name, p] : params)
+        if (p.numel() <= threshold) ++expect.count, expect.elements += p.numel();
+      const zero::PersistentParams got = zero::gpt_persistent_parameters(c, threshold);
+      BOOST_TEST(got.count == expect.count);
+      BOOST_TEST(got.elements == expect.elements);
+    }
+  }
+  // Between 4C and C²: exactly the biases and LayerNorms, L·13C + 2C elements.
+  const zero::PersistentParams small = zero::gpt_persistent_parameters(c, 5 * C);
+  BOOST_TEST(small.count == L * 8 + 2);
+  BOOST_TEST(small.elements == L * 13 * C + 2 * C);
+  // At C²: the attention output projections join them.
+  const zero::PersistentParams with_proj = zero::gpt_persistent_parameters(c, C * C);
+  BOOST_TEST(with_proj.count == L * 9 + 2);
+  BOOST_TEST(with_proj.elements == L * (13 * C + C * C) + 2 * C);
+
+  // GPT-2 124M under DeepSpeed's default 1e5: biases and LayerNorms only (C² = 589,824 > 1e5).
+  const zero::PersistentParams gpt2 = zero::gpt_persistent_parameters(nn::GPTConfig::preset("gpt2-124m"));
+  BOOST_TEST(gpt2.count == 12 * 8 + 2);
+  BOOST_TEST(gpt2.elements == 12 * 13 * 768 + 2 * 768);
+
+  // The persistent elements add their 16-bit parameter and gradient to stage 3 only.
+  const double psi = double(zero::gpt_num_parameters(c));
+  const zero::ModelStateInput plain{.num_params = psi, .dp = 8};
+  zero::ModelStateInput kept = plain;
+  kept.persistent_params = double(small.elements);
+  const auto a = zero::model_state_bytes_all(plain), b = zero::model_state_bytes_all(kept);
+  for (int s = 0; s < 3; ++s) BOOST_TEST(b[s].total() == a[s].total());
+  BOOST_TEST(b[3].parameters == a[3].parameters + 2.0 * double(small.elements));
+  BOOST_TEST(b[3].gradients == a[3].gradients + 2.0 * double(small.elements));
+  BOOST_TEST(b[3].optimizer == a[3].optimizer);
+  BOOST_TEST(b[3].total() == a[3].total() + 4.0 * double(small.elements));
+}
