@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -174,8 +175,10 @@ bool overlap(const Tensor& a, const Tensor& b) {
 class MpiWork final : public Work {
  public:
   using Done = std::function<void(const MPI_Status&)>;
-  MpiWork(const char* call, std::vector<Tensor> keep, Done done = {})
-      : call_(call), keep_(std::move(keep)), done_fn_(std::move(done)) {}
+  MpiWork(const char* call, const std::vector<Tensor>& tensors, Done done = {})
+      : call_(call), done_fn_(std::move(done)) {
+    for (const Tensor& t : tensors) keep_.push_back(t.storage());
+  }
   ~MpiWork() override;
 
   MPI_Request* request() { return &request_; }
@@ -201,7 +204,7 @@ class MpiWork final : public Work {
   void finish(int rc, const MPI_Status& status, const char* how) {
     done_ = true;
     Done fn = std::move(done_fn_);
-    std::vector<Tensor> keep = std::move(keep_);
+    std::vector<std::shared_ptr<Storage>> keep = std::move(keep_);
     if (rc != MPI_SUCCESS) {
       const std::string name = std::string(how) + " (" + call_ + ")";
       detail::throw_mpi_error(rc, name.c_str(), __FILE__, __LINE__);
@@ -210,7 +213,9 @@ class MpiWork final : public Work {
   }
 
   std::string call_;
-  std::vector<Tensor> keep_;
+  // The storages themselves, not Tensor handles: a handle's storage may be repointed
+  // while the operation is in flight, and the bytes MPI writes must stay allocated.
+  std::vector<std::shared_ptr<Storage>> keep_;
   Done done_fn_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
@@ -221,7 +226,7 @@ MpiWork::~MpiWork() {
   if (std::uncaught_exceptions() > 0) {
     // Unwinding after an error: waiting could hang on ranks that will never join. Leak the
     // request and the buffers it may still write into; the top-level handler aborts the job.
-    new std::vector<Tensor>(std::move(keep_));
+    new std::vector<std::shared_ptr<Storage>>(std::move(keep_));
     return;
   }
   try {
@@ -253,7 +258,10 @@ struct MpiCommunicator::Impl {
 MpiCommunicator::MpiCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 MpiCommunicator::~MpiCommunicator() {
-  if (impl_ && impl_->owned && impl_->comm != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&impl_->comm);
+  if (impl_ && impl_->owned && impl_->comm != MPI_COMM_NULL && !mpi_finalized()) {
+    const int rc = MPI_Comm_free(&impl_->comm);
+    if (rc != MPI_SUCCESS) std::fprintf(stderr, "rank %d: warning: MPI_Comm_free failed (code %d)\n", world_rank(), rc);
+  }
 }
 
 std::shared_ptr<MpiCommunicator> MpiCommunicator::wrap_world() {

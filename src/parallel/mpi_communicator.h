@@ -15,8 +15,10 @@
 // - In place, as NCCL allows: reduce_scatter's output may be chunk rank() of its input,
 //   and all_gather's input may be chunk rank() of its output. all_to_all's input may be
 //   its output (staged through a copy). Any other overlap of input and output throws.
+//   After an in-place reduce_scatter the input's other chunks are unspecified (MPI
+//   reduces in the buffer); out of place, the input is left unchanged.
 // - Element counts are MPI ints: a tensor of more than 2^31 − 1 elements throws Error.
-// - A Work holds its tensors, so their storage lives until the operation completes. A
+// - A Work holds its tensors' storages, so they live until the operation completes. A
 //   Work destroyed before completion waits for it, except while an exception unwinds
 //   the stack: then it is abandoned (its request and buffers leaked) so that an error on
 //   one rank reaches the top-level handler, which aborts the job, instead of hanging in

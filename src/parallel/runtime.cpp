@@ -48,6 +48,8 @@ CommunicatorPtr init(int& argc, char**& argv) {
     int provided = 0;
     const int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     TRIAD_CHECK(rc == MPI_SUCCESS, "parallel::init: MPI_Init_thread failed with code " << rc);
+    TRIAD_CHECK(provided >= MPI_THREAD_FUNNELED,
+                "parallel::init: MPI provides thread level " << provided << ", triad needs MPI_THREAD_FUNNELED");
   }
   TRIAD_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler(MPI_COMM_WORLD)");
 
@@ -74,8 +76,10 @@ CommunicatorPtr world() {
 void finalize() {
   if (!mpi_running()) return;
   detail::free_mpi_reduction_ops();
+  const int rank = world_rank();
   g_state = State{};
-  MPI_Finalize();
+  const int rc = MPI_Finalize();
+  if (rc != MPI_SUCCESS) std::fprintf(stderr, "rank %d: warning: MPI_Finalize failed (code %d)\n", rank, rc);
 }
 
 void abort_job(int code) {

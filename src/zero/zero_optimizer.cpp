@@ -143,8 +143,8 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   return norm;
 }
 
-ModelStateBytes ZeroOptimizer::memory() const {
-  ModelStateBytes m;
+ResidentBytes ZeroOptimizer::memory() const {
+  ResidentBytes m;
   for (const Group& g : groups_) {
     const int64_t full = g.flat->padded() * 4, shard = g.flat->shard_size() * 4;
     m.param_bytes += full;

@@ -34,7 +34,7 @@ struct ZeroConfig {
 
 // Bytes resident on this rank for model states (Note: fp32 training keeps no separate
 // master copy; the parameters are their own master weights).
-struct ModelStateBytes {
+struct ResidentBytes {
   int64_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0, buffer_bytes = 0;
 };
 
@@ -50,7 +50,7 @@ class ZeroOptimizer {
   // lr, gathers the parameters, clears the gradients. Returns the norm before clipping.
   double step(double lr, double max_norm);
 
-  ModelStateBytes memory() const;
+  ResidentBytes memory() const;
   int stage() const { return config_.stage; }
   const std::vector<Unit>& units() const { return units_; }
 

@@ -144,7 +144,7 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
   for (int stage : {0, 1, 2}) {
     auto model = make_model();
     zero::ZeroOptimizer opt(model, {.stage = stage}, kAdam, kDecay, world);
-    const zero::ModelStateBytes m = opt.memory();
+    const zero::ResidentBytes m = opt.memory();
     const double psi = double(model->num_parameters());
     const double shard = psi / double(n);
     // fp32: parameters 4Ψ on every rank; gradients 4Ψ (stages 0, 1) or 4Ψ/n; Adam's two
