@@ -2,12 +2,14 @@
 //
 //   triad-train --config configs/demo.json [--set optimizer.params.lr=1e-3]... [--steps N]
 //               [--metrics run.jsonl]
+//   mpirun -np 4 triad-train --config ... --set zero_optimization.stage=2   (data parallel)
 #include <CLI/CLI.hpp>
 
 #include "common/main_guard.h"
 #include "common/report.h"
 #include "engine/config.h"
 #include "engine/trainer.h"
+#include "parallel/runtime.h"
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
@@ -21,15 +23,17 @@ int main(int argc, char** argv) {
     app.add_option("--set", overrides, "override a config key: dotted.key=value (repeatable)");
     app.add_option("--steps", steps, "optimizer steps (overrides the config's steps)");
     app.add_option("--metrics", options.metrics_path, "write one JSON object per step to this file");
-    app.add_option("--threads", threads, "OpenMP threads (default: all cores)");
+    app.add_option("--threads", threads, "OpenMP threads per rank (default: cores / ranks on the node)");
     CLI11_PARSE(app, argc, argv);
+    triad::parallel::CommunicatorPtr dp;
+    if (triad::parallel::launched_by_mpirun()) dp = triad::parallel::init(argc, argv);
 
     nlohmann::json json = triad::engine::load_config_file(config_path);
     for (const std::string& o : overrides) triad::engine::apply_override(json, o);
     if (steps > 0) json["steps"] = steps;
-    const triad::engine::TrainConfig config = triad::engine::parse_config(json);
-    triad::app::set_threads(threads);
-    triad::engine::train(config, options);
+    const triad::engine::TrainConfig config = triad::engine::parse_config(json, dp ? dp->size() : 1);
+    triad::app::set_threads(triad::parallel::threads_per_rank(threads));
+    triad::engine::train(config, options, dp);
     return 0;
   });
 }

@@ -67,6 +67,13 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
   p.finish();
 }
 
+void parse_zero(JsonReader r, ZeroOptimizationConfig& z) {
+  z.stage = int(r.integer("stage", z.stage, 0, 3));
+  TRIAD_CHECK(z.stage <= 2, "[config] zero_optimization.stage 3 is not available yet; use 0, 1 or 2");
+  z.overlap_comm = r.boolean("overlap_comm", z.overlap_comm);
+  r.finish();
+}
+
 // Any two of (batch, micro, accumulation) determine the third: batch = micro x acc x dp.
 void resolve_batch(JsonReader& r, TrainConfig& c, int64_t dp) {
   auto batch = r.optional_integer("train_batch_size", 1, kMaxInt);
@@ -150,6 +157,7 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t dp) {
   TRIAD_CHECK(c.scheduler.warmup_num_steps <= std::max(c.scheduler.total_num_steps, c.steps),
               "[config] scheduler.params.warmup_num_steps (" << c.scheduler.warmup_num_steps
                                                              << ") exceeds the run's steps (" << c.steps << ")");
+  parse_zero(r.object("zero_optimization"), c.zero);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
   c.seed = uint64_t(r.integer("seed", 1234, 0, kMaxInt));
   c.model.init_seed = c.seed;

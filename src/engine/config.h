@@ -15,7 +15,8 @@
 //     "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 100,
 //                                                         "cos_min_ratio": 0.1}},
 //     "gradient_clipping": 1.0, "seed": 1234, "eval_interval": 100, "eval_iters": 10,
-//     "log_interval": 1, "device": "cpu", "output_dir": "runs/demo"
+//     "log_interval": 1, "device": "cpu", "output_dir": "runs/demo",
+//     "zero_optimization": {"stage": 1, "overlap_comm": true}   (under mpirun: ZeRO over the ranks)
 //   }
 #pragma once
 
@@ -47,6 +48,11 @@ struct SchedulerConfig {
   double cos_min_ratio = 0.0;
 };
 
+struct ZeroOptimizationConfig {
+  int stage = 0;             // 0, 1 or 2 (ZeRO stage 3 is not built yet)
+  bool overlap_comm = true;  // reduce each gradient group while the backward goes on
+};
+
 struct DataConfig {
   std::string corpus;     // token file written by `triad-data encode`
   std::string tokenizer;  // tokenizer written by `triad-data tokenizer`
@@ -63,6 +69,7 @@ struct TrainConfig {
   int64_t steps = 0;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
+  ZeroOptimizationConfig zero;
   double gradient_clipping = 0.0;  // 0: off
   uint64_t seed = 1234;
   int64_t eval_interval = 0;  // 0: evaluate only at the end

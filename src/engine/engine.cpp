@@ -26,12 +26,23 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, doubl
 
 }  // namespace
 
-Engine::Engine(const TrainConfig& config) : config_(config) {
+Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config_(config) {
   TRIAD_CHECK(Device::parse(config_.device).is_cpu(),
               "[config] device \"" << config_.device << "\": this build trains on the cpu only");
   model_ = std::make_shared<nn::GPT>(config_.model);
-  optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
+  if (dp && (dp->size() > 1 || config_.zero.stage > 0)) {
+    const OptimizerConfig& o = config_.optimizer;
+    TRIAD_CHECK(o.type == "AdamW", "[config] optimizer.type \"" << o.type << "\" is not available with data "
+                                                                 << "parallelism (ZeRO runs AdamW)");
+    TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
+                "[config] activation_checkpointing with ZeRO stage 3 is not supported");
+    zero_ = std::make_unique<zero::ZeroOptimizer>(
+        model_, zero::ZeroConfig{.stage = config_.zero.stage, .overlap_comm = config_.zero.overlap_comm},
+        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, dp);
+  } else {
+    optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
+  }
 }
 
 Tensor Engine::forward(const Tensor& inputs, const Tensor& targets) {
@@ -41,10 +52,18 @@ Tensor Engine::forward(const Tensor& inputs, const Tensor& targets) {
 
 void Engine::backward(const Tensor& loss) {
   const double scale = 1.0 / double(config_.gradient_accumulation_steps);
+  if (zero_) zero_->begin_backward(micro_ + 1 == config_.gradient_accumulation_steps);
+  micro_ = (micro_ + 1) % config_.gradient_accumulation_steps;
   triad::backward(loss, Tensor::full(loss.shape(), scale, loss.dtype(), loss.device()));
 }
 
 StepResult Engine::step() {
+  micro_ = 0;
+  if (zero_) {
+    const double lr = schedule_->lr_at(step_);
+    const double norm = zero_->step(lr, config_.gradient_clipping);
+    return {++step_, lr, norm};
+  }
   const std::vector<Tensor> params = model_->parameters();
   const double norm = config_.gradient_clipping > 0 ? optim::clip_grad_norm(params, config_.gradient_clipping)
                                                     : optim::grad_norm(params);

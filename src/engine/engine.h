@@ -7,6 +7,10 @@
 // backward() scales by 1/gradient_accumulation_steps, so the accumulated gradient is that of
 // the mean loss over the global batch; step() clips, sets the scheduled rate, updates and
 // clears the gradients.
+//
+// With a data-parallel communicator of more than one rank (or a zero_optimization.stage
+// above 0), gradients are reduced and the optimizer runs through ZeRO (zero/zero_optimizer.h);
+// each rank then feeds forward() its own rows of the global batch.
 #pragma once
 
 #include <memory>
@@ -15,6 +19,8 @@
 #include "nn/gpt.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "parallel/communicator.h"
+#include "zero/zero_optimizer.h"
 
 namespace triad::engine {
 
@@ -26,7 +32,7 @@ struct StepResult {
 
 class Engine {
  public:
-  explicit Engine(const TrainConfig& config);
+  explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr);
 
   // Mean cross-entropy of one micro-batch: inputs and targets (B, T) of i64.
   Tensor forward(const Tensor& inputs, const Tensor& targets);
@@ -36,6 +42,8 @@ class Engine {
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
 
   nn::GPT& model() { return *model_; }
+  // Model-state bytes resident on this rank (ZeRO's accounting; empty without ZeRO).
+  zero::ResidentBytes memory() const { return zero_ ? zero_->memory() : zero::ResidentBytes{}; }
   const TrainConfig& config() const { return config_; }
   int64_t global_step() const { return step_; }
   double lr_at(int64_t step) const { return schedule_->lr_at(step); }
@@ -45,7 +53,9 @@ class Engine {
   std::shared_ptr<nn::GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;
+  std::unique_ptr<zero::ZeroOptimizer> zero_;
   int64_t step_ = 0;
+  int64_t micro_ = 0;  // micro-batches backpropagated since the last step
 };
 
 }  // namespace triad::engine

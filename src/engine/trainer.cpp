@@ -34,9 +34,28 @@ std::vector<int64_t> rows(const std::vector<int64_t>& offsets, int64_t first, in
   return std::vector<int64_t>(offsets.begin() + first, offsets.begin() + first + n);
 }
 
+// Every rank must run the same configuration: compare a hash of it before any other
+// collective, so a mismatch is one clear error instead of a hang or silent divergence.
+void check_same_config(const TrainConfig& c, parallel::Communicator& dp) {
+  const int64_t mine = int64_t(std::hash<std::string>{}(c.json.dump()) >> 1);
+  Tensor all = Tensor::empty({dp.size()}, DType::i64);
+  Tensor own = Tensor::from_vector(std::vector<int64_t>{mine}, {1});
+  dp.all_gather(own, all)->wait();
+  for (int64_t h : all.to_vector<int64_t>())
+    TRIAD_CHECK(h == mine, "[config] the configuration differs between data-parallel ranks (rank "
+                               << dp.rank() << " holds another one); give every rank the same config and --set flags");
+}
+
 }  // namespace
 
-double train(const TrainConfig& c, const TrainOptions& options) {
+double train(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr dp) {
+  const int n = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
+  const bool leader = rank == 0;
+  if (dp) check_same_config(c, *dp);
+  TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * n,
+              "[config] train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "
+                                           << c.micro_batch_size << " x gradient_accumulation_steps "
+                                           << c.gradient_accumulation_steps << " x data-parallel ranks " << n);
   TRIAD_CHECK(!c.data.corpus.empty(), "[config] data.corpus is required: a token file made by `triad-data encode`");
   const io::TokenFile tokens = io::TokenFile::open(c.data.corpus);
   TRIAD_CHECK(int64_t(tokens.vocab_size()) <= c.model.vocab_size,
@@ -57,30 +76,39 @@ double train(const TrainConfig& c, const TrainOptions& options) {
                 "the validation split of '" << c.data.corpus << "' holds " << val_range.size() << " tokens, fewer than "
                                             << "model.seq_len + 1 = " << T + 1 << " (raise data.val_fraction)");
     const io::BatchSampler val_sampler(val_range, T, c.seed + 1);
+    // Validation batches of micro x ranks rows, each rank evaluating its own rows: the same
+    // rows are evaluated whatever the number of ranks.
     for (int64_t i = 0; i < c.eval_iters; ++i) {
-      io::Batch b = io::make_batch(tokens, val_sampler.offsets(i, c.micro_batch_size), T);
+      const std::vector<int64_t> offsets = val_sampler.offsets(i, c.micro_batch_size * n);
+      io::Batch b = io::make_batch(tokens, rows(offsets, rank * c.micro_batch_size, c.micro_batch_size), T);
       val_batches.emplace_back(b.inputs, b.targets);
     }
   }
   std::ofstream metrics;
-  if (!options.metrics_path.empty()) {
+  if (leader && !options.metrics_path.empty()) {
     metrics.open(options.metrics_path, std::ios::trunc);
     TRIAD_CHECK(metrics.good(), "cannot write the metrics file '" << options.metrics_path << "'");
   }
 
-  Engine engine(c);
-  std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
+  Engine engine(c, dp);
+  if (leader) std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
               double(engine.model().num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
               (long long)c.model.n_head, (long long)T, (long long)c.model.vocab_size);
-  std::printf("data: %lld training tokens, %lld validation tokens; batch %lld = %lld micro x %lld accumulation\n",
+  if (leader)
+    std::printf("data: %lld training tokens, %lld validation tokens; batch %lld = %lld micro x %lld accumulation\n",
               (long long)train_range.size(), (long long)val_range.size(), (long long)c.train_batch_size,
               (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps);
   std::fflush(stdout);
 
   auto evaluate = [&](int64_t step) -> double {
     if (val_batches.empty()) return NAN;
-    const double v = engine.evaluate(val_batches);
-    std::printf("step %6lld | val loss %.4f\n", (long long)step, v);
+    double v = engine.evaluate(val_batches);
+    if (dp) {
+      Tensor total = Tensor::full({1}, v, DType::f64);
+      dp->all_reduce(total)->wait();
+      v = total.item() / double(n);
+    }
+    if (leader) std::printf("step %6lld | val loss %.4f\n", (long long)step, v);
     std::fflush(stdout);
     return v;
   };
@@ -93,7 +121,8 @@ double train(const TrainConfig& c, const TrainOptions& options) {
     const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
     double loss_sum = 0;
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
-      const io::Batch b = io::make_batch(tokens, rows(offsets, m * c.micro_batch_size, c.micro_batch_size), T);
+      const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
+      const io::Batch b = io::make_batch(tokens, rows(offsets, first, c.micro_batch_size), T);
       const Tensor loss = engine.forward(b.inputs, b.targets);
       const double value = loss.item();
       TRIAD_CHECK(std::isfinite(value), "[train] the loss is " << value << " at step " << step + 1 << " (micro-batch "
@@ -105,11 +134,16 @@ double train(const TrainConfig& c, const TrainOptions& options) {
     const StepResult r = engine.step();
     TRIAD_CHECK(std::isfinite(r.grad_norm),
                 "[train] the gradient norm is " << r.grad_norm << " at step " << r.step << "; nothing was saved");
-    const double loss = loss_sum / double(c.gradient_accumulation_steps);
+    if (dp) {
+      Tensor total = Tensor::full({1}, loss_sum, DType::f64);
+      dp->all_reduce(total)->wait();
+      loss_sum = total.item();
+    }
+    const double loss = loss_sum / double(c.gradient_accumulation_steps * n);
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     const double tps = tokens_per_step / (step_ms / 1e3);
-    if (r.step % c.log_interval == 0 || r.step == c.steps) {
+    if (leader && (r.step % c.log_interval == 0 || r.step == c.steps)) {
       const double eta = elapsed / double(r.step) * double(c.steps - r.step);
       std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %7.0f tok/s | %s elapsed, ETA %s\n",
                   (long long)r.step, (long long)c.steps, loss, r.lr, r.grad_norm, tps, duration_text(elapsed).c_str(),
@@ -125,7 +159,7 @@ double train(const TrainConfig& c, const TrainOptions& options) {
       metrics.flush();
     }
   }
-  if (!c.output_dir.empty()) {
+  if (leader && !c.output_dir.empty()) {
     const std::string path = c.output_dir + "/model.tns";
     save_model(path, engine.model(), c.json);
     std::printf("saved %s\n", path.c_str());

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/config.h"
+#include "parallel/communicator.h"
 
 namespace triad::engine {
 
@@ -14,7 +15,10 @@ struct TrainOptions {
 
 // Runs the whole training described by `config`; throws Error on bad input or a non-finite
 // loss (nothing is saved then).
-// Returns the last validation loss (NaN without a validation split).
-double train(const TrainConfig& config, const TrainOptions& options);
+// With a data-parallel communicator, every rank calls train() with the same config (checked
+// before anything else) and takes its rows of each global batch; rank 0 prints, writes the
+// metrics and saves the model. Returns the last validation loss (NaN without a validation
+// split).
+double train(const TrainConfig& config, const TrainOptions& options, parallel::CommunicatorPtr dp = nullptr);
 
 }  // namespace triad::engine

@@ -115,4 +115,10 @@ int threads_per_rank(int requested) {
   return std::max(1, cores / std::max(1, ranks_on_node()));
 }
 
+bool launched_by_mpirun() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
 }  // namespace triad::parallel

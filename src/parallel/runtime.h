@@ -31,6 +31,10 @@ void finalize();
 // running, std::exit(code) otherwise. Flushes stdout and stderr first.
 [[noreturn]] void abort_job(int code);
 
+// Whether this process was started by mpirun/mpiexec (Open MPI's or PMI's environment is
+// set): such a process should call init(); a plain one runs as a single process.
+bool launched_by_mpirun();
+
 bool initialized();  // true between init() and finalize()
 int world_rank();    // rank in MPI_COMM_WORLD; 0 when not initialized
 int world_size();    // size of MPI_COMM_WORLD; 1 when not initialized

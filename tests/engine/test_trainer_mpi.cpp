@@ -1,0 +1,93 @@
+// The trainer under mpirun: data-parallel runs at ZeRO stages 0–2 follow the
+// single-process run (same losses and validation loss), and ranks that disagree on the
+// configuration all stop with the same clear error instead of hanging.
+#define BOOST_TEST_MODULE trainer_mpi
+#include <boost/test/unit_test.hpp>
+
+#include <fstream>
+
+#include "engine/trainer.h"
+#include "io/token_file.h"
+#include "parallel/runtime.h"
+#include "support/check.h"
+#include "support/files.h"
+#include "support/mpi_fixture.h"
+
+using namespace triad;
+using test::MpiFixture;
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
+
+namespace {
+
+// Rank 0 writes the token file into its folder and every rank learns the path, so all
+// ranks run the very same config.
+std::string shared_tokens(const test::TempDir& dir, parallel::Communicator& world) {
+  std::string path = dir.file("tokens.bin");
+  if (world.rank() == 0) {
+    std::vector<uint32_t> tokens;
+    for (uint32_t i = 0; i < 8000; ++i) tokens.push_back((i * 7u + (i / 13u) * 3u) % 16u);
+    io::write_token_file(path, tokens, 16);
+  }
+  Tensor bytes = Tensor::zeros({256}, DType::i8);
+  std::copy(path.begin(), path.end(), bytes.data<int8_t>());
+  world.broadcast(bytes, 0)->wait();
+  return std::string(reinterpret_cast<const char*>(bytes.data<int8_t>()));
+}
+
+nlohmann::json config_json(const std::string& corpus, int64_t micro) {
+  return {{"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 16}, {"seq_len", 16}, {"vocab_size", 16}}},
+          {"data", {{"corpus", corpus}, {"val_fraction", 0.1}}},
+          {"train_batch_size", 16},
+          {"train_micro_batch_size_per_gpu", micro},
+          {"steps", 12},
+          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
+          {"gradient_clipping", 1.0},
+          {"eval_iters", 2},
+          {"log_interval", 100},
+          {"seed", 5}};
+}
+
+std::vector<double> losses_in(const std::string& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(data_parallel_training_follows_the_single_process_run) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size();
+  test::TempDir dir;
+  const std::string corpus = shared_tokens(dir, *world);
+  nlohmann::json single = config_json(corpus, 8);  // 16 = 8 x 2 accumulation
+  const double ref_val = engine::train(engine::parse_config(single), {.metrics_path = dir.file("ref.jsonl")});
+  const std::vector<double> ref = losses_in(dir.file("ref.jsonl"));
+  for (int stage : {0, 1, 2}) {
+    BOOST_TEST_CONTEXT("stage " << stage) {
+      nlohmann::json j = config_json(corpus, 16 / (2 * n));  // 2 accumulation steps, all ranks
+      j["zero_optimization"] = {{"stage", stage}};
+      const std::string metrics = dir.file("dp" + std::to_string(stage) + ".jsonl");
+      const double val = engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
+      BOOST_TEST(std::abs(val - ref_val) / ref_val < 1e-5);
+      if (world->rank() == 0) {  // rank 0 writes the metrics
+        const std::vector<double> losses = losses_in(metrics);
+        BOOST_TEST_REQUIRE(losses.size() == ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) BOOST_TEST(std::abs(losses[i] - ref[i]) / ref[i] < 1e-5, "step " << i);
+      }
+    }
+  }
+  world->barrier();  // rank 0's folder outlives every rank's use of it
+}
+
+BOOST_AUTO_TEST_CASE(ranks_with_different_configs_all_stop) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir dir;
+  nlohmann::json j = config_json(shared_tokens(dir, *world), 16 / world->size());
+  j["seed"] = 5 + world->rank();  // every rank a different seed
+  const engine::TrainConfig c = engine::parse_config(j, world->size());
+  test::check_error([&] { engine::train(c, {}, world); }, {"configuration differs between data-parallel ranks"});
+  world->barrier();
+}
