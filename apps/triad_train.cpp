@@ -26,7 +26,10 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "OpenMP threads per rank (default: cores / ranks on the node)");
     CLI11_PARSE(app, argc, argv);
     triad::parallel::CommunicatorPtr dp;
-    if (triad::parallel::launched_by_mpirun()) dp = triad::parallel::init(argc, argv);
+    if (triad::parallel::launched_by_mpirun()) {
+      dp = triad::parallel::init(argc, argv);
+      triad::app::wait_passively_when_oversubscribed();
+    }
 
     nlohmann::json json = triad::engine::load_config_file(config_path);
     for (const std::string& o : overrides) triad::engine::apply_override(json, o);

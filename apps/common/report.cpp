@@ -1,10 +1,14 @@
 #include "common/report.h"
 
 #include <omp.h>
+
+#include "parallel/runtime.h"
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 namespace triad::app {
 
@@ -24,6 +28,11 @@ double median(std::vector<double> v) {
 void print_json_line(const nlohmann::json& j) {
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
+}
+
+void wait_passively_when_oversubscribed() {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (parallel::ranks_on_node() > int(std::thread::hardware_concurrency())) setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
 }
 
 int set_threads(int threads) {

@@ -15,5 +15,9 @@ double median(std::vector<double> values);
 void print_json_line(const nlohmann::json& j);
 // Sets the OpenMP thread count (0 keeps the default) and returns the count in effect.
 int set_threads(int threads);
+// With more ranks on this node than cores, OpenMP threads that spin while waiting steal
+// the cores other ranks need: switch them to passive waiting (unless OMP_WAIT_POLICY is
+// set). Call after parallel::init and before the first OpenMP region.
+void wait_passively_when_oversubscribed();
 
 }  // namespace triad::app

@@ -37,9 +37,10 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
                                                                  << "parallelism (ZeRO runs AdamW)");
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
                 "[config] activation_checkpointing with ZeRO stage 3 is not supported");
+    comm_ = std::make_shared<parallel::CountingCommunicator>(dp);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_, zero::ZeroConfig{.stage = config_.zero.stage, .overlap_comm = config_.zero.overlap_comm},
-        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, dp);
+        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_);
   } else {
     optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
   }
@@ -62,7 +63,9 @@ StepResult Engine::step() {
   if (zero_) {
     const double lr = schedule_->lr_at(step_);
     const double norm = zero_->step(lr, config_.gradient_clipping);
-    return {++step_, lr, norm};
+    nlohmann::json comm = comm_->to_json();
+    comm_->reset();
+    return {++step_, lr, norm, std::move(comm)};
   }
   const std::vector<Tensor> params = model_->parameters();
   const double norm = config_.gradient_clipping > 0 ? optim::clip_grad_norm(params, config_.gradient_clipping)
@@ -72,7 +75,7 @@ StepResult Engine::step() {
   optimizer_->step();
   optimizer_->zero_grad();
   ++step_;
-  return {step_, lr, norm};
+  return {step_, lr, norm, nullptr};
 }
 
 double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {

@@ -20,6 +20,7 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "parallel/communicator.h"
+#include "parallel/counting_communicator.h"
 #include "zero/zero_optimizer.h"
 
 namespace triad::engine {
@@ -28,6 +29,9 @@ struct StepResult {
   int64_t step;      // optimizer steps done, this one included
   double lr;         // the rate this step used
   double grad_norm;  // before clipping
+  // This rank's communication since the previous step, as CountingCommunicator::to_json
+  // ({"bus_bytes", "by_collective"}); null without data parallelism.
+  nlohmann::json comm;
 };
 
 class Engine {
@@ -54,6 +58,7 @@ class Engine {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;
   std::unique_ptr<zero::ZeroOptimizer> zero_;
+  std::shared_ptr<parallel::CountingCommunicator> comm_;  // ZeRO's traffic, counted
   int64_t step_ = 0;
   int64_t micro_ = 0;  // micro-batches backpropagated since the last step
 };

@@ -113,6 +113,16 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     return v;
   };
 
+  // Model-state bytes resident on a rank, the maximum over ranks (constant over the run).
+  nlohmann::json mem;
+  if (dp) {
+    const zero::ResidentBytes m = engine.memory();
+    Tensor v = Tensor::from_vector(std::vector<double>{double(m.param_bytes), double(m.grad_bytes),
+                                                       double(m.optim_bytes), double(m.buffer_bytes)}, {4});
+    dp->all_reduce(v, parallel::ReduceOp::max)->wait();
+    const std::vector<double> b = v.to_vector<double>();
+    mem = {{"param_bytes", b[0]}, {"grad_bytes", b[1]}, {"optim_bytes", b[2]}, {"buffer_bytes", b[3]}};
+  }
   double last_val = NAN;
   const auto start = Clock::now();
   const double tokens_per_step = double(c.train_batch_size * T);
@@ -152,6 +162,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     }
     nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
                            {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
+    if (dp) line["mem"] = mem, line["comm"] = r.comm;
     if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps)
       line["val_loss"] = last_val = evaluate(r.step);
     if (metrics.is_open()) {

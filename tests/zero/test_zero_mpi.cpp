@@ -7,6 +7,7 @@
 #define BOOST_TEST_MODULE zero
 #include <boost/test/unit_test.hpp>
 
+#include "parallel/counting_communicator.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/mpi_fixture.h"
@@ -152,5 +153,27 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
     BOOST_TEST(std::abs(m.param_bytes - 4 * psi) / (4 * psi) < 0.01);
     BOOST_TEST(std::abs(m.grad_bytes - 4 * (stage <= 1 ? psi : shard)) / (4 * (stage <= 1 ? psi : shard)) < 0.05);
     BOOST_TEST(std::abs(m.optim_bytes - 8 * (stage == 0 ? psi : shard)) / (8 * (stage == 0 ? psi : shard)) < 0.05);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(communication_per_step_is_two_psi) {
+  // Ring-optimal volume per step (no accumulation): stage 0 all-reduces Ψ, stages 1–2
+  // reduce-scatter and all-gather Ψ; bus bytes 2Ψ(n−1)/n x 4 bytes in every stage.
+  const auto counting = std::make_shared<parallel::CountingCommunicator>(parallel::world());
+  const double n = counting->size();
+  for (int stage : {0, 1, 2}) {
+    auto model = make_model();
+    zero::ZeroOptimizer opt(model, {.stage = stage}, kAdam, kDecay, counting);
+    counting->reset();
+    const Tensor tokens = global_tokens(0);
+    const int64_t micro = kGlobalBatch / int64_t(n);
+    opt.begin_backward(true);
+    backward(loss_of(*model, tokens, counting->rank() * micro, micro));
+    opt.step(kLr, kClip);
+    const double psi = double(model->num_parameters());
+    const double expected = 2.0 * psi * 4.0 * (n - 1.0) / n;
+    BOOST_TEST(std::abs(counting->bus_bytes() - expected) / expected < 0.05,
+               "stage " << stage << ": " << counting->bus_bytes() << " bus bytes, expected " << expected);
+    BOOST_TEST(counting->stats().at(stage == 0 ? "all_reduce" : "reduce_scatter").calls > 0);
   }
 }
