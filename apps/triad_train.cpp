@@ -12,6 +12,7 @@
 #include "parallel/runtime.h"
 
 int main(int argc, char** argv) {
+  triad::app::wait_passively_when_oversubscribed(argv);
   return triad::app::guarded_main([&] {
     CLI::App app{"triad-train: train a GPT as a JSON config describes"};
     std::string config_path;
@@ -26,10 +27,7 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "OpenMP threads per rank (default: cores / ranks on the node)");
     CLI11_PARSE(app, argc, argv);
     triad::parallel::CommunicatorPtr dp;
-    if (triad::parallel::launched_by_mpirun()) {
-      dp = triad::parallel::init(argc, argv);
-      triad::app::wait_passively_when_oversubscribed();
-    }
+    if (triad::parallel::launched_by_mpirun()) dp = triad::parallel::init(argc, argv);
 
     nlohmann::json json = triad::engine::load_config_file(config_path);
     for (const std::string& o : overrides) triad::engine::apply_override(json, o);

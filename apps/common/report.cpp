@@ -1,8 +1,7 @@
 #include "common/report.h"
 
 #include <omp.h>
-
-#include "parallel/runtime.h"
+#include <unistd.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -30,9 +29,14 @@ void print_json_line(const nlohmann::json& j) {
   std::fflush(stdout);
 }
 
-void wait_passively_when_oversubscribed() {
+void wait_passively_when_oversubscribed(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  if (parallel::ranks_on_node() > int(std::thread::hardware_concurrency())) setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");
+  if (local == nullptr || std::atoi(local) <= int(std::thread::hardware_concurrency())) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: then run on, spinning
+  std::fprintf(stderr, "warning: could not restart with OMP_WAIT_POLICY=PASSIVE; threads will spin\n");
 }
 
 int set_threads(int threads) {

@@ -16,8 +16,10 @@ void print_json_line(const nlohmann::json& j);
 // Sets the OpenMP thread count (0 keeps the default) and returns the count in effect.
 int set_threads(int threads);
 // With more ranks on this node than cores, OpenMP threads that spin while waiting steal
-// the cores other ranks need: switch them to passive waiting (unless OMP_WAIT_POLICY is
-// set). Call after parallel::init and before the first OpenMP region.
-void wait_passively_when_oversubscribed();
+// the cores other ranks need, so they must wait passively. The OpenMP runtime reads
+// OMP_WAIT_POLICY when it loads, so this sets it and re-executes the program (argv
+// unchanged) when the launcher reports more local ranks (OMPI_COMM_WORLD_LOCAL_SIZE,
+// MPI_LOCALNRANKS) than cores and the user has not chosen a policy. Call first in main.
+void wait_passively_when_oversubscribed(char** argv);
 
 }  // namespace triad::app
