@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/step.h"
+#include "bench/zero.h"
 #include "common/main_guard.h"
 
 int main(int argc, char** argv) {
@@ -11,6 +12,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     triad::bench::StepOptions step;
     triad::bench::add_step_command(app, step);
+    triad::bench::ZeroOptions zero;
+    triad::bench::add_zero_command(app, zero);
     CLI11_PARSE(app, argc, argv);
     return 0;
   });

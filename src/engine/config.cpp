@@ -69,7 +69,6 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
 
 void parse_zero(JsonReader r, ZeroOptimizationConfig& z) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
-  TRIAD_CHECK(z.stage <= 2, "[config] zero_optimization.stage 3 is not available yet; use 0, 1 or 2");
   z.overlap_comm = r.boolean("overlap_comm", z.overlap_comm);
   r.finish();
 }

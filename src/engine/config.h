@@ -49,7 +49,7 @@ struct SchedulerConfig {
 };
 
 struct ZeroOptimizationConfig {
-  int stage = 0;             // 0, 1 or 2 (ZeRO stage 3 is not built yet)
+  int stage = 0;             // 0, 1, 2 or 3
   bool overlap_comm = true;  // reduce each gradient group while the backward goes on
 };
 

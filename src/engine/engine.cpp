@@ -36,7 +36,7 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
     TRIAD_CHECK(o.type == "AdamW", "[config] optimizer.type \"" << o.type << "\" is not available with data "
                                                                  << "parallelism (ZeRO runs AdamW)");
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
-                "[config] activation_checkpointing with ZeRO stage 3 is not supported");
+                "[config] model.activation_checkpointing cannot be combined with zero_optimization.stage 3");
     comm_ = std::make_shared<parallel::CountingCommunicator>(dp);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_, zero::ZeroConfig{.stage = config_.zero.stage, .overlap_comm = config_.zero.overlap_comm},

@@ -46,6 +46,14 @@ class Engine {
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
 
   nn::GPT& model() { return *model_; }
+  // Makes every parameter readable in full (ZeRO stage 3 gathers them: collective, every
+  // rank calls it) and partitions them again afterwards; no-ops otherwise.
+  void gather_parameters() {
+    if (zero_) zero_->gather_all();
+  }
+  void release_parameters() {
+    if (zero_) zero_->release_all();
+  }
   // Model-state bytes resident on this rank (ZeRO's accounting; empty without ZeRO).
   zero::ResidentBytes memory() const { return zero_ ? zero_->memory() : zero::ResidentBytes{}; }
   const TrainConfig& config() const { return config_; }

@@ -37,7 +37,11 @@ LoadedModel load_model(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw Error("model file '" + path + "': its meta/config is not valid JSON");
   }
-  const TrainConfig config = parse_config(out.config);
+  // The saved config is resolved for the data-parallel size it ran with; recover that size.
+  const int64_t batch = out.config.value("train_batch_size", int64_t(1));
+  const int64_t per_rank = out.config.value("train_micro_batch_size_per_gpu", int64_t(1)) *
+                           out.config.value("gradient_accumulation_steps", int64_t(1));
+  const TrainConfig config = parse_config(out.config, per_rank > 0 && batch % per_rank == 0 ? batch / per_rank : 1);
   out.model = std::make_shared<nn::GPT>(config.model);
   for (auto& [name, p] : out.model->named_parameters()) {
     const Tensor& t = io::find_tensor(tensors, name, path);

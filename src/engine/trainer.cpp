@@ -170,10 +170,14 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       metrics.flush();
     }
   }
-  if (leader && !c.output_dir.empty()) {
-    const std::string path = c.output_dir + "/model.tns";
-    save_model(path, engine.model(), c.json);
-    std::printf("saved %s\n", path.c_str());
+  if (!c.output_dir.empty()) {
+    engine.gather_parameters();
+    if (leader) {
+      const std::string path = c.output_dir + "/model.tns";
+      save_model(path, engine.model(), c.json);
+      std::printf("saved %s\n", path.c_str());
+    }
+    engine.release_parameters();
   }
   return last_val;
 }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,7 @@ namespace triad::nn {
 class Module;
 using ModulePtr = std::shared_ptr<Module>;
 using ForwardHook = std::function<void(Module&)>;
+using ForwardOutputHook = std::function<void(Module&, const Tensor& output)>;
 
 class Module {
  public:
@@ -39,6 +41,8 @@ class Module {
   auto call(F&& f) {
     run_hooks(pre_hooks_);
     auto y = f();
+    if constexpr (std::is_same_v<decltype(y), Tensor>)
+      for (const ForwardOutputHook& h : output_hooks_) h(*this, y);
     run_hooks(post_hooks_);
     return y;
   }
@@ -62,6 +66,9 @@ class Module {
 
   void register_forward_pre_hook(ForwardHook hook) { pre_hooks_.push_back(std::move(hook)); }
   void register_forward_hook(ForwardHook hook) { post_hooks_.push_back(std::move(hook)); }
+  // Runs after a forward that returns a Tensor, with that output, before the post hooks
+  // (ZeRO-3 hooks the output's gradient to re-gather parameters for the backward).
+  void register_forward_output_hook(ForwardOutputHook hook) { output_hooks_.push_back(std::move(hook)); }
 
  protected:
   // Registers a parameter (it becomes a leaf that requires grad) and returns it.
@@ -84,6 +91,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, ModulePtr>> children_;
   std::vector<ForwardHook> pre_hooks_, post_hooks_;
+  std::vector<ForwardOutputHook> output_hooks_;
 };
 
 // An ordered list of modules, named "0", "1", ...

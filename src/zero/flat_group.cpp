@@ -15,6 +15,13 @@ void repoint(const Tensor& t, const Tensor& flat, int64_t offset) {
   impl.strides = contiguous_strides(impl.shape);
 }
 
+// A released stage-3 parameter: its shape stays, its storage is gone until the next gather.
+void unpoint(const Tensor& t) {
+  TensorImpl& impl = t.impl();
+  impl.storage = nullptr;
+  impl.offset = 0;
+}
+
 }  // namespace
 
 FlatGroup::FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double weight_decay, int ranks, int rank)
@@ -52,6 +59,28 @@ const Tensor& FlatGroup::grad() {
 void FlatGroup::release_grad() {
   for (const auto& [_, p] : params_) set_grad(p, Tensor());
   grad_ = Tensor();
+}
+
+
+void FlatGroup::partition() {
+  owned_shard_ = ops::clone(shard(flat_));
+  partitioned_ = true;
+  release();
+}
+
+std::unique_ptr<parallel::Work> FlatGroup::start_gather(parallel::Communicator& comm) {
+  TRIAD_ASSERT(partitioned_ && !flat_.defined());
+  flat_ = Tensor::empty({padded_});
+  return comm.all_gather(owned_shard_, flat_);
+}
+
+void FlatGroup::finish_gather() {
+  for (size_t i = 0; i < params_.size(); ++i) repoint(params_[i].second, flat_, offsets_[i]);
+}
+
+void FlatGroup::release() {
+  for (const auto& [_, p] : params_) unpoint(p);
+  flat_ = Tensor();
 }
 
 }  // namespace triad::zero

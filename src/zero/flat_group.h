@@ -3,16 +3,22 @@
 // tensor repointed to be a view of it (Note [Flat parameters]). Rank r owns the element
 // range [r S, (r+1) S) of the buffer, S = padded / n: its shard.
 //
+// Partitioned (ZeRO stage 3), a group keeps only its shard of the parameters; gather()
+// rebuilds the full buffer from every rank's shard and points the parameters at it,
+// release() drops it again and leaves the parameters pointing at no storage.
+//
 // Note [Flat parameters]: a parameter keeps its TensorImpl (modules, optimizers and saved
 // backward inputs hold that handle) and only its storage and offset change, so every
 // holder sees the flat buffer at once. The same holds for gradients: each parameter's
 // .grad is set to a view of the group's flat gradient, so accumulation writes in place.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "parallel/communicator.h"
 #include "tensor/tensor.h"
 
 namespace triad::zero {
@@ -27,7 +33,7 @@ class FlatGroup {
   int64_t padded() const { return padded_; }  // flat size, a multiple of ranks
   int64_t shard_size() const { return padded_ / ranks_; }
 
-  const Tensor& flat() const { return flat_; }
+  const Tensor& flat() const { return flat_; }  // undefined while a partitioned group is released
   Tensor shard(const Tensor& full) const;  // this rank's range of a padded-size tensor
 
   // The flat gradient, allocated (zeroed) on first use; params' .grad are views of it.
@@ -36,13 +42,25 @@ class FlatGroup {
   // Drops the flat gradient and the params' .grad views (stage 2 after reduce-scatter).
   void release_grad();
 
+  // Stage 3. partition(): keep this rank's shard (the master values from now on) and
+  // release the full buffer. start_gather(): allocate the full buffer and all-gather the
+  // shards into it (returns the operation); finish_gather(): point the parameters at it
+  // once that operation has completed. release(): drop the full buffer.
+  void partition();
+  bool partitioned() const { return partitioned_; }
+  const Tensor& owned_shard() const { return owned_shard_; }
+  std::unique_ptr<parallel::Work> start_gather(parallel::Communicator& comm);
+  void finish_gather();
+  void release();
+
  private:
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<int64_t> offsets_;
   double weight_decay_;
   int ranks_, rank_;
   int64_t numel_ = 0, padded_ = 0;
-  Tensor flat_, grad_;
+  bool partitioned_ = false;
+  Tensor flat_, grad_, owned_shard_;
 };
 
 }  // namespace triad::zero

@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
+#include "autograd/node.h"
 #include "tensor/ops.h"
 
 namespace triad::zero {
@@ -11,12 +12,13 @@ namespace triad::zero {
 ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
                              double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy)
     : config_(config), adamw_(adamw), dp_(std::move(dp)), units_(make_units(model, policy)) {
-  TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 2,
-              "[config] zero_optimization.stage " << config_.stage << " is not available yet (0, 1 or 2)");
+  TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 3,
+              "[config] zero_optimization.stage must be 0, 1, 2 or 3, got " << config_.stage);
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
   const int n = dp_->size(), r = dp_->rank();
   groups_.reserve(2 * units_.size());  // hooks hold Group pointers: no reallocation after this
   for (const Unit& u : units_) {
+    unit_groups_.emplace_back();
     std::vector<std::pair<std::string, Tensor>> decay, no_decay;
     for (const auto& np : u.params) (np.second.dim() >= 2 ? decay : no_decay).push_back(np);
     for (auto* list : {&decay, &no_decay}) {
@@ -28,7 +30,9 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       g.exp_avg_sq = Tensor::zeros({state});
       if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()});
       if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
+      if (config_.stage == 3) g.flat->partition();
       groups_.push_back(std::move(g));
+      unit_groups_.back().push_back(&groups_.back());
     }
   }
   for (Group& g : groups_) {
@@ -42,6 +46,65 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       register_post_accumulate_grad_hook(p, [this, group](const Tensor&) { on_grad_ready(*group); });
     }
   }
+  if (config_.stage == 3) install_stage3_hooks();
+}
+
+void ZeroOptimizer::install_stage3_hooks() {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    nn::Module& m = *units_[u].module;
+    m.register_forward_pre_hook([this, u](nn::Module&) {
+      gather_unit(u);
+      prefetch_unit(u + 1);
+    });
+    m.register_forward_output_hook([this, u](nn::Module&, const Tensor& out) {
+      if (!GradMode::enabled() || !requires_grad(out)) return;
+      register_hook(out, [this, u](const Tensor& grad) {
+        gather_unit(u);
+        prefetch_unit(u == 0 ? units_.size() - 1 : u - 1);  // the backward's next unit
+        return grad;
+      });
+    });
+    m.register_forward_hook([this, u](nn::Module&) { release_unit(u); });
+  }
+}
+
+void ZeroOptimizer::prefetch_unit(size_t u) {
+  if (u >= units_.size()) return;
+  for (Group* g : unit_groups_[u])
+    if (!g->flat->flat().defined()) g->gather = g->flat->start_gather(*dp_);
+}
+
+void ZeroOptimizer::gather_unit(size_t u) {
+  prefetch_unit(u);
+  for (Group* g : unit_groups_[u]) {
+    if (!g->gather) continue;
+    g->gather->wait();
+    g->gather.reset();
+    g->flat->finish_gather();
+  }
+}
+
+void ZeroOptimizer::release_group(Group& g) {
+  if (g.gather) {  // a prefetch nobody used: let it land before freeing its buffer
+    g.gather->wait();
+    g.gather.reset();
+  }
+  if (g.flat->flat().defined()) g.flat->release();
+}
+
+void ZeroOptimizer::release_unit(size_t u) {
+  for (Group* g : unit_groups_[u]) release_group(*g);
+}
+
+void ZeroOptimizer::gather_all() {
+  if (config_.stage != 3) return;
+  for (size_t u = 0; u < units_.size(); ++u) prefetch_unit(u);
+  for (size_t u = 0; u < units_.size(); ++u) gather_unit(u);
+}
+
+void ZeroOptimizer::release_all() {
+  if (config_.stage != 3) return;
+  for (Group& g : groups_) release_group(g);
 }
 
 void ZeroOptimizer::begin_backward(bool last) {
@@ -52,8 +115,9 @@ void ZeroOptimizer::begin_backward(bool last) {
 
 void ZeroOptimizer::on_grad_ready(Group& g) {
   if (++g.ready < int(g.flat->params().size())) return;
-  const bool reduce_now = config_.stage == 2 || (config_.stage == 0 && last_micro_);
-  if (reduce_now && config_.overlap_comm) launch(g);
+  const bool reduce_now = config_.stage >= 2 || (config_.stage == 0 && last_micro_);
+  if (reduce_now && (config_.overlap_comm || config_.stage == 3)) launch(g);
+  if (config_.stage == 3) release_group(g);  // its backward is done with the values
   drain(/*wait_all=*/false);
 }
 
@@ -91,10 +155,11 @@ void ZeroOptimizer::drain(bool wait_all) {
 
 double ZeroOptimizer::step(double lr, double max_norm) {
   NoGradGuard no_grad;
+  if (config_.stage == 3) release_all();  // groups whose gradients never came
   // Reductions the backward did not start (no overlap, unused parameters, stage 1).
   for (Group& g : groups_) {
     if (config_.stage == 0 && !g.launched) launch(g);
-    if (config_.stage == 2 && !g.launched && g.flat->has_grad()) launch(g);
+    if (config_.stage >= 2 && !g.launched && g.flat->has_grad()) launch(g);
   }
   drain(/*wait_all=*/true);
   if (config_.stage == 1) {
@@ -125,10 +190,12 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     if (clip < 1.0) ops::mul_(grad, clip);
     const AdamWStep s{lr, adamw_.beta1, adamw_.beta2, adamw_.eps, g.flat->weight_decay(),
                       1.0 - std::pow(adamw_.beta1, t), 1.0 - std::pow(adamw_.beta2, t)};
-    const Tensor params = config_.stage == 0 ? g.flat->flat() : g.flat->shard(g.flat->flat());
+    const Tensor params = config_.stage == 0   ? g.flat->flat()
+                          : config_.stage == 3 ? g.flat->owned_shard()
+                                               : g.flat->shard(g.flat->flat());
     ops::adamw_(params, grad, g.exp_avg, g.exp_avg_sq, s);
   }
-  if (config_.stage >= 1) {
+  if (config_.stage == 1 || config_.stage == 2) {
     std::vector<Tensor> sends;
     for (Group& g : groups_) {
       sends.push_back(ops::clone(g.flat->shard(g.flat->flat())));
@@ -147,7 +214,7 @@ ResidentBytes ZeroOptimizer::memory() const {
   ResidentBytes m;
   for (const Group& g : groups_) {
     const int64_t full = g.flat->padded() * 4, shard = g.flat->shard_size() * 4;
-    m.param_bytes += full;
+    m.param_bytes += config_.stage == 3 ? shard : full;
     m.grad_bytes += config_.stage <= 1 ? full : shard;
     m.optim_bytes += 2 * (config_.stage == 0 ? full : shard);
   }

@@ -1,4 +1,4 @@
-// ZeRO data parallelism (stages 0–2) over flat parameter groups, with AdamW.
+// ZeRO data parallelism (stages 0–3) over flat parameter groups, with AdamW.
 //
 // Every data-parallel rank runs the same model on its own slice of the global batch; the
 // gradient of the global mean loss is the mean of the ranks' gradients. The stages differ
@@ -9,7 +9,19 @@
 //            reduce-scattered at the step; each rank updates its shard, then all-gather.
 //   stage 2: gradients sharded too: each group's gradient is reduce-scattered as soon as
 //            the backward has completed it, added to the rank's shard, and freed.
-// Communication per step is 2Ψ(n−1)/n elements of bus traffic in every stage.
+//   stage 3: parameters sharded too (Note [Stage 3 gathering]).
+// Communication per step is 2Ψ(n−1)/n elements of bus traffic in stages 0–2, 3Ψ(n−1)/n in
+// stage 3 (parameters gathered once for the forward and once for the backward).
+//
+// Note [Stage 3 gathering]: each unit's parameters are all-gathered by a forward pre-hook
+// on its module (the next unit's gather is started at the same time: prefetch) and
+// released by its post-hook. A hook on the gradient of the unit's output gathers them
+// again just before the unit's backward (prefetching the unit the backward reaches next),
+// and each group is released once the backward has completed its gradients. Backward
+// closures hold parameters by handle (Note [Saved inputs]), so they read the gathered
+// values. Units must run in the order make_units returns them (the root unit, the model
+// itself, first); activation checkpointing, which re-runs forwards inside the backward, is
+// not supported with stage 3.
 //
 // Gradients of parameters are views of their group's flat gradient (Note [Flat
 // parameters]); the clipping norm is the norm of the full averaged gradient (shards'
@@ -28,7 +40,7 @@
 namespace triad::zero {
 
 struct ZeroConfig {
-  int stage = 0;              // 0, 1 or 2
+  int stage = 0;              // 0, 1, 2 or 3
   bool overlap_comm = true;   // start each group's reduction during the backward
 };
 
@@ -51,6 +63,10 @@ class ZeroOptimizer {
   double step(double lr, double max_norm);
 
   ResidentBytes memory() const;
+  // Stage 3: gather every parameter (collective) so the whole model can be read, e.g. to
+  // save it; release_all() partitions it again. No-ops in stages 0–2.
+  void gather_all();
+  void release_all();
   int stage() const { return config_.stage; }
   const std::vector<Unit>& units() const { return units_; }
 
@@ -61,6 +77,7 @@ class ZeroOptimizer {
     Tensor exp_avg, exp_avg_sq; // stage 0: full; stage 1, 2: shard
     int ready = 0;              // parameters whose gradient this backward has completed
     bool launched = false;      // its reduction for this backward has started
+    parallel::WorkPtr gather;   // stage 3: the all-gather of its parameters, in flight
   };
   struct Pending {
     parallel::WorkPtr work;
@@ -69,6 +86,11 @@ class ZeroOptimizer {
   };
 
   void on_grad_ready(Group& g);
+  void install_stage3_hooks();
+  void gather_unit(size_t u);    // blocks until the unit's parameters are gathered
+  void prefetch_unit(size_t u);  // starts gathering (no-op when gathered or out of range)
+  void release_unit(size_t u);
+  void release_group(Group& g);
   void launch(Group& g);
   void complete(Pending& p);
   void drain(bool wait_all);
@@ -78,6 +100,7 @@ class ZeroOptimizer {
   parallel::CommunicatorPtr dp_;
   std::vector<Unit> units_;
   std::vector<Group> groups_;
+  std::vector<std::vector<Group*>> unit_groups_;  // groups of each unit
   std::vector<Pending> pending_;
   bool last_micro_ = true;
   int64_t steps_ = 0;

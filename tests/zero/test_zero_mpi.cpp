@@ -1,4 +1,4 @@
-// ZeRO stages 0–2 reproduce the single-process trajectory: on every rank, 10 clipped AdamW
+// ZeRO stages 0–3 reproduce the single-process trajectory: on every rank, 10 clipped AdamW
 // steps of a tiny GPT on the same global batches, once in one process (the reference,
 // computed locally) and once data-parallel over all ranks, with and without gradient
 // accumulation. Losses and final parameters agree within 1e-5 relative (fp32; parameters
@@ -94,7 +94,9 @@ Trajectory data_parallel(int stage, int64_t accumulation) {
     world->all_reduce(sum)->wait();
     t.losses.push_back(sum.item() / double(n * accumulation));
   }
-  t.params = model->named_parameters();
+  opt.gather_all();  // stage 3: read the parameters in full
+  for (const auto& [name, p] : model->named_parameters()) t.params.emplace_back(name, ops::clone(p));
+  opt.release_all();
   return t;
 }
 
@@ -115,7 +117,7 @@ void check_same(const Trajectory& dp, const Trajectory& ref) {
 BOOST_AUTO_TEST_CASE(stages_reproduce_the_single_process_trajectory) {
   for (int64_t accumulation : {1, 2}) {
     const Trajectory ref = single_process(accumulation);
-    for (int stage : {0, 1, 2}) {
+    for (int stage : {0, 1, 2, 3}) {
       BOOST_TEST_CONTEXT("stage " << stage << ", accumulation " << accumulation) {
         check_same(data_parallel(stage, accumulation), ref);
       }
@@ -142,15 +144,16 @@ BOOST_AUTO_TEST_CASE(units_follow_the_wrap_policy) {
 BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int64_t n = world->size();
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     auto model = make_model();
     zero::ZeroOptimizer opt(model, {.stage = stage}, kAdam, kDecay, world);
     const zero::ResidentBytes m = opt.memory();
     const double psi = double(model->num_parameters());
     const double shard = psi / double(n);
-    // fp32: parameters 4Ψ on every rank; gradients 4Ψ (stages 0, 1) or 4Ψ/n; Adam's two
+    // fp32: parameters 4Ψ (stages 0–2) or 4Ψ/n; gradients 4Ψ (stages 0, 1) or 4Ψ/n; Adam's two
     // moments 8Ψ (stage 0) or 8Ψ/n. Padding adds at most n elements per group.
-    BOOST_TEST(std::abs(m.param_bytes - 4 * psi) / (4 * psi) < 0.01);
+    const double params = 4 * (stage <= 2 ? psi : shard);
+    BOOST_TEST(std::abs(m.param_bytes - params) / params < 0.05);
     BOOST_TEST(std::abs(m.grad_bytes - 4 * (stage <= 1 ? psi : shard)) / (4 * (stage <= 1 ? psi : shard)) < 0.05);
     BOOST_TEST(std::abs(m.optim_bytes - 8 * (stage == 0 ? psi : shard)) / (8 * (stage == 0 ? psi : shard)) < 0.05);
   }
@@ -158,10 +161,11 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
 
 BOOST_AUTO_TEST_CASE(communication_per_step_is_two_psi) {
   // Ring-optimal volume per step (no accumulation): stage 0 all-reduces Ψ, stages 1–2
-  // reduce-scatter and all-gather Ψ; bus bytes 2Ψ(n−1)/n x 4 bytes in every stage.
+  // reduce-scatter and all-gather Ψ (bus bytes 2Ψ(n−1)/n x 4 bytes); stage 3 all-gathers Ψ
+  // for the forward and again for the backward and reduce-scatters Ψ (3Ψ(n−1)/n x 4).
   const auto counting = std::make_shared<parallel::CountingCommunicator>(parallel::world());
   const double n = counting->size();
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     auto model = make_model();
     zero::ZeroOptimizer opt(model, {.stage = stage}, kAdam, kDecay, counting);
     counting->reset();
@@ -171,7 +175,7 @@ BOOST_AUTO_TEST_CASE(communication_per_step_is_two_psi) {
     backward(loss_of(*model, tokens, counting->rank() * micro, micro));
     opt.step(kLr, kClip);
     const double psi = double(model->num_parameters());
-    const double expected = 2.0 * psi * 4.0 * (n - 1.0) / n;
+    const double expected = (stage == 3 ? 3.0 : 2.0) * psi * 4.0 * (n - 1.0) / n;
     BOOST_TEST(std::abs(counting->bus_bytes() - expected) / expected < 0.05,
                "stage " << stage << ": " << counting->bus_bytes() << " bus bytes, expected " << expected);
     BOOST_TEST(counting->stats().at(stage == 0 ? "all_reduce" : "reduce_scatter").calls > 0);

@@ -1,0 +1,430 @@
+#include "bench/zero.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "common/report.h"
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "parallel/runtime.h"
+#include "triad.h"
+
+extern char** environ;
+
+namespace triad::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+// The training config of one (ranks, stage) run: --config with its --set overrides (or a
+// preset model with AdamW as `step` runs it), the global batch, and the stage.
+engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks) {
+  nlohmann::json json;
+  if (!o.config.empty()) {
+    json = engine::load_config_file(o.config);
+  } else {
+    const nn::GPTConfig m = nn::GPTConfig::preset(o.model);
+    json = {{"model",
+             {{"arch", "gpt2"},
+              {"n_layer", m.n_layer},
+              {"n_head", m.n_head},
+              {"d_model", m.d_model},
+              {"seq_len", m.seq_len},
+              {"vocab_size", m.vocab_size},
+              {"dropout", m.dropout},
+              {"activation_checkpointing", m.activation_checkpointing}}},
+            {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
+            {"gradient_clipping", 1.0},
+            {"device", "cpu"}};
+  }
+  for (const std::string& s : o.overrides) engine::apply_override(json, s);
+  json.erase("train_micro_batch_size_per_gpu");
+  json.erase("gradient_accumulation_steps");
+  json["train_batch_size"] = o.batch;
+  // The schedule is irrelevant to timing; keep a config's steps so its warmup stays valid.
+  json["steps"] = std::max<int64_t>(json.value("steps", int64_t(0)), int64_t(o.warmup + o.steps));
+  json["zero_optimization"]["stage"] = stage;
+  engine::TrainConfig c = engine::parse_config(json, ranks);
+  TRIAD_CHECK(o.seq <= c.model.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << c.model.seq_len);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------
+// Worker: one (ranks, stage) run under mpirun.
+
+std::vector<double> max_over_ranks(parallel::Communicator& world, const std::vector<double>& v) {
+  Tensor t = Tensor::from_vector(v, {int64_t(v.size())});
+  world.all_reduce(t, parallel::ReduceOp::max)->wait();
+  return t.to_vector<double>();
+}
+
+// Every rank must run the same options: they come from one mpirun command line, but a
+// hand-made launch could differ. Compared before any other collective.
+void check_ranks_agree(parallel::Communicator& world, const ZeroOptions& o) {
+  std::ostringstream s;
+  s << o.model << '|' << o.config << '|' << o.batch << '|' << o.seq << '|' << o.steps << '|' << o.warmup << '|'
+    << o.stage << '|' << o.threads;
+  for (const std::string& x : o.overrides) s << '|' << x;
+  const uint64_t h = std::hash<std::string>{}(s.str());
+  const double lo = double(h & 0xffffffffu), hi = double(h >> 32);
+  const std::vector<double> mx = max_over_ranks(world, {lo, hi, -lo, -hi});
+  TRIAD_CHECK(mx[0] == -mx[2] && mx[1] == -mx[3],
+              "triad-bench zero --worker: the ranks were started with different options; start them all alike");
+}
+
+int run_worker(const ZeroOptions& o) {
+  TRIAD_CHECK(parallel::launched_by_mpirun(),
+              "triad-bench zero --worker runs under mpirun; run `triad-bench zero` without --worker instead");
+  int argc = 0;
+  char** argv = nullptr;
+  const parallel::CommunicatorPtr world = parallel::init(argc, argv);
+  const int n = world->size(), rank = world->rank();
+  const int threads = app::set_threads(parallel::threads_per_rank(o.threads));
+  check_ranks_agree(*world, o);
+
+  const engine::TrainConfig config = make_config(o, o.stage, n);
+  engine::Engine engine(config, world);
+  const nn::GPTConfig& m = config.model;
+
+  // The fixed global batch (as `step` draws it); this rank's rows [r*B/n, (r+1)*B/n).
+  Generator data_gen(7);
+  Tensor tokens = Tensor::empty({o.batch, o.seq + 1}, DType::f32);
+  ops::uniform_(tokens, 0.0, double(m.vocab_size) - 1e-3, data_gen);
+  const std::vector<float> raw = tokens.to_vector<float>();
+  const Tensor all = Tensor::from_vector(std::vector<int64_t>(raw.begin(), raw.end()), {o.batch, o.seq + 1});
+  const int64_t rows = o.batch / n;
+  const Tensor mine = ops::narrow(all, 0, rank * rows, rows);
+  const Tensor x = ops::contiguous(ops::narrow(mine, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(mine, 1, 1, o.seq));
+
+  const int total_steps = o.warmup + o.steps;
+  std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;  // every step, this rank
+  nlohmann::json comm;
+  double loss_value = 0;
+  for (int s = 0; s < total_steps; ++s) {
+    world->barrier();  // every rank starts the step together: the max over ranks is the step's time
+    const auto t0 = Clock::now();
+    const Tensor loss = engine.forward(x, y);
+    const double f = ms_since(t0);
+    const auto t1 = Clock::now();
+    engine.backward(loss);
+    const double b = ms_since(t1);
+    const auto t2 = Clock::now();
+    const engine::StepResult r = engine.step();
+    const double u = ms_since(t2), total = ms_since(t0);
+    step_ms.push_back(total), fwd_ms.push_back(f), bwd_ms.push_back(b), opt_ms.push_back(u);
+    comm = r.comm;
+    loss_value = loss.item();
+    TRIAD_CHECK(std::isfinite(loss_value) && std::isfinite(r.grad_norm),
+                "triad-bench zero: loss " << loss_value << ", gradient norm " << r.grad_norm << " at step " << s + 1);
+  }
+
+  // Per step, the slowest rank; then the median over the timed steps.
+  std::vector<double> joined;
+  for (const auto* v : {&step_ms, &fwd_ms, &bwd_ms, &opt_ms}) joined.insert(joined.end(), v->begin(), v->end());
+  const double bus = comm.is_null() ? 0.0 : comm["bus_bytes"].get<double>();
+  zero::ResidentBytes mem = engine.memory();
+  std::string mem_source = "zero";
+  if (mem.param_bytes == 0) {  // one rank, stage 0: Engine runs plain AdamW (fp32 weights, grads, two moments)
+    const int64_t psi = engine.model().num_parameters() * 4;
+    mem = {.param_bytes = psi, .grad_bytes = psi, .optim_bytes = 2 * psi, .buffer_bytes = 0};
+    mem_source = "plain AdamW (no ZeRO at 1 rank, stage 0)";
+  }
+  joined.insert(joined.end(), {bus, double(mem.param_bytes), double(mem.grad_bytes), double(mem.optim_bytes),
+                               double(mem.buffer_bytes)});
+  const std::vector<double> mx = max_over_ranks(*world, joined);
+  auto timed = [&](int which) {
+    const auto begin = mx.begin() + which * total_steps;
+    return std::vector<double>(begin + o.warmup, begin + total_steps);
+  };
+  const size_t tail = size_t(4 * total_steps);
+
+  if (rank == 0) {
+    const double psi = double(engine.model().num_parameters());
+    const double med = app::median(timed(0));
+    const double tokens_per_step = double(o.batch * o.seq);
+    const double tps = tokens_per_step / (med / 1e3);
+    const double flops_per_token = 6.0 * psi + 6.0 * double(m.n_layer * m.d_model * o.seq);
+    nlohmann::json by = comm.is_null() ? nlohmann::json::object() : comm["by_collective"];
+    for (auto it = by.begin(); it != by.end();)  // keep the collectives that were used
+      it = it.value().value("calls", int64_t(0)) == 0 ? by.erase(it) : std::next(it);
+    app::print_json_line({{"ranks", n},
+                          {"stage", o.stage},
+                          {"params", int64_t(psi)},
+                          {"threads_per_rank", threads},
+                          {"step_ms_median", med},
+                          {"fwd_ms_median", app::median(timed(1))},
+                          {"bwd_ms_median", app::median(timed(2))},
+                          {"optim_ms_median", app::median(timed(3))},
+                          {"step_ms", timed(0)},
+                          {"tokens_per_s", tps},
+                          {"achieved_gflops", flops_per_token * tps / 1e9},
+                          {"bus_bytes", mx[tail]},
+                          {"bus_bytes_expected", 2.0 * psi * double(n - 1) / double(n) * 4.0},
+                          {"by_collective", by},
+                          {"mem",
+                           {{"param_bytes", mx[tail + 1]},
+                            {"grad_bytes", mx[tail + 2]},
+                            {"optim_bytes", mx[tail + 3]},
+                            {"buffer_bytes", mx[tail + 4]}}},
+                          {"mem_source", mem_source},
+                          {"final_loss", loss_value}});
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Parent: launches the workers and reports.
+
+std::string find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (dir.empty()) continue;
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  throw Error("triad-bench zero: `" + program + "` is not on PATH; it launches the workers (install Open MPI)");
+}
+
+std::string self_path() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  TRIAD_CHECK(!ec, "triad-bench zero: cannot find its own executable (/proc/self/exe): " << ec.message());
+  return p.string();
+}
+
+struct Captured {
+  int status = 0;  // exit status, or 128 + signal
+  std::string output;  // stdout and stderr, interleaved
+};
+
+// Runs argv[0] (a path) with `env` added to this process's environment; returns its exit
+// status and everything it wrote.
+Captured run_capture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    const std::string key = entry.substr(0, entry.find('='));
+    if (!env.count(key)) env_strings.push_back(entry);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (std::string& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  int fds[2];
+  TRIAD_CHECK(::pipe(fds) == 0, "triad-bench zero: pipe() failed: " << std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[1]);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    throw Error("triad-bench zero: cannot start " + argv[0] + ": " + std::strerror(rc));
+  }
+  Captured c;
+  char buf[4096];
+  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) break;
+    c.output.append(buf, size_t(k));
+  }
+  ::close(fds[0]);
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  c.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + (WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
+  return c;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream s(text);
+  for (std::string line; std::getline(s, line);) out.push_back(line);
+  return out;
+}
+
+nlohmann::json run_one(const ZeroOptions& o, const std::string& mpirun, const std::string& self, int n, int stage) {
+  std::vector<std::string> argv = {mpirun, "-np", std::to_string(n), "--oversubscribe", "--bind-to", "none", self,
+                                   "zero", "--worker", "--stage", std::to_string(stage), "--model", o.model};
+  if (!o.config.empty()) argv.insert(argv.end(), {"--config", o.config});
+  for (const std::string& s : o.overrides) argv.insert(argv.end(), {"--set", s});
+  argv.insert(argv.end(), {"--batch", std::to_string(o.batch), "--seq", std::to_string(o.seq), "--steps",
+                           std::to_string(o.steps), "--warmup", std::to_string(o.warmup), "--threads",
+                           std::to_string(o.threads)});
+  std::map<std::string, std::string> env;
+  if (::geteuid() == 0) env["OMPI_ALLOW_RUN_AS_ROOT"] = "1", env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  // More ranks than cores: spinning OpenMP waits would steal the cores the other ranks need.
+  if (n > int(std::thread::hardware_concurrency()) && !std::getenv("OMP_WAIT_POLICY"))
+    env["OMP_WAIT_POLICY"] = "PASSIVE";
+
+  const Captured c = run_capture(argv, env);
+  nlohmann::json row;
+  for (const std::string& line : lines_of(c.output)) {
+    if (line.empty() || line[0] != '{') continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step_ms_median")) row = std::move(j);
+  }
+  if (c.status != 0 || row.is_null()) {
+    std::string errors;  // each rank's "rank R: error: ..." line, a message repeated by other ranks once
+    std::vector<std::string> seen;
+    for (const std::string& line : lines_of(c.output)) {
+      const size_t at = line.find("error:");
+      if (at == std::string::npos) continue;
+      const std::string message = line.substr(at);
+      if (std::find(seen.begin(), seen.end(), message) != seen.end()) continue;
+      seen.push_back(message);
+      errors += (errors.empty() ? "" : "\n") + line;
+    }
+    std::fprintf(stderr, "---- output of the worker (ranks %d, stage %d) ----\n%s---- end of worker output ----\n", n,
+                 stage, c.output.c_str());
+    std::ostringstream msg;
+    msg << "triad-bench zero: the worker for ranks " << n << ", stage " << stage << " failed (exit status "
+        << c.status << ")";
+    if (!errors.empty()) msg << ": " << errors;
+    else if (c.status == 0) msg << ": it printed no result line";
+    throw Error(msg.str());
+  }
+  return row;
+}
+
+int run_parent(const ZeroOptions& o) {
+  TRIAD_CHECK(!parallel::launched_by_mpirun(),
+              "triad-bench zero starts its own workers under mpirun; run it without mpirun");
+  TRIAD_CHECK(!o.ranks.empty() && !o.stages.empty(), "triad-bench zero: --ranks and --stages need at least one value");
+  for (int n : o.ranks) {
+    TRIAD_CHECK(n >= 1, "--ranks: rank counts must be at least 1, got " << n);
+    TRIAD_CHECK(o.batch % n == 0, "--batch " << o.batch << " is not divisible by " << n << " ranks (--ranks)");
+  }
+  // Every (ranks, stage) config must parse before anything runs (e.g. a stage not built yet).
+  for (int n : o.ranks)
+    for (int s : o.stages) make_config(o, s, n);
+  const engine::TrainConfig c0 = make_config(o, o.stages.front(), o.ranks.front());
+  const std::string mpirun = find_on_path("mpirun"), self = self_path();
+  const int cores = int(std::thread::hardware_concurrency());
+  const std::string name = o.config.empty() ? o.model : o.config;
+
+  std::printf("triad-bench zero: %s (L%lld C%lld V%lld), global batch %lld x seq %lld, %d timed steps after %d warmup, "
+              "%d cores%s\n",
+              name.c_str(), (long long)c0.model.n_layer, (long long)c0.model.d_model, (long long)c0.model.vocab_size,
+              (long long)o.batch, (long long)o.seq, o.steps, o.warmup, cores,
+              *std::max_element(o.ranks.begin(), o.ranks.end()) > cores ? " (ranks beyond the cores are oversubscribed)"
+                                                                       : "");
+  std::printf("ms/step: median over steps of the slowest rank; bus MB: this rank's bus bytes per step (nccl-tests "
+              "definition), 2Ψ(n−1)/n·4 B expected; state MB: param + grad + optim bytes resident per rank (max)\n");
+  std::printf("%5s %5s %9s %7s %9s %8s %9s %9s %8s %8s %8s %9s\n", "ranks", "stage", "ms/step", "x st0", "tokens/s",
+              "GFLOP/s", "bus MB", "expect MB", "param MB", "grad MB", "optim MB", "state MB");
+  std::fflush(stdout);
+
+  nlohmann::json rows = nlohmann::json::array(), ratios = nlohmann::json::array();
+  const double MB = 1e6;
+  for (int n : o.ranks) {
+    double stage0_ms = 0;
+    for (int s : o.stages) {
+      nlohmann::json row = run_one(o, mpirun, self, n, s);
+      const double ms = row["step_ms_median"].get<double>();
+      if (s == 0) stage0_ms = ms;
+      std::string ratio_text = "-";
+      if (stage0_ms > 0) {
+        const double ratio = ms / stage0_ms;
+        row["step_ms_vs_stage0"] = ratio;
+        if (s != 0) ratios.push_back({{"ranks", n}, {"stage", s}, {"step_ms_vs_stage0", ratio}});
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.2f", ratio);
+        ratio_text = buf;
+      }
+      const nlohmann::json& mem = row["mem"];
+      const double p = mem["param_bytes"].get<double>(), g = mem["grad_bytes"].get<double>(),
+                   u = mem["optim_bytes"].get<double>();
+      std::printf("%5d %5d %9.1f %7s %9.0f %8.2f %9.3f %9.3f %8.2f %8.2f %8.2f %9.2f\n", n, s, ms, ratio_text.c_str(),
+                  row["tokens_per_s"].get<double>(), row["achieved_gflops"].get<double>(),
+                  row["bus_bytes"].get<double>() / MB, row["bus_bytes_expected"].get<double>() / MB, p / MB, g / MB,
+                  u / MB, (p + g + u) / MB);
+      std::fflush(stdout);
+      rows.push_back(std::move(row));
+    }
+  }
+  if (!ratios.empty()) {
+    std::printf("step time against stage 0 on the same ranks:");
+    for (const auto& r : ratios)
+      std::printf("  n=%d stage %d: %.2fx", r["ranks"].get<int>(), r["stage"].get<int>(),
+                  r["step_ms_vs_stage0"].get<double>());
+    std::printf("\n");
+  }
+  app::print_json_line({{"bench", "zero"},
+                        {"model", name},
+                        {"params", rows.empty() ? 0 : rows[0]["params"].get<int64_t>()},
+                        {"batch", o.batch},
+                        {"seq", o.seq},
+                        {"steps", o.steps},
+                        {"warmup", o.warmup},
+                        {"cores", cores},
+                        {"ranks", o.ranks},
+                        {"stages", o.stages},
+                        {"rows", rows},
+                        {"ratios", ratios}});
+  return 0;
+}
+
+}  // namespace
+
+void add_zero_command(CLI::App& app, ZeroOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "zero", "time training steps under each ZeRO stage on 1..n ranks (launches itself under mpirun)");
+  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
+  cmd->add_option("--config", o.config, "take model, optimizer and zero keys from a triad-train config");
+  cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable)");
+  cmd->add_option("--ranks", o.ranks, "rank counts, comma-separated")->delimiter(',')->capture_default_str()->check(
+      CLI::PositiveNumber);
+  cmd->add_option("--stages", o.stages, "ZeRO stages, comma-separated (zero_optimization.stage)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", o.batch, "global batch, sequences (divisible by every rank count)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks, at least 1)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--steps", o.steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--worker", o.worker, "internal: run one (ranks, stage) measurement under mpirun")->group("");
+  cmd->add_option("--stage", o.stage, "internal: the worker's stage")->group("");
+  cmd->callback([&o] { run_zero_bench(o); });
+}
+
+int run_zero_bench(const ZeroOptions& o) { return o.worker ? run_worker(o) : run_parent(o); }
+
+}  // namespace triad::bench

@@ -1,0 +1,38 @@
+// `triad-bench zero`: the cost of the ZeRO stages against plain data parallelism (stage 0).
+//
+// The parent process (run without mpirun) loops over ranks x stages and, for each pair,
+// runs this program under `mpirun -np N --oversubscribe --bind-to none <self> zero
+// --worker --stage S ...`. Each worker trains the same model through engine::Engine on a
+// fixed random global batch (rank r takes rows [r*B/n, (r+1)*B/n)), times forward +
+// backward + step per step (max over ranks, median over the timed steps) and rank 0 prints
+// one JSON line. The parent prints one table row per worker and, as its last line, one
+// JSON object with every row and, per rank count, each stage's step time over stage 0's.
+// A worker that fails makes the parent fail with the worker's error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace triad::bench {
+
+struct ZeroOptions {
+  std::string model = "tiny";
+  std::string config;                  // a triad-train config: its model, optimizer, clipping, zero keys
+  std::vector<std::string> overrides;  // --set dotted.key=value on that config (or on the preset's)
+  std::vector<int> ranks = {1, 2, 4};
+  std::vector<int> stages = {0, 1, 2};  // passed on to the config's zero_optimization.stage
+  int64_t batch = 16;                   // global, sequences; divisible by every rank count
+  int64_t seq = 64;
+  int threads = 0;  // OpenMP threads per rank (0: cores / ranks on the node, at least 1)
+  int steps = 10;
+  int warmup = 2;
+  // Internal: set on the processes the parent starts under mpirun.
+  bool worker = false;
+  int stage = 0;
+};
+
+void add_zero_command(CLI::App& app, ZeroOptions& options);
+int run_zero_bench(const ZeroOptions& options);
+
+}  // namespace triad::bench
