@@ -181,7 +181,8 @@ int run_worker(const ZeroOptions& o) {
                           {"tokens_per_s", tps},
                           {"achieved_gflops", flops_per_token * tps / 1e9},
                           {"bus_bytes", mx[tail]},
-                          {"bus_bytes_expected", 2.0 * psi * double(n - 1) / double(n) * 4.0},
+                          // fp32 bus bytes of ZeRO (zero_optimizer.h): 2Ψ(n−1)/n elements, 3Ψ(n−1)/n at stage 3
+                          {"bus_bytes_expected", (o.stage >= 3 ? 3.0 : 2.0) * psi * double(n - 1) / double(n) * 4.0},
                           {"by_collective", by},
                           {"mem",
                            {{"param_bytes", mx[tail + 1]},
@@ -342,16 +343,19 @@ int run_parent(const ZeroOptions& o) {
               *std::max_element(o.ranks.begin(), o.ranks.end()) > cores ? " (ranks beyond the cores are oversubscribed)"
                                                                        : "");
   std::printf("ms/step: median over steps of the slowest rank; bus MB: this rank's bus bytes per step (nccl-tests "
-              "definition), 2Ψ(n−1)/n·4 B expected; state MB: param + grad + optim bytes resident per rank (max)\n");
+              "definition), expected 2Ψ(n−1)/n·4 B (3Ψ at stage 3); state MB: param + grad + optim bytes resident per rank (max)\n");
   std::printf("%5s %5s %9s %7s %9s %8s %9s %9s %8s %8s %8s %9s\n", "ranks", "stage", "ms/step", "x st0", "tokens/s",
               "GFLOP/s", "bus MB", "expect MB", "param MB", "grad MB", "optim MB", "state MB");
   std::fflush(stdout);
 
+  // Stage 0 first on each rank count: the other stages' rows show their ratio to it.
+  std::vector<int> stages = o.stages;
+  std::stable_partition(stages.begin(), stages.end(), [](int s) { return s == 0; });
   nlohmann::json rows = nlohmann::json::array(), ratios = nlohmann::json::array();
   const double MB = 1e6;
   for (int n : o.ranks) {
     double stage0_ms = 0;
-    for (int s : o.stages) {
+    for (int s : stages) {
       nlohmann::json row = run_one(o, mpirun, self, n, s);
       const double ms = row["step_ms_median"].get<double>();
       if (s == 0) stage0_ms = ms;

@@ -4,7 +4,6 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
-#include "autograd/node.h"
 #include "tensor/ops.h"
 
 namespace triad::zero {
@@ -38,7 +37,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   for (Group& g : groups_) {
     for (const auto& [_, p] : g.flat->params()) {
       Group* group = &g;
-      // Stage 2 allocates a group's flat gradient when its first gradient arrives.
+      // Stages 2 and 3 allocate a group's flat gradient when its first gradient arrives.
       register_hook(p, [group](const Tensor& grad) {
         group->flat->grad();
         return grad;

@@ -50,6 +50,8 @@ struct ResidentBytes {
   int64_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0, buffer_bytes = 0;
 };
 
+// It installs hooks on the model's parameters and (stage 3) modules that refer to it: the
+// model must not run a forward or backward after its ZeroOptimizer is gone.
 class ZeroOptimizer {
  public:
   ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
