@@ -70,6 +70,8 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
 void parse_zero(JsonReader r, ZeroOptimizationConfig& z) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
   z.overlap_comm = r.boolean("overlap_comm", z.overlap_comm);
+  z.stage3_param_persistence_threshold =
+      r.integer("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0, kMaxInt);
   r.finish();
 }
 

@@ -51,6 +51,7 @@ struct SchedulerConfig {
 struct ZeroOptimizationConfig {
   int stage = 0;             // 0, 1, 2 or 3
   bool overlap_comm = true;  // reduce each gradient group while the backward goes on
+  int64_t stage3_param_persistence_threshold = 100000;  // stage 3: smaller groups stay whole
 };
 
 struct DataConfig {

@@ -39,7 +39,10 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
                 "[config] model.activation_checkpointing cannot be combined with zero_optimization.stage 3");
     comm_ = std::make_shared<parallel::CountingCommunicator>(dp);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
-        model_, zero::ZeroConfig{.stage = config_.zero.stage, .overlap_comm = config_.zero.overlap_comm},
+        model_,
+        zero::ZeroConfig{.stage = config_.zero.stage,
+                         .overlap_comm = config_.zero.overlap_comm,
+                         .stage3_param_persistence_threshold = config_.zero.stage3_param_persistence_threshold},
         optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_);
   } else {
     optimizer_ = make_optimizer(config_.optimizer, model_->parameters());

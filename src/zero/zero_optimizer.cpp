@@ -29,7 +29,8 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       g.exp_avg_sq = Tensor::zeros({state});
       if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()});
       if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
-      if (config_.stage == 3) g.flat->partition();
+      g.partitioned = config_.stage == 3 && g.flat->numel() > config_.stage3_param_persistence_threshold;
+      if (g.partitioned) g.flat->partition();
       groups_.push_back(std::move(g));
       unit_groups_.back().push_back(&groups_.back());
     }
@@ -84,6 +85,7 @@ void ZeroOptimizer::gather_unit(size_t u) {
 }
 
 void ZeroOptimizer::release_group(Group& g) {
+  if (!g.partitioned) return;
   if (g.gather) {  // a prefetch nobody used: let it land before freeing its buffer
     g.gather->wait();
     g.gather.reset();
@@ -189,14 +191,15 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     if (clip < 1.0) ops::mul_(grad, clip);
     const AdamWStep s{lr, adamw_.beta1, adamw_.beta2, adamw_.eps, g.flat->weight_decay(),
                       1.0 - std::pow(adamw_.beta1, t), 1.0 - std::pow(adamw_.beta2, t)};
-    const Tensor params = config_.stage == 0   ? g.flat->flat()
-                          : config_.stage == 3 ? g.flat->owned_shard()
-                                               : g.flat->shard(g.flat->flat());
+    const Tensor params = config_.stage == 0 ? g.flat->flat()
+                          : g.partitioned    ? g.flat->owned_shard()
+                                             : g.flat->shard(g.flat->flat());
     ops::adamw_(params, grad, g.exp_avg, g.exp_avg_sq, s);
   }
-  if (config_.stage == 1 || config_.stage == 2) {
+  if (config_.stage >= 1) {  // whole parameters again: every group but partitioned ones
     std::vector<Tensor> sends;
     for (Group& g : groups_) {
+      if (g.partitioned) continue;
       sends.push_back(ops::clone(g.flat->shard(g.flat->flat())));
       pending_.push_back({dp_->all_gather(sends.back(), g.flat->flat()), &g, Tensor()});
     }
@@ -213,7 +216,7 @@ ResidentBytes ZeroOptimizer::memory() const {
   ResidentBytes m;
   for (const Group& g : groups_) {
     const int64_t full = g.flat->padded() * 4, shard = g.flat->shard_size() * 4;
-    m.param_bytes += config_.stage == 3 ? shard : full;
+    m.param_bytes += g.partitioned ? shard : full;
     m.grad_bytes += config_.stage <= 1 ? full : shard;
     m.optim_bytes += 2 * (config_.stage == 0 ? full : shard);
   }

@@ -42,6 +42,9 @@ namespace triad::zero {
 struct ZeroConfig {
   int stage = 0;              // 0, 1, 2 or 3
   bool overlap_comm = true;   // start each group's reduction during the backward
+  // Stage 3 keeps groups of at most this many elements whole on every rank (as stage 2
+  // does): gathering them each time would cost more in latency than they save in memory.
+  int64_t stage3_param_persistence_threshold = 100000;
 };
 
 // Bytes resident on this rank for model states (Note: fp32 training keeps no separate
@@ -80,6 +83,7 @@ class ZeroOptimizer {
     int ready = 0;              // parameters whose gradient this backward has completed
     bool launched = false;      // its reduction for this backward has started
     parallel::WorkPtr gather;   // stage 3: the all-gather of its parameters, in flight
+    bool partitioned = false;   // stage 3 and above the persistence threshold
   };
   struct Pending {
     parallel::WorkPtr work;

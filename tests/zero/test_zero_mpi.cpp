@@ -73,11 +73,13 @@ Trajectory single_process(int64_t accumulation) {
   return t;
 }
 
-Trajectory data_parallel(int stage, int64_t accumulation) {
+// persist: stage 3's persistence threshold (0: every group partitioned).
+Trajectory data_parallel(int stage, int64_t accumulation, int64_t persist = 0) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
   auto model = make_model();
-  zero::ZeroOptimizer opt(model, {.stage = stage}, kAdam, kDecay, world);
+  zero::ZeroOptimizer opt(model, {.stage = stage, .stage3_param_persistence_threshold = persist}, kAdam, kDecay,
+                          world);
   const int64_t micro = kGlobalBatch / (accumulation * n);
   Trajectory t;
   for (int64_t step = 0; step < kSteps; ++step) {
@@ -122,6 +124,9 @@ BOOST_AUTO_TEST_CASE(stages_reproduce_the_single_process_trajectory) {
         check_same(data_parallel(stage, accumulation), ref);
       }
     }
+    BOOST_TEST_CONTEXT("stage 3 with small groups kept whole, accumulation " << accumulation) {
+      check_same(data_parallel(3, accumulation, /*persist=*/1000), ref);  // blocks' biases and norms
+    }
   }
 }
 
@@ -146,7 +151,7 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
   const int64_t n = world->size();
   for (int stage : {0, 1, 2, 3}) {
     auto model = make_model();
-    zero::ZeroOptimizer opt(model, {.stage = stage}, kAdam, kDecay, world);
+    zero::ZeroOptimizer opt(model, {.stage = stage, .stage3_param_persistence_threshold = 0}, kAdam, kDecay, world);
     const zero::ResidentBytes m = opt.memory();
     const double psi = double(model->num_parameters());
     const double shard = psi / double(n);
@@ -167,7 +172,7 @@ BOOST_AUTO_TEST_CASE(communication_per_step_is_two_psi) {
   const double n = counting->size();
   for (int stage : {0, 1, 2, 3}) {
     auto model = make_model();
-    zero::ZeroOptimizer opt(model, {.stage = stage}, kAdam, kDecay, counting);
+    zero::ZeroOptimizer opt(model, {.stage = stage, .stage3_param_persistence_threshold = 0}, kAdam, kDecay, counting);
     counting->reset();
     const Tensor tokens = global_tokens(0);
     const int64_t micro = kGlobalBatch / int64_t(n);
