@@ -101,6 +101,27 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   });
 }
 
+Tensor to(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  return record("to", {t}, ops::to(t, dtype), [from = t.dtype()](const Grads& g) { return Grads{ops::to(g[0], from)}; });
+}
+
+namespace {
+
+bool is_16bit(const Tensor& t) { return t.defined() && (t.dtype() == DType::bf16 || t.dtype() == DType::f16); }
+
+// Note [16-bit parameters]: mixed precision stores parameters (and their gradients) in
+// bf16/f16 and computes in f32. Functions taking parameters widen them for the compute,
+// save the 16-bit handle (not the f32 copy: that would keep 4 bytes per parameter alive
+// until the backward), widen again in the backward, and narrow the parameter's gradient
+// back to its dtype.
+Tensor wide(const Tensor& t) { return is_16bit(t) ? ops::to(t, DType::f32) : t; }
+Tensor like(const Tensor& grad, const Tensor& param) { return ops::to(grad, param.dtype()); }
+
+}  // namespace
+
+Tensor compute_dtype(const Tensor& t) { return is_16bit(t) ? to(t, DType::f32) : t; }
+
 // ---- elementwise ----
 
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -242,13 +263,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
-  return record("linear", {x, weight, bias}, ops::linear(x, weight, bias),
-                [=, w = weight](const Grads& g) {
+  return record("linear", {x, weight, bias}, ops::linear(x, wide(weight), wide(bias)),
+                [=](const Grads& g) {
+                  const Tensor w = wide(weight);  // re-read: ZeRO-3 may have re-gathered it
                   const Tensor g2 = ops::reshape(g[0], {-1, w.size(0)});
                   const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
                   Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
-                  Tensor dw = gw ? ops::matmul(g2, x2, true, false) : Tensor();
-                  Tensor db = gbias ? ops::sum(g2, 0) : Tensor();
+                  Tensor dw = gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor();
+                  Tensor db = gbias ? like(ops::sum(g2, 0), bias) : Tensor();
                   return Grads{dx, dw, db};
                 });
 }
@@ -261,18 +283,17 @@ Tensor softmax(const Tensor& x, bool causal) {
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  ops::LayerNormOut r = ops::layer_norm(x, weight, bias, eps);
-  return record("layer_norm", {x, weight, bias}, r.y,
-                [x, w = weight, mean = r.mean, rstd = r.rstd](const Grads& g) {
-                  ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[0]), x, w, mean, rstd);
-                  return Grads{d.dx, d.dweight, d.dbias};
-                });
+  ops::LayerNormOut r = ops::layer_norm(x, wide(weight), wide(bias), eps);
+  return record("layer_norm", {x, weight, bias}, r.y, [=, mean = r.mean, rstd = r.rstd](const Grads& g) {
+    ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[0]), x, wide(weight), mean, rstd);
+    return Grads{d.dx, like(d.dweight, weight), like(d.dbias, bias)};
+  });
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  return record("embedding", {weight}, ops::embedding(weight, indices),
-                [idx = detach(indices), v = weight.size(0)](const Grads& g) {
-                  return Grads{ops::embedding_backward(g[0], idx, v)};
+  return record("embedding", {weight}, ops::embedding(wide(weight), indices),
+                [=, idx = detach(indices), v = weight.size(0)](const Grads& g) {
+                  return Grads{like(ops::embedding_backward(g[0], idx, v), weight)};
                 });
 }
 

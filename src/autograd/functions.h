@@ -22,6 +22,12 @@ Tensor contiguous(const Tensor& t);
 // Joins tensors along `dim` (all other dimensions equal).
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
 
+// A copy in another floating dtype; the gradient flows back in the input's dtype.
+Tensor to(const Tensor& t, DType dtype);
+// t in f32 when it is stored in bf16/f16 (mixed precision keeps parameters in 16 bits and
+// computes in f32); t itself otherwise.
+Tensor compute_dtype(const Tensor& t);
+
 // ---- elementwise (broadcasting) ----
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
@@ -59,6 +65,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- neural-network functions ----
+// linear, layer_norm and embedding accept parameters stored in bf16/f16 and compute in
+// f32 (Note [16-bit parameters]).
 Tensor softmax(const Tensor& x, bool causal = false);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& indices);

@@ -64,7 +64,7 @@ Tensor GPT::forward(const Tensor& indices) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
   const int64_t T = indices.size(1);
   TRIAD_CHECK(T <= config_.seq_len, "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
-  Tensor x = add((*wte)(indices), narrow(wpe->weight, 0, 0, T));
+  Tensor x = add((*wte)(indices), compute_dtype(narrow(wpe->weight, 0, 0, T)));
   x = (*drop)(x);
   for (size_t i = 0; i < blocks->size(); ++i) {
     Module& block = *(*blocks)[i];

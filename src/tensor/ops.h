@@ -54,7 +54,8 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
-void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);  // dst += alpha * src
+// dst += alpha * src; a bf16/f16 dst (16-bit gradients) adds in f32 and rounds once.
+void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);
 void mul_(const Tensor& dst, double factor);
 Tensor neg(const Tensor& a);
 Tensor exp(const Tensor& a);

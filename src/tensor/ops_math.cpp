@@ -58,6 +58,13 @@ Tensor pow(const Tensor& a, double exponent) { return unary(UnaryOp::pow, a, exp
 Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x, 0, "gelu"); }
 
 void add_(const Tensor& dst, const Tensor& src, double alpha) {
+  if (dst.dtype() == DType::bf16 || dst.dtype() == DType::f16) {
+    // 16-bit storage (mixed-precision gradients): add in f32, round once on the way back.
+    Tensor wide = to(dst, DType::f32);
+    add_(wide, to(src, DType::f32), alpha);
+    copy_(dst, wide);
+    return;
+  }
   check_float(dst, "add_");
   check_same(dst, src, "add_");
   TRIAD_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(),
