@@ -75,6 +75,19 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z) {
   r.finish();
 }
 
+void parse_precision(JsonReader bf16, JsonReader fp16, PrecisionConfig& p) {
+  const bool use_bf16 = bf16.boolean("enabled", false);
+  bf16.finish();
+  const bool use_fp16 = fp16.boolean("enabled", false);
+  p.initial_scale_power = int(fp16.integer("initial_scale_power", p.initial_scale_power, 0, 40));
+  p.loss_scale_window = fp16.integer("loss_scale_window", p.loss_scale_window, 1, kMaxInt);
+  p.hysteresis = int(fp16.integer("hysteresis", p.hysteresis, 1, 1000));
+  p.min_loss_scale = fp16.number("min_loss_scale", p.min_loss_scale, 1e-10, kInf);
+  fp16.finish();
+  TRIAD_CHECK(!(use_bf16 && use_fp16), "[config] bf16.enabled and fp16.enabled are both true; choose one");
+  p.dtype = use_bf16 ? DType::bf16 : use_fp16 ? DType::f16 : DType::f32;
+}
+
 // Any two of (batch, micro, accumulation) determine the third: batch = micro x acc x dp.
 void resolve_batch(JsonReader& r, TrainConfig& c, int64_t dp) {
   auto batch = r.optional_integer("train_batch_size", 1, kMaxInt);
@@ -159,6 +172,7 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t dp) {
               "[config] scheduler.params.warmup_num_steps (" << c.scheduler.warmup_num_steps
                                                              << ") exceeds the run's steps (" << c.steps << ")");
   parse_zero(r.object("zero_optimization"), c.zero);
+  parse_precision(r.object("bf16"), r.object("fp16"), c.precision);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
   c.seed = uint64_t(r.integer("seed", 1234, 0, kMaxInt));
   c.model.init_seed = c.seed;

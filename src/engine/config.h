@@ -17,6 +17,8 @@
 //     "gradient_clipping": 1.0, "seed": 1234, "eval_interval": 100, "eval_iters": 10,
 //     "log_interval": 1, "device": "cpu", "output_dir": "runs/demo",
 //     "zero_optimization": {"stage": 1, "overlap_comm": true}   (under mpirun: ZeRO over the ranks)
+//     "bf16": {"enabled": true}   or   "fp16": {"enabled": true, "initial_scale_power": 16,
+//              "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
 //   }
 #pragma once
 
@@ -54,6 +56,16 @@ struct ZeroOptimizationConfig {
   int64_t stage3_param_persistence_threshold = 100000;  // stage 3: smaller groups stay whole
 };
 
+// Mixed precision (DeepSpeed's "bf16" and "fp16" sections): parameters and gradients stored
+// in 16 bits, f32 master weights and moments in the optimizer, compute in f32 on the CPU.
+struct PrecisionConfig {
+  DType dtype = DType::f32;        // f32, bf16 or f16
+  int initial_scale_power = 16;    // fp16: the loss scale starts at 2^this
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  double min_loss_scale = 1.0;
+};
+
 struct DataConfig {
   std::string corpus;     // token file written by `triad-data encode`
   std::string tokenizer;  // tokenizer written by `triad-data tokenizer`
@@ -71,6 +83,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   ZeroOptimizationConfig zero;
+  PrecisionConfig precision;
   double gradient_clipping = 0.0;  // 0: off
   uint64_t seed = 1234;
   int64_t eval_interval = 0;  // 0: evaluate only at the end

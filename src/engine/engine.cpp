@@ -4,6 +4,9 @@
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "optim/clip.h"
+#include "parallel/self_communicator.h"
+
+#include <cmath>
 
 namespace triad::engine {
 
@@ -31,7 +34,9 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
               "[config] device \"" << config_.device << "\": this build trains on the cpu only");
   model_ = std::make_shared<nn::GPT>(config_.model);
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
-  if (dp && (dp->size() > 1 || config_.zero.stage > 0)) {
+  const bool mixed = config_.precision.dtype != DType::f32;
+  if (mixed && !dp) dp = std::make_shared<parallel::SelfCommunicator>();  // ZeRO carries mixed precision
+  if (dp && (dp->size() > 1 || config_.zero.stage > 0 || mixed)) {
     const OptimizerConfig& o = config_.optimizer;
     TRIAD_CHECK(o.type == "AdamW", "[config] optimizer.type \"" << o.type << "\" is not available with data "
                                                                  << "parallelism (ZeRO runs AdamW)");
@@ -41,6 +46,12 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_,
         zero::ZeroConfig{.stage = config_.zero.stage,
+                         .dtype = config_.precision.dtype,
+                         .loss_scale = {.dynamic = config_.precision.dtype == DType::f16,
+                                        .initial_scale = std::ldexp(1.0, config_.precision.initial_scale_power),
+                                        .window = config_.precision.loss_scale_window,
+                                        .hysteresis = config_.precision.hysteresis,
+                                        .min_scale = config_.precision.min_loss_scale},
                          .overlap_comm = config_.zero.overlap_comm,
                          .stage3_param_persistence_threshold = config_.zero.stage3_param_persistence_threshold},
         optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_);
@@ -55,7 +66,7 @@ Tensor Engine::forward(const Tensor& inputs, const Tensor& targets) {
 }
 
 void Engine::backward(const Tensor& loss) {
-  const double scale = 1.0 / double(config_.gradient_accumulation_steps);
+  const double scale = (zero_ ? zero_->loss_scale() : 1.0) / double(config_.gradient_accumulation_steps);
   if (zero_) zero_->begin_backward(micro_ + 1 == config_.gradient_accumulation_steps);
   micro_ = (micro_ + 1) % config_.gradient_accumulation_steps;
   triad::backward(loss, Tensor::full(loss.shape(), scale, loss.dtype(), loss.device()));
@@ -68,7 +79,7 @@ StepResult Engine::step() {
     const double norm = zero_->step(lr, config_.gradient_clipping);
     nlohmann::json comm = comm_->to_json();
     comm_->reset();
-    return {++step_, lr, norm, std::move(comm)};
+    return {++step_, lr, norm, std::isinf(norm), zero_->loss_scale(), std::move(comm)};
   }
   const std::vector<Tensor> params = model_->parameters();
   const double norm = config_.gradient_clipping > 0 ? optim::clip_grad_norm(params, config_.gradient_clipping)
@@ -78,7 +89,7 @@ StepResult Engine::step() {
   optimizer_->step();
   optimizer_->zero_grad();
   ++step_;
-  return {step_, lr, norm, nullptr};
+  return {step_, lr, norm, false, 1.0, nullptr};
 }
 
 double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {

@@ -142,8 +142,11 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       loss_sum += value;
     }
     const StepResult r = engine.step();
-    TRIAD_CHECK(std::isfinite(r.grad_norm),
+    TRIAD_CHECK(r.skipped || std::isfinite(r.grad_norm),
                 "[train] the gradient norm is " << r.grad_norm << " at step " << r.step << "; nothing was saved");
+    if (r.skipped && leader)
+      std::printf("step %6lld: gradients overflowed, step skipped; loss scale now %g\n", (long long)r.step,
+                  r.loss_scale);
     if (dp) {
       Tensor total = Tensor::full({1}, loss_sum, DType::f64);
       dp->all_reduce(total)->wait();
@@ -163,6 +166,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
                            {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
     if (dp) line["mem"] = mem, line["comm"] = r.comm;
+    if (c.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
     if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps)
       line["val_loss"] = last_val = evaluate(r.step);
     if (metrics.is_open()) {

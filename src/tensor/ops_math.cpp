@@ -20,6 +20,10 @@ void check_same(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  if ((a.dtype() == DType::bf16 || a.dtype() == DType::f16) && a.dtype() == b.dtype()) {
+    // 16-bit storage (mixed precision): compute in f32, round the result once.
+    return to(binary(op, to(a, DType::f32), to(b, DType::f32), name), a.dtype());
+  }
   check_float(a, name);
   check_same(a, b, name);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);

@@ -24,8 +24,9 @@ void unpoint(const Tensor& t) {
 
 }  // namespace
 
-FlatGroup::FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double weight_decay, int ranks, int rank)
-    : params_(std::move(params)), weight_decay_(weight_decay), ranks_(ranks), rank_(rank) {
+FlatGroup::FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double weight_decay, int ranks, int rank,
+                     DType dtype)
+    : params_(std::move(params)), weight_decay_(weight_decay), ranks_(ranks), rank_(rank), dtype_(dtype) {
   for (const auto& [name, p] : params_) {
     TRIAD_CHECK(p.dtype() == DType::f32 && p.device().is_cpu(),
                 "ZeRO: parameter " << name << " is " << p.str() << "; flat groups hold f32 cpu parameters");
@@ -33,11 +34,15 @@ FlatGroup::FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double 
     numel_ += p.numel();
   }
   padded_ = (numel_ + ranks - 1) / ranks * ranks;
-  flat_ = Tensor::zeros({padded_});
+  initial_f32_ = Tensor::zeros({padded_});
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].second;
-    ops::copy_(ops::view(ops::narrow(flat_, 0, offsets_[i], p.numel()), p.shape()), p);
-    repoint(p, flat_, offsets_[i]);
+    ops::copy_(ops::view(ops::narrow(initial_f32_, 0, offsets_[i], p.numel()), p.shape()), p);
+  }
+  flat_ = dtype_ == DType::f32 ? initial_f32_ : ops::to(initial_f32_, dtype_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].second.impl().dtype = dtype_;
+    repoint(params_[i].second, flat_, offsets_[i]);
   }
 }
 
@@ -47,7 +52,7 @@ Tensor FlatGroup::shard(const Tensor& full) const {
 
 const Tensor& FlatGroup::grad() {
   if (!grad_.defined()) {
-    grad_ = Tensor::zeros({padded_});
+    grad_ = Tensor::zeros({padded_}, dtype_);
     for (size_t i = 0; i < params_.size(); ++i) {
       const Tensor& p = params_[i].second;
       set_grad(p, ops::view(ops::narrow(grad_, 0, offsets_[i], p.numel()), p.shape()));
@@ -64,13 +69,14 @@ void FlatGroup::release_grad() {
 
 void FlatGroup::partition() {
   owned_shard_ = ops::clone(shard(flat_));
+  initial_f32_ = Tensor();
   partitioned_ = true;
   release();
 }
 
 std::unique_ptr<parallel::Work> FlatGroup::start_gather(parallel::Communicator& comm) {
   TRIAD_ASSERT(partitioned_ && !flat_.defined());
-  flat_ = Tensor::empty({padded_});
+  flat_ = Tensor::empty({padded_}, dtype_);
   return comm.all_gather(owned_shard_, flat_);
 }
 

@@ -25,7 +25,10 @@ namespace triad::zero {
 
 class FlatGroup {
  public:
-  FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double weight_decay, int ranks, int rank);
+  // dtype: how parameters and gradients are stored (f32, or bf16/f16 for mixed precision;
+  // the parameters' TensorImpls take that dtype).
+  FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double weight_decay, int ranks, int rank,
+            DType dtype = DType::f32);
 
   const std::vector<std::pair<std::string, Tensor>>& params() const { return params_; }
   double weight_decay() const { return weight_decay_; }
@@ -34,6 +37,10 @@ class FlatGroup {
   int64_t shard_size() const { return padded_ / ranks_; }
 
   const Tensor& flat() const { return flat_; }  // undefined while a partitioned group is released
+  DType dtype() const { return dtype_; }
+  // The parameters' values in f32 as they were before being stored in dtype (padded),
+  // handed over once: the master weights of mixed precision start from them.
+  Tensor take_initial_f32() { return std::move(initial_f32_); }
   Tensor shard(const Tensor& full) const;  // this rank's range of a padded-size tensor
 
   // The flat gradient, allocated (zeroed) on first use; params' .grad are views of it.
@@ -60,7 +67,8 @@ class FlatGroup {
   int ranks_, rank_;
   int64_t numel_ = 0, padded_ = 0;
   bool partitioned_ = false;
-  Tensor flat_, grad_, owned_shard_;
+  DType dtype_;
+  Tensor flat_, grad_, owned_shard_, initial_f32_;
 };
 
 }  // namespace triad::zero

@@ -1,6 +1,8 @@
 #include "zero/zero_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
@@ -14,6 +16,10 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 3,
               "[config] zero_optimization.stage must be 0, 1, 2 or 3, got " << config_.stage);
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
+  TRIAD_CHECK(config_.dtype == DType::f32 || config_.dtype == DType::bf16 || config_.dtype == DType::f16,
+              "ZeRO stores parameters in f32, bf16 or f16, not " << dtype_name(config_.dtype));
+  scale_ = config_.loss_scale.dynamic ? config_.loss_scale.initial_scale : 1.0;
+  hysteresis_left_ = config_.loss_scale.hysteresis;
   const int n = dp_->size(), r = dp_->rank();
   groups_.reserve(2 * units_.size());  // hooks hold Group pointers: no reallocation after this
   for (const Unit& u : units_) {
@@ -23,11 +29,15 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
     for (auto* list : {&decay, &no_decay}) {
       if (list->empty()) continue;
       Group g;
-      g.flat = std::make_unique<FlatGroup>(std::move(*list), list == &decay ? weight_decay : 0.0, n, r);
+      g.flat = std::make_unique<FlatGroup>(std::move(*list), list == &decay ? weight_decay : 0.0, n, r,
+                                           config_.dtype);
+      const Tensor initial = g.flat->take_initial_f32();
+      if (config_.dtype != DType::f32)
+        g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
       const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
       g.exp_avg = Tensor::zeros({state});
       g.exp_avg_sq = Tensor::zeros({state});
-      if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()});
+      if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype);
       if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
       g.partitioned = config_.stage == 3 && g.flat->numel() > config_.stage3_param_persistence_threshold;
       if (g.partitioned) g.flat->partition();
@@ -127,7 +137,7 @@ void ZeroOptimizer::launch(Group& g) {
   if (config_.stage == 0) {
     pending_.push_back({dp_->all_reduce(g.flat->grad()), &g, Tensor()});
   } else {
-    Tensor out = Tensor::empty({g.flat->shard_size()});
+    Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype);
     pending_.push_back({dp_->reduce_scatter(g.flat->grad(), out), &g, out});
   }
 }
@@ -168,14 +178,25 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     drain(/*wait_all=*/true);
   }
 
-  // Average over ranks and take the global norm.
-  const double inv_n = 1.0 / double(dp_->size());
-  double sq = 0.0;
+  // Average over ranks and undo the loss scale, in f32; then the global norm.
+  const double unscale = 1.0 / (double(dp_->size()) * scale_);
+  std::vector<Tensor> grads;
   for (Group& g : groups_) {
-    const Tensor& grad = config_.stage == 0 ? g.flat->grad() : g.shard_grad;
-    ops::mul_(grad, inv_n);
-    sq += ops::sum_squares(grad);
+    const Tensor& stored = config_.stage == 0 ? g.flat->grad() : g.shard_grad;
+    Tensor grad = stored.dtype() == DType::f32 ? stored : ops::to(stored, DType::f32);
+    ops::mul_(grad, unscale);
+    grads.push_back(grad);
   }
+  if (config_.loss_scale.dynamic) {
+    const bool overflow = overflow_anywhere(grads);
+    update_scale(overflow);
+    if (overflow) {
+      for (Group& g : groups_) ops::zero_(config_.stage <= 1 ? g.flat->grad() : g.shard_grad);
+      return std::numeric_limits<double>::infinity();
+    }
+  }
+  double sq = 0.0;
+  for (const Tensor& grad : grads) sq += ops::sum_squares(grad);
   if (config_.stage >= 1) {
     Tensor total = Tensor::full({1}, sq, DType::f64);
     dp_->all_reduce(total)->wait();
@@ -186,15 +207,14 @@ double ZeroOptimizer::step(double lr, double max_norm) {
 
   ++steps_;
   const double t = double(steps_);
-  for (Group& g : groups_) {
-    const Tensor& grad = config_.stage == 0 ? g.flat->grad() : g.shard_grad;
-    if (clip < 1.0) ops::mul_(grad, clip);
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    if (clip < 1.0) ops::mul_(grads[i], clip);
     const AdamWStep s{lr, adamw_.beta1, adamw_.beta2, adamw_.eps, g.flat->weight_decay(),
                       1.0 - std::pow(adamw_.beta1, t), 1.0 - std::pow(adamw_.beta2, t)};
-    const Tensor params = config_.stage == 0 ? g.flat->flat()
-                          : g.partitioned    ? g.flat->owned_shard()
-                                             : g.flat->shard(g.flat->flat());
-    ops::adamw_(params, grad, g.exp_avg, g.exp_avg_sq, s);
+    const Tensor params = param_view(g);
+    ops::adamw_(g.master.defined() ? g.master : params, grads[i], g.exp_avg, g.exp_avg_sq, s);
+    if (g.master.defined()) ops::copy_(params, g.master);  // round the master weights to storage
   }
   if (config_.stage >= 1) {  // whole parameters again: every group but partitioned ones
     std::vector<Tensor> sends;
@@ -212,13 +232,39 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   return norm;
 }
 
+Tensor ZeroOptimizer::param_view(Group& g) const {
+  if (config_.stage == 0) return g.flat->flat();
+  return g.partitioned ? g.flat->owned_shard() : g.flat->shard(g.flat->flat());
+}
+
+bool ZeroOptimizer::overflow_anywhere(const std::vector<Tensor>& grads) {
+  bool overflow = false;
+  for (const Tensor& grad : grads) overflow = overflow || !ops::all_finite(grad);
+  Tensor flag = Tensor::full({1}, overflow ? 1.0 : 0.0, DType::f32);
+  dp_->all_reduce(flag, parallel::ReduceOp::max)->wait();
+  return flag.item() > 0.0;
+}
+
+void ZeroOptimizer::update_scale(bool overflow) {
+  const LossScaleConfig& c = config_.loss_scale;
+  if (overflow) {
+    clean_steps_ = 0;
+    if (hysteresis_left_ <= 1) scale_ = std::max(scale_ / 2.0, c.min_scale);
+    else --hysteresis_left_;
+  } else if (++clean_steps_ % c.window == 0) {
+    scale_ *= 2.0;
+  }
+}
+
 ResidentBytes ZeroOptimizer::memory() const {
   ResidentBytes m;
+  const int64_t elt = int64_t(element_size(config_.dtype));
+  const int64_t optim_per_element = config_.dtype == DType::f32 ? 8 : 12;  // Adam moments (+ f32 master)
   for (const Group& g : groups_) {
-    const int64_t full = g.flat->padded() * 4, shard = g.flat->shard_size() * 4;
-    m.param_bytes += g.partitioned ? shard : full;
-    m.grad_bytes += config_.stage <= 1 ? full : shard;
-    m.optim_bytes += 2 * (config_.stage == 0 ? full : shard);
+    const int64_t full = g.flat->padded(), shard = g.flat->shard_size();
+    m.param_bytes += (g.partitioned ? shard : full) * elt;
+    m.grad_bytes += (config_.stage <= 1 ? full : shard) * elt;
+    m.optim_bytes += optim_per_element * (config_.stage == 0 ? full : shard);
   }
   return m;
 }

@@ -39,8 +39,24 @@
 
 namespace triad::zero {
 
+// Dynamic loss scaling (fp16), DeepSpeed's rule: the loss is multiplied by `scale` before
+// the backward; a step whose gradients hold an inf/NaN on any rank is skipped, and the
+// scale is divided by 2 once `hysteresis` such steps have been seen (never below
+// min_scale); after `window` clean steps it doubles.
+struct LossScaleConfig {
+  bool dynamic = false;  // off: scale 1 (f32 and bf16)
+  double initial_scale = 65536.0;
+  int64_t window = 1000;
+  int hysteresis = 2;
+  double min_scale = 1.0;
+};
+
 struct ZeroConfig {
   int stage = 0;              // 0, 1, 2 or 3
+  // Storage of parameters and gradients: f32, or bf16/f16 (mixed precision: f32 master
+  // weights and Adam moments in the optimizer's shard, compute in f32).
+  DType dtype = DType::f32;
+  LossScaleConfig loss_scale;
   bool overlap_comm = true;   // start each group's reduction during the backward
   // Stage 3 keeps groups of at most this many elements whole on every rank (as stage 2
   // does): gathering them each time would cost more in latency than they save in memory.
@@ -63,9 +79,12 @@ class ZeroOptimizer {
   // Call before each micro-batch's backward; `last` marks the last micro-batch of the
   // accumulation (stage 0 reduces only then).
   void begin_backward(bool last);
-  // Averages and reduces what the backward left, clips to max_norm (0: off), updates with
-  // lr, gathers the parameters, clears the gradients. Returns the norm before clipping.
+  // Averages and reduces what the backward left, unscales, clips to max_norm (0: off),
+  // updates with lr, gathers the parameters, clears the gradients. Returns the norm before
+  // clipping, or +inf for a step skipped on overflow (fp16).
   double step(double lr, double max_norm);
+  // The factor the loss's gradient must be multiplied by before the backward.
+  double loss_scale() const { return scale_; }
 
   ResidentBytes memory() const;
   // Stage 3: gather every parameter (collective) so the whole model can be read, e.g. to
@@ -80,6 +99,7 @@ class ZeroOptimizer {
     std::unique_ptr<FlatGroup> flat;
     Tensor shard_grad;          // stage 1, 2: this rank's summed gradient shard
     Tensor exp_avg, exp_avg_sq; // stage 0: full; stage 1, 2: shard
+    Tensor master;              // mixed precision: f32 weights (stage 0: full; else shard)
     int ready = 0;              // parameters whose gradient this backward has completed
     bool launched = false;      // its reduction for this backward has started
     parallel::WorkPtr gather;   // stage 3: the all-gather of its parameters, in flight
@@ -97,6 +117,9 @@ class ZeroOptimizer {
   void prefetch_unit(size_t u);  // starts gathering (no-op when gathered or out of range)
   void release_unit(size_t u);
   void release_group(Group& g);
+  Tensor param_view(Group& g) const;  // the part of the parameters this rank updates
+  bool overflow_anywhere(const std::vector<Tensor>& grads);
+  void update_scale(bool overflow);
   void launch(Group& g);
   void complete(Pending& p);
   void drain(bool wait_all);
@@ -110,6 +133,9 @@ class ZeroOptimizer {
   std::vector<Pending> pending_;
   bool last_micro_ = true;
   int64_t steps_ = 0;
+  double scale_ = 1.0;            // loss scale (Note: LossScaleConfig)
+  int hysteresis_left_ = 0;
+  int64_t clean_steps_ = 0;       // steps since the last overflow
 };
 
 }  // namespace triad::zero

@@ -89,6 +89,21 @@ BOOST_AUTO_TEST_CASE(bad_values_name_key_value_and_what_is_allowed) {
   BOOST_TEST(contains(error_of(with("model=[1]")), "model must be an object"));
 }
 
+BOOST_AUTO_TEST_CASE(zero_and_mixed_precision_keys) {
+  json j = with("zero_optimization.stage=3");
+  engine::apply_override(j, "bf16.enabled=true");
+  const engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.zero.stage == 3);
+  BOOST_TEST(c.zero.stage3_param_persistence_threshold == 100000);
+  BOOST_TEST((c.precision.dtype == DType::bf16));
+  BOOST_TEST(error_of(with("zero_optimization.stage=5")) ==
+             "[config] zero_optimization.stage must be an integer in [0, 3], got 5");
+  engine::apply_override(j, "fp16.enabled=true");
+  BOOST_TEST(contains(error_of(j), "bf16.enabled and fp16.enabled are both true"));
+  BOOST_TEST(contains(error_of(with("fp16.initial_scale_power=99")), "fp16.initial_scale_power must be an integer"));
+  BOOST_TEST(contains(error_of(with("zero_optimization.reduce_bucket_sise=5")), "unknown key"));
+}
+
 BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_with_a_suggestion) {
   BOOST_TEST(error_of(with("model.n_layers=4")) == "[config] unknown key model.n_layers (did you mean model.n_layer?)");
   BOOST_TEST(error_of(with("gradient_cliping=1.0")) ==
