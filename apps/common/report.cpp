@@ -1,8 +1,8 @@
 #include "common/report.h"
 
 #include <omp.h>
-#include <unistd.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>

@@ -103,7 +103,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 
 Tensor to(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
-  return record("to", {t}, ops::to(t, dtype), [from = t.dtype()](const Grads& g) { return Grads{ops::to(g[0], from)}; });
+  return record("to", {t}, ops::to(t, dtype),
+                [from = t.dtype()](const Grads& g) { return Grads{ops::to(g[0], from)}; });
 }
 
 namespace {
@@ -193,14 +194,12 @@ Tensor relu(const Tensor& a) {
 }
 
 Tensor pow(const Tensor& a, double exponent) {
-  return record("pow", {a}, ops::pow(a, exponent), [=](const Grads& g) {
-    return Grads{ops::mul(ops::mul(g[0], ops::pow(a, exponent - 1.0)), exponent)};
-  });
+  return record("pow", {a}, ops::pow(a, exponent),
+                [=](const Grads& g) { return Grads{ops::mul(ops::mul(g[0], ops::pow(a, exponent - 1.0)), exponent)}; });
 }
 
 Tensor gelu(const Tensor& x) {
-  return record("gelu", {x}, ops::gelu(x),
-                [x](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
+  return record("gelu", {x}, ops::gelu(x), [x](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
@@ -241,38 +240,36 @@ Tensor mean(const Tensor& a, int64_t dim, bool keepdim) {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const bool ga = requires_grad(a), gb = requires_grad(b);
-  return record("matmul", {a, b}, ops::matmul(a, b, trans_a, trans_b),
-                [=](const Grads& g) {
-                  // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
-                  Tensor da, db;
-                  if (ga) {
-                    if (!trans_a)
-                      da = ops::matmul(g[0], b, false, !trans_b);
-                    else if (b.dim() == 2 && g[0].dim() > 2)  // b shared by the batch: dA = (dC B'^T)^T
-                      da = ops::contiguous(ops::transpose(ops::matmul(g[0], b, false, !trans_b), -1, -2));
-                    else
-                      da = ops::matmul(b, g[0], trans_b, true);
-                  }
-                  if (gb) {
-                    db = trans_b ? ops::matmul(g[0], a, true, trans_a) : ops::matmul(a, g[0], !trans_a, false);
-                    if (b.dim() == 2 && db.dim() > 2) db = ops::sum_to(db, b.shape());
-                  }
-                  return Grads{da, db};
-                });
+  return record("matmul", {a, b}, ops::matmul(a, b, trans_a, trans_b), [=](const Grads& g) {
+    // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
+    Tensor da, db;
+    if (ga) {
+      if (!trans_a)
+        da = ops::matmul(g[0], b, false, !trans_b);
+      else if (b.dim() == 2 && g[0].dim() > 2)  // b shared by the batch: dA = (dC B'^T)^T
+        da = ops::contiguous(ops::transpose(ops::matmul(g[0], b, false, !trans_b), -1, -2));
+      else
+        da = ops::matmul(b, g[0], trans_b, true);
+    }
+    if (gb) {
+      db = trans_b ? ops::matmul(g[0], a, true, trans_a) : ops::matmul(a, g[0], !trans_a, false);
+      if (b.dim() == 2 && db.dim() > 2) db = ops::sum_to(db, b.shape());
+    }
+    return Grads{da, db};
+  });
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
-  return record("linear", {x, weight, bias}, ops::linear(x, wide(weight), wide(bias)),
-                [=](const Grads& g) {
-                  const Tensor w = wide(weight);  // re-read: ZeRO-3 may have re-gathered it
-                  const Tensor g2 = ops::reshape(g[0], {-1, w.size(0)});
-                  const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
-                  Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
-                  Tensor dw = gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor();
-                  Tensor db = gbias ? like(ops::sum(g2, 0), bias) : Tensor();
-                  return Grads{dx, dw, db};
-                });
+  return record("linear", {x, weight, bias}, ops::linear(x, wide(weight), wide(bias)), [=](const Grads& g) {
+    const Tensor w = wide(weight);  // re-read: ZeRO-3 may have re-gathered it
+    const Tensor g2 = ops::reshape(g[0], {-1, w.size(0)});
+    const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
+    Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
+    Tensor dw = gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor();
+    Tensor db = gbias ? like(ops::sum(g2, 0), bias) : Tensor();
+    return Grads{dx, dw, db};
+  });
 }
 
 // ---- neural-network functions ----

@@ -51,16 +51,16 @@ struct SchedulerConfig {
 };
 
 struct ZeroOptimizationConfig {
-  int stage = 0;             // 0, 1, 2 or 3
-  bool overlap_comm = true;  // reduce each gradient group while the backward goes on
+  int stage = 0;                                        // 0, 1, 2 or 3
+  bool overlap_comm = true;                             // reduce each gradient group while the backward goes on
   int64_t stage3_param_persistence_threshold = 100000;  // stage 3: smaller groups stay whole
 };
 
 // Mixed precision (DeepSpeed's "bf16" and "fp16" sections): parameters and gradients stored
 // in 16 bits, f32 master weights and moments in the optimizer, compute in f32 on the CPU.
 struct PrecisionConfig {
-  DType dtype = DType::f32;        // f32, bf16 or f16
-  int initial_scale_power = 16;    // fp16: the loss scale starts at 2^this
+  DType dtype = DType::f32;      // f32, bf16 or f16
+  int initial_scale_power = 16;  // fp16: the loss scale starts at 2^this
   int64_t loss_scale_window = 1000;
   int hysteresis = 2;
   double min_loss_scale = 1.0;

@@ -1,12 +1,12 @@
 #include "engine/engine.h"
 
+#include <cmath>
+
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "optim/clip.h"
 #include "parallel/self_communicator.h"
-
-#include <cmath>
 
 namespace triad::engine {
 
@@ -39,7 +39,7 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
   if (dp && (dp->size() > 1 || config_.zero.stage > 0 || mixed)) {
     const OptimizerConfig& o = config_.optimizer;
     TRIAD_CHECK(o.type == "AdamW", "[config] optimizer.type \"" << o.type << "\" is not available with data "
-                                                                 << "parallelism (ZeRO runs AdamW)");
+                                                                << "parallelism (ZeRO runs AdamW)");
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
                 "[config] model.activation_checkpointing cannot be combined with zero_optimization.stage 3");
     comm_ = std::make_shared<parallel::CountingCommunicator>(dp);

@@ -26,10 +26,10 @@
 namespace triad::engine {
 
 struct StepResult {
-  int64_t step;      // optimizer steps done, this one included
-  double lr;         // the rate this step used
-  double grad_norm;  // before clipping
-  bool skipped = false;  // fp16: gradients overflowed on some rank, parameters unchanged
+  int64_t step;             // optimizer steps done, this one included
+  double lr;                // the rate this step used
+  double grad_norm;         // before clipping
+  bool skipped = false;     // fp16: gradients overflowed on some rank, parameters unchanged
   double loss_scale = 1.0;  // the loss scale after this step
   // This rank's communication since the previous step, as CountingCommunicator::to_json
   // ({"bus_bytes", "by_collective"}); null without data parallelism.

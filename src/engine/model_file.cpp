@@ -46,9 +46,9 @@ LoadedModel load_model(const std::string& path) {
   for (auto& [name, p] : out.model->named_parameters()) {
     const Tensor& t = io::find_tensor(tensors, name, path);
     // bf16/f16 files (mixed-precision runs) load into the f32 model.
-    TRIAD_CHECK(t.shape() == p.shape() && is_floating(t.dtype()),
-                "model file '" << path << "': tensor '" << name << "' is " << t.str() << ", the model expects "
-                               << p.str());
+    TRIAD_CHECK(t.shape() == p.shape() && is_floating(t.dtype()), "model file '" << path << "': tensor '" << name
+                                                                                 << "' is " << t.str()
+                                                                                 << ", the model expects " << p.str());
     ops::copy_(p, t);
   }
   return out;

@@ -91,13 +91,14 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   }
 
   Engine engine(c, dp);
-  if (leader) std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
-              double(engine.model().num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
-              (long long)c.model.n_head, (long long)T, (long long)c.model.vocab_size);
+  if (leader)
+    std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
+                double(engine.model().num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
+                (long long)c.model.n_head, (long long)T, (long long)c.model.vocab_size);
   if (leader)
     std::printf("data: %lld training tokens, %lld validation tokens; batch %lld = %lld micro x %lld accumulation\n",
-              (long long)train_range.size(), (long long)val_range.size(), (long long)c.train_batch_size,
-              (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps);
+                (long long)train_range.size(), (long long)val_range.size(), (long long)c.train_batch_size,
+                (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps);
   std::fflush(stdout);
 
   auto evaluate = [&](int64_t step) -> double {
@@ -117,8 +118,9 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   nlohmann::json mem;
   if (dp) {
     const zero::ResidentBytes m = engine.memory();
-    Tensor v = Tensor::from_vector(std::vector<double>{double(m.param_bytes), double(m.grad_bytes),
-                                                       double(m.optim_bytes), double(m.buffer_bytes)}, {4});
+    Tensor v = Tensor::from_vector(
+        std::vector<double>{double(m.param_bytes), double(m.grad_bytes), double(m.optim_bytes), double(m.buffer_bytes)},
+        {4});
     dp->all_reduce(v, parallel::ReduceOp::max)->wait();
     const std::vector<double> b = v.to_vector<double>();
     mem = {{"param_bytes", b[0]}, {"grad_bytes", b[1]}, {"optim_bytes", b[2]}, {"buffer_bytes", b[3]}};

@@ -24,8 +24,8 @@ enum class ReduceOp { sum, max, min };
 class Work {
  public:
   virtual ~Work() = default;
-  virtual void wait() = 0;   // blocks until the operation has completed
-  virtual bool test() = 0;   // true once complete; drives progress without blocking
+  virtual void wait() = 0;  // blocks until the operation has completed
+  virtual bool test() = 0;  // true once complete; drives progress without blocking
 };
 using WorkPtr = std::unique_ptr<Work>;
 

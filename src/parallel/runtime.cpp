@@ -9,14 +9,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "parallel/mpi_check.h"
 #include "parallel/mpi_communicator.h"
-
-#define TRIAD_MPI(call, name)                                                              \
-  do {                                                                                     \
-    const int triad_mpi_rc_ = (call);                                                      \
-    if (triad_mpi_rc_ != MPI_SUCCESS)                                                      \
-      ::triad::parallel::detail::throw_mpi_error(triad_mpi_rc_, name, __FILE__, __LINE__); \
-  } while (0)
 
 namespace triad::parallel {
 

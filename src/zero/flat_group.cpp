@@ -66,7 +66,6 @@ void FlatGroup::release_grad() {
   grad_ = Tensor();
 }
 
-
 void FlatGroup::partition() {
   owned_shard_ = ops::clone(shard(flat_));
   initial_f32_ = Tensor();

@@ -19,8 +19,8 @@ struct WrapPolicy {
 };
 
 struct Unit {
-  std::string name;          // the module's dotted name ("" for the root unit)
-  nn::Module* module;        // the module whose forward the unit's parameters serve
+  std::string name;                                    // the module's dotted name ("" for the root unit)
+  nn::Module* module;                                  // the module whose forward the unit's parameters serve
   std::vector<std::pair<std::string, Tensor>> params;  // full dotted names, model order
 };
 

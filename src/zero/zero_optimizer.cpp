@@ -29,11 +29,9 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
     for (auto* list : {&decay, &no_decay}) {
       if (list->empty()) continue;
       Group g;
-      g.flat = std::make_unique<FlatGroup>(std::move(*list), list == &decay ? weight_decay : 0.0, n, r,
-                                           config_.dtype);
+      g.flat = std::make_unique<FlatGroup>(std::move(*list), list == &decay ? weight_decay : 0.0, n, r, config_.dtype);
       const Tensor initial = g.flat->take_initial_f32();
-      if (config_.dtype != DType::f32)
-        g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
+      if (config_.dtype != DType::f32) g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
       const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
       g.exp_avg = Tensor::zeros({state});
       g.exp_avg_sq = Tensor::zeros({state});
@@ -153,7 +151,8 @@ void ZeroOptimizer::drain(bool wait_all) {
   size_t kept = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     Pending& p = pending_[i];
-    if (wait_all) p.work->wait();
+    if (wait_all)
+      p.work->wait();
     else if (!p.work->test()) {
       if (kept != i) pending_[kept] = std::move(p);
       ++kept;
@@ -210,8 +209,13 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   for (size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
     if (clip < 1.0) ops::mul_(grads[i], clip);
-    const AdamWStep s{lr, adamw_.beta1, adamw_.beta2, adamw_.eps, g.flat->weight_decay(),
-                      1.0 - std::pow(adamw_.beta1, t), 1.0 - std::pow(adamw_.beta2, t)};
+    const AdamWStep s{lr,
+                      adamw_.beta1,
+                      adamw_.beta2,
+                      adamw_.eps,
+                      g.flat->weight_decay(),
+                      1.0 - std::pow(adamw_.beta1, t),
+                      1.0 - std::pow(adamw_.beta2, t)};
     const Tensor params = param_view(g);
     ops::adamw_(g.master.defined() ? g.master : params, grads[i], g.exp_avg, g.exp_avg_sq, s);
     if (g.master.defined()) ops::copy_(params, g.master);  // round the master weights to storage
@@ -226,8 +230,10 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     drain(/*wait_all=*/true);
   }
   for (Group& g : groups_) {
-    if (config_.stage <= 1) ops::zero_(g.flat->grad());
-    else ops::zero_(g.shard_grad);
+    if (config_.stage <= 1)
+      ops::zero_(g.flat->grad());
+    else
+      ops::zero_(g.shard_grad);
   }
   return norm;
 }
@@ -249,8 +255,10 @@ void ZeroOptimizer::update_scale(bool overflow) {
   const LossScaleConfig& c = config_.loss_scale;
   if (overflow) {
     clean_steps_ = 0;
-    if (hysteresis_left_ <= 1) scale_ = std::max(scale_ / 2.0, c.min_scale);
-    else --hysteresis_left_;
+    if (hysteresis_left_ <= 1)
+      scale_ = std::max(scale_ / 2.0, c.min_scale);
+    else
+      --hysteresis_left_;
   } else if (++clean_steps_ % c.window == 0) {
     scale_ *= 2.0;
   }

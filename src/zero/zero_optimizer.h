@@ -52,12 +52,12 @@ struct LossScaleConfig {
 };
 
 struct ZeroConfig {
-  int stage = 0;              // 0, 1, 2 or 3
+  int stage = 0;  // 0, 1, 2 or 3
   // Storage of parameters and gradients: f32, or bf16/f16 (mixed precision: f32 master
   // weights and Adam moments in the optimizer's shard, compute in f32).
   DType dtype = DType::f32;
   LossScaleConfig loss_scale;
-  bool overlap_comm = true;   // start each group's reduction during the backward
+  bool overlap_comm = true;  // start each group's reduction during the backward
   // Stage 3 keeps groups of at most this many elements whole on every rank (as stage 2
   // does): gathering them each time would cost more in latency than they save in memory.
   int64_t stage3_param_persistence_threshold = 100000;
@@ -97,13 +97,13 @@ class ZeroOptimizer {
  private:
   struct Group {
     std::unique_ptr<FlatGroup> flat;
-    Tensor shard_grad;          // stage 1, 2: this rank's summed gradient shard
-    Tensor exp_avg, exp_avg_sq; // stage 0: full; stage 1, 2: shard
-    Tensor master;              // mixed precision: f32 weights (stage 0: full; else shard)
-    int ready = 0;              // parameters whose gradient this backward has completed
-    bool launched = false;      // its reduction for this backward has started
-    parallel::WorkPtr gather;   // stage 3: the all-gather of its parameters, in flight
-    bool partitioned = false;   // stage 3 and above the persistence threshold
+    Tensor shard_grad;           // stage 1, 2: this rank's summed gradient shard
+    Tensor exp_avg, exp_avg_sq;  // stage 0: full; stage 1, 2: shard
+    Tensor master;               // mixed precision: f32 weights (stage 0: full; else shard)
+    int ready = 0;               // parameters whose gradient this backward has completed
+    bool launched = false;       // its reduction for this backward has started
+    parallel::WorkPtr gather;    // stage 3: the all-gather of its parameters, in flight
+    bool partitioned = false;    // stage 3 and above the persistence threshold
   };
   struct Pending {
     parallel::WorkPtr work;
@@ -133,9 +133,9 @@ class ZeroOptimizer {
   std::vector<Pending> pending_;
   bool last_micro_ = true;
   int64_t steps_ = 0;
-  double scale_ = 1.0;            // loss scale (Note: LossScaleConfig)
+  double scale_ = 1.0;  // loss scale (Note: LossScaleConfig)
   int hysteresis_left_ = 0;
-  int64_t clean_steps_ = 0;       // steps since the last overflow
+  int64_t clean_steps_ = 0;  // steps since the last overflow
 };
 
 }  // namespace triad::zero

@@ -3,7 +3,6 @@
 // configuration all stop with the same clear error instead of hanging.
 #define BOOST_TEST_MODULE trainer_mpi
 #include <boost/test/unit_test.hpp>
-
 #include <fstream>
 
 #include "engine/trainer.h"

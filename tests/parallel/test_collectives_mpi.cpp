@@ -12,20 +12,15 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
+#include "support/mpi_fixture.h"
 #include "tensor/ops.h"
 
 using namespace triad;
+using test::MpiFixture;
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 using namespace triad::parallel;
 
 namespace {
-
-struct MpiSetup {
-  MpiSetup() {
-    auto& suite = boost::unit_test::framework::master_test_suite();
-    init(suite.argc, suite.argv);
-  }
-  ~MpiSetup() { finalize(); }
-};
 
 CommunicatorPtr comm() { return world(); }
 
@@ -78,8 +73,6 @@ constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
 using AllTypes = boost::mpl::list<float, double, int64_t, bf16, f16, int32_t, int8_t>;
 
 }  // namespace
-
-BOOST_TEST_GLOBAL_FIXTURE(MpiSetup);
 
 BOOST_AUTO_TEST_CASE(world_basics) {
   auto c = comm();

@@ -7,19 +7,14 @@
 #include "parallel/counting_communicator.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
+#include "support/mpi_fixture.h"
 
 using namespace triad;
+using test::MpiFixture;
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 using namespace triad::parallel;
 
 namespace {
-
-struct MpiSetup {
-  MpiSetup() {
-    auto& suite = boost::unit_test::framework::master_test_suite();
-    init(suite.argc, suite.argv);
-  }
-  ~MpiSetup() { finalize(); }
-};
 
 // Bus bytes by nccl-tests' factors, in exact integer arithmetic (S·2(n−1) divisible by n here).
 double bus(const std::string& kind, double S, int n) {
@@ -37,8 +32,6 @@ void check_kind(const CountingCommunicator& cc, const std::string& kind, int64_t
 }
 
 }  // namespace
-
-BOOST_TEST_GLOBAL_FIXTURE(MpiSetup);
 
 BOOST_AUTO_TEST_CASE(each_collective_by_the_formulas) {
   CountingCommunicator cc(world());

@@ -12,19 +12,14 @@
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
+#include "support/mpi_fixture.h"
 
 using namespace triad;
+using test::MpiFixture;
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 using namespace triad::parallel;
 
 namespace {
-
-struct MpiSetup {
-  MpiSetup() {
-    auto& suite = boost::unit_test::framework::master_test_suite();
-    init(suite.argc, suite.argv);
-  }
-  ~MpiSetup() { finalize(); }
-};
 
 std::vector<std::tuple<int, int, int>> factorizations(int n) {
   std::vector<std::tuple<int, int, int>> out;
@@ -116,8 +111,6 @@ void check_grid(const ProcessGrid& g, int tp, int dp, int pp, int rpn) {
 }
 
 }  // namespace
-
-BOOST_TEST_GLOBAL_FIXTURE(MpiSetup);
 
 BOOST_AUTO_TEST_CASE(every_factorization_and_emulated_nodes) {
   const int n = world()->size();

@@ -101,7 +101,8 @@ Trajectory data_parallel(int stage, int64_t accumulation, int64_t persist = 0, D
     t.losses.push_back(sum.item() / double(n * accumulation));
   }
   opt.gather_all();  // stage 3: read the parameters in full
-  for (const auto& [name, p] : model->named_parameters()) t.params.emplace_back(name, ops::to(ops::clone(p), DType::f32));
+  for (const auto& [name, p] : model->named_parameters())
+    t.params.emplace_back(name, ops::to(ops::clone(p), DType::f32));
   opt.release_all();
   return t;
 }
@@ -241,10 +242,10 @@ BOOST_AUTO_TEST_CASE(fp16_overflow_skips_the_step_and_halves_the_scale) {
   const parallel::CommunicatorPtr world = parallel::world();
   auto model = make_model();
   // 2^30 times the loss overflows f16's 65504 in the gradients at once.
-  zero::ZeroOptimizer opt(model,
-                          {.stage = 2, .dtype = DType::f16, .loss_scale = {.dynamic = true, .initial_scale = 0x1p30,
-                                                                           .hysteresis = 1}},
-                          kAdam, kDecay, world);
+  zero::ZeroOptimizer opt(
+      model,
+      {.stage = 2, .dtype = DType::f16, .loss_scale = {.dynamic = true, .initial_scale = 0x1p30, .hysteresis = 1}},
+      kAdam, kDecay, world);
   std::vector<Tensor> before;
   for (const Tensor& p : model->parameters()) before.push_back(ops::clone(p));
   const int64_t micro = kGlobalBatch / world->size();
