@@ -72,6 +72,7 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z) {
   z.overlap_comm = r.boolean("overlap_comm", z.overlap_comm);
   z.stage3_param_persistence_threshold =
       r.integer("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0, kMaxInt);
+  z.stage3_prefetch_bucket_size = r.integer("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 0, kMaxInt);
   r.finish();
 }
 

@@ -62,13 +62,13 @@ void ZeroOptimizer::install_stage3_hooks() {
     nn::Module& m = *units_[u].module;
     m.register_forward_pre_hook([this, u](nn::Module&) {
       gather_unit(u);
-      prefetch_unit(u + 1);
+      prefetch_ahead(u, +1);
     });
     m.register_forward_output_hook([this, u](nn::Module&, const Tensor& out) {
       if (!GradMode::enabled() || !requires_grad(out)) return;
       register_hook(out, [this, u](const Tensor& grad) {
         gather_unit(u);
-        prefetch_unit(u == 0 ? units_.size() - 1 : u - 1);  // the backward's next unit
+        prefetch_ahead(u, -1);
         return grad;
       });
     });
@@ -80,6 +80,22 @@ void ZeroOptimizer::prefetch_unit(size_t u) {
   if (u >= units_.size()) return;
   for (Group* g : unit_groups_[u])
     if (!g->flat->flat().defined()) g->gather = g->flat->start_gather(*dp_);
+}
+
+void ZeroOptimizer::prefetch_ahead(size_t u, int direction) {
+  const size_t n = units_.size();
+  int64_t budget = config_.stage3_prefetch_bucket_size;
+  for (size_t k = 1; k < n; ++k) {
+    // Forward order is 0, 1, ..., n-1; the backward visits the root unit first, then n-1 down to 1.
+    const size_t next = direction > 0 ? u + k : (u >= k ? u - k : u + n - k);
+    if (direction > 0 && next >= n) return;
+    if (direction < 0 && next == 0 && u != 0) return;
+    int64_t elements = 0;
+    for (Group* g : unit_groups_[next]) elements += g->partitioned ? g->flat->padded() : 0;
+    if (k > 1 && elements > budget) return;
+    prefetch_unit(next);
+    budget -= elements;
+  }
 }
 
 void ZeroOptimizer::gather_unit(size_t u) {

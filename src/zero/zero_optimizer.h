@@ -15,7 +15,8 @@
 //
 // Note [Stage 3 gathering]: each unit's parameters are all-gathered by a forward pre-hook
 // on its module (the next unit's gather is started at the same time: prefetch) and
-// released by its post-hook. A hook on the gradient of the unit's output gathers them
+// released by its post-hook (with stage3_prefetch_bucket_size, further units' gathers
+// start early too). A hook on the gradient of the unit's output gathers them
 // again just before the unit's backward (prefetching the unit the backward reaches next),
 // and each group is released once the backward has completed its gradients. Backward
 // closures hold parameters by handle (Note [Saved inputs]), so they read the gathered
@@ -61,6 +62,9 @@ struct ZeroConfig {
   // Stage 3 keeps groups of at most this many elements whole on every rank (as stage 2
   // does): gathering them each time would cost more in latency than they save in memory.
   int64_t stage3_param_persistence_threshold = 100000;
+  // Stage 3: elements of the units ahead whose gathering starts early (the next unit
+  // always; then further units while the total stays within this).
+  int64_t stage3_prefetch_bucket_size = 50000000;
 };
 
 // Bytes resident on this rank for model states (Note: fp32 training keeps no separate
@@ -115,6 +119,9 @@ class ZeroOptimizer {
   void install_stage3_hooks();
   void gather_unit(size_t u);    // blocks until the unit's parameters are gathered
   void prefetch_unit(size_t u);  // starts gathering (no-op when gathered or out of range)
+  // Prefetches the units after u in the given direction (+1 forward, -1 backward, wrapping
+  // from the root unit to the last) within stage3_prefetch_bucket_size elements.
+  void prefetch_ahead(size_t u, int direction);
   void release_unit(size_t u);
   void release_group(Group& g);
   Tensor param_view(Group& g) const;  // the part of the parameters this rank updates

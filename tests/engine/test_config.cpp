@@ -95,6 +95,7 @@ BOOST_AUTO_TEST_CASE(zero_and_mixed_precision_keys) {
   const engine::TrainConfig c = engine::parse_config(j);
   BOOST_TEST(c.zero.stage == 3);
   BOOST_TEST(c.zero.stage3_param_persistence_threshold == 100000);
+  BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 50000000);
   BOOST_TEST((c.precision.dtype == DType::bf16));
   BOOST_TEST(error_of(with("zero_optimization.stage=5")) ==
              "[config] zero_optimization.stage must be an integer in [0, 3], got 5");

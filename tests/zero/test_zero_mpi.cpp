@@ -75,14 +75,16 @@ Trajectory single_process(int64_t accumulation) {
 
 // persist: stage 3's persistence threshold (0: every group partitioned). dtype: storage of
 // parameters and gradients (bf16/f16: mixed precision; f16 with dynamic loss scaling).
-Trajectory data_parallel(int stage, int64_t accumulation, int64_t persist = 0, DType dtype = DType::f32) {
+Trajectory data_parallel(int stage, int64_t accumulation, int64_t persist = 0, DType dtype = DType::f32,
+                         int64_t prefetch = 50000000) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
   auto model = make_model();
   const zero::ZeroConfig config{.stage = stage,
                                 .dtype = dtype,
                                 .loss_scale = {.dynamic = dtype == DType::f16, .initial_scale = 1024.0},
-                                .stage3_param_persistence_threshold = persist};
+                                .stage3_param_persistence_threshold = persist,
+                                .stage3_prefetch_bucket_size = prefetch};
   zero::ZeroOptimizer opt(model, config, kAdam, kDecay, world);
   const int64_t micro = kGlobalBatch / (accumulation * n);
   Trajectory t;
@@ -128,6 +130,9 @@ BOOST_AUTO_TEST_CASE(stages_reproduce_the_single_process_trajectory) {
       BOOST_TEST_CONTEXT("stage " << stage << ", accumulation " << accumulation) {
         check_same(data_parallel(stage, accumulation), ref);
       }
+    }
+    BOOST_TEST_CONTEXT("stage 3 prefetching one unit at a time, accumulation " << accumulation) {
+      check_same(data_parallel(3, accumulation, 0, DType::f32, /*prefetch=*/0), ref);
     }
     BOOST_TEST_CONTEXT("stage 3 with small groups kept whole, accumulation " << accumulation) {
       check_same(data_parallel(3, accumulation, /*persist=*/1000), ref);  // blocks' biases and norms
