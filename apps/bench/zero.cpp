@@ -46,18 +46,19 @@ engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks) {
     json = engine::load_config_file(o.config);
   } else {
     const nn::GPTConfig m = nn::GPTConfig::preset(o.model);
-    json = {{"model",
-             {{"arch", "gpt2"},
-              {"n_layer", m.n_layer},
-              {"n_head", m.n_head},
-              {"d_model", m.d_model},
-              {"seq_len", m.seq_len},
-              {"vocab_size", m.vocab_size},
-              {"dropout", m.dropout},
-              {"activation_checkpointing", m.activation_checkpointing}}},
-            {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
-            {"gradient_clipping", 1.0},
-            {"device", "cpu"}};
+    json = {
+        {"model",
+         {{"arch", "gpt2"},
+          {"n_layer", m.n_layer},
+          {"n_head", m.n_head},
+          {"d_model", m.d_model},
+          {"seq_len", m.seq_len},
+          {"vocab_size", m.vocab_size},
+          {"dropout", m.dropout},
+          {"activation_checkpointing", m.activation_checkpointing}}},
+        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
+        {"gradient_clipping", 1.0},
+        {"device", "cpu"}};
   }
   for (const std::string& s : o.overrides) engine::apply_override(json, s);
   json.erase("train_micro_batch_size_per_gpu");
@@ -146,7 +147,7 @@ int run_worker(const ZeroOptions& o) {
   const double bus = comm.is_null() ? 0.0 : comm["bus_bytes"].get<double>();
   zero::ResidentBytes mem = engine.memory();
   std::string mem_source = "zero";
-  if (mem.param_bytes == 0) {  // one rank, stage 0: Engine runs plain AdamW (fp32 weights, grads, two moments)
+  if (mem.param_bytes == 0) {  // one rank, stage 0, fp32: Engine runs plain AdamW (weights, grads, two moments)
     const int64_t psi = engine.model().num_parameters() * 4;
     mem = {.param_bytes = psi, .grad_bytes = psi, .optim_bytes = 2 * psi, .buffer_bytes = 0};
     mem_source = "plain AdamW (no ZeRO at 1 rank, stage 0)";
@@ -162,6 +163,7 @@ int run_worker(const ZeroOptions& o) {
 
   if (rank == 0) {
     const double psi = double(engine.model().num_parameters());
+    const double elt = double(element_size(config.precision.dtype));  // bytes of a parameter or gradient
     const double med = app::median(timed(0));
     const double tokens_per_step = double(o.batch * o.seq);
     const double tps = tokens_per_step / (med / 1e3);
@@ -181,8 +183,9 @@ int run_worker(const ZeroOptions& o) {
                           {"tokens_per_s", tps},
                           {"achieved_gflops", flops_per_token * tps / 1e9},
                           {"bus_bytes", mx[tail]},
-                          // fp32 bus bytes of ZeRO (zero_optimizer.h): 2Ψ(n−1)/n elements, 3Ψ(n−1)/n at stage 3
-                          {"bus_bytes_expected", (o.stage >= 3 ? 3.0 : 2.0) * psi * double(n - 1) / double(n) * 4.0},
+                          // ZeRO's bus traffic (zero_optimizer.h): 2Ψ(n−1)/n elements, 3Ψ(n−1)/n at stage 3
+                          // (where groups under stage3_param_persistence_threshold move 2Ψ, not 3Ψ)
+                          {"bus_bytes_expected", (o.stage >= 3 ? 3.0 : 2.0) * psi * double(n - 1) / double(n) * elt},
                           {"by_collective", by},
                           {"mem",
                            {{"param_bytes", mx[tail + 1]},
@@ -217,7 +220,7 @@ std::string self_path() {
 }
 
 struct Captured {
-  int status = 0;  // exit status, or 128 + signal
+  int status = 0;      // exit status, or 128 + signal
   std::string output;  // stdout and stderr, interleaved
 };
 
@@ -277,13 +280,14 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 nlohmann::json run_one(const ZeroOptions& o, const std::string& mpirun, const std::string& self, int n, int stage) {
-  std::vector<std::string> argv = {mpirun, "-np", std::to_string(n), "--oversubscribe", "--bind-to", "none", self,
-                                   "zero", "--worker", "--stage", std::to_string(stage), "--model", o.model};
+  std::vector<std::string> argv = {
+      mpirun, "-np",      std::to_string(n), "--oversubscribe",     "--bind-to", "none", self,
+      "zero", "--worker", "--stage",         std::to_string(stage), "--model",   o.model};
   if (!o.config.empty()) argv.insert(argv.end(), {"--config", o.config});
   for (const std::string& s : o.overrides) argv.insert(argv.end(), {"--set", s});
-  argv.insert(argv.end(), {"--batch", std::to_string(o.batch), "--seq", std::to_string(o.seq), "--steps",
-                           std::to_string(o.steps), "--warmup", std::to_string(o.warmup), "--threads",
-                           std::to_string(o.threads)});
+  argv.insert(argv.end(),
+              {"--batch", std::to_string(o.batch), "--seq", std::to_string(o.seq), "--steps", std::to_string(o.steps),
+               "--warmup", std::to_string(o.warmup), "--threads", std::to_string(o.threads)});
   std::map<std::string, std::string> env;
   if (::geteuid() == 0) env["OMPI_ALLOW_RUN_AS_ROOT"] = "1", env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
   // More ranks than cores: spinning OpenMP waits would steal the cores the other ranks need.
@@ -311,10 +315,12 @@ nlohmann::json run_one(const ZeroOptions& o, const std::string& mpirun, const st
     std::fprintf(stderr, "---- output of the worker (ranks %d, stage %d) ----\n%s---- end of worker output ----\n", n,
                  stage, c.output.c_str());
     std::ostringstream msg;
-    msg << "triad-bench zero: the worker for ranks " << n << ", stage " << stage << " failed (exit status "
-        << c.status << ")";
-    if (!errors.empty()) msg << ": " << errors;
-    else if (c.status == 0) msg << ": it printed no result line";
+    msg << "triad-bench zero: the worker for ranks " << n << ", stage " << stage << " failed (exit status " << c.status
+        << ")";
+    if (!errors.empty())
+      msg << ": " << errors;
+    else if (c.status == 0)
+      msg << ": it printed no result line";
     throw Error(msg.str());
   }
   return row;
@@ -336,14 +342,16 @@ int run_parent(const ZeroOptions& o) {
   const int cores = int(std::thread::hardware_concurrency());
   const std::string name = o.config.empty() ? o.model : o.config;
 
-  std::printf("triad-bench zero: %s (L%lld C%lld V%lld), global batch %lld x seq %lld, %d timed steps after %d warmup, "
-              "%d cores%s\n",
-              name.c_str(), (long long)c0.model.n_layer, (long long)c0.model.d_model, (long long)c0.model.vocab_size,
-              (long long)o.batch, (long long)o.seq, o.steps, o.warmup, cores,
-              *std::max_element(o.ranks.begin(), o.ranks.end()) > cores ? " (ranks beyond the cores are oversubscribed)"
-                                                                       : "");
-  std::printf("ms/step: median over steps of the slowest rank; bus MB: this rank's bus bytes per step (nccl-tests "
-              "definition), expected 2Ψ(n−1)/n·4 B (3Ψ at stage 3); state MB: param + grad + optim bytes resident per rank (max)\n");
+  std::printf(
+      "triad-bench zero: %s (L%lld C%lld V%lld), global batch %lld x seq %lld, %d timed steps after %d warmup, "
+      "%d cores%s\n",
+      name.c_str(), (long long)c0.model.n_layer, (long long)c0.model.d_model, (long long)c0.model.vocab_size,
+      (long long)o.batch, (long long)o.seq, o.steps, o.warmup, cores,
+      *std::max_element(o.ranks.begin(), o.ranks.end()) > cores ? " (ranks beyond the cores are oversubscribed)" : "");
+  std::printf(
+      "ms/step: median over steps of the slowest rank; bus MB: this rank's bus bytes per step (nccl-tests "
+      "definition), expected 2Ψ(n−1)/n elements (3Ψ at stage 3); state MB: param + grad + optim bytes resident per "
+      "rank (max)\n");
   std::printf("%5s %5s %9s %7s %9s %8s %9s %9s %8s %8s %8s %9s\n", "ranks", "stage", "ms/step", "x st0", "tokens/s",
               "GFLOP/s", "bus MB", "expect MB", "param MB", "grad MB", "optim MB", "state MB");
   std::fflush(stdout);
@@ -409,8 +417,10 @@ void add_zero_command(CLI::App& app, ZeroOptions& o) {
   cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
   cmd->add_option("--config", o.config, "take model, optimizer and zero keys from a triad-train config");
   cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable)");
-  cmd->add_option("--ranks", o.ranks, "rank counts, comma-separated")->delimiter(',')->capture_default_str()->check(
-      CLI::PositiveNumber);
+  cmd->add_option("--ranks", o.ranks, "rank counts, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--stages", o.stages, "ZeRO stages, comma-separated (zero_optimization.stage)")
       ->delimiter(',')
       ->capture_default_str()

@@ -22,7 +22,7 @@ struct ZeroOptions {
   std::vector<std::string> overrides;  // --set dotted.key=value on that config (or on the preset's)
   std::vector<int> ranks = {1, 2, 4};
   std::vector<int> stages = {0, 1, 2, 3};  // passed on to the config's zero_optimization.stage
-  int64_t batch = 16;                   // global, sequences; divisible by every rank count
+  int64_t batch = 16;                      // global, sequences; divisible by every rank count
   int64_t seq = 64;
   int threads = 0;  // OpenMP threads per rank (0: cores / ranks on the node, at least 1)
   int steps = 10;
