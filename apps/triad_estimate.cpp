@@ -103,8 +103,9 @@ int main(int argc, char** argv) {
     int64_t persistent_count = -1;  // known only for a config's model
     if (config_opt->count() > 0) {
       const nn::GPTConfig model = model_of_config(config_path, overrides);
-      const zero::PersistentParams p = zero::gpt_persistent_parameters(model, int64_t(std::floor(threshold)));
-      params = double(zero::gpt_num_parameters(model));
+      const zero::PersistentParams p =
+          zero::persistent_parameters(model.parameter_sizes(), int64_t(std::floor(threshold)));
+      params = double(model.num_parameters());
       persistent = double(p.elements);
       persistent_count = p.count;
       header = "GPT L" + std::to_string(model.n_layer) + " C" + std::to_string(model.d_model) + " NH" +

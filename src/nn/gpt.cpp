@@ -18,6 +18,36 @@ void GPTConfig::validate() const {
   TRIAD_CHECK(dropout >= 0.0 && dropout < 1.0, "[model] dropout must be in [0, 1), got " << dropout);
 }
 
+std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes() const {
+  validate();
+  const int64_t C = d_model;
+  std::vector<std::pair<std::string, int64_t>> sizes{{"wte.weight", vocab_size * C}, {"wpe.weight", seq_len * C}};
+  for (int64_t i = 0; i < n_layer; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    for (const auto& [name, n] : std::vector<std::pair<std::string, int64_t>>{{"ln1.weight", C},
+                                                                              {"ln1.bias", C},
+                                                                              {"attn.qkv.weight", 3 * C * C},
+                                                                              {"attn.qkv.bias", 3 * C},
+                                                                              {"attn.proj.weight", C * C},
+                                                                              {"attn.proj.bias", C},
+                                                                              {"ln2.weight", C},
+                                                                              {"ln2.bias", C},
+                                                                              {"mlp.fc.weight", 4 * C * C},
+                                                                              {"mlp.fc.bias", 4 * C},
+                                                                              {"mlp.proj.weight", 4 * C * C},
+                                                                              {"mlp.proj.bias", C}})
+      sizes.emplace_back(b + name, n);
+  }
+  sizes.emplace_back("ln_f.weight", C);
+  sizes.emplace_back("ln_f.bias", C);
+  return sizes;
+}
+
+int64_t GPTConfig::num_parameters() const {
+  validate();
+  return vocab_size * d_model + seq_len * d_model + n_layer * (12 * d_model * d_model + 13 * d_model) + 2 * d_model;
+}
+
 GPTConfig GPTConfig::preset(const std::string& name) {
   GPTConfig c;
   if (name == "tiny") {

@@ -20,6 +20,11 @@ struct GPTConfig {
 
   void validate() const;  // throws Error naming the bad field
 
+  // Every parameter GPT(config) holds, by name, with its element count, from the shapes
+  // alone (no model is built); and their sum, Ψ = V·C + S·C + L·(12C² + 13C) + 2C.
+  std::vector<std::pair<std::string, int64_t>> parameter_sizes() const;
+  int64_t num_parameters() const;
+
   // Named shapes: "tiny" (L2 C64 NH4 V256 T64, for tests), "gpt2-124m" (L12 C768 NH12
   // V50257 T1024), "gpt2-350m" (L24 C1024 NH16). Throws Error listing the names.
   static GPTConfig preset(const std::string& name);

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "nn/gpt.h"
 #include "tensor/error.h"
 
 namespace triad::zero {
@@ -47,44 +46,13 @@ const char* stage_name(int stage) {
   return names[stage];
 }
 
-std::vector<ParamSize> gpt_parameter_sizes(const nn::GPTConfig& config) {
-  config.validate();
-  const int64_t C = config.d_model;
-  std::vector<ParamSize> sizes{{"wte.weight", config.vocab_size * C}, {"wpe.weight", config.seq_len * C}};
-  for (int64_t i = 0; i < config.n_layer; ++i) {
-    const std::string b = "blocks." + std::to_string(i) + ".";
-    const std::vector<ParamSize> block{{b + "ln1.weight", C},
-                                       {b + "ln1.bias", C},
-                                       {b + "attn.qkv.weight", 3 * C * C},
-                                       {b + "attn.qkv.bias", 3 * C},
-                                       {b + "attn.proj.weight", C * C},
-                                       {b + "attn.proj.bias", C},
-                                       {b + "ln2.weight", C},
-                                       {b + "ln2.bias", C},
-                                       {b + "mlp.fc.weight", 4 * C * C},
-                                       {b + "mlp.fc.bias", 4 * C},
-                                       {b + "mlp.proj.weight", 4 * C * C},
-                                       {b + "mlp.proj.bias", C}};
-    sizes.insert(sizes.end(), block.begin(), block.end());
-  }
-  sizes.push_back({"ln_f.weight", C});
-  sizes.push_back({"ln_f.bias", C});
-  return sizes;
-}
-
-int64_t gpt_num_parameters(const nn::GPTConfig& config) {
-  config.validate();
-  const int64_t V = config.vocab_size, S = config.seq_len, L = config.n_layer, C = config.d_model;
-  return V * C + S * C + L * (12 * C * C + 13 * C) + 2 * C;
-}
-
-PersistentParams gpt_persistent_parameters(const nn::GPTConfig& config, int64_t threshold) {
+PersistentParams persistent_parameters(const std::vector<std::pair<std::string, int64_t>>& sizes, int64_t threshold) {
   TRIAD_CHECK(threshold >= 0, "[estimate] the persistence threshold must be non-negative, got " << threshold);
   PersistentParams p;
-  for (const ParamSize& s : gpt_parameter_sizes(config)) {
-    if (s.numel > threshold) continue;
+  for (const auto& [_, numel] : sizes) {
+    if (numel > threshold) continue;
     ++p.count;
-    p.elements += s.numel;
+    p.elements += numel;
   }
   return p;
 }

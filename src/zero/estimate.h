@@ -27,10 +27,6 @@
 #include <string>
 #include <vector>
 
-namespace triad::nn {
-struct GPTConfig;
-}  // namespace triad::nn
-
 namespace triad::zero {
 
 // Bytes per element of the 16-bit parameter and gradient copies the table assumes.
@@ -64,19 +60,7 @@ std::array<ModelStateBytes, 4> model_state_bytes_all(const ModelStateInput& inpu
 // The paper's name of a stage: "DDP", "P_os", "P_os+g", "P_os+g+p".
 const char* stage_name(int stage);
 
-// --- GPT models (src/nn/gpt.h) ---
-
-struct ParamSize {
-  std::string name;  // as nn::GPT::named_parameters() names it
-  int64_t numel = 0;
-};
-
-// Every parameter nn::GPT(config) holds, with its element count, computed from the shape
-// alone (no model is built): wte, wpe, blocks.{i}.{ln1, attn.qkv, attn.proj, ln2, mlp.fc,
-// mlp.proj}.{weight, bias}, ln_f.{weight, bias}. The head is tied to wte.
-std::vector<ParamSize> gpt_parameter_sizes(const nn::GPTConfig& config);
-// Ψ of a GPT: V·C + S·C + L·(12C² + 13C) + 2C (S = seq_len rows of the position table).
-int64_t gpt_num_parameters(const nn::GPTConfig& config);
+// --- persistent parameters ---
 
 // The parameters DeepSpeed's stage 3 keeps whole on every rank: those with
 // numel <= threshold (mark_persistent_parameters; its model-wide cap,
@@ -85,7 +69,8 @@ struct PersistentParams {
   int64_t count = 0;     // parameters at or under the threshold
   int64_t elements = 0;  // their elements together
 };
-PersistentParams gpt_persistent_parameters(const nn::GPTConfig& config,
-                                           int64_t threshold = kDefaultPersistenceThreshold);
+// sizes: (name, elements) of every parameter, e.g. nn::GPTConfig::parameter_sizes().
+PersistentParams persistent_parameters(const std::vector<std::pair<std::string, int64_t>>& sizes,
+                                       int64_t threshold = kDefaultPersistenceThreshold);
 
 }  // namespace triad::zero

@@ -90,14 +90,14 @@ BOOST_AUTO_TEST_CASE(bad_inputs_are_errors_naming_the_value) {
   test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.persistent_params = 8e9; })); },
                     {"persistent"});
   test::check_error([&] { zero::model_state_bytes(4, paper_example()); }, {"stage", "0, 1, 2 or 3", "4"});
-  test::check_error([&] { zero::gpt_persistent_parameters(small_gpt(), -1); }, {"threshold", "-1"});
+  test::check_error([&] { zero::persistent_parameters(small_gpt().parameter_sizes(), -1); }, {"threshold", "-1"});
 }
 
 BOOST_AUTO_TEST_CASE(gpt2_124m_parameter_count) {
   const nn::GPTConfig c = nn::GPTConfig::preset("gpt2-124m");
-  BOOST_TEST(zero::gpt_num_parameters(c) == 124439808);
+  BOOST_TEST(c.num_parameters() == 124439808);
   int64_t sum = 0;
-  for (const auto& p : zero::gpt_parameter_sizes(c)) sum += p.numel;
+  for (const auto& [_, numel] : c.parameter_sizes()) sum += numel;
   BOOST_TEST(sum == 124439808);
 }
 
@@ -105,12 +105,12 @@ BOOST_AUTO_TEST_CASE(gpt_count_matches_the_model_both_ways) {
   for (const nn::GPTConfig& c : {small_gpt(), nn::GPTConfig::preset("tiny")}) {
     const nn::GPT model(c);
     // Closed form and the per-parameter enumeration both equal the built model's count.
-    BOOST_TEST(zero::gpt_num_parameters(c) == model.num_parameters());
+    BOOST_TEST(c.num_parameters() == model.num_parameters());
     std::map<std::string, int64_t> built, listed;
     for (const auto& [name, p] : model.named_parameters()) built[name] = p.numel();
-    for (const auto& p : zero::gpt_parameter_sizes(c)) {
-      BOOST_TEST(listed.count(p.name) == 0u, "listed twice: " << p.name);
-      listed[p.name] = p.numel;
+    for (const auto& [name, numel] : c.parameter_sizes()) {
+      BOOST_TEST(listed.count(name) == 0u, "listed twice: " << name);
+      listed[name] = numel;
     }
     BOOST_TEST(built.size() == listed.size());
     for (const auto& [name, numel] : built) {
@@ -134,27 +134,27 @@ BOOST_AUTO_TEST_CASE(persistence_threshold_moves_exactly_the_small_parameters) {
       zero::PersistentParams expect;
       for (const auto& [name, p] : params)
         if (p.numel() <= threshold) ++expect.count, expect.elements += p.numel();
-      const zero::PersistentParams got = zero::gpt_persistent_parameters(c, threshold);
+      const zero::PersistentParams got = zero::persistent_parameters(c.parameter_sizes(), threshold);
       BOOST_TEST(got.count == expect.count);
       BOOST_TEST(got.elements == expect.elements);
     }
   }
   // Between 4C and C²: exactly the biases and LayerNorms, L·13C + 2C elements.
-  const zero::PersistentParams small = zero::gpt_persistent_parameters(c, 5 * C);
+  const zero::PersistentParams small = zero::persistent_parameters(c.parameter_sizes(), 5 * C);
   BOOST_TEST(small.count == L * 8 + 2);
   BOOST_TEST(small.elements == L * 13 * C + 2 * C);
   // At C²: the attention output projections join them.
-  const zero::PersistentParams with_proj = zero::gpt_persistent_parameters(c, C * C);
+  const zero::PersistentParams with_proj = zero::persistent_parameters(c.parameter_sizes(), C * C);
   BOOST_TEST(with_proj.count == L * 9 + 2);
   BOOST_TEST(with_proj.elements == L * (13 * C + C * C) + 2 * C);
 
   // GPT-2 124M under DeepSpeed's default 1e5: biases and LayerNorms only (C² = 589,824 > 1e5).
-  const zero::PersistentParams gpt2 = zero::gpt_persistent_parameters(nn::GPTConfig::preset("gpt2-124m"));
+  const zero::PersistentParams gpt2 = zero::persistent_parameters(nn::GPTConfig::preset("gpt2-124m").parameter_sizes());
   BOOST_TEST(gpt2.count == 12 * 8 + 2);
   BOOST_TEST(gpt2.elements == 12 * 13 * 768 + 2 * 768);
 
   // The persistent elements add their 16-bit parameter and gradient to stage 3 only.
-  const double psi = double(zero::gpt_num_parameters(c));
+  const double psi = double(c.num_parameters());
   const zero::ModelStateInput plain{.num_params = psi, .dp = 8};
   zero::ModelStateInput kept = plain;
   kept.persistent_params = double(small.elements);
