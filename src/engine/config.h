@@ -53,7 +53,7 @@ struct SchedulerConfig {
 struct ZeroOptimizationConfig {
   int stage = 0;                                        // 0, 1, 2 or 3
   bool overlap_comm = true;                             // reduce each gradient group while the backward goes on
-  int64_t stage3_param_persistence_threshold = 100000;  // stage 3: smaller groups stay whole
+  int64_t stage3_param_persistence_threshold = 100000;  // stage 3: smaller parameters stay whole
   int64_t stage3_prefetch_bucket_size = 50000000;       // stage 3: elements gathered ahead
 };
 

@@ -21,27 +21,34 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   scale_ = config_.loss_scale.dynamic ? config_.loss_scale.initial_scale : 1.0;
   hysteresis_left_ = config_.loss_scale.hysteresis;
   const int n = dp_->size(), r = dp_->rank();
-  groups_.reserve(2 * units_.size());  // hooks hold Group pointers: no reallocation after this
+  groups_.reserve(4 * units_.size());  // hooks hold Group pointers: no reallocation after this
   for (const Unit& u : units_) {
     unit_groups_.emplace_back();
-    std::vector<std::pair<std::string, Tensor>> decay, no_decay;
-    for (const auto& np : u.params) (np.second.dim() >= 2 ? decay : no_decay).push_back(np);
-    for (auto* list : {&decay, &no_decay}) {
-      if (list->empty()) continue;
-      Group g;
-      g.flat = std::make_unique<FlatGroup>(std::move(*list), list == &decay ? weight_decay : 0.0, n, r, config_.dtype);
-      const Tensor initial = g.flat->take_initial_f32();
-      if (config_.dtype != DType::f32) g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
-      const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
-      g.exp_avg = Tensor::zeros({state});
-      g.exp_avg_sq = Tensor::zeros({state});
-      if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype);
-      if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
-      g.partitioned = config_.stage == 3 && g.flat->numel() > config_.stage3_param_persistence_threshold;
-      if (g.partitioned) g.flat->partition();
-      groups_.push_back(std::move(g));
-      unit_groups_.back().push_back(&groups_.back());
+    // One group per (weight decay, stage-3 persistence) class of the unit's parameters.
+    using Params = std::vector<std::pair<std::string, Tensor>>;
+    Params lists[2][2];  // [decay][persistent]
+    for (const auto& np : u.params) {
+      const bool persistent = config_.stage == 3 && np.second.numel() <= config_.stage3_param_persistence_threshold;
+      lists[np.second.dim() >= 2][persistent].push_back(np);
     }
+    for (int decay : {1, 0})
+      for (int persistent : {0, 1}) {
+        Params& list = lists[decay][persistent];
+        if (list.empty()) continue;
+        Group g;
+        g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, n, r, config_.dtype);
+        const Tensor initial = g.flat->take_initial_f32();
+        if (config_.dtype != DType::f32) g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
+        const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
+        g.exp_avg = Tensor::zeros({state});
+        g.exp_avg_sq = Tensor::zeros({state});
+        if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype);
+        if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
+        g.partitioned = config_.stage == 3 && !persistent;
+        if (g.partitioned) g.flat->partition();
+        groups_.push_back(std::move(g));
+        unit_groups_.back().push_back(&groups_.back());
+      }
   }
   for (Group& g : groups_) {
     for (const auto& [_, p] : g.flat->params()) {

@@ -59,8 +59,8 @@ struct ZeroConfig {
   DType dtype = DType::f32;
   LossScaleConfig loss_scale;
   bool overlap_comm = true;  // start each group's reduction during the backward
-  // Stage 3 keeps groups of at most this many elements whole on every rank (as stage 2
-  // does): gathering them each time would cost more in latency than they save in memory.
+  // Stage 3 keeps parameters of at most this many elements whole on every rank (as stage 2
+  // does; DeepSpeed's rule): gathering them each time costs more latency than they save.
   int64_t stage3_param_persistence_threshold = 100000;
   // Stage 3: elements of the units ahead whose gathering starts early (the next unit
   // always; then further units while the total stays within this).
