@@ -1,8 +1,5 @@
 #include "engine/model_file.h"
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <filesystem>
 
 #include "engine/config.h"
@@ -19,12 +16,7 @@ void save_model(const std::string& path, const nn::GPT& model, const nlohmann::j
   tensors.emplace_back("meta/config", meta);
   const std::filesystem::path target(path);
   if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  io::write_tensor_file(tmp, tensors);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("cannot move the new model file into place at '" + path + "'");
-  }
+  io::write_tensor_file(path, tensors);  // atomic: an earlier model survives a failed save
 }
 
 LoadedModel load_model(const std::string& path) {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "io/atomic_file.h"
 #include "tensor/ops.h"
 
 namespace triad::io {
@@ -70,23 +71,29 @@ NamedTensors read_tensor_file(const std::string& path) {
 }
 
 void write_tensor_file(const std::string& path, const NamedTensors& tensors) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TRIAD_CHECK(out.good(), "cannot create tensor file '" << path << "'");
-  auto pod = [&](const auto& v) { out.write(reinterpret_cast<const char*>(&v), sizeof v); };
-  out.write(kMagic, 8);
-  pod(kVersion);
-  pod(uint32_t(tensors.size()));
-  for (const auto& [name, t] : tensors) {
-    pod(uint32_t(name.size()));
-    out.write(name.data(), std::streamsize(name.size()));
-    pod(uint32_t(t.dtype()));
-    pod(uint32_t(t.dim()));
-    for (int64_t d : t.shape()) pod(d);
-    const Tensor c = ops::contiguous(t);
-    out.write(static_cast<const char*>(c.raw_data()), std::streamsize(c.nbytes()));
+  // Headers are built in memory; tensor data is written from the tensors themselves.
+  std::vector<std::string> headers(tensors.size() + 1);
+  std::vector<Tensor> contiguous_data;
+  auto pod = [](std::string& out, const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  headers[0].append(kMagic, 8);
+  pod(headers[0], kVersion);
+  pod(headers[0], uint32_t(tensors.size()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    std::string& h = headers[i + 1];
+    pod(h, uint32_t(name.size()));
+    h += name;
+    pod(h, uint32_t(t.dtype()));
+    pod(h, uint32_t(t.dim()));
+    for (int64_t d : t.shape()) pod(h, d);
+    contiguous_data.push_back(ops::contiguous(t));
   }
-  out.flush();
-  TRIAD_CHECK(out.good(), "writing tensor file '" << path << "' failed");
+  std::vector<std::pair<const void*, size_t>> parts{{headers[0].data(), headers[0].size()}};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    parts.emplace_back(headers[i + 1].data(), headers[i + 1].size());
+    parts.emplace_back(contiguous_data[i].raw_data(), contiguous_data[i].nbytes());
+  }
+  write_file_atomically(path, parts, "tensor file");
 }
 
 const Tensor& find_tensor(const NamedTensors& tensors, const std::string& name, const std::string& path) {

@@ -18,6 +18,7 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // Throws Error naming the file (and the entry) when it is missing, truncated or malformed.
 NamedTensors read_tensor_file(const std::string& path);
+// Written atomically (io/atomic_file.h): a failed write leaves an earlier file intact.
 void write_tensor_file(const std::string& path, const NamedTensors& tensors);
 
 // The tensor called `name`; throws Error naming the file's path when absent.

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <utility>
 
+#include "io/atomic_file.h"
 #include "tensor/error.h"
 
 namespace triad::io {
@@ -34,35 +35,6 @@ T get(const unsigned char* p) {
   T v;
   std::memcpy(&v, p, sizeof v);
   return v;
-}
-
-// Writes `parts` in order to `path` through a temporary file in the same folder, renamed into
-// place once complete and flushed to disk.
-void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TRIAD_CHECK(fd >= 0, "cannot create '" << tmp << "' (for token file '" << path << "'): " << std::strerror(errno));
-  const auto fail = [&](int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    TRIAD_CHECK(false, "cannot write token file '" << path << "': " << std::strerror(err));
-  };
-  for (const auto& [data, n] : parts) {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t w = ::write(fd, static_cast<const char*>(data) + done, n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail(w < 0 ? errno : EIO);
-      done += size_t(w);
-    }
-  }
-  if (::fsync(fd) != 0) fail(errno);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    TRIAD_CHECK(false, "cannot write token file '" << path << "': " << std::strerror(err));
-  }
 }
 
 }  // namespace
@@ -95,7 +67,7 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   put(header, &h.count, 8);
   put(header, &h.checksum, 8);
   TRIAD_ASSERT(header.size() == TokenFile::kHeaderBytes);
-  write_file_atomically(path, {{header.data(), header.size()}, {data, data_bytes}});
+  write_file_atomically(path, {{header.data(), header.size()}, {data, data_bytes}}, "token file");
 }
 
 TokenFile TokenFile::open(const std::string& path) {

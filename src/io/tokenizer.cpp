@@ -19,6 +19,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "io/atomic_file.h"
 #include "tensor/error.h"
 
 namespace triad::io {
@@ -104,34 +105,6 @@ void check_vocab_size(int vocab_size) {
   TRIAD_CHECK(vocab_size >= Tokenizer::kMinVocabSize && vocab_size <= Tokenizer::kMaxVocabSize,
               "Tokenizer::train: vocab_size must be in [" << Tokenizer::kMinVocabSize << ", "
                                                           << Tokenizer::kMaxVocabSize << "], got " << vocab_size);
-}
-
-// Writes `bytes` to `path` through a temporary file in the same folder, renamed into place
-// once complete and flushed to disk.
-void write_file_atomically(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TRIAD_CHECK(fd >= 0, "cannot create '" << tmp << "' (for '" << path << "'): " << std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      TRIAD_CHECK(false, "cannot write '" << path << "': " << std::strerror(err));
-    }
-    done += size_t(w);
-  }
-  const bool ok = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : err;
-    ::unlink(tmp.c_str());
-    TRIAD_CHECK(false, "cannot write '" << path << "': " << std::strerror(e));
-  }
 }
 
 }  // namespace
@@ -328,7 +301,8 @@ void Tokenizer::save(const std::string& path) const {
   const nlohmann::json j = {
       {"format", kFormat}, {"version", kVersion},        {"vocab_size", vocab_size()}, {"pretokenizer", kPretokenizer},
       {"eot", eot()},      {"merges", std::move(merges)}};
-  write_file_atomically(path, j.dump() + "\n");
+  const std::string text = j.dump() + "\n";
+  write_file_atomically(path, {{text.data(), text.size()}}, "tokenizer file");
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {

@@ -20,15 +20,22 @@ void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* 
 }
 
 // Indices must be i64/i32 in [0, limit); with an `ignore` value, that value is also allowed.
-void check_indices(const Tensor& idx, int64_t limit, std::optional<int64_t> ignore, const char* op) {
+// Returns the indices as contiguous i64 and how many of them are not `ignore`.
+std::pair<Tensor, int64_t> check_indices(const Tensor& idx, int64_t limit, std::optional<int64_t> ignore,
+                                         const char* op) {
   TRIAD_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
               op << ": indices must be i64 or i32, got " << idx.str());
   const Tensor c = contiguous(to(idx, DType::i64));
   const int64_t* p = c.data<int64_t>();
-  for (int64_t i = 0; i < c.numel(); ++i)
-    TRIAD_CHECK((p[i] >= 0 && p[i] < limit) || (ignore && p[i] == *ignore),
-                op << ": index " << p[i] << " at position " << i << " of indices " << shape_str(idx.shape())
-                   << " out of range [0, " << limit << ")");
+  int64_t counted = 0;
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    const bool ignored = ignore && p[i] == *ignore;
+    TRIAD_CHECK((p[i] >= 0 && p[i] < limit) || ignored, op << ": index " << p[i] << " at position " << i
+                                                           << " of indices " << shape_str(idx.shape())
+                                                           << " out of range [0, " << limit << ")");
+    counted += !ignored;
+  }
+  return {c, counted};
 }
 
 }  // namespace
@@ -114,10 +121,7 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
   TRIAD_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "cross_entropy: expected logits (N, V) and targets (N,), got " << shape_str(logits.shape()) << " and "
                                                                              << shape_str(targets.shape()));
-  check_indices(targets, logits.size(1), ignore_index, "cross_entropy");
-  const Tensor t = contiguous(to(targets, DType::i64));
-  int64_t counted = 0;
-  for (int64_t v : t.to_vector<int64_t>()) counted += v != ignore_index;
+  const auto [t, counted] = check_indices(targets, logits.size(1), ignore_index, "cross_entropy");
   Tensor lse = Tensor::empty({logits.size(0)}, logits.dtype(), logits.device());
   const double total = backend_for(logits.device()).cross_entropy(contiguous(logits), t, lse, ignore_index);
   const double loss = counted ? total / double(counted) : 0.0;
@@ -132,11 +136,10 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
               "cross_entropy_backward: expected logits (N, V), targets (N,) and lse (N,), got "
                   << shape_str(logits.shape()) << ", " << shape_str(targets.shape()) << " and "
                   << shape_str(lse.shape()));
-  check_indices(targets, logits.size(1), ignore_index, "cross_entropy_backward");
+  const Tensor t = check_indices(targets, logits.size(1), ignore_index, "cross_entropy_backward").first;
   Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const double scale = counted ? grad_loss / double(counted) : 0.0;
-  backend_for(logits.device())
-      .cross_entropy_backward(contiguous(logits), contiguous(to(targets, DType::i64)), lse, scale, ignore_index, g);
+  backend_for(logits.device()).cross_entropy_backward(contiguous(logits), t, lse, scale, ignore_index, g);
   return g;
 }
 
