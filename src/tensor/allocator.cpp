@@ -60,7 +60,7 @@ class CpuAllocator final : public Allocator {
     count_release(nbytes);
     if (nbytes >= kMinCached) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (cached_ + nbytes <= limit_) {
+      if (cached_ + nbytes <= kLimit) {
         bins_[nbytes].push_back(ptr);
         cached_ += nbytes;
         return;
@@ -71,14 +71,6 @@ class CpuAllocator final : public Allocator {
 
   Device device() const override { return Device::cpu(); }
 
-  size_t cached() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return cached_;
-  }
-  void set_limit(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    limit_ = bytes;
-  }
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [_, blocks] : bins_)
@@ -91,7 +83,7 @@ class CpuAllocator final : public Allocator {
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> bins_;
   size_t cached_ = 0;
-  size_t limit_ = size_t(8) << 30;
+  static constexpr size_t kLimit = size_t(8) << 30;  // bytes kept at most
 };
 
 CpuAllocator& the_cpu_allocator() {
@@ -104,9 +96,7 @@ Allocator* g_cuda_allocator = nullptr;
 }  // namespace
 
 Allocator& cpu_allocator() { return the_cpu_allocator(); }
-size_t cpu_cached_bytes() { return the_cpu_allocator().cached(); }
-void set_cpu_cache_limit(size_t bytes) { the_cpu_allocator().set_limit(bytes); }
-void empty_cpu_cache() { the_cpu_allocator().empty_cache(); }
+
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();

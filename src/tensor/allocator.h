@@ -6,7 +6,7 @@
 // activations, gradients) every step. Returning them to the C library unmaps them, and
 // the next step pays a page fault and a kernel zeroing for every 4 KiB page again. The CPU
 // allocator therefore keeps freed blocks of 64 KiB and more in exact-size bins and hands
-// them out again; what it keeps is bounded (set_cache_limit) and can be released.
+// them out again; what it keeps is bounded (8 GiB) and released when an allocation fails.
 #pragma once
 
 #include <atomic>
@@ -39,10 +39,6 @@ class Allocator {
 inline constexpr size_t kCpuAlignment = 64;
 
 Allocator& cpu_allocator();
-// Bytes the CPU allocator holds in its cache, its bound, and returning them all.
-size_t cpu_cached_bytes();
-void set_cpu_cache_limit(size_t bytes);
-void empty_cpu_cache();
 // The allocator of a device; throws Error when its backend is not built.
 Allocator& allocator_for(Device device);
 // Installs the allocator of a non-CPU device type (done by that backend at start-up).

@@ -95,8 +95,6 @@ class ZeroOptimizer {
   // save it; release_all() partitions it again. No-ops in stages 0–2.
   void gather_all();
   void release_all();
-  int stage() const { return config_.stage; }
-  const std::vector<Unit>& units() const { return units_; }
 
  private:
   struct Group {
