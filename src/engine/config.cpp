@@ -70,6 +70,10 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
 void parse_zero(JsonReader r, ZeroOptimizationConfig& z) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
   z.overlap_comm = r.boolean("overlap_comm", z.overlap_comm);
+  z.reduce_bucket_size = r.integer("reduce_bucket_size", z.reduce_bucket_size, 1, kMaxInt);
+  z.allgather_bucket_size = r.integer("allgather_bucket_size", z.allgather_bucket_size, 1, kMaxInt);
+  if (!r.boolean("contiguous_gradients", true))
+    r.fail("contiguous_gradients", "true: gradients always live in one flat buffer per parameter group");
   z.stage3_param_persistence_threshold =
       r.integer("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0, kMaxInt);
   z.stage3_prefetch_bucket_size = r.integer("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 0, kMaxInt);

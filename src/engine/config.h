@@ -16,7 +16,10 @@
 //                                                         "cos_min_ratio": 0.1}},
 //     "gradient_clipping": 1.0, "seed": 1234, "eval_interval": 100, "eval_iters": 10,
 //     "log_interval": 1, "device": "cpu", "output_dir": "runs/demo",
-//     "zero_optimization": {"stage": 1, "overlap_comm": true}   (under mpirun: ZeRO over the ranks)
+//     "zero_optimization": {"stage": 1, "overlap_comm": true,   (under mpirun: ZeRO over the ranks)
+//                           "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8,
+//                           "contiguous_gradients": true, "stage3_prefetch_bucket_size": 5e7,
+//                           "stage3_param_persistence_threshold": 1e5},
 //     "bf16": {"enabled": true}   or   "fp16": {"enabled": true, "initial_scale_power": 16,
 //              "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
 //   }
@@ -51,8 +54,12 @@ struct SchedulerConfig {
 };
 
 struct ZeroOptimizationConfig {
-  int stage = 0;                                        // 0, 1, 2 or 3
-  bool overlap_comm = true;                             // reduce each gradient group while the backward goes on
+  int stage = 0;                              // 0, 1, 2 or 3
+  bool overlap_comm = true;                   // reduce each gradient group while the backward goes on
+  int64_t reduce_bucket_size = 500000000;     // most elements in one gradient reduction
+  int64_t allgather_bucket_size = 500000000;  // stages 1, 2: most elements in one parameter gather
+  // Gradients always live in one flat buffer per group (DeepSpeed's contiguous_gradients);
+  // the key is accepted with its default true, and false is an error.
   int64_t stage3_param_persistence_threshold = 100000;  // stage 3: smaller parameters stay whole
   int64_t stage3_prefetch_bucket_size = 50000000;       // stage 3: elements gathered ahead
 };

@@ -53,6 +53,8 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
                                         .hysteresis = config_.precision.hysteresis,
                                         .min_scale = config_.precision.min_loss_scale},
                          .overlap_comm = config_.zero.overlap_comm,
+                         .reduce_bucket_size = config_.zero.reduce_bucket_size,
+                         .allgather_bucket_size = config_.zero.allgather_bucket_size,
                          .stage3_param_persistence_threshold = config_.zero.stage3_param_persistence_threshold,
                          .stage3_prefetch_bucket_size = config_.zero.stage3_prefetch_bucket_size},
         optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_);

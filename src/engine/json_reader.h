@@ -34,10 +34,11 @@ class JsonReader {
   void finish() const;
 
   std::string dotted(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  // Rejects the key's value: "<key> must be <expected>, got <value>".
+  [[noreturn]] void fail(const std::string& key, const std::string& expected) const;
 
  private:
   const nlohmann::json* get(const std::string& key);
-  [[noreturn]] void fail(const std::string& key, const std::string& expected) const;
 
   const nlohmann::json& object_;
   std::string where_, path_;

@@ -7,6 +7,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "tensor/ops.h"
+#include "zero/buckets.h"
 
 namespace triad::zero {
 
@@ -15,6 +16,9 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
     : config_(config), adamw_(adamw), dp_(std::move(dp)), units_(make_units(model, policy)) {
   TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 3,
               "[config] zero_optimization.stage must be 0, 1, 2 or 3, got " << config_.stage);
+  TRIAD_CHECK(config_.reduce_bucket_size > 0 && config_.allgather_bucket_size > 0,
+              "[config] zero_optimization bucket sizes must be positive, got reduce_bucket_size "
+                  << config_.reduce_bucket_size << " and allgather_bucket_size " << config_.allgather_bucket_size);
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
   TRIAD_CHECK(config_.dtype == DType::f32 || config_.dtype == DType::bf16 || config_.dtype == DType::f16,
               "ZeRO stores parameters in f32, bf16 or f16, not " << dtype_name(config_.dtype));
@@ -156,10 +160,10 @@ void ZeroOptimizer::on_grad_ready(Group& g) {
 void ZeroOptimizer::launch(Group& g) {
   g.launched = true;
   if (config_.stage == 0) {
-    pending_.push_back({dp_->all_reduce(g.flat->grad()), &g, Tensor()});
+    pending_.push_back({bucketed_all_reduce(*dp_, g.flat->grad(), config_.reduce_bucket_size), &g, Tensor()});
   } else {
     Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype);
-    pending_.push_back({dp_->reduce_scatter(g.flat->grad(), out), &g, out});
+    pending_.push_back({bucketed_reduce_scatter(*dp_, g.flat->grad(), out, config_.reduce_bucket_size), &g, out});
   }
 }
 
@@ -196,7 +200,9 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   }
   drain(/*wait_all=*/true);
   if (config_.stage == 1) {
-    for (Group& g : groups_) pending_.push_back({dp_->reduce_scatter(g.flat->grad(), g.shard_grad), &g, Tensor()});
+    for (Group& g : groups_)
+      pending_.push_back(
+          {bucketed_reduce_scatter(*dp_, g.flat->grad(), g.shard_grad, config_.reduce_bucket_size), &g, Tensor()});
     drain(/*wait_all=*/true);
   }
 
@@ -248,7 +254,8 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     for (Group& g : groups_) {
       if (g.partitioned) continue;
       sends.push_back(ops::clone(g.flat->shard(g.flat->flat())));
-      pending_.push_back({dp_->all_gather(sends.back(), g.flat->flat()), &g, Tensor()});
+      pending_.push_back(
+          {bucketed_all_gather(*dp_, sends.back(), g.flat->flat(), config_.allgather_bucket_size), &g, Tensor()});
     }
     drain(/*wait_all=*/true);
   }

@@ -10,6 +10,8 @@
 //   stage 2: gradients sharded too: each group's gradient is reduce-scattered as soon as
 //            the backward has completed it, added to the rank's shard, and freed.
 //   stage 3: parameters sharded too (Note [Stage 3 gathering]).
+// Each group's reduction and gather is issued in buckets of at most reduce_bucket_size and
+// allgather_bucket_size elements (zero/buckets.h).
 // Communication per step is 2Ψ(n−1)/n elements of bus traffic in stages 0–2, 3Ψ(n−1)/n in
 // stage 3 (parameters gathered once for the forward and once for the backward).
 //
@@ -59,6 +61,11 @@ struct ZeroConfig {
   DType dtype = DType::f32;
   LossScaleConfig loss_scale;
   bool overlap_comm = true;  // start each group's reduction during the backward
+  // Most elements one gradient reduction (all-reduce or reduce-scatter input) or one
+  // parameter all-gather (output; stages 1 and 2) moves at once (zero/buckets.h). A bucket
+  // never spans groups: a smaller group is reduced on its own.
+  int64_t reduce_bucket_size = 500000000;
+  int64_t allgather_bucket_size = 500000000;
   // Stage 3 keeps parameters of at most this many elements whole on every rank (as stage 2
   // does; DeepSpeed's rule): gathering them each time costs more latency than they save.
   int64_t stage3_param_persistence_threshold = 100000;

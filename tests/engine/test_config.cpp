@@ -96,6 +96,14 @@ BOOST_AUTO_TEST_CASE(zero_and_mixed_precision_keys) {
   BOOST_TEST(c.zero.stage == 3);
   BOOST_TEST(c.zero.stage3_param_persistence_threshold == 100000);
   BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 50000000);
+  BOOST_TEST(c.zero.reduce_bucket_size == 500000000);
+  BOOST_TEST(engine::parse_config(with("zero_optimization.allgather_bucket_size=2e5")).zero.allgather_bucket_size ==
+             200000);
+  BOOST_TEST(engine::parse_config(with("zero_optimization.contiguous_gradients=true")).zero.stage == 0);
+  BOOST_TEST(contains(error_of(with("zero_optimization.contiguous_gradients=false")),
+                      "zero_optimization.contiguous_gradients must be true"));
+  BOOST_TEST(contains(error_of(with("zero_optimization.reduce_bucket_size=0")),
+                      "zero_optimization.reduce_bucket_size must be an integer"));
   BOOST_TEST((c.precision.dtype == DType::bf16));
   BOOST_TEST(error_of(with("zero_optimization.stage=5")) ==
              "[config] zero_optimization.stage must be an integer in [0, 3], got 5");
