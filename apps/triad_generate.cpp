@@ -1,15 +1,16 @@
 // triad-generate: samples text from a trained model.
 //
-//   triad-generate --model runs/demo/model.tns --prompt "Once upon a time"
-//   triad-generate --model runs/demo/model.tns --chat      (Human: / Assistant: turns on stdin)
+//   triad-generate --checkpoint runs/demo/model.h5 --prompt "Once upon a time"
+//   triad-generate --checkpoint runs/demo/checkpoints/step-00001000.h5 --chat
+//                                                 (Human: / Assistant: turns on stdin)
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 
 #include "common/main_guard.h"
 #include "common/report.h"
+#include "engine/checkpoint.h"
 #include "engine/generate.h"
-#include "engine/model_file.h"
 #include "io/tokenizer.h"
 
 namespace {
@@ -65,7 +66,9 @@ int main(int argc, char** argv) {
     bool chat = false;
     int threads = 0;
     engine::SamplingOptions o;
-    cli.add_option("--model", model_path, "model file written by triad-train (output_dir/model.tns)")->required();
+    cli.add_option("--checkpoint", model_path,
+                   "a checkpoint or weights file (triad-train's output_dir/model.h5, triad-ckpt export)")
+        ->required();
     cli.add_option("--tokenizer", tokenizer_path, "tokenizer (default: the one the model was trained with)");
     cli.add_option("--prompt", prompt, "text to continue");
     cli.add_flag("--chat", chat, "interactive Human:/Assistant: turns on stdin");

@@ -1,7 +1,7 @@
 // triad-train: trains a model as a config describes.
 //
 //   triad-train --config configs/demo.json [--set optimizer.params.lr=1e-3]... [--steps N]
-//               [--metrics run.jsonl]
+//               [--metrics run.jsonl] [--save-dir DIR] [--resume auto|PATH]
 //   mpirun -np 4 triad-train --config ... --set zero_optimization.stage=2   (data parallel)
 #include <CLI/CLI.hpp>
 
@@ -24,6 +24,10 @@ int main(int argc, char** argv) {
     app.add_option("--set", overrides, "override a config key: dotted.key=value (repeatable)");
     app.add_option("--steps", steps, "optimizer steps (overrides the config's steps)");
     app.add_option("--metrics", options.metrics_path, "write one JSON object per step to this file");
+    app.add_option("--save-dir", options.save_dir, "checkpoint folder (overrides checkpoint.dir)");
+    app.add_option("--resume", options.resume,
+                   "continue from a checkpoint: auto (the latest in the checkpoint folder that loads; a fresh "
+                   "start when there is none), a checkpoint file, or a checkpoint folder");
     app.add_option("--threads", threads, "OpenMP threads per rank (default: cores / ranks on the node)");
     CLI11_PARSE(app, argc, argv);
     triad::parallel::CommunicatorPtr dp;

@@ -19,6 +19,6 @@ fi
 echo
 echo "--- samples from the trained model ---"
 for seed in 1 2 3; do
-  "$bin/triad-generate" --model "$out/model/model.tns" --prompt "The meaning of life is" --max-new-tokens 80 --seed "$seed"
+  "$bin/triad-generate" --checkpoint "$out/model/model.h5" --prompt "The meaning of life is" --max-new-tokens 80 --seed "$seed"
   echo "%"
 done

@@ -80,6 +80,13 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z) {
   r.finish();
 }
 
+void parse_checkpoint(JsonReader r, CheckpointConfig& k) {
+  k.dir = r.string("dir", k.dir);
+  k.every = r.integer("every", k.every, 0, kMaxInt);
+  k.keep = r.integer("keep", k.keep, 0, kMaxInt);
+  r.finish();
+}
+
 void parse_precision(JsonReader bf16, JsonReader fp16, PrecisionConfig& p) {
   const bool use_bf16 = bf16.boolean("enabled", false);
   bf16.finish();
@@ -191,6 +198,10 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t dp) {
     throw Error(std::string("[config] device: ") + e.what());
   }
   c.output_dir = r.string("output_dir", "");
+  parse_checkpoint(r.object("checkpoint"), c.checkpoint);
+  TRIAD_CHECK(
+      c.checkpoint.dir.empty() || c.optimizer.type == "AdamW",
+      "[config] checkpoint.dir is set but checkpoints hold AdamW's state; optimizer.type is " << c.optimizer.type);
   r.finish();
 
   c.json = json;

@@ -20,6 +20,7 @@
 //                           "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8,
 //                           "contiguous_gradients": true, "stage3_prefetch_bucket_size": 5e7,
 //                           "stage3_param_persistence_threshold": 1e5},
+//     "checkpoint": {"dir": "runs/demo/checkpoints", "every": 100, "keep": 3},
 //     "bf16": {"enabled": true}   or   "fp16": {"enabled": true, "initial_scale_power": 16,
 //              "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
 //   }
@@ -74,6 +75,14 @@ struct PrecisionConfig {
   double min_loss_scale = 1.0;
 };
 
+// Checkpoints (engine/checkpoint_dir.h): dir/step-<N>.h5 every `every` steps and at the end,
+// the newest `keep` kept (0: all). --save-dir overrides dir.
+struct CheckpointConfig {
+  std::string dir;    // "" : no checkpoints
+  int64_t every = 0;  // 0: only at the end
+  int64_t keep = 3;
+};
+
 struct DataConfig {
   std::string corpus;     // token file written by `triad-data encode`
   std::string tokenizer;  // tokenizer written by `triad-data tokenizer`
@@ -98,8 +107,9 @@ struct TrainConfig {
   int64_t eval_iters = 10;
   int64_t log_interval = 1;
   std::string device = "cpu";
-  std::string output_dir;  // where the trained weights go ("" : not saved)
-  nlohmann::json json;     // the configuration as parsed, with batch sizes resolved
+  std::string output_dir;  // where the trained weights go, as output_dir/model.h5 ("" : not saved)
+  CheckpointConfig checkpoint;
+  nlohmann::json json;  // the configuration as parsed, with batch sizes resolved
 };
 
 // Reads a JSON config file; Error naming the path when missing or not valid JSON.

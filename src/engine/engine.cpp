@@ -7,18 +7,15 @@
 #include "autograd/grad_mode.h"
 #include "optim/clip.h"
 #include "parallel/self_communicator.h"
+#include "tensor/random.h"
 
 namespace triad::engine {
 
 namespace {
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, const std::vector<Tensor>& params) {
-  if (o.type == "SGD")
-    return std::make_unique<optim::SGD>(std::vector<optim::ParamGroup>{{params, o.weight_decay}},
-                                        optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .nesterov = o.nesterov});
-  return std::make_unique<optim::AdamW>(
-      optim::decay_groups(params, o.weight_decay),
-      optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps});
+std::unique_ptr<optim::Optimizer> make_sgd(const OptimizerConfig& o, const std::vector<Tensor>& params) {
+  return std::make_unique<optim::SGD>(std::vector<optim::ParamGroup>{{params, o.weight_decay}},
+                                      optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .nesterov = o.nesterov});
 }
 
 std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, double lr) {
@@ -29,17 +26,19 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, doubl
 
 }  // namespace
 
+uint64_t dropout_seed(uint64_t seed, int rank, int64_t step) {
+  return random_bits(seed ^ 0x64726f706f7574ull, (uint64_t(rank) << 40) ^ uint64_t(step));
+}
+
 Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config_(config) {
   TRIAD_CHECK(Device::parse(config_.device).is_cpu(),
               "[config] device \"" << config_.device << "\": this build trains on the cpu only");
   model_ = std::make_shared<nn::GPT>(config_.model);
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
-  const bool mixed = config_.precision.dtype != DType::f32;
-  if (mixed && !dp) dp = std::make_shared<parallel::SelfCommunicator>();  // ZeRO carries mixed precision
-  if (dp && (dp->size() > 1 || config_.zero.stage > 0 || mixed)) {
-    const OptimizerConfig& o = config_.optimizer;
-    TRIAD_CHECK(o.type == "AdamW", "[config] optimizer.type \"" << o.type << "\" is not available with data "
-                                                                << "parallelism (ZeRO runs AdamW)");
+  if (!dp) dp = std::make_shared<parallel::SelfCommunicator>();
+  default_generator().manual_seed(dropout_seed(config_.seed, dp->rank(), 0));
+  const OptimizerConfig& o = config_.optimizer;
+  if (o.type == "AdamW") {
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
                 "[config] model.activation_checkpointing cannot be combined with zero_optimization.stage 3");
     comm_ = std::make_shared<parallel::CountingCommunicator>(dp);
@@ -59,7 +58,10 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
                          .stage3_prefetch_bucket_size = config_.zero.stage3_prefetch_bucket_size},
         optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_);
   } else {
-    optimizer_ = make_optimizer(config_.optimizer, model_->parameters());
+    TRIAD_CHECK(dp->size() == 1 && config_.zero.stage == 0 && config_.precision.dtype == DType::f32,
+                "[config] optimizer.type \"" << o.type << "\" runs in one process in f32 only (data parallelism, "
+                                             << "ZeRO and mixed precision run AdamW)");
+    optimizer_ = make_sgd(o, model_->parameters());
   }
 }
 

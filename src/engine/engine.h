@@ -8,9 +8,11 @@
 // the mean loss over the global batch; step() clips, sets the scheduled rate, updates and
 // clears the gradients.
 //
-// With a data-parallel communicator of more than one rank (or a zero_optimization.stage
-// above 0), gradients are reduced and the optimizer runs through ZeRO (zero/zero_optimizer.h);
-// each rank then feeds forward() its own rows of the global batch.
+// AdamW runs through ZeRO (zero/zero_optimizer.h) over the data-parallel communicator (one
+// process: a communicator of one rank, where ZeRO is plain AdamW over flat buffers): its
+// state is then the same whatever the layout, and checkpoints carry it between layouts.
+// With more than one rank each rank feeds forward() its own rows of the global batch. SGD
+// runs in one process, in f32, as optim::SGD.
 #pragma once
 
 #include <memory>
@@ -36,6 +38,10 @@ struct StepResult {
   nlohmann::json comm;
 };
 
+// The seed of rank `rank`'s dropout generator for a run starting at `step`: distinct per
+// rank, and a pure function of the config's seed, so restarts are reproducible.
+uint64_t dropout_seed(uint64_t seed, int rank, int64_t step);
+
 class Engine {
  public:
   explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr);
@@ -60,6 +66,10 @@ class Engine {
   zero::ResidentBytes memory() const { return zero_ ? zero_->memory() : zero::ResidentBytes{}; }
   const TrainConfig& config() const { return config_; }
   int64_t global_step() const { return step_; }
+  // Resuming: the step the schedule and counters continue from.
+  void set_global_step(int64_t step) { step_ = step; }
+  // The ZeRO optimizer (null with SGD), for checkpoints.
+  zero::ZeroOptimizer* zero() { return zero_.get(); }
   double lr_at(int64_t step) const { return schedule_->lr_at(step); }
 
  private:

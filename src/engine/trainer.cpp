@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <fstream>
 
+#include "engine/checkpoint.h"
+#include "engine/checkpoint_dir.h"
 #include "engine/engine.h"
-#include "engine/model_file.h"
 #include "io/sampler.h"
 #include "io/tokenizer.h"
+#include "parallel/self_communicator.h"
 #include "tensor/ops.h"
 
 namespace triad::engine {
@@ -84,13 +86,22 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       val_batches.emplace_back(b.inputs, b.targets);
     }
   }
+  const parallel::CommunicatorPtr comm = dp ? dp : std::make_shared<parallel::SelfCommunicator>();
+  const std::string checkpoint_dir = options.save_dir.empty() ? c.checkpoint.dir : options.save_dir;
+  Engine engine(c, dp);
+  if (!options.resume.empty()) {
+    const std::string from = resume(options.resume, checkpoint_dir, engine, *comm);
+    if (leader && !from.empty())
+      std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)engine.global_step());
+    TRIAD_CHECK(engine.global_step() <= c.steps,
+                "the checkpoint is at step " << engine.global_step() << ", beyond the run's steps " << c.steps);
+  }
+  const int64_t first_step = engine.global_step();
   std::ofstream metrics;
   if (leader && !options.metrics_path.empty()) {
-    metrics.open(options.metrics_path, std::ios::trunc);
+    metrics.open(options.metrics_path, first_step > 0 ? std::ios::app : std::ios::trunc);
     TRIAD_CHECK(metrics.good(), "cannot write the metrics file '" << options.metrics_path << "'");
   }
-
-  Engine engine(c, dp);
   if (leader)
     std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
                 double(engine.model().num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
@@ -128,7 +139,15 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   double last_val = NAN;
   const auto start = Clock::now();
   const double tokens_per_step = double(c.train_batch_size * T);
-  for (int64_t step = 0; step < c.steps; ++step) {
+  const auto save = [&] {
+    const auto t0 = Clock::now();
+    const std::string path = save_to_dir(checkpoint_dir, c.checkpoint.keep, engine, *comm);
+    if (leader)
+      std::printf("step %6lld | saved %s in %.2f s\n", (long long)engine.global_step(), path.c_str(),
+                  std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fflush(stdout);
+  };
+  for (int64_t step = first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
     double loss_sum = 0;
@@ -159,7 +178,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     const double tps = tokens_per_step / (step_ms / 1e3);
     if (leader && (r.step % c.log_interval == 0 || r.step == c.steps)) {
-      const double eta = elapsed / double(r.step) * double(c.steps - r.step);
+      const double eta = elapsed / double(r.step - first_step) * double(c.steps - r.step);
       std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %7.0f tok/s | %s elapsed, ETA %s\n",
                   (long long)r.step, (long long)c.steps, loss, r.lr, r.grad_norm, tps, duration_text(elapsed).c_str(),
                   duration_text(eta).c_str());
@@ -175,15 +194,14 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       metrics << line.dump() << "\n";
       metrics.flush();
     }
+    if (!checkpoint_dir.empty() && ((c.checkpoint.every > 0 && r.step % c.checkpoint.every == 0) || r.step == c.steps))
+      save();
   }
   if (!c.output_dir.empty()) {
-    engine.gather_parameters();
-    if (leader) {
-      const std::string path = c.output_dir + "/model.tns";
-      save_model(path, engine.model(), c.json);
-      std::printf("saved %s\n", path.c_str());
-    }
-    engine.release_parameters();
+    create_folder(c.output_dir, *comm);
+    const std::string path = c.output_dir + "/model.h5";
+    save_weights(path, engine, *comm, DType::f32);
+    if (leader) std::printf("saved %s\n", path.c_str());
   }
   return last_val;
 }

@@ -1,5 +1,6 @@
 // The training loop behind triad-train: data, engine, one progress line per log_interval
-// steps, validation, metrics, and the model file at the end.
+// steps, validation, metrics, checkpoints (resume, every checkpoint.every steps and at the
+// end), and the trained weights (output_dir/model.h5) at the end.
 #pragma once
 
 #include <string>
@@ -10,7 +11,9 @@
 namespace triad::engine {
 
 struct TrainOptions {
-  std::string metrics_path;  // JSON lines, one per optimizer step ("" : none)
+  std::string metrics_path;  // JSON lines, one per optimizer step ("" : none; appended to on resume)
+  std::string resume;        // "" (fresh start), "auto", a checkpoint file or folder (engine/checkpoint_dir.h)
+  std::string save_dir;      // overrides checkpoint.dir
 };
 
 // Runs the whole training described by `config`; throws Error on bad input or a non-finite

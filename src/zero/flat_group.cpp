@@ -1,5 +1,7 @@
 #include "zero/flat_group.h"
 
+#include <algorithm>
+
 #include "autograd/meta.h"
 #include "tensor/ops.h"
 
@@ -48,6 +50,15 @@ FlatGroup::FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double 
 
 Tensor FlatGroup::shard(const Tensor& full) const {
   return ops::narrow(full, 0, int64_t(rank_) * shard_size(), shard_size());
+}
+
+std::vector<FlatGroup::Piece> FlatGroup::pieces(int64_t begin, int64_t end) const {
+  std::vector<Piece> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int64_t lo = std::max(begin, offsets_[i]), hi = std::min(end, offsets_[i] + params_[i].second.numel());
+    if (lo < hi) out.push_back({i, lo - offsets_[i], hi - lo, lo});
+  }
+  return out;
 }
 
 const Tensor& FlatGroup::grad() {

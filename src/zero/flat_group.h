@@ -42,6 +42,15 @@ class FlatGroup {
   // handed over once: the master weights of mixed precision start from them.
   Tensor take_initial_f32() { return std::move(initial_f32_); }
   Tensor shard(const Tensor& full) const;  // this rank's range of a padded-size tensor
+  int64_t shard_begin() const { return int64_t(rank_) * shard_size(); }
+
+  // The parameters' parts that flat range [begin, end) covers, in order: parameter index,
+  // its first element and count, and where the part starts in the flat buffer.
+  struct Piece {
+    size_t param;
+    int64_t first, count, flat_offset;
+  };
+  std::vector<Piece> pieces(int64_t begin, int64_t end) const;
 
   // The flat gradient, allocated (zeroed) on first use; params' .grad are views of it.
   const Tensor& grad();

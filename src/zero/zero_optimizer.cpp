@@ -212,7 +212,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   for (Group& g : groups_) {
     const Tensor& stored = config_.stage == 0 ? g.flat->grad() : g.shard_grad;
     Tensor grad = stored.dtype() == DType::f32 ? stored : ops::to(stored, DType::f32);
-    ops::mul_(grad, unscale);
+    if (unscale != 1.0) ops::mul_(grad, unscale);
     grads.push_back(grad);
   }
   if (config_.loss_scale.dynamic) {
@@ -266,6 +266,49 @@ double ZeroOptimizer::step(double lr, double max_norm) {
       ops::zero_(g.shard_grad);
   }
   return norm;
+}
+
+std::pair<Tensor, int64_t> ZeroOptimizer::buffer(const Group& g, State state) const {
+  const int64_t sharded_begin = config_.stage == 0 ? 0 : g.flat->shard_begin();
+  switch (state) {
+    case State::param:
+      return g.partitioned ? std::pair(g.flat->owned_shard(), g.flat->shard_begin()) : std::pair(g.flat->flat(), 0l);
+    case State::master:
+      return g.master.defined() ? std::pair(g.master, sharded_begin) : buffer(g, State::param);
+    case State::exp_avg:
+      return {g.exp_avg, sharded_begin};
+    case State::exp_avg_sq:
+      return {g.exp_avg_sq, sharded_begin};
+  }
+  TRIAD_ASSERT(false);
+}
+
+std::vector<ZeroOptimizer::Slice> ZeroOptimizer::slices(State state, bool owned) const {
+  std::vector<Slice> out;
+  for (const Group& g : groups_) {
+    const auto [storage, storage_begin] = buffer(g, state);
+    TRIAD_CHECK(storage.defined(), "ZeRO: the parameters are released; checkpoints read them between steps");
+    const int64_t begin = owned ? g.flat->shard_begin() : storage_begin;
+    const int64_t end = owned ? begin + g.flat->shard_size() : storage_begin + storage.numel();
+    for (const FlatGroup::Piece& piece : g.flat->pieces(begin, end)) {
+      const auto& [name, param] = g.flat->params()[piece.param];
+      out.push_back(
+          {name, param.shape(), piece.first, ops::narrow(storage, 0, piece.flat_offset - storage_begin, piece.count)});
+    }
+  }
+  return out;
+}
+
+std::vector<ZeroOptimizer::Slice> ZeroOptimizer::owned_slices(State state) const { return slices(state, true); }
+std::vector<ZeroOptimizer::Slice> ZeroOptimizer::resident_slices(State state) const { return slices(state, false); }
+
+void ZeroOptimizer::set_counters(const Counters& c) {
+  TRIAD_CHECK(c.steps >= 0 && c.scale > 0 && c.hysteresis_left >= 0 && c.clean_steps >= 0,
+              "ZeRO: invalid optimizer counters (steps " << c.steps << ", loss scale " << c.scale << ")");
+  steps_ = c.steps;
+  scale_ = config_.loss_scale.dynamic ? c.scale : 1.0;
+  hysteresis_left_ = c.hysteresis_left;
+  clean_steps_ = c.clean_steps;
 }
 
 Tensor ZeroOptimizer::param_view(Group& g) const {

@@ -32,6 +32,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/module.h"
@@ -98,6 +100,33 @@ class ZeroOptimizer {
   double loss_scale() const { return scale_; }
 
   ResidentBytes memory() const;
+
+  // Checkpoints see the optimizer's state as named, flattened tensors (engine/checkpoint.h):
+  // per parameter its values (storage dtype), f32 master weights (the values themselves in
+  // f32 training) and Adam's two moments. A Slice is elements [first, first + numel) of
+  // parameter `name`, as a 1-d view of the optimizer's own storage.
+  enum class State { param, master, exp_avg, exp_avg_sq };
+  struct Slice {
+    std::string name;
+    Shape shape;  // the parameter's
+    int64_t first;
+    Tensor values;
+  };
+  // The elements of this rank's shard: every element of every parameter belongs to exactly
+  // one rank's slices (what a rank saves).
+  std::vector<Slice> owned_slices(State state) const;
+  // Every element of `state` this rank keeps (what a rank loads): stage 0 keeps all,
+  // stages 1 and 2 keep all parameters but only the shard of the rest, stage 3 the shard.
+  std::vector<Slice> resident_slices(State state) const;
+  // The scalar state: steps taken (bias correction) and the dynamic loss scale's counters.
+  struct Counters {
+    int64_t steps = 0;
+    double scale = 1.0;
+    int hysteresis_left = 0;
+    int64_t clean_steps = 0;
+  };
+  Counters counters() const { return {steps_, scale_, hysteresis_left_, clean_steps_}; }
+  void set_counters(const Counters& c);
   // Stage 3: gather every parameter (collective) so the whole model can be read, e.g. to
   // save it; release_all() partitions it again. No-ops in stages 0–2.
   void gather_all();
@@ -120,6 +149,9 @@ class ZeroOptimizer {
     Tensor result;  // a stage-2 gradient's reduce-scatter output, added to the shard when done
   };
 
+  // The storage holding `state` for g and the first flat element it covers.
+  std::pair<Tensor, int64_t> buffer(const Group& g, State state) const;
+  std::vector<Slice> slices(State state, bool owned) const;
   void on_grad_ready(Group& g);
   void install_stage3_hooks();
   void gather_unit(size_t u);    // blocks until the unit's parameters are gathered

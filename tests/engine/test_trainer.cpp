@@ -5,7 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <fstream>
 
-#include "engine/model_file.h"
+#include "engine/checkpoint.h"
 #include "engine/trainer.h"
 #include "io/token_file.h"
 #include "support/check.h"
@@ -65,7 +65,7 @@ BOOST_AUTO_TEST_CASE(short_run_learns_the_pattern_and_saves_a_loadable_model) {
   for (const char* key : {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "val_loss"})
     BOOST_TEST(last.contains(key), key);
 
-  const engine::LoadedModel loaded = engine::load_model(dir.file("model/model.tns"));
+  const engine::LoadedModel loaded = engine::load_model(dir.file("model/model.h5"));
   BOOST_TEST(loaded.model->num_parameters() == nn::GPT(c.model).num_parameters());
   BOOST_TEST(loaded.config["steps"] == 120);
 }
@@ -87,7 +87,7 @@ BOOST_AUTO_TEST_CASE(missing_and_corrupt_files_name_the_file) {
   BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "no_tokenizer.json"));
 
   BOOST_TEST(
-      contains(test::error_message([] { engine::load_model("/nonexistent/model.tns"); }), "/nonexistent/model.tns"));
+      contains(test::error_message([] { engine::load_model("/nonexistent/model.h5"); }), "/nonexistent/model.h5"));
 }
 
 BOOST_AUTO_TEST_CASE(data_that_does_not_fit_the_model_is_rejected) {
@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(a_diverging_run_stops_and_keeps_the_earlier_model) {
   j["output_dir"] = dir.file("model");
   j["steps"] = 2;
   engine::train(engine::parse_config(j), {});
-  const std::string saved = test::read_bytes(dir.file("model/model.tns"));
+  const std::string saved = test::read_bytes(dir.file("model/model.h5"));
   BOOST_REQUIRE(!saved.empty());
 
   j["steps"] = 200;
@@ -115,5 +115,5 @@ BOOST_AUTO_TEST_CASE(a_diverging_run_stops_and_keeps_the_earlier_model) {
   const std::string m = test::error_message([&] { engine::train(engine::parse_config(j), {}); });
   BOOST_TEST(contains(m, "at step"), m);
   BOOST_TEST(contains(m, "nothing was saved"), m);
-  BOOST_TEST(test::read_bytes(dir.file("model/model.tns")) == saved);
+  BOOST_TEST(test::read_bytes(dir.file("model/model.h5")) == saved);
 }

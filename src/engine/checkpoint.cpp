@@ -1,0 +1,415 @@
+#include "engine/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "io/checksum.h"
+#include "io/h5file.h"
+#include "parallel/self_communicator.h"
+#include "tensor/ops.h"
+#include "tensor/random.h"
+
+namespace triad::engine {
+
+namespace {
+
+using State = zero::ZeroOptimizer::State;
+using Slice = zero::ZeroOptimizer::Slice;
+using io::H5File;
+
+constexpr State kOptimStates[] = {State::master, State::exp_avg, State::exp_avg_sq};
+
+std::string dataset_of(State state, const std::string& param) {
+  switch (state) {
+    case State::param:
+      return "/model/" + param;
+    case State::master:
+      return "/optim/" + param + "/master";
+    case State::exp_avg:
+      return "/optim/" + param + "/exp_avg";
+    case State::exp_avg_sq:
+      return "/optim/" + param + "/exp_avg_sq";
+  }
+  TRIAD_ASSERT(false);
+}
+
+zero::ZeroOptimizer& zero_of(Engine& engine) {
+  TRIAD_CHECK(engine.zero() != nullptr, "[checkpoint] checkpoints hold AdamW's state; optimizer.type \""
+                                            << engine.config().optimizer.type << "\" cannot be checkpointed");
+  return *engine.zero();
+}
+
+// This rank's slice of each parameter, by name (a rank's shard covers at most one range of
+// each parameter, since a parameter lies in one flat group).
+std::map<std::string, Slice> by_name(std::vector<Slice> slices) {
+  std::map<std::string, Slice> out;
+  for (Slice& s : slices) {
+    const std::string name = s.name;
+    TRIAD_ASSERT(out.emplace(name, std::move(s)).second);
+  }
+  return out;
+}
+
+// The slice's values, or no elements when this rank holds none of the parameter.
+std::pair<int64_t, Tensor> range_of(const std::map<std::string, Slice>& slices, const std::string& name, DType dtype) {
+  const auto it = slices.find(name);
+  if (it == slices.end()) return {0, Tensor::empty({0}, dtype)};
+  return {it->second.first, it->second.values};
+}
+
+// Sums uint64 partial checksums over the ranks exactly (mod 2^64): the 32-bit halves are
+// summed separately in i64, which cannot overflow, and recombined.
+std::vector<uint64_t> sum_over_ranks(const std::vector<uint64_t>& partial, parallel::Communicator& dp) {
+  const size_t n = partial.size();
+  std::vector<int64_t> halves(2 * n);
+  for (size_t i = 0; i < n; ++i)
+    halves[2 * i] = int64_t(partial[i] & 0xffffffffu), halves[2 * i + 1] = int64_t(partial[i] >> 32);
+  Tensor t = Tensor::from_vector(halves, {int64_t(2 * n)});
+  if (n > 0) dp.all_reduce(t)->wait();
+  const std::vector<int64_t> sums = t.to_vector<int64_t>();
+  std::vector<uint64_t> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = uint64_t(sums[2 * i]) + (uint64_t(sums[2 * i + 1]) << 32);
+  return out;
+}
+
+// Checksums written alongside the data: partial sums per dataset, summed and stored as each
+// dataset's "checksum" attribute once all data is written.
+class Checksums {
+ public:
+  void add(const std::string& dataset, const Tensor& values, int64_t first) {
+    names_.push_back(dataset);
+    partial_.push_back(io::tensor_checksum(values, first));
+  }
+  void store(H5File& file, parallel::Communicator& dp) const {
+    const std::vector<uint64_t> total = sum_over_ranks(partial_, dp);
+    for (size_t i = 0; i < names_.size(); ++i) file.set_attr_uint64(names_[i], "checksum", total[i]);
+  }
+  // Throws naming every dataset whose checksum differs from its attribute.
+  void verify(const H5File& file, parallel::Communicator& dp) const {
+    const std::vector<uint64_t> total = sum_over_ranks(partial_, dp);
+    std::string bad;
+    for (size_t i = 0; i < names_.size(); ++i)
+      if (file.get_attr_uint64(names_[i], "checksum") != total[i]) bad += (bad.empty() ? "" : ", ") + names_[i];
+    TRIAD_CHECK(bad.empty(),
+                "checkpoint '" << file.path() << "': dataset " << bad << " fails its checksum (the file is damaged)");
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<uint64_t> partial_;
+};
+
+// A scalar dataset, written by rank 0 (the others take part with no elements).
+void write_scalar(H5File& file, Checksums& sums, const std::string& name, const Tensor& value, bool leader) {
+  file.create_dataset(name, value.dtype(), {});
+  const Tensor mine = leader ? value : Tensor::empty({0}, value.dtype());
+  file.write_range(name, 0, mine);
+  sums.add(name, mine, 0);
+}
+
+void write_root_attrs(H5File& file, const std::string& kind, Engine& engine, parallel::Communicator& dp) {
+  const TrainConfig& c = engine.config();
+  const nlohmann::json layout = {
+      {"dp", dp.size()}, {"tp", 1}, {"pp", 1}, {"zero_stage", c.zero.stage}, {"dtype", dtype_name(c.precision.dtype)}};
+  file.set_attr_int64("/", "format_version", kCheckpointFormatVersion);
+  file.set_attr_string("/", "kind", kind);
+  file.set_attr_string("/", "config", c.json.dump());
+  file.set_attr_string("/", "layout", layout.dump());
+}
+
+// Makes the written file durable and moves it into place: rank 0 syncs it, renames it and
+// syncs the folder; every rank learns whether that worked.
+void commit(const std::string& tmp, const std::string& path, parallel::Communicator& dp) {
+  std::string error;
+  if (dp.rank() == 0) {
+    auto sync = [&](const std::string& p, int flags) {
+      const int fd = ::open(p.c_str(), flags);
+      if (fd < 0 || ::fsync(fd) != 0) error = "cannot sync '" + p + "': " + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+    };
+    sync(tmp, O_RDONLY);
+    if (error.empty() && std::rename(tmp.c_str(), path.c_str()) != 0)
+      error = "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno);
+    if (error.empty()) {
+      const std::string dir = std::filesystem::path(path).parent_path().string();
+      sync(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+    }
+    if (!error.empty()) std::remove(tmp.c_str());
+  }
+  Tensor failed = Tensor::full({1}, error.empty() ? 0.0 : 1.0, DType::f32);
+  dp.all_reduce(failed, parallel::ReduceOp::max)->wait();
+  TRIAD_CHECK(error.empty(), "[checkpoint] " << error);
+  TRIAD_CHECK(failed.item() == 0.0, "[checkpoint] saving '" << path << "' failed on rank 0 (its message says why)");
+}
+
+// Creates `path` through a temporary file: `write` fills it, then it is committed.
+template <typename Write>
+void write_file(const std::string& path, parallel::Communicator& dp, Write write) {
+  const std::string tmp = path + ".tmp";
+  H5File file = H5File::create(tmp, dp);
+  write(file);
+  file.flush();
+  file.close();
+  commit(tmp, path, dp);
+}
+
+// This rank's part of the f32 weights: its shard of the master weights, or, without ZeRO
+// (SGD, one process), the whole parameters.
+std::map<std::string, Slice> weights_owned(Engine& engine) {
+  if (engine.zero()) return by_name(engine.zero()->owned_slices(State::master));
+  std::map<std::string, Slice> out;
+  for (const auto& [name, p] : engine.model().named_parameters())
+    out.emplace(name, Slice{name, p.shape(), 0, ops::reshape(p, {p.numel()})});
+  return out;
+}
+
+Tensor scalar_i64(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}, {}); }
+Tensor scalar_f64(double v) { return Tensor::full({}, v, DType::f64); }
+
+// Every parameter's dataset must exist with the parameter's shape, and the heads must split
+// the same way (the one architectural choice shapes do not show).
+void check_same_model(const H5File& file, Engine& engine) {
+  for (const auto& [name, p] : engine.model().named_parameters()) {
+    const std::string ds = "/model/" + name;
+    TRIAD_CHECK(file.has(ds), "checkpoint '" << file.path() << "' has no dataset " << ds
+                                             << ": it holds another model than model.* describes");
+    TRIAD_CHECK(file.shape(ds) == p.shape(), "checkpoint '" << file.path() << "': dataset " << ds << " has shape "
+                                                            << shape_str(file.shape(ds)) << ", the model's is "
+                                                            << shape_str(p.shape()));
+  }
+  const nlohmann::json saved = nlohmann::json::parse(file.get_attr_string("/", "config"));
+  const int64_t heads = engine.config().model.n_head;
+  TRIAD_CHECK(!saved.contains("model") || saved["model"].value("n_head", heads) == heads,
+              "checkpoint '" << file.path() << "' was trained with model.n_head " << saved["model"]["n_head"]
+                             << ", the config says " << heads);
+}
+
+void check_kind(const H5File& file, const std::string& kind) {
+  TRIAD_CHECK(file.has_attr("/", "format_version") && file.has_attr("/", "kind"),
+              "'" << file.path() << "' is an HDF5 file but not a triad checkpoint (no format_version/kind attributes)");
+  const int64_t version = file.get_attr_int64("/", "format_version");
+  TRIAD_CHECK(version == kCheckpointFormatVersion, "checkpoint '" << file.path() << "' has format version " << version
+                                                                  << "; this build reads version "
+                                                                  << kCheckpointFormatVersion);
+  const std::string found = file.get_attr_string("/", "kind");
+  TRIAD_CHECK(kind.empty() || found == kind,
+              "'" << file.path() << "' is a " << found << " file, not a " << kind << " (training state is needed)");
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& dp) {
+  zero::ZeroOptimizer& zero = zero_of(engine);
+  const DType dtype = engine.config().precision.dtype;
+  const auto params = engine.model().named_parameters();
+  write_file(path, dp, [&](H5File& file) {
+    Checksums sums;
+    for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq}) {
+      const auto mine = by_name(zero.owned_slices(state));
+      const DType stored = state == State::param ? dtype : DType::f32;
+      for (const auto& [name, p] : params) {
+        const std::string ds = dataset_of(state, name);
+        file.create_dataset(ds, stored, p.shape());
+        const auto [first, values] = range_of(mine, name, stored);
+        file.write_range(ds, first, values);
+        sums.add(ds, values, first);
+      }
+    }
+    const bool leader = dp.rank() == 0;
+    const zero::ZeroOptimizer::Counters counters = zero.counters();
+    write_scalar(file, sums, "/state/step", scalar_i64(engine.global_step()), leader);
+    write_scalar(file, sums, "/state/optimizer_steps", scalar_i64(counters.steps), leader);
+    write_scalar(file, sums, "/state/loss_scale", scalar_f64(counters.scale), leader);
+    write_scalar(file, sums, "/state/loss_scale_hysteresis", scalar_i64(counters.hysteresis_left), leader);
+    write_scalar(file, sums, "/state/loss_scale_clean_steps", scalar_i64(counters.clean_steps), leader);
+    file.create_dataset("/state/rng", DType::i64, {dp.size(), 2});
+    const GeneratorState rng = default_generator().state();
+    const Tensor row = Tensor::from_vector(std::vector<int64_t>{int64_t(rng.seed), int64_t(rng.offset)}, {2});
+    file.write_range("/state/rng", 2 * dp.rank(), row);
+    sums.add("/state/rng", row, 2 * dp.rank());
+    sums.store(file, dp);
+    write_root_attrs(file, "checkpoint", engine, dp);
+  });
+}
+
+void save_weights(const std::string& path, Engine& engine, parallel::Communicator& dp, DType dtype) {
+  TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+              "weights are saved in f32 or bf16, not " << dtype_name(dtype));
+  const auto mine = weights_owned(engine);
+  write_file(path, dp, [&](H5File& file) {
+    Checksums sums;
+    for (const auto& [name, p] : engine.model().named_parameters()) {
+      const std::string ds = "/model/" + name;
+      file.create_dataset(ds, dtype, p.shape());
+      auto [first, values] = range_of(mine, name, DType::f32);
+      if (dtype != DType::f32) values = ops::to(values, dtype);
+      file.write_range(ds, first, values);
+      sums.add(ds, values, first);
+    }
+    sums.store(file, dp);
+    write_root_attrs(file, "weights", engine, dp);
+  });
+}
+
+void load_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& dp) {
+  zero::ZeroOptimizer& zero = zero_of(engine);
+  H5File file = H5File::open(path, dp);
+  check_kind(file, "checkpoint");
+  check_same_model(file, engine);
+  const auto params = engine.model().named_parameters();
+  Checksums sums;
+  // Master weights and moments: each rank reads what it keeps and checksums its shard.
+  for (State state : kOptimStates) {
+    const auto resident = by_name(zero.resident_slices(state));
+    const auto owned = by_name(zero.owned_slices(state));
+    for (const auto& [name, p] : params) {
+      const std::string ds = dataset_of(state, name);
+      TRIAD_CHECK(file.has(ds) && file.dtype(ds) == DType::f32,
+                  "checkpoint '" << path << "': dataset " << ds << " is missing or not f32");
+      const auto [first, values] = range_of(resident, name, DType::f32);
+      file.read_range(ds, first, values);
+      const auto [owned_first, owned_values] = range_of(owned, name, DType::f32);
+      sums.add(ds, owned_values, owned_first);
+    }
+  }
+  // Parameters: f32 training keeps no other copy than the master weights just read; mixed
+  // precision reads them as stored when the file has the training dtype, else rounds the
+  // master weights.
+  const DType dtype = engine.config().precision.dtype;
+  const auto resident = by_name(zero.resident_slices(State::param));
+  const auto owned = by_name(zero.owned_slices(State::param));
+  for (const auto& [name, p] : params) {
+    const std::string ds = dataset_of(State::param, name);
+    const bool as_stored = file.dtype(ds) == dtype;
+    if (dtype != DType::f32) {
+      const auto [first, values] = range_of(resident, name, dtype);
+      if (as_stored) {
+        file.read_range(ds, first, values);
+      } else {
+        const Tensor master = Tensor::empty({values.numel()});
+        file.read_range(dataset_of(State::master, name), first, master);
+        ops::copy_(values, master);
+      }
+    }
+    if (as_stored) {
+      const auto [first, values] = range_of(owned, name, dtype);
+      sums.add(ds, values, first);
+    }
+  }
+  const auto read_i64 = [&](const std::string& name) {
+    const Tensor t = file.read(name);
+    sums.add(name, dp.rank() == 0 ? t : Tensor::empty({0}, t.dtype()), 0);
+    return int64_t(t.item());
+  };
+  const int64_t step = read_i64("/state/step");
+  zero::ZeroOptimizer::Counters counters;
+  counters.steps = read_i64("/state/optimizer_steps");
+  const Tensor scale = file.read("/state/loss_scale");
+  sums.add("/state/loss_scale", dp.rank() == 0 ? scale : Tensor::empty({0}, DType::f64), 0);
+  counters.scale = scale.item();
+  counters.hysteresis_left = int(read_i64("/state/loss_scale_hysteresis"));
+  counters.clean_steps = read_i64("/state/loss_scale_clean_steps");
+  const Tensor rng = file.read("/state/rng");
+  sums.add("/state/rng", dp.rank() == 0 ? rng : Tensor::empty({0}, DType::i64), 0);
+  sums.verify(file, dp);
+  file.close();
+
+  engine.set_global_step(step);
+  zero.set_counters(counters);
+  if (rng.shape()[0] == dp.size()) {
+    const std::vector<int64_t> r = rng.to_vector<int64_t>();
+    default_generator().set_state({uint64_t(r[2 * dp.rank()]), uint64_t(r[2 * dp.rank() + 1])});
+  } else {
+    default_generator().manual_seed(dropout_seed(engine.config().seed, dp.rank(), step));
+    if (dp.rank() == 0 && engine.config().model.dropout > 0)
+      std::printf("note: %s was written by %lld ranks; dropout draws continue from new streams\n", path.c_str(),
+                  (long long)rng.shape()[0]);
+  }
+}
+
+CheckpointSummary read_summary(const std::string& path) {
+  const H5File file = H5File::open(path);
+  check_kind(file, "");
+  CheckpointSummary s;
+  s.kind = file.get_attr_string("/", "kind");
+  s.format_version = file.get_attr_int64("/", "format_version");
+  s.config = nlohmann::json::parse(file.get_attr_string("/", "config"));
+  s.layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
+  s.step = file.has("/state/step") ? int64_t(file.read("/state/step").item()) : -1;
+  for (const std::string& name : file.list_datasets()) {
+    const uint64_t sum = file.has_attr(name, "checksum") ? file.get_attr_uint64(name, "checksum") : 0;
+    s.datasets.push_back({name, file.shape(name), file.dtype(name), sum});
+  }
+  return s;
+}
+
+std::vector<std::string> failed_checksums(const std::string& path) {
+  const H5File file = H5File::open(path);
+  check_kind(file, "");
+  std::vector<std::string> bad;
+  for (const std::string& name : file.list_datasets())
+    if (!file.has_attr(name, "checksum") ||
+        io::tensor_checksum(file.read(name)) != file.get_attr_uint64(name, "checksum"))
+      bad.push_back(name);
+  return bad;
+}
+
+void export_weights(const std::string& path, const std::string& out, DType dtype) {
+  TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+              "weights are exported in f32 or bf16, not " << dtype_name(dtype));
+  const H5File in = H5File::open(path);
+  check_kind(in, "");
+  const std::vector<std::string> bad = failed_checksums(path);
+  TRIAD_CHECK(bad.empty(), "checkpoint '" << path << "': dataset " << bad.front() << " fails its checksum");
+  const std::string tmp = out + ".tmp";
+  H5File file = H5File::create(tmp);
+  std::vector<std::string> names;
+  for (const std::string& ds : in.list_datasets())
+    if (ds.rfind("/model/", 0) == 0) names.push_back(ds.substr(7));
+  for (const std::string& name : names) {
+    const std::string master = "/optim/" + name + "/master";
+    Tensor t = in.read(in.has(master) ? master : "/model/" + name);
+    if (t.dtype() != dtype) t = ops::to(t, dtype);
+    file.create_dataset("/model/" + name, dtype, t.shape());
+    file.write_range("/model/" + name, 0, t);
+    file.set_attr_uint64("/model/" + name, "checksum", io::tensor_checksum(t));
+  }
+  file.set_attr_int64("/", "format_version", kCheckpointFormatVersion);
+  file.set_attr_string("/", "kind", "weights");
+  file.set_attr_string("/", "config", in.get_attr_string("/", "config"));
+  file.set_attr_string("/", "layout", in.get_attr_string("/", "layout"));
+  file.flush();
+  file.close();
+  parallel::SelfCommunicator self;
+  commit(tmp, out, self);
+}
+
+LoadedModel load_model(const std::string& path) {
+  const H5File file = H5File::open(path);
+  check_kind(file, "");
+  LoadedModel m;
+  m.config = nlohmann::json::parse(file.get_attr_string("/", "config"));
+  const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
+  const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>());
+  m.model = std::make_shared<nn::GPT>(c.model);
+  for (const auto& [name, p] : m.model->named_parameters()) {
+    const std::string ds = "/model/" + name;
+    TRIAD_CHECK(file.has(ds), "checkpoint '" << path << "' has no dataset " << ds);
+    const Tensor t = file.read(ds);
+    TRIAD_CHECK(t.shape() == p.shape(), "checkpoint '" << path << "': dataset " << ds << " has shape "
+                                                       << shape_str(t.shape()) << ", its config gives "
+                                                       << shape_str(p.shape()));
+    TRIAD_CHECK(io::tensor_checksum(t) == file.get_attr_uint64(ds, "checksum"),
+                "checkpoint '" << path << "': dataset " << ds << " fails its checksum (the file is damaged)");
+    ops::copy_(p, t);
+  }
+  return m;
+}
+
+}  // namespace triad::engine

@@ -1,0 +1,79 @@
+// Training checkpoints: one HDF5 file (io/h5file.h) per checkpoint, the same whatever
+// process layout wrote it. Every tensor is stored once, by name, with its full logical shape,
+// and each rank writes the element range its ZeRO shard covers (and reads the ranges it
+// keeps), so any number of ranks at any ZeRO stage can resume any checkpoint.
+//
+//   /model/<parameter>                      the parameter, in the training dtype
+//   /optim/<parameter>/master               f32 master weights (the parameter itself in f32)
+//   /optim/<parameter>/exp_avg, exp_avg_sq  f32 Adam moments
+//   /state/step                             optimizer steps done (schedule and data position)
+//   /state/optimizer_steps                  steps AdamW's bias correction has counted
+//   /state/loss_scale, loss_scale_hysteresis, loss_scale_clean_steps   (fp16's dynamic scale)
+//   /state/rng                              (ranks, 2) i64: each writer rank's dropout
+//                                           generator (seed, offset)
+//   attributes of "/": format_version, kind ("checkpoint" or "weights"), config (the
+//   training config JSON), layout (JSON: dp, tp, pp, zero_stage, dtype of the writer)
+//   attribute "checksum" of every dataset: io/checksum.h over its elements as stored
+//
+// A weights file (export, or the trained model a run leaves in output_dir) has /model only,
+// in f32 or bf16, and the same attributes with kind "weights".
+//
+// Saving writes `<path>.tmp`, flushes and syncs it, and renames it to `path`: a reader sees
+// the previous file or the complete new one. Loading verifies the checksum of every dataset
+// it restores (each rank checksums the elements its shard covers; the sums must match the
+// attribute), so damage is an Error naming the file and dataset, never wrong weights.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "parallel/communicator.h"
+
+namespace triad::engine {
+
+constexpr int64_t kCheckpointFormatVersion = 1;
+
+// Collective over dp (all data-parallel ranks). Throws Error naming the file on failure;
+// `path` is then untouched.
+void save_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& dp);
+// Collective. Restores the engine's parameters, optimizer state and step, and this rank's
+// dropout generator when the writer had the same number of ranks (else it is reseeded from
+// the config's seed, the rank and the step, and a note says so on rank 0). Throws Error
+// naming the file (and dataset) when it is missing, damaged, fails a checksum, or holds
+// another model than the engine's config describes.
+void load_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& dp);
+
+// Collective: the trained model's weights alone (kind "weights") in dtype (f32 or bf16).
+void save_weights(const std::string& path, Engine& engine, parallel::Communicator& dp, DType dtype);
+
+// Serial (one process, no MPI needed) views of a file, for tools.
+struct CheckpointSummary {
+  std::string kind;        // "checkpoint" or "weights"
+  int64_t format_version;  // kCheckpointFormatVersion
+  int64_t step;            // -1 for weights files
+  nlohmann::json config, layout;
+  struct Dataset {
+    std::string name;
+    Shape shape;
+    DType dtype;
+    uint64_t stored_checksum;
+  };
+  std::vector<Dataset> datasets;
+};
+CheckpointSummary read_summary(const std::string& path);
+// Recomputes every dataset's checksum; returns the names of those that do not match (empty:
+// the file verifies). Throws Error when the file cannot be read at all.
+std::vector<std::string> failed_checksums(const std::string& path);
+// Writes the model's weights from a checkpoint or weights file to `out` (kind "weights") in
+// dtype: f32 from the master weights when the file has them, bf16 rounded from those.
+void export_weights(const std::string& path, const std::string& out, DType dtype);
+// The model a checkpoint or weights file holds, in f32, with the config it was trained with.
+struct LoadedModel {
+  std::shared_ptr<nn::GPT> model;
+  nlohmann::json config;
+};
+LoadedModel load_model(const std::string& path);
+
+}  // namespace triad::engine

@@ -1,0 +1,155 @@
+#include "engine/checkpoint_dir.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "engine/checkpoint.h"
+#include "io/atomic_file.h"
+
+namespace triad::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::regex kCheckpointName(R"(step-(\d+)\.h5)");
+
+// Runs `action` on rank 0 and makes its failure every rank's failure (one Error each).
+template <typename Action>
+void on_leader(parallel::Communicator& dp, const char* what, Action action) {
+  std::string error;
+  if (dp.rank() == 0) {
+    try {
+      action();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  Tensor failed = Tensor::full({1}, error.empty() ? 0.0 : 1.0, DType::f32);
+  dp.all_reduce(failed, parallel::ReduceOp::max)->wait();
+  TRIAD_CHECK(error.empty(), error);
+  TRIAD_CHECK(failed.item() == 0.0, "[checkpoint] " << what << " failed on rank 0 (its message says why)");
+}
+
+// rank 0's string on every rank.
+std::string broadcast_string(const std::string& s, parallel::Communicator& dp) {
+  Tensor size = Tensor::from_vector(std::vector<int64_t>{int64_t(s.size())}, {1});
+  dp.broadcast(size, 0)->wait();
+  Tensor bytes = Tensor::zeros({int64_t(size.item())}, DType::i8);
+  if (dp.rank() == 0) std::copy(s.begin(), s.end(), reinterpret_cast<char*>(bytes.data<int8_t>()));
+  if (bytes.numel() > 0) dp.broadcast(bytes, 0)->wait();
+  const char* p = reinterpret_cast<const char*>(bytes.data<int8_t>());
+  return std::string(p, p + bytes.numel());
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld.h5", (long long)step);
+  return name;
+}
+
+void create_folder(const std::string& dir, parallel::Communicator& dp) {
+  on_leader(dp, "creating a folder", [&] {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    TRIAD_CHECK(!ec, "cannot create the folder '" << dir << "': " << ec.message());
+  });
+}
+
+std::string save_to_dir(const std::string& dir, int64_t keep, Engine& engine, parallel::Communicator& dp) {
+  create_folder(dir, dp);
+  const std::string name = checkpoint_file_name(engine.global_step());
+  const std::string path = (fs::path(dir) / name).string();
+  save_checkpoint(path, engine, dp);
+  on_leader(dp, "updating latest", [&] {
+    const std::string line = name + "\n";
+    io::write_file_atomically((fs::path(dir) / "latest").string(), {{line.data(), line.size()}}, "checkpoint pointer");
+    if (keep <= 0) return;
+    const std::vector<std::string> all = checkpoints_newest_first(dir);
+    for (size_t i = size_t(keep); i < all.size(); ++i)
+      if (all[i] != path) fs::remove(all[i]);
+  });
+  return path;
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  const fs::path pointer = fs::path(dir) / "latest";
+  if (!fs::exists(pointer)) return "";
+  std::ifstream in(pointer);
+  std::string name;
+  std::getline(in, name);
+  TRIAD_CHECK(in || in.eof(), "cannot read '" << pointer.string() << "'");
+  const fs::path target = fs::path(dir) / name;
+  TRIAD_CHECK(!name.empty() && fs::is_regular_file(target),
+              "'" << pointer.string() << "' names checkpoint '" << name << "', which does not exist");
+  return target.string();
+}
+
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && std::regex_match(name, m, kCheckpointName))
+      found.emplace_back(std::stoll(m[1].str()), entry.path().string());
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string resume(const std::string& spec, const std::string& dir, Engine& engine, parallel::Communicator& dp) {
+  const bool leader = dp.rank() == 0;
+  if (spec != "auto") {
+    std::string path = spec;
+    if (fs::is_directory(spec)) {
+      path = latest_checkpoint(spec);
+      TRIAD_CHECK(!path.empty(), "--resume " << spec << ": the folder has no 'latest' checkpoint pointer");
+    }
+    load_checkpoint(path, engine, dp);
+    return path;
+  }
+  TRIAD_CHECK(!dir.empty(), "--resume auto needs a checkpoint folder: set checkpoint.dir or --save-dir");
+  // Rank 0 lists the candidates, so every rank tries the same files in the same order.
+  std::string listing;
+  if (leader) {
+    nlohmann::json candidates = nlohmann::json::array();
+    try {
+      const std::string latest = latest_checkpoint(dir);
+      if (!latest.empty()) candidates.push_back(latest);
+    } catch (const Error& e) {
+      std::printf("warning: %s; looking for other checkpoints in %s\n", e.what(), dir.c_str());
+    }
+    for (const std::string& p : checkpoints_newest_first(dir))
+      if (std::find(candidates.begin(), candidates.end(), p) == candidates.end()) candidates.push_back(p);
+    listing = candidates.dump();
+  }
+  const nlohmann::json candidates = nlohmann::json::parse(broadcast_string(listing, dp));
+  if (candidates.empty()) {
+    if (leader) std::printf("no checkpoint in %s: starting from step 0\n", dir.c_str());
+    return "";
+  }
+  std::string failures;
+  for (const auto& c : candidates) {
+    const std::string path = c.get<std::string>();
+    try {
+      load_checkpoint(path, engine, dp);
+      if (leader && !failures.empty())
+        std::printf("resuming from %s, the newest checkpoint that loads\n", path.c_str());
+      return path;
+    } catch (const Error& e) {
+      if (leader) std::printf("warning: cannot resume from %s: %s\n", path.c_str(), e.what());
+      failures += std::string(failures.empty() ? "" : "; ") + e.what();
+    }
+  }
+  TRIAD_CHECK(false, "--resume auto: no checkpoint in " << dir << " loads (" << failures << ")");
+}
+
+}  // namespace triad::engine
