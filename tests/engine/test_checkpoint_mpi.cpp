@@ -1,0 +1,117 @@
+// Resharded resume: a checkpoint written by all ranks at ZeRO stage 3 is resumed by half the
+// ranks at ZeRO stage 1 and by one process, and each continues exactly as an uninterrupted
+// run of its own layout does (losses within 1e-5 relative).
+#define BOOST_TEST_MODULE checkpoint_mpi
+#include <boost/test/unit_test.hpp>
+#include <fstream>
+
+#include "engine/checkpoint.h"
+#include "engine/checkpoint_dir.h"
+#include "engine/trainer.h"
+#include "io/token_file.h"
+#include "parallel/runtime.h"
+#include "support/check.h"
+#include "support/files.h"
+#include "support/mpi_fixture.h"
+
+using namespace triad;
+using test::MpiFixture;
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
+
+namespace {
+
+// Rank 0's folder, known to every rank.
+std::string shared_folder(const test::TempDir& dir, parallel::Communicator& world) {
+  std::string path = dir.path().string();
+  Tensor bytes = Tensor::zeros({256}, DType::i8);
+  std::copy(path.begin(), path.end(), bytes.data<int8_t>());
+  world.broadcast(bytes, 0)->wait();
+  return std::string(reinterpret_cast<const char*>(bytes.data<int8_t>()));
+}
+
+nlohmann::json config_json(const std::string& folder, int stage) {
+  return {{"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 16}, {"seq_len", 16}, {"vocab_size", 16}}},
+          {"data", {{"corpus", folder + "/tokens.bin"}, {"val_fraction", 0.1}}},
+          {"train_batch_size", 16},
+          {"gradient_accumulation_steps", 1},
+          {"steps", 20},
+          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
+          {"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}}}}},
+          {"zero_optimization", {{"stage", stage}, {"stage3_param_persistence_threshold", 0}}},
+          {"gradient_clipping", 1.0},
+          {"eval_iters", 2},
+          {"log_interval", 100},
+          {"seed", 9}};
+}
+
+std::vector<double> losses_in(const std::string& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+void run(const nlohmann::json& j, const engine::TrainOptions& o, parallel::CommunicatorPtr dp) {
+  engine::train(engine::parse_config(j, dp ? dp->size() : 1), o, dp);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_stage_3_checkpoint_resumes_on_fewer_ranks_at_other_stages) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  const std::string folder = shared_folder(dir, *world);
+  if (r == 0) {
+    std::vector<uint32_t> tokens;
+    for (uint32_t i = 0; i < 8000; ++i) tokens.push_back((i * 7u + (i / 13u) * 3u) % 16u);
+    io::write_token_file(folder + "/tokens.bin", tokens, 16);
+  }
+  world->barrier();
+
+  // All ranks, stage 3: ten steps of a twenty-step run, then a checkpoint.
+  nlohmann::json writer = config_json(folder, 3);
+  writer["steps"] = 10;
+  writer["scheduler"]["params"]["total_num_steps"] = 20;
+  writer["checkpoint"] = {{"dir", folder + "/ckpt"}};
+  run(writer, {}, world);
+  const std::string saved = folder + "/ckpt/" + engine::checkpoint_file_name(10);
+
+  // Half the ranks at stage 1 (for two ranks: one, through MPI), and one process at stage 0.
+  const int half = std::max(1, n / 2);
+  const parallel::CommunicatorPtr halves = world->split(r < half ? 0 : 1, r);
+  struct Target {
+    const char* name;
+    bool member;
+    parallel::CommunicatorPtr dp;
+    int stage;
+  };
+  for (const Target& t :
+       {Target{"half the ranks, stage 1", r < half, halves, 1}, Target{"one process, stage 0", r == 0, nullptr, 0}}) {
+    if (t.member) {
+      BOOST_TEST_CONTEXT(t.name) {
+        const std::string tag = std::to_string(t.stage);
+        run(config_json(folder, t.stage), {.metrics_path = folder + "/straight" + tag + ".jsonl"}, t.dp);
+        run(config_json(folder, t.stage), {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = saved},
+            t.dp);
+        if (r == 0) {
+          const std::vector<double> straight = losses_in(folder + "/straight" + tag + ".jsonl");
+          const std::vector<double> resumed = losses_in(folder + "/resumed" + tag + ".jsonl");
+          BOOST_TEST_REQUIRE(straight.size() == 20u);
+          BOOST_TEST_REQUIRE(resumed.size() == 10u);
+          for (size_t i = 0; i < resumed.size(); ++i)
+            BOOST_TEST(std::abs(resumed[i] - straight[10 + i]) / straight[10 + i] < 1e-5, "step " << 11 + i);
+        }
+      }
+    }
+    world->barrier();
+  }
+  if (r == 0) {
+    const engine::CheckpointSummary s = engine::read_summary(saved);
+    BOOST_TEST(s.layout["dp"] == n);
+    BOOST_TEST(s.layout["zero_stage"] == 3);
+    BOOST_TEST(engine::failed_checksums(saved).empty());
+  }
+  world->barrier();
+}
