@@ -14,6 +14,7 @@ packages=(
   fortunes               # the default training corpus (plain English, a few MB)
   openmpi-bin libopenmpi-dev  # the data-parallel transport (mpirun, MPI)
   libopenblas-openmp-dev # the BLAS behind Eigen's GEMM (OpenMP build: one thread pool with ours)
+  libhdf5-openmpi-dev hdf5-tools  # checkpoints: parallel HDF5 over Open MPI, and h5dump to inspect them
 )
 
 missing=()

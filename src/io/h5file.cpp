@@ -1,0 +1,961 @@
+// H5File over HDF5's C API (1.10 and later). Only names whose meaning is the same from
+// HDF5 1.10 to 1.14 are used (the numbered H5Dopen2, H5Ewalk2, ...; no H5Literate or
+// H5Oget_info, whose versions differ), so the code needs no API-version macros even though
+// Debian's build defaults the unnumbered names to the 1.8 API.
+//
+// An element range of an N-d dataset is selected as the union (H5S_SELECT_OR) of the
+// boxes of element_range_boxes; HDF5 walks a hyperslab selection in row-major order
+// whatever the order its boxes were added in, so the selected elements meet the memory
+// buffer (a 1-d dataspace of the range's length) in flattened-index order.
+#include "io/h5file.h"
+
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <sstream>
+#include <utility>
+
+#include "io/token_file.h"
+#include "parallel/counting_communicator.h"
+#include "parallel/mpi_check.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/runtime.h"
+#include "parallel/self_communicator.h"
+
+namespace triad::io {
+
+// ---------------------------------------------------------------- element ranges
+
+namespace {
+
+// Appends the boxes of elements [a, b) of the row-major array shape[k..], with the leading
+// dimensions fixed at `prefix`. A range inside one row of dimension k descends into it;
+// otherwise it is a partial head row, a block of whole rows and a partial tail row, and the
+// head and tail are suffix and prefix ranges of one row, which add at most one box per level.
+void add_boxes(const Shape& shape, size_t k, Shape& prefix, int64_t a, int64_t b, std::vector<Box>& out) {
+  if (a == b) return;
+  const size_t n = shape.size();
+  auto whole_rows = [&](int64_t first_row, int64_t rows) {
+    Box box;
+    box.start = prefix;
+    box.count.assign(prefix.size(), 1);
+    box.start.push_back(first_row);
+    box.count.push_back(rows);
+    for (size_t d = k + 1; d < n; ++d) {
+      box.start.push_back(0);
+      box.count.push_back(shape[d]);
+    }
+    out.push_back(std::move(box));
+  };
+  if (k + 1 == n) {
+    whole_rows(a, b - a);
+    return;
+  }
+  int64_t row = 1;  // elements per index of dimension k
+  for (size_t d = k + 1; d < n; ++d) row *= shape[d];
+  int64_t ra = a / row;
+  const int64_t rb = b / row, oa = a % row, ob = b % row;
+  auto descend = [&](int64_t r, int64_t lo, int64_t hi) {
+    prefix.push_back(r);
+    add_boxes(shape, k + 1, prefix, lo, hi, out);
+    prefix.pop_back();
+  };
+  if (ra == rb) {  // inside one row (ob > oa)
+    descend(ra, oa, ob);
+    return;
+  }
+  if (oa != 0) descend(ra++, oa, row);
+  if (rb > ra) whole_rows(ra, rb - ra);
+  if (ob != 0) descend(rb, 0, ob);
+}
+
+}  // namespace
+
+std::vector<Box> element_range_boxes(const Shape& shape, int64_t first, int64_t count) {
+  const int64_t total = numel(shape);
+  TRIAD_CHECK(first >= 0 && count >= 0 && first <= total && count <= total - first,
+              "element range [" << first << ", " << first << " + " << count << ") is outside the " << total
+                                << " elements of shape " << shape_str(shape));
+  std::vector<Box> out;
+  if (count == 0) return out;
+  if (shape.empty()) {
+    out.push_back(Box{});
+    return out;
+  }
+  Shape prefix;
+  add_boxes(shape, 0, prefix, first, first + count, out);
+  return out;
+}
+
+// ---------------------------------------------------------------- HDF5 helpers
+
+namespace {
+
+// The innermost (most specific) message of HDF5's error stack, "function(): description";
+// clears the stack.
+std::string innermost_hdf5_message() {
+  std::string found;
+  auto walk = [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
+    auto* s = static_cast<std::string*>(data);
+    if (n == 0) *s = std::string(e->func_name ? e->func_name : "?") + "(): " + (e->desc ? e->desc : "");
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &found);
+  H5Eclear2(H5E_DEFAULT);
+  return found.empty() ? "(no HDF5 error message)" : found;
+}
+
+// HDF5 prints its error stack to stderr by default; triad reports errors as exceptions.
+// Set at every file start: HDF5 restores the default if the library is shut down and
+// started again (as at MPI_Finalize).
+void silence_hdf5() {
+  H5open();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+// An owned HDF5 identifier, closed by its close function. Closing errors of these
+// transient objects (spaces, types, property lists, datasets after reading) are ignored;
+// closes that can lose data are checked where they happen.
+class Hid {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Hid() = default;
+  Hid(hid_t id, Closer close) : id_(id), close_(close) {}
+  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), close_(o.close_) {}
+  Hid& operator=(Hid&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  ~Hid() { reset(); }
+  hid_t get() const { return id_; }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer close_ = nullptr;
+};
+
+// An IEEE-like little-endian float of `bytes` bytes: sign bit on top, then esize exponent
+// bits, then msize mantissa bits.
+struct FloatLayout {
+  size_t bytes, esize, msize, ebias;
+};
+constexpr FloatLayout kBf16{2, 8, 7, 127}, kF16{2, 5, 10, 15}, kF32{4, 8, 23, 127}, kF64{8, 11, 52, 1023};
+
+// What a dataset's or attribute's HDF5 type is, in words, for error messages.
+std::string describe_type(hid_t type) {
+  std::ostringstream os;
+  const size_t bytes = H5Tget_size(type);
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER:
+      os << (H5Tget_sign(type) == H5T_SGN_NONE ? "an unsigned " : "a signed ") << 8 * bytes << "-bit integer";
+      break;
+    case H5T_FLOAT: {
+      size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+      H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize);
+      os << "a " << 8 * bytes << "-bit float with " << esize << " exponent and " << msize << " mantissa bits";
+      break;
+    }
+    case H5T_STRING:
+      os << "a string";
+      break;
+    case H5T_COMPOUND:
+      os << "a compound type";
+      break;
+    case H5T_ENUM:
+      os << "an enum";
+      break;
+    case H5T_ARRAY:
+      os << "an array type";
+      break;
+    case H5T_VLEN:
+      os << "a variable-length sequence";
+      break;
+    default:
+      os << "an HDF5 type of class " << int(H5Tget_class(type));
+  }
+  return os.str();
+}
+
+bool float_has_layout(hid_t type, const FloatLayout& l) {
+  size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  if (H5Tget_size(type) != l.bytes || H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0) return false;
+  return H5Tget_precision(type) == 8 * l.bytes && H5Tget_offset(type) == 0 && spos == 8 * l.bytes - 1 &&
+         esize == l.esize && epos == l.msize && msize == l.msize && mpos == 0 && H5Tget_ebias(type) == l.ebias;
+}
+
+// triad's dtype of an HDF5 type; false when it is none of them. Byte order is free (HDF5
+// converts a big-endian file type on reading).
+bool dtype_of_h5(hid_t type, DType& out) {
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER: {
+      if (H5Tget_sign(type) != H5T_SGN_2) return false;
+      const size_t bytes = H5Tget_size(type);
+      if (bytes == 8) out = DType::i64;
+      if (bytes == 4) out = DType::i32;
+      if (bytes == 1) out = DType::i8;
+      return bytes == 8 || bytes == 4 || bytes == 1;
+    }
+    case H5T_FLOAT:
+      for (auto [layout, dt] : {std::pair{kF32, DType::f32}, std::pair{kF64, DType::f64}, std::pair{kBf16, DType::bf16},
+                                std::pair{kF16, DType::f16}}) {
+        if (float_has_layout(type, layout)) {
+          out = dt;
+          return true;
+        }
+      }
+      return false;
+    default:
+      return false;
+  }
+}
+
+// The path's components; Error unless it is absolute, without empty, "." or ".." parts.
+// "/" (no components) only when allow_root.
+std::vector<std::string> split_path(const std::string& file, const std::string& name, bool allow_root) {
+  bool ok = !name.empty() && name[0] == '/' && (allow_root || name != "/");
+  std::vector<std::string> parts;
+  if (ok && name != "/") {
+    size_t pos = 1;
+    while (ok) {
+      const size_t slash = name.find('/', pos);
+      std::string part = name.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+      ok = !part.empty() && part != "." && part != "..";
+      parts.push_back(std::move(part));
+      if (slash == std::string::npos) break;
+      pos = slash + 1;
+    }
+  }
+  TRIAD_CHECK(ok, "HDF5 file '" << file << "': '" << name
+                                << "' is not an absolute object path like \"/model/h.0.attn.weight\"");
+  return parts;
+}
+
+// A digest of a collective call's arguments, compared across ranks.
+class Digest {
+ public:
+  Digest& add(const std::string& s) {
+    add(int64_t(s.size()));
+    h_ = fnv1a64(s.data(), s.size(), h_);
+    return *this;
+  }
+  Digest& add(int64_t v) {
+    h_ = fnv1a64(&v, sizeof v, h_);
+    return *this;
+  }
+  Digest& add(const Shape& shape) {
+    add(int64_t(shape.size()));
+    for (int64_t d : shape) add(d);
+    return *this;
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = kFnvOffset;
+};
+
+// The MPI communicator behind a Communicator; MPI_COMM_NULL for a single process's.
+MPI_Comm mpi_comm_of(const parallel::Communicator& comm) {
+  if (auto* mpi = dynamic_cast<const parallel::MpiCommunicator*>(&comm))
+    return *static_cast<const MPI_Comm*>(mpi->native_handle());
+  if (auto* counting = dynamic_cast<const parallel::CountingCommunicator*>(&comm))
+    return mpi_comm_of(*counting->inner());
+  if (dynamic_cast<const parallel::SelfCommunicator*>(&comm)) return MPI_COMM_NULL;
+  TRIAD_CHECK(false, "H5File: parallel HDF5 needs an MPI communicator, got '" << comm.name() << "'");
+  return MPI_COMM_NULL;
+}
+
+bool mpi_usable() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+constexpr int64_t kDefaultMaxTransferBytes = int64_t(1) << 30;
+
+}  // namespace
+
+// ---------------------------------------------------------------- state
+
+// Checks an HDF5 return value (negative: failure) and throws Error naming the file, the
+// operation and object (`what`, streamed), file:line, the rank and HDF5's innermost message.
+#define TRIAD_H5(state, call, what)                         \
+  [&] {                                                     \
+    const auto triad_h5_rc_ = (call);                       \
+    if (triad_h5_rc_ < 0) {                                 \
+      std::ostringstream triad_h5_os_;                      \
+      triad_h5_os_ << what;                                 \
+      (state).fail(triad_h5_os_.str(), __FILE__, __LINE__); \
+    }                                                       \
+    return triad_h5_rc_;                                    \
+  }()
+
+namespace detail {
+
+struct H5State {
+  std::string path;
+  hid_t file = H5I_INVALID_HID;
+  bool writable = false;
+  MPI_Comm comm = MPI_COMM_NULL;  // our duplicate; parallel mode only
+  int rank = 0;
+  int64_t max_transfer_bytes = kDefaultMaxTransferBytes;
+  Hid dxpl;  // the transfer property list (collective in parallel mode)
+
+  bool parallel() const { return comm != MPI_COMM_NULL; }
+
+  [[noreturn]] void fail(const std::string& what, const char* src, int line) const {
+    const std::string hdf5 = innermost_hdf5_message();
+    const char* in_src = std::strstr(src, "/src/");  // io/h5file.cpp, not the build machine's path
+    std::ostringstream os;
+    os << "HDF5 file '" << path << "': " << what << " failed at " << (in_src ? in_src + 5 : src) << ":" << line;
+    if (parallel()) os << " (rank " << rank << ")";
+    os << ": " << hdf5;
+    throw Error(os.str());
+  }
+
+  void check_open(const char* op) const {
+    TRIAD_CHECK(file >= 0, "HDF5 file '" << path << "': " << op << " on a closed file");
+  }
+  void check_writable(const char* op) const {
+    check_open(op);
+    TRIAD_CHECK(writable, "HDF5 file '" << path << "': " << op << " on a file opened read-only");
+  }
+
+  // Parallel mode: the ranks compare `digest` and their local errors (one all-reduce) and
+  // return the largest `rounds`; every rank throws when any rank's error is set or the
+  // digests differ. Serial mode: throws the local error, returns rounds.
+  int64_t agree(const char* op, const std::string& object, uint64_t digest, const std::string& error,
+                int64_t rounds = 0) const {
+    if (!parallel()) {
+      if (!error.empty()) throw Error(error);
+      return rounds;
+    }
+    uint64_t v[4] = {digest, ~digest, error.empty() ? 0u : 1u, uint64_t(rounds)};
+    TRIAD_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
+    if (v[2] != 0) {
+      if (!error.empty()) throw Error(error + " (rank " + std::to_string(rank) + ")");
+      TRIAD_CHECK(false, "HDF5 file '" << path << "': " << op << " '" << object << "' failed on another rank (rank "
+                                       << rank << " waits for it)");
+    }
+    TRIAD_CHECK(v[0] == ~v[1], "HDF5 file '" << path << "': the ranks called " << op << " '" << object
+                                             << "' with different arguments (parallel files need the same calls "
+                                                "in the same order on every rank)");
+    return int64_t(v[3]);
+  }
+  void agree_on(const char* op, const std::string& object, Digest digest, const std::string& error = {}) const {
+    agree(op, object, digest.add(std::string(op)).add(object).value(), error);
+  }
+
+  // What `name` is in the file: none when absent (or a path through a dataset).
+  enum class Kind { none, group, dataset, other };
+  Kind kind(const std::string& name) const {
+    const auto parts = split_path(path, name, true);
+    std::string prefix;
+    Kind k = Kind::group;  // "/"
+    for (const auto& part : parts) {
+      if (k != Kind::group) return Kind::none;  // a path through a dataset
+      prefix += "/" + part;
+      const htri_t exists =
+          TRIAD_H5(*this, H5Lexists(file, prefix.c_str(), H5P_DEFAULT), "looking up '" << prefix << "'");
+      if (exists == 0) return Kind::none;
+      Hid obj(TRIAD_H5(*this, H5Oopen(file, prefix.c_str(), H5P_DEFAULT), "opening object '" << prefix << "'"),
+              H5Oclose);
+      const H5I_type_t type = H5Iget_type(obj.get());
+      k = type == H5I_GROUP ? Kind::group : type == H5I_DATASET ? Kind::dataset : Kind::other;
+    }
+    return k;
+  }
+
+  Hid open_dataset(const std::string& name, const char* op) const {
+    split_path(path, name, false);
+    const hid_t d = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+    if (d < 0) {
+      innermost_hdf5_message();  // clears the stack
+      const Kind k = kind(name);
+      TRIAD_CHECK(k != Kind::none, "HDF5 file '" << path << "': " << op << ": no dataset '" << name << "'");
+      TRIAD_CHECK(false, "HDF5 file '" << path << "': " << op << ": '" << name << "' is not a dataset");
+    }
+    return Hid(d, H5Dclose);
+  }
+
+  Hid open_object(const std::string& object, const char* op) const {
+    split_path(path, object, true);
+    const hid_t o = H5Oopen(file, object.c_str(), H5P_DEFAULT);
+    if (o < 0) {
+      innermost_hdf5_message();
+      TRIAD_CHECK(false, "HDF5 file '" << path << "': " << op << ": no group or dataset '" << object << "'");
+    }
+    return Hid(o, H5Oclose);
+  }
+
+  // A new HDF5 type for `dt` (the file's and memory's: transfers never convert).
+  Hid make_type(DType dt) const {
+    auto copy = [&](hid_t t) {
+      return Hid(TRIAD_H5(*this, H5Tcopy(t), "copying a type for " << dtype_name(dt)), H5Tclose);
+    };
+    auto custom = [&](const FloatLayout& l) {
+      Hid t = copy(H5T_IEEE_F32LE);
+      const size_t bits = 8 * l.bytes;
+      TRIAD_H5(*this, H5Tset_fields(t.get(), bits - 1, l.msize, l.esize, 0, l.msize),
+               "defining the " << dtype_name(dt) << " type");
+      TRIAD_H5(*this, H5Tset_precision(t.get(), bits), "defining the " << dtype_name(dt) << " type");
+      TRIAD_H5(*this, H5Tset_size(t.get(), l.bytes), "defining the " << dtype_name(dt) << " type");
+      TRIAD_H5(*this, H5Tset_ebias(t.get(), l.ebias), "defining the " << dtype_name(dt) << " type");
+      return t;
+    };
+    (void)custom;  // unused where HDF5 has both 16-bit types
+    switch (dt) {
+      case DType::f32:
+        return copy(H5T_NATIVE_FLOAT);
+      case DType::f64:
+        return copy(H5T_NATIVE_DOUBLE);
+      case DType::i64:
+        return copy(H5T_NATIVE_INT64);
+      case DType::i32:
+        return copy(H5T_NATIVE_INT32);
+      case DType::i8:
+        return copy(H5T_NATIVE_INT8);
+      // HDF5's own 16-bit float types where it has them (the same bits on disk; they are
+      // little-endian file types, and triad's tensors are little-endian).
+      case DType::bf16:
+#ifdef H5T_FLOAT_BFLOAT16LE  // HDF5 2.0
+        return copy(H5T_FLOAT_BFLOAT16LE);
+#else
+        return custom(kBf16);
+#endif
+      case DType::f16:
+#ifdef H5T_IEEE_F16LE  // HDF5 1.14.4
+        return copy(H5T_IEEE_F16LE);
+#else
+        return custom(kF16);
+#endif
+    }
+    TRIAD_ASSERT(false);
+    return Hid();
+  }
+
+  DType dataset_dtype(hid_t dset, const std::string& name) const {
+    Hid type(TRIAD_H5(*this, H5Dget_type(dset), "reading the type of dataset '" << name << "'"), H5Tclose);
+    DType dt = DType::f32;
+    TRIAD_CHECK(dtype_of_h5(type.get(), dt), "HDF5 file '" << path << "': dataset '" << name << "' holds "
+                                                           << describe_type(type.get())
+                                                           << ", which is none of f32, f64, bf16, f16, i64, i32, i8");
+    return dt;
+  }
+
+  Shape dataset_shape(hid_t dset, const std::string& name) const {
+    Hid space(TRIAD_H5(*this, H5Dget_space(dset), "reading the shape of dataset '" << name << "'"), H5Sclose);
+    const H5S_class_t cls = H5Sget_simple_extent_type(space.get());
+    TRIAD_CHECK(cls == H5S_SCALAR || cls == H5S_SIMPLE,
+                "HDF5 file '" << path << "': dataset '" << name << "' has no elements (a null dataspace)");
+    if (cls == H5S_SCALAR) return {};
+    const int n =
+        TRIAD_H5(*this, H5Sget_simple_extent_ndims(space.get()), "reading the shape of dataset '" << name << "'");
+    std::vector<hsize_t> dims(size_t(n) + 1);
+    TRIAD_H5(*this, H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr),
+             "reading the shape of dataset '" << name << "'");
+    return Shape(dims.begin(), dims.begin() + n);
+  }
+
+  // The elements [first, first + count) of the dataset `space` (its shape) selected.
+  void select_range(hid_t space, const Shape& shape, int64_t first, int64_t count, const std::string& name) const {
+    const auto what = [&] { return "selecting elements of dataset '" + name + "'"; };
+    if (count == 0) {
+      TRIAD_H5(*this, H5Sselect_none(space), what());
+      return;
+    }
+    bool first_box = true;
+    for (const Box& box : element_range_boxes(shape, first, count)) {
+      if (box.start.empty()) {  // 0-d
+        TRIAD_H5(*this, H5Sselect_all(space), what());
+        continue;
+      }
+      const std::vector<hsize_t> start(box.start.begin(), box.start.end()), extent(box.count.begin(), box.count.end());
+      TRIAD_H5(*this,
+               H5Sselect_hyperslab(space, first_box ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                                   extent.data(), nullptr),
+               what());
+      first_box = false;
+    }
+  }
+
+  void transfer(bool write, const std::string& name, int64_t first, const Tensor& t) const {
+    const char* op = write ? "write_range" : "read_range";
+    write ? check_writable(op) : check_open(op);
+    std::ostringstream local;
+    if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous())
+      local << "HDF5 file '" << path << "': " << op << " '" << name << "': expected a contiguous CPU tensor, got "
+            << (t.defined() ? t.str() : "an undefined tensor");
+    agree_on(op, name, Digest(), local.str());
+
+    Hid dset = open_dataset(name, op);
+    const DType dt = dataset_dtype(dset.get(), name);
+    const Shape shape = dataset_shape(dset.get(), name);
+    const int64_t count = t.numel(), total = numel(shape);
+    if (t.dtype() != dt)
+      local << "HDF5 file '" << path << "': " << op << " '" << name << "': the dataset holds " << dtype_name(dt)
+            << ", the tensor " << dtype_name(t.dtype());
+    else if (first < 0 || first > total || count > total - first)
+      local << "HDF5 file '" << path << "': " << op << " '" << name << "': elements [" << first << ", " << first + count
+            << ") are outside the dataset's " << total << " elements (shape " << shape_str(shape) << ")";
+    const int64_t esize = int64_t(element_size(dt));
+    const int64_t per_round = std::max<int64_t>(1, max_transfer_bytes / esize);
+    const int64_t rounds = agree(op, name, Digest().add(std::string(op)).add(name).add(int64_t(dt)).add(shape).value(),
+                                 local.str(), (count + per_round - 1) / per_round);
+
+    const Hid type = make_type(dt);
+    auto* bytes = static_cast<unsigned char*>(t.raw_data());
+    unsigned char dummy = 0;  // the buffer of an empty transfer
+    for (int64_t r = 0; r < rounds; ++r) {
+      const int64_t lo = std::min(count, r * per_round), n = std::min(count, lo + per_round) - lo;
+      Hid fspace(TRIAD_H5(*this, H5Dget_space(dset.get()), "reading the shape of dataset '" << name << "'"), H5Sclose);
+      select_range(fspace.get(), shape, first + lo, n, name);
+      const hsize_t mdim = hsize_t(std::max<int64_t>(n, 1));
+      Hid mspace(TRIAD_H5(*this, H5Screate_simple(1, &mdim, nullptr), "creating a memory dataspace"), H5Sclose);
+      if (n == 0) TRIAD_H5(*this, H5Sselect_none(mspace.get()), "creating a memory dataspace");
+      unsigned char* buf = n == 0 ? &dummy : bytes + lo * esize;
+      if (write)
+        TRIAD_H5(*this, H5Dwrite(dset.get(), type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
+                 "writing elements [" << first + lo << ", " << first + lo + n << ") of dataset '" << name << "'");
+      else
+        TRIAD_H5(*this, H5Dread(dset.get(), type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
+                 "reading elements [" << first + lo << ", " << first + lo + n << ") of dataset '" << name << "'");
+    }
+    TRIAD_H5(*this, H5Dclose(dset.release()), "closing dataset '" << name << "'");
+  }
+
+  // ---- attributes
+
+  void set_attr(const std::string& object, const std::string& key, hid_t type, const void* value, Digest digest) {
+    check_writable("set_attr");
+    std::string error;
+    if (key.empty()) error = "HDF5 file '" + path + "': set_attr on '" + object + "': empty attribute name";
+    agree_on("set_attr", object + "@" + key, digest, error);
+    Hid obj = open_object(object, "set_attr");
+    const std::string what = "attribute '" + key + "' of '" + object + "'";
+    if (TRIAD_H5(*this, H5Aexists(obj.get(), key.c_str()), "looking up " << what) > 0)
+      TRIAD_H5(*this, H5Adelete(obj.get(), key.c_str()), "replacing " << what);
+    Hid space(TRIAD_H5(*this, H5Screate(H5S_SCALAR), "creating the dataspace of " << what), H5Sclose);
+    Hid attr(TRIAD_H5(*this, H5Acreate2(obj.get(), key.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                      "creating " << what),
+             H5Aclose);
+    TRIAD_H5(*this, H5Awrite(attr.get(), type, value), "writing " << what);
+    TRIAD_H5(*this, H5Aclose(attr.release()), "closing " << what);
+  }
+
+  // The attribute, checked to hold one value; `type` receives its file type.
+  Hid open_attr(const std::string& object, const std::string& key, const char* op, Hid& type) const {
+    check_open(op);
+    agree_on(op, object + "@" + key, Digest());
+    Hid obj = open_object(object, op);
+    const htri_t exists = TRIAD_H5(*this, H5Aexists(obj.get(), key.c_str()),
+                                   "looking up attribute '" << key << "' of '" << object << "'");
+    TRIAD_CHECK(exists > 0,
+                "HDF5 file '" << path << "': " << op << ": '" << object << "' has no attribute '" << key << "'");
+    const std::string what = "attribute '" + key + "' of '" + object + "'";
+    Hid attr(TRIAD_H5(*this, H5Aopen(obj.get(), key.c_str(), H5P_DEFAULT), "opening " << what), H5Aclose);
+    type = Hid(TRIAD_H5(*this, H5Aget_type(attr.get()), "reading the type of " << what), H5Tclose);
+    Hid space(TRIAD_H5(*this, H5Aget_space(attr.get()), "reading the dataspace of " << what), H5Sclose);
+    const hssize_t points =
+        TRIAD_H5(*this, H5Sget_simple_extent_npoints(space.get()), "reading the dataspace of " << what);
+    TRIAD_CHECK(points == 1, "HDF5 file '" << path << "': " << what << " holds " << points << " values, expected one");
+    return attr;
+  }
+
+  template <class T>
+  T get_number(const std::string& object, const std::string& key, const char* op, H5T_class_t cls, H5T_sign_t sign,
+               hid_t mem_type, const char* expected) const {
+    Hid type;
+    Hid attr = open_attr(object, key, op, type);
+    const bool ok = H5Tget_class(type.get()) == cls && H5Tget_size(type.get()) <= 8 &&
+                    (cls != H5T_INTEGER || H5Tget_sign(type.get()) == sign);
+    TRIAD_CHECK(ok, "HDF5 file '" << path << "': attribute '" << key << "' of '" << object << "' holds "
+                                  << describe_type(type.get()) << ", expected " << expected);
+    T value{};
+    TRIAD_H5(*this, H5Aread(attr.get(), mem_type, &value), "reading attribute '" << key << "' of '" << object << "'");
+    return value;
+  }
+
+  void collect_datasets(hid_t group, const std::string& prefix, std::vector<std::string>& out) const {
+    H5G_info_t info;
+    TRIAD_H5(*this, H5Gget_info(group, &info), "listing group '" << (prefix.empty() ? "/" : prefix) << "'");
+    for (hsize_t i = 0; i < info.nlinks; ++i) {
+      const auto what = [&] { return "listing group '" + (prefix.empty() ? std::string("/") : prefix) + "'"; };
+      const ssize_t len = TRIAD_H5(
+          *this, H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT), what());
+      std::string link(size_t(len) + 1, '\0');
+      TRIAD_H5(*this,
+               H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, link.data(), link.size(), H5P_DEFAULT),
+               what());
+      link.resize(size_t(len));
+      const std::string full = prefix + "/" + link;
+      Hid obj(TRIAD_H5(*this, H5Oopen(group, link.c_str(), H5P_DEFAULT), "opening object '" << full << "'"), H5Oclose);
+      const H5I_type_t type = H5Iget_type(obj.get());
+      if (type == H5I_DATASET) out.push_back(full);
+      if (type == H5I_GROUP) collect_datasets(obj.get(), full, out);
+    }
+  }
+
+  // Frees our communicator (unless MPI is gone).
+  void free_comm() {
+    if (comm != MPI_COMM_NULL && mpi_usable()) MPI_Comm_free(&comm);
+    comm = MPI_COMM_NULL;
+  }
+  ~H5State() { free_comm(); }
+};
+
+}  // namespace detail
+
+using detail::H5State;
+
+// ---------------------------------------------------------------- H5File
+
+namespace {
+
+enum class Start { create, open_read, open_write };
+
+std::unique_ptr<H5State> start_file(const std::string& path, MPI_Comm parent, Start how) {
+  silence_hdf5();
+  auto state = std::make_unique<H5State>();
+  H5State& s = *state;
+  s.path = path;
+  s.writable = how != Start::open_read;
+  const char* op = how == Start::create ? "creating the file" : "opening the file";
+  if (parent != MPI_COMM_NULL) {
+    TRIAD_CHECK(mpi_usable(), "HDF5 file '" << path << "': a parallel file needs MPI to be initialized");
+    TRIAD_MPI(MPI_Comm_dup(parent, &s.comm), "MPI_Comm_dup");
+    TRIAD_MPI(MPI_Comm_rank(s.comm, &s.rank), "MPI_Comm_rank");
+    s.agree(how == Start::create ? "create" : "open", path, Digest().add(path).add(int64_t(how)).value(), "");
+  }
+  Hid fapl(TRIAD_H5(s, H5Pcreate(H5P_FILE_ACCESS), op), H5Pclose);
+  // The 1.8 object formats at least: attributes larger than 64 KiB (dense storage).
+  TRIAD_H5(s, H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), op);
+  s.dxpl = Hid(TRIAD_H5(s, H5Pcreate(H5P_DATASET_XFER), op), H5Pclose);
+  if (s.parallel()) {
+    TRIAD_H5(s, H5Pset_fapl_mpio(fapl.get(), s.comm, MPI_INFO_NULL), op);
+    TRIAD_H5(s, H5Pset_all_coll_metadata_ops(fapl.get(), true), op);
+    TRIAD_H5(s, H5Pset_coll_metadata_write(fapl.get(), true), op);
+    TRIAD_H5(s, H5Pset_dxpl_mpio(s.dxpl.get(), H5FD_MPIO_COLLECTIVE), op);
+  } else {
+    TRIAD_H5(s, H5Pset_fapl_sec2(fapl.get()), op);
+    // Lock (HDF5's default) but go on where the file system has no locks (some NFS, Lustre).
+    TRIAD_H5(s, H5Pset_file_locking(fapl.get(), true, true), op);
+  }
+  if (how == Start::create)
+    s.file = TRIAD_H5(s, H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), op);
+  else
+    s.file =
+        TRIAD_H5(s, H5Fopen(path.c_str(), how == Start::open_write ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()), op);
+  return state;
+}
+
+}  // namespace
+
+H5File::H5File(std::unique_ptr<H5State> state) : s_(std::move(state)) {}
+H5File::H5File(H5File&& other) noexcept = default;
+H5File& H5File::operator=(H5File&& other) noexcept {
+  if (this != &other) {
+    H5File old(std::move(*this));  // closed as by the destructor
+    s_ = std::move(other.s_);
+  }
+  return *this;
+}
+
+H5File::~H5File() {
+  if (!s_ || s_->file < 0) return;
+  // Closing a parallel file is collective: while an exception unwinds the stack on this
+  // rank alone, the others may never join, so the file is abandoned (as MPI's Work is).
+  if (s_->parallel() && (std::uncaught_exceptions() > 0 || !mpi_usable())) {
+    s_->file = H5I_INVALID_HID;
+    s_->comm = MPI_COMM_NULL;  // its duplicate stays with the abandoned file
+    return;
+  }
+  if (H5Fclose(std::exchange(s_->file, H5I_INVALID_HID)) < 0) innermost_hdf5_message();
+}
+
+const H5State& H5File::state() const {
+  TRIAD_CHECK(s_ != nullptr, "use of a moved-from H5File");
+  return *s_;
+}
+H5State& H5File::state() {
+  TRIAD_CHECK(s_ != nullptr, "use of a moved-from H5File");
+  return *s_;
+}
+
+H5File H5File::create(const std::string& path) { return H5File(start_file(path, MPI_COMM_NULL, Start::create)); }
+H5File H5File::create(const std::string& path, const parallel::Communicator& comm) {
+  return H5File(start_file(path, mpi_comm_of(comm), Start::create));
+}
+H5File H5File::open(const std::string& path, H5Access access) {
+  return H5File(start_file(path, MPI_COMM_NULL, access == H5Access::read_write ? Start::open_write : Start::open_read));
+}
+H5File H5File::open(const std::string& path, const parallel::Communicator& comm, H5Access access) {
+  return H5File(
+      start_file(path, mpi_comm_of(comm), access == H5Access::read_write ? Start::open_write : Start::open_read));
+}
+
+const std::string& H5File::path() const { return state().path; }
+bool H5File::is_open() const { return s_ && s_->file >= 0; }
+bool H5File::is_parallel() const { return state().parallel(); }
+bool H5File::is_writable() const { return state().writable; }
+
+void H5File::create_dataset(const std::string& name, DType dtype, const Shape& shape) {
+  H5State& s = state();
+  s.check_writable("create_dataset");
+  std::string error;
+  try {
+    split_path(s.path, name, false);
+    TRIAD_CHECK(shape.size() <= H5S_MAX_RANK, "HDF5 file '" << s.path << "': create_dataset '" << name << "': "
+                                                            << shape.size() << " dimensions, at most " << H5S_MAX_RANK);
+    for (int64_t d : shape)
+      TRIAD_CHECK(d >= 0, "HDF5 file '" << s.path << "': create_dataset '" << name << "': negative dimension in shape "
+                                        << shape_str(shape));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  s.agree_on("create_dataset", name, Digest().add(int64_t(dtype)).add(shape), error);
+  const std::string what = "dataset '" + name + "' " + dtype_name(dtype) + " " + shape_str(shape);
+  const Hid type = s.make_type(dtype);
+  Hid space;
+  if (shape.empty()) {
+    space = Hid(TRIAD_H5(s, H5Screate(H5S_SCALAR), "creating the dataspace of " << what), H5Sclose);
+  } else {
+    const std::vector<hsize_t> dims(shape.begin(), shape.end());
+    space =
+        Hid(TRIAD_H5(s, H5Screate_simple(int(dims.size()), dims.data(), nullptr), "creating the dataspace of " << what),
+            H5Sclose);
+  }
+  Hid lcpl(TRIAD_H5(s, H5Pcreate(H5P_LINK_CREATE), "creating " << what), H5Pclose);
+  TRIAD_H5(s, H5Pset_create_intermediate_group(lcpl.get(), 1), "creating " << what);
+  Hid dcpl(TRIAD_H5(s, H5Pcreate(H5P_DATASET_CREATE), "creating " << what), H5Pclose);
+  TRIAD_H5(s, H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "creating " << what);
+  TRIAD_H5(s, H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "creating " << what);
+  const hid_t d =
+      TRIAD_H5(s, H5Dcreate2(s.file, name.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+               "creating " << what);
+  TRIAD_H5(s, H5Dclose(d), "closing " << what);
+}
+
+void H5File::create_group(const std::string& name) {
+  H5State& s = state();
+  s.check_writable("create_group");
+  std::string error;
+  try {
+    split_path(s.path, name, false);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  s.agree_on("create_group", name, Digest(), error);
+  const auto k = s.kind(name);
+  if (k == H5State::Kind::group) return;
+  TRIAD_CHECK(k == H5State::Kind::none,
+              "HDF5 file '" << s.path << "': create_group: '" << name << "' exists and is not a group");
+  Hid lcpl(TRIAD_H5(s, H5Pcreate(H5P_LINK_CREATE), "creating group '" << name << "'"), H5Pclose);
+  TRIAD_H5(s, H5Pset_create_intermediate_group(lcpl.get(), 1), "creating group '" << name << "'");
+  const hid_t g = TRIAD_H5(s, H5Gcreate2(s.file, name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+                           "creating group '" << name << "'");
+  TRIAD_H5(s, H5Gclose(g), "closing group '" << name << "'");
+}
+
+bool H5File::has(const std::string& name) const {
+  const H5State& s = state();
+  s.check_open("has");
+  s.agree_on("has", name, Digest());
+  return s.kind(name) == H5State::Kind::dataset;
+}
+
+bool H5File::has_group(const std::string& name) const {
+  const H5State& s = state();
+  s.check_open("has_group");
+  s.agree_on("has_group", name, Digest());
+  return s.kind(name) == H5State::Kind::group;
+}
+
+Shape H5File::shape(const std::string& name) const {
+  const H5State& s = state();
+  s.check_open("shape");
+  s.agree_on("shape", name, Digest());
+  return s.dataset_shape(s.open_dataset(name, "shape").get(), name);
+}
+
+DType H5File::dtype(const std::string& name) const {
+  const H5State& s = state();
+  s.check_open("dtype");
+  s.agree_on("dtype", name, Digest());
+  return s.dataset_dtype(s.open_dataset(name, "dtype").get(), name);
+}
+
+std::vector<std::string> H5File::list_datasets() const {
+  const H5State& s = state();
+  s.check_open("list_datasets");
+  s.agree_on("list_datasets", "/", Digest());
+  std::vector<std::string> out;
+  s.collect_datasets(s.file, "", out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void H5File::write_range(const std::string& name, int64_t first, const Tensor& data) {
+  state().transfer(true, name, first, data);
+}
+
+void H5File::read_range(const std::string& name, int64_t first, const Tensor& out) const {
+  state().transfer(false, name, first, out);
+}
+
+Tensor H5File::read(const std::string& name) const {
+  Tensor t = Tensor::empty(shape(name), dtype(name));
+  read_range(name, 0, t);
+  return t;
+}
+
+void H5File::set_max_transfer_bytes(int64_t bytes) {
+  TRIAD_CHECK(bytes > 0, "H5File::set_max_transfer_bytes: expected a positive byte count, got " << bytes);
+  state().max_transfer_bytes = bytes;
+}
+int64_t H5File::max_transfer_bytes() const { return state().max_transfer_bytes; }
+
+void H5File::set_attr_string(const std::string& object, const std::string& key, const std::string& value) {
+  H5State& s = state();
+  TRIAD_CHECK(value.find('\0') == std::string::npos, "HDF5 file '" << s.path << "': string attribute '" << key
+                                                                   << "' of '" << object << "' contains a NUL byte");
+  Hid type(TRIAD_H5(s, H5Tcopy(H5T_C_S1), "making a string type"), H5Tclose);
+  TRIAD_H5(s, H5Tset_size(type.get(), value.size() + 1), "making a string type");
+  TRIAD_H5(s, H5Tset_strpad(type.get(), H5T_STR_NULLTERM), "making a string type");
+  TRIAD_H5(s, H5Tset_cset(type.get(), H5T_CSET_UTF8), "making a string type");
+  s.set_attr(object, key, type.get(), value.c_str(), Digest().add(std::string("string")).add(value));
+}
+
+void H5File::set_attr_int64(const std::string& object, const std::string& key, int64_t value) {
+  state().set_attr(object, key, H5T_NATIVE_INT64, &value, Digest().add(std::string("int64")).add(value));
+}
+
+void H5File::set_attr_uint64(const std::string& object, const std::string& key, uint64_t value) {
+  state().set_attr(object, key, H5T_NATIVE_UINT64, &value, Digest().add(std::string("uint64")).add(int64_t(value)));
+}
+
+void H5File::set_attr_double(const std::string& object, const std::string& key, double value) {
+  int64_t bits;
+  std::memcpy(&bits, &value, 8);
+  state().set_attr(object, key, H5T_NATIVE_DOUBLE, &value, Digest().add(std::string("double")).add(bits));
+}
+
+std::string H5File::get_attr_string(const std::string& object, const std::string& key) const {
+  const H5State& s = state();
+  Hid type;
+  Hid attr = s.open_attr(object, key, "get_attr_string", type);
+  const std::string what = "attribute '" + key + "' of '" + object + "'";
+  TRIAD_CHECK(H5Tget_class(type.get()) == H5T_STRING, "HDF5 file '" << s.path << "': " << what << " holds "
+                                                                    << describe_type(type.get())
+                                                                    << ", expected a string");
+  const htri_t variable = TRIAD_H5(s, H5Tis_variable_str(type.get()), "reading the type of " << what);
+  if (variable > 0) {
+    Hid mem(TRIAD_H5(s, H5Tcopy(H5T_C_S1), "reading " << what), H5Tclose);
+    TRIAD_H5(s, H5Tset_size(mem.get(), H5T_VARIABLE), "reading " << what);
+    TRIAD_H5(s, H5Tset_cset(mem.get(), H5Tget_cset(type.get())), "reading " << what);
+    char* p = nullptr;
+    TRIAD_H5(s, H5Aread(attr.get(), mem.get(), &p), "reading " << what);
+    std::string value = p ? p : "";
+    H5free_memory(p);
+    return value;
+  }
+  const size_t size = H5Tget_size(type.get());
+  std::string value(size, '\0');
+  Hid mem(TRIAD_H5(s, H5Tget_native_type(type.get(), H5T_DIR_DEFAULT), "reading " << what), H5Tclose);
+  TRIAD_H5(s, H5Aread(attr.get(), mem.get(), value.data()), "reading " << what);
+  value.resize(std::min(value.find('\0'), value.size()));
+  if (H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD) value.erase(value.find_last_not_of(' ') + 1);
+  return value;
+}
+
+int64_t H5File::get_attr_int64(const std::string& object, const std::string& key) const {
+  return state().get_number<int64_t>(object, key, "get_attr_int64", H5T_INTEGER, H5T_SGN_2, H5T_NATIVE_INT64,
+                                     "a signed integer");
+}
+
+uint64_t H5File::get_attr_uint64(const std::string& object, const std::string& key) const {
+  return state().get_number<uint64_t>(object, key, "get_attr_uint64", H5T_INTEGER, H5T_SGN_NONE, H5T_NATIVE_UINT64,
+                                      "an unsigned integer");
+}
+
+double H5File::get_attr_double(const std::string& object, const std::string& key) const {
+  return state().get_number<double>(object, key, "get_attr_double", H5T_FLOAT, H5T_SGN_ERROR, H5T_NATIVE_DOUBLE,
+                                    "a float");
+}
+
+bool H5File::has_attr(const std::string& object, const std::string& key) const {
+  const H5State& s = state();
+  s.check_open("has_attr");
+  s.agree_on("has_attr", object + "@" + key, Digest());
+  Hid obj = s.open_object(object, "has_attr");
+  return TRIAD_H5(s, H5Aexists(obj.get(), key.c_str()), "looking up attribute '" << key << "' of '" << object << "'") >
+         0;
+}
+
+AttrType H5File::attr_type(const std::string& object, const std::string& key) const {
+  const H5State& s = state();
+  Hid type;
+  s.open_attr(object, key, "attr_type", type);
+  switch (H5Tget_class(type.get())) {
+    case H5T_STRING:
+      return AttrType::string;
+    case H5T_INTEGER:
+      return H5Tget_sign(type.get()) == H5T_SGN_NONE ? AttrType::uint64 : AttrType::int64;
+    case H5T_FLOAT:
+      return AttrType::f64;
+    default:
+      TRIAD_CHECK(false, "HDF5 file '" << s.path << "': attribute '" << key << "' of '" << object << "' holds "
+                                       << describe_type(type.get()) << ", not a string or number");
+  }
+  return AttrType::string;
+}
+
+std::vector<std::string> H5File::list_attrs(const std::string& object) const {
+  const H5State& s = state();
+  s.check_open("list_attrs");
+  s.agree_on("list_attrs", object, Digest());
+  Hid obj = s.open_object(object, "list_attrs");
+  std::vector<std::string> names;
+  auto add = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->push_back(name);
+    return 0;
+  };
+  TRIAD_H5(s, H5Aiterate2(obj.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, add, &names),
+           "listing the attributes of '" << object << "'");
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void H5File::flush() {
+  H5State& s = state();
+  s.check_open("flush");
+  TRIAD_H5(s, H5Fflush(s.file, H5F_SCOPE_GLOBAL), "flushing");
+}
+
+void H5File::close() {
+  if (!s_ || s_->file < 0) return;
+  H5State& s = *s_;
+  s.dxpl.reset();
+  const herr_t rc = H5Fclose(std::exchange(s.file, H5I_INVALID_HID));
+  s.free_comm();
+  if (rc < 0) {
+    const std::string hdf5 = innermost_hdf5_message();
+    TRIAD_CHECK(false, "HDF5 file '" << s.path << "': closing the file failed: " << hdf5);
+  }
+}
+
+}  // namespace triad::io
