@@ -24,10 +24,11 @@
 //   or dataset.
 // - Dataset dtypes map to HDF5 types: f32, f64 (IEEE little-endian), i64, i32, i8 (signed
 //   integers), f16 (IEEE binary16: 1 sign, 5 exponent, 10 mantissa bits, bias 15) and
-//   bf16 (1 sign, 8 exponent, 7 mantissa bits, bias 127: a custom HDF5 float type, which
-//   h5dump and h5py display as floats). Reading recognises each of these from the file's
-//   type; any other type throws Error naming it. Transfers never convert: the tensor's
-//   dtype must be the dataset's.
+//   bf16 (1 sign, 8 exponent, 7 mantissa bits, bias 127), both HDF5 float types built
+//   field by field where the installed HDF5 lacks predefined ones (h5dump prints their
+//   values as numbers). Reading recognises each of these from the file's type (class,
+//   size, bit fields, exponent bias; either byte order); any other type throws Error
+//   naming it. Transfers never convert: the tensor's dtype must be the dataset's.
 // - Storage is contiguous and unfilled: elements never written read back unspecified
 //   (creating a multi-GB dataset costs no I/O).
 // - Every HDF5 and MPI return code is checked. HDF5's own error printing is off; a failure
