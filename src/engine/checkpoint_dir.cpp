@@ -16,6 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::regex kCheckpointName(R"(step-(\d+)\.h5)");
+const std::regex kInterruptedSave(R"(step-\d+\.h5\.tmp)");
 
 // Runs `action` on rank 0 and makes its failure every rank's failure (one Error each).
 template <typename Action>
@@ -69,6 +70,9 @@ std::string save_to_dir(const std::string& dir, int64_t keep, Engine& engine, pa
   on_leader(dp, "updating latest", [&] {
     const std::string line = name + "\n";
     io::write_file_atomically((fs::path(dir) / "latest").string(), {{line.data(), line.size()}}, "checkpoint pointer");
+    // What saves killed midway left behind (no other save runs now).
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (std::regex_match(entry.path().filename().string(), kInterruptedSave)) fs::remove(entry.path());
     if (keep <= 0) return;
     const std::vector<std::string> all = checkpoints_newest_first(dir);
     for (size_t i = size_t(keep); i < all.size(); ++i)

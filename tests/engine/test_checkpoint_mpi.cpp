@@ -8,6 +8,7 @@
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
 #include "engine/trainer.h"
+#include "io/h5file.h"
 #include "io/token_file.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
@@ -112,6 +113,18 @@ BOOST_AUTO_TEST_CASE(a_stage_3_checkpoint_resumes_on_fewer_ranks_at_other_stages
     BOOST_TEST(s.layout["dp"] == n);
     BOOST_TEST(s.layout["zero_stage"] == 3);
     BOOST_TEST(engine::failed_checksums(saved).empty());
+    // Damage: one flipped byte inside the stored moments of the position embedding.
+    const Tensor values = io::H5File::open(saved).read("/optim/wpe.weight/exp_avg");
+    std::string bytes = test::read_bytes(saved);
+    const size_t at = bytes.find(std::string(static_cast<const char*>(values.raw_data()), 64));
+    BOOST_TEST_REQUIRE(at != std::string::npos);
+    bytes[at + 9] ^= 0x01;
+    test::write_bytes(saved, bytes);
   }
+  world->barrier();
+  // Every rank stops with the same error naming the file and the dataset; none hangs.
+  const std::string m = test::error_message([&] { run(config_json(folder, 2), {.resume = saved}, world); });
+  BOOST_TEST(m.find(saved) != std::string::npos, m);
+  BOOST_TEST(m.find("/optim/wpe.weight/exp_avg fails its checksum") != std::string::npos, m);
   world->barrier();
 }
