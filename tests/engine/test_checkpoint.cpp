@@ -3,7 +3,6 @@
 // dataset, with --resume auto falling back to the newest checkpoint that loads.
 #define BOOST_TEST_MODULE checkpoint
 #include <boost/test/unit_test.hpp>
-#include <fstream>
 
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
@@ -12,6 +11,7 @@
 #include "io/token_file.h"
 #include "support/check.h"
 #include "support/files.h"
+#include "support/training.h"
 #include "triad.h"
 
 using namespace triad;
@@ -28,25 +28,14 @@ std::string write_tokens(const TempDir& dir) {
 }
 
 nlohmann::json tiny_config(const std::string& corpus, int64_t steps) {
-  return {{"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 32}, {"seq_len", 16}, {"vocab_size", 32}}},
-          {"data", {{"corpus", corpus}, {"val_fraction", 0.1}}},
-          {"train_batch_size", 8},
-          {"train_micro_batch_size_per_gpu", 4},
-          {"steps", steps},
-          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
-          {"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 4}, {"total_num_steps", 20}}}}},
-          {"gradient_clipping", 1.0},
-          {"eval_iters", 2},
-          {"log_interval", 100},
-          {"seed", 7}};
-}
-
-std::vector<double> losses_in(const std::string& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return out;
+  nlohmann::json j = test::small_gpt_config(corpus, steps);
+  j["model"]["d_model"] = 32;
+  j["model"]["vocab_size"] = 32;
+  j["train_batch_size"] = 8;
+  j["train_micro_batch_size_per_gpu"] = 4;
+  j["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 4}, {"total_num_steps", 20}}}};
+  j["seed"] = 7;
+  return j;
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -98,8 +87,8 @@ BOOST_AUTO_TEST_CASE(resuming_continues_the_run_bit_for_bit) {
       j["steps"] = 20;
       train(j, {.metrics_path = dir.file("resumed.jsonl"), .resume = "auto"});
 
-      const std::vector<double> straight = losses_in(dir.file("straight.jsonl"));
-      const std::vector<double> resumed = losses_in(dir.file("resumed.jsonl"));
+      const std::vector<double> straight = test::metric_losses(dir.file("straight.jsonl"));
+      const std::vector<double> resumed = test::metric_losses(dir.file("resumed.jsonl"));
       BOOST_TEST_REQUIRE(resumed.size() == 20u);
       for (size_t i = 0; i < straight.size(); ++i) BOOST_TEST(resumed[i] == straight[i], "step " << i + 1);
       const auto a = engine::load_model(dir.file("straight/model.h5")).model->named_parameters();
@@ -196,14 +185,14 @@ BOOST_AUTO_TEST_CASE(resume_auto_falls_back_to_the_newest_checkpoint_that_loads)
   nlohmann::json j = tiny_config(dir.file("tokens.bin"), 12);
   j["checkpoint"] = {{"dir", ckpt}, {"keep", 0}};
   train(j, {.metrics_path = dir.file("m.jsonl"), .resume = "auto"});
-  BOOST_TEST(losses_in(dir.file("m.jsonl")).size() == 7u);  // steps 6 to 12: resumed at step 5
+  BOOST_TEST(test::metric_losses(dir.file("m.jsonl")).size() == 7u);  // steps 6 to 12: resumed at step 5
   BOOST_TEST(engine::latest_checkpoint(ckpt) == ckpt + "/step-00000012.h5");
 
   // Nothing to resume from: a fresh start.
   TempDir empty;
   j["checkpoint"]["dir"] = empty.file("none");
   train(j, {.metrics_path = empty.file("m.jsonl"), .resume = "auto"});
-  BOOST_TEST(losses_in(empty.file("m.jsonl")).size() == 12u);
+  BOOST_TEST(test::metric_losses(empty.file("m.jsonl")).size() == 12u);
 }
 
 BOOST_AUTO_TEST_CASE(export_and_load_the_weights) {

@@ -3,7 +3,6 @@
 // run of its own layout does (losses within 1e-5 relative).
 #define BOOST_TEST_MODULE checkpoint_mpi
 #include <boost/test/unit_test.hpp>
-#include <fstream>
 
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
@@ -14,6 +13,7 @@
 #include "support/check.h"
 #include "support/files.h"
 #include "support/mpi_fixture.h"
+#include "support/training.h"
 
 using namespace triad;
 using test::MpiFixture;
@@ -31,26 +31,12 @@ std::string shared_folder(const test::TempDir& dir, parallel::Communicator& worl
 }
 
 nlohmann::json config_json(const std::string& folder, int stage) {
-  return {{"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 16}, {"seq_len", 16}, {"vocab_size", 16}}},
-          {"data", {{"corpus", folder + "/tokens.bin"}, {"val_fraction", 0.1}}},
-          {"train_batch_size", 16},
-          {"gradient_accumulation_steps", 1},
-          {"steps", 20},
-          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
-          {"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}}}}},
-          {"zero_optimization", {{"stage", stage}, {"stage3_param_persistence_threshold", 0}}},
-          {"gradient_clipping", 1.0},
-          {"eval_iters", 2},
-          {"log_interval", 100},
-          {"seed", 9}};
-}
-
-std::vector<double> losses_in(const std::string& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return out;
+  nlohmann::json j = test::small_gpt_config(folder + "/tokens.bin", 20);
+  j["gradient_accumulation_steps"] = 1;
+  j["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}}}};
+  j["zero_optimization"] = {{"stage", stage}, {"stage3_param_persistence_threshold", 0}};
+  j["seed"] = 9;
+  return j;
 }
 
 void run(const nlohmann::json& j, const engine::TrainOptions& o, parallel::CommunicatorPtr dp) {
@@ -97,8 +83,8 @@ BOOST_AUTO_TEST_CASE(a_stage_3_checkpoint_resumes_on_fewer_ranks_at_other_stages
         run(config_json(folder, t.stage), {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = saved},
             t.dp);
         if (r == 0) {
-          const std::vector<double> straight = losses_in(folder + "/straight" + tag + ".jsonl");
-          const std::vector<double> resumed = losses_in(folder + "/resumed" + tag + ".jsonl");
+          const std::vector<double> straight = test::metric_losses(folder + "/straight" + tag + ".jsonl");
+          const std::vector<double> resumed = test::metric_losses(folder + "/resumed" + tag + ".jsonl");
           BOOST_TEST_REQUIRE(straight.size() == 20u);
           BOOST_TEST_REQUIRE(resumed.size() == 10u);
           for (size_t i = 0; i < resumed.size(); ++i)

@@ -3,7 +3,6 @@
 // configuration all stop with the same clear error instead of hanging.
 #define BOOST_TEST_MODULE trainer_mpi
 #include <boost/test/unit_test.hpp>
-#include <fstream>
 
 #include "engine/trainer.h"
 #include "io/token_file.h"
@@ -11,6 +10,7 @@
 #include "support/check.h"
 #include "support/files.h"
 #include "support/mpi_fixture.h"
+#include "support/training.h"
 
 using namespace triad;
 using test::MpiFixture;
@@ -34,24 +34,10 @@ std::string shared_tokens(const test::TempDir& dir, parallel::Communicator& worl
 }
 
 nlohmann::json config_json(const std::string& corpus, int64_t micro) {
-  return {{"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 16}, {"seq_len", 16}, {"vocab_size", 16}}},
-          {"data", {{"corpus", corpus}, {"val_fraction", 0.1}}},
-          {"train_batch_size", 16},
-          {"train_micro_batch_size_per_gpu", micro},
-          {"steps", 12},
-          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
-          {"gradient_clipping", 1.0},
-          {"eval_iters", 2},
-          {"log_interval", 100},
-          {"seed", 5}};
-}
-
-std::vector<double> losses_in(const std::string& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return out;
+  nlohmann::json j = test::small_gpt_config(corpus, 12);
+  j["train_micro_batch_size_per_gpu"] = micro;
+  j["seed"] = 5;
+  return j;
 }
 
 }  // namespace
@@ -63,7 +49,7 @@ BOOST_AUTO_TEST_CASE(data_parallel_training_follows_the_single_process_run) {
   const std::string corpus = shared_tokens(dir, *world);
   nlohmann::json single = config_json(corpus, 8);  // 16 = 8 x 2 accumulation
   const double ref_val = engine::train(engine::parse_config(single), {.metrics_path = dir.file("ref.jsonl")});
-  const std::vector<double> ref = losses_in(dir.file("ref.jsonl"));
+  const std::vector<double> ref = test::metric_losses(dir.file("ref.jsonl"));
   for (int stage : {0, 1, 2, 3}) {
     BOOST_TEST_CONTEXT("stage " << stage) {
       nlohmann::json j = config_json(corpus, 16 / (2 * n));  // 2 accumulation steps, all ranks
@@ -72,7 +58,7 @@ BOOST_AUTO_TEST_CASE(data_parallel_training_follows_the_single_process_run) {
       const double val = engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
       BOOST_TEST(std::abs(val - ref_val) / ref_val < 1e-5);
       if (world->rank() == 0) {  // rank 0 writes the metrics
-        const std::vector<double> losses = losses_in(metrics);
+        const std::vector<double> losses = test::metric_losses(metrics);
         BOOST_TEST_REQUIRE(losses.size() == ref.size());
         for (size_t i = 0; i < ref.size(); ++i) BOOST_TEST(std::abs(losses[i] - ref[i]) / ref[i] < 1e-5, "step " << i);
       }
