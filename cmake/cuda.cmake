@@ -1,8 +1,14 @@
 # The CUDA backend: sources under src/cuda/*.cu join the library when TRIAD_CUDA resolves
 # to ON. AUTO resolves to ON when nvcc is found. Without it, the CPU build stands alone and
-# asking for a cuda device fails with a clear message (src/tensor/backend.cpp).
+# asking for a cuda device fails with a clear message (src/tensor/allocator.cpp).
+#
+# Files under src/cuda/: *.cu include CUDA headers and are built only with the backend;
+# *.cpp are plain C++ (the allocator's bookkeeping, error reporting) built always;
+# stub/*.cpp stand in for what is not built. The NCCL communicator
+# (src/cuda/nccl_communicator.cu) is built when NCCL is found too, else its stub is.
 include(CheckLanguage)
 set(TRIAD_CUDA_ENABLED OFF)
+set(TRIAD_NCCL_ENABLED OFF)
 if(TRIAD_CUDA STREQUAL "ON" OR TRIAD_CUDA STREQUAL "AUTO")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
@@ -19,8 +25,24 @@ if(TRIAD_CUDA_ENABLED)
     set(CMAKE_CUDA_ARCHITECTURES 80 90)   # Ampere and Hopper
   endif()
   enable_language(CUDA)
-  set(CMAKE_CUDA_STANDARD 17)  # what CMake 3.25 knows how to ask nvcc for
+  # The .cu files include triad's C++20 headers. CMake 3.25 does not know nvcc's flag for
+  # C++20 (nvcc 12 and later take -std=c++20), so it is named here.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
+  # NCCL ships with the toolkit on our machines, or elsewhere under NCCL_HOME.
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_HOME ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ENV NCCL_HOME ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+               PATH_SUFFIXES lib lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(TRIAD_NCCL_ENABLED ON)
+    message(STATUS "triad: NCCL communicator ON (${NCCL_LIBRARY})")
+  else()
+    message(STATUS "triad: NCCL communicator OFF: nccl.h or libnccl not found (set NCCL_HOME); "
+                   "asking for it fails with a clear message")
+  endif()
 endif()
 message(STATUS "triad: CUDA backend ${TRIAD_CUDA_ENABLED}")
 
@@ -29,7 +51,17 @@ function(triad_add_cuda target)
     return()
   endif()
   file(GLOB_RECURSE cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
+  if(NOT TRIAD_NCCL_ENABLED)
+    list(FILTER cuda_sources EXCLUDE REGEX "/src/cuda/nccl_communicator\\.cu$")
+    list(APPEND cuda_sources ${PROJECT_SOURCE_DIR}/src/cuda/stub/nccl_communicator.cpp)
+  endif()
   target_sources(${target} PRIVATE ${cuda_sources})
   target_compile_definitions(${target} PUBLIC TRIAD_HAVE_CUDA=1)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
   target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublasLt)
+  if(TRIAD_NCCL_ENABLED)
+    target_include_directories(${target} PRIVATE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(${target} PRIVATE ${NCCL_LIBRARY})
+  endif()
 endfunction()

@@ -1,8 +1,10 @@
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <sstream>
 
 #include "cuda/check.h"
+#include "cuda/device_allocator.h"
 #include "cuda/runtime.h"
 
 namespace triad::cuda {
@@ -30,6 +32,14 @@ std::string describe_devices() {
        << p.major << p.minor << "\n";
   }
   return os.str();
+}
+
+void install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const int n = device_count();
+    for (int i = 0; i < n; ++i) register_allocator(DeviceType::cuda, &device_allocator(i));
+  });
 }
 
 }  // namespace triad::cuda

@@ -13,4 +13,10 @@ int device_count();  // 0 when not built or no GPU is visible
 // triad::Error when the backend is not built.
 std::string describe_devices();
 
+// Registers the caching allocator of every visible device (device_allocator.h) and the
+// CUDA backend (cuda_backend.h) with the tensor layer, once per process; later calls
+// return at once. The tensor layer calls it the first time a cuda device is asked for, so
+// a program never has to. Does nothing in a build without the backend.
+void install();
+
 }  // namespace triad::cuda

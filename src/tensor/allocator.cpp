@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda/runtime.h"
 #include "tensor/error.h"
 
 namespace triad {
@@ -91,23 +92,28 @@ CpuAllocator& the_cpu_allocator() {
   return a;
 }
 
-Allocator* g_cuda_allocator = nullptr;
+std::vector<Allocator*> g_cuda_allocators;  // by device index
 
 }  // namespace
 
 Allocator& cpu_allocator() { return the_cpu_allocator(); }
 
-
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
-  TRIAD_CHECK(g_cuda_allocator != nullptr,
-              "device " << device.str() << " requested, but this build of triad has no CUDA backend");
-  return *g_cuda_allocator;
+  TRIAD_CHECK(cuda::built(), "device " << device.str() << " requested, but this build of triad has no CUDA backend");
+  cuda::install();  // registers the CUDA allocators on first use
+  const int n = int(g_cuda_allocators.size());
+  TRIAD_CHECK(device.index >= 0 && device.index < n && g_cuda_allocators[device.index] != nullptr,
+              "device " << device.str() << " requested, but "
+                        << (n == 0 ? "no CUDA device is visible" : std::to_string(n) + " CUDA device(s) are visible"));
+  return *g_cuda_allocators[device.index];
 }
 
 void register_allocator(DeviceType type, Allocator* allocator) {
-  TRIAD_ASSERT(type == DeviceType::cuda);
-  g_cuda_allocator = allocator;
+  TRIAD_ASSERT(type == DeviceType::cuda && allocator->device().is_cuda());
+  const size_t index = size_t(allocator->device().index);
+  if (g_cuda_allocators.size() <= index) g_cuda_allocators.resize(index + 1, nullptr);
+  g_cuda_allocators[index] = allocator;
 }
 
 }  // namespace triad

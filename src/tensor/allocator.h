@@ -39,9 +39,12 @@ class Allocator {
 inline constexpr size_t kCpuAlignment = 64;
 
 Allocator& cpu_allocator();
-// The allocator of a device; throws Error when its backend is not built.
+// The allocator of a device; throws Error when its backend is not built or the device is
+// not visible. The first request for a cuda device installs the CUDA backend
+// (cuda::install in cuda/runtime.h, a plain header).
 Allocator& allocator_for(Device device);
-// Installs the allocator of a non-CPU device type (done by that backend at start-up).
+// Installs the allocator of one device of a non-CPU type, by its device() (done by that
+// backend's install).
 void register_allocator(DeviceType type, Allocator* allocator);
 
 }  // namespace triad

@@ -1,5 +1,6 @@
 #include "tensor/backend.h"
 
+#include "cuda/runtime.h"
 #include "tensor/cpu/cpu_backend.h"
 
 namespace triad {
@@ -10,6 +11,7 @@ Backend* g_cuda_backend = nullptr;
 
 Backend& backend_for(Device device) {
   if (device.is_cpu()) return cpu_backend();
+  cuda::install();  // registers the CUDA backend on first use (nothing without one)
   TRIAD_CHECK(g_cuda_backend != nullptr,
               "device " << device.str() << " requested, but this build of triad has no CUDA backend");
   return *g_cuda_backend;

@@ -10,5 +10,6 @@ int device_count() { return 0; }
 std::string describe_devices() {
   throw Error("this build of triad has no CUDA backend (configure with TRIAD_CUDA=ON on a machine with nvcc)");
 }
+void install() {}
 
 }  // namespace triad::cuda
