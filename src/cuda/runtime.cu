@@ -3,6 +3,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "cuda/backend/cuda_backend.h"
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/runtime.h"
@@ -39,6 +40,7 @@ void install() {
   std::call_once(once, [] {
     const int n = device_count();
     for (int i = 0; i < n; ++i) register_allocator(DeviceType::cuda, &device_allocator(i));
+    register_backend(DeviceType::cuda, &cuda_backend());
   });
 }
 

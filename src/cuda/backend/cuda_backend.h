@@ -1,0 +1,63 @@
+// The CUDA backend: every method of tensor/backend.h as kernels on the tensors' device,
+// enqueued on the calling thread's current stream there (Note [Streams]). The methods are
+// spread over files by kind as the CPU backend's are (copy.cu, elementwise.cu, reduce.cu,
+// matmul.cu, nn.cu, optim.cu), and so are their semantics: each kernel follows the CPU
+// kernel of the same method (tensor/cpu/), which is the reference the GPU tests compare
+// against.
+//
+// dtypes follow the CPU backend: copy, fill and the random fills take every dtype the CPU
+// takes (bf16/f16 conversions rounding exactly as tensor/dtype.h does); every computing
+// method runs in f32. f64 tensors, which the CPU backend computes for gradient checks,
+// throw Error here. matmul goes through cuBLASLt (gemm.h), which also takes bf16/f16
+// operands for callers that use it directly.
+//
+// Results the methods return to the host (sums, norms, all_finite, the cross-entropy sum)
+// make the host wait for the stream; nothing else does.
+#pragma once
+
+#include "tensor/backend.h"
+
+namespace triad::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill(const Tensor& dst, double value) override;
+  void normal(const Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t first) override;
+  void uniform(const Tensor& dst, double low, double high, uint64_t seed, uint64_t first) override;
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void unary(UnaryOp op, const Tensor& a, const Tensor& out, double scalar) override;
+  void axpy(const Tensor& dst, const Tensor& src, double alpha) override;
+  void gelu_backward(const Tensor& x, const Tensor& grad_y, const Tensor& grad_x) override;
+  void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t first) override;
+
+  void sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) override;
+  void max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) override;
+  double sum_all(const Tensor& a) override;
+  double sum_squares(const Tensor& a) override;
+  double max_abs(const Tensor& a) override;
+  bool all_finite(const Tensor& a) override;
+
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
+              int64_t n, int64_t k) override;
+  void add_row_vector(const Tensor& out, const Tensor& bias) override;
+
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+             const AdamWStep& step) override;
+  void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) override;
+  void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows, int64_t n) override;
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                  const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
+  void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
+  void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
+  double cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
+                              int64_t ignore_index, const Tensor& grad_logits) override;
+};
+
+Backend& cuda_backend();
+
+}  // namespace triad::cuda

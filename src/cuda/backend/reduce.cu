@@ -1,0 +1,165 @@
+// Reductions (tensor/cpu/reduce.cpp on the GPU).
+// - Over a dimension, in f32: one block per row when the reduced elements are contiguous
+//   (inner == 1); otherwise one thread per output along the contiguous inner run, the
+//   reduced dimension cut into chunks reduced to partials first when there are too few
+//   outputs to fill the device.
+// - Whole tensors to a host double: each thread accumulates in double, blocks write
+//   partials, one block combines them. No atomics, so results are the same every run.
+#include <limits>
+
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/launch.cuh"
+
+namespace triad::cuda {
+
+namespace {
+
+template <class Op>
+__global__ void reduce_rows_kernel(const float* a, float* out, int64_t n, Op op, float identity) {
+  const float* row = a + blockIdx.x * n;
+  float r = identity;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) r = op(r, row[j]);
+  r = block_reduce(r, op, identity);
+  if (threadIdx.x == 0) out[blockIdx.x] = r;
+}
+
+// a (outer, n, inner) -> out (outer, chunks, inner): chunk c reduces j in [c len, (c+1) len).
+template <class Op>
+__global__ void reduce_columns_kernel(const float* a, float* out, int64_t outer, int64_t n, int64_t inner,
+                                      int64_t chunks, int64_t len, Op op, float identity) {
+  const int64_t total = outer * chunks * inner;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = t % inner, c = (t / inner) % chunks, o = t / (inner * chunks);
+    const int64_t begin = c * len, end = begin + len < n ? begin + len : n;
+    const float* src = a + o * n * inner + i;
+    float r = identity;
+    for (int64_t j = begin; j < end; ++j) r = op(r, src[j * inner]);
+    out[t] = r;
+  }
+}
+
+template <class Op>
+void reduce_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner, Op op, float identity,
+                const char* method) {
+  require_f32(a, method);
+  if (out.numel() == 0) return;
+  OnDevice on(a);
+  if (inner == 1) {
+    reduce_rows_kernel<<<unsigned(outer), row_threads(n), 0, on.stream()>>>(ptr<const float>(a), ptr<float>(out), n, op,
+                                                                            identity);
+    TRIAD_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Outputs enough to fill the device, or a short reduction: one pass.
+  constexpr int64_t kEnough = int64_t(1) << 16;
+  const int64_t outputs = outer * inner;
+  int64_t chunks = 1;
+  if (outputs < kEnough && n > 64) chunks = std::min<int64_t>((kEnough + outputs - 1) / outputs, (n + 31) / 32);
+  if (chunks == 1) {
+    reduce_columns_kernel<<<blocks_for(outputs), kThreads, 0, on.stream()>>>(ptr<const float>(a), ptr<float>(out),
+                                                                             outer, n, inner, 1, n, op, identity);
+    TRIAD_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int64_t len = (n + chunks - 1) / chunks;
+  Tensor partial = Tensor::empty({outer, chunks, inner}, DType::f32, a.device());
+  reduce_columns_kernel<<<blocks_for(outputs * chunks), kThreads, 0, on.stream()>>>(
+      ptr<const float>(a), ptr<float>(partial), outer, n, inner, chunks, len, op, identity);
+  TRIAD_CUDA_CHECK_LAUNCH();
+  reduce_columns_kernel<<<blocks_for(outputs), kThreads, 0, on.stream()>>>(
+      ptr<const float>(partial), ptr<float>(out), outer, chunks, inner, 1, chunks, op, identity);
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+// ---- whole-tensor reductions to a double ----
+
+struct Identity {
+  __device__ double operator()(double v) const { return v; }
+};
+struct Square {
+  __device__ double operator()(double v) const { return v * v; }
+};
+struct Abs {
+  __device__ double operator()(double v) const { return fabs(v); }
+};
+struct TimesZero {  // NaN for a NaN or inf, else 0 (as the CPU's all_finite)
+  __device__ double operator()(double v) const { return v * 0.0; }
+};
+struct MaxIgnoringNaN {  // std::max(m, v) of the CPU's max_abs: a NaN never wins
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+
+constexpr int kAllBlocks = 1024;  // partials of a whole-tensor reduction, at most
+
+template <class T, class F, class Combine>
+__global__ void reduce_all_kernel(const T* a, int64_t n, double* partial, F f, Combine combine) {
+  double r = 0.0;  // the identity of every combination used (sum; max of |v| >= 0)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    r = combine(r, f(double(a[i])));
+  r = block_reduce(r, combine, 0.0);
+  if (threadIdx.x == 0) partial[blockIdx.x] = r;
+}
+
+template <class Combine>
+__global__ void combine_partials_kernel(double* partial, int count, Combine combine) {
+  double r = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) r = combine(r, partial[i]);
+  r = block_reduce(r, combine, 0.0);
+  if (threadIdx.x == 0) partial[count] = r;
+}
+
+// The reduction of f over a's n elements; the host waits for it.
+template <class T, class F, class Combine>
+double reduce_all(const T* a, int64_t n, Device device, F f, Combine combine) {
+  if (n == 0) return 0.0;
+  const int blocks = int(std::min<int64_t>(kAllBlocks, (n + kThreads * 4 - 1) / (kThreads * 4)));
+  Tensor partial = Tensor::empty({blocks + 1}, DType::f64, device);
+  const cudaStream_t stream = current_stream(device.index);
+  double* p = ptr<double>(partial);
+  reduce_all_kernel<<<blocks, kThreads, 0, stream>>>(a, n, p, f, combine);
+  TRIAD_CUDA_CHECK_LAUNCH();
+  combine_partials_kernel<<<1, kThreads * 2, 0, stream>>>(p, blocks, combine);
+  TRIAD_CUDA_CHECK_LAUNCH();
+  double result = 0.0;
+  TRIAD_CUDA_CHECK(cudaMemcpyAsync(&result, p + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  TRIAD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return result;
+}
+
+}  // namespace
+
+double reduce_sum(const double* a, int64_t n, Device device) { return reduce_all(a, n, device, Identity{}, SumOp{}); }
+
+void CudaBackend::sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
+  reduce_dim(a, out, outer, n, inner, SumOp{}, 0.0f, "sum_dim");
+}
+
+void CudaBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
+  reduce_dim(a, out, outer, n, inner, MaxOp{}, -std::numeric_limits<float>::infinity(), "max_dim");
+}
+
+double CudaBackend::sum_all(const Tensor& a) {
+  require_f32(a, "sum_all");
+  OnDevice on(a);
+  return reduce_all(ptr<const float>(a), a.numel(), a.device(), Identity{}, SumOp{});
+}
+
+double CudaBackend::sum_squares(const Tensor& a) {
+  require_f32(a, "sum_squares");
+  OnDevice on(a);
+  return reduce_all(ptr<const float>(a), a.numel(), a.device(), Square{}, SumOp{});
+}
+
+double CudaBackend::max_abs(const Tensor& a) {
+  require_f32(a, "max_abs");
+  OnDevice on(a);
+  return reduce_all(ptr<const float>(a), a.numel(), a.device(), Abs{}, MaxIgnoringNaN{});
+}
+
+bool CudaBackend::all_finite(const Tensor& a) {
+  require_f32(a, "all_finite");
+  OnDevice on(a);
+  return reduce_all(ptr<const float>(a), a.numel(), a.device(), TimesZero{}, SumOp{}) == 0.0;
+}
+
+}  // namespace triad::cuda
