@@ -1,0 +1,407 @@
+// NcclCommunicator (see the header for the contract). Arguments are checked on the calling
+// rank before anything is enqueued, so a bad call throws there instead of leaving the
+// other ranks in a collective that never matches.
+//
+// State shared by a communicator and its Works: the NCCL communicator itself (destroyed
+// when the last of them goes), and the batch of point-to-point operations not yet issued.
+// Each issued operation (a collective, or a batch of sends and receives) records one
+// event on the communication stream; its Works wait on that event.
+#include <nccl.h>
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/device_allocator.h"
+#include "cuda/nccl_communicator.h"
+#include "cuda/runtime.h"
+#include "cuda/stream.h"
+#include "parallel/runtime.h"
+
+namespace triad::cuda {
+
+namespace {
+
+using parallel::CommunicatorPtr;
+using parallel::ReduceOp;
+using parallel::Work;
+using parallel::WorkPtr;
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::i64:
+      return ncclInt64;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i8:
+      return ncclInt8;
+  }
+  TRIAD_ASSERT_MSG(false, "unknown dtype " << int(t));
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
+  }
+  TRIAD_ASSERT_MSG(false, "unknown ReduceOp " << int(op));
+  return ncclSum;
+}
+
+// One issued operation: its completion event and the storages it reads or writes.
+struct Issued {
+  explicit Issued(int device) : done(device) {}
+  Event done;
+  std::vector<std::shared_ptr<Storage>> keep;
+  bool enqueued = false;
+};
+
+struct P2P {
+  bool send;
+  Tensor t;
+  int peer;
+};
+
+struct State {
+  ncclComm_t comm = nullptr;
+  int device = 0, rank = 0, size = 1;
+  cudaStream_t stream = nullptr;
+  std::vector<P2P> pending;               // sends and receives not yet issued
+  std::shared_ptr<Issued> pending_batch;  // the Issued they will share
+
+  ~State() {
+    if (!comm) return;
+    // Unwinding after an error: do not wait for ranks that may never come.
+    if (std::uncaught_exceptions() > 0)
+      ncclCommAbort(comm);
+    else
+      ncclCommDestroy(comm);
+  }
+
+  [[noreturn]] void fail(ncclResult_t r, const char* call) const {
+    const std::string msg = std::string(ncclGetErrorString(r)) + ": " + ncclGetLastError(comm);
+    detail::throw_error("NCCL", msg.c_str(), call, __FILE__, __LINE__);
+  }
+
+  void check(ncclResult_t r, const char* call) const {
+    if (r != ncclSuccess && r != ncclInProgress) fail(r, call);
+  }
+
+  void check_async() const {
+    ncclResult_t r = ncclSuccess;
+    TRIAD_NCCL_CHECK(ncclCommGetAsyncError(comm, &r));
+    check(r, "asynchronous NCCL error");
+  }
+
+  // The communication stream waits for the current stream; t is used on it.
+  void prepare(Issued& op, const std::vector<Tensor>& tensors) {
+    wait_stream(stream, current_stream(device));
+    for (const Tensor& t : tensors) {
+      record_stream(t, stream);
+      op.keep.push_back(t.storage());
+    }
+  }
+
+  void finish(Issued& op) {
+    op.done.record(stream);
+    op.enqueued = true;
+  }
+
+  // Issues the held sends and receives as one NCCL group.
+  void flush() {
+    if (pending.empty()) return;
+    std::vector<P2P> ops = std::move(pending);
+    pending.clear();
+    std::shared_ptr<Issued> batch = std::move(pending_batch);
+    std::vector<Tensor> tensors;
+    for (const P2P& p : ops) tensors.push_back(p.t);
+    prepare(*batch, tensors);
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (const P2P& p : ops) {
+      const size_t count = size_t(p.t.numel());
+      const ncclDataType_t type = nccl_type(p.t.dtype());
+      if (p.send)
+        check(ncclSend(p.t.raw_data(), count, type, p.peer, comm, stream), "ncclSend");
+      else
+        check(ncclRecv(p.t.raw_data(), count, type, p.peer, comm, stream), "ncclRecv");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    finish(*batch);
+  }
+};
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<State> state, std::shared_ptr<Issued> op) : state_(std::move(state)), op_(std::move(op)) {}
+
+  ~NcclWork() override {
+    if (waited_) return;
+    try {
+      wait();  // orders the current stream after the operation; the host does not block
+    } catch (const std::exception&) {
+      // A destructor cannot report; the error shows at the next call on the communicator.
+    }
+  }
+
+  void wait() override {
+    DeviceGuard guard(state_->device);
+    if (!op_->enqueued) state_->flush();
+    op_->done.block(current_stream(state_->device));
+    waited_ = true;
+  }
+
+  bool test() override {
+    DeviceGuard guard(state_->device);
+    if (!op_->enqueued) state_->flush();
+    if (op_->done.query()) return true;
+    state_->check_async();
+    return false;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+  std::shared_ptr<Issued> op_;
+  bool waited_ = false;
+};
+
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+class NcclCommunicator final : public parallel::Communicator {
+ public:
+  NcclCommunicator(CommunicatorPtr host, int device) : host_(std::move(host)), state_(std::make_shared<State>()) {
+    State& s = *state_;
+    s.device = device;
+    s.rank = host_->rank();
+    s.size = host_->size();
+    s.stream = comm_stream(device);
+    DeviceGuard guard(device);
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (s.rank == 0) TRIAD_NCCL_CHECK(ncclGetUniqueId(&id));
+    Tensor bytes = Tensor::empty({int64_t(sizeof id)}, DType::i8);
+    std::memcpy(bytes.raw_data(), &id, sizeof id);
+    host_->broadcast(bytes, 0)->wait();
+    std::memcpy(&id, bytes.raw_data(), sizeof id);
+    TRIAD_NCCL_CHECK(ncclCommInitRank(&s.comm, s.size, id, s.rank));
+  }
+
+  ~NcclCommunicator() override {
+    try {
+      DeviceGuard guard(state_->device);
+      state_->flush();  // held sends/receives: their peers are waiting for them
+    } catch (const std::exception&) {
+    }
+  }
+
+  int rank() const override { return state_->rank; }
+  int size() const override { return state_->size; }
+  std::string name() const override { return "nccl"; }
+
+  CommunicatorPtr split(int color, int key) override {
+    {
+      DeviceGuard guard(state_->device);
+      state_->flush();
+    }
+    CommunicatorPtr part = host_->split(color, key);
+    return std::make_shared<NcclCommunicator>(std::move(part), state_->device);
+  }
+
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op) override {
+    check_tensor("all_reduce", "tensor", t);
+    return issue({t}, [&](State& s) {
+      s.check(ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), s.comm,
+                            s.stream),
+              "ncclAllReduce");
+    });
+  }
+
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    check_tensor("reduce_scatter", "input", input);
+    check_tensor("reduce_scatter", "output", output);
+    check_same_dtype("reduce_scatter", input, output);
+    const int64_t k = output.numel();
+    TRIAD_CHECK(input.numel() == k * size(),
+                "reduce_scatter: input " << input.str() << " has " << input.numel()
+                                         << " elements, expected size() * output elements = " << size() << " * " << k);
+    const char* in = static_cast<const char*>(input.raw_data());
+    const bool in_place =
+        k > 0 && static_cast<const char*>(output.raw_data()) == in + size_t(rank()) * k * element_size(input.dtype());
+    TRIAD_CHECK(in_place || !overlap(input, output), "reduce_scatter: output "
+                                                         << output.str() << " overlaps input " << input.str()
+                                                         << "; in place, output must be chunk rank() of the input");
+    return issue({input, output}, [&](State& s) {
+      s.check(ncclReduceScatter(input.raw_data(), output.raw_data(), size_t(k), nccl_type(input.dtype()), nccl_op(op),
+                                s.comm, s.stream),
+              "ncclReduceScatter");
+    });
+  }
+
+  WorkPtr all_gather(const Tensor& input, const Tensor& output) override {
+    check_tensor("all_gather", "input", input);
+    check_tensor("all_gather", "output", output);
+    check_same_dtype("all_gather", input, output);
+    const int64_t k = input.numel();
+    TRIAD_CHECK(output.numel() == k * size(),
+                "all_gather: output " << output.str() << " has " << output.numel()
+                                      << " elements, expected size() * input elements = " << size() << " * " << k);
+    const char* out = static_cast<const char*>(output.raw_data());
+    const bool in_place =
+        k > 0 && static_cast<const char*>(input.raw_data()) == out + size_t(rank()) * k * element_size(input.dtype());
+    TRIAD_CHECK(in_place || !overlap(input, output), "all_gather: input "
+                                                         << input.str() << " overlaps output " << output.str()
+                                                         << "; in place, input must be chunk rank() of the output");
+    return issue({input, output}, [&](State& s) {
+      s.check(ncclAllGather(input.raw_data(), output.raw_data(), size_t(k), nccl_type(input.dtype()), s.comm, s.stream),
+              "ncclAllGather");
+    });
+  }
+
+  WorkPtr all_to_all(const Tensor& input, const Tensor& output) override {
+    check_tensor("all_to_all", "input", input);
+    check_tensor("all_to_all", "output", output);
+    check_same_dtype("all_to_all", input, output);
+    TRIAD_CHECK(input.numel() == output.numel() && input.numel() % size() == 0,
+                "all_to_all: input " << input.str() << " and output " << output.str()
+                                     << " must both have size() * k elements, size() = " << size());
+    Tensor send = input;
+    if (overlap(input, output)) {
+      TRIAD_CHECK(input.raw_data() == output.raw_data(), "all_to_all: input "
+                                                             << input.str() << " partly overlaps output "
+                                                             << output.str() << "; they must be disjoint or the same");
+      // In place: stage the input in a buffer of the communication stream's own.
+      StreamGuard on_comm(state_->device, state_->stream);
+      send = Tensor::empty(input.shape(), input.dtype(), input.device());
+    }
+    const size_t chunk = size_t(input.numel() / size()), bytes = chunk * element_size(input.dtype());
+    return issue({input, send, output}, [&](State& s) {
+      if (!send.is_same(input))
+        TRIAD_CUDA_CHECK(
+            cudaMemcpyAsync(send.raw_data(), input.raw_data(), input.nbytes(), cudaMemcpyDeviceToDevice, s.stream));
+      const ncclDataType_t type = nccl_type(input.dtype());
+      const char* from = static_cast<const char*>(send.raw_data());
+      char* to = static_cast<char*>(output.raw_data());
+      s.check(ncclGroupStart(), "ncclGroupStart");
+      for (int r = 0; r < s.size; ++r) {
+        s.check(ncclSend(from + r * bytes, chunk, type, r, s.comm, s.stream), "ncclSend");
+        s.check(ncclRecv(to + r * bytes, chunk, type, r, s.comm, s.stream), "ncclRecv");
+      }
+      s.check(ncclGroupEnd(), "ncclGroupEnd");
+    });
+  }
+
+  WorkPtr broadcast(const Tensor& t, int root) override {
+    check_tensor("broadcast", "tensor", t);
+    TRIAD_CHECK(root >= 0 && root < size(), "broadcast: root " << root << " is not a rank of a communicator of size "
+                                                               << size() << " (tensor " << t.str() << ")");
+    return issue({t}, [&](State& s) {
+      s.check(
+          ncclBroadcast(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), root, s.comm, s.stream),
+          "ncclBroadcast");
+    });
+  }
+
+  WorkPtr send(const Tensor& t, int dst, int tag) override { return hold(true, t, dst, tag, "send"); }
+  WorkPtr recv(const Tensor& t, int src, int tag) override { return hold(false, t, src, tag, "recv"); }
+
+  void barrier() override {
+    DeviceGuard guard(state_->device);
+    if (!token_.defined()) {
+      StreamGuard on_comm(state_->device, state_->stream);
+      token_ = Tensor::zeros({1}, DType::f32, Device::cuda(state_->device));
+    }
+    auto op = std::make_shared<Issued>(state_->device);
+    state_->flush();
+    state_->prepare(*op, {token_});
+    state_->check(
+        ncclAllReduce(token_.raw_data(), token_.raw_data(), 1, ncclFloat32, ncclSum, state_->comm, state_->stream),
+        "ncclAllReduce (barrier)");
+    state_->finish(*op);
+    // Poll rather than block in cudaEventSynchronize: an asynchronous NCCL error (a rank
+    // gone) then surfaces as an Error instead of a hang.
+    while (!op->done.query()) {
+      state_->check_async();
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  void check_tensor(const char* call, const char* what, const Tensor& t) const {
+    TRIAD_CHECK(t.defined(), call << ": " << what << " is an undefined tensor");
+    TRIAD_CHECK(t.device() == Device::cuda(state_->device),
+                call << ": " << what << " " << t.str() << " is on " << t.device().str()
+                     << "; this NCCL communicator takes tensors on cuda:" << state_->device);
+    TRIAD_CHECK(t.is_contiguous(), call << ": " << what << " " << t.str() << " must be contiguous, has strides "
+                                        << shape_str(t.strides()));
+  }
+
+  static void check_same_dtype(const char* call, const Tensor& input, const Tensor& output) {
+    TRIAD_CHECK(input.dtype() == output.dtype(),
+                call << ": input " << input.str() << " and output " << output.str() << " must have the same dtype");
+  }
+
+  // Issues a collective after the held point-to-point operations (issue order is the
+  // order every rank calls in).
+  template <class F>
+  WorkPtr issue(const std::vector<Tensor>& tensors, F&& enqueue) {
+    DeviceGuard guard(state_->device);
+    state_->flush();
+    auto op = std::make_shared<Issued>(state_->device);
+    state_->prepare(*op, tensors);
+    enqueue(*state_);
+    state_->finish(*op);
+    return std::make_unique<NcclWork>(state_, std::move(op));
+  }
+
+  WorkPtr hold(bool is_send, const Tensor& t, int peer, int tag, const char* call) {
+    check_tensor(call, "tensor", t);
+    TRIAD_CHECK(peer >= 0 && peer < size(), call << ": peer " << peer << " is not a rank of a communicator of size "
+                                                 << size() << " (tensor " << t.str() << ")");
+    TRIAD_CHECK(tag >= 0, call << ": tag " << tag << " must be >= 0");
+    State& s = *state_;
+    if (!s.pending_batch) s.pending_batch = std::make_shared<Issued>(s.device);
+    s.pending.push_back({is_send, t, peer});
+    return std::make_unique<NcclWork>(state_, s.pending_batch);
+  }
+
+  CommunicatorPtr host_;
+  std::shared_ptr<State> state_;
+  Tensor token_;  // barrier's one element
+};
+
+}  // namespace
+
+bool nccl_built() { return true; }
+
+CommunicatorPtr make_nccl_communicator(const CommunicatorPtr& host, int device) {
+  TRIAD_CHECK(host != nullptr, "make_nccl_communicator: no host communicator to bootstrap over");
+  const int n = device_count();
+  TRIAD_CHECK(n > 0, "make_nccl_communicator: no CUDA device is visible (rank " << host->rank() << ")");
+  if (device < 0) device = parallel::rank_on_node() % n;
+  TRIAD_CHECK(device < n,
+              "make_nccl_communicator: cuda:" << device << " requested, but " << n << " CUDA device(s) are visible");
+  return std::make_shared<NcclCommunicator>(host, device);
+}
+
+}  // namespace triad::cuda
