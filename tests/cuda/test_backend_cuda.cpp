@@ -1,0 +1,536 @@
+// The CUDA backend against the CPU backend, method by method (as ggml's test-backend-ops):
+// a table of cases, each drawing random inputs on the host, running one Backend method on
+// both backends, and comparing the GPU's result with the CPU's by normalized MSE,
+// sum (got - want)^2 / sum want^2, under a threshold per dtype; contiguous and strided
+// operands. Copies, fills, dropout and uniform draws must match bit for bit. Then cuBLASLt
+// GEMMs in bf16/f16 and with fused epilogues, the caching allocator's stream ordering on
+// a device, pinned transfers, and the ops layer on device tensors. Needs a GPU; without
+// one the program reports itself skipped (gpu_test_main.h).
+#define BOOST_TEST_MODULE backend_cuda
+#define BOOST_TEST_NO_MAIN  // main() is TRIAD_GPU_TEST_MAIN's
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <boost/test/data/test_case.hpp>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "cuda/device_allocator.h"
+#include "cuda/gemm.h"
+#include "cuda/gpu_test_main.h"
+#include "cuda/pinned.h"
+#include "cuda/stream.h"
+#include "cuda/transfer.h"
+#include "support/check.h"
+#include "tensor/backend.h"
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/ops.h"
+
+TRIAD_GPU_TEST_MAIN()
+
+using namespace triad;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+Backend& cpu() { return cpu_backend(); }
+Backend& gpu() { return backend_for(kGpu); }
+
+// Uniform in [lo, hi) on the host, in dtype (integers: truncated).
+Tensor random(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0, DType dtype = DType::f32) {
+  Tensor t = Tensor::empty(shape, DType::f64);
+  Generator g(seed);
+  ops::uniform_(t, lo, hi, g);
+  return ops::to(t, dtype);
+}
+
+Tensor dev(const Tensor& t) { return cuda::to_device(t, kGpu); }
+Tensor host(const Tensor& t) { return cuda::to_host(t); }
+
+double nmse(const Tensor& got, const Tensor& want) {
+  BOOST_REQUIRE_MESSAGE(got.shape() == want.shape(),
+                        "shapes differ: " << shape_str(got.shape()) << " vs " << shape_str(want.shape()));
+  const std::vector<double> g = ops::contiguous(host(got)).to_vector<double>();
+  const std::vector<double> w = ops::contiguous(want).to_vector<double>();
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+    err += (g[i] - w[i]) * (g[i] - w[i]);
+    ref += w[i] * w[i];
+  }
+  return err / std::max(ref, 1e-300);
+}
+
+// Thresholds on the normalized MSE of results computed in f32 (different summation
+// orders, exp/tanh implementations), and of results rounded to a 16-bit dtype.
+double threshold(DType t) {
+  switch (t) {
+    case DType::bf16:
+      return 3e-5;
+    case DType::f16:
+      return 1e-6;
+    default:
+      return 1e-10;
+  }
+}
+
+void expect_close(const std::string& what, const Tensor& got, const Tensor& want, double limit) {
+  const double e = nmse(got, want);
+  BOOST_TEST(e <= limit, what << ": normalized MSE " << e << " above " << limit);
+}
+
+// Byte for byte (both contiguous after the copy to the host).
+void expect_equal(const std::string& what, const Tensor& got, const Tensor& want) {
+  const Tensor g = ops::contiguous(host(got)), w = ops::contiguous(want);
+  BOOST_REQUIRE(g.nbytes() == w.nbytes());
+  BOOST_TEST(std::memcmp(g.raw_data(), w.raw_data(), g.nbytes()) == 0, what << ": results differ in their bits");
+}
+
+const std::vector<DType> kAllDtypes = {DType::f32, DType::f64, DType::bf16, DType::f16,
+                                       DType::i64, DType::i32, DType::i8};
+
+// A pair of tensors with the same contents and geometry: on the host and on the GPU.
+struct Pair {
+  Tensor c, g;
+};
+Pair pair(const Tensor& t) { return {t, dev(t)}; }
+template <class F>
+Pair view(const Pair& p, F f) {
+  return {f(p.c), f(p.g)};
+}
+Pair empty_pair(const Shape& shape, DType dtype = DType::f32) {
+  return {Tensor::empty(shape, dtype), Tensor::empty(shape, dtype, kGpu)};
+}
+
+// ---- the cases ----
+
+void copy_case() {
+  for (DType dt : kAllDtypes)
+    for (DType st : kAllDtypes) {
+      const std::string what = std::string("copy ") + dtype_name(dt) + " <- " + dtype_name(st);
+      const Pair src = pair(random({37, 45}, 1, -100, 100, st));
+      Pair dst = pair(random({37, 45}, 2, -100, 100, dt));
+      cpu().copy(dst.c, src.c);
+      gpu().copy(dst.g, src.g);
+      expect_equal(what + " contiguous", dst.g, dst.c);
+      // Strided: a transposed source into a column slice of a wider destination.
+      const Pair base = pair(random({45, 80}, 3, -100, 100, dt));
+      const Pair d2 = view(base, [](const Tensor& t) { return ops::narrow(t, 1, 10, 37); });
+      const Pair s2 = view(src, [](const Tensor& t) { return ops::transpose(t, 0, 1); });
+      cpu().copy(d2.c, s2.c);
+      gpu().copy(d2.g, s2.g);
+      expect_equal(what + " strided", base.g, base.c);
+      // A broadcast source (stride 0).
+      const Pair row = pair(random({1, 45}, 4, -100, 100, st));
+      const Pair s3 = view(row, [](const Tensor& t) { return ops::expand(t, {37, 45}); });
+      cpu().copy(dst.c, s3.c);
+      gpu().copy(dst.g, s3.g);
+      expect_equal(what + " broadcast", dst.g, dst.c);
+    }
+}
+
+void fill_case() {
+  for (DType dt : kAllDtypes)
+    for (double v : {0.0, 1.5, -3.0}) {
+      const Pair base = pair(random({20, 30}, 5, -10, 10, dt));
+      const Pair strided = view(base, [](const Tensor& t) { return ops::narrow(ops::transpose(t, 0, 1), 0, 3, 20); });
+      cpu().fill(strided.c, v);
+      gpu().fill(strided.g, v);
+      expect_equal(std::string("fill ") + dtype_name(dt), base.g, base.c);
+    }
+}
+
+void random_case() {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    Pair t = empty_pair({1001}, dt);
+    cpu().uniform(t.c, -2.0, 3.0, 42, 17);
+    gpu().uniform(t.g, -2.0, 3.0, 42, 17);
+    // Bit for bit unless the CPU build fused low + (high - low) u into one multiply-add
+    // (then the last bit of a double may differ).
+    expect_close(std::string("uniform ") + dtype_name(dt), t.g, t.c, dt == DType::f64 ? 1e-28 : 1e-14);
+    cpu().normal(t.c, 0.5, 2.0, 42, 18);
+    gpu().normal(t.g, 0.5, 2.0, 42, 18);
+    // The GPU's double log/sin/cos may differ from glibc's in the last bit or two.
+    expect_close(std::string("normal ") + dtype_name(dt), t.g, t.c, dt == DType::f64 ? 1e-26 : 1e-13);
+  }
+}
+
+void binary_case() {
+  const std::vector<std::pair<BinaryOp, const char*>> ops_list = {{BinaryOp::add, "add"},
+                                                                  {BinaryOp::sub, "sub"},
+                                                                  {BinaryOp::mul, "mul"},
+                                                                  {BinaryOp::div, "div"},
+                                                                  {BinaryOp::relu_backward, "relu_backward"}};
+  for (auto [op, name] : ops_list) {
+    // Same shape, contiguous.
+    const Pair a = pair(random({64, 33}, 6)), b = pair(random({64, 33}, 7, 0.5, 2.0));
+    Pair out = empty_pair({64, 33});
+    cpu().binary(op, a.c, b.c, out.c);
+    gpu().binary(op, a.g, b.g, out.g);
+    expect_close(std::string(name) + " contiguous", out.g, out.c, threshold(DType::f32));
+    // Broadcast (3, 1, 5) with (1, 4, 5), a transposed operand.
+    const Shape shape = {3, 4, 5};
+    const Pair x = pair(random({3, 1, 5}, 8)), y = pair(random({1, 4, 5}, 9, 0.5, 2.0));
+    const Pair xb = view(x, [&](const Tensor& t) { return ops::expand(t, shape); });
+    const Pair yb = view(y, [&](const Tensor& t) { return ops::expand(t, shape); });
+    Pair o2 = empty_pair(shape);
+    cpu().binary(op, xb.c, yb.c, o2.c);
+    gpu().binary(op, xb.g, yb.g, o2.g);
+    expect_close(std::string(name) + " broadcast", o2.g, o2.c, threshold(DType::f32));
+    const Pair z = pair(random({5, 4, 3}, 10, 0.5, 2.0));
+    const Pair zt = view(z, [](const Tensor& t) { return ops::permute(t, {2, 1, 0}); });
+    cpu().binary(op, xb.c, zt.c, o2.c);
+    gpu().binary(op, xb.g, zt.g, o2.g);
+    expect_close(std::string(name) + " permuted", o2.g, o2.c, threshold(DType::f32));
+  }
+}
+
+void unary_case() {
+  const std::vector<std::tuple<UnaryOp, const char*, double>> ops_list = {
+      {UnaryOp::neg, "neg", 0},         {UnaryOp::exp, "exp", 0},
+      {UnaryOp::log, "log", 0},         {UnaryOp::sqrt, "sqrt", 0},
+      {UnaryOp::tanh, "tanh", 0},       {UnaryOp::relu, "relu", 0},
+      {UnaryOp::gelu, "gelu", 0},       {UnaryOp::pow, "pow", 1.7},
+      {UnaryOp::scale, "scale", -0.25}, {UnaryOp::add_scalar, "add_scalar", 3.5}};
+  for (auto [op, name, s] : ops_list) {
+    const bool positive = op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::pow;
+    const Pair a = pair(random({50, 70}, 11, positive ? 0.1 : -3.0, 3.0));
+    Pair out = empty_pair({50, 70});
+    cpu().unary(op, a.c, out.c, s);
+    gpu().unary(op, a.g, out.g, s);
+    expect_close(std::string(name) + " contiguous", out.g, out.c, threshold(DType::f32));
+    // In place on a strided view (as mul_ does).
+    const Pair base = pair(random({70, 60}, 12, positive ? 0.1 : -3.0, 3.0));
+    const Pair v = view(base, [](const Tensor& t) { return ops::narrow(ops::transpose(t, 0, 1), 0, 5, 50); });
+    cpu().unary(op, v.c, v.c, s);
+    gpu().unary(op, v.g, v.g, s);
+    expect_close(std::string(name) + " strided in place", base.g, base.c, threshold(DType::f32));
+  }
+}
+
+void axpy_case() {
+  for (double alpha : {1.0, -0.37}) {
+    const Pair base = pair(random({40, 90}, 13));
+    const Pair dst = view(base, [](const Tensor& t) { return ops::narrow(t, 1, 7, 64); });
+    const Pair row = pair(random({64}, 14));
+    const Pair src = view(row, [](const Tensor& t) { return ops::expand(t, {40, 64}); });
+    cpu().axpy(dst.c, src.c, alpha);
+    gpu().axpy(dst.g, src.g, alpha);
+    expect_close("axpy", base.g, base.c, threshold(DType::f32));
+  }
+}
+
+void gelu_dropout_case() {
+  const Pair x = pair(random({300, 257}, 15, -4, 4)), g = pair(random({300, 257}, 16));
+  Pair dx = empty_pair({300, 257});
+  cpu().gelu_backward(x.c, g.c, dx.c);
+  gpu().gelu_backward(x.g, g.g, dx.g);
+  expect_close("gelu_backward", dx.g, dx.c, threshold(DType::f32));
+  Pair out = empty_pair({300, 257});
+  cpu().dropout(x.c, out.c, 0.3, 99, 1234);
+  gpu().dropout(x.g, out.g, 0.3, 99, 1234);
+  expect_equal("dropout", out.g, out.c);
+}
+
+void reduce_dim_case() {
+  struct Geometry {
+    int64_t outer, n, inner;
+  };
+  for (Geometry s :
+       {Geometry{7, 1000, 1}, Geometry{3, 5000, 64}, Geometry{1, 3, 2000}, Geometry{50, 100, 300}, Geometry{4, 0, 5}}) {
+    const Pair a = pair(random({s.outer, s.n, s.inner}, 17));
+    Pair out = empty_pair({s.outer, 1, s.inner});
+    cpu().sum_dim(a.c, out.c, s.outer, s.n, s.inner);
+    gpu().sum_dim(a.g, out.g, s.outer, s.n, s.inner);
+    expect_close("sum_dim", out.g, out.c, threshold(DType::f32));
+    if (s.n == 0) continue;
+    cpu().max_dim(a.c, out.c, s.outer, s.n, s.inner);
+    gpu().max_dim(a.g, out.g, s.outer, s.n, s.inner);
+    expect_equal("max_dim", out.g, out.c);
+  }
+}
+
+void reduce_all_case() {
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(3'000'001)}) {
+    const Pair a = pair(random({n}, 18, -1.0, 2.0));
+    auto close = [](double x, double y) { return std::fabs(x - y) <= 1e-9 * std::max(1.0, std::fabs(y)); };
+    BOOST_TEST(close(gpu().sum_all(a.g), cpu().sum_all(a.c)));
+    BOOST_TEST(close(gpu().sum_squares(a.g), cpu().sum_squares(a.c)));
+    BOOST_TEST(gpu().max_abs(a.g) == cpu().max_abs(a.c));
+    BOOST_TEST(gpu().all_finite(a.g));
+  }
+  for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    Tensor t = random({5000}, 19);
+    t.data<float>()[4321] = float(bad);
+    BOOST_TEST(!gpu().all_finite(dev(t)));
+    BOOST_TEST(gpu().all_finite(dev(t)) == cpu().all_finite(t));
+  }
+}
+
+void matmul_case() {
+  struct Geometry {
+    int64_t batch, m, n, k;
+    bool b_batched;
+  };
+  for (Geometry s : {Geometry{1, 33, 65, 17, false}, Geometry{1, 256, 384, 512, false}, Geometry{3, 31, 40, 24, true},
+                     Geometry{3, 31, 40, 24, false}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Pair a = pair(random(ta ? Shape{s.batch, s.k, s.m} : Shape{s.batch, s.m, s.k}, 20));
+        const Shape bs = tb ? Shape{s.n, s.k} : Shape{s.k, s.n};
+        Shape bshape = bs;
+        if (s.b_batched) bshape.insert(bshape.begin(), s.batch);
+        const Pair b = pair(random(bshape, 21));
+        Pair out = empty_pair({s.batch, s.m, s.n});
+        cpu().matmul(a.c, b.c, out.c, ta, tb, s.batch, s.m, s.n, s.k);
+        gpu().matmul(a.g, b.g, out.g, ta, tb, s.batch, s.m, s.n, s.k);
+        expect_close("matmul batch " + std::to_string(s.batch) + (ta ? " a^T" : "") + (tb ? " b^T" : "") +
+                         (s.b_batched ? "" : " shared b"),
+                     out.g, out.c, threshold(DType::f32));
+      }
+  const size_t plans = cuda::gemm_plan_count();
+  Pair out = empty_pair({1, 33, 65});
+  const Pair a = pair(random({1, 33, 17}, 22)), b = pair(random({17, 65}, 23));
+  gpu().matmul(a.g, b.g, out.g, false, false, 1, 33, 65, 17);
+  BOOST_TEST(cuda::gemm_plan_count() == plans, "a repeated shape reuses its cached plan");
+}
+
+void add_row_vector_case() {
+  Pair out = pair(random({123, 77}, 24));
+  const Pair bias = pair(random({77}, 25));
+  cpu().add_row_vector(out.c, bias.c);
+  gpu().add_row_vector(out.g, bias.g);
+  expect_close("add_row_vector", out.g, out.c, threshold(DType::f32));
+}
+
+void adamw_case() {
+  const AdamWStep step{1e-3, 0.9, 0.95, 1e-8, 0.1, 1 - std::pow(0.9, 3), 1 - std::pow(0.95, 3)};
+  Pair p = pair(random({10007}, 26)), m = pair(random({10007}, 27, -0.1, 0.1)), v = pair(random({10007}, 28, 0, 0.01));
+  const Pair g = pair(random({10007}, 29));
+  cpu().adamw(p.c, g.c, m.c, v.c, step);
+  gpu().adamw(p.g, g.g, m.g, v.g, step);
+  expect_close("adamw param", p.g, p.c, threshold(DType::f32));
+  expect_close("adamw exp_avg", m.g, m.c, threshold(DType::f32));
+  expect_close("adamw exp_avg_sq", v.g, v.c, threshold(DType::f32));
+}
+
+void softmax_case() {
+  struct Geometry {
+    int64_t rows, n, tq;
+    bool causal;
+  };
+  for (Geometry s : {Geometry{100, 37, 1, false}, Geometry{8, 5000, 1, false}, Geometry{4 * 64, 64, 64, true},
+                     Geometry{2 * 16, 48, 16, true}}) {
+    const Pair x = pair(random({s.rows, s.n}, 30, -5, 5));
+    Pair y = empty_pair({s.rows, s.n});
+    cpu().softmax(x.c, y.c, s.rows, s.n, s.causal, s.tq);
+    gpu().softmax(x.g, y.g, s.rows, s.n, s.causal, s.tq);
+    expect_close(std::string("softmax") + (s.causal ? " causal" : ""), y.g, y.c, threshold(DType::f32));
+    const Pair g = pair(random({s.rows, s.n}, 31));
+    Pair dx = empty_pair({s.rows, s.n});
+    cpu().softmax_backward(y.c, g.c, dx.c, s.rows, s.n);
+    gpu().softmax_backward(dev(y.c), g.g, dx.g, s.rows, s.n);  // the same y on both
+    expect_close("softmax_backward", dx.g, dx.c, threshold(DType::f32));
+  }
+}
+
+void layer_norm_case() {
+  for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 768}, {5, 33}, {4096, 64}}) {
+    const Pair x = pair(random({rows, c}, 32, -2, 3)), w = pair(random({c}, 33)), b = pair(random({c}, 34));
+    Pair y = empty_pair({rows, c}), mean = empty_pair({rows}), rstd = empty_pair({rows});
+    cpu().layer_norm(x.c, w.c, b.c, 1e-5, y.c, mean.c, rstd.c);
+    gpu().layer_norm(x.g, w.g, b.g, 1e-5, y.g, mean.g, rstd.g);
+    expect_close("layer_norm y", y.g, y.c, threshold(DType::f32));
+    expect_close("layer_norm mean", mean.g, mean.c, threshold(DType::f32));
+    expect_close("layer_norm rstd", rstd.g, rstd.c, threshold(DType::f32));
+    const Pair g = pair(random({rows, c}, 35));
+    Pair dx = empty_pair({rows, c}), dw = empty_pair({c}), db = empty_pair({c});
+    const Tensor gm = dev(mean.c), gr = dev(rstd.c);  // the backward of the same statistics
+    cpu().layer_norm_backward(g.c, x.c, w.c, mean.c, rstd.c, dx.c, dw.c, db.c);
+    gpu().layer_norm_backward(g.g, x.g, w.g, gm, gr, dx.g, dw.g, db.g);
+    expect_close("layer_norm_backward dx", dx.g, dx.c, threshold(DType::f32));
+    expect_close("layer_norm_backward dweight", dw.g, dw.c, threshold(DType::f32));
+    expect_close("layer_norm_backward dbias", db.g, db.c, threshold(DType::f32));
+  }
+}
+
+void embedding_case() {
+  for (DType it : {DType::i64, DType::i32}) {
+    const int64_t v = 50, c = 96;
+    const Pair w = pair(random({v, c}, 36));
+    const Pair idx = pair(random({4, 33}, 37, 0, double(v), it));  // repeats: rows hit several times
+    Pair out = empty_pair({4, 33, c});
+    cpu().embedding(w.c, idx.c, out.c);
+    gpu().embedding(w.g, idx.g, out.g);
+    expect_equal(std::string("embedding ") + dtype_name(it), out.g, out.c);
+    const Pair g = pair(random({4, 33, c}, 38));
+    Pair gw = pair(Tensor::zeros({v, c}));
+    cpu().embedding_backward(g.c, idx.c, gw.c);
+    gpu().embedding_backward(g.g, idx.g, gw.g);
+    expect_close(std::string("embedding_backward ") + dtype_name(it), gw.g, gw.c, threshold(DType::f32));
+  }
+}
+
+void cross_entropy_case() {
+  for (auto [rows, v] : {std::pair<int64_t, int64_t>{64, 50257}, {300, 17}}) {
+    const Pair logits = pair(random({rows, v}, 39, -6, 6));
+    Tensor t = random({rows}, 40, 0, double(v), DType::i64);
+    for (int64_t r = 0; r < rows; r += 7) t.data<int64_t>()[r] = -100;  // ignored rows
+    const Pair targets = pair(t);
+    Pair lse = empty_pair({rows});
+    const double want = cpu().cross_entropy(logits.c, targets.c, lse.c, -100);
+    const double got = gpu().cross_entropy(logits.g, targets.g, lse.g, -100);
+    BOOST_TEST(std::fabs(got - want) <= 1e-5 * std::fabs(want), "cross_entropy sum " << got << " vs " << want);
+    expect_close("cross_entropy lse", lse.g, lse.c, threshold(DType::f32));
+    Pair grad = empty_pair({rows, v});
+    const Tensor glse = dev(lse.c);
+    cpu().cross_entropy_backward(logits.c, targets.c, lse.c, 0.01, -100, grad.c);
+    gpu().cross_entropy_backward(logits.g, targets.g, glse, 0.01, -100, grad.g);
+    expect_close("cross_entropy_backward", grad.g, grad.c, threshold(DType::f32));
+  }
+}
+
+struct Case {
+  const char* name;
+  void (*run)();
+};
+const Case kCases[] = {
+    {"copy", copy_case},
+    {"fill", fill_case},
+    {"random", random_case},
+    {"binary", binary_case},
+    {"unary", unary_case},
+    {"axpy", axpy_case},
+    {"gelu_backward_dropout", gelu_dropout_case},
+    {"sum_dim_max_dim", reduce_dim_case},
+    {"sum_all_sum_squares_max_abs_all_finite", reduce_all_case},
+    {"matmul", matmul_case},
+    {"add_row_vector", add_row_vector_case},
+    {"adamw", adamw_case},
+    {"softmax", softmax_case},
+    {"layer_norm", layer_norm_case},
+    {"embedding", embedding_case},
+    {"cross_entropy", cross_entropy_case},
+};
+
+std::vector<std::string> case_names() {
+  std::vector<std::string> names;
+  for (const Case& c : kCases) names.push_back(c.name);
+  return names;
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(backend_method_matches_cpu, boost::unit_test::data::make(case_names()), name) {
+  for (const Case& c : kCases)
+    if (name == c.name) c.run();
+}
+
+// ---- cuBLASLt beyond Backend::matmul ----
+
+// bf16/f16 operands (fp32 accumulation, one rounding) against the CPU's f32 product of the
+// same rounded values.
+BOOST_AUTO_TEST_CASE(gemm_16_bit) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const Tensor a = random({2, 128, 96}, 41, -1, 1, dt), b = random({160, 96}, 42, -1, 1, dt);
+    Tensor want = Tensor::empty({2, 128, 160});
+    cpu().matmul(ops::to(a, DType::f32), ops::to(b, DType::f32), want, false, true, 2, 128, 160, 96);
+    Tensor out = Tensor::empty({2, 128, 160}, dt, kGpu);
+    cuda::gemm(dev(a), dev(b), out, false, true, 2, 128, 160, 96);
+    expect_close(std::string("gemm ") + dtype_name(dt), out, want, threshold(dt));
+  }
+}
+
+// Bias, GELU and bias+GELU epilogues (and the GELU input kept for the backward) against
+// the CPU's product, row-vector add and gelu.
+BOOST_AUTO_TEST_CASE(gemm_epilogues) {
+  const int64_t rows = 96, in = 64, out_features = 136;
+  const Tensor x = random({rows, in}, 43), w = random({out_features, in}, 44), bias = random({out_features}, 45);
+  Tensor pre = Tensor::empty({rows, out_features});
+  cpu().matmul(x, w, pre, false, true, 1, rows, out_features, in);
+  Tensor pre_bias = ops::clone(pre);
+  cpu().add_row_vector(pre_bias, bias);
+  for (bool with_bias : {false, true})
+    for (bool gelu : {false, true}) {
+      const Tensor want_pre = with_bias ? pre_bias : pre;
+      const Tensor want = gelu ? ops::gelu(want_pre) : want_pre;
+      Tensor got_pre;
+      const Tensor got = cuda::linear(dev(x), dev(w), with_bias ? dev(bias) : Tensor(), gelu, &got_pre);
+      const std::string what = std::string("linear") + (with_bias ? " +bias" : "") + (gelu ? " gelu" : "");
+      expect_close(what, got, want, threshold(DType::f32));
+      if (gelu) expect_close(what + " pre_gelu", got_pre, want_pre, threshold(DType::f32));
+    }
+  test::check_error([&] { cuda::linear(dev(x), dev(w), dev(random({5}, 46)), false); }, {"bias", "136"});
+}
+
+// ---- memory ----
+
+// A freed block goes back to the next request on the same stream; one used on the
+// communication stream waits for that stream before it is handed out again.
+BOOST_AUTO_TEST_CASE(caching_allocator_on_device) {
+  cuda::empty_cache(0);
+  cuda::StreamHandle comm = cuda::comm_stream(0);
+  void* p = nullptr;
+  {
+    Tensor t = Tensor::empty({1 << 20}, DType::f32, kGpu);
+    p = t.raw_data();
+  }
+  const cuda::MemoryStats before = cuda::memory_stats(0);
+  Tensor t = Tensor::empty({1 << 20}, DType::f32, kGpu);
+  BOOST_TEST(t.raw_data() == p);
+  const cuda::MemoryStats after = cuda::memory_stats(0);
+  BOOST_TEST(after.cache_hits == before.cache_hits + 1);
+  BOOST_TEST(after.provider_allocations == before.provider_allocations);
+  BOOST_TEST(after.allocated_bytes == before.allocated_bytes + (4u << 20));
+
+  // Hold the communication stream on a host callback, use t there, free it.
+  std::atomic<bool> release{false};
+  auto hold = [](void* flag) {
+    while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
+  };
+  BOOST_REQUIRE(cudaLaunchHostFunc(comm, hold, &release) == cudaSuccess);
+  cuda::record_stream(t, comm);
+  t = Tensor();
+  BOOST_TEST(cuda::memory_stats(0).pending_free_bytes >= (4u << 20));
+  Tensor u = Tensor::empty({1 << 20}, DType::f32, kGpu);
+  BOOST_TEST(u.raw_data() != p, "handed out while the communication stream may still use it");
+  release = true;
+  cuda::synchronize_stream(comm);
+  Tensor w = Tensor::empty({1 << 20}, DType::f32, kGpu);  // the event has completed
+  BOOST_TEST(w.raw_data() == p);
+  BOOST_TEST(cuda::memory_stats(0).pending_free_bytes == 0u);
+  u = Tensor();
+  w = Tensor();
+
+  const size_t reserved = cuda::memory_stats(0).reserved_bytes;
+  cuda::empty_cache(0);
+  BOOST_TEST(cuda::memory_stats(0).reserved_bytes < reserved);
+  BOOST_TEST(cuda::memory_stats(0).pending_free_bytes == 0u);
+}
+
+// Through pinned chunks both ways, more than one chunk (8 MiB) long.
+BOOST_AUTO_TEST_CASE(transfers_round_trip) {
+  Tensor t = random({5'000'003}, 47, -1e6, 1e6);
+  const Tensor d = dev(t);
+  expect_equal("round trip", d, t);
+  const Tensor strided = ops::transpose(dev(random({300, 500}, 48)), 0, 1);  // to_host of a strided view
+  expect_equal("strided to host", strided, ops::contiguous(ops::transpose(random({300, 500}, 48), 0, 1)));
+  Tensor pinned = cuda::pinned_empty({1000}, DType::f32);
+  BOOST_TEST(pinned.device().is_cpu());
+  BOOST_TEST(cuda::pinned_allocator().bytes_in_use() >= 4000u);
+}
+
+// ---- the ops layer on device tensors ----
+
+BOOST_AUTO_TEST_CASE(ops_on_device) {
+  const Tensor a = random({17, 40}, 49), b = random({40, 23}, 50), c = random({17, 23}, 51);
+  const Tensor want = ops::softmax(ops::add(ops::matmul(a, b), c));
+  const Tensor got = ops::softmax(ops::add(ops::matmul(dev(a), dev(b)), dev(c)));
+  BOOST_TEST((got.device() == kGpu));
+  expect_close("softmax(a b + c)", got, want, threshold(DType::f32));
+  BOOST_TEST(std::fabs(host(ops::sum(got)).item() - 17.0) < 1e-4);  // rows of probabilities
+  test::check_error([&] { ops::exp(dev(random({3}, 52, -1, 1, DType::f64))); }, {"computes in f32", "f64"});
+}
