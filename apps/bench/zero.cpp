@@ -1,28 +1,18 @@
 #include "bench/zero.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <functional>
-#include <map>
 #include <sstream>
 #include <thread>
 
+#include "bench/workers.h"
 #include "common/report.h"
 #include "engine/config.h"
 #include "engine/engine.h"
 #include "parallel/runtime.h"
 #include "triad.h"
-
-extern char** environ;
 
 namespace triad::bench {
 
@@ -45,20 +35,7 @@ engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks) {
   if (!o.config.empty()) {
     json = engine::load_config_file(o.config);
   } else {
-    const nn::GPTConfig m = nn::GPTConfig::preset(o.model);
-    json = {
-        {"model",
-         {{"arch", "gpt2"},
-          {"n_layer", m.n_layer},
-          {"n_head", m.n_head},
-          {"d_model", m.d_model},
-          {"seq_len", m.seq_len},
-          {"vocab_size", m.vocab_size},
-          {"dropout", m.dropout},
-          {"activation_checkpointing", m.activation_checkpointing}}},
-        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
-        {"gradient_clipping", 1.0},
-        {"device", "cpu"}};
+    json = preset_config_json(o.model);
   }
   for (const std::string& s : o.overrides) engine::apply_override(json, s);
   json.erase("train_micro_batch_size_per_gpu");
@@ -75,24 +52,13 @@ engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks) {
 // ---------------------------------------------------------------------------------------
 // Worker: one (ranks, stage) run under mpirun.
 
-std::vector<double> max_over_ranks(parallel::Communicator& world, const std::vector<double>& v) {
-  Tensor t = Tensor::from_vector(v, {int64_t(v.size())});
-  world.all_reduce(t, parallel::ReduceOp::max)->wait();
-  return t.to_vector<double>();
-}
-
-// Every rank must run the same options: they come from one mpirun command line, but a
-// hand-made launch could differ. Compared before any other collective.
+// Every rank must run the same options (workers.h). Compared before any other collective.
 void check_ranks_agree(parallel::Communicator& world, const ZeroOptions& o) {
   std::ostringstream s;
   s << o.model << '|' << o.config << '|' << o.batch << '|' << o.seq << '|' << o.steps << '|' << o.warmup << '|'
     << o.stage << '|' << o.threads;
   for (const std::string& x : o.overrides) s << '|' << x;
-  const uint64_t h = std::hash<std::string>{}(s.str());
-  const double lo = double(h & 0xffffffffu), hi = double(h >> 32);
-  const std::vector<double> mx = max_over_ranks(world, {lo, hi, -lo, -hi});
-  TRIAD_CHECK(mx[0] == -mx[2] && mx[1] == -mx[3],
-              "triad-bench zero --worker: the ranks were started with different options; start them all alike");
+  bench::check_ranks_agree(world, s.str(), "zero");
 }
 
 int run_worker(const ZeroOptions& o) {
@@ -201,129 +167,14 @@ int run_worker(const ZeroOptions& o) {
 // ---------------------------------------------------------------------------------------
 // Parent: launches the workers and reports.
 
-std::string find_on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    if (dir.empty()) continue;
-    const std::string candidate = dir + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  throw Error("triad-bench zero: `" + program + "` is not on PATH; it launches the workers (install Open MPI)");
-}
-
-std::string self_path() {
-  std::error_code ec;
-  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  TRIAD_CHECK(!ec, "triad-bench zero: cannot find its own executable (/proc/self/exe): " << ec.message());
-  return p.string();
-}
-
-struct Captured {
-  int status = 0;      // exit status, or 128 + signal
-  std::string output;  // stdout and stderr, interleaved
-};
-
-// Runs argv[0] (a path) with `env` added to this process's environment; returns its exit
-// status and everything it wrote.
-Captured run_capture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e;
-    const std::string key = entry.substr(0, entry.find('='));
-    if (!env.count(key)) env_strings.push_back(entry);
-  }
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (std::string& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-
-  int fds[2];
-  TRIAD_CHECK(::pipe(fds) == 0, "triad-bench zero: pipe() failed: " << std::strerror(errno));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[1]);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    throw Error("triad-bench zero: cannot start " + argv[0] + ": " + std::strerror(rc));
-  }
-  Captured c;
-  char buf[4096];
-  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) != 0;) {
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) break;
-    c.output.append(buf, size_t(k));
-  }
-  ::close(fds[0]);
-  int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-  }
-  c.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + (WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
-  return c;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream s(text);
-  for (std::string line; std::getline(s, line);) out.push_back(line);
-  return out;
-}
-
-nlohmann::json run_one(const ZeroOptions& o, const std::string& mpirun, const std::string& self, int n, int stage) {
-  std::vector<std::string> argv = {
-      mpirun, "-np",      std::to_string(n), "--oversubscribe",     "--bind-to", "none", self,
-      "zero", "--worker", "--stage",         std::to_string(stage), "--model",   o.model};
-  if (!o.config.empty()) argv.insert(argv.end(), {"--config", o.config});
-  for (const std::string& s : o.overrides) argv.insert(argv.end(), {"--set", s});
-  argv.insert(argv.end(),
+nlohmann::json run_one(const ZeroOptions& o, const WorkerLauncher& launcher, int n, int stage) {
+  std::vector<std::string> args = {"--stage", std::to_string(stage), "--model", o.model};
+  if (!o.config.empty()) args.insert(args.end(), {"--config", o.config});
+  for (const std::string& s : o.overrides) args.insert(args.end(), {"--set", s});
+  args.insert(args.end(),
               {"--batch", std::to_string(o.batch), "--seq", std::to_string(o.seq), "--steps", std::to_string(o.steps),
                "--warmup", std::to_string(o.warmup), "--threads", std::to_string(o.threads)});
-  std::map<std::string, std::string> env;
-  if (::geteuid() == 0) env["OMPI_ALLOW_RUN_AS_ROOT"] = "1", env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
-  // More ranks than cores: spinning OpenMP waits would steal the cores the other ranks need.
-  if (n > int(std::thread::hardware_concurrency()) && !std::getenv("OMP_WAIT_POLICY"))
-    env["OMP_WAIT_POLICY"] = "PASSIVE";
-
-  const Captured c = run_capture(argv, env);
-  nlohmann::json row;
-  for (const std::string& line : lines_of(c.output)) {
-    if (line.empty() || line[0] != '{') continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step_ms_median")) row = std::move(j);
-  }
-  if (c.status != 0 || row.is_null()) {
-    std::string errors;  // each rank's "rank R: error: ..." line, a message repeated by other ranks once
-    std::vector<std::string> seen;
-    for (const std::string& line : lines_of(c.output)) {
-      const size_t at = line.find("error:");
-      if (at == std::string::npos) continue;
-      const std::string message = line.substr(at);
-      if (std::find(seen.begin(), seen.end(), message) != seen.end()) continue;
-      seen.push_back(message);
-      errors += (errors.empty() ? "" : "\n") + line;
-    }
-    std::fprintf(stderr, "---- output of the worker (ranks %d, stage %d) ----\n%s---- end of worker output ----\n", n,
-                 stage, c.output.c_str());
-    std::ostringstream msg;
-    msg << "triad-bench zero: the worker for ranks " << n << ", stage " << stage << " failed (exit status " << c.status
-        << ")";
-    if (!errors.empty())
-      msg << ": " << errors;
-    else if (c.status == 0)
-      msg << ": it printed no result line";
-    throw Error(msg.str());
-  }
-  return row;
+  return launcher.run(n, args, "ranks " + std::to_string(n) + ", stage " + std::to_string(stage), "step_ms_median");
 }
 
 int run_parent(const ZeroOptions& o) {
@@ -338,7 +189,7 @@ int run_parent(const ZeroOptions& o) {
   for (int n : o.ranks)
     for (int s : o.stages) make_config(o, s, n);
   const engine::TrainConfig c0 = make_config(o, o.stages.front(), o.ranks.front());
-  const std::string mpirun = find_on_path("mpirun"), self = self_path();
+  const WorkerLauncher launcher("zero");
   const int cores = int(std::thread::hardware_concurrency());
   const std::string name = o.config.empty() ? o.model : o.config;
 
@@ -364,7 +215,7 @@ int run_parent(const ZeroOptions& o) {
   for (int n : o.ranks) {
     double stage0_ms = 0;
     for (int s : stages) {
-      nlohmann::json row = run_one(o, mpirun, self, n, s);
+      nlohmann::json row = run_one(o, launcher, n, s);
       const double ms = row["step_ms_median"].get<double>();
       if (s == 0) stage0_ms = ms;
       std::string ratio_text = "-";

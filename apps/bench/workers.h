@@ -1,0 +1,52 @@
+// The parent/worker shape of triad-bench's multi-rank benchmarks (zero, ckpt). The parent
+// process runs without mpirun and, once per configuration, runs this same program again
+// as `mpirun -np N --oversubscribe --bind-to none <self> <command> --worker <args>`. The
+// worker's rank 0 prints its figures as one JSON line; the parent collects it, and a worker
+// that fails makes the parent fail with the worker's own error lines.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace triad::bench {
+
+class WorkerLauncher {
+ public:
+  using LineHandler = std::function<void(const std::string& line)>;
+
+  // Finds mpirun on PATH and this program's executable; throws Error (naming
+  // `triad-bench <command>`) when either is missing, so a sweep fails before it starts.
+  explicit WorkerLauncher(std::string command);
+
+  // Runs one worker on `ranks` ranks with `args` after `--worker`, and returns the last
+  // JSON line of its output that has the key `result_key`. Each output line is passed to
+  // `on_line` as it arrives (progress reports). With more ranks than cores, the workers'
+  // OpenMP threads wait passively (unless OMP_WAIT_POLICY is set). Throws Error when the
+  // worker fails or prints no result; `label` (e.g. "ranks 4, stage 1") names it there.
+  nlohmann::json run(int ranks, const std::vector<std::string>& args, const std::string& label,
+                     const std::string& result_key, const LineHandler& on_line = {}) const;
+
+ private:
+  std::string command_, mpirun_, self_;
+};
+
+// The model, optimizer and clipping of a GPT preset ("tiny", "gpt2-124m", ...) as a
+// triad-train config without batch, steps or zero keys: AdamW (lr 3e-4, betas 0.9/0.95,
+// weight decay 0.1), clipping 1.0, on the CPU.
+nlohmann::json preset_config_json(const std::string& preset);
+
+// Element-wise maximum of `values` over the ranks of `world` (collective): a timing's
+// slowest rank.
+std::vector<double> max_over_ranks(parallel::Communicator& world, const std::vector<double>& values);
+
+// Every worker rank must run the same options: they come from one mpirun command line, but
+// a hand-made launch could differ. Compares a digest of `options` across the ranks (one
+// all-reduce; call it before any other collective) and throws Error on every rank when they
+// differ.
+void check_ranks_agree(parallel::Communicator& world, const std::string& options, const std::string& command);
+
+}  // namespace triad::bench
