@@ -6,13 +6,13 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <tuple>
 
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/gemm.h"
 #include "cuda/stream.h"
-#include "tensor/ops.h"
 
 namespace triad::cuda {
 
