@@ -2,22 +2,28 @@
 // line, one JSON object with its figures.
 #include <CLI/CLI.hpp>
 
+#include "bench/ckpt.h"
 #include "bench/collectives.h"
+#include "bench/scaling.h"
 #include "bench/step.h"
 #include "bench/zero.h"
 #include "common/main_guard.h"
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-bench: training-step, ZeRO and collective benchmarks"};
+    CLI::App app{"triad-bench: training-step, ZeRO, collective and checkpoint I/O benchmarks"};
     app.require_subcommand(1);
     triad::bench::StepOptions step;
     triad::bench::add_step_command(app, step);
     triad::bench::ZeroOptions zero;
     triad::bench::add_zero_command(app, zero);
+    triad::bench::CkptOptions ckpt;
+    triad::bench::add_ckpt_command(app, ckpt);
     triad::bench::CollectivesOptions collectives;
     int status = 0;  // the collectives subcommand fails when a result was wrong
     triad::bench::add_collectives_command(app, collectives, status);
+    triad::bench::ScalingOptions scaling;
+    triad::bench::add_scaling_command(app, scaling);
     CLI11_PARSE(app, argc, argv);
     return status;
   });

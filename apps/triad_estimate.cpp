@@ -5,6 +5,7 @@
 //   triad-estimate --params 7.5e9 --dp 64 [--k 12] [--persistent-params N]
 //   triad-estimate --config configs/gpt2-124m.json [--set model.n_layer=24]... --dp 1,4,64
 //                  [--persistence-threshold 1e5]
+// With --time it also predicts each stage's step time on each dp (estimate/step_time.h).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "common/main_guard.h"
 #include "common/report.h"
 #include "engine/config.h"
+#include "estimate/step_time.h"
 #include "nn/gpt.h"
 #include "tensor/error.h"
 #include "zero/estimate.h"
@@ -25,18 +27,22 @@ using namespace triad;
 
 constexpr double kGB = 1e9;
 
-// The model of a triad-train config. Only the model matters here, so the batch keys are
-// replaced by a neutral micro batch of 1: a config written for one dp must not fail its
-// batch arithmetic under another.
-nn::GPTConfig model_of_config(const std::string& path, const std::vector<std::string>& overrides) {
+// A triad-train config without its batch arithmetic: the batch keys are replaced by a
+// neutral micro batch of 1, so a config written for one dp does not fail under another.
+// `micro_batch` receives the config's own train_micro_batch_size_per_gpu (0 when absent).
+engine::TrainConfig parse_config_for_estimate(const std::string& path, const std::vector<std::string>& overrides,
+                                              int64_t& micro_batch) {
   nlohmann::json json = engine::load_config_file(path);
   for (const std::string& s : overrides) engine::apply_override(json, s);
+  micro_batch = 0;
   if (json.is_object()) {
+    const auto micro = json.find("train_micro_batch_size_per_gpu");
+    if (micro != json.end() && micro->is_number_integer()) micro_batch = micro->get<int64_t>();
     json.erase("train_batch_size");
     json.erase("gradient_accumulation_steps");
     json["train_micro_batch_size_per_gpu"] = 1;
   }
-  return engine::parse_config(json, 1).model;
+  return engine::parse_config(json, 1);
 }
 
 // A count as JSON: an integer when it is one (and exactly representable), else a double.
@@ -94,6 +100,8 @@ int main(int argc, char** argv) {
         ->needs(config_opt)
         ->check(number_check("non-negative", [](double x) { return x >= 0; }));
     params_opt->excludes(config_opt);
+    estimate::TimeOptions time;
+    estimate::add_time_options(app, time);
     CLI11_PARSE(app, argc, argv);
 
     TRIAD_CHECK(params_opt->count() > 0 || config_opt->count() > 0,
@@ -101,8 +109,10 @@ int main(int argc, char** argv) {
     nlohmann::json model_json;
     std::string header;
     int64_t persistent_count = -1;  // known only for a config's model
+    estimate::TimeModel time_model;
     if (config_opt->count() > 0) {
-      const nn::GPTConfig model = model_of_config(config_path, overrides);
+      const engine::TrainConfig config = parse_config_for_estimate(config_path, overrides, time_model.micro_batch);
+      const nn::GPTConfig& model = config.model;
       const zero::PersistentParams p =
           zero::persistent_parameters(model.parameter_sizes(), int64_t(std::floor(threshold)));
       params = double(model.num_parameters());
@@ -113,12 +123,19 @@ int main(int argc, char** argv) {
                std::to_string(model.seq_len) + " from " + config_path;
       model_json = {{"config", config_path},    {"n_layer", model.n_layer}, {"n_head", model.n_head},
                     {"d_model", model.d_model}, {"seq_len", model.seq_len}, {"vocab_size", model.vocab_size}};
+      time_model.n_layer = model.n_layer, time_model.d_model = model.d_model, time_model.seq_len = model.seq_len;
+      time_model.dtype = config.precision.dtype;
+      time_model.overlap_comm = config.zero.overlap_comm;
+      time_model.cluster = config.cluster;
     }
     // Everything is computed before anything is printed, so a bad value prints only its error.
     std::vector<std::array<zero::ModelStateBytes, 4>> results;
     for (int64_t dp : dps)
       results.push_back(zero::model_state_bytes_all(
           {.num_params = params, .dp = dp, .optimizer_bytes = k, .persistent_params = persistent}));
+    time_model.params = params, time_model.persistent_params = persistent;
+    estimate::StepTimes times;
+    if (time.enabled) times = estimate::compute_step_times(time, time_model, dps);
 
     if (!header.empty()) std::printf("triad-estimate: %s\n", header.c_str());
     std::printf("%s%.0f parameters (%.4g %s)\n", header.empty() ? "triad-estimate: " : "  ", params,
@@ -170,6 +187,7 @@ int main(int argc, char** argv) {
       out["persistence_threshold"] = count_json(std::floor(threshold));
       out["persistent_count"] = persistent_count;
     }
+    if (time.enabled) out["time"] = estimate::print_step_times(times);
     triad::app::print_json_line(out);
     return 0;
   });

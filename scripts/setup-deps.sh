@@ -15,6 +15,7 @@ packages=(
   openmpi-bin libopenmpi-dev  # the data-parallel transport (mpirun, MPI)
   libopenblas-openmp-dev # the BLAS behind Eigen's GEMM (OpenMP build: one thread pool with ours)
   libhdf5-openmpi-dev hdf5-tools  # checkpoints: parallel HDF5 over Open MPI, and h5dump to inspect them
+  gnuplot-nox            # figures: triad-bench scaling's PNG, scripts/plot-metrics (gnuplot without X)
 )
 
 missing=()

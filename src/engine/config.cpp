@@ -87,6 +87,27 @@ void parse_checkpoint(JsonReader r, CheckpointConfig& k) {
   r.finish();
 }
 
+// One link: bandwidth in GB/s (bytes) or Gb/s (bits), latency in µs.
+void parse_link(JsonReader r, zero::Link& link) {
+  if (r.has("bandwidth_GBps") && r.has("bandwidth_Gbps"))
+    r.fail("bandwidth_Gbps", "absent when bandwidth_GBps is given (one bandwidth per link, in bytes or bits)");
+  if (r.has("bandwidth_Gbps"))
+    link.bandwidth = r.number("bandwidth_Gbps", 0.0, 1e-9, kInf) * 1e9 / 8;
+  else
+    link.bandwidth = r.number("bandwidth_GBps", link.bandwidth / 1e9, 1e-9, kInf) * 1e9;
+  link.latency = r.number("latency_us", link.latency * 1e6, 0.0, kInf) * 1e-6;
+  r.finish();
+}
+
+void parse_cluster(JsonReader r, zero::Cluster& c) {
+  c.ranks_per_node = r.integer("ranks_per_node", c.ranks_per_node, 1, kMaxInt);
+  c.cores_per_node = r.integer("cores_per_node", c.cores_per_node, 0, kMaxInt);
+  c.flops_per_rank = r.number("flops_per_rank", c.flops_per_rank, 0.0, kInf);
+  parse_link(r.object("intra_node"), c.intra_node);
+  parse_link(r.object("inter_node"), c.inter_node);
+  r.finish();
+}
+
 void parse_precision(JsonReader bf16, JsonReader fp16, PrecisionConfig& p) {
   const bool use_bf16 = bf16.boolean("enabled", false);
   bf16.finish();
@@ -199,6 +220,7 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t dp) {
   }
   c.output_dir = r.string("output_dir", "");
   parse_checkpoint(r.object("checkpoint"), c.checkpoint);
+  parse_cluster(r.object("cluster"), c.cluster);
   TRIAD_CHECK(
       c.checkpoint.dir.empty() || c.optimizer.type == "AdamW",
       "[config] checkpoint.dir is set but checkpoints hold AdamW's state; optimizer.type is " << c.optimizer.type);

@@ -22,8 +22,14 @@
 //                           "stage3_param_persistence_threshold": 1e5},
 //     "checkpoint": {"dir": "runs/demo/checkpoints", "every": 100, "keep": 3},
 //     "bf16": {"enabled": true}   or   "fp16": {"enabled": true, "initial_scale_power": 16,
-//              "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
+//              "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
+//     "cluster": {"ranks_per_node": 8, "cores_per_node": 0, "flops_per_rank": 4e14,
+//                 "intra_node": {"bandwidth_GBps": 900, "latency_us": 3},
+//                 "inter_node": {"bandwidth_Gbps": 200, "latency_us": 5}}
 //   }
+// "cluster" describes the machine for the step-time model (zero/perf_model.h: triad-estimate
+// --time, triad-bench scaling); training ignores it. A link's bandwidth is given in bytes
+// (bandwidth_GBps) or bits (bandwidth_Gbps) per second, one of the two.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -31,6 +37,7 @@
 #include <vector>
 
 #include "nn/gpt.h"
+#include "zero/perf_model.h"
 
 namespace triad::engine {
 
@@ -109,6 +116,8 @@ struct TrainConfig {
   std::string device = "cpu";
   std::string output_dir;  // where the trained weights go, as output_dir/model.h5 ("" : not saved)
   CheckpointConfig checkpoint;
+  // The machine the step-time model describes (defaults: zero::Cluster's 8-GPU node).
+  zero::Cluster cluster;
   nlohmann::json json;  // the configuration as parsed, with batch sizes resolved
 };
 

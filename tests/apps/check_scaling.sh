@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# check_scaling.sh MAX_ERROR ROWS TRIAD_BENCH ARGS...: runs `TRIAD_BENCH scaling ARGS... --out
+# DIR` (a fresh folder) and passes when it exits 0 within 280 s, DIR/scaling.csv has the
+# expected columns and ROWS data rows, DIR/scaling.png is a 1200x800 PNG, the JSON object
+# on the last line has ROWS rows, and, unless MAX_ERROR is "-", every point's predicted step
+# time is within MAX_ERROR (relative) of the measured one.
+set -u
+max_error=$1 rows=$2
+shift 2
+here=$(cd "$(dirname "$0")" && pwd)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+output=$(timeout 280 "$1" scaling "${@:2}" --out "$out")
+status=$?
+echo "$output" | grep -v '^{'
+if [[ $status -eq 124 ]]; then echo "FAILED: the sweep hung (killed after 280 s)"; exit 1; fi
+if [[ $status -ne 0 ]]; then echo "FAILED: the sweep exited with status $status"; exit 1; fi
+"$here/check_png.py" "$out/scaling.png" 1200 800 || exit 1
+tail -n 1 <<<"$output" | python3 -c '
+import csv, json, sys
+max_error, rows, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+j = json.loads(sys.stdin.read())
+problems = []
+with open(out + "/scaling.csv") as f:
+    table = list(csv.DictReader(f))
+need = ["mode", "stage", "ranks", "ms_per_step", "tokens_per_s", "efficiency", "bus_bytes", "state_bytes",
+        "pred_ms_per_step", "pred_error"]
+missing = [c for c in need if table and c not in table[0]]
+if missing: problems.append("scaling.csv lacks columns %s" % missing)
+if len(table) != rows: problems.append("scaling.csv has %d rows, expected %d" % (len(table), rows))
+if j.get("bench") != "scaling" or len(j.get("rows", [])) != rows:
+    problems.append("the JSON line has %d rows, expected %d" % (len(j.get("rows", [])), rows))
+if not problems and max_error != "-":
+    for r in table:
+        err = float(r["pred_error"])
+        if not abs(err) < float(max_error):
+            problems.append("ranks %s, stage %s: measured %s ms, predicted %s ms (%+.1f%%)" % (
+                r["ranks"], r["stage"], r["ms_per_step"], r["pred_ms_per_step"], 100 * err))
+if problems: sys.exit("FAILED: " + "; ".join(problems))
+worst = max(abs(float(r["pred_error"])) for r in table)
+print("OK: %d points, scaling.csv and a 1200x800 scaling.png; largest prediction error %.1f%%%s" % (
+    rows, 100 * worst, "" if max_error == "-" else " (bound %g%%)" % (100 * float(max_error))))
+' "$max_error" "$rows" "$out"
