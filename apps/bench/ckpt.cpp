@@ -333,6 +333,7 @@ nlohmann::json result_row(const engine::Engine& engine, int n, int threads, int6
           {"params", params},
           {"bytes", bytes},
           {"repeats", o.repeats},
+          {"warmup", o.warmup},
           {"page_cache", o.cached ? "kept" : "dropped before every read"},
           {"save_s", s.save},
           {"load_s", s.load},
@@ -359,16 +360,18 @@ nlohmann::json result_row(const engine::Engine& engine, int n, int threads, int6
           {"cached_before_plain_read", s.cached_before_plain_read}};
 }
 
+// repeat 0: a warm-up round.
 void print_progress(int n, int repeat, int repeats, int64_t bytes, const Samples& s) {
-  std::printf(
-      "progress: ranks %d, repeat %d/%d (%.2f GB): save %.2f s, load %.2f s, plain write %.2f s, plain read %.2f s\n",
-      n, repeat, repeats, double(bytes) / GB, s.save.back(), s.load.back(), s.write.back(), s.read.back());
+  const std::string round =
+      repeat == 0 ? std::string("warm-up") : "repeat " + std::to_string(repeat) + "/" + std::to_string(repeats);
+  std::printf("progress: ranks %d, %s (%.2f GB): save %.2f s, load %.2f s, plain write %.2f s, plain read %.2f s\n", n,
+              round.c_str(), double(bytes) / GB, s.save.back(), s.load.back(), s.write.back(), s.read.back());
   std::fflush(stdout);
 }
 
 std::string options_key(const CkptOptions& o) {
   std::ostringstream s;
-  s << o.model << '|' << o.dir << '|' << o.repeats << '|' << o.threads << '|' << o.cached;
+  s << o.model << '|' << o.dir << '|' << o.repeats << '|' << o.warmup << '|' << o.threads << '|' << o.cached;
   return s.str();
 }
 
@@ -395,13 +398,14 @@ int run_worker(const CkptOptions& o) {
   }
 
   PlainBuffers buf(kChunkBytes);  // the plain path cycles through one chunk
-  Samples s;
+  Samples warmup, s;
   int64_t bytes = 0;
-  for (int r = 0; r < o.repeats; ++r) {
-    const int64_t b = run_repeat(*world, engine, o, saved, buf, s);
+  for (int r = 0; r < o.warmup + o.repeats; ++r) {
+    const bool timed = r >= o.warmup;
+    const int64_t b = run_repeat(*world, engine, o, saved, buf, timed ? s : warmup);
     TRIAD_CHECK(r == 0 || b == bytes, "triad-bench ckpt: the checkpoint was " << bytes << " bytes, then " << b);
     bytes = b;
-    if (rank == 0) print_progress(n, r + 1, o.repeats, bytes, s);
+    if (rank == 0) print_progress(n, timed ? r - o.warmup + 1 : 0, o.repeats, bytes, timed ? s : warmup);
   }
   if (rank == 0) app::print_json_line(result_row(engine, n, threads, bytes, o, s, params));
   return 0;
@@ -443,6 +447,7 @@ nlohmann::json run_one(const CkptOptions& o, const WorkerLauncher& launcher, int
   std::vector<std::string> args = {"--model",   o.model,
                                    "--dir",     folder,
                                    "--repeats", std::to_string(o.repeats),
+                                   "--warmup",  std::to_string(o.warmup),
                                    "--threads", std::to_string(o.threads)};
   if (o.cached) args.push_back("--cached");
   const auto progress = [](const std::string& line) {
@@ -458,9 +463,9 @@ void print_header(const CkptOptions& o, const std::string& folder) {
   const int cores = int(std::thread::hardware_concurrency());
   std::printf(
       "triad-bench ckpt: %s (L%lld C%lld V%lld), /model + /optim master, exp_avg, exp_avg_sq (f32); ranks %s, %d "
-      "repeats, %d cores%s\n",
+      "repeats after %d warm-up, %d cores%s\n",
       o.model.c_str(), (long long)m.n_layer, (long long)m.d_model, (long long)m.vocab_size, join(o.ranks).c_str(),
-      o.repeats, cores,
+      o.repeats, o.warmup, cores,
       *std::max_element(o.ranks.begin(), o.ranks.end()) > cores ? " (ranks beyond the cores are oversubscribed)" : "");
   std::printf("writing in %s; page cache %s\n", folder.c_str(),
               o.cached ? "kept (reads may come from memory)" : "dropped before every read (both paths)");
@@ -513,6 +518,7 @@ int run_parent(const CkptOptions& o) {
                         {"cores", int(std::thread::hardware_concurrency())},
                         {"ranks", o.ranks},
                         {"repeats", o.repeats},
+                        {"warmup", o.warmup},
                         {"page_cache", o.cached ? "kept" : "dropped before every read"},
                         {"target_ratio", kTargetRatio},
                         {"rows", rows},
@@ -536,6 +542,7 @@ void add_ckpt_command(CLI::App& app, CkptOptions& o) {
   cmd->add_option("--repeats", o.repeats, "timed repeats of each path (medians reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o.warmup, "untimed rounds first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks, at least 1)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
