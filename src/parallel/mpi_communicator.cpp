@@ -403,12 +403,13 @@ WorkPtr MpiCommunicator::recv(const Tensor& t, int src, int tag) {
   TRIAD_CHECK(tag >= 0 && tag <= impl_->tag_ub, "recv: tag " << tag << " outside [0, " << impl_->tag_ub << "]");
   const MPI_Datatype type = mpi_type(t.dtype());
   const int64_t expected = t.numel();
-  const std::string what = t.str();
-  auto check_count = [type, expected, src, tag, what](const MPI_Status& status) {
+  // The tensor's description is formatted only for the error: on every call it would cost
+  // more than a small message takes.
+  auto check_count = [type, expected, src, tag, t](const MPI_Status& status) {
     int count = 0;
     TRIAD_MPI(MPI_Get_count(&status, type, &count), "MPI_Get_count");
     TRIAD_CHECK(count == expected, "recv: expected " << expected << " elements from rank " << src << " (tag " << tag
-                                                     << ", tensor " << what << "), received " << count);
+                                                     << ", tensor " << t.str() << "), received " << count);
   };
   auto work = std::make_unique<MpiWork>("recv", std::vector<Tensor>{t}, check_count);
   TRIAD_MPI(MPI_Irecv(t.raw_data(), int(t.numel()), type, src, tag, impl_->comm, work->request()), "MPI_Irecv");
