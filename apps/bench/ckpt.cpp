@@ -278,9 +278,13 @@ struct Samples {
   std::vector<double> cached_before_load, cached_before_plain_read;  // fractions, per repeat
 };
 
-// One repeat of the four timings, appended to s. Returns the checkpoint's size in bytes.
+// One repeat of the four timings, appended to s. Returns the checkpoint's size in bytes;
+// `previous_bytes` is the one before (0 in the first repeat). Odd repeats run the plain path first: a file system (or a thinly provisioned disk) can be
+// faster for blocks a moment ago freed than for fresh ones, which would favour whichever
+// path always ran second.
 int64_t run_repeat(parallel::Communicator& world, engine::Engine& engine, const CkptOptions& o,
-                   const std::vector<uint64_t>& saved, PlainBuffers& buf, Samples& s) {
+                   const std::vector<uint64_t>& saved, PlainBuffers& buf, Samples& s, int repeat,
+                   int64_t previous_bytes) {
   const int n = world.size(), rank = world.rank();
   const std::string ckpt = o.dir + "/checkpoint.h5", plain = o.dir + "/plain.bin";
   double cached = 0;
@@ -291,23 +295,37 @@ int64_t run_repeat(parallel::Communicator& world, engine::Engine& engine, const 
     });
   };
 
-  on_rank0(world, [&] { remove_file(ckpt); });
-  const Timing save = timed(world, "wchar", [&] { engine::save_checkpoint(ckpt, engine, world); });
-  const int64_t bytes = file_size(ckpt);
-  before_read(ckpt);
-  s.cached_before_load.push_back(cached);
-  clear_resident_state(engine);
-  const Timing load = timed(world, "rchar", [&] { engine::load_checkpoint(ckpt, engine, world); });
-  check_restored(world, engine, saved, ckpt);
-  on_rank0(world, [&] { remove_file(ckpt); });
-
-  on_rank0(world, [&] { remove_file(plain); });
-  const Timing write = timed(world, "wchar", [&] { plain_write(plain, bytes, rank, n, buf); });
-  before_read(plain);
-  s.cached_before_plain_read.push_back(cached);
-  const Timing read = timed(world, "rchar", [&] { plain_read(plain, bytes, rank, n, buf); });
-  check_plain_read(world, bytes, rank, n, buf, plain);
-  on_rank0(world, [&] { remove_file(plain); });
+  int64_t bytes = -1;
+  Timing save, load, write, read;
+  const auto checkpoint_path = [&] {
+    on_rank0(world, [&] { remove_file(ckpt); });
+    save = timed(world, "wchar", [&] { engine::save_checkpoint(ckpt, engine, world); });
+    bytes = file_size(ckpt);
+    before_read(ckpt);
+    s.cached_before_load.push_back(cached);
+    clear_resident_state(engine);
+    load = timed(world, "rchar", [&] { engine::load_checkpoint(ckpt, engine, world); });
+    check_restored(world, engine, saved, ckpt);
+    on_rank0(world, [&] { remove_file(ckpt); });
+  };
+  // The plain path moves as many bytes as the checkpoint has: the previous repeat's size
+  // when it runs first (every repeat's checkpoint has the same size, checked by the caller).
+  const auto plain_path = [&](int64_t size) {
+    on_rank0(world, [&] { remove_file(plain); });
+    write = timed(world, "wchar", [&] { plain_write(plain, size, rank, n, buf); });
+    before_read(plain);
+    s.cached_before_plain_read.push_back(cached);
+    read = timed(world, "rchar", [&] { plain_read(plain, size, rank, n, buf); });
+    check_plain_read(world, size, rank, n, buf, plain);
+    on_rank0(world, [&] { remove_file(plain); });
+  };
+  if (repeat % 2 == 1 && previous_bytes > 0) {
+    plain_path(previous_bytes);
+    checkpoint_path();
+  } else {
+    checkpoint_path();
+    plain_path(bytes);
+  }
 
   for (auto [v, t] : {std::pair{&s.save, save}, {&s.load, load}, {&s.write, write}, {&s.read, read}})
     v->push_back(t.seconds);
@@ -402,7 +420,7 @@ int run_worker(const CkptOptions& o) {
   int64_t bytes = 0;
   for (int r = 0; r < o.warmup + o.repeats; ++r) {
     const bool timed = r >= o.warmup;
-    const int64_t b = run_repeat(*world, engine, o, saved, buf, timed ? s : warmup);
+    const int64_t b = run_repeat(*world, engine, o, saved, buf, timed ? s : warmup, r, bytes);
     TRIAD_CHECK(r == 0 || b == bytes, "triad-bench ckpt: the checkpoint was " << bytes << " bytes, then " << b);
     bytes = b;
     if (rank == 0) print_progress(n, timed ? r - o.warmup + 1 : 0, o.repeats, bytes, timed ? s : warmup);

@@ -25,14 +25,20 @@ namespace triad::io {
 // The term of element i with raw bits `bits`.
 uint64_t checksum_mix(int64_t index, uint64_t bits);
 
+// Where a checksum runs: on the caller's OpenMP threads (for large counts), or on the
+// calling thread alone (a background thread that must leave the cores to the caller's
+// other work).
+enum class ChecksumThreads { openmp, calling };
+
 // Σ mix(first_index + k, bits of data[k]) over k in [0, count): the partial checksum of
 // elements [first_index, first_index + count) of a flattened tensor whose elements
 // data[0..count) are. element_size is 1, 2, 4 or 8 (Error otherwise); count >= 0 and
-// first_index >= 0. Runs on OpenMP threads for large counts.
-uint64_t range_checksum(const void* data, int64_t first_index, int64_t count, int element_size);
+// first_index >= 0.
+uint64_t range_checksum(const void* data, int64_t first_index, int64_t count, int element_size,
+                        ChecksumThreads threads = ChecksumThreads::openmp);
 
 // range_checksum over a contiguous CPU tensor's elements, taken as elements
 // [first_index, first_index + t.numel()) of a larger flattened tensor (0: the whole).
-uint64_t tensor_checksum(const Tensor& t, int64_t first_index = 0);
+uint64_t tensor_checksum(const Tensor& t, int64_t first_index = 0, ChecksumThreads threads = ChecksumThreads::openmp);
 
 }  // namespace triad::io

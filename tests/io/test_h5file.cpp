@@ -449,6 +449,13 @@ BOOST_AUTO_TEST_CASE(split_ranges_sum_to_the_whole) {
   }
 }
 
+// The terms of elements [0, k).
+uint64_t p_terms(const uint32_t* p, int64_t k) {
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += io::checksum_mix(i, p[i]);
+  return sum;
+}
+
 BOOST_AUTO_TEST_CASE(large_counts_run_in_parallel_and_compose) {
   const int64_t n = 3 << 18;  // above the one-thread limit
   const Tensor t = pattern({n}, DType::f32, 5);
@@ -457,6 +464,8 @@ BOOST_AUTO_TEST_CASE(large_counts_run_in_parallel_and_compose) {
   for (int64_t k = 0; k < n; ++k) serial += io::checksum_mix(k, p[k]);
   BOOST_TEST(io::tensor_checksum(t) == serial);
   BOOST_TEST(io::range_checksum(p, 0, 100000, 4) + io::range_checksum(p + 100000, 100000, n - 100000, 4) == serial);
+  BOOST_TEST(io::tensor_checksum(t, 0, io::ChecksumThreads::calling) == serial);
+  BOOST_TEST(io::range_checksum(p + 7, 7, n - 7, 4, io::ChecksumThreads::calling) == serial - p_terms(p, 7));
 }
 
 BOOST_AUTO_TEST_CASE(every_flipped_byte_changes_it) {
