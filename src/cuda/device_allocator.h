@@ -10,6 +10,7 @@
 #pragma once
 
 #include "cuda/caching_allocator.h"
+#include "cuda/runtime.h"
 #include "cuda/stream.h"
 #include "tensor/allocator.h"
 #include "tensor/tensor.h"
@@ -41,8 +42,7 @@ DeviceAllocator& device_allocator(int device);
 // streams call it for every tensor they touch.
 void record_stream(const Tensor& t, StreamHandle stream);
 
-MemoryStats memory_stats(int device);
-void reset_peak_memory_stats(int device);
+// memory_stats and reset_peak_memory_stats of this allocator: cuda/runtime.h.
 // Returns the cached segments of the device's allocator to the driver (after the events of
 // pending frees complete). For tests, and before handing memory to another library.
 void empty_cache(int device);

@@ -23,14 +23,14 @@ constexpr int kMaxDevices = 64;
 
 struct PlanKey {
   int device;
-  DType dtype;
+  DType dtype, out_dtype;  // of the operands, of out
   bool trans_a, trans_b, b_batched, has_aux;
   Epilogue epilogue;
   int64_t batch, m, n, k;
   uint32_t align_a, align_b, align_c;
   auto tie() const {
-    return std::tie(device, dtype, trans_a, trans_b, b_batched, has_aux, epilogue, batch, m, n, k, align_a, align_b,
-                    align_c);
+    return std::tie(device, dtype, out_dtype, trans_a, trans_b, b_batched, has_aux, epilogue, batch, m, n, k, align_a,
+                    align_b, align_c);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -117,10 +117,10 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 
 std::string describe(const PlanKey& key) {
   std::ostringstream os;
-  os << dtype_name(key.dtype) << " batch " << key.batch << " (" << key.m << " x " << key.k << ")"
-     << (key.trans_a ? "^T" : "") << " @ (" << key.k << " x " << key.n << ")" << (key.trans_b ? "^T" : "")
-     << ", epilogue " << int(key.epilogue) << ", alignments " << key.align_a << "/" << key.align_b << "/"
-     << key.align_c;
+  os << dtype_name(key.dtype) << " -> " << dtype_name(key.out_dtype) << " batch " << key.batch << " (" << key.m << " x "
+     << key.k << ")" << (key.trans_a ? "^T" : "") << " @ (" << key.k << " x " << key.n << ")"
+     << (key.trans_b ? "^T" : "") << ", epilogue " << int(key.epilogue) << ", alignments " << key.align_a << "/"
+     << key.align_b << "/" << key.align_c;
   return os.str();
 }
 
@@ -140,7 +140,7 @@ Plan make_plan(const PlanKey& key) {
   const int64_t a_rows = key.trans_a ? key.m : key.k, a_cols = key.trans_a ? key.k : key.m;
   p.a = make_layout(type, b_rows, b_cols, key.batch, key.b_batched ? key.k * key.n : 0);
   p.b = make_layout(type, a_rows, a_cols, key.batch, key.m * key.k);
-  p.c = make_layout(type, key.n, key.m, key.batch, key.m * key.n);
+  p.c = make_layout(cuda_type(key.out_dtype), key.n, key.m, key.batch, key.m * key.n);
 
   cublasLtMatmulPreference_t pref = nullptr;
   TRIAD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -165,11 +165,11 @@ Plan make_plan(const PlanKey& key) {
   return p;
 }
 
-void check_operand(const Tensor& t, const char* what, const Tensor& like) {
+void check_operand(const Tensor& t, const char* what, Device device, DType dtype) {
   TRIAD_CHECK(t.defined(), "gemm: " << what << " is undefined");
-  TRIAD_CHECK(t.device().is_cuda() && t.device() == like.device() && t.dtype() == like.dtype(),
-              "gemm: " << what << " " << t.str() << " must be on " << like.device().str() << " with dtype "
-                       << dtype_name(like.dtype()));
+  TRIAD_CHECK(
+      t.device().is_cuda() && t.device() == device && t.dtype() == dtype,
+      "gemm: " << what << " " << t.str() << " must be on " << device.str() << " with dtype " << dtype_name(dtype));
   TRIAD_CHECK(t.is_contiguous(), "gemm: " << what << " " << t.str() << " must be contiguous");
 }
 
@@ -177,11 +177,13 @@ void check_operand(const Tensor& t, const char* what, const Tensor& like) {
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
           int64_t n, int64_t k, const GemmOptions& options) {
-  check_operand(a, "a", a);
-  check_operand(b, "b", a);
-  check_operand(out, "out", a);
+  check_operand(a, "a", a.device(), a.dtype());
+  check_operand(b, "b", a.device(), a.dtype());
   TRIAD_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::bf16 || a.dtype() == DType::f16,
               "gemm: operands must be f32, bf16 or f16, got " << a.str());
+  // 16-bit operands may write an f32 output: cuBLASLt then skips the rounding to 16 bits.
+  const DType out_dtype = out.defined() && out.dtype() == DType::f32 ? DType::f32 : a.dtype();
+  check_operand(out, "out", a.device(), out_dtype);
   TRIAD_CHECK(batch >= 1 && m >= 0 && n >= 0 && k >= 0 && a.numel() == batch * m * k && out.numel() == batch * m * n &&
                   (b.numel() == k * n || b.numel() == batch * k * n),
               "gemm: " << a.str() << " @ " << b.str() << " -> " << out.str() << " does not match batch " << batch
@@ -190,13 +192,13 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, boo
   const bool has_bias = ep == Epilogue::bias || ep == Epilogue::bias_gelu;
   const bool has_aux = options.pre_gelu.defined();
   if (has_bias) {
-    check_operand(options.bias, "bias", a);
+    check_operand(options.bias, "bias", a.device(), out_dtype);
     TRIAD_CHECK(options.bias.numel() == n,
                 "gemm: bias " << options.bias.str() << " must have N = " << n << " elements");
   }
   if (has_aux) {
     TRIAD_CHECK(ep == Epilogue::gelu || ep == Epilogue::bias_gelu, "gemm: pre_gelu is an output of the GELU epilogues");
-    check_operand(options.pre_gelu, "pre_gelu", a);
+    check_operand(options.pre_gelu, "pre_gelu", a.device(), out_dtype);
     TRIAD_CHECK(options.pre_gelu.numel() == out.numel() && n % 8 == 0,
                 "gemm: pre_gelu " << options.pre_gelu.str() << " must have out's " << out.numel()
                                   << " elements, with N (" << n << ") a multiple of 8");
@@ -212,6 +214,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, boo
   }
   PlanKey key{device,
               a.dtype(),
+              out_dtype,
               trans_a,
               trans_b,
               b.numel() != k * n || batch == 1,

@@ -10,7 +10,8 @@
 // - Batches are strided (one call for all); a 2-D b shared by every batch is a stride of
 //   0, or, when a is not transposed, one GEMM of (batch * M) rows.
 // - f32 operands compute in fp32 (CUBLAS_COMPUTE_32F: no TF32), as the CPU backend does;
-//   bf16 and f16 operands accumulate in fp32 and round once on output.
+//   bf16 and f16 operands accumulate in fp32 and round once on output, or are not rounded
+//   at all when the output is f32.
 // - A plan (operation and layout descriptors, the algorithm cuBLASLt's heuristic picks) is
 //   made once per shape, dtype, epilogue and pointer alignment and cached for the process,
 //   so a training step costs no heuristic queries after the first.
@@ -42,8 +43,9 @@ struct GemmOptions {
 
 // out (batch, M, N) = op(a) op(b): a (batch, M, K), or (batch, K, M) when trans_a; b (K, N),
 // or (N, K) when trans_b, either 2-D (shared by every batch) or with a's batch. All three
-// contiguous on one CUDA device, all f32, all bf16 or all f16. Runs on the device's
-// current stream. Throws Error on a mismatch, and when cuBLASLt has no algorithm for it.
+// contiguous on one CUDA device; a and b both f32, both bf16 or both f16; out of their
+// dtype or f32 (bias and pre_gelu then of out's dtype). Runs on the device's current
+// stream. Throws Error on a mismatch, and when cuBLASLt has no algorithm for it.
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
           int64_t n, int64_t k, const GemmOptions& options = {});
 

@@ -7,6 +7,7 @@
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/runtime.h"
+#include "cuda/stream.h"
 
 namespace triad::cuda {
 
@@ -34,6 +35,17 @@ std::string describe_devices() {
   }
   return os.str();
 }
+
+DeviceProperties device_properties(int device) {
+  const int n = device_count();
+  TRIAD_CHECK(device >= 0 && device < n, "cuda:" << device << " requested, but " << n << " CUDA device"
+                                                 << (n == 1 ? " is" : "s are") << " visible");
+  cudaDeviceProp p{};
+  TRIAD_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return {p.name, p.major, p.minor, p.totalGlobalMem, p.multiProcessorCount};
+}
+
+void synchronize(int device) { synchronize_device(device); }
 
 void install() {
   static std::once_flag once;

@@ -3,7 +3,10 @@
 // clearly when a device is required).
 #pragma once
 
+#include <cstddef>
 #include <string>
+
+#include "cuda/caching_allocator.h"
 
 namespace triad::cuda {
 
@@ -12,6 +15,23 @@ int device_count();  // 0 when not built or no GPU is visible
 // A line per visible device ("cuda:0 NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90"); throws
 // triad::Error when the backend is not built.
 std::string describe_devices();
+
+// What programs report of a device (cudaGetDeviceProperties).
+struct DeviceProperties {
+  std::string name;          // "NVIDIA H100 80GB HBM3"
+  int major = 0, minor = 0;  // compute capability
+  size_t total_bytes = 0;    // global memory
+  int multiprocessors = 0;
+};
+// The functions below throw triad::Error when the backend is not built or cuda:device is
+// not visible.
+DeviceProperties device_properties(int device);
+// The host waits for all work queued on cuda:device (stream.h's synchronize_device).
+void synchronize(int device);
+// Byte counts of cuda:device's caching allocator (device_allocator.h): what tensors hold
+// ("allocated") and what it holds from the driver ("reserved"), with their peaks.
+MemoryStats memory_stats(int device);
+void reset_peak_memory_stats(int device);  // peaks restart from the current values
 
 // Registers the caching allocator of every visible device (device_allocator.h) and the
 // CUDA backend (cuda_backend.h) with the tensor layer, once per process; later calls

@@ -1,9 +1,10 @@
-// Copies between host and device memory. ops::to(t, device) does not cross devices yet;
-// these are the crossing, staged through pinned buffers (pinned.h) in chunks so that the
-// host's memcpy of one chunk overlaps the DMA of the next:
+// Copies between host and device memory: what ops::to(t, device) does when t crosses
+// between the host and a CUDA device. Staged through pinned buffers (pinned.h) in chunks so
+// that the host's memcpy of one chunk overlaps the DMA of the next:
 // - to the device, the host returns once the last chunk is queued (the copy completes in
 //   order on the device's current stream, before any later work on it);
 // - to the host, the host waits for the data, as it must to read it.
+// A build without the CUDA backend links stub/transfer.cpp, whose functions throw Error.
 #pragma once
 
 #include "tensor/tensor.h"

@@ -175,7 +175,12 @@ bool all_finite(const Tensor& a) {
 // ---- linear algebra ----
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  check_float(a, "matmul");
+  const bool operands_16bit = a.dtype() == DType::bf16 || a.dtype() == DType::f16;
+  if (operands_16bit)
+    TRIAD_CHECK(a.device().is_cuda(), "matmul: 16-bit operands " << a.str() << " multiply on a CUDA device only "
+                                                                 << "(the cpu computes in f32: convert with ops::to)");
+  else
+    check_float(a, "matmul");
   check_same(a, b, "matmul");
   TRIAD_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected operands with at least 2 dimensions, got "
                                                 << shape_str(a.shape()) << " and " << shape_str(b.shape()));
@@ -190,7 +195,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Shape out_shape = batch_shape;
   out_shape.push_back(m);
   out_shape.push_back(n);
-  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  Tensor out = Tensor::empty(out_shape, operands_16bit ? DType::f32 : a.dtype(), a.device());
   backend_for(a.device()).matmul(contiguous(a), contiguous(b), out, trans_a, trans_b, numel(batch_shape), m, n, ka);
   return out;
 }

@@ -68,6 +68,7 @@ void* Tensor::raw_data() const {
 double Tensor::item() const {
   TRIAD_CHECK(numel() == 1,
               "Tensor::item: tensor of shape " << shape_str(shape()) << " has " << numel() << " elements, expected 1");
+  if (!device().is_cpu()) return ops::to(*this, Device::cpu()).item();
   return at(std::vector<int64_t>(dim(), 0));
 }
 

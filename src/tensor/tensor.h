@@ -70,9 +70,10 @@ class Tensor {
   T* data() const;
   void* raw_data() const;
 
-  // The value of a one-element tensor, converted to double.
+  // The value of a one-element tensor, converted to double. A device tensor's value is
+  // copied to the host, which waits for the device to compute it.
   double item() const;
-  // Element at a multi-index, as double (slow; for tests and debugging).
+  // Element at a multi-index of a cpu tensor, as double (slow; for tests and debugging).
   double at(const std::vector<int64_t>& index) const;
   // A copy of the contents as a row-major vector of T (converted from the dtype).
   template <class T>

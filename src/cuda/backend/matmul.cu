@@ -1,5 +1,6 @@
 // GEMM through cuBLASLt (cuda/gemm.h) and the bias add of ops::linear
-// (tensor/cpu/matmul.cpp on the GPU).
+// (tensor/cpu/matmul.cpp on the GPU). matmul takes f32 operands, or bf16/f16 ones with an
+// f32 result (Note [16-bit parameters] in autograd/functions.cpp).
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
 #include "cuda/gemm.h"
@@ -17,7 +18,8 @@ __global__ void add_row_vector_kernel(float* out, const float* bias, int64_t tot
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
                          int64_t m, int64_t n, int64_t k) {
-  require_f32(a, "matmul");
+  if (a.dtype() != DType::bf16 && a.dtype() != DType::f16) require_f32(a, "matmul");
+  require_f32(out, "matmul");
   gemm(a, b, out, trans_a, trans_b, batch, m, n, k);
 }
 
