@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 
 #include "io/checksum.h"
@@ -63,6 +64,18 @@ std::pair<int64_t, Tensor> range_of(const std::map<std::string, Slice>& slices, 
   return {it->second.first, it->second.values};
 }
 
+// HDF5 and the checksums read and write host memory: the optimizer's slices, which live on
+// the training device, cross to the host first (a no-op on the cpu).
+Tensor on_host(const Tensor& t) { return ops::to(t, Device::cpu()); }
+
+// Reads elements [first, first + values.numel()) of dataset ds into values, on any device.
+void read_into(const H5File& file, const std::string& ds, int64_t first, const Tensor& values) {
+  if (values.device().is_cpu()) return file.read_range(ds, first, values);
+  const Tensor staged = Tensor::empty(values.shape(), values.dtype());
+  file.read_range(ds, first, staged);
+  ops::copy_(values, ops::to(staged, values.device()));
+}
+
 // Sums uint64 partial checksums over the ranks exactly (mod 2^64): the 32-bit halves are
 // summed separately in i64, which cannot overflow, and recombined.
 std::vector<uint64_t> sum_over_ranks(const std::vector<uint64_t>& partial, parallel::Communicator& dp) {
@@ -80,18 +93,39 @@ std::vector<uint64_t> sum_over_ranks(const std::vector<uint64_t>& partial, paral
 
 // Checksums written alongside the data: partial sums per dataset, summed and stored as each
 // dataset's "checksum" attribute once all data is written.
+//
+// Each partial sum runs on a background thread while the caller goes on to the next
+// dataset's transfer: saving writes dataset i while its checksum is taken (both only read
+// it), loading checksums dataset i while dataset i + 1 is read into other memory. The
+// checksum then costs no time beside the transfer's system calls, which keep one core
+// busy copying. One sum is in flight at a time, on one thread (a second core's worth).
 class Checksums {
  public:
-  void add(const std::string& dataset, const Tensor& values, int64_t first) {
-    names_.push_back(dataset);
-    partial_.push_back(io::tensor_checksum(values, first));
+  Checksums() = default;
+  Checksums(const Checksums&) = delete;
+  Checksums& operator=(const Checksums&) = delete;
+  ~Checksums() {
+    if (pending_.valid()) pending_.wait();  // the thread reads tensors the caller may free
   }
-  void store(H5File& file, parallel::Communicator& dp) const {
+
+  // Starts the partial sum of `values`, elements [first, first + values.numel()) of
+  // `dataset`. values must not change until the next add() or a store()/verify().
+  void add(const std::string& dataset, const Tensor& values, int64_t first) {
+    finish_pending();
+    names_.push_back(dataset);
+    partial_.push_back(0);
+    pending_ = std::async(std::launch::async, [host = on_host(values), first] {
+      return io::tensor_checksum(host, first, io::ChecksumThreads::calling);
+    });
+  }
+  void store(H5File& file, parallel::Communicator& dp) {
+    finish_pending();
     const std::vector<uint64_t> total = sum_over_ranks(partial_, dp);
     for (size_t i = 0; i < names_.size(); ++i) file.set_attr_uint64(names_[i], "checksum", total[i]);
   }
   // Throws naming every dataset whose checksum differs from its attribute.
-  void verify(const H5File& file, parallel::Communicator& dp) const {
+  void verify(const H5File& file, parallel::Communicator& dp) {
+    finish_pending();
     const std::vector<uint64_t> total = sum_over_ranks(partial_, dp);
     std::string bad;
     for (size_t i = 0; i < names_.size(); ++i)
@@ -101,8 +135,13 @@ class Checksums {
   }
 
  private:
+  void finish_pending() {
+    if (pending_.valid()) partial_.back() = pending_.get();
+  }
+
   std::vector<std::string> names_;
   std::vector<uint64_t> partial_;
+  std::future<uint64_t> pending_;  // the last partial sum, while it runs
 };
 
 // A scalar dataset, written by rank 0 (the others take part with no elements).
@@ -217,8 +256,9 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
         const std::string ds = dataset_of(state, name);
         file.create_dataset(ds, stored, p.shape());
         const auto [first, values] = range_of(mine, name, stored);
-        file.write_range(ds, first, values);
-        sums.add(ds, values, first);
+        const Tensor host = on_host(values);
+        sums.add(ds, host, first);  // summed while it is written
+        file.write_range(ds, first, host);
       }
     }
     const bool leader = dp.rank() == 0;
@@ -248,7 +288,7 @@ void save_weights(const std::string& path, Engine& engine, parallel::Communicato
       const std::string ds = "/model/" + name;
       file.create_dataset(ds, dtype, p.shape());
       auto [first, values] = range_of(mine, name, DType::f32);
-      if (dtype != DType::f32) values = ops::to(values, dtype);
+      values = ops::to(on_host(values), dtype);
       file.write_range(ds, first, values);
       sums.add(ds, values, first);
     }
@@ -273,33 +313,32 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
       TRIAD_CHECK(file.has(ds) && file.dtype(ds) == DType::f32,
                   "checkpoint '" << path << "': dataset " << ds << " is missing or not f32");
       const auto [first, values] = range_of(resident, name, DType::f32);
-      file.read_range(ds, first, values);
+      read_into(file, ds, first, values);
       const auto [owned_first, owned_values] = range_of(owned, name, DType::f32);
       sums.add(ds, owned_values, owned_first);
     }
   }
-  // Parameters: f32 training keeps no other copy than the master weights just read; mixed
-  // precision reads them as stored when the file has the training dtype, else rounds the
-  // master weights.
+  // Parameters: f32 training keeps no other copy than the master weights just read (the
+  // file's /model repeats them and is not read, so not checksummed either); mixed precision
+  // reads them as stored when the file has the training dtype, else rounds the master
+  // weights. Only what is read is checked: `triad-ckpt verify` checks every dataset.
   const DType dtype = engine.config().precision.dtype;
   const auto resident = by_name(zero.resident_slices(State::param));
   const auto owned = by_name(zero.owned_slices(State::param));
   for (const auto& [name, p] : params) {
     const std::string ds = dataset_of(State::param, name);
-    const bool as_stored = file.dtype(ds) == dtype;
     if (dtype != DType::f32) {
+      const bool as_stored = file.dtype(ds) == dtype;
       const auto [first, values] = range_of(resident, name, dtype);
       if (as_stored) {
-        file.read_range(ds, first, values);
+        read_into(file, ds, first, values);
+        const auto [owned_first, owned_values] = range_of(owned, name, dtype);
+        sums.add(ds, owned_values, owned_first);
       } else {
         const Tensor master = Tensor::empty({values.numel()});
         file.read_range(dataset_of(State::master, name), first, master);
-        ops::copy_(values, master);
+        ops::copy_(values, ops::to(master, values.device()));
       }
-    }
-    if (as_stored) {
-      const auto [first, values] = range_of(owned, name, dtype);
-      sums.add(ds, values, first);
     }
   }
   const auto read_i64 = [&](const std::string& name) {

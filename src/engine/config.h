@@ -73,7 +73,8 @@ struct ZeroOptimizationConfig {
 };
 
 // Mixed precision (DeepSpeed's "bf16" and "fp16" sections): parameters and gradients stored
-// in 16 bits, f32 master weights and moments in the optimizer, compute in f32 on the CPU.
+// in 16 bits, f32 master weights and moments in the optimizer; compute in f32 on the CPU,
+// and bf16 products on tensor cores on a GPU (Note [16-bit parameters]).
 struct PrecisionConfig {
   DType dtype = DType::f32;      // f32, bf16 or f16
   int initial_scale_power = 16;  // fp16: the loss scale starts at 2^this
@@ -113,7 +114,7 @@ struct TrainConfig {
   int64_t eval_interval = 0;  // 0: evaluate only at the end
   int64_t eval_iters = 10;
   int64_t log_interval = 1;
-  std::string device = "cpu";
+  std::string device = "cpu";  // cpu, cuda (each rank's own GPU) or cuda:N: engine.h, training_device
   std::string output_dir;  // where the trained weights go, as output_dir/model.h5 ("" : not saved)
   CheckpointConfig checkpoint;
   // The machine the step-time model describes (defaults: zero::Cluster's 8-GPU node).

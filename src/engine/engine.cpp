@@ -5,7 +5,9 @@
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
+#include "cuda/runtime.h"
 #include "optim/clip.h"
+#include "parallel/runtime.h"
 #include "parallel/self_communicator.h"
 #include "tensor/random.h"
 
@@ -30,10 +32,31 @@ uint64_t dropout_seed(uint64_t seed, int rank, int64_t step) {
   return random_bits(seed ^ 0x64726f706f7574ull, (uint64_t(rank) << 40) ^ uint64_t(step));
 }
 
-Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config_(config) {
-  TRIAD_CHECK(Device::parse(config_.device).is_cpu(),
-              "[config] device \"" << config_.device << "\": this build trains on the cpu only");
+Device training_device(const std::string& device) {
+  Device d;
+  try {
+    d = Device::parse(device);
+  } catch (const Error& e) {
+    throw Error(std::string("[config] device: ") + e.what());
+  }
+  if (d.is_cpu()) return d;
+  TRIAD_CHECK(cuda::built(), "[config] device \""
+                                 << device << "\": this build of triad has no CUDA backend (configure it with "
+                                 << "TRIAD_CUDA=ON on a machine with nvcc), so it trains on the cpu only");
+  const int n = cuda::device_count();
+  TRIAD_CHECK(n > 0, "[config] device \"" << device << "\": no CUDA device is visible to this process (check the "
+                                          << "driver, and CUDA_VISIBLE_DEVICES if it is set)");
+  if (device == "cuda") return Device::cuda(parallel::rank_on_node() % n);
+  TRIAD_CHECK(d.index < n, "[config] device \"" << device << "\": only " << n << " CUDA device"
+                                                << (n == 1 ? " is" : "s are") << " visible (cuda:0 to cuda:" << n - 1
+                                                << ")");
+  return d;
+}
+
+Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp)
+    : config_(config), device_(training_device(config_.device)) {
   model_ = std::make_shared<nn::GPT>(config_.model);
+  model_->to(device_);
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
   if (!dp) dp = std::make_shared<parallel::SelfCommunicator>();
   default_generator().manual_seed(dropout_seed(config_.seed, dp->rank(), 0));
@@ -67,7 +90,7 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp) : config
 
 Tensor Engine::forward(const Tensor& inputs, const Tensor& targets) {
   model_->train();
-  return model_->loss(inputs, targets);
+  return model_->loss(ops::to(inputs, device_), ops::to(targets, device_));
 }
 
 void Engine::backward(const Tensor& loss) {
@@ -102,7 +125,7 @@ double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {
   NoGradGuard no_grad;
   model_->eval();
   double total = 0;
-  for (const auto& [x, y] : batches) total += model_->loss(x, y).item();
+  for (const auto& [x, y] : batches) total += model_->loss(ops::to(x, device_), ops::to(y, device_)).item();
   model_->train();
   return total / double(batches.size());
 }

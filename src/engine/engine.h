@@ -13,6 +13,12 @@
 // state is then the same whatever the layout, and checkpoints carry it between layouts.
 // With more than one rank each rank feeds forward() its own rows of the global batch. SGD
 // runs in one process, in f32, as optim::SGD.
+//
+// The config's `device` says where a rank trains. The model is built on the host (so its
+// initial weights are the same on every device) and moved there before the optimizer
+// flattens it; from then on parameters, gradients and optimizer state live on the device.
+// forward() and evaluate() take batches on the host (or already on the device) and copy
+// them over; a loss comes back to the host through Tensor::item().
 #pragma once
 
 #include <memory>
@@ -42,11 +48,18 @@ struct StepResult {
 // rank, and a pure function of the config's seed, so restarts are reproducible.
 uint64_t dropout_seed(uint64_t seed, int rank, int64_t step);
 
+// The device a rank trains on for the config's `device` value: "cpu"; "cuda:N"; or "cuda",
+// which is the rank's own GPU on its node (rank_on_node() modulo the visible devices, as
+// the NCCL communicator picks). Throws Error naming the key when the build has no CUDA
+// backend, when no GPU is visible, or when cuda:N is not.
+Device training_device(const std::string& device);
+
 class Engine {
  public:
   explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr);
 
-  // Mean cross-entropy of one micro-batch: inputs and targets (B, T) of i64.
+  // Mean cross-entropy of one micro-batch: inputs and targets (B, T) of i64, on the host or
+  // on device(). The loss is a one-element tensor on device().
   Tensor forward(const Tensor& inputs, const Tensor& targets);
   void backward(const Tensor& loss);
   StepResult step();
@@ -54,6 +67,7 @@ class Engine {
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
 
   nn::GPT& model() { return *model_; }
+  Device device() const { return device_; }  // where the model and optimizer state live
   // Makes every parameter readable in full (ZeRO stage 3 gathers them: collective, every
   // rank calls it) and partitions them again afterwards; no-ops otherwise.
   void gather_parameters() {
@@ -74,6 +88,7 @@ class Engine {
 
  private:
   TrainConfig config_;
+  Device device_;
   std::shared_ptr<nn::GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;

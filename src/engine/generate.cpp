@@ -49,11 +49,14 @@ std::vector<int32_t> generate(nn::GPT& model, const std::vector<int32_t>& prompt
   const int64_t seq_len = model.config().seq_len, vocab = model.config().vocab_size;
   std::vector<int32_t> tokens = prompt, out;
   nn::KVCache cache = model.make_cache(1);
-  // Feeds `ids` after what the cache holds and returns the logits of the last position.
+  const Device device = model.wte->weight.device();
+  // Feeds `ids` after what the cache holds and returns the logits of the last position, on
+  // the host where sampling reads them.
   auto feed = [&](const std::vector<int32_t>& ids) {
     const std::vector<int64_t> wide(ids.begin(), ids.end());
-    const Tensor logits = model.forward_cached(Tensor::from_vector(wide, {1, int64_t(wide.size())}), cache);
-    return ops::contiguous(ops::select(ops::select(logits, 0, 0), 0, int64_t(wide.size()) - 1));
+    const Tensor indices = ops::to(Tensor::from_vector(wide, {1, int64_t(wide.size())}), device);
+    const Tensor logits = model.forward_cached(indices, cache);
+    return ops::to(ops::contiguous(ops::select(ops::select(logits, 0, 0), 0, int64_t(wide.size()) - 1)), Device::cpu());
   };
   auto refill = [&] {  // restart the cache on the most recent tokens
     const size_t keep = std::min<size_t>(tokens.size(), size_t(std::max<int64_t>(seq_len / 2, 1)));

@@ -54,6 +54,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   const int n = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
   const bool leader = rank == 0;
   if (dp) check_same_config(c, *dp);
+  training_device(c.device);  // a device this rank cannot train on fails before the data is read
   TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * n,
               "[config] train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "
                                            << c.micro_batch_size << " x gradient_accumulation_steps "

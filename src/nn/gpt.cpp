@@ -110,8 +110,9 @@ KVCache GPT::make_cache(int64_t batch) const {
   KVCache cache;
   const int64_t hs = config_.d_model / config_.n_head;
   for (int64_t i = 0; i < config_.n_layer; ++i) {
-    cache.k.push_back(Tensor::zeros({batch, config_.n_head, config_.seq_len, hs}, wte->weight.dtype()));
-    cache.v.push_back(Tensor::zeros({batch, config_.n_head, config_.seq_len, hs}, wte->weight.dtype()));
+    const Shape shape{batch, config_.n_head, config_.seq_len, hs};
+    cache.k.push_back(Tensor::zeros(shape, wte->weight.dtype(), wte->weight.device()));
+    cache.v.push_back(Tensor::zeros(shape, wte->weight.dtype(), wte->weight.device()));
   }
   return cache;
 }

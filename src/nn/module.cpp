@@ -1,6 +1,7 @@
 #include "nn/module.h"
 
 #include "autograd/meta.h"
+#include "tensor/ops.h"
 
 namespace triad::nn {
 
@@ -83,6 +84,20 @@ void Module::train(bool on) {
 
 void Module::zero_grad() {
   for (auto& [_, t] : named_parameters()) set_grad(t, Tensor());
+}
+
+void Module::to(Device device) {
+  zero_grad();
+  auto move = [device](const Tensor& t) {
+    if (!t.defined() || t.device() == device) return;
+    const Tensor moved = ops::to(t, device);
+    TensorImpl& impl = t.impl();
+    impl.storage = moved.storage();
+    impl.offset = moved.offset();
+    impl.strides = moved.strides();
+  };
+  for (const auto& [_, t] : named_parameters()) move(t);
+  for (const auto& [_, t] : named_buffers()) move(t);
 }
 
 void Module::run_hooks(const std::vector<ForwardHook>& hooks) {

@@ -63,6 +63,10 @@ class Module {
   bool is_training() const { return training_; }
   // Drops every parameter's accumulated gradient.
   void zero_grad();
+  // Moves every parameter and buffer to `device` in place: each keeps its TensorImpl, so
+  // every holder of the handle sees the new storage (as Note [Flat parameters] repoints
+  // them). Accumulated gradients are dropped. For a model not yet trained or flattened.
+  void to(Device device);
 
   void register_forward_pre_hook(ForwardHook hook) { pre_hooks_.push_back(std::move(hook)); }
   void register_forward_hook(ForwardHook hook) { post_hooks_.push_back(std::move(hook)); }

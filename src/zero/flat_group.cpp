@@ -29,14 +29,17 @@ void unpoint(const Tensor& t) {
 FlatGroup::FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double weight_decay, int ranks, int rank,
                      DType dtype)
     : params_(std::move(params)), weight_decay_(weight_decay), ranks_(ranks), rank_(rank), dtype_(dtype) {
+  TRIAD_CHECK(!params_.empty(), "ZeRO: a flat group needs at least one parameter");
+  device_ = params_.front().second.device();
   for (const auto& [name, p] : params_) {
-    TRIAD_CHECK(p.dtype() == DType::f32 && p.device().is_cpu(),
-                "ZeRO: parameter " << name << " is " << p.str() << "; flat groups hold f32 cpu parameters");
+    TRIAD_CHECK(p.dtype() == DType::f32 && p.device() == device_,
+                "ZeRO: parameter " << name << " is " << p.str() << "; a flat group holds f32 parameters on one device ("
+                                   << device_.str() << ")");
     offsets_.push_back(numel_);
     numel_ += p.numel();
   }
   padded_ = (numel_ + ranks - 1) / ranks * ranks;
-  initial_f32_ = Tensor::zeros({padded_});
+  initial_f32_ = Tensor::zeros({padded_}, DType::f32, device_);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].second;
     ops::copy_(ops::view(ops::narrow(initial_f32_, 0, offsets_[i], p.numel()), p.shape()), p);
@@ -63,7 +66,7 @@ std::vector<FlatGroup::Piece> FlatGroup::pieces(int64_t begin, int64_t end) cons
 
 const Tensor& FlatGroup::grad() {
   if (!grad_.defined()) {
-    grad_ = Tensor::zeros({padded_}, dtype_);
+    grad_ = Tensor::zeros({padded_}, dtype_, device_);
     for (size_t i = 0; i < params_.size(); ++i) {
       const Tensor& p = params_[i].second;
       set_grad(p, ops::view(ops::narrow(grad_, 0, offsets_[i], p.numel()), p.shape()));
@@ -86,7 +89,7 @@ void FlatGroup::partition() {
 
 std::unique_ptr<parallel::Work> FlatGroup::start_gather(parallel::Communicator& comm) {
   TRIAD_ASSERT(partitioned_ && !flat_.defined());
-  flat_ = Tensor::empty({padded_}, dtype_);
+  flat_ = Tensor::empty({padded_}, dtype_, device_);
   return comm.all_gather(owned_shard_, flat_);
 }
 

@@ -25,8 +25,9 @@ namespace triad::zero {
 
 class FlatGroup {
  public:
-  // dtype: how parameters and gradients are stored (f32, or bf16/f16 for mixed precision;
-  // the parameters' TensorImpls take that dtype).
+  // params: f32, all on one device, where every buffer of the group lives. dtype: how
+  // parameters and gradients are stored (f32, or bf16/f16 for mixed precision; the
+  // parameters' TensorImpls take that dtype).
   FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double weight_decay, int ranks, int rank,
             DType dtype = DType::f32);
 
@@ -38,6 +39,7 @@ class FlatGroup {
 
   const Tensor& flat() const { return flat_; }  // undefined while a partitioned group is released
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
   // The parameters' values in f32 as they were before being stored in dtype (padded),
   // handed over once: the master weights of mixed precision start from them.
   Tensor take_initial_f32() { return std::move(initial_f32_); }
@@ -77,6 +79,7 @@ class FlatGroup {
   int64_t numel_ = 0, padded_ = 0;
   bool partitioned_ = false;
   DType dtype_;
+  Device device_;
   Tensor flat_, grad_, owned_shard_, initial_f32_;
 };
 

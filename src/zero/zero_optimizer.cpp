@@ -44,9 +44,10 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
         const Tensor initial = g.flat->take_initial_f32();
         if (config_.dtype != DType::f32) g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
         const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
-        g.exp_avg = Tensor::zeros({state});
-        g.exp_avg_sq = Tensor::zeros({state});
-        if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype);
+        const Device device = g.flat->device();
+        g.exp_avg = Tensor::zeros({state}, DType::f32, device);
+        g.exp_avg_sq = Tensor::zeros({state}, DType::f32, device);
+        if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device);
         if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
         g.partitioned = config_.stage == 3 && !persistent;
         if (g.partitioned) g.flat->partition();
@@ -162,7 +163,7 @@ void ZeroOptimizer::launch(Group& g) {
   if (config_.stage == 0) {
     pending_.push_back({bucketed_all_reduce(*dp_, g.flat->grad(), config_.reduce_bucket_size), &g, Tensor()});
   } else {
-    Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype);
+    Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype, g.flat->device());
     pending_.push_back({bucketed_reduce_scatter(*dp_, g.flat->grad(), out, config_.reduce_bucket_size), &g, out});
   }
 }

@@ -26,6 +26,10 @@
 // itself, first); activation checkpointing, which re-runs forwards inside the backward, is
 // not supported with stage 3.
 //
+// Every buffer (flat parameters and gradients, master weights, moments) lives on the
+// device the model's parameters are on when the optimizer is made; the host reads only
+// the scalars it needs (norms, overflow flags).
+//
 // Gradients of parameters are views of their group's flat gradient (Note [Flat
 // parameters]); the clipping norm is the norm of the full averaged gradient (shards'
 // squares summed in double and all-reduced).
@@ -59,7 +63,8 @@ struct LossScaleConfig {
 struct ZeroConfig {
   int stage = 0;  // 0, 1, 2 or 3
   // Storage of parameters and gradients: f32, or bf16/f16 (mixed precision: f32 master
-  // weights and Adam moments in the optimizer's shard, compute in f32).
+  // weights and Adam moments in the optimizer's shard; what the compute reads is Note
+  // [16-bit parameters] in autograd/functions.cpp).
   DType dtype = DType::f32;
   LossScaleConfig loss_scale;
   bool overlap_comm = true;  // start each group's reduction during the backward
