@@ -4,7 +4,9 @@
 #include <cstdio>
 
 #include "common/report.h"
+#include "cuda/runtime.h"
 #include "engine/config.h"
+#include "engine/engine.h"
 #include "triad.h"
 
 namespace triad::bench {
@@ -15,20 +17,49 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
+constexpr double kDefaultPeakTflops = 989.0;  // H100/H200 SXM, dense bf16
+
 }  // namespace
+
+double dense_bf16_peak_tflops(const std::string& device_name) {
+  // The first entry whose text the name contains: variants before the family's default.
+  static const std::pair<const char*, double> known[] = {
+      {"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"H100", 989.0}, {"H200", 989.0}, {"A100", 312.0}};
+  for (const auto& [part, tflops] : known)
+    if (device_name.find(part) != std::string::npos) return tflops;
+  return 0.0;
+}
 
 void add_step_command(CLI::App& app, StepOptions& o) {
   CLI::App* cmd = app.add_subcommand("step", "time full training steps (forward, backward, AdamW) of a GPT");
-  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
+  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m (GPU default: gpt2-124m)")
+      ->capture_default_str();
   cmd->add_option("--config", o.config, "take the model from a triad-train config instead of a preset");
   cmd->add_option("--set", o.overrides, "override a key of --config: dotted.key=value (repeatable)");
-  cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o.batch, "sequences per step (GPU default: 16)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", o.seq, "tokens per sequence (GPU default: 1024)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--device", o.device, "cpu, cuda (this rank's GPU) or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "f32, or bf16 (mixed precision); default f32 on the cpu, bf16 on a GPU")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--peak-tflops", o.peak_tflops,
+                  "the device's dense bf16 peak for MFU (default: from the GPU's name, else 989 as H100/H200 SXM)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
   cmd->add_option("--steps", o.steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_flag("--checkpointing", o.checkpointing, "recompute each block in the backward pass");
-  cmd->callback([&o] { run_step_bench(o); });
+  cmd->callback([&o, cmd] {
+    if (Device::parse(o.device).is_cuda()) {  // the GPU's own default shape, where none was given
+      if (cmd->count("--model") == 0) o.model = kGpuModel;
+      if (cmd->count("--batch") == 0) o.batch = kGpuBatch;
+      if (cmd->count("--seq") == 0) o.seq = kGpuSeq;
+    }
+    run_step_bench(o);
+  });
 }
 
 int run_step_bench(const StepOptions& o) {
@@ -44,8 +75,18 @@ int run_step_bench(const StepOptions& o) {
   }
   config.activation_checkpointing = config.activation_checkpointing || o.checkpointing;
   TRIAD_CHECK(o.seq <= config.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << config.seq_len);
-  nn::GPT model(config);
-  optim::AdamW opt(optim::decay_groups(model.parameters(), 0.1), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95});
+  const Device device = engine::training_device(o.device);
+  const DType dtype = o.dtype.empty() ? (device.is_cuda() ? DType::bf16 : DType::f32) : dtype_from_name(o.dtype);
+
+  engine::TrainConfig train;
+  train.model = config;
+  train.train_batch_size = train.micro_batch_size = o.batch;
+  train.gradient_accumulation_steps = 1;
+  train.steps = o.warmup + o.steps;
+  train.optimizer = {.type = "AdamW", .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1};
+  train.precision.dtype = dtype;
+  train.device = o.device;
+  engine::Engine engine(train);
 
   Generator data_gen(7);
   Tensor tokens = Tensor::empty({o.batch, o.seq + 1}, DType::f32);
@@ -55,24 +96,45 @@ int run_step_bench(const StepOptions& o) {
   const Tensor all = Tensor::from_vector(ids, {o.batch, o.seq + 1});
   const Tensor x = ops::contiguous(ops::narrow(all, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(all, 1, 1, o.seq));
 
-  const double n_params = double(model.num_parameters());
+  // 6N + 6 L C T FLOPs per token: N parameters (embeddings included), T the sequence.
+  double n_params = 0;
+  for (const auto& [_, n] : config.parameter_sizes()) n_params += double(n);
   const double flops_per_token = 6.0 * n_params + 6.0 * double(config.n_layer * config.d_model * o.seq);
   const double tokens_per_step = double(o.batch * o.seq);
-  std::printf("triad-bench step: %s (%.1fM parameters), batch %lld x seq %lld, %d threads\n", name.c_str(),
-              n_params / 1e6, (long long)o.batch, (long long)o.seq, threads);
+  std::string device_name = "cpu";
+  double peak_tflops = o.peak_tflops;
+  if (device.is_cuda()) {
+    device_name = cuda::device_properties(device.index).name;
+    if (peak_tflops == 0) peak_tflops = dense_bf16_peak_tflops(device_name);
+    if (peak_tflops == 0) {
+      peak_tflops = kDefaultPeakTflops;
+      std::printf("note: no known bf16 peak for %s; MFU is against %.0f TFLOP/s (H100/H200 SXM), set --peak-tflops\n",
+                  device_name.c_str(), peak_tflops);
+    }
+    cuda::reset_peak_memory_stats(device.index);
+  }
+  std::printf("triad-bench step: %s (%.1fM parameters), batch %lld x seq %lld, %s on %s (%s), %d threads\n",
+              name.c_str(), n_params / 1e6, (long long)o.batch, (long long)o.seq, dtype_name(dtype),
+              device.str().c_str(), device_name.c_str(), threads);
   std::printf("%6s %10s %10s %10s %10s %10s\n", "step", "fwd_ms", "bwd_ms", "optim_ms", "step_ms", "loss");
 
+  // Each phase ends when the device has finished it, not when the host has queued it.
+  const auto finish = [&] {
+    if (device.is_cuda()) cuda::synchronize(device.index);
+  };
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     const auto t0 = Clock::now();
-    opt.zero_grad();
-    const Tensor loss = model.loss(x, y);
+    const Tensor loss = engine.forward(x, y);
+    finish();
     const double f = ms_since(t0);
     const auto t1 = Clock::now();
-    backward(loss);
+    engine.backward(loss);
+    finish();
     const double b = ms_since(t1);
     const auto t2 = Clock::now();
-    opt.step();
+    engine.step();
+    finish();
     const double u = ms_since(t2), total = ms_since(t0);
     std::printf("%6d %10.1f %10.1f %10.1f %10.1f %10.4f%s\n", s, f, b, u, total, loss.item(),
                 s < o.warmup ? "  (warmup)" : "");
@@ -85,13 +147,30 @@ int run_step_bench(const StepOptions& o) {
   const double med = app::median(step_ms);
   const double tps = tokens_per_step / (med / 1e3);
   const double gflops = flops_per_token * tps / 1e9;
-  std::printf("median: %.1f ms/step (fwd %.1f, bwd %.1f, optim %.1f), %.0f tokens/s, %.1f GFLOP/s, peak RSS %.0f MiB\n",
-              med, app::median(fwd_ms), app::median(bwd_ms), app::median(opt_ms), tps, gflops, app::peak_rss_mb());
+  nlohmann::json mfu = nullptr, peak_allocated = nullptr, peak_reserved = nullptr;
+  std::printf("median: %.1f ms/step (fwd %.1f, bwd %.1f, optim %.1f), %.0f tokens/s, %.1f GFLOP/s", med,
+              app::median(fwd_ms), app::median(bwd_ms), app::median(opt_ms), tps, gflops);
+  if (peak_tflops > 0) {
+    mfu = gflops / (peak_tflops * 1e3);
+    std::printf(", MFU %.1f%% of %.0f TFLOP/s", 100.0 * mfu.get<double>(), peak_tflops);
+  }
+  std::printf(", peak RSS %.0f MiB", app::peak_rss_mb());
+  if (device.is_cuda()) {
+    const cuda::MemoryStats m = cuda::memory_stats(device.index);
+    peak_allocated = double(m.peak_allocated_bytes) / double(1 << 20);
+    peak_reserved = double(m.peak_reserved_bytes) / double(1 << 20);
+    std::printf(", device memory peak %.0f MiB allocated, %.0f MiB reserved", peak_allocated.get<double>(),
+                peak_reserved.get<double>());
+  }
+  std::printf("\n");
   app::print_json_line({{"bench", "step"},
                         {"model", name},
                         {"params", int64_t(n_params)},
                         {"batch", o.batch},
                         {"seq", o.seq},
+                        {"device", device.str()},
+                        {"device_name", device_name},
+                        {"dtype", dtype_name(dtype)},
                         {"threads", threads},
                         {"steps", o.steps},
                         {"step_ms_median", med},
@@ -99,8 +178,13 @@ int run_step_bench(const StepOptions& o) {
                         {"bwd_ms_median", app::median(bwd_ms)},
                         {"optim_ms_median", app::median(opt_ms)},
                         {"tokens_per_s", tps},
+                        {"flops_per_token", flops_per_token},
                         {"achieved_gflops", gflops},
-                        {"peak_rss_mb", app::peak_rss_mb()}});
+                        {"peak_tflops", peak_tflops > 0 ? nlohmann::json(peak_tflops) : nlohmann::json(nullptr)},
+                        {"mfu", mfu},
+                        {"peak_rss_mb", app::peak_rss_mb()},
+                        {"device_peak_allocated_mib", peak_allocated},
+                        {"device_peak_reserved_mib", peak_reserved}});
   return 0;
 }
 
