@@ -112,12 +112,42 @@ namespace {
 bool is_16bit(const Tensor& t) { return t.defined() && (t.dtype() == DType::bf16 || t.dtype() == DType::f16); }
 
 // Note [16-bit parameters]: mixed precision stores parameters (and their gradients) in
-// bf16/f16 and computes in f32. Functions taking parameters widen them for the compute,
-// save the 16-bit handle (not the f32 copy: that would keep 4 bytes per parameter alive
-// until the backward), widen again in the backward, and narrow the parameter's gradient
-// back to its dtype.
+// bf16/f16; the optimizer keeps f32 master weights and moments and updates in f32
+// (zero/zero_optimizer.h). Activations, and the gradients flowing back through them, are
+// f32 on every device. What the compute reads:
+// - On the CPU, and for f16 on a CUDA device, every kernel computes in f32. Functions
+//   taking parameters widen them for the compute, save the 16-bit handle (not the f32
+//   copy: that would keep 4 bytes per parameter alive until the backward), widen again in
+//   the backward, and narrow the parameter's gradient back to its dtype once.
+// - On a CUDA device with bf16 parameters, the products (linear, matmul) run on tensor
+//   cores: the f32 activation (forward) or incoming gradient (backward) is narrowed to
+//   bf16, the parameter is read as stored, and cuBLASLt multiplies bf16 x bf16 with f32
+//   accumulation into an f32 result (ops::matmul). The weight gradient is narrowed to bf16
+//   once, as above. linear saves its input narrowed (2 bytes per element, where the f32
+//   input would keep 4). Everything else (embedding, layer norm, softmax, GELU, residual
+//   adds, cross-entropy) computes in f32 with parameters widened as on the CPU.
+// f16 keeps the widening on the GPU too: narrowing activations to f16 could overflow its
+// range (65504), which loss scaling guards the gradients against but not the activations.
 Tensor wide(const Tensor& t) { return is_16bit(t) ? ops::to(t, DType::f32) : t; }
 Tensor like(const Tensor& grad, const Tensor& param) { return ops::to(grad, param.dtype()); }
+// Whether t is a bf16 tensor on a CUDA device: a product reads it as stored.
+bool tensor_core_operand(const Tensor& t) { return t.dtype() == DType::bf16 && t.device().is_cuda(); }
+
+// linear with a bf16 weight on a CUDA device (Note [16-bit parameters]).
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
+  const Tensor x16 = ops::to(x, DType::bf16);
+  return record("linear", {x, weight, bias}, ops::linear(x16, weight, wide(bias)),
+                [=, x_shape = x.shape(), x_dtype = x.dtype()](const Grads& g) {
+                  const Tensor g2 = ops::reshape(g[0], {-1, weight.size(0)});
+                  const Tensor g16 = ops::to(g2, DType::bf16);
+                  Tensor dx = gx ? ops::to(ops::reshape(ops::matmul(g16, weight), x_shape), x_dtype) : Tensor();
+                  Tensor dw = gw ? like(ops::matmul(g16, ops::reshape(x16, {-1, weight.size(1)}), true, false), weight)
+                                 : Tensor();
+                  Tensor db = gbias ? like(ops::sum(g2, 0), bias) : Tensor();
+                  return Grads{dx, dw, db};
+                });
+}
 
 }  // namespace
 
@@ -240,26 +270,33 @@ Tensor mean(const Tensor& a, int64_t dim, bool keepdim) {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const bool ga = requires_grad(a), gb = requires_grad(b);
+  // bf16 operands on a CUDA device multiply as stored into an f32 result; their gradients
+  // multiply the same way, the incoming gradient narrowed to bf16 (Note [16-bit parameters]).
+  const DType operands = tensor_core_operand(a) && b.dtype() == DType::bf16 ? DType::bf16 : a.dtype();
   return record("matmul", {a, b}, ops::matmul(a, b, trans_a, trans_b), [=](const Grads& g) {
+    const Tensor dc = ops::to(g[0], operands);
     // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
     Tensor da, db;
     if (ga) {
       if (!trans_a)
-        da = ops::matmul(g[0], b, false, !trans_b);
-      else if (b.dim() == 2 && g[0].dim() > 2)  // b shared by the batch: dA = (dC B'^T)^T
-        da = ops::contiguous(ops::transpose(ops::matmul(g[0], b, false, !trans_b), -1, -2));
+        da = ops::matmul(dc, b, false, !trans_b);
+      else if (b.dim() == 2 && dc.dim() > 2)  // b shared by the batch: dA = (dC B'^T)^T
+        da = ops::contiguous(ops::transpose(ops::matmul(dc, b, false, !trans_b), -1, -2));
       else
-        da = ops::matmul(b, g[0], trans_b, true);
+        da = ops::matmul(b, dc, trans_b, true);
+      da = like(da, a);
     }
     if (gb) {
-      db = trans_b ? ops::matmul(g[0], a, true, trans_a) : ops::matmul(a, g[0], !trans_a, false);
+      db = trans_b ? ops::matmul(dc, a, true, trans_a) : ops::matmul(a, dc, !trans_a, false);
       if (b.dim() == 2 && db.dim() > 2) db = ops::sum_to(db, b.shape());
+      db = like(db, b);
     }
     return Grads{da, db};
   });
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (tensor_core_operand(weight)) return linear_bf16(x, weight, bias);
   const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
   return record("linear", {x, weight, bias}, ops::linear(x, wide(weight), wide(bias)), [=](const Grads& g) {
     const Tensor w = wide(weight);  // re-read: ZeRO-3 may have re-gathered it

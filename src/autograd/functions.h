@@ -61,12 +61,14 @@ Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
 
 // ---- linear algebra ----
+// bf16 operands multiply on a CUDA device only, into an f32 result (ops::matmul); their
+// gradients come back in bf16.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- neural-network functions ----
-// linear, layer_norm and embedding accept parameters stored in bf16/f16 and compute in
-// f32 (Note [16-bit parameters]).
+// linear, layer_norm and embedding accept parameters stored in bf16/f16 and return f32
+// (Note [16-bit parameters]: on a CUDA device linear multiplies bf16 weights as stored).
 Tensor softmax(const Tensor& x, bool causal = false);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& indices);

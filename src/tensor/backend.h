@@ -43,7 +43,8 @@ class Backend {
   virtual bool all_finite(const Tensor& a) = 0;
 
   // a (batch_a, M, K) or (batch_a, K, M) when trans_a; b likewise (batch_b is 1 or batch);
-  // out (batch, M, N) = a' b'. All contiguous.
+  // out (batch, M, N) = a' b'. All contiguous. a and b may also be both bf16 or both f16
+  // (out f32, accumulated in f32): ops::matmul sends those to CUDA devices only.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
                       int64_t m, int64_t n, int64_t k) = 0;
   // out (rows, N) += bias (N) on every row.

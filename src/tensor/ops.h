@@ -38,7 +38,9 @@ Tensor flatten(const Tensor& t);                     // reshape to (numel,)
 Tensor contiguous(const Tensor& t);                // t itself when already contiguous
 Tensor clone(const Tensor& t);                     // always a new contiguous tensor
 Tensor to(const Tensor& t, DType dtype);           // t itself when already of that dtype
-Tensor to(const Tensor& t, Device device);         // t itself when already on that device
+// A contiguous copy on `device` (between two CUDA devices through the host); t itself when
+// already there. The host waits for a copy to the host, not for one to a device.
+Tensor to(const Tensor& t, Device device);
 void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's shape, dtype converted
 void fill_(const Tensor& dst, double value);
 inline void zero_(const Tensor& dst) { fill_(dst, 0.0); }
@@ -86,6 +88,8 @@ bool all_finite(const Tensor& a);
 // ---- linear algebra ----
 // a (..., M, K) and b (..., K, N) -> (..., M, N); with trans_a / trans_b the last two
 // dimensions of that operand are read transposed. b may be 2-D (shared by every batch).
+// a and b share a dtype: f32 or f64 gives a result of that dtype; on a CUDA device they may
+// be bf16 or f16 too, multiplied on tensor cores with f32 accumulation into an f32 result.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // x (..., in), weight (out, in), bias (out) or undefined -> x weight^T + bias, (..., out).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);

@@ -19,14 +19,20 @@ void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* 
                                                                          << " on " << ref.device().str());
 }
 
-// Indices must be i64/i32 in [0, limit); with an `ignore` value, that value is also allowed.
-// Returns the indices as contiguous i64 and how many of them are not `ignore`.
-std::pair<Tensor, int64_t> check_indices(const Tensor& idx, int64_t limit, std::optional<int64_t> ignore,
+// Indices must be i64/i32 on `device`, in [0, limit); with an `ignore` value, that value is
+// also allowed. Returns the indices as contiguous i64 on their device and how many of them
+// are not `ignore`. Device indices are checked on a host copy (a kernel reading an index
+// out of range would fault or read another row silently), which makes the host wait for
+// them: a few bytes per token.
+std::pair<Tensor, int64_t> check_indices(const Tensor& idx, Device device, int64_t limit, std::optional<int64_t> ignore,
                                          const char* op) {
   TRIAD_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
               op << ": indices must be i64 or i32, got " << idx.str());
   const Tensor c = contiguous(to(idx, DType::i64));
-  const int64_t* p = c.data<int64_t>();
+  TRIAD_CHECK(idx.device() == device, op << ": indices " << idx.str() << " must be on " << device.str()
+                                         << ", where the values are (copy them with ops::to)");
+  const Tensor host = to(c, Device::cpu());
+  const int64_t* p = host.data<int64_t>();
   int64_t counted = 0;
   for (int64_t i = 0; i < c.numel(); ++i) {
     const bool ignored = ignore && p[i] == *ignore;
@@ -96,7 +102,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_float(weight, "embedding");
   TRIAD_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got " << shape_str(weight.shape()));
-  check_indices(indices, weight.size(0), std::nullopt, "embedding");
+  check_indices(indices, weight.device(), weight.size(0), std::nullopt, "embedding");
   Shape shape = indices.shape();
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, weight.dtype(), weight.device());
@@ -110,7 +116,7 @@ Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t n
       grad_y.dim() == indices.dim() + 1 && Shape(grad_y.shape().begin(), grad_y.shape().end() - 1) == indices.shape(),
       "embedding_backward: grad " << shape_str(grad_y.shape()) << " does not match indices "
                                   << shape_str(indices.shape()));
-  check_indices(indices, num_embeddings, std::nullopt, "embedding_backward");
+  check_indices(indices, grad_y.device(), num_embeddings, std::nullopt, "embedding_backward");
   Tensor gw = Tensor::zeros({num_embeddings, grad_y.size(-1)}, grad_y.dtype(), grad_y.device());
   backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), contiguous(indices), gw);
   return gw;
@@ -121,7 +127,7 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
   TRIAD_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "cross_entropy: expected logits (N, V) and targets (N,), got " << shape_str(logits.shape()) << " and "
                                                                              << shape_str(targets.shape()));
-  const auto [t, counted] = check_indices(targets, logits.size(1), ignore_index, "cross_entropy");
+  const auto [t, counted] = check_indices(targets, logits.device(), logits.size(1), ignore_index, "cross_entropy");
   Tensor lse = Tensor::empty({logits.size(0)}, logits.dtype(), logits.device());
   const double total = backend_for(logits.device()).cross_entropy(contiguous(logits), t, lse, ignore_index);
   const double loss = counted ? total / double(counted) : 0.0;
@@ -136,7 +142,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
               "cross_entropy_backward: expected logits (N, V), targets (N,) and lse (N,), got "
                   << shape_str(logits.shape()) << ", " << shape_str(targets.shape()) << " and "
                   << shape_str(lse.shape()));
-  const Tensor t = check_indices(targets, logits.size(1), ignore_index, "cross_entropy_backward").first;
+  const Tensor t =
+      check_indices(targets, logits.device(), logits.size(1), ignore_index, "cross_entropy_backward").first;
   Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const double scale = counted ? grad_loss / double(counted) : 0.0;
   backend_for(logits.device()).cross_entropy_backward(contiguous(logits), t, lse, scale, ignore_index, g);
