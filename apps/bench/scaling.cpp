@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -130,11 +131,17 @@ int run_worker(const ScalingOptions& o) {
 // ---------------------------------------------------------------------------------------
 // Parent.
 
+// What the model is told about this machine, and how it was found.
 struct Calibration {
-  double flops = 0;                // FLOP/s per rank
-  std::vector<double> compute_ms;  // the 1-rank runs
-  int64_t compute_batch = 0;       // their batch
-  zero::Link link;                 // fitted
+  // Measured compute rates, keyed by (sequences per rank, concurrent runs): a point's rate
+  // comes from 1-rank stage 0 runs of its own batch per rank (small batches run GEMMs less
+  // efficiently), as many at once as the point keeps cores busy (cores shared with another
+  // busy process, or sibling hardware threads, are slower than a core alone).
+  std::map<std::pair<int64_t, int>, std::vector<double>> compute_ms;  // slowest run's ms/step, per repeat
+  std::map<std::pair<int64_t, int>, double> flops;                    // FLOP/s per rank
+  // The link fitted at each rank count: n ranks sharing the cores wait for each other in a
+  // way a single α/β scaled by the oversubscription does not describe.
+  std::map<int, zero::Link> links;
   std::vector<zero::CollectiveSample> samples;
   std::string flops_source, link_source;
 };
@@ -150,11 +157,39 @@ std::vector<std::string> zero_worker_args(const ScalingOptions& o, int stage, in
   return args;
 }
 
+// Runs `k` 1-rank workers at once (each its own mpirun job) and returns the slowest one's
+// median ms/step.
+double slowest_of_concurrent_runs(const WorkerLauncher& launcher, int k, const std::vector<std::string>& args) {
+  std::vector<double> ms(static_cast<size_t>(k), 0.0);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(k));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < k; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        ms[size_t(i)] =
+            launcher.run(1, args, "the compute calibration (1 rank, stage 0)", "step_ms_median")["step_ms_median"]
+                .get<double>();
+      } catch (...) {
+        errors[size_t(i)] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return *std::max_element(ms.begin(), ms.end());
+}
+
 zero::Collective collective_of(const std::string& op) {
   if (op == "all_reduce") return zero::Collective::all_reduce;
   if (op == "reduce_scatter") return zero::Collective::reduce_scatter;
   TRIAD_CHECK(op == "all_gather", "triad-bench scaling: unexpected collective '" << op << "' in the calibration");
   return zero::Collective::all_gather;
+}
+
+std::string csv_number(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
 }
 
 // The largest collective a step issues is at most the model's parameter bytes: the sweep
@@ -181,13 +216,22 @@ void calibrate_link(const ScalingOptions& o, const engine::TrainConfig& c, int c
                              row["time_us"].get<double>() * 1e-6, over});
   }
   if (cal.samples.empty()) return;  // one rank only: no link to fit
-  cal.link = zero::fit_link(cal.samples);
-  cal.link_source = "fitted to " + std::to_string(cal.samples.size()) + " collective timings";
+  for (int n : o.ranks) {
+    std::vector<zero::CollectiveSample> at_n;
+    for (const zero::CollectiveSample& sample : cal.samples)
+      if (sample.ranks == n) at_n.push_back(sample);
+    if (at_n.empty()) continue;
+    cal.links[n] = zero::fit_link(at_n);
+    cal.link_source += (cal.link_source.empty() ? "" : "; ") + std::to_string(n) + " ranks: " +
+                       csv_number(cal.links[n].latency * 1e6) + " us, " +
+                       csv_number(cal.links[n].bandwidth / 1e9) + " GB/s";
+  }
+  cal.link_source = "fitted to " + std::to_string(cal.samples.size()) + " collective timings (" + cal.link_source + ")";
 }
 
-double compute_rate(const ScalingOptions& o, const engine::TrainConfig& c, const nlohmann::json& row) {
-  const double ms = row["step_ms_median"].get<double>();
-  return flops_per_token(c.model, o.seq) * double(row["batch_per_rank"].get<int64_t>() * o.seq) / (ms / 1e3);
+// FLOP/s of one rank that trains `batch` sequences per step in `ms`.
+double compute_rate(const ScalingOptions& o, const engine::TrainConfig& c, int64_t batch, double ms) {
+  return flops_per_token(c.model, o.seq) * double(batch * o.seq) / (ms / 1e3);
 }
 
 struct Point {
@@ -195,6 +239,7 @@ struct Point {
   std::vector<nlohmann::json> runs;  // the workers' rows
   double ms = 0;                     // median of the runs' medians
   zero::StepEstimate predicted;
+  double flops = 0;  // the compute rate the prediction used
 };
 
 nlohmann::json point_row(const ScalingOptions& o, const Point& p) {
@@ -206,12 +251,6 @@ nlohmann::json point_row(const ScalingOptions& o, const Point& p) {
   const int64_t batch = global_batch(o, p.ranks);
   row["tokens_per_s"] = double(batch * o.seq) / (p.ms / 1e3);
   return row;
-}
-
-std::string csv_number(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
 }
 
 void write_gnuplot(const std::string& path, const ScalingOptions& o, const std::string& title) {
@@ -305,7 +344,6 @@ int run_parent(const ScalingOptions& o) {
   zero::Cluster cluster;
   Calibration cal;
   const WorkerLauncher zero_launcher("zero");
-  const int64_t base_batch_per_rank = global_batch(o, ranks.front()) / ranks.front();
   if (o.interconnect == "config") {
     cluster = c0.cluster;
     cal.flops_source = "config cluster.flops_per_rank";
@@ -313,8 +351,11 @@ int run_parent(const ScalingOptions& o) {
   } else {
     cluster.ranks_per_node = ranks.back();
     cluster.cores_per_node = cores;
+    // MPI between CPU ranks has no progress thread: a collective moves only while its rank
+    // waits on it, so overlap_comm hides nothing here.
+    cluster.background_progress = false;
     calibrate_link(o, c0, cores, cal);
-    if (!cal.samples.empty()) cluster.intra_node = cal.link;
+    if (!cal.links.empty()) cluster.intra_node = cal.links.rbegin()->second;  // reported as the cluster's
   }
   if (o.flops > 0) {
     cluster.flops_per_rank = o.flops;
@@ -325,18 +366,25 @@ int run_parent(const ScalingOptions& o) {
               "triad-bench scaling --interconnect config: the config has no cluster.flops_per_rank; set it or give "
               "--flops");
 
-  // The sweep: each repeat calibrates the compute rate (1 rank, stage 0, the first rank
-  // count's batch per rank), then runs every point.
+  // The sweep: each repeat first calibrates the compute rate (1 rank, stage 0, at each
+  // batch per rank of the sweep: one in weak scaling, one per rank count in strong), then
+  // runs every point.
+  auto calibration_key = [&](int n) {
+    const int fill = std::max(1, cores / o.threads);  // ranks that keep every core busy
+    return std::make_pair(global_batch(o, n) / n, std::min(n, fill));
+  };
+  std::vector<std::pair<int64_t, int>> calibrations;
+  for (int n : ranks) calibrations.push_back(calibration_key(n));
+  std::sort(calibrations.begin(), calibrations.end());
+  calibrations.erase(std::unique(calibrations.begin(), calibrations.end()), calibrations.end());
   std::map<std::pair<int, int>, Point> points;
   for (int r = 0; r < o.repeats; ++r) {
-    if (measure_flops) {
-      const engine::TrainConfig c = make_config(o, 0, 1);
-      nlohmann::json row = zero_launcher.run(1, zero_worker_args(o, 0, base_batch_per_rank),
-                                             "the compute calibration (1 rank, stage 0)", "step_ms_median");
-      row["batch_per_rank"] = base_batch_per_rank;
-      cal.compute_ms.push_back(row["step_ms_median"].get<double>());
-      std::printf("calibration %d/%d: 1 rank, stage 0, %lld sequences: %.2f ms/step, %.2f GFLOP/s\n", r + 1, o.repeats,
-                  (long long)base_batch_per_rank, cal.compute_ms.back(), compute_rate(o, c, row) / 1e9);
+    for (const auto& [b, k] : measure_flops ? calibrations : decltype(calibrations){}) {
+      const double ms = slowest_of_concurrent_runs(zero_launcher, k, zero_worker_args(o, 0, b));
+      cal.compute_ms[{b, k}].push_back(ms);
+      std::printf(
+          "calibration %d/%d: %d concurrent 1-rank run(s), stage 0, %lld sequences: %.2f ms/step, %.2f GFLOP/s\n",
+          r + 1, o.repeats, k, (long long)b, ms, compute_rate(o, c0, b, ms) / 1e9);
       std::fflush(stdout);
     }
     for (int n : ranks)
@@ -353,11 +401,14 @@ int run_parent(const ScalingOptions& o) {
       }
   }
   if (measure_flops) {
-    cal.compute_batch = base_batch_per_rank;
-    const double ms = app::median(cal.compute_ms);
-    cluster.flops_per_rank = flops_per_token(c0.model, o.seq) * double(base_batch_per_rank * o.seq) / (ms / 1e3);
-    cal.flops_source = "measured: 1 rank, stage 0, " + std::to_string(base_batch_per_rank) + " sequences, median " +
-                       csv_number(ms) + " ms/step";
+    cal.flops_source = "measured (1-rank stage 0 runs, median over repeats):";
+    for (const auto& [key, ms] : cal.compute_ms) {
+      cal.flops[key] = compute_rate(o, c0, key.first, app::median(ms));
+      cal.flops_source += " " + std::to_string(key.first) + " seq x " + std::to_string(key.second) + " at once " +
+                          csv_number(cal.flops[key] / 1e9) + " GFLOP/s;";
+    }
+    cal.flops_source.pop_back();
+    cluster.flops_per_rank = cal.flops.at(calibration_key(ranks.front()));  // reported as the cluster's
   }
 
   // Medians, predictions, efficiencies.
@@ -365,15 +416,24 @@ int run_parent(const ScalingOptions& o) {
     std::vector<double> ms;
     for (const nlohmann::json& r : p.runs) ms.push_back(r["step_ms_median"].get<double>());
     p.ms = app::median(ms);
-    p.predicted = zero::estimate_step_time(model_input(o, configs.at(key), p.stage, p.ranks), cluster);
+    zero::Cluster machine = cluster;
+    if (measure_flops) machine.flops_per_rank = cal.flops.at(calibration_key(p.ranks));
+    if (cal.links.count(p.ranks)) machine.intra_node = cal.links.at(p.ranks);
+    p.predicted = zero::estimate_step_time(model_input(o, configs.at(key), p.stage, p.ranks), machine);
+    p.flops = machine.flops_per_rank;
   }
   auto efficiency = [&](int n, double t, double t0) {
     return weak(o) ? t0 / t : double(ranks.front()) * t0 / (double(n) * t);
   };
 
-  std::printf("\nlink: latency %.2f us, bandwidth %.3f GB/s (%s); compute %.3f GFLOP/s per rank (%s)\n",
-              cluster.intra_node.latency * 1e6, cluster.intra_node.bandwidth / 1e9, cal.link_source.c_str(),
-              cluster.flops_per_rank / 1e9, cal.flops_source.c_str());
+  std::printf("\nlink: %s; compute per rank: %s\n",
+              cal.links.empty() ? (csv_number(cluster.intra_node.latency * 1e6) + " us, " +
+                                   csv_number(cluster.intra_node.bandwidth / 1e9) + " GB/s (" + cal.link_source + ")")
+                                      .c_str()
+                                : cal.link_source.c_str(),
+              measure_flops
+                  ? cal.flops_source.c_str()
+                  : (csv_number(cluster.flops_per_rank / 1e9) + " GFLOP/s (" + cal.flops_source + ")").c_str());
   std::printf(
       "ms/step: median over steps of the slowest rank (median of %d runs); eff: %s against %d rank(s); pred: the "
       "model (compute + exposed communication); err = (pred - meas) / meas\n",
@@ -385,7 +445,7 @@ int run_parent(const ScalingOptions& o) {
   TRIAD_CHECK(csv.good(), "triad-bench scaling: cannot write " << csv_path);
   csv << "mode,stage,ranks,global_batch,batch_per_rank,seq,ms_per_step,tokens_per_s,efficiency,bus_bytes,"
          "param_bytes,grad_bytes,optim_bytes,state_bytes,pred_ms_per_step,pred_compute_ms,pred_exposed_comm_ms,"
-         "pred_bus_bytes,pred_tokens_per_s,pred_efficiency,pred_error\n";
+         "pred_bus_bytes,pred_tokens_per_s,pred_efficiency,pred_error,pred_gflops_per_rank\n";
   nlohmann::json rows = nlohmann::json::array();
   double worst = 0;
   for (int s : o.stages) {  // stage-major: each stage's points are one line of the plot
@@ -412,7 +472,8 @@ int run_parent(const ScalingOptions& o) {
           << csv_number(pb) << ',' << csv_number(gb) << ',' << csv_number(ob) << ',' << csv_number(pb + gb + ob) << ','
           << csv_number(pred_ms) << ',' << csv_number(p.predicted.compute_s * 1e3) << ','
           << csv_number(p.predicted.exposed_comm_s * 1e3) << ',' << csv_number(p.predicted.bus_bytes) << ','
-          << csv_number(pred_tps) << ',' << csv_number(pred_eff) << ',' << csv_number(err) << '\n';
+          << csv_number(pred_tps) << ',' << csv_number(pred_eff) << ',' << csv_number(err) << ','
+          << csv_number(p.flops / 1e9) << '\n';
       row["mode"] = o.mode;
       row["global_batch"] = batch;
       row["efficiency"] = eff;
@@ -422,6 +483,7 @@ int run_parent(const ScalingOptions& o) {
                           {"comm_ms", p.predicted.comm_s * 1e3},
                           {"exposed_comm_ms", p.predicted.exposed_comm_s * 1e3},
                           {"oversubscription", p.predicted.oversubscription},
+                          {"flops_per_rank", p.flops},
                           {"bus_bytes", p.predicted.bus_bytes},
                           {"tokens_per_s", pred_tps},
                           {"efficiency", pred_eff},
@@ -444,6 +506,15 @@ int run_parent(const ScalingOptions& o) {
   const std::string png_path = (std::filesystem::path(o.out) / "scaling.png").string();
   std::printf("wrote %s, %s, %s\n", csv_path.c_str(), gp_path.c_str(), png_path.c_str());
 
+  nlohmann::json compute = nlohmann::json::array();
+  for (const auto& [key, ms] : cal.compute_ms)
+    compute.push_back({{"batch_per_rank", key.first},
+                       {"concurrent_runs", key.second},
+                       {"step_ms", ms},
+                       {"flops_per_rank", cal.flops.at(key)}});
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& [n, link] : cal.links)
+    links.push_back({{"ranks", n}, {"latency_us", link.latency * 1e6}, {"bandwidth_GBps", link.bandwidth / 1e9}});
   nlohmann::json samples = nlohmann::json::array();
   for (const zero::CollectiveSample& s : cal.samples)
     samples.push_back({{"op", zero::collective_name(s.op)},
@@ -470,14 +541,16 @@ int run_parent(const ScalingOptions& o) {
                          {{"ranks_per_node", cluster.ranks_per_node},
                           {"cores_per_node", cluster.cores_per_node},
                           {"flops_per_rank", cluster.flops_per_rank},
+                          {"background_progress", cluster.background_progress},
                           {"intra_node_latency_us", cluster.intra_node.latency * 1e6},
                           {"intra_node_bandwidth_GBps", cluster.intra_node.bandwidth / 1e9},
                           {"inter_node_latency_us", cluster.inter_node.latency * 1e6},
                           {"inter_node_bandwidth_GBps", cluster.inter_node.bandwidth / 1e9}}},
                         {"calibration",
                          {{"flops_source", cal.flops_source},
-                          {"compute_ms", cal.compute_ms},
+                          {"compute", compute},
                           {"link_source", cal.link_source},
+                          {"links", links},
                           {"samples", samples}}},
                         {"max_abs_pred_error", worst},
                         {"csv", csv_path},

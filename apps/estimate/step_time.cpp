@@ -100,7 +100,8 @@ StepTimes compute_step_times(const TimeOptions& o, const TimeModel& m, const std
   t.accumulation = o.accumulation;
   t.dtype = !o.dtype.empty() ? dtype_from_name(o.dtype) : m.dtype;
   t.attention = m.n_layer > 0 && m.d_model > 0;
-  t.overlap_comm = m.overlap_comm && !o.no_overlap;
+  // Overlap also needs communication that moves while ranks compute (cluster.background_progress).
+  t.overlap_comm = m.overlap_comm && !o.no_overlap && t.cluster.background_progress;
   t.flops_per_token =
       6.0 * m.params + (t.attention ? 6.0 * double(m.n_layer) * double(m.d_model) * double(t.seq) : 0.0);
   t.tokens_per_rank = double(t.micro_batch * t.accumulation * t.seq);

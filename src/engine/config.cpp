@@ -103,6 +103,7 @@ void parse_cluster(JsonReader r, zero::Cluster& c) {
   c.ranks_per_node = r.integer("ranks_per_node", c.ranks_per_node, 1, kMaxInt);
   c.cores_per_node = r.integer("cores_per_node", c.cores_per_node, 0, kMaxInt);
   c.flops_per_rank = r.number("flops_per_rank", c.flops_per_rank, 0.0, kInf);
+  c.background_progress = r.boolean("background_progress", c.background_progress);
   parse_link(r.object("intra_node"), c.intra_node);
   parse_link(r.object("inter_node"), c.inter_node);
   r.finish();

@@ -24,12 +24,15 @@
 //     "bf16": {"enabled": true}   or   "fp16": {"enabled": true, "initial_scale_power": 16,
 //              "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
 //     "cluster": {"ranks_per_node": 8, "cores_per_node": 0, "flops_per_rank": 4e14,
+//                 "background_progress": true,
 //                 "intra_node": {"bandwidth_GBps": 900, "latency_us": 3},
 //                 "inter_node": {"bandwidth_Gbps": 200, "latency_us": 5}}
 //   }
 // "cluster" describes the machine for the step-time model (zero/perf_model.h: triad-estimate
 // --time, triad-bench scaling); training ignores it. A link's bandwidth is given in bytes
-// (bandwidth_GBps) or bits (bandwidth_Gbps) per second, one of the two.
+// (bandwidth_GBps) or bits (bandwidth_Gbps) per second, one of the two. background_progress
+// says whether communication moves while ranks compute (NCCL on GPUs: true; MPI between
+// CPU ranks without a progress thread: false), so whether overlap_comm can hide it.
 #pragma once
 
 #include <nlohmann/json.hpp>

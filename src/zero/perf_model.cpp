@@ -116,6 +116,7 @@ StepEstimate estimate_step_time(const StepModelInput& in, const Cluster& cluster
   e.forward_compute_s = e.compute_s / 3;
   e.backward_compute_s = e.compute_s - e.forward_compute_s;
 
+  const bool overlap = in.overlap_comm && cluster.background_progress;
   const double m = double(in.micro_batches), psi = in.num_params, kept = in.persistent_params;
   auto add = [&](std::string what, std::string when, Collective op, double elements, double times) {
     if (elements <= 0) return;
@@ -129,7 +130,7 @@ StepEstimate estimate_step_time(const StepModelInput& in, const Cluster& cluster
     p.seconds = (collective_time(op, bytes_per_round, in.ranks, cluster) - latency + latency * double(in.groups)) *
                 times * e.oversubscription;
     p.bus_bytes = collective_bus_bytes(op, p.bytes, in.ranks);
-    p.overlapped = in.overlap_comm && when != "step";
+    p.overlapped = overlap && when != "step";
     e.phases.push_back(std::move(p));
   };
   switch (in.stage) {
@@ -164,7 +165,7 @@ StepEstimate estimate_step_time(const StepModelInput& in, const Cluster& cluster
     e.bus_bytes += p.bus_bytes;
   }
   e.comm_s = e.forward_comm_s + e.backward_comm_s + e.step_comm_s;
-  auto phase = [&](double compute, double comm) { return in.overlap_comm ? std::max(compute, comm) : compute + comm; };
+  auto phase = [&](double compute, double comm) { return overlap ? std::max(compute, comm) : compute + comm; };
   e.forward_s = phase(e.forward_compute_s, e.forward_comm_s);
   e.backward_s = phase(e.backward_compute_s, e.backward_comm_s);
   e.step_s = e.forward_s + e.backward_s + e.step_comm_s;

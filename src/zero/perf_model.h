@@ -42,9 +42,12 @@
 //
 //   step = forward + backward + exposed step communication, where with overlap_comm an
 //   overlappable phase costs max(its compute, its communication) and without it the sum.
-//   This assumes communication progresses in the background at full speed (a GPU's copy
-//   engines, an MPI progress thread); the optimizer's own arithmetic (a few passes over
-//   Ψ/n elements) is not modelled: a calibrated rate measured on whole steps includes it.
+//   Overlap needs communication that progresses in the background at full speed (a GPU's
+//   copy engines under NCCL, an MPI progress thread): Cluster::background_progress. Where
+//   a collective moves only while its rank waits on it (MPI between CPU ranks without a
+//   progress thread), nothing overlaps, whatever overlap_comm says. The optimizer's own
+//   arithmetic (a few passes over Ψ/n elements) is not modelled: a calibrated rate
+//   measured on whole steps includes it.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +69,9 @@ struct Cluster {
   int64_t ranks_per_node = 8;  // consecutive ranks share a node; nodes are filled in order
   int64_t cores_per_node = 0;  // compute units a node's ranks share (CPU cores); 0: one per rank
   double flops_per_rank = 0;   // FLOP/s one rank achieves alone on a training step
+  // Communication proceeds while ranks compute (Note [Step time model]): true for NCCL on
+  // GPUs; false for MPI between CPU ranks without a progress thread.
+  bool background_progress = true;
   Link intra_node{900e9, 3e-6};
   Link inter_node{200e9 / 8, 5e-6};
 };

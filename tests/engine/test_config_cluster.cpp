@@ -29,6 +29,7 @@ BOOST_AUTO_TEST_CASE(defaults_without_the_section) {
   BOOST_TEST(c.ranks_per_node == 8);
   BOOST_TEST(c.cores_per_node == 0);
   BOOST_TEST(c.flops_per_rank == 0.0);
+  BOOST_TEST(c.background_progress);
   BOOST_TEST(c.intra_node.bandwidth == 900e9);
   BOOST_TEST(c.intra_node.latency == 3e-6, tt::tolerance(1e-12));
   BOOST_TEST(c.inter_node.bandwidth == 25e9);
@@ -37,7 +38,7 @@ BOOST_AUTO_TEST_CASE(defaults_without_the_section) {
 
 BOOST_AUTO_TEST_CASE(units_of_each_key) {
   const zero::Cluster c = engine::parse_config(with_cluster(json::parse(R"({
-    "ranks_per_node": 4, "cores_per_node": 2, "flops_per_rank": 1.2e11,
+    "ranks_per_node": 4, "cores_per_node": 2, "flops_per_rank": 1.2e11, "background_progress": false,
     "intra_node": {"bandwidth_Gbps": 80, "latency_us": 1.5},
     "inter_node": {"bandwidth_GBps": 50, "latency_us": 12}
   })")))
@@ -45,6 +46,7 @@ BOOST_AUTO_TEST_CASE(units_of_each_key) {
   BOOST_TEST(c.ranks_per_node == 4);
   BOOST_TEST(c.cores_per_node == 2);
   BOOST_TEST(c.flops_per_rank == 1.2e11);
+  BOOST_TEST(!c.background_progress);
   BOOST_TEST(c.intra_node.bandwidth == 10e9, tt::tolerance(1e-12));  // 80 Gb/s = 10 GB/s
   BOOST_TEST(c.intra_node.latency == 1.5e-6, tt::tolerance(1e-12));
   BOOST_TEST(c.inter_node.bandwidth == 50e9, tt::tolerance(1e-12));
@@ -68,4 +70,5 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_key) {
   fails(R"({"inter_node": {"latency_us": -2}})", {"cluster.inter_node.latency_us", "-2"});
   fails(R"({"intra_node": {"bandwith_GBps": 10}})", {"cluster.intra_node", "bandwith_GBps"});
   fails(R"({"flops": 1e12})", {"cluster", "flops"});
+  fails(R"({"background_progress": 1})", {"cluster.background_progress"});
 }

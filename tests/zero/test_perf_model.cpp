@@ -160,6 +160,13 @@ BOOST_AUTO_TEST_CASE(overlap_is_max_of_compute_and_comm) {
   e = zero::estimate_step_time(in, c);
   BOOST_TEST(e.step_s == 0.06 + ar, tt::tolerance(1e-12));
   BOOST_TEST(e.exposed_comm_s == ar, tt::tolerance(1e-9));
+  // Without background progress overlap_comm hides nothing.
+  in.overlap_comm = true;
+  c.background_progress = false;
+  e = zero::estimate_step_time(in, c);
+  BOOST_TEST(e.step_s == 0.06 + ar, tt::tolerance(1e-12));
+  for (const zero::CommPhase& p : e.phases) BOOST_TEST(!p.overlapped);
+  c.background_progress = true;
 
   // Stage 3: the forward gather overlaps the forward, the backward gather and the
   // reduce-scatter the backward.
