@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # check_scaling.sh MAX_ERROR ROWS TRIAD_BENCH ARGS...: runs `TRIAD_BENCH scaling ARGS... --out
-# DIR` (a fresh folder) and passes when it exits 0 within 280 s, DIR/scaling.csv has the
-# expected columns and ROWS data rows, DIR/scaling.png is a 1200x800 PNG, the JSON object
-# on the last line has ROWS rows, and, unless MAX_ERROR is "-", every point's predicted step
-# time is within MAX_ERROR (relative) of the measured one. That last check is a timing on a
-# machine other programs may be using at the same moment, so a sweep that misses it gets
-# one more try; files and rows must be right the first time.
+# DIR` (a fresh folder) and passes when it exits 0 within $CHECK_SCALING_TIMEOUT seconds
+# (default 280), DIR/scaling.csv has the expected columns and ROWS data rows,
+# DIR/scaling.png is a 1200x800 PNG, the JSON object on the last line has ROWS rows, and,
+# unless MAX_ERROR is "-", every point's predicted step time is within MAX_ERROR (relative)
+# of the measured one. That last check is a timing on a machine other programs may be
+# using at the same moment, so a sweep that misses it gets one more try; files and rows
+# must be right the first time.
 set -u
-max_error=$1 rows=$2
+max_error=$1 rows=$2 limit=${CHECK_SCALING_TIMEOUT:-280}
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
@@ -17,10 +18,10 @@ trap 'rm -rf "$out"' EXIT
 check_once() {
   rm -rf "${out:?}"/*
   local output status
-  output=$(timeout 280 "$1" scaling "${@:2}" --out "$out")
+  output=$(timeout "$limit" "$1" scaling "${@:2}" --out "$out")
   status=$?
   echo "$output" | grep -v '^{'
-  if [[ $status -eq 124 ]]; then echo "FAILED: the sweep hung (killed after 280 s)"; return 1; fi
+  if [[ $status -eq 124 ]]; then echo "FAILED: the sweep hung (killed after $limit s)"; return 1; fi
   if [[ $status -ne 0 ]]; then echo "FAILED: the sweep exited with status $status"; return 1; fi
   "$here/check_png.py" "$out/scaling.png" 1200 800 || return 1
   tail -n 1 <<<"$output" | python3 -c '
