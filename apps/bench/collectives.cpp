@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -32,6 +31,7 @@
 #include <type_traits>
 
 #include "common/report.h"
+#include "parallel/collective_checks.h"
 #include "parallel/mpi_check.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/runtime.h"
@@ -169,10 +169,9 @@ Plan make_plan(const CollectivesOptions& o, int n) {
               "--min-bytes " << plan.min_bytes << " is not a whole, positive number of " << o.dtype << " elements ("
                              << es << " bytes each)");
   // Every size is min * factor^j, so a multiple of the element size; the largest must fit
-  // the int element count MPI calls take.
-  TRIAD_CHECK(plan.max_bytes / es <= INT_MAX, "--max-bytes " << plan.max_bytes << " is " << plan.max_bytes / es << " "
-                                                             << o.dtype
-                                                             << " elements, more than the 2^31 - 1 an MPI call takes");
+  // one call of the communicator (the same limit its own checks apply).
+  parallel::check_count("--max-bytes " + o.max_bytes + " (" + o.dtype + ")", plan.max_bytes / es,
+                        parallel::kMpiMaxCount);
   TRIAD_CHECK(o.factor >= 2, "--factor must be at least 2, got " << o.factor);
   TRIAD_CHECK(o.warmup >= 0, "--warmup must be >= 0, got " << o.warmup);
   TRIAD_CHECK(o.iters >= 1, "--iters must be >= 1, got " << o.iters);
@@ -180,7 +179,7 @@ Plan make_plan(const CollectivesOptions& o, int n) {
   TRIAD_CHECK(o.raw == "nonblocking" || o.raw == "blocking",
               "--raw must be nonblocking or blocking, got '" << o.raw << "'");
   TRIAD_CHECK(o.check == 0 || o.check == 1, "--check must be 0 or 1, got " << o.check);
-  TRIAD_CHECK(o.root >= 0 && o.root < n, "--root " << o.root << " is not a rank of the " << n << " ranks");
+  parallel::check_rank("--root", "root", o.root, n);
   for (int64_t s = plan.min_bytes;; s *= o.factor) {
     plan.sizes.push_back(s);
     if (s > plan.max_bytes / o.factor) break;  // the next size would pass max (or overflow)

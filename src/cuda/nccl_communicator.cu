@@ -1,6 +1,6 @@
 // NcclCommunicator (see the header for the contract). Arguments are checked on the calling
-// rank before anything is enqueued, so a bad call throws there instead of leaving the
-// other ranks in a collective that never matches.
+// rank before anything is enqueued (collective_checks.h), so a bad call throws there
+// instead of leaving the other ranks in a collective that never matches.
 //
 // State shared by a communicator and its Works: the NCCL communicator itself (destroyed
 // when the last of them goes), and the batch of point-to-point operations not yet issued.
@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "cuda/nccl_communicator.h"
 #include "cuda/runtime.h"
 #include "cuda/stream.h"
+#include "parallel/collective_checks.h"
 #include "parallel/runtime.h"
 
 namespace triad::cuda {
@@ -181,16 +183,15 @@ class NcclWork final : public Work {
   bool waited_ = false;
 };
 
-bool overlap(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const char* pa = static_cast<const char*>(a.raw_data());
-  const char* pb = static_cast<const char*>(b.raw_data());
-  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
-}
-
 class NcclCommunicator final : public parallel::Communicator {
  public:
-  NcclCommunicator(CommunicatorPtr host, int device) : host_(std::move(host)), state_(std::make_shared<State>()) {
+  NcclCommunicator(CommunicatorPtr host, int device)
+      : host_(std::move(host)),
+        state_(std::make_shared<State>()),
+        // NCCL counts are size_t, and NCCL has no tags (any tag >= 0 is accepted, unused).
+        checks_(host_->rank(), host_->size(),
+                parallel::DeviceRule::only(Device::cuda(device), "this NCCL communicator"),
+                std::numeric_limits<int64_t>::max(), std::numeric_limits<int>::max()) {
     State& s = *state_;
     s.device = device;
     s.rank = host_->rank();
@@ -229,7 +230,7 @@ class NcclCommunicator final : public parallel::Communicator {
   }
 
   WorkPtr all_reduce(const Tensor& t, ReduceOp op) override {
-    check_tensor("all_reduce", "tensor", t);
+    checks_.all_reduce(t);
     return issue({t}, [&](State& s) {
       s.check(ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), s.comm,
                             s.stream),
@@ -238,19 +239,8 @@ class NcclCommunicator final : public parallel::Communicator {
   }
 
   WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
-    check_tensor("reduce_scatter", "input", input);
-    check_tensor("reduce_scatter", "output", output);
-    check_same_dtype("reduce_scatter", input, output);
+    checks_.reduce_scatter(input, output);  // NCCL takes the in-place form as it is
     const int64_t k = output.numel();
-    TRIAD_CHECK(input.numel() == k * size(),
-                "reduce_scatter: input " << input.str() << " has " << input.numel()
-                                         << " elements, expected size() * output elements = " << size() << " * " << k);
-    const char* in = static_cast<const char*>(input.raw_data());
-    const bool in_place =
-        k > 0 && static_cast<const char*>(output.raw_data()) == in + size_t(rank()) * k * element_size(input.dtype());
-    TRIAD_CHECK(in_place || !overlap(input, output), "reduce_scatter: output "
-                                                         << output.str() << " overlaps input " << input.str()
-                                                         << "; in place, output must be chunk rank() of the input");
     return issue({input, output}, [&](State& s) {
       s.check(ncclReduceScatter(input.raw_data(), output.raw_data(), size_t(k), nccl_type(input.dtype()), nccl_op(op),
                                 s.comm, s.stream),
@@ -259,19 +249,8 @@ class NcclCommunicator final : public parallel::Communicator {
   }
 
   WorkPtr all_gather(const Tensor& input, const Tensor& output) override {
-    check_tensor("all_gather", "input", input);
-    check_tensor("all_gather", "output", output);
-    check_same_dtype("all_gather", input, output);
+    checks_.all_gather(input, output);  // NCCL takes the in-place form as it is
     const int64_t k = input.numel();
-    TRIAD_CHECK(output.numel() == k * size(),
-                "all_gather: output " << output.str() << " has " << output.numel()
-                                      << " elements, expected size() * input elements = " << size() << " * " << k);
-    const char* out = static_cast<const char*>(output.raw_data());
-    const bool in_place =
-        k > 0 && static_cast<const char*>(input.raw_data()) == out + size_t(rank()) * k * element_size(input.dtype());
-    TRIAD_CHECK(in_place || !overlap(input, output), "all_gather: input "
-                                                         << input.str() << " overlaps output " << output.str()
-                                                         << "; in place, input must be chunk rank() of the output");
     return issue({input, output}, [&](State& s) {
       s.check(ncclAllGather(input.raw_data(), output.raw_data(), size_t(k), nccl_type(input.dtype()), s.comm, s.stream),
               "ncclAllGather");
@@ -279,17 +258,8 @@ class NcclCommunicator final : public parallel::Communicator {
   }
 
   WorkPtr all_to_all(const Tensor& input, const Tensor& output) override {
-    check_tensor("all_to_all", "input", input);
-    check_tensor("all_to_all", "output", output);
-    check_same_dtype("all_to_all", input, output);
-    TRIAD_CHECK(input.numel() == output.numel() && input.numel() % size() == 0,
-                "all_to_all: input " << input.str() << " and output " << output.str()
-                                     << " must both have size() * k elements, size() = " << size());
     Tensor send = input;
-    if (overlap(input, output)) {
-      TRIAD_CHECK(input.raw_data() == output.raw_data(), "all_to_all: input "
-                                                             << input.str() << " partly overlaps output "
-                                                             << output.str() << "; they must be disjoint or the same");
+    if (checks_.all_to_all(input, output)) {
       // In place: stage the input in a buffer of the communication stream's own.
       StreamGuard on_comm(state_->device, state_->stream);
       send = Tensor::empty(input.shape(), input.dtype(), input.device());
@@ -312,9 +282,7 @@ class NcclCommunicator final : public parallel::Communicator {
   }
 
   WorkPtr broadcast(const Tensor& t, int root) override {
-    check_tensor("broadcast", "tensor", t);
-    TRIAD_CHECK(root >= 0 && root < size(), "broadcast: root " << root << " is not a rank of a communicator of size "
-                                                               << size() << " (tensor " << t.str() << ")");
+    checks_.broadcast(t, root);
     return issue({t}, [&](State& s) {
       s.check(
           ncclBroadcast(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), root, s.comm, s.stream),
@@ -322,8 +290,14 @@ class NcclCommunicator final : public parallel::Communicator {
     });
   }
 
-  WorkPtr send(const Tensor& t, int dst, int tag) override { return hold(true, t, dst, tag, "send"); }
-  WorkPtr recv(const Tensor& t, int src, int tag) override { return hold(false, t, src, tag, "recv"); }
+  WorkPtr send(const Tensor& t, int dst, int tag) override {
+    checks_.send(t, dst, tag);
+    return hold(true, t, dst);
+  }
+  WorkPtr recv(const Tensor& t, int src, int tag) override {
+    checks_.recv(t, src, tag);
+    return hold(false, t, src);
+  }
 
   void barrier() override {
     DeviceGuard guard(state_->device);
@@ -347,20 +321,6 @@ class NcclCommunicator final : public parallel::Communicator {
   }
 
  private:
-  void check_tensor(const char* call, const char* what, const Tensor& t) const {
-    TRIAD_CHECK(t.defined(), call << ": " << what << " is an undefined tensor");
-    TRIAD_CHECK(t.device() == Device::cuda(state_->device),
-                call << ": " << what << " " << t.str() << " is on " << t.device().str()
-                     << "; this NCCL communicator takes tensors on cuda:" << state_->device);
-    TRIAD_CHECK(t.is_contiguous(), call << ": " << what << " " << t.str() << " must be contiguous, has strides "
-                                        << shape_str(t.strides()));
-  }
-
-  static void check_same_dtype(const char* call, const Tensor& input, const Tensor& output) {
-    TRIAD_CHECK(input.dtype() == output.dtype(),
-                call << ": input " << input.str() << " and output " << output.str() << " must have the same dtype");
-  }
-
   // Issues a collective after the held point-to-point operations (issue order is the
   // order every rank calls in).
   template <class F>
@@ -374,11 +334,7 @@ class NcclCommunicator final : public parallel::Communicator {
     return std::make_unique<NcclWork>(state_, std::move(op));
   }
 
-  WorkPtr hold(bool is_send, const Tensor& t, int peer, int tag, const char* call) {
-    check_tensor(call, "tensor", t);
-    TRIAD_CHECK(peer >= 0 && peer < size(), call << ": peer " << peer << " is not a rank of a communicator of size "
-                                                 << size() << " (tensor " << t.str() << ")");
-    TRIAD_CHECK(tag >= 0, call << ": tag " << tag << " must be >= 0");
+  WorkPtr hold(bool is_send, const Tensor& t, int peer) {
     State& s = *state_;
     if (!s.pending_batch) s.pending_batch = std::make_shared<Issued>(s.device);
     s.pending.push_back({is_send, t, peer});
@@ -387,6 +343,7 @@ class NcclCommunicator final : public parallel::Communicator {
 
   CommunicatorPtr host_;
   std::shared_ptr<State> state_;
+  parallel::CollectiveChecks checks_;
   Tensor token_;  // barrier's one element
 };
 

@@ -7,6 +7,7 @@
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/runtime.h"
+#include "cuda/staging.h"
 #include "cuda/stream.h"
 
 namespace triad::cuda {
@@ -53,6 +54,7 @@ void install() {
     const int n = device_count();
     for (int i = 0; i < n; ++i) register_allocator(DeviceType::cuda, &device_allocator(i));
     register_backend(DeviceType::cuda, &cuda_backend());
+    parallel::register_device_staging(DeviceType::cuda, &host_staging());
   });
 }
 

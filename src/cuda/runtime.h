@@ -34,8 +34,9 @@ MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);  // peaks restart from the current values
 
 // Registers the caching allocator of every visible device (device_allocator.h) and the
-// CUDA backend (cuda_backend.h) with the tensor layer, once per process; later calls
-// return at once. The tensor layer calls it the first time a cuda device is asked for, so
+// CUDA backend (cuda_backend.h) with the tensor layer, and the host staging of CUDA
+// tensors (staging.h) with the parallel layer, once per process; later calls return at
+// once. The tensor layer calls it the first time a cuda device is asked for, so
 // a program never has to. Does nothing in a build without the backend.
 void install();
 

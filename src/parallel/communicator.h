@@ -1,10 +1,12 @@
 // Communicator: the one interface every collective in triad goes through. The MPI
-// implementation (mpi_communicator.h) runs on the host; an NCCL one joins it later. A
-// counting wrapper (counting_communicator.h) measures what a step sends.
+// implementation (mpi_communicator.h) runs on the host and stages device tensors through
+// it; the NCCL one (cuda/nccl_communicator.h) runs on a GPU. A counting wrapper
+// (counting_communicator.h) measures what a step sends.
 //
 // Contracts, for every implementation:
-// - Tensors are contiguous, on the communicator's device, of the same dtype and of the
-//   sizes each collective states below on every rank; sums of bf16/f16 accumulate in fp32.
+// - Tensors are contiguous, on a device the communicator takes, of the same dtype and of
+//   the sizes each collective states below on every rank; sums of bf16/f16 accumulate in
+//   fp32. collective_checks.h holds these rules, shared by every implementation.
 // - Every rank of the communicator calls the same collectives in the same order.
 // - Each call starts the operation and returns a Work; the buffers must stay alive and
 //   untouched until wait() returns. Calls on one communicator complete in order.

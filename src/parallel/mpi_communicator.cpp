@@ -1,21 +1,23 @@
 // MpiCommunicator over Open MPI's non-blocking collectives (see the header for the
-// contract). Arguments are validated locally, before any communication, so a bad call
-// throws on the rank that made it instead of leaving the others waiting in a mismatched
-// collective.
+// contract). Arguments are validated locally, before any communication
+// (collective_checks.h), so a bad call throws on the rank that made it instead of leaving
+// the others waiting in a mismatched collective.
 #include "parallel/mpi_communicator.h"
 
 #include <mpi.h>
 
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "parallel/collective_checks.h"
 #include "parallel/mpi_check.h"
 #include "parallel/runtime.h"
+#include "parallel/staged_collectives.h"
 
 namespace triad::parallel {
 
@@ -124,46 +126,6 @@ bool mpi_finalized() {
   return flag != 0;
 }
 
-// A tensor the MPI communicator can hand to MPI: defined, on the host, contiguous, with an
-// element count that fits MPI's int.
-void check_tensor(const char* call, const char* what, const Tensor& t) {
-  TRIAD_CHECK(t.defined(), call << ": " << what << " is an undefined tensor");
-  TRIAD_CHECK(t.device().is_cpu(), call << ": " << what << " " << t.str() << " is on " << t.device().str()
-                                        << "; the MPI communicator takes cpu tensors");
-  TRIAD_CHECK(t.is_contiguous(),
-              call << ": " << what << " " << t.str() << " must be contiguous, has strides " << shape_str(t.strides()));
-  TRIAD_CHECK(t.numel() <= INT_MAX, call << ": " << what << " " << t.str() << " has " << t.numel()
-                                         << " elements, more than MPI's limit of 2^31 - 1 per call");
-}
-
-void check_same_dtype(const char* call, const Tensor& input, const Tensor& output) {
-  TRIAD_CHECK(input.dtype() == output.dtype(),
-              call << ": input " << input.str() << " and output " << output.str() << " must have the same dtype");
-}
-
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::max:
-      return "max";
-    case ReduceOp::min:
-      return "min";
-  }
-  return "?";
-}
-
-using Range = std::pair<const char*, const char*>;
-Range byte_range(const Tensor& t) {
-  const char* p = static_cast<const char*>(t.raw_data());
-  return {p, p + t.nbytes()};
-}
-bool overlap(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const Range x = byte_range(a), y = byte_range(b);
-  return x.first < y.second && y.first < x.second;
-}
-
 // An MPI request in flight, holding the tensors it reads or writes (so their storage
 // outlives it) and an optional step run once on completion.
 class MpiWork final : public Work {
@@ -236,7 +198,8 @@ struct MpiCommunicator::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   bool owned = false;  // freed in the destructor (everything but MPI_COMM_WORLD)
   int rank = 0, size = 1;
-  int tag_ub = 32767;  // the MPI standard's guaranteed minimum
+  int tag_ub = 32767;                      // the MPI standard's guaranteed minimum
+  std::optional<CollectiveChecks> checks;  // made once rank, size and tag_ub are known
 
   Impl(MPI_Comm c, bool own) : comm(c), owned(own) {
     TRIAD_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -246,6 +209,7 @@ struct MpiCommunicator::Impl {
     int flag = 0;
     TRIAD_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag), "MPI_Comm_get_attr(MPI_TAG_UB)");
     if (flag) tag_ub = *static_cast<int*>(value);
+    checks.emplace(rank, size, DeviceRule::host_or_staged("the MPI communicator"), kMpiMaxCount, tag_ub);
   }
 };
 
@@ -270,7 +234,7 @@ int MpiCommunicator::size() const { return impl_->size; }
 const void* MpiCommunicator::native_handle() const { return &impl_->comm; }
 
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
-  TRIAD_CHECK(color >= 0, "split: color must be >= 0, got " << color << " (rank " << rank() << ")");
+  impl_->checks->split(color);
   MPI_Comm comm = MPI_COMM_NULL;
   TRIAD_MPI(MPI_Comm_split(impl_->comm, color, key, &comm), "MPI_Comm_split");
   return std::make_shared<MpiCommunicator>(std::make_unique<Impl>(comm, true));
@@ -283,8 +247,13 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::split_by_node() {
   return std::make_shared<MpiCommunicator>(std::make_unique<Impl>(comm, true));
 }
 
+// Each collective checks its arguments, hands tensors on a device to the staged path
+// (Note [Staged collectives]), which comes back here with host buffers, and otherwise
+// calls MPI on the tensors' own memory.
+
 WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
-  check_tensor("all_reduce", "tensor", t);
+  impl_->checks->all_reduce(t);
+  if (!t.device().is_cpu()) return staged::all_reduce(*this, t, op);
   auto work = std::make_unique<MpiWork>("all_reduce", std::vector<Tensor>{t});
   TRIAD_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), int(t.numel()), mpi_type(t.dtype()), mpi_op(op, t.dtype()),
                            impl_->comm, work->request()),
@@ -293,22 +262,11 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
 }
 
 WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
-  check_tensor("reduce_scatter", "input", input);
-  check_tensor("reduce_scatter", "output", output);
-  check_same_dtype("reduce_scatter", input, output);
+  const bool in_place = impl_->checks->reduce_scatter(input, output);
+  if (!input.device().is_cpu()) return staged::reduce_scatter(*this, input, output, op);
   const int64_t k = output.numel();
-  TRIAD_CHECK(input.numel() == k * size(), "reduce_scatter: input "
-                                               << input.str() << " has " << input.numel()
-                                               << " elements, expected size() * output elements = " << size() << " * "
-                                               << k << " = " << k * size() << " (output " << output.str() << ")");
-  const size_t es = element_size(input.dtype());
   char* in = static_cast<char*>(input.raw_data());
   char* out = static_cast<char*>(output.raw_data());
-  const bool in_place = k > 0 && out == in + size_t(rank()) * k * es;
-  TRIAD_CHECK(in_place || !overlap(input, output), "reduce_scatter (" << op_name(op) << "): output " << output.str()
-                                                                      << " overlaps input " << input.str()
-                                                                      << "; in place, output must be chunk rank() of "
-                                                                         "the input");
   const MPI_Datatype type = mpi_type(input.dtype());
   const MPI_Op mop = mpi_op(op, input.dtype());
   if (!in_place) {
@@ -318,7 +276,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& outpu
     return work;
   }
   // MPI's in-place form leaves the result in chunk 0 of the buffer; move it to chunk rank().
-  const size_t bytes = size_t(k) * es;
+  const size_t bytes = size_t(k) * element_size(input.dtype());
   auto move_result = [in, out, bytes](const MPI_Status&) {
     if (out != in) std::memmove(out, in, bytes);
   };
@@ -329,42 +287,23 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& outpu
 }
 
 WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
-  check_tensor("all_gather", "input", input);
-  check_tensor("all_gather", "output", output);
-  check_same_dtype("all_gather", input, output);
-  const int64_t k = input.numel();
-  TRIAD_CHECK(output.numel() == k * size(), "all_gather: output "
-                                                << output.str() << " has " << output.numel()
-                                                << " elements, expected size() * input elements = " << size() << " * "
-                                                << k << " = " << k * size() << " (input " << input.str() << ")");
-  const size_t es = element_size(input.dtype());
-  char* in = static_cast<char*>(input.raw_data());
-  char* out = static_cast<char*>(output.raw_data());
-  const bool in_place = k > 0 && in == out + size_t(rank()) * k * es;
-  TRIAD_CHECK(in_place || !overlap(input, output), "all_gather: input " << input.str() << " overlaps output "
-                                                                        << output.str()
-                                                                        << "; in place, input must be chunk rank() of "
-                                                                           "the output");
+  const bool in_place = impl_->checks->all_gather(input, output);
+  if (!input.device().is_cpu()) return staged::all_gather(*this, input, output);
+  const int k = int(input.numel());
   const MPI_Datatype type = mpi_type(input.dtype());
   auto work = std::make_unique<MpiWork>("all_gather", std::vector<Tensor>{input, output});
-  TRIAD_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : in, int(k), type, out, int(k), type, impl_->comm, work->request()),
+  TRIAD_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : input.raw_data(), k, type, output.raw_data(), k, type, impl_->comm,
+                           work->request()),
             "MPI_Iallgather");
   return work;
 }
 
 WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
-  check_tensor("all_to_all", "input", input);
-  check_tensor("all_to_all", "output", output);
-  check_same_dtype("all_to_all", input, output);
-  TRIAD_CHECK(input.numel() == output.numel() && input.numel() % size() == 0,
-              "all_to_all: input " << input.str() << " and output " << output.str()
-                                   << " must both have size() * k elements, size() = " << size());
+  const bool same = impl_->checks->all_to_all(input, output);
+  if (!input.device().is_cpu()) return staged::all_to_all(*this, input, output);
   const int64_t k = input.numel() / size();
   Tensor send = input;
-  if (overlap(input, output)) {
-    TRIAD_CHECK(input.raw_data() == output.raw_data(), "all_to_all: input " << input.str() << " partly overlaps output "
-                                                                            << output.str()
-                                                                            << "; they must be disjoint or the same");
+  if (same) {
     send = Tensor::empty(input.shape(), input.dtype());  // in place: stage the input
     std::memcpy(send.raw_data(), input.raw_data(), input.nbytes());
   }
@@ -376,9 +315,8 @@ WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
 }
 
 WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
-  check_tensor("broadcast", "tensor", t);
-  TRIAD_CHECK(root >= 0 && root < size(), "broadcast: root " << root << " is not a rank of a communicator of size "
-                                                             << size() << " (tensor " << t.str() << ")");
+  impl_->checks->broadcast(t, root);
+  if (!t.device().is_cpu()) return staged::broadcast(*this, t, root);
   auto work = std::make_unique<MpiWork>("broadcast", std::vector<Tensor>{t});
   TRIAD_MPI(MPI_Ibcast(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), root, impl_->comm, work->request()),
             "MPI_Ibcast");
@@ -386,10 +324,8 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
 }
 
 WorkPtr MpiCommunicator::send(const Tensor& t, int dst, int tag) {
-  check_tensor("send", "tensor", t);
-  TRIAD_CHECK(dst >= 0 && dst < size(), "send: destination " << dst << " is not a rank of a communicator of size "
-                                                             << size() << " (tensor " << t.str() << ")");
-  TRIAD_CHECK(tag >= 0 && tag <= impl_->tag_ub, "send: tag " << tag << " outside [0, " << impl_->tag_ub << "]");
+  impl_->checks->send(t, dst, tag);
+  if (!t.device().is_cpu()) return staged::send(*this, t, dst, tag);
   auto work = std::make_unique<MpiWork>("send", std::vector<Tensor>{t});
   TRIAD_MPI(MPI_Isend(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, impl_->comm, work->request()),
             "MPI_Isend");
@@ -397,10 +333,8 @@ WorkPtr MpiCommunicator::send(const Tensor& t, int dst, int tag) {
 }
 
 WorkPtr MpiCommunicator::recv(const Tensor& t, int src, int tag) {
-  check_tensor("recv", "tensor", t);
-  TRIAD_CHECK(src >= 0 && src < size(), "recv: source " << src << " is not a rank of a communicator of size " << size()
-                                                        << " (tensor " << t.str() << ")");
-  TRIAD_CHECK(tag >= 0 && tag <= impl_->tag_ub, "recv: tag " << tag << " outside [0, " << impl_->tag_ub << "]");
+  impl_->checks->recv(t, src, tag);
+  if (!t.device().is_cpu()) return staged::recv(*this, t, src, tag);
   const MPI_Datatype type = mpi_type(t.dtype());
   const int64_t expected = t.numel();
   // The tensor's description is formatted only for the error: on every call it would cost

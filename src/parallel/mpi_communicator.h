@@ -4,6 +4,13 @@
 // and returns a Work over the MPI_Request: wait() = MPI_Wait, test() = MPI_Test.
 //
 // Beyond communicator.h's contract:
+// - Devices: cpu tensors go to MPI as they are. Tensors on a device whose backend stages
+//   transfers (CUDA) are copied to host buffers and back around the MPI call, so ranks
+//   that share a GPU can run device code over MPI (Note [Staged collectives],
+//   staged_collectives.h). For them the call blocks the host until the inputs are on the
+//   host, and wait() blocks the host for MPI but not for the copy back: it makes the
+//   calling thread's current stream wait for that copy, as NCCL's Work does, so later
+//   work on that stream sees the result. The input and output of a call share a device.
 // - dtypes: f32, f64, i64, i32, i8 map to MPI's types. bf16 and f16 travel as raw 2-byte
 //   elements; their reductions use user MPI_Ops that convert both operands to float,
 //   combine them and round the result back to nearest even. So every pairwise
@@ -18,6 +25,7 @@
 //   After an in-place reduce_scatter the input's other chunks are unspecified (MPI
 //   reduces in the buffer); out of place, the input is left unchanged.
 // - Element counts are MPI ints: a tensor of more than 2^31 − 1 elements throws Error.
+// - Arguments are checked by collective_checks.h's rules before anything is sent.
 // - A Work holds its tensors' storages, so they live until the operation completes. A
 //   Work destroyed before completion waits for it, except while an exception unwinds
 //   the stack: then it is abandoned (its request and buffers leaked) so that an error on

@@ -1,0 +1,156 @@
+// The argument checks of every Communicator (see the header). Messages are formatted only
+// when a check fails: the checks run on every call, and a small message takes less time
+// than formatting a tensor's description.
+#include "parallel/collective_checks.h"
+
+#include <utility>
+
+#include "parallel/staged_collectives.h"
+
+namespace triad::parallel {
+
+namespace {
+
+using Range = std::pair<const char*, const char*>;
+Range byte_range(const Tensor& t) {
+  const char* p = static_cast<const char*>(t.raw_data());
+  return {p, p + t.nbytes()};
+}
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const Range x = byte_range(a), y = byte_range(b);
+  return x.first < y.second && y.first < x.second;
+}
+
+// Whether `part` is chunk `rank` of `whole` (chunks of part.numel() elements).
+bool is_chunk(const Tensor& part, const Tensor& whole, int rank) {
+  const int64_t k = part.numel();
+  return k > 0 &&
+         static_cast<const char*>(part.raw_data()) ==
+             static_cast<const char*>(whole.raw_data()) + size_t(rank) * size_t(k) * element_size(whole.dtype());
+}
+
+void check_same_dtype_and_device(const char* call, const Tensor& input, const Tensor& output) {
+  TRIAD_CHECK(input.dtype() == output.dtype(),
+              call << ": input " << input.str() << " and output " << output.str() << " must have the same dtype");
+  TRIAD_CHECK(input.device() == output.device(),
+              call << ": input " << input.str() << " and output " << output.str() << " must be on the same device");
+}
+
+void check_peer(const char* call, const char* role, int peer, int size, const Tensor& t) {
+  TRIAD_CHECK(peer >= 0 && peer < size, call << ": " << role << " " << peer
+                                             << " is not a rank of a communicator of size " << size << " (tensor "
+                                             << t.str() << ")");
+}
+
+}  // namespace
+
+DeviceRule::DeviceRule(std::string owner, Device device, bool staged)
+    : owner_(std::move(owner)), device_(device), staged_(staged) {}
+
+DeviceRule DeviceRule::only(Device device, std::string owner) { return DeviceRule(std::move(owner), device, false); }
+
+DeviceRule DeviceRule::host_or_staged(std::string owner) { return DeviceRule(std::move(owner), Device::cpu(), true); }
+
+bool DeviceRule::accepts(Device device) const {
+  if (!staged_) return device == device_;
+  return device.is_cpu() || device_staging(device.type) != nullptr;
+}
+
+std::string DeviceRule::describe() const {
+  if (!staged_) return owner_ + " takes tensors on " + device_.str();
+  return owner_ + " takes cpu tensors, and device tensors where the device's backend stages them through host memory";
+}
+
+CollectiveChecks::CollectiveChecks(int rank, int size, DeviceRule devices, int64_t max_count, int max_tag)
+    : rank_(rank), size_(size), devices_(std::move(devices)), max_count_(max_count), max_tag_(max_tag) {}
+
+void CollectiveChecks::tensor(const char* call, const char* what, const Tensor& t) const {
+  TRIAD_CHECK(t.defined(), call << ": " << what << " is an undefined tensor");
+  TRIAD_CHECK(devices_.accepts(t.device()),
+              call << ": " << what << " " << t.str() << " is on " << t.device().str() << "; " << devices_.describe());
+  TRIAD_CHECK(t.is_contiguous(),
+              call << ": " << what << " " << t.str() << " must be contiguous, has strides " << shape_str(t.strides()));
+  if (t.numel() > max_count_) check_count(std::string(call) + ": " + what + " " + t.str(), t.numel(), max_count_);
+}
+
+void CollectiveChecks::all_reduce(const Tensor& t) const { tensor("all_reduce", "tensor", t); }
+
+bool CollectiveChecks::reduce_scatter(const Tensor& input, const Tensor& output) const {
+  tensor("reduce_scatter", "input", input);
+  tensor("reduce_scatter", "output", output);
+  check_same_dtype_and_device("reduce_scatter", input, output);
+  const int64_t k = output.numel();
+  TRIAD_CHECK(input.numel() == k * size_, "reduce_scatter: input "
+                                              << input.str() << " has " << input.numel()
+                                              << " elements, expected size() * output elements = " << size_ << " * "
+                                              << k << " = " << k * size_ << " (output " << output.str() << ")");
+  const bool in_place = is_chunk(output, input, rank_);
+  TRIAD_CHECK(in_place || !overlap(input, output), "reduce_scatter: output "
+                                                       << output.str() << " overlaps input " << input.str()
+                                                       << "; in place, output must be chunk rank() of the input");
+  return in_place;
+}
+
+bool CollectiveChecks::all_gather(const Tensor& input, const Tensor& output) const {
+  tensor("all_gather", "input", input);
+  tensor("all_gather", "output", output);
+  check_same_dtype_and_device("all_gather", input, output);
+  const int64_t k = input.numel();
+  TRIAD_CHECK(output.numel() == k * size_, "all_gather: output "
+                                               << output.str() << " has " << output.numel()
+                                               << " elements, expected size() * input elements = " << size_ << " * "
+                                               << k << " = " << k * size_ << " (input " << input.str() << ")");
+  const bool in_place = is_chunk(input, output, rank_);
+  TRIAD_CHECK(in_place || !overlap(input, output), "all_gather: input "
+                                                       << input.str() << " overlaps output " << output.str()
+                                                       << "; in place, input must be chunk rank() of the output");
+  return in_place;
+}
+
+bool CollectiveChecks::all_to_all(const Tensor& input, const Tensor& output) const {
+  tensor("all_to_all", "input", input);
+  tensor("all_to_all", "output", output);
+  check_same_dtype_and_device("all_to_all", input, output);
+  TRIAD_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0,
+              "all_to_all: input " << input.str() << " and output " << output.str()
+                                   << " must both have size() * k elements, size() = " << size_);
+  if (!overlap(input, output)) return false;
+  TRIAD_CHECK(input.raw_data() == output.raw_data(), "all_to_all: input " << input.str() << " partly overlaps output "
+                                                                          << output.str()
+                                                                          << "; they must be disjoint or the same");
+  return true;
+}
+
+void CollectiveChecks::broadcast(const Tensor& t, int root) const {
+  tensor("broadcast", "tensor", t);
+  check_peer("broadcast", "root", root, size_, t);
+}
+
+void CollectiveChecks::send(const Tensor& t, int dst, int tag) const {
+  tensor("send", "tensor", t);
+  check_peer("send", "destination", dst, size_, t);
+  TRIAD_CHECK(tag >= 0 && tag <= max_tag_, "send: tag " << tag << " outside [0, " << max_tag_ << "]");
+}
+
+void CollectiveChecks::recv(const Tensor& t, int src, int tag) const {
+  tensor("recv", "tensor", t);
+  check_peer("recv", "source", src, size_, t);
+  TRIAD_CHECK(tag >= 0 && tag <= max_tag_, "recv: tag " << tag << " outside [0, " << max_tag_ << "]");
+}
+
+void CollectiveChecks::split(int color) const {
+  TRIAD_CHECK(color >= 0, "split: color must be >= 0, got " << color << " (rank " << rank_ << ")");
+}
+
+void check_rank(const std::string& context, const char* role, int rank, int size) {
+  TRIAD_CHECK(rank >= 0 && rank < size,
+              context << ": " << role << " " << rank << " is not a rank of a communicator of size " << size);
+}
+
+void check_count(const std::string& context, int64_t count, int64_t max_count) {
+  TRIAD_CHECK(count <= max_count,
+              context << " has " << count << " elements, more than the " << max_count << " one call takes");
+}
+
+}  // namespace triad::parallel
