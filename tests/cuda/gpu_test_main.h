@@ -3,8 +3,10 @@
 // (SKIP_RETURN_CODE, tests/CMakeLists.txt) reports as skipped.
 //
 // Use: #define BOOST_TEST_MODULE name and BOOST_TEST_NO_MAIN before any include, then
-// TRIAD_GPU_TEST_MAIN() (one process, one GPU) or TRIAD_GPU_MPI_TEST_MAIN() (under mpirun,
-// a GPU per rank; MPI is started and finalized here, so such a test needs no MpiFixture).
+// TRIAD_GPU_TEST_MAIN() (one process, one GPU), TRIAD_GPU_MPI_TEST_MAIN() (under mpirun,
+// a GPU per rank) or TRIAD_SHARED_GPU_MPI_TEST_MAIN() (under mpirun, ranks may share a
+// GPU: one is enough). Under mpirun MPI is started and finalized here, so such a test
+// needs no MpiFixture.
 #pragma once
 
 #ifndef BOOST_TEST_NO_MAIN
@@ -29,17 +31,19 @@ inline int gpu_test_main(int argc, char** argv, bool (*init)()) {
   return boost::unit_test::unit_test_main(init, argc, argv);
 }
 
-// Every rank needs a GPU of its own on its node; the ranks agree before skipping.
-inline int gpu_mpi_test_main(int argc, char** argv, bool (*init)()) {
+// Every rank needs a GPU of its own on its node (or, `shared`, any GPU); the ranks agree
+// before skipping.
+inline int gpu_mpi_test_main(int argc, char** argv, bool (*init)(), bool shared = false) {
   parallel::CommunicatorPtr world = parallel::init(argc, argv);
-  Tensor missing = Tensor::full({1}, cuda::device_count() < parallel::ranks_on_node() ? 1.0 : 0.0, DType::i32);
+  const int needed = shared ? 1 : parallel::ranks_on_node();
+  Tensor missing = Tensor::full({1}, cuda::device_count() < needed ? 1.0 : 0.0, DType::i32);
   world->all_reduce(missing)->wait();
   int rc = kSkipped;
   if (missing.item() == 0.0)
     rc = boost::unit_test::unit_test_main(init, argc, argv);
   else if (world->rank() == 0)
-    std::printf("no CUDA device for every rank (%d rank(s) on this node, %d device(s)): skipped\n",
-                parallel::ranks_on_node(), cuda::device_count());
+    std::printf("no CUDA device for %s (%d rank(s) on this node, %d device(s)): skipped\n",
+                shared ? "the ranks to share" : "every rank", parallel::ranks_on_node(), cuda::device_count());
   parallel::finalize();
   return rc;
 }
@@ -50,3 +54,5 @@ inline int gpu_mpi_test_main(int argc, char** argv, bool (*init)()) {
   int main(int argc, char** argv) { return ::triad::test::gpu_test_main(argc, argv, &init_unit_test); }
 #define TRIAD_GPU_MPI_TEST_MAIN() \
   int main(int argc, char** argv) { return ::triad::test::gpu_mpi_test_main(argc, argv, &init_unit_test); }
+#define TRIAD_SHARED_GPU_MPI_TEST_MAIN() \
+  int main(int argc, char** argv) { return ::triad::test::gpu_mpi_test_main(argc, argv, &init_unit_test, true); }

@@ -1,9 +1,8 @@
 // ZeRO stages 0–3 reproduce the single-process trajectory: on every rank, 10 clipped AdamW
 // steps of a tiny GPT on the same global batches, once in one process (the reference,
 // computed locally) and once data-parallel over all ranks, with and without gradient
-// accumulation. Losses and final parameters agree within 1e-5 relative (fp32; parameters
-// relative to the largest parameter value, since Adam turns last-bit differences in
-// near-zero gradients into absolute, not relative, differences of small biases).
+// accumulation (support/zero_trajectory.h). Losses and final parameters agree within 1e-5
+// relative.
 #define BOOST_TEST_MODULE zero
 #include <boost/test/unit_test.hpp>
 
@@ -11,117 +10,27 @@
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/mpi_fixture.h"
+#include "support/zero_trajectory.h"
 #include "triad.h"
 #include "zero/buckets.h"
 #include "zero/zero_optimizer.h"
 
 using namespace triad;
+using namespace triad::test;
 
 using test::MpiFixture;
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
-constexpr int64_t kGlobalBatch = 16, kSeq = 8, kSteps = 10;
-constexpr double kLr = 1e-3, kDecay = 0.1, kClip = 0.5;
-const optim::AdamWOptions kAdam{.lr = kLr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
-
-std::shared_ptr<nn::GPT> make_model() {
-  return std::make_shared<nn::GPT>(
-      nn::GPTConfig{.n_layer = 2, .n_head = 2, .d_model = 16, .seq_len = kSeq, .vocab_size = 32, .init_seed = 11});
-}
-
-// The global batch of step k: (B, T + 1) tokens, the same on every rank. Two batches
-// alternate, so the loss falls within the 10 steps.
-Tensor global_tokens(int64_t step) {
-  Generator gen(1000 + uint64_t(step % 2));
-  Tensor u = Tensor::empty({kGlobalBatch, kSeq + 1});
-  ops::uniform_(u, 0.0, 31.999, gen);
-  const std::vector<float> f = u.to_vector<float>();
-  return Tensor::from_vector(std::vector<int64_t>(f.begin(), f.end()), {kGlobalBatch, kSeq + 1});
-}
-
-// Mean loss of rows [first, first + rows) of a global batch.
-Tensor loss_of(nn::GPT& model, const Tensor& tokens, int64_t first, int64_t rows) {
-  const Tensor part = ops::narrow(tokens, 0, first, rows);
-  return model.loss(ops::contiguous(ops::narrow(part, 1, 0, kSeq)), ops::contiguous(ops::narrow(part, 1, 1, kSeq)));
-}
-
-struct Trajectory {
-  std::vector<double> losses;
-  std::vector<std::pair<std::string, Tensor>> params;
-};
-
-Trajectory single_process(int64_t accumulation) {
-  auto model = make_model();
-  optim::AdamW opt(optim::decay_groups(model->parameters(), kDecay), kAdam);
-  Trajectory t;
-  const int64_t rows = kGlobalBatch / accumulation;
-  for (int64_t step = 0; step < kSteps; ++step) {
-    const Tensor tokens = global_tokens(step);
-    double loss = 0;
-    for (int64_t m = 0; m < accumulation; ++m) {
-      const Tensor l = loss_of(*model, tokens, m * rows, rows);
-      loss += l.item() / double(accumulation);
-      backward(l, Tensor::full({}, 1.0 / double(accumulation)));
-    }
-    optim::clip_grad_norm(model->parameters(), kClip);
-    opt.step();
-    opt.zero_grad();
-    t.losses.push_back(loss);
-  }
-  t.params = model->named_parameters();
-  return t;
-}
-
-// persist: stage 3's persistence threshold (0: every group partitioned). dtype: storage of
-// parameters and gradients (bf16/f16: mixed precision; f16 with dynamic loss scaling).
 Trajectory data_parallel(int stage, int64_t accumulation, int64_t persist = 0, DType dtype = DType::f32,
                          int64_t prefetch = 50000000, int64_t bucket = 500000000) {
-  const parallel::CommunicatorPtr world = parallel::world();
-  const int n = world->size(), r = world->rank();
-  auto model = make_model();
-  const zero::ZeroConfig config{.stage = stage,
-                                .dtype = dtype,
-                                .loss_scale = {.dynamic = dtype == DType::f16, .initial_scale = 1024.0},
-                                .reduce_bucket_size = bucket,
-                                .allgather_bucket_size = bucket,
-                                .stage3_param_persistence_threshold = persist,
-                                .stage3_prefetch_bucket_size = prefetch};
-  zero::ZeroOptimizer opt(model, config, kAdam, kDecay, world);
-  const int64_t micro = kGlobalBatch / (accumulation * n);
-  Trajectory t;
-  for (int64_t step = 0; step < kSteps; ++step) {
-    const Tensor tokens = global_tokens(step);
-    double local = 0;
-    for (int64_t m = 0; m < accumulation; ++m) {
-      const Tensor l = loss_of(*model, tokens, (m * n + r) * micro, micro);
-      local += l.item();
-      opt.begin_backward(m == accumulation - 1);
-      backward(l, Tensor::full({}, opt.loss_scale() / double(accumulation)));
-    }
-    opt.step(kLr, kClip);
-    Tensor sum = Tensor::full({1}, local, DType::f64);
-    world->all_reduce(sum)->wait();
-    t.losses.push_back(sum.item() / double(n * accumulation));
-  }
-  opt.gather_all();  // stage 3: read the parameters in full
-  for (const auto& [name, p] : model->named_parameters())
-    t.params.emplace_back(name, ops::to(ops::clone(p), DType::f32));
-  opt.release_all();
-  return t;
-}
-
-void check_same(const Trajectory& dp, const Trajectory& ref) {
-  for (size_t i = 0; i < ref.losses.size(); ++i)
-    BOOST_TEST(std::abs(dp.losses[i] - ref.losses[i]) / ref.losses[i] < 1e-5, "step " << i);
-  BOOST_TEST(dp.losses.back() < ref.losses.front() - 0.05);  // it trained
-  double scale = 0;
-  for (const auto& [_, p] : ref.params) scale = std::max(scale, ops::max_abs(p));
-  for (size_t i = 0; i < ref.params.size(); ++i) {
-    const double err = test::max_abs_diff(dp.params[i].second, ref.params[i].second) / scale;
-    BOOST_TEST(err < 1e-5, ref.params[i].first << ": error " << err << " of the largest parameter");
-  }
+  return test::data_parallel(parallel::world(), {.stage = stage,
+                                                 .accumulation = accumulation,
+                                                 .persist = persist,
+                                                 .dtype = dtype,
+                                                 .prefetch = prefetch,
+                                                 .bucket = bucket});
 }
 
 }  // namespace

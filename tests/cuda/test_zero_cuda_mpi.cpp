@@ -1,0 +1,46 @@
+// ZeRO stages 0–3 on a GPU over the MPI communicator, whose collectives stage device
+// tensors through pinned host memory (Note [Staged collectives]): ranks share one GPU when
+// there are fewer GPUs than ranks on the node. On every rank, the data-parallel trajectory
+// of the tiny GPT equals the single-process one computed on the same GPU, within 1e-5
+// relative, with and without gradient accumulation and with small buckets
+// (support/zero_trajectory.h, as tests/zero/test_zero_mpi.cpp on the host).
+#define BOOST_TEST_MODULE zero_cuda_mpi
+#define BOOST_TEST_NO_MAIN  // main() is TRIAD_SHARED_GPU_MPI_TEST_MAIN's
+
+#include "cuda/gpu_test_main.h"
+#include "cuda/runtime.h"
+#include "parallel/runtime.h"
+#include "support/zero_trajectory.h"
+
+TRIAD_SHARED_GPU_MPI_TEST_MAIN()
+
+using namespace triad;
+using namespace triad::test;
+
+namespace {
+
+// A GPU of its own per rank when there are enough, else cuda:0 for all.
+Device gpu() {
+  const int n = cuda::device_count();
+  return Device::cuda(parallel::ranks_on_node() <= n ? parallel::rank_on_node() : 0);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(stages_reproduce_the_single_process_trajectory) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  BOOST_TEST_REQUIRE(world->name() == "mpi");
+  BOOST_TEST_REQUIRE(make_model(gpu())->parameters().front().device().str() == gpu().str());
+  for (int64_t accumulation : {1, 2}) {
+    const Trajectory ref = single_process(accumulation, gpu());
+    for (int stage : {0, 1, 2, 3}) {
+      BOOST_TEST_CONTEXT("stage " << stage << ", accumulation " << accumulation) {
+        check_same(data_parallel(world, {.stage = stage, .accumulation = accumulation, .device = gpu()}), ref);
+      }
+      BOOST_TEST_CONTEXT("stage " << stage << " in buckets of 100 elements, accumulation " << accumulation) {
+        check_same(data_parallel(world, {.stage = stage, .accumulation = accumulation, .bucket = 100, .device = gpu()}),
+                   ref);
+      }
+    }
+  }
+}
