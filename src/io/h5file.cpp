@@ -9,13 +9,16 @@
 // buffer (a 1-d dataspace of the range's length) in flattened-index order.
 #include "io/h5file.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <exception>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "io/token_file.h"
@@ -615,7 +618,31 @@ struct H5State {
     if (comm != MPI_COMM_NULL && mpi_usable()) MPI_Comm_free(&comm);
     comm = MPI_COMM_NULL;
   }
-  ~H5State() { free_comm(); }
+  ~H5State() {
+    join_prefetch();
+    free_comm();
+  }
+
+  // ---- prefetch
+
+  // Asks the kernel to read each (offset, bytes) range of the file ahead (WILLNEED), in
+  // order, on a thread of its own: the call blocks while the disk's queue is full, so
+  // the caller's reads proceed meanwhile. The return codes are deliberately not checked:
+  // a hint that fails changes nothing but speed, and the reads themselves are checked.
+  void start_prefetch(std::vector<std::pair<int64_t, int64_t>> ranges) const {
+    join_prefetch();
+    prefetcher = std::thread([file_path = path, ranges = std::move(ranges)] {
+      const int fd = ::open(file_path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return;
+      for (const auto& [offset, bytes] : ranges)
+        if (bytes > 0) (void)::posix_fadvise(fd, offset, bytes, POSIX_FADV_WILLNEED);
+      ::close(fd);
+    });
+  }
+  void join_prefetch() const {
+    if (prefetcher.joinable()) prefetcher.join();
+  }
+  mutable std::thread prefetcher;
 };
 
 }  // namespace detail
@@ -823,6 +850,32 @@ void H5File::read_range(const std::string& name, int64_t first, const Tensor& ou
   state().transfer(false, name, first, out);
 }
 
+void H5File::prefetch(const std::vector<ElementRange>& ranges) const {
+  const H5State& s = state();
+  s.check_open("prefetch");
+  Digest names;
+  std::string error;
+  for (const ElementRange& r : ranges) {
+    names.add(r.name);
+    if (error.empty() && (r.first < 0 || r.count < 0))
+      error = "HDF5 file '" + s.path + "': prefetch '" + r.name + "': negative element range [" +
+              std::to_string(r.first) + ", +" + std::to_string(r.count) + ")";
+  }
+  s.agree_on("prefetch", std::to_string(ranges.size()) + " datasets", names, error);
+  std::vector<std::pair<int64_t, int64_t>> bytes;
+  for (const ElementRange& r : ranges) {
+    Hid dset = s.open_dataset(r.name, "prefetch");
+    const int64_t esize = int64_t(element_size(s.dataset_dtype(dset.get(), r.name)));
+    const haddr_t at = H5Dget_offset(dset.get());  // undefined unless contiguous and allocated
+    if (at == HADDR_UNDEF)
+      innermost_hdf5_message();  // clears the stack
+    else
+      bytes.emplace_back(int64_t(at) + r.first * esize, r.count * esize);
+    TRIAD_H5(s, H5Dclose(dset.release()), "closing dataset '" << r.name << "'");
+  }
+  s.start_prefetch(std::move(bytes));
+}
+
 Tensor H5File::read(const std::string& name) const {
   Tensor t = Tensor::empty(shape(name), dtype(name));
   read_range(name, 0, t);
@@ -955,6 +1008,7 @@ void H5File::flush() {
 void H5File::close() {
   if (!s_ || s_->file < 0) return;
   H5State& s = *s_;
+  s.join_prefetch();
   s.dxpl.reset();
   const herr_t rc = H5Fclose(std::exchange(s.file, H5I_INVALID_HID));
   s.free_comm();
