@@ -38,7 +38,7 @@ class StagedWork final : public Work {
     try {
       wait();
     } catch (const std::exception&) {
-      // A destructor cannot report; the host Work's own destructor has no more to say.
+      // A destructor cannot report; the error is dropped, as MpiWork's destructor drops its own.
     }
   }
 
