@@ -345,4 +345,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                 });
 }
 
+// q, k, v are saved by handle (Note [Saved inputs]) and out through detach (Note [Saved
+// outputs]); with lse that is O(T hs) per head where the composed attention kept the
+// (T, T) probabilities. The kernels read bf16/f16 as stored, so 16-bit inputs are saved as
+// they are, without an f32 copy, and their gradients come back in their dtype, as Note
+// [16-bit parameters] asks of parameters.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  ops::AttentionOut r = ops::causal_attention(q, k, v, scale);
+  return record("causal_attention", {q, k, v}, r.out, [=, out = detach(r.out), lse = r.lse](const Grads& g) {
+    ops::AttentionGrads d = ops::causal_attention_backward(q, k, v, out, lse, ops::to(g[0], q.dtype()), scale);
+    return Grads{d.dq, d.dk, d.dv};
+  });
+}
+
 }  // namespace triad

@@ -74,5 +74,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 // Mean cross-entropy of logits (..., V) against targets (...), skipping ignore_index.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// softmax(scale q k^T, causal) v for q (B, NH, Tq, hs) and k, v (B, NH, Tk, hs), Tq <= Tk,
+// fused: the probabilities are never stored, the backward recomputes them
+// (ops::causal_attention). bf16/f16 inputs are computed on in f32 and get gradients in
+// their dtype.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 
 }  // namespace triad

@@ -24,10 +24,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     return transpose(reshape(narrow(qkv_out, 2, part * C, C), {B, T, n_head, hs}), 1, 2);
   };
   const Tensor q = heads(0), k = heads(1), v = heads(2);
-  Tensor att = softmax(mul(matmul(q, k, false, true), 1.0 / std::sqrt(double(hs))), /*causal=*/true);
-  att = (*attn_drop)(att);
-  const Tensor y = reshape(transpose(matmul(att, v), 1, 2), {B, T, C});
-  return (*resid_drop)((*proj)(y));
+  const double scale = 1.0 / std::sqrt(double(hs));
+  Tensor y;  // (B, NH, T, hs)
+  if (attn_drop->is_training() && attn_drop->p > 0.0) {
+    // Attention dropout acts on the probabilities, which the fused op never stores.
+    const Tensor att = softmax(mul(matmul(q, k, false, true), scale), /*causal=*/true);
+    y = matmul((*attn_drop)(att), v);
+  } else {
+    y = causal_attention(q, k, v, scale);
+  }
+  return (*resid_drop)((*proj)(reshape(transpose(y, 1, 2), {B, T, C})));
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos) {
@@ -42,9 +48,8 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cach
   ops::copy_(ops::narrow(k_cache, 2, pos, T), heads(1));
   ops::copy_(ops::narrow(v_cache, 2, pos, T), heads(2));
   const Tensor k = ops::narrow(k_cache, 2, 0, pos + T), v = ops::narrow(v_cache, 2, 0, pos + T);
-  const Tensor att = ops::softmax(ops::mul(ops::matmul(heads(0), k, false, true), 1.0 / std::sqrt(double(hs))),
-                                  /*causal=*/true);
-  const Tensor y = ops::reshape(ops::transpose(ops::matmul(att, v), 1, 2), {B, T, C});
+  const Tensor att = ops::causal_attention(heads(0), k, v, 1.0 / std::sqrt(double(hs))).out;  // (B, NH, T, hs)
+  const Tensor y = ops::reshape(ops::transpose(att, 1, 2), {B, T, C});
   return (*proj)(y);
 }
 

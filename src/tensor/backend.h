@@ -72,6 +72,21 @@ class Backend {
                                int64_t ignore_index) = 0;
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
                                       int64_t ignore_index, const Tensor& grad_logits) = 0;
+
+  // Fused causal attention (ops::causal_attention): out = softmax(scale q k^T, causal) v with
+  // the scores made tile by tile and never stored whole. q (B, NH, Tq, hs); k, v
+  // (B, NH, Tk, hs), none empty, Tq <= Tk; query i sees keys j <= i + Tk - Tq. q, k, v and
+  // grad_out have stride 1 along hs and rows (T) at least hs apart, any other strides; out,
+  // lse and the gradients are contiguous. lse (B, NH, Tq): the log-sum-exp of each query's scaled scores over the
+  // keys it sees, in f32 (f64 for f64 inputs). Unlike the other floating kernels these take
+  // bf16 and f16 as well as f32 and f64: one dtype for q, k, v, out, grad_out, dq, dk, dv,
+  // 16-bit values read and written as stored and computed in f32.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                         double scale) = 0;
+  // The gradients of attention: out and lse as it returned them; dq, dk, dv shaped as q, k, v.
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
+                                  const Tensor& dv, double scale) = 0;
 };
 
 // The backend of a device; throws Error when that backend is not built.

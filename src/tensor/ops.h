@@ -136,4 +136,24 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double grad_loss,
                               int64_t counted, int64_t ignore_index);
 
+struct AttentionOut {
+  Tensor out;  // (B, NH, Tq, hs) in q's dtype
+  Tensor lse;  // (B, NH, Tq): log-sum-exp of each query's scaled scores; f32 (f64 for f64 q)
+};
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+// Causal scaled dot-product attention, fused (flash attention):
+//   out = softmax(scale q k^T, causal) v
+// without storing the (Tq, Tk) probabilities; the backward recomputes them from lse.
+// q (B, NH, Tq, hs); k, v (B, NH, Tk, hs) with Tq <= Tk; query i sees keys
+// j <= i + (Tk - Tq), as softmax's causal mask. One floating dtype for q, k, v: f32, f64,
+// or bf16/f16, which the backends read as stored and compute in f32 (the CUDA backend takes
+// no f64). Any strides (views of a fused qkv projection need no copy when hs has stride 1).
+AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+// Gradients for q, k, v (contiguous, in their dtype) given the forward's out and lse and
+// grad_out (shaped as out).
+AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                         const Tensor& lse, const Tensor& grad_out, double scale);
+
 }  // namespace triad::ops

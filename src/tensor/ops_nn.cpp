@@ -1,4 +1,5 @@
-// Neural-network kernels of tensor/ops.h: softmax, layer norm, embedding, cross-entropy.
+// Neural-network kernels of tensor/ops.h: softmax, layer norm, embedding, cross-entropy,
+// fused causal attention.
 #include <optional>
 
 #include "tensor/backend.h"
@@ -42,6 +43,26 @@ std::pair<Tensor, int64_t> check_indices(const Tensor& idx, Device device, int64
     counted += !ignored;
   }
   return {c, counted};
+}
+
+// q, k, v of causal_attention: 4-D, one floating dtype and device, k and v alike, q's
+// batch, heads and head size those of k, no more queries than keys, hs >= 1.
+void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+  const DType t = q.dtype();
+  TRIAD_CHECK(t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16,
+              op << ": expected f32, f64, bf16 or f16 tensors, got " << q.str());
+  check_like(k, q, op, "k");
+  check_like(v, q, op, "v");
+  TRIAD_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
+                  q.size(1) == k.size(1) && q.size(3) == k.size(3) && q.size(2) <= k.size(2) && q.size(3) >= 1,
+              op << ": expected q (B, NH, Tq, hs) and k, v (B, NH, Tk, hs) with Tq <= Tk and hs >= 1, got q "
+                 << shape_str(q.shape()) << ", k " << shape_str(k.shape()) << ", v " << shape_str(v.shape()));
+}
+
+// t itself when the attention kernels can read it in place: stride 1 along hs and rows at
+// least hs apart (a GEMM's leading dimension on the CPU); else a contiguous copy.
+Tensor attention_operand(const Tensor& t) {
+  return (t.size(3) == 1 || t.stride(3) == 1) && t.stride(2) >= t.size(3) ? t : contiguous(t);
 }
 
 }  // namespace
@@ -147,6 +168,43 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const double scale = counted ? grad_loss / double(counted) : 0.0;
   backend_for(logits.device()).cross_entropy_backward(contiguous(logits), t, lse, scale, ignore_index, g);
+  return g;
+}
+
+AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  check_attention(q, k, v, "causal_attention");
+  const DType lse_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  AttentionOut r{Tensor::empty(q.shape(), q.dtype(), q.device()),
+                 Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype, q.device())};
+  if (q.numel() == 0) return r;
+  backend_for(q.device())
+      .attention(attention_operand(q), attention_operand(k), attention_operand(v), r.out, r.lse, scale);
+  return r;
+}
+
+AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                         const Tensor& lse, const Tensor& grad_out, double scale) {
+  check_attention(q, k, v, "causal_attention_backward");
+  check_like(out, q, "causal_attention_backward", "out");
+  check_like(grad_out, q, "causal_attention_backward", "grad_out");
+  const DType lse_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Shape lse_shape = {q.size(0), q.size(1), q.size(2)};
+  TRIAD_CHECK(out.shape() == q.shape() && grad_out.shape() == q.shape() && lse.shape() == lse_shape &&
+                  lse.dtype() == lse_dtype && lse.device() == q.device(),
+              "causal_attention_backward: for q "
+                  << shape_str(q.shape()) << " expected out and grad_out of that shape "
+                  << "and lse " << shape_str(lse_shape) << " in " << dtype_name(lse_dtype) << ", got out "
+                  << shape_str(out.shape()) << ", grad_out " << shape_str(grad_out.shape()) << ", lse " << lse.str());
+  AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), q.device()), Tensor::empty(k.shape(), k.dtype(), k.device()),
+                   Tensor::empty(v.shape(), v.dtype(), v.device())};
+  if (q.numel() == 0) {  // no queries: keys and values had no effect
+    zero_(g.dk);
+    zero_(g.dv);
+    return g;
+  }
+  backend_for(q.device())
+      .attention_backward(attention_operand(q), attention_operand(k), attention_operand(v), contiguous(out),
+                          contiguous(lse), attention_operand(grad_out), g.dq, g.dk, g.dv, scale);
   return g;
 }
 

@@ -323,6 +323,29 @@ BOOST_AUTO_TEST_CASE(nn_functions) {
   for (int64_t v = 0; v < 5; ++v) BOOST_TEST(grad(logits).at({0, 2, v}) == 0.0);
 }
 
+BOOST_AUTO_TEST_CASE(causal_attention_function) {
+  auto f = [](double scale) { return [scale](auto& in) { return causal_attention(in[0], in[1], in[2], scale); }; };
+  gradcheck("causal_attention", f(0.7), {leaf({2, 2, 5, 3}, 150), leaf({2, 2, 5, 3}, 151), leaf({2, 2, 5, 3}, 152)});
+  gradcheck("causal_attention Tq < Tk", f(0.5),
+            {leaf({1, 2, 3, 6}, 153), leaf({1, 2, 6, 6}, 154), leaf({1, 2, 6, 6}, 155)});
+  // One position: out = v whatever q and k are, so only v has a gradient.
+  const Tensor q1 = randn({2, 1, 1, 4}, 156), k1 = randn({2, 1, 1, 4}, 157);
+  gradcheck("causal_attention T = 1", [&](auto& in) { return causal_attention(q1, k1, in[0], 1.0); },
+            {leaf({2, 1, 1, 4}, 158)});
+  // Across the CPU kernel's 64-row blocks; a sample of entries.
+  Options opt;
+  opt.max_entries = 40;
+  gradcheck("causal_attention blocks", f(0.4),
+            {leaf({1, 1, 70, 2}, 159), leaf({1, 1, 70, 2}, 160), leaf({1, 1, 70, 2}, 161)}, opt);
+  gradcheck("causal_attention of views",
+            [](auto& in) {
+              const Tensor qkv = reshape(in[0], {2, 4, 3, 2, 3});  // (B, T, q|k|v, NH, hs)
+              auto part = [&](int64_t i) { return transpose(select(qkv, 2, i), 1, 2); };
+              return causal_attention(part(0), part(1), part(2), 0.6);
+            },
+            {leaf({2, 4, 18}, 162)});
+}
+
 BOOST_AUTO_TEST_CASE(composite_attention) {
   // A small causal attention with a residual, using most functions together.
   gradcheck("attention",

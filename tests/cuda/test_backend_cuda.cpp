@@ -393,6 +393,81 @@ void cross_entropy_case() {
   }
 }
 
+// Fused attention in f32, bf16 and f16 against the CPU's f32 on the same (rounded) values:
+// head sizes at and between the kernel's instantiations (32, 64, 128), one position, fewer
+// queries than keys, T not a multiple of the 64-row tile, and the strided q, k, v views
+// of a fused qkv projection. The backward gets the same out and lse on both sides (the
+// CPU's, rounded to the dtype), so it is compared on its own.
+void attention_case() {
+  struct Geometry {
+    int64_t b, nh, tq, tk, hs;
+    bool views;  // q, k, v as views of one (B, T, 3 NH hs) tensor
+  };
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (Geometry s :
+         {Geometry{2, 3, 100, 100, 64, false}, Geometry{1, 2, 1, 1, 32, false}, Geometry{2, 2, 130, 130, 128, false},
+          Geometry{1, 3, 37, 160, 24, false}, Geometry{1, 2, 200, 200, 80, false}, Geometry{2, 4, 96, 96, 16, true},
+          Geometry{3, 2, 64, 64, 64, true}}) {
+      const std::string what = std::string("attention ") + dtype_name(dt) + " B" + std::to_string(s.b) + " NH" +
+                               std::to_string(s.nh) + " Tq" + std::to_string(s.tq) + " Tk" + std::to_string(s.tk) +
+                               " hs" + std::to_string(s.hs) + (s.views ? " views" : "");
+      const Shape qs = {s.b, s.nh, s.tq, s.hs}, ks = {s.b, s.nh, s.tk, s.hs};
+      Pair q, k, v;  // .c in f32, .g in dt
+      if (s.views) {
+        const int64_t c = s.nh * s.hs;
+        const Tensor base = random({s.b, s.tq, 3 * c}, 60, -1, 1, dt);
+        const Pair all{ops::to(base, DType::f32), dev(base)};
+        auto part = [&](int64_t i) {
+          return view(all, [&](const Tensor& t) {
+            return ops::transpose(ops::reshape(ops::narrow(t, 2, i * c, c), {s.b, s.tq, s.nh, s.hs}), 1, 2);
+          });
+        };
+        q = part(0), k = part(1), v = part(2);
+      } else {
+        auto make = [&](const Shape& shape, uint64_t seed) {
+          const Tensor t = random(shape, seed, -1, 1, dt);
+          return Pair{ops::to(t, DType::f32), dev(t)};
+        };
+        q = make(qs, 61), k = make(ks, 62), v = make(ks, 63);
+      }
+      const double scale = 1.0 / std::sqrt(double(s.hs));
+      Pair out{Tensor::empty(qs), Tensor::empty(qs, dt, kGpu)}, lse = empty_pair({s.b, s.nh, s.tq});
+      cpu().attention(q.c, k.c, v.c, out.c, lse.c, scale);
+      gpu().attention(q.g, k.g, v.g, out.g, lse.g, scale);
+      expect_close(what + " out", out.g, out.c, threshold(dt));
+      expect_close(what + " lse", lse.g, lse.c, threshold(DType::f32));
+
+      const Tensor out_dt = ops::to(out.c, dt), grad = random(qs, 64, -1, 1, dt);
+      const Tensor out32 = ops::to(out_dt, DType::f32), grad32 = ops::to(grad, DType::f32);
+      Pair dq{Tensor::empty(qs), Tensor::empty(qs, dt, kGpu)}, dk{Tensor::empty(ks), Tensor::empty(ks, dt, kGpu)},
+          dv{Tensor::empty(ks), Tensor::empty(ks, dt, kGpu)};
+      cpu().attention_backward(q.c, k.c, v.c, out32, lse.c, grad32, dq.c, dk.c, dv.c, scale);
+      gpu().attention_backward(q.g, k.g, v.g, dev(out_dt), dev(lse.c), dev(grad), dq.g, dk.g, dv.g, scale);
+      if (s.tk == 1) {  // one key: P = 1 and dP = D, so dq and dk are 0 up to rounding
+        BOOST_TEST(ops::max_abs(host(dq.g)) < 1e-5, what << " dq");
+        BOOST_TEST(ops::max_abs(host(dk.g)) < 1e-5, what << " dk");
+      } else {
+        expect_close(what + " dq", dq.g, dq.c, threshold(dt));
+        expect_close(what + " dk", dk.g, dk.c, threshold(dt));
+      }
+      expect_close(what + " dv", dv.g, dv.c, threshold(dt));
+    }
+  // Through the ops layer: the op's checks, its dispatch and device outputs.
+  const Tensor q = random({2, 2, 50, 64}, 65), k = random({2, 2, 50, 64}, 66), v = random({2, 2, 50, 64}, 67);
+  const ops::AttentionOut want = ops::causal_attention(q, k, v, 0.125);
+  const ops::AttentionOut got = ops::causal_attention(dev(q), dev(k), dev(v), 0.125);
+  BOOST_TEST((got.out.device() == kGpu && got.lse.device() == kGpu));
+  expect_close("ops::causal_attention out", got.out, want.out, threshold(DType::f32));
+  test::check_error(
+      [&] {
+        ops::causal_attention(dev(random({1, 1, 4, 130}, 68)), dev(random({1, 1, 4, 130}, 69)),
+                              dev(random({1, 1, 4, 130}, 70)), 1.0);
+      },
+      {"attention", "head sizes up to 128"});
+  const Tensor q64 = dev(random({1, 1, 4, 8}, 71, -1, 1, DType::f64));
+  test::check_error([&] { ops::causal_attention(q64, q64, q64, 1.0); }, {"attention", "f64"});
+}
+
 struct Case {
   const char* name;
   void (*run)();
@@ -414,6 +489,7 @@ const Case kCases[] = {
     {"layer_norm", layer_norm_case},
     {"embedding", embedding_case},
     {"cross_entropy", cross_entropy_case},
+    {"attention", attention_case},
 };
 
 std::vector<std::string> case_names() {

@@ -1,6 +1,6 @@
 // The CPU backend: OpenMP-parallel loops the compiler vectorizes, and Eigen (over BLAS) for
 // GEMM. Floating kernels are templates over float and double; the methods are spread over
-// files by kind (copy.cpp, elementwise.cpp, reduce.cpp, matmul.cpp, nn.cpp).
+// files by kind (copy.cpp, elementwise.cpp, reduce.cpp, matmul.cpp, nn.cpp, attention.cpp).
 #pragma once
 
 #include "tensor/backend.h"
@@ -44,6 +44,11 @@ class CpuBackend final : public Backend {
   double cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
                               int64_t ignore_index, const Tensor& grad_logits) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                 double scale) override;
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                          const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                          double scale) override;
 };
 
 Backend& cpu_backend();

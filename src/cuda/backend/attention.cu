@@ -1,0 +1,510 @@
+// Fused causal attention on the GPU (Backend::attention and attention_backward;
+// tensor/cpu/attention.cpp is the reference), flash-attention-2 style. Scores exist only
+// tile by tile in registers and shared memory; q, k, v and grad_out are read in their
+// stored dtype (f32, bf16, f16) and everything is computed in f32 with CUDA-core FMAs, one
+// code path for the three dtypes (tensor-core tiles would need one per dtype and give f32
+// inputs TF32 products).
+//
+// Tiles are kTile = 64 rows; a block has 256 threads, thread t in row group g = t / 16 and
+// column c = t % 16. In every tile product a thread owns rows 4g .. 4g+3 and, of the other
+// dimension, c, c+16, c+32, ...: the 16 threads of a row group are one half-warp, so row
+// maxima and sums meet in shuffles. Shared-memory rows are padded by one float, so where
+// those 16 threads read 16 different rows at one column they hit 16 banks.
+//
+// Forward: one block per (batch x head, query tile), the last (heaviest) query tiles
+// launched first. The query tile stays in shared memory while key and value tiles stream
+// through it. Online softmax per row in base 2 (scores times scale log2 e, exp2f): the
+// output accumulators are rescaled when the running max grows. Every row sees key 0, so
+// the max is finite after the first tile and no -inf - -inf arises. out in the input dtype,
+// lse (natural log) in f32.
+//
+// Backward: D = rowsum(dO o O) first (a warp per row). Then one block per (batch x head,
+// key tile) keeps its K and V tiles in shared memory and its dK, dV in registers while the
+// query tiles that see them stream through: S = Q K^T again, P = exp(S - lse),
+// dV += P^T dO, dP = dO V^T, dS = P o (dP - D), dK += scale dS^T Q, and dQ += scale dS K.
+// dQ sums over key tiles that other blocks own, so it is added with f32 atomics into an
+// f32 buffer (dq itself for f32; converted afterwards for 16-bit). A second pass per query
+// tile would avoid the atomics but recompute S and dP (7 tile products per tile pair
+// instead of 5); the price of atomics is that dq's last bits depend on the order the
+// blocks run in (dk, dv and out do not), as with embedding_backward.
+//
+// Head sizes up to 128: kernels are instantiated for 32, 64 and 128, a head padded with
+// zeros to the next. Shared memory per block (dynamic, opted in above 48 KiB): forward
+// 3 tiles + P, backward 4 tiles + P/dS: 113 and 146 KiB at head size 128.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/backend/convert.cuh"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/launch.cuh"
+
+namespace triad::cuda {
+
+namespace {
+
+constexpr int kTile = 64;               // query or key rows of a tile
+constexpr int kAttnThreads = 256;       // 16 row groups x 16 columns
+constexpr int kTileStride = kTile + 1;  // a padded row of P / dS in shared memory
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Loads and stores of an element in its stored dtype, as f32.
+struct F32 {
+  using type = float;
+  static __device__ float load(const float* p, int64_t i) { return p[i]; }
+  static __device__ void store(float* p, int64_t i, float x) { p[i] = x; }
+};
+struct BF16 {
+  using type = uint16_t;
+  static __device__ float load(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
+  static __device__ void store(uint16_t* p, int64_t i, float x) { p[i] = float_to_bf16(x); }
+};
+struct F16 {
+  using type = uint16_t;
+  static __device__ float load(const uint16_t* p, int64_t i) { return f16_to_float(p[i]); }
+  static __device__ void store(uint16_t* p, int64_t i, float x) { p[i] = float_to_f16(x); }
+};
+
+// A (B, NH, T, hs) operand whose hs dimension has stride 1; strides in elements.
+struct Operand {
+  const void* data;
+  int64_t stride_b, stride_h, stride_t;
+  explicit Operand(const Tensor& t)
+      : data(t.raw_data()), stride_b(t.stride(0)), stride_h(t.stride(1)), stride_t(t.stride(2)) {}
+  // The first element of head bh (= b NH + h).
+  template <class T>
+  __device__ const T* head(int64_t bh, int heads) const {
+    return static_cast<const T*>(data) + (bh / heads) * stride_b + (bh % heads) * stride_h;
+  }
+};
+
+struct Geometry {
+  int heads;         // NH
+  int hs;            // head size, <= the kernel's HS
+  int64_t tq, tk;    // queries and keys per head; query i sees keys j <= i + tk - tq
+  float scale_log2;  // scale log2 e: scores in base 2
+};
+
+// Rows first .. first + kTile - 1 of a head into a padded shared tile (HS + 1 floats a row),
+// zeros past `rows` and past hs.
+template <class E, int HS>
+__device__ void load_tile(float* dst, const typename E::type* src, int64_t stride_t, int64_t first, int64_t rows,
+                          int hs) {
+  for (int e = threadIdx.x; e < kTile * HS; e += blockDim.x) {
+    const int r = e / HS, d = e % HS;
+    const int64_t row = first + r;
+    dst[r * (HS + 1) + d] = row < rows && d < hs ? E::load(src, row * stride_t + d) : 0.0f;
+  }
+}
+
+// The reduction of v over the 16 lanes of a half-warp (a row group).
+template <class Op>
+__device__ float row_group_reduce(float v, Op op) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+struct MaxF {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// ---- forward ----
+
+template <class E, int HS>
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(Operand q, Operand k, Operand v, typename E::type* out, float* lse, Geometry g) {
+  using T = typename E::type;
+  constexpr int kStride = HS + 1, kCols = HS / 16;
+  extern __shared__ float smem[];
+  float* sq = smem;                  // (kTile, kStride) queries
+  float* sk = sq + kTile * kStride;  // (kTile, kStride) keys
+  float* sv = sk + kTile * kStride;  // (kTile, kStride) values
+  float* sp = sv + kTile * kStride;  // (kTile, kTileStride) probabilities of the tile
+
+  const int64_t bh = blockIdx.x;
+  const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * kTile;
+  const int grp = threadIdx.x / 16, col = threadIdx.x % 16;
+  const int64_t offset = g.tk - g.tq;
+  const T* kp = k.head<T>(bh, g.heads);
+  const T* vp = v.head<T>(bh, g.heads);
+  load_tile<E, HS>(sq, q.head<T>(bh, g.heads), q.stride_t, q0, g.tq, g.hs);
+
+  float m[4], l[4], acc[4][kCols];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[i][c] = 0.0f;
+  }
+  // Keys seen by the tile's last real query.
+  const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset;
+  for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
+    __syncthreads();  // the previous tile's readers of sk, sv, sp are done
+    load_tile<E, HS>(sk, kp, k.stride_t, k0, g.tk, g.hs);
+    load_tile<E, HS>(sv, vp, v.stride_t, k0, g.tk, g.hs);
+    __syncthreads();
+
+    float s[4][4] = {};  // rows 4 grp + i, keys col + 16 j
+#pragma unroll 8
+    for (int d = 0; d < HS; ++d) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = sq[(4 * grp + i) * kStride + d];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = sk[(col + 16 * j) * kStride + d];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) s[i][j] = fmaf(a[i], b[j], s[i][j]);
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = q0 + 4 * grp + i;
+      float mx = m[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t key = k0 + col + 16 * j;
+        s[i][j] = key <= row + offset && key < g.tk ? s[i][j] * g.scale_log2 : -INFINITY;
+        mx = fmaxf(mx, s[i][j]);
+      }
+      mx = row_group_reduce(mx, MaxF{});
+      const float alpha = exp2f(m[i] - mx);  // 0 on the first tile
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float p = exp2f(s[i][j] - mx);
+        sum += p;
+        sp[(4 * grp + i) * kTileStride + col + 16 * j] = p;
+      }
+      l[i] = l[i] * alpha + row_group_reduce(sum, SumOp{});
+      m[i] = mx;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[i][c] *= alpha;
+    }
+    __syncthreads();  // the tile's P is complete
+
+#pragma unroll 4
+    for (int key = 0; key < kTile; ++key) {
+      float p[4], vv[kCols];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p[i] = sp[(4 * grp + i) * kTileStride + key];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) vv[c] = sv[key * kStride + col + 16 * c];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) acc[i][c] = fmaf(p[i], vv[c], acc[i][c]);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = q0 + 4 * grp + i;
+    if (row >= g.tq) continue;
+    const float inv = 1.0f / l[i];
+    const int64_t base = (bh * g.tq + row) * g.hs;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (col + 16 * c < g.hs) E::store(out, base + col + 16 * c, acc[i][c] * inv);
+    if (col == 0) lse[bh * g.tq + row] = (m[i] + log2f(l[i])) * kLn2;
+  }
+}
+
+// ---- backward ----
+
+// dsum[r] = sum over hs of dO o O for row r of (B NH Tq); a warp per row.
+template <class E>
+__global__ void attention_dot_kernel(const typename E::type* out, Operand grad, float* dsum, Geometry g, int64_t rows) {
+  using T = typename E::type;
+  const int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  const int64_t bh = r / g.tq, i = r % g.tq;
+  const T* o = out + r * g.hs;
+  const T* dy = grad.head<T>(bh, g.heads) + i * grad.stride_t;
+  float s = 0.0f;
+  for (int d = lane; d < g.hs; d += 32) s += E::load(o, d) * E::load(dy, d);
+  s = warp_reduce(s, SumOp{});
+  if (lane == 0) dsum[r] = s;
+}
+
+template <class E, int HS>
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_backward_kernel(Operand q, Operand k, Operand v, Operand grad, const float* lse, const float* dsum,
+                              float* dq, typename E::type* dk, typename E::type* dv, float scale, Geometry g) {
+  using T = typename E::type;
+  constexpr int kStride = HS + 1, kCols = HS / 16;
+  extern __shared__ float smem[];
+  float* sk = smem;                         // (kTile, kStride) keys of this block
+  float* sv = sk + kTile * kStride;         // (kTile, kStride) values of this block
+  float* sq = sv + kTile * kStride;         // (kTile, kStride) queries of the current tile
+  float* sg = sq + kTile * kStride;         // (kTile, kStride) dO of the current tile
+  float* sp = sg + kTile * kStride;         // (kTile, kTileStride) P, then dS
+  float* s_lse = sp + kTile * kTileStride;  // (kTile) lse of the tile's rows, base 2
+  float* s_d = s_lse + kTile;               // (kTile) D of the tile's rows
+
+  const int64_t bh = blockIdx.x;
+  const int64_t k0 = int64_t(blockIdx.y) * kTile;
+  const int grp = threadIdx.x / 16, col = threadIdx.x % 16;
+  const int64_t offset = g.tk - g.tq;
+  const T* qp = q.head<T>(bh, g.heads);
+  const T* gp = grad.head<T>(bh, g.heads);
+  load_tile<E, HS>(sk, k.head<T>(bh, g.heads), k.stride_t, k0, g.tk, g.hs);
+  load_tile<E, HS>(sv, v.head<T>(bh, g.heads), v.stride_t, k0, g.tk, g.hs);
+
+  float dk_acc[4][kCols] = {}, dv_acc[4][kCols] = {};  // keys k0 + 4 grp + i, columns col + 16 c
+  // The first query tile with a row that sees key k0: rows i >= k0 - offset.
+  const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
+  for (int64_t q0 = first; q0 < g.tq; q0 += kTile) {
+    __syncthreads();  // the previous tile's readers of sq, sg, sp, s_lse, s_d are done
+    load_tile<E, HS>(sq, qp, q.stride_t, q0, g.tq, g.hs);
+    load_tile<E, HS>(sg, gp, grad.stride_t, q0, g.tq, g.hs);
+    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+      const bool real = q0 + r < g.tq;
+      s_lse[r] = real ? lse[bh * g.tq + q0 + r] * kLog2e : 0.0f;
+      s_d[r] = real ? dsum[bh * g.tq + q0 + r] : 0.0f;
+    }
+    __syncthreads();
+
+    // S and dP, rows (queries) 4 grp + i, keys col + 16 j.
+    float p[4][4] = {}, ds[4][4] = {};
+#pragma unroll 4
+    for (int d = 0; d < HS; ++d) {
+      float a[4], ga[4], b[4], vb[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[i] = sq[(4 * grp + i) * kStride + d];
+        ga[i] = sg[(4 * grp + i) * kStride + d];
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        b[j] = sk[(col + 16 * j) * kStride + d];
+        vb[j] = sv[(col + 16 * j) * kStride + d];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          p[i][j] = fmaf(a[i], b[j], p[i][j]);
+          ds[i][j] = fmaf(ga[i], vb[j], ds[i][j]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = q0 + 4 * grp + i;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t key = k0 + col + 16 * j;
+        const bool seen = row < g.tq && key < g.tk && key <= row + offset;
+        p[i][j] = seen ? exp2f(p[i][j] * g.scale_log2 - s_lse[4 * grp + i]) : 0.0f;
+        ds[i][j] = p[i][j] * (ds[i][j] - s_d[4 * grp + i]);
+        sp[(4 * grp + i) * kTileStride + col + 16 * j] = p[i][j];
+      }
+    }
+    __syncthreads();  // P complete
+
+    // dV += P^T dO: here rows 4 grp + i are keys.
+#pragma unroll 4
+    for (int r = 0; r < kTile; ++r) {
+      float pk[4], gv[kCols];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pk[i] = sp[r * kTileStride + 4 * grp + i];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) gv[c] = sg[r * kStride + col + 16 * c];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) dv_acc[i][c] = fmaf(pk[i], gv[c], dv_acc[i][c]);
+    }
+    __syncthreads();  // P's readers are done
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) sp[(4 * grp + i) * kTileStride + col + 16 * j] = ds[i][j];
+    __syncthreads();  // dS complete
+
+    // dK += dS^T Q (scaled at the end); rows 4 grp + i are keys.
+#pragma unroll 4
+    for (int r = 0; r < kTile; ++r) {
+      float dsk[4], qv[kCols];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dsk[i] = sp[r * kTileStride + 4 * grp + i];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) qv[c] = sq[r * kStride + col + 16 * c];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) dk_acc[i][c] = fmaf(dsk[i], qv[c], dk_acc[i][c]);
+    }
+
+    // dQ += scale dS K; rows 4 grp + i are queries.
+    float dq_acc[4][kCols] = {};
+#pragma unroll 4
+    for (int key = 0; key < kTile; ++key) {
+      float dsq[4], kv[kCols];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dsq[i] = sp[(4 * grp + i) * kTileStride + key];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) kv[c] = sk[key * kStride + col + 16 * c];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) dq_acc[i][c] = fmaf(dsq[i], kv[c], dq_acc[i][c]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = q0 + 4 * grp + i;
+      if (row >= g.tq) continue;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c)
+        if (col + 16 * c < g.hs) atomicAdd(dq + (bh * g.tq + row) * g.hs + col + 16 * c, dq_acc[i][c] * scale);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t key = k0 + 4 * grp + i;
+    if (key >= g.tk) continue;
+    const int64_t base = (bh * g.tk + key) * g.hs;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (col + 16 * c < g.hs) {
+        E::store(dk, base + col + 16 * c, dk_acc[i][c] * scale);
+        E::store(dv, base + col + 16 * c, dv_acc[i][c]);
+      }
+  }
+}
+
+// ---- launching ----
+
+template <int HS>
+constexpr size_t forward_smem() {
+  return sizeof(float) * (3 * kTile * (HS + 1) + kTile * kTileStride);
+}
+template <int HS>
+constexpr size_t backward_smem() {
+  return sizeof(float) * (4 * kTile * (HS + 1) + kTile * kTileStride + 2 * kTile);
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory on the current device, or throws.
+template <class Kernel>
+void allow_shared_memory(Kernel* kernel, size_t bytes, int device, int64_t hs) {
+  int available = 0;
+  TRIAD_CUDA_CHECK(cudaDeviceGetAttribute(&available, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  TRIAD_CHECK(bytes <= size_t(available), "cuda backend: attention at head size "
+                                              << hs << " needs " << bytes
+                                              << " bytes of shared memory per block; device " << device << " offers "
+                                              << available);
+  TRIAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+Geometry geometry(const Tensor& q, const Tensor& k, double scale) {
+  return Geometry{int(q.size(1)), int(q.size(3)), q.size(2), k.size(2), float(scale * 1.4426950408889634)};
+}
+
+// Grid dimension y counts tiles of one head.
+unsigned tiles(int64_t rows) {
+  const int64_t n = (rows + kTile - 1) / kTile;
+  TRIAD_CHECK(n <= 65535, "cuda backend: attention over " << rows << " positions exceeds " << 65535 * kTile);
+  return unsigned(n);
+}
+
+template <class E, int HS>
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
+             cudaStream_t stream) {
+  auto* kernel = attention_kernel<E, HS>;
+  allow_shared_memory(kernel, forward_smem<HS>(), q.device().index, q.size(3));
+  const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(q.size(2)));
+  kernel<<<grid, kAttnThreads, forward_smem<HS>(), stream>>>(
+      Operand(q), Operand(k), Operand(v), ptr<typename E::type>(out), ptr<float>(lse), geometry(q, k, scale));
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+template <class E, int HS>
+void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+              const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv, double scale,
+              cudaStream_t stream) {
+  const Geometry g = geometry(q, k, scale);
+  const int64_t rows = q.size(0) * q.size(1) * q.size(2);
+  const Tensor dsum = Tensor::empty({rows}, DType::f32, q.device());
+  constexpr int kRowsPerBlock = kThreads / 32;
+  attention_dot_kernel<E><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, stream>>>(
+      ptr<const typename E::type>(out), Operand(grad_out), ptr<float>(dsum), g, rows);
+  TRIAD_CUDA_CHECK_LAUNCH();
+  auto* kernel = attention_backward_kernel<E, HS>;
+  allow_shared_memory(kernel, backward_smem<HS>(), q.device().index, q.size(3));
+  const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(k.size(2)));
+  kernel<<<grid, kAttnThreads, backward_smem<HS>(), stream>>>(
+      Operand(q), Operand(k), Operand(v), Operand(grad_out), ptr<const float>(lse), ptr<const float>(dsum),
+      ptr<float>(dq32), ptr<typename E::type>(dk), ptr<typename E::type>(dv), float(scale), g);
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+// The kernel of q's dtype and the smallest instantiated head size that holds hs.
+struct Forward {
+  template <class E, int HS>
+  static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
+                  cudaStream_t stream) {
+    forward<E, HS>(q, k, v, out, lse, scale, stream);
+  }
+};
+struct Backward {
+  template <class E, int HS>
+  static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                  const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv, double scale,
+                  cudaStream_t stream) {
+    backward<E, HS>(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, stream);
+  }
+};
+
+template <class Pass, class E, class... Args>
+void with_head_size(int64_t hs, Args&&... args) {
+  if (hs <= 32)
+    Pass::template run<E, 32>(args...);
+  else if (hs <= 64)
+    Pass::template run<E, 64>(args...);
+  else
+    Pass::template run<E, 128>(args...);
+}
+
+template <class Pass, class... Args>
+void dispatch(const Tensor& q, const char* method, Args&&... args) {
+  TRIAD_CHECK(q.size(3) <= 128, "cuda backend: " << method << " takes head sizes up to 128, got " << q.str());
+  switch (q.dtype()) {
+    case DType::f32:
+      return with_head_size<Pass, F32>(q.size(3), args...);
+    case DType::bf16:
+      return with_head_size<Pass, BF16>(q.size(3), args...);
+    case DType::f16:
+      return with_head_size<Pass, F16>(q.size(3), args...);
+    default:
+      TRIAD_CHECK(false, "cuda backend: " << method << " takes f32, bf16 or f16, got " << q.str()
+                                          << " (f64 kernels are CPU-only; they serve gradient checks)");
+  }
+}
+
+}  // namespace
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            double scale) {
+  OnDevice on(q);
+  dispatch<Forward>(q, "attention", q, k, v, out, lse, scale, on.stream());
+}
+
+void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
+                                     const Tensor& dv, double scale) {
+  OnDevice on(q);
+  // dQ is summed with atomics in f32: into dq itself when it is f32.
+  const Tensor dq32 = dq.dtype() == DType::f32 ? dq : Tensor::empty(dq.shape(), DType::f32, dq.device());
+  TRIAD_CUDA_CHECK(cudaMemsetAsync(dq32.raw_data(), 0, dq32.nbytes(), on.stream()));
+  dispatch<Backward>(q, "attention_backward", q, k, v, out, lse, grad_out, dq32, dk, dv, scale, on.stream());
+  if (!dq32.is_same(dq)) copy(dq, dq32);
+}
+
+}  // namespace triad::cuda
