@@ -29,9 +29,9 @@ std::pair<Tensor, int64_t> check_indices(const Tensor& idx, Device device, int64
                                          const char* op) {
   TRIAD_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
               op << ": indices must be i64 or i32, got " << idx.str());
-  const Tensor c = contiguous(to(idx, DType::i64));
   TRIAD_CHECK(idx.device() == device, op << ": indices " << idx.str() << " must be on " << device.str()
                                          << ", where the values are (copy them with ops::to)");
+  const Tensor c = contiguous(to(idx, DType::i64));
   const Tensor host = to(c, Device::cpu());
   const int64_t* p = host.data<int64_t>();
   int64_t counted = 0;
