@@ -3,10 +3,10 @@
 // - A table of collectives (kOps) says which placements the Communicator interface has and
 //   how S, the byte size nccl-tests reports, relates to the call's element count.
 // - A Backend is the communicator under test plus the raw library calls it wraps. MPI is the
-//   only one built; a device communicator (NCCL) becomes another Backend: buffers on its
-//   device, raw calls (ncclAllReduce, ...) on its stream, synchronize() waiting for that
-//   stream before the clock is read, and host staging around fill/check (which read and
-//   write host memory).
+//   only one here so far; the NCCL communicator (cuda/nccl_communicator.h) becomes another
+//   Backend: buffers on its device, raw calls (ncclAllReduce, ...) on its stream,
+//   synchronize() waiting for that stream before the clock is read, and host staging
+//   around fill/check (which read and write host memory).
 // - Each case (op, placement, size) fills the buffers, times triad's call and the raw call
 //   alike, then checks one more call of each on refilled buffers against closed-form
 //   expectations (Note [Fill patterns]).
@@ -608,7 +608,8 @@ std::unique_ptr<Backend> make_backend(const CollectivesOptions& o, const paralle
                                       DType dtype) {
   const std::string& name = o.comm;
   TRIAD_CHECK(name != "nccl",
-              "--comm nccl: the NCCL communicator is not built (triad has no NCCL communicator yet); use --comm mpi");
+              "--comm nccl: this benchmark has no NCCL backend yet (device buffers and the raw nccl* calls beside "
+              "the communicator's); use --comm mpi");
   TRIAD_CHECK(name == "mpi", "--comm must be mpi or nccl, got '" << name << "'");
   auto mpi = std::dynamic_pointer_cast<parallel::MpiCommunicator>(world);
   TRIAD_ASSERT_MSG(mpi != nullptr, "parallel::init returned a " << world->name() << " communicator");
@@ -856,7 +857,7 @@ void add_collectives_command(CLI::App& app, CollectivesOptions& o, int& status) 
   cmd->add_option("--raw", o.raw,
                   "the raw calls: nonblocking (what the communicator calls: the fair comparison) or blocking")
       ->capture_default_str();
-  cmd->add_option("--comm", o.comm, "communicator under test: mpi (nccl is not built yet)")->capture_default_str();
+  cmd->add_option("--comm", o.comm, "communicator under test: mpi (this benchmark has no nccl backend yet)")->capture_default_str();
   cmd->callback([&o, &status] { status = run_collectives_bench(o); });
 }
 

@@ -34,7 +34,7 @@ struct CollectivesOptions {
   std::string dtype = "f32";
   int check = 1;                    // 1: check the results (the #wrong column); 0: skip the check
   int root = 0;                     // broadcast's root
-  std::string comm = "mpi";         // the communicator under test: mpi (nccl is not built yet)
+  std::string comm = "mpi";         // the communicator under test: mpi (no nccl backend here yet)
   std::string raw = "nonblocking";  // the raw calls: nonblocking (as the communicator makes them) or blocking
 };
 
