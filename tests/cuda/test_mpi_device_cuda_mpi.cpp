@@ -19,12 +19,18 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
+#include "support/collective_values.h"
 #include "tensor/ops.h"
 
 TRIAD_SHARED_GPU_MPI_TEST_MAIN()
 
 using namespace triad;
 using namespace triad::parallel;
+using test::fold;
+using test::name;
+using test::v_for;
+using test::v_mm;
+using test::v_sum;
 
 namespace {
 
@@ -62,22 +68,6 @@ void check_values(const std::string& what, const Tensor& t, const std::function<
                                      << (first >= 0 ? expected(first) : 0.0));
 }
 
-// The values of test_collectives_mpi: exact in every dtype, and so are the reductions of
-// n <= 8 of them.
-double v_sum(int r, int64_t j) { return (r + 1) + (j % 7); }
-double v_mm(int r, int64_t j) { return double((r * 3 + j) % 13) - 6; }
-
-double fold(ReduceOp op, int n, int64_t j) {
-  double acc = op == ReduceOp::sum ? 0 : v_mm(0, j);
-  for (int r = 0; r < n; ++r) {
-    if (op == ReduceOp::sum) acc += v_sum(r, j);
-    if (op == ReduceOp::max) acc = std::max(acc, v_mm(r, j));
-    if (op == ReduceOp::min) acc = std::min(acc, v_mm(r, j));
-  }
-  return acc;
-}
-double v_for(ReduceOp op, int r, int64_t j) { return op == ReduceOp::sum ? v_sum(r, j) : v_mm(r, j); }
-const char* name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : op == ReduceOp::max ? "max" : "min"; }
 
 constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
 
