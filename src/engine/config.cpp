@@ -219,6 +219,7 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t dp) {
   } catch (const Error& e) {
     throw Error(std::string("[config] device: ") + e.what());
   }
+  c.distributed_backend = r.choice("distributed_backend", c.distributed_backend, {"auto", "mpi", "nccl"});
   c.output_dir = r.string("output_dir", "");
   parse_checkpoint(r.object("checkpoint"), c.checkpoint);
   parse_cluster(r.object("cluster"), c.cluster);

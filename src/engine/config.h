@@ -15,7 +15,7 @@
 //     "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 100,
 //                                                         "cos_min_ratio": 0.1}},
 //     "gradient_clipping": 1.0, "seed": 1234, "eval_interval": 100, "eval_iters": 10,
-//     "log_interval": 1, "device": "cpu", "output_dir": "runs/demo",
+//     "log_interval": 1, "device": "cpu", "distributed_backend": "auto", "output_dir": "runs/demo",
 //     "zero_optimization": {"stage": 1, "overlap_comm": true,   (under mpirun: ZeRO over the ranks)
 //                           "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8,
 //                           "contiguous_gradients": true, "stage3_prefetch_bucket_size": 5e7,
@@ -118,6 +118,9 @@ struct TrainConfig {
   int64_t eval_iters = 10;
   int64_t log_interval = 1;
   std::string device = "cpu";  // cpu, cuda (each rank's own GPU) or cuda:N: engine.h, training_device
+  // What ZeRO's collectives run over: auto, mpi or nccl (Megatron's --distributed-backend):
+  // engine.h, resolve_distributed_backend.
+  std::string distributed_backend = "auto";
   std::string output_dir;  // where the trained weights go, as output_dir/model.h5 ("" : not saved)
   CheckpointConfig checkpoint;
   // The machine the step-time model describes (defaults: zero::Cluster's 8-GPU node).

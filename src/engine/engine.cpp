@@ -5,6 +5,7 @@
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
+#include "cuda/nccl_communicator.h"
 #include "cuda/runtime.h"
 #include "optim/clip.h"
 #include "parallel/runtime.h"
@@ -53,18 +54,35 @@ Device training_device(const std::string& device) {
   return d;
 }
 
+DistributedBackend resolve_distributed_backend(const std::string& backend, Device device, int ranks) {
+  if (backend == "mpi") return DistributedBackend::mpi;
+  if (backend == "auto")
+    return device.is_cuda() && cuda::nccl_built() && ranks > 1 ? DistributedBackend::nccl : DistributedBackend::mpi;
+  TRIAD_CHECK(backend == "nccl",
+              "[config] distributed_backend must be one of \"auto\", \"mpi\" or \"nccl\", got \"" << backend << "\"");
+  TRIAD_CHECK(device.is_cuda(), "[config] distributed_backend \"nccl\": the device is "
+                                    << device.str() << ", and NCCL communicates between GPUs (set device to cuda, "
+                                    << "or distributed_backend to mpi or auto)");
+  TRIAD_CHECK(cuda::nccl_built(), "[config] distributed_backend \"nccl\": this build of triad has no NCCL "
+                                      << "communicator (it needs the CUDA backend and NCCL: nccl.h and libnccl under "
+                                      << "the CUDA toolkit or NCCL_HOME); use mpi or auto");
+  return DistributedBackend::nccl;
+}
+
 Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp)
     : config_(config), device_(training_device(config_.device)) {
+  if (!dp) dp = std::make_shared<parallel::SelfCommunicator>();
+  const DistributedBackend backend = resolve_distributed_backend(config_.distributed_backend, device_, dp->size());
   model_ = std::make_shared<nn::GPT>(config_.model);
   model_->to(device_);
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
-  if (!dp) dp = std::make_shared<parallel::SelfCommunicator>();
   default_generator().manual_seed(dropout_seed(config_.seed, dp->rank(), 0));
   const OptimizerConfig& o = config_.optimizer;
   if (o.type == "AdamW") {
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
                 "[config] model.activation_checkpointing cannot be combined with zero_optimization.stage 3");
-    comm_ = std::make_shared<parallel::CountingCommunicator>(dp);
+    comm_ = std::make_shared<parallel::CountingCommunicator>(
+        backend == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp, device_.index) : dp);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_,
         zero::ZeroConfig{.stage = config_.zero.stage,

@@ -8,11 +8,18 @@
 // the mean loss over the global batch; step() clips, sets the scheduled rate, updates and
 // clears the gradients.
 //
-// AdamW runs through ZeRO (zero/zero_optimizer.h) over the data-parallel communicator (one
+// AdamW runs through ZeRO (zero/zero_optimizer.h) over the data-parallel ranks (one
 // process: a communicator of one rank, where ZeRO is plain AdamW over flat buffers): its
 // state is then the same whatever the layout, and checkpoints carry it between layouts.
 // With more than one rank each rank feeds forward() its own rows of the global batch. SGD
 // runs in one process, in f32, as optim::SGD.
+//
+// ZeRO's collectives run over the communicator the Engine is given (MPI, which stages
+// device tensors through pinned host memory) or, when the config's distributed_backend
+// resolves to NCCL, over an NCCL communicator bootstrapped over it on the training GPU
+// (one GPU per rank: NCCL does not put two ranks of one communicator on the same GPU).
+// Either way the given communicator stays the one for host tensors: the trainer's loss and
+// evaluation sums, checkpoint I/O, configuration checks.
 //
 // The config's `device` says where a rank trains. The model is built on the host (so its
 // initial weights are the same on every device) and moved there before the optimizer
@@ -54,6 +61,20 @@ uint64_t dropout_seed(uint64_t seed, int rank, int64_t step);
 // backend, when no GPU is visible, or when cuda:N is not.
 Device training_device(const std::string& device);
 
+// What ZeRO's collectives run over (the config's distributed_backend, named after
+// Megatron's --distributed-backend).
+enum class DistributedBackend {
+  mpi,   // the communicator given to the Engine (MPI under mpirun; one process: of one rank)
+  nccl,  // an NCCL communicator over the given one's ranks, on the training GPU
+};
+
+// Resolves distributed_backend ("auto", "mpi" or "nccl") for a rank training on `device`
+// among `ranks` data-parallel ranks: "auto" is nccl when the device is a GPU, this build
+// has NCCL and ranks > 1, else mpi. Throws Error naming the key for any other value, and
+// for "nccl" with a cpu device or in a build without NCCL. Ranks running one config
+// resolve it alike.
+DistributedBackend resolve_distributed_backend(const std::string& backend, Device device, int ranks);
+
 class Engine {
  public:
   explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr);
@@ -84,6 +105,9 @@ class Engine {
   void set_global_step(int64_t step) { step_ = step; }
   // The ZeRO optimizer (null with SGD), for checkpoints.
   zero::ZeroOptimizer* zero() { return zero_.get(); }
+  // The communicator ZeRO runs over, counted ("counting(mpi)", "counting(nccl)"; null with
+  // SGD). An NCCL one takes tensors on device() only.
+  const parallel::CountingCommunicator* zero_communicator() const { return comm_.get(); }
   double lr_at(int64_t step) const { return schedule_->lr_at(step); }
 
  private:

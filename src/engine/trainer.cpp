@@ -54,7 +54,8 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   const int n = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
   const bool leader = rank == 0;
   if (dp) check_same_config(c, *dp);
-  training_device(c.device);  // a device this rank cannot train on fails before the data is read
+  // A device or distributed backend this rank cannot train with fails before the data is read.
+  resolve_distributed_backend(c.distributed_backend, training_device(c.device), n);
   TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * n,
               "[config] train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "
                                            << c.micro_batch_size << " x gradient_accumulation_steps "

@@ -51,6 +51,10 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
         if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
         g.partitioned = config_.stage == 3 && !persistent;
         if (g.partitioned) g.flat->partition();
+        if (groups_.empty()) device_ = g.flat->device();
+        TRIAD_CHECK(g.flat->device() == device_, "ZeRO: the model's parameters are on "
+                                                     << device_.str() << " and " << g.flat->device().str()
+                                                     << "; they must share one device");
         groups_.push_back(std::move(g));
         unit_groups_.back().push_back(&groups_.back());
       }
@@ -227,7 +231,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   double sq = 0.0;
   for (const Tensor& grad : grads) sq += ops::sum_squares(grad);
   if (config_.stage >= 1) {
-    Tensor total = Tensor::full({1}, sq, DType::f64);
+    Tensor total = Tensor::full({1}, sq, DType::f64, device_);
     dp_->all_reduce(total)->wait();
     sq = total.item();
   }
@@ -320,7 +324,7 @@ Tensor ZeroOptimizer::param_view(Group& g) const {
 bool ZeroOptimizer::overflow_anywhere(const std::vector<Tensor>& grads) {
   bool overflow = false;
   for (const Tensor& grad : grads) overflow = overflow || !ops::all_finite(grad);
-  Tensor flag = Tensor::full({1}, overflow ? 1.0 : 0.0, DType::f32);
+  Tensor flag = Tensor::full({1}, overflow ? 1.0 : 0.0, DType::f32, device_);
   dp_->all_reduce(flag, parallel::ReduceOp::max)->wait();
   return flag.item() > 0.0;
 }

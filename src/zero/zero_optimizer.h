@@ -28,7 +28,9 @@
 //
 // Every buffer (flat parameters and gradients, master weights, moments) lives on the
 // device the model's parameters are on when the optimizer is made; the host reads only
-// the scalars it needs (norms, overflow flags).
+// the scalars it needs (norms, overflow flags). Everything the communicator is handed is
+// on that device, the partial norms and overflow flags reduced over ranks included: an
+// NCCL communicator takes its GPU's tensors only.
 //
 // Gradients of parameters are views of their group's flat gradient (Note [Flat
 // parameters]); the clipping norm is the norm of the full averaged gradient (shards'
@@ -176,6 +178,7 @@ class ZeroOptimizer {
   ZeroConfig config_;
   optim::AdamWOptions adamw_;
   parallel::CommunicatorPtr dp_;
+  Device device_;  // where the parameters and every buffer live
   std::vector<Unit> units_;
   std::vector<Group> groups_;
   std::vector<std::vector<Group*>> unit_groups_;  // groups of each unit

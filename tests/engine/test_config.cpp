@@ -1,9 +1,13 @@
 // Config validation: each kind of bad value gives a message naming the key, the value and
-// what is allowed; batch sizes resolve as DeepSpeed's do; --set overrides.
+// what is allowed; batch sizes resolve as DeepSpeed's do; --set overrides; distributed_backend
+// resolves by device, build and ranks.
 #define BOOST_TEST_MODULE config
 #include <boost/test/unit_test.hpp>
 
+#include "cuda/nccl_communicator.h"
 #include "engine/config.h"
+#include "engine/engine.h"
+#include "support/check.h"
 #include "tensor/error.h"
 
 using namespace triad;
@@ -111,6 +115,40 @@ BOOST_AUTO_TEST_CASE(zero_and_mixed_precision_keys) {
   BOOST_TEST(contains(error_of(j), "bf16.enabled and fp16.enabled are both true"));
   BOOST_TEST(contains(error_of(with("fp16.initial_scale_power=99")), "fp16.initial_scale_power must be an integer"));
   BOOST_TEST(contains(error_of(with("zero_optimization.reduce_bucket_sise=5")), "unknown key"));
+}
+
+BOOST_AUTO_TEST_CASE(distributed_backend_is_auto_mpi_or_nccl) {
+  BOOST_TEST(engine::parse_config(base()).distributed_backend == "auto");
+  for (const std::string value : {"auto", "mpi", "nccl"})
+    BOOST_TEST(engine::parse_config(with("distributed_backend=" + value)).distributed_backend == value);
+  BOOST_TEST(error_of(with("distributed_backend=gloo")) ==
+             "[config] distributed_backend must be one of \"auto\", \"mpi\" or \"nccl\", got \"gloo\"");
+  BOOST_TEST(contains(error_of(with("distributed_backend=1")), "distributed_backend must be one of"));
+}
+
+// auto is NCCL only on a GPU, in a build with NCCL, over more than one rank; nccl where it
+// cannot run is an error naming the key and the reason. No GPU is touched: this runs anywhere.
+BOOST_AUTO_TEST_CASE(distributed_backend_resolves_by_device_build_and_ranks) {
+  using engine::DistributedBackend;
+  const auto resolve = engine::resolve_distributed_backend;
+  const DistributedBackend on_gpus = cuda::nccl_built() ? DistributedBackend::nccl : DistributedBackend::mpi;
+  BOOST_TEST((resolve("auto", Device::cuda(0), 2) == on_gpus));
+  BOOST_TEST((resolve("auto", Device::cuda(3), 8) == on_gpus));
+  BOOST_TEST((resolve("auto", Device::cuda(0), 1) == DistributedBackend::mpi));
+  BOOST_TEST((resolve("auto", Device::cpu(), 4) == DistributedBackend::mpi));
+  BOOST_TEST((resolve("mpi", Device::cuda(0), 4) == DistributedBackend::mpi));
+  BOOST_TEST((resolve("mpi", Device::cpu(), 4) == DistributedBackend::mpi));
+  for (int ranks : {1, 2})
+    test::check_error([&] { resolve("nccl", Device::cpu(), ranks); },
+                      {"[config] distributed_backend \"nccl\": the device is cpu", "NCCL communicates between GPUs"});
+  if (cuda::nccl_built()) {
+    BOOST_TEST((resolve("nccl", Device::cuda(0), 1) == DistributedBackend::nccl));  // a communicator of one
+    BOOST_TEST((resolve("nccl", Device::cuda(1), 2) == DistributedBackend::nccl));
+  } else {
+    test::check_error([&] { resolve("nccl", Device::cuda(0), 2); },
+                      {"[config] distributed_backend \"nccl\": ", "no NCCL communicator"});
+  }
+  test::check_error([&] { resolve("gloo", Device::cpu(), 2); }, {"[config] distributed_backend must be one of"});
 }
 
 BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_with_a_suggestion) {

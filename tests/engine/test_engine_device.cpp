@@ -23,9 +23,10 @@ struct HideGpus {
 };
 BOOST_TEST_GLOBAL_FIXTURE(HideGpus);
 
-engine::TrainConfig config_on(const std::string& device) {
+engine::TrainConfig config_on(const std::string& device, const std::string& distributed_backend = "auto") {
   nlohmann::json j = test::small_gpt_config("unused.bin", 1);
   j["device"] = device;
+  j["distributed_backend"] = distributed_backend;
   return engine::parse_config(j);
 }
 
@@ -58,6 +59,17 @@ BOOST_AUTO_TEST_CASE(cpu_trains_and_keeps_batches_on_the_host) {
   BOOST_TEST(std::isfinite(loss.item()));
   e.backward(loss);
   BOOST_TEST(std::isfinite(e.step().grad_norm));
+}
+
+// On the cpu ZeRO runs over the communicator the Engine is given (here none: a communicator
+// of one); nccl there fails as the Engine is made, naming the key.
+BOOST_AUTO_TEST_CASE(zero_on_the_cpu_runs_over_the_given_communicator) {
+  for (const std::string backend : {"auto", "mpi"}) {
+    engine::Engine e(config_on("cpu", backend));
+    BOOST_TEST(e.zero_communicator()->name() == "counting(self)");
+  }
+  test::check_error([] { engine::Engine e(config_on("cpu", "nccl")); },
+                    {"[config] distributed_backend \"nccl\": the device is cpu"});
 }
 
 // Crossing to a device that cannot be used is an error, never a silent host copy.
