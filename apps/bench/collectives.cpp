@@ -2,21 +2,18 @@
 //
 // - A table of collectives (kOps) says which placements the Communicator interface has and
 //   how S, the byte size nccl-tests reports, relates to the call's element count.
-// - A Backend is the communicator under test plus the raw library calls it wraps. MPI is the
-//   only one here so far; the NCCL communicator (cuda/nccl_communicator.h) becomes another
-//   Backend: buffers on its device, raw calls (ncclAllReduce, ...) on its stream,
-//   synchronize() waiting for that stream before the clock is read, and host staging
-//   around fill/check (which read and write host memory).
+// - A Backend (collectives_backend.h) is the communicator under test plus the raw library
+//   calls it wraps: MPI (collectives_mpi.cpp) on host buffers, or NCCL
+//   (collectives_nccl.cu) on the rank's GPU, its raw calls on a stream of their own.
 // - Each case (op, placement, size) fills the buffers, times triad's call and the raw call
 //   alike, then checks one more call of each on refilled buffers against closed-form
-//   expectations (Note [Fill patterns]).
+//   expectations (Note [Fill patterns]). Filling and checking happen in host memory; a
+//   device backend's buffers are copied in and out around them.
 //
 // Timing follows nccl-tests: warmup calls, a barrier, then --iters calls between two
-// MPI_Wtime reads; a block's time is the per-call mean of the slowest rank (nccl-tests -a 3;
-// its default, -a 1, averages over ranks instead). Each raw call is started and then waited
-// for (MPI_I<coll> + MPI_Wait), as the MpiCommunicator does, so it is the same work minus the
-// wrapper; --raw blocking swaps in the blocking calls, which Open MPI runs with other
-// algorithms, to show what the choice of non-blocking calls costs.
+// MPI_Wtime reads, the second once Backend::synchronize() has seen the calls complete (a
+// GPU's streams idle); a block's time is the per-call mean of the slowest rank (nccl-tests
+// -a 3; its default, -a 1, averages over ranks instead).
 #include "bench/collectives.h"
 
 #include <mpi.h>
@@ -30,10 +27,10 @@
 #include <string>
 #include <type_traits>
 
+#include "bench/collectives_backend.h"
 #include "common/report.h"
 #include "parallel/collective_checks.h"
 #include "parallel/mpi_check.h"
-#include "parallel/mpi_communicator.h"
 #include "parallel/runtime.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
@@ -42,25 +39,15 @@ namespace triad::bench {
 
 namespace {
 
+using namespace collectives;
 using parallel::Communicator;
 
 constexpr int64_t kMiB = int64_t(1) << 20;
 
-enum class Op { all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, sendrecv };
-
-// One entry per collective, as nccl-tests keeps a table of them.
-struct OpInfo {
-  Op op;
-  const char* name;
-  bool out_of_place;  // the placements the Communicator interface has
-  bool in_place;
-  bool chunked;  // S is n chunks of the call's count (reduce_scatter, all_gather, all_to_all)
-  bool reduces;  // a sum: inputs follow the reduction pattern
-};
-
-// all_reduce and broadcast take one tensor, so in place is all the interface has. sendrecv
-// has no in-place variant: MPI forbids receiving into the buffer being sent (nccl-tests'
-// in-place sendrecv aliases the two, which NCCL allows).
+// One entry per collective, as nccl-tests keeps a table of them. all_reduce and broadcast
+// take one tensor, so in place is all the interface has. sendrecv has no in-place variant:
+// MPI forbids receiving into the buffer being sent (nccl-tests' in-place sendrecv aliases
+// the two, which NCCL allows).
 constexpr OpInfo kOps[] = {
     {Op::all_reduce, "all_reduce", false, true, false, true},
     {Op::reduce_scatter, "reduce_scatter", true, true, true, true},
@@ -86,24 +73,24 @@ double bus_factor(Op op, int n) {
   return 1.0;
 }
 
-// What a section's rows are, printed above its table.
-const char* placement_note(Op op, bool in_place) {
+// What a section's rows are, printed above its table; `raw` is how the backend makes the
+// raw call in place (Backend::raw_in_place).
+std::string placement_note(Op op, bool in_place, const std::string& raw) {
   switch (op) {
     case Op::all_reduce:
       return "in place (the interface has no out-of-place all_reduce)";
     case Op::broadcast:
       return "in place (the interface has no out-of-place broadcast)";
     case Op::reduce_scatter:
-      return in_place ? "in place: output = chunk rank() of the input (raw: MPI_IN_PLACE, result in chunk 0)"
-                      : "out of place";
+      return in_place ? "in place: output = chunk rank() of the input (raw: " + raw + ")" : "out of place";
     case Op::all_gather:
-      return in_place ? "in place: input = chunk rank() of the output (raw: MPI_IN_PLACE)" : "out of place";
+      return in_place ? "in place: input = chunk rank() of the output (raw: " + raw + ")" : "out of place";
     case Op::all_to_all:
-      return in_place ? "in place: input = output (triad stages the input through a copy; raw: MPI_IN_PLACE)"
+      return in_place ? "in place: input = output (triad stages the input through a copy; raw: " + raw + ")"
                       : "out of place";
     case Op::sendrecv:
-      return "ring: send to rank+1, receive from rank-1 (no in-place variant: MPI forbids receiving into the "
-             "buffer being sent)";
+      return "ring: send to rank+1, receive from rank-1 (the interface has no in-place variant: MPI forbids "
+             "receiving into the buffer being sent)";
   }
   return "";
 }
@@ -148,6 +135,7 @@ const OpInfo* find_op(const std::string& name) {
 // throws on every rank before any collective.
 Plan make_plan(const CollectivesOptions& o, int n) {
   Plan plan;
+  TRIAD_CHECK(o.comm == "mpi" || o.comm == "nccl", "--comm must be mpi or nccl, got '" << o.comm << "'");
   TRIAD_CHECK(!o.ops.empty(), "--ops: no op given");
   for (const std::string& name : o.ops) {
     const OpInfo* info = find_op(name);
@@ -168,16 +156,20 @@ Plan make_plan(const CollectivesOptions& o, int n) {
   TRIAD_CHECK(plan.min_bytes > 0 && plan.min_bytes % es == 0,
               "--min-bytes " << plan.min_bytes << " is not a whole, positive number of " << o.dtype << " elements ("
                              << es << " bytes each)");
-  // Every size is min * factor^j, so a multiple of the element size; the largest must fit
-  // one call of the communicator (the same limit its own checks apply).
-  parallel::check_count("--max-bytes " + o.max_bytes + " (" + o.dtype + ")", plan.max_bytes / es,
-                        parallel::kMpiMaxCount);
+  // Every size is min * factor^j, so a multiple of the element size. With MPI the largest
+  // must fit one call (an int count: the limit the MpiCommunicator's own checks apply);
+  // NCCL's counts are size_t.
+  if (o.comm == "mpi")
+    parallel::check_count("--max-bytes " + o.max_bytes + " (" + o.dtype + ")", plan.max_bytes / es,
+                          parallel::kMpiMaxCount);
   TRIAD_CHECK(o.factor >= 2, "--factor must be at least 2, got " << o.factor);
   TRIAD_CHECK(o.warmup >= 0, "--warmup must be >= 0, got " << o.warmup);
   TRIAD_CHECK(o.iters >= 1, "--iters must be >= 1, got " << o.iters);
   TRIAD_CHECK(o.rounds >= 1, "--rounds must be >= 1, got " << o.rounds);
   TRIAD_CHECK(o.raw == "nonblocking" || o.raw == "blocking",
               "--raw must be nonblocking or blocking, got '" << o.raw << "'");
+  TRIAD_CHECK(o.raw == "nonblocking" || o.comm == "mpi",
+              "--raw blocking is for --comm mpi (NCCL's calls are only enqueued on a stream)");
   TRIAD_CHECK(o.check == 0 || o.check == 1, "--check must be 0 or 1, got " << o.check);
   parallel::check_rank("--root", "root", o.root, n);
   for (int64_t s = plan.min_bytes;; s *= o.factor) {
@@ -212,9 +204,10 @@ void check_ranks_agree(MPI_Comm world, const CollectivesOptions& o) {
 //   values (0..100) fit i8 and bf16, and the 7r offsets tell up to 101 source ranks apart.
 // - sums (all_reduce, reduce_scatter): shift 1 and a period chosen so that the largest sum,
 //   (period - 1) * n, and so every partial sum, is exact in the dtype (bf16 up to 256, f16
-//   2048, f32 2^24), whatever order MPI's algorithm adds in. Integer sums wrap, identically
-//   in MPI and in the expectation. Beyond that (bf16 over 256 ranks, ...) the check allows
-//   the rounding error of n - 1 roundings (the communicator's documented bound).
+//   2048, f32 2^24), whatever order the library's algorithm adds in. Integer sums wrap,
+//   identically in the library and in the expectation. Beyond that (bf16 over 256 ranks,
+//   ...) the check allows the rounding error of n - 1 roundings (the communicator's
+//   documented bound).
 // Results are first set to -1, which no expected value equals (only an i8 sum that wraps,
 // on 37 ranks or more, could), so an unwritten result counts as wrong.
 
@@ -266,7 +259,7 @@ std::vector<int64_t> sum_cycle(const Pattern& p, int n) {
 template <class T>
 T element(int64_t v) {
   if constexpr (std::is_integral_v<T>)
-    return static_cast<T>(v);  // wraps modulo 2^bits, as MPI's integer sums do
+    return static_cast<T>(v);  // wraps modulo 2^bits, as MPI's and NCCL's integer sums do
   else
     return from_double<T>(double(v));
 }
@@ -307,19 +300,6 @@ int64_t count_wrong(const Tensor& t, const std::vector<int64_t>& cycle, int64_t 
   });
 }
 
-// One case: the op, its placement and its size.
-struct Case {
-  const OpInfo* info;
-  bool in_place;
-  int64_t count;  // the call's element count: per-rank chunk for chunked ops, as nccl-tests
-  int64_t bytes;  // S (REFERENCE.md): count * n elements for chunked ops, count otherwise
-};
-
-// What the op reads (send) and writes (recv). In place, one is a view into the other.
-struct Buffers {
-  Tensor send, recv;
-};
-
 Buffers make_buffers(const Case& c, int n, int rank, DType dtype, Device device) {
   const int64_t k = c.count;
   auto make = [&](int64_t numel) { return Tensor::empty({numel}, dtype, device); };
@@ -347,16 +327,19 @@ Buffers make_buffers(const Case& c, int n, int rank, DType dtype, Device device)
   return {};
 }
 
-// The communicator's ring neighbours, for sendrecv.
-int next_rank(int rank, int n) { return (rank + 1) % n; }
-int prev_rank(int rank, int n) { return (rank + n - 1) % n; }
-
-// Results to -1, then the inputs to this rank's pattern (Note [Fill patterns]). In place,
-// the input fill comes second so that it wins where the buffers alias.
+// Results to -1, then the inputs to this rank's pattern (Note [Fill patterns]), in host
+// memory. In place, the input fill comes second so that it wins where the buffers alias.
 void fill_buffers(const Case& c, const Buffers& b, int n, int rank) {
   const Pattern p = c.info->reduces ? sum_pattern(b.send.dtype(), n) : kMovePattern;
   fill_cycle(b.recv, {-1}, 0);
   fill_cycle(b.send, pattern_cycle(p), p.shift * rank);
+}
+
+// Copies host buffers into device buffers of the same layout. Where a case's buffers alias
+// (in place), the host buffers alias alike, so both copies write the same values there.
+void copy_to_device(const Buffers& device, const Buffers& host) {
+  ops::copy_(device.recv, ops::to(host.recv, device.recv.device()));
+  ops::copy_(device.send, ops::to(host.send, device.send.device()));
 }
 
 // Mismatches of `result` (where the call left its result) against the closed form.
@@ -419,201 +402,10 @@ std::function<void()> triad_call(Communicator& comm, Op op, const Buffers& b, in
 // ---------------------------------------------------------------------------------------
 // Backends
 
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual Communicator& comm() = 0;
-  virtual Device device() const = 0;
-  virtual const char* raw_name() const = 0;
-  // The raw library call equivalent to triad's for this case, on the same buffers. Its
-  // arguments are prepared here, outside the timed loop, as a program calling the library
-  // directly would have them ready.
-  virtual std::function<void()> raw_call(const Case& c, const Buffers& b, int root) = 0;
-  // Where the raw call leaves its result (it may differ from triad's placement).
-  virtual Tensor raw_result(const Case& /*c*/, const Buffers& b) { return b.recv; }
-  // Returns when the calls made so far have completed (a device backend: its stream).
-  virtual void synchronize() {}
-};
-
-// Raw bf16/f16 sums need a user MPI_Op, as in the MpiCommunicator: both operands to
-// float, added, rounded back to nearest even.
-template <class H>
-void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const H* a = static_cast<const H*>(in);
-  H* b = static_cast<H*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = H(float(a[i]) + float(b[i]));
-}
-
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::f32:
-      return MPI_FLOAT;
-    case DType::f64:
-      return MPI_DOUBLE;
-    case DType::bf16:
-    case DType::f16:
-      return MPI_UINT16_T;
-    case DType::i64:
-      return MPI_INT64_T;
-    case DType::i32:
-      return MPI_INT32_T;
-    case DType::i8:
-      return MPI_INT8_T;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
-void wait(MPI_Request& request) { TRIAD_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait"); }
-
-class MpiBackend final : public Backend {
- public:
-  MpiBackend(std::shared_ptr<parallel::MpiCommunicator> comm, DType dtype, bool blocking)
-      : comm_(std::move(comm)),
-        mpi_comm_(*static_cast<const MPI_Comm*>(comm_->native_handle())),
-        type_(mpi_type(dtype)),
-        blocking_(blocking) {
-    if (dtype == DType::bf16) TRIAD_MPI(MPI_Op_create(&half_sum<bf16>, 1, &sum_), "MPI_Op_create");
-    if (dtype == DType::f16) TRIAD_MPI(MPI_Op_create(&half_sum<f16>, 1, &sum_), "MPI_Op_create");
-  }
-  ~MpiBackend() override {
-    if (sum_ != MPI_SUM) MPI_Op_free(&sum_);  // nothing to report from a destructor
-  }
-
-  Communicator& comm() override { return *comm_; }
-  Device device() const override { return Device::cpu(); }
-  const char* raw_name() const override {
-    return blocking_ ? "blocking MPI call (MPI_Allreduce, ...; not what the communicator makes)"
-                     : "MPI call the communicator makes (MPI_Iallreduce, ... + MPI_Wait)";
-  }
-
-  std::function<void()> raw_call(const Case& c, const Buffers& b, int root) override {
-    Args a{mpi_comm_,
-           type_,
-           sum_,
-           b.send.raw_data(),
-           b.recv.raw_data(),
-           int(c.count),
-           root,
-           next_rank(comm_->rank(), comm_->size()),
-           prev_rank(comm_->rank(), comm_->size())};
-    // In place, MPI_IN_PLACE stands for the input; reduce_scatter's result then lands in
-    // chunk 0 of the input (raw_result), all_gather's input is chunk rank() of the output.
-    if (c.in_place && c.info->op != Op::all_reduce && c.info->op != Op::broadcast) a.send = MPI_IN_PLACE;
-    if (c.in_place && c.info->op == Op::reduce_scatter) a.recv = b.send.raw_data();
-    return blocking_ ? blocking_call(c.info->op, a) : nonblocking_call(c.info->op, a);
-  }
-
-  Tensor raw_result(const Case& c, const Buffers& b) override {
-    if (c.info->op == Op::reduce_scatter && c.in_place) return ops::narrow(b.send, 0, 0, c.count);
-    return b.recv;
-  }
-
- private:
-  // A raw call's arguments, ready before the timed loop. all_reduce and broadcast work on
-  // `recv` in place.
-  struct Args {
-    MPI_Comm comm;
-    MPI_Datatype type;
-    MPI_Op sum;
-    void* send;
-    void* recv;
-    int count, root, next, prev;
-  };
-
-  // What the communicator calls: start, then MPI_Wait (sendrecv: receive posted first).
-  static std::function<void()> nonblocking_call(Op op, const Args& a) {
-    switch (op) {
-      case Op::all_reduce:
-        return [a] {
-          MPI_Request r;
-          TRIAD_MPI(MPI_Iallreduce(MPI_IN_PLACE, a.recv, a.count, a.type, a.sum, a.comm, &r), "MPI_Iallreduce");
-          wait(r);
-        };
-      case Op::reduce_scatter:
-        return [a] {
-          MPI_Request r;
-          TRIAD_MPI(MPI_Ireduce_scatter_block(a.send, a.recv, a.count, a.type, a.sum, a.comm, &r),
-                    "MPI_Ireduce_scatter_block");
-          wait(r);
-        };
-      case Op::all_gather:
-        return [a] {
-          MPI_Request r;
-          TRIAD_MPI(MPI_Iallgather(a.send, a.count, a.type, a.recv, a.count, a.type, a.comm, &r), "MPI_Iallgather");
-          wait(r);
-        };
-      case Op::all_to_all:
-        return [a] {
-          MPI_Request r;
-          TRIAD_MPI(MPI_Ialltoall(a.send, a.count, a.type, a.recv, a.count, a.type, a.comm, &r), "MPI_Ialltoall");
-          wait(r);
-        };
-      case Op::broadcast:
-        return [a] {
-          MPI_Request r;
-          TRIAD_MPI(MPI_Ibcast(a.recv, a.count, a.type, a.root, a.comm, &r), "MPI_Ibcast");
-          wait(r);
-        };
-      case Op::sendrecv:
-        return [a] {
-          MPI_Request r[2];
-          TRIAD_MPI(MPI_Irecv(a.recv, a.count, a.type, a.prev, 0, a.comm, &r[0]), "MPI_Irecv");
-          TRIAD_MPI(MPI_Isend(a.send, a.count, a.type, a.next, 0, a.comm, &r[1]), "MPI_Isend");
-          wait(r[0]);
-          wait(r[1]);
-        };
-    }
-    return {};
-  }
-
-  // The blocking collectives (--raw blocking): Open MPI runs them with other algorithms
-  // (coll/tuned) than the non-blocking ones (coll/libnbc), so this shows what the choice of
-  // non-blocking calls costs, which the wrapper itself does not.
-  static std::function<void()> blocking_call(Op op, const Args& a) {
-    switch (op) {
-      case Op::all_reduce:
-        return [a] { TRIAD_MPI(MPI_Allreduce(MPI_IN_PLACE, a.recv, a.count, a.type, a.sum, a.comm), "MPI_Allreduce"); };
-      case Op::reduce_scatter:
-        return [a] {
-          TRIAD_MPI(MPI_Reduce_scatter_block(a.send, a.recv, a.count, a.type, a.sum, a.comm),
-                    "MPI_Reduce_scatter_block");
-        };
-      case Op::all_gather:
-        return [a] {
-          TRIAD_MPI(MPI_Allgather(a.send, a.count, a.type, a.recv, a.count, a.type, a.comm), "MPI_Allgather");
-        };
-      case Op::all_to_all:
-        return
-            [a] { TRIAD_MPI(MPI_Alltoall(a.send, a.count, a.type, a.recv, a.count, a.type, a.comm), "MPI_Alltoall"); };
-      case Op::broadcast:
-        return [a] { TRIAD_MPI(MPI_Bcast(a.recv, a.count, a.type, a.root, a.comm), "MPI_Bcast"); };
-      case Op::sendrecv:
-        return [a] {
-          TRIAD_MPI(MPI_Sendrecv(a.send, a.count, a.type, a.next, 0, a.recv, a.count, a.type, a.prev, 0, a.comm,
-                                 MPI_STATUS_IGNORE),
-                    "MPI_Sendrecv");
-        };
-    }
-    return {};
-  }
-
-  std::shared_ptr<parallel::MpiCommunicator> comm_;
-  MPI_Comm mpi_comm_;
-  MPI_Datatype type_;
-  MPI_Op sum_ = MPI_SUM;
-  bool blocking_;
-};
-
 std::unique_ptr<Backend> make_backend(const CollectivesOptions& o, const parallel::CommunicatorPtr& world,
                                       DType dtype) {
-  const std::string& name = o.comm;
-  TRIAD_CHECK(name != "nccl",
-              "--comm nccl: this benchmark has no NCCL backend yet (device buffers and the raw nccl* calls beside "
-              "the communicator's); use --comm mpi");
-  TRIAD_CHECK(name == "mpi", "--comm must be mpi or nccl, got '" << name << "'");
-  auto mpi = std::dynamic_pointer_cast<parallel::MpiCommunicator>(world);
-  TRIAD_ASSERT_MSG(mpi != nullptr, "parallel::init returned a " << world->name() << " communicator");
-  return std::make_unique<MpiBackend>(std::move(mpi), dtype, o.raw == "blocking");
+  if (o.comm == "nccl") return make_nccl_backend(world, dtype);
+  return make_mpi_backend(world, dtype, o.raw == "blocking");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -660,26 +452,37 @@ struct Context {
 // (in-place calls overwrite theirs), then checks one more call of each. With --rounds R the
 // two timed blocks alternate R times and each figure is the median of its R blocks: load
 // that comes and goes on a shared machine then hits both alike instead of one of them.
+//
+// Filling and checking read and write host memory: a device backend's buffers are filled
+// through host buffers of the same layout and copied in, and its results copied out.
 Row run_case(const Context& x, const Case& c) {
-  const Buffers b = make_buffers(c, x.n, x.rank, x.dtype, x.backend.device());
+  const Device device = x.backend.device();
+  const Buffers b = make_buffers(c, x.n, x.rank, x.dtype, device);
+  const Buffers host = device.is_cpu() ? b : make_buffers(c, x.n, x.rank, x.dtype, Device::cpu());
+  auto fill = [&] {
+    fill_buffers(c, host, x.n, x.rank);
+    if (!device.is_cpu()) copy_to_device(b, host);
+    x.backend.synchronize();  // the copies are done before calls on any stream start
+  };
   const std::function<void()> triad = triad_call(x.backend.comm(), c.info->op, b, x.options.root);
   const std::function<void()> raw = x.backend.raw_call(c, b, x.options.root);
   Row row{c};
   std::vector<double> times, raw_times;  // one per round; the same on every rank
   for (int round = 0; round < x.options.rounds; ++round) {
-    fill_buffers(c, b, x.n, x.rank);
+    fill();
     times.push_back(time_calls(triad, x.backend, x.world, x.options.warmup, x.options.iters));
-    fill_buffers(c, b, x.n, x.rank);
+    fill();
     raw_times.push_back(time_calls(raw, x.backend, x.world, x.options.warmup, x.options.iters));
   }
   row.time_us = app::median(times);
   row.raw_time_us = app::median(raw_times);
   if (x.options.check == 0) return row;
   auto checked = [&](const std::function<void()>& call, const Tensor& result) {
-    fill_buffers(c, b, x.n, x.rank);
+    fill();
     call();
     x.backend.synchronize();
-    return sum_over_ranks(check_result(c, result, x.n, x.rank, x.options.root), x.world);
+    const Tensor on_host = ops::to(result, Device::cpu());
+    return sum_over_ranks(check_result(c, on_host, x.n, x.rank, x.options.root), x.world);
   };
   row.wrong = checked(triad, b.recv);
   row.raw_wrong = checked(raw, x.backend.raw_result(c, b));
@@ -717,7 +520,9 @@ void print_header(const Context& x, const Plan& plan) {
       "rounds %d, check %s\n",
       o.comm.c_str(), x.n, dtype_name(x.dtype), human_bytes(plan.min_bytes).c_str(),
       human_bytes(plan.max_bytes).c_str(), (long long)o.factor, o.warmup, o.iters, o.rounds, o.check ? "on" : "off");
-  std::printf("# time: per call, mean over the timed iterations of the slowest rank (MPI_Wtime, barrier first)%s\n",
+  std::printf(
+      "# time: per call, mean over the timed iterations of the slowest rank (MPI_Wtime, barrier first; the "
+      "clock is read again once the calls have completed)%s\n",
               o.rounds > 1 ? "; median of the rounds, triad's and raw blocks alternating" : "");
   std::printf(
       "# algbw = S / time (GB = 1e9 B); busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (reduce_scatter, "
@@ -728,8 +533,8 @@ void print_header(const Context& x, const Plan& plan) {
       "checked too\n");
 }
 
-void print_section(const OpInfo& info, bool in_place, int root) {
-  std::printf("#\n# %s, %s", info.name, placement_note(info.op, in_place));
+void print_section(const Backend& backend, const OpInfo& info, bool in_place, int root) {
+  std::printf("#\n# %s, %s", info.name, placement_note(info.op, in_place, backend.raw_in_place(info.op)).c_str());
   if (info.op == Op::broadcast) std::printf(", root %d", root);
   std::printf("\n# %12s %12s %5s %10s %8s %8s %10s %8s %9s %7s\n", "size", "count", "type", "time", "algbw", "busbw",
               "raw time", "raw bus", "triad/raw", "#wrong");
@@ -737,7 +542,7 @@ void print_section(const OpInfo& info, bool in_place, int root) {
               "(us)", "(GB/s)", "", "");
 }
 
-void print_row(const Row& r, DType dtype, int n) {
+void print_row(const Backend& backend, const Row& r, DType dtype, int n) {
   const double f = bus_factor(r.c.info->op, n);
   char wrong[32];
   if (r.wrong < 0)
@@ -747,7 +552,8 @@ void print_row(const Row& r, DType dtype, int n) {
   std::printf("  %12lld %12lld %5s %10.2f %8.3f %8.3f %10.2f %8.3f %9.3f %7s\n", (long long)r.c.bytes,
               (long long)r.c.count, dtype_name(dtype), r.time_us, algbw(r), algbw(r) * f, r.raw_time_us,
               raw_algbw(r) * f, ratio(r), wrong);
-  if (r.raw_wrong > 0) std::printf("#   the raw MPI result had %lld wrong elements\n", (long long)r.raw_wrong);
+  if (r.raw_wrong > 0)
+    std::printf("#   the raw %s result had %lld wrong elements\n", backend.library(), (long long)r.raw_wrong);
   std::fflush(stdout);
 }
 
@@ -811,8 +617,8 @@ void report_summary(const Context& x, const std::vector<const OpInfo*>& ops, con
     std::printf("# Worst triad/raw at >= 1 MiB: %.3f (%s, %s, %s)\n", ratio(*worst), worst->c.info->name,
                 worst->c.in_place ? "in place" : "out of place", human_bytes(worst->c.bytes).c_str());
   if (x.options.check)
-    std::printf("# Total #wrong: %lld (raw MPI: %lld) %s\n", (long long)wrong, (long long)raw_wrong,
-                wrong + raw_wrong == 0 ? "OK" : "FAILED");
+    std::printf("# Total #wrong: %lld (raw %s: %lld) %s\n", (long long)wrong, x.backend.library(),
+                (long long)raw_wrong, wrong + raw_wrong == 0 ? "OK" : "FAILED");
   nlohmann::json summary = {{"avg_busbw", avg_bus},
                             {"avg_busbw_by_op", by_op},
                             {"worst_ratio_ge_1MiB", worst ? nlohmann::json(ratio(*worst)) : nlohmann::json(nullptr)},
@@ -839,7 +645,7 @@ void report_summary(const Context& x, const std::vector<const OpInfo*>& ops, con
 void add_collectives_command(CLI::App& app, CollectivesOptions& o, int& status) {
   CLI::App* cmd = app.add_subcommand(
       "collectives",
-      "nccl-tests-style sweep of the communicator's collectives beside the raw MPI calls (under mpirun)");
+      "nccl-tests-style sweep of the communicator's collectives beside the raw MPI or NCCL calls (under mpirun)");
   cmd->add_option("--ops", o.ops,
                   "comma-separated: all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, sendrecv")
       ->delimiter(',')
@@ -855,9 +661,12 @@ void add_collectives_command(CLI::App& app, CollectivesOptions& o, int& status) 
   cmd->add_option("--check", o.check, "1: check every result (#wrong); 0: skip the check")->capture_default_str();
   cmd->add_option("--root", o.root, "broadcast's root rank")->capture_default_str();
   cmd->add_option("--raw", o.raw,
-                  "the raw calls: nonblocking (what the communicator calls: the fair comparison) or blocking")
+                  "--comm mpi's raw calls: nonblocking (what the communicator calls: the fair comparison) or "
+                  "blocking")
       ->capture_default_str();
-  cmd->add_option("--comm", o.comm, "communicator under test: mpi (this benchmark has no nccl backend yet)")->capture_default_str();
+  cmd->add_option("--comm", o.comm,
+                  "communicator under test: mpi (host buffers) or nccl (a GPU per rank; a build with CUDA and NCCL)")
+      ->capture_default_str();
   cmd->callback([&o, &status] { status = run_collectives_bench(o); });
 }
 
@@ -867,9 +676,9 @@ int run_collectives_bench(const CollectivesOptions& o) {
   const parallel::CommunicatorPtr world = parallel::init(argc, argv);
   const int n = world->size(), rank = world->rank();
   const Plan plan = make_plan(o, n);
-  const std::unique_ptr<Backend> backend = make_backend(o, world, plan.dtype);
   const MPI_Comm world_comm = MPI_COMM_WORLD;
   check_ranks_agree(world_comm, o);
+  const std::unique_ptr<Backend> backend = make_backend(o, world, plan.dtype);
   const Context x{*backend, world_comm, o, plan.dtype, n, rank};
 
   if (rank == 0) print_header(x, plan);
@@ -877,12 +686,12 @@ int run_collectives_bench(const CollectivesOptions& o) {
   for (const OpInfo* info : plan.ops) {
     for (bool in_place : {false, true}) {
       if (!(in_place ? info->in_place : info->out_of_place)) continue;
-      if (rank == 0) print_section(*info, in_place, o.root);
+      if (rank == 0) print_section(*backend, *info, in_place, o.root);
       for (int64_t bytes : plan.sizes) {
         const Case c = make_case(*info, in_place, bytes, plan.dtype, n);
         if (c.count == 0) continue;  // fewer elements than ranks: nothing to split
         rows.push_back(run_case(x, c));
-        if (rank == 0) print_row(rows.back(), plan.dtype, n);
+        if (rank == 0) print_row(*backend, rows.back(), plan.dtype, n);
       }
     }
   }
