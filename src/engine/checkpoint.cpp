@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -68,12 +69,14 @@ std::pair<int64_t, Tensor> range_of(const std::map<std::string, Slice>& slices, 
 // the training device, cross to the host first (a no-op on the cpu).
 Tensor on_host(const Tensor& t) { return ops::to(t, Device::cpu()); }
 
-// Reads elements [first, first + values.numel()) of dataset ds into values, on any device.
-void read_into(const H5File& file, const std::string& ds, int64_t first, const Tensor& values) {
-  if (values.device().is_cpu()) return file.read_range(ds, first, values);
-  const Tensor staged = Tensor::empty(values.shape(), values.dtype());
-  file.read_range(ds, first, staged);
-  ops::copy_(values, ops::to(staged, values.device()));
+// Where the file's bytes for `values` land: the tensor itself on the host, else a host
+// tensor whose contents are copied to `values` after the read (from_buffer).
+Tensor host_buffer(const Tensor& values) {
+  return values.device().is_cpu() ? values : Tensor::empty(values.shape(), values.dtype());
+}
+// Moves what was read into `buffer` to `values`, on their device and in their dtype.
+void from_buffer(const Tensor& values, const Tensor& buffer) {
+  if (!buffer.is_same(values)) ops::copy_(values, ops::to(buffer, values.device()));
 }
 
 // Sums uint64 partial checksums over the ranks exactly (mod 2^64): the 32-bit halves are
@@ -94,11 +97,11 @@ std::vector<uint64_t> sum_over_ranks(const std::vector<uint64_t>& partial, paral
 // Checksums written alongside the data: partial sums per dataset, summed and stored as each
 // dataset's "checksum" attribute once all data is written.
 //
-// Each partial sum runs on a background thread while the caller goes on to the next
-// dataset's transfer: saving writes dataset i while its checksum is taken (both only read
-// it), loading checksums dataset i while dataset i + 1 is read into other memory. The
-// checksum then costs no time beside the transfer's system calls, which keep one core
-// busy copying. One sum is in flight at a time, on one thread (a second core's worth).
+// The partial sums run on a background thread while the caller goes on transferring:
+// saving writes a batch of datasets while their checksums are taken (both only read them),
+// loading checksums dataset i while dataset i + 1 is read into other memory. The checksum
+// then costs no time beside the transfer's system calls, which keep one core busy copying.
+// One batch is summed at a time, on one thread (a second core's worth).
 class Checksums {
  public:
   Checksums() = default;
@@ -108,48 +111,66 @@ class Checksums {
     if (pending_.valid()) pending_.wait();  // the thread reads tensors the caller may free
   }
 
-  // Starts the partial sum of `values`, elements [first, first + values.numel()) of
-  // `dataset`. values must not change until the next add() or a store()/verify().
-  void add(const std::string& dataset, const Tensor& values, int64_t first) {
+  // Starts the partial sums of the ranges (a dataset, this rank's first element and
+  // values). Their values must not change until the next add() or a store()/verify().
+  void add(const std::vector<io::H5File::TensorRange>& ranges) {
     finish_pending();
-    names_.push_back(dataset);
-    partial_.push_back(0);
-    pending_ = std::async(std::launch::async, [host = on_host(values), first] {
-      return io::tensor_checksum(host, first, io::ChecksumThreads::calling);
+    std::vector<io::H5File::TensorRange> host;
+    for (const auto& r : ranges) {
+      names_.push_back(r.name);
+      host.push_back({r.name, r.first, on_host(r.data)});
+    }
+    pending_ = std::async(std::launch::async, [host = std::move(host)] {
+      std::vector<uint64_t> sums;
+      for (const auto& r : host) sums.push_back(io::tensor_checksum(r.data, r.first, io::ChecksumThreads::calling));
+      return sums;
     });
   }
+  void add(const std::string& dataset, const Tensor& values, int64_t first) { add({{dataset, first, values}}); }
+
   void store(H5File& file, parallel::Communicator& dp) {
     finish_pending();
-    const std::vector<uint64_t> total = sum_over_ranks(partial_, dp);
-    for (size_t i = 0; i < names_.size(); ++i) file.set_attr_uint64(names_[i], "checksum", total[i]);
+    file.set_attrs_uint64(names_, "checksum", sum_over_ranks(partial_, dp));
   }
   // Throws naming every dataset whose checksum differs from its attribute.
   void verify(const H5File& file, parallel::Communicator& dp) {
     finish_pending();
     const std::vector<uint64_t> total = sum_over_ranks(partial_, dp);
+    const std::vector<uint64_t> stored = file.get_attrs_uint64(names_, "checksum");
     std::string bad;
     for (size_t i = 0; i < names_.size(); ++i)
-      if (file.get_attr_uint64(names_[i], "checksum") != total[i]) bad += (bad.empty() ? "" : ", ") + names_[i];
+      if (stored[i] != total[i]) bad += (bad.empty() ? "" : ", ") + names_[i];
     TRIAD_CHECK(bad.empty(),
                 "checkpoint '" << file.path() << "': dataset " << bad << " fails its checksum (the file is damaged)");
   }
 
  private:
   void finish_pending() {
-    if (pending_.valid()) partial_.back() = pending_.get();
+    if (!pending_.valid()) return;
+    const std::vector<uint64_t> sums = pending_.get();
+    partial_.insert(partial_.end(), sums.begin(), sums.end());
   }
 
   std::vector<std::string> names_;
   std::vector<uint64_t> partial_;
-  std::future<uint64_t> pending_;  // the last partial sum, while it runs
+  std::future<std::vector<uint64_t>> pending_;  // the last batch's partial sums, while they run
 };
 
-// A scalar dataset, written by rank 0 (the others take part with no elements).
-void write_scalar(H5File& file, Checksums& sums, const std::string& name, const Tensor& value, bool leader) {
-  file.create_dataset(name, value.dtype(), {});
-  const Tensor mine = leader ? value : Tensor::empty({0}, value.dtype());
-  file.write_range(name, 0, mine);
-  sums.add(name, mine, 0);
+// A scalar dataset written by rank 0 (the others take part with no elements).
+struct Scalar {
+  std::string name;
+  Tensor value;
+};
+void write_scalars(H5File& file, Checksums& sums, const std::vector<Scalar>& scalars, bool leader) {
+  std::vector<H5File::DatasetSpec> specs;
+  std::vector<H5File::TensorRange> writes;
+  for (const Scalar& s : scalars) {
+    specs.push_back({s.name, s.value.dtype(), {}});
+    writes.push_back({s.name, 0, leader ? s.value : Tensor::empty({0}, s.value.dtype())});
+  }
+  file.create_datasets(specs);
+  sums.add(writes);
+  file.write_ranges(writes);
 }
 
 void write_root_attrs(H5File& file, const std::string& kind, Engine& engine, parallel::Communicator& dp) {
@@ -214,14 +235,21 @@ Tensor scalar_f64(double v) { return Tensor::full({}, v, DType::f64); }
 // Every parameter's dataset must exist with the parameter's shape, and the heads must split
 // the same way (the one architectural choice shapes do not show).
 void check_same_model(const H5File& file, Engine& engine) {
-  for (const auto& [name, p] : engine.model().named_parameters()) {
-    const std::string ds = "/model/" + name;
-    TRIAD_CHECK(file.has(ds), "checkpoint '" << file.path() << "' has no dataset " << ds
-                                             << ": it holds another model than model.* describes");
-    TRIAD_CHECK(file.shape(ds) == p.shape(), "checkpoint '" << file.path() << "': dataset " << ds << " has shape "
-                                                            << shape_str(file.shape(ds)) << ", the model's is "
-                                                            << shape_str(p.shape()));
+  const std::vector<std::string> present = file.list_datasets();  // sorted
+  const auto params = engine.model().named_parameters();
+  std::vector<std::string> names;
+  for (const auto& [name, p] : params) {
+    names.push_back("/model/" + name);
+    TRIAD_CHECK(std::binary_search(present.begin(), present.end(), names.back()),
+                "checkpoint '" << file.path() << "' has no dataset " << names.back()
+                               << ": it holds another model than model.* describes");
   }
+  const std::vector<Shape> shapes = file.shapes(names);
+  for (size_t i = 0; i < params.size(); ++i)
+    TRIAD_CHECK(shapes[i] == params[i].second.shape(), "checkpoint '" << file.path() << "': dataset " << names[i]
+                                                                      << " has shape " << shape_str(shapes[i])
+                                                                      << ", the model's is "
+                                                                      << shape_str(params[i].second.shape()));
   const nlohmann::json saved = nlohmann::json::parse(file.get_attr_string("/", "config"));
   const int64_t heads = engine.config().model.n_head;
   TRIAD_CHECK(!saved.contains("model") || saved["model"].value("n_head", heads) == heads,
@@ -249,25 +277,30 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   const auto params = engine.model().named_parameters();
   write_file(path, dp, [&](H5File& file) {
     Checksums sums;
+    // A batch per state: what one batch stages on the host is a quarter of this rank's share.
     for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq}) {
       const auto mine = by_name(zero.owned_slices(state));
       const DType stored = state == State::param ? dtype : DType::f32;
+      std::vector<H5File::DatasetSpec> specs;
+      std::vector<H5File::TensorRange> writes;
       for (const auto& [name, p] : params) {
         const std::string ds = dataset_of(state, name);
-        file.create_dataset(ds, stored, p.shape());
+        specs.push_back({ds, stored, p.shape()});
         const auto [first, values] = range_of(mine, name, stored);
-        const Tensor host = on_host(values);
-        sums.add(ds, host, first);  // summed while it is written
-        file.write_range(ds, first, host);
+        writes.push_back({ds, first, on_host(values)});
       }
+      file.create_datasets(specs);
+      sums.add(writes);  // summed while they are written
+      file.write_ranges(writes);
     }
-    const bool leader = dp.rank() == 0;
     const zero::ZeroOptimizer::Counters counters = zero.counters();
-    write_scalar(file, sums, "/state/step", scalar_i64(engine.global_step()), leader);
-    write_scalar(file, sums, "/state/optimizer_steps", scalar_i64(counters.steps), leader);
-    write_scalar(file, sums, "/state/loss_scale", scalar_f64(counters.scale), leader);
-    write_scalar(file, sums, "/state/loss_scale_hysteresis", scalar_i64(counters.hysteresis_left), leader);
-    write_scalar(file, sums, "/state/loss_scale_clean_steps", scalar_i64(counters.clean_steps), leader);
+    write_scalars(file, sums,
+                  {{"/state/step", scalar_i64(engine.global_step())},
+                   {"/state/optimizer_steps", scalar_i64(counters.steps)},
+                   {"/state/loss_scale", scalar_f64(counters.scale)},
+                   {"/state/loss_scale_hysteresis", scalar_i64(counters.hysteresis_left)},
+                   {"/state/loss_scale_clean_steps", scalar_i64(counters.clean_steps)}},
+                  dp.rank() == 0);
     file.create_dataset("/state/rng", DType::i64, {dp.size(), 2});
     const GeneratorState rng = default_generator().state();
     const Tensor row = Tensor::from_vector(std::vector<int64_t>{int64_t(rng.seed), int64_t(rng.offset)}, {2});
@@ -284,14 +317,17 @@ void save_weights(const std::string& path, Engine& engine, parallel::Communicato
   const auto mine = weights_owned(engine);
   write_file(path, dp, [&](H5File& file) {
     Checksums sums;
+    std::vector<H5File::DatasetSpec> specs;
+    std::vector<H5File::TensorRange> writes;
     for (const auto& [name, p] : engine.model().named_parameters()) {
       const std::string ds = "/model/" + name;
-      file.create_dataset(ds, dtype, p.shape());
-      auto [first, values] = range_of(mine, name, DType::f32);
-      values = ops::to(on_host(values), dtype);
-      file.write_range(ds, first, values);
-      sums.add(ds, values, first);
+      specs.push_back({ds, dtype, p.shape()});
+      const auto [first, values] = range_of(mine, name, DType::f32);
+      writes.push_back({ds, first, ops::to(on_host(values), dtype)});
     }
+    file.create_datasets(specs);
+    sums.add(writes);
+    file.write_ranges(writes);
     sums.store(file, dp);
     write_root_attrs(file, "weights", engine, dp);
   });
@@ -304,70 +340,89 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   check_same_model(file, engine);
   const auto params = engine.model().named_parameters();
   Checksums sums;
-  // Master weights and moments: each rank reads what it keeps and checksums its shard.
-  // The reads are announced first, so that the disk streams them (H5File::prefetch); a
-  // missing dataset, or one of another dtype, is an error there or in read_range naming the
-  // file and the dataset (checked by H5File, without collective calls of our own: each
-  // costs a round trip per dataset).
-  std::vector<H5File::ElementRange> reads;
-  for (State state : kOptimStates) {
-    const auto resident = by_name(zero.resident_slices(state));
-    for (const auto& [name, p] : params) {
-      const std::string ds = dataset_of(state, name);
-      const auto [first, values] = range_of(resident, name, DType::f32);
-      reads.push_back({ds, first, values.numel()});
-    }
-  }
-  file.prefetch(reads);
+  // A batch of reads: each range lands in `buffer` (on the host), moves to `values` (on the
+  // training device) and its `owned` part is checksummed as soon as it is read, while the
+  // next one is read.
+  struct Read {
+    std::string dataset;
+    int64_t first;
+    Tensor values, buffer;
+    int64_t owned_first;
+    Tensor owned;
+  };
+  const auto read_batch = [&](const std::vector<Read>& batch) {
+    std::vector<H5File::TensorRange> ranges;
+    for (const Read& r : batch) ranges.push_back({r.dataset, r.first, r.buffer});
+    file.read_ranges(ranges, [&](size_t i) {
+      const Read& r = batch[i];
+      from_buffer(r.values, r.buffer);
+      if (r.owned.defined()) sums.add(r.dataset, r.owned, r.owned_first);
+    });
+  };
+  // Master weights and moments: each rank reads what it keeps and checksums its shard, a
+  // batch per state. All reads are announced first, so that the disk streams them
+  // (H5File::prefetch). A missing dataset, or one of another dtype, is an error naming the
+  // file and the dataset.
+  std::vector<std::vector<Read>> optim;
+  std::vector<H5File::ElementRange> announced;
   for (State state : kOptimStates) {
     const auto resident = by_name(zero.resident_slices(state));
     const auto owned = by_name(zero.owned_slices(state));
+    std::vector<Read>& batch = optim.emplace_back();
     for (const auto& [name, p] : params) {
       const std::string ds = dataset_of(state, name);
       const auto [first, values] = range_of(resident, name, DType::f32);
-      read_into(file, ds, first, values);
       const auto [owned_first, owned_values] = range_of(owned, name, DType::f32);
-      sums.add(ds, owned_values, owned_first);
+      batch.push_back({ds, first, values, host_buffer(values), owned_first, owned_values});
+      announced.push_back({ds, first, values.numel()});
     }
   }
+  file.prefetch(announced);
+  for (const std::vector<Read>& batch : optim) read_batch(batch);
   // Parameters: f32 training keeps no other copy than the master weights just read (the
   // file's /model repeats them and is not read, so not checksummed either); mixed precision
   // reads them as stored when the file has the training dtype, else rounds the master
   // weights. Only what is read is checked: `triad-ckpt verify` checks every dataset.
   const DType dtype = engine.config().precision.dtype;
-  const auto resident = by_name(zero.resident_slices(State::param));
-  const auto owned = by_name(zero.owned_slices(State::param));
-  for (const auto& [name, p] : params) {
-    const std::string ds = dataset_of(State::param, name);
-    if (dtype != DType::f32) {
-      const bool as_stored = file.dtype(ds) == dtype;
+  if (dtype != DType::f32) {
+    const auto resident = by_name(zero.resident_slices(State::param));
+    const auto owned = by_name(zero.owned_slices(State::param));
+    std::vector<std::string> names;
+    for (const auto& [name, p] : params) names.push_back(dataset_of(State::param, name));
+    const std::vector<DType> stored = file.dtypes(names);
+    std::vector<Read> as_stored, rounded;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string& name = params[i].first;
       const auto [first, values] = range_of(resident, name, dtype);
-      if (as_stored) {
-        read_into(file, ds, first, values);
+      if (stored[i] == dtype) {
         const auto [owned_first, owned_values] = range_of(owned, name, dtype);
-        sums.add(ds, owned_values, owned_first);
+        as_stored.push_back({names[i], first, values, host_buffer(values), owned_first, owned_values});
       } else {
-        const Tensor master = Tensor::empty({values.numel()});
-        file.read_range(dataset_of(State::master, name), first, master);
-        ops::copy_(values, ops::to(master, values.device()));
+        rounded.push_back({dataset_of(State::master, name), first, values, Tensor::empty({values.numel()}), 0, {}});
       }
     }
+    read_batch(as_stored);
+    read_batch(rounded);  // from_buffer rounds the f32 master weights to the training dtype
   }
-  const auto read_i64 = [&](const std::string& name) {
-    const Tensor t = file.read(name);
-    sums.add(name, dp.rank() == 0 ? t : Tensor::empty({0}, t.dtype()), 0);
-    return int64_t(t.item());
-  };
-  const int64_t step = read_i64("/state/step");
-  zero::ZeroOptimizer::Counters counters;
-  counters.steps = read_i64("/state/optimizer_steps");
-  const Tensor scale = file.read("/state/loss_scale");
-  sums.add("/state/loss_scale", dp.rank() == 0 ? scale : Tensor::empty({0}, DType::f64), 0);
-  counters.scale = scale.item();
-  counters.hysteresis_left = int(read_i64("/state/loss_scale_hysteresis"));
-  counters.clean_steps = read_i64("/state/loss_scale_clean_steps");
+  // The training state: scalars written by rank 0, and a row of RNG state per rank that
+  // wrote the file.
+  const std::vector<Scalar> scalars = {{"/state/step", scalar_i64(0)},
+                                       {"/state/optimizer_steps", scalar_i64(0)},
+                                       {"/state/loss_scale", scalar_f64(0)},
+                                       {"/state/loss_scale_hysteresis", scalar_i64(0)},
+                                       {"/state/loss_scale_clean_steps", scalar_i64(0)}};
+  std::vector<H5File::TensorRange> reads;
+  for (const Scalar& x : scalars) reads.push_back({x.name, 0, x.value});
+  file.read_ranges(reads);
   const Tensor rng = file.read("/state/rng");
+  for (const Scalar& x : scalars) sums.add(x.name, dp.rank() == 0 ? x.value : Tensor::empty({0}, x.value.dtype()), 0);
   sums.add("/state/rng", dp.rank() == 0 ? rng : Tensor::empty({0}, DType::i64), 0);
+  const int64_t step = int64_t(scalars[0].value.item());
+  zero::ZeroOptimizer::Counters counters;
+  counters.steps = int64_t(scalars[1].value.item());
+  counters.scale = scalars[2].value.item();
+  counters.hysteresis_left = int(scalars[3].value.item());
+  counters.clean_steps = int64_t(scalars[4].value.item());
   sums.verify(file, dp);
   file.close();
 

@@ -290,6 +290,16 @@ bool mpi_usable() {
 
 constexpr int64_t kDefaultMaxTransferBytes = int64_t(1) << 30;
 
+// What a batch call is about, in messages: its one name, or how many there are.
+std::string batch_object(const std::vector<std::string>& names) {
+  return names.size() == 1 ? names[0] : std::to_string(names.size()) + " datasets";
+}
+Digest names_digest(const std::vector<std::string>& names) {
+  Digest d;
+  for (const std::string& name : names) d.add(name);
+  return d;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- state
@@ -316,7 +326,7 @@ struct H5State {
   MPI_Comm comm = MPI_COMM_NULL;  // our duplicate; parallel mode only
   int rank = 0;
   int64_t max_transfer_bytes = kDefaultMaxTransferBytes;
-  Hid dxpl;  // the transfer property list (collective in parallel mode)
+  Hid dxpl;  // the transfer property list (independent in parallel mode)
 
   bool parallel() const { return comm != MPI_COMM_NULL; }
 
@@ -496,58 +506,112 @@ struct H5State {
     }
   }
 
-  void transfer(bool write, const std::string& name, int64_t first, const Tensor& t) const {
+  // The ranges' transfers (write or read), agreed on as a batch: the names and each rank's
+  // tensors in one collective call, then the datasets' dtypes and shapes against each
+  // rank's ranges in a second. Each rank then moves its own bytes (independent I/O, no
+  // collective call per dataset), in pieces of at most max_transfer_bytes, calling
+  // done(i) after range i.
+  void transfer(bool write, const std::vector<H5File::TensorRange>& ranges,
+                const std::function<void(size_t)>& done) const {
     const char* op = write ? "write_range" : "read_range";
     write ? check_writable(op) : check_open(op);
+    const std::string object = ranges.size() == 1 ? ranges[0].name : std::to_string(ranges.size()) + " datasets";
     std::ostringstream local;
-    if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous())
-      local << "HDF5 file '" << path << "': " << op << " '" << name << "': expected a contiguous CPU tensor, got "
-            << (t.defined() ? t.str() : "an undefined tensor");
-    agree_on(op, name, Digest(), local.str());
-
-    Hid dset = open_dataset(name, op);
-    const DType dt = dataset_dtype(dset.get(), name);
-    const Shape shape = dataset_shape(dset.get(), name);
-    const int64_t count = t.numel(), total = numel(shape);
-    if (t.dtype() != dt)
-      local << "HDF5 file '" << path << "': " << op << " '" << name << "': the dataset holds " << dtype_name(dt)
-            << ", the tensor " << dtype_name(t.dtype());
-    else if (first < 0 || first > total || count > total - first)
-      local << "HDF5 file '" << path << "': " << op << " '" << name << "': elements [" << first << ", " << first + count
-            << ") are outside the dataset's " << total << " elements (shape " << shape_str(shape) << ")";
-    const int64_t esize = int64_t(element_size(dt));
-    const int64_t per_round = std::max<int64_t>(1, max_transfer_bytes / esize);
-    const int64_t rounds = agree(op, name, Digest().add(std::string(op)).add(name).add(int64_t(dt)).add(shape).value(),
-                                 local.str(), (count + per_round - 1) / per_round);
-
-    const Hid type = make_type(dt);
-    auto* bytes = static_cast<unsigned char*>(t.raw_data());
-    unsigned char dummy = 0;  // the buffer of an empty transfer
-    for (int64_t r = 0; r < rounds; ++r) {
-      const int64_t lo = std::min(count, r * per_round), n = std::min(count, lo + per_round) - lo;
-      Hid fspace(TRIAD_H5(*this, H5Dget_space(dset.get()), "reading the shape of dataset '" << name << "'"), H5Sclose);
-      select_range(fspace.get(), shape, first + lo, n, name);
-      const hsize_t mdim = hsize_t(std::max<int64_t>(n, 1));
-      Hid mspace(TRIAD_H5(*this, H5Screate_simple(1, &mdim, nullptr), "creating a memory dataspace"), H5Sclose);
-      if (n == 0) TRIAD_H5(*this, H5Sselect_none(mspace.get()), "creating a memory dataspace");
-      unsigned char* buf = n == 0 ? &dummy : bytes + lo * esize;
-      if (write)
-        TRIAD_H5(*this, H5Dwrite(dset.get(), type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
-                 "writing elements [" << first + lo << ", " << first + lo + n << ") of dataset '" << name << "'");
-      else
-        TRIAD_H5(*this, H5Dread(dset.get(), type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
-                 "reading elements [" << first + lo << ", " << first + lo + n << ") of dataset '" << name << "'");
+    Digest names;
+    for (const H5File::TensorRange& r : ranges) {
+      names.add(r.name);
+      const Tensor& t = r.data;
+      if (local.tellp() == 0 && (!t.defined() || !t.device().is_cpu() || !t.is_contiguous()))
+        local << "HDF5 file '" << path << "': " << op << " '" << r.name << "': expected a contiguous CPU tensor, got "
+              << (t.defined() ? t.str() : "an undefined tensor");
     }
-    TRIAD_H5(*this, H5Dclose(dset.release()), "closing dataset '" << name << "'");
+    agree_on(op, object, names, local.str());
+
+    std::vector<Hid> dsets;
+    std::vector<Shape> shapes;
+    Digest layout;
+    for (const H5File::TensorRange& r : ranges) {
+      dsets.push_back(open_dataset(r.name, op));
+      const DType dt = dataset_dtype(dsets.back().get(), r.name);
+      shapes.push_back(dataset_shape(dsets.back().get(), r.name));
+      layout.add(int64_t(dt)).add(shapes.back());
+      const int64_t count = r.data.numel(), total = numel(shapes.back());
+      if (local.tellp() != 0) continue;
+      if (r.data.dtype() != dt)
+        local << "HDF5 file '" << path << "': " << op << " '" << r.name << "': the dataset holds " << dtype_name(dt)
+              << ", the tensor " << dtype_name(r.data.dtype());
+      else if (r.first < 0 || r.first > total || count > total - r.first)
+        local << "HDF5 file '" << path << "': " << op << " '" << r.name << "': elements [" << r.first << ", "
+              << r.first + count << ") are outside the dataset's " << total << " elements (shape "
+              << shape_str(shapes.back()) << ")";
+    }
+    agree_on(op, object, layout, local.str());
+
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const H5File::TensorRange& r = ranges[i];
+      const hid_t dset = dsets[i].get();
+      const DType dt = r.data.dtype();
+      const int64_t esize = int64_t(element_size(dt)), count = r.data.numel();
+      const int64_t per_round = std::max<int64_t>(1, max_transfer_bytes / esize);
+      const Hid type = make_type(dt);
+      auto* bytes = static_cast<unsigned char*>(r.data.raw_data());
+      for (int64_t lo = 0; lo < count; lo += per_round) {
+        const int64_t n = std::min(per_round, count - lo);
+        Hid fspace(TRIAD_H5(*this, H5Dget_space(dset), "reading the shape of dataset '" << r.name << "'"), H5Sclose);
+        select_range(fspace.get(), shapes[i], r.first + lo, n, r.name);
+        const hsize_t mdim = hsize_t(n);
+        Hid mspace(TRIAD_H5(*this, H5Screate_simple(1, &mdim, nullptr), "creating a memory dataspace"), H5Sclose);
+        unsigned char* buf = bytes + lo * esize;
+        if (write)
+          TRIAD_H5(*this, H5Dwrite(dset, type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
+                   "writing elements [" << r.first + lo << ", " << r.first + lo + n << ") of dataset '" << r.name
+                                        << "'");
+        else
+          TRIAD_H5(*this, H5Dread(dset, type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
+                   "reading elements [" << r.first + lo << ", " << r.first + lo + n << ") of dataset '" << r.name
+                                        << "'");
+      }
+      TRIAD_H5(*this, H5Dclose(dsets[i].release()), "closing dataset '" << r.name << "'");
+      if (done) done(i);
+    }
+  }
+
+  // Creates the dataset, once the ranks agree on it.
+  void create_dataset(const std::string& name, DType dtype, const Shape& shape) const {
+    const std::string what = "dataset '" + name + "' " + dtype_name(dtype) + " " + shape_str(shape);
+    const Hid type = make_type(dtype);
+    Hid space;
+    if (shape.empty()) {
+      space = Hid(TRIAD_H5(*this, H5Screate(H5S_SCALAR), "creating the dataspace of " << what), H5Sclose);
+    } else {
+      const std::vector<hsize_t> dims(shape.begin(), shape.end());
+      space = Hid(TRIAD_H5(*this, H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                           "creating the dataspace of " << what),
+                  H5Sclose);
+    }
+    Hid lcpl(TRIAD_H5(*this, H5Pcreate(H5P_LINK_CREATE), "creating " << what), H5Pclose);
+    TRIAD_H5(*this, H5Pset_create_intermediate_group(lcpl.get(), 1), "creating " << what);
+    Hid dcpl(TRIAD_H5(*this, H5Pcreate(H5P_DATASET_CREATE), "creating " << what), H5Pclose);
+    TRIAD_H5(*this, H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "creating " << what);
+    TRIAD_H5(*this, H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "creating " << what);
+    const hid_t d =
+        TRIAD_H5(*this, H5Dcreate2(file, name.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+                 "creating " << what);
+    TRIAD_H5(*this, H5Dclose(d), "closing " << what);
   }
 
   // ---- attributes
 
   void set_attr(const std::string& object, const std::string& key, hid_t type, const void* value, Digest digest) {
     check_writable("set_attr");
-    std::string error;
-    if (key.empty()) error = "HDF5 file '" + path + "': set_attr on '" + object + "': empty attribute name";
-    agree_on("set_attr", object + "@" + key, digest, error);
+    agree_on("set_attr", object + "@" + key, digest, attr_key_error(object, key));
+    write_attr(object, key, type, value);
+  }
+  std::string attr_key_error(const std::string& object, const std::string& key) const {
+    return key.empty() ? "HDF5 file '" + path + "': set_attr on '" + object + "': empty attribute name" : "";
+  }
+  // Sets the attribute, once the ranks agree on it.
+  void write_attr(const std::string& object, const std::string& key, hid_t type, const void* value) {
     Hid obj = open_object(object, "set_attr");
     const std::string what = "attribute '" + key + "' of '" + object + "'";
     if (TRIAD_H5(*this, H5Aexists(obj.get(), key.c_str()), "looking up " << what) > 0)
@@ -560,10 +624,12 @@ struct H5State {
     TRIAD_H5(*this, H5Aclose(attr.release()), "closing " << what);
   }
 
-  // The attribute, checked to hold one value; `type` receives its file type.
-  Hid open_attr(const std::string& object, const std::string& key, const char* op, Hid& type) const {
+  // The attribute, checked to hold one value; `type` receives its file type. `agreed`: the
+  // ranks have agreed on this call already (a batch).
+  Hid open_attr(const std::string& object, const std::string& key, const char* op, Hid& type,
+                bool agreed = false) const {
     check_open(op);
-    agree_on(op, object + "@" + key, Digest());
+    if (!agreed) agree_on(op, object + "@" + key, Digest());
     Hid obj = open_object(object, op);
     const htri_t exists = TRIAD_H5(*this, H5Aexists(obj.get(), key.c_str()),
                                    "looking up attribute '" << key << "' of '" << object << "'");
@@ -581,9 +647,9 @@ struct H5State {
 
   template <class T>
   T get_number(const std::string& object, const std::string& key, const char* op, H5T_class_t cls, H5T_sign_t sign,
-               hid_t mem_type, const char* expected) const {
+               hid_t mem_type, const char* expected, bool agreed = false) const {
     Hid type;
-    Hid attr = open_attr(object, key, op, type);
+    Hid attr = open_attr(object, key, op, type, agreed);
     const bool ok = H5Tget_class(type.get()) == cls && H5Tget_size(type.get()) <= 8 &&
                     (cls != H5T_INTEGER || H5Tget_sign(type.get()) == sign);
     TRIAD_CHECK(ok, "HDF5 file '" << path << "': attribute '" << key << "' of '" << object << "' holds "
@@ -676,13 +742,13 @@ std::unique_ptr<H5State> start_file(const std::string& path, MPI_Comm parent, St
     TRIAD_H5(s, H5Pset_fapl_mpio(fapl.get(), s.comm, MPI_INFO_NULL), op);
     TRIAD_H5(s, H5Pset_all_coll_metadata_ops(fapl.get(), true), op);
     TRIAD_H5(s, H5Pset_coll_metadata_write(fapl.get(), true), op);
-    TRIAD_H5(s, H5Pset_dxpl_mpio(s.dxpl.get(), H5FD_MPIO_COLLECTIVE), op);
     // Each rank's part of a transfer is one contiguous range of the file (an element range
-    // of a contiguous dataset), so MPI-IO's two-phase aggregation only adds work: it ships
-    // every byte through an aggregator rank (Open MPI's OMPIO made 4 ranks on one node
-    // 2–5x slower than each rank writing or reading its own range). The transfer stays
-    // collective for HDF5; only the MPI-IO calls beneath it are independent.
-    TRIAD_H5(s, H5Pset_dxpl_mpio_collective_opt(s.dxpl.get(), H5FD_MPIO_INDIVIDUAL_IO), op);
+    // of a contiguous dataset), so collective transfers only add work: MPI-IO's two-phase
+    // aggregation ships every byte through an aggregator rank (Open MPI's OMPIO made 4
+    // ranks on one node 2–5x slower than each rank writing or reading its own range), and
+    // HDF5 makes collective calls of its own for each dataset. The ranks agree on a batch
+    // of transfers first (H5State::transfer); then each does its own, independently.
+    TRIAD_H5(s, H5Pset_dxpl_mpio(s.dxpl.get(), H5FD_MPIO_INDEPENDENT), op);
   } else {
     TRIAD_H5(s, H5Pset_fapl_sec2(fapl.get()), op);
     // Lock (HDF5's default) but go on where the file system has no locks (some NFS, Lustre).
@@ -747,40 +813,32 @@ bool H5File::is_parallel() const { return state().parallel(); }
 bool H5File::is_writable() const { return state().writable; }
 
 void H5File::create_dataset(const std::string& name, DType dtype, const Shape& shape) {
+  create_datasets({{name, dtype, shape}});
+}
+
+void H5File::create_datasets(const std::vector<DatasetSpec>& specs) {
   H5State& s = state();
   s.check_writable("create_dataset");
   std::string error;
-  try {
-    split_path(s.path, name, false);
-    TRIAD_CHECK(shape.size() <= H5S_MAX_RANK, "HDF5 file '" << s.path << "': create_dataset '" << name << "': "
-                                                            << shape.size() << " dimensions, at most " << H5S_MAX_RANK);
-    for (int64_t d : shape)
-      TRIAD_CHECK(d >= 0, "HDF5 file '" << s.path << "': create_dataset '" << name << "': negative dimension in shape "
-                                        << shape_str(shape));
-  } catch (const Error& e) {
-    error = e.what();
+  Digest digest;
+  for (const DatasetSpec& d : specs) {
+    digest.add(d.name).add(int64_t(d.dtype)).add(d.shape);
+    if (!error.empty()) continue;
+    try {
+      split_path(s.path, d.name, false);
+      TRIAD_CHECK(d.shape.size() <= H5S_MAX_RANK, "HDF5 file '" << s.path << "': create_dataset '" << d.name << "': "
+                                                                << d.shape.size() << " dimensions, at most "
+                                                                << H5S_MAX_RANK);
+      for (int64_t n : d.shape)
+        TRIAD_CHECK(n >= 0, "HDF5 file '" << s.path << "': create_dataset '" << d.name
+                                          << "': negative dimension in shape " << shape_str(d.shape));
+    } catch (const Error& e) {
+      error = e.what();
+    }
   }
-  s.agree_on("create_dataset", name, Digest().add(int64_t(dtype)).add(shape), error);
-  const std::string what = "dataset '" + name + "' " + dtype_name(dtype) + " " + shape_str(shape);
-  const Hid type = s.make_type(dtype);
-  Hid space;
-  if (shape.empty()) {
-    space = Hid(TRIAD_H5(s, H5Screate(H5S_SCALAR), "creating the dataspace of " << what), H5Sclose);
-  } else {
-    const std::vector<hsize_t> dims(shape.begin(), shape.end());
-    space =
-        Hid(TRIAD_H5(s, H5Screate_simple(int(dims.size()), dims.data(), nullptr), "creating the dataspace of " << what),
-            H5Sclose);
-  }
-  Hid lcpl(TRIAD_H5(s, H5Pcreate(H5P_LINK_CREATE), "creating " << what), H5Pclose);
-  TRIAD_H5(s, H5Pset_create_intermediate_group(lcpl.get(), 1), "creating " << what);
-  Hid dcpl(TRIAD_H5(s, H5Pcreate(H5P_DATASET_CREATE), "creating " << what), H5Pclose);
-  TRIAD_H5(s, H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "creating " << what);
-  TRIAD_H5(s, H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "creating " << what);
-  const hid_t d =
-      TRIAD_H5(s, H5Dcreate2(s.file, name.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-               "creating " << what);
-  TRIAD_H5(s, H5Dclose(d), "closing " << what);
+  s.agree_on("create_dataset", specs.size() == 1 ? specs[0].name : std::to_string(specs.size()) + " datasets", digest,
+             error);
+  for (const DatasetSpec& d : specs) s.create_dataset(d.name, d.dtype, d.shape);
 }
 
 void H5File::create_group(const std::string& name) {
@@ -818,18 +876,26 @@ bool H5File::has_group(const std::string& name) const {
   return s.kind(name) == H5State::Kind::group;
 }
 
-Shape H5File::shape(const std::string& name) const {
+Shape H5File::shape(const std::string& name) const { return shapes({name}).front(); }
+
+std::vector<Shape> H5File::shapes(const std::vector<std::string>& names) const {
   const H5State& s = state();
   s.check_open("shape");
-  s.agree_on("shape", name, Digest());
-  return s.dataset_shape(s.open_dataset(name, "shape").get(), name);
+  s.agree_on("shape", batch_object(names), names_digest(names));
+  std::vector<Shape> out;
+  for (const std::string& name : names) out.push_back(s.dataset_shape(s.open_dataset(name, "shape").get(), name));
+  return out;
 }
 
-DType H5File::dtype(const std::string& name) const {
+DType H5File::dtype(const std::string& name) const { return dtypes({name}).front(); }
+
+std::vector<DType> H5File::dtypes(const std::vector<std::string>& names) const {
   const H5State& s = state();
   s.check_open("dtype");
-  s.agree_on("dtype", name, Digest());
-  return s.dataset_dtype(s.open_dataset(name, "dtype").get(), name);
+  s.agree_on("dtype", batch_object(names), names_digest(names));
+  std::vector<DType> out;
+  for (const std::string& name : names) out.push_back(s.dataset_dtype(s.open_dataset(name, "dtype").get(), name));
+  return out;
 }
 
 std::vector<std::string> H5File::list_datasets() const {
@@ -843,11 +909,17 @@ std::vector<std::string> H5File::list_datasets() const {
 }
 
 void H5File::write_range(const std::string& name, int64_t first, const Tensor& data) {
-  state().transfer(true, name, first, data);
+  write_ranges({{name, first, data}});
 }
 
 void H5File::read_range(const std::string& name, int64_t first, const Tensor& out) const {
-  state().transfer(false, name, first, out);
+  read_ranges({{name, first, out}});
+}
+
+void H5File::write_ranges(const std::vector<TensorRange>& ranges) { state().transfer(true, ranges, {}); }
+
+void H5File::read_ranges(const std::vector<TensorRange>& ranges, const std::function<void(size_t)>& done) const {
+  state().transfer(false, ranges, done);
 }
 
 void H5File::prefetch(const std::vector<ElementRange>& ranges) const {
@@ -911,6 +983,35 @@ void H5File::set_attr_double(const std::string& object, const std::string& key, 
   int64_t bits;
   std::memcpy(&bits, &value, 8);
   state().set_attr(object, key, H5T_NATIVE_DOUBLE, &value, Digest().add(std::string("double")).add(bits));
+}
+
+void H5File::set_attrs_uint64(const std::vector<std::string>& objects, const std::string& key,
+                              const std::vector<uint64_t>& values) {
+  H5State& s = state();
+  s.check_writable("set_attr");
+  TRIAD_CHECK(objects.size() == values.size(), "HDF5 file '" << s.path << "': set_attrs_uint64: " << objects.size()
+                                                             << " objects but " << values.size() << " values");
+  Digest digest;
+  std::string error;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    digest.add(objects[i]).add(std::string("uint64")).add(int64_t(values[i]));
+    if (error.empty()) error = s.attr_key_error(objects[i], key);
+  }
+  s.agree_on("set_attr", std::to_string(objects.size()) + " objects@" + key, digest, error);
+  for (size_t i = 0; i < objects.size(); ++i) s.write_attr(objects[i], key, H5T_NATIVE_UINT64, &values[i]);
+}
+
+std::vector<uint64_t> H5File::get_attrs_uint64(const std::vector<std::string>& objects, const std::string& key) const {
+  const H5State& s = state();
+  s.check_open("get_attr_uint64");
+  Digest digest;
+  for (const std::string& object : objects) digest.add(object);
+  s.agree_on("get_attr_uint64", std::to_string(objects.size()) + " objects@" + key, digest);
+  std::vector<uint64_t> out;
+  for (const std::string& object : objects)
+    out.push_back(s.get_number<uint64_t>(object, key, "get_attr_uint64", H5T_INTEGER, H5T_SGN_NONE, H5T_NATIVE_UINT64,
+                                         "an unsigned integer", true));
+  return out;
 }
 
 std::string H5File::get_attr_string(const std::string& object, const std::string& key) const {

@@ -8,17 +8,26 @@
 //   inspector run without mpirun, unit tests).
 // - parallel (create(path, comm), open(path, comm)): every rank of an MPI communicator
 //   opens the file through MPI-IO (H5Pset_fapl_mpio) with collective metadata operations
-//   and collective data transfers (H5FD_MPIO_COLLECTIVE).
+//   (reads and writes).
 //
 // Contracts:
 // - Parallel mode: every method is collective. All ranks call the same methods in the same
-//   order with the same arguments, except the element range (first, tensor) of
-//   write_range/read_range, which is each rank's own (possibly empty). Names, dtypes,
-//   shapes and attribute values are compared across ranks (one all-reduce of a hash) and
-//   a mismatch throws Error on every rank instead of corrupting the file or hanging; so
-//   does an invalid range on any rank (the others' message says which op failed
-//   elsewhere). Errors HDF5 reports inside a collective operation are thrown where they
-//   occur.
+//   order with the same arguments, except the element ranges (first, tensor) of
+//   write_range(s)/read_range(s), which are each rank's own (possibly empty). Names,
+//   dtypes, shapes and attribute values are compared across ranks (an all-reduce of a
+//   hash) and a mismatch throws Error on every rank instead of corrupting the file or
+//   hanging; so does an invalid range on any rank (the others' message says which op
+//   failed elsewhere). Errors HDF5 reports inside a collective operation are thrown where
+//   they occur.
+// - The batch methods (create_datasets, write_ranges, read_ranges, shapes,
+//   set/get_attrs_uint64) do what their one-item forms do to each item, with one agreement
+//   for the whole batch instead of one per item: a checkpoint of hundreds of datasets
+//   would otherwise pay hundreds of round trips among the ranks.
+// - Data transfers are independent MPI-IO (H5FD_MPIO_INDEPENDENT) once the ranks have
+//   agreed on them: each rank's part of a dataset is one contiguous range of the file,
+//   which it reads or writes itself, with no collective call per dataset. (Two-phase
+//   collective buffering would ship every byte through an aggregator rank, and HDF5's
+//   collective transfers make collective calls of their own for each dataset.)
 // - Names are absolute HDF5 paths: "/model/h.0.attn.weight". Creating a dataset or group
 //   creates its missing parent groups. Attributes live on "/" (the file) or on any group
 //   or dataset.
@@ -43,6 +52,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,12 +117,20 @@ class H5File {
   // A dataset of `shape` (may be 0-d; dimensions may be 0) and dtype; throws Error when the
   // name exists.
   void create_dataset(const std::string& name, DType dtype, const Shape& shape);
+  struct DatasetSpec {
+    std::string name;
+    DType dtype = DType::f32;
+    Shape shape;
+  };
+  void create_datasets(const std::vector<DatasetSpec>& specs);  // each as create_dataset
   // A group (and its missing parents); nothing when it exists.
   void create_group(const std::string& name);
   bool has(const std::string& name) const;  // a dataset called `name` exists
   bool has_group(const std::string& name) const;
   Shape shape(const std::string& name) const;
+  std::vector<Shape> shapes(const std::vector<std::string>& names) const;  // each as shape()
   DType dtype(const std::string& name) const;
+  std::vector<DType> dtypes(const std::vector<std::string>& names) const;  // each as dtype()
   // The paths of all datasets in the file, recursively, sorted.
   std::vector<std::string> list_datasets() const;
 
@@ -122,6 +140,19 @@ class H5File {
   // Reads elements [first, first + out.numel()) into out (contiguous CPU, the dataset's
   // dtype).
   void read_range(const std::string& name, int64_t first, const Tensor& out) const;
+
+  // Elements [first, first + data.numel()) of dataset `name`, and the tensor they come from
+  // (write) or go to (read).
+  struct TensorRange {
+    std::string name;
+    int64_t first = 0;
+    Tensor data;
+  };
+  // Each range as write_range / read_range, in order. read_ranges calls done(i), when
+  // given, as soon as range i is read, before the next is: the caller may work on it (a
+  // checksum, a copy to a device) while the rest is still to come.
+  void write_ranges(const std::vector<TensorRange>& ranges);
+  void read_ranges(const std::vector<TensorRange>& ranges, const std::function<void(size_t)>& done = {}) const;
   // The whole dataset as a new tensor of its shape and dtype (every rank reads all of it).
   Tensor read(const std::string& name) const;
 
@@ -138,9 +169,9 @@ class H5File {
   // may fail without effect (the reads report real problems). close() waits for it.
   void prefetch(const std::vector<ElementRange>& ranges) const;
 
-  // Transfers larger than this many bytes are split into several (collective) HDF5 calls,
-  // the ranks agreeing on their number. Default 1 GiB: each MPI-IO request stays well
-  // below the 2^31-byte limit of MPI's int counts. Local setting; need not agree.
+  // Transfers larger than this many bytes are split into several HDF5 calls. Default
+  // 1 GiB: each MPI-IO request stays well below the 2^31-byte limit of MPI's int counts.
+  // Local setting; need not agree.
   void set_max_transfer_bytes(int64_t bytes);
   int64_t max_transfer_bytes() const;
 
@@ -159,6 +190,10 @@ class H5File {
   int64_t get_attr_int64(const std::string& object, const std::string& key) const;
   uint64_t get_attr_uint64(const std::string& object, const std::string& key) const;
   double get_attr_double(const std::string& object, const std::string& key) const;
+  // Attribute `key` of each of `objects`, as set_attr_uint64 / get_attr_uint64.
+  void set_attrs_uint64(const std::vector<std::string>& objects, const std::string& key,
+                        const std::vector<uint64_t>& values);
+  std::vector<uint64_t> get_attrs_uint64(const std::vector<std::string>& objects, const std::string& key) const;
   bool has_attr(const std::string& object, const std::string& key) const;
   AttrType attr_type(const std::string& object, const std::string& key) const;
   std::vector<std::string> list_attrs(const std::string& object) const;  // sorted by name

@@ -231,6 +231,41 @@ BOOST_AUTO_TEST_CASE(prefetch_then_read) {
   f.close();
 }
 
+// The batch forms do each item as the one-item forms do: datasets created, ranges written
+// and read back bit-exactly, shapes, dtypes and checksum attributes; read_ranges calls
+// done(i) once per range, in order, with range i already read and range i + 1 not yet.
+BOOST_AUTO_TEST_CASE(batches_do_each_item) {
+  TempDir dir;
+  const std::string path = dir.file("batches.h5");
+  const Tensor a = pattern({6, 5}, DType::f32, 1), b = pattern({9}, DType::bf16, 2), c = pattern({}, DType::i64, 3);
+  {
+    H5File f = H5File::create(path);
+    f.create_datasets({{"/a", DType::f32, {6, 5}}, {"/g/b", DType::bf16, {9}}, {"/c", DType::i64, {}}});
+    f.set_max_transfer_bytes(8);  // /a in several HDF5 calls
+    f.write_ranges({{"/a", 7, flat_range(a, 7, 20)}, {"/g/b", 0, b}, {"/c", 0, c}, {"/a", 0, flat_range(a, 0, 7)}});
+    f.write_ranges({{"/a", 27, flat_range(a, 27, 3)}});
+    f.write_ranges({});
+    f.set_attrs_uint64({"/a", "/g/b"}, "checksum", {0xfedcba9876543210ull, 7});
+  }
+  const H5File f = H5File::open(path);
+  BOOST_TEST((f.shapes({"/c", "/a", "/g/b"}) == std::vector<Shape>{{}, {6, 5}, {9}}));
+  BOOST_TEST((f.dtypes({"/g/b", "/c"}) == std::vector<DType>{DType::bf16, DType::i64}));
+  BOOST_TEST((f.get_attrs_uint64({"/g/b", "/a"}, "checksum") == std::vector<uint64_t>{7, 0xfedcba9876543210ull}));
+  std::vector<Tensor> out = {Tensor::zeros({30}, DType::f32), Tensor::zeros({4}, DType::bf16),
+                             Tensor::zeros({}, DType::i64)};
+  std::vector<size_t> calls;
+  f.read_ranges({{"/a", 0, out[0]}, {"/g/b", 5, out[1]}, {"/c", 0, out[2]}}, [&](size_t i) {
+    calls.push_back(i);
+    const Tensor expected[] = {flat_range(a, 0, 30), flat_range(b, 5, 4), c};
+    BOOST_TEST(same_bytes(out[i], expected[i]), "range " << i);
+    if (i + 1 < out.size()) BOOST_TEST(!same_bytes(out[i + 1], expected[i + 1]), "range " << i + 1 << " early");
+  });
+  BOOST_TEST(calls == (std::vector<size_t>{0, 1, 2}));
+  check_error([&] { f.read_ranges({{"/a", 0, out[0]}, {"/nothing", 0, out[1]}}); }, {path, "read_range", "/nothing"});
+  check_error([&] { f.read_ranges({{"/a", 0, out[0]}, {"/g/b", 6, out[1]}}); }, {path, "/g/b", "[6, 10) are outside"});
+  check_error([&] { f.get_attrs_uint64({"/a", "/c"}, "checksum"); }, {path, "/c", "no attribute 'checksum'"});
+}
+
 BOOST_AUTO_TEST_CASE(transfers_split_into_rounds) {
   TempDir dir;
   const std::string path = dir.file("rounds.h5");

@@ -204,6 +204,83 @@ BOOST_AUTO_TEST_CASE(checksum_partials_sum_to_the_serial_checksum) {
   }
 }
 
+// Every dataset created, written and read in one batch each (as a checkpoint does), with
+// the ranks' uneven ranges; the checksum attributes set and read as a batch.
+BOOST_AUTO_TEST_CASE(batches_write_one_partition_read_another) {
+  auto world = parallel::world();
+  const int rank = world->rank(), size = world->size();
+  SharedDir dir(*world);
+  const std::string path = dir.file("batches.h5");
+  std::vector<std::string> names;
+  for (const Spec& s : kSpecs) names.push_back(s.name);
+  std::vector<uint64_t> sums;
+  for (const Spec& s : kSpecs) sums.push_back(io::tensor_checksum(contents(s, 0, numel(s.shape))));
+  {
+    H5File f = H5File::create(path, *world);
+    if (rank == 0) f.set_max_transfer_bytes(40);
+    std::vector<H5File::DatasetSpec> specs;
+    std::vector<H5File::TensorRange> writes;
+    for (const Spec& s : kSpecs) {
+      specs.push_back({s.name, s.dtype, s.shape});
+      const auto [lo, n] = write_share(numel(s.shape), rank, size);
+      writes.push_back({s.name, lo, contents(s, lo, n)});
+    }
+    f.create_datasets(specs);
+    f.write_ranges(writes);
+    f.set_attrs_uint64(names, "checksum", sums);
+  }
+  const H5File f = H5File::open(path, *world);
+  std::vector<H5File::TensorRange> reads;
+  for (const Spec& s : kSpecs) {
+    const auto [lo, n] = read_share(numel(s.shape), rank, size);
+    reads.push_back({s.name, lo, Tensor::empty({n}, s.dtype)});
+  }
+  size_t done = 0;
+  f.read_ranges(reads, [&](size_t i) { BOOST_TEST(i == done++); });
+  BOOST_TEST(done == kSpecs.size());
+  for (size_t i = 0; i < kSpecs.size(); ++i)
+    BOOST_TEST(same_bytes(reads[i].data, contents(kSpecs[i], reads[i].first, reads[i].data.numel())),
+               kSpecs[i].name << " on rank " << rank);
+  BOOST_TEST(f.get_attrs_uint64(names, "checksum") == sums);
+  std::vector<Shape> shapes;
+  for (const Spec& s : kSpecs) shapes.push_back(s.shape);
+  BOOST_TEST(f.shapes(names) == shapes);
+}
+
+// A batch one rank gets wrong is agreed on before any byte moves: every rank throws, and
+// nothing of the batch reaches the file, not even the other ranks' valid ranges.
+BOOST_AUTO_TEST_CASE(a_bad_batch_on_one_rank_writes_nothing) {
+  auto world = parallel::world();
+  const int rank = world->rank(), size = world->size();
+  SharedDir dir(*world);
+  const std::string path = dir.file("bad_batch.h5");
+  H5File f = H5File::create(path, *world);
+  f.create_datasets({{"/v", DType::f32, {size}}, {"/w", DType::f32, {4, 4}}});
+  f.write_ranges({{"/v", rank, Tensor::ones({1})}, {"/w", 0, Tensor::ones({rank == 0 ? 16 : 0})}});
+  const std::string msg = test::error_message([&] {
+    f.write_ranges({{"/v", rank, Tensor::zeros({1})}, {"/w", rank == 1 ? 15 : 0, Tensor::zeros({rank == 1 ? 2 : 1})}});
+  });
+  if (rank == 1)
+    BOOST_TEST(msg.find("'/w': elements [15, 17) are outside") != std::string::npos, msg);
+  else
+    BOOST_TEST(msg.find("'2 datasets' failed on another rank") != std::string::npos, msg);
+  BOOST_TEST(f.read("/v").to_vector<float>() == std::vector<float>(size_t(size), 1.f));
+  BOOST_TEST(f.read("/w").to_vector<float>() == std::vector<float>(16, 1.f));
+  // Ranks whose batches name different datasets, or differ in length.
+  const std::string differ = test::error_message([&] {
+    f.create_datasets({{"/x", DType::f32, {2}}, {rank == 0 ? "/y" : "/z", DType::f32, {2}}});
+  });
+  BOOST_TEST(differ.find("different arguments") != std::string::npos, differ);
+  const std::string length = test::error_message([&] {
+    std::vector<std::string> objects = {"/v"};
+    if (rank == 0) objects.push_back("/w");
+    f.set_attrs_uint64(objects, "checksum", std::vector<uint64_t>(objects.size(), 1));
+  });
+  BOOST_TEST(length.find("different arguments") != std::string::npos, length);
+  BOOST_TEST(f.list_datasets() == (std::vector<std::string>{"/v", "/w"}));
+  f.close();
+}
+
 BOOST_AUTO_TEST_CASE(an_error_on_one_rank_throws_on_every_rank) {
   auto world = parallel::world();
   const int rank = world->rank();
