@@ -360,25 +360,21 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
     });
   };
   // Master weights and moments: each rank reads what it keeps and checksums its shard, a
-  // batch per state. All reads are announced first, so that the disk streams them
-  // (H5File::prefetch). A missing dataset, or one of another dtype, is an error naming the
-  // file and the dataset.
-  std::vector<std::vector<Read>> optim;
-  std::vector<H5File::ElementRange> announced;
+  // batch per state (the datasets of a state lie back to back in the file, so the reads
+  // stream). A missing dataset, or one of another dtype, is an error naming the file and
+  // the dataset.
   for (State state : kOptimStates) {
     const auto resident = by_name(zero.resident_slices(state));
     const auto owned = by_name(zero.owned_slices(state));
-    std::vector<Read>& batch = optim.emplace_back();
+    std::vector<Read> batch;
     for (const auto& [name, p] : params) {
       const std::string ds = dataset_of(state, name);
       const auto [first, values] = range_of(resident, name, DType::f32);
       const auto [owned_first, owned_values] = range_of(owned, name, DType::f32);
       batch.push_back({ds, first, values, host_buffer(values), owned_first, owned_values});
-      announced.push_back({ds, first, values.numel()});
     }
+    read_batch(batch);
   }
-  file.prefetch(announced);
-  for (const std::vector<Read>& batch : optim) read_batch(batch);
   // Parameters: f32 training keeps no other copy than the master weights just read (the
   // file's /model repeats them and is not read, so not checksummed either); mixed precision
   // reads them as stored when the file has the training dtype, else rounds the master

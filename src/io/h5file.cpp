@@ -9,16 +9,13 @@
 // buffer (a 1-d dataspace of the range's length) in flattened-index order.
 #include "io/h5file.h"
 
-#include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <exception>
 #include <sstream>
-#include <thread>
 #include <utility>
 
 #include "io/token_file.h"
@@ -289,6 +286,7 @@ bool mpi_usable() {
 }
 
 constexpr int64_t kDefaultMaxTransferBytes = int64_t(1) << 30;
+constexpr hsize_t kMetaBlockBytes = hsize_t(1) << 20;
 
 // What a batch call is about, in messages: its one name, or how many there are.
 std::string batch_object(const std::vector<std::string>& names) {
@@ -684,31 +682,8 @@ struct H5State {
     if (comm != MPI_COMM_NULL && mpi_usable()) MPI_Comm_free(&comm);
     comm = MPI_COMM_NULL;
   }
-  ~H5State() {
-    join_prefetch();
-    free_comm();
-  }
+  ~H5State() { free_comm(); }
 
-  // ---- prefetch
-
-  // Asks the kernel to read each (offset, bytes) range of the file ahead (WILLNEED), in
-  // order, on a thread of its own: the call blocks while the disk's queue is full, so
-  // the caller's reads proceed meanwhile. The return codes are deliberately not checked:
-  // a hint that fails changes nothing but speed, and the reads themselves are checked.
-  void start_prefetch(std::vector<std::pair<int64_t, int64_t>> ranges) const {
-    join_prefetch();
-    prefetcher = std::thread([file_path = path, ranges = std::move(ranges)] {
-      const int fd = ::open(file_path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return;
-      for (const auto& [offset, bytes] : ranges)
-        if (bytes > 0) (void)::posix_fadvise(fd, offset, bytes, POSIX_FADV_WILLNEED);
-      ::close(fd);
-    });
-  }
-  void join_prefetch() const {
-    if (prefetcher.joinable()) prefetcher.join();
-  }
-  mutable std::thread prefetcher;
 };
 
 }  // namespace detail
@@ -737,6 +712,11 @@ std::unique_ptr<H5State> start_file(const std::string& path, MPI_Comm parent, St
   Hid fapl(TRIAD_H5(s, H5Pcreate(H5P_FILE_ACCESS), op), H5Pclose);
   // The 1.8 object formats at least: attributes larger than 64 KiB (dense storage).
   TRIAD_H5(s, H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), op);
+  // Metadata (object headers, attributes, group links) in blocks of its own at the start of
+  // the file, apart from the data: a checkpoint's hundreds of headers are then a few reads
+  // and writes, not one small one beside each dataset, and the datasets created together
+  // lie back to back, so reading them in order reads the file sequentially.
+  TRIAD_H5(s, H5Pset_meta_block_size(fapl.get(), kMetaBlockBytes), op);
   s.dxpl = Hid(TRIAD_H5(s, H5Pcreate(H5P_DATASET_XFER), op), H5Pclose);
   if (s.parallel()) {
     TRIAD_H5(s, H5Pset_fapl_mpio(fapl.get(), s.comm, MPI_INFO_NULL), op);
@@ -922,32 +902,6 @@ void H5File::read_ranges(const std::vector<TensorRange>& ranges, const std::func
   state().transfer(false, ranges, done);
 }
 
-void H5File::prefetch(const std::vector<ElementRange>& ranges) const {
-  const H5State& s = state();
-  s.check_open("prefetch");
-  Digest names;
-  std::string error;
-  for (const ElementRange& r : ranges) {
-    names.add(r.name);
-    if (error.empty() && (r.first < 0 || r.count < 0))
-      error = "HDF5 file '" + s.path + "': prefetch '" + r.name + "': negative element range [" +
-              std::to_string(r.first) + ", +" + std::to_string(r.count) + ")";
-  }
-  s.agree_on("prefetch", std::to_string(ranges.size()) + " datasets", names, error);
-  std::vector<std::pair<int64_t, int64_t>> bytes;
-  for (const ElementRange& r : ranges) {
-    Hid dset = s.open_dataset(r.name, "prefetch");
-    const int64_t esize = int64_t(element_size(s.dataset_dtype(dset.get(), r.name)));
-    const haddr_t at = H5Dget_offset(dset.get());  // undefined unless contiguous and allocated
-    if (at == HADDR_UNDEF)
-      innermost_hdf5_message();  // clears the stack
-    else
-      bytes.emplace_back(int64_t(at) + r.first * esize, r.count * esize);
-    TRIAD_H5(s, H5Dclose(dset.release()), "closing dataset '" << r.name << "'");
-  }
-  s.start_prefetch(std::move(bytes));
-}
-
 Tensor H5File::read(const std::string& name) const {
   Tensor t = Tensor::empty(shape(name), dtype(name));
   read_range(name, 0, t);
@@ -1109,7 +1063,6 @@ void H5File::flush() {
 void H5File::close() {
   if (!s_ || s_->file < 0) return;
   H5State& s = *s_;
-  s.join_prefetch();
   s.dxpl.reset();
   const herr_t rc = H5Fclose(std::exchange(s.file, H5I_INVALID_HID));
   s.free_comm();

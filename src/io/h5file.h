@@ -156,18 +156,6 @@ class H5File {
   // The whole dataset as a new tensor of its shape and dtype (every rank reads all of it).
   Tensor read(const std::string& name) const;
 
-  // Elements [first, first + count) of a dataset's flattening.
-  struct ElementRange {
-    std::string name;
-    int64_t first = 0, count = 0;
-  };
-  // Starts reading `ranges` (this rank's own ranges; the dataset names the same on every
-  // rank, in the same order) into the operating system's page cache on a background
-  // thread, in order, and returns: read_range calls that follow find their bytes there or
-  // on their way, instead of each waiting for the disk with nothing queued behind it.
-  // A hint: datasets not stored contiguously are skipped, and the thread's system calls
-  // may fail without effect (the reads report real problems). close() waits for it.
-  void prefetch(const std::vector<ElementRange>& ranges) const;
 
   // Transfers larger than this many bytes are split into several HDF5 calls. Default
   // 1 GiB: each MPI-IO request stays well below the 2^31-byte limit of MPI's int counts.

@@ -203,34 +203,6 @@ BOOST_AUTO_TEST_CASE(ranges_uneven_pieces_and_edges) {
   BOOST_TEST(f.read("/empty").numel() == 0);
 }
 
-// prefetch is a hint: reads after it return the same bytes, datasets without stored data
-// (never written, empty) are skipped, and bad arguments are errors naming the file and
-// dataset.
-BOOST_AUTO_TEST_CASE(prefetch_then_read) {
-  TempDir dir;
-  const std::string path = dir.file("prefetch.h5");
-  const Tensor all = pattern({300, 7}, DType::f32, 3);
-  {
-    H5File f = H5File::create(path);
-    f.create_dataset("/w", DType::f32, all.shape());
-    f.write_range("/w", 0, all);
-    f.create_dataset("/unwritten", DType::f32, {10});
-    f.create_dataset("/empty", DType::i32, {0, 3});
-    f.create_dataset("/scalar", DType::f64, {});
-    f.write_range("/scalar", 0, Tensor::scalar(-1.5, DType::f64));
-  }
-  H5File f = H5File::open(path);
-  f.prefetch({{"/w", 700, 1400}, {"/unwritten", 0, 10}, {"/empty", 0, 0}, {"/scalar", 0, 1}, {"/w", 0, 5}});
-  Tensor part = Tensor::empty({1400}, DType::f32);
-  f.read_range("/w", 700, part);
-  BOOST_TEST(same_bytes(part, flat_range(all, 700, 1400)));
-  BOOST_TEST(f.read("/scalar").item() == -1.5);
-  f.prefetch({});
-  check_error([&] { f.prefetch({{"/w", -1, 3}}); }, {path, "prefetch", "/w", "[-1, +3)"});
-  check_error([&] { f.prefetch({{"/w", 0, 3}, {"/nothing", 0, 1}}); }, {path, "prefetch", "/nothing"});
-  f.close();
-}
-
 // The batch forms do each item as the one-item forms do: datasets created, ranges written
 // and read back bit-exactly, shapes, dtypes and checksum attributes; read_ranges calls
 // done(i) once per range, in order, with range i already read and range i + 1 not yet.
