@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -235,15 +234,12 @@ Tensor scalar_f64(double v) { return Tensor::full({}, v, DType::f64); }
 // Every parameter's dataset must exist with the parameter's shape, and the heads must split
 // the same way (the one architectural choice shapes do not show).
 void check_same_model(const H5File& file, Engine& engine) {
-  const std::vector<std::string> present = file.list_datasets();  // sorted
   const auto params = engine.model().named_parameters();
   std::vector<std::string> names;
-  for (const auto& [name, p] : params) {
-    names.push_back("/model/" + name);
-    TRIAD_CHECK(std::binary_search(present.begin(), present.end(), names.back()),
-                "checkpoint '" << file.path() << "' has no dataset " << names.back()
-                               << ": it holds another model than model.* describes");
-  }
+  for (const auto& [name, p] : params) names.push_back("/model/" + name);
+  const std::vector<std::string> missing = file.missing_datasets(names);
+  TRIAD_CHECK(missing.empty(), "checkpoint '" << file.path() << "' has no dataset " << missing.front()
+                                              << ": it holds another model than model.* describes");
   const std::vector<Shape> shapes = file.shapes(names);
   for (size_t i = 0; i < params.size(); ++i)
     TRIAD_CHECK(shapes[i] == params[i].second.shape(), "checkpoint '" << file.path() << "': dataset " << names[i]

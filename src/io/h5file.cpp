@@ -849,6 +849,16 @@ bool H5File::has(const std::string& name) const {
   return s.kind(name) == H5State::Kind::dataset;
 }
 
+std::vector<std::string> H5File::missing_datasets(const std::vector<std::string>& names) const {
+  const H5State& s = state();
+  s.check_open("has");
+  s.agree_on("has", batch_object(names), names_digest(names));
+  std::vector<std::string> out;
+  for (const std::string& name : names)
+    if (s.kind(name) != H5State::Kind::dataset) out.push_back(name);
+  return out;
+}
+
 bool H5File::has_group(const std::string& name) const {
   const H5State& s = state();
   s.check_open("has_group");

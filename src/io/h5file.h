@@ -126,6 +126,8 @@ class H5File {
   // A group (and its missing parents); nothing when it exists.
   void create_group(const std::string& name);
   bool has(const std::string& name) const;  // a dataset called `name` exists
+  // Those of `names` that are not datasets of the file, in order (one collective call).
+  std::vector<std::string> missing_datasets(const std::vector<std::string>& names) const;
   bool has_group(const std::string& name) const;
   Shape shape(const std::string& name) const;
   std::vector<Shape> shapes(const std::vector<std::string>& names) const;  // each as shape()

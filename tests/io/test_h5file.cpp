@@ -222,6 +222,8 @@ BOOST_AUTO_TEST_CASE(batches_do_each_item) {
   const H5File f = H5File::open(path);
   BOOST_TEST((f.shapes({"/c", "/a", "/g/b"}) == std::vector<Shape>{{}, {6, 5}, {9}}));
   BOOST_TEST((f.dtypes({"/g/b", "/c"}) == std::vector<DType>{DType::bf16, DType::i64}));
+  BOOST_TEST((f.missing_datasets({"/a", "/g", "/nothing", "/g/b", "/a/x"}) ==
+              std::vector<std::string>{"/g", "/nothing", "/a/x"}));
   BOOST_TEST((f.get_attrs_uint64({"/g/b", "/a"}, "checksum") == std::vector<uint64_t>{7, 0xfedcba9876543210ull}));
   std::vector<Tensor> out = {Tensor::zeros({30}, DType::f32), Tensor::zeros({4}, DType::bf16),
                              Tensor::zeros({}, DType::i64)};
