@@ -86,8 +86,7 @@ std::string placement_note(Op op, bool in_place, const std::string& raw) {
     case Op::all_gather:
       return in_place ? "in place: input = chunk rank() of the output (raw: " + raw + ")" : "out of place";
     case Op::all_to_all:
-      return in_place ? "in place: input = output (triad stages the input through a copy; raw: " + raw + ")"
-                      : "out of place";
+      return in_place ? "in place: input = output (raw: " + raw + ")" : "out of place";
     case Op::sendrecv:
       return "ring: send to rank+1, receive from rank-1 (the interface has no in-place variant: MPI forbids "
              "receiving into the buffer being sent)";

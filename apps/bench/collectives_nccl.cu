@@ -133,7 +133,7 @@ class NcclBackend final : public Backend {
       case Op::all_gather:
         return "the same buffers: sendbuff = recvbuff + rank * count";
       case Op::all_to_all:
-        return "the same copy, then the group of ncclSend/ncclRecv";
+        return "the input copied to scratch first, as the communicator does, then the group of ncclSend/ncclRecv";
       case Op::all_reduce:
       case Op::broadcast:
       case Op::sendrecv:

@@ -301,15 +301,13 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
 WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
   const bool same = impl_->checks->all_to_all(input, output);
   if (!input.device().is_cpu()) return staged::all_to_all(*this, input, output);
-  const int64_t k = input.numel() / size();
-  Tensor send = input;
-  if (same) {
-    send = Tensor::empty(input.shape(), input.dtype());  // in place: stage the input
-    std::memcpy(send.raw_data(), input.raw_data(), input.nbytes());
-  }
+  const int k = int(input.numel() / size());
   const MPI_Datatype type = mpi_type(input.dtype());
-  auto work = std::make_unique<MpiWork>("all_to_all", std::vector<Tensor>{send, output});
-  TRIAD_MPI(MPI_Ialltoall(send.raw_data(), int(k), type, output.raw_data(), int(k), type, impl_->comm, work->request()),
+  auto work = std::make_unique<MpiWork>("all_to_all", std::vector<Tensor>{input, output});
+  // In place, MPI_IN_PLACE: Open MPI's own in-place algorithm (slower than out of place
+  // for large buffers, which a caller with the memory to spare can use instead).
+  TRIAD_MPI(MPI_Ialltoall(same ? MPI_IN_PLACE : input.raw_data(), k, type, output.raw_data(), k, type, impl_->comm,
+                          work->request()),
             "MPI_Ialltoall");
   return work;
 }

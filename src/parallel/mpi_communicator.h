@@ -21,7 +21,7 @@
 //   bf16 and (n−1)·2^-11 for f16. max and min are exact.
 // - In place, as NCCL allows: reduce_scatter's output may be chunk rank() of its input,
 //   and all_gather's input may be chunk rank() of its output. all_to_all's input may be
-//   its output (staged through a copy). Any other overlap of input and output throws.
+//   its output (MPI_IN_PLACE). Any other overlap of input and output throws.
 //   After an in-place reduce_scatter the input's other chunks are unspecified (MPI
 //   reduces in the buffer); out of place, the input is left unchanged.
 // - Element counts are MPI ints: a tensor of more than 2^31 − 1 elements throws Error.
