@@ -166,6 +166,19 @@ BOOST_AUTO_TEST_CASE(damage_is_an_error_naming_the_file_and_dataset) {
   BOOST_TEST(contains(m, "partial.h5"), m);
   BOOST_TEST(contains(m, "/optim/wte.weight/master"), m);
 
+  // A config that describes another model: one more block (datasets missing), or wider
+  // (every shape differs).
+  nlohmann::json deeper = j, wider = j;
+  deeper["model"]["n_layer"] = j["model"]["n_layer"].get<int64_t>() + 1;
+  wider["model"]["d_model"] = 64;
+  m = test::error_message([&] { train(deeper, {.resume = newest}); });
+  BOOST_TEST(contains(m, newest), m);
+  BOOST_TEST(contains(m, "has no dataset /model/blocks."), m);
+  BOOST_TEST(contains(m, "another model than model.* describes"), m);
+  m = test::error_message([&] { train(wider, {.resume = newest}); });
+  BOOST_TEST(contains(m, "has shape"), m);
+  BOOST_TEST(contains(m, "the model's is"), m);
+
   // `latest` naming nothing.
   test::write_bytes(ckpt + "/latest", "step-00000099.h5\n");
   m = resume_from(ckpt);
