@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -131,10 +132,10 @@ bool mpi_finalized() {
 class MpiWork final : public Work {
  public:
   using Done = std::function<void(const MPI_Status&)>;
-  MpiWork(const char* call, const std::vector<Tensor>& tensors, Done done = {})
-      : call_(call), done_fn_(std::move(done)) {
-    for (const Tensor& t : tensors) keep_.push_back(t.storage());
-  }
+  // The tensors the request reads or writes: one, or two (b undefined for one). No
+  // container is allocated: at a few microseconds per small call, each allocation shows.
+  MpiWork(const char* call, const Tensor& a, const Tensor& b = Tensor(), Done done = {})
+      : call_(call), keep_{a.storage(), b.defined() ? b.storage() : nullptr}, done_fn_(std::move(done)) {}
   ~MpiWork() override;
 
   MPI_Request* request() { return &request_; }
@@ -160,7 +161,7 @@ class MpiWork final : public Work {
   void finish(int rc, const MPI_Status& status, const char* how) {
     done_ = true;
     Done fn = std::move(done_fn_);
-    std::vector<std::shared_ptr<Storage>> keep = std::move(keep_);
+    Storages keep = std::move(keep_);
     if (rc != MPI_SUCCESS) {
       const std::string name = std::string(how) + " (" + call_ + ")";
       detail::throw_mpi_error(rc, name.c_str(), __FILE__, __LINE__);
@@ -168,10 +169,11 @@ class MpiWork final : public Work {
     if (fn) fn(status);
   }
 
-  std::string call_;
+  using Storages = std::array<std::shared_ptr<Storage>, 2>;
+  const char* call_;  // a literal: the call's name
   // The storages themselves, not Tensor handles: a handle's storage may be repointed
   // while the operation is in flight, and the bytes MPI writes must stay allocated.
-  std::vector<std::shared_ptr<Storage>> keep_;
+  Storages keep_;
   Done done_fn_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
@@ -182,7 +184,7 @@ MpiWork::~MpiWork() {
   if (std::uncaught_exceptions() > 0) {
     // Unwinding after an error: waiting could hang on ranks that will never join. Leak the
     // request and the buffers it may still write into; the top-level handler aborts the job.
-    new std::vector<std::shared_ptr<Storage>>(std::move(keep_));
+    new Storages(std::move(keep_));
     return;
   }
   try {
@@ -254,7 +256,7 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::split_by_node() {
 WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   impl_->checks->all_reduce(t);
   if (!t.device().is_cpu()) return staged::all_reduce(*this, t, op);
-  auto work = std::make_unique<MpiWork>("all_reduce", std::vector<Tensor>{t});
+  auto work = std::make_unique<MpiWork>("all_reduce", t);
   TRIAD_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), int(t.numel()), mpi_type(t.dtype()), mpi_op(op, t.dtype()),
                            impl_->comm, work->request()),
             "MPI_Iallreduce");
@@ -270,7 +272,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& outpu
   const MPI_Datatype type = mpi_type(input.dtype());
   const MPI_Op mop = mpi_op(op, input.dtype());
   if (!in_place) {
-    auto work = std::make_unique<MpiWork>("reduce_scatter", std::vector<Tensor>{input, output});
+    auto work = std::make_unique<MpiWork>("reduce_scatter", input, output);
     TRIAD_MPI(MPI_Ireduce_scatter_block(in, out, int(k), type, mop, impl_->comm, work->request()),
               "MPI_Ireduce_scatter_block");
     return work;
@@ -280,7 +282,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& outpu
   auto move_result = [in, out, bytes](const MPI_Status&) {
     if (out != in) std::memmove(out, in, bytes);
   };
-  auto work = std::make_unique<MpiWork>("reduce_scatter", std::vector<Tensor>{input, output}, move_result);
+  auto work = std::make_unique<MpiWork>("reduce_scatter", input, output, move_result);
   TRIAD_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, int(k), type, mop, impl_->comm, work->request()),
             "MPI_Ireduce_scatter_block");
   return work;
@@ -291,7 +293,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   if (!input.device().is_cpu()) return staged::all_gather(*this, input, output);
   const int k = int(input.numel());
   const MPI_Datatype type = mpi_type(input.dtype());
-  auto work = std::make_unique<MpiWork>("all_gather", std::vector<Tensor>{input, output});
+  auto work = std::make_unique<MpiWork>("all_gather", input, output);
   TRIAD_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : input.raw_data(), k, type, output.raw_data(), k, type, impl_->comm,
                            work->request()),
             "MPI_Iallgather");
@@ -303,7 +305,7 @@ WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
   if (!input.device().is_cpu()) return staged::all_to_all(*this, input, output);
   const int k = int(input.numel() / size());
   const MPI_Datatype type = mpi_type(input.dtype());
-  auto work = std::make_unique<MpiWork>("all_to_all", std::vector<Tensor>{input, output});
+  auto work = std::make_unique<MpiWork>("all_to_all", input, output);
   // In place, MPI_IN_PLACE: Open MPI's own in-place algorithm (slower than out of place
   // for large buffers, which a caller with the memory to spare can use instead).
   TRIAD_MPI(MPI_Ialltoall(same ? MPI_IN_PLACE : input.raw_data(), k, type, output.raw_data(), k, type, impl_->comm,
@@ -315,7 +317,7 @@ WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
 WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   impl_->checks->broadcast(t, root);
   if (!t.device().is_cpu()) return staged::broadcast(*this, t, root);
-  auto work = std::make_unique<MpiWork>("broadcast", std::vector<Tensor>{t});
+  auto work = std::make_unique<MpiWork>("broadcast", t);
   TRIAD_MPI(MPI_Ibcast(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), root, impl_->comm, work->request()),
             "MPI_Ibcast");
   return work;
@@ -324,7 +326,7 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
 WorkPtr MpiCommunicator::send(const Tensor& t, int dst, int tag) {
   impl_->checks->send(t, dst, tag);
   if (!t.device().is_cpu()) return staged::send(*this, t, dst, tag);
-  auto work = std::make_unique<MpiWork>("send", std::vector<Tensor>{t});
+  auto work = std::make_unique<MpiWork>("send", t);
   TRIAD_MPI(MPI_Isend(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, impl_->comm, work->request()),
             "MPI_Isend");
   return work;
@@ -343,7 +345,7 @@ WorkPtr MpiCommunicator::recv(const Tensor& t, int src, int tag) {
     TRIAD_CHECK(count == expected, "recv: expected " << expected << " elements from rank " << src << " (tag " << tag
                                                      << ", tensor " << t.str() << "), received " << count);
   };
-  auto work = std::make_unique<MpiWork>("recv", std::vector<Tensor>{t}, check_count);
+  auto work = std::make_unique<MpiWork>("recv", t, Tensor(), check_count);
   TRIAD_MPI(MPI_Irecv(t.raw_data(), int(t.numel()), type, src, tag, impl_->comm, work->request()), "MPI_Irecv");
   return work;
 }
