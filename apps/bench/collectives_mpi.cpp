@@ -14,34 +14,6 @@ namespace triad::bench::collectives {
 
 namespace {
 
-// Raw bf16/f16 sums need a user MPI_Op, as in the MpiCommunicator: both operands to
-// float, added, rounded back to nearest even.
-template <class H>
-void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const H* a = static_cast<const H*>(in);
-  H* b = static_cast<H*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = H(float(a[i]) + float(b[i]));
-}
-
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::f32:
-      return MPI_FLOAT;
-    case DType::f64:
-      return MPI_DOUBLE;
-    case DType::bf16:
-    case DType::f16:
-      return MPI_UINT16_T;
-    case DType::i64:
-      return MPI_INT64_T;
-    case DType::i32:
-      return MPI_INT32_T;
-    case DType::i8:
-      return MPI_INT8_T;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
 void wait(MPI_Request& request) { TRIAD_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait"); }
 
 class MpiBackend final : public Backend {
@@ -49,14 +21,9 @@ class MpiBackend final : public Backend {
   MpiBackend(std::shared_ptr<parallel::MpiCommunicator> comm, DType dtype, bool blocking)
       : comm_(std::move(comm)),
         mpi_comm_(*static_cast<const MPI_Comm*>(comm_->native_handle())),
-        type_(mpi_type(dtype)),
-        blocking_(blocking) {
-    if (dtype == DType::bf16) TRIAD_MPI(MPI_Op_create(&half_sum<bf16>, 1, &sum_), "MPI_Op_create");
-    if (dtype == DType::f16) TRIAD_MPI(MPI_Op_create(&half_sum<f16>, 1, &sum_), "MPI_Op_create");
-  }
-  ~MpiBackend() override {
-    if (sum_ != MPI_SUM) MPI_Op_free(&sum_);  // nothing to report from a destructor
-  }
+        type_(parallel::detail::mpi_type(dtype)),
+        sum_(parallel::detail::mpi_op(parallel::ReduceOp::sum, dtype)),  // the communicator's own
+        blocking_(blocking) {}
 
   parallel::Communicator& comm() override { return *comm_; }
   Device device() const override { return Device::cpu(); }
@@ -194,7 +161,7 @@ class MpiBackend final : public Backend {
   std::shared_ptr<parallel::MpiCommunicator> comm_;
   MPI_Comm mpi_comm_;
   MPI_Datatype type_;
-  MPI_Op sum_ = MPI_SUM;
+  MPI_Op sum_;
   bool blocking_;
 };
 

@@ -28,6 +28,7 @@
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/nccl_communicator.h"
+#include "cuda/nccl_types.h"
 #include "cuda/runtime.h"
 #include "cuda/stream.h"
 #include "parallel/runtime.h"
@@ -36,27 +37,6 @@
 namespace triad::bench::collectives {
 
 namespace {
-
-ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::f32:
-      return ncclFloat32;
-    case DType::f64:
-      return ncclFloat64;
-    case DType::bf16:
-      return ncclBfloat16;
-    case DType::f16:
-      return ncclFloat16;
-    case DType::i64:
-      return ncclInt64;
-    case DType::i32:
-      return ncclInt32;
-    case DType::i8:
-      return ncclInt8;
-  }
-  TRIAD_ASSERT_MSG(false, "unknown dtype " << int(t));
-  return ncclFloat32;
-}
 
 // The raw calls' stream.
 class Stream {
@@ -117,7 +97,7 @@ class NcclBackend final : public Backend {
         comm_(cuda::make_nccl_communicator(world, device)),
         raw_comm_(*world),
         dtype_(dtype),
-        type_(nccl_type(dtype)) {}
+        type_(cuda::nccl_type(dtype)) {}
 
   parallel::Communicator& comm() override { return *comm_; }
   Device device() const override { return Device::cuda(device_); }

@@ -19,19 +19,13 @@
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/nccl_communicator.h"
+#include "cuda/nccl_types.h"
 #include "cuda/runtime.h"
 #include "cuda/stream.h"
 #include "parallel/collective_checks.h"
 #include "parallel/runtime.h"
 
 namespace triad::cuda {
-
-namespace {
-
-using parallel::CommunicatorPtr;
-using parallel::ReduceOp;
-using parallel::Work;
-using parallel::WorkPtr;
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -54,18 +48,25 @@ ncclDataType_t nccl_type(DType t) {
   return ncclFloat32;
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) {
+ncclRedOp_t nccl_op(parallel::ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum:
+    case parallel::ReduceOp::sum:
       return ncclSum;
-    case ReduceOp::max:
+    case parallel::ReduceOp::max:
       return ncclMax;
-    case ReduceOp::min:
+    case parallel::ReduceOp::min:
       return ncclMin;
   }
   TRIAD_ASSERT_MSG(false, "unknown ReduceOp " << int(op));
   return ncclSum;
 }
+
+namespace {
+
+using parallel::CommunicatorPtr;
+using parallel::ReduceOp;
+using parallel::Work;
+using parallel::WorkPtr;
 
 // One issued operation: its completion event and the storages it reads or writes.
 struct Issued {

@@ -68,16 +68,6 @@ void create_ops(MPI_Op* ops) {
 
 }  // namespace
 
-void free_mpi_reduction_ops() {
-  for (auto& row : g_half_ops)
-    for (MPI_Op& op : row)
-      if (op != MPI_OP_NULL) MPI_Op_free(&op);  // sets op to MPI_OP_NULL
-}
-
-}  // namespace detail
-
-namespace {
-
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::f32:
@@ -100,12 +90,12 @@ MPI_Datatype mpi_type(DType t) {
 
 MPI_Op mpi_op(ReduceOp op, DType t) {
   if (t == DType::bf16 || t == DType::f16) {
-    MPI_Op* ops = detail::g_half_ops[t == DType::f16 ? 1 : 0];
+    MPI_Op* ops = g_half_ops[t == DType::f16 ? 1 : 0];
     if (ops[0] == MPI_OP_NULL) {
       if (t == DType::f16)
-        detail::create_ops<f16>(ops);
+        create_ops<f16>(ops);
       else
-        detail::create_ops<bf16>(ops);
+        create_ops<bf16>(ops);
     }
     return ops[int(op)];
   }
@@ -120,6 +110,20 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
   TRIAD_ASSERT_MSG(false, "unknown ReduceOp " << int(op));
   return MPI_OP_NULL;
 }
+
+void free_mpi_reduction_ops() {
+  for (auto& row : g_half_ops)
+    for (MPI_Op& op : row)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);  // sets op to MPI_OP_NULL
+}
+
+}  // namespace detail
+
+using detail::mpi_op;
+using detail::mpi_type;
+
+namespace {
+
 
 bool mpi_finalized() {
   int flag = 0;
