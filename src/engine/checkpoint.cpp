@@ -155,6 +155,15 @@ class Checksums {
   std::future<std::vector<uint64_t>> pending_;  // the last batch's partial sums, while they run
 };
 
+// Creates a batch of datasets and writes this rank's ranges of them, checksummed while
+// they are written.
+void write_batch(H5File& file, Checksums& sums, const std::vector<H5File::DatasetSpec>& specs,
+                 const std::vector<H5File::TensorRange>& writes) {
+  file.create_datasets(specs);
+  sums.add(writes);
+  file.write_ranges(writes);
+}
+
 // A scalar dataset written by rank 0 (the others take part with no elements).
 struct Scalar {
   std::string name;
@@ -167,9 +176,7 @@ void write_scalars(H5File& file, Checksums& sums, const std::vector<Scalar>& sca
     specs.push_back({s.name, s.value.dtype(), {}});
     writes.push_back({s.name, 0, leader ? s.value : Tensor::empty({0}, s.value.dtype())});
   }
-  file.create_datasets(specs);
-  sums.add(writes);
-  file.write_ranges(writes);
+  write_batch(file, sums, specs, writes);
 }
 
 void write_root_attrs(H5File& file, const std::string& kind, Engine& engine, parallel::Communicator& dp) {
@@ -285,9 +292,7 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
         const auto [first, values] = range_of(mine, name, stored);
         writes.push_back({ds, first, on_host(values)});
       }
-      file.create_datasets(specs);
-      sums.add(writes);  // summed while they are written
-      file.write_ranges(writes);
+      write_batch(file, sums, specs, writes);
     }
     const zero::ZeroOptimizer::Counters counters = zero.counters();
     write_scalars(file, sums,
@@ -321,9 +326,7 @@ void save_weights(const std::string& path, Engine& engine, parallel::Communicato
       const auto [first, values] = range_of(mine, name, DType::f32);
       writes.push_back({ds, first, ops::to(on_host(values), dtype)});
     }
-    file.create_datasets(specs);
-    sums.add(writes);
-    file.write_ranges(writes);
+    write_batch(file, sums, specs, writes);
     sums.store(file, dp);
     write_root_attrs(file, "weights", engine, dp);
   });
