@@ -1,6 +1,7 @@
 // Resharded resume: a checkpoint written by all ranks at ZeRO stage 3 is resumed by half the
 // ranks at ZeRO stage 1 and by one process, and each continues exactly as an uninterrupted
-// run of its own layout does (losses within 1e-5 relative).
+// run of its own layout does (losses within 1e-5 relative). Resumed on the ranks that wrote
+// it, at any stage and in f32 or bf16, a checkpoint continues the run bit for bit.
 #define BOOST_TEST_MODULE checkpoint_mpi
 #include <boost/test/unit_test.hpp>
 
@@ -43,19 +44,57 @@ void run(const nlohmann::json& j, const engine::TrainOptions& o, parallel::Commu
   engine::train(engine::parse_config(j, dp ? dp->size() : 1), o, dp);
 }
 
+// A corpus in rank 0's folder, which every rank is told.
+std::string shared_corpus(const test::TempDir& dir, parallel::Communicator& world) {
+  const std::string folder = shared_folder(dir, world);
+  if (world.rank() == 0) {
+    std::vector<uint32_t> tokens;
+    for (uint32_t i = 0; i < 8000; ++i) tokens.push_back((i * 7u + (i / 13u) * 3u) % 16u);
+    io::write_token_file(folder + "/tokens.bin", tokens, 16);
+  }
+  world.barrier();
+  return folder;
+}
+
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(resuming_on_the_same_ranks_continues_bit_for_bit_at_every_stage) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir dir;
+  const std::string folder = shared_corpus(dir, *world);
+  struct Case {
+    int stage;
+    const char* precision;  // "" or "bf16"
+  };
+  for (const Case& k : {Case{0, ""}, Case{0, "bf16"}, Case{1, ""}, Case{2, "bf16"}, Case{3, "bf16"}}) {
+    const std::string tag = std::to_string(k.stage) + k.precision;
+    BOOST_TEST_CONTEXT("stage " << k.stage << " " << (*k.precision ? k.precision : "f32")) {
+      nlohmann::json j = config_json(folder, k.stage);
+      if (*k.precision) j[k.precision] = {{"enabled", true}};
+      run(j, {.metrics_path = folder + "/straight" + tag + ".jsonl"}, world);
+      j["checkpoint"] = {{"dir", folder + "/ckpt" + tag}};
+      j["steps"] = 10;  // the schedule's length is its own key: the first half is the same run
+      j["scheduler"]["params"]["total_num_steps"] = 20;
+      run(j, {}, world);
+      j["steps"] = 20;
+      run(j, {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = "auto"}, world);
+      if (world->rank() == 0) {
+        const std::vector<double> straight = test::metric_losses(folder + "/straight" + tag + ".jsonl");
+        const std::vector<double> resumed = test::metric_losses(folder + "/resumed" + tag + ".jsonl");
+        BOOST_TEST_REQUIRE(straight.size() == 20u);
+        BOOST_TEST_REQUIRE(resumed.size() == 10u);
+        for (size_t i = 0; i < resumed.size(); ++i) BOOST_TEST(resumed[i] == straight[10 + i], "step " << 11 + i);
+      }
+    }
+    world->barrier();
+  }
+}
 
 BOOST_AUTO_TEST_CASE(a_stage_3_checkpoint_resumes_on_fewer_ranks_at_other_stages) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
   test::TempDir dir;
-  const std::string folder = shared_folder(dir, *world);
-  if (r == 0) {
-    std::vector<uint32_t> tokens;
-    for (uint32_t i = 0; i < 8000; ++i) tokens.push_back((i * 7u + (i / 13u) * 3u) % 16u);
-    io::write_token_file(folder + "/tokens.bin", tokens, 16);
-  }
-  world->barrier();
+  const std::string folder = shared_corpus(dir, *world);
 
   // All ranks, stage 3: ten steps of a twenty-step run, then a checkpoint.
   nlohmann::json writer = config_json(folder, 3);
