@@ -54,10 +54,26 @@ Device training_device(const std::string& device) {
   return d;
 }
 
-DistributedBackend resolve_distributed_backend(const std::string& backend, Device device, int ranks) {
+std::string shared_gpu(parallel::Communicator* dp, Device device) {
+  if (!dp || dp->size() == 1 || !device.is_cuda()) return "";
+  const Tensor mine = Tensor::from_vector(std::vector<int64_t>{parallel::node_id(), device.index}, {2});
+  const Tensor all = Tensor::empty({2 * dp->size()}, DType::i64);
+  dp->all_gather(mine, all)->wait();
+  const std::vector<int64_t> v = all.to_vector<int64_t>();
+  for (int i = 0; i < dp->size(); ++i)
+    for (int j = i + 1; j < dp->size(); ++j)
+      if (v[2 * i] == v[2 * j] && v[2 * i + 1] == v[2 * j + 1])
+        return "ranks " + std::to_string(i) + " and " + std::to_string(j) + " both train on cuda:" +
+               std::to_string(v[2 * i + 1]) + " of one node";
+  return "";
+}
+
+DistributedBackend resolve_distributed_backend(const std::string& backend, Device device, int ranks,
+                                               const std::string& shared) {
   if (backend == "mpi") return DistributedBackend::mpi;
   if (backend == "auto")
-    return device.is_cuda() && cuda::nccl_built() && ranks > 1 ? DistributedBackend::nccl : DistributedBackend::mpi;
+    return device.is_cuda() && cuda::nccl_built() && ranks > 1 && shared.empty() ? DistributedBackend::nccl
+                                                                                  : DistributedBackend::mpi;
   TRIAD_CHECK(backend == "nccl",
               "[config] distributed_backend must be one of \"auto\", \"mpi\" or \"nccl\", got \"" << backend << "\"");
   TRIAD_CHECK(device.is_cuda(), "[config] distributed_backend \"nccl\": the device is "
@@ -66,13 +82,17 @@ DistributedBackend resolve_distributed_backend(const std::string& backend, Devic
   TRIAD_CHECK(cuda::nccl_built(), "[config] distributed_backend \"nccl\": this build of triad has no NCCL "
                                       << "communicator (it needs the CUDA backend and NCCL: nccl.h and libnccl under "
                                       << "the CUDA toolkit or NCCL_HOME); use mpi or auto");
+  TRIAD_CHECK(shared.empty(), "[config] distributed_backend \"nccl\": "
+                                  << shared << ", and NCCL needs a GPU per rank (start at most as many ranks per node "
+                                  << "as it has GPUs, or use mpi or auto, which share a GPU through host memory)");
   return DistributedBackend::nccl;
 }
 
 Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp)
     : config_(config), device_(training_device(config_.device)) {
   if (!dp) dp = std::make_shared<parallel::SelfCommunicator>();
-  const DistributedBackend backend = resolve_distributed_backend(config_.distributed_backend, device_, dp->size());
+  const DistributedBackend backend =
+      resolve_distributed_backend(config_.distributed_backend, device_, dp->size(), shared_gpu(dp.get(), device_));
   model_ = std::make_shared<nn::GPT>(config_.model);
   model_->to(device_);
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);

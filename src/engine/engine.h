@@ -69,11 +69,18 @@ enum class DistributedBackend {
 };
 
 // Resolves distributed_backend ("auto", "mpi" or "nccl") for a rank training on `device`
-// among `ranks` data-parallel ranks: "auto" is nccl when the device is a GPU, this build
-// has NCCL and ranks > 1, else mpi. Throws Error naming the key for any other value, and
-// for "nccl" with a cpu device or in a build without NCCL. Ranks running one config
-// resolve it alike.
-DistributedBackend resolve_distributed_backend(const std::string& backend, Device device, int ranks);
+// among `ranks` data-parallel ranks, `shared` saying which of them train on one GPU
+// together (shared_gpu; "" when none do): "auto" is nccl when the device is a GPU, this
+// build has NCCL, ranks > 1 and no GPU is shared, else mpi. Throws Error naming the key
+// for any other value, and for "nccl" with a cpu device, in a build without NCCL, or on a
+// shared GPU (NCCL runs one rank per GPU). Ranks running one config resolve it alike.
+DistributedBackend resolve_distributed_backend(const std::string& backend, Device device, int ranks,
+                                               const std::string& shared = "");
+
+// Two ranks of dp that train on the same GPU of one node, as "ranks 0 and 1 both train on
+// cuda:0 of one node", or "" when every rank has a GPU of its own or the device is not a
+// GPU (collective over dp when the device is a GPU; every rank gets the same answer).
+std::string shared_gpu(parallel::Communicator* dp, Device device);
 
 class Engine {
  public:

@@ -55,7 +55,8 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   const bool leader = rank == 0;
   if (dp) check_same_config(c, *dp);
   // A device or distributed backend this rank cannot train with fails before the data is read.
-  resolve_distributed_backend(c.distributed_backend, training_device(c.device), n);
+  const Device device = training_device(c.device);
+  resolve_distributed_backend(c.distributed_backend, device, n, shared_gpu(dp.get(), device));
   TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * n,
               "[config] train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "
                                            << c.micro_batch_size << " x gradient_accumulation_steps "

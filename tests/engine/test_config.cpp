@@ -126,11 +126,13 @@ BOOST_AUTO_TEST_CASE(distributed_backend_is_auto_mpi_or_nccl) {
   BOOST_TEST(contains(error_of(with("distributed_backend=1")), "distributed_backend must be one of"));
 }
 
-// auto is NCCL only on a GPU, in a build with NCCL, over more than one rank; nccl where it
-// cannot run is an error naming the key and the reason. No GPU is touched: this runs anywhere.
+// auto is NCCL only on a GPU, in a build with NCCL, over more than one rank with a GPU each;
+// nccl where it cannot run is an error naming the key and the reason. No GPU is touched: this runs anywhere.
 BOOST_AUTO_TEST_CASE(distributed_backend_resolves_by_device_build_and_ranks) {
   using engine::DistributedBackend;
-  const auto resolve = engine::resolve_distributed_backend;
+  const auto resolve = [](const std::string& backend, Device device, int ranks, const std::string& shared = "") {
+    return engine::resolve_distributed_backend(backend, device, ranks, shared);
+  };
   const DistributedBackend on_gpus = cuda::nccl_built() ? DistributedBackend::nccl : DistributedBackend::mpi;
   BOOST_TEST((resolve("auto", Device::cuda(0), 2) == on_gpus));
   BOOST_TEST((resolve("auto", Device::cuda(3), 8) == on_gpus));
@@ -149,6 +151,13 @@ BOOST_AUTO_TEST_CASE(distributed_backend_resolves_by_device_build_and_ranks) {
                       {"[config] distributed_backend \"nccl\": ", "no NCCL communicator"});
   }
   test::check_error([&] { resolve("gloo", Device::cpu(), 2); }, {"[config] distributed_backend must be one of"});
+  // Ranks sharing a GPU: auto falls back to MPI, nccl is an error that says which ranks.
+  const std::string shared = "ranks 0 and 1 both train on cuda:0 of one node";
+  BOOST_TEST((resolve("auto", Device::cuda(0), 2, shared) == DistributedBackend::mpi));
+  BOOST_TEST((resolve("mpi", Device::cuda(0), 2, shared) == DistributedBackend::mpi));
+  if (cuda::nccl_built())
+    test::check_error([&] { resolve("nccl", Device::cuda(0), 2, shared); },
+                      {"[config] distributed_backend \"nccl\": " + shared, "NCCL needs a GPU per rank"});
 }
 
 BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_with_a_suggestion) {

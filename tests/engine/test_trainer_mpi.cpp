@@ -1,9 +1,11 @@
 // The trainer under mpirun: data-parallel runs at ZeRO stages 0–3 follow the
 // single-process run (same losses and validation loss), and ranks that disagree on the
-// configuration all stop with the same clear error instead of hanging.
+// configuration all stop with the same clear error instead of hanging. Ranks that would
+// share a GPU are found, and named alike on every rank (no GPU is touched).
 #define BOOST_TEST_MODULE trainer_mpi
 #include <boost/test/unit_test.hpp>
 
+#include "engine/engine.h"
 #include "engine/trainer.h"
 #include "io/token_file.h"
 #include "parallel/runtime.h"
@@ -75,4 +77,15 @@ BOOST_AUTO_TEST_CASE(ranks_with_different_configs_all_stop) {
   const engine::TrainConfig c = engine::parse_config(j, world->size());
   test::check_error([&] { engine::train(c, {}, world); }, {"configuration differs between data-parallel ranks"});
   world->barrier();
+}
+
+BOOST_AUTO_TEST_CASE(ranks_sharing_a_gpu_are_named_on_every_rank) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  BOOST_TEST(engine::shared_gpu(world.get(), Device::cuda(r)) == "");
+  BOOST_TEST(engine::shared_gpu(world.get(), Device::cpu()) == "");
+  // The last two ranks on one GPU, the others each on their own.
+  const std::string shared = engine::shared_gpu(world.get(), Device::cuda(std::min(r, n - 2)));
+  BOOST_TEST(shared == "ranks " + std::to_string(n - 2) + " and " + std::to_string(n - 1) + " both train on cuda:" +
+                           std::to_string(n - 2) + " of one node");
 }
