@@ -255,10 +255,14 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     if (g.master.defined()) ops::copy_(params, g.master);  // round the master weights to storage
   }
   if (config_.stage >= 1) {  // whole parameters again: every group but partitioned ones
-    std::vector<std::pair<Group*, Tensor>> fulls;
-    for (Group& g : groups_)
-      if (!g.partitioned) fulls.emplace_back(&g, g.flat->flat());
-    gather_shards(fulls);
+    std::vector<Tensor> sends;
+    for (Group& g : groups_) {
+      if (g.partitioned) continue;
+      sends.push_back(ops::clone(g.flat->shard(g.flat->flat())));
+      pending_.push_back(
+          {bucketed_all_gather(*dp_, sends.back(), g.flat->flat(), config_.allgather_bucket_size), &g, Tensor()});
+    }
+    drain(/*wait_all=*/true);
   }
   for (Group& g : groups_) {
     if (config_.stage <= 1)
@@ -302,31 +306,6 @@ std::vector<ZeroOptimizer::Slice> ZeroOptimizer::slices(State state, bool owned)
 
 std::vector<ZeroOptimizer::Slice> ZeroOptimizer::owned_slices(State state) const { return slices(state, true); }
 std::vector<ZeroOptimizer::Slice> ZeroOptimizer::resident_slices(State state) const { return slices(state, false); }
-
-void ZeroOptimizer::gather_shards(const std::vector<std::pair<Group*, Tensor>>& fulls) {
-  std::vector<Tensor> sends;  // the shards, copied: an all-gather's input must not alias its output
-  sends.reserve(fulls.size());
-  for (const auto& [g, full] : fulls) {
-    sends.push_back(ops::clone(g->flat->shard(full)));
-    pending_.push_back({bucketed_all_gather(*dp_, sends.back(), full, config_.allgather_bucket_size), g, Tensor()});
-  }
-  drain(/*wait_all=*/true);
-}
-
-void ZeroOptimizer::gather_resident() {
-  NoGradGuard no_grad;
-  if (dp_->size() == 1) return;
-  std::vector<std::pair<Group*, Tensor>> fulls;
-  for (Group& g : groups_) {
-    if (g.partitioned) continue;
-    fulls.emplace_back(&g, g.flat->flat());
-    if (config_.stage != 0) continue;  // the rest is sharded
-    if (g.master.defined()) fulls.emplace_back(&g, g.master);
-    fulls.emplace_back(&g, g.exp_avg);
-    fulls.emplace_back(&g, g.exp_avg_sq);
-  }
-  gather_shards(fulls);
-}
 
 void ZeroOptimizer::set_counters(const Counters& c) {
   TRIAD_CHECK(c.steps >= 0 && c.scale > 0 && c.hysteresis_left >= 0 && c.clean_steps >= 0,

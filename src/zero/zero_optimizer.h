@@ -122,14 +122,9 @@ class ZeroOptimizer {
   // The elements of this rank's shard: every element of every parameter belongs to exactly
   // one rank's slices (what a rank saves).
   std::vector<Slice> owned_slices(State state) const;
-  // Every element of `state` this rank keeps: stage 0 keeps all, stages 1 and 2 keep all
-  // parameters but only the shard of the rest, stage 3 the shard.
+  // Every element of `state` this rank keeps (what a rank loads): stage 0 keeps all,
+  // stages 1 and 2 keep all parameters but only the shard of the rest, stage 3 the shard.
   std::vector<Slice> resident_slices(State state) const;
-  // Rebuilds what each rank keeps beyond its owned slices from the other ranks' (collective):
-  // a load reads only the owned slices of every state from the file, then calls this.
-  // Stage 0 gathers every state; stages 1–3 the parameters of unpartitioned groups, as the
-  // end of a step does.
-  void gather_resident();
   // The scalar state: steps taken (bias correction) and the dynamic loss scale's counters.
   struct Counters {
     int64_t steps = 0;
@@ -177,9 +172,6 @@ class ZeroOptimizer {
   bool overflow_anywhere(const std::vector<Tensor>& grads);
   void update_scale(bool overflow);
   void launch(Group& g);
-  // All-gathers each of `fulls` (padded flat buffers of their groups) from every rank's
-  // shard of it, and waits.
-  void gather_shards(const std::vector<std::pair<Group*, Tensor>>& fulls);
   void complete(Pending& p);
   void drain(bool wait_all);
 
