@@ -12,16 +12,12 @@
 #include <hdf5.h>
 #include <mpi.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <sstream>
 #include <utility>
 
-#include "io/byte_runs.h"
 #include "io/token_file.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/mpi_check.h"
@@ -329,10 +325,6 @@ struct H5State {
   int rank = 0;
   int64_t max_transfer_bytes = kDefaultMaxTransferBytes;
   Hid dxpl;  // the transfer property list (independent in parallel mode)
-  // The open file's own handle (HDF5 keeps it): MPI_File* in parallel mode, int* (the
-  // descriptor) in serial mode. Asked for once at opening: in parallel mode asking is
-  // collective (HDF5 duplicates the communicator to answer).
-  void* handle = nullptr;
 
   bool parallel() const { return comm != MPI_COMM_NULL; }
 
@@ -553,108 +545,32 @@ struct H5State {
     }
     agree_on(op, object, layout, local.str());
 
-    // Each range is one byte range of the file when its dataset stores it as memory holds
-    // it (so does every dataset created here): those that continue each other in the file
-    // and in memory move in one system call, through the file's own handle. Reads with a
-    // done callback go a range at a time, so that the caller can work on each as it comes.
-    std::vector<BytePiece> pieces;
     for (size_t i = 0; i < ranges.size(); ++i) {
       const H5File::TensorRange& r = ranges[i];
-      const int64_t esize = int64_t(element_size(r.data.dtype())), at = raw_address(dsets[i].get(), r);
-      pieces.push_back({at < 0 ? -1 : at + r.first * esize, static_cast<unsigned char*>(r.data.raw_data()),
-                        r.data.numel() * esize});
-    }
-    for (const ByteRun& run : byte_runs(pieces, write || !done)) {
-      if (run.offset < 0)
-        hdf5_transfer(write, ranges[run.first], dsets[run.first].get(), shapes[run.first]);
-      else
-        raw_transfer(write, run, ranges);
-      for (size_t i = run.first; i < run.last; ++i) {
-        TRIAD_H5(*this, H5Dclose(dsets[i].release()), "closing dataset '" << ranges[i].name << "'");
-        if (done) done(i);
-      }
-    }
-  }
-
-  // Where the dataset's bytes start in the file when they are r's dtype's bytes in memory
-  // order, back to back (contiguous layout, allocated, no external storage, the same type
-  // as memory's); else -1.
-  int64_t raw_address(hid_t dset, const H5File::TensorRange& r) const {
-    const std::string what = "reading the layout of dataset '" + r.name + "'";
-    Hid dcpl(TRIAD_H5(*this, H5Dget_create_plist(dset), what), H5Pclose);
-    if (TRIAD_H5(*this, H5Pget_layout(dcpl.get()), what) != H5D_CONTIGUOUS) return -1;
-    if (TRIAD_H5(*this, H5Pget_external_count(dcpl.get()), what) != 0) return -1;
-    Hid stored(TRIAD_H5(*this, H5Dget_type(dset), what), H5Tclose);
-    if (TRIAD_H5(*this, H5Tequal(stored.get(), make_type(r.data.dtype()).get()), what) == 0) return -1;
-    const haddr_t at = H5Dget_offset(dset);  // undefined while no storage is allocated
-    return at == HADDR_UNDEF ? -1 : int64_t(at);
-  }
-
-  // Moves a run's bytes, in pieces of at most max_transfer_bytes: MPI-IO on the file's
-  // MPI handle in parallel mode, pwrite/pread on its descriptor in serial mode.
-  void raw_transfer(bool write, const ByteRun& run, const std::vector<H5File::TensorRange>& ranges) const {
-    const auto what = [&](int64_t lo, int64_t n) {
-      std::ostringstream os;
-      os << (write ? "writing " : "reading ") << n << " bytes at offset " << run.offset + lo << " (dataset '"
-         << ranges[run.first].name << "'";
-      if (run.last - run.first > 1) os << " to '" << ranges[run.last - 1].name << "'";
-      os << ")";
-      return os.str();
-    };
-    const int64_t step = std::max<int64_t>(1, max_transfer_bytes);
-    for (int64_t lo = 0; lo < run.bytes; lo += step) {
-      const int64_t n = std::min(step, run.bytes - lo);
-      unsigned char* buf = run.memory + lo;
-      int64_t moved = 0;
-      if (parallel()) {
-        MPI_File fh = *static_cast<MPI_File*>(handle);
-        MPI_Status status;
-        const MPI_Offset at = run.offset + lo;
+      const hid_t dset = dsets[i].get();
+      const DType dt = r.data.dtype();
+      const int64_t esize = int64_t(element_size(dt)), count = r.data.numel();
+      const int64_t per_round = std::max<int64_t>(1, max_transfer_bytes / esize);
+      const Hid type = make_type(dt);
+      auto* bytes = static_cast<unsigned char*>(r.data.raw_data());
+      for (int64_t lo = 0; lo < count; lo += per_round) {
+        const int64_t n = std::min(per_round, count - lo);
+        Hid fspace(TRIAD_H5(*this, H5Dget_space(dset), "reading the shape of dataset '" << r.name << "'"), H5Sclose);
+        select_range(fspace.get(), shapes[i], r.first + lo, n, r.name);
+        const hsize_t mdim = hsize_t(n);
+        Hid mspace(TRIAD_H5(*this, H5Screate_simple(1, &mdim, nullptr), "creating a memory dataspace"), H5Sclose);
+        unsigned char* buf = bytes + lo * esize;
         if (write)
-          TRIAD_MPI(MPI_File_write_at(fh, at, buf, int(n), MPI_BYTE, &status), "MPI_File_write_at");
+          TRIAD_H5(*this, H5Dwrite(dset, type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
+                   "writing elements [" << r.first + lo << ", " << r.first + lo + n << ") of dataset '" << r.name
+                                        << "'");
         else
-          TRIAD_MPI(MPI_File_read_at(fh, at, buf, int(n), MPI_BYTE, &status), "MPI_File_read_at");
-        int count = 0;
-        TRIAD_MPI(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
-        moved = count;
-      } else {
-        const int fd = *static_cast<int*>(handle);
-        while (moved < n) {
-          const ssize_t got = write ? ::pwrite(fd, buf + moved, size_t(n - moved), off_t(run.offset + lo + moved))
-                                    : ::pread(fd, buf + moved, size_t(n - moved), off_t(run.offset + lo + moved));
-          if (got < 0 && errno == EINTR) continue;
-          if (got < 0) throw Error("HDF5 file '" + path + "': " + what(lo, n) + " failed: " + std::strerror(errno));
-          if (got == 0) break;
-          moved += got;
-        }
+          TRIAD_H5(*this, H5Dread(dset, type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
+                   "reading elements [" << r.first + lo << ", " << r.first + lo + n << ") of dataset '" << r.name
+                                        << "'");
       }
-      if (moved != n)
-        throw Error("HDF5 file '" + path + "': " + what(lo, n) + " moved " + std::to_string(moved) +
-                    " bytes: the file ends early" + (parallel() ? " (rank " + std::to_string(rank) + ")" : ""));
-    }
-  }
-
-  // A range through HDF5's own transfer (datasets stored otherwise than memory holds them),
-  // in pieces of at most max_transfer_bytes.
-  void hdf5_transfer(bool write, const H5File::TensorRange& r, hid_t dset, const Shape& shape) const {
-    const DType dt = r.data.dtype();
-    const int64_t esize = int64_t(element_size(dt)), count = r.data.numel();
-    const int64_t per_round = std::max<int64_t>(1, max_transfer_bytes / esize);
-    const Hid type = make_type(dt);
-    auto* bytes = static_cast<unsigned char*>(r.data.raw_data());
-    for (int64_t lo = 0; lo < count; lo += per_round) {
-      const int64_t n = std::min(per_round, count - lo);
-      Hid fspace(TRIAD_H5(*this, H5Dget_space(dset), "reading the shape of dataset '" << r.name << "'"), H5Sclose);
-      select_range(fspace.get(), shape, r.first + lo, n, r.name);
-      const hsize_t mdim = hsize_t(n);
-      Hid mspace(TRIAD_H5(*this, H5Screate_simple(1, &mdim, nullptr), "creating a memory dataspace"), H5Sclose);
-      unsigned char* buf = bytes + lo * esize;
-      if (write)
-        TRIAD_H5(*this, H5Dwrite(dset, type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
-                 "writing elements [" << r.first + lo << ", " << r.first + lo + n << ") of dataset '" << r.name << "'");
-      else
-        TRIAD_H5(*this, H5Dread(dset, type.get(), mspace.get(), fspace.get(), dxpl.get(), buf),
-                 "reading elements [" << r.first + lo << ", " << r.first + lo + n << ") of dataset '" << r.name << "'");
+      TRIAD_H5(*this, H5Dclose(dsets[i].release()), "closing dataset '" << r.name << "'");
+      if (done) done(i);
     }
   }
 
@@ -676,9 +592,6 @@ struct H5State {
     Hid dcpl(TRIAD_H5(*this, H5Pcreate(H5P_DATASET_CREATE), "creating " << what), H5Pclose);
     TRIAD_H5(*this, H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "creating " << what);
     TRIAD_H5(*this, H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "creating " << what);
-    // Storage from the start (as parallel HDF5 always does): its place in the file is known
-    // before the first write (raw_address), and without a fill value costs no I/O.
-    TRIAD_H5(*this, H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "creating " << what);
     const hid_t d =
         TRIAD_H5(*this, H5Dcreate2(file, name.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
                  "creating " << what);
@@ -826,7 +739,6 @@ std::unique_ptr<H5State> start_file(const std::string& path, MPI_Comm parent, St
   else
     s.file =
         TRIAD_H5(s, H5Fopen(path.c_str(), how == Start::open_write ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()), op);
-  TRIAD_H5(s, H5Fget_vfd_handle(s.file, fapl.get(), &s.handle), op);
   return state;
 }
 
@@ -851,7 +763,6 @@ H5File::~H5File() {
     s_->comm = MPI_COMM_NULL;  // its duplicate stays with the abandoned file
     return;
   }
-  s_->handle = nullptr;
   if (H5Fclose(std::exchange(s_->file, H5I_INVALID_HID)) < 0) innermost_hdf5_message();
 }
 
@@ -1163,7 +1074,6 @@ void H5File::close() {
   if (!s_ || s_->file < 0) return;
   H5State& s = *s_;
   s.dxpl.reset();
-  s.handle = nullptr;
   const herr_t rc = H5Fclose(std::exchange(s.file, H5I_INVALID_HID));
   s.free_comm();
   if (rc < 0) {

@@ -23,17 +23,11 @@
 //   set/get_attrs_uint64) do what their one-item forms do to each item, with one agreement
 //   for the whole batch instead of one per item: a checkpoint of hundreds of datasets
 //   would otherwise pay hundreds of round trips among the ranks.
-// - Data transfers are independent once the ranks have agreed on them: each rank's part of
-//   a dataset is one contiguous range of the file, which it reads or writes itself, with no
-//   collective call per dataset. (Two-phase collective buffering would ship every byte
-//   through an aggregator rank, and HDF5's collective transfers make collective calls of
-//   their own for each dataset.) Datasets created here are contiguous, allocated at
-//   creation and stored in memory's byte order, so a range's bytes go straight between
-//   the tensor and the file through the file's own handle (MPI-IO in parallel mode,
-//   pread/pwrite in serial mode), and the ranges of a batch that continue each other in
-//   the file and in memory go in one call: a ZeRO shard spanning many parameters is one
-//   write per state. Other datasets (another tool's: chunked, big-endian) go through
-//   HDF5's H5Dread/H5Dwrite (H5FD_MPIO_INDEPENDENT in parallel mode).
+// - Data transfers are independent MPI-IO (H5FD_MPIO_INDEPENDENT) once the ranks have
+//   agreed on them: each rank's part of a dataset is one contiguous range of the file,
+//   which it reads or writes itself, with no collective call per dataset. (Two-phase
+//   collective buffering would ship every byte through an aggregator rank, and HDF5's
+//   collective transfers make collective calls of their own for each dataset.)
 // - Names are absolute HDF5 paths: "/model/h.0.attn.weight". Creating a dataset or group
 //   creates its missing parent groups. Attributes live on "/" (the file) or on any group
 //   or dataset.
@@ -165,8 +159,8 @@ class H5File {
   Tensor read(const std::string& name) const;
 
 
-  // Transfers larger than this many bytes are split into several calls. Default 1 GiB:
-  // each MPI-IO request stays well below the 2^31-byte limit of MPI's int counts.
+  // Transfers larger than this many bytes are split into several HDF5 calls. Default
+  // 1 GiB: each MPI-IO request stays well below the 2^31-byte limit of MPI's int counts.
   // Local setting; need not agree.
   void set_max_transfer_bytes(int64_t bytes);
   int64_t max_transfer_bytes() const;

@@ -1,8 +1,7 @@
 // H5File in serial mode (no MPI) and the range checksum: the element-range decomposition
 // checked exhaustively against brute force, bit-exact round trips of every dtype whole and
 // by ranges (also in several transfer rounds), attributes of every type, dataset listing,
-// errors that name the file and dataset, h5dump reading what we write (a shard written as
-// one run over several datasets too), the grouping of byte runs, and the checksum's
+// errors that name the file and dataset, h5dump reading what we write, and the checksum's
 // composition over ranges and sensitivity to every byte.
 #define BOOST_TEST_MODULE h5file
 #include <boost/test/unit_test.hpp>
@@ -12,10 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <set>
-#include <sstream>
-#include <tuple>
 
-#include "io/byte_runs.h"
 #include "io/checksum.h"
 #include "io/h5file.h"
 #include "parallel/self_communicator.h"
@@ -468,75 +464,7 @@ BOOST_AUTO_TEST_CASE(h5dump_reads_what_we_write) {
   BOOST_TEST(text.find("-100", bf) != std::string::npos);
 }
 
-// The values h5dump prints for dataset `name` (index-free, unwrapped).
-std::vector<double> h5dump_values(const TempDir& dir, const std::string& path, const std::string& name) {
-  const std::string out = dir.file("values.txt");
-  const int rc = std::system(("h5dump -y -w 0 -d '" + name + "' '" + path + "' > '" + out + "' 2>&1").c_str());
-  const std::string text = test::read_bytes(out);
-  BOOST_TEST_REQUIRE(rc == 0, "h5dump failed:\n" << text);
-  const size_t data = text.find("DATA {");
-  BOOST_TEST_REQUIRE(data != std::string::npos, text);
-  std::istringstream in(text.substr(data + 6, text.find('}', data) - data - 6));
-  std::vector<double> values;
-  for (std::string item; std::getline(in, item, ',');) values.push_back(std::stod(item));
-  return values;
-}
-
-// A ZeRO shard's shape of batch: the tail of /s/a, all of /s/b and the head of /s/c, views
-// of one buffer, written in one batch (one run of the file). HDF5 itself (h5dump) must
-// find every value where the datasets' elements are.
-BOOST_AUTO_TEST_CASE(a_shard_across_datasets_lands_where_hdf5_reads_it) {
-  TempDir dir;
-  const std::string path = dir.file("shard.h5");
-  std::vector<float> all(13);
-  for (size_t k = 0; k < all.size(); ++k) all[k] = float(k) + 0.5f;
-  const Tensor flat = Tensor::from_vector(all, {13});
-  const auto part = [&](int64_t first, int64_t count) { return ops::narrow(flat, 0, first, count); };
-  {
-    H5File f = H5File::create(path);
-    f.create_datasets({{"/s/a", DType::f32, {2, 3}}, {"/s/b", DType::f32, {4}}, {"/s/c", DType::f32, {3}}});
-    f.write_ranges({{"/s/a", 4, part(4, 2)}, {"/s/b", 0, part(6, 4)}, {"/s/c", 0, part(10, 1)}});
-    f.write_ranges({{"/s/a", 0, part(0, 4)}, {"/s/c", 1, part(11, 2)}});
-  }
-  BOOST_TEST(h5dump_values(dir, path, "/s/a") == (std::vector<double>{0.5, 1.5, 2.5, 3.5, 4.5, 5.5}));
-  BOOST_TEST(h5dump_values(dir, path, "/s/b") == (std::vector<double>{6.5, 7.5, 8.5, 9.5}));
-  BOOST_TEST(h5dump_values(dir, path, "/s/c") == (std::vector<double>{10.5, 11.5, 12.5}));
-}
-
 BOOST_AUTO_TEST_SUITE_END()
-
-// Pieces that continue each other in the file and in memory are one run; anything else
-// (a gap, a jump back, memory elsewhere, a piece with no file offset) starts a new one.
-BOOST_AUTO_TEST_CASE(byte_runs_group_what_continues) {
-  unsigned char m[64];
-  const std::vector<io::BytePiece> pieces = {
-      {100, m, 8},       // run 0
-      {108, m + 8, 4},   // continues
-      {112, m + 20, 4},  // memory elsewhere: run 1
-      {116, m + 24, 0},  // no bytes: continues
-      {116, m + 24, 2},  // continues
-      {200, m + 26, 2},  // a gap in the file: run 2
-      {-1, m + 28, 4},   // no offset: run 3, alone
-      {202, m + 32, 2},  // after one without an offset: run 4
-      {150, m + 34, 2},  // back in the file: run 5
-  };
-  const std::vector<io::ByteRun> runs = io::byte_runs(pieces, true);
-  const std::vector<std::tuple<size_t, size_t, int64_t, int64_t>> expected = {
-      {0, 2, 100, 12}, {2, 5, 112, 6}, {5, 6, 200, 2}, {6, 7, -1, 4}, {7, 8, 202, 2}, {8, 9, 150, 2}};
-  BOOST_TEST_REQUIRE(runs.size() == expected.size());
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const auto [first, last, offset, bytes] = expected[i];
-    BOOST_TEST(runs[i].first == first, "run " << i);
-    BOOST_TEST(runs[i].last == last, "run " << i);
-    BOOST_TEST(runs[i].offset == offset, "run " << i);
-    BOOST_TEST(runs[i].bytes == bytes, "run " << i);
-    BOOST_TEST(runs[i].memory == pieces[first].memory, "run " << i);
-  }
-  const std::vector<io::ByteRun> single = io::byte_runs(pieces, false);
-  BOOST_TEST_REQUIRE(single.size() == pieces.size());
-  for (size_t i = 0; i < single.size(); ++i) BOOST_TEST((single[i].first == i && single[i].last == i + 1));
-  BOOST_TEST(io::byte_runs({}, true).empty());
-}
 
 BOOST_AUTO_TEST_SUITE(checksums)
 
