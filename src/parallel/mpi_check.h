@@ -22,5 +22,7 @@ MPI_Datatype mpi_type(DType t);
 // The MPI_Op of `op` on dtype t: MPI's own, or for bf16/f16 a user op that converts both
 // operands to float, combines them and rounds back to nearest even (mpi_communicator.h).
 MPI_Op mpi_op(ReduceOp op, DType t);
+// Whether MPI_Finalize has run (a Work destroyed after it must not touch its requests).
+bool mpi_finalized();
 
 }  // namespace triad::parallel::detail

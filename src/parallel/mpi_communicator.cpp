@@ -8,7 +8,6 @@
 
 #include <array>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -17,6 +16,7 @@
 
 #include "parallel/collective_checks.h"
 #include "parallel/mpi_check.h"
+#include "parallel/mpi_exchange_reduce_scatter.h"
 #include "parallel/runtime.h"
 #include "parallel/staged_collectives.h"
 
@@ -111,6 +111,12 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
   return MPI_OP_NULL;
 }
 
+bool mpi_finalized() {
+  int flag = 0;
+  MPI_Finalized(&flag);
+  return flag != 0;
+}
+
 void free_mpi_reduction_ops() {
   for (auto& row : g_half_ops)
     for (MPI_Op& op : row)
@@ -119,17 +125,11 @@ void free_mpi_reduction_ops() {
 
 }  // namespace detail
 
+using detail::mpi_finalized;
 using detail::mpi_op;
 using detail::mpi_type;
 
 namespace {
-
-
-bool mpi_finalized() {
-  int flag = 0;
-  MPI_Finalized(&flag);
-  return flag != 0;
-}
 
 // An MPI request in flight, holding the tensors it reads or writes (so their storage
 // outlives it) and an optional step run once on completion.
@@ -203,6 +203,9 @@ MpiWork::~MpiWork() {
 struct MpiCommunicator::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   bool owned = false;  // freed in the destructor (everything but MPI_COMM_WORLD)
+  // A duplicate of comm for the messages of reduce_scatter by exchange (Note
+  // [Reduce-scatter by exchange]), so they never match the user's receives. Always owned.
+  MPI_Comm exchange = MPI_COMM_NULL;
   int rank = 0, size = 1;
   int tag_ub = 32767;                      // the MPI standard's guaranteed minimum
   std::optional<CollectiveChecks> checks;  // made once rank, size and tag_ub are known
@@ -215,6 +218,8 @@ struct MpiCommunicator::Impl {
     int flag = 0;
     TRIAD_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag), "MPI_Comm_get_attr(MPI_TAG_UB)");
     if (flag) tag_ub = *static_cast<int*>(value);
+    TRIAD_MPI(MPI_Comm_dup(comm, &exchange), "MPI_Comm_dup");
+    TRIAD_MPI(MPI_Comm_set_errhandler(exchange, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     checks.emplace(rank, size, DeviceRule::host_or_staged("the MPI communicator"), kMpiMaxCount, tag_ub);
   }
 };
@@ -222,10 +227,14 @@ struct MpiCommunicator::Impl {
 MpiCommunicator::MpiCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 MpiCommunicator::~MpiCommunicator() {
-  if (impl_ && impl_->owned && impl_->comm != MPI_COMM_NULL && !mpi_finalized()) {
-    const int rc = MPI_Comm_free(&impl_->comm);
+  if (!impl_ || mpi_finalized()) return;
+  auto free_comm = [](MPI_Comm& comm) {
+    if (comm == MPI_COMM_NULL) return;
+    const int rc = MPI_Comm_free(&comm);
     if (rc != MPI_SUCCESS) std::fprintf(stderr, "rank %d: warning: MPI_Comm_free failed (code %d)\n", world_rank(), rc);
-  }
+  };
+  free_comm(impl_->exchange);
+  if (impl_->owned) free_comm(impl_->comm);
 }
 
 std::shared_ptr<MpiCommunicator> MpiCommunicator::wrap_world() {
@@ -270,26 +279,8 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
 WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
   const bool in_place = impl_->checks->reduce_scatter(input, output);
   if (!input.device().is_cpu()) return staged::reduce_scatter(*this, input, output, op);
-  const int64_t k = output.numel();
-  char* in = static_cast<char*>(input.raw_data());
-  char* out = static_cast<char*>(output.raw_data());
-  const MPI_Datatype type = mpi_type(input.dtype());
-  const MPI_Op mop = mpi_op(op, input.dtype());
-  if (!in_place) {
-    auto work = std::make_unique<MpiWork>("reduce_scatter", input, output);
-    TRIAD_MPI(MPI_Ireduce_scatter_block(in, out, int(k), type, mop, impl_->comm, work->request()),
-              "MPI_Ireduce_scatter_block");
-    return work;
-  }
-  // MPI's in-place form leaves the result in chunk 0 of the buffer; move it to chunk rank().
-  const size_t bytes = size_t(k) * element_size(input.dtype());
-  auto move_result = [in, out, bytes](const MPI_Status&) {
-    if (out != in) std::memmove(out, in, bytes);
-  };
-  auto work = std::make_unique<MpiWork>("reduce_scatter", input, output, move_result);
-  TRIAD_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, int(k), type, mop, impl_->comm, work->request()),
-            "MPI_Ireduce_scatter_block");
-  return work;
+  // Point to point rather than MPI_Ireduce_scatter_block: Note [Reduce-scatter by exchange].
+  return detail::start_exchange_reduce_scatter(impl_->exchange, impl_->rank, impl_->size, input, output, op, in_place);
 }
 
 WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {

@@ -1,7 +1,11 @@
 // MpiCommunicator: the Communicator over an MPI communicator (Open MPI's C API, host
-// memory). Every collective is MPI's non-blocking one (MPI_Iallreduce,
-// MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ialltoall, MPI_Ibcast, MPI_Isend/Irecv)
-// and returns a Work over the MPI_Request: wait() = MPI_Wait, test() = MPI_Test.
+// memory). Every collective is MPI's non-blocking one (MPI_Iallreduce, MPI_Iallgather,
+// MPI_Ialltoall, MPI_Ibcast, MPI_Isend/Irecv) and returns a Work over the MPI_Request:
+// wait() = MPI_Wait, test() = MPI_Test. reduce_scatter is an exchange of MPI_Isend/Irecv
+// on a duplicate of the communicator, its chunks reduced by MPI_Reduce_local in wait() or
+// test() (Note [Reduce-scatter by exchange], mpi_exchange_reduce_scatter.h): MPI's
+// in-place form would leave the result in the wrong chunk, and on one node the exchange
+// is several times faster than Open MPI's MPI_Ireduce_scatter_block either way.
 //
 // Beyond communicator.h's contract:
 // - Devices: cpu tensors go to MPI as they are. Tensors on a device whose backend stages
@@ -15,15 +19,15 @@
 //   elements; their reductions use user MPI_Ops that convert both operands to float,
 //   combine them and round the result back to nearest even. So every pairwise
 //   combination is exact-in-fp32-then-rounded: a sum over n ranks is rounded up to n−1
-//   times (once per combination step of MPI's algorithm), not once at the end. Sums of
+//   times (once per combination step of the algorithm), not once at the end. Sums of
 //   values whose partial sums are representable (small integers: bf16 up to 256, f16 up
 //   to 2048) are exact; in general expect a relative error up to about (n−1)·2^-8 for
 //   bf16 and (n−1)·2^-11 for f16. max and min are exact.
 // - In place, as NCCL allows: reduce_scatter's output may be chunk rank() of its input,
 //   and all_gather's input may be chunk rank() of its output. all_to_all's input may be
 //   its output (MPI_IN_PLACE). Any other overlap of input and output throws.
-//   After an in-place reduce_scatter the input's other chunks are unspecified (MPI
-//   reduces in the buffer); out of place, the input is left unchanged.
+//   After an in-place reduce_scatter the input's other chunks are unspecified; out of
+//   place, the input is left unchanged. Ranks may differ in placement.
 // - Element counts are MPI ints: a tensor of more than 2^31 − 1 elements throws Error.
 // - Arguments are checked by collective_checks.h's rules before anything is sent.
 // - A Work holds its tensors' storages, so they live until the operation completes. A
@@ -31,7 +35,9 @@
 //   the stack: then it is abandoned (its request and buffers leaked) so that an error on
 //   one rank reaches the top-level handler, which aborts the job, instead of hanging in
 //   MPI_Wait for ranks that will never join.
-// - recv checks on completion that the message had exactly t.numel() elements.
+// - recv checks on completion that the message had exactly t.numel() elements, and
+//   reduce_scatter that every peer's chunk had output.numel() (mismatched sizes throw on
+//   wait() instead of hanging or reducing garbage).
 // - Progress: Open MPI advances non-blocking collectives only inside MPI calls of this
 //   process (wait, test, any other call). To overlap communication with computation,
 //   call Work::test() now and then during the computation (e.g. between layers).
@@ -50,7 +56,9 @@ class MpiCommunicator : public Communicator {
   struct Impl;  // holds the MPI_Comm (defined in the .cpp: this header never sees mpi.h)
 
   explicit MpiCommunicator(std::unique_ptr<Impl> impl);
-  ~MpiCommunicator() override;  // MPI_Comm_free unless MPI is finalized or the comm is the world
+  // MPI_Comm_free of the duplicate, and of the comm unless it is the world (not once MPI
+  // is finalized).
+  ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
