@@ -628,7 +628,7 @@ void report_summary(const Context& x, const std::vector<const OpInfo*>& ops, con
         {"op", worst->c.info->name}, {"in_place", worst->c.in_place}, {"bytes", worst->c.bytes}};
   app::print_json_line({{"bench", "collectives"},
                         {"comm", x.options.comm},
-                        {"raw", x.options.raw},
+                        {"raw", x.backend.raw_kind()},
                         {"ranks", x.n},
                         {"dtype", dtype_name(x.dtype)},
                         {"warmup", x.options.warmup},

@@ -19,7 +19,8 @@
 // REFERENCE.md "Collective benchmarks"), the raw call's time and busbw, triad/raw, and
 // #wrong: result elements that differ from the closed-form expectation after one more call
 // on freshly filled buffers. Then an "Avg bus bandwidth" line, the total #wrong and, as the
-// last line, one JSON object with every row and a summary. The exit status is 1 when any
+// last line, one JSON object with every row and a summary ("raw" names the raw side:
+// nonblocking or blocking MPI calls, or nccl). The exit status is 1 when any
 // element was wrong. Bad options throw triad::Error on every rank before any collective.
 #pragma once
 

@@ -55,6 +55,10 @@ class Backend {
   virtual Device device() const = 0;
   virtual const char* library() const = 0;   // "MPI", "NCCL"
   virtual const char* raw_name() const = 0;  // what the raw calls are, for the report's header
+  // The same in a word, for the JSON line's "raw": "nonblocking" (MPI_I<coll> + MPI_Wait),
+  // "blocking" (MPI_<coll>) or "nccl" (the bare NCCL calls on a communicator and stream of
+  // their own).
+  virtual const char* raw_kind() const = 0;
   // How the raw call is made in place, for the section's note: "" for the ops whose raw
   // in-place form is triad's (all_reduce, broadcast).
   virtual std::string raw_in_place(Op op) const = 0;

@@ -32,6 +32,7 @@ class MpiBackend final : public Backend {
     return blocking_ ? "blocking MPI call (MPI_Allreduce, ...; not what the communicator makes)"
                      : "MPI call the communicator makes (MPI_Iallreduce, ... + MPI_Wait)";
   }
+  const char* raw_kind() const override { return blocking_ ? "blocking" : "nonblocking"; }
   std::string raw_in_place(Op op) const override {
     switch (op) {
       case Op::reduce_scatter:

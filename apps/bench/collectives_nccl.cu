@@ -106,6 +106,7 @@ class NcclBackend final : public Backend {
     return "NCCL call the communicator makes (ncclAllReduce, ...; all_to_all and sendrecv: ncclSend/ncclRecv in "
            "a group), on an NCCL communicator and stream of its own";
   }
+  const char* raw_kind() const override { return "nccl"; }
   std::string raw_in_place(Op op) const override {
     switch (op) {
       case Op::reduce_scatter:

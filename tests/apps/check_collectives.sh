@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check_collectives.sh COMM RANKS COMMAND...: runs a `triad-bench collectives` sweep (COMMAND,
 # under mpirun) and passes when it exits 0 within 240 s and the JSON object on its last line
-# is the sweep's: comm COMM on RANKS ranks, checked, rows for all six ops, each with positive
+# is the sweep's: comm COMM on RANKS ranks, its raw side named for COMM's default (mpi:
+# nonblocking, nccl: nccl), checked, rows for all six ops, each with positive
 # times for triad's and the raw call and 0 wrong elements in both results (total_wrong and
 # total_raw_wrong 0).
 set -u
@@ -18,7 +19,8 @@ comm, ranks = sys.argv[1], int(sys.argv[2])
 j = json.loads(sys.stdin.read())
 rows, s = j["rows"], j["summary"]
 problems = []
-for key, want in (("bench", "collectives"), ("comm", comm), ("ranks", ranks), ("check", True)):
+raw = {"mpi": "nonblocking", "nccl": "nccl"}[comm]
+for key, want in (("bench", "collectives"), ("comm", comm), ("raw", raw), ("ranks", ranks), ("check", True)):
     if j[key] != want: problems.append("%s is %r, expected %r" % (key, j[key], want))
 ops = {r["op"] for r in rows}
 expected = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "sendrecv"}
