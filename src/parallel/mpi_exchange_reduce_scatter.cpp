@@ -93,8 +93,8 @@ class ExchangeReduceScatter final : public Work {
     check(MPI_Get_count(&status, type_, &count), "MPI_Get_count");
     if (count != k_) {
       abandon();
-      TRIAD_CHECK(false, "reduce_scatter: rank " << peer(i) << " sent a chunk of " << count
-                                                 << " elements, this rank (" << rank_ << ") expected " << k_
+      TRIAD_CHECK(false, "reduce_scatter: rank " << peer(i) << " sent a chunk of " << count << " elements, this rank ("
+                                                 << rank_ << ") expected " << k_
                                                  << " (every rank must pass the same sizes)");
     }
     if (k_ == 0) return;  // the empty messages only confirm that every rank passed k = 0
@@ -132,10 +132,10 @@ class ExchangeReduceScatter final : public Work {
   MPI_Datatype type_;
   MPI_Op op_;
   int rank_, size_, peers_;
-  int k_;                // elements per chunk
+  int k_;  // elements per chunk
   size_t chunk_bytes_;
-  char* own_;            // chunk rank() of the input
-  char* result_;         // the output (in place: own_)
+  char* own_;     // chunk rank() of the input
+  char* result_;  // the output (in place: own_)
   char* scratch_ = nullptr;
   bool in_place_;
   std::vector<MPI_Request> requests_;  // [0, peers): receives in reduction order; then the sends

@@ -124,8 +124,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_on_1_2_3_ranks, T, AllTypes) {
   const int n = sub->size(), r = sub->rank();
   for (int64_t k : {1, 5, 3001, 40000}) {
     for (ReduceOp op : kOps) {
-      const std::string what = std::string("reduce_scatter on ") + std::to_string(n) + " ranks " + name(op) + " k " +
-                               std::to_string(k);
+      const std::string what =
+          std::string("reduce_scatter on ") + std::to_string(n) + " ranks " + name(op) + " k " + std::to_string(k);
       Tensor buf = make<T>(n * k, [&](int64_t j) { return v_for(op, r, j); });
       Tensor chunk = ops::narrow(buf, 0, r * k, k);
       sub->reduce_scatter(buf, chunk, op)->wait();
@@ -161,7 +161,8 @@ BOOST_AUTO_TEST_CASE(in_place_reduce_scatters_in_flight_with_user_messages) {
   check_values<float>("user message beside reduce_scatter", got, [&](int64_t) { return prev; });
   for (int i = 0; i < 3; ++i) {
     const int64_t k = ks[i];
-    check_values<float>("in flight in place reduce_scatter k " + std::to_string(k), ops::narrow(bufs[size_t(i)], 0, r * k, k),
+    check_values<float>("in flight in place reduce_scatter k " + std::to_string(k),
+                        ops::narrow(bufs[size_t(i)], 0, r * k, k),
                         [&](int64_t e) { return fold(ReduceOp::sum, n, r * k + e + k); });
   }
 
