@@ -1,8 +1,11 @@
 // The MPI backend of `triad-bench collectives` (collectives_backend.h): the MpiCommunicator
-// beside the MPI calls it makes. Each raw call is started and then waited for
-// (MPI_I<coll> + MPI_Wait), as the MpiCommunicator does, so it is the same work minus the
-// wrapper; with `blocking` (--raw blocking) the blocking calls stand in, which Open MPI
-// runs with other algorithms, to show what the choice of non-blocking calls costs.
+// beside MPI's own non-blocking collectives. Each raw call is started and then waited for
+// (MPI_I<coll> + MPI_Wait), as the MpiCommunicator does, so for every op but
+// reduce_scatter it is the same work minus the wrapper; reduce_scatter is compared with
+// MPI_Ireduce_scatter_block, which the communicator replaces by an exchange of messages
+// (Note [Reduce-scatter by exchange]). With `blocking` (--raw blocking) the blocking
+// calls stand in, which Open MPI runs with other algorithms, to show what the choice of
+// non-blocking calls costs.
 #include <mpi.h>
 
 #include "bench/collectives_backend.h"
@@ -30,7 +33,8 @@ class MpiBackend final : public Backend {
   const char* library() const override { return "MPI"; }
   const char* raw_name() const override {
     return blocking_ ? "blocking MPI call (MPI_Allreduce, ...; not what the communicator makes)"
-                     : "MPI call the communicator makes (MPI_Iallreduce, ... + MPI_Wait)";
+                     : "non-blocking MPI collective (MPI_Iallreduce, MPI_Ireduce_scatter_block, ... + MPI_Wait; the "
+                       "communicator's own calls, except for reduce_scatter, an exchange of MPI_Isend/Irecv)";
   }
   const char* raw_kind() const override { return blocking_ ? "blocking" : "nonblocking"; }
   std::string raw_in_place(Op op) const override {
