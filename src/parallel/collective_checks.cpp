@@ -3,6 +3,7 @@
 // than formatting a tensor's description.
 #include "parallel/collective_checks.h"
 
+#include <cstddef>
 #include <utility>
 
 #include "parallel/staged_collectives.h"
@@ -11,23 +12,20 @@ namespace triad::parallel {
 
 namespace {
 
-using Range = std::pair<const char*, const char*>;
-Range byte_range(const Tensor& t) {
-  const char* p = static_cast<const char*>(t.raw_data());
-  return {p, p + t.nbytes()};
-}
-bool overlap(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const Range x = byte_range(a), y = byte_range(b);
-  return x.first < y.second && y.first < x.second;
+// A tensor's bytes, found once per check (the checks of the placements compare them).
+struct Bytes {
+  const char* begin;
+  size_t size;
+};
+Bytes bytes_of(const Tensor& t) { return {static_cast<const char*>(t.raw_data()), t.nbytes()}; }
+
+bool overlap(Bytes a, Bytes b) {
+  return a.size > 0 && b.size > 0 && a.begin < b.begin + b.size && b.begin < a.begin + a.size;
 }
 
-// Whether `part` is chunk `rank` of `whole` (chunks of part.numel() elements).
-bool is_chunk(const Tensor& part, const Tensor& whole, int rank) {
-  const int64_t k = part.numel();
-  return k > 0 &&
-         static_cast<const char*>(part.raw_data()) ==
-             static_cast<const char*>(whole.raw_data()) + size_t(rank) * size_t(k) * element_size(whole.dtype());
+// Whether `part` is chunk `rank` of `whole` (chunks of part's size; the dtypes agree).
+bool is_chunk(Bytes part, Bytes whole, int rank) {
+  return part.size > 0 && part.begin == whole.begin + size_t(rank) * part.size;
 }
 
 void check_same_dtype_and_device(const char* call, const Tensor& input, const Tensor& output) {
@@ -41,6 +39,18 @@ void check_peer(const char* call, const char* role, int peer, int size, const Te
   TRIAD_CHECK(peer >= 0 && peer < size, call << ": " << role << " " << peer
                                              << " is not a rank of a communicator of size " << size << " (tensor "
                                              << t.str() << ")");
+}
+
+// Throws the message of the first rule of CollectiveChecks::tensor that t breaks (off the
+// common path: only a failed check comes here).
+[[gnu::cold, gnu::noinline]] void explain_tensor(const char* call, const char* what, const Tensor& t,
+                                                 const DeviceRule& devices, int64_t max_count) {
+  TRIAD_CHECK(t.defined(), call << ": " << what << " is an undefined tensor");
+  TRIAD_CHECK(devices.accepts(t.device()),
+              call << ": " << what << " " << t.str() << " is on " << t.device().str() << "; " << devices.describe());
+  TRIAD_CHECK(t.is_contiguous(),
+              call << ": " << what << " " << t.str() << " must be contiguous, has strides " << shape_str(t.strides()));
+  if (t.numel() > max_count) check_count(std::string(call) + ": " + what + " " + t.str(), t.numel(), max_count);
 }
 
 }  // namespace
@@ -66,12 +76,9 @@ CollectiveChecks::CollectiveChecks(int rank, int size, DeviceRule devices, int64
     : rank_(rank), size_(size), devices_(std::move(devices)), max_count_(max_count), max_tag_(max_tag) {}
 
 void CollectiveChecks::tensor(const char* call, const char* what, const Tensor& t) const {
-  TRIAD_CHECK(t.defined(), call << ": " << what << " is an undefined tensor");
-  TRIAD_CHECK(devices_.accepts(t.device()),
-              call << ": " << what << " " << t.str() << " is on " << t.device().str() << "; " << devices_.describe());
-  TRIAD_CHECK(t.is_contiguous(),
-              call << ": " << what << " " << t.str() << " must be contiguous, has strides " << shape_str(t.strides()));
-  if (t.numel() > max_count_) check_count(std::string(call) + ": " + what + " " + t.str(), t.numel(), max_count_);
+  // Every rule in one test on the common path; explain_tensor finds the broken one.
+  if (t.defined() && devices_.accepts(t.device()) && t.is_contiguous() && t.numel() <= max_count_) return;
+  explain_tensor(call, what, t, devices_, max_count_);
 }
 
 void CollectiveChecks::all_reduce(const Tensor& t) const { tensor("all_reduce", "tensor", t); }
@@ -85,10 +92,11 @@ bool CollectiveChecks::reduce_scatter(const Tensor& input, const Tensor& output)
                                               << input.str() << " has " << input.numel()
                                               << " elements, expected size() * output elements = " << size_ << " * "
                                               << k << " = " << k * size_ << " (output " << output.str() << ")");
-  const bool in_place = is_chunk(output, input, rank_);
-  TRIAD_CHECK(in_place || !overlap(input, output), "reduce_scatter: output "
-                                                       << output.str() << " overlaps input " << input.str()
-                                                       << "; in place, output must be chunk rank() of the input");
+  const Bytes in = bytes_of(input), out = bytes_of(output);
+  const bool in_place = is_chunk(out, in, rank_);
+  TRIAD_CHECK(in_place || !overlap(in, out), "reduce_scatter: output "
+                                                 << output.str() << " overlaps input " << input.str()
+                                                 << "; in place, output must be chunk rank() of the input");
   return in_place;
 }
 
@@ -101,10 +109,11 @@ bool CollectiveChecks::all_gather(const Tensor& input, const Tensor& output) con
                                                << output.str() << " has " << output.numel()
                                                << " elements, expected size() * input elements = " << size_ << " * "
                                                << k << " = " << k * size_ << " (input " << input.str() << ")");
-  const bool in_place = is_chunk(input, output, rank_);
-  TRIAD_CHECK(in_place || !overlap(input, output), "all_gather: input "
-                                                       << input.str() << " overlaps output " << output.str()
-                                                       << "; in place, input must be chunk rank() of the output");
+  const Bytes in = bytes_of(input), out = bytes_of(output);
+  const bool in_place = is_chunk(in, out, rank_);
+  TRIAD_CHECK(in_place || !overlap(in, out), "all_gather: input "
+                                                 << input.str() << " overlaps output " << output.str()
+                                                 << "; in place, input must be chunk rank() of the output");
   return in_place;
 }
 
@@ -115,10 +124,10 @@ bool CollectiveChecks::all_to_all(const Tensor& input, const Tensor& output) con
   TRIAD_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0,
               "all_to_all: input " << input.str() << " and output " << output.str()
                                    << " must both have size() * k elements, size() = " << size_);
-  if (!overlap(input, output)) return false;
-  TRIAD_CHECK(input.raw_data() == output.raw_data(), "all_to_all: input " << input.str() << " partly overlaps output "
-                                                                          << output.str()
-                                                                          << "; they must be disjoint or the same");
+  const Bytes in = bytes_of(input), out = bytes_of(output);
+  if (!overlap(in, out)) return false;
+  TRIAD_CHECK(in.begin == out.begin, "all_to_all: input " << input.str() << " partly overlaps output " << output.str()
+                                                          << "; they must be disjoint or the same");
   return true;
 }
 

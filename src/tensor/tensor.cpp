@@ -49,20 +49,24 @@ Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape
 int64_t Tensor::size(int64_t dim) const { return shape()[normalize_dim(dim, this->dim(), "Tensor::size")]; }
 int64_t Tensor::stride(int64_t dim) const { return strides()[normalize_dim(dim, this->dim(), "Tensor::stride")]; }
 
+// is_contiguous and raw_data run on every collective call (argument checks, the buffer to
+// hand MPI), so they read the impl once instead of through the checked accessors.
 bool Tensor::is_contiguous() const {
+  const TensorImpl& t = impl();
   int64_t expected = 1;
-  for (int i = dim() - 1; i >= 0; --i) {
-    if (shape()[i] == 1) continue;
-    if (strides()[i] != expected) return false;
-    expected *= shape()[i];
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.shape[i];
   }
   return true;
 }
 
 void* Tensor::raw_data() const {
-  const auto& s = impl().storage;
-  if (!s || !s->data()) return nullptr;
-  return static_cast<char*>(s->data()) + offset() * int64_t(element_size(dtype()));
+  const TensorImpl& t = impl();
+  char* data = t.storage ? static_cast<char*>(t.storage->data()) : nullptr;
+  if (data == nullptr) return nullptr;
+  return data + t.offset * int64_t(element_size(t.dtype));
 }
 
 double Tensor::item() const {
