@@ -9,8 +9,9 @@
 // the interface wants it and nothing is copied after. Each rank sends and receives
 // (n − 1)·k elements, as in a ring. Both placements send the same messages, so ranks may
 // differ in placement (MPI_IN_PLACE must be passed by all ranks or none). On one node,
-// with Open MPI 4.1, this is 3 to 9 times faster than MPI_Ireduce_scatter_block from
-// 16 KiB to 64 MiB on 2 ranks (benchmarks/results/cpu-2core-collectives.md).
+// with Open MPI 4.1, it is faster than MPI_Ireduce_scatter_block in both placements, from
+// 1 MiB up by a median of about 6 times on 2 ranks and 2 on 4
+// (benchmarks/results/cpu-2core-collectives.md).
 //
 // Invariants:
 // - Every message is posted when the call starts (all receives, then all sends), so the
