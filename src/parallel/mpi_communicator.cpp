@@ -141,11 +141,6 @@ class MpiWork : public Work {
 
   MPI_Request* request() { return &request_; }
 
-  // From a per-thread cache of freed Works: malloc and free of one were about a quarter
-  // of the instructions the wrapper added to a small call.
-  static void* operator new(size_t bytes);
-  static void operator delete(void* p, size_t bytes);
-
   void wait() override {
     if (done_) return;
     MPI_Status status;
@@ -188,40 +183,6 @@ class MpiWork : public Work {
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
 };
-
-// Up to 8 freed Works per thread (a thread rarely has more in flight), handed out again
-// to the next calls. Every block has kWorkBlock bytes, so MpiWork and its subclasses share
-// them. The cache frees its blocks when its thread ends; a Work deleted after that (by a
-// static destructor) goes straight back to the heap.
-constexpr size_t kWorkBlock = 128;
-
-struct WorkCache {
-  std::array<void*, 8> blocks;
-  int count = 0;
-  bool closed = false;
-  ~WorkCache() {
-    for (int i = 0; i < count; ++i) ::operator delete(blocks[size_t(i)]);
-    count = 0;
-    closed = true;
-  }
-};
-thread_local WorkCache t_work_cache;
-
-void* MpiWork::operator new(size_t bytes) {
-  TRIAD_ASSERT(bytes <= kWorkBlock);
-  WorkCache& c = t_work_cache;
-  if (c.count > 0) return c.blocks[size_t(--c.count)];
-  return ::operator new(kWorkBlock);
-}
-
-void MpiWork::operator delete(void* p, size_t) {
-  WorkCache& c = t_work_cache;
-  if (!c.closed && c.count < int(c.blocks.size())) {
-    c.blocks[size_t(c.count++)] = p;
-    return;
-  }
-  ::operator delete(p);
-}
 
 MpiWork::~MpiWork() {
   if (done_ || request_ == MPI_REQUEST_NULL || mpi_finalized()) return;
