@@ -98,7 +98,6 @@ class ExchangeReduceScatter final : public Work {
                                                  << " (every rank must pass the same sizes)");
     }
     if (k_ == 0) return;  // the empty messages only confirm that every rank passed k = 0
-    if (k_ == 0) return;  // the empty messages only confirm that every rank passed k = 0
     if (!in_place_ && i == 0)
       check(MPI_Reduce_local(own_, result_, k_, type_, op_), "MPI_Reduce_local");  // result = own op received
     else
