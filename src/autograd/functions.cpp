@@ -124,8 +124,11 @@ bool is_16bit(const Tensor& t) { return t.defined() && (t.dtype() == DType::bf16
 //   bf16, the parameter is read as stored, and cuBLASLt multiplies bf16 x bf16 with f32
 //   accumulation into an f32 result (ops::matmul). The weight gradient is narrowed to bf16
 //   once, as above. linear saves its input narrowed (2 bytes per element, where the f32
-//   input would keep 4). Everything else (embedding, layer norm, softmax, GELU, residual
-//   adds, cross-entropy) computes in f32 with parameters widened as on the CPU.
+//   input would keep 4). Attention runs on tensor cores too: the attention layer narrows
+//   q, k and v to bf16 (nn/transformer.cpp), and its bf16 output goes on into the
+//   projection, which multiplies bf16 anyway. Everything else (embedding, layer norm,
+//   softmax, GELU, residual adds, cross-entropy) computes in f32 with parameters widened
+//   as on the CPU.
 // f16 keeps the widening on the GPU too: narrowing activations to f16 could overflow its
 // range (65504), which loss scaling guards the gradients against but not the activations.
 Tensor wide(const Tensor& t) { return is_16bit(t) ? ops::to(t, DType::f32) : t; }

@@ -76,8 +76,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 // softmax(scale q k^T, causal) v for q (B, NH, Tq, hs) and k, v (B, NH, Tk, hs), Tq <= Tk,
 // fused: the probabilities are never stored, the backward recomputes them
-// (ops::causal_attention). bf16/f16 inputs are computed on in f32 and get gradients in
-// their dtype.
+// (ops::causal_attention). bf16/f16 inputs get gradients in their dtype; they are
+// computed on in f32 on the CPU and on tensor cores (f32 accumulation) on a GPU.
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 
 }  // namespace triad

@@ -393,7 +393,8 @@ void cross_entropy_case() {
   }
 }
 
-// Fused attention in f32, bf16 and f16 against the CPU's f32 on the same (rounded) values:
+// Fused attention in f32, bf16 and f16 against the CPU's f32 on the same (rounded) values
+// (bf16 and f16 run on tensor cores, which also round P and dS to the dtype):
 // head sizes at and between the kernel's instantiations (32, 64, 128), one position, fewer
 // queries than keys, T not a multiple of the 64-row tile, and the strided q, k, v views
 // of a fused qkv projection. The backward gets the same out and lse on both sides (the

@@ -2,8 +2,11 @@
 // tensor/cpu/attention.cpp is the reference), flash-attention-2 style. Scores exist only
 // tile by tile in registers and shared memory; q, k, v and grad_out are read in their
 // stored dtype (f32, bf16, f16) and everything is computed in f32 with CUDA-core FMAs, one
-// code path for the three dtypes (tensor-core tiles would need one per dtype and give f32
-// inputs TF32 products).
+// code path for the three dtypes. These kernels serve f32 (tensor cores would give its
+// products TF32 precision), and bf16/f16 where the tensor-core kernels of
+// attention_mma.cu do not fit (head size 128 backward on a device with less than about
+// 197 KiB of shared memory per block, as the A100). CudaBackend::attention and
+// attention_backward below choose.
 //
 // Tiles are kTile = 64 rows; a block has 256 threads, thread t in row group g = t / 16 and
 // column c = t % 16. In every tile product a thread owns rows 4g .. 4g+3 and, of the other
@@ -31,61 +34,15 @@
 // Head sizes up to 128: kernels are instantiated for 32, 64 and 128, a head padded with
 // zeros to the next. Shared memory per block (dynamic, opted in above 48 KiB): forward
 // 3 tiles + P, backward 4 tiles + P/dS: 113 and 146 KiB at head size 128.
-#include <cuda_runtime.h>
-
-#include <cmath>
-#include <cstdint>
-
-#include "cuda/backend/convert.cuh"
+#include "cuda/backend/attention_common.cuh"
 #include "cuda/backend/cuda_backend.h"
-#include "cuda/backend/launch.cuh"
 
 namespace triad::cuda {
 
 namespace {
 
-constexpr int kTile = 64;               // query or key rows of a tile
 constexpr int kAttnThreads = 256;       // 16 row groups x 16 columns
 constexpr int kTileStride = kTile + 1;  // a padded row of P / dS in shared memory
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// Loads and stores of an element in its stored dtype, as f32.
-struct F32 {
-  using type = float;
-  static __device__ float load(const float* p, int64_t i) { return p[i]; }
-  static __device__ void store(float* p, int64_t i, float x) { p[i] = x; }
-};
-struct BF16 {
-  using type = uint16_t;
-  static __device__ float load(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
-  static __device__ void store(uint16_t* p, int64_t i, float x) { p[i] = float_to_bf16(x); }
-};
-struct F16 {
-  using type = uint16_t;
-  static __device__ float load(const uint16_t* p, int64_t i) { return f16_to_float(p[i]); }
-  static __device__ void store(uint16_t* p, int64_t i, float x) { p[i] = float_to_f16(x); }
-};
-
-// A (B, NH, T, hs) operand whose hs dimension has stride 1; strides in elements.
-struct Operand {
-  const void* data;
-  int64_t stride_b, stride_h, stride_t;
-  explicit Operand(const Tensor& t)
-      : data(t.raw_data()), stride_b(t.stride(0)), stride_h(t.stride(1)), stride_t(t.stride(2)) {}
-  // The first element of head bh (= b NH + h).
-  template <class T>
-  __device__ const T* head(int64_t bh, int heads) const {
-    return static_cast<const T*>(data) + (bh / heads) * stride_b + (bh % heads) * stride_h;
-  }
-};
-
-struct Geometry {
-  int heads;         // NH
-  int hs;            // head size, <= the kernel's HS
-  int64_t tq, tk;    // queries and keys per head; query i sees keys j <= i + tk - tq
-  float scale_log2;  // scale log2 e: scores in base 2
-};
 
 // Rows first .. first + kTile - 1 of a head into a padded shared tile (HS + 1 floats a row),
 // zeros past `rows` and past hs.
@@ -217,21 +174,6 @@ __global__ void __launch_bounds__(kAttnThreads)
 
 // ---- backward ----
 
-// dsum[r] = sum over hs of dO o O for row r of (B NH Tq); a warp per row.
-template <class E>
-__global__ void attention_dot_kernel(const typename E::type* out, Operand grad, float* dsum, Geometry g, int64_t rows) {
-  using T = typename E::type;
-  const int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
-  if (r >= rows) return;  // whole warps leave together
-  const int lane = threadIdx.x % 32;
-  const int64_t bh = r / g.tq, i = r % g.tq;
-  const T* o = out + r * g.hs;
-  const T* dy = grad.head<T>(bh, g.heads) + i * grad.stride_t;
-  float s = 0.0f;
-  for (int d = lane; d < g.hs; d += 32) s += E::load(o, d) * E::load(dy, d);
-  s = warp_reduce(s, SumOp{});
-  if (lane == 0) dsum[r] = s;
-}
 
 template <class E, int HS>
 __global__ void __launch_bounds__(kAttnThreads)
@@ -391,29 +333,6 @@ constexpr size_t backward_smem() {
   return sizeof(float) * (4 * kTile * (HS + 1) + kTile * kTileStride + 2 * kTile);
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory on the current device, or throws.
-template <class Kernel>
-void allow_shared_memory(Kernel* kernel, size_t bytes, int device, int64_t hs) {
-  int available = 0;
-  TRIAD_CUDA_CHECK(cudaDeviceGetAttribute(&available, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  TRIAD_CHECK(bytes <= size_t(available), "cuda backend: attention at head size "
-                                              << hs << " needs " << bytes
-                                              << " bytes of shared memory per block; device " << device << " offers "
-                                              << available);
-  TRIAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
-Geometry geometry(const Tensor& q, const Tensor& k, double scale) {
-  return Geometry{int(q.size(1)), int(q.size(3)), q.size(2), k.size(2), float(scale * 1.4426950408889634)};
-}
-
-// Grid dimension y counts tiles of one head.
-unsigned tiles(int64_t rows) {
-  const int64_t n = (rows + kTile - 1) / kTile;
-  TRIAD_CHECK(n <= 65535, "cuda backend: attention over " << rows << " positions exceeds " << 65535 * kTile);
-  return unsigned(n);
-}
-
 template <class E, int HS>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
              cudaStream_t stream) {
@@ -430,12 +349,8 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
               const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv, double scale,
               cudaStream_t stream) {
   const Geometry g = geometry(q, k, scale);
-  const int64_t rows = q.size(0) * q.size(1) * q.size(2);
-  const Tensor dsum = Tensor::empty({rows}, DType::f32, q.device());
-  constexpr int kRowsPerBlock = kThreads / 32;
-  attention_dot_kernel<E><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, stream>>>(
-      ptr<const typename E::type>(out), Operand(grad_out), ptr<float>(dsum), g, rows);
-  TRIAD_CUDA_CHECK_LAUNCH();
+  const Tensor dsum = Tensor::empty({q.size(0) * q.size(1) * q.size(2)}, DType::f32, q.device());
+  launch_attention_dot<E>(out, grad_out, dsum, g, stream);
   auto* kernel = attention_backward_kernel<E, HS>;
   allow_shared_memory(kernel, backward_smem<HS>(), q.device().index, q.size(3));
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(k.size(2)));
@@ -490,10 +405,15 @@ void dispatch(const Tensor& q, const char* method, Args&&... args) {
 
 }  // namespace
 
+// bf16 and f16 go to the tensor-core kernels where they fit (attention_mma.cu), the rest
+// to the FMA kernels here.
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                             double scale) {
   OnDevice on(q);
-  dispatch<Forward>(q, "attention", q, k, v, out, lse, scale, on.stream());
+  if (mma_attention_fits(q, /*backward=*/false))
+    mma_attention(q, k, v, out, lse, scale, on.stream());
+  else
+    dispatch<Forward>(q, "attention", q, k, v, out, lse, scale, on.stream());
 }
 
 void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -503,7 +423,10 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   // dQ is summed with atomics in f32: into dq itself when it is f32.
   const Tensor dq32 = dq.dtype() == DType::f32 ? dq : Tensor::empty(dq.shape(), DType::f32, dq.device());
   TRIAD_CUDA_CHECK(cudaMemsetAsync(dq32.raw_data(), 0, dq32.nbytes(), on.stream()));
-  dispatch<Backward>(q, "attention_backward", q, k, v, out, lse, grad_out, dq32, dk, dv, scale, on.stream());
+  if (mma_attention_fits(q, /*backward=*/true))
+    mma_attention_backward(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, on.stream());
+  else
+    dispatch<Backward>(q, "attention_backward", q, k, v, out, lse, grad_out, dq32, dk, dv, scale, on.stream());
   if (!dq32.is_same(dq)) copy(dq, dq32);
 }
 

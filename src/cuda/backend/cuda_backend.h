@@ -1,14 +1,14 @@
 // The CUDA backend: every method of tensor/backend.h as kernels on the tensors' device,
 // enqueued on the calling thread's current stream there (Note [Streams]). The methods are
 // spread over files by kind as the CPU backend's are (copy.cu, elementwise.cu, reduce.cu,
-// matmul.cu, nn.cu, optim.cu, attention.cu), and so are their semantics: each kernel
-// follows the CPU kernel of the same method (tensor/cpu/), which is the reference the GPU
-// tests compare against.
+// matmul.cu, nn.cu, optim.cu, attention.cu and attention_mma.cu), and so are their
+// semantics: each kernel follows the CPU kernel of the same method (tensor/cpu/), which is
+// the reference the GPU tests compare against.
 //
 // dtypes follow the CPU backend: copy, fill and the random fills take every dtype the CPU
 // takes (bf16/f16 conversions rounding exactly as tensor/dtype.h does); every computing
 // method runs in f32, and attention also reads and writes bf16/f16 tensors as stored
-// (computing in f32). f64 tensors, which the CPU backend computes for gradient checks,
+// (on tensor cores with f32 accumulation: attention_mma.cu). f64 tensors, which the CPU backend computes for gradient checks,
 // throw Error here. matmul goes through cuBLASLt (gemm.h), which also takes bf16/f16
 // operands for callers that use it directly.
 //

@@ -1,0 +1,128 @@
+// What the two sets of fused causal attention kernels share (attention.cu: CUDA-core FMAs,
+// every dtype; attention_mma.cu: tensor cores, bf16 and f16): the tile size, operands and
+// geometry, element loads and stores, the backward's D = rowsum(dO o O) kernel and the
+// launch helpers. Included only by those two files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/backend/convert.cuh"
+#include "cuda/backend/launch.cuh"
+
+namespace triad::cuda {
+
+constexpr int kTile = 64;  // query or key rows of a tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Loads and stores of an element in its stored dtype, as f32.
+struct F32 {
+  using type = float;
+  static __device__ float load(const float* p, int64_t i) { return p[i]; }
+  static __device__ void store(float* p, int64_t i, float x) { p[i] = x; }
+};
+struct BF16 {
+  using type = uint16_t;
+  static __device__ float load(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
+  static __device__ void store(uint16_t* p, int64_t i, float x) { p[i] = float_to_bf16(x); }
+};
+struct F16 {
+  using type = uint16_t;
+  static __device__ float load(const uint16_t* p, int64_t i) { return f16_to_float(p[i]); }
+  static __device__ void store(uint16_t* p, int64_t i, float x) { p[i] = float_to_f16(x); }
+};
+
+// A (B, NH, T, hs) operand whose hs dimension has stride 1; strides in elements.
+struct Operand {
+  const void* data;
+  int64_t stride_b, stride_h, stride_t;
+  explicit Operand(const Tensor& t)
+      : data(t.raw_data()), stride_b(t.stride(0)), stride_h(t.stride(1)), stride_t(t.stride(2)) {}
+  // The first element of head bh (= b NH + h).
+  template <class T>
+  __device__ const T* head(int64_t bh, int heads) const {
+    return static_cast<const T*>(data) + (bh / heads) * stride_b + (bh % heads) * stride_h;
+  }
+};
+
+struct Geometry {
+  int heads;         // NH
+  int hs;            // head size, <= the kernel's HS
+  int64_t tq, tk;    // queries and keys per head; query i sees keys j <= i + tk - tq
+  float scale_log2;  // scale log2 e: scores in base 2
+};
+
+// dsum[r] = sum over hs of dO o O for row r of (B NH Tq); a warp per row.
+template <class E>
+__global__ void attention_dot_kernel(const typename E::type* out, Operand grad, float* dsum, Geometry g, int64_t rows) {
+  using T = typename E::type;
+  const int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  const int64_t bh = r / g.tq, i = r % g.tq;
+  const T* o = out + r * g.hs;
+  const T* dy = grad.head<T>(bh, g.heads) + i * grad.stride_t;
+  float s = 0.0f;
+  for (int d = lane; d < g.hs; d += 32) s += E::load(o, d) * E::load(dy, d);
+  s = warp_reduce(s, SumOp{});
+  if (lane == 0) dsum[r] = s;
+}
+
+// The dynamic shared memory a block may opt in to on `device`.
+inline size_t optin_shared_memory(int device) {
+  int available = 0;
+  TRIAD_CUDA_CHECK(cudaDeviceGetAttribute(&available, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return size_t(available);
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory on `device`, or throws.
+template <class Kernel>
+void allow_shared_memory(Kernel* kernel, size_t bytes, int device, int64_t hs) {
+  const size_t available = optin_shared_memory(device);
+  TRIAD_CHECK(bytes <= available, "cuda backend: attention at head size "
+                                              << hs << " needs " << bytes
+                                              << " bytes of shared memory per block; device " << device << " offers "
+                                              << available);
+  TRIAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+inline Geometry geometry(const Tensor& q, const Tensor& k, double scale) {
+  return Geometry{int(q.size(1)), int(q.size(3)), q.size(2), k.size(2), float(scale * 1.4426950408889634)};
+}
+
+// Grid dimension y counts tiles of one head.
+inline unsigned tiles(int64_t rows) {
+  const int64_t n = (rows + kTile - 1) / kTile;
+  TRIAD_CHECK(n <= 65535, "cuda backend: attention over " << rows << " positions exceeds " << 65535 * kTile);
+  return unsigned(n);
+}
+
+// D = rowsum(dO o O) of the backward into dsum (B NH Tq floats), for out of q's geometry.
+template <class E>
+void launch_attention_dot(const Tensor& out, const Tensor& grad_out, const Tensor& dsum, const Geometry& g,
+                          cudaStream_t stream) {
+  const int64_t rows = dsum.numel();
+  constexpr int kRowsPerBlock = kThreads / 32;
+  attention_dot_kernel<E><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, stream>>>(
+      ptr<const typename E::type>(out), Operand(grad_out), ptr<float>(dsum), g, rows);
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+// ---- the tensor-core kernels (attention_mma.cu) ----
+
+// Whether the tensor-core kernels take q's dtype (bf16, f16) at its head size on its
+// device: head sizes up to 128, and the pass's shared memory within what a block may opt
+// in to (the backward at head size 128 needs about 197 KiB: Hopper, not Ampere).
+bool mma_attention_fits(const Tensor& q, bool backward);
+// The passes of CudaBackend::attention and attention_backward on tensor cores; dq32 is
+// an f32 buffer of dq's shape, zeroed, that dQ is summed into.
+void mma_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   double scale, cudaStream_t stream);
+void mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv,
+                            double scale, cudaStream_t stream);
+
+}  // namespace triad::cuda

@@ -1,0 +1,448 @@
+// Fused causal attention on tensor cores, for bf16 and f16 (CudaBackend::attention and
+// attention_backward choose these kernels where they fit; tensor/cpu/attention.cpp is the
+// reference). Same passes, tiles and formulas as the FMA kernels of attention.cu, whose
+// header describes the algorithm; here every tile product is a warp-level matrix
+// multiply-accumulate (WMMA: 16x16x16, 16-bit inputs, f32 accumulators).
+//
+// Note [Tensor-core attention]:
+// - A block has 4 warps and works on 64-row tiles. In every product a warp owns 16 rows
+//   of the result: query rows for S, dP and dQ, key rows for dK and dV (forward: the
+//   block's query tile; backward: the block's key tile, and the current query tile).
+// - q, k, v and dO tiles are copied into shared memory as stored (16 bytes a load where
+//   rows allow), zeros past the head size and past the last row: padding multiplies as 0.
+// - S and dP leave the accumulators for f32 shared tiles, where the softmax runs a row
+//   at a time, two lanes per row, 32 columns each (visited in an order staggered by lane,
+//   so the warp's 32 lanes read 32 banks). P and dS are rounded to the input dtype there,
+//   as the next products' inputs; the row sums l add the unrounded f32 P. So out, dq and
+//   dk carry one more rounding than the FMA kernels' (of P, of dS), as in
+//   flash-attention.
+// - Accumulators that outlive a tile (the forward's O, the backward's dK and dV) live in
+//   f32 shared tiles: a product loads the warp's fragments from there, adds, and stores
+//   them back, and the softmax rescales O's rows there. dQ of a query tile goes through a
+//   shared tile that reuses S and dP's space, then into the f32 buffer with atomics, as in
+//   attention.cu.
+// - Shared rows are padded by 32 bytes: WMMA wants 32-byte-aligned fragment pointers, and
+//   the padding moves successive rows to other banks. Head size 64 (GPT-2): 76 KiB
+//   forward, 133 KiB backward; head size 128: 116 and 197 KiB (the backward then fits a
+//   Hopper GPU, not an A100, where attention.cu's kernels run it).
+//
+// Needs compute capability 8.0 (bf16 WMMA); the build targets 8.0 and 9.0.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "cuda/backend/attention_common.cuh"
+#include "cuda/backend/cuda_backend.h"
+
+namespace triad::cuda {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kWarps = 4;
+constexpr int kMmaThreads = kWarps * 32;
+constexpr int kChunks = kTile / 16;  // 16-wide chunks of a tile
+
+// WMMA's element type for a 16-bit dtype.
+template <class E>
+struct Wmma;
+template <>
+struct Wmma<BF16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct Wmma<F16> {
+  using type = __half;
+};
+
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+template <class W, class Layout>
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, W, Layout>;
+template <class W, class Layout>
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, W, Layout>;
+
+// Row lengths (elements) and sizes (bytes) of the shared tiles at head size HS.
+template <int HS>
+struct Layout {
+  static constexpr int kLd16 = HS + 16;    // q, k, v, dO tiles, 16-bit
+  static constexpr int kLdAcc = HS + 8;    // O, dK, dV, dQ tiles, f32
+  static constexpr int kLdS = kTile + 8;   // S, dP tiles, f32
+  static constexpr int kLdP = kTile + 16;  // P, dS tiles, 16-bit
+  static constexpr size_t k16 = size_t(kTile) * kLd16 * 2;
+  static constexpr size_t kAcc = size_t(kTile) * kLdAcc * 4;
+  static constexpr size_t kS = size_t(kTile) * kLdS * 4;
+  static constexpr size_t kP = size_t(kTile) * kLdP * 2;
+  static constexpr size_t forward = 3 * k16 + kS + kP + kAcc;
+  static constexpr size_t backward = 4 * k16 + 2 * kAcc + 2 * kS + 2 * kP + 2 * kTile * 4;
+  static_assert(k16 % 32 == 0 && kAcc % 32 == 0 && kS % 32 == 0 && kP % 32 == 0, "tiles keep 32-byte alignment");
+  static_assert(kAcc <= 2 * kS, "the dQ tile fits over S and dP");
+};
+
+// Rows first .. first + kTile - 1 of a head, as stored, into a shared tile with rows of
+// `ld` elements; zeros past `rows` and past hs. `whole`: hs == HS and every row starts on
+// 16 bytes, so 8 elements move a load.
+template <int HS>
+__device__ void load_tile16(uint16_t* dst, int ld, const uint16_t* src, int64_t stride_t, int64_t first, int64_t rows,
+                            int hs, bool whole) {
+  if (whole) {
+    constexpr int kPerRow = HS / 8;
+    for (int e = threadIdx.x; e < kTile * kPerRow; e += blockDim.x) {
+      const int r = e / kPerRow, d = (e % kPerRow) * 8;
+      const int64_t row = first + r;
+      const uint4 x = row < rows ? *reinterpret_cast<const uint4*>(src + row * stride_t + d) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(dst + r * ld + d) = x;
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < kTile * HS; e += blockDim.x) {
+    const int r = e / HS, d = e % HS;
+    const int64_t row = first + r;
+    dst[r * ld + d] = row < rows && d < hs ? src[row * stride_t + d] : uint16_t(0);
+  }
+}
+
+// The column a lane visits in step i of a row half (see the Note).
+__device__ inline int staggered(int half, int i, int lane) { return half * 32 + ((i + lane) & 31); }
+
+// acc[j] = A B_j^T over HS for j < kChunks: A the 16 rows at `a` (ld lda), B_j the 16 rows
+// at b + 16 j ldb (both row-major 16-bit tiles): scores of 16 rows against 64.
+template <class W, int HS>
+__device__ void scores(Acc (&acc)[kChunks], const uint16_t* a, int lda, const uint16_t* b, int ldb) {
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) wmma::fill_fragment(acc[j], 0.0f);
+#pragma unroll
+  for (int d = 0; d < HS; d += 16) {
+    FragA<W, wmma::row_major> fa;
+    wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(a + d), lda);
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      FragB<W, wmma::col_major> fb;  // B_j^T: column-major over B_j's rows
+      wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(b + 16 * j * ldb + d), ldb);
+      wmma::mma_sync(acc[j], fa, fb, acc[j]);
+    }
+  }
+}
+
+// ---- forward ----
+
+template <class E, int HS>
+__global__ void __launch_bounds__(kMmaThreads)
+    mma_attention_kernel(Operand q, Operand k, Operand v, uint16_t* out, float* lse, Geometry g, unsigned whole) {
+  using L = Layout<HS>;
+  using W = typename Wmma<E>::type;
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem);               // (kTile, kLd16) queries
+  uint16_t* sk = sq + kTile * L::kLd16;                            // (kTile, kLd16) keys
+  uint16_t* sv = sk + kTile * L::kLd16;                            // (kTile, kLd16) values
+  float* ss = reinterpret_cast<float*>(sv + kTile * L::kLd16);     // (kTile, kLdS) scores
+  uint16_t* sp = reinterpret_cast<uint16_t*>(ss + kTile * L::kLdS);  // (kTile, kLdP) P
+  float* so = reinterpret_cast<float*>(sp + kTile * L::kLdP);        // (kTile, kLdAcc) O
+
+  const int64_t bh = blockIdx.x;
+  const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * kTile;  // heaviest tiles first
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = 16 * warp + lane / 2, half = lane % 2;  // the row this lane pair softmaxes
+  const int64_t row = q0 + r, offset = g.tk - g.tq;
+  const uint16_t* kp = k.head<uint16_t>(bh, g.heads);
+  const uint16_t* vp = v.head<uint16_t>(bh, g.heads);
+  load_tile16<HS>(sq, L::kLd16, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs, whole & 1u);
+  for (int e = lane; e < 16 * HS; e += 32) so[(16 * warp + e / HS) * L::kLdAcc + e % HS] = 0.0f;
+
+  float m = -INFINITY, l = 0.0f;  // the row's running max (base 2) and sum, in both lanes
+  const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset;  // keys the last row sees
+  for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
+    __syncthreads();  // the previous tile's readers of sk, sv are done
+    load_tile16<HS>(sk, L::kLd16, kp, k.stride_t, k0, g.tk, g.hs, whole & 2u);
+    load_tile16<HS>(sv, L::kLd16, vp, v.stride_t, k0, g.tk, g.hs, whole & 4u);
+    __syncthreads();
+
+    Acc s[kChunks];
+    scores<W, HS>(s, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j)
+      wmma::store_matrix_sync(ss + 16 * warp * L::kLdS + 16 * j, s[j], L::kLdS, wmma::mem_row_major);
+    __syncwarp();
+
+    // Online softmax of the row over this tile's keys. Every row sees key 0, so the max is
+    // finite from the first tile on.
+    const float* srow = ss + r * L::kLdS;
+    float mx = m;
+    for (int i = 0; i < 32; ++i) {
+      const int c = staggered(half, i, lane);
+      const int64_t key = k0 + c;
+      if (key <= row + offset && key < g.tk) mx = fmaxf(mx, srow[c] * g.scale_log2);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float alpha = exp2f(m - mx);  // 0 on the first tile
+    float sum = 0.0f;
+    uint16_t* prow = sp + r * L::kLdP;
+    for (int i = 0; i < 32; ++i) {
+      const int c = staggered(half, i, lane);
+      const int64_t key = k0 + c;
+      const float p = key <= row + offset && key < g.tk ? exp2f(srow[c] * g.scale_log2 - mx) : 0.0f;
+      sum += p;
+      E::store(prow, c, p);
+    }
+    l = l * alpha + sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+    m = mx;
+    float* orow = so + r * L::kLdAcc;
+    for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); ++c) orow[c] *= alpha;
+    __syncwarp();
+
+    // O += P V for the warp's rows.
+#pragma unroll
+    for (int n = 0; n < HS / 16; ++n) {
+      Acc o;
+      float* tile = so + 16 * warp * L::kLdAcc + 16 * n;
+      wmma::load_matrix_sync(o, tile, L::kLdAcc, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < kChunks; ++kk) {
+        FragA<W, wmma::row_major> fp;
+        FragB<W, wmma::row_major> fv;
+        wmma::load_matrix_sync(fp, reinterpret_cast<const W*>(sp + 16 * warp * L::kLdP + 16 * kk), L::kLdP);
+        wmma::load_matrix_sync(fv, reinterpret_cast<const W*>(sv + 16 * kk * L::kLd16 + 16 * n), L::kLd16);
+        wmma::mma_sync(o, fp, fv, o);
+      }
+      wmma::store_matrix_sync(tile, o, L::kLdAcc, wmma::mem_row_major);
+    }
+  }
+  __syncwarp();  // the warp's O is stored
+
+  if (row >= g.tq) return;
+  const float inv = 1.0f / l;
+  const float* orow = so + r * L::kLdAcc;
+  uint16_t* dst = out + (bh * g.tq + row) * g.hs;
+  for (int c = half; c < g.hs; c += 2) E::store(dst, c, orow[c] * inv);
+  if (half == 0) lse[bh * g.tq + row] = (m + log2f(l)) * kLn2;
+}
+
+// ---- backward ----
+
+template <class E, int HS>
+__global__ void __launch_bounds__(kMmaThreads)
+    mma_attention_backward_kernel(Operand q, Operand k, Operand v, Operand grad, const float* lse, const float* dsum,
+                                  float* dq, uint16_t* dk, uint16_t* dv, float scale, Geometry g, unsigned whole) {
+  using L = Layout<HS>;
+  using W = typename Wmma<E>::type;
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* sk = reinterpret_cast<uint16_t*>(smem);                 // (kTile, kLd16) keys of this block
+  uint16_t* sv = sk + kTile * L::kLd16;                              // (kTile, kLd16) values of this block
+  uint16_t* sq = sv + kTile * L::kLd16;                              // (kTile, kLd16) queries of the tile
+  uint16_t* sg = sq + kTile * L::kLd16;                              // (kTile, kLd16) dO of the tile
+  float* sdk = reinterpret_cast<float*>(sg + kTile * L::kLd16);      // (kTile, kLdAcc) dK / scale
+  float* sdv = sdk + kTile * L::kLdAcc;                              // (kTile, kLdAcc) dV
+  float* ss = sdv + kTile * L::kLdAcc;                               // (kTile, kLdS) S
+  float* sdp = ss + kTile * L::kLdS;                                 // (kTile, kLdS) dP
+  float* sdq = ss;                                                   // (kTile, kLdAcc) dQ, over S and dP
+  uint16_t* sp = reinterpret_cast<uint16_t*>(sdp + kTile * L::kLdS);  // (kTile, kLdP) P
+  uint16_t* sds = sp + kTile * L::kLdP;                               // (kTile, kLdP) dS
+  float* s_lse = reinterpret_cast<float*>(sds + kTile * L::kLdP);     // (kTile) lse of the tile's rows, base 2
+  float* s_d = s_lse + kTile;                                         // (kTile) D of the tile's rows
+
+  const int64_t bh = blockIdx.x;
+  const int64_t k0 = int64_t(blockIdx.y) * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = 16 * warp + lane / 2, half = lane % 2;  // the query row this lane pair works on
+  const int64_t offset = g.tk - g.tq;
+  const uint16_t* qp = q.head<uint16_t>(bh, g.heads);
+  const uint16_t* gp = grad.head<uint16_t>(bh, g.heads);
+  load_tile16<HS>(sk, L::kLd16, k.head<uint16_t>(bh, g.heads), k.stride_t, k0, g.tk, g.hs, whole & 2u);
+  load_tile16<HS>(sv, L::kLd16, v.head<uint16_t>(bh, g.heads), v.stride_t, k0, g.tk, g.hs, whole & 4u);
+  for (int e = threadIdx.x; e < kTile * L::kLdAcc; e += blockDim.x) sdk[e] = sdv[e] = 0.0f;
+
+  // The first query tile with a row that sees key k0: rows i >= k0 - offset.
+  const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
+  for (int64_t q0 = first; q0 < g.tq; q0 += kTile) {
+    __syncthreads();  // the previous tile's readers of sq, sg, sdq, s_lse, s_d are done
+    load_tile16<HS>(sq, L::kLd16, qp, q.stride_t, q0, g.tq, g.hs, whole & 1u);
+    load_tile16<HS>(sg, L::kLd16, gp, grad.stride_t, q0, g.tq, g.hs, whole & 8u);
+    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+      const bool real = q0 + i < g.tq;
+      s_lse[i] = real ? lse[bh * g.tq + q0 + i] * kLog2e : 0.0f;
+      s_d[i] = real ? dsum[bh * g.tq + q0 + i] : 0.0f;
+    }
+    __syncthreads();
+
+    // S = Q K^T and dP = dO V^T for the warp's 16 query rows.
+    {
+      Acc s[kChunks];
+      scores<W, HS>(s, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j)
+        wmma::store_matrix_sync(ss + 16 * warp * L::kLdS + 16 * j, s[j], L::kLdS, wmma::mem_row_major);
+      scores<W, HS>(s, sg + 16 * warp * L::kLd16, L::kLd16, sv, L::kLd16);
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j)
+        wmma::store_matrix_sync(sdp + 16 * warp * L::kLdS + 16 * j, s[j], L::kLdS, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // P = exp(S - lse) and dS = P o (dP - D) for the lane pair's row.
+    {
+      const int64_t row = q0 + r;
+      const float lse2 = s_lse[r], d = s_d[r];
+      for (int i = 0; i < 32; ++i) {
+        const int c = staggered(half, i, lane);
+        const int64_t key = k0 + c;
+        const bool seen = row < g.tq && key < g.tk && key <= row + offset;
+        const float p = seen ? exp2f(ss[r * L::kLdS + c] * g.scale_log2 - lse2) : 0.0f;
+        E::store(sp + r * L::kLdP, c, p);
+        E::store(sds + r * L::kLdP, c, p * (sdp[r * L::kLdS + c] - d));
+      }
+    }
+    __syncthreads();  // P and dS complete; S and dP read for the last time
+
+    // dV += P^T dO and dK += dS^T Q for the warp's 16 keys: P^T and dS^T are P and dS
+    // read column-major.
+#pragma unroll
+    for (int n = 0; n < HS / 16; ++n) {
+      Acc av, ak;
+      float* tv = sdv + 16 * warp * L::kLdAcc + 16 * n;
+      float* tk = sdk + 16 * warp * L::kLdAcc + 16 * n;
+      wmma::load_matrix_sync(av, tv, L::kLdAcc, wmma::mem_row_major);
+      wmma::load_matrix_sync(ak, tk, L::kLdAcc, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < kChunks; ++kk) {
+        FragA<W, wmma::col_major> fa;
+        FragB<W, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(sp + 16 * kk * L::kLdP + 16 * warp), L::kLdP);
+        wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(sg + 16 * kk * L::kLd16 + 16 * n), L::kLd16);
+        wmma::mma_sync(av, fa, fb, av);
+        wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(sds + 16 * kk * L::kLdP + 16 * warp), L::kLdP);
+        wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(sq + 16 * kk * L::kLd16 + 16 * n), L::kLd16);
+        wmma::mma_sync(ak, fa, fb, ak);
+      }
+      wmma::store_matrix_sync(tv, av, L::kLdAcc, wmma::mem_row_major);
+      wmma::store_matrix_sync(tk, ak, L::kLdAcc, wmma::mem_row_major);
+    }
+
+    // dQ = dS K for the warp's 16 query rows, through the shared tile into dq.
+#pragma unroll
+    for (int n = 0; n < HS / 16; ++n) {
+      Acc aq;
+      wmma::fill_fragment(aq, 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < kChunks; ++kk) {
+        FragA<W, wmma::row_major> fa;
+        FragB<W, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(sds + 16 * warp * L::kLdP + 16 * kk), L::kLdP);
+        wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(sk + 16 * kk * L::kLd16 + 16 * n), L::kLd16);
+        wmma::mma_sync(aq, fa, fb, aq);
+      }
+      wmma::store_matrix_sync(sdq + 16 * warp * L::kLdAcc + 16 * n, aq, L::kLdAcc, wmma::mem_row_major);
+    }
+    __syncwarp();
+    for (int e = lane; e < 16 * g.hs; e += 32) {
+      const int rr = 16 * warp + e / g.hs, c = e % g.hs;
+      const int64_t row = q0 + rr;
+      if (row < g.tq) atomicAdd(dq + (bh * g.tq + row) * g.hs + c, sdq[rr * L::kLdAcc + c] * scale);
+    }
+  }
+  __syncthreads();  // every warp's dK and dV are stored
+
+  for (int e = threadIdx.x; e < kTile * g.hs; e += blockDim.x) {
+    const int rr = e / g.hs, c = e % g.hs;
+    const int64_t key = k0 + rr;
+    if (key >= g.tk) continue;
+    const int64_t at = (bh * g.tk + key) * g.hs + c;
+    E::store(dk, at, sdk[rr * L::kLdAcc + c] * scale);
+    E::store(dv, at, sdv[rr * L::kLdAcc + c]);
+  }
+}
+
+// ---- launching ----
+
+// Bit i set where operand i (q, k, v, dO) can be loaded 8 elements at a time: head size
+// HS, and every head and row starting on 16 bytes.
+template <int HS>
+unsigned whole_rows(std::initializer_list<const Tensor*> operands) {
+  unsigned bits = 0, bit = 1;
+  for (const Tensor* t : operands) {
+    if (t->size(3) == HS && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0 && t->stride(0) % 8 == 0 &&
+        t->stride(1) % 8 == 0 && t->stride(2) % 8 == 0)
+      bits |= bit;
+    bit <<= 1;
+  }
+  return bits;
+}
+
+template <class E, int HS>
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
+             cudaStream_t stream) {
+  auto* kernel = mma_attention_kernel<E, HS>;
+  constexpr size_t bytes = Layout<HS>::forward;
+  allow_shared_memory(kernel, bytes, q.device().index, q.size(3));
+  const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(q.size(2)));
+  kernel<<<grid, kMmaThreads, bytes, stream>>>(Operand(q), Operand(k), Operand(v), ptr<uint16_t>(out),
+                                                ptr<float>(lse), geometry(q, k, scale), whole_rows<HS>({&q, &k, &v}));
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+template <class E, int HS>
+void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+              const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv, double scale,
+              cudaStream_t stream) {
+  const Geometry g = geometry(q, k, scale);
+  const Tensor dsum = Tensor::empty({q.size(0) * q.size(1) * q.size(2)}, DType::f32, q.device());
+  launch_attention_dot<E>(out, grad_out, dsum, g, stream);
+  auto* kernel = mma_attention_backward_kernel<E, HS>;
+  constexpr size_t bytes = Layout<HS>::backward;
+  allow_shared_memory(kernel, bytes, q.device().index, q.size(3));
+  const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(k.size(2)));
+  kernel<<<grid, kMmaThreads, bytes, stream>>>(Operand(q), Operand(k), Operand(v), Operand(grad_out),
+                                                ptr<const float>(lse), ptr<const float>(dsum), ptr<float>(dq32),
+                                                ptr<uint16_t>(dk), ptr<uint16_t>(dv), float(scale), g,
+                                                whole_rows<HS>({&q, &k, &v, &grad_out}));
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+// f(E, HS) for q's 16-bit dtype and the smallest instantiated head size that holds its hs.
+template <class F>
+void with_kernel(const Tensor& q, F&& f) {
+  const int64_t hs = q.size(3);
+  auto by_size = [&]<class E>() {
+    if (hs <= 32)
+      f.template operator()<E, 32>();
+    else if (hs <= 64)
+      f.template operator()<E, 64>();
+    else
+      f.template operator()<E, 128>();
+  };
+  if (q.dtype() == DType::bf16)
+    by_size.template operator()<BF16>();
+  else
+    by_size.template operator()<F16>();
+}
+
+template <int HS>
+size_t shared_bytes(bool backward) {
+  return backward ? Layout<HS>::backward : Layout<HS>::forward;
+}
+
+}  // namespace
+
+bool mma_attention_fits(const Tensor& q, bool backward) {
+  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return false;
+  const int64_t hs = q.size(3);
+  if (hs > 128) return false;
+  const size_t bytes = hs <= 32 ? shared_bytes<32>(backward) : hs <= 64 ? shared_bytes<64>(backward)
+                                                                        : shared_bytes<128>(backward);
+  return bytes <= optin_shared_memory(q.device().index);
+}
+
+void mma_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   double scale, cudaStream_t stream) {
+  with_kernel(q, [&]<class E, int HS>() { forward<E, HS>(q, k, v, out, lse, scale, stream); });
+}
+
+void mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv,
+                            double scale, cudaStream_t stream) {
+  with_kernel(q, [&]<class E, int HS>() { backward<E, HS>(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, stream); });
+}
+
+}  // namespace triad::cuda
