@@ -1,8 +1,9 @@
 // bench-attention: the CUDA backend's fused causal attention (ops::causal_attention and
 // its backward) at GPT-2 small's shapes, B = 16, NH = 12, T = 1024, hs = 64, in bf16 (and
-// f16, f32 on request), forward and backward, beside the composed attention the model
-// used before (cuBLASLt matmul, causal softmax, matmul, and their backward; f32 only, as
-// the backend's matmul) on the same values in f32. FLOPs count the causal half of the
+// f16, f32 on request; bf16 and f16 run on tensor cores, f32 on FMAs: attention_mma.cu,
+// attention.cu), forward and backward, beside the composed attention the model used
+// before (cuBLASLt matmul, causal softmax, matmul, and their backward; f32 only, as the
+// backend's matmul) on the same values in f32. FLOPs count the causal half of the
 // products: 4 B NH T^2 hs / 2 forward, 2.5 times that backward (5 products instead of 2),
 // for both. The fused output is compared with the composed one in the same run
 // (normalized MSE, sum (got - want)^2 / sum want^2).
