@@ -1,7 +1,8 @@
 // What the two sets of fused causal attention kernels share (attention.cu: CUDA-core FMAs,
 // every dtype; attention_mma.cu: tensor cores, bf16 and f16): the tile size, operands and
 // geometry, element loads and stores, the backward's D = rowsum(dO o O) kernel and the
-// launch helpers. Included only by those two files.
+// launch helpers. Included by those two files, and by the CPU test that emulates the
+// tensor-core kernels (tests/cuda/test_attention_mma_emulated.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -100,6 +101,7 @@ inline unsigned tiles(int64_t rows) {
   return unsigned(n);
 }
 
+#ifdef __CUDACC__  // kernel launches parse only under nvcc (the emulated test includes this)
 // D = rowsum(dO o O) of the backward into dsum (B NH Tq floats), for out of q's geometry.
 template <class E>
 void launch_attention_dot(const Tensor& out, const Tensor& grad_out, const Tensor& dsum, const Geometry& g,
@@ -110,6 +112,7 @@ void launch_attention_dot(const Tensor& out, const Tensor& grad_out, const Tenso
       ptr<const typename E::type>(out), Operand(grad_out), ptr<float>(dsum), g, rows);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
+#endif
 
 // ---- the tensor-core kernels (attention_mma.cu) ----
 

@@ -1,0 +1,171 @@
+// An emulation, on the CPU, of the CUDA pieces the tensor-core attention kernels use, so
+// that their code compiles with the host compiler and runs here (include this first, then
+// cuda/backend/attention_mma_kernels.cuh). A block runs as blockDim.x host threads:
+// - threadIdx, blockIdx, blockDim and gridDim are per-thread / per-launch variables;
+// - __syncthreads and __syncwarp are barriers over the block and over a warp's 32 threads;
+//   __shfl_xor_sync exchanges through a per-warp array between two warp barriers;
+// - atomicAdd on floats is std::atomic_ref;
+// - the WMMA calls (nvcuda::wmma) are warp-collective as documented: every lane of a warp
+//   passes the same arguments; each lane holds the whole 16 x 16 tile, loads it with the
+//   documented row- or column-major addressing, and lane 0 stores it;
+// - dynamic shared memory is one buffer, filled with NaN bytes before every block, so a
+//   read before a write shows.
+// What it cannot show: the hardware's fragment layouts and alignment rules, races that
+// the barriers happen to order, and speed.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <barrier>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace triad::emulation {
+
+struct Index {
+  unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local Index thread_idx, block_idx;
+inline Index block_dim, grid_dim;
+
+constexpr int kMaxWarps = 32;
+inline std::unique_ptr<std::barrier<>> block_barrier;
+inline std::unique_ptr<std::barrier<>> warp_barrier[kMaxWarps];
+inline float shuffle_slot[kMaxWarps][32];
+
+// Runs f() as the blocks of a (grid_x, grid_y) grid of `threads` threads each (a multiple
+// of 32, at most 1024), a block at a time.
+void launch(unsigned grid_x, unsigned grid_y, unsigned threads, const std::function<void()>& f);
+
+}  // namespace triad::emulation
+
+#define __launch_bounds__(...)
+#define threadIdx ::triad::emulation::thread_idx
+#define blockIdx ::triad::emulation::block_idx
+#define blockDim ::triad::emulation::block_dim
+#define gridDim ::triad::emulation::grid_dim
+
+inline void __syncthreads() { triad::emulation::block_barrier->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { triad::emulation::warp_barrier[threadIdx.x / 32]->arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned, float v, int mask) {
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncwarp();
+  triad::emulation::shuffle_slot[warp][lane] = v;
+  __syncwarp();
+  const float r = triad::emulation::shuffle_slot[warp][lane ^ unsigned(mask)];
+  __syncwarp();
+  return r;
+}
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+namespace nvcuda::wmma {
+
+struct row_major {};
+struct col_major {};
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+  float v[16][16];
+};
+using Acc = fragment<accumulator, 16, 16, 16, float>;
+
+inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline float to_float(__half x) { return __half2float(x); }
+
+template <class F>
+void fill_fragment(F& f, float x) {
+  for (auto& row : f.v)
+    for (float& e : row) e = x;
+}
+
+template <class Use, class T, class Layout>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ld) {
+  __syncwarp();
+  for (unsigned i = 0; i < 16; ++i)
+    for (unsigned j = 0; j < 16; ++j)
+      f.v[i][j] = to_float(std::is_same_v<Layout, row_major> ? p[i * ld + j] : p[i + j * ld]);
+  __syncwarp();
+}
+
+inline void load_matrix_sync(Acc& f, const float* p, unsigned ld, layout_t layout) {
+  __syncwarp();
+  for (unsigned i = 0; i < 16; ++i)
+    for (unsigned j = 0; j < 16; ++j) f.v[i][j] = layout == mem_row_major ? p[i * ld + j] : p[i + j * ld];
+  __syncwarp();
+}
+
+inline void store_matrix_sync(float* p, const Acc& f, unsigned ld, layout_t layout) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0)
+    for (unsigned i = 0; i < 16; ++i)
+      for (unsigned j = 0; j < 16; ++j) (layout == mem_row_major ? p[i * ld + j] : p[i + j * ld]) = f.v[i][j];
+  __syncwarp();
+}
+
+// d = a b + c, in f32 (d may be c).
+template <class TA, class LA, class TB, class LB>
+void mma_sync(Acc& d, const fragment<matrix_a, 16, 16, 16, TA, LA>& a, const fragment<matrix_b, 16, 16, 16, TB, LB>& b,
+              const Acc& c) {
+  float r[16][16];
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      float s = c.v[i][j];
+      for (int k = 0; k < 16; ++k) s += a.v[i][k] * b.v[k][j];
+      r[i][j] = s;
+    }
+  std::memcpy(d.v, r, sizeof r);
+}
+
+}  // namespace nvcuda::wmma
+
+// The kernels' `extern __shared__` array: one buffer, big enough for any block.
+namespace triad::cuda {
+namespace {
+alignas(128) unsigned char smem[232448];
+}  // namespace
+}  // namespace triad::cuda
+
+namespace triad::emulation {
+
+inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads, const std::function<void()>& f) {
+  grid_dim = {grid_x, grid_y, 1};
+  block_dim = {threads, 1, 1};
+  for (unsigned y = 0; y < grid_y; ++y)
+    for (unsigned x = 0; x < grid_x; ++x) {
+      std::memset(cuda::smem, 0xff, sizeof cuda::smem);
+      block_barrier = std::make_unique<std::barrier<>>(threads);
+      for (unsigned w = 0; w < threads / 32; ++w) warp_barrier[w] = std::make_unique<std::barrier<>>(32);
+      std::vector<std::thread> block;
+      for (unsigned t = 0; t < threads; ++t)
+        block.emplace_back([&, t] {
+          thread_idx = {t, 0, 0};
+          block_idx = {x, y, 0};
+          f();
+        });
+      for (std::thread& t : block) t.join();
+    }
+}
+
+}  // namespace triad::emulation

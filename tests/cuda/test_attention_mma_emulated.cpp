@@ -1,0 +1,148 @@
+// The tensor-core attention kernels (cuda/backend/attention_mma_kernels.cuh) run on the
+// CPU under an emulation of CUDA (cuda/cuda_emulation.h), against the CPU backend's
+// attention, as test_backend_cuda checks them on a GPU: the same geometries and
+// thresholds, bf16 and f16, forward and backward. So their indexing, masking, tiling and
+// synchronization are checked where no GPU is; their speed and the hardware's own rules
+// are not.
+#define BOOST_TEST_MODULE attention_mma_emulated
+#include <boost/test/unit_test.hpp>
+
+#include "cuda/cuda_emulation.h"
+// The emulation comes first: the kernels' header takes nvcuda::wmma and the builtins from it.
+#include "cuda/backend/attention_mma_kernels.cuh"
+#include "tensor/backend.h"
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/ops.h"
+#include "tensor/random.h"
+
+using namespace triad;
+using cuda::Operand;
+
+namespace {
+
+Tensor random(const Shape& shape, uint64_t seed, DType dtype) {
+  Tensor t = Tensor::empty(shape, DType::f64);
+  Generator g(seed);
+  ops::uniform_(t, -1.0, 1.0, g);
+  return ops::to(t, dtype);
+}
+
+// sum (got - want)^2 / sum want^2, as test_backend_cuda measures.
+double nmse(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = ops::to(got, DType::f64).to_vector<double>();
+  const std::vector<double> w = ops::to(want, DType::f64).to_vector<double>();
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    err += (g[i] - w[i]) * (g[i] - w[i]);
+    ref += w[i] * w[i];
+  }
+  return err / std::max(ref, 1e-300);
+}
+
+double threshold(DType t) { return t == DType::bf16 ? 3e-5 : 1e-6; }
+
+// Bit i set where operand i (q, k, v, dO) takes the kernels' 16-byte loads (as the launch
+// code in attention_mma.cu decides).
+template <int HS>
+unsigned whole_rows(std::initializer_list<const Tensor*> operands) {
+  unsigned bits = 0, bit = 1;
+  for (const Tensor* t : operands) {
+    if (t->size(3) == HS && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0 && t->stride(0) % 8 == 0 &&
+        t->stride(1) % 8 == 0 && t->stride(2) % 8 == 0)
+      bits |= bit;
+    bit <<= 1;
+  }
+  return bits;
+}
+
+struct Geometry {
+  int64_t b, nh, tq, tk, hs;
+  bool views;  // q, k, v as views of one (B, T, 3 NH hs) tensor
+};
+
+template <class E, int HS>
+void check(DType dt, const Geometry& s) {
+  const std::string what = std::string(dtype_name(dt)) + " B" + std::to_string(s.b) + " NH" + std::to_string(s.nh) +
+                           " Tq" + std::to_string(s.tq) + " Tk" + std::to_string(s.tk) + " hs" +
+                           std::to_string(s.hs) + (s.views ? " views" : "");
+  const Shape qs = {s.b, s.nh, s.tq, s.hs}, ks = {s.b, s.nh, s.tk, s.hs};
+  Tensor q, k, v;
+  if (s.views) {
+    const int64_t c = s.nh * s.hs;
+    const Tensor base = random({s.b, s.tq, 3 * c}, 60, dt);
+    auto part = [&](int64_t i) {
+      return ops::transpose(ops::reshape(ops::narrow(base, 2, i * c, c), {s.b, s.tq, s.nh, s.hs}), 1, 2);
+    };
+    q = part(0), k = part(1), v = part(2);
+  } else {
+    q = random(qs, 61, dt), k = random(ks, 62, dt), v = random(ks, 63, dt);
+  }
+  const Tensor grad = random(qs, 64, dt);
+  const double scale = 1.0 / std::sqrt(double(s.hs));
+  const cuda::Geometry g{int(s.nh), int(s.hs), s.tq, s.tk, float(scale * 1.4426950408889634)};
+  const unsigned bh = unsigned(s.b * s.nh);
+  const unsigned whole = whole_rows<HS>({&q, &k, &v, &grad});
+  auto f32 = [](const Tensor& t) { return ops::to(t, DType::f32); };
+
+  // Forward, against the CPU on the same (rounded) values in f32.
+  Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty({s.b, s.nh, s.tq});
+  emulation::launch(bh, unsigned((s.tq + 63) / 64), 128, [&] {
+    cuda::mma_attention_kernel<E, HS>(Operand(q), Operand(k), Operand(v), static_cast<uint16_t*>(out.raw_data()),
+                                      static_cast<float*>(lse.raw_data()), g, whole & 7u);
+  });
+  Tensor want = Tensor::empty(qs), want_lse = Tensor::empty({s.b, s.nh, s.tq});
+  cpu_backend().attention(f32(q), f32(k), f32(v), want, want_lse, scale);
+  BOOST_TEST(nmse(out, want) < threshold(dt), what << " out: nmse " << nmse(out, want));
+  BOOST_TEST(nmse(lse, want_lse) < 1e-10, what << " lse: nmse " << nmse(lse, want_lse));
+
+  // Backward from the CPU's out (rounded to dt) and lse. D = rowsum(dO o O) comes from the
+  // host (its kernel, shared with the FMA path, would cost 32 emulated threads a row).
+  const Tensor out_dt = ops::to(want, dt);
+  const Tensor dsum = ops::reshape(ops::sum(ops::mul(f32(out_dt), f32(grad)), -1), {-1});
+  Tensor dq = Tensor::zeros(qs), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt);
+  emulation::launch(bh, unsigned((s.tk + 63) / 64), 128, [&] {
+    cuda::mma_attention_backward_kernel<E, HS>(
+        Operand(q), Operand(k), Operand(v), Operand(grad), static_cast<const float*>(want_lse.raw_data()),
+        static_cast<const float*>(ops::contiguous(dsum).raw_data()), static_cast<float*>(dq.raw_data()),
+        static_cast<uint16_t*>(dk.raw_data()), static_cast<uint16_t*>(dv.raw_data()), float(scale), g, whole);
+  });
+  Tensor wdq = Tensor::empty(qs), wdk = Tensor::empty(ks), wdv = Tensor::empty(ks);
+  cpu_backend().attention_backward(f32(q), f32(k), f32(v), f32(out_dt), want_lse, f32(grad), wdq, wdk, wdv, scale);
+  if (s.tk == 1) {  // one key: P = 1 and dP = D, so dq and dk are 0 up to rounding
+    BOOST_TEST(ops::max_abs(dq) < 1e-5, what << " dq");
+    BOOST_TEST(ops::max_abs(f32(dk)) < 1e-5, what << " dk");
+  } else {
+    BOOST_TEST(nmse(dq, wdq) < threshold(dt), what << " dq: nmse " << nmse(dq, wdq));
+    BOOST_TEST(nmse(dk, wdk) < threshold(dt), what << " dk: nmse " << nmse(dk, wdk));
+  }
+  BOOST_TEST(nmse(dv, wdv) < threshold(dt), what << " dv: nmse " << nmse(dv, wdv));
+}
+
+// Smaller forms of test_backend_cuda's geometries (an emulated block costs a fraction of a
+// second): head sizes at and between the instantiations (32, 64, 128), one position, fewer
+// queries than keys, T not a multiple of the 64-row tile, and strided views of a fused qkv
+// projection, with the kernels' 16-byte loads (hs 64 and 128) and without.
+const Geometry kGeometries[] = {{1, 1, 100, 100, 64, false}, {1, 1, 1, 1, 32, false},  {1, 1, 130, 130, 128, false},
+                                {1, 1, 37, 160, 24, false},  {1, 2, 96, 96, 16, true}, {1, 2, 64, 64, 64, true}};
+
+template <class E>
+void check_geometry(DType dt, const Geometry& s) {
+  if (s.hs <= 32)
+    check<E, 32>(dt, s);
+  else if (s.hs <= 64)
+    check<E, 64>(dt, s);
+  else
+    check<E, 128>(dt, s);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(bf16_matches_the_cpu) {
+  for (const Geometry& g : kGeometries) check_geometry<cuda::BF16>(DType::bf16, g);
+}
+
+// f16 shares every line but the element type: two geometries.
+BOOST_AUTO_TEST_CASE(f16_matches_the_cpu) {
+  check_geometry<cuda::F16>(DType::f16, kGeometries[0]);
+  check_geometry<cuda::F16>(DType::f16, kGeometries[3]);
+}
