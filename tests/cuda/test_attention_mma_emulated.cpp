@@ -41,20 +41,6 @@ double nmse(const Tensor& got, const Tensor& want) {
 
 double threshold(DType t) { return t == DType::bf16 ? 3e-5 : 1e-6; }
 
-// Bit i set where operand i (q, k, v, dO) takes the kernels' 16-byte loads (as the launch
-// code in attention_mma.cu decides).
-template <int HS>
-unsigned whole_rows(std::initializer_list<const Tensor*> operands) {
-  unsigned bits = 0, bit = 1;
-  for (const Tensor* t : operands) {
-    if (t->size(3) == HS && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0 && t->stride(0) % 8 == 0 &&
-        t->stride(1) % 8 == 0 && t->stride(2) % 8 == 0)
-      bits |= bit;
-    bit <<= 1;
-  }
-  return bits;
-}
-
 struct Geometry {
   int64_t b, nh, tq, tk, hs;
   bool views;  // q, k, v as views of one (B, T, 3 NH hs) tensor
@@ -81,7 +67,7 @@ void check(DType dt, const Geometry& s) {
   const double scale = 1.0 / std::sqrt(double(s.hs));
   const cuda::Geometry g{int(s.nh), int(s.hs), s.tq, s.tk, float(scale * 1.4426950408889634)};
   const unsigned bh = unsigned(s.b * s.nh);
-  const unsigned whole = whole_rows<HS>({&q, &k, &v, &grad});
+  const unsigned whole = cuda::whole_rows<HS>({&q, &k, &v, &grad});
   auto f32 = [](const Tensor& t) { return ops::to(t, DType::f32); };
 
   // Forward, against the CPU on the same (rounded) values in f32.

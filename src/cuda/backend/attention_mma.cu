@@ -26,11 +26,12 @@
 //   forward, 133 KiB backward; head size 128: 116 and 197 KiB (the backward then fits a
 //   Hopper GPU, not an A100, where attention.cu's kernels run it).
 //
-// Needs compute capability 8.0 (bf16 WMMA); the build targets 8.0 and 9.0.
+// Needs compute capability 8.0 (bf16 WMMA); the build targets 8.0 and 9.0. The kernels
+// live in attention_mma_kernels.cuh, where a CPU test runs them under an emulation of
+// CUDA (tests/cuda/test_attention_mma_emulated.cpp).
 #include <mma.h>
 
 #include <cstdint>
-#include <initializer_list>
 
 #include "cuda/backend/attention_mma_kernels.cuh"
 #include "cuda/backend/cuda_backend.h"
@@ -40,20 +41,6 @@ namespace triad::cuda {
 namespace {
 
 // ---- launching ----
-
-// Bit i set where operand i (q, k, v, dO) can be loaded 8 elements at a time: head size
-// HS, and every head and row starting on 16 bytes.
-template <int HS>
-unsigned whole_rows(std::initializer_list<const Tensor*> operands) {
-  unsigned bits = 0, bit = 1;
-  for (const Tensor* t : operands) {
-    if (t->size(3) == HS && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0 && t->stride(0) % 8 == 0 &&
-        t->stride(1) % 8 == 0 && t->stride(2) % 8 == 0)
-      bits |= bit;
-    bit <<= 1;
-  }
-  return bits;
-}
 
 template <class E, int HS>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,

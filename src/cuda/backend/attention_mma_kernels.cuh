@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "cuda/backend/attention_common.cuh"
 
@@ -326,6 +327,22 @@ __global__ void __launch_bounds__(kMmaThreads)
     E::store(dk, at, sdk[rr * L::kLdAcc + c] * scale);
     E::store(dv, at, sdv[rr * L::kLdAcc + c]);
   }
+}
+
+// ---- launching (host) ----
+
+// Bit i set where operand i (q, k, v, dO) can be loaded 8 elements at a time: head size
+// HS, and every head and row starting on 16 bytes.
+template <int HS>
+unsigned whole_rows(std::initializer_list<const Tensor*> operands) {
+  unsigned bits = 0, bit = 1;
+  for (const Tensor* t : operands) {
+    if (t->size(3) == HS && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0 && t->stride(0) % 8 == 0 &&
+        t->stride(1) % 8 == 0 && t->stride(2) % 8 == 0)
+      bits |= bit;
+    bit <<= 1;
+  }
+  return bits;
 }
 
 }  // namespace
