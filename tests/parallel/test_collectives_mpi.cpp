@@ -205,7 +205,7 @@ BOOST_AUTO_TEST_CASE(in_place_reduce_scatter_of_mismatched_sizes_throws) {
   Tensor buf = Tensor::ones({n * k});
   WorkPtr w = c->reduce_scatter(buf, ops::narrow(buf, 0, r * k, k));
   if (r == 0)
-    test::check_error([&] { w->wait(); }, {"reduce_scatter", "rank 1 sent a chunk of 5 elements", "expected 6"});
+    test::check_error([&] { w->wait(); }, {"reduce_scatter", "rank 1 sent 5 elements", "this rank (0) expected 6"});
   else
     test::check_error([&] { w->wait(); }, {"reduce_scatter", "MPI_Wait"});
   c->barrier();
