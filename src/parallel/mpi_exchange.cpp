@@ -1,10 +1,13 @@
 // The Work of a collective by exchange (Note [Collectives by exchange], the header):
 // completes the receives in posting order, checking each one's element count, then the
 // sends, and hands each step to the call's class.
+#include "parallel/mpi_exchange.h"
+
 #include <exception>
+#include <iterator>
 
 #include "parallel/mpi_check.h"
-#include "parallel/mpi_exchange.h"
+#include "tensor/allocator.h"
 
 namespace triad::parallel::detail {
 
@@ -16,8 +19,12 @@ ExchangeWork::ExchangeWork(const char* call, MPI_Comm comm, int count, DType dty
       call_(call),
       comm_(comm),
       dtype_(dtype),
-      keep_{a.storage(), b.defined() && b.storage() != a.storage() ? b.storage() : nullptr, nullptr} {
-  requests_.reserve(size_t(messages));
+      keep_{a.storage(), b.defined() && b.storage() != a.storage() ? b.storage() : nullptr, nullptr},
+      requests_(inline_) {
+  if (messages > int(std::size(inline_))) {
+    spilled_.resize(size_t(messages));
+    requests_ = spilled_.data();
+  }
 }
 
 ExchangeWork::~ExchangeWork() {
@@ -40,22 +47,19 @@ void ExchangeWork::settle() {
 }
 
 void ExchangeWork::receive(void* buffer, int from) {
-  TRIAD_ASSERT_MSG(receives_ == int(requests_.size()), call_ << ": a receive posted after a send");
-  requests_.push_back(MPI_REQUEST_NULL);
+  TRIAD_ASSERT_MSG(receives_ == posted_, call_ << ": a receive posted after a send");
   ++receives_;
-  check(MPI_Irecv(buffer, count_, type_, from, 0, comm_, &requests_.back()), "MPI_Irecv");
+  check(MPI_Irecv(buffer, count_, type_, from, 0, comm_, &requests_[posted_++]), "MPI_Irecv");
 }
 
 void ExchangeWork::send(const void* buffer, int to) {
-  requests_.push_back(MPI_REQUEST_NULL);
-  check(MPI_Isend(buffer, count_, type_, to, 0, comm_, &requests_.back()), "MPI_Isend");
+  check(MPI_Isend(buffer, count_, type_, to, 0, comm_, &requests_[posted_++]), "MPI_Isend");
 }
 
 char* ExchangeWork::scratch(int64_t elements) {
   TRIAD_ASSERT(!keep_.scratch);
-  const Tensor t = Tensor::empty({elements}, dtype_);
-  keep_.scratch = t.storage();
-  return static_cast<char*>(t.raw_data());
+  keep_.scratch = std::make_shared<Storage>(size_t(elements) * element_size(dtype_), allocator_for(Device::cpu()));
+  return static_cast<char*>(keep_.scratch->data());
 }
 
 void ExchangeWork::reduce_local(const void* in, void* inout, MPI_Op op) {
@@ -68,8 +72,7 @@ void ExchangeWork::wait() {
     MPI_Status status;
     handle(handled_, MPI_Wait(&requests_[size_t(handled_)], &status), status, "MPI_Wait");
   }
-  check(MPI_Waitall(int(requests_.size()) - receives_, requests_.data() + receives_, MPI_STATUSES_IGNORE),
-        "MPI_Waitall");
+  check(MPI_Waitall(posted_ - receives_, requests_ + receives_, MPI_STATUSES_IGNORE), "MPI_Waitall");
   complete();
 }
 
@@ -82,8 +85,7 @@ bool ExchangeWork::test() {
     if (rc == MPI_SUCCESS && !flag) return false;
     handle(handled_, rc, status, "MPI_Test");
   }
-  check(MPI_Testall(int(requests_.size()) - receives_, requests_.data() + receives_, &flag, MPI_STATUSES_IGNORE),
-        "MPI_Testall");
+  check(MPI_Testall(posted_ - receives_, requests_ + receives_, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
   if (!flag) return false;
   complete();
   return true;

@@ -110,8 +110,7 @@ class ExchangeWork : public Work {
  public:
   // `call` (a literal) names the call in errors; `a` and `b` are the tensors it reads and
   // writes (b may be a, or undefined).
-  ExchangeWork(const char* call, MPI_Comm comm, int count, DType dtype, const Tensor& a, const Tensor& b,
-               int messages);
+  ExchangeWork(const char* call, MPI_Comm comm, int count, DType dtype, const Tensor& a, const Tensor& b, int messages);
   ~ExchangeWork() override;  // abandons the exchange if it was not completed (a constructor threw)
 
   void wait() override;
@@ -158,9 +157,14 @@ class ExchangeWork : public Work {
   MPI_Comm comm_;
   DType dtype_;
   Keep keep_;
-  std::vector<MPI_Request> requests_;  // the receives in posting order, then the sends
-  int receives_ = 0;                   // receives posted (the first requests)
-  int handled_ = 0;                    // receives completed and handed to received()
+  // The receives in posting order, then the sends: in the Work itself up to the messages
+  // of kExchangeMaxRanks ranks (a small call allocates nothing for them), else spilled.
+  MPI_Request inline_[2 * (kExchangeMaxRanks - 1)];
+  std::vector<MPI_Request> spilled_;
+  MPI_Request* requests_;
+  int posted_ = 0;    // messages posted
+  int receives_ = 0;  // receives posted (the first requests)
+  int handled_ = 0;   // receives completed and handed to received()
   bool done_ = false;
 };
 

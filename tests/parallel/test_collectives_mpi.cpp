@@ -7,7 +7,9 @@
 #include <boost/mpl/list.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <type_traits>
 
 #include "parallel/mpi_communicator.h"
 #include "parallel/runtime.h"
@@ -17,8 +19,8 @@
 #include "tensor/ops.h"
 
 using namespace triad;
-using test::MpiFixture;
 using test::fold;
+using test::MpiFixture;
 using test::name;
 using test::v_for;
 using test::v_mm;
@@ -57,7 +59,6 @@ void check_values(const std::string& what, const Tensor& t, const std::function<
                                      << (first >= 0 ? to_double(p[first]) : 0.0) << ", expected "
                                      << (first >= 0 ? expected(first) : 0.0));
 }
-
 
 constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
 
@@ -209,6 +210,210 @@ BOOST_AUTO_TEST_CASE(in_place_reduce_scatter_of_mismatched_sizes_throws) {
   else
     test::check_error([&] { w->wait(); }, {"reduce_scatter", "MPI_Wait"});
   c->barrier();
+}
+
+// all_reduce, all_gather, all_to_all and broadcast on communicators of 1, 2 and 3 ranks
+// (the world split by rank mod 3, as above), from one element to more than a message MPI
+// sends eagerly: small calls run by exchange on every communicator here, all_reduce's
+// large ones by MPI_Iallreduce on 3 ranks (Note [Collectives by exchange]).
+BOOST_AUTO_TEST_CASE_TEMPLATE(collectives_on_1_2_3_ranks, T, AllTypes) {
+  auto sub = comm()->split(comm()->rank() % 3, 0);
+  const int n = sub->size(), r = sub->rank();
+  const std::string on = " on " + std::to_string(n) + " ranks";
+  for (int64_t len : {1, 5, 3001, 40000}) {
+    for (ReduceOp op : kOps) {
+      Tensor t = make<T>(len, [&](int64_t j) { return v_for(op, r, j); });
+      sub->all_reduce(t, op)->wait();
+      check_values<T>(std::string("all_reduce") + on + " " + name(op) + " len " + std::to_string(len), t,
+                      [&](int64_t j) { return fold(op, n, j); });
+    }
+  }
+  auto code = [n](int from, int to, int64_t i) { return double(from * n + to + 64 * (i % 2)); };
+  for (int64_t k : {1, 5, 3001}) {
+    const std::string ks = on + " k " + std::to_string(k);
+    Tensor in = make<T>(k, [&](int64_t i) { return v_mm(r, i); });
+    Tensor out = make<T>(n * k, [](int64_t) { return -100; });
+    sub->all_gather(in, out)->wait();
+    check_values<T>("all_gather" + ks, out, [&](int64_t j) { return v_mm(int(j / k), j % k); });
+    Tensor buf = make<T>(n * k, [&](int64_t j) { return j / k == r ? v_mm(r, j % k) : -100; });
+    sub->all_gather(ops::narrow(buf, 0, r * k, k), buf)->wait();
+    check_values<T>("all_gather in place" + ks, buf, [&](int64_t j) { return v_mm(int(j / k), j % k); });
+
+    Tensor a = make<T>(n * k, [&](int64_t j) { return code(r, int(j / k), j % k); });
+    Tensor b = make<T>(n * k, [](int64_t) { return -100; });
+    sub->all_to_all(a, b)->wait();
+    check_values<T>("all_to_all" + ks, b, [&](int64_t j) { return code(int(j / k), r, j % k); });
+    check_values<T>("all_to_all leaves its input" + ks, a, [&](int64_t j) { return code(r, int(j / k), j % k); });
+    sub->all_to_all(a, a)->wait();
+    check_values<T>("all_to_all in place" + ks, a, [&](int64_t j) { return code(int(j / k), r, j % k); });
+  }
+  for (int root = 0; root < n; ++root) {
+    for (int64_t len : {1, 3001}) {
+      Tensor t = make<T>(len, [&](int64_t j) { return r == root ? v_mm(root, j) : -100; });
+      sub->broadcast(t, root)->wait();
+      check_values<T>("broadcast" + on + " from " + std::to_string(root) + " len " + std::to_string(len), t,
+                      [&](int64_t j) { return v_mm(root, j); });
+    }
+  }
+}
+
+// Values whose floating-point sum depends on the order of the terms (large and small
+// magnitudes, both signs): every rank ends with the same bits, those of rank 0's value
+// + rank 1's + ... + rank n−1's, combined left to right in T (bf16/f16: each sum of two
+// rounded from float), which is Note [All-reduce by exchange]'s order. max and min of
+// signed zeros, whose result depends on operand order, agree bitwise across ranks too.
+template <class T>
+void check_same_bits_on_every_rank(const std::string& what, const Tensor& t) {
+  auto c = comm();
+  Tensor all = Tensor::empty({c->size() * t.numel()}, t.dtype());
+  c->all_gather(t, all)->wait();
+  for (int q = 0; q < c->size(); ++q)
+    BOOST_CHECK_MESSAGE(
+        std::memcmp(all.data<T>() + q * t.numel(), t.data<T>(), t.nbytes()) == 0,
+        what << " (" << dtype_name(t.dtype()) << "): rank " << q << " ended with other bits than rank " << c->rank());
+}
+
+using FloatTypes = boost::mpl::list<float, double, bf16, f16>;
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(all_reduce_adds_in_rank_order_on_every_rank, T, FloatTypes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  auto x = [](int q, int64_t j) {
+    const double magnitude = (q + j) % 3 == 0 ? 3.0e4 : 1.0;
+    return ((q + j) % 2 ? -1 : 1) * magnitude * (1 + 0.0137 * double((7 * j + q) % 11));
+  };
+  const int64_t len = 255;  // 510 to 2040 bytes: by exchange on every communicator size tested
+  Tensor t = make<T>(len, [&](int64_t j) { return x(r, j); });
+  c->all_reduce(t)->wait();
+  Tensor expected = Tensor::empty({len}, t.dtype());
+  for (int64_t j = 0; j < len; ++j) {
+    T acc = from_double<T>(x(0, j));
+    for (int q = 1; q < n; ++q) {
+      const T term = from_double<T>(x(q, j));
+      if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+        acc = T(float(acc) + float(term));
+      else
+        acc = acc + term;
+    }
+    expected.data<T>()[j] = acc;
+  }
+  BOOST_CHECK_MESSAGE(
+      std::memcmp(t.data<T>(), expected.data<T>(), t.nbytes()) == 0,
+      "all_reduce sum (" << dtype_name(t.dtype()) << ", rank " << r << "/" << n << ") differs from the rank-order sum");
+  check_same_bits_on_every_rank<T>("all_reduce sum", t);
+
+  for (ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+    Tensor z = make<T>(len, [&](int64_t j) { return (r + j) % 2 ? -0.0 : 0.0; });
+    c->all_reduce(z, op)->wait();
+    check_values<T>(std::string("all_reduce of signed zeros ") + name(op), z, [](int64_t) { return 0.0; });
+    check_same_bits_on_every_rank<T>(std::string("all_reduce of signed zeros ") + name(op), z);
+  }
+}
+
+// Ranks may differ in placement: even ranks in place, odd ranks out of place.
+BOOST_AUTO_TEST_CASE(all_gather_and_all_to_all_placement_may_differ_across_ranks) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  for (int64_t k : {3, 5000}) {
+    const std::string ks = " k " + std::to_string(k);
+    Tensor gathered = make<float>(n * k, [&](int64_t j) { return j / k == r ? v_mm(r, j % k) : -100; });
+    Tensor in = r % 2 == 0 ? ops::narrow(gathered, 0, r * k, k) : make<float>(k, [&](int64_t i) { return v_mm(r, i); });
+    c->all_gather(in, gathered)->wait();
+    check_values<float>("all_gather mixed placement" + ks, gathered,
+                        [&](int64_t j) { return v_mm(int(j / k), j % k); });
+
+    auto code = [n](int from, int to, int64_t i) { return double(from * n + to + 64 * (i % 2)); };
+    Tensor a = make<float>(n * k, [&](int64_t j) { return code(r, int(j / k), j % k); });
+    Tensor b = r % 2 == 0 ? a : Tensor::empty({n * k});
+    c->all_to_all(a, b)->wait();
+    check_values<float>("all_to_all mixed placement" + ks, b, [&](int64_t j) { return code(int(j / k), r, j % k); });
+  }
+}
+
+// Every collective in flight together beside the user's own messages (tag 0 on the same
+// communicator), completed in reverse order; then in-place all_to_all (whose chunks move
+// into place on completion) by test() and by a dropped Work.
+BOOST_AUTO_TEST_CASE(collectives_in_flight_with_user_messages) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  Tensor got = Tensor::full({300}, -1), sent = Tensor::full({300}, r);
+  WorkPtr user_recv = c->recv(got, prev, 0);
+  const int64_t k = 700;
+  Tensor small = make<float>(9, [&](int64_t j) { return v_sum(r, j); });
+  Tensor large = make<double>(30000, [&](int64_t j) { return v_sum(r, j); });
+  Tensor ag_out = Tensor::empty({n * k}, DType::i32);
+  Tensor ag_in = make<int32_t>(k, [&](int64_t i) { return v_mm(r, i); });
+  Tensor a2a = make<f16>(n * k, [&](int64_t j) { return double(r * n + j / k); });
+  Tensor bc = make<int64_t>(k, [&](int64_t j) { return r == n - 1 ? j : -1; });
+  Tensor rs = make<float>(n * k, [&](int64_t j) { return v_sum(r, j); });
+  std::vector<WorkPtr> works;
+  works.push_back(c->all_reduce(small));
+  works.push_back(c->all_gather(ag_in, ag_out));
+  works.push_back(c->all_to_all(a2a, a2a));
+  works.push_back(c->broadcast(bc, n - 1));
+  works.push_back(c->reduce_scatter(rs, ops::narrow(rs, 0, r * k, k)));
+  works.push_back(c->all_reduce(large));
+  WorkPtr user_send = c->send(sent, next, 0);
+  for (auto w = works.rbegin(); w != works.rend(); ++w) (*w)->wait();
+  user_send->wait();
+  user_recv->wait();
+  check_values<float>("user message beside the collectives", got, [&](int64_t) { return prev; });
+  check_values<float>("in flight small all_reduce", small, [&](int64_t j) { return fold(ReduceOp::sum, n, j); });
+  check_values<double>("in flight large all_reduce", large, [&](int64_t j) { return fold(ReduceOp::sum, n, j); });
+  check_values<int32_t>("in flight all_gather", ag_out, [&](int64_t j) { return v_mm(int(j / k), j % k); });
+  check_values<f16>("in flight in place all_to_all", a2a, [&](int64_t j) { return double(int(j / k) * n + r); });
+  check_values<int64_t>("in flight broadcast", bc, [&](int64_t j) { return j; });
+  check_values<float>("in flight reduce_scatter", ops::narrow(rs, 0, r * k, k),
+                      [&](int64_t i) { return fold(ReduceOp::sum, n, r * k + i); });
+
+  Tensor polled = make<double>(n * 4099, [&](int64_t j) { return double(r * n + j / 4099); });
+  WorkPtr w = c->all_to_all(polled, polled);
+  while (!w->test()) {
+  }
+  BOOST_TEST(w->test());
+  w->wait();
+  check_values<double>("in place all_to_all by test()", polled,
+                       [&](int64_t j) { return double(int(j / 4099) * n + r); });
+
+  Tensor dropped = make<bf16>(n * 33, [&](int64_t j) { return double(r * n + j / 33); });
+  c->all_to_all(dropped, dropped);
+  check_values<bf16>("dropped in place all_to_all", dropped, [&](int64_t j) { return double(int(j / 33) * n + r); });
+}
+
+// Rank 0 passes more elements than its peers (broadcast: fewer, as root): the exchange
+// sees messages of the wrong length, and the ranks that receive them throw on wait() (a
+// message too short is triad's error, naming the peer and both counts; one too long,
+// MPI's truncation) instead of hanging or returning garbage.
+BOOST_AUTO_TEST_CASE(mismatched_sizes_throw_on_wait) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  if (n == 1) return;
+  const int64_t k = r == 0 ? 6 : 5;
+  const std::string short_message = "rank 1 sent 5 elements, this rank (0) expected 6";
+  auto expect = [&](const char* call, WorkPtr w) {
+    if (r == 0)
+      test::check_error([&] { w->wait(); }, {call, short_message});
+    else
+      test::check_error([&] { w->wait(); }, {call, "MPI_Wait", "truncated"});
+    c->barrier();
+  };
+  expect("all_reduce", c->all_reduce(Tensor::ones({k})));
+  Tensor gathered = Tensor::zeros({n * k});
+  expect("all_gather", c->all_gather(ops::narrow(gathered, 0, r * k, k), gathered));
+  expect("all_to_all", c->all_to_all(Tensor::ones({n * k}), Tensor::zeros({n * k})));
+  Tensor bc = Tensor::ones({r == 0 ? 5 : 6});
+  WorkPtr w = c->broadcast(bc, 0);
+  if (r == 0)
+    w->wait();
+  else
+    test::check_error([&] { w->wait(); },
+                      {"broadcast", "rank 0 sent 5 elements, this rank (" + std::to_string(r) + ") expected 6"});
+  c->barrier();
+  // The communicator is still in step.
+  Tensor t = Tensor::ones({8});
+  c->all_reduce(t)->wait();
+  check_values<float>("after mismatched sizes", t, [&](int64_t) { return n; });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(all_gather, T, AllTypes) {
