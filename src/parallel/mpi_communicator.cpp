@@ -231,7 +231,7 @@ struct MpiCommunicator::Impl {
   MPI_Comm exchange = MPI_COMM_NULL;
   int rank = 0, size = 1;
   int tag_ub = 32767;                      // the MPI standard's guaranteed minimum
-  bool exchange_all = false;               // size <= kExchangeMaxRanks: every collective by exchange
+  bool by_exchange = false;                // size <= kExchangeMaxRanks (Note [Collectives by exchange])
   std::optional<CollectiveChecks> checks;  // made once rank, size and tag_ub are known
 
   Impl(MPI_Comm c, bool own) : comm(c), owned(own) {
@@ -244,7 +244,7 @@ struct MpiCommunicator::Impl {
     if (flag) tag_ub = *static_cast<int*>(value);
     TRIAD_MPI(MPI_Comm_dup(comm, &exchange), "MPI_Comm_dup");
     TRIAD_MPI(MPI_Comm_set_errhandler(exchange, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    exchange_all = size <= detail::kExchangeMaxRanks;
+    by_exchange = size <= detail::kExchangeMaxRanks;
     checks.emplace(rank, size, DeviceRule::host_or_staged("the MPI communicator"), kMpiMaxCount, tag_ub);
   }
 };
@@ -294,7 +294,8 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::split_by_node() {
 WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   impl_->checks->all_reduce(t);
   if (!t.device().is_cpu()) return staged::all_reduce(*this, t, op);
-  if (impl_->exchange_all) return detail::start_exchange_all_reduce(impl_->exchange, impl_->rank, impl_->size, t, op);
+  if (detail::all_reduce_by_exchange(impl_->size, t.nbytes()))
+    return detail::start_exchange_all_reduce(impl_->exchange, impl_->rank, impl_->size, t, op);
   auto work = std::make_unique<MpiWork>("all_reduce", t);
   TRIAD_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), int(t.numel()), mpi_type(t.dtype()), mpi_op(op, t.dtype()),
                            impl_->comm, work->request()),
@@ -311,7 +312,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& outpu
 WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   const bool in_place = impl_->checks->all_gather(input, output);
   if (!input.device().is_cpu()) return staged::all_gather(*this, input, output);
-  if (impl_->exchange_all)
+  if (impl_->by_exchange)
     return detail::start_exchange_all_gather(impl_->exchange, impl_->rank, impl_->size, input, output, in_place);
   const int k = int(input.numel());
   const MPI_Datatype type = mpi_type(input.dtype());
@@ -325,7 +326,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
 WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
   const bool same = impl_->checks->all_to_all(input, output);
   if (!input.device().is_cpu()) return staged::all_to_all(*this, input, output);
-  if (impl_->exchange_all)
+  if (impl_->by_exchange)
     return detail::start_exchange_all_to_all(impl_->exchange, impl_->rank, impl_->size, input, output, same);
   const int k = int(input.numel() / size());
   const MPI_Datatype type = mpi_type(input.dtype());
@@ -341,7 +342,7 @@ WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
 WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   impl_->checks->broadcast(t, root);
   if (!t.device().is_cpu()) return staged::broadcast(*this, t, root);
-  if (impl_->exchange_all) return detail::start_exchange_broadcast(impl_->exchange, impl_->rank, impl_->size, t, root);
+  if (impl_->by_exchange) return detail::start_exchange_broadcast(impl_->exchange, impl_->rank, impl_->size, t, root);
   auto work = std::make_unique<MpiWork>("broadcast", t);
   TRIAD_MPI(MPI_Ibcast(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), root, impl_->comm, work->request()),
             "MPI_Ibcast");

@@ -27,8 +27,10 @@
 // - The messages travel on a communicator of their own (the user's, duplicated), with tag
 //   0: they never match the user's sends and receives, and calls in flight together match
 //   in call order (MPI does not let messages between two ranks on one communicator and tag
-//   overtake each other). Which algorithm a call takes depends only on the op and the
-//   communicator's size, never on the tensors, so every rank of a call takes the same one.
+//   overtake each other). Which algorithm a call takes depends only on the op, the
+//   communicator's size and, for all_reduce, the buffer's size, so every rank of a call
+//   takes the same one (a rank that passes another size than its peers may take the
+//   other, and then the call hangs, as mismatched MPI collectives may).
 // - A buffer a send reads is not written before that send has completed.
 // - Every message of a call has the same element count; one received with another count
 //   (a peer called with a different size) throws Error on completion, naming the peer and
@@ -63,11 +65,15 @@
 // (a float sum depends on its order, and max and min of NaN and signed zeros on operand
 // order). bf16/f16 sums round once per combination, n − 1 times (mpi_communicator.h). Rank
 // 0 reduces into its own buffer; the others into rank 0's slot, then copy the result into
-// theirs. Each rank sends and receives (n − 1)·S bytes, against about 2·S for a ring, and
-// reduces (n − 1)·S: that is why it stops at kExchangeMaxRanks. A reduce_scatter + all_gather
-// by exchange would send half as much on 2 ranks, but its second half can only start once a
-// rank has reduced its chunk, in its own wait() or test(): a rank waiting on something else
-// would stall its peers, which MPI's collectives (progressed by any MPI call) never do.
+// theirs. Each rank sends and receives (n − 1)·S bytes and reduces (n − 1)·S, against
+// 2·(n − 1)/n·S and (n − 1)/n·S in a ring: on 2 ranks the same traffic, and faster than
+// MPI_Iallreduce at every size (about 1.2 to 3.5 times from 64 KiB up); on 4 ranks it
+// wins up to 2 KiB (1.3 to 2.4 times) and loses from 16 KiB (0.4 to 0.8 times), hence
+// kExchangeAllReduceMaxBytes above 2 ranks. A reduce_scatter followed by an all_gather,
+// both by exchange, would move a ring's traffic, but its second half can only start once
+// each rank has reduced its chunk, in its own wait() or test(): a rank busy waiting on
+// something else would stall its peers, which MPI's collectives (progressed by any MPI
+// call) and the exchanges here (posted whole at the start) never do.
 //
 // Internal to the MPI communicator (it includes mpi.h); callers check the arguments first
 // (collective_checks.h) and hand over contiguous CPU tensors.
@@ -83,9 +89,16 @@
 
 namespace triad::parallel::detail {
 
-// The largest communicator that all_reduce, all_gather, all_to_all and broadcast run by
-// exchange; larger ones call libnbc (reduce_scatter is an exchange at every size).
+// Where MpiCommunicator runs a collective by exchange (else by libnbc's call):
+// reduce_scatter always; all_gather, all_to_all and broadcast on up to kExchangeMaxRanks
+// ranks; all_reduce on 2 ranks, and on up to kExchangeMaxRanks for buffers of at most
+// kExchangeAllReduceMaxBytes (Note [All-reduce by exchange]).
 inline constexpr int kExchangeMaxRanks = 8;
+inline constexpr size_t kExchangeAllReduceMaxBytes = 2048;
+
+inline bool all_reduce_by_exchange(int size, size_t bytes) {
+  return size <= 2 || (size <= kExchangeMaxRanks && bytes <= kExchangeAllReduceMaxBytes);
+}
 
 // The calls. Each starts the exchange over `comm`, which must carry no other traffic (the
 // communicator's private duplicate), and returns its Work.
