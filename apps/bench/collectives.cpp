@@ -660,8 +660,8 @@ void add_collectives_command(CLI::App& app, CollectivesOptions& o, int& status) 
   cmd->add_option("--check", o.check, "1: check every result (#wrong); 0: skip the check")->capture_default_str();
   cmd->add_option("--root", o.root, "broadcast's root rank")->capture_default_str();
   cmd->add_option("--raw", o.raw,
-                  "--comm mpi's raw calls: nonblocking (MPI_I<coll> + MPI_Wait, as the communicator calls them: the "
-                  "fair comparison) or blocking")
+                  "--comm mpi's raw calls: nonblocking (MPI_I<coll> + MPI_Wait, MPI's own non-blocking calls, which "
+                  "the communicator makes or replaces by exchanges of messages) or blocking")
       ->capture_default_str();
   cmd->add_option("--comm", o.comm,
                   "communicator under test: mpi (host buffers) or nccl (a GPU per rank; a build with CUDA and NCCL)")

@@ -7,7 +7,7 @@
 //       [--max-bytes 256M] [--factor 2] [--warmup 5] [--iters 20] [--rounds 1] [--dtype f32]
 //       [--check 1] [--root 0] [--comm mpi|nccl] [--raw nonblocking|blocking]
 //
-// --comm mpi times the MpiCommunicator on host buffers beside the MPI calls it makes;
+// --comm mpi times the MpiCommunicator on host buffers beside MPI's own non-blocking calls;
 // --comm nccl times the NCCL communicator on the rank's GPU of its node (one rank per GPU)
 // beside the bare NCCL calls on an NCCL communicator and stream of their own. --comm nccl
 // needs a build with CUDA and NCCL and a GPU on every rank; without them every rank fails
@@ -42,7 +42,7 @@ struct CollectivesOptions {
   int check = 1;                    // 1: check the results (the #wrong column); 0: skip the check
   int root = 0;                     // broadcast's root
   std::string comm = "mpi";         // the communicator under test: mpi or nccl
-  std::string raw = "nonblocking";  // --comm mpi's raw calls: nonblocking (as the communicator makes them) or blocking
+  std::string raw = "nonblocking";  // --comm mpi's raw calls: nonblocking (MPI_I<coll> + MPI_Wait) or blocking
 };
 
 // Adds the subcommand; when it runs, `status` receives run_collectives_bench's result.

@@ -1,11 +1,12 @@
 // The MPI backend of `triad-bench collectives` (collectives_backend.h): the MpiCommunicator
 // beside MPI's own non-blocking collectives. Each raw call is started and then waited for
-// (MPI_I<coll> + MPI_Wait), as the MpiCommunicator does, so for every op but
-// reduce_scatter it is the same work minus the wrapper; reduce_scatter is compared with
-// MPI_Ireduce_scatter_block, which the communicator replaces by an exchange of messages
-// (Note [Reduce-scatter by exchange]). With `blocking` (--raw blocking) the blocking
-// calls stand in, which Open MPI runs with other algorithms, to show what the choice of
-// non-blocking calls costs.
+// (MPI_I<coll> + MPI_Wait). Where the communicator calls the same (all_reduce above 2 KiB
+// on 3 to 8 ranks, and every collective but reduce_scatter on more than 8 ranks) it is the
+// same work minus the wrapper; elsewhere the communicator replaces it by an exchange of
+// point-to-point messages (Note [Collectives by exchange]), and the raw call is what that
+// exchange is measured against. With `blocking` (--raw blocking) the blocking calls stand
+// in, which Open MPI runs with other algorithms, to show what the choice of non-blocking
+// calls costs.
 #include <mpi.h>
 
 #include "bench/collectives_backend.h"
@@ -33,8 +34,9 @@ class MpiBackend final : public Backend {
   const char* library() const override { return "MPI"; }
   const char* raw_name() const override {
     return blocking_ ? "blocking MPI call (MPI_Allreduce, ...; not what the communicator makes)"
-                     : "non-blocking MPI collective (MPI_Iallreduce, MPI_Ireduce_scatter_block, ... + MPI_Wait; the "
-                       "communicator's own calls, except for reduce_scatter, an exchange of MPI_Isend/Irecv)";
+                     : "non-blocking MPI collective (MPI_Iallreduce, MPI_Ireduce_scatter_block, ... + MPI_Wait), where "
+                       "the communicator makes exchanges of MPI_Isend/Irecv: reduce_scatter always, the others on up "
+                       "to 8 ranks (all_reduce above 2 KiB: on 2 ranks only)";
   }
   const char* raw_kind() const override { return blocking_ ? "blocking" : "nonblocking"; }
   std::string raw_in_place(Op op) const override {
@@ -86,7 +88,7 @@ class MpiBackend final : public Backend {
     int count, root, next, prev;
   };
 
-  // What the communicator calls: start, then MPI_Wait (sendrecv: receive posted first).
+  // MPI's non-blocking call, then MPI_Wait (sendrecv: receive posted first).
   static std::function<void()> nonblocking_call(Op op, const Args& a) {
     switch (op) {
       case Op::all_reduce:

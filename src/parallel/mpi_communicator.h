@@ -1,11 +1,19 @@
 // MpiCommunicator: the Communicator over an MPI communicator (Open MPI's C API, host
-// memory). Every collective is MPI's non-blocking one (MPI_Iallreduce, MPI_Iallgather,
-// MPI_Ialltoall, MPI_Ibcast, MPI_Isend/Irecv) and returns a Work over the MPI_Request:
-// wait() = MPI_Wait, test() = MPI_Test. reduce_scatter is an exchange of MPI_Isend/Irecv
-// on a duplicate of the communicator, its chunks reduced by MPI_Reduce_local in wait() or
-// test() (Note [Reduce-scatter by exchange], mpi_exchange_reduce_scatter.h): MPI's
-// in-place form would leave the result in the wrong chunk, and on one node the exchange
-// is several times faster than Open MPI's MPI_Ireduce_scatter_block either way.
+// memory). Every call is non-blocking and returns a Work; what it starts:
+// - reduce_scatter: an exchange of MPI_Isend/Irecv on a private duplicate of the
+//   communicator, the chunks reduced by MPI_Reduce_local in wait() or test() (Note
+//   [Reduce-scatter by exchange]).
+// - all_reduce: on up to 8 ranks, the same kind of exchange, the buffers reduced in rank
+//   order in wait() or test() (Note [All-reduce by exchange]): on 2 ranks at every size,
+//   above 2 ranks up to 2 KiB; otherwise MPI_Iallreduce.
+// - all_gather, all_to_all, broadcast: on up to 8 ranks an exchange of messages (in-place
+//   all_to_all moves the chunks it received into place in wait() or test()); on more,
+//   MPI_Iallgather, MPI_Ialltoall, MPI_Ibcast.
+// - send, recv: MPI_Isend, MPI_Irecv on the communicator itself.
+// wait() and test() are MPI_Wait and MPI_Test on the request(s). On one node the
+// exchanges are faster than Open MPI's non-blocking collectives (coll/libnbc), by a
+// microsecond or so for small calls and by several times for some large ones (Note
+// [Collectives by exchange], mpi_exchange.h, gives the thresholds and their reasons).
 //
 // Beyond communicator.h's contract:
 // - Devices: cpu tensors go to MPI as they are. Tensors on a device whose backend stages
@@ -19,13 +27,14 @@
 //   elements; their reductions use user MPI_Ops that convert both operands to float,
 //   combine them and round the result back to nearest even. So every pairwise
 //   combination is exact-in-fp32-then-rounded: a sum over n ranks is rounded up to n−1
-//   times (once per combination step of the algorithm), not once at the end. Sums of
-//   values whose partial sums are representable (small integers: bf16 up to 256, f16 up
-//   to 2048) are exact; in general expect a relative error up to about (n−1)·2^-8 for
-//   bf16 and (n−1)·2^-11 for f16. max and min are exact.
+//   times (once per combination step of the algorithm: by exchange, rank 0's + rank 1's,
+//   then + rank 2's, ...), not once at the end. Sums of values whose partial sums are
+//   representable (small integers: bf16 up to 256, f16 up to 2048) are exact; in general
+//   expect a relative error up to about (n−1)·2^-8 for bf16 and (n−1)·2^-11 for f16. max
+//   and min are exact.
 // - In place, as NCCL allows: reduce_scatter's output may be chunk rank() of its input,
 //   and all_gather's input may be chunk rank() of its output. all_to_all's input may be
-//   its output (MPI_IN_PLACE). Any other overlap of input and output throws.
+//   its output. Any other overlap of input and output throws.
 //   After an in-place reduce_scatter the input's other chunks are unspecified; out of
 //   place, the input is left unchanged. Ranks may differ in placement.
 // - Element counts are MPI ints: a tensor of more than 2^31 − 1 elements throws Error.
@@ -35,9 +44,14 @@
 //   the stack: then it is abandoned (its request and buffers leaked) so that an error on
 //   one rank reaches the top-level handler, which aborts the job, instead of hanging in
 //   MPI_Wait for ranks that will never join.
-// - recv checks on completion that the message had exactly t.numel() elements, and
-//   reduce_scatter that every peer's chunk had output.numel() (mismatched sizes throw on
-//   wait() instead of hanging or reducing garbage).
+// - recv checks on completion that the message had exactly t.numel() elements, and every
+//   exchange that each message it received had the size this rank passed: mismatched
+//   sizes throw on wait() (naming the peer and both counts, or MPI's truncation error)
+//   instead of reducing or returning garbage. (A mismatched all_reduce on 3 to 8 ranks
+//   whose sizes fall on both sides of 2 KiB runs two algorithms and may hang, as
+//   mismatched MPI collectives may.)
+// - all_reduce by exchange leaves bitwise identical results on every rank, whatever the
+//   order in which messages arrive.
 // - Progress: Open MPI advances non-blocking collectives only inside MPI calls of this
 //   process (wait, test, any other call). To overlap communication with computation,
 //   call Work::test() now and then during the computation (e.g. between layers).
