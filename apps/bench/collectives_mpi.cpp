@@ -1,12 +1,12 @@
 // The MPI backend of `triad-bench collectives` (collectives_backend.h): the MpiCommunicator
 // beside MPI's own non-blocking collectives. Each raw call is started and then waited for
-// (MPI_I<coll> + MPI_Wait). Where the communicator calls the same (all_reduce above 2 KiB
-// on 3 to 8 ranks, and every collective but reduce_scatter on more than 8 ranks) it is the
-// same work minus the wrapper; elsewhere the communicator replaces it by an exchange of
-// point-to-point messages (Note [Collectives by exchange]), and the raw call is what that
-// exchange is measured against. With `blocking` (--raw blocking) the blocking calls stand
-// in, which Open MPI runs with other algorithms, to show what the choice of non-blocking
-// calls costs.
+// (MPI_I<coll> + MPI_Wait). Where the communicator calls the same (on 3 to 8 ranks
+// all_reduce above 2 KiB and all_to_all above 1 MiB; on more than 8, every collective but
+// reduce_scatter) it is the same work minus the wrapper; elsewhere the communicator
+// replaces it by an exchange of point-to-point messages (Note [Collectives by exchange]),
+// and the raw call is what that exchange is measured against. With `blocking` (--raw
+// blocking) the blocking calls stand in, which Open MPI runs with other algorithms, to
+// show what the choice of non-blocking calls costs.
 #include <mpi.h>
 
 #include "bench/collectives_backend.h"
@@ -36,7 +36,7 @@ class MpiBackend final : public Backend {
     return blocking_ ? "blocking MPI call (MPI_Allreduce, ...; not what the communicator makes)"
                      : "non-blocking MPI collective (MPI_Iallreduce, MPI_Ireduce_scatter_block, ... + MPI_Wait), where "
                        "the communicator makes exchanges of MPI_Isend/Irecv: reduce_scatter always, the others on up "
-                       "to 8 ranks (all_reduce above 2 KiB: on 2 ranks only)";
+                       "to 8 ranks (all_reduce above 2 KiB and all_to_all above 1 MiB: on 2 ranks only)";
   }
   const char* raw_kind() const override { return blocking_ ? "blocking" : "nonblocking"; }
   std::string raw_in_place(Op op) const override {

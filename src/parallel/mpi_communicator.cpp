@@ -326,7 +326,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
 WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
   const bool same = impl_->checks->all_to_all(input, output);
   if (!input.device().is_cpu()) return staged::all_to_all(*this, input, output);
-  if (impl_->by_exchange)
+  if (detail::all_to_all_by_exchange(impl_->size, input.nbytes()))
     return detail::start_exchange_all_to_all(impl_->exchange, impl_->rank, impl_->size, input, output, same);
   const int k = int(input.numel() / size());
   const MPI_Datatype type = mpi_type(input.dtype());

@@ -6,9 +6,11 @@
 // - all_reduce: on up to 8 ranks, the same kind of exchange, the buffers reduced in rank
 //   order in wait() or test() (Note [All-reduce by exchange]): on 2 ranks at every size,
 //   above 2 ranks up to 2 KiB; otherwise MPI_Iallreduce.
-// - all_gather, all_to_all, broadcast: on up to 8 ranks an exchange of messages (in-place
-//   all_to_all moves the chunks it received into place in wait() or test()); on more,
-//   MPI_Iallgather, MPI_Ialltoall, MPI_Ibcast.
+// - all_gather, broadcast: on up to 8 ranks an exchange of messages; on more,
+//   MPI_Iallgather, MPI_Ibcast.
+// - all_to_all: an exchange of messages on 2 ranks, and on up to 8 for buffers of up to
+//   1 MiB (in place, the chunks received move into place in wait() or test()); otherwise
+//   MPI_Ialltoall.
 // - send, recv: MPI_Isend, MPI_Irecv on the communicator itself.
 // wait() and test() are MPI_Wait and MPI_Test on the request(s). On one node the
 // exchanges are faster than Open MPI's non-blocking collectives (coll/libnbc), by a
@@ -36,7 +38,8 @@
 //   and all_gather's input may be chunk rank() of its output. all_to_all's input may be
 //   its output. Any other overlap of input and output throws.
 //   After an in-place reduce_scatter the input's other chunks are unspecified; out of
-//   place, the input is left unchanged. Ranks may differ in placement.
+//   place, the input is left unchanged. Ranks may differ in placement (all_to_all only
+//   where it runs by exchange: MPI_Ialltoall needs MPI_IN_PLACE on all ranks or none).
 // - Element counts are MPI ints: a tensor of more than 2^31 − 1 elements throws Error.
 // - Arguments are checked by collective_checks.h's rules before anything is sent.
 // - A Work holds its tensors' storages, so they live until the operation completes. A
@@ -47,9 +50,9 @@
 // - recv checks on completion that the message had exactly t.numel() elements, and every
 //   exchange that each message it received had the size this rank passed: mismatched
 //   sizes throw on wait() (naming the peer and both counts, or MPI's truncation error)
-//   instead of reducing or returning garbage. (A mismatched all_reduce on 3 to 8 ranks
-//   whose sizes fall on both sides of 2 KiB runs two algorithms and may hang, as
-//   mismatched MPI collectives may.)
+//   instead of reducing or returning garbage. (A mismatched all_reduce or all_to_all on 3
+//   to 8 ranks whose sizes fall on both sides of 2 KiB or 1 MiB runs two algorithms and
+//   may hang, as mismatched MPI collectives may.)
 // - all_reduce by exchange leaves bitwise identical results on every rank, whatever the
 //   order in which messages arrive.
 // - Progress: Open MPI advances non-blocking collectives only inside MPI calls of this

@@ -12,12 +12,13 @@
 //   (Note [All-reduce by exchange]).
 // - all_gather: the input to every peer, received into chunk r of the output.
 // - all_to_all: chunk j of the input to rank j, received into chunk j of the output (in
-//   place: into scratch, moved into the buffer once every message has completed).
+//   place: into scratch, moved into the buffer once every message has completed, which
+//   makes large in-place calls on more than 2 ranks slower than MPI_Ialltoall's).
 // - broadcast: root sends its buffer to every other rank.
 // Each rank sends (n − 1) messages (root only, for broadcast), so the fan-out and, for
 // all_reduce, the data sent grow linearly in n: MpiCommunicator uses an exchange only
-// where it measured faster (kExchangeMaxRanks below; benchmarks/results/
-// cpu-2core-collectives.md).
+// where it measured faster or as fast (the thresholds below; benchmarks/results/
+// cpu-2core-collectives.md, on 2 and 4 ranks, and 8 for small calls).
 //
 // Invariants:
 // - Every message is posted when the call starts (all receives, then all sends), so the
@@ -28,7 +29,7 @@
 //   0: they never match the user's sends and receives, and calls in flight together match
 //   in call order (MPI does not let messages between two ranks on one communicator and tag
 //   overtake each other). Which algorithm a call takes depends only on the op, the
-//   communicator's size and, for all_reduce, the buffer's size, so every rank of a call
+//   communicator's size and, for all_reduce and all_to_all, the buffer's size, so every rank of a call
 //   takes the same one (a rank that passes another size than its peers may take the
 //   other, and then the call hangs, as mismatched MPI collectives may).
 // - A buffer a send reads is not written before that send has completed.
@@ -90,14 +91,21 @@
 namespace triad::parallel::detail {
 
 // Where MpiCommunicator runs a collective by exchange (else by libnbc's call):
-// reduce_scatter always; all_gather, all_to_all and broadcast on up to kExchangeMaxRanks
-// ranks; all_reduce on 2 ranks, and on up to kExchangeMaxRanks for buffers of at most
-// kExchangeAllReduceMaxBytes (Note [All-reduce by exchange]).
+// reduce_scatter always; all_gather and broadcast on up to kExchangeMaxRanks ranks;
+// all_reduce and all_to_all on 2 ranks, and on up to kExchangeMaxRanks for buffers of at
+// most kExchangeAllReduceMaxBytes (Note [All-reduce by exchange]) and
+// kExchangeAllToAllMaxBytes (above it, on 4 ranks, the in-place exchange's move of the
+// received chunks into place made it 0.8 to 0.9 times as fast as MPI_Ialltoall's in-place
+// form; out of place the two tie).
 inline constexpr int kExchangeMaxRanks = 8;
 inline constexpr size_t kExchangeAllReduceMaxBytes = 2048;
+inline constexpr size_t kExchangeAllToAllMaxBytes = size_t(1) << 20;
 
 inline bool all_reduce_by_exchange(int size, size_t bytes) {
   return size <= 2 || (size <= kExchangeMaxRanks && bytes <= kExchangeAllReduceMaxBytes);
+}
+inline bool all_to_all_by_exchange(int size, size_t bytes) {
+  return size <= 2 || (size <= kExchangeMaxRanks && bytes <= kExchangeAllToAllMaxBytes);
 }
 
 // The calls. Each starts the exchange over `comm`, which must carry no other traffic (the

@@ -310,7 +310,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_reduce_adds_in_rank_order_on_every_rank, T, Fl
   }
 }
 
-// Ranks may differ in placement: even ranks in place, odd ranks out of place.
+// Ranks may differ in placement (all_to_all: where it runs by exchange): even ranks in
+// place, odd ranks out of place.
 BOOST_AUTO_TEST_CASE(all_gather_and_all_to_all_placement_may_differ_across_ranks) {
   auto c = comm();
   const int n = c->size(), r = c->rank();
@@ -450,6 +451,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_to_all, T, AllTypes) {
     c->all_to_all(in, in)->wait();  // in place
     check_values<T>(what + " in place", in, [&](int64_t j) { return code(int(j / k), r, j % k); });
   }
+}
+
+// all_to_all of more than 1 MiB: by MPI_Ialltoall above 2 ranks, by exchange on 2.
+BOOST_AUTO_TEST_CASE(large_all_to_all) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int64_t k = 70000;
+  auto code = [n](int from, int to, int64_t i) { return double(from * n + to + 64 * (i % 2)); };
+  Tensor in = make<float>(n * k, [&](int64_t j) { return code(r, int(j / k), j % k); });
+  Tensor out = Tensor::empty({n * k});
+  c->all_to_all(in, out)->wait();
+  check_values<float>("large all_to_all", out, [&](int64_t j) { return code(int(j / k), r, j % k); });
+  c->all_to_all(in, in)->wait();
+  check_values<float>("large all_to_all in place", in, [&](int64_t j) { return code(int(j / k), r, j % k); });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(broadcast, T, AllTypes) {
