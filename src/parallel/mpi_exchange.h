@@ -68,8 +68,8 @@
 // 0 reduces into its own buffer; the others into rank 0's slot, then copy the result into
 // theirs. Each rank sends and receives (n − 1)·S bytes and reduces (n − 1)·S, against
 // 2·(n − 1)/n·S and (n − 1)/n·S in a ring: on 2 ranks the same traffic, and faster than
-// MPI_Iallreduce at every size (about 1.2 to 3.5 times from 64 KiB up); on 4 ranks it
-// wins up to 2 KiB (1.3 to 2.4 times) and loses from 16 KiB (0.4 to 0.8 times), hence
+// MPI_Iallreduce at every size (1.5 to 3 times from 1 MiB up); on 4 ranks it wins up to
+// 2 KiB (1.3 to 2.4 times) and loses from 16 KiB (0.4 to 0.8 times), hence
 // kExchangeAllReduceMaxBytes above 2 ranks. A reduce_scatter followed by an all_gather,
 // both by exchange, would move a ring's traffic, but its second half can only start once
 // each rank has reduced its chunk, in its own wait() or test(): a rank busy waiting on
