@@ -102,6 +102,21 @@ __device__ void scores(Acc (&acc)[kChunks], const uint16_t* a, int lda, const ui
   }
 }
 
+// acc += A B for a 16 x 64 A and a 64 x 16 B (16-bit tiles in shared memory, A in
+// `LayoutA`, B row-major): their kk-th 16 x 16 blocks start at a + kk a_step and
+// b + kk b_step.
+template <class W, class LayoutA>
+__device__ void accumulate(Acc& acc, const uint16_t* a, int lda, int a_step, const uint16_t* b, int ldb, int b_step) {
+#pragma unroll
+  for (int kk = 0; kk < kChunks; ++kk) {
+    FragA<W, LayoutA> fa;
+    FragB<W, wmma::row_major> fb;
+    wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(a + kk * a_step), lda);
+    wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(b + kk * b_step), ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+}
+
 // ---- forward ----
 
 template <class E, int HS>
@@ -174,14 +189,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       Acc o;
       float* tile = so + 16 * warp * L::kLdAcc + 16 * n;
       wmma::load_matrix_sync(o, tile, L::kLdAcc, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kChunks; ++kk) {
-        FragA<W, wmma::row_major> fp;
-        FragB<W, wmma::row_major> fv;
-        wmma::load_matrix_sync(fp, reinterpret_cast<const W*>(sp + 16 * warp * L::kLdP + 16 * kk), L::kLdP);
-        wmma::load_matrix_sync(fv, reinterpret_cast<const W*>(sv + 16 * kk * L::kLd16 + 16 * n), L::kLd16);
-        wmma::mma_sync(o, fp, fv, o);
-      }
+      accumulate<W, wmma::row_major>(o, sp + 16 * warp * L::kLdP, L::kLdP, 16, sv + 16 * n, L::kLd16, 16 * L::kLd16);
       wmma::store_matrix_sync(tile, o, L::kLdAcc, wmma::mem_row_major);
     }
   }
@@ -280,17 +288,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       float* tk = sdk + 16 * warp * L::kLdAcc + 16 * n;
       wmma::load_matrix_sync(av, tv, L::kLdAcc, wmma::mem_row_major);
       wmma::load_matrix_sync(ak, tk, L::kLdAcc, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kChunks; ++kk) {
-        FragA<W, wmma::col_major> fa;
-        FragB<W, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(sp + 16 * kk * L::kLdP + 16 * warp), L::kLdP);
-        wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(sg + 16 * kk * L::kLd16 + 16 * n), L::kLd16);
-        wmma::mma_sync(av, fa, fb, av);
-        wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(sds + 16 * kk * L::kLdP + 16 * warp), L::kLdP);
-        wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(sq + 16 * kk * L::kLd16 + 16 * n), L::kLd16);
-        wmma::mma_sync(ak, fa, fb, ak);
-      }
+      accumulate<W, wmma::col_major>(av, sp + 16 * warp, L::kLdP, 16 * L::kLdP, sg + 16 * n, L::kLd16, 16 * L::kLd16);
+      accumulate<W, wmma::col_major>(ak, sds + 16 * warp, L::kLdP, 16 * L::kLdP, sq + 16 * n, L::kLd16, 16 * L::kLd16);
       wmma::store_matrix_sync(tv, av, L::kLdAcc, wmma::mem_row_major);
       wmma::store_matrix_sync(tk, ak, L::kLdAcc, wmma::mem_row_major);
     }
@@ -300,14 +299,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     for (int n = 0; n < HS / 16; ++n) {
       Acc aq;
       wmma::fill_fragment(aq, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < kChunks; ++kk) {
-        FragA<W, wmma::row_major> fa;
-        FragB<W, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(sds + 16 * warp * L::kLdP + 16 * kk), L::kLdP);
-        wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(sk + 16 * kk * L::kLd16 + 16 * n), L::kLd16);
-        wmma::mma_sync(aq, fa, fb, aq);
-      }
+      accumulate<W, wmma::row_major>(aq, sds + 16 * warp * L::kLdP, L::kLdP, 16, sk + 16 * n, L::kLd16, 16 * L::kLd16);
       wmma::store_matrix_sync(sdq + 16 * warp * L::kLdAcc + 16 * n, aq, L::kLdAcc, wmma::mem_row_major);
     }
     __syncwarp();
