@@ -102,15 +102,16 @@ inline unsigned tiles(int64_t rows) {
 }
 
 #ifdef __CUDACC__  // kernel launches parse only under nvcc (the emulated test includes this)
-// D = rowsum(dO o O) of the backward into dsum (B NH Tq floats), for out of q's geometry.
+// D = rowsum(dO o O) of the backward, (B NH Tq) floats, for out of q's geometry g.
 template <class E>
-void launch_attention_dot(const Tensor& out, const Tensor& grad_out, const Tensor& dsum, const Geometry& g,
-                          cudaStream_t stream) {
-  const int64_t rows = dsum.numel();
+Tensor attention_dsum(const Tensor& out, const Tensor& grad_out, const Geometry& g, cudaStream_t stream) {
+  const int64_t rows = out.numel() / g.hs;
+  const Tensor dsum = Tensor::empty({rows}, DType::f32, out.device());
   constexpr int kRowsPerBlock = kThreads / 32;
   attention_dot_kernel<E><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, stream>>>(
       ptr<const typename E::type>(out), Operand(grad_out), ptr<float>(dsum), g, rows);
   TRIAD_CUDA_CHECK_LAUNCH();
+  return dsum;
 }
 #endif
 

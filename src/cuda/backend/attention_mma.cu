@@ -59,8 +59,7 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
               const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv, double scale,
               cudaStream_t stream) {
   const Geometry g = geometry(q, k, scale);
-  const Tensor dsum = Tensor::empty({q.size(0) * q.size(1) * q.size(2)}, DType::f32, q.device());
-  launch_attention_dot<E>(out, grad_out, dsum, g, stream);
+  const Tensor dsum = attention_dsum<E>(out, grad_out, g, stream);
   auto* kernel = mma_attention_backward_kernel<E, HS>;
   constexpr size_t bytes = Layout<HS>::backward;
   allow_shared_memory(kernel, bytes, q.device().index, q.size(3));

@@ -83,10 +83,11 @@ __device__ void load_tile16(uint16_t* dst, int ld, const uint16_t* src, int64_t 
 // The column a lane visits in step i of a row half (see the Note).
 __device__ inline int staggered(int half, int i, int lane) { return half * 32 + ((i + lane) & 31); }
 
-// acc[j] = A B_j^T over HS for j < kChunks: A the 16 rows at `a` (ld lda), B_j the 16 rows
-// at b + 16 j ldb (both row-major 16-bit tiles): scores of 16 rows against 64.
+// dst (16 x 64 f32, row length ldd) = A B^T over HS: A the 16 rows at `a` (ld lda), B the
+// 64 rows at `b` (ld ldb), both row-major 16-bit tiles: scores of 16 rows against 64.
 template <class W, int HS>
-__device__ void scores(Acc (&acc)[kChunks], const uint16_t* a, int lda, const uint16_t* b, int ldb) {
+__device__ void scores(float* dst, int ldd, const uint16_t* a, int lda, const uint16_t* b, int ldb) {
+  Acc acc[kChunks];
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) wmma::fill_fragment(acc[j], 0.0f);
 #pragma unroll
@@ -95,11 +96,13 @@ __device__ void scores(Acc (&acc)[kChunks], const uint16_t* a, int lda, const ui
     wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(a + d), lda);
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-      FragB<W, wmma::col_major> fb;  // B_j^T: column-major over B_j's rows
+      FragB<W, wmma::col_major> fb;  // rows 16 j .. 16 j + 15 of B, transposed: column-major
       wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(b + 16 * j * ldb + d), ldb);
       wmma::mma_sync(acc[j], fa, fb, acc[j]);
     }
   }
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) wmma::store_matrix_sync(dst + 16 * j, acc[j], ldd, wmma::mem_row_major);
 }
 
 // acc += A B for a 16 x 64 A and a 64 x 16 B (16-bit tiles in shared memory, A in
@@ -150,11 +153,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     load_tile16<HS>(sv, L::kLd16, vp, v.stride_t, k0, g.tk, g.hs, whole & 4u);
     __syncthreads();
 
-    Acc s[kChunks];
-    scores<W, HS>(s, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
-#pragma unroll
-    for (int j = 0; j < kChunks; ++j)
-      wmma::store_matrix_sync(ss + 16 * warp * L::kLdS + 16 * j, s[j], L::kLdS, wmma::mem_row_major);
+    scores<W, HS>(ss + 16 * warp * L::kLdS, L::kLdS, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
     __syncwarp();
 
     // Online softmax of the row over this tile's keys. Every row sees key 0, so the max is
@@ -251,17 +250,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     __syncthreads();
 
     // S = Q K^T and dP = dO V^T for the warp's 16 query rows.
-    {
-      Acc s[kChunks];
-      scores<W, HS>(s, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j)
-        wmma::store_matrix_sync(ss + 16 * warp * L::kLdS + 16 * j, s[j], L::kLdS, wmma::mem_row_major);
-      scores<W, HS>(s, sg + 16 * warp * L::kLd16, L::kLd16, sv, L::kLd16);
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j)
-        wmma::store_matrix_sync(sdp + 16 * warp * L::kLdS + 16 * j, s[j], L::kLdS, wmma::mem_row_major);
-    }
+    scores<W, HS>(ss + 16 * warp * L::kLdS, L::kLdS, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
+    scores<W, HS>(sdp + 16 * warp * L::kLdS, L::kLdS, sg + 16 * warp * L::kLd16, L::kLd16, sv, L::kLd16);
     __syncwarp();
 
     // P = exp(S - lse) and dS = P o (dP - D) for the lane pair's row.
