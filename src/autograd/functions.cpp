@@ -133,8 +133,6 @@ bool is_16bit(const Tensor& t) { return t.defined() && (t.dtype() == DType::bf16
 // range (65504), which loss scaling guards the gradients against but not the activations.
 Tensor wide(const Tensor& t) { return is_16bit(t) ? ops::to(t, DType::f32) : t; }
 Tensor like(const Tensor& grad, const Tensor& param) { return ops::to(grad, param.dtype()); }
-// Whether t is a bf16 tensor on a CUDA device: a product reads it as stored.
-bool tensor_core_operand(const Tensor& t) { return t.dtype() == DType::bf16 && t.device().is_cuda(); }
 
 // linear with a bf16 weight on a CUDA device (Note [16-bit parameters]).
 Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -155,6 +153,8 @@ Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }  // namespace
 
 Tensor compute_dtype(const Tensor& t) { return is_16bit(t) ? to(t, DType::f32) : t; }
+
+bool tensor_core_operand(const Tensor& t) { return t.dtype() == DType::bf16 && t.device().is_cuda(); }
 
 // ---- elementwise ----
 

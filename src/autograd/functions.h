@@ -27,6 +27,9 @@ Tensor to(const Tensor& t, DType dtype);
 // t in f32 when it is stored in bf16/f16 (mixed precision keeps parameters in 16 bits and
 // computes in f32); t itself otherwise.
 Tensor compute_dtype(const Tensor& t);
+// Whether t is a bf16 tensor on a CUDA device, which products (and attention) read as
+// stored, on tensor cores (Note [16-bit parameters]).
+bool tensor_core_operand(const Tensor& t);
 
 // ---- elementwise (broadcasting) ----
 Tensor add(const Tensor& a, const Tensor& b);

@@ -30,7 +30,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     // Attention dropout acts on the probabilities, which the fused op never stores.
     const Tensor att = softmax(mul(matmul(q, k, false, true), scale), /*causal=*/true);
     y = matmul((*attn_drop)(att), v);
-  } else if (qkv->weight.dtype() == DType::bf16 && qkv->weight.device().is_cuda()) {
+  } else if (tensor_core_operand(qkv->weight)) {
     // With bf16 weights on a GPU the products run on tensor cores (Note [16-bit
     // parameters]), attention's too: q, k, v narrowed to bf16, and y stays bf16 into proj,
     // which multiplies bf16 anyway.
