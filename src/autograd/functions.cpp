@@ -342,9 +342,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const Tensor t1 = ops::reshape(targets, {-1});
   ops::CrossEntropyOut r = ops::cross_entropy(l2, t1, ignore_index);
   return record("cross_entropy", {logits}, r.loss,
-                [=, l2 = detach(l2), s = logits.shape(), lse = r.lse, counted = r.counted](const Grads& g) {
-                  const double gl = g[0].item();
-                  return Grads{ops::reshape(ops::cross_entropy_backward(l2, t1, lse, gl, counted, ignore_index), s)};
+                [=, l2 = detach(l2), s = logits.shape(), lse = r.lse, count = r.count](const Grads& g) {
+                  return Grads{ops::reshape(ops::cross_entropy_backward(l2, t1, lse, g[0], count, ignore_index), s)};
                 });
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cuda/check.h"
+#include "cuda/deferred_errors.h"
 #include "cuda/device_allocator.h"
 #include "cuda/pinned.h"
 #include "cuda/staging.h"
@@ -52,6 +53,7 @@ class CudaStaging final : public parallel::DeviceStaging {
     Event copied(device);
     copied.record(stream);
     copied.synchronize();
+    raise_deferred_errors(device);
   }
 
   std::unique_ptr<parallel::DeviceCopy> to_device(const Tensor& dst, const Tensor& src) override {

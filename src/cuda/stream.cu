@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "cuda/check.h"
+#include "cuda/deferred_errors.h"
 #include "cuda/stream.h"
 #include "tensor/error.h"
 
@@ -119,11 +120,17 @@ void wait_stream(StreamHandle waiter, StreamHandle waitee) {
   TRIAD_CUDA_CHECK(cudaStreamWaitEvent(waiter, events[device], 0));
 }
 
-void synchronize_stream(StreamHandle stream) { TRIAD_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+void synchronize_stream(StreamHandle stream) {
+  TRIAD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  int device = 0;
+  TRIAD_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
+  raise_deferred_errors(device);
+}
 
 void synchronize_device(int device) {
   DeviceGuard guard(device);
   TRIAD_CUDA_CHECK(cudaDeviceSynchronize());
+  raise_deferred_errors(device);
 }
 
 }  // namespace triad::cuda

@@ -11,9 +11,10 @@
 // The two are ordered by events, never by the host: before a collective the
 // communication stream waits for an event recorded on the current stream (its inputs are
 // written), and Work::wait() makes the current stream wait for the collective's event.
-// The host blocks only where it must read a value (a loss, a norm, all_finite) or when
-// asked to synchronize. Memory used on a stream other than the one it was allocated for
-// is declared to the allocator (record_stream, device_allocator.h).
+// The host blocks only where it must read a value (a norm, all_finite, the loss a step
+// logs) or when asked to synchronize; each such wait raises the errors kernels found
+// meanwhile (Note [Deferred device errors], deferred_errors.h). Memory used on a stream other than the one it was
+// allocated for is declared to the allocator (record_stream, device_allocator.h).
 //
 // This header does not include cuda_runtime.h: handles are the runtime's own opaque
 // pointer types (cudaStream_t is CUstream_st*, cudaEvent_t is CUevent_st*).
@@ -86,7 +87,8 @@ class Event {
 // `waiter` runs nothing more until `waitee` has run what is queued on it now (an event
 // recorded on waitee, waited on by waiter; the host does not wait).
 void wait_stream(StreamHandle waiter, StreamHandle waitee);
-void synchronize_stream(StreamHandle stream);  // the host waits for the stream
-void synchronize_device(int device);           // the host waits for all work on the device
+// The host waits for the stream / for all work on the device, then raises deferred errors.
+void synchronize_stream(StreamHandle stream);
+void synchronize_device(int device);
 
 }  // namespace triad::cuda

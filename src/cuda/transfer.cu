@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "cuda/check.h"
+#include "cuda/deferred_errors.h"
 #include "cuda/pinned.h"
 #include "cuda/transfer.h"
 #include "tensor/ops.h"
@@ -90,6 +91,7 @@ void copy_to_host(const Tensor& dst, const Tensor& src) {
     if (i >= 1) drain(i - 1);
   }
   drain(chunks - 1);
+  raise_deferred_errors(device);
 }
 
 Tensor to_device(const Tensor& t, Device device) {

@@ -153,19 +153,27 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   for (int64_t step = first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
-    double loss_sum = 0;
+    // The micro-batches' losses stay where they were computed until the step is done, then
+    // come to the host in one copy: the host never waits for the device mid-step.
+    Tensor losses;
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
       const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
       const io::Batch b = io::make_batch(tokens, rows(offsets, first, c.micro_batch_size), T);
       const Tensor loss = engine.forward(b.inputs, b.targets);
-      const double value = loss.item();
-      TRIAD_CHECK(std::isfinite(value), "[train] the loss is " << value << " at step " << step + 1 << " (micro-batch "
-                                                               << m << "); lower optimizer.params.lr or set "
-                                                               << "gradient_clipping; nothing was saved");
+      if (!losses.defined()) losses = Tensor::empty({c.gradient_accumulation_steps}, loss.dtype(), loss.device());
+      ops::copy_(ops::select(losses, 0, m), loss);
       engine.backward(loss);
-      loss_sum += value;
     }
     const StepResult r = engine.step();
+    double loss_sum = 0;
+    const std::vector<double> micro_losses = losses.to_vector<double>();
+    for (size_t m = 0; m < micro_losses.size(); ++m) {
+      TRIAD_CHECK(std::isfinite(micro_losses[m]), "[train] the loss is " << micro_losses[m] << " at step " << step + 1
+                                                                         << " (micro-batch " << m
+                                                                         << "); lower optimizer.params.lr or set "
+                                                                         << "gradient_clipping; nothing was saved");
+      loss_sum += micro_losses[m];
+    }
     TRIAD_CHECK(r.skipped || std::isfinite(r.grad_norm),
                 "[train] the gradient norm is " << r.grad_norm << " at step " << r.step << "; nothing was saved");
     if (r.skipped && leader)

@@ -64,14 +64,22 @@ class Backend {
   virtual void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                                    const Tensor& dbias) = 0;
-  // indices contiguous, checked in range by the op.
+  // Indices are contiguous. On the CPU the op has checked them in range. Other backends
+  // get them unchecked (checking on the host would make it wait for the device): their
+  // kernels must never touch memory for an index out of range, and must report it at the
+  // next wait for the device (Note [Deferred device errors], cuda/deferred_errors.h).
   virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) = 0;
   virtual void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) = 0;
-  // logits (N, V) contiguous; loss_sum: the sum over counted rows, in double.
-  virtual double cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                               int64_t ignore_index) = 0;
-  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
-                                      int64_t ignore_index, const Tensor& grad_logits) = 0;
+  // logits (N, V) contiguous, targets (N,) i64; lse (N,), loss () in logits' dtype: the mean
+  // over rows that count (target != ignore_index), 0 when none do; count () i64: those rows.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
+                             const Tensor& count, int64_t ignore_index) = 0;
+  // grad_logits = (softmax - onehot) * grad_loss / count, zero rows that do not count;
+  // grad_loss () in logits' dtype and count () as cross_entropy made it, both read where
+  // they are (on the device), so the host never waits for them.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                      const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
+                                      const Tensor& grad_logits) = 0;
 
   // Fused causal attention (ops::causal_attention): out = softmax(scale q k^T, causal) v with
   // the scores made tile by tile and never stored whole. q (B, NH, Tq, hs); k, v

@@ -35,9 +35,9 @@ Tensor expand(const Tensor& t, const Shape& shape);  // broadcast view (strides 
 Tensor flatten(const Tensor& t);                     // reshape to (numel,)
 
 // ---- copies and conversion ----
-Tensor contiguous(const Tensor& t);                // t itself when already contiguous
-Tensor clone(const Tensor& t);                     // always a new contiguous tensor
-Tensor to(const Tensor& t, DType dtype);           // t itself when already of that dtype
+Tensor contiguous(const Tensor& t);       // t itself when already contiguous
+Tensor clone(const Tensor& t);            // always a new contiguous tensor
+Tensor to(const Tensor& t, DType dtype);  // t itself when already of that dtype
 // A contiguous copy on `device` (between two CUDA devices through the host); t itself when
 // already there. The host waits for a copy to the host, not for one to a device.
 Tensor to(const Tensor& t, Device device);
@@ -119,22 +119,26 @@ LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bia
 LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd);
 
-// weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C).
+// weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C). An index out of range
+// throws Error: here on the CPU; on a GPU at the next wait for the device (Note [Deferred
+// device errors]), as do the targets of cross_entropy.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 // Scatter-adds grad_y (..., C) into a zero (V, C) gradient at the rows `indices`.
 Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings);
 
 struct CrossEntropyOut {
-  Tensor loss;      // shape (): mean over rows whose target != ignore_index
-  Tensor lse;       // (N,) log-sum-exp of each row of logits (for the backward)
-  int64_t counted;  // rows that count (targets != ignore_index)
+  Tensor loss;   // shape (): mean over rows whose target != ignore_index (0 when none)
+  Tensor lse;    // (N,) log-sum-exp of each row of logits (for the backward)
+  Tensor count;  // shape (), i64: rows that count (targets != ignore_index)
 };
 // logits (N, V), targets (N,) of i64/i32 in [0, V) or == ignore_index. Probabilities are
-// never stored; the backward recomputes them from logits and lse.
+// never stored; the backward recomputes them from logits and lse. All three results stay
+// on logits' device: nothing here makes the host wait for a device.
 CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
-// d(loss)/d(logits) scaled by grad_loss (the incoming gradient of the mean loss).
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double grad_loss,
-                              int64_t counted, int64_t ignore_index);
+// d(loss)/d(logits) scaled by grad_loss (one value: the incoming gradient of the mean loss),
+// with count as cross_entropy returned it.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
+                              const Tensor& count, int64_t ignore_index);
 
 struct AttentionOut {
   Tensor out;  // (B, NH, Tq, hs) in q's dtype

@@ -21,28 +21,24 @@ void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* 
 }
 
 // Indices must be i64/i32 on `device`, in [0, limit); with an `ignore` value, that value is
-// also allowed. Returns the indices as contiguous i64 on their device and how many of them
-// are not `ignore`. Device indices are checked on a host copy (a kernel reading an index
-// out of range would fault or read another row silently), which makes the host wait for
-// them: a few bytes per token.
-std::pair<Tensor, int64_t> check_indices(const Tensor& idx, Device device, int64_t limit, std::optional<int64_t> ignore,
-                                         const char* op) {
+// also allowed. Returns the indices contiguous on their device, as i64 when `wide`. The
+// range is checked here on the CPU only: a device backend's kernels check it themselves,
+// so the host never waits for indices (Backend::embedding).
+Tensor check_indices(const Tensor& idx, Device device, int64_t limit, std::optional<int64_t> ignore, bool wide,
+                     const char* op) {
   TRIAD_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
               op << ": indices must be i64 or i32, got " << idx.str());
   TRIAD_CHECK(idx.device() == device, op << ": indices " << idx.str() << " must be on " << device.str()
                                          << ", where the values are (copy them with ops::to)");
-  const Tensor c = contiguous(to(idx, DType::i64));
-  const Tensor host = to(c, Device::cpu());
-  const int64_t* p = host.data<int64_t>();
-  int64_t counted = 0;
+  const Tensor c = contiguous(wide ? to(idx, DType::i64) : idx);
+  if (!device.is_cpu()) return c;
   for (int64_t i = 0; i < c.numel(); ++i) {
-    const bool ignored = ignore && p[i] == *ignore;
-    TRIAD_CHECK((p[i] >= 0 && p[i] < limit) || ignored, op << ": index " << p[i] << " at position " << i
-                                                           << " of indices " << shape_str(idx.shape())
-                                                           << " out of range [0, " << limit << ")");
-    counted += !ignored;
+    const int64_t v = c.dtype() == DType::i64 ? c.data<int64_t>()[i] : c.data<int32_t>()[i];
+    TRIAD_CHECK((v >= 0 && v < limit) || (ignore && v == *ignore), op << ": index " << v << " at position " << i
+                                                                      << " of indices " << shape_str(idx.shape())
+                                                                      << " out of range [0, " << limit << ")");
   }
-  return {c, counted};
+  return c;
 }
 
 // q, k, v of causal_attention: 4-D, one floating dtype and device, k and v alike, q's
@@ -123,11 +119,11 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_float(weight, "embedding");
   TRIAD_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got " << shape_str(weight.shape()));
-  check_indices(indices, weight.device(), weight.size(0), std::nullopt, "embedding");
+  const Tensor idx = check_indices(indices, weight.device(), weight.size(0), std::nullopt, false, "embedding");
   Shape shape = indices.shape();
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, weight.dtype(), weight.device());
-  backend_for(weight.device()).embedding(contiguous(weight), contiguous(indices), out);
+  backend_for(weight.device()).embedding(contiguous(weight), idx, out);
   return out;
 }
 
@@ -137,9 +133,9 @@ Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t n
       grad_y.dim() == indices.dim() + 1 && Shape(grad_y.shape().begin(), grad_y.shape().end() - 1) == indices.shape(),
       "embedding_backward: grad " << shape_str(grad_y.shape()) << " does not match indices "
                                   << shape_str(indices.shape()));
-  check_indices(indices, grad_y.device(), num_embeddings, std::nullopt, "embedding_backward");
+  const Tensor idx = check_indices(indices, grad_y.device(), num_embeddings, std::nullopt, false, "embedding_backward");
   Tensor gw = Tensor::zeros({num_embeddings, grad_y.size(-1)}, grad_y.dtype(), grad_y.device());
-  backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), contiguous(indices), gw);
+  backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), idx, gw);
   return gw;
 }
 
@@ -148,26 +144,32 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
   TRIAD_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "cross_entropy: expected logits (N, V) and targets (N,), got " << shape_str(logits.shape()) << " and "
                                                                              << shape_str(targets.shape()));
-  const auto [t, counted] = check_indices(targets, logits.device(), logits.size(1), ignore_index, "cross_entropy");
-  Tensor lse = Tensor::empty({logits.size(0)}, logits.dtype(), logits.device());
-  const double total = backend_for(logits.device()).cross_entropy(contiguous(logits), t, lse, ignore_index);
-  const double loss = counted ? total / double(counted) : 0.0;
-  return {Tensor::full({}, loss, logits.dtype(), logits.device()), lse, counted};
+  const Tensor t = check_indices(targets, logits.device(), logits.size(1), ignore_index, true, "cross_entropy");
+  CrossEntropyOut r{Tensor::empty({}, logits.dtype(), logits.device()),
+                    Tensor::empty({logits.size(0)}, logits.dtype(), logits.device()),
+                    Tensor::empty({}, DType::i64, logits.device())};
+  backend_for(logits.device()).cross_entropy(contiguous(logits), t, r.lse, r.loss, r.count, ignore_index);
+  return r;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double grad_loss,
-                              int64_t counted, int64_t ignore_index) {
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
+                              const Tensor& count, int64_t ignore_index) {
   check_float(logits, "cross_entropy_backward");
   check_like(lse, logits, "cross_entropy_backward", "lse");
+  TRIAD_CHECK(grad_loss.numel() == 1 && grad_loss.device() == logits.device() && count.numel() == 1 &&
+                  count.dtype() == DType::i64 && count.device() == logits.device(),
+              "cross_entropy_backward: expected one grad_loss value and an i64 count on "
+                  << logits.device().str() << ", got " << grad_loss.str() << " and " << count.str());
   TRIAD_CHECK(logits.dim() == 2 && targets.shape() == Shape{logits.size(0)} && lse.shape() == Shape{logits.size(0)},
               "cross_entropy_backward: expected logits (N, V), targets (N,) and lse (N,), got "
                   << shape_str(logits.shape()) << ", " << shape_str(targets.shape()) << " and "
                   << shape_str(lse.shape()));
   const Tensor t =
-      check_indices(targets, logits.device(), logits.size(1), ignore_index, "cross_entropy_backward").first;
+      check_indices(targets, logits.device(), logits.size(1), ignore_index, true, "cross_entropy_backward");
   Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
-  const double scale = counted ? grad_loss / double(counted) : 0.0;
-  backend_for(logits.device()).cross_entropy_backward(contiguous(logits), t, lse, scale, ignore_index, g);
+  backend_for(logits.device())
+      .cross_entropy_backward(contiguous(logits), t, lse, contiguous(to(grad_loss, logits.dtype())), count,
+                              ignore_index, g);
   return g;
 }
 

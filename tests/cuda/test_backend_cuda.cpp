@@ -380,15 +380,19 @@ void cross_entropy_case() {
     Tensor t = random({rows}, 40, 0, double(v), DType::i64);
     for (int64_t r = 0; r < rows; r += 7) t.data<int64_t>()[r] = -100;  // ignored rows
     const Pair targets = pair(t);
-    Pair lse = empty_pair({rows});
-    const double want = cpu().cross_entropy(logits.c, targets.c, lse.c, -100);
-    const double got = gpu().cross_entropy(logits.g, targets.g, lse.g, -100);
-    BOOST_TEST(std::fabs(got - want) <= 1e-5 * std::fabs(want), "cross_entropy sum " << got << " vs " << want);
+    Pair lse = empty_pair({rows}), loss = empty_pair({});
+    Pair count = pair(Tensor::empty({}, DType::i64));
+    cpu().cross_entropy(logits.c, targets.c, lse.c, loss.c, count.c, -100);
+    gpu().cross_entropy(logits.g, targets.g, lse.g, loss.g, count.g, -100);
+    const double want = loss.c.item(), got = ops::to(loss.g, Device::cpu()).item();
+    BOOST_TEST(std::fabs(got - want) <= 1e-6 * std::fabs(want), "cross_entropy mean " << got << " vs " << want);
+    BOOST_TEST(ops::to(count.g, Device::cpu()).item() == count.c.item());
     expect_close("cross_entropy lse", lse.g, lse.c, threshold(DType::f32));
     Pair grad = empty_pair({rows, v});
-    const Tensor glse = dev(lse.c);
-    cpu().cross_entropy_backward(logits.c, targets.c, lse.c, 0.01, -100, grad.c);
-    gpu().cross_entropy_backward(logits.g, targets.g, glse, 0.01, -100, grad.g);
+    const Pair grad_loss = pair(Tensor::scalar(3.0, DType::f32));
+    const Tensor glse = dev(lse.c), gcount = dev(count.c);
+    cpu().cross_entropy_backward(logits.c, targets.c, lse.c, grad_loss.c, count.c, -100, grad.c);
+    gpu().cross_entropy_backward(logits.g, targets.g, glse, grad_loss.g, gcount, -100, grad.g);
     expect_close("cross_entropy_backward", grad.g, grad.c, threshold(DType::f32));
   }
 }
@@ -504,6 +508,28 @@ std::vector<std::string> case_names() {
 BOOST_DATA_TEST_CASE(backend_method_matches_cpu, boost::unit_test::data::make(case_names()), name) {
   for (const Case& c : kCases)
     if (name == c.name) c.run();
+}
+
+// Note [Deferred device errors]: an index out of range does not stop the op; the next wait
+// for the device throws, naming the op, the index and its position, and clears the record,
+// so that later work runs and reports normally.
+BOOST_AUTO_TEST_CASE(bad_indices_raise_at_the_next_wait) {
+  const Tensor w = dev(random({50, 8}, 81));
+  const Tensor bad = dev(Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 50}, {4}));
+  const Tensor good = dev(Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 49}, {4}));
+  Tensor out = ops::embedding(w, bad);  // enqueued; nothing thrown yet
+  test::check_error([&] { ops::to(out, Device::cpu()); }, {"embedding", "index 50", "position 3", "[0, 50)"});
+  out = ops::embedding(w, good);
+  BOOST_TEST(ops::to(out, Device::cpu()).numel() == 32);  // the record was cleared
+  const Tensor gw = ops::embedding_backward(dev(random({4, 8}, 82)), bad, 50);
+  test::check_error([&] { ops::sum_squares(gw); }, {"embedding_backward", "index 50"});
+
+  const Tensor logits = dev(random({3, 17}, 83));
+  const Tensor targets = dev(Tensor::from_vector(std::vector<int64_t>{-100, 17, 2}, {3}));
+  const ops::CrossEntropyOut o = ops::cross_entropy(logits, targets, -100);
+  test::check_error([&] { o.loss.item(); }, {"cross_entropy", "index 17", "position 1", "[0, 17)"});
+  ops::cross_entropy_backward(logits, targets, o.lse, dev(Tensor::scalar(1.0, DType::f32)), o.count, -100);
+  test::check_error([&] { cuda::synchronize_device(kGpu.index); }, {"cross_entropy_backward", "index 17"});
 }
 
 // ---- cuBLASLt beyond Backend::matmul ----

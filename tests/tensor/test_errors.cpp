@@ -159,9 +159,14 @@ BOOST_AUTO_TEST_CASE(index_errors) {
                {"cross_entropy", "6"});
   expect_error("cross_entropy_backward target",
                [&] {
-                 ops::cross_entropy_backward(logits, idx({0, 7}, {2}), f32({2}), 1.0, 2, -100);
+                 ops::cross_entropy_backward(logits, idx({0, 7}, {2}), f32({2}), f32({}), idx({2}, {}), -100);
                },
                {"cross_entropy_backward", "7"});
+  expect_error("cross_entropy_backward count",
+               [&] {
+                 ops::cross_entropy_backward(logits, idx({0, 1}, {2}), f32({2}), f32({}), f32({}), -100);
+               },
+               {"cross_entropy_backward", "i64 count", "f32"});
 }
 
 BOOST_AUTO_TEST_CASE(view_errors) {

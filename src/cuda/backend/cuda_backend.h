@@ -8,12 +8,13 @@
 // dtypes follow the CPU backend: copy, fill and the random fills take every dtype the CPU
 // takes (bf16/f16 conversions rounding exactly as tensor/dtype.h does); every computing
 // method runs in f32, and attention also reads and writes bf16/f16 tensors as stored
-// (on tensor cores with f32 accumulation: attention_mma.cu). f64 tensors, which the CPU backend computes for gradient checks,
-// throw Error here. matmul goes through cuBLASLt (gemm.h), which also takes bf16/f16
-// operands for callers that use it directly.
+// (on tensor cores with f32 accumulation: attention_mma.cu). f64 tensors, which the CPU backend computes for gradient
+// checks, throw Error here. matmul goes through cuBLASLt (gemm.h), which also takes bf16/f16 operands for callers that
+// use it directly.
 //
-// Results the methods return to the host (sums, norms, all_finite, the cross-entropy sum)
-// make the host wait for the stream; nothing else does.
+// Results the methods return to the host (sums, norms, all_finite) make the host wait for
+// the stream; nothing else does. Bad indices are reported at such waits (Note [Deferred
+// device errors], cuda/deferred_errors.h).
 #pragma once
 
 #include "tensor/backend.h"
@@ -54,9 +55,10 @@ class CudaBackend final : public Backend {
                            const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
-  double cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index) override;
-  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
-                              int64_t ignore_index, const Tensor& grad_logits) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
+                     const Tensor& count, int64_t ignore_index) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
+                              const Tensor& count, int64_t ignore_index, const Tensor& grad_logits) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                  double scale) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,

@@ -141,9 +141,6 @@ __device__ T block_reduce(T v, Op op, T identity) {
   return warp_reduce(v, op);
 }
 
-// The sum of n doubles on `device`, on its current stream; the host waits (reduce.cu).
-double reduce_sum(const double* a, int64_t n, Device device);
-
 // Threads per block for a kernel with one block per row of n elements.
 inline int row_threads(int64_t n) { return n <= 256 ? 64 : (n <= 2048 ? 256 : 512); }
 

@@ -8,9 +8,13 @@
 // - Embedding gradients scatter-add with atomics (rows hit by several indices): their
 //   order, and so the last bits, may vary between runs.
 // - Cross-entropy never stores probabilities: the forward keeps each row's log-sum-exp,
-//   the backward recomputes exp(logit - lse).
+//   the backward recomputes exp(logit - lse). The mean loss and the count of rows stay on
+//   the device, and the backward reads them there: nothing waits for the host.
+// - Indices out of range are found by these kernels, which skip them and report them at
+//   the next wait for the device (Note [Deferred device errors]).
 #include <limits>
 
+#include "cuda/backend/bad_index.cuh"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
 
@@ -127,27 +131,47 @@ __device__ inline int64_t index_at(const void* idx, bool is64, int64_t i) {
   return is64 ? static_cast<const int64_t*>(idx)[i] : int64_t(static_cast<const int32_t*>(idx)[i]);
 }
 
-__global__ void embedding_kernel(const float* w, const void* idx, bool is64, float* out, int64_t n, int64_t c) {
+// A bad index gives a zero row (Note [Deferred device errors]).
+__global__ void embedding_kernel(const float* w, const void* idx, bool is64, float* out, int64_t n, int64_t c,
+                                 int64_t v, BadIndexSink sink) {
   const int64_t total = n * c;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t / c, j = t - i * c;
-    out[t] = w[index_at(idx, is64, i) * c + j];
+    const int64_t row = index_at(idx, is64, i);
+    const bool ok = row >= 0 && row < v;
+    if (!ok && j == 0) index_in_range(sink, IndexOp::embedding, row, i, n, v);
+    out[t] = ok ? w[row * c + j] : 0.0f;
   }
 }
 
-__global__ void embedding_backward_kernel(const float* g, const void* idx, bool is64, float* gw, int64_t n, int64_t c) {
+// A bad index adds nothing.
+__global__ void embedding_backward_kernel(const float* g, const void* idx, bool is64, float* gw, int64_t n, int64_t c,
+                                          int64_t v, BadIndexSink sink) {
   const int64_t total = n * c;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t / c, j = t - i * c;
-    atomicAdd(gw + index_at(idx, is64, i) * c + j, g[t]);
+    const int64_t row = index_at(idx, is64, i);
+    if (row >= 0 && row < v)
+      atomicAdd(gw + row * c + j, g[t]);
+    else if (j == 0)
+      index_in_range(sink, IndexOp::embedding_backward, row, i, n, v);
   }
 }
 
 // ---- cross-entropy ----
 
-// lse[r] and the row's loss (lse - logit of the target; 0 for an ignored row) in double.
-__global__ void cross_entropy_kernel(const float* logits, const int64_t* targets, float* lse, double* loss, int64_t v,
-                                     int64_t ignore_index) {
+// Whether row r's target counts: not ignore_index and in range (a bad one is recorded
+// once, by the caller's thread 0, and the row is then treated as ignored).
+__device__ inline bool target_counts(int64_t t, int64_t r, int64_t rows, int64_t v, int64_t ignore_index, IndexOp op,
+                                     BadIndexSink sink) {
+  if (t == ignore_index) return false;
+  return threadIdx.x == 0 ? index_in_range(sink, op, t, r, rows, v) : t >= 0 && t < v;
+}
+
+// lse[r] and the row's loss (lse - logit of the target; 0 for a row that does not count)
+// in double.
+__global__ void cross_entropy_kernel(const float* logits, const int64_t* targets, float* lse, double* loss,
+                                     int64_t rows, int64_t v, int64_t ignore_index, BadIndexSink sink) {
   const int64_t r = blockIdx.x;
   const float* row = logits + r * v;
   float mx = -kInf;
@@ -160,22 +184,45 @@ __global__ void cross_entropy_kernel(const float* logits, const int64_t* targets
     const float l = mx + logf(s);
     lse[r] = l;
     const int64_t t = targets[r];
-    loss[r] = t != ignore_index ? double(l) - double(row[t]) : 0.0;
+    const bool counts = target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy, sink);
+    loss[r] = counts ? double(l) - double(row[t]) : 0.0;
   }
 }
 
+// One block: mean = (sum of the rows' losses) / count, count = the rows that count (0 and
+// 0 when none do). Summed in a fixed order, so the loss is the same every run.
+__global__ void cross_entropy_mean_kernel(const double* loss, const int64_t* targets, int64_t rows, int64_t v,
+                                          int64_t ignore_index, float* mean, int64_t* count) {
+  double sum = 0.0;
+  long long n = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int64_t t = targets[r];
+    sum += loss[r];
+    n += t != ignore_index && t >= 0 && t < v;
+  }
+  sum = block_reduce(sum, SumOp{}, 0.0);
+  n = block_reduce(n, SumOp{}, 0ll);
+  if (threadIdx.x == 0) {
+    *mean = n ? float(sum / double(n)) : 0.0f;
+    *count = n;
+  }
+}
+
+// grad = (softmax - onehot) * grad_loss / count; zero rows where the target does not count.
 __global__ void cross_entropy_backward_kernel(const float* logits, const int64_t* targets, const float* lse,
-                                              float scale, int64_t ignore_index, float* grad, int64_t v) {
+                                              const float* grad_loss, const int64_t* count, int64_t ignore_index,
+                                              float* grad, int64_t rows, int64_t v, BadIndexSink sink) {
   const int64_t r = blockIdx.x;
   const int64_t t = targets[r];
-  const float* row = logits + r * v;
   float* g = grad + r * v;
+  if (!target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy_backward, sink)) {
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) g[j] = 0.0f;
+    return;
+  }
+  const float scale = *grad_loss / float(*count);
+  const float* row = logits + r * v;
   const float l = lse[r];
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    if (t == ignore_index) {
-      g[j] = 0.0f;
-      continue;
-    }
     const float p = expf(row[j] - l) * scale;
     g[j] = j == t ? p - scale : p;
   }
@@ -245,46 +292,53 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, con
 
 void CudaBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
   require_f32(weight, "embedding");
-  const int64_t c = weight.size(1), n = indices.numel();
+  const int64_t v = weight.size(0), c = weight.size(1), n = indices.numel();
   if (n == 0 || c == 0) return;
   OnDevice on(weight);
-  embedding_kernel<<<blocks_for(n * c), kThreads, 0, on.stream()>>>(
-      ptr<const float>(weight), indices.raw_data(), indices.dtype() == DType::i64, ptr<float>(out), n, c);
+  embedding_kernel<<<blocks_for(n * c), kThreads, 0, on.stream()>>>(ptr<const float>(weight), indices.raw_data(),
+                                                                    indices.dtype() == DType::i64, ptr<float>(out), n,
+                                                                    c, v, bad_index_sink(weight.device().index));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) {
   require_f32(grad_y, "embedding_backward");
-  const int64_t c = grad_weight.size(1), n = indices.numel();
+  const int64_t v = grad_weight.size(0), c = grad_weight.size(1), n = indices.numel();
   if (n == 0 || c == 0) return;
   OnDevice on(grad_y);
   embedding_backward_kernel<<<blocks_for(n * c), kThreads, 0, on.stream()>>>(
-      ptr<const float>(grad_y), indices.raw_data(), indices.dtype() == DType::i64, ptr<float>(grad_weight), n, c);
+      ptr<const float>(grad_y), indices.raw_data(), indices.dtype() == DType::i64, ptr<float>(grad_weight), n, c, v,
+      bad_index_sink(grad_y.device().index));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
-double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                  int64_t ignore_index) {
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
+                                const Tensor& count, int64_t ignore_index) {
   require_f32(logits, "cross_entropy");
   const int64_t rows = logits.size(0), v = logits.size(1);
-  if (rows == 0) return 0.0;
   OnDevice on(logits);
-  Tensor loss = Tensor::empty({rows}, DType::f64, logits.device());
-  cross_entropy_kernel<<<unsigned(rows), row_threads(v), 0, on.stream()>>>(
-      ptr<const float>(logits), ptr<const int64_t>(targets), ptr<float>(lse), ptr<double>(loss), v, ignore_index);
+  Tensor row_loss = Tensor::empty({rows}, DType::f64, logits.device());
+  if (rows > 0) {
+    cross_entropy_kernel<<<unsigned(rows), row_threads(v), 0, on.stream()>>>(
+        ptr<const float>(logits), ptr<const int64_t>(targets), ptr<float>(lse), ptr<double>(row_loss), rows, v,
+        ignore_index, bad_index_sink(logits.device().index));
+    TRIAD_CUDA_CHECK_LAUNCH();
+  }
+  cross_entropy_mean_kernel<<<1, 1024, 0, on.stream()>>>(ptr<const double>(row_loss), ptr<const int64_t>(targets), rows,
+                                                         v, ignore_index, ptr<float>(loss), ptr<int64_t>(count));
   TRIAD_CUDA_CHECK_LAUNCH();
-  return reduce_sum(ptr<const double>(loss), rows, logits.device());
 }
 
-void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
-                                         int64_t ignore_index, const Tensor& grad_logits) {
+void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                         const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
+                                         const Tensor& grad_logits) {
   require_f32(logits, "cross_entropy_backward");
   const int64_t rows = logits.size(0), v = logits.size(1);
   if (rows == 0 || v == 0) return;
   OnDevice on(logits);
   cross_entropy_backward_kernel<<<unsigned(rows), row_threads(v), 0, on.stream()>>>(
-      ptr<const float>(logits), ptr<const int64_t>(targets), ptr<const float>(lse), float(scale), ignore_index,
-      ptr<float>(grad_logits), v);
+      ptr<const float>(logits), ptr<const int64_t>(targets), ptr<const float>(lse), ptr<const float>(grad_loss),
+      ptr<const int64_t>(count), ignore_index, ptr<float>(grad_logits), rows, v, bad_index_sink(logits.device().index));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 

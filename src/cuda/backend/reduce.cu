@@ -9,6 +9,7 @@
 
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
+#include "cuda/deferred_errors.h"
 
 namespace triad::cuda {
 
@@ -123,12 +124,11 @@ double reduce_all(const T* a, int64_t n, Device device, F f, Combine combine) {
   double result = 0.0;
   TRIAD_CUDA_CHECK(cudaMemcpyAsync(&result, p + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
   TRIAD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  raise_deferred_errors(device.index);
   return result;
 }
 
 }  // namespace
-
-double reduce_sum(const double* a, int64_t n, Device device) { return reduce_all(a, n, device, Identity{}, SumOp{}); }
 
 void CudaBackend::sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
   reduce_dim(a, out, outer, n, inner, SumOp{}, 0.0f, "sum_dim");

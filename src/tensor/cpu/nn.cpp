@@ -170,8 +170,8 @@ void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices,
   });
 }
 
-double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index) {
-  double total = 0;
+void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
+                               const Tensor& count, int64_t ignore_index) {
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = logits.size(0), v = logits.size(1);
@@ -179,7 +179,8 @@ double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, co
     const int64_t* pt = targets.data<int64_t>();
     T* ps = lse.data<T>();
     double sum = 0;
-#pragma omp parallel for reduction(+ : sum) if (rows * v > cpu::kParallelGrain)
+    int64_t counted = 0;
+#pragma omp parallel for reduction(+ : sum, counted) if (rows * v > cpu::kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = pl + r * v;
       T mx = -std::numeric_limits<T>::infinity();
@@ -189,22 +190,26 @@ double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, co
 #pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j < v; ++j) s += cpu::vexp(row[j] - mx);
       ps[r] = mx + std::log(s);
-      if (pt[r] != ignore_index) sum += double(ps[r]) - double(row[pt[r]]);
+      if (pt[r] == ignore_index) continue;
+      sum += double(ps[r]) - double(row[pt[r]]);
+      ++counted;
     }
-    total = sum;
+    loss.data<T>()[0] = T(counted ? sum / double(counted) : 0.0);
+    count.data<int64_t>()[0] = counted;
   });
-  return total;
 }
 
-void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
-                                        int64_t ignore_index, const Tensor& grad_logits) {
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                        const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
+                                        const Tensor& grad_logits) {
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = logits.size(0), v = logits.size(1);
     const T *pl = logits.data<T>(), *ps = lse.data<T>();
     const int64_t* pt = targets.data<int64_t>();
     T* pg = grad_logits.data<T>();
-    const T sc = T(scale);
+    const int64_t counted = count.data<int64_t>()[0];
+    const T sc = T(counted ? double(grad_loss.data<T>()[0]) / double(counted) : 0.0);
 #pragma omp parallel for if (rows * v > cpu::kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
       T* g = pg + r * v;

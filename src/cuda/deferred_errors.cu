@@ -1,0 +1,83 @@
+// Note [Deferred device errors] (deferred_errors.h). One claim flag (device memory) and one
+// record (mapped pinned host memory) per device, created under a lock on first use and never
+// freed, as the streams are.
+#include <array>
+#include <mutex>
+#include <new>
+
+#include "cuda/check.h"
+#include "cuda/deferred_errors.h"
+#include "cuda/stream.h"
+#include "tensor/error.h"
+
+namespace triad::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceRecord {
+  BadIndexSink sink{};             // the device's view
+  BadIndexRecord* host = nullptr;  // the host's view of the same record
+};
+
+std::mutex g_mutex;
+std::array<DeviceRecord, kMaxDevices> g_records{};
+
+const char* op_name(int op) {
+  switch (IndexOp(op)) {
+    case IndexOp::embedding:
+      return "embedding";
+    case IndexOp::embedding_backward:
+      return "embedding_backward";
+    case IndexOp::cross_entropy:
+      return "cross_entropy";
+    case IndexOp::cross_entropy_backward:
+      return "cross_entropy_backward";
+  }
+  return "an indexing kernel";
+}
+
+}  // namespace
+
+BadIndexSink bad_index_sink(int device) {
+  TRIAD_CHECK(device >= 0 && device < kMaxDevices,
+              "cuda:" << device << " is not a device index triad supports (0.." << kMaxDevices - 1 << ")");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceRecord& r = g_records[device];
+  if (!r.host) {
+    DeviceGuard guard(device);
+    void* host = nullptr;
+    TRIAD_CUDA_CHECK(cudaHostAlloc(&host, sizeof(BadIndexRecord), cudaHostAllocMapped | cudaHostAllocPortable));
+    void* mapped = nullptr;
+    TRIAD_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, host, 0));
+    void* claimed = nullptr;
+    TRIAD_CUDA_CHECK(cudaMalloc(&claimed, sizeof(unsigned int)));
+    TRIAD_CUDA_CHECK(cudaMemset(claimed, 0, sizeof(unsigned int)));
+    r.host = new (host) BadIndexRecord{};
+    r.sink = {static_cast<unsigned int*>(claimed), static_cast<BadIndexRecord*>(mapped)};
+  }
+  return r.sink;
+}
+
+void raise_deferred_errors(int device) {
+  DeviceRecord r;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (device < 0 || device >= kMaxDevices) return;
+    r = g_records[device];
+  }
+  if (!r.host || !r.host->found) return;
+  const BadIndexRecord bad = *r.host;
+  r.host->found = 0;
+  {
+    DeviceGuard guard(device);
+    TRIAD_CUDA_CHECK(cudaMemset(r.sink.claimed, 0, sizeof(unsigned int)));
+  }
+  TRIAD_CHECK(false, op_name(bad.op) << ": index " << bad.value << " at position " << bad.position << " of "
+                                     << bad.count << " indices out of range [0, " << bad.limit << ") on cuda:" << device
+                                     << " (found by the kernel and raised at the next wait for the "
+                                     << "device; what was computed since is wrong)");
+}
+
+}  // namespace triad::cuda
