@@ -8,12 +8,10 @@
 namespace triad::optim {
 
 double grad_norm(const std::vector<Tensor>& params) {
-  double sq = 0.0;
-  for (const Tensor& p : params) {
-    const Tensor g = grad(p);
-    if (g.defined()) sq += ops::sum_squares(g);
-  }
-  return std::sqrt(sq);
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (const Tensor g = grad(p); g.defined()) grads.push_back(g);
+  return std::sqrt(ops::sum_squares(grads));
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

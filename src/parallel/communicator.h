@@ -42,7 +42,10 @@ class Communicator {
   // Ranks with the same color form a new communicator, ordered by key (then by rank).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
-  // In place: every rank ends with the reduction of all ranks' tensors.
+  // In place: every rank ends with the reduction of all ranks' tensors, the same bits on
+  // every rank (replicated parameters and loss-scale verdicts rely on it: MPI's exchange
+  // reduces in rank order everywhere; libnbc's and NCCL's algorithms reduce each element
+  // once and copy it, or in a commutative pairing that gives every rank the same sums).
   virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
   // input: size() * k elements on every rank; output: k elements, the reduction of chunk
   // rank() of every rank's input.

@@ -38,7 +38,7 @@ class Backend {
   virtual void max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) = 0;
   // a contiguous; reductions to a host double.
   virtual double sum_all(const Tensor& a) = 0;
-  virtual double sum_squares(const Tensor& a) = 0;
+  virtual double sum_squares(const std::vector<Tensor>& tensors) = 0;  // over all, one device
   virtual double max_abs(const Tensor& a) = 0;
   virtual bool all_finite(const Tensor& a) = 0;
 

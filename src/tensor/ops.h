@@ -81,7 +81,9 @@ Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor sum_to(const Tensor& a, const Shape& shape);  // sums the dimensions broadcasting added
-double sum_squares(const Tensor& a);                 // in double, for gradient norms
+// The sum of the squares of every element of every tensor, in double, for gradient norms:
+// the host waits for a device once, however many tensors. All on one device.
+double sum_squares(const std::vector<Tensor>& tensors);
 double max_abs(const Tensor& a);
 bool all_finite(const Tensor& a);
 

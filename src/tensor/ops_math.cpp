@@ -157,9 +157,18 @@ Tensor sum_to(const Tensor& a, const Shape& shape) {
   return r;
 }
 
-double sum_squares(const Tensor& a) {
-  check_float(a, "sum_squares");
-  return backend_for(a.device()).sum_squares(contiguous(a));
+double sum_squares(const std::vector<Tensor>& tensors) {
+  if (tensors.empty()) return 0.0;
+  std::vector<Tensor> c;
+  c.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    check_float(t, "sum_squares");
+    TRIAD_CHECK(t.device() == tensors[0].device(), "sum_squares: tensors on " << tensors[0].device().str() << " and "
+                                                                              << t.device().str()
+                                                                              << "; they must share one device");
+    c.push_back(contiguous(t));
+  }
+  return backend_for(c[0].device()).sum_squares(c);
 }
 
 double max_abs(const Tensor& a) {

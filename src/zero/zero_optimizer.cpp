@@ -220,20 +220,23 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     if (unscale != 1.0) ops::mul_(grad, unscale);
     grads.push_back(grad);
   }
+  // One sum of squares over every group: the host waits for the device once per step. A NaN
+  // or inf anywhere makes it non-finite, which is the overflow test of dynamic loss
+  // scaling; the sum is the same on every rank (stage 0's gradients are, and the
+  // all-reduce gives every rank the same bits), so every rank reaches the same verdict.
+  double sq = ops::sum_squares(grads);
+  if (config_.stage >= 1) {
+    Tensor total = Tensor::full({1}, sq, DType::f64, device_);
+    dp_->all_reduce(total)->wait();
+    sq = total.item();
+  }
   if (config_.loss_scale.dynamic) {
-    const bool overflow = overflow_anywhere(grads);
+    const bool overflow = !std::isfinite(sq);
     update_scale(overflow);
     if (overflow) {
       for (Group& g : groups_) ops::zero_(config_.stage <= 1 ? g.flat->grad() : g.shard_grad);
       return std::numeric_limits<double>::infinity();
     }
-  }
-  double sq = 0.0;
-  for (const Tensor& grad : grads) sq += ops::sum_squares(grad);
-  if (config_.stage >= 1) {
-    Tensor total = Tensor::full({1}, sq, DType::f64, device_);
-    dp_->all_reduce(total)->wait();
-    sq = total.item();
   }
   const double norm = std::sqrt(sq);
   const double clip = max_norm > 0.0 && max_norm / (norm + 1e-6) < 1.0 ? max_norm / (norm + 1e-6) : 1.0;
@@ -319,14 +322,6 @@ void ZeroOptimizer::set_counters(const Counters& c) {
 Tensor ZeroOptimizer::param_view(Group& g) const {
   if (config_.stage == 0) return g.flat->flat();
   return g.partitioned ? g.flat->owned_shard() : g.flat->shard(g.flat->flat());
-}
-
-bool ZeroOptimizer::overflow_anywhere(const std::vector<Tensor>& grads) {
-  bool overflow = false;
-  for (const Tensor& grad : grads) overflow = overflow || !ops::all_finite(grad);
-  Tensor flag = Tensor::full({1}, overflow ? 1.0 : 0.0, DType::f32, device_);
-  dp_->all_reduce(flag, parallel::ReduceOp::max)->wait();
-  return flag.item() > 0.0;
 }
 
 void ZeroOptimizer::update_scale(bool overflow) {

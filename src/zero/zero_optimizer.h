@@ -169,7 +169,6 @@ class ZeroOptimizer {
   void release_unit(size_t u);
   void release_group(Group& g);
   Tensor param_view(Group& g) const;  // the part of the parameters this rank updates
-  bool overflow_anywhere(const std::vector<Tensor>& grads);
   void update_scale(bool overflow);
   void launch(Group& g);
   void complete(Pending& p);

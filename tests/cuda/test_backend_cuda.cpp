@@ -258,10 +258,14 @@ void reduce_all_case() {
     const Pair a = pair(random({n}, 18, -1.0, 2.0));
     auto close = [](double x, double y) { return std::fabs(x - y) <= 1e-9 * std::max(1.0, std::fabs(y)); };
     BOOST_TEST(close(gpu().sum_all(a.g), cpu().sum_all(a.c)));
-    BOOST_TEST(close(gpu().sum_squares(a.g), cpu().sum_squares(a.c)));
+    BOOST_TEST(close(gpu().sum_squares({a.g}), cpu().sum_squares({a.c})));
     BOOST_TEST(gpu().max_abs(a.g) == cpu().max_abs(a.c));
     BOOST_TEST(gpu().all_finite(a.g));
   }
+  // Several tensors in one reduction, an empty one among them.
+  const Pair a = pair(random({1000}, 20)), b = pair(random({3'000'001}, 21)), e = pair(Tensor::empty({0}));
+  const double want = cpu().sum_squares({a.c, b.c});
+  BOOST_TEST(std::fabs(gpu().sum_squares({a.g, e.g, b.g}) - want) <= 1e-9 * want);
   for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
     Tensor t = random({5000}, 19);
     t.data<float>()[4321] = float(bad);
@@ -522,7 +526,7 @@ BOOST_AUTO_TEST_CASE(bad_indices_raise_at_the_next_wait) {
   out = ops::embedding(w, good);
   BOOST_TEST(ops::to(out, Device::cpu()).numel() == 32);  // the record was cleared
   const Tensor gw = ops::embedding_backward(dev(random({4, 8}, 82)), bad, 50);
-  test::check_error([&] { ops::sum_squares(gw); }, {"embedding_backward", "index 50"});
+  test::check_error([&] { ops::sum_squares({gw}); }, {"embedding_backward", "index 50"});
 
   const Tensor logits = dev(random({3, 17}, 83));
   const Tensor targets = dev(Tensor::from_vector(std::vector<int64_t>{-100, 17, 2}, {3}));

@@ -128,7 +128,9 @@ BOOST_AUTO_TEST_CASE(reductions) {
     check_values(ops::sum_to(b, {2}), {2}, {30, 36}, tol(dt), d + " sum_to (2,)");
     check_values(ops::sum_to(b, {}), {}, {66}, tol(dt), d + " sum_to ()");
     check_values(ops::sum_to(b, {2, 3, 2}), {2, 3, 2}, b.to_vector<double>(), 0, d + " sum_to same");
-    BOOST_TEST(ops::sum_squares(a) == 91.0);
+    BOOST_TEST(ops::sum_squares({a}) == 91.0);
+    BOOST_TEST(ops::sum_squares({a, ops::mul(a, 2.0), Tensor::empty({0}, dt)}) == 91.0 * 5);
+    BOOST_TEST(ops::sum_squares({}) == 0.0);
     BOOST_TEST(ops::max_abs(a) == 6.0);
     BOOST_TEST(ops::all_finite(a));
     BOOST_TEST(!ops::all_finite(make({1, std::numeric_limits<double>::infinity()}, {2}, dt)));

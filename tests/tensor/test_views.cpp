@@ -433,7 +433,8 @@ BOOST_AUTO_TEST_CASE(reductions_ignore_layout) {
       }
     check_layouts(d + " sum_to", [](auto& x) { return std::vector{ops::sum_to(x[0], {4, 1})}; }, {a});
     check_layouts(d + " sum_to 3d", [](auto& x) { return std::vector{ops::sum_to(x[0], {3, 1, 5})}; }, {a});
-    check_layouts(d + " sum_squares", [](auto& x) { return std::vector{scalar_tensor(ops::sum_squares(x[0]))}; }, {a});
+    check_layouts(d + " sum_squares", [](auto& x) { return std::vector{scalar_tensor(ops::sum_squares({x[0]}))}; },
+                  {a});
     check_layouts(d + " max_abs", [](auto& x) { return std::vector{scalar_tensor(ops::max_abs(x[0]))}; }, {a});
     check_layouts(d + " all_finite",
                   [](auto& x) { return std::vector{scalar_tensor(ops::all_finite(x[0]) ? 1.0 : 0.0)}; }, {a});
@@ -443,7 +444,8 @@ BOOST_AUTO_TEST_CASE(reductions_ignore_layout) {
     check_expanded(d + " mean dim", [](auto& x) { return std::vector{ops::mean(x[0], 2, true)}; }, {e});
     check_expanded(d + " max dim", [](auto& x) { return std::vector{ops::max(x[0], 0, false)}; }, {e});
     check_expanded(d + " sum_to", [](auto& x) { return std::vector{ops::sum_to(x[0], {4, 5})}; }, {e});
-    check_expanded(d + " sum_squares", [](auto& x) { return std::vector{scalar_tensor(ops::sum_squares(x[0]))}; }, {e});
+    check_expanded(d + " sum_squares", [](auto& x) { return std::vector{scalar_tensor(ops::sum_squares({x[0]}))}; },
+                   {e});
   }
 }
 

@@ -4,8 +4,10 @@
 //   reduced dimension cut into chunks reduced to partials first when there are too few
 //   outputs to fill the device.
 // - Whole tensors to a host double: each thread accumulates in double, blocks write
-//   partials, one block combines them. No atomics, so results are the same every run.
+//   partials, one block combines them (those of several tensors at once for sum_squares).
+//   No atomics, so results are the same every run.
 #include <limits>
+#include <vector>
 
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
@@ -92,8 +94,8 @@ struct MaxIgnoringNaN {  // std::max(m, v) of the CPU's max_abs: a NaN never win
 
 constexpr int kAllBlocks = 1024;  // partials of a whole-tensor reduction, at most
 
-template <class T, class F, class Combine>
-__global__ void reduce_all_kernel(const T* a, int64_t n, double* partial, F f, Combine combine) {
+template <class F, class Combine>
+__global__ void reduce_all_kernel(const float* a, int64_t n, double* partial, F f, Combine combine) {
   double r = 0.0;  // the identity of every combination used (sum; max of |v| >= 0)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     r = combine(r, f(double(a[i])));
@@ -109,20 +111,34 @@ __global__ void combine_partials_kernel(double* partial, int count, Combine comb
   if (threadIdx.x == 0) partial[count] = r;
 }
 
-// The reduction of f over a's n elements; the host waits for it.
-template <class T, class F, class Combine>
-double reduce_all(const T* a, int64_t n, Device device, F f, Combine combine) {
-  if (n == 0) return 0.0;
-  const int blocks = int(std::min<int64_t>(kAllBlocks, (n + kThreads * 4 - 1) / (kThreads * 4)));
-  Tensor partial = Tensor::empty({blocks + 1}, DType::f64, device);
+// The reduction of f over every element of the tensors (f32, contiguous, on one device):
+// each tensor's blocks write their own partials, one block combines them all, and the host
+// waits once.
+template <class F, class Combine>
+double reduce_all(const std::vector<Tensor>& tensors, F f, Combine combine) {
+  std::vector<int> blocks;
+  int total = 0;
+  for (const Tensor& t : tensors) {
+    const int64_t n = t.numel();
+    blocks.push_back(n ? int(std::min<int64_t>(kAllBlocks, (n + kThreads * 4 - 1) / (kThreads * 4))) : 0);
+    total += blocks.back();
+  }
+  if (total == 0) return 0.0;
+  const Device device = tensors[0].device();
+  DeviceGuard guard(device.index);
+  Tensor partial = Tensor::empty({total + 1}, DType::f64, device);
   const cudaStream_t stream = current_stream(device.index);
   double* p = ptr<double>(partial);
-  reduce_all_kernel<<<blocks, kThreads, 0, stream>>>(a, n, p, f, combine);
-  TRIAD_CUDA_CHECK_LAUNCH();
-  combine_partials_kernel<<<1, kThreads * 2, 0, stream>>>(p, blocks, combine);
+  for (size_t i = 0, first = 0; i < tensors.size(); first += blocks[i], ++i) {
+    if (!blocks[i]) continue;
+    reduce_all_kernel<<<blocks[i], kThreads, 0, stream>>>(ptr<const float>(tensors[i]), tensors[i].numel(), p + first,
+                                                          f, combine);
+    TRIAD_CUDA_CHECK_LAUNCH();
+  }
+  combine_partials_kernel<<<1, kThreads * 2, 0, stream>>>(p, total, combine);
   TRIAD_CUDA_CHECK_LAUNCH();
   double result = 0.0;
-  TRIAD_CUDA_CHECK(cudaMemcpyAsync(&result, p + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  TRIAD_CUDA_CHECK(cudaMemcpyAsync(&result, p + total, sizeof(double), cudaMemcpyDeviceToHost, stream));
   TRIAD_CUDA_CHECK(cudaStreamSynchronize(stream));
   raise_deferred_errors(device.index);
   return result;
@@ -140,26 +156,22 @@ void CudaBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int
 
 double CudaBackend::sum_all(const Tensor& a) {
   require_f32(a, "sum_all");
-  OnDevice on(a);
-  return reduce_all(ptr<const float>(a), a.numel(), a.device(), Identity{}, SumOp{});
+  return reduce_all({a}, Identity{}, SumOp{});
 }
 
-double CudaBackend::sum_squares(const Tensor& a) {
-  require_f32(a, "sum_squares");
-  OnDevice on(a);
-  return reduce_all(ptr<const float>(a), a.numel(), a.device(), Square{}, SumOp{});
+double CudaBackend::sum_squares(const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors) require_f32(t, "sum_squares");
+  return reduce_all(tensors, Square{}, SumOp{});
 }
 
 double CudaBackend::max_abs(const Tensor& a) {
   require_f32(a, "max_abs");
-  OnDevice on(a);
-  return reduce_all(ptr<const float>(a), a.numel(), a.device(), Abs{}, MaxIgnoringNaN{});
+  return reduce_all({a}, Abs{}, MaxIgnoringNaN{});
 }
 
 bool CudaBackend::all_finite(const Tensor& a) {
   require_f32(a, "all_finite");
-  OnDevice on(a);
-  return reduce_all(ptr<const float>(a), a.numel(), a.device(), TimesZero{}, SumOp{}) == 0.0;
+  return reduce_all({a}, TimesZero{}, SumOp{}) == 0.0;
 }
 
 }  // namespace triad::cuda

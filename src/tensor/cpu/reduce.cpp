@@ -72,9 +72,10 @@ double CpuBackend::sum_all(const Tensor& a) {
   return r;
 }
 
-double CpuBackend::sum_squares(const Tensor& a) {
-  double r = 0;
-  cpu::visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v * v; }); });
+double CpuBackend::sum_squares(const std::vector<Tensor>& tensors) {
+  double r = 0;  // tensor by tensor, in order
+  for (const Tensor& a : tensors)
+    cpu::visit_float(a.dtype(), [&](auto tag) { r += reduce_all<decltype(tag)>(a, [](double v) { return v * v; }); });
   return r;
 }
 
