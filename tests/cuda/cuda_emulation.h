@@ -1,10 +1,13 @@
-// An emulation, on the CPU, of the CUDA pieces the tensor-core attention kernels use, so
-// that their code compiles with the host compiler and runs here (include this first, then
-// cuda/backend/attention_mma_kernels.cuh). A block runs as blockDim.x host threads:
+// An emulation, on the CPU, of the CUDA pieces the backend's emulated kernels use (the
+// tensor-core attention, the index kernels), so that their code compiles with the host
+// compiler and runs here (include this first, then the kernels' header). A block runs as
+// blockDim.x host threads:
 // - threadIdx, blockIdx, blockDim and gridDim are per-thread / per-launch variables;
 // - __syncthreads and __syncwarp are barriers over the block and over a warp's 32 threads;
 //   __shfl_xor_sync exchanges through a per-warp array between two warp barriers;
-// - atomicAdd on floats is std::atomic_ref;
+// - `static __shared__` variables are static variables: one per program, as blocks run
+//   one at a time;
+// - atomicAdd on floats and atomicCAS are std::atomic_ref; __threadfence_system a fence;
 // - the WMMA calls (nvcuda::wmma) are warp-collective as documented: every lane of a warp
 //   passes the same arguments; each lane holds the whole 16 x 16 tile, loads it with the
 //   documented row- or column-major addressing, and lane 0 stores it;
@@ -20,6 +23,7 @@
 
 #include <atomic>
 #include <barrier>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -39,7 +43,7 @@ inline Index block_dim, grid_dim;
 constexpr int kMaxWarps = 32;
 inline std::unique_ptr<std::barrier<>> block_barrier;
 inline std::unique_ptr<std::barrier<>> warp_barrier[kMaxWarps];
-inline float shuffle_slot[kMaxWarps][32];
+inline uint64_t shuffle_slot[kMaxWarps][32];  // any value of up to 8 bytes
 
 // Runs f() as the blocks of a (grid_x, grid_y) grid of `threads` threads each (a multiple
 // of 32, at most 1024), a block at a time.
@@ -55,16 +59,24 @@ void launch(unsigned grid_x, unsigned grid_y, unsigned threads, const std::funct
 
 inline void __syncthreads() { triad::emulation::block_barrier->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { triad::emulation::warp_barrier[threadIdx.x / 32]->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int mask) {
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int mask) {
+  static_assert(sizeof(T) <= sizeof(triad::emulation::shuffle_slot[0][0]));
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncwarp();
-  triad::emulation::shuffle_slot[warp][lane] = v;
+  std::memcpy(&triad::emulation::shuffle_slot[warp][lane], &v, sizeof v);
   __syncwarp();
-  const float r = triad::emulation::shuffle_slot[warp][lane ^ unsigned(mask)];
+  T r;
+  std::memcpy(&r, &triad::emulation::shuffle_slot[warp][lane ^ unsigned(mask)], sizeof r);
   __syncwarp();
   return r;
 }
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline unsigned atomicCAS(unsigned* p, unsigned expected, unsigned desired) {
+  std::atomic_ref<unsigned>(*p).compare_exchange_strong(expected, desired);
+  return expected;  // the old value, as CUDA's
+}
+inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 
 #include "cuda/check.h"
 #include "cuda/stream.h"
@@ -15,7 +16,8 @@
 
 namespace triad::cuda {
 
-constexpr int kThreads = 256;  // threads of a block in elementwise kernels
+constexpr int kThreads = 256;
+constexpr float kInf = std::numeric_limits<float>::infinity();  // threads of a block in elementwise kernels
 
 // The device of t made current, and the calling thread's current stream on it.
 class OnDevice {
@@ -113,6 +115,9 @@ struct SumOp {
     return a + b;
   }
 };
+struct MaxFloat {  // fmaxf: a NaN loses
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
 struct MaxOp {  // the larger, NaN winning (as the CPU's max_dim)
   template <class T>
   __device__ T operator()(T a, T b) const {
@@ -131,7 +136,7 @@ __device__ T warp_reduce(T v, Op op) {
 // 32; `identity` fills the lanes of absent warps.
 template <class T, class Op>
 __device__ T block_reduce(T v, Op op, T identity) {
-  __shared__ T partial[32];
+  static __shared__ T partial[32];  // static: a plain static under the CPU emulation too
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   v = warp_reduce(v, op);
   __syncthreads();  // a previous call's readers are done with `partial`

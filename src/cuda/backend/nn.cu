@@ -14,19 +14,13 @@
 //   the next wait for the device (Note [Deferred device errors]).
 #include <limits>
 
-#include "cuda/backend/bad_index.cuh"
 #include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/index_kernels.cuh"
 #include "cuda/backend/launch.cuh"
 
 namespace triad::cuda {
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-
-struct MaxFloat {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
 
 // ---- softmax ----
 
@@ -123,109 +117,6 @@ __global__ void layer_norm_params_final_kernel(const float* partial, float* dw, 
   }
   dw[j] = sw;
   db[j] = sb;
-}
-
-// ---- embedding ----
-
-__device__ inline int64_t index_at(const void* idx, bool is64, int64_t i) {
-  return is64 ? static_cast<const int64_t*>(idx)[i] : int64_t(static_cast<const int32_t*>(idx)[i]);
-}
-
-// A bad index gives a zero row (Note [Deferred device errors]).
-__global__ void embedding_kernel(const float* w, const void* idx, bool is64, float* out, int64_t n, int64_t c,
-                                 int64_t v, BadIndexSink sink) {
-  const int64_t total = n * c;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = t / c, j = t - i * c;
-    const int64_t row = index_at(idx, is64, i);
-    const bool ok = row >= 0 && row < v;
-    if (!ok && j == 0) index_in_range(sink, IndexOp::embedding, row, i, n, v);
-    out[t] = ok ? w[row * c + j] : 0.0f;
-  }
-}
-
-// A bad index adds nothing.
-__global__ void embedding_backward_kernel(const float* g, const void* idx, bool is64, float* gw, int64_t n, int64_t c,
-                                          int64_t v, BadIndexSink sink) {
-  const int64_t total = n * c;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = t / c, j = t - i * c;
-    const int64_t row = index_at(idx, is64, i);
-    if (row >= 0 && row < v)
-      atomicAdd(gw + row * c + j, g[t]);
-    else if (j == 0)
-      index_in_range(sink, IndexOp::embedding_backward, row, i, n, v);
-  }
-}
-
-// ---- cross-entropy ----
-
-// Whether row r's target counts: not ignore_index and in range (a bad one is recorded
-// once, by the caller's thread 0, and the row is then treated as ignored).
-__device__ inline bool target_counts(int64_t t, int64_t r, int64_t rows, int64_t v, int64_t ignore_index, IndexOp op,
-                                     BadIndexSink sink) {
-  if (t == ignore_index) return false;
-  return threadIdx.x == 0 ? index_in_range(sink, op, t, r, rows, v) : t >= 0 && t < v;
-}
-
-// lse[r] and the row's loss (lse - logit of the target; 0 for a row that does not count)
-// in double.
-__global__ void cross_entropy_kernel(const float* logits, const int64_t* targets, float* lse, double* loss,
-                                     int64_t rows, int64_t v, int64_t ignore_index, BadIndexSink sink) {
-  const int64_t r = blockIdx.x;
-  const float* row = logits + r * v;
-  float mx = -kInf;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
-  mx = block_reduce(mx, MaxFloat{}, -kInf);
-  float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(row[j] - mx);
-  s = block_reduce(s, SumOp{}, 0.0f);
-  if (threadIdx.x == 0) {
-    const float l = mx + logf(s);
-    lse[r] = l;
-    const int64_t t = targets[r];
-    const bool counts = target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy, sink);
-    loss[r] = counts ? double(l) - double(row[t]) : 0.0;
-  }
-}
-
-// One block: mean = (sum of the rows' losses) / count, count = the rows that count (0 and
-// 0 when none do). Summed in a fixed order, so the loss is the same every run.
-__global__ void cross_entropy_mean_kernel(const double* loss, const int64_t* targets, int64_t rows, int64_t v,
-                                          int64_t ignore_index, float* mean, int64_t* count) {
-  double sum = 0.0;
-  long long n = 0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int64_t t = targets[r];
-    sum += loss[r];
-    n += t != ignore_index && t >= 0 && t < v;
-  }
-  sum = block_reduce(sum, SumOp{}, 0.0);
-  n = block_reduce(n, SumOp{}, 0ll);
-  if (threadIdx.x == 0) {
-    *mean = n ? float(sum / double(n)) : 0.0f;
-    *count = n;
-  }
-}
-
-// grad = (softmax - onehot) * grad_loss / count; zero rows where the target does not count.
-__global__ void cross_entropy_backward_kernel(const float* logits, const int64_t* targets, const float* lse,
-                                              const float* grad_loss, const int64_t* count, int64_t ignore_index,
-                                              float* grad, int64_t rows, int64_t v, BadIndexSink sink) {
-  const int64_t r = blockIdx.x;
-  const int64_t t = targets[r];
-  float* g = grad + r * v;
-  if (!target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy_backward, sink)) {
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) g[j] = 0.0f;
-    return;
-  }
-  const float scale = *grad_loss / float(*count);
-  const float* row = logits + r * v;
-  const float l = lse[r];
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    const float p = expf(row[j] - l) * scale;
-    g[j] = j == t ? p - scale : p;
-  }
 }
 
 }  // namespace

@@ -1,0 +1,179 @@
+// The CUDA backend's index kernels (cuda/backend/index_kernels.cuh: embedding, cross-entropy)
+// run on the CPU under an emulation of CUDA (cuda/cuda_emulation.h): their values against
+// the CPU backend or closed forms, and what they do with an index out of range (skip it,
+// record it once for the next wait: Note [Deferred device errors]). The host side of the
+// report, and the kernels' speed, need a GPU (test_backend_cuda).
+#define BOOST_TEST_MODULE index_kernels_emulated
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "cuda/cuda_emulation.h"
+// The emulation comes first: the kernels' header takes the builtins from it.
+#include "cuda/backend/index_kernels.cuh"
+#include "tensor/backend.h"
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/ops.h"
+#include "tensor/random.h"
+
+using namespace triad;
+
+namespace {
+
+Tensor uniform(const Shape& shape, uint64_t seed, double low, double high) {
+  Tensor t = Tensor::empty(shape);
+  Generator g(seed);
+  ops::uniform_(t, low, high, g);
+  return t;
+}
+
+std::vector<int64_t> random_indices(int64_t n, int64_t limit, uint64_t seed) {
+  std::vector<int64_t> v;
+  for (double x : uniform({n}, seed, 0, double(limit)).to_vector<double>())
+    v.push_back(std::min(int64_t(x), limit - 1));
+  return v;
+}
+
+// A device's claim flag and record, in host memory.
+struct Sink {
+  unsigned claimed = 0;
+  cuda::BadIndexRecord record{};
+  cuda::BadIndexSink sink() { return {&claimed, &record}; }
+};
+
+void check_record(const Sink& s, cuda::IndexOp op, std::initializer_list<std::pair<int64_t, int64_t>> bad,
+                  int64_t count, int64_t limit, const std::string& what) {
+  BOOST_TEST_REQUIRE(s.record.found == 1, what << ": nothing recorded");
+  BOOST_TEST(s.claimed == 1u);
+  BOOST_TEST(s.record.op == int(op), what);
+  bool listed = false;  // which bad index wins depends on the schedule
+  for (const auto& [value, position] : bad)
+    listed = listed || (s.record.value == value && s.record.position == position);
+  BOOST_TEST(listed, what << ": recorded index " << s.record.value << " at " << s.record.position);
+  BOOST_TEST(s.record.count == count);
+  BOOST_TEST(s.record.limit == limit);
+}
+
+}  // namespace
+
+// out[i] = w[idx[i]], a zero row for a bad index; gw[r] = sum of g[i] over idx[i] = r.
+BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
+  const int64_t v = 50, c = 40, n = 70;
+  const Tensor w = uniform({v, c}, 1, -1, 1), g = uniform({n, c}, 2, -1, 1);
+  const std::vector<float> pw = w.to_vector<float>(), pg = g.to_vector<float>();
+  for (DType it : {DType::i64, DType::i32}) {
+    std::vector<int64_t> idx = random_indices(n, v, 3);
+    idx[17] = v;
+    idx[30] = -3;
+    const Tensor indices = ops::to(Tensor::from_vector(idx, {n}), it);
+    const std::string what = std::string("embedding ") + dtype_name(it);
+
+    Sink s;
+    Tensor out = Tensor::full({n, c}, 7.0);
+    emulation::launch(3, 1, 64, [&] {
+      cuda::embedding_kernel(w.data<float>(), indices.raw_data(), it == DType::i64, out.data<float>(), n, c, v,
+                             s.sink());
+    });
+    const std::vector<float> po = out.to_vector<float>();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < c; ++j) {
+        const bool ok = idx[i] >= 0 && idx[i] < v;
+        wrong += po[i * c + j] != (ok ? pw[idx[i] * c + j] : 0.0f);
+      }
+    BOOST_TEST(wrong == 0, what << ": " << wrong << " wrong elements");
+    check_record(s, cuda::IndexOp::embedding, {{v, 17}, {-3, 30}}, n, v, what);
+
+    Sink sb;
+    Tensor gw = Tensor::zeros({v, c});
+    emulation::launch(2, 1, 96, [&] {
+      cuda::embedding_backward_kernel(g.data<float>(), indices.raw_data(), it == DType::i64, gw.data<float>(), n, c, v,
+                                      sb.sink());
+    });
+    std::vector<double> want(size_t(v * c), 0.0);
+    for (int64_t i = 0; i < n; ++i)
+      if (idx[i] >= 0 && idx[i] < v)
+        for (int64_t j = 0; j < c; ++j) want[idx[i] * c + j] += pg[i * c + j];
+    const std::vector<float> got = gw.to_vector<float>();
+    double err = 0;
+    for (size_t k = 0; k < want.size(); ++k) err = std::max(err, std::fabs(got[k] - want[k]));
+    BOOST_TEST(err < 1e-5, what << " backward: max error " << err);
+    check_record(sb, cuda::IndexOp::embedding_backward, {{v, 17}, {-3, 30}}, n, v, what + " backward");
+  }
+}
+
+// The rows' lse, their mean loss and count, and the backward, against the CPU backend on
+// the same targets with the bad ones ignored (as the kernels treat them); one bad target
+// is recorded. v = 3000 gives 512-thread blocks (16 warps in the block reductions).
+BOOST_AUTO_TEST_CASE(cross_entropy_matches_the_cpu) {
+  Backend& cpu = backend_for(Device::cpu());
+  for (auto [rows, v] : {std::pair<int64_t, int64_t>{37, 29}, {3, 3000}}) {
+    const std::string what = "cross_entropy " + std::to_string(rows) + " x " + std::to_string(v);
+    const Tensor logits = uniform({rows, v}, 4, -6, 6);
+    std::vector<int64_t> t = random_indices(rows, v, 5), sane;
+    for (int64_t r = 0; r < rows; r += 5) t[r] = -100;
+    t[1] = v;
+    if (rows > 23) t[23] = -7;
+    for (int64_t x : t) sane.push_back(x >= 0 && x < v ? x : -100);
+    const Tensor targets = Tensor::from_vector(t, {rows}), sane_targets = Tensor::from_vector(sane, {rows});
+
+    Sink s;
+    Tensor lse = Tensor::empty({rows}), row_loss = Tensor::empty({rows}, DType::f64);
+    Tensor mean = Tensor::empty({}), count = Tensor::empty({}, DType::i64);
+    emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(v)), [&] {
+      cuda::cross_entropy_kernel(logits.data<float>(), targets.data<int64_t>(), lse.data<float>(),
+                                 row_loss.data<double>(), rows, v, -100, s.sink());
+    });
+    emulation::launch(1, 1, 1024, [&] {
+      cuda::cross_entropy_mean_kernel(row_loss.data<double>(), targets.data<int64_t>(), rows, v, -100,
+                                      mean.data<float>(), count.data<int64_t>());
+    });
+    Tensor want_lse = Tensor::empty({rows}), want_mean = Tensor::empty({});
+    Tensor want_count = Tensor::empty({}, DType::i64);
+    cpu.cross_entropy(logits, sane_targets, want_lse, want_mean, want_count, -100);
+    BOOST_TEST(ops::max_abs(ops::sub(lse, want_lse)) < 1e-5, what << " lse");
+    BOOST_TEST(count.item() == want_count.item(), what << " count");
+    BOOST_TEST(std::fabs(mean.item() - want_mean.item()) <= 1e-6 * std::fabs(want_mean.item()), what << " mean");
+    check_record(s, cuda::IndexOp::cross_entropy, {{v, 1}, {-7, 23}}, rows, v, what);
+
+    Sink sb;
+    const Tensor grad_loss = Tensor::scalar(3.0, DType::f32);
+    Tensor grad = Tensor::full({rows, v}, 7.0), want_grad = Tensor::empty({rows, v});
+    emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(v)), [&] {
+      cuda::cross_entropy_backward_kernel(logits.data<float>(), targets.data<int64_t>(), want_lse.data<float>(),
+                                          grad_loss.data<float>(), count.data<int64_t>(), -100, grad.data<float>(),
+                                          rows, v, sb.sink());
+    });
+    cpu.cross_entropy_backward(logits, sane_targets, want_lse, grad_loss, want_count, -100, want_grad);
+    BOOST_TEST(ops::max_abs(ops::sub(grad, want_grad)) < 1e-6, what << " backward");
+    check_record(sb, cuda::IndexOp::cross_entropy_backward, {{v, 1}, {-7, 23}}, rows, v, what + " backward");
+  }
+}
+
+// Nothing counts: loss 0 and count 0, and the backward writes zeros (no division by 0).
+BOOST_AUTO_TEST_CASE(cross_entropy_with_every_row_ignored) {
+  const int64_t rows = 4, v = 9;
+  const Tensor logits = uniform({rows, v}, 6, -1, 1);
+  const Tensor targets = Tensor::from_vector(std::vector<int64_t>(rows, -100), {rows});
+  Sink s;
+  Tensor lse = Tensor::empty({rows}), row_loss = Tensor::empty({rows}, DType::f64);
+  Tensor mean = Tensor::full({}, 5.0), count = Tensor::full({}, 5.0, DType::i64);
+  emulation::launch(unsigned(rows), 1, 64, [&] {
+    cuda::cross_entropy_kernel(logits.data<float>(), targets.data<int64_t>(), lse.data<float>(),
+                               row_loss.data<double>(), rows, v, -100, s.sink());
+  });
+  emulation::launch(1, 1, 1024, [&] {
+    cuda::cross_entropy_mean_kernel(row_loss.data<double>(), targets.data<int64_t>(), rows, v, -100, mean.data<float>(),
+                                    count.data<int64_t>());
+  });
+  BOOST_TEST(mean.item() == 0.0);
+  BOOST_TEST(count.item() == 0.0);
+  const Tensor grad_loss = Tensor::scalar(1.0, DType::f32);
+  Tensor grad = Tensor::full({rows, v}, 7.0);
+  emulation::launch(unsigned(rows), 1, 64, [&] {
+    cuda::cross_entropy_backward_kernel(logits.data<float>(), targets.data<int64_t>(), lse.data<float>(),
+                                        grad_loss.data<float>(), count.data<int64_t>(), -100, grad.data<float>(), rows,
+                                        v, s.sink());
+  });
+  BOOST_TEST(ops::max_abs(grad) == 0.0);
+  BOOST_TEST(s.record.found == 0);
+}
