@@ -131,15 +131,30 @@ using detail::mpi_type;
 namespace {
 
 // An MPI request in flight, holding the storages of the tensors it reads or writes (so
-// their bytes outlive it). A small call takes a microsecond or two, so a Work holds no
-// more than it needs: no container, no std::function; recv's check is a subclass.
-class MpiWork : public Work {
+// their bytes outlive it), and for recv what its size check needs. A small call takes a
+// microsecond or two, so a Work holds no more than it needs: no container, no
+// std::function, no Tensor handle, no virtual call of its own.
+class MpiWork final : public Work {
  public:
-  MpiWork(const char* call, const Tensor& a) : call_(call), keep_{a.storage(), nullptr} {}
-  MpiWork(const char* call, const Tensor& a, const Tensor& b) : call_(call), keep_{a.storage(), b.storage()} {}
+  MpiWork(const char* call, const std::shared_ptr<Storage>& a, const std::shared_ptr<Storage>& b = nullptr)
+      : call_(call), keep_{a, b} {}
   ~MpiWork() override;
 
   MPI_Request* request() { return &request_; }
+
+  // recv: on completion, check that the message had exactly `count` elements of `type`.
+  // The error names `src`, `tag` and the dtype and shape of t, kept as numbers (a Tensor
+  // handle would cost another reference count per call).
+  void expect(const TensorImpl& t, MPI_Datatype type, int64_t count, int src, int tag) {
+    check_count_ = true;
+    expected_.type = type;
+    expected_.count = count;
+    expected_.src = src;
+    expected_.tag = tag;
+    expected_.dtype = t.dtype;
+    expected_.dims = int(t.shape.size());
+    for (int i = 0; i < expected_.dims && i < kShownDims; ++i) expected_.shape[i] = t.shape[size_t(i)];
+  }
 
   void wait() override {
     if (done_) return;
@@ -158,11 +173,6 @@ class MpiWork : public Work {
     return true;
   }
 
- protected:
-  // Runs once the request has completed without error, except when the destructor
-  // completes it (then the subclass is gone, and an error could not be reported anyway).
-  virtual void completed(const MPI_Status&) {}
-
  private:
   void finish(int rc, const MPI_Status& status, const char* how) {
     done_ = true;
@@ -172,16 +182,35 @@ class MpiWork : public Work {
       const std::string name = std::string(how) + " (" + call_ + ")";
       detail::throw_mpi_error(rc, name.c_str(), __FILE__, __LINE__);
     }
-    completed(status);
+    if (!check_count_) return;
+    int count = 0;
+    TRIAD_MPI(MPI_Get_count(&status, expected_.type, &count), "MPI_Get_count");
+    if (count != expected_.count) throw_size_mismatch(count);
   }
 
+  [[gnu::cold, gnu::noinline, noreturn]] void throw_size_mismatch(int count) const;
+
+  // recv's error shows the shape of a tensor of up to this many dimensions (an attention
+  // activation has 4), and only the number of dimensions of a larger one.
+  static constexpr int kShownDims = 4;
+  struct Expected {
+    MPI_Datatype type;
+    int64_t count;
+    int src, tag;
+    DType dtype;
+    int dims;
+    int64_t shape[kShownDims];
+  };
   using Storages = std::array<std::shared_ptr<Storage>, 2>;
+
   const char* call_;  // a literal: the call's name
   // The storages themselves, not Tensor handles: a handle's storage may be repointed
   // while the operation is in flight, and the bytes MPI writes must stay allocated.
   Storages keep_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
+  bool check_count_ = false;  // recv: expected_ is set
+  Expected expected_;
 };
 
 MpiWork::~MpiWork() {
@@ -195,31 +224,22 @@ MpiWork::~MpiWork() {
   try {
     wait();
   } catch (const std::exception&) {
-    // A destructor cannot report; the error was MPI's, and the buffers are released anyway.
+    // A destructor cannot report; the buffers are released anyway.
   }
 }
 
-// A receive, which checks on completion that the message had exactly the tensor's size.
-class MpiRecvWork final : public MpiWork {
- public:
-  MpiRecvWork(const Tensor& t, MPI_Datatype type, int src, int tag)
-      : MpiWork("recv", t), t_(t), type_(type), expected_(t.numel()), src_(src), tag_(tag) {}
-
- private:
-  void completed(const MPI_Status& status) override {
-    int count = 0;
-    TRIAD_MPI(MPI_Get_count(&status, type_, &count), "MPI_Get_count");
-    TRIAD_CHECK(count == expected_, "recv: expected " << expected_ << " elements from rank " << src_ << " (tag " << tag_
-                                                      << ", tensor " << t_.str() << "), received " << count);
-  }
-
-  // The tensor's description is formatted only for the error: on every call it would cost
-  // more than a small message takes.
-  Tensor t_;
-  MPI_Datatype type_;
-  int64_t expected_;
-  int src_, tag_;
-};
+void MpiWork::throw_size_mismatch(int count) const {
+  const Expected& e = expected_;
+  std::ostringstream os;
+  os << "recv: expected " << e.count << " elements from rank " << e.src << " (tag " << e.tag << ", "
+     << dtype_name(e.dtype) << " tensor of ";
+  if (e.dims <= kShownDims)
+    os << "shape " << shape_str(Shape(e.shape, e.shape + e.dims));
+  else
+    os << e.dims << " dimensions";
+  os << "), received " << count;
+  throw Error(os.str());
+}
 
 }  // namespace
 
@@ -296,7 +316,7 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   if (!t.device().is_cpu()) return staged::all_reduce(*this, t, op);
   if (detail::all_reduce_by_exchange(impl_->size, t.nbytes()))
     return detail::start_exchange_all_reduce(impl_->exchange, impl_->rank, impl_->size, t, op);
-  auto work = std::make_unique<MpiWork>("all_reduce", t);
+  auto work = std::make_unique<MpiWork>("all_reduce", t.storage());
   TRIAD_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), int(t.numel()), mpi_type(t.dtype()), mpi_op(op, t.dtype()),
                            impl_->comm, work->request()),
             "MPI_Iallreduce");
@@ -316,7 +336,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
     return detail::start_exchange_all_gather(impl_->exchange, impl_->rank, impl_->size, input, output, in_place);
   const int k = int(input.numel());
   const MPI_Datatype type = mpi_type(input.dtype());
-  auto work = std::make_unique<MpiWork>("all_gather", input, output);
+  auto work = std::make_unique<MpiWork>("all_gather", input.storage(), output.storage());
   TRIAD_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : input.raw_data(), k, type, output.raw_data(), k, type, impl_->comm,
                            work->request()),
             "MPI_Iallgather");
@@ -330,7 +350,7 @@ WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
     return detail::start_exchange_all_to_all(impl_->exchange, impl_->rank, impl_->size, input, output, same);
   const int k = int(input.numel() / size());
   const MPI_Datatype type = mpi_type(input.dtype());
-  auto work = std::make_unique<MpiWork>("all_to_all", input, output);
+  auto work = std::make_unique<MpiWork>("all_to_all", input.storage(), output.storage());
   // In place, MPI_IN_PLACE: Open MPI's own in-place algorithm (slower than out of place
   // for large buffers, which a caller with the memory to spare can use instead).
   TRIAD_MPI(MPI_Ialltoall(same ? MPI_IN_PLACE : input.raw_data(), k, type, output.raw_data(), k, type, impl_->comm,
@@ -343,7 +363,7 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   impl_->checks->broadcast(t, root);
   if (!t.device().is_cpu()) return staged::broadcast(*this, t, root);
   if (impl_->by_exchange) return detail::start_exchange_broadcast(impl_->exchange, impl_->rank, impl_->size, t, root);
-  auto work = std::make_unique<MpiWork>("broadcast", t);
+  auto work = std::make_unique<MpiWork>("broadcast", t.storage());
   TRIAD_MPI(MPI_Ibcast(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), root, impl_->comm, work->request()),
             "MPI_Ibcast");
   return work;
@@ -351,19 +371,23 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
 
 WorkPtr MpiCommunicator::send(const Tensor& t, int dst, int tag) {
   impl_->checks->send(t, dst, tag);
+  const TensorImpl& ti = *t.impl_ptr();  // defined: checked
   if (!t.device().is_cpu()) return staged::send(*this, t, dst, tag);
-  auto work = std::make_unique<MpiWork>("send", t);
-  TRIAD_MPI(MPI_Isend(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, impl_->comm, work->request()),
+  auto work = std::make_unique<MpiWork>("send", ti.storage);
+  TRIAD_MPI(MPI_Isend(t.raw_data(), int(t.numel()), mpi_type(ti.dtype), dst, tag, impl_->comm, work->request()),
             "MPI_Isend");
   return work;
 }
 
 WorkPtr MpiCommunicator::recv(const Tensor& t, int src, int tag) {
   impl_->checks->recv(t, src, tag);
+  const TensorImpl& ti = *t.impl_ptr();  // defined: checked
   if (!t.device().is_cpu()) return staged::recv(*this, t, src, tag);
-  const MPI_Datatype type = mpi_type(t.dtype());
-  auto work = std::make_unique<MpiRecvWork>(t, type, src, tag);
-  TRIAD_MPI(MPI_Irecv(t.raw_data(), int(t.numel()), type, src, tag, impl_->comm, work->request()), "MPI_Irecv");
+  const MPI_Datatype type = mpi_type(ti.dtype);
+  const int64_t count = t.numel();
+  auto work = std::make_unique<MpiWork>("recv", ti.storage);
+  work->expect(ti, type, count, src, tag);
+  TRIAD_MPI(MPI_Irecv(t.raw_data(), int(count), type, src, tag, impl_->comm, work->request()), "MPI_Irecv");
   return work;
 }
 

@@ -49,10 +49,11 @@
 //   MPI_Wait for ranks that will never join.
 // - recv checks on completion that the message had exactly t.numel() elements, and every
 //   exchange that each message it received had the size this rank passed: mismatched
-//   sizes throw on wait() (naming the peer and both counts, or MPI's truncation error)
-//   instead of reducing or returning garbage. (A mismatched all_reduce or all_to_all on 3
-//   to 8 ranks whose sizes fall on both sides of 2 KiB or 1 MiB runs two algorithms and
-//   may hang, as mismatched MPI collectives may.)
+//   sizes throw on wait() (naming the peer and both counts, recv also the tag and the
+//   tensor's dtype and shape; or MPI's truncation error) instead of reducing or returning
+//   garbage. (A mismatched all_reduce or all_to_all on 3 to 8 ranks whose sizes fall on
+//   both sides of 2 KiB or 1 MiB runs two algorithms and may hang, as mismatched MPI
+//   collectives may.)
 // - all_reduce by exchange leaves bitwise identical results on every rank, whatever the
 //   order in which messages arrive.
 // - Progress: Open MPI advances non-blocking collectives only inside MPI calls of this

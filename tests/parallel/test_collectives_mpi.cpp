@@ -665,9 +665,49 @@ BOOST_AUTO_TEST_CASE(recv_of_the_wrong_size_throws_on_wait) {
   auto c = comm();
   const int n = c->size(), r = c->rank();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const std::string from = "from rank " + std::to_string(prev);
   Tensor out = Tensor::ones({3}), in = Tensor::zeros({5});
   WorkPtr rw = c->recv(in, prev, 9);
   WorkPtr sw = c->send(out, next, 9);
   sw->wait();
-  test::check_error([&] { rw->wait(); }, {"recv", "expected 5", "received 3"});
+  test::check_error([&] { rw->wait(); },
+                    {"recv", "expected 5", from, "tag 9", "f32 tensor of shape (5,)", "received 3"});
+  // The error names the shape of up to 4 dimensions, and the dimensions of a larger one.
+  Tensor in4 = Tensor::zeros({1, 2, 1, 3}, DType::f64), in5 = Tensor::zeros({1, 1, 1, 1, 5}, DType::i32);
+  rw = c->recv(in4, prev, 4);
+  c->send(Tensor::zeros({5}, DType::f64), next, 4)->wait();
+  test::check_error([&] { rw->wait(); }, {"expected 6", "f64 tensor of shape (1, 2, 1, 3)", "received 5"});
+  rw = c->recv(in5, prev, 5);
+  c->send(Tensor::zeros({4}, DType::i32), next, 5)->wait();
+  test::check_error([&] { rw->wait(); }, {"expected 5", "i32 tensor of 5 dimensions", "received 4"});
+  // Dropped without wait(), a receive of the wrong size completes in its destructor, which
+  // does not throw.
+  rw = c->recv(in, prev, 6);
+  c->send(out, next, 6)->wait();
+  rw.reset();
+}
+
+BOOST_AUTO_TEST_CASE(send_and_recv_keep_their_storages_until_complete) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  // Tensors over borrowed bytes, whose release says when the last reference went away.
+  std::vector<float> sent(7, float(r)), received(7, -1.0f);
+  bool sent_released = false, received_released = false;
+  auto borrow = [](std::vector<float>& bytes, bool& released) {
+    auto storage = std::make_shared<Storage>(bytes.data(), bytes.size() * sizeof(float), Device::cpu(),
+                                             [&released](void*) { released = true; });
+    return Tensor::from_storage(std::move(storage), {int64_t(bytes.size())}, {1}, 0, DType::f32);
+  };
+  Tensor in = borrow(received, received_released), out = borrow(sent, sent_released);
+  WorkPtr rw = c->recv(in, prev, 3);
+  WorkPtr sw = c->send(out, next, 3);
+  in = Tensor();
+  out = Tensor();
+  BOOST_TEST(!received_released);  // the Work holds it while the message is in flight
+  rw->wait();
+  BOOST_TEST(received_released);  // and lets go on completion
+  sw.reset();                     // a send dropped without wait() completes in its destructor
+  BOOST_TEST(sent_released);
+  check_values<float>("recv into borrowed bytes", Tensor::from_vector(received, {7}), [&](int64_t) { return prev; });
 }
