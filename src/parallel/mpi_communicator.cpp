@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -130,6 +131,17 @@ using detail::mpi_type;
 
 namespace {
 
+// The blocks MpiWorks live in: a few freed blocks are cached per thread in front of the
+// heap (malloc and free took about 150 instructions per Work, of the 650 the wrapper added
+// to a small send or recv; the cache takes about 10). The cache is a plain array, never
+// destroyed, so a Work freed on another thread than the one that made it, or late in a
+// thread's exit, is safe; the blocks cached when a thread ends stay allocated.
+struct WorkBlocks {
+  void* free[4];
+  int count;
+};
+constinit thread_local WorkBlocks t_work_blocks{};
+
 // An MPI request in flight, holding the storages of the tensors it reads or writes (so
 // their bytes outlive it), and for recv what its size check needs. A small call takes a
 // microsecond or two, so a Work holds no more than it needs: no container, no
@@ -139,6 +151,9 @@ class MpiWork final : public Work {
   MpiWork(const char* call, const std::shared_ptr<Storage>& a, const std::shared_ptr<Storage>& b = nullptr)
       : call_(call), keep_{a, b} {}
   ~MpiWork() override;
+
+  static void* operator new(size_t bytes);
+  static void operator delete(void* p);
 
   MPI_Request* request() { return &request_; }
 
@@ -212,6 +227,22 @@ class MpiWork final : public Work {
   bool check_count_ = false;  // recv: expected_ is set
   Expected expected_;
 };
+
+constexpr size_t kWorkBlockBytes = 128;
+static_assert(sizeof(MpiWork) <= kWorkBlockBytes);
+
+void* MpiWork::operator new(size_t) {
+  WorkBlocks& b = t_work_blocks;
+  return b.count > 0 ? b.free[--b.count] : ::operator new(kWorkBlockBytes);
+}
+
+void MpiWork::operator delete(void* p) {
+  WorkBlocks& b = t_work_blocks;
+  if (b.count < int(std::size(b.free)))
+    b.free[b.count++] = p;
+  else
+    ::operator delete(p);
+}
 
 MpiWork::~MpiWork() {
   if (done_ || request_ == MPI_REQUEST_NULL || mpi_finalized()) return;
