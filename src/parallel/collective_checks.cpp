@@ -1,6 +1,6 @@
 // The argument checks of every Communicator (see the header). Messages are formatted only
-// when a check fails: the checks run on every call, and a small message takes less time
-// than formatting a tensor's description.
+// when a check fails, in cold functions: the checks run on every call, and a small message
+// takes less time than formatting a tensor's description.
 #include "parallel/collective_checks.h"
 
 #include <cstddef>
@@ -35,22 +35,35 @@ void check_same_dtype_and_device(const char* call, const Tensor& input, const Te
               call << ": input " << input.str() << " and output " << output.str() << " must be on the same device");
 }
 
+[[gnu::cold, gnu::noinline, noreturn]] void throw_bad_tag(const char* call, int tag, int max_tag) {
+  std::ostringstream os;
+  os << call << ": tag " << tag << " outside [0, " << max_tag << "]";
+  throw Error(os.str());
+}
+
+[[gnu::cold, gnu::noinline, noreturn]] void throw_bad_peer(const char* call, const char* role, int peer, int size,
+                                                           const Tensor& t) {
+  std::ostringstream os;
+  os << call << ": " << role << " " << peer << " is not a rank of a communicator of size " << size << " (tensor "
+     << t.str() << ")";
+  throw Error(os.str());
+}
+
 void check_peer(const char* call, const char* role, int peer, int size, const Tensor& t) {
-  TRIAD_CHECK(peer >= 0 && peer < size, call << ": " << role << " " << peer
-                                             << " is not a rank of a communicator of size " << size << " (tensor "
-                                             << t.str() << ")");
+  if (peer < 0 || peer >= size) throw_bad_peer(call, role, peer, size, t);
 }
 
 // Throws the message of the first rule of CollectiveChecks::tensor that t breaks (off the
 // common path: only a failed check comes here).
-[[gnu::cold, gnu::noinline]] void explain_tensor(const char* call, const char* what, const Tensor& t,
-                                                 const DeviceRule& devices, int64_t max_count) {
+[[gnu::cold, gnu::noinline, noreturn]] void explain_tensor(const char* call, const char* what, const Tensor& t,
+                                                           const DeviceRule& devices, int64_t max_count) {
   TRIAD_CHECK(t.defined(), call << ": " << what << " is an undefined tensor");
   TRIAD_CHECK(devices.accepts(t.device()),
               call << ": " << what << " " << t.str() << " is on " << t.device().str() << "; " << devices.describe());
   TRIAD_CHECK(t.is_contiguous(),
               call << ": " << what << " " << t.str() << " must be contiguous, has strides " << shape_str(t.strides()));
   if (t.numel() > max_count) check_count(std::string(call) + ": " + what + " " + t.str(), t.numel(), max_count);
+  TRIAD_ASSERT_MSG(false, call << ": " << what << " " << t.str() << " failed the check and broke no rule");
 }
 
 }  // namespace
@@ -75,9 +88,21 @@ std::string DeviceRule::describe() const {
 CollectiveChecks::CollectiveChecks(int rank, int size, DeviceRule devices, int64_t max_count, int max_tag)
     : rank_(rank), size_(size), devices_(std::move(devices)), max_count_(max_count), max_tag_(max_tag) {}
 
-void CollectiveChecks::tensor(const char* call, const char* what, const Tensor& t) const {
-  // Every rule in one test on the common path; explain_tensor finds the broken one.
-  if (t.defined() && devices_.accepts(t.device()) && t.is_contiguous() && t.numel() <= max_count_) return;
+int64_t CollectiveChecks::tensor(const char* call, const char* what, const Tensor& t) const {
+  // Every rule in one pass over the tensor's fields on the common path (contiguity as
+  // Tensor::is_contiguous has it, and the element count, in one loop); explain_tensor
+  // finds the broken one.
+  const TensorImpl* impl = t.impl_ptr().get();
+  if (impl != nullptr && devices_.accepts(impl->storage ? impl->storage->device() : Device::cpu())) {
+    int64_t count = 1;
+    bool contiguous = true;
+    for (size_t i = impl->shape.size(); i-- > 0;) {
+      const int64_t d = impl->shape[i];
+      if (d != 1 && impl->strides[i] != count) contiguous = false;
+      count *= d;
+    }
+    if (contiguous && count <= max_count_) return count;
+  }
   explain_tensor(call, what, t, devices_, max_count_);
 }
 
@@ -136,16 +161,18 @@ void CollectiveChecks::broadcast(const Tensor& t, int root) const {
   check_peer("broadcast", "root", root, size_, t);
 }
 
-void CollectiveChecks::send(const Tensor& t, int dst, int tag) const {
-  tensor("send", "tensor", t);
+int64_t CollectiveChecks::send(const Tensor& t, int dst, int tag) const {
+  const int64_t count = tensor("send", "tensor", t);
   check_peer("send", "destination", dst, size_, t);
-  TRIAD_CHECK(tag >= 0 && tag <= max_tag_, "send: tag " << tag << " outside [0, " << max_tag_ << "]");
+  if (tag < 0 || tag > max_tag_) throw_bad_tag("send", tag, max_tag_);
+  return count;
 }
 
-void CollectiveChecks::recv(const Tensor& t, int src, int tag) const {
-  tensor("recv", "tensor", t);
+int64_t CollectiveChecks::recv(const Tensor& t, int src, int tag) const {
+  const int64_t count = tensor("recv", "tensor", t);
   check_peer("recv", "source", src, size_, t);
-  TRIAD_CHECK(tag >= 0 && tag <= max_tag_, "recv: tag " << tag << " outside [0, " << max_tag_ << "]");
+  if (tag < 0 || tag > max_tag_) throw_bad_tag("recv", tag, max_tag_);
+  return count;
 }
 
 void CollectiveChecks::split(int color) const {

@@ -66,12 +66,14 @@ class CollectiveChecks {
   // true: input and output are the same buffer.
   bool all_to_all(const Tensor& input, const Tensor& output) const;
   void broadcast(const Tensor& t, int root) const;
-  void send(const Tensor& t, int dst, int tag) const;
-  void recv(const Tensor& t, int src, int tag) const;
+  // send and recv return t's element count.
+  int64_t send(const Tensor& t, int dst, int tag) const;
+  int64_t recv(const Tensor& t, int src, int tag) const;
   void split(int color) const;
 
  private:
-  void tensor(const char* call, const char* what, const Tensor& t) const;
+  // Returns t's element count.
+  int64_t tensor(const char* call, const char* what, const Tensor& t) const;
 
   int rank_, size_;
   DeviceRule devices_;

@@ -555,6 +555,23 @@ BOOST_AUTO_TEST_CASE(test_polls_to_completion_and_unwaited_work_completes) {
   check_values<float>("dropped Work", u, [&](int64_t j) { return fold(ReduceOp::sum, n, j); });
 }
 
+BOOST_AUTO_TEST_CASE(views_with_dimensions_of_size_1_are_contiguous) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  // A row of a matrix, (1, 6) with strides (6, 1) at offset 12: contiguous whatever the
+  // stride of its size-1 dimension.
+  Tensor m = ops::reshape(make<float>(24, [&](int64_t j) { return v_sum(r, j); }), {4, 6});
+  Tensor row = ops::narrow(m, 0, 2, 1);
+  c->all_reduce(row)->wait();
+  check_values<float>("row all_reduce", m,
+                      [&](int64_t j) { return j / 6 == 2 ? fold(ReduceOp::sum, n, j) : v_sum(r, j); });
+  Tensor in = ops::narrow(Tensor::zeros({3, 6}), 0, 1, 1);
+  WorkPtr rw = c->recv(in, (r + n - 1) % n);
+  c->send(row, (r + 1) % n)->wait();
+  rw->wait();
+  check_values<float>("row recv", in, [&](int64_t j) { return fold(ReduceOp::sum, n, 12 + j); });
+}
+
 BOOST_AUTO_TEST_CASE(empty_tensors) {
   auto c = comm();
   Tensor e = Tensor::empty({0}, DType::f32);
@@ -630,6 +647,7 @@ BOOST_AUTO_TEST_CASE(argument_errors_throw_before_communicating) {
   using test::check_error;
   Tensor m = Tensor::zeros({4, 6});
   check_error([&] { c->all_reduce(ops::transpose(m, 0, 1)); }, {"all_reduce", "contiguous", "(6, 4)"});
+  check_error([&] { c->send(ops::narrow(m, 1, 2, 1), 0); }, {"send", "contiguous", "(4, 1)"});
   check_error([&] { c->reduce_scatter(Tensor::zeros({n * 3 + 1}), Tensor::zeros({3})); },
               {"reduce_scatter", "(" + std::to_string(n * 3 + 1) + ",)", "(3,)"});
   check_error([&] { c->reduce_scatter(Tensor::zeros({n * 3}), Tensor::zeros({3}, DType::f64)); },
