@@ -220,10 +220,11 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     if (unscale != 1.0) ops::mul_(grad, unscale);
     grads.push_back(grad);
   }
-  // One sum of squares over every group: the host waits for the device once per step. A NaN
-  // or inf anywhere makes it non-finite, which is the overflow test of dynamic loss
-  // scaling; the sum is the same on every rank (stage 0's gradients are, and the
-  // all-reduce gives every rank the same bits), so every rank reaches the same verdict.
+  // One sum of squares over every group, so the host waits for the device once here (and
+  // once more for the all-reduced sum at stages 1 to 3). A NaN or inf anywhere makes it
+  // non-finite, which is the overflow test of dynamic loss scaling; the sum is the same on
+  // every rank (stage 0's gradients are, and the all-reduce gives every rank the same
+  // bits), so every rank reaches the same verdict.
   double sq = ops::sum_squares(grads);
   if (config_.stage >= 1) {
     Tensor total = Tensor::full({1}, sq, DType::f64, device_);
