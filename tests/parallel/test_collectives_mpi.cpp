@@ -656,8 +656,9 @@ BOOST_AUTO_TEST_CASE(argument_errors_throw_before_communicating) {
               {"all_gather", "(3,)", "(" + std::to_string(n * 3 + 2) + ",)"});
   check_error([&] { c->all_gather(Tensor::zeros({3}, DType::bf16), Tensor::zeros({n * 3})); },
               {"all_gather", "bf16", "f32"});
-  check_error([&] { c->all_to_all(Tensor::zeros({n * 2 + 1}), Tensor::zeros({n * 2 + 1})); },
-              {"all_to_all", "size() * k"});
+  if (n > 1)  // on one rank every size is a multiple of size()
+    check_error([&] { c->all_to_all(Tensor::zeros({n * 2 + 1}), Tensor::zeros({n * 2 + 1})); },
+                {"all_to_all", "size() * k"});
   check_error([&] { c->broadcast(Tensor::zeros({2}), n); }, {"broadcast", "root " + std::to_string(n)});
   check_error([&] { c->send(Tensor::zeros({2}), -1); }, {"send", "destination -1"});
   check_error([&] { c->recv(Tensor::zeros({2}), n); }, {"recv", "source " + std::to_string(n)});
