@@ -89,19 +89,10 @@ CollectiveChecks::CollectiveChecks(int rank, int size, DeviceRule devices, int64
     : rank_(rank), size_(size), devices_(std::move(devices)), max_count_(max_count), max_tag_(max_tag) {}
 
 int64_t CollectiveChecks::tensor(const char* call, const char* what, const Tensor& t) const {
-  // Every rule in one pass over the tensor's fields on the common path (contiguity as
-  // Tensor::is_contiguous has it, and the element count, in one loop); explain_tensor
-  // finds the broken one.
-  const TensorImpl* impl = t.impl_ptr().get();
-  if (impl != nullptr && devices_.accepts(impl->storage ? impl->storage->device() : Device::cpu())) {
-    int64_t count = 1;
-    bool contiguous = true;
-    for (size_t i = impl->shape.size(); i-- > 0;) {
-      const int64_t d = impl->shape[i];
-      if (d != 1 && impl->strides[i] != count) contiguous = false;
-      count *= d;
-    }
-    if (contiguous && count <= max_count_) return count;
+  // Every rule in one test on the common path; explain_tensor finds the broken one.
+  if (t.defined() && devices_.accepts(t.device()) && t.is_contiguous()) {
+    const int64_t count = t.numel();
+    if (count <= max_count_) return count;
   }
   explain_tensor(call, what, t, devices_, max_count_);
 }

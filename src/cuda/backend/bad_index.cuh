@@ -8,11 +8,10 @@
 
 namespace triad::cuda {
 
-// True when value is in [0, limit). Otherwise the first thread on the device to find a bad
-// index since the last report records it, and the caller must skip the index.
-__device__ inline bool index_in_range(BadIndexSink sink, IndexOp op, int64_t value, int64_t position, int64_t count,
-                                      int64_t limit) {
-  if (value >= 0 && value < limit) return true;
+// Records a bad index (value outside [0, limit)) found by `op` at `position` of `count`
+// indices, when it is the first on the device since the last report; the caller skips it.
+__device__ inline void record_bad_index(BadIndexSink sink, IndexOp op, int64_t value, int64_t position, int64_t count,
+                                        int64_t limit) {
   if (atomicCAS(sink.claimed, 0u, 1u) == 0u) {
     BadIndexRecord* r = sink.record;
     r->value = value;
@@ -23,7 +22,6 @@ __device__ inline bool index_in_range(BadIndexSink sink, IndexOp op, int64_t val
     __threadfence_system();  // the fields reach host memory before `found`
     r->found = 1;
   }
-  return false;
 }
 
 }  // namespace triad::cuda

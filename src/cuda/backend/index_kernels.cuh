@@ -28,7 +28,7 @@ __global__ void embedding_kernel(const float* w, const void* idx, bool is64, flo
     const int64_t i = t / c, j = t - i * c;
     const int64_t row = index_at(idx, is64, i);
     const bool ok = row >= 0 && row < v;
-    if (!ok && j == 0) index_in_range(sink, IndexOp::embedding, row, i, n, v);
+    if (!ok && j == 0) record_bad_index(sink, IndexOp::embedding, row, i, n, v);
     out[t] = ok ? w[row * c + j] : 0.0f;
   }
 }
@@ -43,7 +43,7 @@ __global__ void embedding_backward_kernel(const float* g, const void* idx, bool 
     if (row >= 0 && row < v)
       atomicAdd(gw + row * c + j, g[t]);
     else if (j == 0)
-      index_in_range(sink, IndexOp::embedding_backward, row, i, n, v);
+      record_bad_index(sink, IndexOp::embedding_backward, row, i, n, v);
   }
 }
 
@@ -54,7 +54,9 @@ __global__ void embedding_backward_kernel(const float* g, const void* idx, bool 
 __device__ inline bool target_counts(int64_t t, int64_t r, int64_t rows, int64_t v, int64_t ignore_index, IndexOp op,
                                      BadIndexSink sink) {
   if (t == ignore_index) return false;
-  return threadIdx.x == 0 ? index_in_range(sink, op, t, r, rows, v) : t >= 0 && t < v;
+  const bool ok = t >= 0 && t < v;
+  if (!ok && threadIdx.x == 0) record_bad_index(sink, op, t, r, rows, v);
+  return ok;
 }
 
 // lse[r] and the row's loss (lse - logit of the target; 0 for a row that does not count)
