@@ -7,14 +7,13 @@
 
 #include "cuda/check.h"
 #include "cuda/deferred_errors.h"
+#include "cuda/runtime.h"
 #include "cuda/stream.h"
 #include "tensor/error.h"
 
 namespace triad::cuda {
 
 namespace {
-
-constexpr int kMaxDevices = 64;
 
 struct DeviceRecord {
   BadIndexSink sink{};             // the device's view
@@ -41,8 +40,7 @@ const char* op_name(int op) {
 }  // namespace
 
 BadIndexSink bad_index_sink(int device) {
-  TRIAD_CHECK(device >= 0 && device < kMaxDevices,
-              "cuda:" << device << " is not a device index triad supports (0.." << kMaxDevices - 1 << ")");
+  check_device_index(device);
   std::lock_guard<std::mutex> lock(g_mutex);
   DeviceRecord& r = g_records[device];
   if (!r.host) {

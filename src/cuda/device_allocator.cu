@@ -76,7 +76,6 @@ class DeviceMemory final : public MemoryProvider {
   std::vector<cudaEvent_t> free_events_;
 };
 
-constexpr int kMaxDevices = 64;
 std::mutex g_allocators_mutex;
 std::array<DeviceAllocator*, kMaxDevices> g_allocators{};
 

@@ -12,6 +12,7 @@
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/gemm.h"
+#include "cuda/runtime.h"
 #include "cuda/stream.h"
 
 namespace triad::cuda {
@@ -19,7 +20,6 @@ namespace triad::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-constexpr int kMaxDevices = 64;
 
 struct PlanKey {
   int device;
@@ -48,7 +48,7 @@ std::array<cublasLtHandle_t, kMaxDevices> g_handles{};
 std::map<cudaStream_t, void*> g_workspaces;
 
 cublasLtHandle_t handle(int device) {
-  TRIAD_CHECK(device >= 0 && device < kMaxDevices, "gemm: cuda:" << device << " out of range");
+  check_device_index(device);
   if (!g_handles[device]) TRIAD_CUBLAS_CHECK(cublasLtCreate(&g_handles[device]));
   return g_handles[device];
 }

@@ -7,8 +7,18 @@
 #include <string>
 
 #include "cuda/caching_allocator.h"
+#include "tensor/error.h"
 
 namespace triad::cuda {
+
+// The most devices a process uses: per-device tables (streams, handles, allocators, error
+// records) are arrays of this size.
+constexpr int kMaxDevices = 64;
+// Throws Error unless device indexes such a table.
+inline void check_device_index(int device) {
+  TRIAD_CHECK(device >= 0 && device < kMaxDevices,
+              "cuda:" << device << " is not a device index triad supports (0.." << kMaxDevices - 1 << ")");
+}
 
 bool built();        // whether this build has the CUDA backend
 int device_count();  // 0 when not built or no GPU is visible

@@ -6,14 +6,13 @@
 
 #include "cuda/check.h"
 #include "cuda/deferred_errors.h"
+#include "cuda/runtime.h"
 #include "cuda/stream.h"
 #include "tensor/error.h"
 
 namespace triad::cuda {
 
 namespace {
-
-constexpr int kMaxDevices = 64;
 
 struct DeviceStreams {
   cudaStream_t compute = nullptr;
@@ -25,13 +24,8 @@ std::array<DeviceStreams, kMaxDevices> g_streams;
 
 thread_local std::array<cudaStream_t, kMaxDevices> tl_current{};
 
-void check_device(int device) {
-  TRIAD_CHECK(device >= 0 && device < kMaxDevices,
-              "cuda:" << device << " is not a device index triad supports (0.." << kMaxDevices - 1 << ")");
-}
-
 const DeviceStreams& streams(int device) {
-  check_device(device);
+  check_device_index(device);
   std::lock_guard<std::mutex> lock(g_streams_mutex);
   DeviceStreams& s = g_streams[device];
   if (!s.compute) {
@@ -64,13 +58,13 @@ StreamHandle compute_stream(int device) { return streams(device).compute; }
 StreamHandle comm_stream(int device) { return streams(device).comm; }
 
 StreamHandle current_stream(int device) {
-  check_device(device);
+  check_device_index(device);
   cudaStream_t s = tl_current[device];
   return s ? s : compute_stream(device);
 }
 
 StreamGuard::StreamGuard(int device, StreamHandle stream) : device_(device), previous_(nullptr) {
-  check_device(device);
+  check_device_index(device);
   previous_ = tl_current[device];
   tl_current[device] = stream;
 }
@@ -111,7 +105,7 @@ void wait_stream(StreamHandle waiter, StreamHandle waitee) {
   // One event per thread and device, re-recorded each time: cudaStreamWaitEvent waits for
   // the record made before it, so a later record does not disturb an earlier wait.
   thread_local std::array<cudaEvent_t, kMaxDevices> events{};
-  check_device(device);
+  check_device_index(device);
   if (!events[device]) {
     DeviceGuard guard(device);
     TRIAD_CUDA_CHECK(cudaEventCreateWithFlags(&events[device], cudaEventDisableTiming));
