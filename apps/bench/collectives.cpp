@@ -387,12 +387,7 @@ std::function<void()> triad_call(Communicator& comm, Op op, const Buffers& b, in
       return [&comm, b, root] { comm.broadcast(b.recv, root)->wait(); };
     case Op::sendrecv: {
       const int next = next_rank(comm.rank(), comm.size()), prev = prev_rank(comm.rank(), comm.size());
-      return [&comm, b, next, prev] {
-        const parallel::WorkPtr in = comm.recv(b.recv, prev);
-        const parallel::WorkPtr out = comm.send(b.send, next);
-        in->wait();
-        out->wait();
-      };
+      return [&comm, b, next, prev] { comm.send_recv(b.send, next, b.recv, prev)->wait(); };
     }
   }
   return {};
@@ -522,7 +517,7 @@ void print_header(const Context& x, const Plan& plan) {
   std::printf(
       "# time: per call, mean over the timed iterations of the slowest rank (MPI_Wtime, barrier first; the "
       "clock is read again once the calls have completed)%s\n",
-              o.rounds > 1 ? "; median of the rounds, triad's and raw blocks alternating" : "");
+      o.rounds > 1 ? "; median of the rounds, triad's and raw blocks alternating" : "");
   std::printf(
       "# algbw = S / time (GB = 1e9 B); busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (reduce_scatter, "
       "all_gather, all_to_all), 1 (broadcast, sendrecv)\n");
@@ -616,8 +611,8 @@ void report_summary(const Context& x, const std::vector<const OpInfo*>& ops, con
     std::printf("# Worst triad/raw at >= 1 MiB: %.3f (%s, %s, %s)\n", ratio(*worst), worst->c.info->name,
                 worst->c.in_place ? "in place" : "out of place", human_bytes(worst->c.bytes).c_str());
   if (x.options.check)
-    std::printf("# Total #wrong: %lld (raw %s: %lld) %s\n", (long long)wrong, x.backend.library(),
-                (long long)raw_wrong, wrong + raw_wrong == 0 ? "OK" : "FAILED");
+    std::printf("# Total #wrong: %lld (raw %s: %lld) %s\n", (long long)wrong, x.backend.library(), (long long)raw_wrong,
+                wrong + raw_wrong == 0 ? "OK" : "FAILED");
   nlohmann::json summary = {{"avg_busbw", avg_bus},
                             {"avg_busbw_by_op", by_op},
                             {"worst_ratio_ge_1MiB", worst ? nlohmann::json(ratio(*worst)) : nlohmann::json(nullptr)},

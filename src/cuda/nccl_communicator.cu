@@ -299,6 +299,12 @@ class NcclCommunicator final : public parallel::Communicator {
     checks_.recv(t, src, tag);
     return hold(false, t, src);
   }
+  // Both held for the same group; one Work, of the batch.
+  WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) override {
+    checks_.send_recv(send, dst, recv, src, tag);
+    hold(false, recv, src);
+    return hold(true, send, dst);
+  }
 
   void barrier() override {
     DeviceGuard guard(state_->device);

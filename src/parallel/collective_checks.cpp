@@ -49,6 +49,11 @@ void check_same_dtype_and_device(const char* call, const Tensor& input, const Te
   throw Error(os.str());
 }
 
+[[gnu::cold, gnu::noinline, noreturn]] void throw_send_recv_overlap(const Tensor& send, const Tensor& recv) {
+  throw Error("send_recv: recv tensor " + recv.str() + " overlaps send tensor " + send.str() +
+              "; a message cannot be received into the buffer it is sent from");
+}
+
 void check_peer(const char* call, const char* role, int peer, int size, const Tensor& t) {
   if (peer < 0 || peer >= size) throw_bad_peer(call, role, peer, size, t);
 }
@@ -164,6 +169,17 @@ int64_t CollectiveChecks::recv(const Tensor& t, int src, int tag) const {
   check_peer("recv", "source", src, size_, t);
   if (tag < 0 || tag > max_tag_) throw_bad_tag("recv", tag, max_tag_);
   return count;
+}
+
+std::pair<int64_t, int64_t> CollectiveChecks::send_recv(const Tensor& send, int dst, const Tensor& recv, int src,
+                                                        int tag) const {
+  const int64_t sent = tensor("send_recv", "send tensor", send);
+  const int64_t received = tensor("send_recv", "recv tensor", recv);
+  check_peer("send_recv", "destination", dst, size_, send);
+  check_peer("send_recv", "source", src, size_, recv);
+  if (tag < 0 || tag > max_tag_) throw_bad_tag("send_recv", tag, max_tag_);
+  if (send.storage() == recv.storage() && overlap(bytes_of(send), bytes_of(recv))) throw_send_recv_overlap(send, recv);
+  return {sent, received};
 }
 
 void CollectiveChecks::split(int color) const {

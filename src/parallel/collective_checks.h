@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "tensor/tensor.h"
 
@@ -68,6 +69,9 @@ class CollectiveChecks {
   void broadcast(const Tensor& t, int root) const;
   // send and recv return t's element count.
   int64_t send(const Tensor& t, int dst, int tag) const;
+  // send's and recv's checks, and that the two tensors do not overlap; returns the
+  // element counts of send and recv.
+  std::pair<int64_t, int64_t> send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) const;
   int64_t recv(const Tensor& t, int src, int tag) const;
   void split(int color) const;
 

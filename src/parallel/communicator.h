@@ -59,6 +59,11 @@ class Communicator {
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;
   virtual WorkPtr send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(const Tensor& t, int src, int tag = 0) = 0;
+  // recv(recv, src, tag) and send(send, dst, tag) as one operation with one Work: the
+  // exchange of a ring step or of a pipeline stage with its neighbours (nccl-tests'
+  // grouped sendrecv, Megatron's batch_isend_irecv). The two tensors must not overlap.
+  // This default posts the two calls; transports override it to post both at once.
+  virtual WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag = 0);
   virtual void barrier() = 0;
 };
 

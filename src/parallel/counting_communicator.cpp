@@ -112,4 +112,12 @@ WorkPtr CountingCommunicator::recv(const Tensor& t, int src, int tag) {
   return w;
 }
 
+// Counted as the send and the recv it is made of.
+WorkPtr CountingCommunicator::send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) {
+  WorkPtr w = inner_->send_recv(send, dst, recv, src, tag);
+  record("send", double(send.nbytes()), 1, 1);
+  record("recv", double(recv.nbytes()), 1, 1);
+  return w;
+}
+
 }  // namespace triad::parallel

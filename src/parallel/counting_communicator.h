@@ -12,7 +12,8 @@
 //
 // Bus bytes are what one rank moves with a bandwidth-optimal algorithm, so they compare
 // across collectives and communicator sizes. Counts are per rank (each rank counts its own
-// calls); p2p is counted where it happens: a send on the sender, a recv on the receiver.
+// calls); p2p is counted where it happens: a send on the sender, a recv on the receiver
+// (send_recv counts as one of each).
 // barrier() is forwarded and not counted. A call is counted once the wrapped communicator
 // has accepted it (a call that throws is not counted).
 //
@@ -66,6 +67,7 @@ class CountingCommunicator : public Communicator {
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
+  WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag = 0) override;
   void barrier() override { inner_->barrier(); }
 
  private:

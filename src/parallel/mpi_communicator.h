@@ -11,7 +11,8 @@
 // - all_to_all: an exchange of messages on 2 ranks, and on up to 8 for buffers of up to
 //   1 MiB (in place, the chunks received move into place in wait() or test()); otherwise
 //   MPI_Ialltoall.
-// - send, recv: MPI_Isend, MPI_Irecv on the communicator itself.
+// - send, recv: MPI_Isend, MPI_Irecv on the communicator itself; send_recv posts both,
+//   and its one Work completes both.
 // wait() and test() are MPI_Wait and MPI_Test on the request(s). On one node the
 // exchanges are faster than Open MPI's non-blocking collectives (coll/libnbc), by a
 // microsecond or so for small calls and by several times for some large ones (Note
@@ -101,6 +102,7 @@ class MpiCommunicator : public Communicator {
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
+  WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag = 0) override;
   void barrier() override;
 
   // The MPI_Comm, as an opaque pointer to it (for code behind .cpp walls that needs MPI:

@@ -49,8 +49,10 @@ Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape
 int64_t Tensor::size(int64_t dim) const { return shape()[normalize_dim(dim, this->dim(), "Tensor::size")]; }
 int64_t Tensor::stride(int64_t dim) const { return strides()[normalize_dim(dim, this->dim(), "Tensor::stride")]; }
 
-// is_contiguous and raw_data run on every collective call (argument checks, the buffer to
-// hand MPI), so they read the impl once instead of through the checked accessors.
+void Tensor::throw_undefined() { throw Error("use of an undefined tensor"); }
+
+// is_contiguous runs on every collective call (argument checks), so it reads the impl once
+// instead of through the accessors.
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = impl();
   int64_t expected = 1;
@@ -60,13 +62,6 @@ bool Tensor::is_contiguous() const {
     expected *= t.shape[i];
   }
   return true;
-}
-
-void* Tensor::raw_data() const {
-  const TensorImpl& t = impl();
-  char* data = t.storage ? static_cast<char*>(t.storage->data()) : nullptr;
-  if (data == nullptr) return nullptr;
-  return data + t.offset * int64_t(element_size(t.dtype));
 }
 
 double Tensor::item() const {

@@ -68,7 +68,11 @@ class Tensor {
   // Pointer to the first element (offset applied). T must match the dtype.
   template <class T>
   T* data() const;
-  void* raw_data() const;
+  void* raw_data() const {
+    const TensorImpl& t = impl();
+    char* data = t.storage ? static_cast<char*>(t.storage->data()) : nullptr;
+    return data == nullptr ? nullptr : data + t.offset * int64_t(element_size(t.dtype));
+  }
 
   // The value of a one-element tensor, converted to double. A device tensor's value is
   // copied to the host, which waits for the device to compute it.
@@ -81,14 +85,17 @@ class Tensor {
 
   // Identity of the handle: two Tensors are the same tensor when they share an impl.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // Inline, with the error out of line: every accessor goes through it.
   TensorImpl& impl() const {
-    TRIAD_CHECK(impl_ != nullptr, "use of an undefined tensor");
+    if (impl_ == nullptr) [[unlikely]]
+      throw_undefined();
     return *impl_;
   }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   std::string str() const;  // "Tensor(f32, (2, 3), cpu)"
 
  private:
+  [[noreturn, gnu::cold]] static void throw_undefined();
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -143,6 +143,12 @@ BOOST_AUTO_TEST_CASE(send_recv_ring) {
   sent->wait();
   check(
       in, [&](int64_t j) { return v(prev, j); }, "ring");
+  Tensor grouped = Tensor::empty({4096}, DType::f32, gpu());
+  c->send_recv(out, next, grouped, prev)->wait();
+  check(
+      grouped, [&](int64_t j) { return v(prev, j); }, "send_recv ring");
+  test::check_error([&] { c->send_recv(ops::narrow(out, 0, 0, 8), next, ops::narrow(out, 0, 4, 8), prev); },
+                    {"send_recv", "overlaps"});
 }
 
 // Several collectives in flight at once, waited for in reverse order.

@@ -492,7 +492,28 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(send_recv_ring, T, AllTypes) {
     sw->wait();
     rw->wait();
     check_values<T>("ring recv len " + std::to_string(len), in, [&](int64_t j) { return v_mm(prev, j); });
+    // The same exchange as one operation, waited on, then completed by test().
+    Tensor grouped = make<T>(len, [](int64_t) { return -100; });
+    c->send_recv(out, next, grouped, prev, 6)->wait();
+    check_values<T>("send_recv len " + std::to_string(len), grouped, [&](int64_t j) { return v_mm(prev, j); });
+    Tensor polled = make<T>(len, [](int64_t) { return -100; });
+    WorkPtr w = c->send_recv(out, next, polled, prev);
+    while (!w->test()) {
+    }
+    BOOST_TEST(w->test());
+    check_values<T>("send_recv by test() len " + std::to_string(len), polled, [&](int64_t j) { return v_mm(prev, j); });
   }
+}
+
+BOOST_AUTO_TEST_CASE(send_recv_between_halves_of_one_buffer) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  // Disjoint parts of one storage may be sent from and received into in one call.
+  Tensor buf = make<float>(8, [&](int64_t j) { return j < 4 ? 10 * r + j : -1; });
+  c->send_recv(ops::narrow(buf, 0, 0, 4), (r + 1) % n, ops::narrow(buf, 0, 4, 4), (r + n - 1) % n, 7)->wait();
+  const int prev = (r + n - 1) % n;
+  check_values<float>("send_recv within one buffer", buf,
+                      [&](int64_t j) { return j < 4 ? 10 * r + j : 10 * prev + j - 4; });
 }
 
 BOOST_AUTO_TEST_CASE(tags_select_messages) {
@@ -663,6 +684,12 @@ BOOST_AUTO_TEST_CASE(argument_errors_throw_before_communicating) {
   check_error([&] { c->send(Tensor::zeros({2}), -1); }, {"send", "destination -1"});
   check_error([&] { c->recv(Tensor::zeros({2}), n); }, {"recv", "source " + std::to_string(n)});
   check_error([&] { c->send(Tensor::zeros({2}), 0, -3); }, {"send", "tag -3"});
+  check_error([&] { c->send_recv(Tensor::zeros({2}), 0, Tensor::zeros({2}), -1); }, {"send_recv", "source -1"});
+  check_error([&] { c->send_recv(Tensor::zeros({2}), n, Tensor::zeros({2}), 0); },
+              {"send_recv", "destination " + std::to_string(n)});
+  check_error([&] { c->send_recv(ops::narrow(m, 1, 2, 1), 0, Tensor::zeros({2}), 0); },
+              {"send_recv", "send tensor", "contiguous"});
+  check_error([&] { c->send_recv(Tensor::zeros({2}), 0, Tensor::zeros({2}), 0, -4); }, {"send_recv", "tag -4"});
   check_error([&] { c->split(-1, 0); }, {"split", "color"});
   check_error([&] { c->all_reduce(Tensor()); }, {"all_reduce", "undefined"});
   // Overlapping buffers other than the in-place forms.
@@ -674,6 +701,8 @@ BOOST_AUTO_TEST_CASE(argument_errors_throw_before_communicating) {
   }
   check_error([&] { c->all_to_all(ops::narrow(buf, 0, 0, n * 2), ops::narrow(buf, 0, 1, n * 2)); },
               {"all_to_all", "overlaps"});
+  check_error([&] { c->send_recv(ops::narrow(buf, 0, 0, 3), 0, ops::narrow(buf, 0, 2, 3), 0); },
+              {"send_recv", "recv tensor", "overlaps send tensor"});
   // The communicator is still in step after the errors.
   Tensor t = Tensor::ones({8});
   c->all_reduce(t)->wait();
@@ -704,6 +733,9 @@ BOOST_AUTO_TEST_CASE(recv_of_the_wrong_size_throws_on_wait) {
   rw = c->recv(in, prev, 6);
   c->send(out, next, 6)->wait();
   rw.reset();
+  // send_recv checks its receive the same way, and names itself.
+  WorkPtr both = c->send_recv(out, next, in, prev, 8);
+  test::check_error([&] { both->wait(); }, {"send_recv", "expected 5", from, "tag 8", "received 3"});
 }
 
 BOOST_AUTO_TEST_CASE(send_and_recv_keep_their_storages_until_complete) {
@@ -729,4 +761,20 @@ BOOST_AUTO_TEST_CASE(send_and_recv_keep_their_storages_until_complete) {
   sw.reset();                     // a send dropped without wait() completes in its destructor
   BOOST_TEST(sent_released);
   check_values<float>("recv into borrowed bytes", Tensor::from_vector(received, {7}), [&](int64_t) { return prev; });
+
+  // send_recv holds both until both are complete.
+  sent_released = received_released = false;
+  std::fill(received.begin(), received.end(), -1.0f);
+  in = borrow(received, received_released);
+  out = borrow(sent, sent_released);
+  WorkPtr both = c->send_recv(out, next, in, prev, 4);
+  in = Tensor();
+  out = Tensor();
+  BOOST_TEST(!received_released);
+  BOOST_TEST(!sent_released);
+  both->wait();
+  BOOST_TEST(received_released);
+  BOOST_TEST(sent_released);
+  check_values<float>("send_recv into borrowed bytes", Tensor::from_vector(received, {7}),
+                      [&](int64_t) { return prev; });
 }

@@ -69,6 +69,11 @@ BOOST_AUTO_TEST_CASE(each_collective_by_the_formulas) {
   rw->wait();
   check_kind(cc, "send", 1, double(k + 3), n);
   check_kind(cc, "recv", 1, double(k + 3), n);
+  // send_recv counts as one send and one recv.
+  Tensor s2 = Tensor::ones({k + 5}, DType::i8), rv2 = Tensor::empty({k + 5}, DType::i8);
+  cc.send_recv(s2, (r + 1) % n, rv2, (r + n - 1) % n, 3)->wait();
+  check_kind(cc, "send", 2, double(2 * k + 8), n);
+  check_kind(cc, "recv", 2, double(2 * k + 8), n);
 
   cc.barrier();  // not counted
   double total = 0;
@@ -76,7 +81,7 @@ BOOST_AUTO_TEST_CASE(each_collective_by_the_formulas) {
   BOOST_TEST(cc.bus_bytes() == total);
   const double expected_total = bus("all_reduce", 2.0 * n * k * 4, n) + bus("reduce_scatter", n * k * 2, n) +
                                 bus("all_gather", n * k * 8, n) + bus("all_to_all", n * k * 8, n) + (k + 1) * 4 +
-                                2.0 * (k + 3);
+                                2.0 * (k + 3) + 2.0 * (k + 5);
   BOOST_TEST(cc.bus_bytes() == expected_total);
 
   const nlohmann::json j = cc.to_json();

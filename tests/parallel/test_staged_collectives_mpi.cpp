@@ -118,7 +118,6 @@ void check_values(const std::string& what, const Tensor& t, const std::function<
                                      << (first >= 0 ? expected(first) : 0.0));
 }
 
-
 using Types = boost::mpl::list<float, bf16, int64_t>;
 
 }  // namespace
@@ -220,6 +219,12 @@ BOOST_AUTO_TEST_CASE(send_recv_ring) {
   rw->wait();
   check_calls("a send and a receive", 2, 1, 1, 1);
   check_values<double>("ring", in, [&](int64_t j) { return v_mm(prev, j); });
+  // send_recv of device tensors is staged as the same send and receive.
+  Tensor grouped = make<double>(1001, [](int64_t) { return -100; });
+  calls();
+  c->send_recv(out, next, grouped, prev, 6)->wait();
+  check_calls("send_recv", 2, 1, 1, 1);
+  check_values<double>("send_recv ring", grouped, [&](int64_t j) { return v_mm(prev, j); });
 }
 
 BOOST_AUTO_TEST_CASE(test_copies_back_once_and_dropped_work_completes) {
