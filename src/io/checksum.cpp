@@ -8,6 +8,7 @@
 // several elements cancels only by chance.
 #include "io/checksum.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace triad::io {
@@ -15,10 +16,10 @@ namespace triad::io {
 namespace {
 
 constexpr uint64_t kIndexScramble = 0x9E3779B97F4A7C15ull;  // 2^64 / golden ratio, odd
-constexpr int64_t kParallelMin = int64_t(1) << 16;          // elements; below this one thread
+constexpr int64_t kParallelMin = int64_t(1) << 16;          // elements: below this one thread; also the block size
 
-inline uint64_t mix(uint64_t index, uint64_t bits) {
-  uint64_t x = bits ^ (index * kIndexScramble);
+// F, splitmix64's finalizer.
+inline uint64_t finalize(uint64_t x) {
   x ^= x >> 30;
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 27;
@@ -27,32 +28,55 @@ inline uint64_t mix(uint64_t index, uint64_t bits) {
   return x;
 }
 
+inline uint64_t mix(uint64_t index, uint64_t bits) { return finalize(bits ^ (index * kIndexScramble)); }
+
+// The sum of the terms of data[0, count), elements first, first + 1, ... It carries i·K
+// from one element to the next by adding K (linear(scrambled)), where AVX2 would spend
+// three 32-bit multiplies on each 64-bit one. A plain simd loop in its own function: the
+// same loop as an `omp parallel for simd` ran at half the speed, even on one thread.
 template <class U>
-uint64_t sum_terms(const U* data, uint64_t first, int64_t count, bool threads) {
-  uint64_t sum = 0;
-#pragma omp parallel for simd reduction(+ : sum) schedule(static) if (threads && count >= kParallelMin)
-  for (int64_t k = 0; k < count; ++k) sum += mix(first + uint64_t(k), uint64_t(data[k]));
+uint64_t sum_simd(const U* data, uint64_t first, int64_t count) {
+  uint64_t sum = 0, scrambled = first * kIndexScramble;
+#pragma omp simd reduction(+ : sum) linear(scrambled : kIndexScramble)
+  for (int64_t k = 0; k < count; ++k) {
+    sum += finalize(uint64_t(data[k]) ^ scrambled);
+    scrambled += kIndexScramble;
+  }
   return sum;
 }
 
 // Unaligned data (a view at an odd byte offset) is read through memcpy.
 template <class U>
-uint64_t sum_terms_unaligned(const unsigned char* data, uint64_t first, int64_t count, bool threads) {
-  uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static) if (threads && count >= kParallelMin)
+uint64_t sum_unaligned(const unsigned char* data, uint64_t first, int64_t count) {
+  uint64_t sum = 0, scrambled = first * kIndexScramble;
   for (int64_t k = 0; k < count; ++k) {
     U v;
     std::memcpy(&v, data + size_t(k) * sizeof(U), sizeof(U));
-    sum += mix(first + uint64_t(k), uint64_t(v));
+    sum += finalize(uint64_t(v) ^ scrambled);
+    scrambled += kIndexScramble;
   }
   return sum;
 }
 
 template <class U>
+uint64_t sum_block(const unsigned char* data, uint64_t first, int64_t count, bool aligned) {
+  return aligned ? sum_simd(reinterpret_cast<const U*>(data), first, count) : sum_unaligned<U>(data, first, count);
+}
+
+// Large counts are split into blocks shared among the OpenMP threads.
+template <class U>
 uint64_t sum_any(const void* data, uint64_t first, int64_t count, bool threads) {
-  if (reinterpret_cast<uintptr_t>(data) % alignof(U) == 0)
-    return sum_terms(static_cast<const U*>(data), first, count, threads);
-  return sum_terms_unaligned<U>(static_cast<const unsigned char*>(data), first, count, threads);
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  const bool aligned = reinterpret_cast<uintptr_t>(data) % alignof(U) == 0;
+  if (!threads || count < kParallelMin) return sum_block<U>(bytes, first, count, aligned);
+  const int64_t blocks = (count + kParallelMin - 1) / kParallelMin;
+  uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kParallelMin, n = std::min(kParallelMin, count - begin);
+    sum += sum_block<U>(bytes + size_t(begin) * sizeof(U), first + uint64_t(begin), n, aligned);
+  }
+  return sum;
 }
 
 }  // namespace
