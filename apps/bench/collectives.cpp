@@ -88,8 +88,8 @@ std::string placement_note(Op op, bool in_place, const std::string& raw) {
     case Op::all_to_all:
       return in_place ? "in place: input = output (raw: " + raw + ")" : "out of place";
     case Op::sendrecv:
-      return "ring: send to rank+1, receive from rank-1 (the interface has no in-place variant: MPI forbids "
-             "receiving into the buffer being sent)";
+      return "ring: send to rank+1, receive from rank-1, in one send_recv (the interface has no in-place "
+             "variant: MPI forbids receiving into the buffer being sent)";
   }
   return "";
 }
