@@ -200,11 +200,22 @@ class MpiWork final : public Work {
   }
 
  private:
-  // status: the first request's (the recv's, where there is one).
-  void finish(int rc, const MPI_Status& status, const char* how) {
+  // Marks the Work complete and lets go of the storages. A request still active after a
+  // failure (send_recv's send, when the recv's wait failed) may still read or write its
+  // buffer, so the storages are leaked instead; the job is ending on the error.
+  void release() {
     done_ = true;
+    if (requests_[0] != MPI_REQUEST_NULL || requests_[1] != MPI_REQUEST_NULL) {
+      new Storages(std::move(keep_));
+      return;
+    }
     keep_[0].reset();
     keep_[1].reset();
+  }
+
+  // status: the first request's (the recv's, where there is one).
+  void finish(int rc, const MPI_Status& status, const char* how) {
+    release();
     if (rc != MPI_SUCCESS) {
       const std::string name = std::string(how) + " (" + call_ + ")";
       detail::throw_mpi_error(rc, name.c_str(), __FILE__, __LINE__);
@@ -217,9 +228,7 @@ class MpiWork final : public Work {
 
   // MPI_Testall failed: each request's status holds its own code.
   [[gnu::cold, gnu::noinline, noreturn]] void throw_in_status(const MPI_Status* status) {
-    done_ = true;
-    keep_[0].reset();
-    keep_[1].reset();
+    release();
     int rc = MPI_ERR_IN_STATUS;
     for (int i = 0; i < 2 && rc == MPI_ERR_IN_STATUS; ++i)
       if (status[i].MPI_ERROR != MPI_SUCCESS && status[i].MPI_ERROR != MPI_ERR_PENDING) rc = status[i].MPI_ERROR;
