@@ -59,16 +59,16 @@ BadIndexSink bad_index_sink(int device) {
 }
 
 void raise_deferred_errors(int device) {
-  DeviceRecord r;
+  // The record is read and cleared under the lock: two threads waiting on one device at
+  // once raise its error once.
+  BadIndexRecord bad;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (device < 0 || device >= kMaxDevices) return;
-    r = g_records[device];
-  }
-  if (!r.host || !r.host->found) return;
-  const BadIndexRecord bad = *r.host;
-  r.host->found = 0;
-  {
+    const DeviceRecord& r = g_records[device];
+    if (!r.host || !r.host->found) return;
+    bad = *r.host;
+    r.host->found = 0;
     DeviceGuard guard(device);
     TRIAD_CUDA_CHECK(cudaMemset(r.sink.claimed, 0, sizeof(unsigned int)));
   }

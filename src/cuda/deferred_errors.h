@@ -37,7 +37,8 @@ struct BadIndexSink {
 BadIndexSink bad_index_sink(int device);  // created on first use, kept for the process
 
 // Throws triad::Error for a bad index recorded on `device` since the last call, and clears
-// the record; no CUDA call unless one was recorded.
+// the record; no CUDA call unless one was recorded. Of several threads that call it for one
+// device at once, one throws.
 void raise_deferred_errors(int device);
 
 }  // namespace triad::cuda
