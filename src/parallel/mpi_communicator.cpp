@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iterator>
 #include <optional>
@@ -395,11 +396,15 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   if (!input.device().is_cpu()) return staged::all_gather(*this, input, output);
   if (impl_->by_exchange)
     return detail::start_exchange_all_gather(impl_->exchange, impl_->rank, impl_->size, input, output, in_place);
+  // Always in place: MPI wants MPI_IN_PLACE on all ranks or none, and ranks may differ in
+  // placement, so the input is first copied into its chunk of the output.
   const int k = int(input.numel());
+  if (!in_place)
+    std::memcpy(static_cast<char*>(output.raw_data()) + size_t(impl_->rank) * input.nbytes(), input.raw_data(),
+                input.nbytes());
+  auto work = std::make_unique<MpiWork>("all_gather", output.storage());
   const MPI_Datatype type = mpi_type(input.dtype());
-  auto work = std::make_unique<MpiWork>("all_gather", input.storage(), output.storage());
-  TRIAD_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : input.raw_data(), k, type, output.raw_data(), k, type, impl_->comm,
-                           work->request()),
+  TRIAD_MPI(MPI_Iallgather(MPI_IN_PLACE, k, type, output.raw_data(), k, type, impl_->comm, work->request()),
             "MPI_Iallgather");
   return work;
 }

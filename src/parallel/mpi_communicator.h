@@ -7,7 +7,8 @@
 //   order in wait() or test() (Note [All-reduce by exchange]): on 2 ranks at every size,
 //   above 2 ranks up to 2 KiB; otherwise MPI_Iallreduce.
 // - all_gather, broadcast: on up to 8 ranks an exchange of messages; on more,
-//   MPI_Iallgather, MPI_Ibcast.
+//   MPI_Iallgather (always in place: an input elsewhere is first copied into its chunk of
+//   the output) and MPI_Ibcast.
 // - all_to_all: an exchange of messages on 2 ranks, and on up to 8 for buffers of up to
 //   1 MiB (in place, the chunks received move into place in wait() or test()); otherwise
 //   MPI_Ialltoall.
@@ -54,7 +55,8 @@
 //   tensor's dtype and shape; or MPI's truncation error) instead of reducing or returning
 //   garbage. (A mismatched all_reduce or all_to_all on 3 to 8 ranks whose sizes fall on
 //   both sides of 2 KiB or 1 MiB runs two algorithms and may hang, as mismatched MPI
-//   collectives may.)
+//   collectives may; so may a mismatched call that MPI's own collective runs, on more
+//   than 8 ranks.)
 // - all_reduce by exchange leaves bitwise identical results on every rank, whatever the
 //   order in which messages arrive.
 // - Progress: Open MPI advances non-blocking collectives only inside MPI calls of this

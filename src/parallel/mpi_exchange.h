@@ -17,7 +17,7 @@
 // - broadcast: root sends its buffer to every other rank.
 // Each rank sends (n − 1) messages (root only, for broadcast), so the fan-out and, for
 // all_reduce, the data sent grow linearly in n: MpiCommunicator uses an exchange only
-// where it measured faster or as fast (the thresholds below; benchmarks/results/
+// where it measured faster or as fast (the thresholds of exchange_thresholds.h; benchmarks/results/
 // cpu-2core-collectives.md, on 2 and 4 ranks, and 8 for small calls).
 //
 // Invariants:
@@ -87,26 +87,9 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/exchange_thresholds.h"
 
 namespace triad::parallel::detail {
-
-// Where MpiCommunicator runs a collective by exchange (else by libnbc's call):
-// reduce_scatter always; all_gather and broadcast on up to kExchangeMaxRanks ranks;
-// all_reduce and all_to_all on 2 ranks, and on up to kExchangeMaxRanks for buffers of at
-// most kExchangeAllReduceMaxBytes (Note [All-reduce by exchange]) and
-// kExchangeAllToAllMaxBytes (above it, on 4 ranks, the in-place exchange's move of the
-// received chunks into place made it 0.8 to 0.9 times as fast as MPI_Ialltoall's in-place
-// form; out of place the two tie).
-inline constexpr int kExchangeMaxRanks = 8;
-inline constexpr size_t kExchangeAllReduceMaxBytes = 2048;
-inline constexpr size_t kExchangeAllToAllMaxBytes = size_t(1) << 20;
-
-inline bool all_reduce_by_exchange(int size, size_t bytes) {
-  return size <= 2 || (size <= kExchangeMaxRanks && bytes <= kExchangeAllReduceMaxBytes);
-}
-inline bool all_to_all_by_exchange(int size, size_t bytes) {
-  return size <= 2 || (size <= kExchangeMaxRanks && bytes <= kExchangeAllToAllMaxBytes);
-}
 
 // The calls. Each starts the exchange over `comm`, which must carry no other traffic (the
 // communicator's private duplicate), and returns its Work.
