@@ -236,7 +236,6 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(collectives_on_1_2_3_ranks, T, AllTypes) {
                       [&](int64_t j) { return fold(op, n, j); });
     }
   }
-  auto code = [n](int from, int to, int64_t i) { return route_code(n, from, to, i); };
   for (int64_t k : {1, 5, 3001}) {
     const std::string ks = on + " k " + std::to_string(k);
     Tensor in = make<T>(k, [&](int64_t i) { return v_mm(r, i); });
@@ -247,13 +246,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(collectives_on_1_2_3_ranks, T, AllTypes) {
     sub->all_gather(ops::narrow(buf, 0, r * k, k), buf)->wait();
     check_values<T>("all_gather in place" + ks, buf, [&](int64_t j) { return v_mm(int(j / k), j % k); });
 
-    Tensor a = make<T>(n * k, [&](int64_t j) { return code(r, int(j / k), j % k); });
+    Tensor a = make<T>(n * k, [&](int64_t j) { return route_code(n, r, int(j / k), j % k); });
     Tensor b = make<T>(n * k, [](int64_t) { return -100; });
     sub->all_to_all(a, b)->wait();
-    check_values<T>("all_to_all" + ks, b, [&](int64_t j) { return code(int(j / k), r, j % k); });
-    check_values<T>("all_to_all leaves its input" + ks, a, [&](int64_t j) { return code(r, int(j / k), j % k); });
+    check_values<T>("all_to_all" + ks, b, [&](int64_t j) { return route_code(n, int(j / k), r, j % k); });
+    check_values<T>("all_to_all leaves its input" + ks, a,
+                    [&](int64_t j) { return route_code(n, r, int(j / k), j % k); });
     sub->all_to_all(a, a)->wait();
-    check_values<T>("all_to_all in place" + ks, a, [&](int64_t j) { return code(int(j / k), r, j % k); });
+    check_values<T>("all_to_all in place" + ks, a, [&](int64_t j) { return route_code(n, int(j / k), r, j % k); });
   }
   for (int root = 0; root < n; ++root) {
     for (int64_t len : {1, 3001}) {
@@ -361,11 +361,11 @@ BOOST_AUTO_TEST_CASE(all_gather_and_all_to_all_placement_may_differ_across_ranks
                         [&](int64_t j) { return v_mm(int(j / k), j % k); });
 
     if (!parallel::detail::all_to_all_by_exchange(n, size_t(n * k) * sizeof(float))) continue;
-    auto code = [n](int from, int to, int64_t i) { return route_code(n, from, to, i); };
-    Tensor a = make<float>(n * k, [&](int64_t j) { return code(r, int(j / k), j % k); });
+    Tensor a = make<float>(n * k, [&](int64_t j) { return route_code(n, r, int(j / k), j % k); });
     Tensor b = r % 2 == 0 ? a : Tensor::empty({n * k});
     c->all_to_all(a, b)->wait();
-    check_values<float>("all_to_all mixed placement" + ks, b, [&](int64_t j) { return code(int(j / k), r, j % k); });
+    check_values<float>("all_to_all mixed placement" + ks, b,
+                        [&](int64_t j) { return route_code(n, int(j / k), r, j % k); });
   }
 }
 
@@ -479,16 +479,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_gather, T, AllTypes) {
 BOOST_AUTO_TEST_CASE_TEMPLATE(all_to_all, T, AllTypes) {
   auto c = comm();
   const int n = c->size(), r = c->rank();
-  auto code = [n](int from, int to, int64_t i) { return route_code(n, from, to, i); };
   for (int64_t k : {1, 3, 1023}) {
-    Tensor in = make<T>(n * k, [&](int64_t j) { return code(r, int(j / k), j % k); });
+    Tensor in = make<T>(n * k, [&](int64_t j) { return route_code(n, r, int(j / k), j % k); });
     Tensor out = make<T>(n * k, [](int64_t) { return -100; });
     c->all_to_all(in, out)->wait();
     const std::string what = "all_to_all k " + std::to_string(k);
     // Chunk q of the output came from rank q's chunk r.
-    check_values<T>(what, out, [&](int64_t j) { return code(int(j / k), r, j % k); });
+    check_values<T>(what, out, [&](int64_t j) { return route_code(n, int(j / k), r, j % k); });
     c->all_to_all(in, in)->wait();  // in place
-    check_values<T>(what + " in place", in, [&](int64_t j) { return code(int(j / k), r, j % k); });
+    check_values<T>(what + " in place", in, [&](int64_t j) { return route_code(n, int(j / k), r, j % k); });
   }
 }
 
@@ -497,13 +496,12 @@ BOOST_AUTO_TEST_CASE(large_all_to_all) {
   auto c = comm();
   const int n = c->size(), r = c->rank();
   const int64_t k = 70000;
-  auto code = [n](int from, int to, int64_t i) { return route_code(n, from, to, i); };
-  Tensor in = make<float>(n * k, [&](int64_t j) { return code(r, int(j / k), j % k); });
+  Tensor in = make<float>(n * k, [&](int64_t j) { return route_code(n, r, int(j / k), j % k); });
   Tensor out = Tensor::empty({n * k});
   c->all_to_all(in, out)->wait();
-  check_values<float>("large all_to_all", out, [&](int64_t j) { return code(int(j / k), r, j % k); });
+  check_values<float>("large all_to_all", out, [&](int64_t j) { return route_code(n, int(j / k), r, j % k); });
   c->all_to_all(in, in)->wait();
-  check_values<float>("large all_to_all in place", in, [&](int64_t j) { return code(int(j / k), r, j % k); });
+  check_values<float>("large all_to_all in place", in, [&](int64_t j) { return route_code(n, int(j / k), r, j % k); });
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(broadcast, T, AllTypes) {
