@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The kit's runner, started from the unpacked kit (scripts/gpu-kit run): every GPU check of
+# triad on this machine, one step at a time, none stopping the others. Steps that need a GPU
+# are skipped, each with a line saying so, where there is none. Each step's output goes to
+# logs/<step>.log; OUT receives summary.md (a table: step, result, seconds, note and the
+# main figures of the JSON line the step's program printed last),
+# results.json (each step's result and the JSON line its program printed last) and
+# logs.tar.gz. The last line printed is `N passed, N failed`.
+#
+#   run.sh [OUT]     OUT defaults to $OUT, else ./gpu-kit-out
+#   GPU_KIT_BUDGET   seconds for all the steps (default 540: one device call may run 600);
+#                    a step that would start later is reported as not run
+set -uo pipefail
+kit=$(cd "$(dirname "$0")" && pwd)
+out=${1:-${OUT:-$PWD/gpu-kit-out}}
+budget=${GPU_KIT_BUDGET:-540}
+logs=$kit/logs
+work=$kit/work
+mkdir -p "$out" "$logs" "$work"
+cores=$(nproc)
+
+. "$kit/env.sh"
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+{
+  echo "kit: $(sed -n 2p "$kit/MANIFEST.txt")"
+  echo "machine: $(uname -srm), $cores cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  if ((gpus > 0)); then nvidia-smi; else echo "nvidia-smi: no GPU listed"; fi
+} 2>&1 | tee "$logs/machine.log"
+device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+
+# --- steps
+results=$work/results.tsv
+: >"$results"
+start=$SECONDS
+passed=0 failed=0 skipped=0
+
+# step NAME TIMEOUT gpu|any COMMAND...: runs COMMAND with its output in logs/NAME.log. Exit 0
+# passes, 77 is a skip the program explains on its last line, anything else fails.
+step() {
+  local name=$1 limit=$2 needs=$3
+  shift 3
+  local log=$logs/$name.log result note=""
+  if [[ $needs == gpu ]] && ((gpus == 0)); then
+    echo "SKIP $name: no GPU on this machine (nvidia-smi lists none)"
+    printf '%s\tskipped\t0\tno GPU\n' "$name" >>"$results"
+    skipped=$((skipped + 1))
+    return
+  fi
+  local left=$((budget - (SECONDS - start)))
+  if ((left < 15)); then
+    echo "SKIP $name: not run, the ${budget} s budget is spent"
+    printf '%s\tnot run\t0\tbudget spent\n' "$name" >>"$results"
+    skipped=$((skipped + 1))
+    return
+  fi
+  ((limit > left)) && limit=$left
+  local t0=$SECONDS
+  if declare -F "$1" >/dev/null; then set -- bash -c '"$@"' bash "$@"; fi  # a function of this script
+  timeout -k 10 "$limit" "$@" >"$log" 2>&1 </dev/null
+  local rc=$? seconds=$((SECONDS - t0))
+  case $rc in
+    0) result=passed passed=$((passed + 1)) ;;
+    77) result=skipped skipped=$((skipped + 1)) note=$(tail -n 1 "$log") ;;
+    124 | 137) result=failed failed=$((failed + 1)) note="timed out after $limit s" ;;
+    *) result=failed failed=$((failed + 1)) note="exit $rc" ;;
+  esac
+  printf '%s\t%s\t%s\t%s\n' "$name" "$result" "$seconds" "$note" >>"$results"
+  echo "${result^^} $name (${seconds} s)${note:+: $note}"
+  if [[ $result == failed ]]; then tail -n 15 "$log" | sed 's/^/    | /'; fi
+}
+
+check_libraries() {
+  local files missing
+  files=$(kit_elf_files | wc -l)
+  missing=$(kit_unresolved)
+  ((files > 0)) || { echo "no programs found in $TRIAD_GPU_KIT"; return 1; }
+  [[ -z $missing ]] || { echo "unresolved:"; echo "$missing"; return 1; }
+  echo "every library of the kit's $files programs and plugins resolves"
+}
+export -f check_libraries kit_elf_files kit_unresolved
+
+demo_data=(--set data.corpus="$kit/data/tokens.bin" --set data.tokenizer="$kit/data/tokenizer.json")
+mpi=(mpirun --oversubscribe --bind-to none)
+
+step libraries 60 any check_libraries
+step mpi_cpu_train 120 any env OMP_NUM_THREADS=1 "${mpi[@]}" -np 2 triad-train --config "$kit/configs/tiny.json" \
+  "${demo_data[@]}" --set model.vocab_size=2048 --set output_dir="$work/mpi_cpu_train" --steps 5
+
+while read -r test ranks; do
+  if [[ $ranks == - ]]; then
+    step "$test" 300 gpu env OMP_NUM_THREADS=$((cores < 8 ? cores : 8)) "$kit/tests/$test"
+  else
+    for np in ${ranks//,/ }; do
+      step "${test}_np$np" 300 gpu env OMP_NUM_THREADS=$((cores / np > 0 ? cores / np : 1)) \
+        "${mpi[@]}" -np "$np" "$kit/tests/$test"
+    done
+  fi
+done <"$kit/tests/gpu-tests.txt"
+
+step bench_step_cuda 240 gpu triad-bench step --device cuda
+step bench_cublaslt 180 gpu bench-cublaslt
+step bench_attention 180 gpu bench-attention
+step train_curves 300 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/curves" --steps 50
+step collectives_nccl 180 gpu "$kit/tests/check_collectives.sh" nccl 1 "${mpi[@]}" -np 1 \
+  triad-bench collectives --comm nccl --min-bytes 8 --max-bytes 256M --warmup 5 --iters 20
+
+# --- summary
+python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
+import json, os, sys
+results, logs, out, device = sys.argv[1:]
+FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib", "f32_cuda_vs_cpu", "bf16_vs_f32")
+rows, steps = [], {}
+for line in open(results):
+    name, result, seconds, note = line.rstrip("\n").split("\t")
+    last = None
+    path = os.path.join(logs, name + ".log")
+    if os.path.exists(path):
+        lines = [l for l in open(path, errors="replace").read().splitlines() if l.strip()]
+        if lines and lines[-1].startswith("{"):
+            try: last = json.loads(lines[-1])
+            except ValueError: pass
+    steps[name] = {"result": result, "seconds": int(seconds), "note": note, "json": last}
+    figures = ["%s %.4g" % (k, last[k]) for k in FIGURES if isinstance(last, dict) and isinstance(last.get(k), (int, float))]
+    note = "; ".join([note] * bool(note) + figures)
+    rows.append("| %s | %s | %s | %s |" % (name, result, seconds, note))
+json.dump({"device": device, "steps": steps}, open(os.path.join(out, "results.json"), "w"), indent=1)
+with open(os.path.join(out, "summary.md"), "w") as f:
+    f.write("# GPU kit on %s\n\n| step | result | s | note |\n|---|---|---|---|\n" % device)
+    f.write("\n".join(rows) + "\n")
+EOF
+cp "$logs/machine.log" "$out/machine.log"
+tar -C "$kit" -czf "$out/logs.tar.gz" logs
+echo
+cat "$out/summary.md"
+echo
+echo "$skipped skipped (results in $out: summary.md, results.json, logs.tar.gz)"
+echo "$passed passed, $failed failed"
