@@ -3,7 +3,7 @@
 // of a triad-train config. Prints a readable table and, as its last line, one JSON object.
 //
 //   triad-estimate --params 7.5e9 --dp 64 [--k 12] [--persistent-params N]
-//   triad-estimate --config configs/gpt2-124m.json [--set model.n_layer=24]... --dp 1,4,64
+//   triad-estimate --config configs/gpt2-124m.json [--set model.n_layer=24]... --dp 1,4,64 [--tp 2]
 //                  [--persistence-threshold 1e5]
 // With --time it also predicts each stage's step time on each dp (estimate/step_time.h).
 #include <CLI/CLI.hpp>
@@ -86,6 +86,12 @@ int main(int argc, char** argv) {
         ->delimiter(',')
         ->check(number_check(
             "at least 1", [](double x) { return x >= 1; }, true));
+    int tp = 1;
+    app.add_option("--tp", tp,
+                   "tensor-parallel ranks: the figures are per rank of a tp × dp grid (with --config, the split "
+                   "layers divided by tp and the rest whole; with --params, Ψ / tp)")
+        ->capture_default_str()
+        ->check(number_check("at least 1", [](double x) { return x >= 1; }, true));
     app.add_option("--k", k, "bytes of optimizer state per parameter (12: mixed-precision Adam)")
         ->capture_default_str()
         ->check(number_check("positive", [](double x) { return x > 0; }));
@@ -113,9 +119,10 @@ int main(int argc, char** argv) {
     if (config_opt->count() > 0) {
       const engine::TrainConfig config = parse_config_for_estimate(config_path, overrides, time_model.micro_batch);
       const nn::GPTConfig& model = config.model;
-      const zero::PersistentParams p =
-          zero::persistent_parameters(model.parameter_sizes(), int64_t(std::floor(threshold)));
-      params = double(model.num_parameters());
+      const auto sizes = model.parameter_sizes(tp);
+      const zero::PersistentParams p = zero::persistent_parameters(sizes, int64_t(std::floor(threshold)));
+      params = 0;
+      for (const auto& [_, n] : sizes) params += double(n);
       persistent = double(p.elements);
       persistent_count = p.count;
       header = "GPT L" + std::to_string(model.n_layer) + " C" + std::to_string(model.d_model) + " NH" +
@@ -128,6 +135,9 @@ int main(int argc, char** argv) {
       time_model.overlap_comm = config.zero.overlap_comm;
       time_model.cluster = config.cluster;
     }
+    TRIAD_CHECK(tp == 1 || !time.enabled, "--time predicts data-parallel steps only; leave out --tp " << tp);
+    if (config_opt->count() == 0) params /= double(tp);
+    if (tp > 1) header += (header.empty() ? "" : ", ") + std::string("per rank of tp=") + std::to_string(tp);
     // Everything is computed before anything is printed, so a bad value prints only its error.
     std::vector<std::array<zero::ModelStateBytes, 4>> results;
     for (int64_t dp : dps)
@@ -180,7 +190,7 @@ int main(int argc, char** argv) {
                           {"param_bytes", zero::kParamBytes},
                           {"grad_bytes", zero::kGradBytes},
                           {"persistent_params", count_json(persistent)},
-                          {"dp", dps},
+                          {"dp", dps}, {"tp", tp},
                           {"estimates", estimates}};
     if (!model_json.is_null()) {
       out["model"] = model_json;

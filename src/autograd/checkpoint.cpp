@@ -8,7 +8,7 @@ namespace triad {
 
 std::vector<Tensor> checkpoint(const Segment& segment, const std::vector<Tensor>& inputs) {
   if (!GradMode::enabled()) return segment(inputs);
-  const GeneratorState rng = default_generator().state();
+  const GeneratorState rng = default_generator().state(), tp_rng = tensor_parallel_generator().state();
   std::vector<Tensor> outputs;
   {
     NoGradGuard no_grad;
@@ -20,21 +20,23 @@ std::vector<Tensor> checkpoint(const Segment& segment, const std::vector<Tensor>
   for (const Tensor& t : inputs) needs.push_back(requires_grad(t));
 
   // `segment` is copied: the closure outlives this call.
-  return record("checkpoint", inputs, outputs, [segment, saved, needs, rng](const Grads& grads) {
+  return record("checkpoint", inputs, outputs, [segment, saved, needs, rng, tp_rng](const Grads& grads) {
     std::vector<Tensor> replay_inputs;
     for (size_t i = 0; i < saved.size(); ++i) {
       Tensor t = detach(saved[i]);
       if (needs[i]) set_requires_grad(t);
       replay_inputs.push_back(t);
     }
-    const GeneratorState after = default_generator().state();
+    const GeneratorState after = default_generator().state(), tp_after = tensor_parallel_generator().state();
     default_generator().set_state(rng);
+    tensor_parallel_generator().set_state(tp_rng);
     std::vector<Tensor> replay;
     {
       EnableGradGuard enable;
       replay = segment(replay_inputs);
     }
     default_generator().set_state(after);
+    tensor_parallel_generator().set_state(tp_after);
     std::vector<Tensor> roots, root_grads;
     for (size_t i = 0; i < replay.size(); ++i) {
       if (!grads[i].defined() || !requires_grad(replay[i])) continue;

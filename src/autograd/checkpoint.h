@@ -2,8 +2,8 @@
 // recompute them during the backward pass. Memory for the segment falls to its inputs and
 // outputs; compute rises by one extra forward of the segment.
 //
-// The segment's random draws (dropout) are replayed exactly: the generator state is saved
-// before the forward and restored for the recomputation. Parameters used inside the
+// The segment's random draws (dropout) are replayed exactly: the states of both generators (tensor/random.h)
+// are saved before the forward and restored for the recomputation. Parameters used inside the
 // segment receive their gradients during the recomputed segment's own backward.
 #pragma once
 

@@ -41,6 +41,7 @@ std::string dataset_of(State state, const std::string& param) {
 }
 
 zero::ZeroOptimizer& zero_of(Engine& engine) {
+  TRIAD_CHECK(engine.tp()->size() == 1, "[checkpoint] checkpoints of tensor-parallel runs are not written yet");
   TRIAD_CHECK(engine.zero() != nullptr, "[checkpoint] checkpoints hold AdamW's state; optimizer.type \""
                                             << engine.config().optimizer.type << "\" cannot be checkpointed");
   return *engine.zero();
@@ -500,7 +501,7 @@ LoadedModel load_model(const std::string& path) {
   LoadedModel m;
   m.config = nlohmann::json::parse(file.get_attr_string("/", "config"));
   const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
-  const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>());
+  const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>() * layout.value("tp", int64_t(1)));
   m.model = std::make_shared<nn::GPT>(c.model);
   for (const auto& [name, p] : m.model->named_parameters()) {
     const std::string ds = "/model/" + name;

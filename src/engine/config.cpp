@@ -24,6 +24,8 @@ void parse_model(JsonReader r, TrainConfig& c) {
   m.vocab_size = r.integer("vocab_size", m.vocab_size, 1, 1 << 24);
   m.dropout = r.number("dropout", m.dropout, 0.0, 0.999);
   m.activation_checkpointing = r.boolean("activation_checkpointing", m.activation_checkpointing);
+  c.tensor_parallel = int(r.integer("tensor_parallel", 1, 1, 1 << 16));
+  c.sequence_parallel = r.boolean("sequence_parallel", false);
   r.finish();
   TRIAD_CHECK(m.d_model % m.n_head == 0,
               "[config] model.d_model (" << m.d_model << ") must be a multiple of model.n_head (" << m.n_head << ")");
@@ -190,11 +192,38 @@ void apply_override(nlohmann::json& config, const std::string& assignment) {
   }
 }
 
-TrainConfig parse_config(const nlohmann::json& json, int64_t dp) {
-  TRIAD_CHECK(dp >= 1, "parse_config: dp must be >= 1");
+// The tensor-parallel degree: model.tensor_parallel, or DeepSpeed's
+// tensor_parallel.autotp_size (one of them, or both equal); it must divide the job's ranks
+// and split the model (heads, 4C; sequence parallelism: the sequence too).
+void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t ranks) {
+  const bool in_model = c.json.contains("model") && c.json["model"].contains("tensor_parallel");
+  const int64_t autotp = tp_section.integer("autotp_size", c.tensor_parallel, 1, 1 << 16);
+  tp_section.finish();
+  TRIAD_CHECK(!in_model || autotp == c.tensor_parallel,
+              "[config] model.tensor_parallel (" << c.tensor_parallel << ") and tensor_parallel.autotp_size ("
+                                                 << autotp << ") disagree; give one of them");
+  c.tensor_parallel = int(autotp);
+  const int tp = c.tensor_parallel;
+  TRIAD_CHECK(ranks % tp == 0, "[config] model.tensor_parallel " << tp << " does not divide the job's " << ranks
+                                                                 << " ranks (data-parallel ranks = ranks / "
+                                                                 << "tensor_parallel)");
+  TRIAD_CHECK(c.model.n_head % tp == 0,
+              "[config] model.tensor_parallel " << tp << " must divide model.n_head (" << c.model.n_head << ")");
+  TRIAD_CHECK(!c.sequence_parallel || c.model.seq_len % tp == 0,
+              "[config] model.sequence_parallel: model.seq_len (" << c.model.seq_len
+                                                                  << ") must be divisible by model.tensor_parallel ("
+                                                                  << tp << ")");
+  c.data_parallel = ranks / tp;
+}
+
+TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
+  TRIAD_CHECK(ranks >= 1, "parse_config: ranks must be >= 1");
   TrainConfig c;
+  c.json = json;
   JsonReader r(json, "config");
   parse_model(r.object("model"), c);
+  resolve_tensor_parallel(r.object("tensor_parallel"), c, ranks);
+  const int64_t dp = c.data_parallel;
   parse_data(r.object("data"), c.data);
   resolve_batch(r, c, dp);
   c.steps = r.integer("steps", 0, 1, kMaxInt);

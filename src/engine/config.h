@@ -103,6 +103,12 @@ struct DataConfig {
 struct TrainConfig {
   std::string arch = "gpt2";
   nn::GPTConfig model;
+  // Megatron-LM's tensor (and sequence) parallelism: model.tensor_parallel ranks split every
+  // layer (DeepSpeed's tensor_parallel.autotp_size says the same); the job's other factor
+  // is data-parallel (data_parallel = ranks / tensor_parallel).
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  int64_t data_parallel = 1;
   DataConfig data;
   int64_t train_batch_size = 0;  // sequences per optimizer step, over all data-parallel ranks
   int64_t micro_batch_size = 0;  // sequences per forward on one rank
@@ -133,7 +139,8 @@ nlohmann::json load_config_file(const std::string& path);
 // Applies "dotted.key=value" to the JSON: value is parsed as JSON when it is valid JSON,
 // else taken as a string; missing objects on the way are created.
 void apply_override(nlohmann::json& config, const std::string& assignment);
-// Validates and resolves. dp: data-parallel ranks (train_batch_size = micro x accumulation x dp).
-TrainConfig parse_config(const nlohmann::json& config, int64_t dp = 1);
+// Validates and resolves for a job of `ranks` processes: data_parallel = ranks /
+// tensor_parallel, and train_batch_size = micro x accumulation x data_parallel.
+TrainConfig parse_config(const nlohmann::json& config, int64_t ranks = 1);
 
 }  // namespace triad::engine

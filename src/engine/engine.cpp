@@ -10,6 +10,7 @@
 #include "optim/clip.h"
 #include "parallel/runtime.h"
 #include "parallel/self_communicator.h"
+#include "parallel/tensor_parallel_layers.h"
 #include "tensor/random.h"
 
 namespace triad::engine {
@@ -31,6 +32,10 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, doubl
 
 uint64_t dropout_seed(uint64_t seed, int rank, int64_t step) {
   return random_bits(seed ^ 0x64726f706f7574ull, (uint64_t(rank) << 40) ^ uint64_t(step));
+}
+
+uint64_t tensor_parallel_seed(uint64_t seed, int dp_rank, int tp_rank, int64_t step) {
+  return dropout_seed(seed ^ 0x74656e736f72ull, (dp_rank << 16) ^ tp_rank, step);
 }
 
 Device training_device(const std::string& device) {
@@ -88,15 +93,24 @@ DistributedBackend resolve_distributed_backend(const std::string& backend, Devic
   return DistributedBackend::nccl;
 }
 
-Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp)
-    : config_(config), device_(training_device(config_.device)) {
-  if (!dp) dp = std::make_shared<parallel::SelfCommunicator>();
+Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, parallel::CommunicatorPtr tp_group)
+    : config_(config), device_(training_device(config_.device)), dp_(std::move(dp_group)), tp_(std::move(tp_group)) {
+  if (!dp_) dp_ = std::make_shared<parallel::SelfCommunicator>();
+  if (!tp_) tp_ = std::make_shared<parallel::SelfCommunicator>();
+  TRIAD_CHECK(tp_->size() == config_.tensor_parallel,
+              "Engine: the tensor-parallel group has " << tp_->size() << " ranks but model.tensor_parallel is "
+                                                       << config_.tensor_parallel);
+  if (tp_->size() > 1) tp_ = tp_comm_ = std::make_shared<parallel::CountingCommunicator>(tp_);
+  const parallel::CommunicatorPtr& dp = dp_;
   const DistributedBackend backend =
       resolve_distributed_backend(config_.distributed_backend, device_, dp->size(), shared_gpu(dp.get(), device_));
-  model_ = std::make_shared<nn::GPT>(config_.model);
+  model_ = std::make_shared<nn::GPT>(
+      config_.model, tp_->size() > 1 ? std::make_shared<parallel::TensorParallel>(tp_, config_.sequence_parallel)
+                                     : nn::serial());
   model_->to(device_);
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
   default_generator().manual_seed(dropout_seed(config_.seed, dp->rank(), 0));
+  tensor_parallel_generator().manual_seed(tensor_parallel_seed(config_.seed, dp->rank(), tp_->rank(), 0));
   const OptimizerConfig& o = config_.optimizer;
   if (o.type == "AdamW") {
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
@@ -117,9 +131,11 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp)
                          .allgather_bucket_size = config_.zero.allgather_bucket_size,
                          .stage3_param_persistence_threshold = config_.zero.stage3_param_persistence_threshold,
                          .stage3_prefetch_bucket_size = config_.zero.stage3_prefetch_bucket_size},
-        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_);
+        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_,
+        zero::WrapPolicy{}, tp_);
   } else {
-    TRIAD_CHECK(dp->size() == 1 && config_.zero.stage == 0 && config_.precision.dtype == DType::f32,
+    TRIAD_CHECK(dp->size() == 1 && tp_->size() == 1 && config_.zero.stage == 0 &&
+                    config_.precision.dtype == DType::f32,
                 "[config] optimizer.type \"" << o.type << "\" runs in one process in f32 only (data parallelism, "
                                              << "ZeRO and mixed precision run AdamW)");
     optimizer_ = make_sgd(o, model_->parameters());
@@ -145,6 +161,10 @@ StepResult Engine::step() {
     const double norm = zero_->step(lr, config_.gradient_clipping);
     nlohmann::json comm = comm_->to_json();
     comm_->reset();
+    if (tp_comm_) {
+      comm["tp"] = tp_comm_->to_json();
+      tp_comm_->reset();
+    }
     return {++step_, lr, norm, std::isinf(norm), zero_->loss_scale(), std::move(comm)};
   }
   const std::vector<Tensor> params = model_->parameters();

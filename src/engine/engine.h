@@ -8,6 +8,12 @@
 // the mean loss over the global batch; step() clips, sets the scheduled rate, updates and
 // clears the gradients.
 //
+// With tensor parallelism (config.tensor_parallel > 1) the Engine is given its rank's
+// tensor-parallel group too: the GPT holds this rank's part of every split layer
+// (parallel::TensorParallel), the rank's ZeRO runs over its data-parallel group on that
+// part, and clipping and overflow checks span both (Note [ZeRO under tensor parallelism]).
+// The ranks of a tp group take the same rows of every batch.
+//
 // AdamW runs through ZeRO (zero/zero_optimizer.h) over the data-parallel ranks (one
 // process: a communicator of one rank, where ZeRO is plain AdamW over flat buffers): its
 // state is then the same whatever the layout, and checkpoints carry it between layouts.
@@ -47,13 +53,17 @@ struct StepResult {
   bool skipped = false;     // fp16: gradients overflowed on some rank, parameters unchanged
   double loss_scale = 1.0;  // the loss scale after this step
   // This rank's communication since the previous step, as CountingCommunicator::to_json
-  // ({"bus_bytes", "by_collective"}); null without data parallelism.
+  // ({"bus_bytes", "by_collective"}): ZeRO's over the data-parallel group, and with tensor
+  // parallelism under "tp" the same for the tensor-parallel group; null without ZeRO.
   nlohmann::json comm;
 };
 
 // The seed of rank `rank`'s dropout generator for a run starting at `step`: distinct per
-// rank, and a pure function of the config's seed, so restarts are reproducible.
+// rank, and a pure function of the config's seed, so restarts are reproducible. The
+// default generator takes the data-parallel rank (the same stream on every rank of a tp
+// group); the tensor-parallel one (tensor/random.h) tensor_parallel_seed's.
 uint64_t dropout_seed(uint64_t seed, int rank, int64_t step);
+uint64_t tensor_parallel_seed(uint64_t seed, int dp_rank, int tp_rank, int64_t step);
 
 // The device a rank trains on for the config's `device` value: "cpu"; "cuda:N"; or "cuda",
 // which is the rank's own GPU on its node (rank_on_node() modulo the visible devices, as
@@ -84,7 +94,10 @@ std::string shared_gpu(parallel::Communicator* dp, Device device);
 
 class Engine {
  public:
-  explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr);
+  // dp: this rank's data-parallel group; tp: its tensor-parallel group, of
+  // config.tensor_parallel ranks (null: one process each).
+  explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr,
+                  parallel::CommunicatorPtr tp = nullptr);
 
   // Mean cross-entropy of one micro-batch: inputs and targets (B, T) of i64, on the host or
   // on device(). The loss is a one-element tensor on device().
@@ -95,6 +108,8 @@ class Engine {
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
 
   nn::GPT& model() { return *model_; }
+  const parallel::CommunicatorPtr& dp() const { return dp_; }
+  const parallel::CommunicatorPtr& tp() const { return tp_; }
   Device device() const { return device_; }  // where the model and optimizer state live
   // Makes every parameter readable in full (ZeRO stage 3 gathers them: collective, every
   // rank calls it) and partitions them again afterwards; no-ops otherwise.
@@ -120,6 +135,8 @@ class Engine {
  private:
   TrainConfig config_;
   Device device_;
+  parallel::CommunicatorPtr dp_, tp_;
+  std::shared_ptr<parallel::CountingCommunicator> tp_comm_;  // tp_, counted (tp > 1)
   std::shared_ptr<nn::GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;

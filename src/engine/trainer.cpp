@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "io/sampler.h"
 #include "io/tokenizer.h"
+#include "parallel/process_grid.h"
 #include "parallel/self_communicator.h"
 #include "tensor/ops.h"
 
@@ -38,22 +39,33 @@ std::vector<int64_t> rows(const std::vector<int64_t>& offsets, int64_t first, in
 
 // Every rank must run the same configuration: compare a hash of it before any other
 // collective, so a mismatch is one clear error instead of a hang or silent divergence.
-void check_same_config(const TrainConfig& c, parallel::Communicator& dp) {
+void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
   const int64_t mine = int64_t(std::hash<std::string>{}(c.json.dump()) >> 1);
-  Tensor all = Tensor::empty({dp.size()}, DType::i64);
+  Tensor all = Tensor::empty({world.size()}, DType::i64);
   Tensor own = Tensor::from_vector(std::vector<int64_t>{mine}, {1});
-  dp.all_gather(own, all)->wait();
+  world.all_gather(own, all)->wait();
   for (int64_t h : all.to_vector<int64_t>())
-    TRIAD_CHECK(h == mine, "[config] the configuration differs between data-parallel ranks (rank "
-                               << dp.rank() << " holds another one); give every rank the same config and --set flags");
+    TRIAD_CHECK(h == mine, "[config] the configuration differs between ranks (rank "
+                               << world.rank() << " holds another one); give every rank the same config and --set flags");
 }
 
 }  // namespace
 
-double train(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr dp) {
+double train(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr world) {
+  const bool leader = !world || world->rank() == 0;
+  if (world) check_same_config(c, *world);
+  TRIAD_CHECK(int64_t(c.tensor_parallel) * c.data_parallel == (world ? world->size() : 1),
+              "[config] model.tensor_parallel " << c.tensor_parallel << " x " << c.data_parallel
+                                                << " data-parallel ranks does not match the job's "
+                                                << (world ? world->size() : 1) << " ranks");
+  // The grid: tp consecutive ranks split the model, the rest is data-parallel.
+  std::unique_ptr<parallel::ProcessGrid> grid;
+  parallel::CommunicatorPtr dp = world, tp;
+  if (c.tensor_parallel > 1) {
+    grid = std::make_unique<parallel::ProcessGrid>(world, c.tensor_parallel, int(c.data_parallel), 1);
+    dp = grid->dp(), tp = grid->tp();
+  }
   const int n = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
-  const bool leader = rank == 0;
-  if (dp) check_same_config(c, *dp);
   // A device or distributed backend this rank cannot train with fails before the data is read.
   const Device device = training_device(c.device);
   resolve_distributed_backend(c.distributed_backend, device, n, shared_gpu(dp.get(), device));
@@ -89,9 +101,13 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       val_batches.emplace_back(b.inputs, b.targets);
     }
   }
-  const parallel::CommunicatorPtr comm = dp ? dp : std::make_shared<parallel::SelfCommunicator>();
+  const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
   const std::string checkpoint_dir = options.save_dir.empty() ? c.checkpoint.dir : options.save_dir;
-  Engine engine(c, dp);
+  TRIAD_CHECK(c.tensor_parallel == 1 || (checkpoint_dir.empty() && c.output_dir.empty() && options.resume.empty()),
+              "[config] model.tensor_parallel " << c.tensor_parallel << ": checkpoints and saved weights of "
+                                                << "tensor-parallel runs are not written yet; set checkpoint.dir and "
+                                                << "output_dir to \"\" and do not resume");
+  Engine engine(c, dp, tp);
   if (!options.resume.empty()) {
     const std::string from = resume(options.resume, checkpoint_dir, engine, *comm);
     if (leader && !from.empty())
@@ -130,12 +146,12 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
 
   // Model-state bytes resident on a rank, the maximum over ranks (constant over the run).
   nlohmann::json mem;
-  if (dp) {
+  if (world) {
     const zero::ResidentBytes m = engine.memory();
     Tensor v = Tensor::from_vector(
         std::vector<double>{double(m.param_bytes), double(m.grad_bytes), double(m.optim_bytes), double(m.buffer_bytes)},
         {4});
-    dp->all_reduce(v, parallel::ReduceOp::max)->wait();
+    world->all_reduce(v, parallel::ReduceOp::max)->wait();
     const std::vector<double> b = v.to_vector<double>();
     mem = {{"param_bytes", b[0]}, {"grad_bytes", b[1]}, {"optim_bytes", b[2]}, {"buffer_bytes", b[3]}};
   }
@@ -197,7 +213,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     }
     nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
                            {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
-    if (dp) line["mem"] = mem, line["comm"] = r.comm;
+    if (world) line["mem"] = mem, line["comm"] = r.comm;
     if (c.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
     if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps)
       line["val_loss"] = last_val = evaluate(r.step);

@@ -18,10 +18,11 @@ struct TrainOptions {
 
 // Runs the whole training described by `config`; throws Error on bad input or a non-finite
 // loss (nothing is saved then).
-// With a data-parallel communicator, every rank calls train() with the same config (checked
-// before anything else) and takes its rows of each global batch; rank 0 prints, writes the
-// metrics and saves the model. Returns the last validation loss (NaN without a validation
-// split).
-double train(const TrainConfig& config, const TrainOptions& options, parallel::CommunicatorPtr dp = nullptr);
+// With the job's communicator (world), every rank calls train() with the same config
+// (checked before anything else); the ranks form a tp × dp grid (parallel/process_grid.h,
+// tp = config.tensor_parallel) and each tp group takes its rows of each global batch;
+// rank 0 prints, writes the metrics and saves the model. Returns the last validation loss
+// (NaN without a validation split).
+double train(const TrainConfig& config, const TrainOptions& options, parallel::CommunicatorPtr world = nullptr);
 
 }  // namespace triad::engine

@@ -18,23 +18,25 @@ void GPTConfig::validate() const {
   TRIAD_CHECK(dropout >= 0.0 && dropout < 1.0, "[model] dropout must be in [0, 1), got " << dropout);
 }
 
-std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes() const {
+std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes(int tp) const {
   validate();
-  const int64_t C = d_model;
-  std::vector<std::pair<std::string, int64_t>> sizes{{"wte.weight", vocab_size * C}, {"wpe.weight", seq_len * C}};
+  TRIAD_CHECK(tp >= 1 && n_head % tp == 0, "[model] tensor_parallel " << tp << " must divide n_head " << n_head);
+  const int64_t C = d_model, t = tp;
+  std::vector<std::pair<std::string, int64_t>> sizes{{"wte.weight", vocab_rows_per_rank(vocab_size, tp) * C},
+                                                     {"wpe.weight", seq_len * C}};
   for (int64_t i = 0; i < n_layer; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     for (const auto& [name, n] : std::vector<std::pair<std::string, int64_t>>{{"ln1.weight", C},
                                                                               {"ln1.bias", C},
-                                                                              {"attn.qkv.weight", 3 * C * C},
-                                                                              {"attn.qkv.bias", 3 * C},
-                                                                              {"attn.proj.weight", C * C},
+                                                                              {"attn.qkv.weight", 3 * C * C / t},
+                                                                              {"attn.qkv.bias", 3 * C / t},
+                                                                              {"attn.proj.weight", C * C / t},
                                                                               {"attn.proj.bias", C},
                                                                               {"ln2.weight", C},
                                                                               {"ln2.bias", C},
-                                                                              {"mlp.fc.weight", 4 * C * C},
-                                                                              {"mlp.fc.bias", 4 * C},
-                                                                              {"mlp.proj.weight", 4 * C * C},
+                                                                              {"mlp.fc.weight", 4 * C * C / t},
+                                                                              {"mlp.fc.bias", 4 * C / t},
+                                                                              {"mlp.proj.weight", 4 * C * C / t},
                                                                               {"mlp.proj.bias", C}})
       sizes.emplace_back(b + name, n);
   }
@@ -62,31 +64,43 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   return c;
 }
 
-GPT::GPT(const GPTConfig& config) : Module("GPT"), config_(config) {
+GPT::GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism)
+    : Module("GPT"), config_(config), par_(std::move(parallelism)) {
   config_.validate();
   const int64_t C = config_.d_model;
-  wte = register_module("wte", std::make_shared<Embedding>(config_.vocab_size, C));
+  const Parallelism& par = *par_;
+  wte = register_module("wte", par.token_embedding(config_.vocab_size, C));
   wpe = register_module("wpe", std::make_shared<Embedding>(config_.seq_len, C));
-  drop = register_module("drop", std::make_shared<Dropout>(config_.dropout));
+  drop = register_module("drop", std::make_shared<Dropout>(config_.dropout, par.residual_generator()));
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < config_.n_layer; ++i)
-    blocks->push_back(std::make_shared<Block>(C, config_.n_head, config_.dropout));
+    blocks->push_back(std::make_shared<Block>(C, config_.n_head, config_.dropout, par));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(C));
+  par.mark_residual_layer(*wpe);
+  par.mark_residual_layer(*ln_f);
   init_weights();
 }
 
 void GPT::init_weights() {
   // GPT-2: N(0, 0.02) for matrices and embeddings, residual projections scaled by
   // 1/sqrt(2 n_layer), zero biases, unit LayerNorms.
+  // A split parameter draws its global tensor and keeps its part (nn/tensor_split.h).
   Generator gen(config_.init_seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * double(config_.n_layer));
-  for (auto& [name, p] : named_parameters()) {
+  const auto splits = named_splits();
+  const auto params = named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    const TensorSplit& split = splits[i].second;
     const bool is_resid_proj = name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight");
     if (name.find("ln") != std::string::npos) continue;  // LayerNorms keep 1 and 0
-    if (p.dim() == 1)
+    if (p.dim() == 1) {
       ops::zero_(p);
-    else
-      ops::normal_(p, 0.0, is_resid_proj ? resid_std : 0.02, gen);
+      continue;
+    }
+    const Tensor global = split.is_split() ? Tensor::empty(split.global_shape(p.shape()), p.dtype(), p.device()) : p;
+    ops::normal_(global, 0.0, is_resid_proj ? resid_std : 0.02, gen);
+    if (split.is_split()) ops::copy_(p, local_part(global, split, p.shape()));
   }
 }
 
@@ -94,7 +108,8 @@ Tensor GPT::forward(const Tensor& indices) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
   const int64_t T = indices.size(1);
   TRIAD_CHECK(T <= config_.seq_len, "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
-  Tensor x = add((*wte)(indices), compute_dtype(narrow(wpe->weight, 0, 0, T)));
+  const auto [first, count] = par_->sequence_part(T);
+  Tensor x = add((*wte)(indices), compute_dtype(narrow(wpe->weight, 0, first, count)));
   x = (*drop)(x);
   for (size_t i = 0; i < blocks->size(); ++i) {
     Module& block = *(*blocks)[i];
@@ -103,14 +118,14 @@ Tensor GPT::forward(const Tensor& indices) {
     else
       x = block(x);
   }
-  return linear((*ln_f)(x), wte->weight);
+  return par_->tied_logits((*ln_f)(x), wte->weight);
 }
 
 KVCache GPT::make_cache(int64_t batch) const {
   KVCache cache;
   const int64_t hs = config_.d_model / config_.n_head;
   for (int64_t i = 0; i < config_.n_layer; ++i) {
-    const Shape shape{batch, config_.n_head, config_.seq_len, hs};
+    const Shape shape{batch, config_.n_head / par_->ranks(), config_.seq_len, hs};
     cache.k.push_back(Tensor::zeros(shape, wte->weight.dtype(), wte->weight.device()));
     cache.v.push_back(Tensor::zeros(shape, wte->weight.dtype(), wte->weight.device()));
   }
@@ -124,18 +139,19 @@ Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache) {
               "GPT: " << pos + T << " positions exceed the model's seq_len " << config_.seq_len);
   TRIAD_CHECK(!cache.k.empty() && cache.k[0].size(0) == indices.size(0),
               "GPT: the cache was made for another batch size");
+  TRIAD_CHECK(!par_->sequence_parallel(), "GPT: generation runs without sequence parallelism");
   NoGradGuard no_grad;
   return call([&] {
-    Tensor x = ops::add(ops::embedding(wte->weight, indices), ops::narrow(wpe->weight, 0, pos, T));
+    Tensor x = ops::add((*wte)(indices), ops::narrow(wpe->weight, 0, pos, T));
     for (size_t i = 0; i < blocks->size(); ++i)
       x = static_cast<Block&>(*(*blocks)[i]).forward_cached(x, cache.k[i], cache.v[i], pos);
     cache.length = pos + T;
-    return ops::linear((*ln_f)(x), wte->weight, Tensor());
+    return par_->full_logits(par_->tied_logits((*ln_f)(x), wte->weight), config_.vocab_size);
   });
 }
 
 Tensor GPT::loss(const Tensor& indices, const Tensor& targets) {
-  return cross_entropy((*this)(indices), targets, -100);
+  return par_->cross_entropy((*this)(indices), targets, config_.vocab_size);
 }
 
 }  // namespace triad::nn

@@ -21,8 +21,10 @@ struct GPTConfig {
   void validate() const;  // throws Error naming the bad field
 
   // Every parameter GPT(config) holds, by name, with its element count, from the shapes
-  // alone (no model is built); and their sum, Ψ = V·C + S·C + L·(12C² + 13C) + 2C.
-  std::vector<std::pair<std::string, int64_t>> parameter_sizes() const;
+  // alone (no model is built); and their sum, Ψ = V·C + S·C + L·(12C² + 13C) + 2C. With
+  // tp > 1: what one rank of a tensor-parallel group holds (split weights and biases
+  // divided by tp, the vocabulary padded first; the rest whole).
+  std::vector<std::pair<std::string, int64_t>> parameter_sizes(int tp = 1) const;
   int64_t num_parameters() const;
 
   // Named shapes: "tiny" (L2 C64 NH4 V256 T64, for tests), "gpt2-124m" (L12 C768 NH12
@@ -30,21 +32,28 @@ struct GPTConfig {
   static GPTConfig preset(const std::string& name);
 };
 
+// Built with a Parallelism other than serial(), the GPT holds this rank's part of a model
+// split over tensor-parallel ranks (nn/parallelism.h): the same parameter names, each with
+// its TensorSplit, and initial values that are exactly its part of the single-process
+// model's (every parameter is drawn at its global shape and sliced).
 class GPT : public Module {
  public:
-  explicit GPT(const GPTConfig& config);
+  explicit GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism = serial());
 
-  // indices (B, T) of i64/i32, T <= seq_len -> logits (B, T, vocab_size).
+  // indices (B, T) of i64/i32, T <= seq_len -> logits (B, T, V), V the vocabulary rows
+  // this rank holds (vocab_size on one process).
   Tensor forward(const Tensor& indices) override;
   // Generation: an empty cache for `batch` sequences of up to seq_len tokens, and the
   // logits (B, T_new, V) of T_new more tokens given the cache, which it extends. Equal to
-  // the last T_new positions of forward() on the whole sequence. Inference only.
+  // the last T_new positions of forward() on the whole sequence, over all vocab_size
+  // tokens on every rank. Inference only; not with sequence parallelism.
   KVCache make_cache(int64_t batch) const;
   Tensor forward_cached(const Tensor& indices, KVCache& cache);
   // Mean cross-entropy of the logits for `indices` against `targets` (B, T), skipping -100.
   Tensor loss(const Tensor& indices, const Tensor& targets);
 
   const GPTConfig& config() const { return config_; }
+  const Parallelism& parallelism() const { return *par_; }
 
   std::shared_ptr<Embedding> wte, wpe;
   std::shared_ptr<Dropout> drop;
@@ -54,6 +63,7 @@ class GPT : public Module {
  private:
   void init_weights();
   GPTConfig config_;
+  std::shared_ptr<const Parallelism> par_;
 };
 
 }  // namespace triad::nn

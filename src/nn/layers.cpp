@@ -18,6 +18,13 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Genera
   }
 }
 
+Linear::Linear(std::string type_name, Tensor weight_, Tensor bias_, const TensorSplit& weight_split,
+               const TensorSplit& bias_split)
+    : Module(std::move(type_name)) {
+  weight = register_parameter("weight", std::move(weight_), weight_split);
+  if (bias_.defined()) bias = register_parameter("bias", std::move(bias_), bias_split);
+}
+
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) : Module("Embedding") {
@@ -25,6 +32,10 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) : Modu
               "Embedding: sizes must be positive, got " << num_embeddings << " x " << dim);
   weight = register_parameter("weight", Tensor::empty({num_embeddings, dim}));
   ops::normal_(weight, 0.0, 1.0, gen);
+}
+
+Embedding::Embedding(std::string type_name, Tensor weight_, const TensorSplit& split) : Module(std::move(type_name)) {
+  weight = register_parameter("weight", std::move(weight_), split);
 }
 
 Tensor Embedding::forward(const Tensor& indices) { return embedding(weight, indices); }
@@ -37,11 +48,11 @@ LayerNorm::LayerNorm(int64_t dim, double eps_) : Module("LayerNorm"), eps(eps_) 
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
 
-Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
+Dropout::Dropout(double p_, Generator& gen_) : Module("Dropout"), p(p_), gen(&gen_) {
   TRIAD_CHECK(p >= 0.0 && p < 1.0, "Dropout: probability must be in [0, 1), got " << p);
 }
 
-Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training(), *gen); }
 
 Tensor GELU::forward(const Tensor& x) { return gelu(x); }
 

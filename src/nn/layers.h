@@ -14,6 +14,11 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) override;
 
   Tensor weight, bias;  // bias undefined when built without one
+
+ protected:
+  // For layers holding a part of a weight split over ranks (parallel/tensor_parallel_layers.h).
+  Linear(std::string type_name, Tensor weight, Tensor bias, const TensorSplit& weight_split,
+         const TensorSplit& bias_split);
 };
 
 // Rows of a table: weight (num_embeddings, dim), init N(0, 1).
@@ -23,6 +28,9 @@ class Embedding : public Module {
   Tensor forward(const Tensor& indices) override;
 
   Tensor weight;
+
+ protected:
+  Embedding(std::string type_name, Tensor weight, const TensorSplit& split);  // as Linear's
 };
 
 // Normalizes the last dimension; weight 1, bias 0.
@@ -35,13 +43,15 @@ class LayerNorm : public Module {
   double eps;
 };
 
-// Inverted dropout, active only in training mode.
+// Inverted dropout, active only in training mode, drawing from `gen` (which must outlive
+// the module).
 class Dropout : public Module {
  public:
-  explicit Dropout(double p);
+  explicit Dropout(double p, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
 
   double p;
+  Generator* gen;
 };
 
 // GELU, tanh approximation.

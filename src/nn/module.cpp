@@ -21,12 +21,23 @@ void Module::check_name(const std::string& name) const {
               type_name_ << ": member '" << name << "' registered twice");
 }
 
-Tensor Module::register_parameter(const std::string& name, Tensor t) {
+Tensor Module::register_parameter(const std::string& name, Tensor t, const TensorSplit& split) {
   check_name(name);
   TRIAD_CHECK(t.defined(), type_name_ << ": parameter '" << name << "' is undefined");
+  TRIAD_ASSERT(!split.is_split() || split.dim < t.dim());
   set_requires_grad(t, true);
   params_.emplace_back(name, t);
+  splits_.push_back(split);
   return t;
+}
+
+void Module::set_split(const std::string& name, const TensorSplit& split) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].first == name) {
+      splits_[i] = split;
+      return;
+    }
+  throw Error(type_name_ + ": no parameter '" + name + "' to split");
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor t) {
@@ -46,6 +57,15 @@ std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurs
   if (recurse)
     for (const auto& [cname, child] : children_)
       for (auto& [n, t] : child->named_parameters(true)) out.emplace_back(cname + "." + n, t);
+  return out;
+}
+
+std::vector<std::pair<std::string, TensorSplit>> Module::named_splits(bool recurse) const {
+  std::vector<std::pair<std::string, TensorSplit>> out;
+  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(params_[i].first, splits_[i]);
+  if (recurse)
+    for (const auto& [cname, child] : children_)
+      for (auto& [n, s] : child->named_splits(true)) out.emplace_back(cname + "." + n, s);
   return out;
 }
 

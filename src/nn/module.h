@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/tensor_split.h"
 #include "tensor/tensor.h"
 
 namespace triad::nn {
@@ -52,6 +53,12 @@ class Module {
 
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
+  // How each parameter is split over tensor-parallel ranks (nn/tensor_split.h), in the
+  // order and with the names of named_parameters(); replicated unless its layer says so.
+  std::vector<std::pair<std::string, TensorSplit>> named_splits(bool recurse = true) const;
+  // Changes the split recorded for this module's own parameter `name` (a model marks the
+  // replicated parameters that sequence parallelism leaves with partial gradients).
+  void set_split(const std::string& name, const TensorSplit& split);
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
   // This module (named "") and every descendant, depth-first, with dotted names.
   std::vector<std::pair<std::string, ModulePtr>> named_modules(const ModulePtr& self) const;
@@ -76,7 +83,7 @@ class Module {
 
  protected:
   // Registers a parameter (it becomes a leaf that requires grad) and returns it.
-  Tensor register_parameter(const std::string& name, Tensor t);
+  Tensor register_parameter(const std::string& name, Tensor t, const TensorSplit& split = {});
   Tensor register_buffer(const std::string& name, Tensor t);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
@@ -92,6 +99,7 @@ class Module {
   std::string type_name_;
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<TensorSplit> splits_;  // of params_
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, ModulePtr>> children_;
   std::vector<ForwardHook> pre_hooks_, post_hooks_;

@@ -6,20 +6,22 @@
 
 namespace triad::nn {
 
-CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t n_head_, double dropout)
-    : Module("CausalSelfAttention"), n_head(n_head_) {
-  TRIAD_CHECK(n_head > 0 && d_model % n_head == 0,
-              "CausalSelfAttention: d_model " << d_model << " is not divisible by n_head " << n_head);
-  qkv = register_module("qkv", std::make_shared<Linear>(d_model, 3 * d_model));
-  proj = register_module("proj", std::make_shared<Linear>(d_model, d_model));
-  attn_drop = register_module("attn_drop", std::make_shared<Dropout>(dropout));
-  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout));
+CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t n_head_, double dropout, const Parallelism& par)
+    : Module("CausalSelfAttention"), n_head(n_head_ / par.ranks()) {
+  TRIAD_CHECK(n_head_ > 0 && d_model % n_head_ == 0,
+              "CausalSelfAttention: d_model " << d_model << " is not divisible by n_head " << n_head_);
+  TRIAD_CHECK(n_head_ % par.ranks() == 0, "CausalSelfAttention: the " << n_head_ << " heads cannot be split over "
+                                                                      << par.ranks() << " tensor-parallel ranks");
+  qkv = register_module("qkv", par.column_linear(d_model, 3 * d_model, 3));
+  proj = register_module("proj", par.row_linear(d_model, d_model));
+  attn_drop = register_module("attn_drop", std::make_shared<Dropout>(dropout, par.region_generator()));
+  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout, par.residual_generator()));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   TRIAD_CHECK(x.dim() == 3, "CausalSelfAttention: expected input (B, T, C), got " << shape_str(x.shape()));
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
-  const Tensor qkv_out = (*qkv)(x);  // (B, T, 3C)
+  const Tensor qkv_out = (*qkv)(x);  // (B, T, 3C), C: the features of this rank's heads
+  const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3, hs = C / n_head;
   auto heads = [&](int64_t part) {   // (B, NH, T, hs)
     return transpose(reshape(narrow(qkv_out, 2, part * C, C), {B, T, n_head, hs}), 1, 2);
   };
@@ -42,11 +44,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
+  const Tensor qkv_out = (*qkv)(x);
+  const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3, hs = C / n_head;
   TRIAD_CHECK(pos + T <= k_cache.size(2), "CausalSelfAttention: positions " << pos << ".." << pos + T
                                                                             << " exceed the cache capacity "
                                                                             << k_cache.size(2));
-  const Tensor qkv_out = (*qkv)(x);
   auto heads = [&](int64_t part) {
     return ops::transpose(ops::reshape(ops::narrow(qkv_out, 2, part * C, C), {B, T, n_head, hs}), 1, 2);
   };
@@ -58,20 +60,22 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cach
   return (*proj)(y);
 }
 
-MLP::MLP(int64_t d_model, double dropout) : Module("MLP") {
-  fc = register_module("fc", std::make_shared<Linear>(d_model, 4 * d_model));
+MLP::MLP(int64_t d_model, double dropout, const Parallelism& par) : Module("MLP") {
+  fc = register_module("fc", par.column_linear(d_model, 4 * d_model));
   act = register_module("act", std::make_shared<GELU>());
-  proj = register_module("proj", std::make_shared<Linear>(4 * d_model, d_model));
-  drop = register_module("drop", std::make_shared<Dropout>(dropout));
+  proj = register_module("proj", par.row_linear(4 * d_model, d_model));
+  drop = register_module("drop", std::make_shared<Dropout>(dropout, par.residual_generator()));
 }
 
 Tensor MLP::forward(const Tensor& x) { return (*drop)((*proj)((*act)((*fc)(x)))); }
 
-Block::Block(int64_t d_model, int64_t n_head, double dropout) : Module("Block") {
+Block::Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par) : Module("Block") {
   ln1 = register_module("ln1", std::make_shared<LayerNorm>(d_model));
-  attn = register_module("attn", std::make_shared<CausalSelfAttention>(d_model, n_head, dropout));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(d_model, n_head, dropout, par));
   ln2 = register_module("ln2", std::make_shared<LayerNorm>(d_model));
-  mlp = register_module("mlp", std::make_shared<MLP>(d_model, dropout));
+  mlp = register_module("mlp", std::make_shared<MLP>(d_model, dropout, par));
+  par.mark_residual_layer(*ln1);
+  par.mark_residual_layer(*ln2);
 }
 
 Tensor Block::forward(const Tensor& x) {

@@ -2,7 +2,7 @@
 // block that joins them with residual connections.
 #pragma once
 
-#include "nn/layers.h"
+#include "nn/parallelism.h"
 
 namespace triad::nn {
 
@@ -16,24 +16,26 @@ struct KVCache {
 
 // Multi-head causal self-attention on x (B, T, C): one fused qkv projection (C -> 3C, split
 // q|k|v), softmax(q k^T / sqrt(hs)) over keys at or before each query, output projection.
+// Under tensor parallelism each rank computes n_head / ranks heads: qkv is column-parallel
+// (each of q, k, v split by heads), proj row-parallel.
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(int64_t d_model, int64_t n_head, double dropout);
+  CausalSelfAttention(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par = *serial());
   Tensor forward(const Tensor& x) override;
   // x (B, T_new, C) at positions pos.. of a sequence whose keys and values before pos are in
   // k_cache/v_cache (B, NH, capacity, hs); appends this step's keys and values there.
   // Inference only (no gradients).
   Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
 
-  int64_t n_head;
+  int64_t n_head;  // the heads this rank computes
   std::shared_ptr<Linear> qkv, proj;
   std::shared_ptr<Dropout> attn_drop, resid_drop;
 };
 
-// fc (C -> 4C), GELU, proj (4C -> C), dropout.
+// fc (C -> 4C, column-parallel), GELU, proj (4C -> C, row-parallel), dropout.
 class MLP : public Module {
  public:
-  MLP(int64_t d_model, double dropout);
+  MLP(int64_t d_model, double dropout, const Parallelism& par = *serial());
   Tensor forward(const Tensor& x) override;
 
   std::shared_ptr<Linear> fc, proj;
@@ -44,7 +46,7 @@ class MLP : public Module {
 // x + attn(ln1(x)), then x + mlp(ln2(x)).
 class Block : public Module {
  public:
-  Block(int64_t d_model, int64_t n_head, double dropout);
+  Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par = *serial());
   Tensor forward(const Tensor& x) override;
   Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
 

@@ -7,4 +7,9 @@ Generator& default_generator() {
   return g;
 }
 
+Generator& tensor_parallel_generator() {
+  static Generator g(0);
+  return g;
+}
+
 }  // namespace triad

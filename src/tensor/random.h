@@ -31,8 +31,13 @@ class Generator {
   GeneratorState state_;
 };
 
-// The process-wide generator used when none is passed.
+// The process-wide generator used when none is passed. Under tensor parallelism it draws
+// the same stream on every rank of a tp group (dropout on replicated activations).
 Generator& default_generator();
+// The generator of draws inside a tensor-parallel region (dropout on a rank's own heads),
+// seeded differently on each rank of a tp group: Megatron's model-parallel RNG tracker.
+// Activation checkpointing saves and replays it with the default one.
+Generator& tensor_parallel_generator();
 
 // 64 random bits for counter `counter` under `seed` (a splitmix64-style mix of both).
 inline uint64_t random_bits(uint64_t seed, uint64_t counter) {

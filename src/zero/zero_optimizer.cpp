@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
@@ -12,8 +13,9 @@
 namespace triad::zero {
 
 ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
-                             double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy)
-    : config_(config), adamw_(adamw), dp_(std::move(dp)), units_(make_units(model, policy)) {
+                             double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy,
+                             parallel::CommunicatorPtr tp)
+    : config_(config), adamw_(adamw), dp_(std::move(dp)), tp_(std::move(tp)), units_(make_units(model, policy)) {
   TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 3,
               "[config] zero_optimization.stage must be 0, 1, 2 or 3, got " << config_.stage);
   TRIAD_CHECK(config_.reduce_bucket_size > 0 && config_.allgather_bucket_size > 0,
@@ -25,6 +27,8 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   scale_ = config_.loss_scale.dynamic ? config_.loss_scale.initial_scale : 1.0;
   hysteresis_left_ = config_.loss_scale.hysteresis;
   const int n = dp_->size(), r = dp_->rank();
+  std::map<std::string, nn::TensorSplit> splits;
+  for (auto& [name, split] : model->named_splits()) splits.emplace(name, split);
   groups_.reserve(4 * units_.size());  // hooks hold Group pointers: no reallocation after this
   for (const Unit& u : units_) {
     unit_groups_.emplace_back();
@@ -41,6 +45,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
         if (list.empty()) continue;
         Group g;
         g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, n, r, config_.dtype);
+        for (const auto& [name, _] : g.flat->params()) g.splits.push_back(splits.at(name));
         const Tensor initial = g.flat->take_initial_f32();
         if (config_.dtype != DType::f32) g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
         const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
@@ -220,17 +225,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     if (unscale != 1.0) ops::mul_(grad, unscale);
     grads.push_back(grad);
   }
-  // One sum of squares over every group, so the host waits for the device once here (and
-  // once more for the all-reduced sum at stages 1 to 3). A NaN or inf anywhere makes it
-  // non-finite, which is the overflow test of dynamic loss scaling; the sum is the same on
-  // every rank (stage 0's gradients are, and the all-reduce gives every rank the same
-  // bits), so every rank reaches the same verdict.
-  double sq = ops::sum_squares(grads);
-  if (config_.stage >= 1) {
-    Tensor total = Tensor::full({1}, sq, DType::f64, device_);
-    dp_->all_reduce(total)->wait();
-    sq = total.item();
-  }
+  const double sq = squared_norm(grads);
   if (config_.loss_scale.dynamic) {
     const bool overflow = !std::isfinite(sq);
     update_scale(overflow);
@@ -323,6 +318,52 @@ void ZeroOptimizer::set_counters(const Counters& c) {
 Tensor ZeroOptimizer::param_view(Group& g) const {
   if (config_.stage == 0) return g.flat->flat();
   return g.partitioned ? g.flat->owned_shard() : g.flat->shard(g.flat->flat());
+}
+
+double ZeroOptimizer::squared_norm(const std::vector<Tensor>& grads) {
+  // One sum of squares over every group, so the host waits for the device once here (and
+  // once more for the all-reduced sum at stages 1 to 3). A NaN or inf anywhere makes it
+  // non-finite, which is the overflow test of dynamic loss scaling; the sum is the same on
+  // every rank (stage 0's gradients are, and the all-reduce gives every rank the same
+  // bits), so every rank reaches the same verdict.
+  const bool split_model = tp_ && tp_->size() > 1;
+  double sq = 0;
+  if (!split_model) {
+    sq = ops::sum_squares(grads);
+  } else {
+    // The pieces of each group's gradient by kind: split, replicated, and (to be summed
+    // over tp) partial.
+    std::vector<Tensor> split, replicated, partial;
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      const FlatGroup& flat = *groups_[i].flat;
+      const int64_t begin = config_.stage == 0 ? 0 : flat.shard_begin();
+      for (const FlatGroup::Piece& piece : flat.pieces(begin, begin + grads[i].numel())) {
+        const nn::TensorSplit& s = groups_[i].splits[piece.param];
+        const Tensor view = ops::narrow(grads[i], 0, piece.flat_offset - begin, piece.count);
+        (s.is_split() ? split : replicated).push_back(view);
+        if (s.partial_grad) partial.push_back(view);
+      }
+    }
+    if (!partial.empty()) {
+      int64_t total = 0;
+      for (const Tensor& t : partial) total += t.numel();
+      const Tensor packed = Tensor::empty({total}, DType::f32, device_);
+      int64_t at = 0;
+      for (const Tensor& t : partial) ops::copy_(ops::narrow(packed, 0, at, t.numel()), t), at += t.numel();
+      tp_->all_reduce(packed)->wait();
+      at = 0;
+      for (const Tensor& t : partial) ops::copy_(t, ops::narrow(packed, 0, at, t.numel())), at += t.numel();
+    }
+    const double repl = replicated.empty() ? 0.0 : ops::sum_squares(replicated);
+    sq = (split.empty() ? 0.0 : ops::sum_squares(split)) + (tp_->rank() == 0 || !std::isfinite(repl) ? repl : 0.0);
+  }
+  if (config_.stage >= 1 || split_model) {
+    Tensor total = Tensor::full({1}, sq, DType::f64, device_);
+    if (config_.stage >= 1) dp_->all_reduce(total)->wait();
+    if (split_model) tp_->all_reduce(total)->wait();
+    sq = total.item();
+  }
+  return sq;
 }
 
 void ZeroOptimizer::update_scale(bool overflow) {

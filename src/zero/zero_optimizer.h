@@ -35,6 +35,14 @@
 // Gradients of parameters are views of their group's flat gradient (Note [Flat
 // parameters]); the clipping norm is the norm of the full averaged gradient (shards'
 // squares summed in double and all-reduced).
+//
+// Note [ZeRO under tensor parallelism]: with a tensor-parallel group tp, each tp rank runs
+// its own ZeroOptimizer over its dp group, on the parts of the parameters it holds (their
+// flat groups have the same layout on every tp rank, the local shapes being equal). At the
+// step, gradients of parameters marked partial_grad (sequence parallelism) are summed over
+// tp, and the norm counts every element of the global model once: the split parameters'
+// squares on every tp rank, the replicated ones' on tp rank 0 only, summed over tp. An
+// inf/NaN anywhere in the grid makes every rank's norm non-finite (one verdict).
 #pragma once
 
 #include <memory>
@@ -93,8 +101,10 @@ struct ResidentBytes {
 // model must not run a forward or backward after its ZeroOptimizer is gone.
 class ZeroOptimizer {
  public:
+  // tp: the tensor-parallel group the model is split over (null or one rank: none).
   ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
-                double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy = {});
+                double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy = {},
+                parallel::CommunicatorPtr tp = nullptr);
 
   // Call before each micro-batch's backward; `last` marks the last micro-batch of the
   // accumulation (stage 0 reduces only then).
@@ -149,6 +159,7 @@ class ZeroOptimizer {
     bool launched = false;       // its reduction for this backward has started
     parallel::WorkPtr gather;    // stage 3: the all-gather of its parameters, in flight
     bool partitioned = false;    // stage 3 and above the persistence threshold
+    std::vector<nn::TensorSplit> splits;  // of flat->params()
   };
   struct Pending {
     parallel::WorkPtr work;
@@ -170,13 +181,16 @@ class ZeroOptimizer {
   void release_group(Group& g);
   Tensor param_view(Group& g) const;  // the part of the parameters this rank updates
   void update_scale(bool overflow);
+  // Note [ZeRO under tensor parallelism]: sums partial gradients over tp, and returns the
+  // squared norm of the step's gradients (grads: per group, what the step updates from).
+  double squared_norm(const std::vector<Tensor>& grads);
   void launch(Group& g);
   void complete(Pending& p);
   void drain(bool wait_all);
 
   ZeroConfig config_;
   optim::AdamWOptions adamw_;
-  parallel::CommunicatorPtr dp_;
+  parallel::CommunicatorPtr dp_, tp_;
   Device device_;  // where the parameters and every buffer live
   std::vector<Unit> units_;
   std::vector<Group> groups_;

@@ -1,0 +1,59 @@
+// Parallelism: how a transformer's layers are split over the ranks of a tensor-parallel
+// group, and how activations cross between the ranks. The layer code (transformer.h, gpt.h)
+// asks it for its linear layers, embeddings and head and stays the same whatever the split;
+// this base class is the single-process model, and parallel::TensorParallel
+// (parallel/tensor_parallel_layers.h) the Megatron-LM split with optional sequence
+// parallelism.
+//
+// The split of a block (Megatron's): the residual stream is whole on every rank (with
+// sequence parallelism: each rank holds T/ranks of its tokens); a column-parallel layer
+// reads it and leaves each rank its own output features (attention heads, MLP hidden
+// units); a row-parallel layer takes those and returns the residual stream, summed over
+// the ranks. Dropout inside that region draws from region_generator() (a stream per
+// rank); on the residual stream from residual_generator().
+#pragma once
+
+#include <memory>
+
+#include "nn/layers.h"
+
+namespace triad::nn {
+
+class Parallelism {
+ public:
+  virtual ~Parallelism() = default;
+
+  virtual int ranks() const { return 1; }
+  virtual bool sequence_parallel() const { return false; }
+
+  // Output features split over the ranks; `parts` blocks of out_features (q|k|v: 3) each
+  // split on its own. Input: the residual stream.
+  virtual std::shared_ptr<Linear> column_linear(int64_t in_features, int64_t out_features, int parts = 1) const;
+  // Input features split over the ranks; output: the residual stream.
+  virtual std::shared_ptr<Linear> row_linear(int64_t in_features, int64_t out_features) const;
+  // A token table (vocab, dim) whose rows may be split (and padded); output: the residual
+  // stream.
+  virtual std::shared_ptr<Embedding> token_embedding(int64_t vocab, int64_t dim) const;
+  virtual Generator& region_generator() const { return default_generator(); }
+  virtual Generator& residual_generator() const { return default_generator(); }
+
+  // The tokens [first, first + count) of a sequence of T the residual stream of this rank
+  // holds.
+  virtual std::pair<int64_t, int64_t> sequence_part(int64_t T) const { return {0, T}; }
+  // Logits of the residual stream x against the token table's rows this rank holds
+  // (a tied output head): (B, T, rows).
+  virtual Tensor tied_logits(const Tensor& x, const Tensor& table) const;
+  // Mean cross-entropy of such logits against targets (B, T) over a vocabulary of `vocab`
+  // (padding rows excluded), skipping -100.
+  virtual Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const;
+  // The full (B, T, vocab) logits from such logits (no gradient; generation).
+  virtual Tensor full_logits(const Tensor& logits, int64_t vocab) const;
+  // Marks the parameters of a layer on the residual stream whose gradients sequence
+  // parallelism leaves partial on each rank (TensorSplit::partial_grad).
+  virtual void mark_residual_layer(Module&) const {}
+};
+
+// The single-process model's.
+const std::shared_ptr<const Parallelism>& serial();
+
+}  // namespace triad::nn

@@ -1,0 +1,260 @@
+#include "parallel/tensor_parallel_layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "autograd/functions.h"
+#include "autograd/record.h"
+#include "parallel/tensor_parallel_functions.h"
+#include "tensor/ops.h"
+
+namespace triad::parallel {
+
+namespace {
+
+// Draws the global tensor as the single-process layer would and keeps this rank's part.
+Tensor uniform_part(const Shape& global, const nn::TensorSplit& split, const Shape& local, double bound,
+                    Generator& gen) {
+  const Tensor g = Tensor::empty(global);
+  ops::uniform_(g, -bound, bound, gen);
+  return nn::local_part(g, split, local);
+}
+
+// The ids of `indices` on the host, as i64.
+std::vector<int64_t> host_ids(const Tensor& indices) {
+  return ops::to(ops::to(indices, Device::cpu()), DType::i64).to_vector<int64_t>();
+}
+
+LinearPart column_part(int64_t in, int64_t out, const Communicator& tp, const ColumnParallelOptions& o,
+                       Generator& gen) {
+  const int n = tp.size();
+  TRIAD_CHECK(in > 0 && out > 0 && o.parts >= 1 && out % (int64_t(n) * o.parts) == 0,
+              "ColumnParallelLinear: " << out << " output features (in " << o.parts << " part"
+                                       << (o.parts > 1 ? "s" : "") << ") cannot be split over " << n
+                                       << " tensor-parallel ranks");
+  LinearPart p;
+  p.weight_split = nn::split_along(0, n, tp.rank(), out, o.parts);
+  const double bound = 1.0 / std::sqrt(double(in));
+  p.weight = uniform_part({out, in}, p.weight_split, {out / n, in}, bound, gen);
+  if (o.bias) {
+    p.bias_split = nn::split_along(0, n, tp.rank(), out, o.parts);
+    p.bias = uniform_part({out}, p.bias_split, {out / n}, bound, gen);
+  }
+  return p;
+}
+
+LinearPart row_part(int64_t in, int64_t out, const Communicator& tp, const RowParallelOptions& o, Generator& gen) {
+  const int n = tp.size();
+  TRIAD_CHECK(in > 0 && out > 0 && in % n == 0, "RowParallelLinear: " << in << " input features cannot be split over "
+                                                                      << n << " tensor-parallel ranks");
+  LinearPart p;
+  p.weight_split = nn::split_along(1, n, tp.rank(), in);
+  const double bound = 1.0 / std::sqrt(double(in));
+  p.weight = uniform_part({out, in}, p.weight_split, {out, in / n}, bound, gen);
+  if (o.bias) {
+    p.bias = Tensor::empty({out});
+    ops::uniform_(p.bias, -bound, bound, gen);
+    p.bias_split.partial_grad = o.sequence_parallel;
+  }
+  return p;
+}
+
+}  // namespace
+
+// ---- ColumnParallelLinear
+
+ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, CommunicatorPtr tp,
+                                           const ColumnParallelOptions& o, Generator& gen)
+    : ColumnParallelLinear(column_part(in, out, *tp, o, gen), tp, o) {}
+
+ColumnParallelLinear::ColumnParallelLinear(LinearPart p, CommunicatorPtr tp, const ColumnParallelOptions& o)
+    : nn::Linear("ColumnParallelLinear", p.weight, p.bias, p.weight_split, p.bias_split),
+      options(o),
+      tp_(std::move(tp)) {}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  const Tensor input = options.sequence_parallel ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
+  const Tensor y = linear(input, weight, bias);
+  return options.gather_output ? gather_from_tp_region(y, tp_) : y;
+}
+
+// ---- RowParallelLinear
+
+RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, CommunicatorPtr tp, const RowParallelOptions& o,
+                                     Generator& gen)
+    : RowParallelLinear(row_part(in, out, *tp, o, gen), tp, o) {}
+
+RowParallelLinear::RowParallelLinear(LinearPart p, CommunicatorPtr tp, const RowParallelOptions& o)
+    : nn::Linear("RowParallelLinear", p.weight, p.bias, p.weight_split, p.bias_split), options(o), tp_(std::move(tp)) {}
+
+Tensor RowParallelLinear::forward(const Tensor& x) {
+  const Tensor input = options.input_is_parallel ? x : split_to_tp_region(x, tp_);
+  const Tensor partial = linear(input, weight);
+  const Tensor y = options.sequence_parallel ? reduce_scatter_to_sequence_region(partial, tp_)
+                                             : reduce_from_tp_region(partial, tp_);
+  return bias.defined() ? add(y, bias) : y;
+}
+
+// ---- VocabParallelEmbedding
+
+namespace {
+
+LinearPart embedding_part(int64_t vocab, int64_t dim, const Communicator& tp, int64_t pad_multiple, Generator& gen) {
+  TRIAD_CHECK(vocab > 0 && dim > 0 && pad_multiple > 0,
+              "VocabParallelEmbedding: sizes must be positive, got " << vocab << " x " << dim);
+  const int64_t rows = vocab_rows_per_rank(vocab, tp.size(), pad_multiple);
+  LinearPart p;
+  p.weight_split = nn::split_along(0, tp.size(), tp.rank(), vocab);
+  const Tensor g = Tensor::empty({vocab, dim});
+  ops::normal_(g, 0.0, 1.0, gen);
+  p.weight = nn::local_part(g, p.weight_split, {rows, dim});
+  return p;
+}
+
+}  // namespace
+
+VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_, int64_t dim, CommunicatorPtr tp, bool sp,
+                                               int64_t pad_multiple, Generator& gen)
+    : VocabParallelEmbedding(embedding_part(vocab_, dim, *tp, pad_multiple, gen), vocab_, tp, sp) {}
+
+VocabParallelEmbedding::VocabParallelEmbedding(LinearPart p, int64_t vocab_, CommunicatorPtr tp, bool sp)
+    : nn::Embedding("VocabParallelEmbedding", p.weight, p.weight_split),
+      vocab(vocab_),
+      first_row(int64_t(tp->rank()) * p.weight.size(0)),
+      sequence_parallel(sp),
+      tp_(std::move(tp)) {}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
+  const int64_t rows = weight.size(0);
+  const std::vector<int64_t> ids = host_ids(indices);
+  std::vector<int64_t> local(ids.size());
+  std::vector<float> mask(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    TRIAD_CHECK(ids[i] >= 0 && ids[i] < vocab,
+                "VocabParallelEmbedding: token id " << ids[i] << " is outside the vocabulary of " << vocab);
+    const bool mine = ids[i] >= first_row && ids[i] < first_row + rows;
+    local[i] = mine ? ids[i] - first_row : 0;
+    mask[i] = mine ? 1.0f : 0.0f;
+  }
+  Shape mask_shape = indices.shape();
+  mask_shape.push_back(1);
+  const Device device = weight.device();
+  const Tensor looked_up = embedding(weight, ops::to(Tensor::from_vector(local, indices.shape()), device));
+  const Tensor partial = mul(looked_up, ops::to(Tensor::from_vector(mask, mask_shape), device));
+  return sequence_parallel ? reduce_scatter_to_sequence_region(partial, tp_) : reduce_from_tp_region(partial, tp_);
+}
+
+// ---- vocab-parallel cross-entropy
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const CommunicatorPtr& tp,
+                                    int64_t first_row, int64_t vocab, int64_t ignore_index) {
+  TRIAD_CHECK(logits.dim() >= 1 && targets.shape() == Shape(logits.shape().begin(), logits.shape().end() - 1),
+              "vocab_parallel_cross_entropy: logits " << shape_str(logits.shape()) << " do not match targets "
+                                                      << shape_str(targets.shape())
+                                                      << " (expected logits (..., V/n), targets (...))");
+  const int64_t rows = logits.size(-1), N = targets.numel();
+  const int64_t valid = std::clamp<int64_t>(vocab - first_row, 0, rows);  // columns that are tokens, not padding
+  const Device device = logits.device();
+
+  // Per row: whether it counts, whether its target is one of this rank's columns, and the
+  // flat index of that column (row i, column 0 when it is not).
+  const std::vector<int64_t> t = host_ids(targets);
+  std::vector<float> counted(size_t(N), 0.0f), local(size_t(N), 0.0f);
+  std::vector<int64_t> flat(static_cast<size_t>(N));
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    flat[size_t(i)] = i * rows;
+    if (t[size_t(i)] == ignore_index) continue;
+    TRIAD_CHECK(t[size_t(i)] >= 0 && t[size_t(i)] < vocab, "vocab_parallel_cross_entropy: target "
+                                                               << t[size_t(i)] << " is outside the vocabulary of "
+                                                               << vocab);
+    counted[size_t(i)] = 1.0f, ++count;
+    if (t[size_t(i)] >= first_row && t[size_t(i)] < first_row + valid)
+      local[size_t(i)] = 1.0f, flat[size_t(i)] += t[size_t(i)] - first_row;
+  }
+  const Tensor counted_t = ops::to(Tensor::from_vector(counted, {N, 1}), device);
+  const Tensor local_t = ops::to(Tensor::from_vector(local, {N, 1}), device);
+  const Tensor flat_t = ops::to(Tensor::from_vector(flat, {N}), device);
+
+  const Tensor raw = ops::contiguous(ops::reshape(ops::to(logits, DType::f32), {N, rows}));
+  Tensor l = raw;
+  if (valid < rows) {  // padding columns never win the maximum nor add to the sum
+    l = ops::clone(raw);
+    ops::fill_(ops::narrow(l, 1, valid, rows - valid), -std::numeric_limits<double>::infinity());
+  }
+  Tensor m = ops::contiguous(ops::max(l, 1, /*keepdim=*/true));  // (N, 1)
+  tp->all_reduce(m, ReduceOp::max)->wait();
+  const Tensor sums = Tensor::empty({2, N}, DType::f32, device);  // Σexp(l − m) and the target's logit
+  ops::copy_(ops::select(sums, 0, 0), ops::sum(ops::exp(ops::sub(l, m)), 1));
+  ops::copy_(ops::select(sums, 0, 1),
+             ops::reshape(ops::mul(ops::embedding(ops::reshape(raw, {N * rows, 1}), flat_t), local_t), {N}));
+  tp->all_reduce(sums)->wait();
+  const Tensor s = ops::reshape(ops::select(sums, 0, 0), {N, 1});
+  const Tensor row_loss = ops::mul(ops::sub(ops::add(ops::log(s), m), ops::reshape(ops::select(sums, 0, 1), {N, 1})),
+                                   counted_t);
+  const double inv_count = count > 0 ? 1.0 / double(count) : 0.0;
+  const Tensor loss = ops::mul(ops::sum(row_loss), inv_count);
+
+  return record("vocab_parallel_cross_entropy", {logits}, loss,
+                [=, shape = logits.shape(), dtype = logits.dtype()](const Grads& g) {
+                  // softmax − one-hot(target), each counted row scaled by g / count.
+                  const Tensor w = ops::mul(ops::mul(counted_t, ops::to(g[0], DType::f32)), inv_count);  // (N, 1)
+                  const Tensor p = ops::mul(ops::div(ops::exp(ops::sub(l, m)), s), w);
+                  const Tensor hit = ops::embedding_backward(ops::mul(w, local_t), flat_t, N * rows);
+                  const Tensor d = ops::sub(p, ops::reshape(hit, {N, rows}));
+                  return Grads{ops::to(ops::reshape(d, shape), dtype)};
+                });
+}
+
+// ---- TensorParallel
+
+TensorParallel::TensorParallel(CommunicatorPtr tp, bool sequence_parallel)
+    : tp_(std::move(tp)), sequence_parallel_(sequence_parallel) {
+  TRIAD_CHECK(tp_ != nullptr, "TensorParallel: the tensor-parallel communicator is null");
+}
+
+std::shared_ptr<nn::Linear> TensorParallel::column_linear(int64_t in, int64_t out, int parts) const {
+  return std::make_shared<ColumnParallelLinear>(
+      in, out, tp_, ColumnParallelOptions{.sequence_parallel = sequence_parallel_, .parts = parts});
+}
+
+std::shared_ptr<nn::Linear> TensorParallel::row_linear(int64_t in, int64_t out) const {
+  return std::make_shared<RowParallelLinear>(in, out, tp_,
+                                             RowParallelOptions{.sequence_parallel = sequence_parallel_});
+}
+
+std::shared_ptr<nn::Embedding> TensorParallel::token_embedding(int64_t vocab, int64_t dim) const {
+  return std::make_shared<VocabParallelEmbedding>(vocab, dim, tp_, sequence_parallel_);
+}
+
+std::pair<int64_t, int64_t> TensorParallel::sequence_part(int64_t T) const {
+  if (!sequence_parallel_) return {0, T};
+  const int n = tp_->size();
+  TRIAD_CHECK(T % n == 0, "sequence parallelism: the sequence length " << T << " is not divisible by the " << n
+                                                                       << " tensor-parallel ranks");
+  return {int64_t(tp_->rank()) * (T / n), T / n};
+}
+
+Tensor TensorParallel::tied_logits(const Tensor& x, const Tensor& table) const {
+  return linear(sequence_parallel_ ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_), table);
+}
+
+Tensor TensorParallel::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const {
+  return vocab_parallel_cross_entropy(logits, targets, tp_, int64_t(tp_->rank()) * logits.size(-1), vocab);
+}
+
+Tensor TensorParallel::full_logits(const Tensor& logits, int64_t vocab) const {
+  const Tensor all = tp_ops::all_gather_last(logits, *tp_);
+  return ops::contiguous(ops::narrow(all, all.dim() - 1, 0, vocab));
+}
+
+void TensorParallel::mark_residual_layer(nn::Module& layer) const {
+  if (!sequence_parallel_) return;
+  for (auto& [name, split] : layer.named_splits(/*recurse=*/false)) {
+    split.partial_grad = true;
+    layer.set_split(name, split);
+  }
+}
+
+}  // namespace triad::parallel
