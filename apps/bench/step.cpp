@@ -7,6 +7,7 @@
 #include "cuda/runtime.h"
 #include "engine/config.h"
 #include "engine/engine.h"
+#include "parallel/runtime.h"
 #include "triad.h"
 
 namespace triad::bench {
@@ -52,6 +53,10 @@ void add_step_command(CLI::App& app, StepOptions& o) {
   cmd->add_option("--steps", o.steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_flag("--checkpointing", o.checkpointing, "recompute each block in the backward pass");
+  cmd->add_option("--tp", o.tp, "tensor-parallel ranks: split the model over the ranks of mpirun -np TP")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--sequence-parallel", o.sequence_parallel, "with --tp: split LayerNorm and dropout along the sequence");
   cmd->callback([&o, cmd] {
     if (Device::parse(o.device).is_cuda()) {  // the GPU's own default shape, where none was given
       if (cmd->count("--model") == 0) o.model = kGpuModel;
@@ -63,7 +68,17 @@ void add_step_command(CLI::App& app, StepOptions& o) {
 }
 
 int run_step_bench(const StepOptions& o) {
-  const int threads = app::set_threads(o.threads);
+  parallel::CommunicatorPtr tp;
+  if (o.tp > 1) {
+    TRIAD_CHECK(parallel::launched_by_mpirun(), "--tp " << o.tp << ": run under mpirun -np " << o.tp);
+    int argc = 0;
+    char** argv = nullptr;
+    tp = parallel::init(argc, argv);
+    TRIAD_CHECK(tp->size() == o.tp, "--tp " << o.tp << " needs mpirun -np " << o.tp << ", got " << tp->size()
+                                            << " ranks");
+  }
+  const bool leader = !tp || tp->rank() == 0;
+  const int threads = app::set_threads(tp ? parallel::threads_per_rank(o.threads) : o.threads);
   nn::GPTConfig config = nn::GPTConfig::preset(o.model);
   std::string name = o.model;
   if (!o.config.empty()) {
@@ -86,7 +101,9 @@ int run_step_bench(const StepOptions& o) {
   train.optimizer = {.type = "AdamW", .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1};
   train.precision.dtype = dtype;
   train.device = o.device;
-  engine::Engine engine(train);
+  train.tensor_parallel = o.tp;
+  train.sequence_parallel = o.sequence_parallel;
+  engine::Engine engine(train, nullptr, tp);
 
   Generator data_gen(7);
   Tensor tokens = Tensor::empty({o.batch, o.seq + 1}, DType::f32);
@@ -113,16 +130,19 @@ int run_step_bench(const StepOptions& o) {
     }
     cuda::reset_peak_memory_stats(device.index);
   }
-  std::printf("triad-bench step: %s (%.1fM parameters), batch %lld x seq %lld, %s on %s (%s), %d threads\n",
-              name.c_str(), n_params / 1e6, (long long)o.batch, (long long)o.seq, dtype_name(dtype),
-              device.str().c_str(), device_name.c_str(), threads);
-  std::printf("%6s %10s %10s %10s %10s %10s\n", "step", "fwd_ms", "bwd_ms", "optim_ms", "step_ms", "loss");
+  if (leader) {
+    std::printf("triad-bench step: %s (%.1fM parameters), batch %lld x seq %lld, %s on %s (%s), %d threads, tp %d%s\n",
+                name.c_str(), n_params / 1e6, (long long)o.batch, (long long)o.seq, dtype_name(dtype),
+                device.str().c_str(), device_name.c_str(), threads, o.tp, o.sequence_parallel ? " (sequence parallel)" : "");
+    std::printf("%6s %10s %10s %10s %10s %10s\n", "step", "fwd_ms", "bwd_ms", "optim_ms", "step_ms", "loss");
+  }
 
   // Each phase ends when the device has finished it, not when the host has queued it.
   const auto finish = [&] {
     if (device.is_cuda()) cuda::synchronize(device.index);
   };
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
+  double tp_bus_bytes = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     const auto t0 = Clock::now();
     const Tensor loss = engine.forward(x, y);
@@ -133,10 +153,12 @@ int run_step_bench(const StepOptions& o) {
     finish();
     const double b = ms_since(t1);
     const auto t2 = Clock::now();
-    engine.step();
+    const engine::StepResult r = engine.step();
     finish();
     const double u = ms_since(t2), total = ms_since(t0);
-    std::printf("%6d %10.1f %10.1f %10.1f %10.1f %10.4f%s\n", s, f, b, u, total, loss.item(),
+    if (r.comm.contains("tp")) tp_bus_bytes = r.comm["tp"]["bus_bytes"].get<double>();
+    if (leader)
+      std::printf("%6d %10.1f %10.1f %10.1f %10.1f %10.4f%s\n", s, f, b, u, total, loss.item(),
                 s < o.warmup ? "  (warmup)" : "");
     if (s < o.warmup) continue;
     step_ms.push_back(total);
@@ -148,13 +170,17 @@ int run_step_bench(const StepOptions& o) {
   const double tps = tokens_per_step / (med / 1e3);
   const double gflops = flops_per_token * tps / 1e9;
   nlohmann::json mfu = nullptr, peak_allocated = nullptr, peak_reserved = nullptr;
+  const zero::ResidentBytes m = engine.memory();
+  const double model_state_mib = double(m.param_bytes + m.grad_bytes + m.optim_bytes) / double(1 << 20);
+  if (!leader) return 0;
   std::printf("median: %.1f ms/step (fwd %.1f, bwd %.1f, optim %.1f), %.0f tokens/s, %.1f GFLOP/s", med,
               app::median(fwd_ms), app::median(bwd_ms), app::median(opt_ms), tps, gflops);
   if (peak_tflops > 0) {
     mfu = gflops / (peak_tflops * 1e3);
     std::printf(", MFU %.1f%% of %.0f TFLOP/s", 100.0 * mfu.get<double>(), peak_tflops);
   }
-  std::printf(", peak RSS %.0f MiB", app::peak_rss_mb());
+  std::printf(", peak RSS %.0f MiB, model states %.1f MiB per rank", app::peak_rss_mb(), model_state_mib);
+  if (o.tp > 1) std::printf(", tp bus %.1f MB/step", tp_bus_bytes / 1e6);
   if (device.is_cuda()) {
     const cuda::MemoryStats m = cuda::memory_stats(device.index);
     peak_allocated = double(m.peak_allocated_bytes) / double(1 << 20);
@@ -183,6 +209,10 @@ int run_step_bench(const StepOptions& o) {
                         {"peak_tflops", peak_tflops > 0 ? nlohmann::json(peak_tflops) : nlohmann::json(nullptr)},
                         {"mfu", mfu},
                         {"peak_rss_mb", app::peak_rss_mb()},
+                        {"tp", o.tp},
+                        {"sequence_parallel", o.sequence_parallel},
+                        {"model_state_mib_per_rank", model_state_mib},
+                        {"tp_bus_bytes_per_step", tp_bus_bytes},
                         {"device_peak_allocated_mib", peak_allocated},
                         {"device_peak_reserved_mib", peak_reserved}});
   return 0;

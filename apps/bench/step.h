@@ -18,6 +18,8 @@ struct StepOptions {
   int steps = 10;
   int warmup = 2;
   bool checkpointing = false;
+  int tp = 1;                  // tensor-parallel ranks: run under mpirun -np tp
+  bool sequence_parallel = false;
   std::string device = "cpu";  // as the config's `device`: cpu, cuda, cuda:N
   std::string dtype;           // f32 or bf16; "": f32 on the cpu, bf16 on a GPU
   // MFU's denominator, the device's dense bf16 peak in TFLOP/s; 0: recognised from a GPU's

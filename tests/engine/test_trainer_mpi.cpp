@@ -75,7 +75,7 @@ BOOST_AUTO_TEST_CASE(ranks_with_different_configs_all_stop) {
   nlohmann::json j = config_json(shared_tokens(dir, *world), 16 / world->size());
   j["seed"] = 5 + world->rank();  // every rank a different seed
   const engine::TrainConfig c = engine::parse_config(j, world->size());
-  test::check_error([&] { engine::train(c, {}, world); }, {"configuration differs between data-parallel ranks"});
+  test::check_error([&] { engine::train(c, {}, world); }, {"configuration differs between ranks"});
   world->barrier();
 }
 

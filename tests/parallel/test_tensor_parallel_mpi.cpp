@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/checkpoint.h"
+#include "parallel/counting_communicator.h"
 #include "parallel/runtime.h"
 #include "parallel/tensor_parallel_functions.h"
 #include "parallel/tensor_parallel_layers.h"
@@ -334,5 +335,28 @@ BOOST_AUTO_TEST_CASE(dropout_under_tp_is_replayed_by_activation_checkpointing) {
     Tensor l = Tensor::full({1}, losses[0], DType::f64);
     tp->all_reduce(l, ReduceOp::max)->wait();
     BOOST_TEST(l.item() == losses[0]);
+  }
+}
+
+// Bus bytes of one forward and backward on the tp axis: per layer 2 all-reduces of B·T·C
+// forward and 2 backward, plus the embedding's (forward) and the head's (backward), each
+// 2(n−1)/n of its bytes; sequence parallelism moves the same volume as all-gathers and
+// reduce-scatters ((n−1)/n each, twice as many). The cross-entropy adds the all-reduce of
+// its row maxima and of its row sums and target logits (3 floats per row).
+BOOST_AUTO_TEST_CASE(tp_bus_bytes_equal_the_closed_form) {
+  const CommunicatorPtr world_comm = world();
+  const int n = world_comm->size();
+  const nn::GPTConfig config = gpt_config(n);
+  const int64_t B = 3, T = 4 * n, C = config.d_model, L = config.n_layer;
+  const Tensor inputs = token_batch(B, T, 50, 5), targets = token_batch(B, T, 50, 6);
+  const double f = 2.0 * (n - 1) / n, act = double(B * T * C) * sizeof(float);
+  const double expected = (4 * L + 2) * act * f + 3.0 * double(B * T) * sizeof(float) * f;
+  for (bool sp : {false, true}) {
+    auto tp = std::make_shared<CountingCommunicator>(world_comm);
+    nn::GPT model(config, std::make_shared<TensorParallel>(tp, sp));
+    tp->reset();
+    backward(model.loss(inputs, targets));
+    BOOST_TEST(std::abs(tp->bus_bytes() - expected) / expected < 0.01,
+               "sequence_parallel " << sp << ": " << tp->bus_bytes() << " bus bytes, closed form " << expected);
   }
 }
