@@ -101,22 +101,21 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
               "Engine: the tensor-parallel group has " << tp_->size() << " ranks but model.tensor_parallel is "
                                                        << config_.tensor_parallel);
   if (tp_->size() > 1) tp_ = tp_comm_ = std::make_shared<parallel::CountingCommunicator>(tp_);
-  const parallel::CommunicatorPtr& dp = dp_;
   const DistributedBackend backend =
-      resolve_distributed_backend(config_.distributed_backend, device_, dp->size(), shared_gpu(dp.get(), device_));
+      resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
   model_ = std::make_shared<nn::GPT>(
       config_.model, tp_->size() > 1 ? std::make_shared<parallel::TensorParallel>(tp_, config_.sequence_parallel)
                                      : nn::serial());
   model_->to(device_);
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
-  default_generator().manual_seed(dropout_seed(config_.seed, dp->rank(), 0));
-  tensor_parallel_generator().manual_seed(tensor_parallel_seed(config_.seed, dp->rank(), tp_->rank(), 0));
+  default_generator().manual_seed(dropout_seed(config_.seed, dp_->rank(), 0));
+  tensor_parallel_generator().manual_seed(tensor_parallel_seed(config_.seed, dp_->rank(), tp_->rank(), 0));
   const OptimizerConfig& o = config_.optimizer;
   if (o.type == "AdamW") {
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
                 "[config] model.activation_checkpointing cannot be combined with zero_optimization.stage 3");
     comm_ = std::make_shared<parallel::CountingCommunicator>(
-        backend == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp, device_.index) : dp);
+        backend == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp_, device_.index) : dp_);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_,
         zero::ZeroConfig{.stage = config_.zero.stage,
@@ -134,7 +133,7 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
         optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_,
         zero::WrapPolicy{}, tp_);
   } else {
-    TRIAD_CHECK(dp->size() == 1 && tp_->size() == 1 && config_.zero.stage == 0 &&
+    TRIAD_CHECK(dp_->size() == 1 && tp_->size() == 1 && config_.zero.stage == 0 &&
                     config_.precision.dtype == DType::f32,
                 "[config] optimizer.type \"" << o.type << "\" runs in one process in f32 only (data parallelism, "
                                              << "ZeRO and mixed precision run AdamW)");

@@ -82,50 +82,41 @@ Tensor slice_seq(const Tensor& x, Communicator& tp) {
 
 namespace {
 
+using Collective = Tensor (*)(const Tensor&, Communicator&);
+
 // A new tensor sharing x's storage, for functions whose forward is the identity.
-Tensor alias(const Tensor& x) { return ops::view(ops::contiguous(x), x.shape()); }
+Tensor alias(const Tensor& x, Communicator&) { return ops::view(ops::contiguous(x), x.shape()); }
+Tensor pass(const Tensor& g, Communicator&) { return g; }
+
+// A conjugate function: `forward` on x, `backward` on its gradient; the identity on one rank.
+Tensor conjugate(const char* name, const Tensor& x, const CommunicatorPtr& tp, Collective forward,
+                 Collective backward) {
+  if (tp->size() == 1) return x;
+  return record(name, {x}, forward(x, *tp), [tp, backward](const Grads& g) { return Grads{backward(g[0], *tp)}; });
+}
 
 }  // namespace
 
 Tensor copy_to_tp_region(const Tensor& x, const CommunicatorPtr& tp) {
-  if (tp->size() == 1) return x;
-  return record("copy_to_tp_region", {x}, alias(x),
-                [tp](const Grads& g) { return Grads{tp_ops::all_reduce(g[0], *tp)}; });
+  return conjugate("copy_to_tp_region", x, tp, alias, tp_ops::all_reduce);
 }
-
 Tensor reduce_from_tp_region(const Tensor& x, const CommunicatorPtr& tp) {
-  if (tp->size() == 1) return x;
-  return record("reduce_from_tp_region", {x}, tp_ops::all_reduce(x, *tp), [](const Grads& g) { return Grads{g[0]}; });
+  return conjugate("reduce_from_tp_region", x, tp, tp_ops::all_reduce, pass);
 }
-
 Tensor split_to_tp_region(const Tensor& x, const CommunicatorPtr& tp) {
-  if (tp->size() == 1) return x;
-  return record("split_to_tp_region", {x}, tp_ops::slice_last(x, *tp),
-                [tp](const Grads& g) { return Grads{tp_ops::all_gather_last(g[0], *tp)}; });
+  return conjugate("split_to_tp_region", x, tp, tp_ops::slice_last, tp_ops::all_gather_last);
 }
-
 Tensor gather_from_tp_region(const Tensor& x, const CommunicatorPtr& tp) {
-  if (tp->size() == 1) return x;
-  return record("gather_from_tp_region", {x}, tp_ops::all_gather_last(x, *tp),
-                [tp](const Grads& g) { return Grads{tp_ops::slice_last(g[0], *tp)}; });
+  return conjugate("gather_from_tp_region", x, tp, tp_ops::all_gather_last, tp_ops::slice_last);
 }
-
 Tensor scatter_to_sequence_region(const Tensor& x, const CommunicatorPtr& tp) {
-  if (tp->size() == 1) return x;
-  return record("scatter_to_sequence_region", {x}, tp_ops::slice_seq(x, *tp),
-                [tp](const Grads& g) { return Grads{tp_ops::all_gather_seq(g[0], *tp)}; });
+  return conjugate("scatter_to_sequence_region", x, tp, tp_ops::slice_seq, tp_ops::all_gather_seq);
 }
-
 Tensor gather_from_sequence_region(const Tensor& x, const CommunicatorPtr& tp) {
-  if (tp->size() == 1) return x;
-  return record("gather_from_sequence_region", {x}, tp_ops::all_gather_seq(x, *tp),
-                [tp](const Grads& g) { return Grads{tp_ops::reduce_scatter_seq(g[0], *tp)}; });
+  return conjugate("gather_from_sequence_region", x, tp, tp_ops::all_gather_seq, tp_ops::reduce_scatter_seq);
 }
-
 Tensor reduce_scatter_to_sequence_region(const Tensor& x, const CommunicatorPtr& tp) {
-  if (tp->size() == 1) return x;
-  return record("reduce_scatter_to_sequence_region", {x}, tp_ops::reduce_scatter_seq(x, *tp),
-                [tp](const Grads& g) { return Grads{tp_ops::all_gather_seq(g[0], *tp)}; });
+  return conjugate("reduce_scatter_to_sequence_region", x, tp, tp_ops::reduce_scatter_seq, tp_ops::all_gather_seq);
 }
 
 }  // namespace triad::parallel

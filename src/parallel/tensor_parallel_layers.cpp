@@ -38,7 +38,7 @@ LinearPart column_part(int64_t in, int64_t out, const Communicator& tp, const Co
   const double bound = 1.0 / std::sqrt(double(in));
   p.weight = uniform_part({out, in}, p.weight_split, {out / n, in}, bound, gen);
   if (o.bias) {
-    p.bias_split = nn::split_along(0, n, tp.rank(), out, o.parts);
+    p.bias_split = p.weight_split;  // the same rows
     p.bias = uniform_part({out}, p.bias_split, {out / n}, bound, gen);
   }
   return p;
