@@ -9,6 +9,8 @@ export OPAL_PREFIX=$kit/ompi PMIX_PREFIX=$kit/pmix PMIX_MCA_mca_base_component_p
 export PATH=$kit/ompi/bin:$kit/bin:$PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_base_warn_component_unused=0 OMP_WAIT_POLICY=PASSIVE
+# A machine's own PMIx plugins (another build) may be found too: they fail to load, harmlessly.
+export PMIX_MCA_pcompress_base_silence_warning=1
 export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 kit_elf_files() { find "$TRIAD_GPU_KIT/bin" "$TRIAD_GPU_KIT/tests" "$TRIAD_GPU_KIT/ompi" -type f \( -perm -u+x -o -name '*.so' \) ! -name '*.sh'; }

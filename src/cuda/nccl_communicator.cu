@@ -302,8 +302,11 @@ class NcclCommunicator final : public parallel::Communicator {
   // Both held for the same group; one Work, of the batch.
   WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) override {
     checks_.send_recv(send, dst, recv, src, tag);
-    hold(false, recv, src);
-    return hold(true, send, dst);
+    // One Work for both: a Work of the receive alone would flush the batch, without the
+    // send, when it is dropped.
+    hold_op(false, recv, src);
+    hold_op(true, send, dst);
+    return batch_work();
   }
 
   void barrier() override {
@@ -341,12 +344,17 @@ class NcclCommunicator final : public parallel::Communicator {
     return std::make_unique<NcclWork>(state_, std::move(op));
   }
 
+  // Holds a send or receive for the next group; its Work is the batch's.
   WorkPtr hold(bool is_send, const Tensor& t, int peer) {
+    hold_op(is_send, t, peer);
+    return batch_work();
+  }
+  void hold_op(bool is_send, const Tensor& t, int peer) {
     State& s = *state_;
     if (!s.pending_batch) s.pending_batch = std::make_shared<Issued>(s.device);
     s.pending.push_back({is_send, t, peer});
-    return std::make_unique<NcclWork>(state_, s.pending_batch);
   }
+  WorkPtr batch_work() { return std::make_unique<NcclWork>(state_, state_->pending_batch); }
 
   CommunicatorPtr host_;
   std::shared_ptr<State> state_;

@@ -55,6 +55,8 @@ void Tensor::throw_undefined() { throw Error("use of an undefined tensor"); }
 // instead of through the accessors.
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = impl();
+  for (int64_t n : t.shape)
+    if (n == 0) return true;  // no elements: any strides describe them
   int64_t expected = 1;
   for (size_t i = t.shape.size(); i-- > 0;) {
     if (t.shape[i] == 1) continue;

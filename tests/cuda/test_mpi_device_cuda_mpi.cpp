@@ -282,11 +282,12 @@ BOOST_AUTO_TEST_CASE(argument_errors_throw_before_communicating) {
               {"reduce_scatter", "same device", "cpu", "cuda"});
   check_error([&] { c->all_gather(Tensor::zeros({3}), Tensor::zeros({n * 3}, DType::f32, gpu())); },
               {"all_gather", "same device"});
-  check_error(
-      [&] {
-        c->all_to_all(Tensor::zeros({n * 2 + 1}, DType::f32, gpu()), Tensor::zeros({n * 2 + 1}, DType::f32, gpu()));
-      },
-      {"all_to_all", "size() * k"});
+  if (n > 1)  // one rank divides every count
+    check_error(
+        [&] {
+          c->all_to_all(Tensor::zeros({n * 2 + 1}, DType::f32, gpu()), Tensor::zeros({n * 2 + 1}, DType::f32, gpu()));
+        },
+        {"all_to_all", "size() * k"});
   check_error([&] { c->broadcast(Tensor::zeros({2}, DType::f32, gpu()), n); },
               {"broadcast", "root " + std::to_string(n)});
   Tensor buf = Tensor::zeros({n * 4}, DType::f32, gpu());

@@ -39,9 +39,10 @@ inline Tensor global_tokens(int64_t step) {
   return Tensor::from_vector(std::vector<int64_t>(f.begin(), f.end()), {kGlobalBatch, kSeq + 1});
 }
 
-// Mean loss of rows [first, first + rows) of a global batch, on the model's device.
-inline Tensor loss_of(nn::GPT& model, const Tensor& tokens, int64_t first, int64_t rows) {
-  const Device device = model.parameters().front().device();
+// Mean loss of rows [first, first + rows) of a global batch, on `device`, the model's (a
+// stage-3 parameter released between steps has no storage, so it cannot tell).
+inline Tensor loss_of(nn::GPT& model, const Tensor& tokens, int64_t first, int64_t rows,
+                      Device device = Device::cpu()) {
   const Tensor part = ops::narrow(tokens, 0, first, rows);
   return model.loss(ops::to(ops::contiguous(ops::narrow(part, 1, 0, kSeq)), device),
                     ops::to(ops::contiguous(ops::narrow(part, 1, 1, kSeq)), device));
@@ -64,7 +65,7 @@ inline Trajectory single_process(int64_t accumulation, Device device = Device::c
     const Tensor tokens = global_tokens(step);
     double loss = 0;
     for (int64_t m = 0; m < accumulation; ++m) {
-      const Tensor l = loss_of(*model, tokens, m * rows, rows);
+      const Tensor l = loss_of(*model, tokens, m * rows, rows, device);
       loss += l.item() / double(accumulation);
       backward(l, Tensor::full({}, 1.0 / double(accumulation), DType::f32, l.device()));
     }
@@ -107,7 +108,7 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
     const Tensor tokens = global_tokens(step);
     double local = 0;
     for (int64_t m = 0; m < run.accumulation; ++m) {
-      const Tensor l = loss_of(*model, tokens, (m * n + r) * micro, micro);
+      const Tensor l = loss_of(*model, tokens, (m * n + r) * micro, micro, run.device);
       local += l.item();
       opt.begin_backward(m == run.accumulation - 1);
       backward(l, Tensor::full({}, opt.loss_scale() / double(run.accumulation), DType::f32, l.device()));

@@ -329,6 +329,18 @@ BOOST_AUTO_TEST_CASE(contiguous_and_clone) {
   BOOST_TEST(m.at({0, 0}) == 0.0);
 }
 
+// A tensor with no elements is contiguous whatever its other extents, so the ops that need
+// contiguous tensors take it (and do nothing).
+BOOST_AUTO_TEST_CASE(tensors_without_elements_are_contiguous) {
+  for (const Shape& shape : {Shape{4, 0, 5}, Shape{0}, Shape{0, 3}, Shape{3, 0}}) {
+    const Tensor t = Tensor::empty(shape, DType::f64);
+    BOOST_TEST(t.is_contiguous(), shape_str(shape));
+    Generator gen(1);
+    ops::uniform_(t, 0.0, 1.0, gen);
+    BOOST_TEST(ops::contiguous(t).is_same(t));
+  }
+}
+
 // ---------------------------------------------------------------- every op on strided inputs
 
 BOOST_AUTO_TEST_CASE(elementwise_ops_ignore_layout) {
