@@ -27,69 +27,6 @@
 
 namespace triad::io {
 
-// ---------------------------------------------------------------- element ranges
-
-namespace {
-
-// Appends the boxes of elements [a, b) of the row-major array shape[k..], with the leading
-// dimensions fixed at `prefix`. A range inside one row of dimension k descends into it;
-// otherwise it is a partial head row, a block of whole rows and a partial tail row, and the
-// head and tail are suffix and prefix ranges of one row, which add at most one box per level.
-void add_boxes(const Shape& shape, size_t k, Shape& prefix, int64_t a, int64_t b, std::vector<Box>& out) {
-  if (a == b) return;
-  const size_t n = shape.size();
-  auto whole_rows = [&](int64_t first_row, int64_t rows) {
-    Box box;
-    box.start = prefix;
-    box.count.assign(prefix.size(), 1);
-    box.start.push_back(first_row);
-    box.count.push_back(rows);
-    for (size_t d = k + 1; d < n; ++d) {
-      box.start.push_back(0);
-      box.count.push_back(shape[d]);
-    }
-    out.push_back(std::move(box));
-  };
-  if (k + 1 == n) {
-    whole_rows(a, b - a);
-    return;
-  }
-  int64_t row = 1;  // elements per index of dimension k
-  for (size_t d = k + 1; d < n; ++d) row *= shape[d];
-  int64_t ra = a / row;
-  const int64_t rb = b / row, oa = a % row, ob = b % row;
-  auto descend = [&](int64_t r, int64_t lo, int64_t hi) {
-    prefix.push_back(r);
-    add_boxes(shape, k + 1, prefix, lo, hi, out);
-    prefix.pop_back();
-  };
-  if (ra == rb) {  // inside one row (ob > oa)
-    descend(ra, oa, ob);
-    return;
-  }
-  if (oa != 0) descend(ra++, oa, row);
-  if (rb > ra) whole_rows(ra, rb - ra);
-  if (ob != 0) descend(rb, 0, ob);
-}
-
-}  // namespace
-
-std::vector<Box> element_range_boxes(const Shape& shape, int64_t first, int64_t count) {
-  const int64_t total = numel(shape);
-  TRIAD_CHECK(first >= 0 && count >= 0 && first <= total && count <= total - first,
-              "element range [" << first << ", " << first << " + " << count << ") is outside the " << total
-                                << " elements of shape " << shape_str(shape));
-  std::vector<Box> out;
-  if (count == 0) return out;
-  if (shape.empty()) {
-    out.push_back(Box{});
-    return out;
-  }
-  Shape prefix;
-  add_boxes(shape, 0, prefix, first, first + count, out);
-  return out;
-}
-
 // ---------------------------------------------------------------- HDF5 helpers
 
 namespace {
@@ -484,13 +421,28 @@ struct H5State {
 
   // The elements [first, first + count) of the dataset `space` (its shape) selected.
   void select_range(hid_t space, const Shape& shape, int64_t first, int64_t count, const std::string& name) const {
+    select_boxes(space, element_range_boxes(shape, first, count), name);
+  }
+
+  // A placed part's range (io/placement.h) fits a dataset of `shape`.
+  static bool fits(const H5File::TensorRange& r, const Shape& shape) {
+    const Placement& p = r.placement;
+    if (p.dim >= int(r.part_shape.size()) || int64_t(p.map.size()) != r.part_shape[size_t(p.dim)]) return false;
+    if (r.part_shape.size() != shape.size()) return false;
+    for (size_t k = 0; k < shape.size(); ++k)
+      if (int(k) != p.dim && shape[k] != r.part_shape[k]) return false;
+    return std::all_of(p.map.begin(), p.map.end(), [&](int64_t g) { return g < shape[size_t(p.dim)]; });
+  }
+
+  // The union of the boxes selected (none: an empty selection).
+  void select_boxes(hid_t space, const std::vector<Box>& boxes, const std::string& name) const {
     const auto what = [&] { return "selecting elements of dataset '" + name + "'"; };
-    if (count == 0) {
+    if (boxes.empty()) {
       TRIAD_H5(*this, H5Sselect_none(space), what());
       return;
     }
     bool first_box = true;
-    for (const Box& box : element_range_boxes(shape, first, count)) {
+    for (const Box& box : boxes) {
       if (box.start.empty()) {  // 0-d
         TRIAD_H5(*this, H5Sselect_all(space), what());
         continue;
@@ -533,11 +485,16 @@ struct H5State {
       const DType dt = dataset_dtype(dsets.back().get(), r.name);
       shapes.push_back(dataset_shape(dsets.back().get(), r.name));
       layout.add(int64_t(dt)).add(shapes.back());
-      const int64_t count = r.data.numel(), total = numel(shapes.back());
+      const bool placed = !r.placement.is_identity();
+      const int64_t count = r.data.numel(), total = numel(placed ? r.part_shape : shapes.back());
       if (local.tellp() != 0) continue;
       if (r.data.dtype() != dt)
         local << "HDF5 file '" << path << "': " << op << " '" << r.name << "': the dataset holds " << dtype_name(dt)
               << ", the tensor " << dtype_name(r.data.dtype());
+      else if (placed && !fits(r, shapes.back()))
+        local << "HDF5 file '" << path << "': " << op << " '" << r.name << "': a part of shape "
+              << shape_str(r.part_shape) << " placed along dimension " << r.placement.dim
+              << " does not fit the dataset's shape " << shape_str(shapes.back());
       else if (r.first < 0 || r.first > total || count > total - r.first)
         local << "HDF5 file '" << path << "': " << op << " '" << r.name << "': elements [" << r.first << ", "
               << r.first + count << ") are outside the dataset's " << total << " elements (shape "
@@ -553,10 +510,16 @@ struct H5State {
       const int64_t per_round = std::max<int64_t>(1, max_transfer_bytes / esize);
       const Hid type = make_type(dt);
       auto* bytes = static_cast<unsigned char*>(r.data.raw_data());
+      // Placed: the range's elements that are not padding, a prefix of it.
+      const int64_t placed_end = r.placement.is_identity() ? r.first + count : r.placement.placed_numel(r.part_shape);
       for (int64_t lo = 0; lo < count; lo += per_round) {
-        const int64_t n = std::min(per_round, count - lo);
+        const int64_t n = std::clamp<int64_t>(placed_end - (r.first + lo), 0, std::min(per_round, count - lo));
+        if (n == 0) break;  // the rest is padding
         Hid fspace(TRIAD_H5(*this, H5Dget_space(dset), "reading the shape of dataset '" << r.name << "'"), H5Sclose);
-        select_range(fspace.get(), shapes[i], r.first + lo, n, r.name);
+        if (r.placement.is_identity())
+          select_range(fspace.get(), shapes[i], r.first + lo, n, r.name);
+        else
+          select_boxes(fspace.get(), placed_boxes(r.part_shape, r.placement, r.first + lo, n), r.name);
         const hsize_t mdim = hsize_t(n);
         Hid mspace(TRIAD_H5(*this, H5Screate_simple(1, &mdim, nullptr), "creating a memory dataspace"), H5Sclose);
         unsigned char* buf = bytes + lo * esize;

@@ -57,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "io/placement.h"
 #include "tensor/tensor.h"
 
 namespace triad::parallel {
@@ -68,21 +69,6 @@ namespace triad::io {
 namespace detail {
 struct H5State;  // the open file (h5file.cpp)
 }
-
-// A hyperslab of an N-d array: per dimension, the first index and the extent. For a 0-d
-// array both are empty and the box is the one element.
-struct Box {
-  Shape start;
-  Shape count;
-  bool operator==(const Box&) const = default;
-};
-
-// Elements [first, first + count) of the row-major flattening of an array of `shape`, as
-// disjoint boxes in increasing order whose union is exactly that range: at most
-// 2(N−1)+1 boxes for N >= 1 dimensions (a partial-row head and tail per level, one block
-// of whole rows between), none when count is 0. Throws Error unless
-// 0 <= first <= first + count <= numel(shape).
-std::vector<Box> element_range_boxes(const Shape& shape, int64_t first, int64_t count);
 
 enum class H5Access { read_only, read_write };
 enum class AttrType { string, int64, uint64, f64 };
@@ -145,10 +131,16 @@ class H5File {
 
   // Elements [first, first + data.numel()) of dataset `name`, and the tensor they come from
   // (write) or go to (read).
+  // With a placement (io/placement.h), the tensor is a part of the dataset: `first` counts
+  // in the flattening of a tensor of `part_shape` placed in the dataset by `placement`, and
+  // only the range's elements that are not padding are transferred (padding read stays as
+  // it was).
   struct TensorRange {
     std::string name;
     int64_t first = 0;
     Tensor data;
+    Shape part_shape = {};
+    Placement placement = {};
   };
   // Each range as write_range / read_range, in order. read_ranges calls done(i), when
   // given, as soon as range i is read, before the next is: the caller may work on it (a
