@@ -41,7 +41,6 @@ std::string dataset_of(State state, const std::string& param) {
 }
 
 zero::ZeroOptimizer& zero_of(Engine& engine) {
-  TRIAD_CHECK(engine.tp()->size() == 1, "[checkpoint] checkpoints of tensor-parallel runs are not written yet");
   TRIAD_CHECK(engine.zero() != nullptr, "[checkpoint] checkpoints hold AdamW's state; optimizer.type \""
                                             << engine.config().optimizer.type << "\" cannot be checkpointed");
   return *engine.zero();
@@ -65,14 +64,48 @@ std::pair<int64_t, Tensor> range_of(const std::map<std::string, Slice>& slices, 
   return {it->second.first, it->second.values};
 }
 
+// A parameter as the file holds it: its dataset has the global shape, and this rank's
+// tensor is its tensor-parallel part (nn/tensor_split.h), placed along the split dimension
+// (io/placement.h). A replicated parameter is written by tp rank 0 alone (the `writer`),
+// and read by every rank.
+struct Param {
+  std::string name;
+  Tensor local;
+  Shape global;
+  io::Placement placement;
+  bool writer;
+
+  // The range [first, first + values.numel()) of this rank's part of dataset ds.
+  H5File::TensorRange range(const std::string& ds, int64_t first, const Tensor& values) const {
+    return {ds, first, values, local.shape(), placement};
+  }
+};
+
+std::vector<Param> params_of(Engine& engine) {
+  const auto params = engine.model().named_parameters();
+  const auto splits = engine.model().named_splits();
+  const bool tp_leader = engine.tp()->rank() == 0;
+  std::vector<Param> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    const nn::TensorSplit& split = splits[i].second;
+    TRIAD_ASSERT(splits[i].first == name);
+    io::Placement placement;
+    if (split.is_split()) placement = {split.dim, split.global_indices(p.size(split.dim))};
+    out.push_back({name, p, split.global_shape(p.shape()), std::move(placement), split.is_split() || tp_leader});
+  }
+  return out;
+}
+
 // HDF5 and the checksums read and write host memory: the optimizer's slices, which live on
 // the training device, cross to the host first (a no-op on the cpu).
 Tensor on_host(const Tensor& t) { return ops::to(t, Device::cpu()); }
 
 // Where the file's bytes for `values` land: the tensor itself on the host, else a host
-// tensor whose contents are copied to `values` after the read (from_buffer).
+// tensor whose contents are copied to `values` after the read (from_buffer); zero where the
+// file has nothing (a padded part's padding).
 Tensor host_buffer(const Tensor& values) {
-  return values.device().is_cpu() ? values : Tensor::empty(values.shape(), values.dtype());
+  return values.device().is_cpu() ? values : Tensor::zeros(values.shape(), values.dtype());
 }
 // Moves what was read into `buffer` to `values`, on their device and in their dtype.
 void from_buffer(const Tensor& values, const Tensor& buffer) {
@@ -81,13 +114,13 @@ void from_buffer(const Tensor& values, const Tensor& buffer) {
 
 // Sums uint64 partial checksums over the ranks exactly (mod 2^64): the 32-bit halves are
 // summed separately in i64, which cannot overflow, and recombined.
-std::vector<uint64_t> sum_over_ranks(const std::vector<uint64_t>& partial, parallel::Communicator& dp) {
+std::vector<uint64_t> sum_over_ranks(const std::vector<uint64_t>& partial, parallel::Communicator& world) {
   const size_t n = partial.size();
   std::vector<int64_t> halves(2 * n);
   for (size_t i = 0; i < n; ++i)
     halves[2 * i] = int64_t(partial[i] & 0xffffffffu), halves[2 * i + 1] = int64_t(partial[i] >> 32);
   Tensor t = Tensor::from_vector(halves, {int64_t(2 * n)});
-  if (n > 0) dp.all_reduce(t)->wait();
+  if (n > 0) world.all_reduce(t)->wait();
   const std::vector<int64_t> sums = t.to_vector<int64_t>();
   std::vector<uint64_t> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = uint64_t(sums[2 * i]) + (uint64_t(sums[2 * i + 1]) << 32);
@@ -112,30 +145,35 @@ class Checksums {
   }
 
   // Starts the partial sums of the ranges (a dataset, this rank's first element and
-  // values). Their values must not change until the next add() or a store()/verify().
-  void add(const std::vector<io::H5File::TensorRange>& ranges) {
+  // values, placed in the dataset of shape arrays[i] when they are a part of it). Their
+  // values must not change until the next add() or a store()/verify().
+  void add(const std::vector<io::H5File::TensorRange>& ranges, const std::vector<Shape>& arrays) {
     finish_pending();
-    std::vector<io::H5File::TensorRange> host;
-    for (const auto& r : ranges) {
+    std::vector<std::pair<io::H5File::TensorRange, Shape>> host;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const auto& r = ranges[i];
       names_.push_back(r.name);
-      host.push_back({r.name, r.first, on_host(r.data)});
+      host.push_back({{r.name, r.first, on_host(r.data), r.part_shape, r.placement}, arrays[i]});
     }
     pending_ = std::async(std::launch::async, [host = std::move(host)] {
       std::vector<uint64_t> sums;
-      for (const auto& r : host) sums.push_back(io::tensor_checksum(r.data, r.first, io::ChecksumThreads::calling));
+      for (const auto& [r, array] : host)
+        sums.push_back(r.placement.is_identity()
+                           ? io::tensor_checksum(r.data, r.first, io::ChecksumThreads::calling)
+                           : io::placed_checksum(r.data, r.part_shape, r.placement, array, r.first));
       return sums;
     });
   }
-  void add(const std::string& dataset, const Tensor& values, int64_t first) { add({{dataset, first, values}}); }
+  void add(const std::string& dataset, const Tensor& values, int64_t first) { add({{dataset, first, values}}, {{}}); }
 
-  void store(H5File& file, parallel::Communicator& dp) {
+  void store(H5File& file, parallel::Communicator& world) {
     finish_pending();
-    file.set_attrs_uint64(names_, "checksum", sum_over_ranks(partial_, dp));
+    file.set_attrs_uint64(names_, "checksum", sum_over_ranks(partial_, world));
   }
   // Throws naming every dataset whose checksum differs from its attribute.
-  void verify(const H5File& file, parallel::Communicator& dp) {
+  void verify(const H5File& file, parallel::Communicator& world) {
     finish_pending();
-    const std::vector<uint64_t> total = sum_over_ranks(partial_, dp);
+    const std::vector<uint64_t> total = sum_over_ranks(partial_, world);
     const std::vector<uint64_t> stored = file.get_attrs_uint64(names_, "checksum");
     std::string bad;
     for (size_t i = 0; i < names_.size(); ++i)
@@ -161,7 +199,9 @@ class Checksums {
 void write_batch(H5File& file, Checksums& sums, const std::vector<H5File::DatasetSpec>& specs,
                  const std::vector<H5File::TensorRange>& writes) {
   file.create_datasets(specs);
-  sums.add(writes);
+  std::vector<Shape> arrays;
+  for (const auto& spec : specs) arrays.push_back(spec.shape);
+  sums.add(writes, arrays);
   file.write_ranges(writes);
 }
 
@@ -180,10 +220,13 @@ void write_scalars(H5File& file, Checksums& sums, const std::vector<Scalar>& sca
   write_batch(file, sums, specs, writes);
 }
 
-void write_root_attrs(H5File& file, const std::string& kind, Engine& engine, parallel::Communicator& dp) {
+void write_root_attrs(H5File& file, const std::string& kind, Engine& engine) {
   const TrainConfig& c = engine.config();
-  const nlohmann::json layout = {
-      {"dp", dp.size()}, {"tp", 1}, {"pp", 1}, {"zero_stage", c.zero.stage}, {"dtype", dtype_name(c.precision.dtype)}};
+  const nlohmann::json layout = {{"dp", engine.dp()->size()},
+                                 {"tp", engine.tp()->size()},
+                                 {"pp", 1},
+                                 {"zero_stage", c.zero.stage},
+                                 {"dtype", dtype_name(c.precision.dtype)}};
   file.set_attr_int64("/", "format_version", kCheckpointFormatVersion);
   file.set_attr_string("/", "kind", kind);
   file.set_attr_string("/", "config", c.json.dump());
@@ -192,9 +235,9 @@ void write_root_attrs(H5File& file, const std::string& kind, Engine& engine, par
 
 // Makes the written file durable and moves it into place: rank 0 syncs it, renames it and
 // syncs the folder; every rank learns whether that worked.
-void commit(const std::string& tmp, const std::string& path, parallel::Communicator& dp) {
+void commit(const std::string& tmp, const std::string& path, parallel::Communicator& world) {
   std::string error;
-  if (dp.rank() == 0) {
+  if (world.rank() == 0) {
     auto sync = [&](const std::string& p, int flags) {
       const int fd = ::open(p.c_str(), flags);
       if (fd < 0 || ::fsync(fd) != 0) error = "cannot sync '" + p + "': " + std::strerror(errno);
@@ -210,27 +253,28 @@ void commit(const std::string& tmp, const std::string& path, parallel::Communica
     if (!error.empty()) std::remove(tmp.c_str());
   }
   Tensor failed = Tensor::full({1}, error.empty() ? 0.0 : 1.0, DType::f32);
-  dp.all_reduce(failed, parallel::ReduceOp::max)->wait();
+  world.all_reduce(failed, parallel::ReduceOp::max)->wait();
   TRIAD_CHECK(error.empty(), "[checkpoint] " << error);
   TRIAD_CHECK(failed.item() == 0.0, "[checkpoint] saving '" << path << "' failed on rank 0 (its message says why)");
 }
 
 // Creates `path` through a temporary file: `write` fills it, then it is committed.
 template <typename Write>
-void write_file(const std::string& path, parallel::Communicator& dp, Write write) {
+void write_file(const std::string& path, parallel::Communicator& world, Write write) {
   const std::string tmp = path + ".tmp";
-  H5File file = H5File::create(tmp, dp);
+  H5File file = H5File::create(tmp, world);
   write(file);
   file.flush();
   file.close();
-  commit(tmp, path, dp);
+  commit(tmp, path, world);
 }
 
 // This rank's part of the f32 weights: its shard of the master weights, or, without ZeRO
-// (SGD, one process), the whole parameters.
+// (SGD), the whole parameters on data-parallel rank 0.
 std::map<std::string, Slice> weights_owned(Engine& engine) {
   if (engine.zero()) return by_name(engine.zero()->owned_slices(State::master));
   std::map<std::string, Slice> out;
+  if (engine.dp()->rank() != 0) return out;
   for (const auto& [name, p] : engine.model().named_parameters())
     out.emplace(name, Slice{name, p.shape(), 0, ops::reshape(p, {p.numel()})});
   return out;
@@ -239,21 +283,19 @@ std::map<std::string, Slice> weights_owned(Engine& engine) {
 Tensor scalar_i64(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}, {}); }
 Tensor scalar_f64(double v) { return Tensor::full({}, v, DType::f64); }
 
-// Every parameter's dataset must exist with the parameter's shape, and the heads must split
-// the same way (the one architectural choice shapes do not show).
-void check_same_model(const H5File& file, Engine& engine) {
-  const auto params = engine.model().named_parameters();
+// Every parameter's dataset must exist with the parameter's global shape, and the heads must
+// split the same way (the one architectural choice shapes do not show).
+void check_same_model(const H5File& file, Engine& engine, const std::vector<Param>& params) {
   std::vector<std::string> names;
-  for (const auto& [name, p] : params) names.push_back("/model/" + name);
+  for (const Param& q : params) names.push_back("/model/" + q.name);
   const std::vector<std::string> missing = file.missing_datasets(names);
   TRIAD_CHECK(missing.empty(), "checkpoint '" << file.path() << "' has no dataset " << missing.front()
                                               << ": it holds another model than model.* describes");
   const std::vector<Shape> shapes = file.shapes(names);
   for (size_t i = 0; i < params.size(); ++i)
-    TRIAD_CHECK(shapes[i] == params[i].second.shape(), "checkpoint '" << file.path() << "': dataset " << names[i]
-                                                                      << " has shape " << shape_str(shapes[i])
-                                                                      << ", the model's is "
-                                                                      << shape_str(params[i].second.shape()));
+    TRIAD_CHECK(shapes[i] == params[i].global, "checkpoint '" << file.path() << "': dataset " << names[i]
+                                                              << " has shape " << shape_str(shapes[i])
+                                                              << ", the model's is " << shape_str(params[i].global));
   const nlohmann::json saved = nlohmann::json::parse(file.get_attr_string("/", "config"));
   const int64_t heads = engine.config().model.n_head;
   TRIAD_CHECK(!saved.contains("model") || saved["model"].value("n_head", heads) == heads,
@@ -273,13 +315,23 @@ void check_kind(const H5File& file, const std::string& kind) {
               "'" << file.path() << "' is a " << found << " file, not a " << kind << " (training state is needed)");
 }
 
+// Each rank's row of a generator's state, in a (ranks, 2) i64 dataset: (seed, offset).
+void write_generator(H5File& file, Checksums& sums, const std::string& name, const Generator& gen,
+                     parallel::Communicator& world) {
+  file.create_dataset(name, DType::i64, {world.size(), 2});
+  const GeneratorState state = gen.state();
+  const Tensor row = Tensor::from_vector(std::vector<int64_t>{int64_t(state.seed), int64_t(state.offset)}, {2});
+  file.write_range(name, 2 * world.rank(), row);
+  sums.add(name, row, 2 * world.rank());
+}
+
 }  // namespace
 
-void save_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& dp) {
+void save_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& world) {
   zero::ZeroOptimizer& zero = zero_of(engine);
   const DType dtype = engine.config().precision.dtype;
-  const auto params = engine.model().named_parameters();
-  write_file(path, dp, [&](H5File& file) {
+  const std::vector<Param> params = params_of(engine);
+  write_file(path, world, [&](H5File& file) {
     Checksums sums;
     // A batch per state: what one batch stages on the host is a quarter of this rank's share.
     for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq}) {
@@ -287,11 +339,11 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
       const DType stored = state == State::param ? dtype : DType::f32;
       std::vector<H5File::DatasetSpec> specs;
       std::vector<H5File::TensorRange> writes;
-      for (const auto& [name, p] : params) {
-        const std::string ds = dataset_of(state, name);
-        specs.push_back({ds, stored, p.shape()});
-        const auto [first, values] = range_of(mine, name, stored);
-        writes.push_back({ds, first, on_host(values)});
+      for (const Param& q : params) {
+        const std::string ds = dataset_of(state, q.name);
+        specs.push_back({ds, stored, q.global});
+        const auto [first, values] = q.writer ? range_of(mine, q.name, stored) : range_of({}, q.name, stored);
+        writes.push_back(q.range(ds, first, on_host(values)));
       }
       write_batch(file, sums, specs, writes);
     }
@@ -302,48 +354,47 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
                    {"/state/loss_scale", scalar_f64(counters.scale)},
                    {"/state/loss_scale_hysteresis", scalar_i64(counters.hysteresis_left)},
                    {"/state/loss_scale_clean_steps", scalar_i64(counters.clean_steps)}},
-                  dp.rank() == 0);
-    file.create_dataset("/state/rng", DType::i64, {dp.size(), 2});
-    const GeneratorState rng = default_generator().state();
-    const Tensor row = Tensor::from_vector(std::vector<int64_t>{int64_t(rng.seed), int64_t(rng.offset)}, {2});
-    file.write_range("/state/rng", 2 * dp.rank(), row);
-    sums.add("/state/rng", row, 2 * dp.rank());
-    sums.store(file, dp);
-    write_root_attrs(file, "checkpoint", engine, dp);
+                  world.rank() == 0);
+    write_generator(file, sums, "/state/rng", default_generator(), world);
+    write_generator(file, sums, "/state/rng_tp", tensor_parallel_generator(), world);
+    sums.store(file, world);
+    write_root_attrs(file, "checkpoint", engine);
   });
 }
 
-void save_weights(const std::string& path, Engine& engine, parallel::Communicator& dp, DType dtype) {
+void save_weights(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype) {
   TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
               "weights are saved in f32 or bf16, not " << dtype_name(dtype));
   const auto mine = weights_owned(engine);
-  write_file(path, dp, [&](H5File& file) {
+  const std::vector<Param> params = params_of(engine);
+  write_file(path, world, [&](H5File& file) {
     Checksums sums;
     std::vector<H5File::DatasetSpec> specs;
     std::vector<H5File::TensorRange> writes;
-    for (const auto& [name, p] : engine.model().named_parameters()) {
-      const std::string ds = "/model/" + name;
-      specs.push_back({ds, dtype, p.shape()});
-      const auto [first, values] = range_of(mine, name, DType::f32);
-      writes.push_back({ds, first, ops::to(on_host(values), dtype)});
+    for (const Param& q : params) {
+      const std::string ds = "/model/" + q.name;
+      specs.push_back({ds, dtype, q.global});
+      const auto [first, values] = q.writer ? range_of(mine, q.name, DType::f32) : range_of({}, q.name, DType::f32);
+      writes.push_back(q.range(ds, first, ops::to(on_host(values), dtype)));
     }
     write_batch(file, sums, specs, writes);
-    sums.store(file, dp);
-    write_root_attrs(file, "weights", engine, dp);
+    sums.store(file, world);
+    write_root_attrs(file, "weights", engine);
   });
 }
 
-void load_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& dp) {
+void load_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& world) {
   zero::ZeroOptimizer& zero = zero_of(engine);
-  H5File file = H5File::open(path, dp);
+  H5File file = H5File::open(path, world);
   check_kind(file, "checkpoint");
-  check_same_model(file, engine);
-  const auto params = engine.model().named_parameters();
+  const std::vector<Param> params = params_of(engine);
+  check_same_model(file, engine, params);
   Checksums sums;
   // A batch of reads: each range lands in `buffer` (on the host), moves to `values` (on the
   // training device) and its `owned` part is checksummed as soon as it is read, while the
   // next one is read.
   struct Read {
+    const Param* param;
     std::string dataset;
     int64_t first;
     Tensor values, buffer;
@@ -352,29 +403,32 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   };
   const auto read_batch = [&](const std::vector<Read>& batch) {
     std::vector<H5File::TensorRange> ranges;
-    for (const Read& r : batch) ranges.push_back({r.dataset, r.first, r.buffer});
+    for (const Read& r : batch) ranges.push_back(r.param->range(r.dataset, r.first, r.buffer));
     file.read_ranges(ranges, [&](size_t i) {
       const Read& r = batch[i];
       from_buffer(r.values, r.buffer);
-      if (r.owned.defined()) sums.add(r.dataset, r.owned, r.owned_first);
+      if (r.owned.defined()) sums.add({r.param->range(r.dataset, r.owned_first, r.owned)}, {r.param->global});
     });
   };
-  // Master weights and moments: each rank reads what it keeps and checksums its shard, a
-  // batch per state (the datasets of a state lie back to back in the file, so the reads
-  // stream). A missing dataset, or one of another dtype, is an error naming the file and
-  // the dataset. Parameters that every rank keeps (stages 1 and 2) are read by every rank:
-  // after the first rank of a node, from the page cache. Reading only the shards and
-  // all-gathering the rest was slower (4 ranks on one node: 2.3 s against 1.5 s to load
-  // GPT-2 124M, triad-bench ckpt).
+  // Master weights and moments: each rank reads what it keeps (its tensor-parallel part of
+  // each parameter, or what of it its ZeRO shard keeps) and checksums what it owns (a
+  // replicated parameter: on tp rank 0), a batch per state (the datasets of a state lie
+  // back to back in the file, so the reads stream). A missing dataset, or one of another
+  // dtype, is an error naming the file and the dataset. Parameters that every rank keeps
+  // (stages 1 and 2) are read by every rank: after the first rank of a node, from the page
+  // cache. Reading only the shards and all-gathering the rest was slower (4 ranks on one
+  // node: 2.3 s against 1.5 s to load GPT-2 124M, triad-bench ckpt).
+  const auto owned_of = [](const Param& q, const std::map<std::string, Slice>& owned, DType dtype) {
+    return q.writer ? range_of(owned, q.name, dtype) : range_of({}, q.name, dtype);  // every rank sums each
+  };
   for (State state : kOptimStates) {
     const auto resident = by_name(zero.resident_slices(state));
     const auto owned = by_name(zero.owned_slices(state));
     std::vector<Read> batch;
-    for (const auto& [name, p] : params) {
-      const std::string ds = dataset_of(state, name);
-      const auto [first, values] = range_of(resident, name, DType::f32);
-      const auto [owned_first, owned_values] = range_of(owned, name, DType::f32);
-      batch.push_back({ds, first, values, host_buffer(values), owned_first, owned_values});
+    for (const Param& q : params) {
+      const auto [first, values] = range_of(resident, q.name, DType::f32);
+      const auto [owned_first, owned_values] = owned_of(q, owned, DType::f32);
+      batch.push_back({&q, dataset_of(state, q.name), first, values, host_buffer(values), owned_first, owned_values});
     }
     read_batch(batch);
   }
@@ -387,24 +441,24 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
     const auto resident = by_name(zero.resident_slices(State::param));
     const auto owned = by_name(zero.owned_slices(State::param));
     std::vector<std::string> names;
-    for (const auto& [name, p] : params) names.push_back(dataset_of(State::param, name));
+    for (const Param& q : params) names.push_back(dataset_of(State::param, q.name));
     const std::vector<DType> stored = file.dtypes(names);
     std::vector<Read> as_stored, rounded;
     for (size_t i = 0; i < params.size(); ++i) {
-      const std::string& name = params[i].first;
-      const auto [first, values] = range_of(resident, name, dtype);
+      const Param& q = params[i];
+      const auto [first, values] = range_of(resident, q.name, dtype);
       if (stored[i] == dtype) {
-        const auto [owned_first, owned_values] = range_of(owned, name, dtype);
-        as_stored.push_back({names[i], first, values, host_buffer(values), owned_first, owned_values});
+        const auto [owned_first, owned_values] = owned_of(q, owned, dtype);
+        as_stored.push_back({&q, names[i], first, values, host_buffer(values), owned_first, owned_values});
       } else {
-        rounded.push_back({dataset_of(State::master, name), first, values, Tensor::empty({values.numel()}), 0, {}});
+        rounded.push_back({&q, dataset_of(State::master, q.name), first, values, Tensor::zeros({values.numel()}), 0, {}});
       }
     }
     read_batch(as_stored);
     read_batch(rounded);  // from_buffer rounds the f32 master weights to the training dtype
   }
-  // The training state: scalars written by rank 0, and a row of RNG state per rank that
-  // wrote the file.
+  // The training state: scalars written by rank 0, and a row of each generator's state per
+  // rank that wrote the file.
   const std::vector<Scalar> scalars = {{"/state/step", scalar_i64(0)},
                                        {"/state/optimizer_steps", scalar_i64(0)},
                                        {"/state/loss_scale", scalar_f64(0)},
@@ -413,28 +467,44 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   std::vector<H5File::TensorRange> reads;
   for (const Scalar& x : scalars) reads.push_back({x.name, 0, x.value});
   file.read_ranges(reads);
-  const Tensor rng = file.read("/state/rng");
-  for (const Scalar& x : scalars) sums.add(x.name, dp.rank() == 0 ? x.value : Tensor::empty({0}, x.value.dtype()), 0);
-  sums.add("/state/rng", dp.rank() == 0 ? rng : Tensor::empty({0}, DType::i64), 0);
+  // (Files written before tensor parallelism have no /state/rng_tp: its generator is reseeded.)
+  const bool has_rng_tp = file.has("/state/rng_tp");
+  const Tensor rng = file.read("/state/rng"), rng_tp = has_rng_tp ? file.read("/state/rng_tp") : Tensor();
+  const bool leader = world.rank() == 0;
+  for (const Scalar& x : scalars) sums.add(x.name, leader ? x.value : Tensor::empty({0}, x.value.dtype()), 0);
+  sums.add("/state/rng", leader ? rng : Tensor::empty({0}, DType::i64), 0);
+  if (has_rng_tp) sums.add("/state/rng_tp", leader ? rng_tp : Tensor::empty({0}, DType::i64), 0);
+  const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
   const int64_t step = int64_t(scalars[0].value.item());
   zero::ZeroOptimizer::Counters counters;
   counters.steps = int64_t(scalars[1].value.item());
   counters.scale = scalars[2].value.item();
   counters.hysteresis_left = int(scalars[3].value.item());
   counters.clean_steps = int64_t(scalars[4].value.item());
-  sums.verify(file, dp);
+  sums.verify(file, world);
   file.close();
 
   engine.set_global_step(step);
   zero.set_counters(counters);
-  if (rng.shape()[0] == dp.size()) {
-    const std::vector<int64_t> r = rng.to_vector<int64_t>();
-    default_generator().set_state({uint64_t(r[2 * dp.rank()]), uint64_t(r[2 * dp.rank() + 1])});
+  const int dp_rank = engine.dp()->rank(), tp_rank = engine.tp()->rank();
+  if (layout.value("dp", int64_t(0)) == engine.dp()->size() && layout.value("tp", int64_t(1)) == engine.tp()->size()) {
+    const auto restore = [&](Generator& gen, const Tensor& rows) {
+      const std::vector<int64_t> r = rows.to_vector<int64_t>();
+      gen.set_state({uint64_t(r[2 * size_t(world.rank())]), uint64_t(r[2 * size_t(world.rank()) + 1])});
+    };
+    restore(default_generator(), rng);
+    if (has_rng_tp)
+      restore(tensor_parallel_generator(), rng_tp);
+    else
+      tensor_parallel_generator().manual_seed(tensor_parallel_seed(engine.config().seed, dp_rank, tp_rank, step));
   } else {
-    default_generator().manual_seed(dropout_seed(engine.config().seed, dp.rank(), step));
-    if (dp.rank() == 0 && engine.config().model.dropout > 0)
-      std::printf("note: %s was written by %lld ranks; dropout draws continue from new streams\n", path.c_str(),
-                  (long long)rng.shape()[0]);
+    const uint64_t seed = engine.config().seed;
+    default_generator().manual_seed(dropout_seed(seed, dp_rank, step));
+    tensor_parallel_generator().manual_seed(tensor_parallel_seed(seed, dp_rank, tp_rank, step));
+    if (leader && engine.config().model.dropout > 0)
+      std::printf("note: %s was written by %lld data- x %lld tensor-parallel ranks; dropout draws continue from "
+                  "new streams\n",
+                  path.c_str(), (long long)layout.value("dp", int64_t(0)), (long long)layout.value("tp", int64_t(1)));
   }
 }
 
@@ -503,16 +573,20 @@ LoadedModel load_model(const std::string& path) {
   const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
   const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>() * layout.value("tp", int64_t(1)));
   m.model = std::make_shared<nn::GPT>(c.model);
-  for (const auto& [name, p] : m.model->named_parameters()) {
+  const auto params = m.model->named_parameters();
+  const auto splits = m.model->named_splits();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    const nn::TensorSplit& split = splits[i].second;
     const std::string ds = "/model/" + name;
     TRIAD_CHECK(file.has(ds), "checkpoint '" << path << "' has no dataset " << ds);
     const Tensor t = file.read(ds);
-    TRIAD_CHECK(t.shape() == p.shape(), "checkpoint '" << path << "': dataset " << ds << " has shape "
-                                                       << shape_str(t.shape()) << ", its config gives "
-                                                       << shape_str(p.shape()));
+    TRIAD_CHECK(t.shape() == split.global_shape(p.shape()),
+                "checkpoint '" << path << "': dataset " << ds << " has shape " << shape_str(t.shape())
+                               << ", its config gives " << shape_str(split.global_shape(p.shape())));
     TRIAD_CHECK(io::tensor_checksum(t) == file.get_attr_uint64(ds, "checksum"),
                 "checkpoint '" << path << "': dataset " << ds << " fails its checksum (the file is damaged)");
-    ops::copy_(p, t);
+    ops::copy_(p, nn::local_part(ops::to(t, p.dtype()), split, p.shape()));
   }
   return m;
 }

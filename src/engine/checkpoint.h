@@ -1,7 +1,9 @@
 // Training checkpoints: one HDF5 file (io/h5file.h) per checkpoint, the same whatever
-// process layout wrote it. Every tensor is stored once, by name, with its full logical shape,
-// and each rank writes the element range its ZeRO shard covers (and reads the ranges it
-// keeps), so any number of ranks at any ZeRO stage can resume any checkpoint.
+// process layout wrote it. Every tensor is stored once, by name, with its full logical
+// (global) shape; each rank writes the element range its ZeRO shard covers of its
+// tensor-parallel part of the parameter (io/placement.h: a slice of the dataset, padding
+// left out; a replicated parameter is written by tp rank 0), and reads the ranges it keeps,
+// so any grid (tp x dp ranks) at any ZeRO stage can resume any checkpoint.
 //
 //   /model/<parameter>                      the parameter, in the training dtype
 //   /optim/<parameter>/master               f32 master weights (the parameter itself in f32)
@@ -9,8 +11,9 @@
 //   /state/step                             optimizer steps done (schedule and data position)
 //   /state/optimizer_steps                  steps AdamW's bias correction has counted
 //   /state/loss_scale, loss_scale_hysteresis, loss_scale_clean_steps   (fp16's dynamic scale)
-//   /state/rng                              (ranks, 2) i64: each writer rank's dropout
-//                                           generator (seed, offset)
+//   /state/rng, /state/rng_tp               (ranks, 2) i64: each writer rank's dropout
+//                                           generators (seed, offset): the default one and
+//                                           the tensor-parallel region's
 //   attributes of "/": format_version, kind ("checkpoint" or "weights"), config (the
 //   training config JSON), layout (JSON: dp, tp, pp, zero_stage, dtype of the writer)
 //   attribute "checksum" of every dataset: io/checksum.h over its elements as stored
@@ -35,18 +38,19 @@ namespace triad::engine {
 
 constexpr int64_t kCheckpointFormatVersion = 1;
 
-// Collective over dp (all data-parallel ranks). Throws Error naming the file on failure;
-// `path` is then untouched.
-void save_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& dp);
-// Collective. Restores the engine's parameters, optimizer state and step, and this rank's
-// dropout generator when the writer had the same number of ranks (else it is reseeded from
-// the config's seed, the rank and the step, and a note says so on rank 0). Throws Error
-// naming the file (and dataset) when it is missing, damaged, fails a checksum, or holds
-// another model than the engine's config describes.
-void load_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& dp);
+// Collective over `world`, every rank of the engine's grid (its dp x tp ranks). Throws Error
+// naming the file on failure; `path` is then untouched.
+void save_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& world);
+// Collective over `world`. Restores the engine's parameters, optimizer state and step, and
+// this rank's dropout generators when the writer had the same grid (else they are reseeded
+// from the config's seed, the ranks and the step, and a note says so on rank 0). Throws
+// Error naming the file (and dataset) when it is missing, damaged, fails a checksum, or
+// holds another model than the engine's config describes.
+void load_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& world);
 
-// Collective: the trained model's weights alone (kind "weights") in dtype (f32 or bf16).
-void save_weights(const std::string& path, Engine& engine, parallel::Communicator& dp, DType dtype);
+// Collective over `world`: the trained model's weights alone (kind "weights") in dtype (f32
+// or bf16), at their global shapes.
+void save_weights(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype);
 
 // Serial (one process, no MPI needed) views of a file, for tools.
 struct CheckpointSummary {

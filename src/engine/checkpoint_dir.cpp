@@ -20,9 +20,9 @@ const std::regex kInterruptedSave(R"(step-\d+\.h5\.tmp)");
 
 // Runs `action` on rank 0 and makes its failure every rank's failure (one Error each).
 template <typename Action>
-void on_leader(parallel::Communicator& dp, const char* what, Action action) {
+void on_leader(parallel::Communicator& world, const char* what, Action action) {
   std::string error;
-  if (dp.rank() == 0) {
+  if (world.rank() == 0) {
     try {
       action();
     } catch (const std::exception& e) {
@@ -30,18 +30,18 @@ void on_leader(parallel::Communicator& dp, const char* what, Action action) {
     }
   }
   Tensor failed = Tensor::full({1}, error.empty() ? 0.0 : 1.0, DType::f32);
-  dp.all_reduce(failed, parallel::ReduceOp::max)->wait();
+  world.all_reduce(failed, parallel::ReduceOp::max)->wait();
   TRIAD_CHECK(error.empty(), error);
   TRIAD_CHECK(failed.item() == 0.0, "[checkpoint] " << what << " failed on rank 0 (its message says why)");
 }
 
 // rank 0's string on every rank.
-std::string broadcast_string(const std::string& s, parallel::Communicator& dp) {
+std::string broadcast_string(const std::string& s, parallel::Communicator& world) {
   Tensor size = Tensor::from_vector(std::vector<int64_t>{int64_t(s.size())}, {1});
-  dp.broadcast(size, 0)->wait();
+  world.broadcast(size, 0)->wait();
   Tensor bytes = Tensor::zeros({int64_t(size.item())}, DType::i8);
-  if (dp.rank() == 0) std::copy(s.begin(), s.end(), reinterpret_cast<char*>(bytes.data<int8_t>()));
-  if (bytes.numel() > 0) dp.broadcast(bytes, 0)->wait();
+  if (world.rank() == 0) std::copy(s.begin(), s.end(), reinterpret_cast<char*>(bytes.data<int8_t>()));
+  if (bytes.numel() > 0) world.broadcast(bytes, 0)->wait();
   const char* p = reinterpret_cast<const char*>(bytes.data<int8_t>());
   return std::string(p, p + bytes.numel());
 }
@@ -54,20 +54,20 @@ std::string checkpoint_file_name(int64_t step) {
   return name;
 }
 
-void create_folder(const std::string& dir, parallel::Communicator& dp) {
-  on_leader(dp, "creating a folder", [&] {
+void create_folder(const std::string& dir, parallel::Communicator& world) {
+  on_leader(world, "creating a folder", [&] {
     std::error_code ec;
     fs::create_directories(dir, ec);
     TRIAD_CHECK(!ec, "cannot create the folder '" << dir << "': " << ec.message());
   });
 }
 
-std::string save_to_dir(const std::string& dir, int64_t keep, Engine& engine, parallel::Communicator& dp) {
-  create_folder(dir, dp);
+std::string save_to_dir(const std::string& dir, int64_t keep, Engine& engine, parallel::Communicator& world) {
+  create_folder(dir, world);
   const std::string name = checkpoint_file_name(engine.global_step());
   const std::string path = (fs::path(dir) / name).string();
-  save_checkpoint(path, engine, dp);
-  on_leader(dp, "updating latest", [&] {
+  save_checkpoint(path, engine, world);
+  on_leader(world, "updating latest", [&] {
     const std::string line = name + "\n";
     io::write_file_atomically((fs::path(dir) / "latest").string(), {{line.data(), line.size()}}, "checkpoint pointer");
     // What saves killed midway left behind (no other save runs now).
@@ -109,15 +109,15 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   return out;
 }
 
-std::string resume(const std::string& spec, const std::string& dir, Engine& engine, parallel::Communicator& dp) {
-  const bool leader = dp.rank() == 0;
+std::string resume(const std::string& spec, const std::string& dir, Engine& engine, parallel::Communicator& world) {
+  const bool leader = world.rank() == 0;
   if (spec != "auto") {
     std::string path = spec;
     if (fs::is_directory(spec)) {
       path = latest_checkpoint(spec);
       TRIAD_CHECK(!path.empty(), "--resume " << spec << ": the folder has no 'latest' checkpoint pointer");
     }
-    load_checkpoint(path, engine, dp);
+    load_checkpoint(path, engine, world);
     return path;
   }
   TRIAD_CHECK(!dir.empty(), "--resume auto needs a checkpoint folder: set checkpoint.dir or --save-dir");
@@ -135,7 +135,7 @@ std::string resume(const std::string& spec, const std::string& dir, Engine& engi
       if (std::find(candidates.begin(), candidates.end(), p) == candidates.end()) candidates.push_back(p);
     listing = candidates.dump();
   }
-  const nlohmann::json candidates = nlohmann::json::parse(broadcast_string(listing, dp));
+  const nlohmann::json candidates = nlohmann::json::parse(broadcast_string(listing, world));
   if (candidates.empty()) {
     if (leader) std::printf("no checkpoint in %s: starting from step 0\n", dir.c_str());
     return "";
@@ -144,7 +144,7 @@ std::string resume(const std::string& spec, const std::string& dir, Engine& engi
   for (const auto& c : candidates) {
     const std::string path = c.get<std::string>();
     try {
-      load_checkpoint(path, engine, dp);
+      load_checkpoint(path, engine, world);
       if (leader && !failures.empty())
         std::printf("resuming from %s, the newest checkpoint that loads\n", path.c_str());
       return path;

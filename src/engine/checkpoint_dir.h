@@ -16,11 +16,11 @@ namespace triad::engine {
 std::string checkpoint_file_name(int64_t step);  // "step-00000120.h5"
 
 // Collective: rank 0 creates the folder (and its parents); an Error on every rank if it cannot.
-void create_folder(const std::string& dir, parallel::Communicator& dp);
+void create_folder(const std::string& dir, parallel::Communicator& world);
 
 // Collective: saves the engine's state as dir/step-<step>.h5 (creating dir), points
 // `latest` at it and keeps the newest `keep` checkpoints (0: all). Returns the path.
-std::string save_to_dir(const std::string& dir, int64_t keep, Engine& engine, parallel::Communicator& dp);
+std::string save_to_dir(const std::string& dir, int64_t keep, Engine& engine, parallel::Communicator& world);
 
 // The checkpoint `latest` in dir names, as a path; "" when dir has no `latest`. Throws Error
 // naming `latest` when it names a file that does not exist.
@@ -32,6 +32,6 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 // folder (its latest), or "auto": the latest in `dir`, or, when that is missing or fails to
 // load, the newest checkpoint in `dir` that loads, saying so; a fresh start when `dir` holds
 // no checkpoint at all. Returns the path loaded ("" for a fresh start).
-std::string resume(const std::string& spec, const std::string& dir, Engine& engine, parallel::Communicator& dp);
+std::string resume(const std::string& spec, const std::string& dir, Engine& engine, parallel::Communicator& world);
 
 }  // namespace triad::engine

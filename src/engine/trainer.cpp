@@ -103,10 +103,6 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   }
   const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
   const std::string checkpoint_dir = options.save_dir.empty() ? c.checkpoint.dir : options.save_dir;
-  TRIAD_CHECK(c.tensor_parallel == 1 || (checkpoint_dir.empty() && c.output_dir.empty() && options.resume.empty()),
-              "[config] model.tensor_parallel " << c.tensor_parallel << ": checkpoints and saved weights of "
-                                                << "tensor-parallel runs are not written yet; set checkpoint.dir and "
-                                                << "output_dir to \"\" and do not resume");
   Engine engine(c, dp, tp);
   if (!options.resume.empty()) {
     const std::string from = resume(options.resume, checkpoint_dir, engine, *comm);

@@ -116,8 +116,8 @@ BOOST_AUTO_TEST_CASE(saves_keep_the_newest_and_point_latest_at_the_last) {
   BOOST_TEST(s.kind == "checkpoint");
   BOOST_TEST(s.format_version == engine::kCheckpointFormatVersion);
   BOOST_TEST(s.config["steps"] == 12);
-  // Model, master and two moments for each of the 28 parameters, and 6 state datasets.
-  BOOST_TEST(s.datasets.size() == 4u * 28u + 6u);
+  // Model, master and two moments for each of the 28 parameters, and 7 state datasets.
+  BOOST_TEST(s.datasets.size() == 4u * 28u + 7u);
 }
 
 BOOST_AUTO_TEST_CASE(damage_is_an_error_naming_the_file_and_dataset) {

@@ -1,9 +1,12 @@
 // Resharded resume: a checkpoint written by all ranks at ZeRO stage 3 is resumed by half the
-// ranks at ZeRO stage 1 and by one process, and each continues exactly as an uninterrupted
-// run of its own layout does (losses within 1e-5 relative). Resumed on the ranks that wrote
-// it, at any stage and in f32 or bf16, a checkpoint continues the run bit for bit.
+// ranks at ZeRO stage 1 and by one process, and one written by a tensor-parallel grid (tp 2
+// x dp n/2) by the data-parallel ranks alone and by a grid of tp 4; each continues exactly
+// as an uninterrupted run of its own layout does (losses within 1e-5 relative). Resumed on
+// the ranks that wrote it, at any stage and in f32 or bf16, a checkpoint continues the run
+// bit for bit, tensor-parallel too.
 #define BOOST_TEST_MODULE checkpoint_mpi
 #include <boost/test/unit_test.hpp>
+#include <map>
 
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
@@ -37,6 +40,12 @@ nlohmann::json config_json(const std::string& folder, int stage) {
   j["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}}}};
   j["zero_optimization"] = {{"stage", stage}, {"stage3_param_persistence_threshold", 0}};
   j["seed"] = 9;
+  return j;
+}
+
+nlohmann::json tensor_parallel(nlohmann::json j, int tp) {
+  j["model"]["n_head"] = 4;  // tp 4 must divide the heads
+  j["model"]["tensor_parallel"] = tp;
   return j;
 }
 
@@ -151,5 +160,84 @@ BOOST_AUTO_TEST_CASE(a_stage_3_checkpoint_resumes_on_fewer_ranks_at_other_stages
   const std::string m = test::error_message([&] { run(config_json(folder, 2), {.resume = saved}, world); });
   BOOST_TEST(m.find(saved) != std::string::npos, m);
   BOOST_TEST(m.find("/optim/wpe.weight/exp_avg fails its checksum") != std::string::npos, m);
+  world->barrier();
+}
+
+BOOST_AUTO_TEST_CASE(a_tensor_parallel_checkpoint_holds_global_shapes_and_resumes_on_other_grids) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  const std::string folder = shared_corpus(dir, *world);
+
+  // tp 2 x dp n/2 at stage 1: ten steps of a twenty-step run, then a checkpoint; and the same
+  // run uninterrupted.
+  nlohmann::json writer = tensor_parallel(config_json(folder, 1), 2);
+  run(writer, {.metrics_path = folder + "/straight_tp2.jsonl"}, world);
+  writer["steps"] = 10;
+  writer["scheduler"]["params"]["total_num_steps"] = 20;
+  writer["checkpoint"] = {{"dir", folder + "/ckpt"}};
+  run(writer, {}, world);
+  const std::string saved = folder + "/ckpt/" + engine::checkpoint_file_name(10);
+  // On the same grid it continues bit for bit.
+  writer["steps"] = 20;
+  run(writer, {.metrics_path = folder + "/resumed_tp2.jsonl", .resume = "auto"}, world);
+  if (r == 0) {
+    const std::vector<double> straight = test::metric_losses(folder + "/straight_tp2.jsonl");
+    const std::vector<double> resumed = test::metric_losses(folder + "/resumed_tp2.jsonl");
+    BOOST_TEST_REQUIRE(resumed.size() == 10u);
+    for (size_t i = 0; i < resumed.size(); ++i) BOOST_TEST(resumed[i] == straight[10 + i], "tp 2, step " << 11 + i);
+  }
+
+  // Other grids: every rank data-parallel (tp 1), and tp 4 (on two ranks: one process).
+  struct Target {
+    const char* name;
+    int tp;
+    bool member;
+    parallel::CommunicatorPtr ranks;
+  };
+  const std::vector<Target> targets = {
+      {"tp 1 x dp n", 1, true, world},
+      n >= 4 ? Target{"tp 4 x dp n/4", 4, true, world} : Target{"one process, tp 1", 1, r == 0, nullptr}};
+  for (const Target& t : targets) {
+    if (t.member) {
+      BOOST_TEST_CONTEXT(t.name) {
+        const nlohmann::json j = tensor_parallel(config_json(folder, t.tp == 4 ? 3 : 2), t.tp);
+        const std::string tag = std::to_string(t.tp) + (t.ranks ? "n" : "1");
+        run(j, {.metrics_path = folder + "/straight" + tag + ".jsonl"}, t.ranks);
+        run(j, {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = saved}, t.ranks);
+        if (r == 0) {
+          const std::vector<double> straight = test::metric_losses(folder + "/straight" + tag + ".jsonl");
+          const std::vector<double> resumed = test::metric_losses(folder + "/resumed" + tag + ".jsonl");
+          BOOST_TEST_REQUIRE(straight.size() == 20u);
+          BOOST_TEST_REQUIRE(resumed.size() == 10u);
+          for (size_t i = 0; i < resumed.size(); ++i)
+            BOOST_TEST(std::abs(resumed[i] - straight[10 + i]) / straight[10 + i] < 1e-5, "step " << 11 + i);
+        }
+      }
+    }
+    world->barrier();
+  }
+
+  if (r == 0) {
+    // The file holds every tensor at its global shape: the vocabulary unpadded (each tp rank
+    // holds 64 rows of it, 48 of them padding or the other rank's), the fused q|k|v whole.
+    const engine::CheckpointSummary s = engine::read_summary(saved);
+    BOOST_TEST(s.layout["tp"] == 2);
+    BOOST_TEST(s.layout["dp"] == n / 2);
+    std::map<std::string, Shape> shapes;
+    for (const auto& d : s.datasets) shapes[d.name] = d.shape;
+    BOOST_TEST((shapes["/model/wte.weight"] == Shape{16, 16}));
+    BOOST_TEST((shapes["/optim/wte.weight/exp_avg"] == Shape{16, 16}));
+    BOOST_TEST((shapes["/model/blocks.0.attn.qkv.weight"] == Shape{48, 16}));
+    BOOST_TEST((shapes["/model/blocks.1.mlp.proj.weight"] == Shape{16, 64}));
+    BOOST_TEST(engine::failed_checksums(saved).empty());
+    // Exported, it is an ordinary model of one process: its weights are the master weights.
+    const std::string exported = folder + "/model.h5";
+    engine::export_weights(saved, exported, DType::f32);
+    const engine::LoadedModel m = engine::load_model(exported);
+    const io::H5File file = io::H5File::open(saved);
+    for (const auto& [name, p] : m.model->named_parameters())
+      BOOST_TEST(test::max_abs_diff(p, file.read("/optim/" + name + "/master")) == 0.0, name);
+  }
   world->barrier();
 }
