@@ -19,9 +19,9 @@ import sys
 F32_BOUND, BF16_BOUND, MIN_FALL = 1e-3, 0.02, 0.5
 
 
-def train(kit, work, name, steps, extra):
+def train(kit, work, name, steps, extra, launcher=()):
     metrics = os.path.join(work, name + ".jsonl")
-    cmd = [os.path.join(kit, "bin", "triad-train"), "--config", os.path.join(kit, "configs", "demo.json"),
+    cmd = list(launcher) + [os.path.join(kit, "bin", "triad-train"), "--config", os.path.join(kit, "configs", "demo.json"),
            "--set", "data.corpus=" + os.path.join(kit, "data", "tokens.bin"),
            "--set", "data.tokenizer=" + os.path.join(kit, "data", "tokenizer.json"),
            "--set", "output_dir=" + os.path.join(work, name), "--steps", str(steps),

@@ -44,7 +44,7 @@ for t in "${gpu_tests[@]}"; do
 done >"$stage/tests/gpu-tests.txt"
 cp "$root/tests/apps/check_collectives.sh" "$stage/tests/"
 cp "$root"/configs/*.json "$stage/configs/"
-cp "$here/run.sh" "$here/env.sh" "$here/compare_curves.py" "$here/profile_kernels.py" "$here/README.md" "$stage/"
+cp "$here/run.sh" "$here/env.sh" "$here/compare_curves.py" "$here/profile_kernels.py" "$here/tp_curves.py" "$here/README.md" "$stage/"
 
 # The demo corpus, tokenized by the kit's own triad-data.
 corpus=/usr/share/games/fortunes

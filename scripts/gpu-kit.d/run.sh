@@ -103,6 +103,8 @@ step bench_step_cuda 240 gpu triad-bench step --device cuda
 step bench_cublaslt 180 gpu bench-cublaslt
 step bench_attention 180 gpu bench-attention
 step train_curves 300 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/curves" --steps 50
+step tp_curves 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "$kit/tp_curves.py" --kit "$kit" --work "$work/tp_curves" --steps 40
+step bench_step_cuda_tp2 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "${mpi[@]}" -np 2 triad-bench step --device cuda --tp 2
 step profile_kernels 240 gpu "$kit/profile_kernels.py" "$out/kernels.md"
 step collectives_nccl 180 gpu "$kit/tests/check_collectives.sh" nccl 1 "${mpi[@]}" -np 1 \
   triad-bench collectives --comm nccl --min-bytes 8 --max-bytes 256M --warmup 5 --iters 20
@@ -112,7 +114,7 @@ python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys
 results, logs, out, device = sys.argv[1:]
 FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib", "f32_cuda_vs_cpu", "bf16_vs_f32",
-           "kernel_ms_per_step", "launches_per_step")
+           "kernel_ms_per_step", "launches_per_step", "tp2_vs_tp1", "tp2_sp_vs_tp1", "model_state_mib_per_rank")
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")
