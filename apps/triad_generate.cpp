@@ -3,6 +3,9 @@
 //   triad-generate --checkpoint runs/demo/model.h5 --prompt "Once upon a time"
 //   triad-generate --checkpoint runs/demo/checkpoints/step-00001000.h5 --chat
 //                                                 (Human: / Assistant: turns on stdin)
+//   mpirun -np 2 triad-generate --tp 2 --checkpoint runs/demo/model.h5 --prompt "..."
+//                                                 (the model split over 2 ranks; the same
+//                                                 tokens as one process)
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -12,15 +15,19 @@
 #include "engine/checkpoint.h"
 #include "engine/generate.h"
 #include "io/tokenizer.h"
+#include "parallel/runtime.h"
+#include "parallel/tensor_parallel_layers.h"
 
 namespace {
 
 using namespace triad;
 
-// Streams generated text to stdout as it comes; with a stop string, stops before it.
+// Streams generated text to stdout as it comes (when `out`; the other ranks of a
+// tensor-parallel group follow silently); with a stop string, stops before it.
 struct Printer {
   const io::Tokenizer& tok;
   std::string stop;
+  bool out = true;
   std::vector<int32_t> ids;
   size_t printed = 0;
   bool stopped = false;
@@ -38,7 +45,7 @@ struct Printer {
         end = text.size() >= stop.size() ? text.size() - stop.size() + 1 : 0;  // hold a possible prefix
     }
     if (end > printed) {
-      std::fwrite(text.data() + printed, 1, end - printed, stdout);
+      if (out) std::fwrite(text.data() + printed, 1, end - printed, stdout);
       std::fflush(stdout);
       printed = end;
     }
@@ -46,10 +53,27 @@ struct Printer {
   }
   void flush() {
     const std::string text = tok.decode(ids);
-    if (!stopped && text.size() > printed) std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
+    if (out && !stopped && text.size() > printed)
+      std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
     std::fflush(stdout);
   }
 };
+
+// The next line of stdin on rank 0, given to every rank of `group` (mpirun feeds stdin to
+// rank 0 alone); false at the end of the input.
+bool next_line(std::string& line, parallel::Communicator* group) {
+  const bool leader = !group || group->rank() == 0;
+  bool more = leader && bool(std::getline(std::cin, line));
+  if (!group) return more;
+  Tensor size = Tensor::full({1}, more ? double(line.size()) : -1.0, DType::i64);
+  group->broadcast(size, 0)->wait();
+  if (size.item() < 0) return false;
+  Tensor bytes = Tensor::empty({int64_t(size.item())}, DType::i8);
+  if (leader) std::copy(line.begin(), line.end(), bytes.data<int8_t>());
+  if (bytes.numel() > 0) group->broadcast(bytes, 0)->wait();
+  line.assign(reinterpret_cast<const char*>(bytes.data<int8_t>()), size_t(bytes.numel()));
+  return true;
+}
 
 std::vector<int32_t> encode_prompt(const io::Tokenizer& tok, const std::string& text) {
   std::vector<int32_t> ids{tok.eot()};  // documents start after an end-of-text in training
@@ -64,7 +88,7 @@ int main(int argc, char** argv) {
     CLI::App cli{"triad-generate: sample text from a trained model"};
     std::string model_path, tokenizer_path, prompt;
     bool chat = false;
-    int threads = 0;
+    int threads = 0, tp_ranks = 1;
     engine::SamplingOptions o;
     cli.add_option("--checkpoint", model_path,
                    "a checkpoint or weights file (triad-train's output_dir/model.h5, triad-ckpt export)")
@@ -79,11 +103,24 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     cli.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
     cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");
+    cli.add_option("--tp", tp_ranks, "tensor-parallel ranks: split the model over the ranks of mpirun -np TP")
+        ->check(CLI::PositiveNumber);
     CLI11_PARSE(cli, argc, argv);
     o.validate();
-    app::set_threads(threads);
 
-    engine::LoadedModel loaded = engine::load_model(model_path);
+    parallel::CommunicatorPtr tp;
+    std::shared_ptr<const nn::Parallelism> parallelism = nn::serial();
+    if (tp_ranks > 1) {
+      TRIAD_CHECK(parallel::launched_by_mpirun(), "--tp " << tp_ranks << ": run under mpirun -np " << tp_ranks);
+      tp = parallel::init(argc, argv);
+      TRIAD_CHECK(tp->size() == tp_ranks,
+                  "--tp " << tp_ranks << " needs mpirun -np " << tp_ranks << ", got " << tp->size() << " ranks");
+      parallelism = std::make_shared<parallel::TensorParallel>(tp, false);
+    }
+    const bool leader = !tp || tp->rank() == 0;
+    app::set_threads(tp ? parallel::threads_per_rank(threads) : threads);
+
+    engine::LoadedModel loaded = engine::load_model(model_path, parallelism);
     if (tokenizer_path.empty()) tokenizer_path = loaded.config["data"].value("tokenizer", "");
     TRIAD_CHECK(!tokenizer_path.empty(), "the model file does not name its tokenizer; pass --tokenizer");
     const io::Tokenizer tok = io::Tokenizer::load(tokenizer_path);
@@ -93,30 +130,31 @@ int main(int argc, char** argv) {
     o.stop_token = tok.eot();
 
     if (!chat) {
-      std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-      Printer print{tok, ""};
+      if (leader) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+      Printer print{tok, "", leader};
       engine::generate(*loaded.model, encode_prompt(tok, prompt), o, std::ref(print));
       print.flush();
-      std::printf("\n");
+      if (leader) std::printf("\n");
       return 0;
     }
     std::string history;
     std::string line;
-    std::printf("Human: ");
-    std::fflush(stdout);
-    while (std::getline(std::cin, line)) {
+    const auto say = [&](const char* text) {
+      if (leader) std::printf("%s", text), std::fflush(stdout);
+    };
+    say("Human: ");
+    while (next_line(line, tp.get())) {
       history += "Human: " + line + "\nAssistant:";
-      std::printf("Assistant:");
-      Printer print{tok, "\nHuman:"};
+      say("Assistant:");
+      Printer print{tok, "\nHuman:", leader};
       const std::vector<int32_t> reply =
           engine::generate(*loaded.model, encode_prompt(tok, history), o, std::ref(print));
       if (!print.stopped) print.flush();
       history += tok.decode(print.ids).substr(0, print.printed) + "\n";
       o.seed += 1;
-      std::printf("\nHuman: ");
-      std::fflush(stdout);
+      say("\nHuman: ");
     }
-    std::printf("\n");
+    say("\n");
     return 0;
   });
 }

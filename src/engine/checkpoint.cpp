@@ -565,14 +565,17 @@ void export_weights(const std::string& path, const std::string& out, DType dtype
   commit(tmp, out, self);
 }
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, std::shared_ptr<const nn::Parallelism> parallelism) {
   const H5File file = H5File::open(path);
   check_kind(file, "");
   LoadedModel m;
   m.config = nlohmann::json::parse(file.get_attr_string("/", "config"));
   const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
   const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>() * layout.value("tp", int64_t(1)));
-  m.model = std::make_shared<nn::GPT>(c.model);
+  TRIAD_CHECK(c.model.n_head % parallelism->ranks() == 0,
+              "'" << path << "': a model of " << c.model.n_head << " heads cannot be split over "
+                  << parallelism->ranks() << " tensor-parallel ranks (they must divide the heads)");
+  m.model = std::make_shared<nn::GPT>(c.model, std::move(parallelism));
   const auto params = m.model->named_parameters();
   const auto splits = m.model->named_splits();
   for (size_t i = 0; i < params.size(); ++i) {
