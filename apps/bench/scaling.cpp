@@ -35,7 +35,12 @@ namespace {
 constexpr double kMB = 1e6;
 
 bool weak(const ScalingOptions& o) { return o.mode == "weak"; }
-int64_t global_batch(const ScalingOptions& o, int ranks) { return weak(o) ? o.batch * ranks : o.batch; }
+// With --tp, a tensor-parallel group of o.tp ranks is the unit that scales: `ranks` of them
+// are ranks / tp data-parallel ranks, each a group taking its own rows of the batch.
+int data_parallel(const ScalingOptions& o, int ranks) { return ranks / o.tp; }
+int64_t global_batch(const ScalingOptions& o, int ranks) {
+  return weak(o) ? o.batch * data_parallel(o, ranks) : o.batch;
+}
 
 // The training config of one (ranks, stage) point, as `triad-bench zero` builds it from the
 // same options (the worker parses it again from them).
@@ -47,6 +52,7 @@ engine::TrainConfig make_config(const ScalingOptions& o, int stage, int ranks) {
   json["train_batch_size"] = global_batch(o, ranks);
   json["steps"] = std::max<int64_t>(json.value("steps", int64_t(0)), int64_t(o.warmup + o.steps));
   json["zero_optimization"]["stage"] = stage;
+  json["model"]["tensor_parallel"] = o.tp;
   engine::TrainConfig c = engine::parse_config(json, ranks);
   TRIAD_CHECK(o.seq <= c.model.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << c.model.seq_len);
   return c;
@@ -57,21 +63,26 @@ double flops_per_token(const nn::GPTConfig& m, int64_t seq) {
   return 6.0 * double(m.num_parameters()) + 6.0 * double(m.n_layer * m.d_model * seq);
 }
 
-// The model's view of one point (Note [Step time model]).
+// The model's view of one point (Note [Step time model]). With --tp the model's "rank" is a
+// tensor-parallel group: its compute rate is calibrated on tp ranks (tp collectives
+// included), and its ZeRO collectives move each tp rank's part of the parameters over the
+// data-parallel ranks.
 zero::StepModelInput model_input(const ScalingOptions& o, const engine::TrainConfig& c, int stage, int ranks) {
   zero::StepModelInput in;
+  const int d = data_parallel(o, ranks);
+  const auto sizes = c.model.parameter_sizes(o.tp);
   in.stage = stage;
-  in.ranks = ranks;
-  in.num_params = double(c.model.num_parameters());
+  in.ranks = d;
+  for (const auto& [_, n] : sizes) in.num_params += double(n);
   if (stage == 3)
-    in.persistent_params = double(
-        zero::persistent_parameters(c.model.parameter_sizes(), c.zero.stage3_param_persistence_threshold).elements);
+    in.persistent_params =
+        double(zero::persistent_parameters(sizes, c.zero.stage3_param_persistence_threshold).elements);
   in.element_bytes = double(element_size(c.precision.dtype));
   in.flops_per_token = flops_per_token(c.model, o.seq);
-  in.tokens_per_rank = double(global_batch(o, ranks) / ranks * o.seq);
+  in.tokens_per_rank = double(global_batch(o, ranks) / d * o.seq);
   in.micro_batches = c.gradient_accumulation_steps;
   in.groups = 2 * (c.model.n_layer + 1);  // a decay and a no-decay group per unit: each block, the root
-  in.threads_per_rank = o.threads;
+  in.threads_per_rank = o.threads * o.tp;
   in.overlap_comm = c.zero.overlap_comm;
   return in;
 }
@@ -151,15 +162,17 @@ std::vector<std::string> zero_worker_args(const ScalingOptions& o, int stage, in
   std::vector<std::string> args = {"--stage", std::to_string(stage), "--model", o.model};
   if (!o.config.empty()) args.insert(args.end(), {"--config", o.config});
   for (const std::string& s : o.overrides) args.insert(args.end(), {"--set", s});
+  if (o.tp > 1) args.insert(args.end(), {"--set", "model.tensor_parallel=" + std::to_string(o.tp)});
   args.insert(args.end(),
               {"--batch", std::to_string(batch), "--seq", std::to_string(o.seq), "--steps", std::to_string(o.steps),
                "--warmup", std::to_string(o.warmup), "--threads", std::to_string(o.threads)});
   return args;
 }
 
-// Runs `k` 1-rank workers at once (each its own mpirun job) and returns the slowest one's
-// median ms/step.
-double slowest_of_concurrent_runs(const WorkerLauncher& launcher, int k, const std::vector<std::string>& args) {
+// Runs `k` workers of `ranks` ranks (one rank, or one tensor-parallel group) at once, each its
+// own mpirun job, and returns the slowest one's median ms/step.
+double slowest_of_concurrent_runs(const WorkerLauncher& launcher, int k, int ranks,
+                                  const std::vector<std::string>& args) {
   std::vector<double> ms(static_cast<size_t>(k), 0.0);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(k));
   std::vector<std::thread> threads;
@@ -167,7 +180,8 @@ double slowest_of_concurrent_runs(const WorkerLauncher& launcher, int k, const s
     threads.emplace_back([&, i] {
       try {
         ms[size_t(i)] =
-            launcher.run(1, args, "the compute calibration (1 rank, stage 0)", "step_ms_median")["step_ms_median"]
+            launcher.run(ranks, args, "the compute calibration (" + std::to_string(ranks) + " rank(s), stage 0)",
+                         "step_ms_median")["step_ms_median"]
                 .get<double>();
       } catch (...) {
         errors[size_t(i)] = std::current_exception();
@@ -307,11 +321,14 @@ int run_parent(const ScalingOptions& o) {
               "triad-bench scaling: --ranks and --stages need at least one value");
   TRIAD_CHECK(!o.out.empty(), "triad-bench scaling: --out DIR is required (scaling.csv and scaling.png go there)");
   TRIAD_CHECK(o.threads >= 1, "--threads must be at least 1, got " << o.threads);
+  TRIAD_CHECK(o.tp >= 1, "--tp must be at least 1, got " << o.tp);
   for (int n : o.ranks) {
     TRIAD_CHECK(n >= 1, "--ranks: rank counts must be at least 1, got " << n);
     TRIAD_CHECK(std::count(o.ranks.begin(), o.ranks.end(), n) == 1, "--ranks: " << n << " is listed twice");
-    TRIAD_CHECK(weak(o) || o.batch % n == 0,
-                "--batch " << o.batch << " (strong scaling: the global batch) is not divisible by " << n << " ranks");
+    TRIAD_CHECK(n % o.tp == 0, "--ranks: " << n << " ranks are not a multiple of --tp " << o.tp);
+    TRIAD_CHECK(weak(o) || o.batch % data_parallel(o, n) == 0,
+                "--batch " << o.batch << " (strong scaling: the global batch) is not divisible by "
+                           << data_parallel(o, n) << " data-parallel ranks");
   }
   for (int s : o.stages)
     TRIAD_CHECK(std::count(o.stages.begin(), o.stages.end(), s) == 1, "--stages: " << s << " is listed twice");
@@ -334,10 +351,11 @@ int run_parent(const ScalingOptions& o) {
 
   std::printf(
       "triad-bench scaling: %s scaling, %s (L%lld C%lld V%lld, %.0f parameters), %lld sequences %s x seq %lld, "
-      "%d timed steps after %d warmup, %d repeat(s), %d thread(s) per rank, %d cores\n",
+      "%d timed steps after %d warmup, %d repeat(s), %d thread(s) per rank, %d cores%s\n",
       o.mode.c_str(), name.c_str(), (long long)c0.model.n_layer, (long long)c0.model.d_model,
-      (long long)c0.model.vocab_size, psi, (long long)o.batch, weak(o) ? "per rank" : "global", (long long)o.seq,
-      o.steps, o.warmup, o.repeats, o.threads, cores);
+      (long long)c0.model.vocab_size, psi, (long long)o.batch,
+      weak(o) ? (o.tp > 1 ? "per tp group" : "per rank") : "global", (long long)o.seq, o.steps, o.warmup, o.repeats,
+      o.threads, cores, o.tp > 1 ? (", tp " + std::to_string(o.tp) + " (ranks are tp x dp)").c_str() : "");
   std::fflush(stdout);
 
   // The machine of the model.
@@ -370,8 +388,9 @@ int run_parent(const ScalingOptions& o) {
   // batch per rank of the sweep: one in weak scaling, one per rank count in strong), then
   // runs every point.
   auto calibration_key = [&](int n) {
-    const int fill = std::max(1, cores / o.threads);  // ranks that keep every core busy
-    return std::make_pair(global_batch(o, n) / n, std::min(n, fill));
+    const int fill = std::max(1, cores / (o.threads * o.tp));  // ranks (tp groups) that keep every core busy
+    const int d = data_parallel(o, n);
+    return std::make_pair(global_batch(o, n) / d, std::min(d, fill));
   };
   std::vector<std::pair<int64_t, int>> calibrations;
   for (int n : ranks) calibrations.push_back(calibration_key(n));
@@ -380,11 +399,11 @@ int run_parent(const ScalingOptions& o) {
   std::map<std::pair<int, int>, Point> points;
   for (int r = 0; r < o.repeats; ++r) {
     for (const auto& [b, k] : measure_flops ? calibrations : decltype(calibrations){}) {
-      const double ms = slowest_of_concurrent_runs(zero_launcher, k, zero_worker_args(o, 0, b));
+      const double ms = slowest_of_concurrent_runs(zero_launcher, k, o.tp, zero_worker_args(o, 0, b));
       cal.compute_ms[{b, k}].push_back(ms);
       std::printf(
-          "calibration %d/%d: %d concurrent 1-rank run(s), stage 0, %lld sequences: %.2f ms/step, %.2f GFLOP/s\n",
-          r + 1, o.repeats, k, (long long)b, ms, compute_rate(o, c0, b, ms) / 1e9);
+          "calibration %d/%d: %d concurrent %d-rank run(s), stage 0, %lld sequences: %.2f ms/step, %.2f GFLOP/s\n",
+          r + 1, o.repeats, k, o.tp, (long long)b, ms, compute_rate(o, c0, b, ms) / 1e9);
       std::fflush(stdout);
     }
     for (int n : ranks)
@@ -401,7 +420,7 @@ int run_parent(const ScalingOptions& o) {
       }
   }
   if (measure_flops) {
-    cal.flops_source = "measured (1-rank stage 0 runs, median over repeats):";
+    cal.flops_source = "measured (" + std::to_string(o.tp) + "-rank stage 0 runs, median over repeats):";
     for (const auto& [key, ms] : cal.compute_ms) {
       cal.flops[key] = compute_rate(o, c0, key.first, app::median(ms));
       cal.flops_source += " " + std::to_string(key.first) + " seq x " + std::to_string(key.second) + " at once " +
@@ -438,14 +457,14 @@ int run_parent(const ScalingOptions& o) {
       "ms/step: median over steps of the slowest rank (median of %d runs); eff: %s against %d rank(s); pred: the "
       "model (compute + exposed communication); err = (pred - meas) / meas\n",
       o.repeats, weak(o) ? "t1/tN" : "t1/(N tN)", ranks.front());
-  std::printf("%5s %5s %7s %9s %9s %7s %10s %6s %6s %9s %9s\n", "stage", "ranks", "batch", "ms/step", "pred ms", "err",
-              "tokens/s", "eff", "p.eff", "bus MB", "state MB");
+  std::printf("%5s %5s %7s %9s %9s %7s %10s %6s %6s %9s %9s %9s\n", "stage", "ranks", "batch", "ms/step", "pred ms",
+              "err", "tokens/s", "eff", "p.eff", "bus MB", "tp bus MB", "state MB");
   const std::string csv_path = (std::filesystem::path(o.out) / "scaling.csv").string();
   std::ofstream csv(csv_path);
   TRIAD_CHECK(csv.good(), "triad-bench scaling: cannot write " << csv_path);
   csv << "mode,stage,ranks,global_batch,batch_per_rank,seq,ms_per_step,tokens_per_s,efficiency,bus_bytes,"
          "param_bytes,grad_bytes,optim_bytes,state_bytes,pred_ms_per_step,pred_compute_ms,pred_exposed_comm_ms,"
-         "pred_bus_bytes,pred_tokens_per_s,pred_efficiency,pred_error,pred_gflops_per_rank\n";
+         "pred_bus_bytes,pred_tokens_per_s,pred_efficiency,pred_error,pred_gflops_per_rank,tp,tp_bus_bytes\n";
   nlohmann::json rows = nlohmann::json::array();
   double worst = 0;
   for (int s : o.stages) {  // stage-major: each stage's points are one line of the plot
@@ -465,15 +484,16 @@ int run_parent(const ScalingOptions& o) {
       const double pb = mem["param_bytes"].get<double>(), gb = mem["grad_bytes"].get<double>(),
                    ob = mem["optim_bytes"].get<double>();
       const double bus = row["bus_bytes"].get<double>();
-      std::printf("%5d %5d %7lld %9.2f %9.2f %+6.1f%% %10.0f %6.2f %6.2f %9.3f %9.3f\n", s, n, (long long)batch, p.ms,
-                  pred_ms, 100 * err, tps, eff, pred_eff, bus / kMB, (pb + gb + ob) / kMB);
-      csv << o.mode << ',' << s << ',' << n << ',' << batch << ',' << batch / n << ',' << o.seq << ','
+      std::printf("%5d %5d %7lld %9.2f %9.2f %+6.1f%% %10.0f %6.2f %6.2f %9.3f %9.3f %9.3f\n", s, n, (long long)batch,
+                  p.ms, pred_ms, 100 * err, tps, eff, pred_eff, bus / kMB, row.value("tp_bus_bytes", 0.0) / kMB,
+                  (pb + gb + ob) / kMB);
+      csv << o.mode << ',' << s << ',' << n << ',' << batch << ',' << batch / data_parallel(o, n) << ',' << o.seq << ','
           << csv_number(p.ms) << ',' << csv_number(tps) << ',' << csv_number(eff) << ',' << csv_number(bus) << ','
           << csv_number(pb) << ',' << csv_number(gb) << ',' << csv_number(ob) << ',' << csv_number(pb + gb + ob) << ','
           << csv_number(pred_ms) << ',' << csv_number(p.predicted.compute_s * 1e3) << ','
           << csv_number(p.predicted.exposed_comm_s * 1e3) << ',' << csv_number(p.predicted.bus_bytes) << ','
           << csv_number(pred_tps) << ',' << csv_number(pred_eff) << ',' << csv_number(err) << ','
-          << csv_number(p.flops / 1e9) << '\n';
+          << csv_number(p.flops / 1e9) << ',' << o.tp << ',' << csv_number(row.value("tp_bus_bytes", 0.0)) << '\n';
       row["mode"] = o.mode;
       row["global_batch"] = batch;
       row["efficiency"] = eff;
@@ -535,6 +555,7 @@ int run_parent(const ScalingOptions& o) {
                         {"threads_per_rank", o.threads},
                         {"cores", cores},
                         {"ranks", ranks},
+                        {"tp", o.tp},
                         {"stages", o.stages},
                         {"interconnect", o.interconnect},
                         {"cluster",
@@ -580,6 +601,9 @@ void add_scaling_command(CLI::App& app, ScalingOptions& o) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(0, 3));
+  cmd->add_option("--tp", o.tp, "tensor-parallel ranks per group: every point is ranks/TP groups of TP ranks")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", o.batch, "sequences: per rank (weak) or global (strong, divisible by every rank count)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

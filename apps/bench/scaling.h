@@ -4,9 +4,13 @@
 //
 //   triad-bench scaling --mode weak|strong --ranks 1,2,4 --stages 0,1,2,3
 //       [--model tiny | --config FILE] [--set k=v]... --batch B --seq T --steps N --warmup W
-//       --out DIR [--interconnect calibrate|config] [--flops F] [--repeats R]
+//       --out DIR [--interconnect calibrate|config] [--flops F] [--repeats R] [--tp T]
 //
 // weak: B sequences per rank (global batch B·n); strong: global batch B (B/n per rank).
+// --tp T: every point splits the model over groups of T consecutive ranks (model.tensor_parallel)
+// and scales the n/T data-parallel groups: "per rank" above reads "per group", the compute
+// calibration runs T-rank groups (their tp collectives included), and the model's ZeRO
+// collectives move each tp rank's part of the parameters over the n/T groups.
 // Every point is one `triad-bench zero --worker` job under mpirun (bench/workers.h), run
 // --repeats times (its ms/step is the median of the runs' medians). The model's machine
 // comes from --interconnect: `calibrate` (the default) measures it on this machine first:
@@ -38,7 +42,8 @@ struct ScalingOptions {
   std::vector<std::string> overrides;  // --set dotted.key=value
   std::vector<int> ranks = {1, 2, 4};
   std::vector<int> stages = {0, 1, 2, 3};
-  int64_t batch = 8;  // weak: sequences per rank; strong: global sequences
+  int tp = 1;         // tensor-parallel ranks per data-parallel rank (every rank count a multiple)
+  int64_t batch = 8;  // weak: sequences per (data-parallel) rank; strong: global sequences
   int64_t seq = 64;
   int threads = 1;  // OpenMP threads per rank: one rank stands for one device
   int steps = 10;

@@ -11,6 +11,7 @@
 #include "common/report.h"
 #include "engine/config.h"
 #include "engine/engine.h"
+#include "parallel/process_grid.h"
 #include "parallel/runtime.h"
 #include "triad.h"
 
@@ -72,23 +73,33 @@ int run_worker(const ZeroOptions& o) {
   check_ranks_agree(*world, o);
 
   const engine::TrainConfig config = make_config(o, o.stage, n);
-  engine::Engine engine(config, world);
+  // With model.tensor_parallel (--set), tp consecutive ranks split the model and the rest of
+  // the ranks are data-parallel, as triad-train lays them out.
+  std::unique_ptr<parallel::ProcessGrid> grid;
+  parallel::CommunicatorPtr dp = world, tp;
+  if (config.tensor_parallel > 1) {
+    grid = std::make_unique<parallel::ProcessGrid>(world, config.tensor_parallel, int(config.data_parallel), 1);
+    dp = grid->dp(), tp = grid->tp();
+  }
+  const int d = dp->size();
+  engine::Engine engine(config, dp, tp);
   const nn::GPTConfig& m = config.model;
 
-  // The fixed global batch (as `step` draws it); this rank's rows [r*B/n, (r+1)*B/n).
+  // The fixed global batch (as `step` draws it); this data-parallel rank's rows
+  // [r*B/d, (r+1)*B/d).
   Generator data_gen(7);
   Tensor tokens = Tensor::empty({o.batch, o.seq + 1}, DType::f32);
   ops::uniform_(tokens, 0.0, double(m.vocab_size) - 1e-3, data_gen);
   const std::vector<float> raw = tokens.to_vector<float>();
   const Tensor all = Tensor::from_vector(std::vector<int64_t>(raw.begin(), raw.end()), {o.batch, o.seq + 1});
-  const int64_t rows = o.batch / n;
-  const Tensor mine = ops::narrow(all, 0, rank * rows, rows);
+  const int64_t rows = o.batch / d;
+  const Tensor mine = ops::narrow(all, 0, dp->rank() * rows, rows);
   const Tensor x = ops::contiguous(ops::narrow(mine, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(mine, 1, 1, o.seq));
 
   const int total_steps = o.warmup + o.steps;
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;  // every step, this rank
   nlohmann::json comm;
-  double loss_value = 0;
+  double loss_value = 0, tp_bus = 0;
   for (int s = 0; s < total_steps; ++s) {
     world->barrier();  // every rank starts the step together: the max over ranks is the step's time
     const auto t0 = Clock::now();
@@ -102,6 +113,7 @@ int run_worker(const ZeroOptions& o) {
     const double u = ms_since(t2), total = ms_since(t0);
     step_ms.push_back(total), fwd_ms.push_back(f), bwd_ms.push_back(b), opt_ms.push_back(u);
     comm = r.comm;
+    if (r.comm.contains("tp")) tp_bus = r.comm["tp"]["bus_bytes"].get<double>();
     loss_value = loss.item();
     TRIAD_CHECK(std::isfinite(loss_value) && std::isfinite(r.grad_norm),
                 "triad-bench zero: loss " << loss_value << ", gradient norm " << r.grad_norm << " at step " << s + 1);
@@ -119,7 +131,7 @@ int run_worker(const ZeroOptions& o) {
     mem_source = "plain AdamW (no ZeRO at 1 rank, stage 0)";
   }
   joined.insert(joined.end(), {bus, double(mem.param_bytes), double(mem.grad_bytes), double(mem.optim_bytes),
-                               double(mem.buffer_bytes)});
+                               double(mem.buffer_bytes), tp_bus});
   const std::vector<double> mx = max_over_ranks(*world, joined);
   auto timed = [&](int which) {
     const auto begin = mx.begin() + which * total_steps;
@@ -128,7 +140,8 @@ int run_worker(const ZeroOptions& o) {
   const size_t tail = size_t(4 * total_steps);
 
   if (rank == 0) {
-    const double psi = double(engine.model().num_parameters());
+    const double psi = double(m.num_parameters());
+    const double local = double(engine.model().num_parameters());  // this rank's: its tp part
     const double elt = double(element_size(config.precision.dtype));  // bytes of a parameter or gradient
     const double med = app::median(timed(0));
     const double tokens_per_step = double(o.batch * o.seq);
@@ -138,6 +151,8 @@ int run_worker(const ZeroOptions& o) {
     for (auto it = by.begin(); it != by.end();)  // keep the collectives that were used
       it = it.value().value("calls", int64_t(0)) == 0 ? by.erase(it) : std::next(it);
     app::print_json_line({{"ranks", n},
+                          {"tp", config.tensor_parallel},
+                          {"dp", d},
                           {"stage", o.stage},
                           {"params", int64_t(psi)},
                           {"threads_per_rank", threads},
@@ -149,9 +164,11 @@ int run_worker(const ZeroOptions& o) {
                           {"tokens_per_s", tps},
                           {"achieved_gflops", flops_per_token * tps / 1e9},
                           {"bus_bytes", mx[tail]},
-                          // ZeRO's bus traffic (zero_optimizer.h): 2Ψ(n−1)/n elements, 3Ψ(n−1)/n at stage 3
-                          // (where groups under stage3_param_persistence_threshold move 2Ψ, not 3Ψ)
-                          {"bus_bytes_expected", (o.stage >= 3 ? 3.0 : 2.0) * psi * double(n - 1) / double(n) * elt},
+                          // ZeRO's bus traffic over dp (zero_optimizer.h): 2Ψ(d−1)/d elements, 3Ψ(d−1)/d at
+                          // stage 3 (where groups under stage3_param_persistence_threshold move 2Ψ, not 3Ψ), Ψ
+                          // this rank's parameters (its tp part)
+                          {"bus_bytes_expected", (o.stage >= 3 ? 3.0 : 2.0) * local * double(d - 1) / double(d) * elt},
+                          {"tp_bus_bytes", mx[tail + 5]},
                           {"by_collective", by},
                           {"mem",
                            {{"param_bytes", mx[tail + 1]},

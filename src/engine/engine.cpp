@@ -100,7 +100,14 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
   TRIAD_CHECK(tp_->size() == config_.tensor_parallel,
               "Engine: the tensor-parallel group has " << tp_->size() << " ranks but model.tensor_parallel is "
                                                        << config_.tensor_parallel);
-  if (tp_->size() > 1) tp_ = tp_comm_ = std::make_shared<parallel::CountingCommunicator>(tp_);
+  // Each axis talks over NCCL where its ranks have a GPU each (distributed_backend auto or
+  // nccl), else over MPI (device tensors staged through host memory).
+  if (tp_->size() > 1) {
+    const DistributedBackend tp_backend =
+        resolve_distributed_backend(config_.distributed_backend, device_, tp_->size(), shared_gpu(tp_.get(), device_));
+    if (tp_backend == DistributedBackend::nccl) tp_ = cuda::make_nccl_communicator(tp_, device_.index);
+    tp_ = tp_comm_ = std::make_shared<parallel::CountingCommunicator>(tp_);
+  }
   const DistributedBackend backend =
       resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
   model_ = std::make_shared<nn::GPT>(
