@@ -334,16 +334,17 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
                 });
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t classes) {
   TRIAD_CHECK(logits.dim() >= 1 && targets.shape() == Shape(logits.shape().begin(), logits.shape().end() - 1),
               "cross_entropy: logits " << shape_str(logits.shape()) << " do not match targets "
                                        << shape_str(targets.shape()) << " (expected logits (..., V), targets (...))");
   const Tensor l2 = ops::reshape(logits, {-1, logits.size(-1)});
   const Tensor t1 = ops::reshape(targets, {-1});
-  ops::CrossEntropyOut r = ops::cross_entropy(l2, t1, ignore_index);
+  ops::CrossEntropyOut r = ops::cross_entropy(l2, t1, ignore_index, classes);
   return record("cross_entropy", {logits}, r.loss,
                 [=, l2 = detach(l2), s = logits.shape(), lse = r.lse, count = r.count](const Grads& g) {
-                  return Grads{ops::reshape(ops::cross_entropy_backward(l2, t1, lse, g[0], count, ignore_index), s)};
+                  return Grads{
+                      ops::reshape(ops::cross_entropy_backward(l2, t1, lse, g[0], count, ignore_index, classes), s)};
                 });
 }
 

@@ -76,7 +76,9 @@ Tensor softmax(const Tensor& x, bool causal = false);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 // Mean cross-entropy of logits (..., V) against targets (...), skipping ignore_index.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// classes: the first `classes` columns of logits' last dimension are the classes, the rest
+// padding (ops::cross_entropy); -1: all of them.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100, int64_t classes = -1);
 // softmax(scale q k^T, causal) v for q (B, NH, Tq, hs) and k, v (B, NH, Tk, hs), Tq <= Tk,
 // fused: the probabilities are never stored, the backward recomputes them
 // (ops::causal_attention). bf16/f16 inputs get gradients in their dtype; they are

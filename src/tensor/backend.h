@@ -70,16 +70,19 @@ class Backend {
   // next wait for the device (Note [Deferred device errors], cuda/deferred_errors.h).
   virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) = 0;
   virtual void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) = 0;
-  // logits (N, V) contiguous, targets (N,) i64; lse (N,), loss () in logits' dtype: the mean
-  // over rows that count (target != ignore_index), 0 when none do; count () i64: those rows.
+  // logits (N, W) contiguous, of which the first `classes` <= W columns are the classes (the
+  // rest, a padded vocabulary's padding, take no part); targets (N,) i64; lse (N,), loss ()
+  // in logits' dtype: the mean over rows that count (target != ignore_index), 0 when none
+  // do; count () i64: those rows.
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
-                             const Tensor& count, int64_t ignore_index) = 0;
-  // grad_logits = (softmax - onehot) * grad_loss / count, zero rows that do not count;
-  // grad_loss () in logits' dtype and count () as cross_entropy made it, both read where
-  // they are (on the device), so the host never waits for them.
+                             const Tensor& count, int64_t ignore_index, int64_t classes) = 0;
+  // grad_logits (N, W) = (softmax - onehot) * grad_loss / count over the classes, zero in the
+  // padding columns and in rows that do not count; grad_loss () in logits' dtype and count ()
+  // as cross_entropy made it, both read where they are (on the device), so the host never
+  // waits for them.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                       const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
-                                      const Tensor& grad_logits) = 0;
+                                      int64_t classes, const Tensor& grad_logits) = 0;
 
   // Fused causal attention (ops::causal_attention): out = softmax(scale q k^T, causal) v with
   // the scores made tile by tile and never stored whole. q (B, NH, Tq, hs); k, v

@@ -133,14 +133,16 @@ struct CrossEntropyOut {
   Tensor lse;    // (N,) log-sum-exp of each row of logits (for the backward)
   Tensor count;  // shape (), i64: rows that count (targets != ignore_index)
 };
-// logits (N, V), targets (N,) of i64/i32 in [0, V) or == ignore_index. Probabilities are
-// never stored; the backward recomputes them from logits and lse. All three results stay
-// on logits' device: nothing here makes the host wait for a device.
-CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
-// d(loss)/d(logits) scaled by grad_loss (one value: the incoming gradient of the mean loss),
-// with count as cross_entropy returned it.
+// logits (N, W), targets (N,) of i64/i32 in [0, V) or == ignore_index, where V = classes
+// (-1: W) is the number of classes and the W - V columns after them are padding (a padded
+// vocabulary), which take no part in the softmax. Probabilities are never stored; the
+// backward recomputes them from logits and lse. All three results stay on logits' device:
+// nothing here makes the host wait for a device.
+CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t classes = -1);
+// d(loss)/d(logits) (N, W) scaled by grad_loss (one value: the incoming gradient of the mean
+// loss), with count as cross_entropy returned it; zero in the padding columns.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
-                              const Tensor& count, int64_t ignore_index);
+                              const Tensor& count, int64_t ignore_index, int64_t classes = -1);
 
 struct AttentionOut {
   Tensor out;  // (B, NH, Tq, hs) in q's dtype

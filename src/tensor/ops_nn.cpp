@@ -139,21 +139,30 @@ Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t n
   return gw;
 }
 
-CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+// The classes of logits (N, W): `classes`, or W when -1.
+int64_t classes_of(const Tensor& logits, int64_t classes, const char* op) {
+  if (classes < 0) return logits.size(1);
+  TRIAD_CHECK(classes <= logits.size(1), op << ": " << classes << " classes, but the logits have only "
+                                             << logits.size(1) << " columns");
+  return classes;
+}
+
+CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t classes) {
   check_float(logits, "cross_entropy");
   TRIAD_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "cross_entropy: expected logits (N, V) and targets (N,), got " << shape_str(logits.shape()) << " and "
                                                                              << shape_str(targets.shape()));
-  const Tensor t = check_indices(targets, logits.device(), logits.size(1), ignore_index, true, "cross_entropy");
+  const int64_t v = classes_of(logits, classes, "cross_entropy");
+  const Tensor t = check_indices(targets, logits.device(), v, ignore_index, true, "cross_entropy");
   CrossEntropyOut r{Tensor::empty({}, logits.dtype(), logits.device()),
                     Tensor::empty({logits.size(0)}, logits.dtype(), logits.device()),
                     Tensor::empty({}, DType::i64, logits.device())};
-  backend_for(logits.device()).cross_entropy(contiguous(logits), t, r.lse, r.loss, r.count, ignore_index);
+  backend_for(logits.device()).cross_entropy(contiguous(logits), t, r.lse, r.loss, r.count, ignore_index, v);
   return r;
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
-                              const Tensor& count, int64_t ignore_index) {
+                              const Tensor& count, int64_t ignore_index, int64_t classes) {
   check_float(logits, "cross_entropy_backward");
   check_like(lse, logits, "cross_entropy_backward", "lse");
   TRIAD_CHECK(grad_loss.numel() == 1 && grad_loss.device() == logits.device() && count.numel() == 1 &&
@@ -164,12 +173,12 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
               "cross_entropy_backward: expected logits (N, V), targets (N,) and lse (N,), got "
                   << shape_str(logits.shape()) << ", " << shape_str(targets.shape()) << " and "
                   << shape_str(lse.shape()));
-  const Tensor t =
-      check_indices(targets, logits.device(), logits.size(1), ignore_index, true, "cross_entropy_backward");
+  const int64_t v = classes_of(logits, classes, "cross_entropy_backward");
+  const Tensor t = check_indices(targets, logits.device(), v, ignore_index, true, "cross_entropy_backward");
   Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   backend_for(logits.device())
       .cross_entropy_backward(contiguous(logits), t, lse, contiguous(to(grad_loss, logits.dtype())), count,
-                              ignore_index, g);
+                              ignore_index, v, g);
   return g;
 }
 

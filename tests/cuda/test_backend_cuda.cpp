@@ -406,8 +406,8 @@ void cross_entropy_case() {
     const Pair targets = pair(t);
     Pair lse = empty_pair({rows}), loss = empty_pair({});
     Pair count = pair(Tensor::empty({}, DType::i64));
-    cpu().cross_entropy(logits.c, targets.c, lse.c, loss.c, count.c, -100);
-    gpu().cross_entropy(logits.g, targets.g, lse.g, loss.g, count.g, -100);
+    cpu().cross_entropy(logits.c, targets.c, lse.c, loss.c, count.c, -100, v);
+    gpu().cross_entropy(logits.g, targets.g, lse.g, loss.g, count.g, -100, v);
     // The mean loss against float64: each row's log-sum-exp sums up to 50257 f32 terms, so
     // the f32 results (the CPU's too) differ from it by up to about 1e-5 relative.
     const double want = mean_cross_entropy_f64(logits.c, t, -100), got = ops::to(loss.g, Device::cpu()).item();
@@ -418,8 +418,8 @@ void cross_entropy_case() {
     Pair grad = empty_pair({rows, v});
     const Pair grad_loss = pair(Tensor::scalar(3.0, DType::f32));
     const Tensor glse = dev(lse.c), gcount = dev(count.c);
-    cpu().cross_entropy_backward(logits.c, targets.c, lse.c, grad_loss.c, count.c, -100, grad.c);
-    gpu().cross_entropy_backward(logits.g, targets.g, glse, grad_loss.g, gcount, -100, grad.g);
+    cpu().cross_entropy_backward(logits.c, targets.c, lse.c, grad_loss.c, count.c, -100, v, grad.c);
+    gpu().cross_entropy_backward(logits.g, targets.g, glse, grad_loss.g, gcount, -100, v, grad.g);
     expect_close("cross_entropy_backward", grad.g, grad.c, threshold(DType::f32));
   }
 }

@@ -147,6 +147,11 @@ BOOST_AUTO_TEST_CASE(index_errors) {
                },
                {"cross_entropy", "(2, 5)", "(3,)"});
   expect_error("cross_entropy dtype", [&] { ops::cross_entropy(logits, f32({2}), -100); }, {"cross_entropy", "f32"});
+  // Padding columns are no classes: a target among them is out of range.
+  expect_error("cross_entropy padded target", [&] { ops::cross_entropy(logits, idx({0, 3}, {2}), -100, 3); },
+               {"cross_entropy", "3", "[0, 3)"});
+  expect_error("cross_entropy classes", [&] { ops::cross_entropy(logits, idx({0, 1}, {2}), -100, 6); },
+               {"cross_entropy", "6 classes", "5 columns"});
   expect_error("autograd cross_entropy",
                [&] {
                  cross_entropy(leaf({2, 3, 5}), idx({0, 1, 2}, {3}));

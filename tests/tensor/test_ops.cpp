@@ -331,6 +331,16 @@ BOOST_AUTO_TEST_CASE(cross_entropy_values) {
     const double k = 3.0 / 2.0;
     check_values(g, {3, 3}, {0.25 * k, (0.5 - 1) * k, 0.25 * k, 0, 0, 0, (1.0 / 3 - 1) * k, k / 3, k / 3}, tol(dt),
                  d + " backward");
+
+    // A padded vocabulary: the same rows with two padding columns (large values, which must
+    // not count) are the same loss, lse and gradient, and the padding's gradient is zero.
+    const Tensor padded = make({0, ln2, 0, 50, 50, 0, 0, ln2, 50, 50, 5, 5, 5, 50, 50}, {3, 5}, dt);
+    o = ops::cross_entropy(padded, targets, -100, 3);
+    check_values(o.loss, {}, {(ln2 + ln3) / 2}, tol(dt), d + " padded loss");
+    check_values(o.lse, {3}, {std::log(4.0), std::log(4.0), 5 + ln3}, tol(dt), d + " padded lse");
+    check_values(ops::cross_entropy_backward(padded, targets, o.lse, Tensor::scalar(3.0, dt), o.count, -100, 3), {3, 5},
+                 {0.25 * k, (0.5 - 1) * k, 0.25 * k, 0, 0, 0, 0, 0, 0, 0, (1.0 / 3 - 1) * k, k / 3, k / 3, 0, 0},
+                 tol(dt), d + " padded backward");
   }
 }
 

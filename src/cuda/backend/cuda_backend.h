@@ -56,9 +56,9 @@ class CudaBackend final : public Backend {
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
-                     const Tensor& count, int64_t ignore_index) override;
+                     const Tensor& count, int64_t ignore_index, int64_t classes) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
-                              const Tensor& count, int64_t ignore_index, const Tensor& grad_logits) override;
+                              const Tensor& count, int64_t ignore_index, int64_t classes, const Tensor& grad_logits) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                  double scale) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,

@@ -60,11 +60,11 @@ __device__ inline bool target_counts(int64_t t, int64_t r, int64_t rows, int64_t
 }
 
 // lse[r] and the row's loss (lse - logit of the target; 0 for a row that does not count)
-// in double.
+// in double, over the first v of each row's w logits (the rest: padding).
 __global__ void cross_entropy_kernel(const float* logits, const int64_t* targets, float* lse, double* loss,
-                                     int64_t rows, int64_t v, int64_t ignore_index, BadIndexSink sink) {
+                                     int64_t rows, int64_t v, int64_t w, int64_t ignore_index, BadIndexSink sink) {
   const int64_t r = blockIdx.x;
-  const float* row = logits + r * v;
+  const float* row = logits + r * w;
   float mx = -kInf;
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
   mx = block_reduce(mx, MaxFloat{}, -kInf);
@@ -99,22 +99,23 @@ __global__ void cross_entropy_mean_kernel(const double* loss, const int64_t* tar
   }
 }
 
-// grad = (softmax - onehot) * grad_loss / count; zero rows where the target does not count.
+// grad = (softmax - onehot) * grad_loss / count over the first v of each row's w columns,
+// zero in the padding columns and in rows where the target does not count.
 __global__ void cross_entropy_backward_kernel(const float* logits, const int64_t* targets, const float* lse,
                                               const float* grad_loss, const int64_t* count, int64_t ignore_index,
-                                              float* grad, int64_t rows, int64_t v, BadIndexSink sink) {
+                                              float* grad, int64_t rows, int64_t v, int64_t w, BadIndexSink sink) {
   const int64_t r = blockIdx.x;
   const int64_t t = targets[r];
-  float* g = grad + r * v;
+  float* g = grad + r * w;
   if (!target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy_backward, sink)) {
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) g[j] = 0.0f;
+    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) g[j] = 0.0f;
     return;
   }
   const float scale = *grad_loss / float(*count);
-  const float* row = logits + r * v;
+  const float* row = logits + r * w;
   const float l = lse[r];
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    const float p = expf(row[j] - l) * scale;
+  for (int64_t j = threadIdx.x; j < w; j += blockDim.x) {
+    const float p = j < v ? expf(row[j] - l) * scale : 0.0f;
     g[j] = j == t ? p - scale : p;
   }
 }

@@ -204,14 +204,14 @@ void CudaBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices
 }
 
 void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
-                                const Tensor& count, int64_t ignore_index) {
+                                const Tensor& count, int64_t ignore_index, int64_t classes) {
   require_f32(logits, "cross_entropy");
-  const int64_t rows = logits.size(0), v = logits.size(1);
+  const int64_t rows = logits.size(0), v = classes, w = logits.size(1);
   OnDevice on(logits);
   Tensor row_loss = Tensor::empty({rows}, DType::f64, logits.device());
   if (rows > 0) {
     cross_entropy_kernel<<<unsigned(rows), row_threads(v), 0, on.stream()>>>(
-        ptr<const float>(logits), ptr<const int64_t>(targets), ptr<float>(lse), ptr<double>(row_loss), rows, v,
+        ptr<const float>(logits), ptr<const int64_t>(targets), ptr<float>(lse), ptr<double>(row_loss), rows, v, w,
         ignore_index, bad_index_sink(logits.device().index));
     TRIAD_CUDA_CHECK_LAUNCH();
   }
@@ -222,14 +222,15 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, con
 
 void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                          const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
-                                         const Tensor& grad_logits) {
+                                         int64_t classes, const Tensor& grad_logits) {
   require_f32(logits, "cross_entropy_backward");
-  const int64_t rows = logits.size(0), v = logits.size(1);
-  if (rows == 0 || v == 0) return;
+  const int64_t rows = logits.size(0), v = classes, w = logits.size(1);
+  if (rows == 0 || w == 0) return;
   OnDevice on(logits);
-  cross_entropy_backward_kernel<<<unsigned(rows), row_threads(v), 0, on.stream()>>>(
+  cross_entropy_backward_kernel<<<unsigned(rows), row_threads(w), 0, on.stream()>>>(
       ptr<const float>(logits), ptr<const int64_t>(targets), ptr<const float>(lse), ptr<const float>(grad_loss),
-      ptr<const int64_t>(count), ignore_index, ptr<float>(grad_logits), rows, v, bad_index_sink(logits.device().index));
+      ptr<const int64_t>(count), ignore_index, ptr<float>(grad_logits), rows, v, w,
+      bad_index_sink(logits.device().index));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 

@@ -171,10 +171,10 @@ void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices,
 }
 
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
-                               const Tensor& count, int64_t ignore_index) {
+                               const Tensor& count, int64_t ignore_index, int64_t classes) {
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const int64_t rows = logits.size(0), v = logits.size(1);
+    const int64_t rows = logits.size(0), w = logits.size(1), v = classes;
     const T* pl = logits.data<T>();
     const int64_t* pt = targets.data<int64_t>();
     T* ps = lse.data<T>();
@@ -182,7 +182,7 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, cons
     int64_t counted = 0;
 #pragma omp parallel for reduction(+ : sum, counted) if (rows * v > cpu::kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
-      const T* row = pl + r * v;
+      const T* row = pl + r * w;
       T mx = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
@@ -201,10 +201,10 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, cons
 
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                         const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
-                                        const Tensor& grad_logits) {
+                                        int64_t classes, const Tensor& grad_logits) {
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const int64_t rows = logits.size(0), v = logits.size(1);
+    const int64_t rows = logits.size(0), w = logits.size(1), v = classes;
     const T *pl = logits.data<T>(), *ps = lse.data<T>();
     const int64_t* pt = targets.data<int64_t>();
     T* pg = grad_logits.data<T>();
@@ -212,15 +212,16 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     const T sc = T(counted ? double(grad_loss.data<T>()[0]) / double(counted) : 0.0);
 #pragma omp parallel for if (rows * v > cpu::kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
-      T* g = pg + r * v;
+      T* g = pg + r * w;
       if (pt[r] == ignore_index) {
-        std::fill(g, g + v, T(0));
+        std::fill(g, g + w, T(0));
         continue;
       }
-      const T* row = pl + r * v;
+      const T* row = pl + r * w;
       const T l = ps[r];
 #pragma omp simd
       for (int64_t j = 0; j < v; ++j) g[j] = cpu::vexp(row[j] - l) * sc;
+      std::fill(g + v, g + w, T(0));  // padding
       g[pt[r]] -= sc;
     }
   });
