@@ -203,6 +203,7 @@ nlohmann::json preset_config_json(const std::string& preset) {
             {"d_model", m.d_model},
             {"seq_len", m.seq_len},
             {"vocab_size", m.vocab_size},
+            {"make_vocab_size_divisible_by", m.vocab_multiple},
             {"dropout", m.dropout},
             {"activation_checkpointing", m.activation_checkpointing}}},
           {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},

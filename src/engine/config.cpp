@@ -22,6 +22,7 @@ void parse_model(JsonReader r, TrainConfig& c) {
   m.d_model = r.integer("d_model", m.d_model, 1, 1 << 16);
   m.seq_len = r.integer("seq_len", m.seq_len, 1, 1 << 20);
   m.vocab_size = r.integer("vocab_size", m.vocab_size, 1, 1 << 24);
+  m.vocab_multiple = r.integer("make_vocab_size_divisible_by", m.vocab_multiple, 1, 1 << 16);
   m.dropout = r.number("dropout", m.dropout, 0.0, 0.999);
   m.activation_checkpointing = r.boolean("activation_checkpointing", m.activation_checkpointing);
   c.tensor_parallel = int(r.integer("tensor_parallel", 1, 1, 1 << 16));

@@ -5,7 +5,8 @@
 //
 //   {
 //     "model": {"arch": "gpt2", "n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 128,
-//               "vocab_size": 4096, "dropout": 0.0, "activation_checkpointing": false},
+//               "vocab_size": 4096, "make_vocab_size_divisible_by": 1, "dropout": 0.0,
+//               "activation_checkpointing": false},
 //     "data": {"corpus": "tokens.bin", "tokenizer": "tokenizer.json", "val_fraction": 0.05},
 //     "train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,   (any two of these three
 //     "gradient_accumulation_steps": 2,                                 determine the third)

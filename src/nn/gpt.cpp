@@ -15,6 +15,7 @@ void GPTConfig::validate() const {
               "[model] d_model must be a positive multiple of n_head (" << n_head << "), got " << d_model);
   TRIAD_CHECK(seq_len > 0, "[model] seq_len must be positive, got " << seq_len);
   TRIAD_CHECK(vocab_size > 0, "[model] vocab_size must be positive, got " << vocab_size);
+  TRIAD_CHECK(vocab_multiple > 0, "[model] make_vocab_size_divisible_by must be positive, got " << vocab_multiple);
   TRIAD_CHECK(dropout >= 0.0 && dropout < 1.0, "[model] dropout must be in [0, 1), got " << dropout);
 }
 
@@ -22,7 +23,7 @@ std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes(int tp) 
   validate();
   TRIAD_CHECK(tp >= 1 && n_head % tp == 0, "[model] tensor_parallel " << tp << " must divide n_head " << n_head);
   const int64_t C = d_model, t = tp;
-  std::vector<std::pair<std::string, int64_t>> sizes{{"wte.weight", vocab_rows_per_rank(vocab_size, tp) * C},
+  std::vector<std::pair<std::string, int64_t>> sizes{{"wte.weight", vocab_rows_per_rank(vocab_size, tp, vocab_multiple) * C},
                                                      {"wpe.weight", seq_len * C}};
   for (int64_t i = 0; i < n_layer; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
@@ -55,9 +56,9 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   if (name == "tiny") {
     c.n_layer = 2, c.n_head = 4, c.d_model = 64, c.seq_len = 64, c.vocab_size = 256;
   } else if (name == "gpt2-124m") {
-    c.n_layer = 12, c.n_head = 12, c.d_model = 768, c.seq_len = 1024, c.vocab_size = 50257;
+    c.n_layer = 12, c.n_head = 12, c.d_model = 768, c.seq_len = 1024, c.vocab_size = 50257, c.vocab_multiple = 64;
   } else if (name == "gpt2-350m") {
-    c.n_layer = 24, c.n_head = 16, c.d_model = 1024, c.seq_len = 1024, c.vocab_size = 50257;
+    c.n_layer = 24, c.n_head = 16, c.d_model = 1024, c.seq_len = 1024, c.vocab_size = 50257, c.vocab_multiple = 64;
   } else {
     throw Error("unknown model preset '" + name + "' (expected tiny, gpt2-124m or gpt2-350m)");
   }
@@ -69,7 +70,7 @@ GPT::GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism
   config_.validate();
   const int64_t C = config_.d_model;
   const Parallelism& par = *par_;
-  wte = register_module("wte", par.token_embedding(config_.vocab_size, C));
+  wte = register_module("wte", par.token_embedding(config_.vocab_size, C, config_.vocab_multiple));
   wpe = register_module("wpe", std::make_shared<Embedding>(config_.seq_len, C));
   drop = register_module("drop", std::make_shared<Dropout>(config_.dropout, par.residual_generator()));
   blocks = register_module("blocks", std::make_shared<ModuleList>());

@@ -14,6 +14,12 @@ struct GPTConfig {
   int64_t d_model = 768;
   int64_t seq_len = 1024;  // rows of the position table: the longest sequence accepted
   int64_t vocab_size = 50257;
+  // Megatron-LM's make-vocab-size-divisible-by: the token table holds vocab_size rows
+  // rounded up to a multiple of vocab_multiple × tp (the tensor-parallel ranks), so that the
+  // output head's matrices have aligned leading dimensions (on a GPU, 50257 → 50304 makes
+  // GPT-2's step 15% faster); the extra rows are padding that never reaches the loss or
+  // the samples, and checkpoints hold vocab_size rows. 1: no padding (on one rank).
+  int64_t vocab_multiple = 1;
   double dropout = 0.0;
   bool activation_checkpointing = false;  // recompute each block in the backward pass
   uint64_t init_seed = 1234;
@@ -21,14 +27,17 @@ struct GPTConfig {
   void validate() const;  // throws Error naming the bad field
 
   // Every parameter GPT(config) holds, by name, with its element count, from the shapes
-  // alone (no model is built); and their sum, Ψ = V·C + S·C + L·(12C² + 13C) + 2C. With
-  // tp > 1: what one rank of a tensor-parallel group holds (split weights and biases
-  // divided by tp, the vocabulary padded first; the rest whole).
+  // alone (no model is built): on one rank the vocabulary rows padded as vocab_multiple
+  // asks; with tp > 1 what one rank of a tensor-parallel group holds (split weights and
+  // biases divided by tp, the vocabulary padded first; the rest whole).
   std::vector<std::pair<std::string, int64_t>> parameter_sizes(int tp = 1) const;
+  // The model's parameters, Ψ = V·C + S·C + L·(12C² + 13C) + 2C (V = vocab_size: padding is
+  // no parameter of the model; a checkpoint holds Ψ).
   int64_t num_parameters() const;
 
   // Named shapes: "tiny" (L2 C64 NH4 V256 T64, for tests), "gpt2-124m" (L12 C768 NH12
-  // V50257 T1024), "gpt2-350m" (L24 C1024 NH16). Throws Error listing the names.
+  // V50257 T1024, vocab_multiple 64), "gpt2-350m" (L24 C1024 NH16). Throws Error listing
+  // the names.
   static GPTConfig preset(const std::string& name);
 };
 
@@ -41,7 +50,8 @@ class GPT : public Module {
   explicit GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism = serial());
 
   // indices (B, T) of i64/i32, T <= seq_len -> logits (B, T, V), V the vocabulary rows
-  // this rank holds (vocab_size on one process).
+  // this rank holds (on one process vocab_size, padded when vocab_multiple asks: the
+  // columns past vocab_size are padding).
   Tensor forward(const Tensor& indices) override;
   // Generation: an empty cache for `batch` sequences of up to seq_len tokens, and the
   // logits (B, T_new, V) of T_new more tokens given the cache, which it extends. Equal to

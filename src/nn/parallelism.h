@@ -31,9 +31,9 @@ class Parallelism {
   virtual std::shared_ptr<Linear> column_linear(int64_t in_features, int64_t out_features, int parts = 1) const;
   // Input features split over the ranks; output: the residual stream.
   virtual std::shared_ptr<Linear> row_linear(int64_t in_features, int64_t out_features) const;
-  // A token table (vocab, dim) whose rows may be split (and padded); output: the residual
-  // stream.
-  virtual std::shared_ptr<Embedding> token_embedding(int64_t vocab, int64_t dim) const;
+  // A token table (vocab, dim) whose rows may be split, and padded to a multiple of
+  // multiple × ranks(); output: the residual stream.
+  virtual std::shared_ptr<Embedding> token_embedding(int64_t vocab, int64_t dim, int64_t multiple = 1) const;
   virtual Generator& region_generator() const { return default_generator(); }
   virtual Generator& residual_generator() const { return default_generator(); }
 

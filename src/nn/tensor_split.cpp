@@ -41,7 +41,6 @@ std::vector<int64_t> TensorSplit::global_indices(int64_t local_extent) const {
 }
 
 int64_t vocab_rows_per_rank(int64_t vocab, int ranks, int64_t pad_multiple) {
-  if (ranks == 1) return vocab;
   const int64_t multiple = int64_t(ranks) * pad_multiple;
   return (vocab + multiple - 1) / multiple * multiple / ranks;
 }

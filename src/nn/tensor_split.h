@@ -42,7 +42,7 @@ TensorSplit split_along(int dim, int ranks, int rank, int64_t global_size, int p
 
 // The vocabulary rows every rank of a tensor-parallel group holds for `vocab` tokens over
 // `ranks` ranks: vocab padded up to a multiple of ranks · pad_multiple (Megatron's
-// make-vocab-size-divisible-by), divided by ranks; vocab itself on one rank.
+// make-vocab-size-divisible-by), divided by ranks.
 int64_t vocab_rows_per_rank(int64_t vocab, int ranks, int64_t pad_multiple = 64);
 
 // This rank's part of `global` (its local tensor, contiguous, padding rows zero).

@@ -224,8 +224,8 @@ std::shared_ptr<nn::Linear> TensorParallel::row_linear(int64_t in, int64_t out) 
                                              RowParallelOptions{.sequence_parallel = sequence_parallel_});
 }
 
-std::shared_ptr<nn::Embedding> TensorParallel::token_embedding(int64_t vocab, int64_t dim) const {
-  return std::make_shared<VocabParallelEmbedding>(vocab, dim, tp_, sequence_parallel_);
+std::shared_ptr<nn::Embedding> TensorParallel::token_embedding(int64_t vocab, int64_t dim, int64_t multiple) const {
+  return std::make_shared<VocabParallelEmbedding>(vocab, dim, tp_, sequence_parallel_, multiple);
 }
 
 std::pair<int64_t, int64_t> TensorParallel::sequence_part(int64_t T) const {
