@@ -57,15 +57,50 @@ void parse_optimizer(JsonReader r, OptimizerConfig& o) {
   p.finish();
 }
 
+// DeepSpeed's schedules with its parameter names and defaults (deepspeed.runtime.lr_schedules).
 void parse_scheduler(JsonReader r, SchedulerConfig& s) {
-  s.type = r.choice("type", s.type, {"constant", "WarmupLR", "WarmupCosineLR"});
-  if (s.type == "WarmupLR") s.type = "constant";  // warmup then constant: DeepSpeed's name
+  s.type = r.choice("type", s.type, {"constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
+                                     "LRRangeTest"});
   JsonReader p = r.object("params");
   r.finish();
-  s.warmup_num_steps = p.integer("warmup_num_steps", s.warmup_num_steps, 0, kMaxInt);
-  if (s.type == "WarmupCosineLR") {
+  if (p.has("last_batch_iteration") && p.integer("last_batch_iteration", -1, -1, kMaxInt) != -1)
+    p.fail("last_batch_iteration", "-1: a run resumes its schedule from its checkpoint's step");
+  const bool warmup = s.type == "WarmupLR" || s.type == "WarmupDecayLR" || s.type == "WarmupCosineLR";
+  if (s.type == "constant" || warmup)
+    s.warmup_num_steps = p.integer("warmup_num_steps", warmup ? 1000 : 0, 0, kMaxInt);
+  if (warmup) s.warmup_type = p.choice("warmup_type", s.warmup_type, {"log", "linear"});
+  if (s.type == "WarmupLR" || s.type == "WarmupDecayLR") {
+    s.warmup_min_lr = p.number("warmup_min_lr", s.warmup_min_lr, 0.0, kInf);
+    s.warmup_max_lr = p.number("warmup_max_lr", s.warmup_max_lr, 0.0, kInf);
+  }
+  if (s.type == "WarmupDecayLR" || s.type == "WarmupCosineLR")
     s.total_num_steps = p.integer("total_num_steps", s.total_num_steps, 0, kMaxInt);
+  if (s.type == "WarmupCosineLR") {
+    s.warmup_min_ratio = p.number("warmup_min_ratio", s.warmup_min_ratio, 0.0, 1.0);
     s.cos_min_ratio = p.number("cos_min_ratio", s.cos_min_ratio, 0.0, 1.0);
+  }
+  if (s.type == "OneCycle") {
+    TRIAD_CHECK(p.has("cycle_min_lr") && p.has("cycle_max_lr"),
+                "[config] scheduler OneCycle needs params.cycle_min_lr and params.cycle_max_lr");
+    s.cycle_min_lr = p.number("cycle_min_lr", 0.0, 0.0, kInf);
+    s.cycle_max_lr = p.number("cycle_max_lr", 0.0, 0.0, kInf);
+    s.decay_lr_rate = p.number("decay_lr_rate", s.decay_lr_rate, 0.0, kInf);
+    s.cycle_first_step_size = p.integer("cycle_first_step_size", s.cycle_first_step_size, 1, kMaxInt);
+    s.cycle_second_step_size = p.integer("cycle_second_step_size", s.cycle_second_step_size, 0, kMaxInt);
+    s.decay_step_size = p.integer("decay_step_size", s.decay_step_size, 0, kMaxInt);
+    // DeepSpeed reads the stair counts and does not use them.
+    p.integer("cycle_first_stair_count", 0, 0, kMaxInt);
+    p.integer("cycle_second_stair_count", 0, 0, kMaxInt);
+    TRIAD_CHECK(!p.boolean("cycle_momentum", true),
+                "[config] scheduler.params.cycle_momentum is true (DeepSpeed's default): triad does not cycle Adam's "
+                "beta1; set \"cycle_momentum\": false to cycle the learning rate alone");
+    for (const char* unused : {"cycle_min_mom", "cycle_max_mom", "decay_mom_rate"}) p.number(unused, 0.0, 0.0, kInf);
+  }
+  if (s.type == "LRRangeTest") {
+    s.lr_range_test_min_lr = p.number("lr_range_test_min_lr", s.lr_range_test_min_lr, 0.0, kInf);
+    s.lr_range_test_step_size = p.integer("lr_range_test_step_size", s.lr_range_test_step_size, 1, kMaxInt);
+    s.lr_range_test_step_rate = p.number("lr_range_test_step_rate", s.lr_range_test_step_rate, 0.0, kInf);
+    s.lr_range_test_staircase = p.boolean("lr_range_test_staircase", s.lr_range_test_staircase);
   }
   p.finish();
 }
@@ -231,10 +266,17 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   TRIAD_CHECK(r.has("steps"), "[config] steps is required (the number of optimizer steps)");
   parse_optimizer(r.object("optimizer"), c.optimizer);
   parse_scheduler(r.object("scheduler"), c.scheduler);
-  if (c.scheduler.type == "WarmupCosineLR" && c.scheduler.total_num_steps == 0) c.scheduler.total_num_steps = c.steps;
-  TRIAD_CHECK(c.scheduler.warmup_num_steps <= std::max(c.scheduler.total_num_steps, c.steps),
+  if ((c.scheduler.type == "WarmupCosineLR" || c.scheduler.type == "WarmupDecayLR") &&
+      c.scheduler.total_num_steps == 0)
+    c.scheduler.total_num_steps = c.steps;
+  TRIAD_CHECK(c.scheduler.type != "constant" || c.scheduler.warmup_num_steps <= c.steps,
               "[config] scheduler.params.warmup_num_steps (" << c.scheduler.warmup_num_steps
                                                              << ") exceeds the run's steps (" << c.steps << ")");
+  TRIAD_CHECK(c.scheduler.type != "WarmupCosineLR" ||
+                  c.scheduler.total_num_steps > std::max<int64_t>(2, c.scheduler.warmup_num_steps),
+              "[config] scheduler WarmupCosineLR: total_num_steps (" << c.scheduler.total_num_steps
+                                                                     << ") must exceed warmup_num_steps ("
+                                                                     << c.scheduler.warmup_num_steps << ", at least 2)");
   parse_zero(r.object("zero_optimization"), c.zero);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);

@@ -13,8 +13,8 @@
 //     "steps": 1000,
 //     "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
 //                                                "weight_decay": 0.1}},
-//     "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 100,
-//                                                         "cos_min_ratio": 0.1}},
+//     "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 100,   (DeepSpeed's:
+//                   "warmup_type": "linear", "cos_min_ratio": 0.1}},   SchedulerConfig below)
 //     "gradient_clipping": 1.0, "seed": 1234, "eval_interval": 100, "eval_iters": 10,
 //     "log_interval": 1, "device": "cpu", "distributed_backend": "auto", "output_dir": "runs/demo",
 //     "zero_optimization": {"stage": 1, "overlap_comm": true,   (under mpirun: ZeRO over the ranks)
@@ -56,13 +56,21 @@ struct OptimizerConfig {
 };
 
 struct SchedulerConfig {
-  // constant: lr throughout (after warmup_num_steps of linear warmup, if any).
-  // WarmupCosineLR: linear warmup over warmup_num_steps, then cosine decay to
-  // cos_min_ratio * lr at total_num_steps (default: the run's steps).
+  // constant (triad's): the optimizer's lr throughout, after warmup_num_steps of linear
+  // warmup if any. DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle and
+  // LRRangeTest: their parameters, defaults and formulas (optim/deepspeed_schedules.h);
+  // total_num_steps defaults to the run's steps.
   std::string type = "constant";
-  int64_t warmup_num_steps = 0;
+  int64_t warmup_num_steps = 0;  // DeepSpeed's schedules: 1000 when absent
+  std::string warmup_type = "log";
+  double warmup_min_lr = 0.0, warmup_max_lr = 0.001;
   int64_t total_num_steps = 0;
-  double cos_min_ratio = 0.0;
+  double warmup_min_ratio = 0.0, cos_min_ratio = 0.0001;
+  double cycle_min_lr = 0.0, cycle_max_lr = 0.0, decay_lr_rate = 0.0;
+  int64_t cycle_first_step_size = 2000, cycle_second_step_size = 0, decay_step_size = 0;
+  double lr_range_test_min_lr = 0.001, lr_range_test_step_rate = 1.0;
+  int64_t lr_range_test_step_size = 2000;
+  bool lr_range_test_staircase = false;
 };
 
 struct ZeroOptimizationConfig {

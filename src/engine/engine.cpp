@@ -6,6 +6,7 @@
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "cuda/nccl_communicator.h"
+#include "optim/deepspeed_schedules.h"
 #include "cuda/runtime.h"
 #include "optim/clip.h"
 #include "parallel/runtime.h"
@@ -23,8 +24,21 @@ std::unique_ptr<optim::Optimizer> make_sgd(const OptimizerConfig& o, const std::
 }
 
 std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, double lr) {
+  namespace ds = optim::deepspeed;
+  const ds::WarmupType warmup = ds::parse_warmup_type(s.warmup_type);
+  if (s.type == "WarmupLR") return std::make_unique<ds::WarmupLR>(s.warmup_min_lr, s.warmup_max_lr, s.warmup_num_steps, warmup);
+  if (s.type == "WarmupDecayLR")
+    return std::make_unique<ds::WarmupDecayLR>(s.warmup_min_lr, s.warmup_max_lr, s.warmup_num_steps, s.total_num_steps,
+                                               warmup);
   if (s.type == "WarmupCosineLR")
-    return std::make_unique<optim::WarmupCosineLR>(lr, lr * s.cos_min_ratio, s.warmup_num_steps, s.total_num_steps);
+    return std::make_unique<ds::WarmupCosineLR>(lr, s.total_num_steps, s.warmup_min_ratio, s.warmup_num_steps,
+                                                s.cos_min_ratio, warmup);
+  if (s.type == "OneCycle")
+    return std::make_unique<ds::OneCycle>(s.cycle_min_lr, s.cycle_max_lr, s.decay_lr_rate, s.cycle_first_step_size,
+                                          s.cycle_second_step_size, s.decay_step_size);
+  if (s.type == "LRRangeTest")
+    return std::make_unique<ds::LRRangeTest>(s.lr_range_test_min_lr, s.lr_range_test_step_size,
+                                             s.lr_range_test_step_rate, s.lr_range_test_staircase);
   return std::make_unique<optim::ConstantLR>(lr, s.warmup_num_steps);
 }
 

@@ -1,0 +1,99 @@
+// DeepSpeed's learning-rate schedules (deepspeed.runtime.lr_schedules), with its parameter
+// names, defaults and formulas, for configs written for DeepSpeed.
+//
+// Step indexing. DeepSpeed's schedule holds a batch iteration i, -1 when built, and steps it
+// after each optimizer step; the rate of optimizer step s (0-based) is therefore its value at
+// i = s - 1, and the first step takes the rate the schedule set when built. Each class
+// below gives lr_at(s) = rate(i = s - 1) with these rates (W = max(2, warmup_num_steps);
+// γ(i) = log(i + 1) / log(W) for warmup_type "log", i / W for "linear"):
+//
+//   WarmupLR        i < W: min + (max − min) γ(i); then max.                 i = −1: min
+//   WarmupDecayLR   i < W: as WarmupLR; then min + (max − min) ·
+//                   max(0, (T − i) / max(1, T − W)).                         i = −1: min
+//   WarmupCosineLR  lr · r(i), lr the optimizer's: i < W: r = wmin + (1 − wmin) γ(i); then
+//                   r = max(0, cmin + (1 − cmin)(1 + cos(π (i − W + 1) / (T − W))) / 2).
+//                                                                            i = −1: 0
+//   OneCycle        i < S = S1 + S2: b = i + 1, x = b/S − floor(b/S), f = x / (S1/S) when
+//                   x <= S1/S, else (x − 1) / (S1/S − 1); min + (max − min) f. After the
+//                   cycle: min / (1 + decay_lr_rate (i − S + 1) / decay_step_size), or min
+//                   when either is 0.                                        i = −1: min
+//   LRRangeTest     min (1 + rate · n), n = (i + 1) / size, floored when staircase.
+//                                                                            i = −1: min
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "optim/schedule.h"
+
+namespace triad::optim::deepspeed {
+
+// "log" or "linear" (DeepSpeed's warmup_type; its default is "log").
+enum class WarmupType { log, linear };
+WarmupType parse_warmup_type(const std::string& name);  // Error naming the value otherwise
+
+// The schedule's rate at batch iteration i (i >= -1), as DeepSpeed computes it.
+class IterationSchedule : public LRSchedule {
+ public:
+  double lr_at(int64_t step) const override { return rate(step - 1); }
+  virtual double rate(int64_t i) const = 0;
+};
+
+class WarmupLR : public IterationSchedule {
+ public:
+  WarmupLR(double min_lr, double max_lr, int64_t warmup_num_steps, WarmupType type);
+  double rate(int64_t i) const override;
+
+ protected:
+  double warmup_gamma(int64_t i) const;  // γ(i), i < W
+  double min_, max_;
+  int64_t warmup_;
+  WarmupType type_;
+};
+
+class WarmupDecayLR : public WarmupLR {
+ public:
+  WarmupDecayLR(double min_lr, double max_lr, int64_t warmup_num_steps, int64_t total_num_steps, WarmupType type);
+  double rate(int64_t i) const override;
+
+ private:
+  int64_t total_;
+};
+
+class WarmupCosineLR : public IterationSchedule {
+ public:
+  WarmupCosineLR(double lr, int64_t total_num_steps, double warmup_min_ratio, int64_t warmup_num_steps,
+                 double cos_min_ratio, WarmupType type);
+  double rate(int64_t i) const override;
+
+ private:
+  double lr_, warmup_min_ratio_, cos_min_ratio_;
+  int64_t total_, warmup_;
+  WarmupType type_;
+};
+
+class OneCycle : public IterationSchedule {
+ public:
+  // second_step_size 0: the first's.
+  OneCycle(double min_lr, double max_lr, double decay_lr_rate, int64_t first_step_size, int64_t second_step_size,
+           int64_t decay_step_size);
+  double rate(int64_t i) const override;
+
+ private:
+  double min_, max_, decay_rate_;
+  double first_, total_;
+  int64_t decay_step_size_;
+};
+
+class LRRangeTest : public IterationSchedule {
+ public:
+  LRRangeTest(double min_lr, int64_t step_size, double step_rate, bool staircase);
+  double rate(int64_t i) const override;
+
+ private:
+  double min_, step_rate_;
+  int64_t step_size_;
+  bool staircase_;
+};
+
+}  // namespace triad::optim::deepspeed
