@@ -1,6 +1,7 @@
 // triad-train: trains a model as a config describes.
 //
 //   triad-train --config configs/demo.json [--set optimizer.params.lr=1e-3]... [--steps N]
+//               [--deepspeed ds_config.json]   (DeepSpeed's keys in a file of their own)
 //               [--metrics run.jsonl] [--save-dir DIR] [--resume auto|PATH]
 //   mpirun -np 4 triad-train --config ... --set zero_optimization.stage=2   (data parallel)
 #include <CLI/CLI.hpp>
@@ -15,12 +16,15 @@ int main(int argc, char** argv) {
   triad::app::wait_passively_when_oversubscribed(argv);
   return triad::app::guarded_main([&] {
     CLI::App app{"triad-train: train a GPT as a JSON config describes"};
-    std::string config_path;
+    std::string config_path, deepspeed_path;
     std::vector<std::string> overrides;
     int64_t steps = 0;
     int threads = 0;
     triad::engine::TrainOptions options;
     app.add_option("--config", config_path, "the JSON config")->required();
+    app.add_option("--deepspeed", deepspeed_path,
+                   "a DeepSpeed config (ds_config.json) beside --config: batch, optimizer, scheduler, precision, "
+                   "zero_optimization, ... (a key in both files is an error)");
     app.add_option("--set", overrides, "override a config key: dotted.key=value (repeatable)");
     app.add_option("--steps", steps, "optimizer steps (overrides the config's steps)");
     app.add_option("--metrics", options.metrics_path, "write one JSON object per step to this file");
@@ -34,6 +38,9 @@ int main(int argc, char** argv) {
     if (triad::parallel::launched_by_mpirun()) dp = triad::parallel::init(argc, argv);
 
     nlohmann::json json = triad::engine::load_config_file(config_path);
+    if (!deepspeed_path.empty())
+      json = triad::engine::merge_deepspeed_config(json, config_path, triad::engine::load_config_file(deepspeed_path),
+                                                   deepspeed_path);
     for (const std::string& o : overrides) triad::engine::apply_override(json, o);
     if (steps > 0) json["steps"] = steps;
     const triad::engine::TrainConfig config = triad::engine::parse_config(json, dp ? dp->size() : 1);

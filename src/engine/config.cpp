@@ -206,6 +206,35 @@ nlohmann::json load_config_file(const std::string& path) {
   }
 }
 
+namespace {
+
+void merge_into(nlohmann::json& into, const nlohmann::json& from, const std::string& path, const std::string& a,
+                const std::string& b) {
+  for (auto it = from.begin(); it != from.end(); ++it) {
+    const std::string key = path.empty() ? it.key() : path + "." + it.key();
+    TRIAD_CHECK(!(it->is_string() && it->get<std::string>() == "auto"),
+                "[config] " << key << " is \"auto\" in '" << b << "': HF Trainer fills \"auto\" in from its own "
+                            << "arguments; triad-train takes the value itself (write it in '" << b << "')");
+    if (!into.contains(it.key())) {
+      into[it.key()] = *it;
+      continue;
+    }
+    TRIAD_CHECK(into[it.key()].is_object() && it->is_object(),
+                "[config] " << key << " is given in both '" << a << "' and '" << b << "'; keep it in one of them");
+    merge_into(into[it.key()], *it, key, a, b);
+  }
+}
+
+}  // namespace
+
+nlohmann::json merge_deepspeed_config(const nlohmann::json& config, const std::string& config_path,
+                                      const nlohmann::json& deepspeed, const std::string& deepspeed_path) {
+  TRIAD_CHECK(deepspeed.is_object(), "DeepSpeed config '" << deepspeed_path << "' is not a JSON object");
+  nlohmann::json out = config;
+  merge_into(out, deepspeed, "", config_path, deepspeed_path);
+  return out;
+}
+
 void apply_override(nlohmann::json& config, const std::string& assignment) {
   const size_t eq = assignment.find('=');
   TRIAD_CHECK(eq != std::string::npos && eq > 0, "--set expects dotted.key=value, got '" << assignment << "'");

@@ -145,6 +145,12 @@ struct TrainConfig {
 
 // Reads a JSON config file; Error naming the path when missing or not valid JSON.
 nlohmann::json load_config_file(const std::string& path);
+// A DeepSpeed config file (ds_config.json, `triad-train --deepspeed`) joined to triad's config:
+// objects merge key by key; a value given in both files is an Error naming the dotted key
+// and both paths, as is a value "auto" in the DeepSpeed file (HF Trainer fills those in;
+// triad takes the number itself).
+nlohmann::json merge_deepspeed_config(const nlohmann::json& config, const std::string& config_path,
+                                      const nlohmann::json& deepspeed, const std::string& deepspeed_path);
 // Applies "dotted.key=value" to the JSON: value is parsed as JSON when it is valid JSON,
 // else taken as a string; missing objects on the way are created.
 void apply_override(nlohmann::json& config, const std::string& assignment);

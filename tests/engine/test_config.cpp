@@ -187,3 +187,32 @@ BOOST_AUTO_TEST_CASE(config_files_missing_or_malformed) {
   BOOST_CHECK_EXCEPTION(engine::load_config_file("/nonexistent/x.json"), Error,
                         [](const Error& e) { return contains(e.what(), "/nonexistent/x.json"); });
 }
+
+// `triad-train --deepspeed ds_config.json`: DeepSpeed's file joined to triad's, objects key
+// by key; a key in both files, or HF Trainer's "auto", is an error naming the key and files.
+BOOST_AUTO_TEST_CASE(a_deepspeed_file_joins_the_config) {
+  const json model = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+                      {"steps", 10},
+                      {"zero_optimization", {{"stage3_prefetch_bucket_size", 1000}}}};
+  const json ds = {{"train_batch_size", 8},
+                   {"train_micro_batch_size_per_gpu", 2},
+                   {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}},
+                   {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 4}}}}},
+                   {"zero_optimization", {{"stage", 2}}}};
+  const json merged = engine::merge_deepspeed_config(model, "model.json", ds, "ds_config.json");
+  const engine::TrainConfig c = engine::parse_config(merged, 2);
+  BOOST_TEST(c.zero.stage == 2);
+  BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 1000);
+  BOOST_TEST(c.gradient_accumulation_steps == 2);  // 8 = 2 x 2 x 2 ranks
+  BOOST_TEST(c.scheduler.type == "WarmupLR");
+  BOOST_TEST(c.model.n_layer == 1);
+
+  json twice = ds;
+  twice["zero_optimization"]["stage3_prefetch_bucket_size"] = 5;
+  test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", twice, "ds_config.json"); },
+                    {"zero_optimization.stage3_prefetch_bucket_size", "both", "'model.json'", "'ds_config.json'"});
+  json hf = ds;
+  hf["train_micro_batch_size_per_gpu"] = "auto";
+  test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", hf, "ds_config.json"); },
+                    {"train_micro_batch_size_per_gpu", "\"auto\"", "ds_config.json"});
+}
