@@ -39,13 +39,28 @@ void parse_data(JsonReader r, DataConfig& d) {
   r.finish();
 }
 
-void parse_optimizer(JsonReader r, OptimizerConfig& o) {
+void parse_optimizer(JsonReader r, OptimizerConfig& o, std::vector<std::string>& notices) {
   o.type = r.choice("type", o.type, {"AdamW", "Adam", "SGD"});
-  if (o.type == "Adam") o.type = "AdamW";  // weight_decay 0 makes them the same
+  const bool adam = o.type == "Adam";
   JsonReader p = r.object("params");
   r.finish();
   o.lr = p.number("lr", o.lr, 0.0, 10.0);
   o.weight_decay = p.number("weight_decay", o.weight_decay, 0.0, 10.0);
+  if (o.type != "SGD") {
+    // DeepSpeed's Adam is AdamW (decoupled weight decay) unless adam_w_mode is false: then the
+    // decay is an L2 term in the gradient, which triad's AdamW does not do.
+    const bool w_mode = p.boolean("adam_w_mode", true);
+    TRIAD_CHECK(w_mode || o.weight_decay == 0.0,
+                "[config] optimizer.params.adam_w_mode false (L2-regularized Adam) with weight_decay "
+                    << o.weight_decay << " is not available; triad's Adam decouples the decay (adam_w_mode true)");
+    TRIAD_CHECK(p.boolean("bias_correction", true),
+                "[config] optimizer.params.bias_correction false is not available; triad's Adam corrects the bias");
+    if (p.has("torch_adam")) {
+      p.boolean("torch_adam", false);
+      notices.push_back("optimizer.params.torch_adam: triad has one Adam implementation, its own fused kernel");
+    }
+    if (adam) o.type = "AdamW";
+  }
   if (o.type == "AdamW") {
     const std::vector<double> betas = p.numbers("betas", {o.beta1, o.beta2}, 2, 0.0, 0.999999);
     o.beta1 = betas[0], o.beta2 = betas[1];
@@ -105,8 +120,34 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
   p.finish();
 }
 
-void parse_zero(JsonReader r, ZeroOptimizationConfig& z) {
+// DeepSpeed's ZeRO keys whose settings change nothing in triad, and why.
+const std::vector<std::pair<std::string, std::string>> kZeroKeysWithoutEffect = {
+    {"reduce_scatter", "triad reduces gradients with reduce-scatter at stages 1-3 and all-reduce at 0, whatever it says"},
+    {"allgather_partitions", "triad gathers the updated partitions with all-gather, whatever it says"},
+    {"sub_group_size", "triad's optimizer steps each flat group of one unit (a block) at a time already"},
+    {"stage3_max_live_parameters", "triad keeps one unit gathered ahead; stage3_prefetch_bucket_size bounds it"},
+    {"stage3_max_reuse_distance", "triad releases each unit after its use and gathers it again for the backward"},
+    {"stage3_gather_16bit_weights_on_model_save", "triad always saves whole weights (output_dir/model.h5)"},
+    {"round_robin_gradients", "triad's gradient shards are contiguous ranges of one flat buffer per group"},
+    {"ignore_unused_parameters", "every parameter of triad's models takes part in every step"},
+    {"load_from_fp32_weights", "triad's checkpoints restore the f32 master weights themselves"},
+    {"elastic_checkpoint", "triad's checkpoints load on any grid (layout-free HDF5)"},
+};
+// ZeRO features triad has not built yet.
+const std::vector<std::string> kZeroKeysNotAvailable = {"offload_optimizer", "offload_param", "zero_hpz_partition_size",
+                                                        "zero_quantized_weights", "zero_quantized_gradients",
+                                                        "zero_quantized_nontrainable_weights", "mics_shard_size"};
+
+void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string>& notices) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
+  for (const auto& [key, why] : kZeroKeysWithoutEffect)
+    if (r.has(key)) {
+      r.known(key);
+      notices.push_back("zero_optimization." + key + ": " + why);
+    }
+  for (const std::string& key : kZeroKeysNotAvailable)
+    TRIAD_CHECK(!r.has(key), "[config] zero_optimization." << key << ": this DeepSpeed feature is not available in "
+                                                            << "triad yet");
   z.overlap_comm = r.boolean("overlap_comm", z.overlap_comm);
   z.reduce_bucket_size = r.integer("reduce_bucket_size", z.reduce_bucket_size, 1, kMaxInt);
   z.allgather_bucket_size = r.integer("allgather_bucket_size", z.allgather_bucket_size, 1, kMaxInt);
@@ -147,7 +188,7 @@ void parse_cluster(JsonReader r, zero::Cluster& c) {
   r.finish();
 }
 
-void parse_precision(JsonReader bf16, JsonReader fp16, PrecisionConfig& p) {
+void parse_precision(JsonReader bf16, JsonReader fp16, PrecisionConfig& p, std::vector<std::string>& notices) {
   const bool use_bf16 = bf16.boolean("enabled", false);
   bf16.finish();
   const bool use_fp16 = fp16.boolean("enabled", false);
@@ -155,6 +196,11 @@ void parse_precision(JsonReader bf16, JsonReader fp16, PrecisionConfig& p) {
   p.loss_scale_window = fp16.integer("loss_scale_window", p.loss_scale_window, 1, kMaxInt);
   p.hysteresis = int(fp16.integer("hysteresis", p.hysteresis, 1, 1000));
   p.min_loss_scale = fp16.number("min_loss_scale", p.min_loss_scale, 1e-10, kInf);
+  p.static_loss_scale = fp16.number("loss_scale", 0.0, 0.0, kInf);  // DeepSpeed: 0 = dynamic
+  if (fp16.has("auto_cast")) {
+    fp16.boolean("auto_cast", false);
+    notices.push_back("fp16.auto_cast: the model's inputs are token ids, which have nothing to cast");
+  }
   fp16.finish();
   TRIAD_CHECK(!(use_bf16 && use_fp16), "[config] bf16.enabled and fp16.enabled are both true; choose one");
   p.dtype = use_bf16 ? DType::bf16 : use_fp16 ? DType::f16 : DType::f32;
@@ -293,7 +339,7 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   resolve_batch(r, c, dp);
   c.steps = r.integer("steps", 0, 1, kMaxInt);
   TRIAD_CHECK(r.has("steps"), "[config] steps is required (the number of optimizer steps)");
-  parse_optimizer(r.object("optimizer"), c.optimizer);
+  parse_optimizer(r.object("optimizer"), c.optimizer, c.notices);
   parse_scheduler(r.object("scheduler"), c.scheduler);
   if ((c.scheduler.type == "WarmupCosineLR" || c.scheduler.type == "WarmupDecayLR") &&
       c.scheduler.total_num_steps == 0)
@@ -306,14 +352,22 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
               "[config] scheduler WarmupCosineLR: total_num_steps (" << c.scheduler.total_num_steps
                                                                      << ") must exceed warmup_num_steps ("
                                                                      << c.scheduler.warmup_num_steps << ", at least 2)");
-  parse_zero(r.object("zero_optimization"), c.zero);
-  parse_precision(r.object("bf16"), r.object("fp16"), c.precision);
+  parse_zero(r.object("zero_optimization"), c.zero, c.notices);
+  parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
   c.seed = uint64_t(r.integer("seed", 1234, 0, kMaxInt));
   c.model.init_seed = c.seed;
   c.eval_interval = r.integer("eval_interval", 0, 0, kMaxInt);
   c.eval_iters = r.integer("eval_iters", 10, 1, kMaxInt);
-  c.log_interval = r.integer("log_interval", 1, 1, kMaxInt);
+  TRIAD_CHECK(!(r.has("log_interval") && r.has("steps_per_print")),
+              "[config] log_interval and steps_per_print (DeepSpeed's name) say the same; give one");
+  c.log_interval = r.has("steps_per_print") ? r.integer("steps_per_print", 10, 1, kMaxInt)
+                                            : r.integer("log_interval", 1, 1, kMaxInt);
+  c.wall_clock_breakdown = r.boolean("wall_clock_breakdown", false);
+  if (r.has("zero_allow_untested_optimizer")) {
+    r.boolean("zero_allow_untested_optimizer", false);
+    c.notices.push_back("zero_allow_untested_optimizer: ZeRO in triad runs its own AdamW, the one it tests");
+  }
   c.device = r.string("device", "cpu");
   try {
     Device::parse(c.device);

@@ -93,6 +93,7 @@ struct PrecisionConfig {
   int64_t loss_scale_window = 1000;
   int hysteresis = 2;
   double min_loss_scale = 1.0;
+  double static_loss_scale = 0;  // fp16.loss_scale > 0: a static scale (0: dynamic)
 };
 
 // Checkpoints (engine/checkpoint_dir.h): dir/step-<N>.h5 every `every` steps and at the end,
@@ -131,7 +132,11 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int64_t eval_interval = 0;  // 0: evaluate only at the end
   int64_t eval_iters = 10;
-  int64_t log_interval = 1;
+  int64_t log_interval = 1;    // DeepSpeed's steps_per_print says the same
+  bool wall_clock_breakdown = false;  // DeepSpeed's: forward/backward/step ms on each log line
+  // One line each for keys accepted that change nothing in triad (and why); printed by
+  // train() on rank 0.
+  std::vector<std::string> notices;
   std::string device = "cpu";  // cpu, cuda (each rank's own GPU) or cuda:N: engine.h, training_device
   // What ZeRO's collectives run over: auto, mpi or nccl (Megatron's --distributed-backend):
   // engine.h, resolve_distributed_backend.

@@ -141,7 +141,9 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
         model_,
         zero::ZeroConfig{.stage = config_.zero.stage,
                          .dtype = config_.precision.dtype,
-                         .loss_scale = {.dynamic = config_.precision.dtype == DType::f16,
+                         .loss_scale = {.dynamic = config_.precision.dtype == DType::f16 &&
+                                                   config_.precision.static_loss_scale == 0,
+                                        .static_scale = config_.precision.static_loss_scale,
                                         .initial_scale = std::ldexp(1.0, config_.precision.initial_scale_power),
                                         .window = config_.precision.loss_scale_window,
                                         .hysteresis = config_.precision.hysteresis,

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "cuda/runtime.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
 #include "engine/engine.h"
@@ -118,6 +119,8 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     TRIAD_CHECK(metrics.good(), "cannot write the metrics file '" << options.metrics_path << "'");
   }
   if (leader)
+    for (const std::string& notice : c.notices) std::printf("note: %s\n", notice.c_str());
+  if (leader)
     std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
                 double(engine.model().num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
                 (long long)c.model.n_head, (long long)T, (long long)c.model.vocab_size);
@@ -162,6 +165,14 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
                   std::chrono::duration<double>(Clock::now() - t0).count());
     std::fflush(stdout);
   };
+  // wall_clock_breakdown (DeepSpeed's timers): the host waits for the device at each phase's
+  // end, so that the phases' wall times are theirs.
+  const auto phase_end = [&](Clock::time_point since) {
+    if (engine.device().is_cuda()) cuda::synchronize(engine.device().index);
+    return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+  };
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  int64_t timed_steps = 0;
   for (int64_t step = first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
@@ -171,12 +182,18 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
       const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
       const io::Batch b = io::make_batch(tokens, rows(offsets, first, c.micro_batch_size), T);
+      const auto f0 = Clock::now();
       const Tensor loss = engine.forward(b.inputs, b.targets);
       if (!losses.defined()) losses = Tensor::empty({c.gradient_accumulation_steps}, loss.dtype(), loss.device());
       ops::copy_(ops::select(losses, 0, m), loss);
+      if (c.wall_clock_breakdown) forward_ms += phase_end(f0);
+      const auto b0 = Clock::now();
       engine.backward(loss);
+      if (c.wall_clock_breakdown) backward_ms += phase_end(b0);
     }
+    const auto s0 = Clock::now();
     const StepResult r = engine.step();
+    if (c.wall_clock_breakdown) optimizer_ms += phase_end(s0), ++timed_steps;
     double loss_sum = 0;
     const std::vector<double> micro_losses = losses.to_vector<double>();
     for (size_t m = 0; m < micro_losses.size(); ++m) {
@@ -205,6 +222,14 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %7.0f tok/s | %s elapsed, ETA %s\n",
                   (long long)r.step, (long long)c.steps, loss, r.lr, r.grad_norm, tps, duration_text(elapsed).c_str(),
                   duration_text(eta).c_str());
+      if (c.wall_clock_breakdown) {
+        const double steps = double(timed_steps);
+        std::printf("step %6lld | time (ms), mean of the last %lld steps, rank 0 | forward %.2f | backward %.2f | "
+                    "step %.2f\n",
+                    (long long)r.step, (long long)timed_steps, forward_ms / steps, backward_ms / steps,
+                    optimizer_ms / steps);
+        forward_ms = backward_ms = optimizer_ms = 0, timed_steps = 0;
+      }
       std::fflush(stdout);
     }
     nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},

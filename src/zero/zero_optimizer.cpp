@@ -24,7 +24,9 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
   TRIAD_CHECK(config_.dtype == DType::f32 || config_.dtype == DType::bf16 || config_.dtype == DType::f16,
               "ZeRO stores parameters in f32, bf16 or f16, not " << dtype_name(config_.dtype));
-  scale_ = config_.loss_scale.dynamic ? config_.loss_scale.initial_scale : 1.0;
+  scale_ = config_.loss_scale.dynamic ? config_.loss_scale.initial_scale
+           : config_.loss_scale.static_scale > 0 ? config_.loss_scale.static_scale
+                                                 : 1.0;
   hysteresis_left_ = config_.loss_scale.hysteresis;
   const int n = dp_->size(), r = dp_->rank();
   std::map<std::string, nn::TensorSplit> splits;
@@ -226,9 +228,9 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     grads.push_back(grad);
   }
   const double sq = squared_norm(grads);
-  if (config_.loss_scale.dynamic) {
+  if (config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0) {
     const bool overflow = !std::isfinite(sq);
-    update_scale(overflow);
+    if (config_.loss_scale.dynamic) update_scale(overflow);
     if (overflow) {
       for (Group& g : groups_) ops::zero_(config_.stage <= 1 ? g.flat->grad() : g.shard_grad);
       return std::numeric_limits<double>::infinity();
@@ -310,7 +312,7 @@ void ZeroOptimizer::set_counters(const Counters& c) {
   TRIAD_CHECK(c.steps >= 0 && c.scale > 0 && c.hysteresis_left >= 0 && c.clean_steps >= 0,
               "ZeRO: invalid optimizer counters (steps " << c.steps << ", loss scale " << c.scale << ")");
   steps_ = c.steps;
-  scale_ = config_.loss_scale.dynamic ? c.scale : 1.0;
+  if (config_.loss_scale.dynamic) scale_ = c.scale;
   hysteresis_left_ = c.hysteresis_left;
   clean_steps_ = c.clean_steps;
 }

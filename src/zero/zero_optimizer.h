@@ -63,7 +63,8 @@ namespace triad::zero {
 // scale is divided by 2 once `hysteresis` such steps have been seen (never below
 // min_scale); after `window` clean steps it doubles.
 struct LossScaleConfig {
-  bool dynamic = false;  // off: scale 1 (f32 and bf16)
+  bool dynamic = false;  // off: scale 1 (f32 and bf16), or static_scale
+  double static_scale = 0;  // > 0 (fp16.loss_scale): this scale throughout; overflowing steps are skipped
   double initial_scale = 65536.0;
   int64_t window = 1000;
   int hysteresis = 2;

@@ -2,6 +2,7 @@
 // what is allowed; batch sizes resolve as DeepSpeed's do; --set overrides; distributed_backend
 // resolves by device, build and ranks.
 #define BOOST_TEST_MODULE config
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 
 #include "cuda/nccl_communicator.h"
@@ -215,4 +216,49 @@ BOOST_AUTO_TEST_CASE(a_deepspeed_file_joins_the_config) {
   hf["train_micro_batch_size_per_gpu"] = "auto";
   test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", hf, "ds_config.json"); },
                     {"train_micro_batch_size_per_gpu", "\"auto\"", "ds_config.json"});
+}
+
+// DeepSpeed's top-level, optimizer, fp16 and ZeRO keys: implemented, or accepted with a note
+// saying why they change nothing, or an error for features triad does not have.
+BOOST_AUTO_TEST_CASE(deepspeed_keys_are_implemented_noted_or_refused) {
+  json j = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+            {"train_batch_size", 4},
+            {"steps", 10},
+            {"steps_per_print", 5},
+            {"wall_clock_breakdown", true},
+            {"zero_allow_untested_optimizer", true},
+            {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 1e-3}, {"adam_w_mode", true}, {"torch_adam", true}}}}},
+            {"fp16", {{"enabled", true}, {"loss_scale", 512}}},
+            {"zero_optimization", {{"stage", 2}, {"reduce_scatter", true}, {"sub_group_size", 1e9}}}};
+  engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.log_interval == 5);
+  BOOST_TEST(c.wall_clock_breakdown);
+  BOOST_TEST(c.optimizer.type == "AdamW");
+  BOOST_TEST(c.precision.static_loss_scale == 512.0);
+  BOOST_TEST(c.notices.size() == 4u);  // zero_allow_untested_optimizer, torch_adam, two ZeRO keys
+  for (const char* key : {"zero_allow_untested_optimizer", "torch_adam", "reduce_scatter", "sub_group_size"})
+    BOOST_TEST(std::any_of(c.notices.begin(), c.notices.end(),
+                           [&](const std::string& n) { return n.find(key) != std::string::npos; }),
+               key);
+  {  // a static loss scale reaches the optimizer: the first step's scale is 512, not 2^16
+    json one = j;
+    one["train_batch_size"] = 1;
+    engine::Engine e(engine::parse_config(one));
+    BOOST_TEST(e.zero()->loss_scale() == 512.0);
+  }
+
+  json both = j;
+  both["log_interval"] = 2;
+  test::check_error([&] { engine::parse_config(both); }, {"log_interval", "steps_per_print"});
+  json l2 = j;
+  l2["optimizer"]["params"] = {{"lr", 1e-3}, {"adam_w_mode", false}, {"weight_decay", 0.1}};
+  test::check_error([&] { engine::parse_config(l2); }, {"adam_w_mode", "L2"});
+  l2["optimizer"]["params"]["weight_decay"] = 0.0;  // without decay the two modes agree
+  BOOST_CHECK_NO_THROW(engine::parse_config(l2));
+  json nobias = j;
+  nobias["optimizer"]["params"] = {{"bias_correction", false}};
+  test::check_error([&] { engine::parse_config(nobias); }, {"bias_correction"});
+  json offload = j;
+  offload["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  test::check_error([&] { engine::parse_config(offload); }, {"zero_optimization.offload_optimizer", "not available"});
 }
