@@ -35,7 +35,14 @@ void wait_passively_when_oversubscribed(char** argv) {
   if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");
   if (local == nullptr || std::atoi(local) <= int(std::thread::hardware_concurrency())) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then run on, spinning
+  // The executable's own path, not /proc/self/exe: the process keeps its name (ps, top and
+  // pgrep show triad-train, not exe).
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    execv(self, argv);  // returns only on failure: then run on, spinning
+  }
   std::fprintf(stderr, "warning: could not restart with OMP_WAIT_POLICY=PASSIVE; threads will spin\n");
 }
 
