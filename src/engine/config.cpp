@@ -364,6 +364,13 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   c.log_interval = r.has("steps_per_print") ? r.integer("steps_per_print", 10, 1, kMaxInt)
                                             : r.integer("log_interval", 1, 1, kMaxInt);
   c.wall_clock_breakdown = r.boolean("wall_clock_breakdown", false);
+  {
+    JsonReader m = r.object("csv_monitor");
+    c.csv_monitor.enabled = m.boolean("enabled", false);
+    c.csv_monitor.output_path = m.string("output_path", c.csv_monitor.output_path);
+    c.csv_monitor.job_name = m.string("job_name", c.csv_monitor.job_name);
+    m.finish();
+  }
   if (r.has("zero_allow_untested_optimizer")) {
     r.boolean("zero_allow_untested_optimizer", false);
     c.notices.push_back("zero_allow_untested_optimizer: ZeRO in triad runs its own AdamW, the one it tests");

@@ -173,6 +173,8 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   };
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
   int64_t timed_steps = 0;
+  std::unique_ptr<CsvMonitor> csv;
+  if (leader && c.csv_monitor.enabled) csv = std::make_unique<CsvMonitor>(c.csv_monitor);
   for (int64_t step = first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
@@ -193,7 +195,12 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     }
     const auto s0 = Clock::now();
     const StepResult r = engine.step();
-    if (c.wall_clock_breakdown) optimizer_ms += phase_end(s0), ++timed_steps;
+    double step_forward_ms = forward_ms, step_backward_ms = backward_ms, step_optimizer_ms = optimizer_ms;
+    if (c.wall_clock_breakdown) {
+      optimizer_ms += phase_end(s0), ++timed_steps;
+      step_forward_ms = forward_ms - step_forward_ms, step_backward_ms = backward_ms - step_backward_ms;
+      step_optimizer_ms = optimizer_ms - step_optimizer_ms;
+    }
     double loss_sum = 0;
     const std::vector<double> micro_losses = losses.to_vector<double>();
     for (size_t m = 0; m < micro_losses.size(); ++m) {
@@ -238,6 +245,17 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     if (c.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
     if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps)
       line["val_loss"] = last_val = evaluate(r.step);
+    if (csv) {  // DeepSpeed's events, by samples trained on (the lr: this step's)
+      const int64_t samples = r.step * c.train_batch_size;
+      csv->write("Train/Samples/train_loss", loss, samples);
+      csv->write("Train/Samples/lr", r.lr, samples);
+      if (c.precision.dtype == DType::f16) csv->write("Train/Samples/loss_scale", r.loss_scale, samples);
+      if (c.wall_clock_breakdown) {
+        csv->write("Train/Samples/elapsed_time_ms_forward", step_forward_ms, samples);
+        csv->write("Train/Samples/elapsed_time_ms_backward", step_backward_ms, samples);
+        csv->write("Train/Samples/elapsed_time_ms_step", step_optimizer_ms, samples);
+      }
+    }
     if (metrics.is_open()) {
       metrics << line.dump() << "\n";
       metrics.flush();

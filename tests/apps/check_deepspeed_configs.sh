@@ -6,13 +6,14 @@
 # as DeepSpeed steps its scheduler: optimizer step s takes the rate of iteration s - 1).
 #   check_deepspeed_configs.sh BIN_DIR CONFIG_DIR
 set -euo pipefail
-bin=$1 configs=$2
+bin=$(cd "$1" && pwd) configs=$(cd "$2" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 
 "$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
 "$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
+cd "$work"  # csv_monitor's relative output_path lands here
 for ds in "$configs"/zero*.json; do
   name=$(basename "$ds" .json)
   if ! mpirun -np 4 --oversubscribe --bind-to none "$bin/triad-train" --config "$configs/model.json" --deepspeed "$ds" \
@@ -63,5 +64,18 @@ if len(metrics) != 12 or bad:
     raise SystemExit("FAIL: %s: %d steps; learning rates off (step, got, want): %s" % (sys.argv[1], len(metrics), bad))
 print("%s: 12 steps, learning rates as DeepSpeed's %s gives them, last loss %.4f" % (
     sys.argv[1].split("/")[-1], s, metrics[-1]["loss"]))
+# csv_monitor: DeepSpeed's files, read back with Python's csv module.
+monitor = ds.get("csv_monitor", {})
+if monitor.get("enabled"):
+    import csv, os
+    folder = os.path.join(monitor.get("output_path", ""), monitor.get("job_name", "DeepSpeedJobName"))
+    batch = ds.get("train_batch_size") or ds["train_micro_batch_size_per_gpu"] * ds.get("gradient_accumulation_steps", 1) * 4
+    for name, key in (("train_loss", "loss"), ("lr", "lr")) + ((("loss_scale", "loss_scale"),) if "fp16" in ds else ()):
+        rows = list(csv.reader(open(os.path.join(folder, "Train_Samples_%s.csv" % name))))
+        want = [["step", name]] + [[str(m["step"] * batch), m[key]] for m in metrics]
+        if rows[0] != want[0] or len(rows) != len(want) or any(
+                r[0] != w[0] or abs(float(r[1]) - w[1]) > 1e-12 * max(1.0, abs(w[1])) for r, w in zip(rows[1:], want[1:])):
+            raise SystemExit("FAIL: csv_monitor's %s file differs: %s" % (name, rows[:3]))
+    print("  csv_monitor: Train_Samples_{train_loss,lr,...}.csv hold each step's values by samples")
 PY
 done
