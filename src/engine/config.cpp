@@ -159,6 +159,31 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string
   r.finish();
 }
 
+// DeepSpeed's sections for features triad does not have.
+const std::vector<std::pair<std::string, std::string>> kDeepSpeedFeaturesNotAvailable = {
+    {"wandb", "Weights & Biases monitor (csv_monitor and tensorboard are)"},
+    {"comet", "Comet monitor (csv_monitor and tensorboard are)"},
+    {"pipeline", "pipeline parallelism"},
+    {"moe", "mixture of experts"},
+    {"compression_training", "compression"},
+    {"sparse_attention", "sparse attention"},
+    {"aio", "NVMe offload"},
+    {"elasticity", "elastic training"},
+    {"autotuning", "autotuner"},
+    {"data_efficiency", "data efficiency library"},
+    {"curriculum_learning", "curriculum learning"},
+    {"hybrid_engine", "hybrid engine"},
+    {"amp", "Apex AMP (fp16 and bf16 are)"},
+};
+
+void parse_monitor(JsonReader r, MonitorConfig& m) {
+  m.enabled = r.boolean("enabled", m.enabled);
+  m.output_path = r.string("output_path", m.output_path);
+  m.job_name = r.string("job_name", m.job_name);
+  TRIAD_CHECK(!m.job_name.empty(), "[config] " << r.dotted("job_name") << " must not be empty");
+  r.finish();
+}
+
 void parse_checkpoint(JsonReader r, CheckpointConfig& k) {
   k.dir = r.string("dir", k.dir);
   k.every = r.integer("every", k.every, 0, kMaxInt);
@@ -364,13 +389,10 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   c.log_interval = r.has("steps_per_print") ? r.integer("steps_per_print", 10, 1, kMaxInt)
                                             : r.integer("log_interval", 1, 1, kMaxInt);
   c.wall_clock_breakdown = r.boolean("wall_clock_breakdown", false);
-  {
-    JsonReader m = r.object("csv_monitor");
-    c.csv_monitor.enabled = m.boolean("enabled", false);
-    c.csv_monitor.output_path = m.string("output_path", c.csv_monitor.output_path);
-    c.csv_monitor.job_name = m.string("job_name", c.csv_monitor.job_name);
-    m.finish();
-  }
+  parse_monitor(r.object("csv_monitor"), c.csv_monitor);
+  parse_monitor(r.object("tensorboard"), c.tensorboard);
+  for (const auto& [key, what] : kDeepSpeedFeaturesNotAvailable)
+    TRIAD_CHECK(!r.has(key), "[config] " << key << ": DeepSpeed's " << what << " is not available in triad");
   if (r.has("zero_allow_untested_optimizer")) {
     r.boolean("zero_allow_untested_optimizer", false);
     c.notices.push_back("zero_allow_untested_optimizer: ZeRO in triad runs its own AdamW, the one it tests");

@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/csv_monitor.h"
+#include "engine/monitor.h"
 #include "nn/gpt.h"
 #include "zero/perf_model.h"
 
@@ -135,7 +135,8 @@ struct TrainConfig {
   int64_t eval_iters = 10;
   int64_t log_interval = 1;    // DeepSpeed's steps_per_print says the same
   bool wall_clock_breakdown = false;  // DeepSpeed's: forward/backward/step ms on each log line
-  CsvMonitorConfig csv_monitor;       // DeepSpeed's csv_monitor (engine/csv_monitor.h)
+  MonitorConfig csv_monitor;          // DeepSpeed's csv_monitor (engine/csv_monitor.h)
+  MonitorConfig tensorboard;          // DeepSpeed's tensorboard (engine/tensorboard_monitor.h)
   // One line each for keys accepted that change nothing in triad (and why); printed by
   // train() on rank 0.
   std::vector<std::string> notices;

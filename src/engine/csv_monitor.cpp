@@ -8,11 +8,8 @@
 
 namespace triad::engine {
 
-CsvMonitor::CsvMonitor(CsvMonitorConfig config)
-    : folder_((std::filesystem::path(config.output_path) / config.job_name).string()) {
-  std::error_code ec;
-  std::filesystem::create_directories(folder_, ec);
-  TRIAD_CHECK(!ec, "[csv_monitor] cannot create the folder '" << folder_ << "': " << ec.message());
+CsvMonitor::CsvMonitor(const MonitorConfig& config) : folder_(config.folder()) {
+  create_monitor_folder("csv_monitor", folder_);
 }
 
 void CsvMonitor::write(const std::string& name, double value, int64_t samples) {

@@ -8,7 +8,9 @@
 #include "cuda/runtime.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
+#include "engine/csv_monitor.h"
 #include "engine/engine.h"
+#include "engine/tensorboard_monitor.h"
 #include "io/sampler.h"
 #include "io/tokenizer.h"
 #include "parallel/process_grid.h"
@@ -173,8 +175,9 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   };
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
   int64_t timed_steps = 0;
-  std::unique_ptr<CsvMonitor> csv;
-  if (leader && c.csv_monitor.enabled) csv = std::make_unique<CsvMonitor>(c.csv_monitor);
+  std::vector<std::unique_ptr<Monitor>> monitors;
+  if (leader && c.csv_monitor.enabled) monitors.push_back(std::make_unique<CsvMonitor>(c.csv_monitor));
+  if (leader && c.tensorboard.enabled) monitors.push_back(std::make_unique<TensorBoardMonitor>(c.tensorboard));
   for (int64_t step = first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
@@ -245,16 +248,17 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     if (c.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
     if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps)
       line["val_loss"] = last_val = evaluate(r.step);
-    if (csv) {  // DeepSpeed's events, by samples trained on (the lr: this step's)
+    for (const std::unique_ptr<Monitor>& monitor : monitors) {  // DeepSpeed's events (the lr: this step's)
       const int64_t samples = r.step * c.train_batch_size;
-      csv->write("Train/Samples/train_loss", loss, samples);
-      csv->write("Train/Samples/lr", r.lr, samples);
-      if (c.precision.dtype == DType::f16) csv->write("Train/Samples/loss_scale", r.loss_scale, samples);
+      monitor->write("Train/Samples/train_loss", loss, samples);
+      monitor->write("Train/Samples/lr", r.lr, samples);
+      if (c.precision.dtype == DType::f16) monitor->write("Train/Samples/loss_scale", r.loss_scale, samples);
       if (c.wall_clock_breakdown) {
-        csv->write("Train/Samples/elapsed_time_ms_forward", step_forward_ms, samples);
-        csv->write("Train/Samples/elapsed_time_ms_backward", step_backward_ms, samples);
-        csv->write("Train/Samples/elapsed_time_ms_step", step_optimizer_ms, samples);
+        monitor->write("Train/Samples/elapsed_time_ms_forward", step_forward_ms, samples);
+        monitor->write("Train/Samples/elapsed_time_ms_backward", step_backward_ms, samples);
+        monitor->write("Train/Samples/elapsed_time_ms_step", step_optimizer_ms, samples);
       }
+      monitor->flush();
     }
     if (metrics.is_open()) {
       metrics << line.dump() << "\n";

@@ -77,5 +77,61 @@ if monitor.get("enabled"):
                 r[0] != w[0] or abs(float(r[1]) - w[1]) > 1e-12 * max(1.0, abs(w[1])) for r, w in zip(rows[1:], want[1:])):
             raise SystemExit("FAIL: csv_monitor's %s file differs: %s" % (name, rows[:3]))
     print("  csv_monitor: Train_Samples_{train_loss,lr,...}.csv hold each step's values by samples")
+# tensorboard: the event file read record by record, each CRC-32C (masked) checked and each
+# Event / Summary / Value decoded from the protocol-buffer wire format.
+board = ds.get("tensorboard", {})
+if board.get("enabled"):
+    import glob, os, struct
+    def crc32c(data):
+        crc = 0xFFFFFFFF
+        for byte in data:
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        return crc ^ 0xFFFFFFFF
+    def masked(data):
+        c = crc32c(data)
+        return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    def fields(buf):  # (number, wire type, value) of one message
+        i = 0
+        def varint():
+            nonlocal i
+            v = shift = 0
+            while True:
+                b = buf[i]; i += 1; v |= (b & 0x7F) << shift; shift += 7
+                if b < 0x80: return v
+        while i < len(buf):
+            key = varint(); number, wire = key >> 3, key & 7
+            if wire == 0: yield number, wire, varint()
+            elif wire == 1: yield number, wire, buf[i:i + 8]; i += 8
+            elif wire == 5: yield number, wire, buf[i:i + 4]; i += 4
+            elif wire == 2: n = varint(); yield number, wire, buf[i:i + n]; i += n
+            else: raise SystemExit("FAIL: tensorboard: wire type %d" % wire)
+    files = glob.glob(os.path.join(board.get("output_path", ""), board.get("job_name", "DeepSpeedJobName"),
+                                   "events.out.tfevents.*"))
+    if len(files) != 1: raise SystemExit("FAIL: tensorboard: event files %s" % files)
+    data, at, events = open(files[0], "rb").read(), 0, []
+    while at < len(data):
+        header = data[at:at + 8]; (length,) = struct.unpack("<Q", header)
+        (header_crc,) = struct.unpack("<I", data[at + 8:at + 12])
+        record = data[at + 12:at + 12 + length]; (record_crc,) = struct.unpack("<I", data[at + 12 + length:at + 16 + length])
+        if header_crc != masked(header) or record_crc != masked(record):
+            raise SystemExit("FAIL: tensorboard: CRC mismatch in the record at byte %d" % at)
+        at += 16 + length
+        event = {n: v for n, w, v in fields(record)}
+        if 3 in event:
+            if event[3] != b"brain.Event:2": raise SystemExit("FAIL: tensorboard: file_version %r" % event[3])
+            continue
+        for n, w, value in fields(event[5]):
+            v = {n: x for n, w, x in fields(value)}
+            events.append((v[1].decode(), event.get(2, 0), struct.unpack("<f", v[2])[0]))
+    batch = ds.get("train_batch_size") or ds["train_micro_batch_size_per_gpu"] * ds.get("gradient_accumulation_steps", 1) * 4
+    f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+    for tag, key in (("Train/Samples/train_loss", "loss"), ("Train/Samples/lr", "lr")):
+        got = [(step, value) for t, step, value in events if t == tag]
+        want = [(m["step"] * batch, f32(m[key])) for m in metrics]
+        if got != want:
+            raise SystemExit("FAIL: tensorboard's %s: %s, want %s" % (tag, got[:3], want[:3]))
+    print("  tensorboard: %d records, CRCs valid; train_loss and lr at every step by samples" % (len(events) + 1))
 PY
 done
