@@ -184,6 +184,22 @@ void parse_monitor(JsonReader r, MonitorConfig& m) {
   r.finish();
 }
 
+// communication_data_type and data_types.grad_accum_dtype, DeepSpeed's names for the type
+// gradients are reduced and accumulated in: in triad, their storage type.
+void parse_gradient_dtypes(JsonReader& r, DType storage) {
+  const std::string name = storage == DType::bf16 ? "bf16" : storage == DType::f16 ? "fp16" : "fp32";
+  const std::string why = storage == DType::f32 ? "" : std::string(" under ") + name + ".enabled";
+  if (r.has("communication_data_type") &&
+      r.choice("communication_data_type", name, {"fp32", "fp16", "bf16"}) != name)
+    r.fail("communication_data_type", "\"" + name + "\" (triad reduces gradients in their storage type, " + name +
+                                          why + ")");
+  JsonReader types = r.object("data_types");
+  if (types.has("grad_accum_dtype") && types.choice("grad_accum_dtype", name, {"fp32", "fp16", "bf16"}) != name)
+    types.fail("grad_accum_dtype", "\"" + name + "\" (triad accumulates gradients in their storage type, " + name +
+                                       why + ")");
+  types.finish();
+}
+
 void parse_checkpoint(JsonReader r, CheckpointConfig& k) {
   k.dir = r.string("dir", k.dir);
   k.every = r.integer("every", k.every, 0, kMaxInt);
@@ -380,6 +396,9 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   parse_zero(r.object("zero_optimization"), c.zero, c.notices);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
+  c.prescale_gradients = r.boolean("prescale_gradients", false);
+  c.gradient_predivide_factor = r.number("gradient_predivide_factor", 1.0, 1e-30, kInf);
+  parse_gradient_dtypes(r, c.precision.dtype);
   c.seed = uint64_t(r.integer("seed", 1234, 0, kMaxInt));
   c.model.init_seed = c.seed;
   c.eval_interval = r.integer("eval_interval", 0, 0, kMaxInt);

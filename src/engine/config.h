@@ -130,6 +130,13 @@ struct TrainConfig {
   ZeroOptimizationConfig zero;
   PrecisionConfig precision;
   double gradient_clipping = 0.0;  // 0: off
+  // DeepSpeed's: gradients divided by the data-parallel ranks before they are reduced
+  // (prescale_gradients), else by gradient_predivide_factor before and the rest after
+  // (zero::ZeroConfig::gradient_predivide_factor). communication_data_type and
+  // data_types.grad_accum_dtype must name the gradients' storage type (fp32, or the
+  // 16-bit type of bf16/fp16 training): triad reduces and accumulates them in it.
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
   uint64_t seed = 1234;
   int64_t eval_interval = 0;  // 0: evaluate only at the end
   int64_t eval_iters = 10;

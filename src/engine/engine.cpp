@@ -152,7 +152,10 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
                          .reduce_bucket_size = config_.zero.reduce_bucket_size,
                          .allgather_bucket_size = config_.zero.allgather_bucket_size,
                          .stage3_param_persistence_threshold = config_.zero.stage3_param_persistence_threshold,
-                         .stage3_prefetch_bucket_size = config_.zero.stage3_prefetch_bucket_size},
+                         .stage3_prefetch_bucket_size = config_.zero.stage3_prefetch_bucket_size,
+                         .gradient_predivide_factor = config_.prescale_gradients
+                                                          ? double(dp_->size())
+                                                          : config_.gradient_predivide_factor},
         optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_,
         zero::WrapPolicy{}, tp_);
   } else {

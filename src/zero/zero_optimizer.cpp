@@ -21,6 +21,8 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   TRIAD_CHECK(config_.reduce_bucket_size > 0 && config_.allgather_bucket_size > 0,
               "[config] zero_optimization bucket sizes must be positive, got reduce_bucket_size "
                   << config_.reduce_bucket_size << " and allgather_bucket_size " << config_.allgather_bucket_size);
+  TRIAD_CHECK(config_.gradient_predivide_factor > 0,
+              "[config] gradient_predivide_factor must be > 0, got " << config_.gradient_predivide_factor);
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
   TRIAD_CHECK(config_.dtype == DType::f32 || config_.dtype == DType::bf16 || config_.dtype == DType::f16,
               "ZeRO stores parameters in f32, bf16 or f16, not " << dtype_name(config_.dtype));
@@ -171,12 +173,21 @@ void ZeroOptimizer::on_grad_ready(Group& g) {
 
 void ZeroOptimizer::launch(Group& g) {
   g.launched = true;
+  prescale(g.flat->grad());
   if (config_.stage == 0) {
     pending_.push_back({bucketed_all_reduce(*dp_, g.flat->grad(), config_.reduce_bucket_size), &g, Tensor()});
   } else {
     Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype, g.flat->device());
     pending_.push_back({bucketed_reduce_scatter(*dp_, g.flat->grad(), out, config_.reduce_bucket_size), &g, out});
   }
+}
+
+void ZeroOptimizer::prescale(const Tensor& grad) {
+  if (config_.gradient_predivide_factor == 1.0 || grad.numel() == 0) return;
+  if (grad.dtype() == DType::f32) return ops::mul_(grad, 1.0 / config_.gradient_predivide_factor);
+  const Tensor wide = ops::to(grad, DType::f32);  // 16-bit storage: scaled in f32, rounded once
+  ops::mul_(wide, 1.0 / config_.gradient_predivide_factor);
+  ops::copy_(grad, wide);
 }
 
 void ZeroOptimizer::complete(Pending& p) {
@@ -212,14 +223,17 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   }
   drain(/*wait_all=*/true);
   if (config_.stage == 1) {
-    for (Group& g : groups_)
+    for (Group& g : groups_) {
+      prescale(g.flat->grad());
       pending_.push_back(
           {bucketed_reduce_scatter(*dp_, g.flat->grad(), g.shard_grad, config_.reduce_bucket_size), &g, Tensor()});
+    }
     drain(/*wait_all=*/true);
   }
 
-  // Average over ranks and undo the loss scale, in f32; then the global norm.
-  const double unscale = 1.0 / (double(dp_->size()) * scale_);
+  // Average over ranks (what prescale() left of it) and undo the loss scale, in f32; then
+  // the global norm.
+  const double unscale = config_.gradient_predivide_factor / (double(dp_->size()) * scale_);
   std::vector<Tensor> grads;
   for (Group& g : groups_) {
     const Tensor& stored = config_.stage == 0 ? g.flat->grad() : g.shard_grad;

@@ -90,6 +90,11 @@ struct ZeroConfig {
   // Stage 3: elements of the units ahead whose gathering starts early (the next unit
   // always; then further units while the total stays within this).
   int64_t stage3_prefetch_bucket_size = 50000000;
+  // Gradients are multiplied by 1/gradient_predivide_factor before they are reduced, and
+  // the sum by gradient_predivide_factor/ranks after (DeepSpeed's gradient_predivide_factor;
+  // its prescale_gradients is a factor of ranks): the mean is the same, the partial sums
+  // smaller, which keeps 16-bit sums over many ranks from overflowing.
+  double gradient_predivide_factor = 1.0;
 };
 
 // Bytes resident on this rank for model states (Note: fp32 training keeps no separate
@@ -186,6 +191,7 @@ class ZeroOptimizer {
   // squared norm of the step's gradients (grads: per group, what the step updates from).
   double squared_norm(const std::vector<Tensor>& grads);
   void launch(Group& g);
+  void prescale(const Tensor& grad);  // by 1/gradient_predivide_factor, before a reduction
   void complete(Pending& p);
   void drain(bool wait_all);
 

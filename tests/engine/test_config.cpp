@@ -262,3 +262,37 @@ BOOST_AUTO_TEST_CASE(deepspeed_keys_are_implemented_noted_or_refused) {
   offload["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
   test::check_error([&] { engine::parse_config(offload); }, {"zero_optimization.offload_optimizer", "not available"});
 }
+
+BOOST_AUTO_TEST_CASE(gradient_reduction_keys) {
+  json j = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+            {"train_batch_size", 4},
+            {"steps", 10},
+            {"gradient_predivide_factor", 2.0},
+            {"prescale_gradients", true},
+            {"bf16", {{"enabled", true}}},
+            {"communication_data_type", "bf16"},
+            {"data_types", {{"grad_accum_dtype", "bf16"}}}};
+  engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.prescale_gradients);
+  BOOST_TEST(c.gradient_predivide_factor == 2.0);
+  json wide = j;
+  wide["communication_data_type"] = "fp32";
+  test::check_error([&] { engine::parse_config(wide); }, {"communication_data_type", "\"bf16\"", "bf16.enabled"});
+  json accum = j;
+  accum["data_types"]["grad_accum_dtype"] = "fp32";
+  test::check_error([&] { engine::parse_config(accum); }, {"data_types.grad_accum_dtype", "\"bf16\""});
+  json f32 = j;
+  f32.erase("bf16"), f32.erase("data_types"), f32["communication_data_type"] = "fp32";
+  BOOST_CHECK_NO_THROW(engine::parse_config(f32));
+  f32["communication_data_type"] = "int8";
+  test::check_error([&] { engine::parse_config(f32); }, {"communication_data_type", "int8"});
+  json zero = j;
+  zero["gradient_predivide_factor"] = 0.0;
+  test::check_error([&] { engine::parse_config(zero); }, {"gradient_predivide_factor"});
+  json unknown = j;
+  unknown["tensorboard"] = {{"enabled", true}, {"job_nam", "x"}};
+  test::check_error([&] { engine::parse_config(unknown); }, {"tensorboard.job_nam", "job_name"});
+  json wandb = j;
+  wandb["wandb"] = {{"enabled", true}};
+  test::check_error([&] { engine::parse_config(wandb); }, {"wandb", "not available"});
+}

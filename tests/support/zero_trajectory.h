@@ -80,7 +80,7 @@ inline Trajectory single_process(int64_t accumulation, Device device = Device::c
 
 // Options of one data-parallel run. persist: stage 3's persistence threshold (0: every
 // group partitioned). dtype: storage of parameters and gradients (bf16/f16: mixed
-// precision; f16 with dynamic loss scaling).
+// precision; f16 with dynamic loss scaling). predivide: gradient_predivide_factor.
 struct DataParallelRun {
   int stage = 0;
   int64_t accumulation = 1;
@@ -89,6 +89,7 @@ struct DataParallelRun {
   int64_t prefetch = 50000000;
   int64_t bucket = 500000000;
   Device device = Device::cpu();
+  double predivide = 1.0;
 };
 
 inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const DataParallelRun& run) {
@@ -100,7 +101,8 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
                                 .reduce_bucket_size = run.bucket,
                                 .allgather_bucket_size = run.bucket,
                                 .stage3_param_persistence_threshold = run.persist,
-                                .stage3_prefetch_bucket_size = run.prefetch};
+                                .stage3_prefetch_bucket_size = run.prefetch,
+                                .gradient_predivide_factor = run.predivide};
   zero::ZeroOptimizer opt(model, config, kAdam, kDecay, comm);
   const int64_t micro = kGlobalBatch / (run.accumulation * n);
   Trajectory t;

@@ -50,6 +50,11 @@ BOOST_AUTO_TEST_CASE(stages_reproduce_the_single_process_trajectory) {
       check_same(data_parallel(3, accumulation, /*persist=*/1000), ref);  // all but the 1024-element matrices
     }
     for (int stage : {0, 1, 2, 3}) {
+      BOOST_TEST_CONTEXT("stage " << stage << " with gradients predivided by 3, accumulation " << accumulation) {
+        check_same(test::data_parallel(parallel::world(),
+                                       {.stage = stage, .accumulation = accumulation, .predivide = 3.0}),
+                   ref);
+      }
       BOOST_TEST_CONTEXT("stage " << stage << " in buckets of 100 elements, accumulation " << accumulation) {
         check_same(data_parallel(stage, accumulation, 0, DType::f32, 50000000, /*bucket=*/100), ref);
       }
@@ -219,4 +224,43 @@ BOOST_AUTO_TEST_CASE(fp16_overflow_skips_the_step_and_halves_the_scale) {
   BOOST_TEST(opt.loss_scale() == 0x1p29);
   const std::vector<Tensor> after = model->parameters();
   for (size_t i = 0; i < after.size(); ++i) BOOST_TEST(test::max_abs_diff(after[i], before[i]) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(predividing_keeps_f16_sums_over_ranks_finite) {
+  // loss = sum(W x) with x all ones: every element of W's gradient is the loss scale,
+  // 40000, on every rank. Summed over n >= 2 ranks it passes f16's 65504 and the step is
+  // skipped; divided by n first (prescale_gradients) the sum is exactly 40000, and the
+  // averaged, unscaled gradient exactly 1: the first Adam step moves every weight by
+  // lr / (1 + eps), up to the f16 rounding of weights below 1 (2^-11 at most).
+  const parallel::CommunicatorPtr world = parallel::world();
+  const double n = world->size(), lr = 0.1;
+  for (int stage : {0, 1, 2, 3}) {
+    for (double predivide : {1.0, n}) {
+      BOOST_TEST_CONTEXT("stage " << stage << ", gradient_predivide_factor " << predivide) {
+        auto model = std::make_shared<nn::Linear>(4, 3, /*bias=*/false);
+        zero::ZeroOptimizer opt(model,
+                                {.stage = stage,
+                                 .dtype = DType::f16,
+                                 .loss_scale = {.static_scale = 40000},
+                                 .stage3_param_persistence_threshold = 0,
+                                 .gradient_predivide_factor = predivide},
+                                kAdam, /*weight_decay=*/0.0, world);
+        opt.gather_all();
+        const std::vector<float> before = ops::to(model->weight, DType::f32).to_vector<float>();
+        opt.release_all();
+        opt.begin_backward(true);
+        backward(sum((*model)(Tensor::full({1, 4}, 1.0))), Tensor::full({}, opt.loss_scale()));
+        const double norm = opt.step(lr, /*max_norm=*/0.0);
+        if (predivide == 1.0 && n > 1) {
+          BOOST_TEST(std::isinf(norm));
+          continue;
+        }
+        BOOST_TEST(norm == std::sqrt(12.0));
+        opt.gather_all();
+        const std::vector<float> after = ops::to(model->weight, DType::f32).to_vector<float>();
+        opt.release_all();
+        for (size_t i = 0; i < after.size(); ++i) BOOST_TEST(std::abs(before[i] - after[i] - lr) <= 0x1p-11);
+      }
+    }
+  }
 }
