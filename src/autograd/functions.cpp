@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/flop_count.h"
 #include "autograd/record.h"
 
 namespace triad {
@@ -134,11 +135,27 @@ bool is_16bit(const Tensor& t) { return t.defined() && (t.dtype() == DType::bf16
 Tensor wide(const Tensor& t) { return is_16bit(t) ? ops::to(t, DType::f32) : t; }
 Tensor like(const Tensor& grad, const Tensor& param) { return ops::to(grad, param.dtype()); }
 
+// The profiler's counts (autograd/flop_count.h): a product of `out` elements each summing k
+// terms, and `n` other operations.
+const Tensor& counted_product(const Tensor& out, int64_t k) {
+  flop_count::add(out.numel() * k, 2 * out.numel() * k);
+  return out;
+}
+const Tensor& counted_linear(const Tensor& out, const Tensor& weight, const Tensor& bias) {
+  counted_product(out, weight.size(1));
+  if (bias.defined()) flop_count::add(0, out.numel());
+  return out;
+}
+const Tensor& counted(const Tensor& out, int64_t per_element = 1) {
+  flop_count::add(0, out.numel() * per_element);
+  return out;
+}
+
 // linear with a bf16 weight on a CUDA device (Note [16-bit parameters]).
 Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
   const Tensor x16 = ops::to(x, DType::bf16);
-  return record("linear", {x, weight, bias}, ops::linear(x16, weight, wide(bias)),
+  return record("linear", {x, weight, bias}, counted_linear(ops::linear(x16, weight, wide(bias)), weight, bias),
                 [=, x_shape = x.shape(), x_dtype = x.dtype()](const Grads& g) {
                   const Tensor g2 = ops::reshape(g[0], {-1, weight.size(0)});
                   const Tensor g16 = ops::to(g2, DType::bf16);
@@ -159,20 +176,20 @@ bool tensor_core_operand(const Tensor& t) { return t.dtype() == DType::bf16 && t
 // ---- elementwise ----
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return record("add", {a, b}, ops::add(a, b), [sa = a.shape(), sb = b.shape()](const Grads& g) {
+  return record("add", {a, b}, counted(ops::add(a, b)), [sa = a.shape(), sb = b.shape()](const Grads& g) {
     return Grads{ops::sum_to(g[0], sa), ops::sum_to(g[0], sb)};
   });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return record("sub", {a, b}, ops::sub(a, b), [sa = a.shape(), sb = b.shape()](const Grads& g) {
+  return record("sub", {a, b}, counted(ops::sub(a, b)), [sa = a.shape(), sb = b.shape()](const Grads& g) {
     return Grads{ops::sum_to(g[0], sa), ops::sum_to(ops::neg(g[0]), sb)};
   });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   const bool ga = requires_grad(a), gb = requires_grad(b);
-  return record("mul", {a, b}, ops::mul(a, b), [=](const Grads& g) {
+  return record("mul", {a, b}, counted(ops::mul(a, b)), [=](const Grads& g) {
     return Grads{ga ? ops::sum_to(ops::mul(g[0], b), a.shape()) : Tensor(),
                  gb ? ops::sum_to(ops::mul(g[0], a), b.shape()) : Tensor()};
   });
@@ -189,11 +206,11 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor add(const Tensor& a, double b) {
-  return record("add_scalar", {a}, ops::add(a, b), [](const Grads& g) { return Grads{g[0]}; });
+  return record("add_scalar", {a}, counted(ops::add(a, b)), [](const Grads& g) { return Grads{g[0]}; });
 }
 
 Tensor mul(const Tensor& a, double b) {
-  return record("mul_scalar", {a}, ops::mul(a, b), [b](const Grads& g) { return Grads{ops::mul(g[0], b)}; });
+  return record("mul_scalar", {a}, counted(ops::mul(a, b)), [b](const Grads& g) { return Grads{ops::mul(g[0], b)}; });
 }
 
 Tensor neg(const Tensor& a) {
@@ -232,7 +249,7 @@ Tensor pow(const Tensor& a, double exponent) {
 }
 
 Tensor gelu(const Tensor& x) {
-  return record("gelu", {x}, ops::gelu(x), [x](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
+  return record("gelu", {x}, counted(ops::gelu(x)), [x](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
@@ -276,7 +293,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   // bf16 operands on a CUDA device multiply as stored into an f32 result; their gradients
   // multiply the same way, the incoming gradient narrowed to bf16 (Note [16-bit parameters]).
   const DType operands = tensor_core_operand(a) && b.dtype() == DType::bf16 ? DType::bf16 : a.dtype();
-  return record("matmul", {a, b}, ops::matmul(a, b, trans_a, trans_b), [=](const Grads& g) {
+  const Tensor c = counted_product(ops::matmul(a, b, trans_a, trans_b), trans_a ? a.size(-2) : a.size(-1));
+  return record("matmul", {a, b}, c, [=](const Grads& g) {
     const Tensor dc = ops::to(g[0], operands);
     // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
     Tensor da, db;
@@ -301,7 +319,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (tensor_core_operand(weight)) return linear_bf16(x, weight, bias);
   const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
-  return record("linear", {x, weight, bias}, ops::linear(x, wide(weight), wide(bias)), [=](const Grads& g) {
+  return record("linear", {x, weight, bias}, counted_linear(ops::linear(x, wide(weight), wide(bias)), weight, bias),
+                [=](const Grads& g) {
     const Tensor w = wide(weight);  // re-read: ZeRO-3 may have re-gathered it
     const Tensor g2 = ops::reshape(g[0], {-1, w.size(0)});
     const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
@@ -315,12 +334,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 // ---- neural-network functions ----
 
 Tensor softmax(const Tensor& x, bool causal) {
-  Tensor y = ops::softmax(x, causal);
+  Tensor y = counted(ops::softmax(x, causal));
   return record("softmax", {x}, y, [y = detach(y)](const Grads& g) { return Grads{ops::softmax_backward(y, g[0])}; });
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   ops::LayerNormOut r = ops::layer_norm(x, wide(weight), wide(bias), eps);
+  counted(r.y, weight.defined() ? 5 : 4);
   return record("layer_norm", {x, weight, bias}, r.y, [=, mean = r.mean, rstd = r.rstd](const Grads& g) {
     ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[0]), x, wide(weight), mean, rstd);
     return Grads{d.dx, like(d.dweight, weight), like(d.dbias, bias)};
@@ -355,6 +375,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // [16-bit parameters] asks of parameters.
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
   ops::AttentionOut r = ops::causal_attention(q, k, v, scale);
+  flop_count::add(2 * q.numel() * q.size(-2), 4 * q.numel() * q.size(-2) + q.numel() / q.size(-1) * q.size(-2));
   return record("causal_attention", {q, k, v}, r.out, [=, out = detach(r.out), lse = r.lse](const Grads& g) {
     ops::AttentionGrads d = ops::causal_attention_backward(q, k, v, out, lse, ops::to(g[0], q.dtype()), scale);
     return Grads{d.dq, d.dk, d.dv};

@@ -200,6 +200,20 @@ void parse_gradient_dtypes(JsonReader& r, DType storage) {
   types.finish();
 }
 
+void parse_flops_profiler(JsonReader r, FlopsProfilerConfig& f) {
+  f.enabled = r.boolean("enabled", f.enabled);
+  f.profile_step = r.integer("profile_step", f.profile_step, 0, kMaxInt);
+  f.module_depth = r.integer("module_depth", f.module_depth, -1, kMaxInt);
+  f.top_modules = r.integer("top_modules", f.top_modules, 1, kMaxInt);
+  f.detailed = r.boolean("detailed", f.detailed);
+  if (r.is_null("output_file"))  // DeepSpeed's default: standard output
+    r.known("output_file");
+  else
+    f.output_file = r.string("output_file", "");
+  f.recompute_fwd_factor = r.number("recompute_fwd_factor", f.recompute_fwd_factor, 0.0, kInf);
+  r.finish();
+}
+
 void parse_checkpoint(JsonReader r, CheckpointConfig& k) {
   k.dir = r.string("dir", k.dir);
   k.every = r.integer("every", k.every, 0, kMaxInt);
@@ -410,6 +424,7 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   c.wall_clock_breakdown = r.boolean("wall_clock_breakdown", false);
   parse_monitor(r.object("csv_monitor"), c.csv_monitor);
   parse_monitor(r.object("tensorboard"), c.tensorboard);
+  parse_flops_profiler(r.object("flops_profiler"), c.flops_profiler);
   for (const auto& [key, what] : kDeepSpeedFeaturesNotAvailable)
     TRIAD_CHECK(!r.has(key), "[config] " << key << ": DeepSpeed's " << what << " is not available in triad");
   if (r.has("zero_allow_untested_optimizer")) {

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/flops_profiler.h"
 #include "engine/monitor.h"
 #include "nn/gpt.h"
 #include "zero/perf_model.h"
@@ -144,6 +145,7 @@ struct TrainConfig {
   bool wall_clock_breakdown = false;  // DeepSpeed's: forward/backward/step ms on each log line
   MonitorConfig csv_monitor;          // DeepSpeed's csv_monitor (engine/csv_monitor.h)
   MonitorConfig tensorboard;          // DeepSpeed's tensorboard (engine/tensorboard_monitor.h)
+  FlopsProfilerConfig flops_profiler;  // DeepSpeed's flops_profiler (engine/flops_profiler.h)
   // One line each for keys accepted that change nothing in triad (and why); printed by
   // train() on rank 0.
   std::vector<std::string> notices;

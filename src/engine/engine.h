@@ -108,6 +108,7 @@ class Engine {
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
 
   nn::GPT& model() { return *model_; }
+  const std::shared_ptr<nn::GPT>& model_ptr() const { return model_; }
   const parallel::CommunicatorPtr& dp() const { return dp_; }
   const parallel::CommunicatorPtr& tp() const { return tp_; }
   Device device() const { return device_; }  // where the model and optimizer state live

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "cuda/runtime.h"
@@ -10,6 +11,7 @@
 #include "engine/checkpoint_dir.h"
 #include "engine/csv_monitor.h"
 #include "engine/engine.h"
+#include "engine/flops_profiler.h"
 #include "engine/tensorboard_monitor.h"
 #include "io/sampler.h"
 #include "io/tokenizer.h"
@@ -42,6 +44,22 @@ std::vector<int64_t> rows(const std::vector<int64_t>& offsets, int64_t first, in
 
 // Every rank must run the same configuration: compare a hash of it before any other
 // collective, so a mismatch is one clear error instead of a hang or silent divergence.
+// The flops profiler's report: to standard output, or to `path` (its folder created).
+void write_profile(const std::string& report, const std::string& path) {
+  if (path.empty()) {
+    std::fputs(report.c_str(), stdout);
+    std::fflush(stdout);
+    return;
+  }
+  const std::filesystem::path file(path);
+  std::error_code ec;
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
+  std::ofstream out(path);
+  out << report;
+  out.flush();
+  TRIAD_CHECK(!ec && out.good(), "[flops_profiler] cannot write output_file '" << path << "'");
+}
+
 void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
   const int64_t mine = int64_t(std::hash<std::string>{}(c.json.dump()) >> 1);
   Tensor all = Tensor::empty({world.size()}, DType::i64);
@@ -178,8 +196,19 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   std::vector<std::unique_ptr<Monitor>> monitors;
   if (leader && c.csv_monitor.enabled) monitors.push_back(std::make_unique<CsvMonitor>(c.csv_monitor));
   if (leader && c.tensorboard.enabled) monitors.push_back(std::make_unique<TensorBoardMonitor>(c.tensorboard));
+  std::unique_ptr<FlopsProfiler> profiler;
+  if (leader && c.flops_profiler.enabled && c.flops_profiler.profile_step >= first_step &&
+      c.flops_profiler.profile_step < c.steps)
+    profiler = std::make_unique<FlopsProfiler>(engine.model_ptr(), engine.device());
+  ProfiledStep profiled{.step = c.flops_profiler.profile_step,
+                        .world_size = n * c.tensor_parallel,
+                        .data_parallel = n,
+                        .model_parallel = c.tensor_parallel,
+                        .micro_batch = c.micro_batch_size};
   for (int64_t step = first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
+    const bool profiling = profiler && step == c.flops_profiler.profile_step;
+    const double forward_before = forward_ms, backward_before = backward_ms;
     const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
     // The micro-batches' losses stay where they were computed until the step is done, then
     // come to the host in one copy: the host never waits for the device mid-step.
@@ -187,22 +216,29 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
       const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
       const io::Batch b = io::make_batch(tokens, rows(offsets, first, c.micro_batch_size), T);
+      const bool profile = profiling && m == 0;  // the first micro-batch, as DeepSpeed's profiler
+      const bool timed = c.wall_clock_breakdown || profile;
+      if (profile) profiler->start();
       const auto f0 = Clock::now();
       const Tensor loss = engine.forward(b.inputs, b.targets);
       if (!losses.defined()) losses = Tensor::empty({c.gradient_accumulation_steps}, loss.dtype(), loss.device());
       ops::copy_(ops::select(losses, 0, m), loss);
-      if (c.wall_clock_breakdown) forward_ms += phase_end(f0);
+      const double f_ms = timed ? phase_end(f0) : 0;
+      if (profile) profiler->stop(), profiled.forward_s = f_ms / 1e3;
       const auto b0 = Clock::now();
       engine.backward(loss);
-      if (c.wall_clock_breakdown) backward_ms += phase_end(b0);
+      const double b_ms = timed ? phase_end(b0) : 0;
+      if (profile) profiled.backward_s = b_ms / 1e3;
+      if (c.wall_clock_breakdown) forward_ms += f_ms, backward_ms += b_ms;
     }
     const auto s0 = Clock::now();
     const StepResult r = engine.step();
-    double step_forward_ms = forward_ms, step_backward_ms = backward_ms, step_optimizer_ms = optimizer_ms;
-    if (c.wall_clock_breakdown) {
-      optimizer_ms += phase_end(s0), ++timed_steps;
-      step_forward_ms = forward_ms - step_forward_ms, step_backward_ms = backward_ms - step_backward_ms;
-      step_optimizer_ms = optimizer_ms - step_optimizer_ms;
+    const double s_ms = c.wall_clock_breakdown || profiling ? phase_end(s0) : 0;
+    if (c.wall_clock_breakdown) optimizer_ms += s_ms, ++timed_steps;
+    const double step_forward_ms = forward_ms - forward_before, step_backward_ms = backward_ms - backward_before;
+    if (profiling) {
+      profiled.step_s = s_ms / 1e3;
+      write_profile(profiler->report(profiled, c.flops_profiler), c.flops_profiler.output_file);
     }
     double loss_sum = 0;
     const std::vector<double> micro_losses = losses.to_vector<double>();
@@ -256,7 +292,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       if (c.wall_clock_breakdown) {
         monitor->write("Train/Samples/elapsed_time_ms_forward", step_forward_ms, samples);
         monitor->write("Train/Samples/elapsed_time_ms_backward", step_backward_ms, samples);
-        monitor->write("Train/Samples/elapsed_time_ms_step", step_optimizer_ms, samples);
+        monitor->write("Train/Samples/elapsed_time_ms_step", s_ms, samples);
       }
       monitor->flush();
     }

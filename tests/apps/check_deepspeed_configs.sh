@@ -21,7 +21,7 @@ for ds in "$configs"/zero*.json; do
       >"$work/$name.log" 2>&1; then
     echo "FAIL: $name"; cat "$work/$name.log"; exit 1
   fi
-  python3 - "$ds" "$work/$name.jsonl" <<'PY'
+  python3 - "$ds" "$work/$name.jsonl" "$configs/model.json" <<'PY'
 import json, math, sys
 ds, metrics = json.load(open(sys.argv[1])), [json.loads(l) for l in open(sys.argv[2])]
 s, p = ds["scheduler"]["type"], ds["scheduler"].get("params", {})
@@ -133,5 +133,24 @@ if board.get("enabled"):
         if got != want:
             raise SystemExit("FAIL: tensorboard's %s: %s, want %s" % (tag, got[:3], want[:3]))
     print("  tensorboard: %d records, CRCs valid; train_loss and lr at every step by samples" % (len(events) + 1))
+# flops_profiler: DeepSpeed's report at profile_step, written to output_file. The GPT's
+# forward multiply-accumulates of one micro-batch per rank: per block the qkv, proj and MLP
+# products and attention's two (2·B·T·T·C), and the tied head (tests/engine/test_flops_profiler
+# checks each module).
+profiler = ds.get("flops_profiler", {})
+if profiler.get("enabled"):
+    model = json.load(open(sys.argv[3]))["model"]
+    L, C, T, V = model["n_layer"], model["d_model"], model["seq_len"], model["vocab_size"]
+    micro = ds.get("train_micro_batch_size_per_gpu") or ds["train_batch_size"] // (4 * ds.get("gradient_accumulation_steps", 1))
+    N = micro * T
+    macs = L * (N * C * 3 * C + 2 * micro * T * T * C + N * C * C + 2 * N * C * 4 * C) + N * C * V
+    report = open(profiler["output_file"]).read()
+    mega = "%g MMACs" % round(macs / 1e6, 2) if macs >= 1e6 else "%g KMACs" % round(macs / 1e3, 2)
+    import re
+    for want in ("Profile Summary at step %d:" % profiler["profile_step"], r"world size: +4 ",
+                 "fwd MACs per GPU: +" + mega, "Detailed Profile per GPU", r"\(mlp\): MLP\("):
+        if not re.search(want, report):
+            raise SystemExit("FAIL: flops_profiler's report lacks %r:\n%s" % (want, report))
+    print("  flops_profiler: the report at step %d, %s per micro-batch forward" % (profiler["profile_step"], mega))
 PY
 done

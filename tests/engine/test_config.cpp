@@ -296,3 +296,28 @@ BOOST_AUTO_TEST_CASE(gradient_reduction_keys) {
   wandb["wandb"] = {{"enabled", true}};
   test::check_error([&] { engine::parse_config(wandb); }, {"wandb", "not available"});
 }
+
+BOOST_AUTO_TEST_CASE(flops_profiler_keys) {
+  json j = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+            {"train_batch_size", 4},
+            {"steps", 10},
+            {"flops_profiler",
+             {{"enabled", true},
+              {"profile_step", 3},
+              {"module_depth", -1},
+              {"top_modules", 2},
+              {"detailed", false},
+              {"output_file", nullptr},
+              {"recompute_fwd_factor", 1.0}}}};
+  engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.flops_profiler.enabled);
+  BOOST_TEST(c.flops_profiler.profile_step == 3);
+  BOOST_TEST(c.flops_profiler.top_modules == 2);
+  BOOST_TEST(!c.flops_profiler.detailed);
+  BOOST_TEST(c.flops_profiler.output_file.empty());
+  BOOST_TEST(c.flops_profiler.recompute_fwd_factor == 1.0);
+  j["flops_profiler"]["output_file"] = "prof.txt";
+  BOOST_TEST(engine::parse_config(j).flops_profiler.output_file == "prof.txt");
+  j["flops_profiler"]["top_modules"] = 0;
+  test::check_error([&] { engine::parse_config(j); }, {"flops_profiler.top_modules", "0"});
+}
