@@ -250,6 +250,7 @@ void parse_precision(JsonReader bf16, JsonReader fp16, PrecisionConfig& p, std::
   p.initial_scale_power = int(fp16.integer("initial_scale_power", p.initial_scale_power, 0, 40));
   p.loss_scale_window = fp16.integer("loss_scale_window", p.loss_scale_window, 1, kMaxInt);
   p.hysteresis = int(fp16.integer("hysteresis", p.hysteresis, 1, 1000));
+  p.consecutive_hysteresis = fp16.boolean("consecutive_hysteresis", p.consecutive_hysteresis);
   p.min_loss_scale = fp16.number("min_loss_scale", p.min_loss_scale, 1e-10, kInf);
   p.static_loss_scale = fp16.number("loss_scale", 0.0, 0.0, kInf);  // DeepSpeed: 0 = dynamic
   if (fp16.has("auto_cast")) {

@@ -94,6 +94,7 @@ struct PrecisionConfig {
   int initial_scale_power = 16;  // fp16: the loss scale starts at 2^this
   int64_t loss_scale_window = 1000;
   int hysteresis = 2;
+  bool consecutive_hysteresis = false;  // refill the hysteresis after every clean step
   double min_loss_scale = 1.0;
   double static_loss_scale = 0;  // fp16.loss_scale > 0: a static scale (0: dynamic)
 };

@@ -147,6 +147,7 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
                                         .initial_scale = std::ldexp(1.0, config_.precision.initial_scale_power),
                                         .window = config_.precision.loss_scale_window,
                                         .hysteresis = config_.precision.hysteresis,
+                                        .consecutive_hysteresis = config_.precision.consecutive_hysteresis,
                                         .min_scale = config_.precision.min_loss_scale},
                          .overlap_comm = config_.zero.overlap_comm,
                          .reduce_bucket_size = config_.zero.reduce_bucket_size,

@@ -55,6 +55,18 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   return best;
 }
 
+namespace {
+thread_local JsonReader::KeyLog* key_log = nullptr;
+}  // namespace
+
+JsonReader::KeyLog::KeyLog() : outer_(key_log) { key_log = this; }
+JsonReader::KeyLog::~KeyLog() { key_log = outer_; }
+
+void JsonReader::known(const std::string& key) {
+  known_.push_back(key);
+  if (key_log) key_log->keys_.insert(dotted(key));
+}
+
 JsonReader::JsonReader(const nlohmann::json& object, std::string where, std::string path)
     : object_(object.is_null() ? empty_object() : object), where_(std::move(where)), path_(std::move(path)) {
   TRIAD_CHECK(object_.is_object(), "[" << where_ << "] " << (path_.empty() ? std::string("the document") : path_)
@@ -68,7 +80,7 @@ void JsonReader::fail(const std::string& key, const std::string& expected) const
 bool JsonReader::has(const std::string& key) const { return object_.contains(key); }
 
 const nlohmann::json* JsonReader::get(const std::string& key) {
-  known_.push_back(key);
+  known(key);
   auto it = object_.find(key);
   return it == object_.end() || it->is_null() ? nullptr : &*it;
 }

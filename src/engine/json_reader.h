@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,13 +31,29 @@ class JsonReader {
   // A nested object (empty when absent).
   JsonReader object(const std::string& key);
   // Marks a key as known without reading it (read elsewhere).
-  void known(const std::string& key) { known_.push_back(key); }
+  void known(const std::string& key);
   // Throws for any key of the object that no getter asked for.
   void finish() const;
 
   std::string dotted(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   // Rejects the key's value: "<key> must be <expected>, got <value>".
   [[noreturn]] void fail(const std::string& key, const std::string& expected) const;
+
+  // While a KeyLog is alive on a thread, every key any reader on it asks for is added to
+  // it as a dotted key (a test compares them with the documented schema).
+  class KeyLog {
+   public:
+    KeyLog();
+    ~KeyLog();
+    KeyLog(const KeyLog&) = delete;
+    KeyLog& operator=(const KeyLog&) = delete;
+    const std::set<std::string>& keys() const { return keys_; }
+
+   private:
+    friend class JsonReader;
+    std::set<std::string> keys_;
+    KeyLog* outer_;
+  };
 
  private:
   const nlohmann::json* get(const std::string& key);

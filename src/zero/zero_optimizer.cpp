@@ -390,8 +390,9 @@ void ZeroOptimizer::update_scale(bool overflow) {
       scale_ = std::max(scale_ / 2.0, c.min_scale);
     else
       --hysteresis_left_;
-  } else if (++clean_steps_ % c.window == 0) {
-    scale_ *= 2.0;
+  } else {
+    if (c.consecutive_hysteresis) hysteresis_left_ = c.hysteresis;
+    if (++clean_steps_ % c.window == 0) hysteresis_left_ = c.hysteresis, scale_ *= 2.0;
   }
 }
 

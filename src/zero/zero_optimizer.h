@@ -61,13 +61,15 @@ namespace triad::zero {
 // Dynamic loss scaling (fp16), DeepSpeed's rule: the loss is multiplied by `scale` before
 // the backward; a step whose gradients hold an inf/NaN on any rank is skipped, and the
 // scale is divided by 2 once `hysteresis` such steps have been seen (never below
-// min_scale); after `window` clean steps it doubles.
+// min_scale); after `window` clean steps it doubles and the hysteresis is full again
+// (with consecutive_hysteresis, after every clean step: only consecutive overflows count).
 struct LossScaleConfig {
   bool dynamic = false;  // off: scale 1 (f32 and bf16), or static_scale
   double static_scale = 0;  // > 0 (fp16.loss_scale): this scale throughout; overflowing steps are skipped
   double initial_scale = 65536.0;
   int64_t window = 1000;
   int hysteresis = 2;
+  bool consecutive_hysteresis = false;
   double min_scale = 1.0;
 };
 

@@ -264,3 +264,38 @@ BOOST_AUTO_TEST_CASE(predividing_keeps_f16_sums_over_ranks_finite) {
     }
   }
 }
+
+BOOST_AUTO_TEST_CASE(hysteresis_refills_as_deepspeeds_loss_scaler) {
+  // Steps overflow or not by the backward's seed (1e30 overflows f16 at once). With
+  // hysteresis 2 the first overflow only uses it up; a later clean step refills it when the
+  // scale grows (window 1), or at every clean step with consecutive_hysteresis.
+  const parallel::CommunicatorPtr world = parallel::world();
+  struct Case {
+    int64_t window;
+    bool consecutive;
+    std::vector<bool> overflows;
+    std::vector<double> scales;  // after each step
+  };
+  for (const Case& c : {Case{1, false, {true, false, true, true}, {1024, 2048, 2048, 1024}},
+                        Case{1000, false, {true, false, true, true}, {1024, 1024, 512, 256}},
+                        Case{1000, true, {true, false, true, true}, {1024, 1024, 1024, 512}}}) {
+    BOOST_TEST_CONTEXT("window " << c.window << ", consecutive_hysteresis " << c.consecutive) {
+      auto model = std::make_shared<nn::Linear>(4, 3, /*bias=*/false);
+      zero::ZeroOptimizer opt(model,
+                              {.stage = 1,
+                               .dtype = DType::f16,
+                               .loss_scale = {.dynamic = true,
+                                              .initial_scale = 1024,
+                                              .window = c.window,
+                                              .hysteresis = 2,
+                                              .consecutive_hysteresis = c.consecutive}},
+                              kAdam, 0.0, world);
+      for (size_t s = 0; s < c.overflows.size(); ++s) {
+        opt.begin_backward(true);
+        backward(sum((*model)(Tensor::full({1, 4}, 1.0))), Tensor::full({}, c.overflows[s] ? 1e30 : 1.0));
+        BOOST_TEST(std::isinf(opt.step(kLr, 0.0)) == c.overflows[s]);
+        BOOST_TEST(opt.loss_scale() == c.scales[s], "step " << s);
+      }
+    }
+  }
+}
