@@ -133,10 +133,21 @@ const std::vector<std::pair<std::string, std::string>> kZeroKeysWithoutEffect = 
     {"load_from_fp32_weights", "triad's checkpoints restore the f32 master weights themselves"},
     {"elastic_checkpoint", "triad's checkpoints load on any grid (layout-free HDF5)"},
 };
-// ZeRO features triad has not built yet.
-const std::vector<std::string> kZeroKeysNotAvailable = {"offload_optimizer", "offload_param", "zero_hpz_partition_size",
-                                                        "zero_quantized_weights", "zero_quantized_gradients",
-                                                        "zero_quantized_nontrainable_weights", "mics_shard_size"};
+// ZeRO features triad has not built yet, with the value that leaves each off in DeepSpeed.
+const std::vector<std::pair<std::string, nlohmann::json>> kZeroKeysNotAvailable = {
+    {"offload_optimizer", nullptr},
+    {"offload_param", nullptr},
+    {"zero_hpz_partition_size", 1},
+    {"zero_quantized_weights", false},
+    {"zero_quantized_gradients", false},
+    {"zero_quantized_nontrainable_weights", false},
+    {"mics_shard_size", -1}};
+
+// Whether a DeepSpeed value leaves its feature off: the off value itself, or (offload) a
+// device of "none".
+bool is_off(const nlohmann::json& value, const nlohmann::json& off) {
+  return value == off || (value.is_object() && value.value("device", "") == "none");
+}
 
 void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string>& notices) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
@@ -145,9 +156,13 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string
       r.known(key);
       notices.push_back("zero_optimization." + key + ": " + why);
     }
-  for (const std::string& key : kZeroKeysNotAvailable)
-    TRIAD_CHECK(!r.has(key), "[config] zero_optimization." << key << ": this DeepSpeed feature is not available in "
-                                                            << "triad yet");
+  for (const auto& [key, off] : kZeroKeysNotAvailable) {
+    if (!r.has(key)) continue;
+    r.known(key);
+    TRIAD_CHECK(is_off(r.value(key), off), "[config] zero_optimization."
+                                               << key << ": this DeepSpeed feature is not available in triad yet ("
+                                               << off.dump() << " leaves it off)");
+  }
   z.overlap_comm = r.boolean("overlap_comm", z.overlap_comm);
   z.reduce_bucket_size = r.integer("reduce_bucket_size", z.reduce_bucket_size, 1, kMaxInt);
   z.allgather_bucket_size = r.integer("allgather_bucket_size", z.allgather_bucket_size, 1, kMaxInt);
@@ -426,8 +441,13 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   parse_monitor(r.object("csv_monitor"), c.csv_monitor);
   parse_monitor(r.object("tensorboard"), c.tensorboard);
   parse_flops_profiler(r.object("flops_profiler"), c.flops_profiler);
-  for (const auto& [key, what] : kDeepSpeedFeaturesNotAvailable)
-    TRIAD_CHECK(!r.has(key), "[config] " << key << ": DeepSpeed's " << what << " is not available in triad");
+  for (const auto& [key, what] : kDeepSpeedFeaturesNotAvailable) {
+    if (!r.has(key)) continue;
+    r.known(key);
+    const nlohmann::json& v = r.value(key);
+    TRIAD_CHECK(v.is_object() && v.contains("enabled") && v["enabled"] == false,
+                "[config] " << key << ": DeepSpeed's " << what << " is not available in triad");
+  }
   if (r.has("zero_allow_untested_optimizer")) {
     r.boolean("zero_allow_untested_optimizer", false);
     c.notices.push_back("zero_allow_untested_optimizer: ZeRO in triad runs its own AdamW, the one it tests");
