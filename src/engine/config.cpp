@@ -48,13 +48,14 @@ void parse_optimizer(JsonReader r, OptimizerConfig& o, std::vector<std::string>&
   o.weight_decay = p.number("weight_decay", o.weight_decay, 0.0, 10.0);
   if (o.type != "SGD") {
     // DeepSpeed's Adam is AdamW (decoupled weight decay) unless adam_w_mode is false: then the
-    // decay is an L2 term in the gradient, which triad's AdamW does not do.
+    // decay is an L2 term in the gradient. Its AdamW decouples whatever adam_w_mode says.
     const bool w_mode = p.boolean("adam_w_mode", true);
-    TRIAD_CHECK(w_mode || o.weight_decay == 0.0,
-                "[config] optimizer.params.adam_w_mode false (L2-regularized Adam) with weight_decay "
-                    << o.weight_decay << " is not available; triad's Adam decouples the decay (adam_w_mode true)");
-    TRIAD_CHECK(p.boolean("bias_correction", true),
-                "[config] optimizer.params.bias_correction false is not available; triad's Adam corrects the bias");
+    o.adam_w_mode = w_mode || !adam;
+    if (!w_mode && !adam)
+      notices.push_back(
+          "optimizer.params.adam_w_mode: type AdamW always decouples the weight decay (type Adam with "
+          "adam_w_mode false is L2)");
+    o.bias_correction = p.boolean("bias_correction", true);
     if (p.has("torch_adam")) {
       p.boolean("torch_adam", false);
       notices.push_back("optimizer.params.torch_adam: triad has one Adam implementation, its own fused kernel");
@@ -106,10 +107,10 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
     // DeepSpeed reads the stair counts and does not use them.
     p.integer("cycle_first_stair_count", 0, 0, kMaxInt);
     p.integer("cycle_second_stair_count", 0, 0, kMaxInt);
-    TRIAD_CHECK(!p.boolean("cycle_momentum", true),
-                "[config] scheduler.params.cycle_momentum is true (DeepSpeed's default): triad does not cycle Adam's "
-                "beta1; set \"cycle_momentum\": false to cycle the learning rate alone");
-    for (const char* unused : {"cycle_min_mom", "cycle_max_mom", "decay_mom_rate"}) p.number(unused, 0.0, 0.0, kInf);
+    s.cycle_momentum = p.boolean("cycle_momentum", true);
+    s.cycle_min_mom = p.number("cycle_min_mom", s.cycle_min_mom, 0.0, 0.999999);
+    s.cycle_max_mom = p.number("cycle_max_mom", s.cycle_max_mom, 0.0, 0.999999);
+    s.decay_mom_rate = p.number("decay_mom_rate", s.decay_mom_rate, 0.0, kInf);
   }
   if (s.type == "LRRangeTest") {
     s.lr_range_test_min_lr = p.number("lr_range_test_min_lr", s.lr_range_test_min_lr, 0.0, kInf);
@@ -412,6 +413,16 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   TRIAD_CHECK(r.has("steps"), "[config] steps is required (the number of optimizer steps)");
   parse_optimizer(r.object("optimizer"), c.optimizer, c.notices);
   parse_scheduler(r.object("scheduler"), c.scheduler);
+  if (c.scheduler.cycle_momentum && c.optimizer.type == "SGD") {
+    c.scheduler.cycle_momentum = false;
+    c.notices.push_back(
+        "scheduler.params.cycle_momentum: SGD has no betas; OneCycle cycles its learning rate alone "
+        "(DeepSpeed's rule)");
+  } else if (c.scheduler.cycle_momentum) {
+    c.notices.push_back(
+        "optimizer.params.betas: OneCycle with cycle_momentum sets Adam's betas to (its beta1, 0.99) "
+        "at every step, as DeepSpeed does");
+  }
   if ((c.scheduler.type == "WarmupCosineLR" || c.scheduler.type == "WarmupDecayLR") &&
       c.scheduler.total_num_steps == 0)
     c.scheduler.total_num_steps = c.steps;

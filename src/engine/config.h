@@ -52,7 +52,10 @@ struct OptimizerConfig {
   double lr = 3e-4;
   double beta1 = 0.9, beta2 = 0.999;  // AdamW
   double eps = 1e-8;                  // AdamW
-  double weight_decay = 0.0;          // AdamW: decoupled, on matrices and embeddings; SGD: L2
+  double weight_decay = 0.0;          // AdamW: decoupled (L2 with adam_w_mode false), on matrices
+                                      // and embeddings; SGD: L2
+  bool adam_w_mode = true;            // DeepSpeed's Adam: false for L2 (type AdamW: always true)
+  bool bias_correction = true;        // AdamW
   double momentum = 0.0;              // SGD
   bool nesterov = false;              // SGD
 };
@@ -70,6 +73,8 @@ struct SchedulerConfig {
   double warmup_min_ratio = 0.0, cos_min_ratio = 0.0001;
   double cycle_min_lr = 0.0, cycle_max_lr = 0.0, decay_lr_rate = 0.0;
   int64_t cycle_first_step_size = 2000, cycle_second_step_size = 0, decay_step_size = 0;
+  bool cycle_momentum = false;  // OneCycle (DeepSpeed's default true) sets Adam's betas; SGD has none
+  double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0.0;
   double lr_range_test_min_lr = 0.001, lr_range_test_step_rate = 1.0;
   int64_t lr_range_test_step_size = 2000;
   bool lr_range_test_staircase = false;

@@ -34,8 +34,11 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, doubl
     return std::make_unique<ds::WarmupCosineLR>(lr, s.total_num_steps, s.warmup_min_ratio, s.warmup_num_steps,
                                                 s.cos_min_ratio, warmup);
   if (s.type == "OneCycle")
-    return std::make_unique<ds::OneCycle>(s.cycle_min_lr, s.cycle_max_lr, s.decay_lr_rate, s.cycle_first_step_size,
-                                          s.cycle_second_step_size, s.decay_step_size);
+    return std::make_unique<ds::OneCycle>(
+        s.cycle_min_lr, s.cycle_max_lr, s.decay_lr_rate, s.cycle_first_step_size, s.cycle_second_step_size,
+        s.decay_step_size,
+        s.cycle_momentum ? std::optional(ds::MomentumCycle{s.cycle_min_mom, s.cycle_max_mom, s.decay_mom_rate})
+                         : std::nullopt);
   if (s.type == "LRRangeTest")
     return std::make_unique<ds::LRRangeTest>(s.lr_range_test_min_lr, s.lr_range_test_step_size,
                                              s.lr_range_test_step_rate, s.lr_range_test_staircase);
@@ -157,8 +160,13 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
                          .gradient_predivide_factor = config_.prescale_gradients
                                                           ? double(dp_->size())
                                                           : config_.gradient_predivide_factor},
-        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps}, o.weight_decay, comm_,
-        zero::WrapPolicy{}, tp_);
+        optim::AdamWOptions{.lr = o.lr,
+                            .beta1 = o.beta1,
+                            .beta2 = o.beta2,
+                            .eps = o.eps,
+                            .adam_w_mode = o.adam_w_mode,
+                            .bias_correction = o.bias_correction},
+        o.weight_decay, comm_, zero::WrapPolicy{}, tp_);
   } else {
     TRIAD_CHECK(dp_->size() == 1 && tp_->size() == 1 && config_.zero.stage == 0 &&
                     config_.precision.dtype == DType::f32,
@@ -184,6 +192,7 @@ StepResult Engine::step() {
   micro_ = 0;
   if (zero_) {
     const double lr = schedule_->lr_at(step_);
+    if (const auto betas = schedule_->betas_at(step_)) zero_->set_betas(betas->beta1, betas->beta2);
     const double norm = zero_->step(lr, config_.gradient_clipping);
     nlohmann::json comm = comm_->to_json();
     comm_->reset();

@@ -5,8 +5,8 @@
 //   step();
 //
 // backward() scales by 1/gradient_accumulation_steps, so the accumulated gradient is that of
-// the mean loss over the global batch; step() clips, sets the scheduled rate, updates and
-// clears the gradients.
+// the mean loss over the global batch; step() clips, sets the scheduled rate (and Adam's
+// betas where the schedule sets them), updates and clears the gradients.
 //
 // With tensor parallelism (config.tensor_parallel > 1) the Engine is given its rank's
 // tensor-parallel group too: the GPT holds this rank's part of every split layer
@@ -132,6 +132,7 @@ class Engine {
   // SGD). An NCCL one takes tensors on device() only.
   const parallel::CountingCommunicator* zero_communicator() const { return comm_.get(); }
   double lr_at(int64_t step) const { return schedule_->lr_at(step); }
+  std::optional<optim::AdamBetas> betas_at(int64_t step) const { return schedule_->betas_at(step); }
 
  private:
   TrainConfig config_;

@@ -76,30 +76,46 @@ double WarmupCosineLR::rate(int64_t i) const {
 }
 
 OneCycle::OneCycle(double min_lr, double max_lr, double decay_lr_rate, int64_t first_step_size,
-                   int64_t second_step_size, int64_t decay_step_size)
+                   int64_t second_step_size, int64_t decay_step_size, std::optional<MomentumCycle> momentum)
     : min_(min_lr),
       max_(max_lr),
       decay_rate_(decay_lr_rate),
       first_(double(first_step_size)),
       total_(double(first_step_size + (second_step_size > 0 ? second_step_size : first_step_size))),
-      decay_step_size_(decay_step_size) {
+      decay_step_size_(decay_step_size),
+      momentum_(momentum) {
   TRIAD_CHECK(first_step_size >= 1 && second_step_size >= 0,
               "[scheduler] OneCycle needs cycle_first_step_size >= 1 and cycle_second_step_size >= 0, got "
                   << first_step_size << " and " << second_step_size);
   TRIAD_CHECK(decay_step_size >= 0, "[scheduler] OneCycle: decay_step_size must be >= 0, got " << decay_step_size);
 }
 
+double OneCycle::cycle_fraction(int64_t i) const {
+  const double b = double(i + 1) / total_;
+  const double x = 1.0 + b - std::floor(1.0 + b), ratio = first_ / total_;
+  return x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
+}
+
 double OneCycle::rate(int64_t i) const {
   if (i < 0) return min_;
-  if (double(i) < total_) {
-    const double b = double(i + 1) / total_;
-    const double x = 1.0 + b - std::floor(1.0 + b), ratio = first_ / total_;
-    const double scale = x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
-    return min_ + (max_ - min_) * scale;
-  }
+  if (double(i) < total_) return min_ + (max_ - min_) * cycle_fraction(i);
   if (decay_step_size_ == 0 || decay_rate_ == 0.0) return min_;
   const double interval = (double(i) - total_ + 1.0) / double(decay_step_size_);
   return min_ / (1.0 + decay_rate_ * interval);
+}
+
+double OneCycle::momentum(int64_t i) const {
+  const MomentumCycle& m = *momentum_;
+  if (i < 0) return m.min_mom;
+  if (double(i) < total_) return m.max_mom - (m.max_mom - m.min_mom) * cycle_fraction(i);
+  if (decay_step_size_ == 0 || m.decay_mom_rate == 0.0) return m.max_mom;
+  const double interval = (double(i) - total_ + 1.0) / double(decay_step_size_);
+  return m.max_mom * (1.0 + m.decay_mom_rate * interval);
+}
+
+std::optional<AdamBetas> OneCycle::betas_at(int64_t step) const {
+  if (!momentum_) return std::nullopt;
+  return AdamBetas{momentum(step - 1), 0.99};
 }
 
 LRRangeTest::LRRangeTest(double min_lr, int64_t step_size, double step_rate, bool staircase)

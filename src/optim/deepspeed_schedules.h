@@ -19,9 +19,15 @@
 //                   when either is 0.                                        i = −1: min
 //   LRRangeTest     min (1 + rate · n), n = (i + 1) / size, floored when staircase.
 //                                                                            i = −1: min
+//
+// OneCycle with cycle_momentum (DeepSpeed's default) also sets Adam's betas to (β1, 0.99),
+// replacing the optimizer's β2 as DeepSpeed does; β1 moves opposite to the rate, with f as
+// above: i < S: max_mom − (max_mom − min_mom) f. After the cycle: max_mom (1 +
+// decay_mom_rate (i − S + 1) / decay_step_size), or max_mom when either is 0.  i = −1: min_mom
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "optim/schedule.h"
@@ -72,17 +78,26 @@ class WarmupCosineLR : public IterationSchedule {
   WarmupType type_;
 };
 
+// OneCycle's cycle_min_mom, cycle_max_mom and decay_mom_rate, with DeepSpeed's defaults.
+struct MomentumCycle {
+  double min_mom = 0.8, max_mom = 0.9, decay_mom_rate = 0.0;
+};
+
 class OneCycle : public IterationSchedule {
  public:
-  // second_step_size 0: the first's.
+  // second_step_size 0: the first's. momentum: cycle Adam's β1 (none: the rate alone).
   OneCycle(double min_lr, double max_lr, double decay_lr_rate, int64_t first_step_size, int64_t second_step_size,
-           int64_t decay_step_size);
+           int64_t decay_step_size, std::optional<MomentumCycle> momentum = std::nullopt);
   double rate(int64_t i) const override;
+  std::optional<AdamBetas> betas_at(int64_t step) const override;
 
  private:
+  double cycle_fraction(int64_t i) const;  // f, 0 <= i < S
+  double momentum(int64_t i) const;        // β1 at batch iteration i
   double min_, max_, decay_rate_;
   double first_, total_;
   int64_t decay_step_size_;
+  std::optional<MomentumCycle> momentum_;
 };
 
 class LRRangeTest : public IterationSchedule {

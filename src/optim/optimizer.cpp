@@ -26,10 +26,32 @@ std::vector<ParamGroup> decay_groups(const std::vector<Tensor>& params, double w
   return {decay, no_decay};
 }
 
+void check_betas(double beta1, double beta2) {
+  TRIAD_CHECK(beta1 >= 0.0 && beta1 < 1.0, "[optimizer] AdamW beta1 must be in [0, 1), got " << beta1);
+  TRIAD_CHECK(beta2 >= 0.0 && beta2 < 1.0, "[optimizer] AdamW beta2 must be in [0, 1), got " << beta2);
+}
+
+AdamWStep adamw_step(const AdamWOptions& o, double lr, double weight_decay, int64_t t) {
+  const bool bc = o.bias_correction;
+  return {lr,
+          o.beta1,
+          o.beta2,
+          o.eps,
+          weight_decay,
+          bc ? 1.0 - std::pow(o.beta1, double(t)) : 1.0,
+          bc ? 1.0 - std::pow(o.beta2, double(t)) : 1.0,
+          o.adam_w_mode};
+}
+
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o) : Optimizer(std::move(groups), o.lr), options_(o) {
-  TRIAD_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, "[optimizer] AdamW beta1 must be in [0, 1), got " << o.beta1);
-  TRIAD_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, "[optimizer] AdamW beta2 must be in [0, 1), got " << o.beta2);
+  check_betas(o.beta1, o.beta2);
   TRIAD_CHECK(o.eps > 0.0, "[optimizer] AdamW eps must be positive, got " << o.eps);
+}
+
+void AdamW::set_betas(double beta1, double beta2) {
+  check_betas(beta1, beta2);
+  options_.beta1 = beta1;
+  options_.beta2 = beta2;
 }
 
 void AdamW::step() {
@@ -44,17 +66,8 @@ void AdamW::step() {
         param_steps_.push_back(0);
       }
       const Tensor gp = grad(p);
-      if (gp.defined()) {
-        const double t = double(++param_steps_[i]);
-        const AdamWStep s{lr_,
-                          options_.beta1,
-                          options_.beta2,
-                          options_.eps,
-                          g.weight_decay,
-                          1.0 - std::pow(options_.beta1, t),
-                          1.0 - std::pow(options_.beta2, t)};
-        ops::adamw_(p, gp, exp_avg_[i], exp_avg_sq_[i], s);
-      }
+      if (gp.defined())
+        ops::adamw_(p, gp, exp_avg_[i], exp_avg_sq_[i], adamw_step(options_, lr_, g.weight_decay, ++param_steps_[i]));
       ++i;
     }
   }

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "tensor/ops.h"
 #include "tensor/tensor.h"
 
 namespace triad::optim {
@@ -40,14 +41,25 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  bool adam_w_mode = true;      // decoupled weight decay; false: L2, wd p added to the gradient
+  bool bias_correction = true;  // false: the moments as they are (step size lr, denominator sqrt(v) + eps)
 };
 
-// Adam with decoupled weight decay (Loshchilov & Hutter), bias-corrected, one fused
-// in-place kernel per parameter (ops::adamw_).
+// Error unless both are in [0, 1).
+void check_betas(double beta1, double beta2);
+// The kernel's hyper-parameters for a parameter's t-th update (t >= 1), bias corrections
+// from the options' current betas (as PyTorch and DeepSpeed compute them when the betas change).
+AdamWStep adamw_step(const AdamWOptions& options, double lr, double weight_decay, int64_t t);
+
+// Adam with decoupled weight decay (Loshchilov & Hutter) or, adam_w_mode false, L2
+// regularization; bias-corrected unless bias_correction is false; one fused in-place kernel
+// per parameter (ops::adamw_).
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options);
   void step() override;
+  // New betas take effect on the next step (a schedule's, like set_lr).
+  void set_betas(double beta1, double beta2);
 
   // Calls to step(). Bias correction uses each parameter's own count of updates (PyTorch's
   // per-parameter state['step']): a parameter skipped for lack of a gradient does not advance.

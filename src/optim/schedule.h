@@ -1,16 +1,25 @@
 // Learning-rate schedules: the rate for optimizer step s (0-based) as a pure function of s,
-// so a resumed run continues on the same curve.
+// so a resumed run continues on the same curve; likewise Adam's betas where a schedule sets
+// them.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 namespace triad::optim {
+
+struct AdamBetas {
+  double beta1, beta2;
+};
 
 class LRSchedule {
  public:
   virtual ~LRSchedule() = default;
   virtual double lr_at(int64_t step) const = 0;
+  // Adam's betas for step s where the schedule sets them (DeepSpeed's OneCycle with
+  // cycle_momentum); none: the optimizer keeps its own.
+  virtual std::optional<AdamBetas> betas_at(int64_t step) const { return std::nullopt; }
 };
 
 // lr throughout, after an optional linear warmup from lr/warmup_steps.

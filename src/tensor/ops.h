@@ -12,10 +12,11 @@
 
 namespace triad {
 
-// Hyper-parameters of one AdamW update (ops::adamw_).
+// Hyper-parameters of one Adam update (ops::adamw_).
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
-  double bias_correction1, bias_correction2;  // 1 - beta^t
+  double bias_correction1, bias_correction2;  // 1 - beta^t (1 and 1: no bias correction)
+  bool adam_w_mode = true;                    // decoupled weight decay; false: L2
 };
 
 }  // namespace triad
@@ -97,8 +98,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- optimizer kernels ----
-// Fused in-place AdamW on one parameter (PyTorch's arithmetic, in this order):
-//   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+// Fused in-place Adam on one parameter (PyTorch's arithmetic, in this order):
+//   adam_w_mode (AdamW): p *= 1 - lr wd;   else (L2, PyTorch's Adam): g += wd p;
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps).
 // param, exp_avg, exp_avg_sq: same shape and dtype, contiguous; grad: same shape.
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,

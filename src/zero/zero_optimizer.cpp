@@ -254,17 +254,10 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   const double clip = max_norm > 0.0 && max_norm / (norm + 1e-6) < 1.0 ? max_norm / (norm + 1e-6) : 1.0;
 
   ++steps_;
-  const double t = double(steps_);
   for (size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
     if (clip < 1.0) ops::mul_(grads[i], clip);
-    const AdamWStep s{lr,
-                      adamw_.beta1,
-                      adamw_.beta2,
-                      adamw_.eps,
-                      g.flat->weight_decay(),
-                      1.0 - std::pow(adamw_.beta1, t),
-                      1.0 - std::pow(adamw_.beta2, t)};
+    const AdamWStep s = optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_);
     const Tensor params = param_view(g);
     ops::adamw_(g.master.defined() ? g.master : params, grads[i], g.exp_avg, g.exp_avg_sq, s);
     if (g.master.defined()) ops::copy_(params, g.master);  // round the master weights to storage
@@ -321,6 +314,12 @@ std::vector<ZeroOptimizer::Slice> ZeroOptimizer::slices(State state, bool owned)
 
 std::vector<ZeroOptimizer::Slice> ZeroOptimizer::owned_slices(State state) const { return slices(state, true); }
 std::vector<ZeroOptimizer::Slice> ZeroOptimizer::resident_slices(State state) const { return slices(state, false); }
+
+void ZeroOptimizer::set_betas(double beta1, double beta2) {
+  optim::check_betas(beta1, beta2);
+  adamw_.beta1 = beta1;
+  adamw_.beta2 = beta2;
+}
 
 void ZeroOptimizer::set_counters(const Counters& c) {
   TRIAD_CHECK(c.steps >= 0 && c.scale > 0 && c.hysteresis_left >= 0 && c.clean_steps >= 0,

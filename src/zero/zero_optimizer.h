@@ -121,6 +121,8 @@ class ZeroOptimizer {
   // updates with lr, gathers the parameters, clears the gradients. Returns the norm before
   // clipping, or +inf for a step skipped on overflow (fp16).
   double step(double lr, double max_norm);
+  // Adam's betas from the next step on (a schedule's: DeepSpeed's OneCycle cycles beta1).
+  void set_betas(double beta1, double beta2);
   // The factor the loss's gradient must be multiplied by before the backward.
   double loss_scale() const { return scale_; }
 

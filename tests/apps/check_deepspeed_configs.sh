@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configs written the way DeepSpeed's documentation writes them (tests/data/deepspeed_configs:
-# each ZeRO stage, f32/bf16/fp16, every scheduler) train for 12 steps on 4 ranks through
+# each ZeRO stage, f32/bf16/fp16, every scheduler, Adam's L2 mode and OneCycle's momentum)
+# train for 12 steps on 4 ranks through
 # `triad-train --config model.json --deepspeed <file>`, and every step's learning rate in the
 # metrics equals the one DeepSpeed's documented formula gives (evaluated here, in Python,
 # as DeepSpeed steps its scheduler: optimizer step s takes the rate of iteration s - 1).

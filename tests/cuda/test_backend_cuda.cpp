@@ -311,15 +311,21 @@ void add_row_vector_case() {
   expect_close("add_row_vector", out.g, out.c, threshold(DType::f32));
 }
 
+// Decoupled decay, L2 decay (adam_w_mode false), and no bias correction (corrections 1).
 void adamw_case() {
-  const AdamWStep step{1e-3, 0.9, 0.95, 1e-8, 0.1, 1 - std::pow(0.9, 3), 1 - std::pow(0.95, 3)};
-  Pair p = pair(random({10007}, 26)), m = pair(random({10007}, 27, -0.1, 0.1)), v = pair(random({10007}, 28, 0, 0.01));
-  const Pair g = pair(random({10007}, 29));
-  cpu().adamw(p.c, g.c, m.c, v.c, step);
-  gpu().adamw(p.g, g.g, m.g, v.g, step);
-  expect_close("adamw param", p.g, p.c, threshold(DType::f32));
-  expect_close("adamw exp_avg", m.g, m.c, threshold(DType::f32));
-  expect_close("adamw exp_avg_sq", v.g, v.c, threshold(DType::f32));
+  const double bc1 = 1 - std::pow(0.9, 3), bc2 = 1 - std::pow(0.95, 3);
+  for (const AdamWStep& step : {AdamWStep{1e-3, 0.9, 0.95, 1e-8, 0.1, bc1, bc2},
+                                AdamWStep{1e-3, 0.9, 0.95, 1e-8, 0.1, bc1, bc2, /*adam_w_mode=*/false},
+                                AdamWStep{1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, 1.0}}) {
+    Pair p = pair(random({10007}, 26)), m = pair(random({10007}, 27, -0.1, 0.1)),
+         v = pair(random({10007}, 28, 0, 0.01));
+    const Pair g = pair(random({10007}, 29));
+    cpu().adamw(p.c, g.c, m.c, v.c, step);
+    gpu().adamw(p.g, g.g, m.g, v.g, step);
+    expect_close("adamw param", p.g, p.c, threshold(DType::f32));
+    expect_close("adamw exp_avg", m.g, m.c, threshold(DType::f32));
+    expect_close("adamw exp_avg_sq", v.g, v.c, threshold(DType::f32));
+  }
 }
 
 void softmax_case() {

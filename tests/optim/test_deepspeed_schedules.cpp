@@ -1,12 +1,15 @@
 // DeepSpeed's learning-rate schedules over two total lengths of steps, against the formulas
 // of DeepSpeed's documentation evaluated here the way DeepSpeed runs them: a batch
 // iteration that starts at -1 with the rate the schedule sets when built, and steps after
-// each optimizer step. Also hand-computed points, the config keys with DeepSpeed's defaults,
-// and the errors.
+// each optimizer step; likewise OneCycle's momentum (Adam's beta1). Also hand-computed
+// points, the config keys with DeepSpeed's defaults, the betas reaching the optimizer, and
+// the errors.
 #define BOOST_TEST_MODULE deepspeed_schedules
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "engine/config.h"
 #include "engine/engine.h"
@@ -34,6 +37,38 @@ void expect_schedule(const optim::LRSchedule& schedule, const std::vector<double
   for (size_t s = 0; s < want.size(); ++s)
     BOOST_TEST(std::fabs(schedule.lr_at(int64_t(s)) - want[s]) <= 1e-12 * std::max(1.0, std::fabs(want[s])),
                what << ", step " << s << ": " << schedule.lr_at(int64_t(s)) << " vs " << want[s]);
+}
+
+bool mentions(const std::vector<std::string>& notices, const std::string& key) {
+  return std::any_of(notices.begin(), notices.end(),
+                     [&](const std::string& n) { return n.find(key) != std::string::npos; });
+}
+
+// The parameters of an Engine after `steps` steps on one fixed batch of 4 sequences.
+std::vector<std::vector<double>> parameters_after(const engine::TrainConfig& c, int steps) {
+  engine::Engine e(c);
+  std::vector<int64_t> tokens(4 * 9);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int64_t(i * 7 % 16);
+  const Tensor t = Tensor::from_vector(tokens, {4, 9});
+  const Tensor inputs = ops::contiguous(ops::narrow(t, 1, 0, 8)), targets = ops::contiguous(ops::narrow(t, 1, 1, 8));
+  for (int s = 0; s < steps; ++s) {
+    e.backward(e.forward(inputs, targets));
+    e.step();
+  }
+  std::vector<std::vector<double>> out;
+  for (const Tensor& p : e.model().parameters()) out.push_back(p.to_vector<double>());
+  return out;
+}
+
+// DeepSpeed's OneCycle with cycle_momentum sets each group's betas to (momentum, 0.99).
+void expect_betas(const optim::LRSchedule& schedule, const std::vector<double>& beta1, const std::string& what) {
+  for (size_t s = 0; s < beta1.size(); ++s) {
+    const std::optional<optim::AdamBetas> b = schedule.betas_at(int64_t(s));
+    BOOST_TEST_REQUIRE(b.has_value(), what << ", step " << s << ": no betas");
+    BOOST_TEST(std::fabs(b->beta1 - beta1[s]) <= 1e-12,
+               what << ", step " << s << ": " << b->beta1 << " vs " << beta1[s]);
+    BOOST_TEST(b->beta2 == 0.99, what << ", step " << s);
+  }
 }
 
 // Documentation: gamma = log(i + 1) / log(W) (log) or i / W (linear) while i < W, W >= 2.
@@ -115,11 +150,40 @@ BOOST_AUTO_TEST_CASE(one_cycle_and_lr_range_test) {
     expect_schedule(ds::OneCycle(lo, hi, decay_rate, first, second, decay_size), as_deepspeed_runs(at, 2 * int64_t(size)),
                     "OneCycle");
   }
-  // Hand-computed: a 10 + 10 cycle peaks at step 10 (i = 9, x = 1/2).
-  const ds::OneCycle cycle(0.0, 1.0, 0.0, 10, 10, 0);
+  // Momentum (cycle_momentum): min_mom when built, then max_mom - (max_mom - min_mom) f in the
+  // cycle, and max_mom (1 + decay_mom_rate (i - S + 1) / decay_step_size) after it.
+  for (auto [first, second, decay_size] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{10, 0, 0}, {8, 12, 4}, {5, 3, 1}})
+    for (auto [min_mom, max_mom, decay_mom] :
+         std::vector<std::tuple<double, double, double>>{{0.8, 0.9, 0.0}, {0.85, 0.95, 0.01}}) {
+      const double size = double(first) + double(second > 0 ? second : first), ratio = double(first) / size;
+      const auto mom = [&](int64_t i) {
+        if (i < 0) return min_mom;
+        if (double(i) < size) {
+          const double b = double(i + 1);
+          const double cycle = std::floor(1 + b / size), x = 1 + b / size - cycle;
+          return max_mom - (max_mom - min_mom) * (x <= ratio ? x / ratio : (x - 1) / (ratio - 1));
+        }
+        if (decay_size == 0 || decay_mom == 0.0) return max_mom;
+        return max_mom * (1 + decay_mom * (double(i) - size + 1) / double(decay_size));
+      };
+      expect_betas(
+          ds::OneCycle(1e-4, 1e-2, 0.5, first, second, decay_size, ds::MomentumCycle{min_mom, max_mom, decay_mom}),
+          as_deepspeed_runs(mom, 2 * int64_t(size)), "OneCycle momentum");
+    }
+  // Hand-computed: a 10 + 10 cycle peaks at step 10 (i = 9, x = 1/2), where beta1 is lowest.
+  const ds::OneCycle cycle(0.0, 1.0, 0.0, 10, 10, 0, ds::MomentumCycle{});
   BOOST_TEST(std::fabs(cycle.lr_at(10) - 1.0) < 1e-15);
   BOOST_TEST(std::fabs(cycle.lr_at(5) - 0.5) < 1e-15);
   BOOST_TEST(std::fabs(cycle.lr_at(15) - 0.5) < 1e-15);
+  BOOST_TEST(cycle.betas_at(0)->beta1 == 0.8);                     // i = -1: min_mom, with the lr's min
+  BOOST_TEST(std::fabs(cycle.betas_at(1)->beta1 - 0.89) < 1e-15);  // i = 0: f = 1/10
+  BOOST_TEST(std::fabs(cycle.betas_at(5)->beta1 - 0.85) < 1e-15);
+  BOOST_TEST(std::fabs(cycle.betas_at(10)->beta1 - 0.8) < 1e-15);
+  BOOST_TEST(std::fabs(cycle.betas_at(15)->beta1 - 0.85) < 1e-15);
+  BOOST_TEST(std::fabs(cycle.betas_at(20)->beta1 - 0.9) < 1e-15);  // i = 19: the cycle's end
+  BOOST_TEST(std::fabs(cycle.betas_at(30)->beta1 - 0.9) < 1e-15);  // no decay: max_mom
+  BOOST_TEST(!ds::OneCycle(0.0, 1.0, 0.0, 10, 10, 0).betas_at(3).has_value());
 
   for (bool staircase : {false, true}) {
     const auto at = [&](int64_t i) {
@@ -154,10 +218,53 @@ BOOST_AUTO_TEST_CASE(config_keys_with_deepspeeds_defaults) {
 
   j["scheduler"] = {{"type", "WarmupDecayLR"}, {"params", {{"warmup_type", "cosine"}}}};
   test::check_error([&] { engine::parse_config(j); }, {"scheduler.params.warmup_type", "log", "linear", "cosine"});
+  // OneCycle cycles Adam's beta1 by default, between DeepSpeed's 0.8 and 0.9, with beta2 0.99.
   j["scheduler"] = {{"type", "OneCycle"}, {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}}}};
-  test::check_error([&] { engine::parse_config(j); }, {"cycle_momentum", "beta1"});
+  c = engine::parse_config(j);
+  BOOST_TEST(c.scheduler.cycle_momentum);
+  BOOST_TEST(c.scheduler.cycle_min_mom == 0.8);
+  BOOST_TEST(c.scheduler.cycle_max_mom == 0.9);
+  BOOST_TEST(c.scheduler.decay_mom_rate == 0.0);
+  BOOST_TEST(mentions(c.notices, "optimizer.params.betas"));
+  {
+    const engine::Engine e(c);
+    BOOST_TEST(e.betas_at(0)->beta1 == 0.8);
+    BOOST_TEST(e.betas_at(0)->beta2 == 0.99);
+    BOOST_TEST(std::fabs(e.betas_at(1)->beta1 - (0.9 - 0.1 / 2000)) < 1e-15);  // i = 0 of a 2000 + 2000 cycle
+  }
   j["scheduler"]["params"]["cycle_momentum"] = false;
-  BOOST_CHECK_NO_THROW(engine::parse_config(j));
+  BOOST_TEST(!engine::Engine(engine::parse_config(j)).betas_at(0).has_value());
+  {  // The step's betas reach ZeRO's Adam: step 0 with the schedule's (0.8, 0.99) over the
+     // config's betas is the step of betas (0.8, 0.99) without momentum cycling; step 1 (beta1
+     // 0.89995 against 0.8) is not.
+    nlohmann::json cycled = j, fixed = j;
+    cycled["scheduler"]["params"]["cycle_momentum"] = true;
+    cycled["optimizer"]["params"]["betas"] = {0.5, 0.5};
+    fixed["optimizer"]["params"]["betas"] = {0.8, 0.99};
+    const engine::TrainConfig a = engine::parse_config(cycled), b = engine::parse_config(fixed);
+    BOOST_TEST((parameters_after(a, 1) == parameters_after(b, 1)));
+    BOOST_TEST((parameters_after(a, 2) != parameters_after(b, 2)));
+  }
+  j["scheduler"]["params"] = {{"cycle_min_lr", 1e-4},
+                              {"cycle_max_lr", 1e-3},
+                              {"cycle_min_mom", 0.85},
+                              {"cycle_max_mom", 0.95},
+                              {"decay_mom_rate", 0.1}};
+  c = engine::parse_config(j);
+  BOOST_TEST(c.scheduler.cycle_min_mom == 0.85);
+  BOOST_TEST(c.scheduler.cycle_max_mom == 0.95);
+  BOOST_TEST(c.scheduler.decay_mom_rate == 0.1);
+  j["scheduler"]["params"]["cycle_min_mom"] = 1.5;
+  test::check_error([&] { engine::parse_config(j); }, {"scheduler.params.cycle_min_mom", "1.5"});
+  {  // SGD has no betas: DeepSpeed's OneCycle cycles its rate alone, and says so
+    nlohmann::json sgd = j;
+    sgd["scheduler"]["params"].erase("cycle_min_mom");
+    sgd["optimizer"] = {{"type", "SGD"}, {"params", {{"lr", 0.01}}}};
+    c = engine::parse_config(sgd);
+    BOOST_TEST(!c.scheduler.cycle_momentum);
+    BOOST_TEST(mentions(c.notices, "scheduler.params.cycle_momentum"));
+    BOOST_TEST(!engine::Engine(c).betas_at(0).has_value());
+  }
   j["scheduler"] = {{"type", "OneCycle"}, {"params", {{"cycle_max_lr", 1e-3}, {"cycle_momentum", false}}}};
   test::check_error([&] { engine::parse_config(j); }, {"OneCycle", "cycle_min_lr"});
   j["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 60}}}};

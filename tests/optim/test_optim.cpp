@@ -1,6 +1,7 @@
 // Optimizers, schedules and clipping against closed forms: AdamW (bias correction, decoupled
-// weight decay, PyTorch's arithmetic), SGD (momentum, dampening, nesterov, L2 decay),
-// decay_groups, WarmupCosineLR / ConstantLR, clip_grad_norm, and the errors for bad options.
+// weight decay, PyTorch's arithmetic; L2 mode, no bias correction, betas changed between
+// steps), SGD (momentum, dampening, nesterov, L2 decay), decay_groups, WarmupCosineLR /
+// ConstantLR, clip_grad_norm, and the errors for bad options.
 #define BOOST_TEST_MODULE optim
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -99,6 +100,90 @@ BOOST_AUTO_TEST_CASE(adamw_two_steps_closed_form) {
     check_close(opt.exp_avg_sq(0), v2, tol * 1e-2, "exp_avg_sq");
     BOOST_TEST(opt.step_count() == 2);
   }
+}
+
+// adam_w_mode false (DeepSpeed's Adam, PyTorch's Adam): the decay is L2, wd p added to the
+// gradient before the moments, and the parameter itself is not decayed.
+BOOST_AUTO_TEST_CASE(adam_l2_mode_two_steps_closed_form) {
+  const double lr = 0.05, b1 = 0.8, b2 = 0.95, eps = 1e-3, wd = 0.2;
+  const std::vector<double> p0{1.0, -2.0, 0.5}, g1{0.1, -0.2, 0.3}, g2{-0.4, 0.5, 0.0};
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor p = param(p0, dt);
+    optim::AdamW opt({{{p}, wd}}, {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .adam_w_mode = false});
+    give_grad(p, g1);
+    opt.step();
+    give_grad(p, g2);
+    opt.step();
+    //   h1 = g1 + wd p0, m1 = (1-b1) h1, v1 = (1-b2) h1², p1 = p0 - lr h1 / (|h1| + eps)
+    //   h2 = g2 + wd p1, m2 = b1 m1 + (1-b1) h2, v2 = b2 v1 + (1-b2) h2²,
+    //   p2 = p1 - lr/(1-b1²) m2 / (sqrt(v2)/sqrt(1-b2²) + eps)
+    std::vector<double> expected(3), m2(3), v2(3);
+    for (int i = 0; i < 3; ++i) {
+      const double h1 = g1[i] + wd * p0[i], m1 = (1 - b1) * h1, v1 = (1 - b2) * h1 * h1;
+      const double p1 = p0[i] - lr * h1 / (std::fabs(h1) + eps);
+      const double h2 = g2[i] + wd * p1;
+      m2[i] = b1 * m1 + (1 - b1) * h2;
+      v2[i] = b2 * v1 + (1 - b2) * h2 * h2;
+      expected[i] = p1 - lr / (1 - b1 * b1) * m2[i] / (std::sqrt(v2[i]) / std::sqrt(1 - b2 * b2) + eps);
+    }
+    // Entry 0 by hand: h1 = 0.1 + 0.2 = 0.3; p1 = 1 - 0.05·0.3/0.301 = 0.9501661;
+    // h2 = -0.4 + 0.2·0.9501661 = -0.2099668; m2 = 0.048 - 0.0419934 = 0.0060066;
+    // v2 = 0.004275 + 0.05·0.0440860 = 0.0064793; m̂ = 0.0060066/0.36 = 0.0166851;
+    // sqrt(v̂) = sqrt(0.0064793/0.0975) = 0.2577876; p2 = 0.9501661 - 0.05·0.0166851/0.2587876 = 0.9469424.
+    BOOST_TEST(std::fabs(expected[0] - 0.9469424) < 1e-7, "closed form entry 0 = " << expected[0]);
+    const double tol = dt == DType::f64 ? 1e-13 : 2e-6;
+    check_close(p, expected, tol, dt == DType::f64 ? "p (f64)" : "p (f32)");
+    check_close(opt.exp_avg(0), m2, tol, "exp_avg");
+    check_close(opt.exp_avg_sq(0), v2, tol * 1e-2, "exp_avg_sq");
+  }
+}
+
+// bias_correction false (DeepSpeed's fused Adam): step size lr, denominator sqrt(v) + eps.
+BOOST_AUTO_TEST_CASE(adamw_without_bias_correction_two_steps_closed_form) {
+  const double lr = 0.05, b1 = 0.8, b2 = 0.95, eps = 1e-3, wd = 0.2;
+  const std::vector<double> p0{1.0, -2.0, 0.5}, g1{0.1, -0.2, 0.3}, g2{-0.4, 0.5, 0.0};
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor p = param(p0, dt);
+    optim::AdamW opt({{{p}, wd}}, {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .bias_correction = false});
+    give_grad(p, g1);
+    opt.step();
+    give_grad(p, g2);
+    opt.step();
+    //   m1 = (1-b1) g1, v1 = (1-b2) g1², p1 = p0 (1 - lr wd) - lr m1 / (sqrt(v1) + eps)
+    //   m2 = b1 m1 + (1-b1) g2, v2 = b2 v1 + (1-b2) g2², p2 = p1 (1 - lr wd) - lr m2 / (sqrt(v2) + eps)
+    std::vector<double> expected(3);
+    for (int i = 0; i < 3; ++i) {
+      const double m1 = (1 - b1) * g1[i], v1 = (1 - b2) * g1[i] * g1[i];
+      const double p1 = p0[i] * (1 - lr * wd) - lr * m1 / (std::sqrt(v1) + eps);
+      const double m2 = b1 * m1 + (1 - b1) * g2[i], v2 = b2 * v1 + (1 - b2) * g2[i] * g2[i];
+      expected[i] = p1 * (1 - lr * wd) - lr * m2 / (std::sqrt(v2) + eps);
+    }
+    // Entry 0 by hand: m1 = 0.02, sqrt(v1) = sqrt(0.0005) = 0.0223607; p1 = 0.99 - 0.05·0.02/0.0233607
+    // = 0.9471930 (a step of 0.043, not the corrected sign step's 0.05); m2 = 0.016 - 0.08 = -0.064,
+    // sqrt(v2) = sqrt(0.008475) = 0.0920598; p2 = 0.9377211 + 0.05·0.064/0.0930598 = 0.9721076.
+    BOOST_TEST(std::fabs(expected[0] - 0.9721076) < 1e-7, "closed form entry 0 = " << expected[0]);
+    check_close(p, expected, dt == DType::f64 ? 1e-13 : 2e-6, dt == DType::f64 ? "p (f64)" : "p (f32)");
+  }
+}
+
+// New betas take effect on the next step; its bias correction uses them (1 - beta1'^t, as
+// PyTorch and DeepSpeed compute it after a schedule changes the betas).
+BOOST_AUTO_TEST_CASE(adamw_betas_are_settable) {
+  const double lr = 0.1, eps = 1e-8;
+  Tensor p = param({1.0});
+  optim::AdamW opt({{{p}, 0.0}}, {.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = eps});
+  give_grad(p, {1.0});
+  opt.step();  // a sign step: p1 = 1 - lr/(1 + eps)
+  opt.set_betas(0.5, 0.9);
+  give_grad(p, {-1.0});
+  opt.step();
+  // m2 = 0.5·0.1 - 0.5 = -0.45, v2 = 0.9·0.001 + 0.1 = 0.1009;
+  // p2 = p1 - lr/(1 - 0.25) m2 / (sqrt(v2)/sqrt(1 - 0.81) + eps)
+  const double p1 = 1 - lr / (1 + eps), m2 = 0.5 * 0.1 - 0.5, v2 = 0.9 * 0.001 + 0.1;
+  check_close(p, {p1 - lr / 0.75 * m2 / (std::sqrt(v2) / std::sqrt(0.19) + eps)}, 1e-14, "p");
+  check_close(opt.exp_avg(0), {-0.45}, 1e-15, "exp_avg");
+  check_close(opt.exp_avg_sq(0), {0.1009}, 1e-15, "exp_avg_sq");
+  expect_error([&] { opt.set_betas(1.0, 0.9); }, "beta1 must be in [0, 1), got 1");
 }
 
 BOOST_AUTO_TEST_CASE(adamw_groups_have_their_own_weight_decay_and_lr_is_settable) {

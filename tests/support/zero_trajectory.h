@@ -22,6 +22,14 @@ inline constexpr int64_t kGlobalBatch = 16, kSeq = 8, kSteps = 10;
 inline constexpr double kLr = 1e-3, kDecay = 0.1, kClip = 0.5;
 inline const optim::AdamWOptions kAdam{.lr = kLr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
 
+// Adam's options for a run; with scheduled_betas, step k runs with betas_of(k) (set before
+// the step, as a schedule such as DeepSpeed's OneCycle sets them).
+struct AdamRun {
+  optim::AdamWOptions options = kAdam;
+  bool scheduled_betas = false;
+};
+inline optim::AdamBetas betas_of(int64_t step) { return {0.8 + 0.05 * double(step % 3), 0.99}; }
+
 inline std::shared_ptr<nn::GPT> make_model(Device device = Device::cpu()) {
   auto model = std::make_shared<nn::GPT>(
       nn::GPTConfig{.n_layer = 2, .n_head = 2, .d_model = 16, .seq_len = kSeq, .vocab_size = 32, .init_seed = 11});
@@ -56,9 +64,9 @@ struct Trajectory {
 
 inline Tensor host_f32(const Tensor& p) { return ops::to(ops::to(ops::clone(p), DType::f32), Device::cpu()); }
 
-inline Trajectory single_process(int64_t accumulation, Device device = Device::cpu()) {
+inline Trajectory single_process(int64_t accumulation, Device device = Device::cpu(), const AdamRun& adam = {}) {
   auto model = make_model(device);
-  optim::AdamW opt(optim::decay_groups(model->parameters(), kDecay), kAdam);
+  optim::AdamW opt(optim::decay_groups(model->parameters(), kDecay), adam.options);
   Trajectory t;
   const int64_t rows = kGlobalBatch / accumulation;
   for (int64_t step = 0; step < kSteps; ++step) {
@@ -70,6 +78,7 @@ inline Trajectory single_process(int64_t accumulation, Device device = Device::c
       backward(l, Tensor::full({}, 1.0 / double(accumulation), DType::f32, l.device()));
     }
     optim::clip_grad_norm(model->parameters(), kClip);
+    if (adam.scheduled_betas) opt.set_betas(betas_of(step).beta1, betas_of(step).beta2);
     opt.step();
     opt.zero_grad();
     t.losses.push_back(loss);
@@ -90,6 +99,7 @@ struct DataParallelRun {
   int64_t bucket = 500000000;
   Device device = Device::cpu();
   double predivide = 1.0;
+  AdamRun adam;
 };
 
 inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const DataParallelRun& run) {
@@ -103,7 +113,7 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
                                 .stage3_param_persistence_threshold = run.persist,
                                 .stage3_prefetch_bucket_size = run.prefetch,
                                 .gradient_predivide_factor = run.predivide};
-  zero::ZeroOptimizer opt(model, config, kAdam, kDecay, comm);
+  zero::ZeroOptimizer opt(model, config, run.adam.options, kDecay, comm);
   const int64_t micro = kGlobalBatch / (run.accumulation * n);
   Trajectory t;
   for (int64_t step = 0; step < kSteps; ++step) {
@@ -115,6 +125,7 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
       opt.begin_backward(m == run.accumulation - 1);
       backward(l, Tensor::full({}, opt.loss_scale() / double(run.accumulation), DType::f32, l.device()));
     }
+    if (run.adam.scheduled_betas) opt.set_betas(betas_of(step).beta1, betas_of(step).beta2);
     opt.step(kLr, kClip);
     Tensor sum = Tensor::full({1}, local, DType::f64);
     comm->all_reduce(sum)->wait();

@@ -1,8 +1,8 @@
 // ZeRO stages 0–3 reproduce the single-process trajectory: on every rank, 10 clipped AdamW
 // steps of a tiny GPT on the same global batches, once in one process (the reference,
 // computed locally) and once data-parallel over all ranks, with and without gradient
-// accumulation (support/zero_trajectory.h). Losses and final parameters agree within 1e-5
-// relative.
+// accumulation, and with DeepSpeed's Adam options and per-step betas
+// (support/zero_trajectory.h). Losses and final parameters agree within 1e-5 relative.
 #define BOOST_TEST_MODULE zero
 #include <boost/test/unit_test.hpp>
 
@@ -58,6 +58,19 @@ BOOST_AUTO_TEST_CASE(stages_reproduce_the_single_process_trajectory) {
       BOOST_TEST_CONTEXT("stage " << stage << " in buckets of 100 elements, accumulation " << accumulation) {
         check_same(data_parallel(stage, accumulation, 0, DType::f32, 50000000, /*bucket=*/100), ref);
       }
+    }
+  }
+}
+
+// DeepSpeed's Adam options (L2 weight decay, no bias correction) with betas that change every
+// step (OneCycle's momentum) reproduce optim::AdamW's trajectory with the same options.
+BOOST_AUTO_TEST_CASE(adam_modes_and_scheduled_betas_reproduce_the_single_process_trajectory) {
+  const AdamRun adam{.options = {.lr = kLr, .eps = 1e-8, .adam_w_mode = false, .bias_correction = false},
+                     .scheduled_betas = true};
+  const Trajectory ref = single_process(1, Device::cpu(), adam);
+  for (int stage : {0, 1, 2, 3}) {
+    BOOST_TEST_CONTEXT("stage " << stage) {
+      check_same(test::data_parallel(parallel::world(), {.stage = stage, .adam = adam}), ref);
     }
   }
 }

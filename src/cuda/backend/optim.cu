@@ -10,12 +10,12 @@ namespace triad::cuda {
 namespace {
 
 struct AdamWConstants {
-  float decay, b1, b2, step_size, bc2_sqrt, eps;
+  float decay, l2, b1, b2, step_size, bc2_sqrt, eps;
 };
 
 __global__ void adamw_kernel(int64_t n, float* p, const float* g, float* m, float* v, AdamWConstants k) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
+    const float gi = g[i] + k.l2 * p[i];
     const float mi = m[i] + (gi - m[i]) * (1.0f - k.b1);
     const float vi = v[i] * k.b2 + gi * gi * (1.0f - k.b2);
     m[i] = mi;
@@ -32,9 +32,13 @@ void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& e
   const int64_t n = param.numel();
   if (n == 0) return;
   OnDevice on(param);
-  const AdamWConstants k{
-      float(1.0 - s.lr * s.weight_decay),   float(s.beta1), float(s.beta2), float(s.lr / s.bias_correction1),
-      float(std::sqrt(s.bias_correction2)), float(s.eps)};
+  const AdamWConstants k{float(s.adam_w_mode ? 1.0 - s.lr * s.weight_decay : 1.0),
+                         float(s.adam_w_mode ? 0.0 : s.weight_decay),
+                         float(s.beta1),
+                         float(s.beta2),
+                         float(s.lr / s.bias_correction1),
+                         float(std::sqrt(s.bias_correction2)),
+                         float(s.eps)};
   adamw_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, ptr<float>(param), ptr<const float>(grad),
                                                             ptr<float>(exp_avg), ptr<float>(exp_avg_sq), k);
   TRIAD_CUDA_CHECK_LAUNCH();

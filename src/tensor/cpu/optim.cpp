@@ -15,12 +15,13 @@ void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& ex
     const T* g = grad.data<T>();
     T* m = exp_avg.data<T>();
     T* v = exp_avg_sq.data<T>();
-    const T decay = T(1.0 - s.lr * s.weight_decay), b1 = T(s.beta1), b2 = T(s.beta2);
+    const T decay = T(s.adam_w_mode ? 1.0 - s.lr * s.weight_decay : 1.0), l2 = T(s.adam_w_mode ? 0.0 : s.weight_decay);
+    const T b1 = T(s.beta1), b2 = T(s.beta2);
     const T step_size = T(s.lr / s.bias_correction1), bc2_sqrt = T(std::sqrt(s.bias_correction2)), eps = T(s.eps);
     const int64_t n = param.numel();
 #pragma omp parallel for simd if (n > cpu::kParallelGrain)
     for (int64_t i = 0; i < n; ++i) {
-      const T gi = g[i];
+      const T gi = g[i] + l2 * p[i];
       const T mi = m[i] + (gi - m[i]) * (T(1) - b1);
       const T vi = v[i] * b2 + gi * gi * (T(1) - b2);
       m[i] = mi;
