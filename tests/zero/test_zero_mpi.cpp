@@ -241,10 +241,11 @@ BOOST_AUTO_TEST_CASE(fp16_overflow_skips_the_step_and_halves_the_scale) {
 
 BOOST_AUTO_TEST_CASE(predividing_keeps_f16_sums_over_ranks_finite) {
   // loss = sum(W x) with x all ones: every element of W's gradient is the loss scale,
-  // 40000, on every rank. Summed over n >= 2 ranks it passes f16's 65504 and the step is
-  // skipped; divided by n first (prescale_gradients) the sum is exactly 40000, and the
-  // averaged, unscaled gradient exactly 1: the first Adam step moves every weight by
-  // lr / (1 + eps), up to the f16 rounding of weights below 1 (2^-11 at most).
+  // 2^15, on every rank. Summed over n >= 2 ranks it passes f16's 65504 and the step is
+  // skipped; divided by n first (prescale_gradients) every partial sum k·2^15/n is exact
+  // in f16 (at most 3 significant bits), the sum is 2^15, and the averaged, unscaled
+  // gradient exactly 1: the first Adam step moves every weight by lr / (1 + eps), up to
+  // the f16 rounding of weights below 1 (2^-11 at most).
   const parallel::CommunicatorPtr world = parallel::world();
   const double n = world->size(), lr = 0.1;
   for (int stage : {0, 1, 2, 3}) {
@@ -254,7 +255,7 @@ BOOST_AUTO_TEST_CASE(predividing_keeps_f16_sums_over_ranks_finite) {
         zero::ZeroOptimizer opt(model,
                                 {.stage = stage,
                                  .dtype = DType::f16,
-                                 .loss_scale = {.static_scale = 40000},
+                                 .loss_scale = {.static_scale = 0x1p15},
                                  .stage3_param_persistence_threshold = 0,
                                  .gradient_predivide_factor = predivide},
                                 kAdam, /*weight_decay=*/0.0, world);
