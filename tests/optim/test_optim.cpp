@@ -102,18 +102,29 @@ BOOST_AUTO_TEST_CASE(adamw_two_steps_closed_form) {
   }
 }
 
+// Two steps of AdamW with `options` from kAdamP0 on the gradients kAdamG1 then kAdamG2, in dtype dt (the
+// Adam variants' closed-form tests below).
+constexpr double kLr = 0.05, kB1 = 0.8, kB2 = 0.95, kEps = 1e-3, kWd = 0.2;
+const std::vector<double> kAdamP0{1.0, -2.0, 0.5}, kAdamG1{0.1, -0.2, 0.3}, kAdamG2{-0.4, 0.5, 0.0};
+
+std::pair<Tensor, std::unique_ptr<optim::AdamW>> two_steps(optim::AdamWOptions options, DType dt) {
+  options.lr = kLr, options.beta1 = kB1, options.beta2 = kB2, options.eps = kEps;
+  Tensor p = param(kAdamP0, dt);
+  auto opt = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{{p}, kWd}}, options);
+  give_grad(p, kAdamG1);
+  opt->step();
+  give_grad(p, kAdamG2);
+  opt->step();
+  return {p, std::move(opt)};
+}
+
 // adam_w_mode false (DeepSpeed's Adam, PyTorch's Adam): the decay is L2, wd p added to the
 // gradient before the moments, and the parameter itself is not decayed.
 BOOST_AUTO_TEST_CASE(adam_l2_mode_two_steps_closed_form) {
-  const double lr = 0.05, b1 = 0.8, b2 = 0.95, eps = 1e-3, wd = 0.2;
-  const std::vector<double> p0{1.0, -2.0, 0.5}, g1{0.1, -0.2, 0.3}, g2{-0.4, 0.5, 0.0};
+  const double lr = kLr, b1 = kB1, b2 = kB2, eps = kEps, wd = kWd;
+  const std::vector<double>&p0 = kAdamP0, &g1 = kAdamG1, &g2 = kAdamG2;
   for (DType dt : {DType::f64, DType::f32}) {
-    Tensor p = param(p0, dt);
-    optim::AdamW opt({{{p}, wd}}, {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .adam_w_mode = false});
-    give_grad(p, g1);
-    opt.step();
-    give_grad(p, g2);
-    opt.step();
+    const auto [p, opt] = two_steps({.adam_w_mode = false}, dt);
     //   h1 = g1 + wd p0, m1 = (1-b1) h1, v1 = (1-b2) h1², p1 = p0 - lr h1 / (|h1| + eps)
     //   h2 = g2 + wd p1, m2 = b1 m1 + (1-b1) h2, v2 = b2 v1 + (1-b2) h2²,
     //   p2 = p1 - lr/(1-b1²) m2 / (sqrt(v2)/sqrt(1-b2²) + eps)
@@ -133,22 +144,17 @@ BOOST_AUTO_TEST_CASE(adam_l2_mode_two_steps_closed_form) {
     BOOST_TEST(std::fabs(expected[0] - 0.9469424) < 1e-7, "closed form entry 0 = " << expected[0]);
     const double tol = dt == DType::f64 ? 1e-13 : 2e-6;
     check_close(p, expected, tol, dt == DType::f64 ? "p (f64)" : "p (f32)");
-    check_close(opt.exp_avg(0), m2, tol, "exp_avg");
-    check_close(opt.exp_avg_sq(0), v2, tol * 1e-2, "exp_avg_sq");
+    check_close(opt->exp_avg(0), m2, tol, "exp_avg");
+    check_close(opt->exp_avg_sq(0), v2, tol * 1e-2, "exp_avg_sq");
   }
 }
 
 // bias_correction false (DeepSpeed's fused Adam): step size lr, denominator sqrt(v) + eps.
 BOOST_AUTO_TEST_CASE(adamw_without_bias_correction_two_steps_closed_form) {
-  const double lr = 0.05, b1 = 0.8, b2 = 0.95, eps = 1e-3, wd = 0.2;
-  const std::vector<double> p0{1.0, -2.0, 0.5}, g1{0.1, -0.2, 0.3}, g2{-0.4, 0.5, 0.0};
+  const double lr = kLr, b1 = kB1, b2 = kB2, eps = kEps, wd = kWd;
+  const std::vector<double>&p0 = kAdamP0, &g1 = kAdamG1, &g2 = kAdamG2;
   for (DType dt : {DType::f64, DType::f32}) {
-    Tensor p = param(p0, dt);
-    optim::AdamW opt({{{p}, wd}}, {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .bias_correction = false});
-    give_grad(p, g1);
-    opt.step();
-    give_grad(p, g2);
-    opt.step();
+    const auto [p, opt] = two_steps({.bias_correction = false}, dt);
     //   m1 = (1-b1) g1, v1 = (1-b2) g1², p1 = p0 (1 - lr wd) - lr m1 / (sqrt(v1) + eps)
     //   m2 = b1 m1 + (1-b1) g2, v2 = b2 v1 + (1-b2) g2², p2 = p1 (1 - lr wd) - lr m2 / (sqrt(v2) + eps)
     std::vector<double> expected(3);
