@@ -222,7 +222,7 @@ void parse_flops_profiler(JsonReader r, FlopsProfilerConfig& f) {
   f.module_depth = r.integer("module_depth", f.module_depth, -1, kMaxInt);
   f.top_modules = r.integer("top_modules", f.top_modules, 1, kMaxInt);
   f.detailed = r.boolean("detailed", f.detailed);
-  if (r.is_null("output_file"))  // DeepSpeed's default: standard output
+  if (r.has("output_file") && r.value("output_file").is_null())  // DeepSpeed's default: standard output
     r.known("output_file");
   else
     f.output_file = r.string("output_file", "");

@@ -19,7 +19,6 @@ class JsonReader {
   JsonReader(const nlohmann::json& object, std::string where, std::string path = "");
 
   bool has(const std::string& key) const;
-  bool is_null(const std::string& key) const { return has(key) && object_.at(key).is_null(); }
   const nlohmann::json& value(const std::string& key) const { return object_.at(key); }
   int64_t integer(const std::string& key, int64_t fallback, int64_t min, int64_t max);
   std::optional<int64_t> optional_integer(const std::string& key, int64_t min, int64_t max);
