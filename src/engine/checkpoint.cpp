@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <future>
 #include <map>
+#include <set>
 
 #include "io/checksum.h"
 #include "io/h5file.h"
@@ -81,6 +83,28 @@ struct Param {
   }
 };
 
+// Every rank's strings, in rank order (collective over comm).
+std::vector<std::string> all_gather_strings(parallel::Communicator& comm, const std::string& mine) {
+  const Tensor length = Tensor::from_vector(std::vector<int64_t>{int64_t(mine.size())}, {1});
+  const Tensor lengths = Tensor::empty({comm.size()}, DType::i64);
+  comm.all_gather(length, lengths)->wait();
+  const std::vector<int64_t> n = lengths.to_vector<int64_t>();
+  const int64_t longest = *std::max_element(n.begin(), n.end());
+  const Tensor padded = Tensor::zeros({longest}, DType::i8);
+  std::copy(mine.begin(), mine.end(), static_cast<char*>(padded.raw_data()));
+  const Tensor all = Tensor::empty({longest * comm.size()}, DType::i8);
+  comm.all_gather(padded, all)->wait();
+  std::vector<std::string> out;
+  for (int r = 0; r < comm.size(); ++r)
+    out.emplace_back(static_cast<const char*>(all.raw_data()) + r * longest, size_t(n[size_t(r)]));
+  return out;
+}
+
+// The parameters of the whole model, in the same order on every rank: this rank's, and
+// with pipeline parallelism every other stage's too (collective over the pipeline group),
+// which this rank neither writes nor reads (no elements) but every rank must name, since
+// the file's datasets are created collectively. A tied parameter is written by the first
+// stage holding it.
 std::vector<Param> params_of(Engine& engine) {
   const auto params = engine.model().named_parameters();
   const auto splits = engine.model().named_splits();
@@ -92,9 +116,26 @@ std::vector<Param> params_of(Engine& engine) {
     TRIAD_ASSERT(splits[i].first == name);
     io::Placement placement;
     if (split.is_split()) placement = {split.dim, split.global_indices(p.size(split.dim))};
-    out.push_back({name, p, split.global_shape(p.shape()), std::move(placement), split.is_split() || tp_leader});
+    const bool writer = (split.is_split() || tp_leader) && !engine.is_tied_copy(name);
+    out.push_back({name, p, split.global_shape(p.shape()), std::move(placement), writer});
   }
-  return out;
+  if (engine.pp()->size() == 1) return out;
+  nlohmann::json mine = nlohmann::json::array();
+  for (const Param& q : out) mine.push_back({q.name, q.global});
+  std::vector<Param> all;
+  std::set<std::string> named;
+  const std::vector<std::string> stages = all_gather_strings(*engine.pp(), mine.dump());
+  for (int s = 0; s < int(stages.size()); ++s)
+    for (const nlohmann::json& entry : nlohmann::json::parse(stages[size_t(s)])) {
+      const std::string name = entry[0].get<std::string>();
+      if (!named.insert(name).second) continue;
+      const auto it = std::find_if(out.begin(), out.end(), [&](const Param& q) { return q.name == name; });
+      if (it != out.end())
+        all.push_back(*it);
+      else
+        all.push_back({name, Tensor::empty({0}), entry[1].get<Shape>(), {}, false});
+    }
+  return all;
 }
 
 // HDF5 and the checksums read and write host memory: the optimizer's slices, which live on
@@ -224,7 +265,7 @@ void write_root_attrs(H5File& file, const std::string& kind, Engine& engine) {
   const TrainConfig& c = engine.config();
   const nlohmann::json layout = {{"dp", engine.dp()->size()},
                                  {"tp", engine.tp()->size()},
-                                 {"pp", 1},
+                                 {"pp", engine.pp()->size()},
                                  {"zero_stage", c.zero.stage},
                                  {"dtype", dtype_name(c.precision.dtype)}};
   file.set_attr_int64("/", "format_version", kCheckpointFormatVersion);

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "engine/json_reader.h"
+#include "parallel/pipeline_schedule.h"
 #include "tensor/device.h"
 #include "tensor/error.h"
 
@@ -179,7 +180,6 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string
 const std::vector<std::pair<std::string, std::string>> kDeepSpeedFeaturesNotAvailable = {
     {"wandb", "Weights & Biases monitor (csv_monitor and tensorboard are)"},
     {"comet", "Comet monitor (csv_monitor and tensorboard are)"},
-    {"pipeline", "pipeline parallelism"},
     {"moe", "mixture of experts"},
     {"compression_training", "compression"},
     {"sparse_attention", "sparse attention"},
@@ -399,6 +399,28 @@ void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t rank
   c.data_parallel = ranks / tp;
 }
 
+// DeepSpeed's pipeline section (stages, partition, activation_checkpoint_interval, and its
+// seed_layers, pipe_partitioned, grad_partitioned) and triad's schedule and virtual_stages.
+// The stages must divide the ranks left by tensor parallelism.
+void parse_pipeline(JsonReader r, TrainConfig& c, int64_t ranks, std::vector<std::string>& notices) {
+  PipelineConfig& p = c.pipeline;
+  p.stages = int(r.integer("stages", 1, 1, 1 << 16));
+  p.partition = r.string("partition", p.partition);
+  p.activation_checkpoint_interval = int(r.integer("activation_checkpoint_interval", 0, 0, 1 << 20));
+  p.schedule = r.string("schedule", p.schedule);
+  p.virtual_stages = int(r.integer("virtual_stages", 1, 1, 1 << 10));
+  if (r.boolean("seed_layers", false)) r.fail("seed_layers", "false: every layer's initial values come from the model's seed, whatever the stage");
+  const bool pipe_partitioned = r.boolean("pipe_partitioned", true), grad_partitioned = r.boolean("grad_partitioned", true);
+  if ((pipe_partitioned || grad_partitioned) && c.tensor_parallel > 1 && p.stages > 1)
+    notices.push_back("pipeline.pipe_partitioned, grad_partitioned: each tensor-parallel rank sends the whole activation to the next stage");
+  r.finish();
+  const int64_t model_ranks = int64_t(c.tensor_parallel) * p.stages;
+  TRIAD_CHECK(ranks % model_ranks == 0, "[config] model.tensor_parallel " << c.tensor_parallel << " x pipeline.stages "
+                                                                          << p.stages << " does not divide the job's "
+                                                                          << ranks << " ranks");
+  c.data_parallel = ranks / model_ranks;
+}
+
 TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   TRIAD_CHECK(ranks >= 1, "parse_config: ranks must be >= 1");
   TrainConfig c;
@@ -406,9 +428,12 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   JsonReader r(json, "config");
   parse_model(r.object("model"), c);
   resolve_tensor_parallel(r.object("tensor_parallel"), c, ranks);
+  parse_pipeline(r.object("pipeline"), c, ranks, c.notices);
   const int64_t dp = c.data_parallel;
   parse_data(r.object("data"), c.data);
   resolve_batch(r, c, dp);
+  parallel::check_pipe_schedule(parallel::parse_pipe_schedule(c.pipeline.schedule), c.pipeline.stages,
+                                int(c.gradient_accumulation_steps), c.pipeline.virtual_stages);
   c.steps = r.integer("steps", 0, 1, kMaxInt);
   TRIAD_CHECK(r.has("steps"), "[config] steps is required (the number of optimizer steps)");
   parse_optimizer(r.object("optimizer"), c.optimizer, c.notices);

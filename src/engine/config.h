@@ -118,6 +118,18 @@ struct DataConfig {
   double val_fraction = 0.05;
 };
 
+// Pipeline parallelism (DeepSpeed's "pipeline" section, plus the schedule): the model's
+// layers (nn/gpt_layers.h) cut into `stages` parts, one per pipeline rank (or, interleaved,
+// virtual_stages chunks per rank); a step pushes gradient_accumulation_steps micro-batches
+// through them. Layout: Note [Rank layout] in parallel/process_grid.h, pp outermost.
+struct PipelineConfig {
+  int stages = 1;
+  std::string partition = "parameters";  // uniform | parameters | type:REGEX (nn/pipeline_partition.h)
+  int activation_checkpoint_interval = 0;  // recompute runs of this many layers (0: off)
+  std::string schedule = "1f1b";           // gpipe | 1f1b | interleaved | zb_h1
+  int virtual_stages = 1;                  // chunks per rank (interleaved)
+};
+
 struct TrainConfig {
   std::string arch = "gpt2";
   nn::GPTConfig model;
@@ -127,6 +139,7 @@ struct TrainConfig {
   int tensor_parallel = 1;
   bool sequence_parallel = false;
   int64_t data_parallel = 1;
+  PipelineConfig pipeline;
   DataConfig data;
   int64_t train_batch_size = 0;  // sequences per optimizer step, over all data-parallel ranks
   int64_t micro_batch_size = 0;  // sequences per forward on one rank
@@ -178,7 +191,7 @@ nlohmann::json merge_deepspeed_config(const nlohmann::json& config, const std::s
 // else taken as a string; missing objects on the way are created.
 void apply_override(nlohmann::json& config, const std::string& assignment);
 // Validates and resolves for a job of `ranks` processes: data_parallel = ranks /
-// tensor_parallel, and train_batch_size = micro x accumulation x data_parallel.
+// (tensor_parallel x pipeline.stages), and train_batch_size = micro x accumulation x data_parallel.
 TrainConfig parse_config(const nlohmann::json& config, int64_t ranks = 1);
 
 }  // namespace triad::engine

@@ -8,6 +8,8 @@
 #include "cuda/nccl_communicator.h"
 #include "optim/deepspeed_schedules.h"
 #include "cuda/runtime.h"
+#include "nn/gpt_layers.h"
+#include "nn/pipeline_partition.h"
 #include "optim/clip.h"
 #include "parallel/runtime.h"
 #include "parallel/self_communicator.h"
@@ -110,10 +112,19 @@ DistributedBackend resolve_distributed_backend(const std::string& backend, Devic
   return DistributedBackend::nccl;
 }
 
-Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, parallel::CommunicatorPtr tp_group)
-    : config_(config), device_(training_device(config_.device)), dp_(std::move(dp_group)), tp_(std::move(tp_group)) {
+Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, parallel::CommunicatorPtr tp_group,
+               parallel::CommunicatorPtr pp_group)
+    : config_(config),
+      device_(training_device(config_.device)),
+      dp_(std::move(dp_group)),
+      tp_(std::move(tp_group)),
+      pp_(std::move(pp_group)) {
   if (!dp_) dp_ = std::make_shared<parallel::SelfCommunicator>();
   if (!tp_) tp_ = std::make_shared<parallel::SelfCommunicator>();
+  if (!pp_) pp_ = std::make_shared<parallel::SelfCommunicator>();
+  TRIAD_CHECK(pp_->size() == config_.pipeline.stages,
+              "Engine: the pipeline group has " << pp_->size() << " ranks but pipeline.stages is "
+                                                << config_.pipeline.stages);
   TRIAD_CHECK(tp_->size() == config_.tensor_parallel,
               "Engine: the tensor-parallel group has " << tp_->size() << " ranks but model.tensor_parallel is "
                                                        << config_.tensor_parallel);
@@ -127,10 +138,19 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
   }
   const DistributedBackend backend =
       resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
-  model_ = std::make_shared<nn::GPT>(
-      config_.model, tp_->size() > 1 ? std::make_shared<parallel::TensorParallel>(tp_, config_.sequence_parallel)
-                                     : nn::serial());
+  const std::shared_ptr<const nn::Parallelism> par =
+      tp_->size() > 1 ? std::make_shared<parallel::TensorParallel>(tp_, config_.sequence_parallel) : nn::serial();
+  if (pp_->size() > 1) {
+    layers_ = nn::gpt_layers(config_.model, par);
+    build_pipeline_stage(pp_);
+    model_ = stage_;
+  } else {
+    model_ = gpt_ = std::make_shared<nn::GPT>(config_.model, par);
+  }
   model_->to(device_);
+  if (stage_)
+    pipe_ = std::make_unique<parallel::PipelineExecutor>(stage_, pp_,
+                                                         parallel::parse_pipe_schedule(config_.pipeline.schedule));
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
   default_generator().manual_seed(dropout_seed(config_.seed, dp_->rank(), 0));
   tensor_parallel_generator().manual_seed(tensor_parallel_seed(config_.seed, dp_->rank(), tp_->rank(), 0));
@@ -138,6 +158,10 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
   if (o.type == "AdamW") {
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
                 "[config] model.activation_checkpointing cannot be combined with zero_optimization.stage 3");
+    TRIAD_CHECK(config_.pipeline.activation_checkpoint_interval == 0 || config_.zero.stage <= 2,
+                "[config] pipeline.activation_checkpoint_interval cannot be combined with zero_optimization.stage 3");
+    std::vector<std::string> tied_modules;
+    zero::PipelinePlacement placement = pipeline_placement(tied_modules);
     comm_ = std::make_shared<parallel::CountingCommunicator>(
         backend == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp_, device_.index) : dp_);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
@@ -159,16 +183,17 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
                          .stage3_prefetch_bucket_size = config_.zero.stage3_prefetch_bucket_size,
                          .gradient_predivide_factor = config_.prescale_gradients
                                                           ? double(dp_->size())
-                                                          : config_.gradient_predivide_factor},
+                                                          : config_.gradient_predivide_factor,
+                         .defer_reduction = pipe_ != nullptr},
         optim::AdamWOptions{.lr = o.lr,
                             .beta1 = o.beta1,
                             .beta2 = o.beta2,
                             .eps = o.eps,
                             .adam_w_mode = o.adam_w_mode,
                             .bias_correction = o.bias_correction},
-        o.weight_decay, comm_, zero::WrapPolicy{}, tp_);
+        o.weight_decay, comm_, zero::WrapPolicy{.module_names = tied_modules}, tp_, std::move(placement));
   } else {
-    TRIAD_CHECK(dp_->size() == 1 && tp_->size() == 1 && config_.zero.stage == 0 &&
+    TRIAD_CHECK(dp_->size() == 1 && tp_->size() == 1 && pp_->size() == 1 && config_.zero.stage == 0 &&
                     config_.precision.dtype == DType::f32,
                 "[config] optimizer.type \"" << o.type << "\" runs in one process in f32 only (data parallelism, "
                                              << "ZeRO and mixed precision run AdamW)");
@@ -176,9 +201,83 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
   }
 }
 
+void Engine::build_pipeline_stage(const parallel::CommunicatorPtr& pp) {
+  const PipelineConfig& pc = config_.pipeline;
+  const parallel::PipeSchedule schedule = parallel::parse_pipe_schedule(pc.schedule);
+  parallel::check_pipe_schedule(schedule, pc.stages, int(config_.gradient_accumulation_steps), pc.virtual_stages);
+  std::vector<nn::LayerInfo> infos;
+  for (const nn::LayerSpec& l : layers_.layers) infos.push_back({l.type, l.parameters});
+  bounds_ = nn::partition_layers(infos, pc.stages * pc.virtual_stages, pc.partition);
+  std::vector<nn::LayerRange> chunks;
+  for (int c = 0; c < pc.virtual_stages; ++c) {
+    const int vs = c * pc.stages + pp->rank();
+    chunks.push_back({bounds_[size_t(vs)], bounds_[size_t(vs) + 1]});
+  }
+  stage_ = std::make_shared<nn::PipelineStage>(layers_, chunks, pc.activation_checkpoint_interval);
+  pp_ = pp_comm_ = std::make_shared<parallel::CountingCommunicator>(pp);
+}
+
+zero::PipelinePlacement Engine::pipeline_placement(std::vector<std::string>& tied_modules) {
+  zero::PipelinePlacement placement;
+  if (!stage_) return placement;
+  placement.pp = pp_;
+  const PipelineConfig& pc = config_.pipeline;
+  // Which pipeline ranks hold each tied module: those holding a layer that uses it. Every
+  // rank computes the same answer and joins every split (collective over pp).
+  for (const nn::TiedSpec& tied : layers_.tied) {
+    std::vector<bool> holds(size_t(pc.stages), false);
+    for (int vs = 0; vs < pc.stages * pc.virtual_stages; ++vs)
+      for (int i = bounds_[size_t(vs)]; i < bounds_[size_t(vs) + 1]; ++i)
+        for (const std::string& key : layers_.layers[size_t(i)].ties)
+          if (key == tied.key) holds[size_t(vs % pc.stages)] = true;
+    const bool mine = holds[size_t(pp_->rank())];
+    parallel::CommunicatorPtr group = pp_->split(mine ? 0 : 1, pp_->rank());
+    if (!mine) continue;
+    tied_modules.push_back(tied.key);
+    zero::PipelinePlacement::Tie tie{.params = {}, .group = group};
+    for (const auto& [name, _] : stage_->named_parameters())
+      if (name.starts_with(tied.key + ".")) {
+        tie.params.push_back(name);
+        if (group->rank() != 0) tied_copies_.insert(name);
+      }
+    placement.ties.push_back(std::move(tie));
+  }
+  return placement;
+}
+
 Tensor Engine::forward(const Tensor& inputs, const Tensor& targets) {
-  model_->train();
-  return model_->loss(ops::to(inputs, device_), ops::to(targets, device_));
+  TRIAD_CHECK(gpt_, "Engine::forward: with pipeline parallelism a step runs through forward_backward()");
+  gpt_->train();
+  return gpt_->loss(ops::to(inputs, device_), ops::to(targets, device_));
+}
+
+Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {
+  TRIAD_CHECK(pipe_, "Engine::forward_backward runs a pipeline stage; this engine has none");
+  TRIAD_CHECK(int64_t(inputs.size()) == config_.gradient_accumulation_steps && targets.size() == inputs.size(),
+              "Engine::forward_backward: " << inputs.size() << " micro-batches, gradient_accumulation_steps is "
+                                           << config_.gradient_accumulation_steps);
+  stage_->train();
+  parallel::PipelineExecutor::Step s;
+  for (size_t m = 0; m < inputs.size(); ++m) {
+    s.inputs.push_back(ops::to(inputs[m], device_));
+    s.targets.push_back(ops::to(targets[m], device_));
+  }
+  s.loss = layers_.loss;
+  s.loss_gradient = (zero_ ? zero_->loss_scale() : 1.0) / double(config_.gradient_accumulation_steps);
+  s.before_backward = [this](bool) {
+    if (zero_) zero_->begin_backward(false);
+  };
+  return pipeline_losses(pipe_->run(s));
+}
+
+Tensor Engine::pipeline_losses(const std::vector<Tensor>& losses) {
+  // The last stage's losses, sent to every rank of the pipeline group.
+  const int64_t m = config_.gradient_accumulation_steps;
+  Tensor all = Tensor::zeros({m}, DType::f64, Device::cpu());
+  if (!losses.empty())
+    for (int64_t i = 0; i < m; ++i) ops::copy_(ops::select(all, 0, i), ops::to(losses[size_t(i)], Device::cpu()));
+  pp_->broadcast(all, pp_->size() - 1)->wait();
+  return all;
 }
 
 void Engine::backward(const Tensor& loss) {
@@ -200,6 +299,10 @@ StepResult Engine::step() {
       comm["tp"] = tp_comm_->to_json();
       tp_comm_->reset();
     }
+    if (pp_comm_) {
+      comm["pp"] = pp_comm_->to_json();
+      pp_comm_->reset();
+    }
     return {++step_, lr, norm, std::isinf(norm), zero_->loss_scale(), std::move(comm)};
   }
   const std::vector<Tensor> params = model_->parameters();
@@ -216,10 +319,22 @@ StepResult Engine::step() {
 double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {
   TRIAD_CHECK(!batches.empty(), "evaluate: no batches");
   NoGradGuard no_grad;
-  model_->eval();
+  if (pipe_) {
+    stage_->eval();
+    parallel::PipelineExecutor::Step s;
+    for (const auto& [x, y] : batches) s.inputs.push_back(ops::to(x, device_)), s.targets.push_back(ops::to(y, device_));
+    s.loss = layers_.loss;
+    const std::vector<Tensor> losses = pipe_->forward_only(s);
+    Tensor sum = Tensor::zeros({1}, DType::f64);
+    for (const Tensor& l : losses) ops::add_(sum, ops::reshape(ops::to(ops::to(l, Device::cpu()), DType::f64), {1}));
+    pp_->broadcast(sum, pp_->size() - 1)->wait();
+    stage_->train();
+    return sum.item() / double(batches.size());
+  }
+  gpt_->eval();
   double total = 0;
-  for (const auto& [x, y] : batches) total += model_->loss(ops::to(x, device_), ops::to(y, device_)).item();
-  model_->train();
+  for (const auto& [x, y] : batches) total += gpt_->loss(ops::to(x, device_), ops::to(y, device_)).item();
+  gpt_->train();
   return total / double(batches.size());
 }
 

@@ -27,6 +27,14 @@
 // Either way the given communicator stays the one for host tensors: the trainer's loss and
 // evaluation sums, checkpoint I/O, configuration checks.
 //
+// With pipeline parallelism (config.pipeline.stages > 1) the Engine is given its pipeline
+// group too and holds one stage of the GPT written as a list of layers (nn/gpt_layers.h),
+// cut as pipeline.partition says; forward_backward() runs a whole step's micro-batches
+// through the schedule (parallel/pipeline_executor.h) instead of forward() and backward().
+// ZeRO runs over the stage's dp group with its gradients reduced at the step (Note [ZeRO
+// in a pipeline stage]); the token table, tied between the first and last stages, is
+// summed over them.
+//
 // The config's `device` says where a rank trains. The model is built on the host (so its
 // initial weights are the same on every device) and moved there before the optimizer
 // flattens it; from then on parameters, gradients and optimizer state live on the device.
@@ -35,9 +43,12 @@
 #pragma once
 
 #include <memory>
+#include <set>
 
 #include "engine/config.h"
 #include "nn/gpt.h"
+#include "nn/layer_list.h"
+#include "parallel/pipeline_executor.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "parallel/communicator.h"
@@ -95,22 +106,36 @@ std::string shared_gpu(parallel::Communicator* dp, Device device);
 class Engine {
  public:
   // dp: this rank's data-parallel group; tp: its tensor-parallel group, of
-  // config.tensor_parallel ranks (null: one process each).
+  // config.tensor_parallel ranks; pp: its pipeline group, of config.pipeline.stages ranks
+  // (null: one process each).
   explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr,
-                  parallel::CommunicatorPtr tp = nullptr);
+                  parallel::CommunicatorPtr tp = nullptr, parallel::CommunicatorPtr pp = nullptr);
 
   // Mean cross-entropy of one micro-batch: inputs and targets (B, T) of i64, on the host or
-  // on device(). The loss is a one-element tensor on device().
+  // on device(). The loss is a one-element tensor on device(). Without pipeline parallelism.
   Tensor forward(const Tensor& inputs, const Tensor& targets);
   void backward(const Tensor& loss);
+  // Pipeline parallelism: forward and backward of one step's micro-batches (inputs and
+  // targets as forward() takes them, gradient_accumulation_steps of each) as the schedule
+  // orders them. Returns their losses (m,) on every rank of the pipeline group (sent from
+  // the last stage). Collective over the pipeline group.
+  Tensor forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
   StepResult step();
-  // Mean loss over (inputs, targets) pairs without recording gradients (eval mode).
+  // Mean loss over (inputs, targets) pairs without recording gradients (eval mode); with
+  // pipeline parallelism collective over the pipeline group, the same on each of its ranks.
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
 
-  nn::GPT& model() { return *model_; }
-  const std::shared_ptr<nn::GPT>& model_ptr() const { return model_; }
+  // The model this rank holds: the GPT, or with pipeline parallelism its stage.
+  nn::Module& model() { return *model_; }
+  const nn::ModulePtr& model_ptr() const { return model_; }
+  bool pipelined() const { return pipe_ != nullptr; }
+  const parallel::PipelineExecutor* pipeline() const { return pipe_.get(); }
   const parallel::CommunicatorPtr& dp() const { return dp_; }
   const parallel::CommunicatorPtr& tp() const { return tp_; }
+  const parallel::CommunicatorPtr& pp() const { return pp_; }
+  // A tied parameter (nn/layer_list.h) this rank holds as a copy of the first stage's,
+  // which checkpoints store once, from that stage.
+  bool is_tied_copy(const std::string& name) const { return tied_copies_.count(name) > 0; }
   Device device() const { return device_; }  // where the model and optimizer state live
   // Makes every parameter readable in full (ZeRO stage 3 gathers them: collective, every
   // rank calls it) and partitions them again afterwards; no-ops otherwise.
@@ -137,9 +162,21 @@ class Engine {
  private:
   TrainConfig config_;
   Device device_;
-  parallel::CommunicatorPtr dp_, tp_;
+  void build_pipeline_stage(const parallel::CommunicatorPtr& pp);
+  Tensor pipeline_losses(const std::vector<Tensor>& losses);
+  // What ZeRO needs to know of the stage: the tied modules' groups.
+  zero::PipelinePlacement pipeline_placement(std::vector<std::string>& tied_modules);
+
+  parallel::CommunicatorPtr dp_, tp_, pp_;
   std::shared_ptr<parallel::CountingCommunicator> tp_comm_;  // tp_, counted (tp > 1)
-  std::shared_ptr<nn::GPT> model_;
+  std::shared_ptr<parallel::CountingCommunicator> pp_comm_;  // pp_, counted (pp > 1)
+  nn::ModulePtr model_;
+  std::shared_ptr<nn::GPT> gpt_;  // without pipeline parallelism
+  nn::LayerList layers_;          // with it: the model's layers,
+  std::vector<int> bounds_;       // virtual stage s holds layers [bounds_[s], bounds_[s + 1])
+  std::shared_ptr<nn::PipelineStage> stage_;  // the ones this rank holds,
+  std::unique_ptr<parallel::PipelineExecutor> pipe_;  // and the schedule's runner
+  std::set<std::string> tied_copies_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;
   std::unique_ptr<zero::ZeroOptimizer> zero_;

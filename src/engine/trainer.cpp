@@ -75,16 +75,18 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
 double train(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr world) {
   const bool leader = !world || world->rank() == 0;
   if (world) check_same_config(c, *world);
-  TRIAD_CHECK(int64_t(c.tensor_parallel) * c.data_parallel == (world ? world->size() : 1),
-              "[config] model.tensor_parallel " << c.tensor_parallel << " x " << c.data_parallel
-                                                << " data-parallel ranks does not match the job's "
+  const int pp_stages = c.pipeline.stages;
+  TRIAD_CHECK(int64_t(c.tensor_parallel) * pp_stages * c.data_parallel == (world ? world->size() : 1),
+              "[config] model.tensor_parallel " << c.tensor_parallel << " x pipeline.stages " << pp_stages << " x "
+                                                << c.data_parallel << " data-parallel ranks does not match the job's "
                                                 << (world ? world->size() : 1) << " ranks");
-  // The grid: tp consecutive ranks split the model, the rest is data-parallel.
+  // The grid: tp consecutive ranks split each layer, pp stages (outermost) split the layers,
+  // the rest is data-parallel (parallel/process_grid.h).
   std::unique_ptr<parallel::ProcessGrid> grid;
-  parallel::CommunicatorPtr dp = world, tp;
-  if (c.tensor_parallel > 1) {
-    grid = std::make_unique<parallel::ProcessGrid>(world, c.tensor_parallel, int(c.data_parallel), 1);
-    dp = grid->dp(), tp = grid->tp();
+  parallel::CommunicatorPtr dp = world, tp, pp;
+  if (c.tensor_parallel > 1 || pp_stages > 1) {
+    grid = std::make_unique<parallel::ProcessGrid>(world, c.tensor_parallel, int(c.data_parallel), pp_stages);
+    dp = grid->dp(), tp = grid->tp(), pp = grid->pp();
   }
   const int n = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
   // A device or distributed backend this rank cannot train with fails before the data is read.
@@ -124,7 +126,10 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   }
   const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
   const std::string checkpoint_dir = options.save_dir.empty() ? c.checkpoint.dir : options.save_dir;
-  Engine engine(c, dp, tp);
+  TRIAD_CHECK(!c.flops_profiler.enabled || pp_stages == 1,
+              "[config] flops_profiler: profiling a pipeline-parallel run is not available (profile it with "
+              "pipeline.stages 1)");
+  Engine engine(c, dp, tp, pp);
   if (!options.resume.empty()) {
     const std::string from = resume(options.resume, checkpoint_dir, engine, *comm);
     if (leader && !from.empty())
@@ -201,7 +206,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       c.flops_profiler.profile_step < c.steps)
     profiler = std::make_unique<FlopsProfiler>(engine.model_ptr(), engine.device());
   ProfiledStep profiled{.step = c.flops_profiler.profile_step,
-                        .world_size = n * c.tensor_parallel,
+                        .world_size = n * c.tensor_parallel * pp_stages,
                         .data_parallel = n,
                         .model_parallel = c.tensor_parallel,
                         .micro_batch = c.micro_batch_size};
@@ -213,7 +218,18 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     // The micro-batches' losses stay where they were computed until the step is done, then
     // come to the host in one copy: the host never waits for the device mid-step.
     Tensor losses;
-    for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
+    if (engine.pipelined()) {
+      std::vector<Tensor> inputs, targets;
+      for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
+        const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
+        io::Batch b = io::make_batch(tokens, rows(offsets, first, c.micro_batch_size), T);
+        inputs.push_back(b.inputs), targets.push_back(b.targets);
+      }
+      const auto f0 = Clock::now();
+      losses = engine.forward_backward(inputs, targets);
+      if (c.wall_clock_breakdown) forward_ms += phase_end(f0);  // forward and backward, interleaved
+    }
+    for (int64_t m = 0; m < c.gradient_accumulation_steps && !engine.pipelined(); ++m) {
       const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
       const io::Batch b = io::make_batch(tokens, rows(offsets, first, c.micro_batch_size), T);
       const bool profile = profiling && m == 0;  // the first micro-batch, as DeepSpeed's profiler

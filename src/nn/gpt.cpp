@@ -1,6 +1,7 @@
 #include "nn/gpt.h"
 
 #include <cmath>
+#include <map>
 
 #include "autograd/checkpoint.h"
 #include "autograd/functions.h"
@@ -82,28 +83,38 @@ GPT::GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism
   init_weights();
 }
 
-void GPT::init_weights() {
+void init_gpt_parameters(const GPTConfig& config, int tp, Module& model) {
   // GPT-2: N(0, 0.02) for matrices and embeddings, residual projections scaled by
-  // 1/sqrt(2 n_layer), zero biases, unit LayerNorms.
-  // A split parameter draws its global tensor and keeps its part (nn/tensor_split.h).
-  Generator gen(config_.init_seed);
-  const double resid_std = 0.02 / std::sqrt(2.0 * double(config_.n_layer));
-  const auto splits = named_splits();
-  const auto params = named_parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& [name, p] = params[i];
-    const TensorSplit& split = splits[i].second;
-    const bool is_resid_proj = name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight");
+  // 1/sqrt(2 n_layer), zero biases, unit LayerNorms. The draws follow the whole model's
+  // parameter order; a split parameter draws its global tensor and keeps its part
+  // (nn/tensor_split.h), and a parameter `model` does not hold skips its draws.
+  std::map<std::string, std::pair<Tensor, TensorSplit>> held;
+  const auto splits = model.named_splits();
+  const auto params = model.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) held.emplace(params[i].first, std::pair(params[i].second, splits[i].second));
+  Generator gen(config.init_seed);
+  const double resid_std = 0.02 / std::sqrt(2.0 * double(config.n_layer));
+  for (const auto& [name, count] : config.parameter_sizes(tp)) {
     if (name.find("ln") != std::string::npos) continue;  // LayerNorms keep 1 and 0
-    if (p.dim() == 1) {
-      ops::zero_(p);
+    const auto it = held.find(name);
+    if (name.ends_with(".bias")) {
+      if (it != held.end()) ops::zero_(it->second.first);
       continue;
     }
+    if (it == held.end()) {  // every matrix but the position table is split under tp
+      const int64_t drawn = name == "wpe.weight" ? count : count * tp;
+      gen.advance(uint64_t(drawn + 1) / 2 * 2);  // as normal_ draws
+      continue;
+    }
+    const auto& [p, split] = it->second;
+    const bool is_resid_proj = name.ends_with("attn.proj.weight") || name.ends_with("mlp.proj.weight");
     const Tensor global = split.is_split() ? Tensor::empty(split.global_shape(p.shape()), p.dtype(), p.device()) : p;
     ops::normal_(global, 0.0, is_resid_proj ? resid_std : 0.02, gen);
     if (split.is_split()) ops::copy_(p, local_part(global, split, p.shape()));
   }
 }
+
+void GPT::init_weights() { init_gpt_parameters(config_, par_->ranks(), *this); }
 
 Tensor GPT::forward(const Tensor& indices) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));

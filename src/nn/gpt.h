@@ -41,6 +41,12 @@ struct GPTConfig {
   static GPTConfig preset(const std::string& name);
 };
 
+// Sets the initial values of the GPT parameters `model` holds, found by name (a GPT, or a
+// pipeline stage holding some of its layers: nn/gpt_layers.h), to exactly those of the
+// whole model built for tp tensor-parallel ranks: every parameter takes its part of the
+// same draws whatever else the module holds.
+void init_gpt_parameters(const GPTConfig& config, int tp, Module& model);
+
 // Built with a Parallelism other than serial(), the GPT holds this rank's part of a model
 // split over tensor-parallel ranks (nn/parallelism.h): the same parameter names, each with
 // its TensorSplit, and initial values that are exactly its part of the single-process

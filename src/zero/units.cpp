@@ -22,7 +22,9 @@ std::vector<Unit> make_units(const nn::ModulePtr& model, const WrapPolicy& polic
     const bool by_type = std::find(policy.module_types.begin(), policy.module_types.end(), module->type_name()) !=
                          policy.module_types.end();
     const bool by_size = policy.min_params > 0 && count >= policy.min_params;
-    if (params.empty() || !(by_type || by_size)) continue;
+    const bool by_name = std::find(policy.module_names.begin(), policy.module_names.end(), name) !=
+                         policy.module_names.end();
+    if (params.empty() || !(by_type || by_size || by_name)) continue;
     for (const auto& [_, p] : params) taken.insert(p.impl_ptr().get());
     found.emplace_back(i, Unit{name, module.get(), std::move(params)});
   }

@@ -16,6 +16,7 @@ namespace triad::zero {
 struct WrapPolicy {
   std::vector<std::string> module_types = {"Block"};
   int64_t min_params = 0;  // 0: off
+  std::vector<std::string> module_names;  // modules that are units by their dotted name (tied ones)
 };
 
 struct Unit {

@@ -12,10 +12,34 @@
 
 namespace triad::zero {
 
+namespace {
+
+// The group a flat group's parameters are tied over: all of them in one tie, or none.
+parallel::Communicator* tie_of(const PipelinePlacement& p, const std::vector<std::pair<std::string, Tensor>>& params) {
+  for (const PipelinePlacement::Tie& tie : p.ties) {
+    size_t tied = 0;
+    for (const auto& [name, _] : params)
+      tied += std::find(tie.params.begin(), tie.params.end(), name) != tie.params.end();
+    if (tied == 0) continue;
+    TRIAD_CHECK(tied == params.size(), "ZeRO: tied parameter " << tie.params.front()
+                                                               << " shares a unit with untied ones; give its module a "
+                                                               << "unit of its own (WrapPolicy::module_names)");
+    return tie.group.get();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
                              double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy,
-                             parallel::CommunicatorPtr tp)
-    : config_(config), adamw_(adamw), dp_(std::move(dp)), tp_(std::move(tp)), units_(make_units(model, policy)) {
+                             parallel::CommunicatorPtr tp, PipelinePlacement pipeline)
+    : config_(config),
+      adamw_(adamw),
+      dp_(std::move(dp)),
+      tp_(std::move(tp)),
+      pipeline_(std::move(pipeline)),
+      units_(make_units(model, policy)) {
   TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 3,
               "[config] zero_optimization.stage must be 0, 1, 2 or 3, got " << config_.stage);
   TRIAD_CHECK(config_.reduce_bucket_size > 0 && config_.allgather_bucket_size > 0,
@@ -50,6 +74,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
         Group g;
         g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, n, r, config_.dtype);
         for (const auto& [name, _] : g.flat->params()) g.splits.push_back(splits.at(name));
+        g.tie = tie_of(pipeline_, g.flat->params());
         const Tensor initial = g.flat->take_initial_f32();
         if (config_.dtype != DType::f32) g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
         const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
@@ -165,7 +190,7 @@ void ZeroOptimizer::begin_backward(bool last) {
 
 void ZeroOptimizer::on_grad_ready(Group& g) {
   if (++g.ready < int(g.flat->params().size())) return;
-  const bool reduce_now = config_.stage >= 2 || (config_.stage == 0 && last_micro_);
+  const bool reduce_now = !config_.defer_reduction && (config_.stage >= 2 || (config_.stage == 0 && last_micro_));
   if (reduce_now && (config_.overlap_comm || config_.stage == 3)) launch(g);
   if (config_.stage == 3) release_group(g);  // its backward is done with the values
   drain(/*wait_all=*/false);
@@ -231,6 +256,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     drain(/*wait_all=*/true);
   }
 
+  sum_tied_gradients();
   // Average over ranks (what prescale() left of it) and undo the loss scale, in f32; then
   // the global norm.
   const double unscale = config_.gradient_predivide_factor / (double(dp_->size()) * scale_);
@@ -335,7 +361,14 @@ Tensor ZeroOptimizer::param_view(Group& g) const {
   return g.partitioned ? g.flat->owned_shard() : g.flat->shard(g.flat->flat());
 }
 
+void ZeroOptimizer::sum_tied_gradients() {
+  for (Group& g : groups_)
+    if (g.tie && g.tie->size() > 1) g.tie->all_reduce(config_.stage == 0 ? g.flat->grad() : g.shard_grad)->wait();
+}
+
 double ZeroOptimizer::squared_norm(const std::vector<Tensor>& grads) {
+  // A tied parameter counts once: on its tie group's rank 0 (an inf or NaN in it is there too).
+  const auto counted = [&](size_t i) { return !groups_[i].tie || groups_[i].tie->rank() == 0; };
   // One sum of squares over every group, so the host waits for the device once here (and
   // once more for the all-reduced sum at stages 1 to 3). A NaN or inf anywhere makes it
   // non-finite, which is the overflow test of dynamic loss scaling; the sum is the same on
@@ -344,7 +377,10 @@ double ZeroOptimizer::squared_norm(const std::vector<Tensor>& grads) {
   const bool split_model = tp_ && tp_->size() > 1;
   double sq = 0;
   if (!split_model) {
-    sq = ops::sum_squares(grads);
+    std::vector<Tensor> summed;
+    for (size_t i = 0; i < groups_.size(); ++i)
+      if (counted(i)) summed.push_back(grads[i]);
+    sq = summed.empty() ? 0.0 : ops::sum_squares(summed);
   } else {
     // The pieces of each group's gradient by kind: split, replicated, and (to be summed
     // over tp) partial.
@@ -355,7 +391,7 @@ double ZeroOptimizer::squared_norm(const std::vector<Tensor>& grads) {
       for (const FlatGroup::Piece& piece : flat.pieces(begin, begin + grads[i].numel())) {
         const nn::TensorSplit& s = groups_[i].splits[piece.param];
         const Tensor view = ops::narrow(grads[i], 0, piece.flat_offset - begin, piece.count);
-        (s.is_split() ? split : replicated).push_back(view);
+        if (counted(i)) (s.is_split() ? split : replicated).push_back(view);
         if (s.partial_grad) partial.push_back(view);
       }
     }
@@ -372,10 +408,12 @@ double ZeroOptimizer::squared_norm(const std::vector<Tensor>& grads) {
     const double repl = replicated.empty() ? 0.0 : ops::sum_squares(replicated);
     sq = (split.empty() ? 0.0 : ops::sum_squares(split)) + (tp_->rank() == 0 || !std::isfinite(repl) ? repl : 0.0);
   }
-  if (config_.stage >= 1 || split_model) {
+  const bool pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
+  if (config_.stage >= 1 || split_model || pipelined) {
     Tensor total = Tensor::full({1}, sq, DType::f64, device_);
     if (config_.stage >= 1) dp_->all_reduce(total)->wait();
     if (split_model) tp_->all_reduce(total)->wait();
+    if (pipelined) pipeline_.pp->all_reduce(total)->wait();
     sq = total.item();
   }
   return sq;
@@ -402,7 +440,7 @@ ResidentBytes ZeroOptimizer::memory() const {
   for (const Group& g : groups_) {
     const int64_t full = g.flat->padded(), shard = g.flat->shard_size();
     m.param_bytes += (g.partitioned ? shard : full) * elt;
-    m.grad_bytes += (config_.stage <= 1 ? full : shard) * elt;
+    m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
     m.optim_bytes += optim_per_element * (config_.stage == 0 ? full : shard);
   }
   return m;

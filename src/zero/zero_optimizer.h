@@ -97,6 +97,27 @@ struct ZeroConfig {
   // its prescale_gradients is a factor of ranks): the mean is the same, the partial sums
   // smaller, which keeps 16-bit sums over many ranks from overflowing.
   double gradient_predivide_factor = 1.0;
+  // Reduce each group's gradient once per step, in step(), instead of as the backward
+  // completes it (Note [ZeRO in a pipeline stage]).
+  bool defer_reduction = false;
+};
+
+// Note [ZeRO in a pipeline stage]: each pipeline stage runs its own ZeroOptimizer over its
+// dp group on the parameters it holds. A schedule interleaves the forwards and backwards of
+// many micro-batches (and ZB-H1 completes weight gradients long after the rest), so no
+// backward is "the last one" for every group: gradients accumulate over the step's
+// micro-batches (stage 2 and 3 included) and are reduced at step() (defer_reduction).
+// The norm and the overflow verdict sum over pp as well. A tied parameter (nn/layer_list.h,
+// Note [Tied layers]) forms groups of its own on every stage holding it, laid out alike,
+// whose reduced gradients are summed over the tie's group before the update: the copies
+// take identical steps, and the norm counts them once (on the tie group's rank 0).
+struct PipelinePlacement {
+  parallel::CommunicatorPtr pp;  // the stages (null or one rank: no pipeline)
+  struct Tie {
+    std::vector<std::string> params;  // the tied parameters, by name
+    parallel::CommunicatorPtr group;  // the ranks holding them: same dp and tp coordinates
+  };
+  std::vector<Tie> ties;
 };
 
 // Bytes resident on this rank for model states (Note: fp32 training keeps no separate
@@ -109,10 +130,12 @@ struct ResidentBytes {
 // model must not run a forward or backward after its ZeroOptimizer is gone.
 class ZeroOptimizer {
  public:
-  // tp: the tensor-parallel group the model is split over (null or one rank: none).
+  // tp: the tensor-parallel group the model is split over (null or one rank: none);
+  // pipeline: the stages the model is cut into (Note [ZeRO in a pipeline stage]). Tied
+  // parameters must form units of their own (policy.module_names).
   ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
                 double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy = {},
-                parallel::CommunicatorPtr tp = nullptr);
+                parallel::CommunicatorPtr tp = nullptr, PipelinePlacement pipeline = {});
 
   // Call before each micro-batch's backward; `last` marks the last micro-batch of the
   // accumulation (stage 0 reduces only then).
@@ -170,6 +193,7 @@ class ZeroOptimizer {
     parallel::WorkPtr gather;    // stage 3: the all-gather of its parameters, in flight
     bool partitioned = false;    // stage 3 and above the persistence threshold
     std::vector<nn::TensorSplit> splits;  // of flat->params()
+    parallel::Communicator* tie = nullptr;  // its parameters are tied over this group
   };
   struct Pending {
     parallel::WorkPtr work;
@@ -194,6 +218,7 @@ class ZeroOptimizer {
   // Note [ZeRO under tensor parallelism]: sums partial gradients over tp, and returns the
   // squared norm of the step's gradients (grads: per group, what the step updates from).
   double squared_norm(const std::vector<Tensor>& grads);
+  void sum_tied_gradients();
   void launch(Group& g);
   void prescale(const Tensor& grad);  // by 1/gradient_predivide_factor, before a reduction
   void complete(Pending& p);
@@ -202,6 +227,7 @@ class ZeroOptimizer {
   ZeroConfig config_;
   optim::AdamWOptions adamw_;
   parallel::CommunicatorPtr dp_, tp_;
+  PipelinePlacement pipeline_;
   Device device_;  // where the parameters and every buffer live
   std::vector<Unit> units_;
   std::vector<Group> groups_;

@@ -1,0 +1,112 @@
+#include "nn/layer_list.h"
+
+#include <set>
+
+#include "autograd/checkpoint.h"
+#include "autograd/meta.h"
+
+namespace triad::nn {
+
+namespace {
+
+// A module that only names others (the "blocks" of blocks.3), as ModuleList does for
+// consecutive indices.
+class Namespace : public Module {
+ public:
+  Namespace() : Module("ModuleList") {}
+  void add(const std::string& name, ModulePtr m) { register_module(name, std::move(m)); }
+  Module* find(const std::string& name) const {
+    for (const auto& [n, m] : children())
+      if (n == name) return m.get();
+    return nullptr;
+  }
+};
+
+}  // namespace
+
+PipelineStage::PipelineStage(const LayerList& list, std::vector<LayerRange> chunks, int activation_checkpoint_interval)
+    : Module("PipelineStage"), chunks_(std::move(chunks)), checkpoint_interval_(activation_checkpoint_interval) {
+  TRIAD_CHECK(!chunks_.empty(), "PipelineStage: no layers");
+  TRIAD_CHECK(activation_checkpoint_interval >= 0,
+              "[config] pipeline.activation_checkpoint_interval must be >= 0, got " << activation_checkpoint_interval);
+  std::set<std::string> keys;
+  for (const LayerRange& r : chunks_) {
+    TRIAD_CHECK(r.first >= 0 && r.first < r.last && r.last <= int(list.layers.size()),
+                "PipelineStage: layer range [" << r.first << ", " << r.last << ") outside the model's "
+                                               << list.layers.size() << " layers");
+    for (int i = r.first; i < r.last; ++i) keys.insert(list.layers[size_t(i)].ties.begin(), list.layers[size_t(i)].ties.end());
+  }
+  // Tied modules first, each at its key (Note [Tied layers]).
+  for (const TiedSpec& t : list.tied)
+    if (keys.count(t.key)) tied_[t.key] = register_module(t.key, t.build());
+  for (const std::string& k : keys)
+    TRIAD_CHECK(tied_.count(k), "PipelineStage: a layer uses tied module '" << k << "', which the list does not declare");
+  // Root-level namespaces created for dotted layer names ("blocks").
+  std::map<std::string, std::shared_ptr<Namespace>> spaces;
+  for (const LayerRange& r : chunks_) {
+    layers_.emplace_back();
+    for (int i = r.first; i < r.last; ++i) {
+      const LayerSpec& spec = list.layers[size_t(i)];
+      TiedModules given;
+      for (const std::string& k : spec.ties) given[k] = tied_.at(k);
+      ModulePtr layer = spec.build(given);
+      TRIAD_CHECK(layer, "PipelineStage: layer " << i << " (" << spec.type << ") built nothing");
+      layers_.back().push_back(layer);
+      if (spec.name.empty()) {  // its children at the root
+        for (const auto& [n, child] : layer->children()) register_module(n, child);
+        continue;
+      }
+      const size_t dot = spec.name.find('.');
+      if (dot == std::string::npos) {
+        register_module(spec.name, layer);
+        continue;
+      }
+      TRIAD_CHECK(spec.name.find('.', dot + 1) == std::string::npos,
+                  "PipelineStage: layer name '" << spec.name << "' has more than two parts");
+      const std::string outer = spec.name.substr(0, dot), inner = spec.name.substr(dot + 1);
+      auto& space = spaces[outer];
+      if (!space) space = register_module(outer, std::make_shared<Namespace>());
+      space->add(inner, layer);
+    }
+  }
+  if (list.init) list.init(*this);
+}
+
+std::vector<std::string> PipelineStage::tied_keys() const {
+  std::vector<std::string> keys;
+  for (const auto& [k, _] : tied_) keys.push_back(k);
+  return keys;
+}
+
+Tensor PipelineStage::run_layers(int chunk, const Tensor& x) {
+  const std::vector<ModulePtr>& layers = layers_[size_t(chunk)];
+  Tensor h = x;
+  for (size_t i = 0; i < layers.size();) {
+    if (checkpoint_interval_ == 0 || !is_training() || !requires_grad(h)) {
+      h = (*layers[i++])(h);
+      continue;
+    }
+    const size_t end = std::min(layers.size(), i + size_t(checkpoint_interval_));
+    h = checkpoint(
+        [&layers, i, end](const Tensor& in) {
+          Tensor y = in;
+          for (size_t k = i; k < end; ++k) y = (*layers[k])(y);
+          return y;
+        },
+        h);
+    i = end;
+  }
+  return h;
+}
+
+Tensor PipelineStage::forward_chunk(int chunk, const Tensor& x) {
+  TRIAD_CHECK(chunk >= 0 && chunk < chunks(), "PipelineStage: chunk " << chunk << " of " << chunks());
+  return call([&] { return run_layers(chunk, x); });
+}
+
+Tensor PipelineStage::forward(const Tensor& x) {
+  TRIAD_CHECK(chunks() == 1, "PipelineStage: forward() runs a stage of one chunk; this one has " << chunks());
+  return run_layers(0, x);
+}
+
+}  // namespace triad::nn

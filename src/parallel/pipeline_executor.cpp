@@ -1,0 +1,188 @@
+#include "parallel/pipeline_executor.h"
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/meta.h"
+#include "tensor/ops.h"
+
+namespace triad::parallel {
+
+namespace {
+
+enum MessageKind { kActivation = 0, kGradient = 1, kShape = 2 };
+constexpr int kMaxTag = 32767;  // the least MPI_TAG_UB the standard allows
+constexpr int kShapeWords = 10;  // dtype, ndim, up to 8 dimensions
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::shared_ptr<nn::PipelineStage> stage, CommunicatorPtr pp, PipeSchedule schedule)
+    : stage_(std::move(stage)), pp_(std::move(pp)), schedule_(schedule) {
+  TRIAD_CHECK(stage_ && pp_, "PipelineExecutor: a stage and a pipeline group are needed");
+  const std::vector<Tensor> params = stage_->parameters();
+  device_ = params.empty() ? Device::cpu() : params.front().device();
+  input_shape_.resize(size_t(chunks()));
+  output_shape_.resize(size_t(chunks()));
+}
+
+int PipelineExecutor::tag(int kind, int micro, int boundary) const {
+  const int64_t t = 1 + (int64_t(kind) * chunks() * stages() + boundary) * micro_batches_ + micro;
+  TRIAD_CHECK(t <= kMaxTag, "pipeline: " << micro_batches_ << " micro-batches x " << chunks()
+                                         << " chunks exceed the message tags MPI guarantees; use fewer micro-batches");
+  return int(t);
+}
+
+Tensor PipelineExecutor::receive_activation(int m, int c) {
+  const int src = (pp_->rank() + stages() - 1) % stages();
+  Agreed& agreed = input_shape_[size_t(c)];
+  if (!agreed.known) {
+    const Tensor header = Tensor::empty({kShapeWords}, DType::i64);
+    pp_->recv(header, src, tag(kShape, 0, virtual_stage(c)))->wait();
+    const std::vector<int64_t> h = header.to_vector<int64_t>();
+    agreed.dtype = DType(h[0]);
+    agreed.shape.assign(h.begin() + 2, h.begin() + 2 + h[1]);
+    agreed.known = true;
+  }
+  Tensor x = Tensor::empty(agreed.shape, agreed.dtype, stage_device());
+  pp_->recv(x, src, tag(kActivation, m, virtual_stage(c)))->wait();
+  return x;
+}
+
+void PipelineExecutor::send_activation(const Tensor& out, int m, int c) {
+  const int dst = (pp_->rank() + 1) % stages();
+  Agreed& agreed = output_shape_[size_t(c)];
+  if (!agreed.known) {
+    TRIAD_CHECK(out.dim() <= kShapeWords - 2, "pipeline: a stage's output has " << out.dim() << " dimensions (at most "
+                                                                              << kShapeWords - 2 << ")");
+    std::vector<int64_t> h(kShapeWords, 0);
+    h[0] = int64_t(out.dtype()), h[1] = out.dim();
+    for (int64_t d = 0; d < out.dim(); ++d) h[size_t(2 + d)] = out.size(d);
+    agreed = {out.shape(), out.dtype(), true};
+    sends_.push_back(pp_->send(Tensor::from_vector(h, {kShapeWords}), dst, tag(kShape, 0, virtual_stage(c) + 1)));
+  }
+  TRIAD_CHECK(out.shape() == agreed.shape && out.dtype() == agreed.dtype,
+              "pipeline: stage " << pp_->rank() << " chunk " << c << " output " << out.str()
+                                 << " differs from the first micro-batch's " << shape_str(agreed.shape)
+                                 << "; every micro-batch must have the same shape");
+  sends_.push_back(pp_->send(ops::contiguous(detach(out)), dst, tag(kActivation, m, virtual_stage(c) + 1)));
+}
+
+void PipelineExecutor::forward(const Step& step, int m, int c) {
+  Live& l = live_[size_t(m)][size_t(c)];
+  TRIAD_ASSERT_MSG(!l.input.defined() && !l.output.defined(), "forward of micro-batch " << m << " ran twice");
+  if (first_virtual(c)) {
+    l.input = step.inputs[size_t(m)];
+  } else {
+    l.input = receive_activation(m, c);
+    if (GradMode::enabled()) set_requires_grad(l.input);
+  }
+  Tensor out = stage_->forward_chunk(c, l.input);
+  if (last_virtual(c)) {
+    out = step.loss(out, step.targets[size_t(m)]);
+    if (!losses_stack_.defined()) losses_stack_ = Tensor::empty({micro_batches_}, out.dtype(), out.device());
+    ops::copy_(ops::select(losses_stack_, 0, m), detach(out));
+  } else {
+    send_activation(out, m, c);
+  }
+  l.output = out;
+  peak_live_ = std::max(peak_live_, ++alive_);
+}
+
+void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer_weights, bool last) {
+  Live& l = live_[size_t(m)][size_t(c)];
+  TRIAD_ASSERT_MSG(l.output.defined(), "backward of micro-batch " << m << " before its forward");
+  if (step.before_backward) step.before_backward(last);
+  Tensor seed;
+  if (last_virtual(c)) {
+    seed = Tensor::full(l.output.shape(), step.loss_gradient, l.output.dtype(), l.output.device());
+  } else {
+    seed = Tensor::empty(l.output.shape(), l.output.dtype(), l.output.device());
+    pp_->recv(seed, (pp_->rank() + 1) % stages(), tag(kGradient, m, virtual_stage(c) + 1))->wait();
+  }
+  if (defer_weights) {
+    l.weights = std::make_unique<WeightGradQueue>();
+    DeferWeightGrads defer(*l.weights);
+    triad::backward(l.output, seed);
+  } else {
+    triad::backward(l.output, seed);
+  }
+  if (!first_virtual(c)) {
+    Tensor g = grad(l.input);
+    if (!g.defined()) g = Tensor::zeros(l.input.shape(), l.input.dtype(), l.input.device());
+    sends_.push_back(pp_->send(ops::contiguous(g), (pp_->rank() + stages() - 1) % stages(),
+                                tag(kGradient, m, virtual_stage(c))));
+  }
+  l.input = l.output = Tensor();
+  --alive_;
+}
+
+void PipelineExecutor::begin(const Step& step) {
+  micro_batches_ = int(std::max(step.inputs.size(), step.targets.size()));
+  TRIAD_CHECK(micro_batches_ > 0, "pipeline: no micro-batches");
+  live_ = std::vector<std::vector<Live>>(size_t(micro_batches_));
+  for (auto& row : live_) row.resize(size_t(chunks()));
+  alive_ = peak_live_ = 0;
+  timings_.clear();
+  losses_stack_ = Tensor();
+}
+
+std::vector<Tensor> PipelineExecutor::finish() {
+  for (WorkPtr& w : sends_) w->wait();
+  sends_.clear();
+  std::vector<Tensor> losses;
+  if (last_virtual(chunks() - 1))
+    for (int m = 0; m < micro_batches_; ++m) losses.push_back(ops::select(losses_stack_, 0, m));
+  live_.clear();
+  return losses;
+}
+
+std::vector<Tensor> PipelineExecutor::forward_only(const Step& step) {
+  begin(step);
+  for (int m = 0; m < micro_batches_; ++m)
+    for (int c = 0; c < chunks(); ++c) {
+      forward(step, m, c);
+      live_[size_t(m)][size_t(c)] = Live{};
+      --alive_;
+    }
+  return finish();
+}
+
+std::vector<Tensor> PipelineExecutor::run(const Step& step) {
+  begin(step);
+  const std::vector<PipeAction> actions = pipe_actions(schedule_, stages(), pp_->rank(), micro_batches_, chunks());
+  // This stage's last backward action (the gradients are complete after it, and after the
+  // weight-gradient actions that follow it).
+  size_t last_backward = 0;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].op == PipeOp::backward || actions[i].op == PipeOp::backward_input) last_backward = i;
+  t0_ = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const PipeAction& a = actions[i];
+    const double start = seconds_since(t0_);
+    switch (a.op) {
+      case PipeOp::forward:
+        forward(step, a.micro, a.chunk);
+        break;
+      case PipeOp::backward:
+        backward_input(step, a.micro, a.chunk, /*defer_weights=*/false, i == last_backward);
+        break;
+      case PipeOp::backward_input:
+        backward_input(step, a.micro, a.chunk, /*defer_weights=*/true, i == last_backward);
+        break;
+      case PipeOp::backward_weight: {
+        Live& l = live_[size_t(a.micro)][size_t(a.chunk)];
+        TRIAD_ASSERT_MSG(l.weights, "weight gradient of micro-batch " << a.micro << " before its input gradient");
+        l.weights->run();
+        l.weights.reset();
+        break;
+      }
+    }
+    timings_.push_back({a, start, seconds_since(t0_)});
+  }
+  return finish();
+}
+
+}  // namespace triad::parallel

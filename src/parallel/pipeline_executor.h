@@ -1,0 +1,110 @@
+// PipelineExecutor: runs one optimizer step of a pipeline schedule on one stage. The
+// schedule is data (parallel/pipeline_schedule.h): this rank's list of forward, backward,
+// input-gradient and weight-gradient actions; the executor performs them in order and
+// moves activations and their gradients between neighbouring stages point to point.
+//
+// Note [Pipeline messages]: virtual stage c·p + r (chunk c of rank r) receives its input
+// from virtual stage c·p + r − 1 and sends its output to c·p + r + 1; the gradient of that
+// output comes back the other way. Sends are posted without waiting (the schedule never
+// needs them to have arrived to go on) and complete by the end of the step; receives block
+// when the action needs the data. Any schedule whose actions can run in order on every
+// stage with unbounded message buffers (simulate_pipeline checks it) cannot deadlock.
+// Tags name the kind, the boundary crossed (the receiving virtual stage of an activation)
+// and the micro-batch, so messages of different actions never
+// match each other. Shapes are agreed once: the first activation a stage sends on each
+// chunk is preceded by its shape and dtype; every later one (and every gradient, which
+// has its activation's shape) is the bare payload.
+//
+// Each micro-batch's input to a stage is a leaf whose gradient is what the stage sends
+// back; its activations live from its forward to its backward (ZB-H1: its input-gradient
+// action), and peak_live() reports the most micro-batches alive at once on this stage.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "autograd/weight_grad.h"
+#include "nn/layer_list.h"
+#include "parallel/communicator.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace triad::parallel {
+
+// When one action ran, in seconds from the start of the step (benchmarks measure the bubble
+// from these).
+struct ActionTiming {
+  PipeAction action;
+  double start, end;
+};
+
+class PipelineExecutor {
+ public:
+  // pp: the pipeline group, ordered by stage (ProcessGrid::pp()). The stage holds
+  // `chunks` chunks (virtual stages rank + c·pp->size()).
+  PipelineExecutor(std::shared_ptr<nn::PipelineStage> stage, CommunicatorPtr pp, PipeSchedule schedule);
+
+  struct Step {
+    // inputs[m]: micro-batch m's input to the first layer (read on the first stage only);
+    // targets[m]: its targets (read on the last stage only); on the stage's device.
+    std::vector<Tensor> inputs, targets;
+    std::function<Tensor(const Tensor& output, const Tensor& targets)> loss;
+    double loss_gradient = 1.0;  // the gradient each micro-batch's loss is back-propagated with
+    // Runs before each backward (or input-gradient) action: `last` marks this stage's last
+    // one of the step (ZeRO's begin_backward).
+    std::function<void(bool last)> before_backward;
+  };
+  // Runs every action of the step; returns the micro-batches' losses on the stage holding
+  // the last layer (empty elsewhere). Collective over pp.
+  std::vector<Tensor> run(const Step& step);
+
+  // The forwards alone, micro-batch after micro-batch (evaluation, under NoGradGuard):
+  // the losses as run() returns them.
+  std::vector<Tensor> forward_only(const Step& step);
+
+  int stages() const { return pp_->size(); }
+  int chunks() const { return stage_->chunks(); }
+  int peak_live() const { return peak_live_; }
+  const std::vector<ActionTiming>& timings() const { return timings_; }
+
+ private:
+  int virtual_stage(int chunk) const { return chunk * stages() + pp_->rank(); }
+  bool first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool last_virtual(int chunk) const { return virtual_stage(chunk) == chunks() * stages() - 1; }
+  // The tag of a message across the boundary into virtual stage `boundary`.
+  int tag(int kind, int micro, int boundary) const;
+  void begin(const Step& step);
+  std::vector<Tensor> finish();  // waits for the sends; the losses
+  void forward(const Step& step, int m, int c);
+  void backward_input(const Step& step, int m, int c, bool defer_weights, bool last);
+  Device stage_device() const { return device_; }
+  Tensor receive_activation(int m, int c);
+  void send_activation(const Tensor& out, int m, int c);
+
+  std::shared_ptr<nn::PipelineStage> stage_;
+  CommunicatorPtr pp_;
+  PipeSchedule schedule_;
+  int micro_batches_ = 0;
+  // Agreed shapes (Note [Pipeline messages]): of each chunk's input and output.
+  struct Agreed {
+    Shape shape;
+    DType dtype = DType::f32;
+    bool known = false;
+  };
+  std::vector<Agreed> input_shape_, output_shape_;
+  // Per (micro-batch, chunk) while alive.
+  struct Live {
+    Tensor input, output;  // output: the loss on the last virtual stage
+    std::unique_ptr<WeightGradQueue> weights;  // ZB-H1: the deferred weight gradients
+  };
+  std::vector<std::vector<Live>> live_;
+  std::vector<WorkPtr> sends_;
+  Tensor losses_stack_;  // (micro_batches): the losses, on the stage holding the last layer
+  Device device_;        // the stage's, where activations are received
+  int alive_ = 0, peak_live_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<ActionTiming> timings_;
+};
+
+}  // namespace triad::parallel
