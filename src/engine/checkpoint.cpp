@@ -612,7 +612,8 @@ LoadedModel load_model(const std::string& path, std::shared_ptr<const nn::Parall
   LoadedModel m;
   m.config = nlohmann::json::parse(file.get_attr_string("/", "config"));
   const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
-  const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>() * layout.value("tp", int64_t(1)));
+  const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>() * layout.value("tp", int64_t(1)) *
+                                                   layout.value("pp", int64_t(1)));
   TRIAD_CHECK(c.model.n_head % parallelism->ranks() == 0,
               "'" << path << "': a model of " << c.model.n_head << " heads cannot be split over "
                   << parallelism->ranks() << " tensor-parallel ranks (they must divide the heads)");

@@ -147,7 +147,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     for (const std::string& notice : c.notices) std::printf("note: %s\n", notice.c_str());
   if (leader)
     std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
-                double(engine.model().num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
+                double(c.model.num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
                 (long long)c.model.n_head, (long long)T, (long long)c.model.vocab_size);
   if (leader)
     std::printf("data: %lld training tokens, %lld validation tokens; batch %lld = %lld micro x %lld accumulation\n",
