@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "engine/json_reader.h"
+#include "nn/gpt_layers.h"
+#include "nn/pipeline_partition.h"
 #include "parallel/pipeline_schedule.h"
 #include "tensor/device.h"
 #include "tensor/error.h"
@@ -434,6 +436,11 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   resolve_batch(r, c, dp);
   parallel::check_pipe_schedule(parallel::parse_pipe_schedule(c.pipeline.schedule), c.pipeline.stages,
                                 int(c.gradient_accumulation_steps), c.pipeline.virtual_stages);
+  if (c.pipeline.stages > 1) {  // the cut must exist: checked here, on every rank, before any data is read
+    std::vector<nn::LayerInfo> layers;
+    for (const nn::LayerSpec& l : nn::gpt_layers(c.model).layers) layers.push_back({l.type, l.parameters});
+    nn::partition_layers(layers, c.pipeline.stages * c.pipeline.virtual_stages, c.pipeline.partition);
+  }
   c.steps = r.integer("steps", 0, 1, kMaxInt);
   TRIAD_CHECK(r.has("steps"), "[config] steps is required (the number of optimizer steps)");
   parse_optimizer(r.object("optimizer"), c.optimizer, c.notices);
