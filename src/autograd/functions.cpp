@@ -1,9 +1,12 @@
 #include "autograd/functions.h"
 
+#include "autograd/weight_grad.h"
+
 #include <cmath>
 
 #include "autograd/flop_count.h"
 #include "autograd/record.h"
+#include "autograd/weight_grad.h"
 
 namespace triad {
 
@@ -325,8 +328,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const Tensor g2 = ops::reshape(g[0], {-1, w.size(0)});
     const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
     Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
-    Tensor dw = gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor();
-    Tensor db = gbias ? like(ops::sum(g2, 0), bias) : Tensor();
+    const auto weight_grads = [=] {
+      return std::pair(gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor(),
+                       gbias ? like(ops::sum(g2, 0), bias) : Tensor());
+    };
+    // Note [Split backward]: a leaf weight's gradients wait in the queue, delivered later.
+    WeightGradQueue* queue = deferred_weight_grads();
+    if (queue && gw && is_leaf(weight) && (!gbias || is_leaf(bias))) {
+      queue->push([weight_grads, w_edge = gradient_edge(weight), b_edge = gbias ? gradient_edge(bias) : Edge{}] {
+        const auto [dw, db] = weight_grads();
+        w_edge.node->apply({dw});
+        if (b_edge.node) b_edge.node->apply({db});
+      });
+      return Grads{dx, Tensor(), Tensor()};
+    }
+    auto [dw, db] = weight_grads();
     return Grads{dx, dw, db};
   });
 }

@@ -116,7 +116,7 @@ void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer
                                 tag(kGradient, m, virtual_stage(c))));
   }
   l.input = l.output = Tensor();
-  --alive_;
+  if (!defer_weights) --alive_;  // else its weight-gradient pass still holds activations
 }
 
 void PipelineExecutor::begin(const Step& step) {
@@ -177,6 +177,7 @@ std::vector<Tensor> PipelineExecutor::run(const Step& step) {
         TRIAD_ASSERT_MSG(l.weights, "weight gradient of micro-batch " << a.micro << " before its input gradient");
         l.weights->run();
         l.weights.reset();
+        --alive_;
         break;
       }
     }

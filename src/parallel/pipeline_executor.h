@@ -16,8 +16,8 @@
 // has its activation's shape) is the bare payload.
 //
 // Each micro-batch's input to a stage is a leaf whose gradient is what the stage sends
-// back; its activations live from its forward to its backward (ZB-H1: its input-gradient
-// action), and peak_live() reports the most micro-batches alive at once on this stage.
+// back; its activations live from its forward to its backward (ZB-H1: to its
+// weight-gradient action, whose queue holds what W needs), and peak_live() reports the most micro-batches alive at once on this stage.
 #pragma once
 
 #include <chrono>

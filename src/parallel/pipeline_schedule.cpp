@@ -39,31 +39,83 @@ void check_pipe_schedule(PipeSchedule s, int stages, int micro_batches, int chun
                   << micro_batches << ") to be a multiple of pipeline.stages (" << stages << ")");
 }
 
+namespace {
+
+std::vector<PipeAction> gpipe(int m) {
+  std::vector<PipeAction> out;
+  for (int k = 0; k < m; ++k) out.push_back({PipeOp::forward, k, 0});
+  for (int k = 0; k < m; ++k) out.push_back({PipeOp::backward, k, 0});
+  return out;
+}
+
+// PipeDream-flush: p − r − 1 warm-up forwards, then one forward and one backward in turn,
+// then the remaining backwards.
+std::vector<PipeAction> one_f_one_b(int p, int r, int m) {
+  std::vector<PipeAction> out;
+  const int warmup = std::min(p - r - 1, m);
+  for (int k = 0; k < warmup; ++k) out.push_back({PipeOp::forward, k, 0});
+  for (int i = 0; i < m - warmup; ++i) {
+    out.push_back({PipeOp::forward, warmup + i, 0});
+    out.push_back({PipeOp::backward, i, 0});
+  }
+  for (int k = m - warmup; k < m; ++k) out.push_back({PipeOp::backward, k, 0});
+  return out;
+}
+
+// Megatron-LM's interleaved 1F1B: the m·v (micro-batch, chunk) passes taken in groups of
+// p micro-batches per chunk (forwards chunk 0 → v−1, backwards v−1 → 0), with
+// (p − r − 1)·2 + (v − 1)·p warm-up forwards.
+std::vector<PipeAction> interleaved(int p, int r, int m, int v) {
+  const int total = m * v;
+  const auto pass = [&](int k, bool forward) {
+    const int in_group = k % (p * v);
+    const int chunk = in_group / p;
+    return PipeAction{forward ? PipeOp::forward : PipeOp::backward, (k / (p * v)) * p + in_group % p,
+                      forward ? chunk : v - 1 - chunk};
+  };
+  const int warmup = std::min((p - r - 1) * 2 + (v - 1) * p, total);
+  std::vector<PipeAction> out;
+  for (int k = 0; k < warmup; ++k) out.push_back(pass(k, true));
+  for (int i = 0; i < total - warmup; ++i) out.push_back(pass(warmup + i, true)), out.push_back(pass(i, false));
+  for (int k = total - warmup; k < total; ++k) out.push_back(pass(k, false));
+  return out;
+}
+
+// ZB-H1: 1F1B's forwards and input-gradient passes, each micro-batch's weight-gradient pass
+// W deferred: stage r keeps up to r of them pending (the stages after the first have that
+// much slack under 1F1B's bound of p micro-batches in flight: r fewer warm-up forwards) and
+// runs the rest at the end, where 1F1B would wait for the last gradients.
+std::vector<PipeAction> zb_h1(int p, int r, int m) {
+  std::vector<PipeAction> out;
+  std::vector<int> pending;
+  size_t next = 0;
+  const auto input_grad = [&](int k) {
+    out.push_back({PipeOp::backward_input, k, 0});
+    pending.push_back(k);
+    if (int(pending.size() - next) > r) out.push_back({PipeOp::backward_weight, pending[next++], 0});
+  };
+  const int warmup = std::min(p - r - 1, m);
+  for (int k = 0; k < warmup; ++k) out.push_back({PipeOp::forward, k, 0});
+  for (int i = 0; i < m - warmup; ++i) {
+    out.push_back({PipeOp::forward, warmup + i, 0});
+    input_grad(i);
+  }
+  for (int k = m - warmup; k < m; ++k) input_grad(k);
+  while (next < pending.size()) out.push_back({PipeOp::backward_weight, pending[next++], 0});
+  return out;
+}
+
+}  // namespace
+
 std::vector<PipeAction> pipe_actions(PipeSchedule s, int p, int r, int m, int v) {
   check_pipe_schedule(s, p, m, v);
-  std::vector<PipeAction> out;
-  if (s == PipeSchedule::gpipe || s == PipeSchedule::interleaved) {
-    for (int g = 0; g < m; g += p)
-      for (int c = 0; c < v; ++c)
-        for (int k = g; k < std::min(m, g + p); ++k) out.push_back({PipeOp::forward, k, c});
-    for (int g = 0; g < m; g += p)
-      for (int c = v - 1; c >= 0; --c)
-        for (int k = g; k < std::min(m, g + p); ++k) out.push_back({PipeOp::backward, k, c});
-    return out;
+  switch (s) {
+    case PipeSchedule::gpipe: return gpipe(m);
+    case PipeSchedule::one_f_one_b: return one_f_one_b(p, r, m);
+    case PipeSchedule::interleaved: return interleaved(p, r, m, v);
+    case PipeSchedule::zb_h1: return zb_h1(p, r, m);
   }
-  const int warmup = std::min(p - r - 1, m);
-  auto back = [&](int k) {
-    if (s == PipeSchedule::zb_h1) {
-      out.push_back({PipeOp::backward_input, k, 0});
-      out.push_back({PipeOp::backward_weight, k, 0});
-    } else {
-      out.push_back({PipeOp::backward, k, 0});
-    }
-  };
-  for (int k = 0; k < warmup; ++k) out.push_back({PipeOp::forward, k, 0});
-  for (int i = 0; i < m - warmup; ++i) out.push_back({PipeOp::forward, warmup + i, 0}), back(i);
-  for (int k = m - warmup; k < m; ++k) back(k);
-  return out;
+  return {};
 }
 
 }  // namespace triad::parallel
