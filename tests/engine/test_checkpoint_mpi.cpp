@@ -77,6 +77,22 @@ void expect_continues(const std::string& folder, const std::string& tag, double 
     BOOST_TEST(std::abs(resumed[i] - straight[10 + i]) <= relative * straight[10 + i], "step " << 11 + i);
 }
 
+// The writer's run uninterrupted (straight<tag>.jsonl, 20 steps); its first ten steps with a
+// checkpoint at the end, which it returns; and that checkpoint resumed on the same ranks
+// (resumed<tag>.jsonl), continuing bit for bit.
+std::string save_and_resume(nlohmann::json writer, const std::string& folder, const std::string& tag,
+                            const parallel::CommunicatorPtr& world) {
+  run(writer, {.metrics_path = folder + "/straight" + tag + ".jsonl"}, world);
+  writer["steps"] = 10;
+  writer["scheduler"]["params"]["total_num_steps"] = 20;
+  writer["checkpoint"] = {{"dir", folder + "/ckpt" + tag}};
+  run(writer, {}, world);
+  writer["steps"] = 20;
+  run(writer, {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = "auto"}, world);
+  if (world->rank() == 0) expect_continues(folder, tag, 0.0);
+  return folder + "/ckpt" + tag + "/" + engine::checkpoint_file_name(10);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(resuming_on_the_same_ranks_continues_bit_for_bit_at_every_stage) {
@@ -170,17 +186,8 @@ BOOST_AUTO_TEST_CASE(a_tensor_parallel_checkpoint_holds_global_shapes_and_resume
 
   // tp 2 x dp n/2 at stage 1: ten steps of a twenty-step run, then a checkpoint; and the same
   // run uninterrupted.
-  nlohmann::json writer = tensor_parallel(config_json(folder, 1), 2);
-  run(writer, {.metrics_path = folder + "/straight_tp2.jsonl"}, world);
-  writer["steps"] = 10;
-  writer["scheduler"]["params"]["total_num_steps"] = 20;
-  writer["checkpoint"] = {{"dir", folder + "/ckpt"}};
-  run(writer, {}, world);
-  const std::string saved = folder + "/ckpt/" + engine::checkpoint_file_name(10);
   // On the same grid it continues bit for bit.
-  writer["steps"] = 20;
-  run(writer, {.metrics_path = folder + "/resumed_tp2.jsonl", .resume = "auto"}, world);
-  if (r == 0) expect_continues(folder, "_tp2", 0.0);
+  const std::string saved = save_and_resume(tensor_parallel(config_json(folder, 1), 2), folder, "_tp2", world);
 
   // Other grids: every rank data-parallel (tp 1), and tp 4 (on two ranks: one process).
   struct Target {
@@ -244,16 +251,7 @@ BOOST_AUTO_TEST_CASE(a_pipeline_checkpoint_resumes_on_other_grids) {
     return j;
   };
   const int writer_tp = n >= 4 ? 2 : 1;
-  nlohmann::json writer = grid(config_json(folder, 1), 2, writer_tp);
-  run(writer, {.metrics_path = folder + "/straight_pp.jsonl"}, world);
-  writer["steps"] = 10;
-  writer["scheduler"]["params"]["total_num_steps"] = 20;
-  writer["checkpoint"] = {{"dir", folder + "/ckpt_pp"}};
-  run(writer, {}, world);
-  const std::string saved = folder + "/ckpt_pp/" + engine::checkpoint_file_name(10);
-  writer["steps"] = 20;
-  run(writer, {.metrics_path = folder + "/resumed_pp.jsonl", .resume = "auto"}, world);
-  if (r == 0) expect_continues(folder, "_pp", 0.0);
+  const std::string saved = save_and_resume(grid(config_json(folder, 1), 2, writer_tp), folder, "_pp", world);
 
   struct Target {
     const char* name;
