@@ -1,6 +1,10 @@
+// The action lists of Note [Pipeline schedules] (pipeline_schedule.h). Each builder takes
+// checked arguments and emits one rank's list; the simulator (pipeline_simulator.cpp) and
+// the tests hold them to the dependencies.
 #include "parallel/pipeline_schedule.h"
 
 #include <algorithm>
+#include <set>
 
 #include "tensor/error.h"
 
@@ -22,18 +26,28 @@ std::string pipe_schedule_name(PipeSchedule s) {
     case PipeSchedule::interleaved: return "interleaved";
     case PipeSchedule::zb_h1: return "zb_h1";
   }
-  return "";
+  TRIAD_ASSERT_MSG(false, "unknown PipeSchedule " << int(s));
 }
 
 std::string to_string(const PipeAction& a) {
-  const char* op = a.op == PipeOp::forward ? "F" : a.op == PipeOp::backward ? "B" : a.op == PipeOp::backward_input ? "I" : "W";
-  return op + std::to_string(a.micro) + "." + std::to_string(a.chunk);
+  const char* op = a.op == PipeOp::forward          ? "F"
+                   : a.op == PipeOp::backward       ? "B"
+                   : a.op == PipeOp::backward_input ? "I"
+                                                    : "W";
+  std::string s(op);
+  s += std::to_string(a.micro);
+  if (a.chunk > 0) s += '.' + std::to_string(a.chunk);
+  return s;
 }
 
 void check_pipe_schedule(PipeSchedule s, int stages, int micro_batches, int chunks) {
-  TRIAD_CHECK(stages >= 1 && micro_batches >= 1 && chunks >= 1, "[config] pipeline: bad arguments");
+  TRIAD_CHECK(stages >= 1, "[config] pipeline.stages must be >= 1, got " << stages);
+  TRIAD_CHECK(micro_batches >= 1,
+              "[config] gradient_accumulation_steps (micro-batches) must be >= 1, got " << micro_batches);
+  TRIAD_CHECK(chunks >= 1, "[config] pipeline.virtual_stages must be >= 1, got " << chunks);
   TRIAD_CHECK(chunks == 1 || s == PipeSchedule::interleaved,
-              "[config] pipeline.virtual_stages must be 1 unless pipeline.schedule is \"interleaved\"");
+              "[config] pipeline.virtual_stages must be 1 unless pipeline.schedule is \"interleaved\", got "
+                  << chunks << " with \"" << pipe_schedule_name(s) << "\"");
   TRIAD_CHECK(s != PipeSchedule::interleaved || micro_batches % stages == 0,
               "[config] pipeline: the interleaved schedule needs gradient_accumulation_steps (micro-batches, "
                   << micro_batches << ") to be a multiple of pipeline.stages (" << stages << ")");
@@ -48,8 +62,6 @@ std::vector<PipeAction> gpipe(int m) {
   return out;
 }
 
-// PipeDream-flush: p − r − 1 warm-up forwards, then one forward and one backward in turn,
-// then the remaining backwards.
 std::vector<PipeAction> one_f_one_b(int p, int r, int m) {
   std::vector<PipeAction> out;
   const int warmup = std::min(p - r - 1, m);
@@ -62,37 +74,34 @@ std::vector<PipeAction> one_f_one_b(int p, int r, int m) {
   return out;
 }
 
-// Megatron-LM's interleaved 1F1B: the m·v (micro-batch, chunk) passes taken in groups of
-// p micro-batches per chunk (forwards chunk 0 → v−1, backwards v−1 → 0), with
-// (p − r − 1)·2 + (v − 1)·p warm-up forwards.
+// Megatron's get_model_chunk_id and micro-batch tables for groups of p: pass k of the m·v
+// forwards is micro-batch (k / pv)·p + k % p of chunk (k % pv) / p; backward pass k is the
+// same micro-batch of chunk v − 1 − (k % pv) / p.
 std::vector<PipeAction> interleaved(int p, int r, int m, int v) {
   const int total = m * v;
-  const auto pass = [&](int k, bool forward) {
-    const int in_group = k % (p * v);
-    const int chunk = in_group / p;
-    return PipeAction{forward ? PipeOp::forward : PipeOp::backward, (k / (p * v)) * p + in_group % p,
-                      forward ? chunk : v - 1 - chunk};
+  const auto pass = [&](int k, PipeOp op) {
+    const int in_group = k % (p * v), chunk = in_group / p;
+    return PipeAction{op, (k / (p * v)) * p + k % p, op == PipeOp::forward ? chunk : v - 1 - chunk};
   };
   const int warmup = std::min((p - r - 1) * 2 + (v - 1) * p, total);
   std::vector<PipeAction> out;
-  for (int k = 0; k < warmup; ++k) out.push_back(pass(k, true));
-  for (int i = 0; i < total - warmup; ++i) out.push_back(pass(warmup + i, true)), out.push_back(pass(i, false));
-  for (int k = total - warmup; k < total; ++k) out.push_back(pass(k, false));
+  for (int k = 0; k < warmup; ++k) out.push_back(pass(k, PipeOp::forward));
+  for (int i = 0; i < total - warmup; ++i) {
+    out.push_back(pass(warmup + i, PipeOp::forward));
+    out.push_back(pass(i, PipeOp::backward));
+  }
+  for (int k = total - warmup; k < total; ++k) out.push_back(pass(k, PipeOp::backward));
   return out;
 }
 
-// ZB-H1: 1F1B's forwards and input-gradient passes, each micro-batch's weight-gradient pass
-// W deferred: stage r keeps up to r of them pending (the stages after the first have that
-// much slack under 1F1B's bound of p micro-batches in flight: r fewer warm-up forwards) and
-// runs the rest at the end, where 1F1B would wait for the last gradients.
+// 1F1B with each backward split into I then W; rank r keeps up to r W's pending, oldest
+// first, and runs the rest after its last I.
 std::vector<PipeAction> zb_h1(int p, int r, int m) {
   std::vector<PipeAction> out;
-  std::vector<int> pending;
-  size_t next = 0;
+  int next_w = 0;  // the oldest micro-batch whose W has not run
   const auto input_grad = [&](int k) {
     out.push_back({PipeOp::backward_input, k, 0});
-    pending.push_back(k);
-    if (int(pending.size() - next) > r) out.push_back({PipeOp::backward_weight, pending[next++], 0});
+    if (k + 1 - next_w > r) out.push_back({PipeOp::backward_weight, next_w++, 0});
   };
   const int warmup = std::min(p - r - 1, m);
   for (int k = 0; k < warmup; ++k) out.push_back({PipeOp::forward, k, 0});
@@ -101,7 +110,7 @@ std::vector<PipeAction> zb_h1(int p, int r, int m) {
     input_grad(i);
   }
   for (int k = m - warmup; k < m; ++k) input_grad(k);
-  while (next < pending.size()) out.push_back({PipeOp::backward_weight, pending[next++], 0});
+  while (next_w < m) out.push_back({PipeOp::backward_weight, next_w++, 0});
   return out;
 }
 
@@ -109,13 +118,25 @@ std::vector<PipeAction> zb_h1(int p, int r, int m) {
 
 std::vector<PipeAction> pipe_actions(PipeSchedule s, int p, int r, int m, int v) {
   check_pipe_schedule(s, p, m, v);
+  TRIAD_CHECK(r >= 0 && r < p, "pipe_actions: rank " << r << " is not in [0, " << p << ")");
   switch (s) {
     case PipeSchedule::gpipe: return gpipe(m);
     case PipeSchedule::one_f_one_b: return one_f_one_b(p, r, m);
     case PipeSchedule::interleaved: return interleaved(p, r, m, v);
     case PipeSchedule::zb_h1: return zb_h1(p, r, m);
   }
-  return {};
+  TRIAD_ASSERT_MSG(false, "unknown PipeSchedule " << int(s));
+}
+
+int peak_live_micro_batches(const std::vector<PipeAction>& actions) {
+  std::set<std::pair<int, int>> live;
+  size_t peak = 0;
+  for (const PipeAction& a : actions) {
+    if (a.op == PipeOp::forward) live.insert({a.micro, a.chunk});
+    if (a.op == PipeOp::backward || a.op == PipeOp::backward_input) live.erase({a.micro, a.chunk});
+    peak = std::max(peak, live.size());
+  }
+  return int(peak);
 }
 
 }  // namespace triad::parallel
