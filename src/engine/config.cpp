@@ -436,7 +436,7 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   resolve_batch(r, c, dp);
   parallel::check_pipe_schedule(parallel::parse_pipe_schedule(c.pipeline.schedule), c.pipeline.stages,
                                 int(c.gradient_accumulation_steps), c.pipeline.virtual_stages);
-  if (c.pipeline.stages > 1) {  // the cut must exist: checked here, on every rank, before any data is read
+  {  // the cut must exist (and the method be known, even at one stage): checked on every rank before any data is read
     std::vector<nn::LayerInfo> layers;
     for (const nn::LayerSpec& l : nn::gpt_layers(c.model).layers) layers.push_back({l.type, l.parameters});
     nn::partition_layers(layers, c.pipeline.stages * c.pipeline.virtual_stages, c.pipeline.partition);

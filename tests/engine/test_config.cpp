@@ -118,6 +118,30 @@ BOOST_AUTO_TEST_CASE(zero_and_mixed_precision_keys) {
   BOOST_TEST(contains(error_of(with("zero_optimization.reduce_bucket_sise=5")), "unknown key"));
 }
 
+// The GPT of base() is 4 layers (embedding, 2 blocks, head); train_batch_size 8 over micro 4 is
+// 2 micro-batches per step on one data-parallel rank.
+BOOST_AUTO_TEST_CASE(pipeline_keys) {
+  const engine::TrainConfig one = engine::parse_config(base());
+  BOOST_TEST(one.pipeline.stages == 1);
+  BOOST_TEST(one.pipeline.partition == "parameters");
+  BOOST_TEST(one.pipeline.schedule == "1f1b");
+  json j = with("pipeline.stages=2");
+  engine::apply_override(j, "pipeline.schedule=\"zb_h1\"");
+  BOOST_TEST(engine::parse_config(j, 2).data_parallel == 1);
+  BOOST_TEST(contains(error_of(with("pipeline.partition=\"balanced\"")), "pipeline.partition must be"));
+  BOOST_TEST(contains(error_of(with("pipeline.partition=\"type:Conv\"")), "matches none of the model's layer types"));
+  BOOST_TEST(contains(error_of(with("pipeline.stages=5"), 5), "exceeds the model's 4 layers"));
+  BOOST_TEST(contains(error_of(with("pipeline.stages=2"), 3), "does not divide"));
+  json interleaved = with("pipeline.stages=2");
+  engine::apply_override(interleaved, "pipeline.virtual_stages=2");
+  BOOST_TEST(contains(error_of(interleaved, 2), "unless pipeline.schedule is \"interleaved\""));
+  engine::apply_override(interleaved, "pipeline.schedule=\"interleaved\"");
+  BOOST_TEST(engine::parse_config(interleaved, 2).pipeline.virtual_stages == 2);
+  engine::apply_override(interleaved, "train_batch_size=12");
+  BOOST_TEST(contains(error_of(interleaved, 2), "multiple of pipeline.stages"));
+  BOOST_TEST(contains(error_of(with("pipeline.seed_layers=true")), "pipeline.seed_layers"));
+}
+
 BOOST_AUTO_TEST_CASE(distributed_backend_is_auto_mpi_or_nccl) {
   BOOST_TEST(engine::parse_config(base()).distributed_backend == "auto");
   for (const std::string value : {"auto", "mpi", "nccl"})
