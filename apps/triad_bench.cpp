@@ -4,6 +4,7 @@
 
 #include "bench/ckpt.h"
 #include "bench/collectives.h"
+#include "bench/pipeline.h"
 #include "bench/scaling.h"
 #include "bench/step.h"
 #include "bench/zero.h"
@@ -11,7 +12,7 @@
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-bench: training-step, ZeRO, collective and checkpoint I/O benchmarks"};
+    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective and checkpoint I/O benchmarks"};
     app.require_subcommand(1);
     triad::bench::StepOptions step;
     triad::bench::add_step_command(app, step);
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
     triad::bench::CollectivesOptions collectives;
     int status = 0;  // the collectives subcommand fails when a result was wrong
     triad::bench::add_collectives_command(app, collectives, status);
+    triad::bench::PipelineOptions pipeline;
+    triad::bench::add_pipeline_command(app, pipeline);
     triad::bench::ScalingOptions scaling;
     triad::bench::add_scaling_command(app, scaling);
     CLI11_PARSE(app, argc, argv);

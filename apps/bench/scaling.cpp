@@ -5,14 +5,10 @@
 // the calibration.
 #include "bench/scaling.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -91,34 +87,6 @@ std::string join(const std::vector<int>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s;
-}
-
-// Runs argv (argv[0] looked up on PATH) in `dir` with its output on ours; returns the exit
-// status, or -1 when it could not be started.
-int run_program(const std::vector<std::string>& argv, const std::string& dir, bool quiet) {
-  std::vector<std::string> copy = argv;
-  std::vector<char*> args;
-  for (std::string& s : copy) args.push_back(s.data());
-  args.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = ::fork();
-  TRIAD_CHECK(pid >= 0, "triad-bench scaling: fork() failed: " << std::strerror(errno));
-  if (pid == 0) {
-    if (quiet) {
-      FILE* null = std::fopen("/dev/null", "w");
-      if (null) ::dup2(::fileno(null), STDOUT_FILENO), ::dup2(::fileno(null), STDERR_FILENO);
-    }
-    if (!dir.empty() && ::chdir(dir.c_str()) != 0) ::_exit(127);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    TRIAD_CHECK(errno == EINTR, "triad-bench scaling: waitpid() failed: " << std::strerror(errno));
-  }
-  if (!WIFEXITED(status)) return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  return WEXITSTATUS(status) == 127 ? -1 : WEXITSTATUS(status);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -226,4 +226,31 @@ void check_ranks_agree(parallel::Communicator& world, const std::string& options
                                                                     "options; start them all alike");
 }
 
+int run_program(const std::vector<std::string>& argv, const std::string& dir, bool quiet) {
+  std::vector<std::string> copy = argv;
+  std::vector<char*> args;
+  for (std::string& s : copy) args.push_back(s.data());
+  args.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  TRIAD_CHECK(pid >= 0, "triad-bench: fork() failed: " << std::strerror(errno));
+  if (pid == 0) {
+    if (quiet) {
+      FILE* null = std::fopen("/dev/null", "w");
+      if (null) ::dup2(::fileno(null), STDOUT_FILENO), ::dup2(::fileno(null), STDERR_FILENO);
+    }
+    if (!dir.empty() && ::chdir(dir.c_str()) != 0) ::_exit(127);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    TRIAD_CHECK(errno == EINTR, "triad-bench: waitpid() failed: " << std::strerror(errno));
+  }
+  if (!WIFEXITED(status)) return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return WEXITSTATUS(status) == 127 ? -1 : WEXITSTATUS(status);
+}
+
+
 }  // namespace triad::bench

@@ -49,4 +49,8 @@ std::vector<double> max_over_ranks(parallel::Communicator& world, const std::vec
 // differ.
 void check_ranks_agree(parallel::Communicator& world, const std::string& options, const std::string& command);
 
+// Runs argv (argv[0] looked up on PATH) in `dir` ("" : here) with its output on ours, or
+// discarded when `quiet`; returns the exit status, or -1 when it could not be started.
+int run_program(const std::vector<std::string>& argv, const std::string& dir, bool quiet);
+
 }  // namespace triad::bench

@@ -35,19 +35,25 @@ int PipelineExecutor::tag(int kind, int micro, int boundary) const {
   return int(t);
 }
 
+void PipelineExecutor::wait_for_message(const WorkPtr& recv) {
+  const auto t = std::chrono::steady_clock::now();
+  recv->wait();
+  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 Tensor PipelineExecutor::receive_activation(int m, int c) {
   const int src = (pp_->rank() + stages() - 1) % stages();
   Agreed& agreed = input_shape_[size_t(c)];
   if (!agreed.known) {
     const Tensor header = Tensor::empty({kShapeWords}, DType::i64);
-    pp_->recv(header, src, tag(kShape, 0, virtual_stage(c)))->wait();
+    wait_for_message(pp_->recv(header, src, tag(kShape, 0, virtual_stage(c))));
     const std::vector<int64_t> h = header.to_vector<int64_t>();
     agreed.dtype = DType(h[0]);
     agreed.shape.assign(h.begin() + 2, h.begin() + 2 + h[1]);
     agreed.known = true;
   }
   Tensor x = Tensor::empty(agreed.shape, agreed.dtype, stage_device());
-  pp_->recv(x, src, tag(kActivation, m, virtual_stage(c)))->wait();
+  wait_for_message(pp_->recv(x, src, tag(kActivation, m, virtual_stage(c))));
   return x;
 }
 
@@ -100,7 +106,7 @@ void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer
     seed = Tensor::full(l.output.shape(), step.loss_gradient, l.output.dtype(), l.output.device());
   } else {
     seed = Tensor::empty(l.output.shape(), l.output.dtype(), l.output.device());
-    pp_->recv(seed, (pp_->rank() + 1) % stages(), tag(kGradient, m, virtual_stage(c) + 1))->wait();
+    wait_for_message(pp_->recv(seed, (pp_->rank() + 1) % stages(), tag(kGradient, m, virtual_stage(c) + 1)));
   }
   if (defer_weights) {
     l.weights = std::make_unique<WeightGradQueue>();
@@ -162,6 +168,7 @@ std::vector<Tensor> PipelineExecutor::run(const Step& step) {
   for (size_t i = 0; i < actions.size(); ++i) {
     const PipeAction& a = actions[i];
     const double start = seconds_since(t0_);
+    waited_ = 0;
     switch (a.op) {
       case PipeOp::forward:
         forward(step, a.micro, a.chunk);
@@ -181,7 +188,7 @@ std::vector<Tensor> PipelineExecutor::run(const Step& step) {
         break;
       }
     }
-    timings_.push_back({a, start, seconds_since(t0_)});
+    timings_.push_back({a, start, seconds_since(t0_), waited_});
   }
   return finish();
 }

@@ -32,11 +32,12 @@
 
 namespace triad::parallel {
 
-// When one action ran, in seconds from the start of the step (benchmarks measure the bubble
-// from these).
+// When one action ran, in seconds from the start of the step, and how long of it was spent
+// waiting for a message from another stage (benchmarks measure the bubble from these: a
+// stage computes for end − start − waited).
 struct ActionTiming {
   PipeAction action;
-  double start, end;
+  double start, end, waited;
 };
 
 class PipelineExecutor {
@@ -80,6 +81,7 @@ class PipelineExecutor {
   void backward_input(const Step& step, int m, int c, bool defer_weights, bool last);
   Device stage_device() const { return device_; }
   Tensor receive_activation(int m, int c);
+  void wait_for_message(const WorkPtr& recv);  // counts the wait in waited_
   void send_activation(const Tensor& out, int m, int c);
 
   std::shared_ptr<nn::PipelineStage> stage_;
@@ -104,6 +106,7 @@ class PipelineExecutor {
   Device device_;        // the stage's, where activations are received
   int alive_ = 0, peak_live_ = 0;
   std::chrono::steady_clock::time_point t0_;
+  double waited_ = 0;  // seconds blocked in receives during the current action
   std::vector<ActionTiming> timings_;
 };
 
