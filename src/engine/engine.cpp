@@ -264,8 +264,12 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
   }
   s.loss = layers_.loss;
   s.loss_gradient = (zero_ ? zero_->loss_scale() : 1.0) / double(config_.gradient_accumulation_steps);
-  s.before_backward = [this](bool) {
-    if (zero_) zero_->begin_backward(false);
+  s.before_backward = [this](int chunk, bool final) {
+    if (!zero_) return;
+    if (final)
+      zero_->begin_final_backward(stage_->chunk_parameters(chunk));
+    else
+      zero_->begin_backward(false);
   };
   return pipeline_losses(pipe_->run(s));
 }

@@ -1,5 +1,6 @@
 #include "nn/layer_list.h"
 
+#include <algorithm>
 #include <set>
 
 #include "autograd/checkpoint.h"
@@ -76,6 +77,25 @@ std::vector<std::string> PipelineStage::tied_keys() const {
   std::vector<std::string> keys;
   for (const auto& [k, _] : tied_) keys.push_back(k);
   return keys;
+}
+
+std::vector<Tensor> PipelineStage::chunk_parameters(int chunk) const {
+  auto parameters_of = [&](int c) {
+    std::vector<Tensor> out;
+    for (const ModulePtr& layer : layers_[size_t(c)])
+      for (const Tensor& p : layer->parameters())
+        if (std::none_of(out.begin(), out.end(), [&](const Tensor& q) { return q.is_same(p); })) out.push_back(p);
+    return out;
+  };
+  std::vector<Tensor> mine = parameters_of(chunk);
+  for (int c = 0; c < chunks(); ++c) {
+    if (c == chunk) continue;
+    const std::vector<Tensor> theirs = parameters_of(c);
+    std::erase_if(mine, [&](const Tensor& p) {
+      return std::any_of(theirs.begin(), theirs.end(), [&](const Tensor& q) { return q.is_same(p); });
+    });
+  }
+  return mine;
 }
 
 Tensor PipelineStage::run_layers(int chunk, const Tensor& x) {

@@ -76,6 +76,10 @@ class PipelineStage : public Module {
   // The keys of the tied modules this stage holds.
   std::vector<std::string> tied_keys() const;
   Tensor forward_chunk(int chunk, const Tensor& x);
+  // The parameters only chunk `chunk`'s layers use (a tied module that another chunk of this
+  // stage also uses is left out): once that chunk's last backward of a step has run, their
+  // gradients are complete.
+  std::vector<Tensor> chunk_parameters(int chunk) const;
   // The whole stage when it has one chunk (a model of one stage: the single-process run).
   Tensor forward(const Tensor& x) override;
 

@@ -97,10 +97,9 @@ void PipelineExecutor::forward(const Step& step, int m, int c) {
   peak_live_ = std::max(peak_live_, ++alive_);
 }
 
-void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer_weights, bool last) {
+void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer_weights, bool final) {
   Live& l = live_[size_t(m)][size_t(c)];
   TRIAD_ASSERT_MSG(l.output.defined(), "backward of micro-batch " << m << " before its forward");
-  if (step.before_backward) step.before_backward(last);
   Tensor seed;
   if (last_virtual(c)) {
     seed = Tensor::full(l.output.shape(), step.loss_gradient, l.output.dtype(), l.output.device());
@@ -108,6 +107,7 @@ void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer
     seed = Tensor::empty(l.output.shape(), l.output.dtype(), l.output.device());
     wait_for_message(pp_->recv(seed, (pp_->rank() + 1) % stages(), tag(kGradient, m, virtual_stage(c) + 1)));
   }
+  if (step.before_backward) step.before_backward(c, final);
   if (defer_weights) {
     l.weights = std::make_unique<WeightGradQueue>();
     DeferWeightGrads defer(*l.weights);
@@ -159,11 +159,10 @@ std::vector<Tensor> PipelineExecutor::forward_only(const Step& step) {
 std::vector<Tensor> PipelineExecutor::run(const Step& step) {
   begin(step);
   const std::vector<PipeAction> actions = pipe_actions(schedule_, stages(), pp_->rank(), micro_batches_, chunks());
-  // This stage's last backward action (the gradients are complete after it, and after the
-  // weight-gradient actions that follow it).
-  size_t last_backward = 0;
+  // Each chunk's last whole backward (its gradients are complete after it).
+  std::vector<size_t> final_backward(size_t(chunks()), actions.size());
   for (size_t i = 0; i < actions.size(); ++i)
-    if (actions[i].op == PipeOp::backward || actions[i].op == PipeOp::backward_input) last_backward = i;
+    if (actions[i].op == PipeOp::backward) final_backward[size_t(actions[i].chunk)] = i;
   t0_ = std::chrono::steady_clock::now();
   for (size_t i = 0; i < actions.size(); ++i) {
     const PipeAction& a = actions[i];
@@ -174,10 +173,10 @@ std::vector<Tensor> PipelineExecutor::run(const Step& step) {
         forward(step, a.micro, a.chunk);
         break;
       case PipeOp::backward:
-        backward_input(step, a.micro, a.chunk, /*defer_weights=*/false, i == last_backward);
+        backward_input(step, a.micro, a.chunk, /*defer_weights=*/false, i == final_backward[size_t(a.chunk)]);
         break;
       case PipeOp::backward_input:
-        backward_input(step, a.micro, a.chunk, /*defer_weights=*/true, i == last_backward);
+        backward_input(step, a.micro, a.chunk, /*defer_weights=*/true, /*final=*/false);
         break;
       case PipeOp::backward_weight: {
         Live& l = live_[size_t(a.micro)][size_t(a.chunk)];

@@ -52,9 +52,11 @@ class PipelineExecutor {
     std::vector<Tensor> inputs, targets;
     std::function<Tensor(const Tensor& output, const Tensor& targets)> loss;
     double loss_gradient = 1.0;  // the gradient each micro-batch's loss is back-propagated with
-    // Runs before each backward (or input-gradient) action: `last` marks this stage's last
-    // one of the step (ZeRO's begin_backward).
-    std::function<void(bool last)> before_backward;
+    // Runs before each backward (or input-gradient) action of chunk `chunk`, after its
+    // gradient has arrived: `final` marks the chunk's last whole backward of the step, after
+    // which its parameters' gradients are complete (ZeRO's begin_final_backward; never for
+    // split passes, whose weight gradients come later).
+    std::function<void(int chunk, bool final)> before_backward;
   };
   // Runs every action of the step; returns the micro-batches' losses on the stage holding
   // the last layer (empty elsewhere). Collective over pp.
@@ -78,7 +80,7 @@ class PipelineExecutor {
   void begin(const Step& step);
   std::vector<Tensor> finish();  // waits for the sends; the losses
   void forward(const Step& step, int m, int c);
-  void backward_input(const Step& step, int m, int c, bool defer_weights, bool last);
+  void backward_input(const Step& step, int m, int c, bool defer_weights, bool final);
   Device stage_device() const { return device_; }
   Tensor receive_activation(int m, int c);
   void wait_for_message(const WorkPtr& recv);  // counts the wait in waited_

@@ -183,14 +183,31 @@ void ZeroOptimizer::release_all() {
 }
 
 void ZeroOptimizer::begin_backward(bool last) {
-  drain(/*wait_all=*/true);
+  // Deferred: reductions launched by an earlier final backward go on behind this one.
+  drain(/*wait_all=*/!config_.defer_reduction);
   last_micro_ = last;
-  for (Group& g : groups_) g.ready = 0, g.launched = false;
+  for (Group& g : groups_) {
+    g.ready = 0;
+    if (!config_.defer_reduction) g.launched = false;
+  }
+}
+
+void ZeroOptimizer::begin_final_backward(const std::vector<Tensor>& params) {
+  TRIAD_CHECK(config_.defer_reduction, "ZeroOptimizer::begin_final_backward is for pipeline stages (defer_reduction)");
+  begin_backward(false);
+  for (Group& g : groups_) {
+    bool all = true;
+    for (const auto& [name, p] : g.flat->params())
+      all = all && std::any_of(params.begin(), params.end(), [&](const Tensor& q) { return q.is_same(p); });
+    g.final = g.final || all;
+  }
 }
 
 void ZeroOptimizer::on_grad_ready(Group& g) {
   if (++g.ready < int(g.flat->params().size())) return;
-  const bool reduce_now = !config_.defer_reduction && (config_.stage >= 2 || (config_.stage == 0 && last_micro_));
+  const bool reduce_now = config_.defer_reduction
+                              ? g.final && !g.launched && config_.stage != 1
+                              : config_.stage >= 2 || (config_.stage == 0 && last_micro_);
   if (reduce_now && (config_.overlap_comm || config_.stage == 3)) launch(g);
   if (config_.stage == 3) release_group(g);  // its backward is done with the values
   drain(/*wait_all=*/false);
@@ -255,6 +272,8 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     }
     drain(/*wait_all=*/true);
   }
+
+  for (Group& g : groups_) g.launched = false, g.final = false;  // every reduction is done
 
   sum_tied_gradients();
   // Average over ranks (what prescale() left of it) and undo the loss scale, in f32; then

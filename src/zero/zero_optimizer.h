@@ -106,7 +106,12 @@ struct ZeroConfig {
 // dp group on the parameters it holds. A schedule interleaves the forwards and backwards of
 // many micro-batches (and ZB-H1 completes weight gradients long after the rest), so no
 // backward is "the last one" for every group: gradients accumulate over the step's
-// micro-batches (stage 2 and 3 included) and are reduced at step() (defer_reduction).
+// micro-batches (stage 2 and 3 included; defer_reduction). The executor knows when a
+// chunk's last backward of the step begins (the schedule is a list): the groups of that
+// chunk's parameters are reduced as that backward completes them, overlapping the
+// backwards of the stage's other chunks and the pipeline's drain (begin_final_backward).
+// The rest, and every group under ZB-H1 (whose weight gradients of several micro-batches
+// arrive after the last input-gradient pass), are reduced at step().
 // The norm and the overflow verdict sum over pp as well. A tied parameter (nn/layer_list.h,
 // Note [Tied layers]) forms groups of its own on every stage holding it, laid out alike,
 // whose reduced gradients are summed over the tie's group before the update: the copies
@@ -140,6 +145,11 @@ class ZeroOptimizer {
   // Call before each micro-batch's backward; `last` marks the last micro-batch of the
   // accumulation (stage 0 reduces only then).
   void begin_backward(bool last);
+  // Pipeline stages (defer_reduction): call instead of begin_backward before the step's
+  // last backward that contributes to `params` (Note [ZeRO in a pipeline stage]). A group
+  // all of whose parameters are among them is reduced as soon as that backward completes
+  // it, behind the stage's remaining backwards; the others wait for step().
+  void begin_final_backward(const std::vector<Tensor>& params);
   // Averages and reduces what the backward left, unscales, clips to max_norm (0: off),
   // updates with lr, gathers the parameters, clears the gradients. Returns the norm before
   // clipping, or +inf for a step skipped on overflow (fp16).
@@ -189,7 +199,8 @@ class ZeroOptimizer {
     Tensor exp_avg, exp_avg_sq;  // stage 0: full; stage 1, 2: shard
     Tensor master;               // mixed precision: f32 weights (stage 0: full; else shard)
     int ready = 0;               // parameters whose gradient this backward has completed
-    bool launched = false;       // its reduction for this backward has started
+    bool launched = false;       // its reduction for this backward (pipelines: this step) has started
+    bool final = false;          // pipelines: no more gradient comes this step (begin_final_backward)
     parallel::WorkPtr gather;    // stage 3: the all-gather of its parameters, in flight
     bool partitioned = false;    // stage 3 and above the persistence threshold
     std::vector<nn::TensorSplit> splits;  // of flat->params()

@@ -48,7 +48,8 @@ engine::TrainConfig config_for(const Layout& l) {
       {"seed", 7},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
       {"gradient_clipping", 0.5},
-      {"zero_optimization", {{"stage", l.zero}, {"stage3_param_persistence_threshold", 0}}}};
+      // overlap_comm: a chunk's gradients are reduced behind the stage's remaining backwards
+      {"zero_optimization", {{"stage", l.zero}, {"stage3_param_persistence_threshold", 0}, {"overlap_comm", true}}}};
   return engine::parse_config(j, int64_t(l.pp) * l.dp * l.tp);
 }
 
