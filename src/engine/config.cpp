@@ -379,8 +379,9 @@ void apply_override(nlohmann::json& config, const std::string& assignment) {
 
 // The tensor-parallel degree: model.tensor_parallel, or DeepSpeed's
 // tensor_parallel.autotp_size (one of them, or both equal); it must divide the job's ranks
-// and split the model (heads, 4C; sequence parallelism: the sequence too).
-void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t ranks) {
+// and split the GPT (heads, 4C; sequence parallelism: the sequence too) when `gpt` (a
+// model given as a list of layers splits its own).
+void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t ranks, bool gpt) {
   const bool in_model = c.json.contains("model") && c.json["model"].contains("tensor_parallel");
   const int64_t autotp = tp_section.integer("autotp_size", c.tensor_parallel, 1, 1 << 16);
   tp_section.finish();
@@ -392,9 +393,9 @@ void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t rank
   TRIAD_CHECK(ranks % tp == 0, "[config] model.tensor_parallel " << tp << " does not divide the job's " << ranks
                                                                  << " ranks (data-parallel ranks = ranks / "
                                                                  << "tensor_parallel)");
-  TRIAD_CHECK(c.model.n_head % tp == 0,
+  TRIAD_CHECK(!gpt || c.model.n_head % tp == 0,
               "[config] model.tensor_parallel " << tp << " must divide model.n_head (" << c.model.n_head << ")");
-  TRIAD_CHECK(!c.sequence_parallel || c.model.seq_len % tp == 0,
+  TRIAD_CHECK(!gpt || !c.sequence_parallel || c.model.seq_len % tp == 0,
               "[config] model.sequence_parallel: model.seq_len (" << c.model.seq_len
                                                                   << ") must be divisible by model.tensor_parallel ("
                                                                   << tp << ")");
@@ -423,13 +424,16 @@ void parse_pipeline(JsonReader r, TrainConfig& c, int64_t ranks, std::vector<std
   c.data_parallel = ranks / model_ranks;
 }
 
-TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
+namespace {
+
+// parse_config's body; `layers` is the model's list, or null for the GPT of the model section.
+TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList* layers) {
   TRIAD_CHECK(ranks >= 1, "parse_config: ranks must be >= 1");
   TrainConfig c;
   c.json = json;
   JsonReader r(json, "config");
   parse_model(r.object("model"), c);
-  resolve_tensor_parallel(r.object("tensor_parallel"), c, ranks);
+  resolve_tensor_parallel(r.object("tensor_parallel"), c, ranks, layers == nullptr);
   parse_pipeline(r.object("pipeline"), c, ranks, c.notices);
   const int64_t dp = c.data_parallel;
   parse_data(r.object("data"), c.data);
@@ -437,9 +441,10 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   parallel::check_pipe_schedule(parallel::parse_pipe_schedule(c.pipeline.schedule), c.pipeline.stages,
                                 int(c.gradient_accumulation_steps), c.pipeline.virtual_stages);
   {  // the cut must exist (and the method be known, even at one stage): checked on every rank before any data is read
-    std::vector<nn::LayerInfo> layers;
-    for (const nn::LayerSpec& l : nn::gpt_layers(c.model).layers) layers.push_back({l.type, l.parameters});
-    nn::partition_layers(layers, c.pipeline.stages * c.pipeline.virtual_stages, c.pipeline.partition);
+    std::vector<nn::LayerInfo> infos;
+    for (const nn::LayerSpec& l : layers ? layers->layers : nn::gpt_layers(c.model).layers)
+      infos.push_back({l.type, l.parameters});
+    nn::partition_layers(infos, c.pipeline.stages * c.pipeline.virtual_stages, c.pipeline.partition);
   }
   c.steps = r.integer("steps", 0, 1, kMaxInt);
   TRIAD_CHECK(r.has("steps"), "[config] steps is required (the number of optimizer steps)");
@@ -515,6 +520,14 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) {
   c.json["train_micro_batch_size_per_gpu"] = c.micro_batch_size;
   c.json["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
   return c;
+}
+
+}  // namespace
+
+TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) { return parse(json, ranks, nullptr); }
+
+TrainConfig parse_config(const nlohmann::json& json, int64_t ranks, const nn::LayerList& layers) {
+  return parse(json, ranks, &layers);
 }
 
 }  // namespace triad::engine

@@ -43,6 +43,7 @@
 #include "engine/flops_profiler.h"
 #include "engine/monitor.h"
 #include "nn/gpt.h"
+#include "nn/layer_list.h"
 #include "zero/perf_model.h"
 
 namespace triad::engine {
@@ -193,5 +194,9 @@ void apply_override(nlohmann::json& config, const std::string& assignment);
 // Validates and resolves for a job of `ranks` processes: data_parallel = ranks /
 // (tensor_parallel x pipeline.stages), and train_batch_size = micro x accumulation x data_parallel.
 TrainConfig parse_config(const nlohmann::json& config, int64_t ranks = 1);
+// The same for a model given as a list of layers (the Engine's LayerList constructor, Note
+// [User layer lists] in engine/engine.h): pipeline.partition must cut `layers` (not the
+// GPT the model section describes) into pipeline.stages x pipeline.virtual_stages parts.
+TrainConfig parse_config(const nlohmann::json& config, int64_t ranks, const nn::LayerList& layers);
 
 }  // namespace triad::engine

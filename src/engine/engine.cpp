@@ -112,8 +112,16 @@ DistributedBackend resolve_distributed_backend(const std::string& backend, Devic
   return DistributedBackend::nccl;
 }
 
-Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, parallel::CommunicatorPtr tp_group,
-               parallel::CommunicatorPtr pp_group)
+Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp, parallel::CommunicatorPtr tp,
+               parallel::CommunicatorPtr pp)
+    : Engine(config, std::nullopt, std::move(dp), std::move(tp), std::move(pp)) {}
+
+Engine::Engine(const TrainConfig& config, nn::LayerList layers, parallel::CommunicatorPtr dp,
+               parallel::CommunicatorPtr tp, parallel::CommunicatorPtr pp)
+    : Engine(config, std::optional(std::move(layers)), std::move(dp), std::move(tp), std::move(pp)) {}
+
+Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_layers, parallel::CommunicatorPtr dp_group,
+               parallel::CommunicatorPtr tp_group, parallel::CommunicatorPtr pp_group)
     : config_(config),
       device_(training_device(config_.device)),
       dp_(std::move(dp_group)),
@@ -140,15 +148,24 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
       resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
   const std::shared_ptr<const nn::Parallelism> par =
       tp_->size() > 1 ? std::make_shared<parallel::TensorParallel>(tp_, config_.sequence_parallel) : nn::serial();
-  if (pp_->size() > 1) {
+  if (user_layers) {  // Note [User layer lists]
+    TRIAD_CHECK(!config_.model.activation_checkpointing,
+                "[config] model.activation_checkpointing applies to the GPT; a model given as a list of layers "
+                "recomputes them by pipeline.activation_checkpoint_interval");
+    TRIAD_CHECK(!user_layers->layers.empty() && user_layers->loss,
+                "Engine: a model given as a list of layers needs at least one layer and a loss");
+    layers_ = std::move(*user_layers);
+  } else if (pp_->size() > 1) {
     layers_ = nn::gpt_layers(config_.model, par);
+  }
+  if (!layers_.layers.empty()) {
     build_pipeline_stage(pp_);
     model_ = stage_;
   } else {
     model_ = gpt_ = std::make_shared<nn::GPT>(config_.model, par);
   }
   model_->to(device_);
-  if (stage_)
+  if (pp_->size() > 1)
     pipe_ = std::make_unique<parallel::PipelineExecutor>(stage_, pp_,
                                                          parallel::parse_pipe_schedule(config_.pipeline.schedule));
   schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
@@ -191,7 +208,7 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
                             .eps = o.eps,
                             .adam_w_mode = o.adam_w_mode,
                             .bias_correction = o.bias_correction},
-        o.weight_decay, comm_, zero::WrapPolicy{.module_names = tied_modules}, tp_, std::move(placement));
+        o.weight_decay, comm_, wrap_policy(tied_modules), tp_, std::move(placement));
   } else {
     TRIAD_CHECK(dp_->size() == 1 && tp_->size() == 1 && pp_->size() == 1 && config_.zero.stage == 0 &&
                     config_.precision.dtype == DType::f32,
@@ -202,6 +219,12 @@ Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp_group, pa
 }
 
 void Engine::build_pipeline_stage(const parallel::CommunicatorPtr& pp) {
+  if (pp->size() == 1) {  // a list in one process: all of it, as one chunk
+    bounds_ = {0, int(layers_.layers.size())};
+    stage_ = std::make_shared<nn::PipelineStage>(layers_, std::vector<nn::LayerRange>{{0, bounds_[1]}},
+                                                 config_.pipeline.activation_checkpoint_interval);
+    return;
+  }
   const PipelineConfig& pc = config_.pipeline;
   const parallel::PipeSchedule schedule = parallel::parse_pipe_schedule(pc.schedule);
   parallel::check_pipe_schedule(schedule, pc.stages, int(config_.gradient_accumulation_steps), pc.virtual_stages);
@@ -217,9 +240,18 @@ void Engine::build_pipeline_stage(const parallel::CommunicatorPtr& pp) {
   pp_ = pp_comm_ = std::make_shared<parallel::CountingCommunicator>(pp);
 }
 
+zero::WrapPolicy Engine::wrap_policy(const std::vector<std::string>& tied_modules) const {
+  zero::WrapPolicy policy{.module_names = tied_modules};
+  if (!stage_) return policy;
+  for (int c = 0; c < stage_->chunks(); ++c)
+    for (int i = stage_->range(c).first; i < stage_->range(c).last; ++i)
+      if (!layers_.layers[size_t(i)].name.empty()) policy.module_names.push_back(layers_.layers[size_t(i)].name);
+  return policy;
+}
+
 zero::PipelinePlacement Engine::pipeline_placement(std::vector<std::string>& tied_modules) {
   zero::PipelinePlacement placement;
-  if (!stage_) return placement;
+  if (!pipe_) return placement;
   placement.pp = pp_;
   const PipelineConfig& pc = config_.pipeline;
   // Which pipeline ranks hold each tied module: those holding a layer that uses it. Every
@@ -246,13 +278,19 @@ zero::PipelinePlacement Engine::pipeline_placement(std::vector<std::string>& tie
 }
 
 Tensor Engine::forward(const Tensor& inputs, const Tensor& targets) {
-  TRIAD_CHECK(gpt_, "Engine::forward: with pipeline parallelism a step runs through forward_backward()");
-  gpt_->train();
-  return gpt_->loss(ops::to(inputs, device_), ops::to(targets, device_));
+  TRIAD_CHECK(!pipe_, "Engine::forward: with pipeline parallelism a step runs through forward_backward()");
+  model_->train();
+  return loss_of(inputs, targets);
+}
+
+Tensor Engine::loss_of(const Tensor& inputs, const Tensor& targets) {
+  const Tensor x = ops::to(inputs, device_), y = ops::to(targets, device_);
+  return gpt_ ? gpt_->loss(x, y) : layers_.loss(stage_->forward_chunk(0, x), y);
 }
 
 Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {
-  TRIAD_CHECK(pipe_, "Engine::forward_backward runs a pipeline stage; this engine has none");
+  TRIAD_CHECK(pipe_, "Engine::forward_backward runs a pipeline (pipeline.stages > 1); in one stage a step is "
+                     "forward() and backward() per micro-batch");
   TRIAD_CHECK(int64_t(inputs.size()) == config_.gradient_accumulation_steps && targets.size() == inputs.size(),
               "Engine::forward_backward: " << inputs.size() << " micro-batches, gradient_accumulation_steps is "
                                            << config_.gradient_accumulation_steps);
@@ -335,10 +373,10 @@ double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {
     stage_->train();
     return sum.item() / double(batches.size());
   }
-  gpt_->eval();
+  model_->eval();
   double total = 0;
-  for (const auto& [x, y] : batches) total += gpt_->loss(ops::to(x, device_), ops::to(y, device_)).item();
-  gpt_->train();
+  for (const auto& [x, y] : batches) total += loss_of(x, y).item();
+  model_->train();
   return total / double(batches.size());
 }
 

@@ -35,6 +35,22 @@
 // in a pipeline stage]); the token table, tied between the first and last stages, is
 // summed over them.
 //
+// Note [User layer lists]: any model written as an nn::LayerList trains the same way in
+// place of the GPT (the LayerList constructor). The config then says everything but the
+// model: optimizer, schedule, ZeRO, precision, clipping, batch and pipeline sections; of
+// its `model` section only tensor_parallel applies (the GPT's shape, dropout and
+// activation_checkpointing do not; pipeline.activation_checkpoint_interval recomputes a
+// list's layers). Nothing GPT-specific touches the list: its layers' initial values are
+// whatever their builders and the list's `init` give (make them independent of which
+// layers a stage holds, e.g. each layer drawing from a generator of its own seed, or the
+// stages would start from different models); its tied modules are its TiedSpecs; its
+// cut is checked against its own layers (parse_config's LayerList overload checks it
+// before any data is read). At pipeline.stages 1 the Engine holds the whole list and
+// forward()/backward() run it in one process: the reference a pipelined run must equal.
+// Each layer with a name is a ZeRO unit (as each GPT block is), and so is each tied
+// module; the rest of a stage is one unit. A list built for tensor parallelism builds its
+// layers on a parallel::TensorParallel over the tp group given to the Engine.
+//
 // The config's `device` says where a rank trains. The model is built on the host (so its
 // initial weights are the same on every device) and moved there before the optimizer
 // flattens it; from then on parameters, gradients and optimizer state live on the device.
@@ -43,6 +59,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "engine/config.h"
@@ -110,8 +127,22 @@ class Engine {
   // (null: one process each).
   explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr,
                   parallel::CommunicatorPtr tp = nullptr, parallel::CommunicatorPtr pp = nullptr);
+  // The user's model as a list of layers instead of the GPT (Note [User layer lists]), with
+  // the groups as above; this rank holds its pipeline stage of the list (all of it at
+  // pipeline.stages 1). For example, with `layers` a LayerList:
+  //
+  //   TrainConfig c = parse_config(json, world->size(), layers);  // world: parallel::init's
+  //   parallel::ProcessGrid grid(world, c.tensor_parallel, int(c.data_parallel), c.pipeline.stages);
+  //   Engine engine(c, layers, grid.dp(), grid.tp(), grid.pp());
+  //   Tensor losses = engine.forward_backward(inputs, targets);  // or, at one stage,
+  //   engine.step();                                              // forward() and backward()
+  //
+  // (examples/pipeline_mlp.cpp is a whole program.)
+  Engine(const TrainConfig& config, nn::LayerList layers, parallel::CommunicatorPtr dp = nullptr,
+         parallel::CommunicatorPtr tp = nullptr, parallel::CommunicatorPtr pp = nullptr);
 
-  // Mean cross-entropy of one micro-batch: inputs and targets (B, T) of i64, on the host or
+  // Mean loss of one micro-batch: the GPT's cross-entropy of inputs and targets (B, T) of
+  // i64, or a layer list's loss of its first layer's input and the targets; on the host or
   // on device(). The loss is a one-element tensor on device(). Without pipeline parallelism.
   Tensor forward(const Tensor& inputs, const Tensor& targets);
   void backward(const Tensor& loss);
@@ -125,7 +156,8 @@ class Engine {
   // pipeline parallelism collective over the pipeline group, the same on each of its ranks.
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
 
-  // The model this rank holds: the GPT, or with pipeline parallelism its stage.
+  // The model this rank holds: the GPT, or with pipeline parallelism or a layer list its
+  // stage (nn::PipelineStage).
   nn::Module& model() { return *model_; }
   const nn::ModulePtr& model_ptr() const { return model_; }
   bool pipelined() const { return pipe_ != nullptr; }
@@ -160,9 +192,17 @@ class Engine {
   std::optional<optim::AdamBetas> betas_at(int64_t step) const { return schedule_->betas_at(step); }
 
  private:
+  // Both public constructors: the GPT without `layers`, else the user's list.
+  Engine(const TrainConfig& config, std::optional<nn::LayerList> layers, parallel::CommunicatorPtr dp,
+         parallel::CommunicatorPtr tp, parallel::CommunicatorPtr pp);
+
   TrainConfig config_;
   Device device_;
   void build_pipeline_stage(const parallel::CommunicatorPtr& pp);
+  Tensor loss_of(const Tensor& inputs, const Tensor& targets);  // one micro-batch, one process
+  // ZeRO's units beyond the default (modules of type Block): the stage's named layers and
+  // tied modules.
+  zero::WrapPolicy wrap_policy(const std::vector<std::string>& tied_modules) const;
   Tensor pipeline_losses(const std::vector<Tensor>& losses);
   // What ZeRO needs to know of the stage: the tied modules' groups.
   zero::PipelinePlacement pipeline_placement(std::vector<std::string>& tied_modules);
@@ -171,11 +211,11 @@ class Engine {
   std::shared_ptr<parallel::CountingCommunicator> tp_comm_;  // tp_, counted (tp > 1)
   std::shared_ptr<parallel::CountingCommunicator> pp_comm_;  // pp_, counted (pp > 1)
   nn::ModulePtr model_;
-  std::shared_ptr<nn::GPT> gpt_;  // without pipeline parallelism
-  nn::LayerList layers_;          // with it: the model's layers,
+  std::shared_ptr<nn::GPT> gpt_;  // the GPT without pipeline parallelism
+  nn::LayerList layers_;          // else the model's layers (the GPT's or the user's),
   std::vector<int> bounds_;       // virtual stage s holds layers [bounds_[s], bounds_[s + 1])
   std::shared_ptr<nn::PipelineStage> stage_;  // the ones this rank holds,
-  std::unique_ptr<parallel::PipelineExecutor> pipe_;  // and the schedule's runner
+  std::unique_ptr<parallel::PipelineExecutor> pipe_;  // and the schedule's runner (pp > 1)
   std::set<std::string> tied_copies_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;

@@ -16,6 +16,9 @@
 // initial values; the stages' gradients for it are summed (zero/zero_optimizer.h), so the
 // copies stay equal and act as one logical weight, which checkpoints store once. A layer
 // receives its tied modules when built and must not register them as its own children.
+// A layer that reads a tied module's parameters other than through its forward (the GPT's
+// head multiplies by the token table) does so inside the module's call(), so that the
+// module's forward hooks (ZeRO-3's gather) fire around the use.
 #pragma once
 
 #include <functional>
