@@ -2,27 +2,26 @@
 // cut into pipeline stages, with every schedule, under every ZeRO stage over the
 // data-parallel ranks and with tensor parallelism inside the stages, give the losses and
 // final parameters of the single-process run on the same global batches within 1e-5
-// relative (parameters: to the largest element). Layouts by world size: 2: pp2 with each schedule and ZeRO stage; 4: pp4, pp2 x
-// dp2 at ZeRO 0-3, pp2 x tp2; 8: pp2 x dp2 x tp2 at ZeRO 0-3, pp4 x dp2 interleaved.
+// relative (parameters: to the largest element; the check: support/pipeline_trajectory.h).
+// Layouts by world size: 2: pp2 with each schedule and ZeRO stage; 4: pp4, pp2 x dp2 at
+// ZeRO 0-3, pp2 x tp2; 8: pp2 x dp2 x tp2 at ZeRO 0-3, pp4 x dp2 interleaved.
 #define BOOST_TEST_MODULE pipeline_mpi
 #include <boost/test/unit_test.hpp>
-#include <map>
 
 #include "engine/config.h"
 #include "engine/engine.h"
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
-#include "support/check.h"
 #include "support/mpi_fixture.h"
+#include "support/pipeline_trajectory.h"
 #include "triad.h"
 
 using namespace triad;
+using namespace triad::test::pipe;
 using test::MpiFixture;
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
-
-constexpr int64_t kBatch = 8, kSeq = 8, kSteps = 10, kVocab = 32, kMicro = 4;
 
 struct Layout {
   int pp = 1, dp = 1, tp = 1, zero = 0;
@@ -53,102 +52,15 @@ engine::TrainConfig config_for(const Layout& l) {
   return engine::parse_config(j, int64_t(l.pp) * l.dp * l.tp);
 }
 
-Tensor global_tokens(int64_t step) {
-  std::vector<int64_t> ids;
-  for (int64_t i = 0; i < kBatch * (kSeq + 1); ++i)
-    ids.push_back(int64_t(random_bits(500 + uint64_t(step % 2), uint64_t(i)) % uint64_t(kVocab)));
-  return Tensor::from_vector(ids, {kBatch, kSeq + 1});
-}
-
-// Micro-batch m of data-parallel rank r, as the trainer takes its rows.
-std::pair<Tensor, Tensor> micro_batch(const Tensor& tokens, int64_t m, int r, int dp) {
-  const int64_t rows = kBatch / (kMicro * dp);
-  const Tensor part = ops::narrow(tokens, 0, (m * dp + r) * rows, rows);
-  return {ops::contiguous(ops::narrow(part, 1, 0, kSeq)), ops::contiguous(ops::narrow(part, 1, 1, kSeq))};
-}
-
-struct Trajectory {
-  std::vector<double> losses;
-  std::map<std::string, Tensor> params;  // the ones this rank holds, at their global shapes
-  double scale = 0;                      // the largest parameter element (single process)
-};
-
 Trajectory single_process() {
   engine::Engine e(config_for({}));
-  Trajectory t;
-  for (int64_t step = 0; step < kSteps; ++step) {
-    const Tensor tokens = global_tokens(step);
-    double sum = 0;
-    for (int64_t m = 0; m < kMicro; ++m) {
-      const auto [x, y] = micro_batch(tokens, m, 0, 1);
-      const Tensor l = e.forward(x, y);
-      e.backward(l);
-      sum += l.item();
-    }
-    e.step();
-    t.losses.push_back(sum / kMicro);
-  }
-  for (const auto& [name, p] : e.model().named_parameters()) {
-    t.params[name] = ops::clone(p);
-    t.scale = std::max(t.scale, ops::max_abs(p));
-  }
-  return t;
+  return train_one_process(e);
 }
 
 Trajectory pipelined(const Layout& l) {
   const parallel::ProcessGrid grid(parallel::world(), l.tp, l.dp, l.pp);
   engine::Engine e(config_for(l), grid.dp(), grid.tp(), grid.pp());
-  BOOST_REQUIRE(e.pipelined());
-  Trajectory t;
-  for (int64_t step = 0; step < kSteps; ++step) {
-    const Tensor tokens = global_tokens(step);
-    std::vector<Tensor> inputs, targets;
-    for (int64_t m = 0; m < kMicro; ++m) {
-      const auto [x, y] = micro_batch(tokens, m, grid.dp_rank(), l.dp);
-      inputs.push_back(x), targets.push_back(y);
-    }
-    const Tensor losses = e.forward_backward(inputs, targets);
-    const engine::StepResult r = e.step();
-    BOOST_REQUIRE(!r.skipped);
-    Tensor sum = Tensor::full({1}, ops::sum(losses).item(), DType::f64);
-    grid.dp()->all_reduce(sum)->wait();
-    t.losses.push_back(sum.item() / double(kMicro * l.dp));
-    const int live = e.pipeline()->peak_live();
-    // 1F1B and ZB-H1 keep at most p micro-batches alive on a stage; GPipe all of them.
-    if (l.schedule == "gpipe") BOOST_TEST(live == kMicro);
-    if (l.schedule == "1f1b" || l.schedule == "zb_h1") BOOST_TEST(live <= std::min<int64_t>(l.pp, kMicro));
-  }
-  e.gather_parameters();
-  const auto splits = e.model().named_splits();
-  const auto params = e.model().named_parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& [name, p] = params[i];
-    const nn::TensorSplit& s = splits[i].second;
-    if (!s.is_split()) {
-      t.params[name] = ops::clone(p);
-      continue;
-    }
-    Tensor global = Tensor::zeros(s.global_shape(p.shape()));
-    nn::place_local_part(global, p, s);
-    grid.tp()->all_reduce(global)->wait();  // the parts are disjoint
-    t.params[name] = global;
-  }
-  e.release_parameters();
-  return t;
-}
-
-void check_equal(const Trajectory& run, const Trajectory& ref, const Layout& l) {
-  BOOST_TEST_CONTEXT(str(l)) {
-    for (size_t i = 0; i < ref.losses.size(); ++i)
-      BOOST_TEST(std::abs(run.losses[i] - ref.losses[i]) / ref.losses[i] < 1e-5, "step " << i);
-    BOOST_TEST(!run.params.empty());
-    for (const auto& [name, p] : run.params) {
-      BOOST_REQUIRE_MESSAGE(ref.params.count(name), "no parameter " << name << " in the single-process model");
-      // Against the model's scale: some elements (the key biases, whose gradient is zero
-      // but for rounding) are noise of their own.
-      BOOST_TEST(test::max_abs_diff(p, ref.params.at(name)) / ref.scale < 1e-5, name);
-    }
-  }
+  return train_pipelined(e, grid);
 }
 
 std::vector<Layout> layouts(int world) {
@@ -179,5 +91,5 @@ BOOST_AUTO_TEST_CASE(every_layout_and_schedule_equals_one_process) {
   BOOST_TEST(ref.losses.back() < ref.losses.front() - 0.05);
   const std::vector<Layout> runs = layouts(parallel::world()->size());
   BOOST_REQUIRE(!runs.empty());
-  for (const Layout& l : runs) check_equal(pipelined(l), ref, l);
+  for (const Layout& l : runs) check_equal(pipelined(l), ref, str(l));
 }
