@@ -108,10 +108,6 @@ LayoutMemory estimate_layout_memory(const engine::TrainConfig& config, const Lay
   out.shape = nn::activation_shape(model, layout.micro_batch, out.seq, layout.tp, config.sequence_parallel,
                                    config.precision.dtype, config.device.starts_with("cuda"));
   out.residual = nn::residual_bytes(out.shape);
-  if (layout.tp > 1 && out.shape.padding_rows)
-    out.notes.push_back(
-        "activations of the tp rank holding the vocabulary's padding rows (it keeps a masked copy "
-        "of its logits)");
   out.bubble = pipelined ? parallel::theoretical_bubble(out.schedule, p, m, chunks, {}) : 0.0;
 
   const auto sizes = model.parameter_sizes(layout.tp);

@@ -19,8 +19,7 @@
 // gradients a backward makes as it goes) are not counted. The
 // executor's sends (Note [Pipeline messages]) keep every micro-batch's activation and
 // input gradient until the step ends: m residual tensors each way, counted apart as
-// "p2p buffers". Figures are for the tp rank with the most activations (Note [Activation
-// bytes]); model states as zero/estimate.h, 16-bit parameters and gradients and K bytes of
+// "p2p buffers". Model states as zero/estimate.h, 16-bit parameters and gradients and K bytes of
 // optimizer state per parameter.
 #pragma once
 

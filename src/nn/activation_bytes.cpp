@@ -38,7 +38,6 @@ ActivationShape activation_shape(const GPTConfig& c, int64_t batch, int64_t seq,
   s.batch = batch, s.seq = seq, s.d_model = c.d_model, s.n_head = c.n_head, s.tp = tp;
   s.sequence_parallel = sequence_parallel && tp > 1;
   s.vocab_rows = vocab_rows_per_rank(c.vocab_size, tp, c.vocab_multiple);
-  s.padding_rows = tp > 1 && s.vocab_rows * tp > c.vocab_size;
   s.attention_dropout = c.dropout > 0;
   s.product_bytes = param_dtype == DType::bf16 && cuda ? 2 : 4;
   return s;
@@ -60,9 +59,11 @@ LayerActivations block_activations(const ActivationShape& s) {
   const double BTC = d.B * d.T * d.C, norms = 2 * (kF32 * d.B * d.Tr * d.C + 2 * kF32 * d.B * d.Tr);
   const double attention = s.attention_dropout ? 3 * kF32 * BTC / d.t + 2 * kF32 * d.B * (d.NH / d.t) * d.T * d.T
                                                : 4 * d.p * BTC / d.t + kF32 * d.B * (d.NH / d.t) * d.T;
+  // One head per rank (or one token): the heads' output is already (B, T, C), no copy.
+  const double heads_copy = d.NH / d.t > 1 && d.T > 1 ? d.p * BTC / d.t : 0.0;
   LayerActivations a;
   a.saved = norms + 2 * d.p * BTC                          // ln1, ln2; qkv and fc inputs
-            + attention + d.p * BTC / d.t                  // attention; proj input
+            + attention + heads_copy                       // attention; proj input
             + 4 * kF32 * BTC / d.t + 4 * d.p * BTC / d.t;  // GELU input; proj input
   if (defers(s)) a.deferred = 16 * BTC + 48 * BTC / d.t;   // bytes: 4 f32 tensors whole, 12 split
   return a;
@@ -80,7 +81,7 @@ LayerActivations loss_activations(const ActivationShape& s) {
   const Dims d = dims(s);
   const double logits = kF32 * d.B * d.T * double(s.vocab_rows);
   if (s.tp == 1) return {logits + kF32 * d.B * d.T + kIndex, 0};
-  return {logits * (s.padding_rows ? 2 : 1) + 28 * d.B * d.T, 0};
+  return {logits + 28 * d.B * d.T, 0};
 }
 
 LayerActivations gpt_layer_activations(const ActivationShape& s, const std::string& type) {

@@ -17,6 +17,8 @@
 //   attention  q, k, v (views of qkv's output, or bf16 copies), its output,
 //              and the log-sum-exp per query                3pBTC/t + pBTC/t + 4B(NH/t)T
 //   proj       its input, the heads' output made contiguous          pBTC/t
+//              (none with one head per rank, or T = 1: the output is then already in
+//              (B, T, C) order, and proj keeps a view of it)
 //   ln2        its input h = x + attn(ln1(x)), mean, rstd    4BT'C + 8BT'
 //   fc         its input ln2(h), whole T                    pBTC
 //   GELU       its input, fc's output                       16BTC/t
@@ -34,8 +36,9 @@
 // batch holds anyway); vocab-parallel, the rank's lookup (4BTC), its local ids (8BT) and
 // mask (4BT). Head: ln_f as ln1 (4BT'C + 8BT') and the logits projection's input (pBTC).
 // Loss: the logits (4BT·V_r, V_r the vocabulary rows on the rank) and the log-sum-exp
-// (4BT) and count (8 bytes); vocab-parallel, per row the max, the two sums, two masks and
-// a flat index (28BT), and on the rank holding padding columns a masked copy of the logits.
+// (4BT) and count (8 bytes); vocab-parallel, the logits (on a rank holding padding columns
+// a copy with them masked, the original then freed) and per row the max, the two sums,
+// two masks and a flat index (28BT).
 //
 // Deferred weight gradients (ZB-H1, Note [Split backward]): after a micro-batch's
 // input-gradient pass, each deferred linear keeps its input and its output's gradient
@@ -58,17 +61,14 @@ struct ActivationShape {
   int64_t seq = 1;    // T, tokens per sequence
   int64_t d_model = 0, n_head = 0;
   int64_t vocab_rows = 0;  // V_r: token-table rows on a rank (padded vocabulary / t)
-  // The rank whose rows end in padding keeps a masked copy of its logits (tp > 1 only).
-  bool padding_rows = false;
   int tp = 1;
   bool sequence_parallel = false;
   bool attention_dropout = false;  // dropout > 0 in training: the composed attention
   int64_t product_bytes = 4;       // p: 2 with bf16 parameters on a CUDA device
 };
 
-// The shape of `config` for one micro-batch of `batch` × `seq` on the tp rank with the
-// most activations (the one holding the vocabulary's padding rows, where there are any).
-// param_dtype and cuda say whether products keep bf16 operands.
+// The shape of `config` for one micro-batch of `batch` × `seq` on one of tp ranks (all
+// keep the same bytes). param_dtype and cuda say whether products keep bf16 operands.
 ActivationShape activation_shape(const GPTConfig& config, int64_t batch, int64_t seq, int tp, bool sequence_parallel,
                                  DType param_dtype, bool cuda);
 
