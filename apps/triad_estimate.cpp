@@ -6,6 +6,14 @@
 //   triad-estimate --config configs/gpt2-124m.json [--set model.n_layer=24]... --dp 1,4,64 [--tp 2]
 //                  [--persistence-threshold 1e5]
 // With --time it also predicts each stage's step time on each dp (estimate/step_time.h).
+//
+// A pp × dp × tp layout of a config's GPT (any of --pp, --stage, --micro-batches,
+// --schedule, --virtual-stages, or a config whose pipeline.stages > 1) prints instead, for
+// each pipeline stage, one rank's model states, activations and p2p buffers
+// (estimate/layout_memory.h), the schedule's bubble, and with --time the layout's step
+// (estimate/layout_time.h):
+//   triad-estimate --config configs/gpt2-124m.json --pp 4 --dp 2 --tp 1 --stage 1
+//                  --micro-batches 8 --schedule 1f1b [--virtual-stages 2] [--time --flops 4e14]
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +24,9 @@
 #include "common/main_guard.h"
 #include "common/report.h"
 #include "engine/config.h"
+#include "estimate/layout_config.h"
+#include "estimate/layout_memory.h"
+#include "estimate/layout_time.h"
 #include "estimate/step_time.h"
 #include "nn/gpt.h"
 #include "tensor/error.h"
@@ -26,24 +37,6 @@ namespace {
 using namespace triad;
 
 constexpr double kGB = 1e9;
-
-// A triad-train config without its batch arithmetic: the batch keys are replaced by a
-// neutral micro batch of 1, so a config written for one dp does not fail under another.
-// `micro_batch` receives the config's own train_micro_batch_size_per_gpu (0 when absent).
-engine::TrainConfig parse_config_for_estimate(const std::string& path, const std::vector<std::string>& overrides,
-                                              int64_t& micro_batch) {
-  nlohmann::json json = engine::load_config_file(path);
-  for (const std::string& s : overrides) engine::apply_override(json, s);
-  micro_batch = 0;
-  if (json.is_object()) {
-    const auto micro = json.find("train_micro_batch_size_per_gpu");
-    if (micro != json.end() && micro->is_number_integer()) micro_batch = micro->get<int64_t>();
-    json.erase("train_batch_size");
-    json.erase("gradient_accumulation_steps");
-    json["train_micro_batch_size_per_gpu"] = 1;
-  }
-  return engine::parse_config(json, 1);
-}
 
 // A count as JSON: an integer when it is one (and exactly representable), else a double.
 nlohmann::json count_json(double x) {
@@ -67,11 +60,61 @@ CLI::Validator number_check(const std::string& must_be, std::function<bool(doubl
 
 std::string stage_label(int stage) { return std::to_string(stage) + " " + zero::stage_name(stage); }
 
+nlohmann::json model_json_of(const nn::GPTConfig& model, const std::string& path) {
+  return {{"config", path},           {"n_layer", model.n_layer}, {"n_head", model.n_head},
+          {"d_model", model.d_model}, {"seq_len", model.seq_len}, {"vocab_size", model.vocab_size}};
+}
+
+std::string model_header(const nn::GPTConfig& model, const std::string& path) {
+  return "GPT L" + std::to_string(model.n_layer) + " C" + std::to_string(model.d_model) + " NH" +
+         std::to_string(model.n_head) + " V" + std::to_string(model.vocab_size) + " T" + std::to_string(model.seq_len) +
+         " from " + path;
+}
+
+estimate::TimeModel time_model_of(const engine::TrainConfig& config) {
+  estimate::TimeModel t;
+  t.n_layer = config.model.n_layer, t.d_model = config.model.d_model, t.seq_len = config.model.seq_len;
+  t.dtype = config.precision.dtype;
+  t.overlap_comm = config.zero.overlap_comm;
+  t.cluster = config.cluster;
+  return t;
+}
+
+// The pp x dp x tp layout of a config's GPT: per-stage memory, bubble, and with --time the step.
+void run_layout(const std::string& path, const std::vector<std::string>& overrides, estimate::LayoutRequest request,
+                const estimate::TimeOptions& time, double k, double threshold) {
+  const engine::TrainConfig config = estimate::resolve_layout(path, overrides, request);
+  // Everything is computed before anything is printed, so a bad value prints only its error.
+  const estimate::LayoutMemory memory =
+      estimate::estimate_layout_memory(config, request, time.seq, k, int64_t(std::floor(threshold)));
+  estimate::LayoutTime layout_time;
+  if (time.enabled) layout_time = estimate::compute_layout_time(time, time_model_of(config), memory);
+
+  const double params = double(config.model.num_parameters());
+  std::printf("triad-estimate: %s\n", model_header(config.model, path).c_str());
+  std::printf(
+      "  %.0f parameters (%.4g %s); 16-bit parameters and gradients, K = %g bytes of optimizer state per "
+      "parameter; activations f32; GB = 1e9 bytes\n",
+      params, params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", k);
+  nlohmann::json out = {{"program", "triad-estimate"},
+                        {"params", count_json(params)},
+                        {"k", k},
+                        {"param_bytes", zero::kParamBytes},
+                        {"grad_bytes", zero::kGradBytes},
+                        {"persistence_threshold", count_json(std::floor(threshold))},
+                        {"model", model_json_of(config.model, path)}};
+  out["layout"] = estimate::print_layout_memory(memory);
+  if (time.enabled) out["time"] = estimate::print_layout_time(layout_time);
+  triad::app::print_json_line(out);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-estimate: ZeRO model-state memory per device (parameters, gradients, optimizer state)"};
+    CLI::App app{
+        "triad-estimate: ZeRO model-state memory per device (parameters, gradients, optimizer state), "
+        "and per pipeline stage of a pp x dp x tp layout of a config's GPT (with activations)"};
     double params = 0, k = zero::kAdamMixedPrecisionBytes, persistent = 0;
     double threshold = double(zero::kDefaultPersistenceThreshold);
     std::string config_path;
@@ -86,12 +129,41 @@ int main(int argc, char** argv) {
         ->delimiter(',')
         ->check(number_check(
             "at least 1", [](double x) { return x >= 1; }, true));
-    int tp = 1;
+    int tp = 0;
     app.add_option("--tp", tp,
                    "tensor-parallel ranks: the figures are per rank of a tp × dp grid (with --config, the split "
-                   "layers divided by tp and the rest whole; with --params, Ψ / tp)")
-        ->capture_default_str()
-        ->check(number_check("at least 1", [](double x) { return x >= 1; }, true));
+                   "layers divided by tp and the rest whole; with --params, Ψ / tp). Default: the config's "
+                   "model.tensor_parallel, else 1")
+        ->check(number_check(
+            "at least 1", [](double x) { return x >= 1; }, true));
+    // The pp x dp x tp layout of a config's GPT (estimate/layout_memory.h).
+    const std::string layout_group = "Layout of a config's GPT (per pipeline stage)";
+    estimate::LayoutRequest request;
+    std::vector<CLI::Option*> layout_opts{
+        app.add_option("--pp", request.pp, "pipeline stages (default: the config's pipeline.stages, else 1)")
+            ->group(layout_group)
+            ->check(number_check(
+                "at least 1", [](double x) { return x >= 1; }, true)),
+        app.add_option("--stage", request.zero_stage,
+                       "ZeRO stage over dp (default: the config's zero_optimization.stage, else 0)")
+            ->group(layout_group)
+            ->check(number_check(
+                "0, 1, 2 or 3", [](double x) { return x >= 0 && x <= 3; }, true)),
+        app.add_option("--micro-batches", request.micro_batches,
+                       "micro-batches per step, m (default: the config's gradient_accumulation_steps, else "
+                       "train_batch_size / (micro batch x dp))")
+            ->group(layout_group)
+            ->check(number_check(
+                "at least 1", [](double x) { return x >= 1; }, true)),
+        app.add_option("--schedule", request.schedule,
+                       "pipeline schedule: gpipe, 1f1b, interleaved, zb_h1 (default: the config's pipeline.schedule)")
+            ->group(layout_group)
+            ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb_h1"})),
+        app.add_option("--virtual-stages", request.virtual_stages,
+                       "chunks per rank of the interleaved schedule (default: the config's pipeline.virtual_stages)")
+            ->group(layout_group)
+            ->check(number_check(
+                "at least 1", [](double x) { return x >= 1; }, true))};
     app.add_option("--k", k, "bytes of optimizer state per parameter (12: mixed-precision Adam)")
         ->capture_default_str()
         ->check(number_check("positive", [](double x) { return x > 0; }));
@@ -112,12 +184,33 @@ int main(int argc, char** argv) {
 
     TRIAD_CHECK(params_opt->count() > 0 || config_opt->count() > 0,
                 "give the model size: --params N (e.g. 7.5e9) or --config FILE");
+    std::string layout_flags;
+    for (const CLI::Option* o : layout_opts)
+      if (o->count() > 0) layout_flags += (layout_flags.empty() ? "" : ", ") + o->get_name();
+    TRIAD_CHECK(config_opt->count() > 0 || layout_flags.empty(),
+                layout_flags << ": a pipeline layout needs the model's layers, how they are cut into stages and "
+                                "what each keeps of a micro-batch; --params gives only a parameter count. Give "
+                                "--config FILE (a triad-train config) instead");
     nlohmann::json model_json;
     std::string header;
     int64_t persistent_count = -1;  // known only for a config's model
     estimate::TimeModel time_model;
     if (config_opt->count() > 0) {
-      const engine::TrainConfig config = parse_config_for_estimate(config_path, overrides, time_model.micro_batch);
+      request.tp = tp, request.dp = dps.front(), request.micro_batch = time.micro_batch;
+      // A layout flag, a config that is a pipeline, or a tp step (--time) asks for the layout.
+      estimate::LayoutRequest plain = request;
+      plain.need_micro_batch = false;
+      const engine::TrainConfig config = estimate::resolve_layout(config_path, overrides, plain);
+      if (!layout_flags.empty() || plain.pp > 1 || (time.enabled && plain.tp > 1)) {
+        TRIAD_CHECK(dps.size() == 1, "--dp: a layout takes one data-parallel size, got " << dps.size());
+        TRIAD_CHECK(app.get_option("--accumulation")->count() == 0,
+                    "--accumulation: in a layout the micro-batches per step are --micro-batches");
+        run_layout(config_path, overrides, request, time, k, threshold);
+        return 0;
+      }
+      tp = plain.tp;
+      time_model = time_model_of(config);
+      time_model.micro_batch = plain.micro_batch;
       const nn::GPTConfig& model = config.model;
       const auto sizes = model.parameter_sizes(tp);
       const zero::PersistentParams p = zero::persistent_parameters(sizes, int64_t(std::floor(threshold)));
@@ -125,17 +218,13 @@ int main(int argc, char** argv) {
       for (const auto& [_, n] : sizes) params += double(n);
       persistent = double(p.elements);
       persistent_count = p.count;
-      header = "GPT L" + std::to_string(model.n_layer) + " C" + std::to_string(model.d_model) + " NH" +
-               std::to_string(model.n_head) + " V" + std::to_string(model.vocab_size) + " T" +
-               std::to_string(model.seq_len) + " from " + config_path;
-      model_json = {{"config", config_path},    {"n_layer", model.n_layer}, {"n_head", model.n_head},
-                    {"d_model", model.d_model}, {"seq_len", model.seq_len}, {"vocab_size", model.vocab_size}};
-      time_model.n_layer = model.n_layer, time_model.d_model = model.d_model, time_model.seq_len = model.seq_len;
-      time_model.dtype = config.precision.dtype;
-      time_model.overlap_comm = config.zero.overlap_comm;
-      time_model.cluster = config.cluster;
+      header = model_header(model, config_path);
+      model_json = model_json_of(model, config_path);
     }
-    TRIAD_CHECK(tp == 1 || !time.enabled, "--time predicts data-parallel steps only; leave out --tp " << tp);
+    if (tp == 0) tp = 1;
+    TRIAD_CHECK(tp == 1 || !time.enabled, "--time with --tp " << tp
+                                                              << ": the tensor-parallel step needs the model's "
+                                                                 "layers; give --config FILE");
     if (config_opt->count() == 0) params /= double(tp);
     if (tp > 1) header += (header.empty() ? "" : ", ") + std::string("per rank of tp=") + std::to_string(tp);
     // Everything is computed before anything is printed, so a bad value prints only its error.
@@ -190,7 +279,8 @@ int main(int argc, char** argv) {
                           {"param_bytes", zero::kParamBytes},
                           {"grad_bytes", zero::kGradBytes},
                           {"persistent_params", count_json(persistent)},
-                          {"dp", dps}, {"tp", tp},
+                          {"dp", dps},
+                          {"tp", tp},
                           {"estimates", estimates}};
     if (!model_json.is_null()) {
       out["model"] = model_json;

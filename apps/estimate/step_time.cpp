@@ -27,7 +27,9 @@ double flops_from_step_json(const std::string& path) {
   return gflops * 1e9;
 }
 
-zero::Cluster cluster_of(const TimeOptions& o, const TimeModel& m, std::string& flops_source) {
+}  // namespace
+
+zero::Cluster resolve_cluster(const TimeOptions& o, const TimeModel& m, std::string& flops_source) {
   zero::Cluster c = m.cluster;
   if (o.ranks_per_node > 0) c.ranks_per_node = o.ranks_per_node;
   if (o.cores_per_node >= 0) c.cores_per_node = o.cores_per_node;
@@ -44,8 +46,6 @@ zero::Cluster cluster_of(const TimeOptions& o, const TimeModel& m, std::string& 
   return c;
 }
 
-}  // namespace
-
 void add_time_options(CLI::App& app, TimeOptions& o) {
   const std::string g = "Step time (--time)";
   app.add_flag("--time", o.enabled, "also predict the step time of each stage (alpha-beta model of the cluster)")
@@ -54,10 +54,11 @@ void add_time_options(CLI::App& app, TimeOptions& o) {
   app.add_option("--step-json", o.step_json, "take the FLOP/s from a `triad-bench step` output (achieved_gflops)")
       ->group(g);
   app.add_option("--micro-batch", o.micro_batch,
-                 "sequences per rank per micro-batch (default: the config's train_micro_batch_size_per_gpu, else 1)")
+                 "sequences per rank per micro-batch, also a layout's B (default: the config's "
+                 "train_micro_batch_size_per_gpu, else train_batch_size / (micro-batches x dp), else 1)")
       ->group(g)
       ->check(CLI::PositiveNumber);
-  app.add_option("--seq", o.seq, "tokens per sequence (default: the config's model.seq_len)")
+  app.add_option("--seq", o.seq, "tokens per sequence, also a layout's T (default: the config's model.seq_len)")
       ->group(g)
       ->check(CLI::PositiveNumber);
   app.add_option("--accumulation", o.accumulation, "micro-batches per step (gradient accumulation)")
@@ -93,7 +94,7 @@ void add_time_options(CLI::App& app, TimeOptions& o) {
 
 StepTimes compute_step_times(const TimeOptions& o, const TimeModel& m, const std::vector<int64_t>& dps) {
   StepTimes t;
-  t.cluster = cluster_of(o, m, t.flops_source);
+  t.cluster = resolve_cluster(o, m, t.flops_source);
   t.seq = o.seq > 0 ? o.seq : m.seq_len;
   TRIAD_CHECK(t.seq > 0, "--time with --params needs --seq (tokens per sequence)");
   t.micro_batch = o.micro_batch > 0 ? o.micro_batch : m.micro_batch > 0 ? m.micro_batch : 1;

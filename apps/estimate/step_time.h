@@ -50,6 +50,11 @@ struct TimeModel {
   zero::Cluster cluster;             // the config's cluster section, or the defaults
 };
 
+// The cluster the estimate prices: the model's (the config's section), each key the options
+// give replaced, and the compute rate from --flops, --step-json or cluster.flops_per_rank
+// (named in flops_source). Throws Error when no rate is known.
+zero::Cluster resolve_cluster(const TimeOptions& options, const TimeModel& model, std::string& flops_source);
+
 // The model's estimates for every dp and stage, with the inputs they used.
 struct StepTimes {
   zero::Cluster cluster;

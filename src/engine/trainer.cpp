@@ -17,6 +17,7 @@
 #include "io/tokenizer.h"
 #include "parallel/process_grid.h"
 #include "parallel/self_communicator.h"
+#include "tensor/allocator.h"
 #include "tensor/ops.h"
 
 namespace triad::engine {
@@ -210,8 +211,16 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
                         .data_parallel = n,
                         .model_parallel = c.tensor_parallel,
                         .micro_batch = c.micro_batch_size};
+  // The step's activation peak (metrics mem.activation_peak_bytes): the most the device's
+  // allocator held during the step's forward and backward passes beyond what it held when
+  // the step began, which leaves out the model states and optimizer state. What the passes
+  // allocate besides activations counts too: gradients not yet in their buffers, ZeRO-3's
+  // gathered parameters, transients, and on the CPU the step's token batches.
+  Allocator& device_memory = allocator_for(engine.device());
   for (int64_t step = first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
+    const size_t step_base = device_memory.bytes_in_use();
+    device_memory.reset_peak();
     const bool profiling = profiler && step == c.flops_profiler.profile_step;
     const double forward_before = forward_ms, backward_before = backward_ms;
     const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
@@ -247,6 +256,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       if (profile) profiled.backward_s = b_ms / 1e3;
       if (c.wall_clock_breakdown) forward_ms += f_ms, backward_ms += b_ms;
     }
+    double activation_peak = double(device_memory.peak_bytes() - step_base);
     const auto s0 = Clock::now();
     const StepResult r = engine.step();
     const double s_ms = c.wall_clock_breakdown || profiling ? phase_end(s0) : 0;
@@ -275,6 +285,11 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       dp->all_reduce(total)->wait();
       loss_sum = total.item();
     }
+    if (world) {  // the rank that held the most (pipeline stages differ)
+      Tensor peak = Tensor::full({1}, activation_peak, DType::f64);
+      world->all_reduce(peak, parallel::ReduceOp::max)->wait();
+      activation_peak = peak.item();
+    }
     const double loss = loss_sum / double(c.gradient_accumulation_steps * n);
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -297,6 +312,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
                            {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
     if (world) line["mem"] = mem, line["comm"] = r.comm;
+    line["mem"]["activation_peak_bytes"] = activation_peak;
     if (c.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
     if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps)
       line["val_loss"] = last_val = evaluate(r.step);

@@ -1,0 +1,161 @@
+// Note [Activation bytes] against measurement: the CPU allocator counts the bytes of every
+// live tensor exactly (the sizes asked for, tensor/allocator.h), so the bytes a forward
+// leaves allocated are the bytes in use after it minus those before, less the output the
+// caller holds. Each layer's formula must equal that to the byte: every term is a whole
+// tensor the backward keeps, so there is nothing to round and any gap is a tensor the
+// formula misses or invents. Shapes are small and every dimension distinct (B 3, T 10,
+// C 24, NH 4, vocabulary 50 padded to 64), so a term in the wrong dimension shows.
+#define BOOST_TEST_MODULE activation_bytes
+#include <boost/test/unit_test.hpp>
+
+#include "autograd/engine.h"
+#include "autograd/meta.h"
+#include "autograd/weight_grad.h"
+#include "nn/activation_bytes.h"
+#include "nn/gpt_layers.h"
+#include "nn/transformer.h"
+#include "tensor/allocator.h"
+#include "tensor/ops.h"
+
+using namespace triad;
+
+namespace {
+
+constexpr int64_t B = 3, T = 10, C = 24, NH = 4;
+
+double in_use() { return double(cpu_allocator().bytes_in_use()); }
+
+Tensor random_leaf(const Shape& shape, uint64_t seed) {
+  Generator gen(seed);
+  Tensor x = Tensor::empty(shape);
+  ops::normal_(x, 0.0, 1.0, gen);
+  set_requires_grad(x);
+  return x;
+}
+
+nn::GPTConfig config(double dropout = 0.0) {
+  return {.n_layer = 2,
+          .n_head = NH,
+          .d_model = C,
+          .seq_len = T,
+          .vocab_size = 50,
+          .vocab_multiple = 16,
+          .dropout = dropout};
+}
+
+nn::ActivationShape shape(double dropout = 0.0) {
+  return nn::activation_shape(config(dropout), B, T, 1, false, DType::f32, false);
+}
+
+// Bytes a block's forward leaves for its backward, the input (which the block keeps) counted.
+double measured_block_saved(double dropout) {
+  nn::Block block(C, NH, dropout);
+  block.train();
+  const Tensor x = random_leaf({B, T, C}, 7);
+  const double before = in_use();
+  const Tensor y = block(x);
+  return in_use() - before - double(y.nbytes()) + double(x.nbytes());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(block_formula_is_68_BTC_plus_statistics) {
+  // By hand: 17 f32 (B, T, C) tensors, 4 f32 rows of statistics, one f32 (B, NH, T) lse.
+  const double expected = 17.0 * 4 * B * T * C + 4.0 * 4 * B * T + 4.0 * B * NH * T;
+  BOOST_TEST(nn::block_activations(shape()).saved == expected);
+  BOOST_TEST(expected == 49920.0);
+}
+
+BOOST_AUTO_TEST_CASE(block_saved_bytes_equal_the_allocators_count) {
+  BOOST_TEST(measured_block_saved(0.0) == nn::block_activations(shape()).saved);
+}
+
+BOOST_AUTO_TEST_CASE(block_with_attention_dropout_keeps_the_probabilities) {
+  const double measured = measured_block_saved(0.1), formula = nn::block_activations(shape(0.1)).saved;
+  BOOST_TEST(measured == formula);
+  // The (T, T) softmax and dropout outputs replace the fused kernel's output and lse.
+  BOOST_TEST(formula - nn::block_activations(shape()).saved ==
+             2.0 * 4 * B * NH * T * T - 4.0 * B * T * C - 4.0 * B * NH * T);
+}
+
+BOOST_AUTO_TEST_CASE(block_deferred_weight_gradients_hold_inputs_and_output_gradients) {
+  nn::Block block(C, NH, 0.0);
+  Tensor x = random_leaf({B, T, C}, 8);
+  const double before = in_use();
+  WeightGradQueue queue;
+  {
+    Tensor y = block(x);
+    Tensor seed = Tensor::ones(y.shape());
+    DeferWeightGrads defer(queue);
+    backward(y, seed);
+  }
+  // What stays: the queue's tensors, x's gradient and the LayerNorms' (computed at once).
+  double grads = double(grad(x).nbytes());
+  for (const auto& [name, p] : block.named_parameters())
+    if (grad(p).defined()) grads += double(grad(p).nbytes());
+  BOOST_TEST(grads == double(B * T * C * 4 + 4 * C * 4));
+  BOOST_TEST(in_use() - before - grads == nn::block_activations(shape()).deferred);
+  // Four linears' inputs (C, C, C, 4C wide) and output gradients (3C, C, 4C, C): 16
+  // f32 tensors of (B, T, C).
+  BOOST_TEST(nn::block_activations(shape()).deferred == 16.0 * 4 * B * T * C);
+  queue.run();
+}
+
+BOOST_AUTO_TEST_CASE(head_and_loss_keep_the_logits_once) {
+  const nn::GPTConfig c = config();
+  const nn::LayerList list = nn::gpt_layers(c);
+  const int last = int(list.layers.size()) - 1;
+  nn::PipelineStage head(list, {{last, last + 1}});
+  head.train();
+  const Tensor x = random_leaf({B, T, C}, 9);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < B * T; ++i) ids.push_back((i * 7) % c.vocab_size);
+  const Tensor targets = Tensor::from_vector(ids, {B, T});
+  const double before = in_use();
+  Tensor logits = head.forward_chunk(0, x);
+  BOOST_TEST(logits.size(2) == 64);  // the padded rows
+  const Tensor loss = list.loss(logits, targets);
+  logits = Tensor();
+  const double measured = in_use() - before - double(loss.nbytes()) + double(x.nbytes());
+  const nn::ActivationShape s = shape();
+  BOOST_TEST(measured == nn::head_activations(s).saved + nn::loss_activations(s).saved);
+  // ln_f's input and statistics, the projection's input, the (B, T, 64) logits, lse, count.
+  BOOST_TEST(measured == double(2 * 4 * B * T * C + 2 * 4 * B * T + 4 * B * T * 64 + 4 * B * T + 8));
+}
+
+BOOST_AUTO_TEST_CASE(embedding_keeps_nothing_new_on_one_rank) {
+  const nn::LayerList list = nn::gpt_layers(config());
+  nn::PipelineStage embedding(list, {{0, 1}});
+  embedding.train();
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < B * T; ++i) ids.push_back(i % 50);
+  const Tensor tokens = Tensor::from_vector(ids, {B, T});
+  const double before = in_use();
+  const Tensor y = embedding.forward_chunk(0, tokens);
+  BOOST_TEST(in_use() - before - double(y.nbytes()) == nn::embedding_activations(shape()).saved);
+  BOOST_TEST(nn::embedding_activations(shape()).saved == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(bf16_on_a_gpu_halves_the_product_operands_and_defers_nothing) {
+  const nn::ActivationShape s = nn::activation_shape(config(), B, T, 1, false, DType::bf16, true);
+  BOOST_TEST(s.product_bytes == 2);
+  // 11 of the 17 tensors are product operands: 2 bytes fewer each.
+  BOOST_TEST(nn::block_activations(shape()).saved - nn::block_activations(s).saved == 11.0 * 2 * B * T * C);
+  BOOST_TEST(nn::block_activations(s).deferred == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(tensor_parallel_divides_the_split_activations) {
+  // tp 2: the heads' tensors (q, k, v, output, proj input: 5; GELU in and out: 8 of 17)
+  // halve; the LayerNorms' and the qkv and fc inputs (4) stay whole.
+  const nn::ActivationShape s = nn::activation_shape(config(), B, T, 2, false, DType::f32, false);
+  const double BTC = double(B * T * C);
+  BOOST_TEST(nn::block_activations(s).saved == 4 * (4 * BTC + 13 * BTC / 2) + 16.0 * B * T + 4.0 * B * (NH / 2) * T);
+  // Sequence parallelism splits the LayerNorms' inputs and statistics too.
+  const nn::ActivationShape sp = nn::activation_shape(config(), B, T, 2, true, DType::f32, false);
+  BOOST_TEST(nn::block_activations(sp).saved ==
+             4 * (2 * BTC / 2 + 2 * BTC + 13 * BTC / 2) + 16.0 * B * T / 2 + 4.0 * B * (NH / 2) * T);
+  // The padded vocabulary (64 rows): 32 per rank, each rank's logits kept once (the second
+  // rank keeps its masked copy in their place) and 28 bytes of statistics per token.
+  BOOST_TEST(s.vocab_rows == 32);
+  BOOST_TEST(nn::loss_activations(s).saved == 4.0 * B * T * 32 + 28.0 * B * T);
+}
