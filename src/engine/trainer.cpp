@@ -198,6 +198,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
   };
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  double pipe_wait_ms = 0;  // pipelines: the pipeline phase less its actions' computing (bubble, messages)
   int64_t timed_steps = 0;
   std::vector<std::unique_ptr<Monitor>> monitors;
   if (leader && c.csv_monitor.enabled) monitors.push_back(std::make_unique<CsvMonitor>(c.csv_monitor));
@@ -236,7 +237,13 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       }
       const auto f0 = Clock::now();
       losses = engine.forward_backward(inputs, targets);
-      if (c.wall_clock_breakdown) forward_ms += phase_end(f0);  // forward and backward, interleaved
+      if (c.wall_clock_breakdown) {  // the forward and backward actions' own time; the rest is waiting
+        const double phase = phase_end(f0);
+        double f = 0, b = 0;
+        for (const parallel::ActionTiming& a : engine.pipeline()->timings())
+          (a.action.op == parallel::PipeOp::forward ? f : b) += (a.end - a.start - a.waited) * 1e3;
+        forward_ms += f, backward_ms += b, pipe_wait_ms += std::max(0.0, phase - f - b);
+      }
     }
     for (int64_t m = 0; m < c.gradient_accumulation_steps && !engine.pipelined(); ++m) {
       const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
@@ -301,11 +308,11 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
                   duration_text(eta).c_str());
       if (c.wall_clock_breakdown) {
         const double steps = double(timed_steps);
-        std::printf("step %6lld | time (ms), mean of the last %lld steps, rank 0 | forward %.2f | backward %.2f | "
-                    "step %.2f\n",
-                    (long long)r.step, (long long)timed_steps, forward_ms / steps, backward_ms / steps,
-                    optimizer_ms / steps);
-        forward_ms = backward_ms = optimizer_ms = 0, timed_steps = 0;
+        std::printf("step %6lld | time (ms), mean of the last %lld steps, rank 0 | forward %.2f | backward %.2f | ",
+                    (long long)r.step, (long long)timed_steps, forward_ms / steps, backward_ms / steps);
+        if (engine.pipelined()) std::printf("pipeline wait %.2f | ", pipe_wait_ms / steps);
+        std::printf("step %.2f\n", optimizer_ms / steps);
+        forward_ms = backward_ms = optimizer_ms = pipe_wait_ms = 0, timed_steps = 0;
       }
       std::fflush(stdout);
     }

@@ -188,6 +188,9 @@ std::vector<Tensor> PipelineExecutor::run(const Step& step) {
       }
     }
     timings_.push_back({a, start, seconds_since(t0_), waited_});
+    // Delivered messages free their buffers now, not at the end of the step: a stage would
+    // otherwise hold a copy of every activation and gradient it sent.
+    std::erase_if(sends_, [](const WorkPtr& w) { return w->test(); });
   }
   return finish();
 }

@@ -6,7 +6,8 @@
 // Note [Pipeline messages]: virtual stage c·p + r (chunk c of rank r) receives its input
 // from virtual stage c·p + r − 1 and sends its output to c·p + r + 1; the gradient of that
 // output comes back the other way. Sends are posted without waiting (the schedule never
-// needs them to have arrived to go on) and complete by the end of the step; receives block
+// needs them to have arrived to go on); each send's buffer is freed once it is delivered
+// (checked after every action), and the step waits for the rest at its end; receives block
 // when the action needs the data. Any schedule whose actions can run in order on every
 // stage with unbounded message buffers (simulate_pipeline checks it) cannot deadlock.
 // Tags name the kind, the boundary crossed (the receiving virtual stage of an activation)
