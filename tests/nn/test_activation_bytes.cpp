@@ -14,6 +14,7 @@
 #include "nn/activation_bytes.h"
 #include "nn/gpt_layers.h"
 #include "nn/transformer.h"
+#include "support/activation_probe.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
 
@@ -23,15 +24,8 @@ namespace {
 
 constexpr int64_t B = 3, T = 10, C = 24, NH = 4;
 
-double in_use() { return double(cpu_allocator().bytes_in_use()); }
-
-Tensor random_leaf(const Shape& shape, uint64_t seed) {
-  Generator gen(seed);
-  Tensor x = Tensor::empty(shape);
-  ops::normal_(x, 0.0, 1.0, gen);
-  set_requires_grad(x);
-  return x;
-}
+double in_use() { return test::cpu_bytes_in_use(); }
+using test::random_leaf;
 
 nn::GPTConfig config(double dropout = 0.0) {
   return {.n_layer = 2,

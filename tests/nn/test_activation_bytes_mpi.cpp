@@ -17,6 +17,7 @@
 #include "nn/tensor_split.h"
 #include "parallel/runtime.h"
 #include "parallel/tensor_parallel_layers.h"
+#include "support/activation_probe.h"
 #include "support/mpi_fixture.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
@@ -30,15 +31,8 @@ namespace {
 // Heads and sequence divisible by 8 ranks; a vocabulary of 50 padded to 16 × tp rows.
 constexpr int64_t B = 3, T = 16, C = 64, NH = 8, V = 50;
 
-double in_use() { return double(cpu_allocator().bytes_in_use()); }
-
-Tensor random_leaf(const Shape& shape, uint64_t seed) {
-  Generator gen(seed);
-  Tensor x = Tensor::empty(shape);
-  ops::normal_(x, 0.0, 1.0, gen);
-  set_requires_grad(x);
-  return x;
-}
+double in_use() { return test::cpu_bytes_in_use(); }
+using test::random_leaf;
 
 nn::GPTConfig config() {
   return {.n_layer = 2, .n_head = NH, .d_model = C, .seq_len = T, .vocab_size = V, .vocab_multiple = 16};
