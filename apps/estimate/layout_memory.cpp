@@ -204,7 +204,7 @@ nlohmann::json print_layout_memory(const LayoutMemory& e) {
   }
   std::printf(
       "  act/micro: one micro-batch of the stage's layers; live: micro-batches (x chunks) alive at the peak;"
-      " act: the peak; p2p buf: sends held until the step ends\n");
+      " act: the peak; p2p buf: at most, every send of the step undelivered\n");
   return {{"pp", l.pp},
           {"dp", l.dp},
           {"tp", l.tp},

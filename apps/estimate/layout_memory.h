@@ -17,9 +17,9 @@
 // Recomputing adds, once per rank, the largest run's bytes while it is replayed (a run
 // holding the head makes its logits a second time). Transients inside one pass (the
 // gradients a backward makes as it goes) are not counted. The
-// executor's sends (Note [Pipeline messages]) keep every micro-batch's activation and
-// input gradient until the step ends: m residual tensors each way, counted apart as
-// "p2p buffers". Model states as zero/estimate.h, 16-bit parameters and gradients and K bytes of
+// executor's sends (Note [Pipeline messages]) keep a micro-batch's activation and input
+// gradient until the next stage takes it; the bound, all m residual tensors each way
+// undelivered, is counted apart as "p2p buffers". Model states as zero/estimate.h, 16-bit parameters and gradients and K bytes of
 // optimizer state per parameter.
 #pragma once
 

@@ -304,9 +304,12 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
   s.loss_gradient = (zero_ ? zero_->loss_scale() : 1.0) / double(config_.gradient_accumulation_steps);
   s.before_backward = [this](int chunk, bool final) {
     if (!zero_) return;
-    if (final)
-      zero_->begin_final_backward(stage_->chunk_parameters(chunk));
-    else
+    if (final) {
+      // Taken once, after ZeRO has placed the parameters in its flat buffers.
+      if (chunk_params_.empty())
+        for (int c = 0; c < stage_->chunks(); ++c) chunk_params_.push_back(stage_->chunk_parameters(c));
+      zero_->begin_final_backward(chunk_params_[size_t(chunk)]);
+    } else
       zero_->begin_backward(false);
   };
   return pipeline_losses(pipe_->run(s));

@@ -216,6 +216,7 @@ class Engine {
   std::vector<int> bounds_;       // virtual stage s holds layers [bounds_[s], bounds_[s + 1])
   std::shared_ptr<nn::PipelineStage> stage_;  // the ones this rank holds,
   std::unique_ptr<parallel::PipelineExecutor> pipe_;  // and the schedule's runner (pp > 1)
+  std::vector<std::vector<Tensor>> chunk_params_;     // per chunk: PipelineStage::chunk_parameters
   std::set<std::string> tied_copies_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;

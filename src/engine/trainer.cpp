@@ -292,7 +292,9 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       dp->all_reduce(total)->wait();
       loss_sum = total.item();
     }
-    if (world) {  // the rank that held the most (pipeline stages differ)
+    // The rank that held the most (pipeline stages differ), for the metrics line alone: no
+    // collective when there is none (metrics_path is the same on every rank).
+    if (world && !options.metrics_path.empty()) {
       Tensor peak = Tensor::full({1}, activation_peak, DType::f64);
       world->all_reduce(peak, parallel::ReduceOp::max)->wait();
       activation_peak = peak.item();

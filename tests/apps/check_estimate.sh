@@ -50,7 +50,7 @@ for r in range(4):
     check(f"stage {r} model states", s[r]["model_state_bytes"], s[r]["params"] * (4 + 6))
     saved = s[r]["activation_bytes_per_micro_batch"][0]["saved_bytes"]
     check(f"stage {r} activations = live x per micro-batch", s[r]["activation_bytes"], (4 - r) * saved)
-    # Sends held until the step ends: 8 activations forward (r < 3), 8 gradients back (r > 0).
+    # The bound on undelivered sends: 8 activations forward (r < 3), 8 gradients back (r > 0).
     check(f"stage {r} p2p buffers", s[r]["p2p_buffer_bytes"], 8 * resid * ((r < 3) + (r > 0)))
 check("stage 0 per micro-batch (its output)", s[0]["activation_bytes_per_micro_batch"][0]["saved_bytes"], resid)
 check("stage 1 per micro-batch (6 blocks + output)", s[1]["activation_bytes_per_micro_batch"][0]["saved_bytes"],

@@ -93,6 +93,31 @@ std::string save_and_resume(nlohmann::json writer, const std::string& folder, co
   return folder + "/ckpt" + tag + "/" + engine::checkpoint_file_name(10);
 }
 
+// A grid other than the writer's: its config, and the ranks that run it (`member`: this rank
+// is one of them; `ranks` null: this process alone).
+struct OtherGrid {
+  std::string name, tag;
+  nlohmann::json config;
+  bool member;
+  parallel::CommunicatorPtr ranks;
+};
+
+// Runs each grid uninterrupted (straight<tag>.jsonl) and resumed from `saved`
+// (resumed<tag>.jsonl); the resumed run continues the uninterrupted one within 1e-5.
+void resume_on_other_grids(const std::vector<OtherGrid>& grids, const std::string& saved, const std::string& folder,
+                           parallel::Communicator& world) {
+  for (const OtherGrid& g : grids) {
+    if (g.member) {
+      BOOST_TEST_CONTEXT(g.name) {
+        run(g.config, {.metrics_path = folder + "/straight" + g.tag + ".jsonl"}, g.ranks);
+        run(g.config, {.metrics_path = folder + "/resumed" + g.tag + ".jsonl", .resume = saved}, g.ranks);
+        if (world.rank() == 0) expect_continues(folder, g.tag, 1e-5);
+      }
+    }
+    world.barrier();
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(resuming_on_the_same_ranks_continues_bit_for_bit_at_every_stage) {
@@ -138,25 +163,9 @@ BOOST_AUTO_TEST_CASE(a_stage_3_checkpoint_resumes_on_fewer_ranks_at_other_stages
   // Half the ranks at stage 1 (for two ranks: one, through MPI), and one process at stage 0.
   const int half = std::max(1, n / 2);
   const parallel::CommunicatorPtr halves = world->split(r < half ? 0 : 1, r);
-  struct Target {
-    const char* name;
-    bool member;
-    parallel::CommunicatorPtr dp;
-    int stage;
-  };
-  for (const Target& t :
-       {Target{"half the ranks, stage 1", r < half, halves, 1}, Target{"one process, stage 0", r == 0, nullptr, 0}}) {
-    if (t.member) {
-      BOOST_TEST_CONTEXT(t.name) {
-        const std::string tag = std::to_string(t.stage);
-        run(config_json(folder, t.stage), {.metrics_path = folder + "/straight" + tag + ".jsonl"}, t.dp);
-        run(config_json(folder, t.stage), {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = saved},
-            t.dp);
-        if (r == 0) expect_continues(folder, tag, 1e-5);
-      }
-    }
-    world->barrier();
-  }
+  resume_on_other_grids({{"half the ranks, stage 1", "1", config_json(folder, 1), r < half, halves},
+                         {"one process, stage 0", "0", config_json(folder, 0), r == 0, nullptr}},
+                        saved, folder, *world);
   if (r == 0) {
     const engine::CheckpointSummary s = engine::read_summary(saved);
     BOOST_TEST(s.layout["dp"] == n);
@@ -190,27 +199,11 @@ BOOST_AUTO_TEST_CASE(a_tensor_parallel_checkpoint_holds_global_shapes_and_resume
   const std::string saved = save_and_resume(tensor_parallel(config_json(folder, 1), 2), folder, "_tp2", world);
 
   // Other grids: every rank data-parallel (tp 1), and tp 4 (on two ranks: one process).
-  struct Target {
-    const char* name;
-    int tp;
-    bool member;
-    parallel::CommunicatorPtr ranks;
-  };
-  const std::vector<Target> targets = {
-      {"tp 1 x dp n", 1, true, world},
-      n >= 4 ? Target{"tp 4 x dp n/4", 4, true, world} : Target{"one process, tp 1", 1, r == 0, nullptr}};
-  for (const Target& t : targets) {
-    if (t.member) {
-      BOOST_TEST_CONTEXT(t.name) {
-        const nlohmann::json j = tensor_parallel(config_json(folder, t.tp == 4 ? 3 : 2), t.tp);
-        const std::string tag = std::to_string(t.tp) + (t.ranks ? "n" : "1");
-        run(j, {.metrics_path = folder + "/straight" + tag + ".jsonl"}, t.ranks);
-        run(j, {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = saved}, t.ranks);
-        if (r == 0) expect_continues(folder, tag, 1e-5);
-      }
-    }
-    world->barrier();
-  }
+  resume_on_other_grids(
+      {{"tp 1 x dp n", "1n", tensor_parallel(config_json(folder, 2), 1), true, world},
+       n >= 4 ? OtherGrid{"tp 4 x dp n/4", "4n", tensor_parallel(config_json(folder, 3), 4), true, world}
+              : OtherGrid{"one process, tp 1", "11", tensor_parallel(config_json(folder, 2), 1), r == 0, nullptr}},
+      saved, folder, *world);
 
   if (r == 0) {
     // The file holds every tensor at its global shape: the vocabulary unpadded (each tp rank
@@ -253,27 +246,12 @@ BOOST_AUTO_TEST_CASE(a_pipeline_checkpoint_resumes_on_other_grids) {
   const int writer_tp = n >= 4 ? 2 : 1;
   const std::string saved = save_and_resume(grid(config_json(folder, 1), 2, writer_tp), folder, "_pp", world);
 
-  struct Target {
-    const char* name;
-    int pp, tp, stage;
-    bool member;
-    parallel::CommunicatorPtr ranks;
-  };
-  const std::vector<Target> targets = {
-      {"pp 1 x dp n", 1, 1, 2, true, world},
-      n >= 4 ? Target{"pp 4 x tp n/4", 4, n / 4, 3, true, world} : Target{"one process", 1, 1, 0, r == 0, nullptr}};
-  for (const Target& t : targets) {
-    if (t.member) {
-      BOOST_TEST_CONTEXT(t.name) {
-        const nlohmann::json j = grid(config_json(folder, t.stage), t.pp, t.tp);
-        const std::string tag = "_pp" + std::to_string(t.pp) + "tp" + std::to_string(t.tp) + (t.ranks ? "n" : "1");
-        run(j, {.metrics_path = folder + "/straight" + tag + ".jsonl"}, t.ranks);
-        run(j, {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = saved}, t.ranks);
-        if (r == 0) expect_continues(folder, tag, 1e-5);
-      }
-    }
-    world->barrier();
-  }
+  resume_on_other_grids(
+      {{"pp 1 x dp n", "_pp1tp1n", grid(config_json(folder, 2), 1, 1), true, world},
+       n >= 4 ? OtherGrid{"pp 4 x tp n/4", "_pp4tp" + std::to_string(n / 4) + "n", grid(config_json(folder, 3), 4, n / 4),
+                          true, world}
+              : OtherGrid{"one process", "_pp1tp11", grid(config_json(folder, 0), 1, 1), r == 0, nullptr}},
+      saved, folder, *world);
   if (r == 0) {
     const engine::CheckpointSummary s = engine::read_summary(saved);
     BOOST_TEST(s.layout["pp"] == 2);
