@@ -300,8 +300,9 @@ class NcclCommunicator final : public parallel::Communicator {
     return hold(false, t, src);
   }
   // Both held for the same group; one Work, of the batch.
-  WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) override {
-    checks_.send_recv(send, dst, recv, src, tag);
+  using Communicator::send_recv;
+  WorkPtr send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src, int recv_tag) override {
+    checks_.send_recv(send, dst, send_tag, recv, src, recv_tag);
     // One Work for both: a Work of the receive alone would flush the batch, without the
     // send, when it is dropped.
     hold_op(false, recv, src);

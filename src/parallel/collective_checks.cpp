@@ -171,13 +171,14 @@ int64_t CollectiveChecks::recv(const Tensor& t, int src, int tag) const {
   return count;
 }
 
-std::pair<int64_t, int64_t> CollectiveChecks::send_recv(const Tensor& send, int dst, const Tensor& recv, int src,
-                                                        int tag) const {
+std::pair<int64_t, int64_t> CollectiveChecks::send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv,
+                                                        int src, int recv_tag) const {
   const int64_t sent = tensor("send_recv", "send tensor", send);
   const int64_t received = tensor("send_recv", "recv tensor", recv);
   check_peer("send_recv", "destination", dst, size_, send);
   check_peer("send_recv", "source", src, size_, recv);
-  if (tag < 0 || tag > max_tag_) throw_bad_tag("send_recv", tag, max_tag_);
+  for (const int tag : {send_tag, recv_tag})
+    if (tag < 0 || tag > max_tag_) throw_bad_tag("send_recv", tag, max_tag_);
   if (send.storage() == recv.storage() && overlap(bytes_of(send), bytes_of(recv))) throw_send_recv_overlap(send, recv);
   return {sent, received};
 }

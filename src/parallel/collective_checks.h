@@ -71,7 +71,8 @@ class CollectiveChecks {
   int64_t send(const Tensor& t, int dst, int tag) const;
   // send's and recv's checks, and that the two tensors do not overlap; returns the
   // element counts of send and recv.
-  std::pair<int64_t, int64_t> send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) const;
+  std::pair<int64_t, int64_t> send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src,
+                                        int recv_tag) const;
   int64_t recv(const Tensor& t, int src, int tag) const;
   void split(int color) const;
 

@@ -28,9 +28,10 @@ class BothWork final : public Work {
 
 }  // namespace
 
-WorkPtr Communicator::send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) {
-  WorkPtr in = this->recv(recv, src, tag);  // posted first, as a blocking transport needs in a ring
-  WorkPtr out = this->send(send, dst, tag);
+WorkPtr Communicator::send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src,
+                                int recv_tag) {
+  WorkPtr in = this->recv(recv, src, recv_tag);  // posted first, as a blocking transport needs in a ring
+  WorkPtr out = this->send(send, dst, send_tag);
   return std::make_unique<BothWork>(std::move(in), std::move(out));
 }
 

@@ -59,11 +59,15 @@ class Communicator {
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;
   virtual WorkPtr send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(const Tensor& t, int src, int tag = 0) = 0;
-  // recv(recv, src, tag) and send(send, dst, tag) as one operation with one Work: the
-  // exchange of a ring step or of a pipeline stage with its neighbours (nccl-tests'
+  // recv(recv, src, recv_tag) and send(send, dst, send_tag) as one operation with one Work:
+  // the exchange of a ring step or of a pipeline stage with its neighbour (nccl-tests'
   // grouped sendrecv, Megatron's batch_isend_irecv). The two tensors must not overlap.
   // This default posts the two calls; transports override it to post both at once.
-  virtual WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag = 0);
+  virtual WorkPtr send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src, int recv_tag);
+  // The same with one tag both ways (a ring step).
+  WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag = 0) {
+    return send_recv(send, dst, tag, recv, src, tag);
+  }
   virtual void barrier() = 0;
 };
 

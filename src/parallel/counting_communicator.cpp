@@ -113,8 +113,9 @@ WorkPtr CountingCommunicator::recv(const Tensor& t, int src, int tag) {
 }
 
 // Counted as the send and the recv it is made of.
-WorkPtr CountingCommunicator::send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) {
-  WorkPtr w = inner_->send_recv(send, dst, recv, src, tag);
+WorkPtr CountingCommunicator::send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src,
+                                        int recv_tag) {
+  WorkPtr w = inner_->send_recv(send, dst, send_tag, recv, src, recv_tag);
   record("send", double(send.nbytes()), 1, 1);
   record("recv", double(recv.nbytes()), 1, 1);
   return w;

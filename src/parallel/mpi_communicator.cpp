@@ -456,16 +456,19 @@ WorkPtr MpiCommunicator::recv(const Tensor& t, int src, int tag) {
   return work;
 }
 
-WorkPtr MpiCommunicator::send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag) {
-  const auto [sent, received] = impl_->checks->send_recv(send, dst, recv, src, tag);
-  if (!send.device().is_cpu() || !recv.device().is_cpu()) return Communicator::send_recv(send, dst, recv, src, tag);
+WorkPtr MpiCommunicator::send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src,
+                                   int recv_tag) {
+  const auto [sent, received] = impl_->checks->send_recv(send, dst, send_tag, recv, src, recv_tag);
+  if (!send.device().is_cpu() || !recv.device().is_cpu())
+    return Communicator::send_recv(send, dst, send_tag, recv, src, recv_tag);
   const MPI_Datatype recv_type = mpi_type(recv.dtype());
   auto work = std::make_unique<MpiWork>("send_recv", recv.storage(), send.storage());
-  work->expect(recv, recv_type, received, src, tag);
-  TRIAD_MPI(MPI_Irecv(recv.raw_data(), int(received), recv_type, src, tag, impl_->comm, work->request()), "MPI_Irecv");
-  TRIAD_MPI(
-      MPI_Isend(send.raw_data(), int(sent), mpi_type(send.dtype()), dst, tag, impl_->comm, work->second_request()),
-      "MPI_Isend");
+  work->expect(recv, recv_type, received, src, recv_tag);
+  TRIAD_MPI(MPI_Irecv(recv.raw_data(), int(received), recv_type, src, recv_tag, impl_->comm, work->request()),
+            "MPI_Irecv");
+  TRIAD_MPI(MPI_Isend(send.raw_data(), int(sent), mpi_type(send.dtype()), dst, send_tag, impl_->comm,
+                      work->second_request()),
+            "MPI_Isend");
   return work;
 }
 

@@ -104,7 +104,8 @@ class MpiCommunicator : public Communicator {
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
-  WorkPtr send_recv(const Tensor& send, int dst, const Tensor& recv, int src, int tag = 0) override;
+  using Communicator::send_recv;
+  WorkPtr send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src, int recv_tag) override;
   void barrier() override;
 
   // The MPI_Comm, as an opaque pointer to it (for code behind .cpp walls that needs MPI:

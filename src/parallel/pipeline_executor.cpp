@@ -35,26 +35,64 @@ int PipelineExecutor::tag(int kind, int micro, int boundary) const {
   return int(t);
 }
 
-void PipelineExecutor::wait_for_message(const WorkPtr& recv) {
-  const auto t = std::chrono::steady_clock::now();
-  recv->wait();
-  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+int PipelineExecutor::tag(const PipeMessage& m) const {
+  return tag(m.gradient ? kGradient : kActivation, m.micro, m.boundary);
+}
+
+Tensor PipelineExecutor::buffer_for(const PipeMessage& message) {
+  const int c = message.receiving_chunk(stages());
+  if (message.gradient) {
+    const Tensor& out = live_[size_t(message.micro)][size_t(c)].output;
+    return Tensor::empty(out.shape(), out.dtype(), out.device());
+  }
+  const Agreed& agreed = input_shape_[size_t(c)];
+  TRIAD_ASSERT_MSG(agreed.known, "pipeline: " << to_string(message) << " before its shape");
+  return Tensor::empty(agreed.shape, agreed.dtype, stage_device());
+}
+
+Tensor PipelineExecutor::receive(const PipeMessage& message) {
+  const auto start = std::chrono::steady_clock::now();
+  Tensor t;
+  if (prefetch_) {
+    TRIAD_ASSERT_MSG(prefetch_->message == message, "pipeline: the " << to_string(message) << " received while the "
+                                                                      << to_string(prefetch_->message)
+                                                                      << " is posted with a send");
+    prefetch_->work->wait();
+    t = prefetch_->recv;
+    prefetch_.reset();
+  } else {
+    t = buffer_for(message);
+    pp_->recv(t, message.from(stages()), tag(message))->wait();
+  }
+  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return t;
+}
+
+void PipelineExecutor::send(const Tensor& t, const PipeMessage& message) {
+  if (exchange_ && exchange_->send_with) {
+    TRIAD_ASSERT_MSG(!prefetch_, "pipeline: two sends paired at once");
+    const PipeMessage& in = *exchange_->send_with;
+    Tensor buffer = buffer_for(in);
+    WorkPtr work = pp_->send_recv(t, message.to(stages()), tag(message), buffer, in.from(stages()), tag(in));
+    prefetch_ = Prefetch{in, buffer, t, std::move(work)};
+  } else {
+    sends_.push_back(pp_->send(t, message.to(stages()), tag(message)));
+  }
 }
 
 Tensor PipelineExecutor::receive_activation(int m, int c) {
-  const int src = (pp_->rank() + stages() - 1) % stages();
   Agreed& agreed = input_shape_[size_t(c)];
   if (!agreed.known) {
     const Tensor header = Tensor::empty({kShapeWords}, DType::i64);
-    wait_for_message(pp_->recv(header, src, tag(kShape, 0, virtual_stage(c))));
+    const auto start = std::chrono::steady_clock::now();
+    pp_->recv(header, (pp_->rank() + stages() - 1) % stages(), tag(kShape, 0, virtual_stage(c)))->wait();
+    waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::vector<int64_t> h = header.to_vector<int64_t>();
     agreed.dtype = DType(h[0]);
     agreed.shape.assign(h.begin() + 2, h.begin() + 2 + h[1]);
     agreed.known = true;
   }
-  Tensor x = Tensor::empty(agreed.shape, agreed.dtype, stage_device());
-  wait_for_message(pp_->recv(x, src, tag(kActivation, m, virtual_stage(c))));
-  return x;
+  return receive(PipeMessage{false, virtual_stage(c), m});
 }
 
 void PipelineExecutor::send_activation(const Tensor& out, int m, int c) {
@@ -73,7 +111,7 @@ void PipelineExecutor::send_activation(const Tensor& out, int m, int c) {
               "pipeline: stage " << pp_->rank() << " chunk " << c << " output " << out.str()
                                  << " differs from the first micro-batch's " << shape_str(agreed.shape)
                                  << "; every micro-batch must have the same shape");
-  sends_.push_back(pp_->send(ops::contiguous(detach(out)), dst, tag(kActivation, m, virtual_stage(c) + 1)));
+  send(ops::contiguous(detach(out)), PipeMessage{false, virtual_stage(c) + 1, m});
 }
 
 void PipelineExecutor::forward(const Step& step, int m, int c) {
@@ -90,10 +128,9 @@ void PipelineExecutor::forward(const Step& step, int m, int c) {
     out = step.loss(out, step.targets[size_t(m)]);
     if (!losses_stack_.defined()) losses_stack_ = Tensor::empty({micro_batches_}, out.dtype(), out.device());
     ops::copy_(ops::select(losses_stack_, 0, m), detach(out));
-  } else {
-    send_activation(out, m, c);
   }
-  l.output = out;
+  l.output = out;  // before the send: a receive paired with it takes its gradient's shape from it
+  if (!last_virtual(c)) send_activation(out, m, c);
   peak_live_ = std::max(peak_live_, ++alive_);
 }
 
@@ -104,8 +141,7 @@ void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer
   if (last_virtual(c)) {
     seed = Tensor::full(l.output.shape(), step.loss_gradient, l.output.dtype(), l.output.device());
   } else {
-    seed = Tensor::empty(l.output.shape(), l.output.dtype(), l.output.device());
-    wait_for_message(pp_->recv(seed, (pp_->rank() + 1) % stages(), tag(kGradient, m, virtual_stage(c) + 1)));
+    seed = receive(PipeMessage{true, virtual_stage(c) + 1, m});
   }
   if (step.before_backward) step.before_backward(c, final);
   if (defer_weights) {
@@ -118,8 +154,7 @@ void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer
   if (!first_virtual(c)) {
     Tensor g = grad(l.input);
     if (!g.defined()) g = Tensor::zeros(l.input.shape(), l.input.dtype(), l.input.device());
-    sends_.push_back(pp_->send(ops::contiguous(g), (pp_->rank() + stages() - 1) % stages(),
-                                tag(kGradient, m, virtual_stage(c))));
+    send(ops::contiguous(g), PipeMessage{true, virtual_stage(c), m});
   }
   l.input = l.output = Tensor();
   if (!defer_weights) --alive_;  // else its weight-gradient pass still holds activations
@@ -131,11 +166,15 @@ void PipelineExecutor::begin(const Step& step) {
   live_ = std::vector<std::vector<Live>>(size_t(micro_batches_));
   for (auto& row : live_) row.resize(size_t(chunks()));
   alive_ = peak_live_ = 0;
+  exchange_ = nullptr;
+  prefetch_.reset();
   timings_.clear();
   losses_stack_ = Tensor();
 }
 
 std::vector<Tensor> PipelineExecutor::finish() {
+  TRIAD_ASSERT_MSG(!prefetch_, "pipeline: a paired receive still posted at the step's end");
+  exchange_ = nullptr;
   for (WorkPtr& w : sends_) w->wait();
   sends_.clear();
   std::vector<Tensor> losses;
@@ -158,7 +197,10 @@ std::vector<Tensor> PipelineExecutor::forward_only(const Step& step) {
 
 std::vector<Tensor> PipelineExecutor::run(const Step& step) {
   begin(step);
-  const std::vector<PipeAction> actions = pipe_actions(schedule_, stages(), pp_->rank(), micro_batches_, chunks());
+  std::vector<std::vector<PipeAction>> lists;  // every stage's: a pair needs its peer's mirror
+  for (int r = 0; r < stages(); ++r) lists.push_back(pipe_actions(schedule_, stages(), r, micro_batches_, chunks()));
+  const std::vector<PipeAction>& actions = lists[size_t(pp_->rank())];
+  const std::vector<PipeExchange> exchanges = pipe_exchanges(lists, chunks())[size_t(pp_->rank())];
   // Each chunk's last whole backward (its gradients are complete after it).
   std::vector<size_t> final_backward(size_t(chunks()), actions.size());
   for (size_t i = 0; i < actions.size(); ++i)
@@ -168,6 +210,7 @@ std::vector<Tensor> PipelineExecutor::run(const Step& step) {
     const PipeAction& a = actions[i];
     const double start = seconds_since(t0_);
     waited_ = 0;
+    exchange_ = &exchanges[i];
     switch (a.op) {
       case PipeOp::forward:
         forward(step, a.micro, a.chunk);

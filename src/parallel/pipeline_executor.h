@@ -5,16 +5,16 @@
 //
 // Note [Pipeline messages]: virtual stage c·p + r (chunk c of rank r) receives its input
 // from virtual stage c·p + r − 1 and sends its output to c·p + r + 1; the gradient of that
-// output comes back the other way. Sends are posted without waiting (the schedule never
-// needs them to have arrived to go on); each send's buffer is freed once it is delivered
-// (checked after every action), and the step waits for the rest at its end; receives block
-// when the action needs the data. Any schedule whose actions can run in order on every
-// stage with unbounded message buffers (simulate_pipeline checks it) cannot deadlock.
-// Tags name the kind, the boundary crossed (the receiving virtual stage of an activation)
-// and the micro-batch, so messages of different actions never
-// match each other. Shapes are agreed once: the first activation a stage sends on each
-// chunk is preceded by its shape and dtype; every later one (and every gradient, which
-// has its activation's shape) is the bare payload.
+// output comes back the other way. A send goes out with the stage's next receive as one
+// send_recv where the peer mirrors it (Note [Paired pipeline messages]), posted at once and
+// waited for when that receive is needed; other sends are posted alone without waiting,
+// each one's buffer freed once it is delivered (checked after every action), and the step
+// waits for the rest at its end; lone receives block when the action needs the data. Tags
+// name the kind, the boundary crossed (the upper virtual stage of the two) and the
+// micro-batch, so messages of different actions never match each other. Shapes are agreed
+// once: the first activation a stage sends on each chunk is preceded by its shape and
+// dtype; every later one (and every gradient, which has its activation's shape) is the
+// bare payload.
 //
 // Each micro-batch's input to a stage is a leaf whose gradient is what the stage sends
 // back; its activations live from its forward to its backward (ZB-H1: to its
@@ -24,11 +24,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "autograd/weight_grad.h"
 #include "nn/layer_list.h"
 #include "parallel/communicator.h"
+#include "parallel/pipeline_exchanges.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace triad::parallel {
@@ -78,14 +80,19 @@ class PipelineExecutor {
   bool last_virtual(int chunk) const { return virtual_stage(chunk) == chunks() * stages() - 1; }
   // The tag of a message across the boundary into virtual stage `boundary`.
   int tag(int kind, int micro, int boundary) const;
+  int tag(const PipeMessage& m) const;
   void begin(const Step& step);
   std::vector<Tensor> finish();  // waits for the sends; the losses
   void forward(const Step& step, int m, int c);
   void backward_input(const Step& step, int m, int c, bool defer_weights, bool final);
   Device stage_device() const { return device_; }
   Tensor receive_activation(int m, int c);
-  void wait_for_message(const WorkPtr& recv);  // counts the wait in waited_
   void send_activation(const Tensor& out, int m, int c);
+  // The message: its prefetched pair's receive, or received now; the wait counts in waited_.
+  Tensor receive(const PipeMessage& message);
+  // Posts t, with the stage's next receive when the current action's exchange pairs it.
+  void send(const Tensor& t, const PipeMessage& message);
+  Tensor buffer_for(const PipeMessage& message);  // an empty tensor of the message's shape
 
   std::shared_ptr<nn::PipelineStage> stage_;
   CommunicatorPtr pp_;
@@ -105,6 +112,13 @@ class PipelineExecutor {
   };
   std::vector<std::vector<Live>> live_;
   std::vector<WorkPtr> sends_;
+  const PipeExchange* exchange_ = nullptr;  // the running action's (none in forward_only)
+  struct Prefetch {                         // a send_recv posted for a later receive
+    PipeMessage message;                    // what it receives
+    Tensor recv, send;
+    WorkPtr work;
+  };
+  std::optional<Prefetch> prefetch_;
   Tensor losses_stack_;  // (micro_batches): the losses, on the stage holding the last layer
   Device device_;        // the stage's, where activations are received
   int alive_ = 0, peak_live_ = 0;

@@ -9,8 +9,9 @@
 //   weight-grad (k, vs)     after the input gradient of (k, vs), on the same rank
 // A schedule's lists run every (k, chunk) forward exactly once per rank and its backward
 // exactly once (ZB-H1: one input-gradient and one weight-gradient action, W after I), and
-// every rank can run its list in order without deadlock, sends never waiting (the executor
-// posts them without blocking; simulate_pipeline checks this).
+// every rank can run its list in order without deadlock, sends never waiting
+// (simulate_pipeline checks this; the executor's paired sends wait no longer than a lone
+// receive would, Note [Paired pipeline messages]).
 //   gpipe        all forwards F0..F(m−1), then all backwards B0..B(m−1).
 //   1f1b         PipeDream-flush / Megatron's non-interleaved schedule: min(p − r − 1, m)
 //                warm-up forwards, then one forward and one backward in turn, then the

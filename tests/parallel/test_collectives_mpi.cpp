@@ -539,6 +539,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(send_recv_ring, T, AllTypes) {
     }
     BOOST_TEST(w->test());
     check_values<T>("send_recv by test() len " + std::to_string(len), polled, [&](int64_t j) { return v_mm(prev, j); });
+    // A tag each way (a pipeline's activation out, another micro-batch's gradient in): the
+    // message sent under tag 20 + r is received under the sender's tag.
+    Tensor tagged = make<T>(len, [](int64_t) { return -100; });
+    c->send_recv(out, next, 20 + r, tagged, prev, 20 + prev)->wait();
+    check_values<T>("send_recv with two tags len " + std::to_string(len), tagged,
+                    [&](int64_t j) { return v_mm(prev, j); });
   }
 }
 
