@@ -17,10 +17,21 @@
 // barrier() is forwarded and not counted. A call is counted once the wrapped communicator
 // has accepted it (a call that throws is not counted).
 //
+// Nodes: given the node of each of its ranks, a communicator also splits bus bytes into
+// intra- and inter-node. A collective over ranks of several nodes runs at the speed of the
+// links between them (every link of a ring carries the whole bus volume; ZeRO++'s paper
+// counts ZeRO-3's 3M per step as cross-node this way): its bus bytes count as inter-node;
+// over one node's ranks, as intra-node. all_to_all counts exactly: the chunks for ranks on
+// other nodes are inter-node, the rest intra-node. A send or recv is inter-node when its
+// peer is on another node. Without a node map every rank is on one node.
+//
 // split() returns a CountingCommunicator over the wrapped communicator's split that shares
 // this one's counters: the traffic of every group derived from one counting communicator
 // (e.g. a ProcessGrid built on it: tp, dp, pp, intra/inter-node) adds up in one place.
-// reset() clears them for all of those communicators. Counters are guarded by a mutex.
+// With a node map of several nodes, split() learns its ranks' nodes by an all_gather over
+// the new communicator (of host memory: the wrapped communicator must take host tensors).
+// counting_alongside() wraps another communicator into the same counters. reset() clears
+// them for all of those communicators. Counters are guarded by a mutex.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +40,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -38,20 +50,27 @@ struct CollectiveStats {
   int64_t calls = 0;
   double payload_bytes = 0;
   double bus_bytes = 0;
+  double inter_node_bus_bytes = 0;  // of bus_bytes; the rest is intra-node
 };
 
 class CountingCommunicator : public Communicator {
  public:
-  explicit CountingCommunicator(CommunicatorPtr inner);
+  // nodes: the node of each rank of inner (size() entries; empty: all on one node).
+  explicit CountingCommunicator(CommunicatorPtr inner, std::vector<int> nodes = {});
+  // A communicator counting into this one's counters: inner with its ranks' nodes.
+  std::shared_ptr<CountingCommunicator> counting_alongside(CommunicatorPtr inner, std::vector<int> nodes = {}) const;
 
   // Per kind: "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
   // "send", "recv" — all seven present, zero when unused.
   std::map<std::string, CollectiveStats> stats() const;
-  double bus_bytes() const;  // total over all kinds
+  double bus_bytes() const;             // total over all kinds
+  double inter_node_bus_bytes() const;  // of that, between nodes
   void reset();
-  // {"bus_bytes": total, "by_collective": {"all_reduce": {"calls", "payload_bytes",
-  // "bus_bytes"}, ...}} with every kind present.
+  // {"bus_bytes": total, "intra_node_bus_bytes", "inter_node_bus_bytes", "by_collective":
+  // {"all_reduce": {"calls", "payload_bytes", "bus_bytes", "inter_node_bus_bytes"}, ...}}
+  // with every kind present.
   nlohmann::json to_json() const;
+  const std::vector<int>& nodes() const { return nodes_; }
 
   const CommunicatorPtr& inner() const { return inner_; }
 
@@ -76,10 +95,15 @@ class CountingCommunicator : public Communicator {
     mutable std::mutex mutex;
     std::map<std::string, CollectiveStats> by_kind;
   };
-  CountingCommunicator(CommunicatorPtr inner, std::shared_ptr<Counters> counters);
-  void record(const char* kind, double payload_bytes, double bus_num, double bus_den);  // bus = S * num / den
+  CountingCommunicator(CommunicatorPtr inner, std::vector<int> nodes, std::shared_ptr<Counters> counters);
+  // bus = S * num / den, of which inter_fraction between nodes.
+  void record(const char* kind, double payload_bytes, double bus_num, double bus_den, double inter_fraction);
+  double spans_nodes() const { return multi_node_ ? 1.0 : 0.0; }  // a ring collective's inter fraction
+  double off_node(int peer) const;  // 1 when peer is on another node
 
   CommunicatorPtr inner_;
+  std::vector<int> nodes_;
+  bool multi_node_ = false;
   std::shared_ptr<Counters> counters_;
 };
 

@@ -135,3 +135,49 @@ BOOST_AUTO_TEST_CASE(failed_calls_are_not_counted) {
   BOOST_TEST(cc.stats().at("all_gather").calls == 0);
   BOOST_TEST(cc.bus_bytes() == 0);
 }
+
+BOOST_AUTO_TEST_CASE(bus_bytes_split_between_and_within_nodes) {
+  // Nodes of two ranks (rank / 2): with 2 ranks one node, with 4 and 8 ranks several.
+  const int n = world()->size(), r = world()->rank();
+  std::vector<int> nodes;
+  for (int q = 0; q < n; ++q) nodes.push_back(q / 2);
+  CountingCommunicator cc(world(), nodes);
+  const bool several = n > 2;
+  const int64_t k = 16;
+  Tensor in = Tensor::ones({k}), out = Tensor::empty({n * k});
+  cc.all_gather(in, out)->wait();  // a ring over every rank: all of it crosses when it spans nodes
+  const double gathered = bus("all_gather", n * k * 4.0, n);
+  BOOST_TEST(cc.stats().at("all_gather").inter_node_bus_bytes == (several ? gathered : 0.0));
+  // all_to_all: one chunk of k f32 per peer; n − 2 of the peers are on other nodes.
+  Tensor a = Tensor::ones({n * k}), b = Tensor::empty({n * k});
+  cc.all_to_all(a, b)->wait();
+  BOOST_TEST(cc.stats().at("all_to_all").inter_node_bus_bytes == double((n - 2) * k * 4));
+  BOOST_TEST(cc.stats().at("all_to_all").bus_bytes == double((n - 1) * k * 4));
+  // A ring exchange: the pair (2j, 2j + 1) shares a node, so even ranks send within it.
+  Tensor s = Tensor::ones({k}), t = Tensor::empty({k});
+  cc.send_recv(s, (r + 1) % n, t, (r + n - 1) % n)->wait();
+  const double sent = (r % 2 == 1 && several) ? k * 4.0 : 0.0, received = (r % 2 == 0 && several) ? k * 4.0 : 0.0;
+  BOOST_TEST(cc.stats().at("send").inter_node_bus_bytes == sent);
+  BOOST_TEST(cc.stats().at("recv").inter_node_bus_bytes == received);
+  const nlohmann::json j = cc.to_json();
+  BOOST_TEST(j.at("inter_node_bus_bytes").get<double>() == cc.inter_node_bus_bytes());
+  BOOST_TEST(j.at("intra_node_bus_bytes").get<double>() == cc.bus_bytes() - cc.inter_node_bus_bytes());
+
+  // A split learns its ranks' nodes: the pairs' groups (one node each) count nothing across;
+  // the group of even ranks (one per node) everything.
+  cc.reset();
+  auto pair = cc.split(r / 2, r), evens = cc.split(r % 2, r);
+  auto& evens_cc = dynamic_cast<CountingCommunicator&>(*evens);
+  BOOST_TEST(evens_cc.nodes().size() == (several ? size_t(evens->size()) : 0u));
+  Tensor x = Tensor::ones({4});
+  pair->all_reduce(x)->wait();
+  BOOST_TEST(cc.inter_node_bus_bytes() == 0.0);
+  evens->all_reduce(x)->wait();
+  BOOST_TEST(cc.inter_node_bus_bytes() == (several ? bus("all_reduce", 16, n / 2) : 0.0));
+  // A communicator counted alongside takes its own node map.
+  const double before = cc.inter_node_bus_bytes();
+  auto alongside = cc.counting_alongside(evens_cc.inner(), std::vector<int>(size_t(evens->size()), 0));
+  alongside->all_reduce(x)->wait();
+  BOOST_TEST(cc.stats().at("all_reduce").calls == 3);
+  BOOST_TEST(cc.inter_node_bus_bytes() == before);
+}
