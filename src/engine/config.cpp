@@ -136,15 +136,12 @@ const std::vector<std::pair<std::string, std::string>> kZeroKeysWithoutEffect = 
     {"ignore_unused_parameters", "every parameter of triad's models takes part in every step"},
     {"load_from_fp32_weights", "triad's checkpoints restore the f32 master weights themselves"},
     {"elastic_checkpoint", "triad's checkpoints load on any grid (layout-free HDF5)"},
+    {"zero_quantized_nontrainable_weights", "every parameter of triad's models is trained (qwZ covers them all)"},
 };
 // ZeRO features triad has not built yet, with the value that leaves each off in DeepSpeed.
 const std::vector<std::pair<std::string, nlohmann::json>> kZeroKeysNotAvailable = {
     {"offload_optimizer", nullptr},
     {"offload_param", nullptr},
-    {"zero_hpz_partition_size", 1},
-    {"zero_quantized_weights", false},
-    {"zero_quantized_gradients", false},
-    {"zero_quantized_nontrainable_weights", false},
     {"mics_shard_size", -1}};
 
 // Whether a DeepSpeed value leaves its feature off: the off value itself, or (offload) a
@@ -175,6 +172,12 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string
   z.stage3_param_persistence_threshold =
       r.integer("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0, kMaxInt);
   z.stage3_prefetch_bucket_size = r.integer("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 0, kMaxInt);
+  z.zero_quantized_weights = r.boolean("zero_quantized_weights", z.zero_quantized_weights);
+  z.zero_hpz_partition_size = int(r.integer("zero_hpz_partition_size", z.zero_hpz_partition_size, 1, kMaxInt));
+  z.zero_quantized_gradients = r.boolean("zero_quantized_gradients", z.zero_quantized_gradients);
+  z.zeropp_quantization_block = r.integer("zeropp_quantization_block", z.zeropp_quantization_block, 2, kMaxInt);
+  if (z.zeropp_quantization_block % 2 != 0)
+    r.fail("zeropp_quantization_block", "an even number of elements (int4 packs two per byte)");
   r.finish();
 }
 
@@ -510,6 +513,8 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
   c.output_dir = r.string("output_dir", "");
   parse_checkpoint(r.object("checkpoint"), c.checkpoint);
   parse_cluster(r.object("cluster"), c.cluster);
+  if (r.has("cluster") && r.value("cluster").contains("ranks_per_node"))
+    c.emulated_ranks_per_node = c.cluster.ranks_per_node;
   TRIAD_CHECK(
       c.checkpoint.dir.empty() || c.optimizer.type == "AdamW",
       "[config] checkpoint.dir is set but checkpoints hold AdamW's state; optimizer.type is " << c.optimizer.type);

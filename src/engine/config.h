@@ -30,7 +30,9 @@
 //                 "inter_node": {"bandwidth_Gbps": 200, "latency_us": 5}}
 //   }
 // "cluster" describes the machine for the step-time model (zero/perf_model.h: triad-estimate
-// --time, triad-bench scaling); training ignores it. A link's bandwidth is given in bytes
+// --time, triad-bench scaling). Training reads one key of it: ranks_per_node, when the config
+// gives it, makes ZeRO++ see nodes of that many consecutive ranks (emulating several nodes on
+// one machine); otherwise ZeRO++'s nodes are the machines MPI finds. A link's bandwidth is given in bytes
 // (bandwidth_GBps) or bits (bandwidth_Gbps) per second, one of the two. background_progress
 // says whether communication moves while ranks compute (NCCL on GPUs: true; MPI between
 // CPU ranks without a progress thread: false), so whether overlap_comm can hide it.
@@ -45,6 +47,7 @@
 #include "nn/gpt.h"
 #include "nn/layer_list.h"
 #include "zero/perf_model.h"
+#include "zero/quantized_collectives.h"
 
 namespace triad::engine {
 
@@ -90,6 +93,14 @@ struct ZeroOptimizationConfig {
   // the key is accepted with its default true, and false is an error.
   int64_t stage3_param_persistence_threshold = 100000;  // stage 3: smaller parameters stay whole
   int64_t stage3_prefetch_bucket_size = 50000000;       // stage 3: elements gathered ahead
+  // ZeRO++ at stage 3 (Note [ZeRO++] in zero/zero_optimizer.h), DeepSpeed's keys: int8
+  // forward gathers, a secondary partition over this many dp ranks for the backward's
+  // gathers (1: none), int4 two-hop gradient reduction. zeropp_quantization_block (triad's
+  // key) is the elements per quantization block of both.
+  bool zero_quantized_weights = false;
+  int zero_hpz_partition_size = 1;
+  bool zero_quantized_gradients = false;
+  int64_t zeropp_quantization_block = zero::kQuantizationBlock;
 };
 
 // Mixed precision (DeepSpeed's "bf16" and "fp16" sections): parameters and gradients stored
@@ -177,6 +188,7 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   // The machine the step-time model describes (defaults: zero::Cluster's 8-GPU node).
   zero::Cluster cluster;
+  int64_t emulated_ranks_per_node = 0;  // cluster.ranks_per_node when the config gives it, else 0
   nlohmann::json json;  // the configuration as parsed, with batch sizes resolved
 };
 

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/engine.h"
@@ -179,8 +180,10 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
                 "[config] pipeline.activation_checkpoint_interval cannot be combined with zero_optimization.stage 3");
     std::vector<std::string> tied_modules;
     zero::PipelinePlacement placement = pipeline_placement(tied_modules);
+    const std::vector<int> nodes = dp_nodes();
     comm_ = std::make_shared<parallel::CountingCommunicator>(
-        backend == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp_, device_.index) : dp_);
+        backend == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp_, device_.index) : dp_, nodes);
+    const zero::ZeroPlusPlusGroups zeropp = zeropp_groups(nodes);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_,
         zero::ZeroConfig{.stage = config_.zero.stage,
@@ -201,14 +204,18 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
                          .gradient_predivide_factor = config_.prescale_gradients
                                                           ? double(dp_->size())
                                                           : config_.gradient_predivide_factor,
-                         .defer_reduction = pipe_ != nullptr},
+                         .defer_reduction = pipe_ != nullptr,
+                         .quantized_weights = config_.zero.zero_quantized_weights,
+                         .hpz_partition_size = config_.zero.zero_hpz_partition_size,
+                         .quantized_gradients = config_.zero.zero_quantized_gradients,
+                         .quantization_block = config_.zero.zeropp_quantization_block},
         optim::AdamWOptions{.lr = o.lr,
                             .beta1 = o.beta1,
                             .beta2 = o.beta2,
                             .eps = o.eps,
                             .adam_w_mode = o.adam_w_mode,
                             .bias_correction = o.bias_correction},
-        o.weight_decay, comm_, wrap_policy(tied_modules), tp_, std::move(placement));
+        o.weight_decay, comm_, wrap_policy(tied_modules), tp_, std::move(placement), zeropp);
   } else {
     TRIAD_CHECK(dp_->size() == 1 && tp_->size() == 1 && pp_->size() == 1 && config_.zero.stage == 0 &&
                     config_.precision.dtype == DType::f32,
@@ -216,6 +223,39 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
                                              << "ZeRO and mixed precision run AdamW)");
     optimizer_ = make_sgd(o, model_->parameters());
   }
+}
+
+std::vector<int> Engine::dp_nodes() const {
+  // This rank's node: of the emulated nodes of consecutive world ranks (Note [Rank layout]
+  // gives the world rank), or the machine MPI places it on.
+  const int world_rank = tp_->rank() + tp_->size() * (dp_->rank() + dp_->size() * pp_->rank());
+  const int node = config_.emulated_ranks_per_node > 0 ? int(world_rank / config_.emulated_ranks_per_node)
+                                                      : parallel::node_id();
+  const Tensor mine = Tensor::full({1}, node, DType::i32), all = Tensor::empty({dp_->size()}, DType::i32);
+  dp_->all_gather(mine, all)->wait();
+  return all.to_vector<int32_t>();
+}
+
+zero::ZeroPlusPlusGroups Engine::zeropp_groups(const std::vector<int>& nodes) {
+  const ZeroOptimizationConfig& z = config_.zero;
+  zero::ZeroPlusPlusGroups g;
+  if (!z.zero_quantized_weights && !z.zero_quantized_gradients && z.zero_hpz_partition_size == 1) return g;
+  TRIAD_CHECK(device_.is_cpu(), "[config] zero_optimization: ZeRO++ runs on the CPU in this build (its quantization "
+                                "kernels are host code); train on device \"cpu\" or turn ZeRO++ off");
+  const int d = dp_->rank(), h = z.zero_hpz_partition_size;
+  TRIAD_CHECK(h >= 1 && dp_->size() % h == 0, "[config] zero_optimization.zero_hpz_partition_size "
+                                                  << h << " must divide the " << dp_->size() << " data-parallel ranks");
+  // Every rank makes the same splits in the same order (collective over dp).
+  const int node = nodes[size_t(d)];
+  const int local = int(std::count(nodes.begin(), nodes.begin() + d, node));
+  std::vector<int> hpz_nodes(nodes.begin() + (d / h) * h, nodes.begin() + (d / h + 1) * h);
+  g.hpz = comm_->counting_alongside(dp_->split(d / h, d), hpz_nodes);
+  g.intra = comm_->counting_alongside(dp_->split(node, d));  // one node
+  const parallel::CommunicatorPtr inter = dp_->split(local, d);
+  std::vector<int> distinct(size_t(inter->size()));
+  for (size_t i = 0; i < distinct.size(); ++i) distinct[i] = int(i);
+  g.inter = comm_->counting_alongside(inter, distinct);  // one rank per node
+  return g;
 }
 
 void Engine::build_pipeline_stage(const parallel::CommunicatorPtr& pp) {

@@ -222,6 +222,10 @@ class Engine {
   std::unique_ptr<optim::LRSchedule> schedule_;
   std::unique_ptr<zero::ZeroOptimizer> zero_;
   std::shared_ptr<parallel::CountingCommunicator> comm_;  // ZeRO's traffic, counted
+  // The node of each dp rank (collective over dp), and ZeRO++'s groups over them (none when
+  // ZeRO++ is off), counted with comm_.
+  std::vector<int> dp_nodes() const;
+  zero::ZeroPlusPlusGroups zeropp_groups(const std::vector<int>& nodes);
   int64_t step_ = 0;
   int64_t micro_ = 0;  // micro-batches backpropagated since the last step
 };

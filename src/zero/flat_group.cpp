@@ -4,6 +4,7 @@
 
 #include "autograd/meta.h"
 #include "tensor/ops.h"
+#include "zero/quantized_collectives.h"
 
 namespace triad::zero {
 
@@ -91,6 +92,23 @@ std::unique_ptr<parallel::Work> FlatGroup::start_gather(parallel::Communicator& 
   TRIAD_ASSERT(partitioned_ && !flat_.defined());
   flat_ = Tensor::empty({padded_}, dtype_, device_);
   return comm.all_gather(owned_shard_, flat_);
+}
+
+std::unique_ptr<parallel::Work> FlatGroup::start_quantized_gather(parallel::Communicator& comm, int64_t block) {
+  TRIAD_ASSERT(partitioned_ && !flat_.defined());
+  flat_ = Tensor::empty({padded_}, dtype_, device_);
+  return quantized_all_gather(comm, owned_shard_, flat_, block);
+}
+
+void FlatGroup::keep_secondary(int rank, int ranks) {
+  TRIAD_ASSERT(flat_.defined() && padded_ % ranks == 0);
+  secondary_ = ops::clone(ops::narrow(flat_, 0, int64_t(rank) * (padded_ / ranks), padded_ / ranks));
+}
+
+std::unique_ptr<parallel::Work> FlatGroup::start_secondary_gather(parallel::Communicator& hpz) {
+  TRIAD_ASSERT(partitioned_ && !flat_.defined() && secondary_.defined());
+  flat_ = Tensor::empty({padded_}, dtype_, device_);
+  return hpz.all_gather(secondary_, flat_);
 }
 
 void FlatGroup::finish_gather() {

@@ -68,8 +68,20 @@ class FlatGroup {
   bool partitioned() const { return partitioned_; }
   const Tensor& owned_shard() const { return owned_shard_; }
   std::unique_ptr<parallel::Work> start_gather(parallel::Communicator& comm);
+  // The same moving the shards as int8 blocks of `block` elements (ZeRO++ qwZ): each rank's
+  // shard reaches every rank, itself included, as its dequantized values.
+  std::unique_ptr<parallel::Work> start_quantized_gather(parallel::Communicator& comm, int64_t block);
   void finish_gather();
   void release();
+
+  // ZeRO++ hpZ: keep_secondary() copies slice `rank` of `ranks` equal slices of the gathered
+  // buffer (the secondary shard, over an hpZ group of `ranks`); start_secondary_gather()
+  // rebuilds the full buffer from the group's secondary shards, as start_gather does from
+  // the dp group's; drop_secondary() frees it.
+  void keep_secondary(int rank, int ranks);
+  bool has_secondary() const { return secondary_.defined(); }
+  std::unique_ptr<parallel::Work> start_secondary_gather(parallel::Communicator& hpz);
+  void drop_secondary() { secondary_ = Tensor(); }
 
  private:
   std::vector<std::pair<std::string, Tensor>> params_;
@@ -80,7 +92,7 @@ class FlatGroup {
   bool partitioned_ = false;
   DType dtype_;
   Device device_;
-  Tensor flat_, grad_, owned_shard_, initial_f32_;
+  Tensor flat_, grad_, owned_shard_, initial_f32_, secondary_;
 };
 
 }  // namespace triad::zero

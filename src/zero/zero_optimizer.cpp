@@ -33,12 +33,13 @@ parallel::Communicator* tie_of(const PipelinePlacement& p, const std::vector<std
 
 ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
                              double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy,
-                             parallel::CommunicatorPtr tp, PipelinePlacement pipeline)
+                             parallel::CommunicatorPtr tp, PipelinePlacement pipeline, ZeroPlusPlusGroups zeropp)
     : config_(config),
       adamw_(adamw),
       dp_(std::move(dp)),
       tp_(std::move(tp)),
       pipeline_(std::move(pipeline)),
+      zeropp_(std::move(zeropp)),
       units_(make_units(model, policy)) {
   TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 3,
               "[config] zero_optimization.stage must be 0, 1, 2 or 3, got " << config_.stage);
@@ -54,6 +55,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
            : config_.loss_scale.static_scale > 0 ? config_.loss_scale.static_scale
                                                  : 1.0;
   hysteresis_left_ = config_.loss_scale.hysteresis;
+  check_zeropp();
   const int n = dp_->size(), r = dp_->rank();
   std::map<std::string, nn::TensorSplit> splits;
   for (auto& [name, split] : model->named_splits()) splits.emplace(name, split);
@@ -107,17 +109,58 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   if (config_.stage == 3) install_stage3_hooks();
 }
 
+void ZeroOptimizer::check_zeropp() {
+  const ZeroConfig& c = config_;
+  const bool any = c.quantized_weights || c.quantized_gradients || c.hpz_partition_size > 1;
+  if (!any) return;
+  TRIAD_CHECK(c.stage == 3, "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
+                            "zero_quantized_gradients) runs at stage 3, not stage "
+                                << c.stage);
+  TRIAD_CHECK(c.quantization_block >= 2 && c.quantization_block % 2 == 0,
+              "ZeRO++: the quantization block must be an even number of elements >= 2, got " << c.quantization_block);
+  const int n = dp_->size(), h = c.hpz_partition_size;
+  TRIAD_CHECK(h >= 1 && n % h == 0, "[config] zero_optimization.zero_hpz_partition_size "
+                                        << h << " must divide the " << n << " data-parallel ranks");
+  if (h > 1)
+    TRIAD_CHECK(zeropp_.hpz && zeropp_.hpz->size() == h,
+                "ZeRO++ hpZ: the hpZ group has " << (zeropp_.hpz ? zeropp_.hpz->size() : 0) << " ranks, not " << h);
+  if (!c.quantized_gradients) return;
+  TRIAD_CHECK(zeropp_.intra && zeropp_.inter, "ZeRO++ qgZ needs the node groups of the data-parallel group");
+  const int local = zeropp_.intra->size(), nodes = zeropp_.inter->size();
+  // Every rank's (node, local position): the grid qgZ's two hops walk. Nodes holding
+  // different numbers of the group's ranks leave holes or collisions in it.
+  const Tensor mine = Tensor::from_vector(std::vector<int32_t>{zeropp_.inter->rank(), zeropp_.intra->rank(), local},
+                                          {3});
+  const Tensor all = Tensor::empty({3 * n}, DType::i32);
+  dp_->all_gather(mine, all)->wait();
+  const std::vector<int32_t> where = all.to_vector<int32_t>();
+  node_order_.assign(size_t(n), -1);
+  bool uniform = int64_t(local) * nodes == n;
+  for (int d = 0; d < n && uniform; ++d) {
+    const int node = where[size_t(3 * d)], pos = where[size_t(3 * d + 1)];
+    uniform = where[size_t(3 * d + 2)] == local && node < nodes && pos < local &&
+              node_order_[size_t(node * local + pos)] == -1;
+    if (uniform) node_order_[size_t(node * local + pos)] = d;
+  }
+  TRIAD_CHECK(uniform, "[config] zero_optimization.zero_quantized_gradients: the " << n << " data-parallel ranks "
+                                                                                   << "are spread unevenly over nodes ("
+                                                                                   << local << " on this rank's node, "
+                                                                                   << nodes << " nodes); qgZ needs "
+                                                                                   << "every node to hold equally many");
+  reducer_ = std::make_unique<HierarchicalReducer>(zeropp_.intra, zeropp_.inter, node_order_, c.quantization_block);
+}
+
 void ZeroOptimizer::install_stage3_hooks() {
   for (size_t u = 0; u < units_.size(); ++u) {
     nn::Module& m = *units_[u].module;
     m.register_forward_pre_hook([this, u](nn::Module&) {
-      gather_unit(u);
+      gather_unit(u, Use::forward);
       prefetch_ahead(u, +1);
     });
     m.register_forward_output_hook([this, u](nn::Module&, const Tensor& out) {
       if (!GradMode::enabled() || !requires_grad(out)) return;
       register_hook(out, [this, u](const Tensor& grad) {
-        gather_unit(u);
+        gather_unit(u, Use::backward);
         prefetch_ahead(u, -1);
         return grad;
       });
@@ -126,10 +169,17 @@ void ZeroOptimizer::install_stage3_hooks() {
   }
 }
 
-void ZeroOptimizer::prefetch_unit(size_t u) {
+void ZeroOptimizer::prefetch_unit(size_t u, Use use) {
   if (u >= units_.size()) return;
-  for (Group* g : unit_groups_[u])
-    if (!g->flat->flat().defined()) g->gather = g->flat->start_gather(*dp_);
+  for (Group* g : unit_groups_[u]) {
+    if (g->flat->flat().defined() || !g->partitioned) continue;
+    if (use == Use::backward && g->flat->has_secondary())
+      g->gather = g->flat->start_secondary_gather(*zeropp_.hpz);
+    else if (use == Use::forward && config_.quantized_weights)
+      g->gather = g->flat->start_quantized_gather(*dp_, config_.quantization_block);
+    else
+      g->gather = g->flat->start_gather(*dp_);
+  }
 }
 
 void ZeroOptimizer::prefetch_ahead(size_t u, int direction) {
@@ -143,18 +193,26 @@ void ZeroOptimizer::prefetch_ahead(size_t u, int direction) {
     int64_t elements = 0;
     for (Group* g : unit_groups_[next]) elements += g->partitioned ? g->flat->padded() : 0;
     if (k > 1 && elements > budget) return;
-    prefetch_unit(next);
+    prefetch_unit(next, direction > 0 ? Use::forward : Use::backward);
     budget -= elements;
   }
 }
 
-void ZeroOptimizer::gather_unit(size_t u) {
-  prefetch_unit(u);
+void ZeroOptimizer::gather_unit(size_t u, Use use) {
+  prefetch_unit(u, use);
   for (Group* g : unit_groups_[u]) {
     if (!g->gather) continue;
     g->gather->wait();
     g->gather.reset();
     g->flat->finish_gather();
+    if (config_.hpz_partition_size > 1) {
+      // A training forward's gather leaves the secondary shard its backward gathers from;
+      // the backward's own gather has used it.
+      if (use == Use::forward && GradMode::enabled())
+        g->flat->keep_secondary(zeropp_.hpz->rank(), zeropp_.hpz->size());
+      else
+        g->flat->drop_secondary();
+    }
   }
 }
 
@@ -173,13 +231,16 @@ void ZeroOptimizer::release_unit(size_t u) {
 
 void ZeroOptimizer::gather_all() {
   if (config_.stage != 3) return;
-  for (size_t u = 0; u < units_.size(); ++u) prefetch_unit(u);
-  for (size_t u = 0; u < units_.size(); ++u) gather_unit(u);
+  for (size_t u = 0; u < units_.size(); ++u) prefetch_unit(u, Use::whole);
+  for (size_t u = 0; u < units_.size(); ++u) gather_unit(u, Use::whole);
 }
 
 void ZeroOptimizer::release_all() {
   if (config_.stage != 3) return;
-  for (Group& g : groups_) release_group(g);
+  for (Group& g : groups_) {
+    release_group(g);
+    g.flat->drop_secondary();
+  }
 }
 
 void ZeroOptimizer::begin_backward(bool last) {
@@ -218,6 +279,9 @@ void ZeroOptimizer::launch(Group& g) {
   prescale(g.flat->grad());
   if (config_.stage == 0) {
     pending_.push_back({bucketed_all_reduce(*dp_, g.flat->grad(), config_.reduce_bucket_size), &g, Tensor()});
+  } else if (config_.quantized_gradients) {
+    Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype, g.flat->device());
+    pending_.push_back({reducer_->reduce_scatter(g.flat->grad(), out), &g, out});
   } else {
     Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype, g.flat->device());
     pending_.push_back({bucketed_reduce_scatter(*dp_, g.flat->grad(), out, config_.reduce_bucket_size), &g, out});
@@ -452,6 +516,12 @@ void ZeroOptimizer::update_scale(bool overflow) {
   }
 }
 
+std::vector<std::pair<int64_t, bool>> ZeroOptimizer::group_sizes() const {
+  std::vector<std::pair<int64_t, bool>> out;
+  for (const Group& g : groups_) out.emplace_back(g.flat->padded(), g.partitioned);
+  return out;
+}
+
 ResidentBytes ZeroOptimizer::memory() const {
   ResidentBytes m;
   const int64_t elt = int64_t(element_size(config_.dtype));
@@ -459,6 +529,7 @@ ResidentBytes ZeroOptimizer::memory() const {
   for (const Group& g : groups_) {
     const int64_t full = g.flat->padded(), shard = g.flat->shard_size();
     m.param_bytes += (g.partitioned ? shard : full) * elt;
+    if (g.partitioned && config_.hpz_partition_size > 1) m.param_bytes += full / config_.hpz_partition_size * elt;
     m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
     m.optim_bytes += optim_per_element * (config_.stage == 0 ? full : shard);
   }

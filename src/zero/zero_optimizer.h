@@ -54,6 +54,7 @@
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "zero/flat_group.h"
+#include "zero/quantized_collectives.h"
 #include "zero/units.h"
 
 namespace triad::zero {
@@ -100,6 +101,42 @@ struct ZeroConfig {
   // Reduce each group's gradient once per step, in step(), instead of as the backward
   // completes it (Note [ZeRO in a pipeline stage]).
   bool defer_reduction = false;
+  // ZeRO++ at stage 3 (Note [ZeRO++]): qwZ, the forward gathers in int8; hpZ, with more
+  // than one rank, the backward gathers over groups of this many dp ranks; qgZ, gradients
+  // reduced by two int4 all-to-alls. Blocks of quantization_block elements.
+  bool quantized_weights = false;
+  int hpz_partition_size = 1;
+  bool quantized_gradients = false;
+  int64_t quantization_block = kQuantizationBlock;
+};
+
+// Note [ZeRO++] (arXiv 2306.10209): three changes to stage 3's traffic, each on its own key.
+//   qwZ  each forward all-gather moves every rank's shard as int8 blocks and their f32
+//        scales (zero/quantized_collectives.h), dequantized into the unit's buffer: the
+//        forward reads weights within half a quantization step of the exact ones, the same
+//        on every rank. The backward's gather, the master weights and the optimizer are
+//        exact.
+//   hpZ  after a unit's forward gather each rank keeps slice h_r of the gathered buffer
+//        (its secondary shard, 1/h of it, h = hpz_partition_size consecutive dp ranks: a
+//        node when h is the ranks per node), and the unit's backward gathers over those h
+//        ranks only. Secondary shards are made by each training forward from the values it
+//        gathered and dropped once the backward has used them, and at every step: they are
+//        never older than the parameters (after a step or a checkpoint load the next forward
+//        makes them anew). `memory()` counts them in param_bytes.
+//   qgZ  each gradient reduction is a reduce-scatter in two hops of int4 blocks: an
+//        all-to-all inside the node (each rank sends the chunk destined for each local
+//        rank's column of nodes), dequantized and summed in f32, requantized, then an
+//        all-to-all across nodes among the ranks at the same local position, dequantized
+//        and summed in f32: each rank ends with the sum of its shard. Any node count works;
+//        nodes must hold equally many ranks of the dp group.
+// Bus bytes between nodes per step, Ψ elements of 16-bit weights and gradients, n ranks on
+// N nodes of L, b the block (ZeRO-3's 3·2Ψ(n−1)/n): the forward gather moves Ψ(1 + 4/b)
+// instead of 2Ψ per (n−1)/n; hpZ's backward gathers stay inside nodes; qgZ's second hop
+// moves (Ψ/L)(1/2 + 4/b)(N−1)/N.
+struct ZeroPlusPlusGroups {
+  parallel::CommunicatorPtr hpz;    // the rank's hpZ group (hpz_partition_size consecutive dp ranks)
+  parallel::CommunicatorPtr intra;  // the dp ranks on this rank's node, by dp rank
+  parallel::CommunicatorPtr inter;  // one dp rank per node at this rank's position on its node, by node
 };
 
 // Note [ZeRO in a pipeline stage]: each pipeline stage runs its own ZeroOptimizer over its
@@ -138,9 +175,11 @@ class ZeroOptimizer {
   // tp: the tensor-parallel group the model is split over (null or one rank: none);
   // pipeline: the stages the model is cut into (Note [ZeRO in a pipeline stage]). Tied
   // parameters must form units of their own (policy.module_names).
+  // zeropp: the groups ZeRO++'s hpZ (hpz) and qgZ (intra, inter) run over, when enabled.
   ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
                 double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy = {},
-                parallel::CommunicatorPtr tp = nullptr, PipelinePlacement pipeline = {});
+                parallel::CommunicatorPtr tp = nullptr, PipelinePlacement pipeline = {},
+                ZeroPlusPlusGroups zeropp = {});
 
   // Call before each micro-batch's backward; `last` marks the last micro-batch of the
   // accumulation (stage 0 reduces only then).
@@ -160,6 +199,9 @@ class ZeroOptimizer {
   double loss_scale() const { return scale_; }
 
   ResidentBytes memory() const;
+  // The flat groups' padded sizes and whether each is partitioned (stage 3), in order: what
+  // a closed form of the step's traffic sums over.
+  std::vector<std::pair<int64_t, bool>> group_sizes() const;
 
   // Checkpoints see the optimizer's state as named, flattened tensors (engine/checkpoint.h):
   // per parameter its values (storage dtype), f32 master weights (the values themselves in
@@ -217,11 +259,15 @@ class ZeroOptimizer {
   std::vector<Slice> slices(State state, bool owned) const;
   void on_grad_ready(Group& g);
   void install_stage3_hooks();
-  void gather_unit(size_t u);    // blocks until the unit's parameters are gathered
-  void prefetch_unit(size_t u);  // starts gathering (no-op when gathered or out of range)
+  // What a gather is for: a forward (qwZ quantizes it, hpZ keeps secondary shards of it), a
+  // backward (hpZ gathers from the secondary shards), or the whole model (exact).
+  enum class Use { forward, backward, whole };
+  void gather_unit(size_t u, Use use);    // blocks until the unit's parameters are gathered
+  void prefetch_unit(size_t u, Use use);  // starts gathering (no-op when gathered or out of range)
   // Prefetches the units after u in the given direction (+1 forward, -1 backward, wrapping
   // from the root unit to the last) within stage3_prefetch_bucket_size elements.
   void prefetch_ahead(size_t u, int direction);
+  void check_zeropp();
   void release_unit(size_t u);
   void release_group(Group& g);
   Tensor param_view(Group& g) const;  // the part of the parameters this rank updates
@@ -239,6 +285,9 @@ class ZeroOptimizer {
   optim::AdamWOptions adamw_;
   parallel::CommunicatorPtr dp_, tp_;
   PipelinePlacement pipeline_;
+  ZeroPlusPlusGroups zeropp_;
+  std::vector<int> node_order_;  // qgZ: the dp rank at (node, local position), node-major
+  std::unique_ptr<HierarchicalReducer> reducer_;  // qgZ
   Device device_;  // where the parameters and every buffer live
   std::vector<Unit> units_;
   std::vector<Group> groups_;

@@ -100,6 +100,11 @@ struct DataParallelRun {
   Device device = Device::cpu();
   double predivide = 1.0;
   AdamRun adam;
+  // ZeRO++ (stage 3): its switches and the groups they run over.
+  bool quantized_weights = false, quantized_gradients = false;
+  int hpz = 1;
+  int64_t block = zero::kQuantizationBlock;
+  zero::ZeroPlusPlusGroups groups;
 };
 
 inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const DataParallelRun& run) {
@@ -112,8 +117,12 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
                                 .allgather_bucket_size = run.bucket,
                                 .stage3_param_persistence_threshold = run.persist,
                                 .stage3_prefetch_bucket_size = run.prefetch,
-                                .gradient_predivide_factor = run.predivide};
-  zero::ZeroOptimizer opt(model, config, run.adam.options, kDecay, comm);
+                                .gradient_predivide_factor = run.predivide,
+                                .quantized_weights = run.quantized_weights,
+                                .hpz_partition_size = run.hpz,
+                                .quantized_gradients = run.quantized_gradients,
+                                .quantization_block = run.block};
+  zero::ZeroOptimizer opt(model, config, run.adam.options, kDecay, comm, {}, nullptr, {}, run.groups);
   const int64_t micro = kGlobalBatch / (run.accumulation * n);
   Trajectory t;
   for (int64_t step = 0; step < kSteps; ++step) {
