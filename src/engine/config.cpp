@@ -150,6 +150,17 @@ bool is_off(const nlohmann::json& value, const nlohmann::json& off) {
   return value == off || (value.is_object() && value.value("device", "") == "none");
 }
 
+// ZeRO++ needs stage 3, and hpZ groups that tile the data-parallel ranks.
+void check_zeropp(const ZeroOptimizationConfig& z, int64_t data_parallel) {
+  if (!z.zero_quantized_weights && !z.zero_quantized_gradients && z.zero_hpz_partition_size == 1) return;
+  TRIAD_CHECK(z.stage == 3, "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
+                            "zero_quantized_gradients) runs at stage 3, not stage "
+                                << z.stage);
+  TRIAD_CHECK(data_parallel % z.zero_hpz_partition_size == 0,
+              "[config] zero_optimization.zero_hpz_partition_size " << z.zero_hpz_partition_size << " must divide the "
+                                                                    << data_parallel << " data-parallel ranks");
+}
+
 void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string>& notices) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
   for (const auto& [key, why] : kZeroKeysWithoutEffect)
@@ -475,6 +486,7 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
                                                                      << ") must exceed warmup_num_steps ("
                                                                      << c.scheduler.warmup_num_steps << ", at least 2)");
   parse_zero(r.object("zero_optimization"), c.zero, c.notices);
+  check_zeropp(c.zero, c.data_parallel);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
   c.prescale_gradients = r.boolean("prescale_gradients", false);

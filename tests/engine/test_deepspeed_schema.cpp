@@ -2,8 +2,8 @@
 // DeepSpeed's default and at the example value with the behaviour the row states
 // (Implemented: accepted; Note: accepted with a notice naming the key; Error: an error
 // naming the key, the default still accepted), in the optimizer or scheduler types the row
-// names; every key of triad's own table parses at its default; and every key the parser
-// reads while doing so has a row in one of the tables.
+// names (ZeRO++ rows at stage 3); every key of triad's own table parses at its default;
+// and every key the parser reads while doing so has a row in one of the tables.
 #define BOOST_TEST_MODULE deepspeed_schema
 #include <boost/test/unit_test.hpp>
 #include <fstream>
@@ -82,6 +82,7 @@ json config_for(const Row& row, const json& value, const std::string& type) {
   }
   if (row.key == "gradient_accumulation_steps" || row.key == "train_batch_size") j.erase("train_micro_batch_size_per_gpu");
   if (row.key == "gradient_accumulation_steps") j["train_batch_size"] = 8;
+  if (row.key.rfind("zero_optimization.zero_", 0) == 0) j["zero_optimization"]["stage"] = 3;  // ZeRO++ keys
   set(j, row.key, value);
   return j;
 }
