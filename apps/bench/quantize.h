@@ -6,8 +6,10 @@
 // doubles far larger than the last-level cache, one OpenMP thread per core, the larger of
 // the two medians. Each kernel's rate is the bytes it reads and writes (values, packed
 // integers and scales) over its median time, and is printed as a fraction of that
-// bandwidth: memory-bound kernels should stay near it. measure_quantize is the whole
-// measurement, so other benchmarks can print the same figures.
+// bandwidth: memory-bound kernels should stay near it. Every operation runs once per round,
+// stream kernels included, so all see the same state of a host whose bandwidth drifts.
+// measure_quantize is the whole measurement, so other benchmarks can print the same
+// figures.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -98,29 +98,51 @@ void quantize_rows(const T* src, int8_t* q, float* scales, int64_t rows, int64_t
   }
 }
 
-// acc[0, len) = (Add ? acc + : ) q dequantized with scale s.
+// A block is summed a chunk at a time in an L1-resident f32 buffer of kChunk values. At 4
+// bits the buffer holds a chunk's even elements in its first half and its odd ones in the
+// second: each slice then adds contiguous runs, and the elements interleave once, on the
+// way out.
+constexpr int64_t kChunk = 1024;  // even: chunks of a 4-bit block start on a byte
+
+// acc (+)= the len values of q dequantized with scale s (= for the first slice, += after).
 template <int Bits, bool Add>
 void dequantize_into(const int8_t* q, float s, float* acc, int64_t len) {
   if constexpr (Bits == 8) {
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) acc[i] = (Add ? acc[i] : 0.0f) + float(q[i]) * s;
   } else {
+    float *even = acc, *odd = acc + kChunk / 2;
+    // An odd len's last high nibble is padding: decoded into odd[], never written out.
 #pragma omp simd
-    for (int64_t i = 0; i < len / 2; ++i) {
+    for (int64_t i = 0; i < (len + 1) / 2; ++i) {
       const int b = q[i];
-      acc[2 * i] = (Add ? acc[2 * i] : 0.0f) + float(((b & 15) ^ 8) - 8) * s;  // low nibble, sign-extended
-      acc[2 * i + 1] = (Add ? acc[2 * i + 1] : 0.0f) + float(b >> 4) * s;
+      even[i] = (Add ? even[i] : 0.0f) + float(((b & 15) ^ 8) - 8) * s;  // low nibble, sign-extended
+      odd[i] = (Add ? odd[i] : 0.0f) + float(b >> 4) * s;
     }
-    if (len % 2) acc[len - 1] = (Add ? acc[len - 1] : 0.0f) + float(((q[len / 2] & 15) ^ 8) - 8) * s;
   }
 }
 
-// Output row r = the sum of input rows r k .. r k + k - 1, block by block, in chunks
-// summed in an L1-resident f32 buffer and written once in the output's type.
+template <int Bits, class T>
+void write_chunk(const float* acc, T* o, int64_t len) {
+  if constexpr (Bits == 8) {
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) o[i] = store<T>(acc[i]);
+  } else {
+    const float *even = acc, *odd = acc + kChunk / 2;
+#pragma omp simd
+    for (int64_t i = 0; i < len / 2; ++i) {
+      o[2 * i] = store<T>(even[i]);
+      o[2 * i + 1] = store<T>(odd[i]);
+    }
+    if (len % 2) o[len - 1] = store<T>(even[len / 2]);
+  }
+}
+
+// Output row r = the sum of input rows r k .. r k + k - 1, chunk by chunk, written once in
+// the output's type.
 template <int Bits, class T>
 void dequantize_rows(const int8_t* q, const float* scales, T* out, int64_t rows, int64_t k, int64_t n,
                      const QuantFormat& f) {
-  constexpr int64_t kChunk = 1024;  // even: chunks of a 4-bit block start on a byte
   const int64_t per_row = f.blocks(n), row_bytes = f.bytes(n), total = rows * per_row;
 #pragma omp parallel for schedule(static) if (rows * k * n > cpu::kParallelGrain)
   for (int64_t t = 0; t < total; ++t) {
@@ -137,9 +159,7 @@ void dequantize_rows(const int8_t* q, const float* scales, T* out, int64_t rows,
         else
           dequantize_into<Bits, true>(qc, s, acc, m);
       }
-      T* o = out + r * n + begin + c;
-#pragma omp simd
-      for (int64_t i = 0; i < m; ++i) o[i] = store<T>(acc[i]);
+      write_chunk<Bits>(acc, out + r * n + begin + c, m);
     }
   }
 }
