@@ -54,6 +54,17 @@ class Backend {
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                      const AdamWStep& step) = 0;
 
+  // Block-wise quantization (ops::quantize_blocks) of each of the rows of src (rows, n),
+  // contiguous, f32, bf16 or f16, none empty: q i8 (rows, format.bytes(n)), scales f32
+  // (rows, format.blocks(n)); format checked (bits 8 or 4, block > 0 and even at 4 bits).
+  virtual void quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, int64_t rows, int64_t n,
+                               const QuantFormat& format) = 0;
+  // out (rows, n) contiguous, f32, bf16 or f16: row r = the sum over j < k of row r k + j
+  // of q (rows k, format.bytes(n)) dequantized with scales (rows k, format.blocks(n)), added
+  // in f32 in order of j (ops::dequantize_blocks is k = 1; ops::dequantize_reduce rows = 1).
+  virtual void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k,
+                                 int64_t n, const QuantFormat& format) = 0;
+
   // x, y (rows, n) contiguous.
   virtual void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows,

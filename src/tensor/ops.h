@@ -19,6 +19,30 @@ struct AdamWStep {
   bool adam_w_mode = true;                    // decoupled weight decay; false: L2
 };
 
+// Elements per quantization block unless a caller chooses otherwise. DeepSpeed's ZeRO++
+// weight quantizer (qwZ) aims at groups of about 4k elements ("the optimal size is 4k") and
+// keeps them below 8000; its gradient quantizer (qgZ) makes one group per row of a weight,
+// a few thousand elements in the models it targets. A power of two keeps blocks aligned to
+// vector widths and whole bytes at 4 bits.
+inline constexpr int64_t kQuantBlock = 4096;
+
+// The layout of block-wise symmetric quantization (ops::quantize_blocks): a sequence of n
+// values is cut into blocks of `block` elements (the last may be shorter), each stored as
+// integers in [-qmax, qmax] and one f32 scale.
+struct QuantFormat {
+  int bits = 8;                 // 8: one value per byte; 4: two per byte
+  int64_t block = kQuantBlock;  // elements sharing one scale; even at 4 bits (whole bytes)
+  int qmax() const { return bits == 8 ? 127 : 7; }
+  int64_t bytes(int64_t n) const { return bits == 8 ? n : (n + 1) / 2; }  // i8 elements holding n values
+  int64_t blocks(int64_t n) const { return (n + block - 1) / block; }
+};
+
+// A quantized tensor: q i8 (..., bytes(n)) and scales f32 (..., blocks(n)) for a source of
+// shape (..., n).
+struct Quantized {
+  Tensor q, scales;
+};
+
 }  // namespace triad
 
 namespace triad::ops {
@@ -105,6 +129,30 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // param, exp_avg, exp_avg_sq: same shape and dtype, contiguous; grad: same shape.
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
             const AdamWStep& step);
+
+// ---- block-wise quantization (ZeRO++'s quantized collectives) ----
+// Every row along the last dimension of src (..., n) is quantized on its own, in blocks of
+// format.block elements (the row's last block may be shorter):
+//   scale = max |x| / qmax over the block (qmax 127 at 8 bits, 7 at 4 bits), in f32;
+//   q = x / scale rounded to nearest, ties to even, clamped to [-qmax, qmax].
+// So |x - q scale| <= scale / 2 up to f32 rounding, and values k scale come back exactly.
+// At 4 bits, element 2i of a row is the low nibble of its byte i and element 2i+1 the high
+// one, both two's complement; an odd row's last high nibble is 0.
+// Special blocks, so that overflow checks still see what the source held:
+// - a block holding a NaN or an infinity gets scale NaN and q 0: every value dequantized
+//   from it is NaN;
+// - a block whose max |x| is 0 or below 2^-119 (where scale would leave f32's normal
+//   range) gets scale 0 and q 0: it comes back as zeros.
+// src is f32, bf16 or f16 (16-bit values are read as stored); any device.
+Quantized quantize_blocks(const Tensor& src, const QuantFormat& format = {});
+// out (..., n) = q scale, the inverse of quantize_blocks (q and scales as it made them for
+// a source of out's shape); out contiguous, f32, bf16 or f16 (written rounded to nearest
+// even from f32).
+void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, const QuantFormat& format = {});
+// out (n) = the sum over k of row k of q (k, bytes(n)) dequantized with scales (k,
+// blocks(n)): k slices quantized on their own (qgZ's all-to-all delivers one per peer),
+// added in f32 in row order, written once in out's dtype (contiguous; f32, bf16 or f16).
+void dequantize_reduce(const Tensor& q, const Tensor& scales, const Tensor& out, const QuantFormat& format = {});
 
 // ---- neural-network kernels ----
 // Softmax over the last dimension. causal: for (..., Tq, Tk), query i sees keys

@@ -328,6 +328,39 @@ void adamw_case() {
   }
 }
 
+// Block quantization of f32, bf16 and f16 rows at 8 and 4 bits (an odd row: a half byte),
+// with zero, non-finite and partial blocks: q and scales bit for bit; one slice dequantized
+// to the same values (the GPU's NaN has other bits); a sum of slices (qgZ's reduction)
+// within f32 rounding.
+void quantize_case() {
+  const int64_t rows = 4, n = 3 * 256 + 77;
+  for (int bits : {8, 4})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      const QuantFormat f{bits, 256};
+      const std::string what = "quantize " + std::to_string(bits) + " bits " + dtype_name(dt);
+      Tensor x = random({rows, n}, 40, -3, 3);
+      for (int64_t i = 0; i < 256; ++i) x.data<float>()[i] = 0.0f;
+      x.data<float>()[n + 300] = std::nanf("");
+      x.data<float>()[2 * n + 600] = HUGE_VALF;
+      const Pair src = pair(ops::to(x, dt));
+      Pair q = empty_pair({rows, f.bytes(n)}, DType::i8), scales = empty_pair({rows, f.blocks(n)});
+      cpu().quantize_blocks(src.c, q.c, scales.c, rows, n, f);
+      gpu().quantize_blocks(src.g, q.g, scales.g, rows, n, f);
+      expect_equal(what + " q", q.g, q.c);
+      expect_equal(what + " scales", scales.g, scales.c);
+      Pair out = empty_pair({rows, n}, dt);
+      cpu().dequantize_blocks(q.c, scales.c, out.c, rows, 1, n, f);
+      gpu().dequantize_blocks(q.g, scales.g, out.g, rows, 1, n, f);
+      expect_close(what + " dequantized", out.g, out.c, 0.0);  // exact; NaN where the CPU has NaN (other bits)
+      Pair sum = empty_pair({1, n});
+      const Pair q3 = view(q, [](const Tensor& t) { return ops::narrow(t, 0, 1, 3); });
+      const Pair s3 = view(scales, [](const Tensor& t) { return ops::narrow(t, 0, 1, 3); });
+      cpu().dequantize_blocks(q3.c, s3.c, sum.c, 1, 3, n, f);
+      gpu().dequantize_blocks(q3.g, s3.g, sum.g, 1, 3, n, f);
+      expect_close(what + " sum of 3 slices", sum.g, sum.c, threshold(DType::f32));
+    }
+}
+
 void softmax_case() {
   struct Geometry {
     int64_t rows, n, tq;
@@ -523,6 +556,7 @@ const Case kCases[] = {
     {"matmul", matmul_case},
     {"add_row_vector", add_row_vector_case},
     {"adamw", adamw_case},
+    {"quantize_blocks_dequantize_blocks", quantize_case},
     {"softmax", softmax_case},
     {"layer_norm", layer_norm_case},
     {"embedding", embedding_case},

@@ -1,16 +1,17 @@
 // The CUDA backend: every method of tensor/backend.h as kernels on the tensors' device,
 // enqueued on the calling thread's current stream there (Note [Streams]). The methods are
 // spread over files by kind as the CPU backend's are (copy.cu, elementwise.cu, reduce.cu,
-// matmul.cu, nn.cu, optim.cu, attention.cu and attention_mma.cu), and so are their
-// semantics: each kernel follows the CPU kernel of the same method (tensor/cpu/), which is
+// matmul.cu, nn.cu, optim.cu, quantize.cu, attention.cu and attention_mma.cu), and so are
+// their semantics: each kernel follows the CPU kernel of the same method (tensor/cpu/), which is
 // the reference the GPU tests compare against.
 //
 // dtypes follow the CPU backend: copy, fill and the random fills take every dtype the CPU
 // takes (bf16/f16 conversions rounding exactly as tensor/dtype.h does); every computing
-// method runs in f32, and attention also reads and writes bf16/f16 tensors as stored
-// (on tensor cores with f32 accumulation: attention_mma.cu). f64 tensors, which the CPU backend computes for gradient
-// checks, throw Error here. matmul goes through cuBLASLt (gemm.h), which also takes bf16/f16 operands for callers that
-// use it directly.
+// method runs in f32, and attention and the block quantization also read and write bf16/f16
+// tensors as stored (attention on tensor cores with f32 accumulation: attention_mma.cu). f64
+// tensors, which the CPU backend computes for gradient checks, throw Error here. matmul goes
+// through cuBLASLt (gemm.h), which also takes bf16/f16 operands for callers that use it
+// directly.
 //
 // Results the methods return to the host (sums, norms, all_finite) make the host wait for
 // the stream; nothing else does. Bad indices are reported at such waits (Note [Deferred
@@ -47,6 +48,10 @@ class CudaBackend final : public Backend {
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
              const AdamWStep& step) override;
+  void quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, int64_t rows, int64_t n,
+                       const QuantFormat& format) override;
+  void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k, int64_t n,
+                         const QuantFormat& format) override;
   void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows, int64_t n) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,

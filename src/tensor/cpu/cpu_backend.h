@@ -1,6 +1,7 @@
 // The CPU backend: OpenMP-parallel loops the compiler vectorizes, and Eigen (over BLAS) for
 // GEMM. Floating kernels are templates over float and double; the methods are spread over
-// files by kind (copy.cpp, elementwise.cpp, reduce.cpp, matmul.cpp, nn.cpp, attention.cpp).
+// files by kind (copy.cpp, elementwise.cpp, reduce.cpp, matmul.cpp, optim.cpp, quantize.cpp,
+// nn.cpp, attention.cpp).
 #pragma once
 
 #include "tensor/backend.h"
@@ -33,6 +34,10 @@ class CpuBackend final : public Backend {
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
              const AdamWStep& step) override;
+  void quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, int64_t rows, int64_t n,
+                       const QuantFormat& format) override;
+  void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k, int64_t n,
+                         const QuantFormat& format) override;
   void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows, int64_t n) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,

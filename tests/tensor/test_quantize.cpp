@@ -1,0 +1,294 @@
+// Block-wise quantization (ops::quantize_blocks, dequantize_blocks, dequantize_reduce) on
+// the CPU, against values the tests compute themselves: each block's scale is max |x| / qmax
+// in double, q is decoded from the bytes here (nibbles by hand), and the round trip must
+// come within half a scale of every value, up to f32 rounding.
+#define BOOST_TEST_MODULE quantize
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "support/check.h"
+#include "tensor/ops.h"
+
+using namespace triad;
+
+namespace {
+
+const QuantFormat kInt8{8, 64}, kInt4{4, 64};
+
+Tensor uniform(int64_t n, uint64_t seed, double lo, double hi) {
+  Tensor t = Tensor::empty({n});
+  Generator g(seed);
+  ops::uniform_(t, lo, hi, g);
+  return t;
+}
+
+Tensor floats(const std::vector<float>& v) { return Tensor::from_vector(v, {int64_t(v.size())}); }
+
+// The integer value i of a row of packed bytes, decoded by hand: at 4 bits element 2j is
+// the low nibble of byte j, 2j+1 the high one, each a two's complement number in [-8, 7].
+int decode(const int8_t* bytes, int bits, int64_t i) {
+  if (bits == 8) return bytes[i];
+  const int byte = uint8_t(bytes[i / 2]);
+  const int nibble = i % 2 ? byte >> 4 : byte & 15;
+  return nibble >= 8 ? nibble - 16 : nibble;
+}
+
+Tensor dequantize(const Quantized& r, int64_t n, const QuantFormat& f, DType dtype = DType::f32) {
+  Tensor out = Tensor::empty({n}, dtype);
+  ops::dequantize_blocks(r.q, r.scales, out, f);
+  return out;
+}
+
+// |x - x'| for every element, against half of its block's scale max |x| / qmax (computed
+// here in double) plus f32 rounding: x inv and the inverse itself are rounded (relative
+// 2^-24 each, on values up to qmax), and so is q scale. A block whose max is below 2^-119
+// must have scale 0 and come back as zeros.
+void check_round_trip(const std::vector<float>& x, const QuantFormat& f, const std::string& what) {
+  const int64_t n = int64_t(x.size());
+  const Quantized r = ops::quantize_blocks(floats(x), f);
+  const std::vector<float> back = dequantize(r, n, f).to_vector<float>();
+  const std::vector<float> scales = r.scales.to_vector<float>();
+  BOOST_REQUIRE_EQUAL(int64_t(scales.size()), f.blocks(n));
+  int64_t wrong = 0;
+  for (int64_t b = 0; b < f.blocks(n); ++b) {
+    double m = 0;
+    for (int64_t i = b * f.block; i < std::min(n, (b + 1) * f.block); ++i) m = std::max(m, std::fabs(double(x[i])));
+    const double scale = m < 0x1p-119 ? 0.0 : m / f.qmax();  // vanishing blocks come back as zeros
+    BOOST_TEST(std::fabs(scales[b] - scale) <= scale * 0x1p-23, what << " block " << b << " scale " << scales[b]);
+    const double bound = scale ? scale * (0.5 + 4 * f.qmax() * 0x1p-24) : 0x1p-119;
+    for (int64_t i = b * f.block; i < std::min(n, (b + 1) * f.block); ++i)
+      if (!(std::fabs(double(x[i]) - back[i]) <= bound)) ++wrong;
+  }
+  BOOST_TEST(wrong == 0, what << ": " << wrong << " values beyond half a scale");
+}
+
+}  // namespace
+
+// Random blocks of several magnitudes, a partial last block, and an odd count at 4 bits.
+BOOST_AUTO_TEST_CASE(round_trip_within_half_a_scale) {
+  for (const QuantFormat& f : {kInt8, kInt4})
+    for (int64_t n : {int64_t(1), int64_t(63), int64_t(64), int64_t(1000), int64_t(4097)}) {
+      std::vector<float> x = uniform(n, 1, -1, 1).to_vector<float>();
+      for (int64_t i = 0; i < n; ++i) x[i] *= std::ldexp(1.0f, int(i / f.block) % 7 * 5 - 15);  // 2^-15 .. 2^15
+      check_round_trip(x, f, std::to_string(f.bits) + " bits, n " + std::to_string(n));
+    }
+  // The default format: 4096-element blocks.
+  check_round_trip(uniform(3 * kQuantBlock + 5, 2, -3, 3).to_vector<float>(), QuantFormat{}, "default format");
+}
+
+// x = k scale, with scale a power of two and every block holding +-qmax scale: each block's
+// scale is exactly that, q = k, and the values come back exactly.
+BOOST_AUTO_TEST_CASE(values_on_the_grid_come_back_exactly) {
+  for (const QuantFormat& f : {kInt8, kInt4}) {
+    const float scale = 0.125f;
+    const int64_t n = 4 * f.block + 9, levels = 2 * f.qmax() + 1;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = i % f.block == 0 ? (i / f.block % 2 ? -f.qmax() : f.qmax()) : i * 7 % levels - f.qmax();
+      x[i] = float(k) * scale;
+    }
+    const Quantized r = ops::quantize_blocks(floats(x), f);
+    const std::vector<float> scales = r.scales.to_vector<float>(), back = dequantize(r, n, f).to_vector<float>();
+    BOOST_TEST(scales == std::vector<float>(size_t(f.blocks(n)), scale), boost::test_tools::per_element());
+    for (int64_t i = 0; i < n; ++i) {
+      BOOST_TEST(decode(r.q.data<int8_t>(), f.bits, i) == std::lround(x[i] / scale), f.bits << " bits, element " << i);
+      BOOST_TEST(back[i] == x[i], f.bits << " bits, element " << i);
+    }
+  }
+}
+
+// Halfway values round to the even integer: scale 1 (max 127), 2.5 -> 2, 3.5 -> 4.
+BOOST_AUTO_TEST_CASE(ties_round_to_even) {
+  const std::vector<float> x = {127, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 126.5f};
+  const std::vector<int> want = {127, 2, 4, -2, -4, 0, 0, 2, 126};
+  const Quantized r = ops::quantize_blocks(floats(x), kInt8);
+  for (size_t i = 0; i < x.size(); ++i) BOOST_TEST(decode(r.q.data<int8_t>(), 8, int64_t(i)) == want[i]);
+}
+
+// Blocks of zeros, and of values too small for an f32 scale (max below 2^-119), come back as
+// zeros with scale 0; a block just above that keeps its values.
+BOOST_AUTO_TEST_CASE(zero_and_vanishing_blocks) {
+  for (const QuantFormat& f : {kInt8, kInt4}) {
+    std::vector<float> x(4 * 64, 0.0f);
+    for (int i = 64; i < 128; ++i) x[i] = (i % 2 ? 1 : -1) * std::ldexp(1.0f, -120);  // below 2^-119
+    for (int i = 128; i < 192; ++i) x[i] = (i % 3 - 1) * std::ldexp(1.0f, -118);      // above
+    x[200] = 1.0f;
+    const Quantized r = ops::quantize_blocks(floats(x), f);
+    const std::vector<float> scales = r.scales.to_vector<float>(), back = dequantize(r, 256, f).to_vector<float>();
+    BOOST_TEST(scales[0] == 0.0f);
+    BOOST_TEST(scales[1] == 0.0f);
+    for (int64_t i = 0; i < 128; ++i) {
+      BOOST_TEST(decode(r.q.data<int8_t>(), f.bits, i) == 0);
+      BOOST_TEST(back[i] == 0.0f);
+    }
+    for (int64_t i = 128; i < 192; ++i)  // -max, 0, max
+      BOOST_TEST(decode(r.q.data<int8_t>(), f.bits, i) == (i % 3 - 1) * f.qmax());
+    check_round_trip(x, f, std::to_string(f.bits) + " bits");  // and block 2's scale, 2^-118 / qmax
+  }
+}
+
+// One huge value sets the block's scale: the others round to 0 and stay within half of it.
+BOOST_AUTO_TEST_CASE(one_huge_value_in_a_block) {
+  for (const QuantFormat& f : {kInt8, kInt4}) {
+    std::vector<float> x = uniform(128, 3, -1, 1).to_vector<float>();
+    x[77] = 1e6f;
+    const Quantized r = ops::quantize_blocks(floats(x), f);
+    for (int64_t i = 64; i < 128; ++i)
+      BOOST_TEST(decode(r.q.data<int8_t>(), f.bits, i) == (i == 77 ? f.qmax() : 0), f.bits << " bits, " << i);
+    check_round_trip(x, f, std::to_string(f.bits) + " bits");
+  }
+}
+
+// Note the contract in tensor/ops.h: a block holding NaN or +-inf dequantizes to NaN
+// throughout (scale NaN, q 0), so an overflow check after a quantized collective sees it;
+// the other blocks are untouched.
+BOOST_AUTO_TEST_CASE(non_finite_blocks_come_back_as_nan) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const QuantFormat& f : {kInt8, kInt4})
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), inf, -inf})
+      for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+        const std::string what = std::to_string(f.bits) + " bits, " + std::to_string(bad) + ", " + dtype_name(dt);
+        std::vector<float> x = uniform(3 * 64 + 1, 4, -1, 1).to_vector<float>();
+        x[64 + 9] = bad;
+        const Quantized r = ops::quantize_blocks(ops::to(floats(x), dt), f);
+        const std::vector<float> scales = r.scales.to_vector<float>();
+        BOOST_TEST(std::isnan(scales[1]), what);
+        BOOST_TEST(std::isfinite(scales[0]), what);
+        const std::vector<float> back = dequantize(r, 3 * 64 + 1, f, dt).to_vector<float>();
+        for (int64_t i = 0; i < int64_t(back.size()); ++i) {
+          const bool in_bad_block = i / 64 == 1;
+          BOOST_TEST(std::isnan(back[i]) == in_bad_block, what << ", element " << i);
+          if (in_bad_block) BOOST_TEST(decode(r.q.data<int8_t>(), f.bits, i) == 0, what);
+        }
+        BOOST_TEST(!ops::all_finite(dequantize(r, 3 * 64 + 1, f)), what);
+      }
+}
+
+// The bytes themselves, computed by hand (scale 1: max |x| is qmax).
+BOOST_AUTO_TEST_CASE(packed_bytes) {
+  auto bytes = [](const Quantized& r) {
+    const int8_t* p = r.q.data<int8_t>();
+    std::vector<int> v;
+    for (int64_t i = 0; i < r.q.numel(); ++i) v.push_back(uint8_t(p[i]));
+    return v;
+  };
+  // 4 bits: (1, -1) -> 0xF1, (7, -7) -> 0x97, (0, 3) -> 0x30, (-2, 5) -> 0x5E.
+  const Quantized even = ops::quantize_blocks(floats({1, -1, 7, -7, 0, 3, -2, 5}), QuantFormat{4, 8});
+  BOOST_TEST(bytes(even) == (std::vector<int>{0xF1, 0x97, 0x30, 0x5E}), boost::test_tools::per_element());
+  // An odd count: the last byte's high nibble is 0. Blocks of 2: (7, -3) -> 0xD7; (-7) -> 0x09.
+  const Quantized odd = ops::quantize_blocks(floats({7, -3, -7}), QuantFormat{4, 2});
+  BOOST_TEST(bytes(odd) == (std::vector<int>{0xD7, 0x09}), boost::test_tools::per_element());
+  BOOST_TEST(odd.scales.to_vector<float>() == (std::vector<float>{1, 1}), boost::test_tools::per_element());
+  // 8 bits: one two's complement byte per value.
+  const Quantized int8 = ops::quantize_blocks(floats({127, -127, 0, 5, -1}), QuantFormat{8, 8});
+  BOOST_TEST(bytes(int8) == (std::vector<int>{0x7F, 0x81, 0x00, 0x05, 0xFF}), boost::test_tools::per_element());
+}
+
+// Rows along the last dimension are quantized on their own (odd rows at 4 bits pad their
+// own last byte), and q and scales keep the leading dimensions.
+BOOST_AUTO_TEST_CASE(rows_are_quantized_on_their_own) {
+  for (const QuantFormat& f : {kInt8, kInt4}) {
+    const int64_t rows = 3, n = 101;
+    const Tensor x = ops::view(uniform(rows * n, 5, -2, 2), {rows, n});
+    const Quantized r = ops::quantize_blocks(x, f);
+    BOOST_TEST(r.q.shape() == (Shape{rows, f.bytes(n)}));
+    BOOST_TEST(r.scales.shape() == (Shape{rows, f.blocks(n)}));
+    Tensor back = Tensor::empty({rows, n});
+    ops::dequantize_blocks(r.q, r.scales, back, f);
+    for (int64_t i = 0; i < rows; ++i) {
+      const Quantized one = ops::quantize_blocks(ops::contiguous(ops::select(x, 0, i)), f);
+      BOOST_TEST(std::memcmp(one.q.raw_data(), r.q.data<int8_t>() + i * f.bytes(n), size_t(f.bytes(n))) == 0);
+      BOOST_TEST(one.scales.to_vector<float>() == ops::select(r.scales, 0, i).to_vector<float>(),
+                 boost::test_tools::per_element());
+      BOOST_TEST(dequantize(one, n, f).to_vector<float>() == ops::select(back, 0, i).to_vector<float>(),
+                 boost::test_tools::per_element());
+    }
+  }
+}
+
+// The fused sum of k slices against each slice decoded here and added in double.
+BOOST_AUTO_TEST_CASE(dequantize_reduce_sums_the_slices) {
+  for (const QuantFormat& f : {kInt8, kInt4})
+    for (int64_t n : {int64_t(1), int64_t(129), int64_t(3000)}) {
+      const int64_t k = 5;
+      const Tensor x = ops::view(uniform(k * n, 6, -4, 4), {k, n});
+      const Quantized r = ops::quantize_blocks(x, f);
+      const std::vector<float> scales = r.scales.to_vector<float>();
+      // Per element: the sum in double, and the sum of |terms|, which bounds f32's rounding
+      // (each product and each of the k additions: relative 2^-24 of at most that much).
+      std::vector<double> want(size_t(n), 0.0), magnitude(size_t(n), 0.0);
+      for (int64_t j = 0; j < k; ++j)
+        for (int64_t i = 0; i < n; ++i) {
+          const double v =
+              decode(r.q.data<int8_t>() + j * f.bytes(n), f.bits, i) * double(scales[j * f.blocks(n) + i / f.block]);
+          want[i] += v;
+          magnitude[i] += std::fabs(v);
+        }
+      for (DType dt : {DType::f32, DType::bf16}) {
+        Tensor out = Tensor::empty({n}, dt);
+        ops::dequantize_reduce(r.q, r.scales, out, f);
+        const std::vector<double> got = out.to_vector<double>();
+        for (int64_t i = 0; i < n; ++i) {
+          // bf16 rounds the f32 sum once more: half its unit, 2^-8 relative.
+          const double tol = 2 * k * magnitude[i] * 0x1p-24 + (dt == DType::bf16 ? std::fabs(want[i]) * 0x1p-8 : 0.0);
+          BOOST_TEST(std::fabs(got[i] - want[i]) <= tol,
+                     f.bits << " bits, n " << n << ", " << dtype_name(dt) << ", " << i);
+        }
+      }
+      // One slice: exactly dequantize_blocks.
+      Tensor one = Tensor::empty({n});
+      ops::dequantize_reduce(ops::narrow(r.q, 0, 2, 1), ops::narrow(r.scales, 0, 2, 1), one, f);
+      Tensor plain = Tensor::empty({n});
+      ops::dequantize_blocks(ops::select(r.q, 0, 2), ops::select(r.scales, 0, 2), plain, f);
+      BOOST_TEST(one.to_vector<float>() == plain.to_vector<float>(), boost::test_tools::per_element());
+    }
+  // No slices: zeros.
+  Tensor out = Tensor::full({10}, 3.0);
+  ops::dequantize_reduce(Tensor::empty({0, 10}, DType::i8), Tensor::empty({0, 1}), out, QuantFormat{8, 64});
+  BOOST_TEST(out.to_vector<float>() == std::vector<float>(10, 0.0f), boost::test_tools::per_element());
+}
+
+// 16-bit sources convert on load: the same values in bf16, f16 and f32 quantize to the same
+// bytes and scales; a 16-bit output holds the f32 result rounded once.
+BOOST_AUTO_TEST_CASE(sixteen_bit_sources_and_outputs) {
+  for (const QuantFormat& f : {kInt8, kInt4})
+    for (DType dt : {DType::bf16, DType::f16}) {
+      const Tensor x16 = ops::to(uniform(300, 7, -3, 3), dt), x32 = ops::to(x16, DType::f32);
+      const Quantized a = ops::quantize_blocks(x16, f), b = ops::quantize_blocks(x32, f);
+      BOOST_TEST(std::memcmp(a.q.raw_data(), b.q.raw_data(), a.q.nbytes()) == 0, dtype_name(dt));
+      BOOST_TEST(a.scales.to_vector<float>() == b.scales.to_vector<float>(), boost::test_tools::per_element());
+      check_round_trip(x32.to_vector<float>(), f, std::string(dtype_name(dt)) + " source");
+      const Tensor back16 = dequantize(a, 300, f, dt);
+      const Tensor want = ops::to(dequantize(a, 300, f), dt);
+      BOOST_TEST(std::memcmp(back16.raw_data(), want.raw_data(), want.nbytes()) == 0, dtype_name(dt) << " output");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(bad_arguments_throw) {
+  const Tensor x = uniform(100, 8, -1, 1);
+  test::check_error([&] { ops::quantize_blocks(x, QuantFormat{5, 64}); }, {"quantize_blocks", "bits must be 8 or 4"});
+  test::check_error([&] { ops::quantize_blocks(x, QuantFormat{8, 0}); }, {"quantize_blocks", "block must be positive"});
+  test::check_error([&] { ops::quantize_blocks(x, QuantFormat{4, 63}); }, {"quantize_blocks", "even"});
+  test::check_error([&] { ops::quantize_blocks(ops::to(x, DType::f64), kInt8); }, {"quantize_blocks", "f64"});
+  test::check_error([&] { ops::quantize_blocks(Tensor::scalar(1.0), kInt8); }, {"quantize_blocks", "1 dimension"});
+  const Quantized r = ops::quantize_blocks(x, kInt4);
+  Tensor out = Tensor::empty({100});
+  test::check_error([&] { ops::dequantize_blocks(r.q, r.scales, out, kInt8); },
+                    {"dequantize_blocks", "q of i8 (100,)"});
+  test::check_error(
+      [&] {
+        ops::dequantize_blocks(r.q, r.scales, out, QuantFormat{4, 32});
+      },
+      {"dequantize_blocks", "scales of f32 (4,)"});
+  test::check_error([&] { ops::dequantize_blocks(r.q, r.scales, Tensor::empty({100}, DType::i32), kInt4); },
+                    {"dequantize_blocks", "contiguous f32, bf16 or f16 output"});
+  test::check_error(
+      [&] {
+        ops::dequantize_blocks(r.q, r.scales, ops::transpose(Tensor::empty({10, 10}), 0, 1), kInt4);
+      },
+      {"dequantize_blocks", "contiguous"});
+  test::check_error([&] { ops::dequantize_reduce(r.q, r.scales, out, kInt4); }, {"dequantize_reduce", "(k, bytes)"});
+}
