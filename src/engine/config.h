@@ -46,8 +46,8 @@
 #include "engine/monitor.h"
 #include "nn/gpt.h"
 #include "nn/layer_list.h"
+#include "tensor/ops.h"
 #include "zero/perf_model.h"
-#include "zero/quantized_collectives.h"
 
 namespace triad::engine {
 
@@ -100,7 +100,7 @@ struct ZeroOptimizationConfig {
   bool zero_quantized_weights = false;
   int zero_hpz_partition_size = 1;
   bool zero_quantized_gradients = false;
-  int64_t zeropp_quantization_block = zero::kQuantizationBlock;
+  int64_t zeropp_quantization_block = kQuantBlock;
 };
 
 // Mixed precision (DeepSpeed's "bf16" and "fp16" sections): parameters and gradients stored

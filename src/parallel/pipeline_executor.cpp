@@ -50,21 +50,24 @@ Tensor PipelineExecutor::buffer_for(const PipeMessage& message) {
   return Tensor::empty(agreed.shape, agreed.dtype, stage_device());
 }
 
-Tensor PipelineExecutor::receive(const PipeMessage& message) {
+void PipelineExecutor::wait_for_message(parallel::Work& work) {
   const auto start = std::chrono::steady_clock::now();
-  Tensor t;
-  if (prefetch_) {
-    TRIAD_ASSERT_MSG(prefetch_->message == message, "pipeline: the " << to_string(message) << " received while the "
-                                                                      << to_string(prefetch_->message)
-                                                                      << " is posted with a send");
-    prefetch_->work->wait();
-    t = prefetch_->recv;
-    prefetch_.reset();
-  } else {
-    t = buffer_for(message);
-    pp_->recv(t, message.from(stages()), tag(message))->wait();
-  }
+  work.wait();
   waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+Tensor PipelineExecutor::receive(const PipeMessage& message) {
+  if (!prefetch_) {
+    Tensor t = buffer_for(message);
+    wait_for_message(*pp_->recv(t, message.from(stages()), tag(message)));
+    return t;
+  }
+  TRIAD_ASSERT_MSG(prefetch_->message == message, "pipeline: the " << to_string(message) << " received while the "
+                                                                    << to_string(prefetch_->message)
+                                                                    << " is posted with a send");
+  wait_for_message(*prefetch_->work);
+  Tensor t = prefetch_->recv;
+  prefetch_.reset();
   return t;
 }
 
@@ -84,9 +87,7 @@ Tensor PipelineExecutor::receive_activation(int m, int c) {
   Agreed& agreed = input_shape_[size_t(c)];
   if (!agreed.known) {
     const Tensor header = Tensor::empty({kShapeWords}, DType::i64);
-    const auto start = std::chrono::steady_clock::now();
-    pp_->recv(header, (pp_->rank() + stages() - 1) % stages(), tag(kShape, 0, virtual_stage(c)))->wait();
-    waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    wait_for_message(*pp_->recv(header, (pp_->rank() + stages() - 1) % stages(), tag(kShape, 0, virtual_stage(c))));
     const std::vector<int64_t> h = header.to_vector<int64_t>();
     agreed.dtype = DType(h[0]);
     agreed.shape.assign(h.begin() + 2, h.begin() + 2 + h[1]);
@@ -197,10 +198,15 @@ std::vector<Tensor> PipelineExecutor::forward_only(const Step& step) {
 
 std::vector<Tensor> PipelineExecutor::run(const Step& step) {
   begin(step);
-  std::vector<std::vector<PipeAction>> lists;  // every stage's: a pair needs its peer's mirror
-  for (int r = 0; r < stages(); ++r) lists.push_back(pipe_actions(schedule_, stages(), r, micro_batches_, chunks()));
-  const std::vector<PipeAction>& actions = lists[size_t(pp_->rank())];
-  const std::vector<PipeExchange> exchanges = pipe_exchanges(lists, chunks())[size_t(pp_->rank())];
+  if (planned_micro_batches_ != micro_batches_) {  // the plan depends on m only: made once per m
+    std::vector<std::vector<PipeAction>> lists;     // every stage's: a pair needs its peer's mirror
+    for (int r = 0; r < stages(); ++r) lists.push_back(pipe_actions(schedule_, stages(), r, micro_batches_, chunks()));
+    exchanges_ = pipe_exchanges(lists, chunks())[size_t(pp_->rank())];
+    actions_ = std::move(lists[size_t(pp_->rank())]);
+    planned_micro_batches_ = micro_batches_;
+  }
+  const std::vector<PipeAction>& actions = actions_;
+  const std::vector<PipeExchange>& exchanges = exchanges_;
   // Each chunk's last whole backward (its gradients are complete after it).
   std::vector<size_t> final_backward(size_t(chunks()), actions.size());
   for (size_t i = 0; i < actions.size(); ++i)

@@ -93,6 +93,7 @@ class PipelineExecutor {
   // Posts t, with the stage's next receive when the current action's exchange pairs it.
   void send(const Tensor& t, const PipeMessage& message);
   Tensor buffer_for(const PipeMessage& message);  // an empty tensor of the message's shape
+  void wait_for_message(Work& work);              // counts the wait in waited_
 
   std::shared_ptr<nn::PipelineStage> stage_;
   CommunicatorPtr pp_;
@@ -112,6 +113,10 @@ class PipelineExecutor {
   };
   std::vector<std::vector<Live>> live_;
   std::vector<WorkPtr> sends_;
+  // This stage's actions and their exchanges for planned_micro_batches_ micro-batches.
+  std::vector<PipeAction> actions_;
+  std::vector<PipeExchange> exchanges_;
+  int planned_micro_batches_ = 0;
   const PipeExchange* exchange_ = nullptr;  // the running action's (none in forward_only)
   struct Prefetch {                         // a send_recv posted for a later receive
     PipeMessage message;                    // what it receives

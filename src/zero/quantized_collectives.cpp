@@ -5,7 +5,6 @@
 #include <deque>
 
 #include "tensor/ops.h"
-#include "zero/block_quantize.h"
 
 namespace triad::zero {
 
@@ -13,31 +12,27 @@ namespace {
 
 using parallel::WorkPtr;
 
-// k equal chunks of `per` elements, each quantized on its own (blocks never span two
-// chunks, so each chunk travels with its own scales): q (k·quantized_bytes(per)), scales (k·blocks).
-struct Packed {
-  Tensor q, scales;
-};
-Packed quantize_chunks(const Tensor& x, int64_t k, int bits, int64_t block) {
-  const int64_t per = x.numel() / k, qb = quantized_bytes(per, bits), nb = quantized_blocks(per, block);
-  Packed p{Tensor::empty({k * qb}, DType::i8, x.device()), Tensor::empty({k * nb}, DType::f32, x.device())};
-  for (int64_t c = 0; c < k; ++c)
-    quantize_blocks(ops::narrow(x, 0, c * per, per), bits, block, ops::narrow(p.q, 0, c * qb, qb),
-                         ops::narrow(p.scales, 0, c * nb, nb));
-  return p;
+// k equal chunks of x, each quantized on its own (blocks never span two chunks, so each
+// chunk travels with its own scales), flattened for the collectives: q k·bytes(per) and
+// scales k·blocks(per).
+Quantized quantize_chunks(const Tensor& x, int64_t k, const QuantFormat& format) {
+  const Quantized rows = ops::quantize_blocks(ops::view(x, {k, x.numel() / k}), format);
+  return {ops::view(rows.q, {rows.q.numel()}), ops::view(rows.scales, {rows.scales.numel()})};
 }
+
+// The k chunks of flat q and scales as quantize_blocks' rows of `per` elements.
+Tensor rows_of(const Tensor& flat, int64_t k) { return ops::view(flat, {k, flat.numel() / k}); }
 
 // The all-gather's data and scales in flight; the dequantization once both have arrived.
 class GatherWork final : public parallel::Work {
  public:
   GatherWork(parallel::Communicator& comm, const Tensor& input, const Tensor& output, int64_t block)
-      : output_(output), block_(block), per_(input.numel()), ranks_(comm.size()) {
-    const Packed mine = quantize_chunks(input, 1, 8, block);
-    q_ = Tensor::empty({ranks_ * mine.q.numel()}, DType::i8, input.device());
-    scales_ = Tensor::empty({ranks_ * mine.scales.numel()}, DType::f32, input.device());
-    sent_ = mine;  // held until the gathers are done
-    data_ = comm.all_gather(mine.q, q_);
-    scale_work_ = comm.all_gather(mine.scales, scales_);
+      : output_(output), format_{8, block}, ranks_(comm.size()) {
+    sent_ = quantize_chunks(input, 1, format_);  // held until the gathers are done
+    q_ = Tensor::empty({ranks_ * sent_.q.numel()}, DType::i8, input.device());
+    scales_ = Tensor::empty({ranks_ * sent_.scales.numel()}, DType::f32, input.device());
+    data_ = comm.all_gather(sent_.q, q_);
+    scale_work_ = comm.all_gather(sent_.scales, scales_);
   }
   void wait() override {
     data_->wait();
@@ -53,16 +48,14 @@ class GatherWork final : public parallel::Work {
  private:
   void finish() {
     if (done_) return;
-    const int64_t qb = per_, nb = quantized_blocks(per_, block_);
-    for (int64_t r = 0; r < ranks_; ++r)
-      dequantize_blocks(ops::narrow(q_, 0, r * qb, qb), ops::narrow(scales_, 0, r * nb, nb), 8, block_,
-                             ops::narrow(output_, 0, r * per_, per_));
+    ops::dequantize_blocks(rows_of(q_, ranks_), rows_of(scales_, ranks_), rows_of(output_, ranks_), format_);
     sent_ = {};
     done_ = true;
   }
   Tensor output_, q_, scales_;
-  Packed sent_;
-  int64_t block_, per_, ranks_;
+  Quantized sent_;
+  QuantFormat format_;
+  int64_t ranks_;
   WorkPtr data_, scale_work_;
   bool done_ = false;
 };
@@ -70,13 +63,13 @@ class GatherWork final : public parallel::Work {
 // One all-to-all hop of int4 chunks and their scales over `comm`, summed in f32 on arrival.
 struct Hop {
   WorkPtr data, scales;
-  Packed sent, received;
+  Quantized sent, received;
   int64_t per = 0;  // elements per chunk
   int ranks = 1;
   void post(parallel::Communicator& comm, const Tensor& x, int64_t block) {
     ranks = comm.size();
     per = x.numel() / ranks;
-    sent = quantize_chunks(x, ranks, 4, block);
+    sent = quantize_chunks(x, ranks, {4, block});
     received = {Tensor::empty(sent.q.shape(), DType::i8, sent.q.device()),
                 Tensor::empty(sent.scales.shape(), DType::f32, sent.q.device())};
     data = comm.all_to_all(sent.q, received.q);
@@ -92,7 +85,7 @@ struct Hop {
   }
   Tensor sum(int64_t block) {  // f32, per elements
     Tensor out = Tensor::empty({per}, DType::f32, sent.q.device());
-    dequantize_sum(received.q, received.scales, 4, block, ranks, out);
+    ops::dequantize_reduce(rows_of(received.q, ranks), rows_of(received.scales, ranks), out, {4, block});
     sent = received = {};
     return out;
   }

@@ -11,13 +11,8 @@
 
 namespace triad::zero {
 
-// Elements per quantization block (zero_optimization.zeropp_quantization_block). DeepSpeed's
-// qwZ sizes its groups adaptively around 4k elements ("the optimal size is 4k", at most 8k:
-// CUDAQuantizer in runtime/zero/partition_parameters.py); triad takes the 4k as a fixed block.
-constexpr int64_t kQuantizationBlock = 4096;
-
 // all_gather(input, output) moving each rank's input as int8 blocks of `block` elements
-// and their f32 scales: output chunk r holds rank r's input dequantized (every rank's
+// and their f32 scales (ops::quantize_blocks): output chunk r holds rank r's input dequantized (every rank's
 // output the same bits, its own chunk included). input: k elements; output: size() * k,
 // both contiguous f32, bf16 or f16 of one dtype.
 std::unique_ptr<parallel::Work> quantized_all_gather(parallel::Communicator& comm, const Tensor& input,

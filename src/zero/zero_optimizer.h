@@ -107,7 +107,7 @@ struct ZeroConfig {
   bool quantized_weights = false;
   int hpz_partition_size = 1;
   bool quantized_gradients = false;
-  int64_t quantization_block = kQuantizationBlock;
+  int64_t quantization_block = kQuantBlock;
 };
 
 // Note [ZeRO++] (arXiv 2306.10209): three changes to stage 3's traffic, each on its own key.

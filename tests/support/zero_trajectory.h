@@ -103,7 +103,7 @@ struct DataParallelRun {
   // ZeRO++ (stage 3): its switches and the groups they run over.
   bool quantized_weights = false, quantized_gradients = false;
   int hpz = 1;
-  int64_t block = zero::kQuantizationBlock;
+  int64_t block = kQuantBlock;
   zero::ZeroPlusPlusGroups groups;
 };
 
