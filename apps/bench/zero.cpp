@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/quantize.h"
 #include "bench/workers.h"
 #include "common/report.h"
 #include "engine/config.h"
@@ -29,9 +30,20 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
-// The training config of one (ranks, stage) run: --config with its --set overrides (or a
-// preset model with AdamW as `step` runs it), the global batch, and the stage.
-engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks) {
+// The ZeRO++ variants --zeropp accepts, as zero_optimization keys over stage 3; hpZ
+// partitions over an emulated node.
+const std::vector<std::string> kVariants = {"qwz", "hpz", "qgz", "all"};
+
+void set_variant(nlohmann::json& zero, const std::string& variant, int ranks_per_node) {
+  if (variant == "qwz" || variant == "all") zero["zero_quantized_weights"] = true;
+  if (variant == "hpz" || variant == "all") zero["zero_hpz_partition_size"] = ranks_per_node;
+  if (variant == "qgz" || variant == "all") zero["zero_quantized_gradients"] = true;
+}
+
+// The training config of one (ranks, stage, ZeRO++ variant) run: --config with its --set
+// overrides (or a preset model with AdamW as `step` runs it), the global batch, the stage,
+// and with --zeropp, nodes of --ranks-per-node ranks and the variant's keys.
+engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks, const std::string& variant = "") {
   nlohmann::json json;
   if (!o.config.empty()) {
     json = engine::load_config_file(o.config);
@@ -45,6 +57,8 @@ engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks) {
   // The schedule is irrelevant to timing; keep a config's steps so its warmup stays valid.
   json["steps"] = std::max<int64_t>(json.value("steps", int64_t(0)), int64_t(o.warmup + o.steps));
   json["zero_optimization"]["stage"] = stage;
+  if (!o.zeropp.empty()) json["cluster"]["ranks_per_node"] = o.ranks_per_node;
+  if (!variant.empty()) set_variant(json["zero_optimization"], variant, o.ranks_per_node);
   engine::TrainConfig c = engine::parse_config(json, ranks);
   TRIAD_CHECK(o.seq <= c.model.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << c.model.seq_len);
   return c;
@@ -57,7 +71,8 @@ engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks) {
 void check_ranks_agree(parallel::Communicator& world, const ZeroOptions& o) {
   std::ostringstream s;
   s << o.model << '|' << o.config << '|' << o.batch << '|' << o.seq << '|' << o.steps << '|' << o.warmup << '|'
-    << o.stage << '|' << o.threads;
+    << o.stage << '|' << o.threads << '|' << o.variant << '|' << o.ranks_per_node;
+  for (const std::string& x : o.zeropp) s << '|' << x;
   for (const std::string& x : o.overrides) s << '|' << x;
   bench::check_ranks_agree(world, s.str(), "zero");
 }
@@ -72,7 +87,7 @@ int run_worker(const ZeroOptions& o) {
   const int threads = app::set_threads(parallel::threads_per_rank(o.threads));
   check_ranks_agree(*world, o);
 
-  const engine::TrainConfig config = make_config(o, o.stage, n);
+  const engine::TrainConfig config = make_config(o, o.stage, n, o.variant);
   // With model.tensor_parallel (--set), tp consecutive ranks split the model and the rest of
   // the ranks are data-parallel, as triad-train lays them out.
   std::unique_ptr<parallel::ProcessGrid> grid;
@@ -122,7 +137,8 @@ int run_worker(const ZeroOptions& o) {
   // Per step, the slowest rank; then the median over the timed steps.
   std::vector<double> joined;
   for (const auto* v : {&step_ms, &fwd_ms, &bwd_ms, &opt_ms}) joined.insert(joined.end(), v->begin(), v->end());
-  const double bus = comm.is_null() ? 0.0 : comm["bus_bytes"].get<double>();
+  const auto comm_bytes = [&comm](const char* key) { return comm.is_null() ? 0.0 : comm[key].get<double>(); };
+  const double bus = comm_bytes("bus_bytes");
   zero::ResidentBytes mem = engine.memory();
   std::string mem_source = "zero";
   if (mem.param_bytes == 0) {  // one rank, stage 0, fp32: Engine runs plain AdamW (weights, grads, two moments)
@@ -131,7 +147,8 @@ int run_worker(const ZeroOptions& o) {
     mem_source = "plain AdamW (no ZeRO at 1 rank, stage 0)";
   }
   joined.insert(joined.end(), {bus, double(mem.param_bytes), double(mem.grad_bytes), double(mem.optim_bytes),
-                               double(mem.buffer_bytes), tp_bus});
+                               double(mem.buffer_bytes), tp_bus, comm_bytes("intra_node_bus_bytes"),
+                               comm_bytes("inter_node_bus_bytes")});
   const std::vector<double> mx = max_over_ranks(*world, joined);
   auto timed = [&](int which) {
     const auto begin = mx.begin() + which * total_steps;
@@ -154,6 +171,7 @@ int run_worker(const ZeroOptions& o) {
                           {"tp", config.tensor_parallel},
                           {"dp", d},
                           {"stage", o.stage},
+                          {"zeropp", o.variant},
                           {"params", int64_t(psi)},
                           {"threads_per_rank", threads},
                           {"step_ms_median", med},
@@ -169,6 +187,8 @@ int run_worker(const ZeroOptions& o) {
                           // this rank's parameters (its tp part)
                           {"bus_bytes_expected", (o.stage >= 3 ? 3.0 : 2.0) * local * double(d - 1) / double(d) * elt},
                           {"tp_bus_bytes", mx[tail + 5]},
+                          {"intra_node_bus_bytes", mx[tail + 6]},
+                          {"inter_node_bus_bytes", mx[tail + 7]},
                           {"by_collective", by},
                           {"mem",
                            {{"param_bytes", mx[tail + 1]},
@@ -184,14 +204,59 @@ int run_worker(const ZeroOptions& o) {
 // ---------------------------------------------------------------------------------------
 // Parent: launches the workers and reports.
 
-nlohmann::json run_one(const ZeroOptions& o, const WorkerLauncher& launcher, int n, int stage) {
+nlohmann::json run_one(const ZeroOptions& o, const WorkerLauncher& launcher, int n, int stage,
+                       const std::string& variant) {
   std::vector<std::string> args = {"--stage", std::to_string(stage), "--model", o.model};
   if (!o.config.empty()) args.insert(args.end(), {"--config", o.config});
   for (const std::string& s : o.overrides) args.insert(args.end(), {"--set", s});
   args.insert(args.end(),
               {"--batch", std::to_string(o.batch), "--seq", std::to_string(o.seq), "--steps", std::to_string(o.steps),
                "--warmup", std::to_string(o.warmup), "--threads", std::to_string(o.threads)});
-  return launcher.run(n, args, "ranks " + std::to_string(n) + ", stage " + std::to_string(stage), "step_ms_median");
+  std::string label = "ranks " + std::to_string(n) + ", stage " + std::to_string(stage);
+  if (!o.zeropp.empty()) {
+    for (const std::string& v : o.zeropp) args.insert(args.end(), {"--zeropp", v});
+    args.insert(args.end(), {"--ranks-per-node", std::to_string(o.ranks_per_node)});
+  }
+  if (!variant.empty()) args.insert(args.end(), {"--variant", variant}), label += " + ZeRO++ " + variant;
+  return launcher.run(n, args, label, "step_ms_median");
+}
+
+// One worker run of the sweep: a stage, or a ZeRO++ variant over stage 3.
+struct Run {
+  int stage;
+  std::string variant;
+};
+
+// Stage 0 first (the other rows show their step time over it); with --zeropp, stage 3
+// (added when --stages lacks it) and then each variant (rows over stage 3's inter-node bytes).
+std::vector<Run> sweep(const ZeroOptions& o) {
+  std::vector<int> stages = o.stages;
+  if (!o.zeropp.empty() && std::find(stages.begin(), stages.end(), 3) == stages.end()) stages.push_back(3);
+  std::stable_partition(stages.begin(), stages.end(), [](int s) { return s == 0; });
+  std::vector<Run> runs;
+  for (int s : stages) runs.push_back({s, ""});
+  for (const std::string& v : o.zeropp) runs.push_back({3, v});
+  return runs;
+}
+
+void check_zeropp_options(const ZeroOptions& o) {
+  for (const std::string& v : o.zeropp)
+    TRIAD_CHECK(std::find(kVariants.begin(), kVariants.end(), v) != kVariants.end(),
+                "--zeropp: unknown variant '" << v << "'; choose from qwz, hpz, qgz, all");
+  if (o.zeropp.empty()) return;
+  TRIAD_CHECK(o.ranks_per_node >= 1, "--ranks-per-node must be at least 1, got " << o.ranks_per_node);
+  for (int n : o.ranks)
+    TRIAD_CHECK(n % o.ranks_per_node == 0, "--zeropp: " << n << " ranks (--ranks) do not fill whole nodes of "
+                                                        << o.ranks_per_node << " ranks (--ranks-per-node)");
+}
+
+std::string run_label(const Run& r) { return std::to_string(r.stage) + (r.variant.empty() ? "" : "+" + r.variant); }
+
+std::string ratio_text(double ratio) {
+  if (ratio <= 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", ratio);
+  return buf;
 }
 
 int run_parent(const ZeroOptions& o) {
@@ -202,13 +267,16 @@ int run_parent(const ZeroOptions& o) {
     TRIAD_CHECK(n >= 1, "--ranks: rank counts must be at least 1, got " << n);
     TRIAD_CHECK(o.batch % n == 0, "--batch " << o.batch << " is not divisible by " << n << " ranks (--ranks)");
   }
-  // Every (ranks, stage) config must parse before anything runs (e.g. a stage not built yet).
+  check_zeropp_options(o);
+  const std::vector<Run> runs = sweep(o);
+  // Every run's config must parse before anything runs (e.g. a stage not built yet).
   for (int n : o.ranks)
-    for (int s : o.stages) make_config(o, s, n);
+    for (const Run& r : runs) make_config(o, r.stage, n, r.variant);
   const engine::TrainConfig c0 = make_config(o, o.stages.front(), o.ranks.front());
   const WorkerLauncher launcher("zero");
   const int cores = int(std::thread::hardware_concurrency());
   const std::string name = o.config.empty() ? o.model : o.config;
+  const bool zeropp = !o.zeropp.empty();
 
   std::printf(
       "triad-bench zero: %s (L%lld C%lld V%lld), global batch %lld x seq %lld, %d timed steps after %d warmup, "
@@ -216,64 +284,83 @@ int run_parent(const ZeroOptions& o) {
       name.c_str(), (long long)c0.model.n_layer, (long long)c0.model.d_model, (long long)c0.model.vocab_size,
       (long long)o.batch, (long long)o.seq, o.steps, o.warmup, cores,
       *std::max_element(o.ranks.begin(), o.ranks.end()) > cores ? " (ranks beyond the cores are oversubscribed)" : "");
+  nlohmann::json quantize;
+  if (zeropp) {
+    // The kernels ZeRO++ runs around its collectives, at the config's block size.
+    QuantizeOptions q;
+    q.block = c0.zero.zeropp_quantization_block;
+    std::printf("quantization kernels (blocks of %lld) against this machine's memory bandwidth:\n", (long long)q.block);
+    const QuantizeFigures figures = measure_quantize(q);
+    print_quantize_table(figures);
+    quantize = quantize_json(q, figures);
+    std::printf("ZeRO++ rows (stage 3+variant) on nodes of %d ranks; inter MB: bus bytes between nodes, "
+                "\"x st3\" their ratio to stage 3's\n",
+                o.ranks_per_node);
+  }
   std::printf(
       "ms/step: median over steps of the slowest rank; bus MB: this rank's bus bytes per step (nccl-tests "
       "definition), expected 2Ψ(n−1)/n elements (3Ψ at stage 3); state MB: param + grad + optim bytes resident per "
       "rank (max)\n");
-  std::printf("%5s %5s %9s %7s %9s %8s %9s %9s %8s %8s %8s %9s\n", "ranks", "stage", "ms/step", "x st0", "tokens/s",
+  std::printf("%5s %6s %9s %7s %9s %8s %9s %9s %8s %8s %8s %9s", "ranks", "stage", "ms/step", "x st0", "tokens/s",
               "GFLOP/s", "bus MB", "expect MB", "param MB", "grad MB", "optim MB", "state MB");
+  if (zeropp) std::printf(" %9s %9s %7s", "intra MB", "inter MB", "x st3");
+  std::printf("\n");
   std::fflush(stdout);
 
-  // Stage 0 first on each rank count: the other stages' rows show their ratio to it.
-  std::vector<int> stages = o.stages;
-  std::stable_partition(stages.begin(), stages.end(), [](int s) { return s == 0; });
   nlohmann::json rows = nlohmann::json::array(), ratios = nlohmann::json::array();
   const double MB = 1e6;
   for (int n : o.ranks) {
-    double stage0_ms = 0;
-    for (int s : stages) {
-      nlohmann::json row = run_one(o, launcher, n, s);
-      const double ms = row["step_ms_median"].get<double>();
-      if (s == 0) stage0_ms = ms;
-      std::string ratio_text = "-";
-      if (stage0_ms > 0) {
-        const double ratio = ms / stage0_ms;
-        row["step_ms_vs_stage0"] = ratio;
-        if (s != 0) ratios.push_back({{"ranks", n}, {"stage", s}, {"step_ms_vs_stage0", ratio}});
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.2f", ratio);
-        ratio_text = buf;
-      }
+    double stage0_ms = 0, stage3_inter = 0;
+    for (const Run& run : runs) {
+      nlohmann::json row = run_one(o, launcher, n, run.stage, run.variant);
+      const double ms = row["step_ms_median"].get<double>(), inter = row["inter_node_bus_bytes"].get<double>();
+      if (run.stage == 0) stage0_ms = ms;
+      if (run.stage == 3 && run.variant.empty()) stage3_inter = inter;
+      nlohmann::json ratio = {{"ranks", n}, {"stage", run.stage}, {"zeropp", run.variant}};
+      double vs0 = 0, vs3 = 0;
+      if (stage0_ms > 0) row["step_ms_vs_stage0"] = ratio["step_ms_vs_stage0"] = vs0 = ms / stage0_ms;
+      if (!run.variant.empty() && stage3_inter > 0)
+        row["inter_node_bytes_vs_stage3"] = ratio["inter_node_bytes_vs_stage3"] = vs3 = inter / stage3_inter;
+      if ((run.stage != 0 && vs0 > 0) || vs3 > 0) ratios.push_back(ratio);
       const nlohmann::json& mem = row["mem"];
       const double p = mem["param_bytes"].get<double>(), g = mem["grad_bytes"].get<double>(),
                    u = mem["optim_bytes"].get<double>();
-      std::printf("%5d %5d %9.1f %7s %9.0f %8.2f %9.3f %9.3f %8.2f %8.2f %8.2f %9.2f\n", n, s, ms, ratio_text.c_str(),
-                  row["tokens_per_s"].get<double>(), row["achieved_gflops"].get<double>(),
+      std::printf("%5d %6s %9.1f %7s %9.0f %8.2f %9.3f %9.3f %8.2f %8.2f %8.2f %9.2f", n, run_label(run).c_str(), ms,
+                  ratio_text(vs0).c_str(), row["tokens_per_s"].get<double>(), row["achieved_gflops"].get<double>(),
                   row["bus_bytes"].get<double>() / MB, row["bus_bytes_expected"].get<double>() / MB, p / MB, g / MB,
                   u / MB, (p + g + u) / MB);
+      if (zeropp)
+        std::printf(" %9.3f %9.3f %7s", row["intra_node_bus_bytes"].get<double>() / MB, inter / MB,
+                    ratio_text(vs3).c_str());
+      std::printf("\n");
       std::fflush(stdout);
       rows.push_back(std::move(row));
     }
   }
   if (!ratios.empty()) {
-    std::printf("step time against stage 0 on the same ranks:");
-    for (const auto& r : ratios)
-      std::printf("  n=%d stage %d: %.2fx", r["ranks"].get<int>(), r["stage"].get<int>(),
-                  r["step_ms_vs_stage0"].get<double>());
+    std::printf("against stage 0 (step time) and stage 3 (inter-node bytes) on the same ranks:");
+    for (const auto& r : ratios) {
+      std::printf("  n=%d %s:", r["ranks"].get<int>(), run_label({r["stage"].get<int>(), r["zeropp"].get<std::string>()}).c_str());
+      if (r.contains("step_ms_vs_stage0")) std::printf(" %.2fx time", r["step_ms_vs_stage0"].get<double>());
+      if (r.contains("inter_node_bytes_vs_stage3"))
+        std::printf(" %.3fx inter-node", r["inter_node_bytes_vs_stage3"].get<double>());
+    }
     std::printf("\n");
   }
-  app::print_json_line({{"bench", "zero"},
-                        {"model", name},
-                        {"params", rows.empty() ? 0 : rows[0]["params"].get<int64_t>()},
-                        {"batch", o.batch},
-                        {"seq", o.seq},
-                        {"steps", o.steps},
-                        {"warmup", o.warmup},
-                        {"cores", cores},
-                        {"ranks", o.ranks},
-                        {"stages", o.stages},
-                        {"rows", rows},
-                        {"ratios", ratios}});
+  nlohmann::json result = {{"bench", "zero"},
+                           {"model", name},
+                           {"params", rows.empty() ? 0 : rows[0]["params"].get<int64_t>()},
+                           {"batch", o.batch},
+                           {"seq", o.seq},
+                           {"steps", o.steps},
+                           {"warmup", o.warmup},
+                           {"cores", cores},
+                           {"ranks", o.ranks},
+                           {"stages", o.stages},
+                           {"rows", rows},
+                           {"ratios", ratios}};
+  if (zeropp) result["zeropp"] = o.zeropp, result["ranks_per_node"] = o.ranks_per_node, result["quantize"] = quantize;
+  app::print_json_line(result);
   return 0;
 }
 
@@ -302,8 +389,13 @@ void add_zero_command(CLI::App& app, ZeroOptions& o) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--steps", o.steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--zeropp", o.zeropp, "ZeRO++ variants over stage 3, comma-separated: qwz, hpz, qgz, all")
+      ->delimiter(',');
+  cmd->add_option("--ranks-per-node", o.ranks_per_node, "with --zeropp: emulated node size (cluster.ranks_per_node)")
+      ->capture_default_str();
   cmd->add_flag("--worker", o.worker, "internal: run one (ranks, stage) measurement under mpirun")->group("");
   cmd->add_option("--stage", o.stage, "internal: the worker's stage")->group("");
+  cmd->add_option("--variant", o.variant, "internal: the worker's ZeRO++ variant")->group("");
   cmd->callback([&o] { run_zero_bench(o); });
 }
 

@@ -8,6 +8,14 @@
 // one JSON line. The parent prints one table row per worker and, as its last line, one
 // JSON object with every row and, per rank count, each stage's step time over stage 0's.
 // A worker that fails makes the parent fail with the worker's error.
+//
+// --zeropp adds ZeRO++ rows (Note [ZeRO++] in zero/zero_optimizer.h) beside stage 3 on each
+// rank count: qwz (int8 forward gathers), hpz (secondary partition over a node), qgz (int4
+// two-hop gradient reduction), all (the three). Every run then emulates nodes of
+// --ranks-per-node ranks (cluster.ranks_per_node), so each row splits its bus bytes into
+// intra- and inter-node and ZeRO++ rows show their inter-node bytes over stage 3's; the
+// parent also measures the quantization kernels (bench/quantize.h) against this machine's
+// memory bandwidth.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -27,9 +35,12 @@ struct ZeroOptions {
   int threads = 0;  // OpenMP threads per rank (0: cores / ranks on the node, at least 1)
   int steps = 10;
   int warmup = 2;
+  std::vector<std::string> zeropp;  // ZeRO++ variants: qwz, hpz, qgz, all
+  int ranks_per_node = 2;           // emulated node size when zeropp is given
   // Internal: set on the processes the parent starts under mpirun.
   bool worker = false;
   int stage = 0;
+  std::string variant;  // the worker's ZeRO++ variant ("": none)
 };
 
 void add_zero_command(CLI::App& app, ZeroOptions& options);
