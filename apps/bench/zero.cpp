@@ -286,13 +286,18 @@ int run_parent(const ZeroOptions& o) {
       *std::max_element(o.ranks.begin(), o.ranks.end()) > cores ? " (ranks beyond the cores are oversubscribed)" : "");
   nlohmann::json quantize;
   if (zeropp) {
-    // The kernels ZeRO++ runs around its collectives, at the config's block size.
-    QuantizeOptions q;
-    q.block = c0.zero.zeropp_quantization_block;
-    std::printf("quantization kernels (blocks of %lld) against this machine's memory bandwidth:\n", (long long)q.block);
-    const QuantizeFigures figures = measure_quantize(q);
-    print_quantize_table(figures);
-    quantize = quantize_json(q, figures);
+    // The kernels ZeRO++ runs around its collectives, at the config's block sizes: the
+    // int8 rows matter at the weights' block, the int4 rows at the gradients'.
+    for (const auto& [what, block] : {std::pair<std::string, int64_t>{"weights", c0.zero.zeropp_quantization_block},
+                                      {"gradients", c0.zero.zeropp_gradient_quantization_block}}) {
+      QuantizeOptions q;
+      q.block = block;
+      std::printf("quantization kernels, the %s' blocks of %lld, against this machine's memory bandwidth:\n",
+                  what.c_str(), (long long)q.block);
+      const QuantizeFigures figures = measure_quantize(q);
+      print_quantize_table(figures);
+      quantize[what] = quantize_json(q, figures);
+    }
     std::printf("ZeRO++ rows (stage 3+variant) on nodes of %d ranks; inter MB: bus bytes between nodes, "
                 "\"x st3\" their ratio to stage 3's\n",
                 o.ranks_per_node);

@@ -14,8 +14,8 @@
 // two-hop gradient reduction), all (the three). Every run then emulates nodes of
 // --ranks-per-node ranks (cluster.ranks_per_node), so each row splits its bus bytes into
 // intra- and inter-node and ZeRO++ rows show their inter-node bytes over stage 3's; the
-// parent also measures the quantization kernels (bench/quantize.h) against this machine's
-// memory bandwidth.
+// parent also measures the quantization kernels (bench/quantize.h), at the weights' and the
+// gradients' block sizes, against this machine's memory bandwidth.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -186,9 +186,11 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string
   z.zero_quantized_weights = r.boolean("zero_quantized_weights", z.zero_quantized_weights);
   z.zero_hpz_partition_size = int(r.integer("zero_hpz_partition_size", z.zero_hpz_partition_size, 1, kMaxInt));
   z.zero_quantized_gradients = r.boolean("zero_quantized_gradients", z.zero_quantized_gradients);
-  z.zeropp_quantization_block = r.integer("zeropp_quantization_block", z.zeropp_quantization_block, 2, kMaxInt);
-  if (z.zeropp_quantization_block % 2 != 0)
-    r.fail("zeropp_quantization_block", "an even number of elements (int4 packs two per byte)");
+  z.zeropp_quantization_block = r.integer("zeropp_quantization_block", z.zeropp_quantization_block, 1, kMaxInt);
+  z.zeropp_gradient_quantization_block =
+      r.integer("zeropp_gradient_quantization_block", z.zeropp_gradient_quantization_block, 2, kMaxInt);
+  if (z.zeropp_gradient_quantization_block % 2 != 0)
+    r.fail("zeropp_gradient_quantization_block", "an even number of elements (int4 packs two per byte)");
   r.finish();
 }
 

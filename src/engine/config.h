@@ -95,12 +95,14 @@ struct ZeroOptimizationConfig {
   int64_t stage3_prefetch_bucket_size = 50000000;       // stage 3: elements gathered ahead
   // ZeRO++ at stage 3 (Note [ZeRO++] in zero/zero_optimizer.h), DeepSpeed's keys: int8
   // forward gathers, a secondary partition over this many dp ranks for the backward's
-  // gathers (1: none), int4 two-hop gradient reduction. zeropp_quantization_block (triad's
-  // key) is the elements per quantization block of both.
+  // gathers (1: none), int4 two-hop gradient reduction. triad's keys set the elements per
+  // quantization block: zeropp_quantization_block of the int8 weights (DeepSpeed's 4096),
+  // zeropp_gradient_quantization_block of the int4 gradients (256: Note [ZeRO++]).
   bool zero_quantized_weights = false;
   int zero_hpz_partition_size = 1;
   bool zero_quantized_gradients = false;
   int64_t zeropp_quantization_block = kQuantBlock;
+  int64_t zeropp_gradient_quantization_block = kGradientQuantBlock;
 };
 
 // Mixed precision (DeepSpeed's "bf16" and "fp16" sections): parameters and gradients stored

@@ -25,6 +25,9 @@ struct AdamWStep {
 // a few thousand elements in the models it targets. A power of two keeps blocks aligned to
 // vector widths and whole bytes at 4 bits.
 inline constexpr int64_t kQuantBlock = 4096;
+// ZeRO++'s int4 gradient blocks: at 4 bits, 4096-element blocks round most gradients of a
+// block to zero and cost measurable convergence; 256 do not (Note [ZeRO++], block sizes).
+inline constexpr int64_t kGradientQuantBlock = 256;
 
 // The layout of block-wise symmetric quantization (ops::quantize_blocks): a sequence of n
 // values is cut into blocks of `block` elements (the last may be shorter), each stored as

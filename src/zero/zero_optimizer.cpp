@@ -116,8 +116,13 @@ void ZeroOptimizer::check_zeropp() {
   TRIAD_CHECK(c.stage == 3, "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
                             "zero_quantized_gradients) runs at stage 3, not stage "
                                 << c.stage);
-  TRIAD_CHECK(c.quantization_block >= 2 && c.quantization_block % 2 == 0,
-              "ZeRO++: the quantization block must be an even number of elements >= 2, got " << c.quantization_block);
+  TRIAD_CHECK(c.weight_quantization_block >= 1,
+              "ZeRO++: the weights' quantization block must hold at least one element, got "
+                  << c.weight_quantization_block);
+  TRIAD_CHECK(c.gradient_quantization_block >= 2 && c.gradient_quantization_block % 2 == 0,
+              "ZeRO++: the gradients' quantization block must be an even number of elements >= 2 (int4 packs two "
+              "per byte), got "
+                  << c.gradient_quantization_block);
   const int n = dp_->size(), h = c.hpz_partition_size;
   TRIAD_CHECK(h >= 1 && n % h == 0, "[config] zero_optimization.zero_hpz_partition_size "
                                         << h << " must divide the " << n << " data-parallel ranks");
@@ -147,7 +152,7 @@ void ZeroOptimizer::check_zeropp() {
                                                                                    << local << " on this rank's node, "
                                                                                    << nodes << " nodes); qgZ needs "
                                                                                    << "every node to hold equally many");
-  reducer_ = std::make_unique<HierarchicalReducer>(zeropp_.intra, zeropp_.inter, node_order_, c.quantization_block);
+  reducer_ = std::make_unique<HierarchicalReducer>(zeropp_.intra, zeropp_.inter, node_order_, c.gradient_quantization_block);
 }
 
 void ZeroOptimizer::install_stage3_hooks() {
@@ -176,7 +181,7 @@ void ZeroOptimizer::prefetch_unit(size_t u, Use use) {
     if (use == Use::backward && g->flat->has_secondary())
       g->gather = g->flat->start_secondary_gather(*zeropp_.hpz);
     else if (use == Use::forward && config_.quantized_weights)
-      g->gather = g->flat->start_quantized_gather(*dp_, config_.quantization_block);
+      g->gather = g->flat->start_quantized_gather(*dp_, config_.weight_quantization_block);
     else
       g->gather = g->flat->start_gather(*dp_);
   }

@@ -4,20 +4,23 @@
 // as an uninterrupted run of its own layout does (losses within 1e-5 relative). Resumed on
 // the ranks that wrote it, at any stage and in f32 or bf16, a checkpoint continues the run
 // bit for bit, tensor-parallel too. A pipeline-parallel checkpoint (pp 2, with tp and dp)
-// resumes on other pipeline, tensor and data-parallel degrees.
+// resumes on other pipeline, tensor and data-parallel degrees. ZeRO++ checkpoints resume under
+// plain ZeRO-3 and back.
 #define BOOST_TEST_MODULE checkpoint_mpi
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
 #include "engine/trainer.h"
 #include "io/h5file.h"
-#include "io/token_file.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
 #include "support/mpi_fixture.h"
+#include "support/shared_corpus.h"
 #include "support/training.h"
 
 using namespace triad;
@@ -25,15 +28,6 @@ using test::MpiFixture;
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
-
-// Rank 0's folder, known to every rank.
-std::string shared_folder(const test::TempDir& dir, parallel::Communicator& world) {
-  std::string path = dir.path().string();
-  Tensor bytes = Tensor::zeros({256}, DType::i8);
-  std::copy(path.begin(), path.end(), bytes.data<int8_t>());
-  world.broadcast(bytes, 0)->wait();
-  return std::string(reinterpret_cast<const char*>(bytes.data<int8_t>()));
-}
 
 nlohmann::json config_json(const std::string& folder, int stage) {
   nlohmann::json j = test::small_gpt_config(folder + "/tokens.bin", 20);
@@ -52,18 +46,6 @@ nlohmann::json tensor_parallel(nlohmann::json j, int tp) {
 
 void run(const nlohmann::json& j, const engine::TrainOptions& o, parallel::CommunicatorPtr dp) {
   engine::train(engine::parse_config(j, dp ? dp->size() : 1), o, dp);
-}
-
-// A corpus in rank 0's folder, which every rank is told.
-std::string shared_corpus(const test::TempDir& dir, parallel::Communicator& world) {
-  const std::string folder = shared_folder(dir, world);
-  if (world.rank() == 0) {
-    std::vector<uint32_t> tokens;
-    for (uint32_t i = 0; i < 8000; ++i) tokens.push_back((i * 7u + (i / 13u) * 3u) % 16u);
-    io::write_token_file(folder + "/tokens.bin", tokens, 16);
-  }
-  world.barrier();
-  return folder;
 }
 
 // The run resumed at step 10 (metrics resumed<tag>.jsonl) continues the uninterrupted one
@@ -123,7 +105,7 @@ void resume_on_other_grids(const std::vector<OtherGrid>& grids, const std::strin
 BOOST_AUTO_TEST_CASE(resuming_on_the_same_ranks_continues_bit_for_bit_at_every_stage) {
   const parallel::CommunicatorPtr world = parallel::world();
   test::TempDir dir;
-  const std::string folder = shared_corpus(dir, *world);
+  const std::string folder = test::shared_corpus(dir, *world);
   struct Case {
     int stage;
     const char* precision;  // "" or "bf16"
@@ -150,7 +132,7 @@ BOOST_AUTO_TEST_CASE(a_stage_3_checkpoint_resumes_on_fewer_ranks_at_other_stages
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
   test::TempDir dir;
-  const std::string folder = shared_corpus(dir, *world);
+  const std::string folder = test::shared_corpus(dir, *world);
 
   // All ranks, stage 3: ten steps of a twenty-step run, then a checkpoint.
   nlohmann::json writer = config_json(folder, 3);
@@ -191,7 +173,7 @@ BOOST_AUTO_TEST_CASE(a_tensor_parallel_checkpoint_holds_global_shapes_and_resume
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
   test::TempDir dir;
-  const std::string folder = shared_corpus(dir, *world);
+  const std::string folder = test::shared_corpus(dir, *world);
 
   // tp 2 x dp n/2 at stage 1: ten steps of a twenty-step run, then a checkpoint; and the same
   // run uninterrupted.
@@ -237,7 +219,7 @@ BOOST_AUTO_TEST_CASE(a_pipeline_checkpoint_resumes_on_other_grids) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
   test::TempDir dir;
-  const std::string folder = shared_corpus(dir, *world);
+  const std::string folder = test::shared_corpus(dir, *world);
   const auto grid = [](nlohmann::json j, int pp, int tp) {
     j = tensor_parallel(std::move(j), tp);
     j["pipeline"] = {{"stages", pp}};
@@ -265,4 +247,48 @@ BOOST_AUTO_TEST_CASE(a_pipeline_checkpoint_resumes_on_other_grids) {
     BOOST_TEST(m.model->named_parameters().size() == 2u + 12u * 2u + 2u);  // wte wpe, blocks, ln_f
   }
   world->barrier();
+}
+
+// ZeRO++ (Note [ZeRO++]) changes how the collectives move the state, not the state: its
+// checkpoints are ZeRO-3's. On ranks emulating two nodes (one rank each at n = 2, where hpZ
+// stays off), with qwZ, hpZ and qgZ: resumed under ZeRO++, a run continues bit for bit;
+// resumed under plain ZeRO-3 on every rank, it continues as one process at stage 0 resumed
+// from it does (both exact arithmetic from the same state). And back: hpZ alone is exact,
+// so a plain ZeRO-3 checkpoint resumed under hpZ continues the uninterrupted hpZ run, and an
+// hpZ checkpoint resumed under plain ZeRO-3 the uninterrupted ZeRO-3 run, within 1e-5.
+BOOST_AUTO_TEST_CASE(zeropp_checkpoints_resume_under_plain_zero3_and_back) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank(), local = std::max(1, n / 2);
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world);
+  const auto zeropp = [&](nlohmann::json j, bool quantized, int hpz) {
+    j["cluster"] = {{"ranks_per_node", local}};
+    j["zero_optimization"]["zero_hpz_partition_size"] = hpz;
+    j["zero_optimization"]["zero_quantized_weights"] = quantized;
+    j["zero_optimization"]["zero_quantized_gradients"] = quantized;
+    j["zero_optimization"]["zeropp_quantization_block"] = 64;
+    j["zero_optimization"]["zeropp_gradient_quantization_block"] = 64;
+    return j;
+  };
+  const nlohmann::json zero3 = config_json(folder, 3), every = zeropp(zero3, true, local);
+
+  const std::string saved = save_and_resume(every, folder, "_zpp", world);
+  run(zero3, {.metrics_path = folder + "/zpp_as_zero3.jsonl", .resume = saved}, world);
+  if (r == 0) {
+    run(config_json(folder, 0), {.metrics_path = folder + "/zpp_as_one.jsonl", .resume = saved}, nullptr);
+    const std::vector<double> many = test::metric_losses(folder + "/zpp_as_zero3.jsonl");
+    const std::vector<double> one = test::metric_losses(folder + "/zpp_as_one.jsonl");
+    BOOST_TEST_REQUIRE(many.size() == 10u);
+    BOOST_TEST_REQUIRE(one.size() == 10u);
+    for (size_t i = 0; i < many.size(); ++i) BOOST_TEST(std::abs(many[i] - one[i]) <= 1e-5 * one[i], "step " << 11 + i);
+  }
+  world->barrier();
+
+  if (local > 1) {
+    const nlohmann::json hpz = zeropp(zero3, false, local);
+    resume_on_other_grids({{"plain ZeRO-3 resumed under hpZ", "_z3_as_hpz", hpz, true, world}},
+                          save_and_resume(zero3, folder, "_z3", world), folder, *world);
+    resume_on_other_grids({{"hpZ resumed under plain ZeRO-3", "_hpz_as_z3", zero3, true, world}},
+                          save_and_resume(hpz, folder, "_hpz", world), folder, *world);
+  }
 }

@@ -7,11 +7,11 @@
 
 #include "engine/engine.h"
 #include "engine/trainer.h"
-#include "io/token_file.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
 #include "support/mpi_fixture.h"
+#include "support/shared_corpus.h"
 #include "support/training.h"
 
 using namespace triad;
@@ -19,21 +19,6 @@ using test::MpiFixture;
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
-
-// Rank 0 writes the token file into its folder and every rank learns the path, so all
-// ranks run the very same config.
-std::string shared_tokens(const test::TempDir& dir, parallel::Communicator& world) {
-  std::string path = dir.file("tokens.bin");
-  if (world.rank() == 0) {
-    std::vector<uint32_t> tokens;
-    for (uint32_t i = 0; i < 8000; ++i) tokens.push_back((i * 7u + (i / 13u) * 3u) % 16u);
-    io::write_token_file(path, tokens, 16);
-  }
-  Tensor bytes = Tensor::zeros({256}, DType::i8);
-  std::copy(path.begin(), path.end(), bytes.data<int8_t>());
-  world.broadcast(bytes, 0)->wait();
-  return std::string(reinterpret_cast<const char*>(bytes.data<int8_t>()));
-}
 
 nlohmann::json config_json(const std::string& corpus, int64_t micro) {
   nlohmann::json j = test::small_gpt_config(corpus, 12);
@@ -48,7 +33,7 @@ BOOST_AUTO_TEST_CASE(data_parallel_training_follows_the_single_process_run) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size();
   test::TempDir dir;
-  const std::string corpus = shared_tokens(dir, *world);
+  const std::string corpus = test::shared_corpus(dir, *world) + "/tokens.bin";
   nlohmann::json single = config_json(corpus, 8);  // 16 = 8 x 2 accumulation
   const double ref_val = engine::train(engine::parse_config(single), {.metrics_path = dir.file("ref.jsonl")});
   const std::vector<double> ref = test::metric_losses(dir.file("ref.jsonl"));
@@ -72,7 +57,7 @@ BOOST_AUTO_TEST_CASE(data_parallel_training_follows_the_single_process_run) {
 BOOST_AUTO_TEST_CASE(ranks_with_different_configs_all_stop) {
   const parallel::CommunicatorPtr world = parallel::world();
   test::TempDir dir;
-  nlohmann::json j = config_json(shared_tokens(dir, *world), 16 / world->size());
+  nlohmann::json j = config_json(test::shared_corpus(dir, *world) + "/tokens.bin", 16 / world->size());
   j["seed"] = 5 + world->rank();  // every rank a different seed
   const engine::TrainConfig c = engine::parse_config(j, world->size());
   test::check_error([&] { engine::train(c, {}, world); }, {"configuration differs between ranks"});

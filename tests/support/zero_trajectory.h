@@ -121,7 +121,8 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
                                 .quantized_weights = run.quantized_weights,
                                 .hpz_partition_size = run.hpz,
                                 .quantized_gradients = run.quantized_gradients,
-                                .quantization_block = run.block};
+                                .weight_quantization_block = run.block,
+                                .gradient_quantization_block = run.block};
   zero::ZeroOptimizer opt(model, config, run.adam.options, kDecay, comm, {}, nullptr, {}, run.groups);
   const int64_t micro = kGlobalBatch / (run.accumulation * n);
   Trajectory t;

@@ -169,7 +169,8 @@ BOOST_AUTO_TEST_CASE(bytes_between_nodes_follow_the_closed_forms) {
                              .quantized_weights = c.qw,
                              .hpz_partition_size = e.hpz,
                              .quantized_gradients = c.qg,
-                             .quantization_block = kBlock},
+                             .weight_quantization_block = kBlock,
+                             .gradient_quantization_block = kBlock},
                             kAdam, kDecay, e.dp, {}, nullptr, {}, e.groups);
     e.dp->reset();
     const int64_t micro = kGlobalBatch / n;
