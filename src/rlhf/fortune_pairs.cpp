@@ -31,10 +31,12 @@ bool is_prose(const std::vector<std::string>& words) {
   return chars > 0 && double(letters) >= 0.6 * double(chars);
 }
 
-std::string join(std::vector<std::string>::const_iterator begin, std::vector<std::string>::const_iterator end) {
+// The words joined by single spaces, each (the first too) led by a space when `lead`.
+std::string join(std::vector<std::string>::const_iterator begin, std::vector<std::string>::const_iterator end,
+                 bool lead) {
   std::string out;
   for (auto it = begin; it != end; ++it) {
-    if (it != begin) out += ' ';
+    if (lead || it != begin) out += ' ';
     out += *it;
   }
   return out;
@@ -85,8 +87,9 @@ std::vector<PreferenceRow> make_fortune_pairs(const std::vector<std::string_view
         const std::string& pick = donor[below(seed, counter++, donor.size())];
         if (replace) word = pick;
       }
-    const std::string chosen = " " + join(rest.begin(), rest.end()), rejected = " " + join(garbled.begin(), garbled.end());
-    if (chosen != rejected) rows.push_back({join(w.begin(), rest_begin), chosen, rejected});
+    const std::string chosen = join(rest.begin(), rest.end(), true);
+    const std::string rejected = join(garbled.begin(), garbled.end(), true);
+    if (chosen != rejected) rows.push_back({join(w.begin(), rest_begin, false), chosen, rejected});
   }
   return rows;
 }
