@@ -25,8 +25,9 @@ std::vector<double> parse_data_split(const std::string& data_split) {
                 "data_split \"" << data_split << "\": \"" << part << "\" is not a non-negative number");
     weights.push_back(w);
   }
-  TRIAD_CHECK(!weights.empty() && std::accumulate(weights.begin(), weights.end(), 0.0) > 0,
-              "data_split \"" << data_split << "\": expected comma-separated weights with a positive sum, e.g. \"2,4,4\"");
+  TRIAD_CHECK(
+      !weights.empty() && std::accumulate(weights.begin(), weights.end(), 0.0) > 0,
+      "data_split \"" << data_split << "\": expected comma-separated weights with a positive sum, e.g. \"2,4,4\"");
   return weights;
 }
 
@@ -39,8 +40,8 @@ std::vector<int64_t> split_bounds(int64_t n, const std::vector<double>& weights)
   for (size_t i = 1; i < bounds.size(); ++i) bounds[i] -= excess;
   for (size_t i = 1; i < bounds.size(); ++i)
     TRIAD_CHECK(bounds[i] >= bounds[i - 1], "data split: moving the rounding error of " << n << " rows into split 0 "
-                                                                                     << "leaves split " << i - 1
-                                                                                     << " a negative size");
+                                                                                        << "leaves split " << i - 1
+                                                                                        << " a negative size");
   return bounds;
 }
 

@@ -12,10 +12,9 @@ DpoLoss dpo_loss(const Tensor& policy_chosen, const Tensor& policy_rejected, con
   const Shape& s = policy_chosen.shape();
   TRIAD_CHECK(s.size() == 1 && s[0] > 0 && policy_rejected.shape() == s && reference_chosen.shape() == s &&
                   reference_rejected.shape() == s,
-              "dpo_loss: expected four (B,) log-prob sums, got " << shape_str(s) << ", "
-                                                                 << shape_str(policy_rejected.shape()) << ", "
-                                                                 << shape_str(reference_chosen.shape()) << " and "
-                                                                 << shape_str(reference_rejected.shape()));
+              "dpo_loss: expected four (B,) log-prob sums, got "
+                  << shape_str(s) << ", " << shape_str(policy_rejected.shape()) << ", "
+                  << shape_str(reference_chosen.shape()) << " and " << shape_str(reference_rejected.shape()));
   TRIAD_CHECK(beta > 0, "dpo_loss: beta must be positive, got " << beta);
   auto constant = [&](const Tensor& t) {
     return ops::to(ops::to(detach(t), policy_chosen.device()), policy_chosen.dtype());

@@ -53,9 +53,9 @@ uint64_t below(uint64_t seed, uint64_t counter, uint64_t n) {
 void FortunePairOptions::validate() const {
   TRIAD_CHECK(prompt_words >= 1, "fortune pairs: prompt_words must be >= 1, got " << prompt_words);
   TRIAD_CHECK(min_answer_words >= 2, "fortune pairs: min_answer_words must be >= 2, got " << min_answer_words);
-  TRIAD_CHECK(max_words >= prompt_words + min_answer_words && max_words < int64_t(kDraws / 4),
-              "fortune pairs: max_words must be in [prompt_words + min_answer_words, " << kDraws / 4 << "), got "
-                                                                                        << max_words);
+  TRIAD_CHECK(
+      max_words >= prompt_words + min_answer_words && max_words < int64_t(kDraws / 4),
+      "fortune pairs: max_words must be in [prompt_words + min_answer_words, " << kDraws / 4 << "), got " << max_words);
 }
 
 std::vector<PreferenceRow> make_fortune_pairs(const std::vector<std::string_view>& fortunes,

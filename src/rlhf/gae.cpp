@@ -5,9 +5,9 @@
 namespace triad::rlhf {
 
 AdvantagesReturns gae(const Tensor& values, const Tensor& rewards, const Tensor& mask, double gamma, double lambda) {
-  TRIAD_CHECK(values.dim() == 2 && rewards.shape() == values.shape(),
-              "gae: expected values and rewards (B, A), got " << shape_str(values.shape()) << " and "
-                                                              << shape_str(rewards.shape()));
+  TRIAD_CHECK(values.dim() == 2 && rewards.shape() == values.shape(), "gae: expected values and rewards (B, A), got "
+                                                                          << shape_str(values.shape()) << " and "
+                                                                          << shape_str(rewards.shape()));
   TRIAD_CHECK(gamma >= 0 && gamma <= 1 && lambda >= 0 && lambda <= 1,
               "gae: gamma and lambda must be in [0, 1], got " << gamma << " and " << lambda);
   const int64_t B = values.size(0), A = values.size(1);

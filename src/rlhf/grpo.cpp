@@ -31,8 +31,8 @@ Tensor grpo_advantages(const Tensor& rewards, int64_t group_size, double eps) {
 }
 
 Tensor k3_kl(const Tensor& logp, const Tensor& ref_logp) {
-  TRIAD_CHECK(logp.shape() == ref_logp.shape(), "k3_kl: shapes " << shape_str(logp.shape()) << " and "
-                                                                 << shape_str(ref_logp.shape()) << " differ");
+  TRIAD_CHECK(logp.shape() == ref_logp.shape(),
+              "k3_kl: shapes " << shape_str(logp.shape()) << " and " << shape_str(ref_logp.shape()) << " differ");
   const Tensor d = sub(ops::to(ops::to(detach(ref_logp), logp.device()), logp.dtype()), logp);
   return add(sub(exp(d), d), -1.0);
 }
@@ -47,8 +47,7 @@ GrpoLoss grpo_loss(const Tensor& logp, const Tensor& old_logp, const Tensor& ref
   TRIAD_CHECK(clip >= 0 && clip < 1 && beta >= 0,
               "grpo_loss: clip must be in [0, 1) and beta >= 0, got clip " << clip << ", beta " << beta);
   const Tensor m = mask_like(mask, logp, "grpo_loss");
-  const Tensor neg_adv =
-      ops::unsqueeze(ops::neg(ops::to(ops::to(detach(advantages), logp.device()), logp.dtype())), 1);
+  const Tensor neg_adv = ops::unsqueeze(ops::neg(ops::to(ops::to(detach(advantages), logp.device()), logp.dtype())), 1);
   const Tensor ratio = exp(sub(logp, ops::to(ops::to(detach(old_logp), logp.device()), logp.dtype())));
   // -min(ratio adv, clamp(ratio) adv) = max(-adv ratio, -adv clamp(ratio))
   const Tensor unclipped = mul(ratio, neg_adv), clipped = mul(clamp(ratio, 1.0 - clip, 1.0 + clip), neg_adv);

@@ -29,7 +29,7 @@ Tensor grpo_advantages(const Tensor& rewards, int64_t group_size, double eps = 1
 Tensor k3_kl(const Tensor& logp, const Tensor& ref_logp);
 
 struct GrpoLoss {
-  Tensor loss;  // shape (), differentiable in logp
+  Tensor loss;               // shape (), differentiable in logp
   double kl = 0;             // token mean of k3
   double clip_fraction = 0;  // token mean of [the clipped term is the smaller]
 };

@@ -15,7 +15,8 @@ std::vector<double> host_mask(const Tensor& mask, const Shape& shape, const char
                                                             << (mask.defined() ? shape_str(mask.shape()) : "none"));
   std::vector<double> m = host_values(mask);
   for (size_t i = 0; i < m.size(); ++i)
-    TRIAD_CHECK(m[i] == 0.0 || m[i] == 1.0, what << ": mask values must be 0 or 1, got " << m[i] << " at element " << i);
+    TRIAD_CHECK(m[i] == 0.0 || m[i] == 1.0,
+                what << ": mask values must be 0 or 1, got " << m[i] << " at element " << i);
   return m;
 }
 

@@ -6,8 +6,8 @@
 
 namespace triad::rlhf {
 
-Tensor kl_rewards(const Tensor& logp, const Tensor& ref_logp, const Tensor& score, const Tensor& mask,
-                  double kl_coef, double clip) {
+Tensor kl_rewards(const Tensor& logp, const Tensor& ref_logp, const Tensor& score, const Tensor& mask, double kl_coef,
+                  double clip) {
   TRIAD_CHECK(logp.dim() == 2 && ref_logp.shape() == logp.shape() && score.shape() == Shape{logp.size(0)},
               "kl_rewards: expected logp and ref_logp (B, A) and score (B,), got "
                   << shape_str(logp.shape()) << ", " << shape_str(ref_logp.shape()) << " and "

@@ -13,8 +13,7 @@ namespace triad::rlhf {
 
 namespace {
 
-// The rows [t0, t0 + rows) of sequence b: logits (rows, W) and, as i64 on the logits'
-// device, the positions of their targets in the flattened chunk (row * W + target).
+// The rows [t0, t0 + rows) of sequence b, a contiguous (rows, W) block of the logits.
 struct Chunk {
   int64_t b, t0, rows;
 };
@@ -52,8 +51,8 @@ TokenLogProbs next_token_log_probs(const Tensor& logits_in, const Tensor& ids, c
   const std::vector<int64_t> host_ids = ops::to(ops::to(ids, Device::cpu()), DType::i64).to_vector<int64_t>();
   for (size_t i = 0; i < host_ids.size(); ++i)
     TRIAD_CHECK(host_ids[i] >= 0 && host_ids[i] < V, "next_token_log_probs: id " << host_ids[i] << " at (" << i / T
-                                                                                  << ", " << i % T
-                                                                                  << ") is outside [0, " << V << ")");
+                                                                                 << ", " << i % T << ") is outside [0, "
+                                                                                 << V << ")");
   const Tensor m = mask.defined() ? mask_like(mask, Tensor::empty({B, S}, dtype, device), "next_token_log_probs")
                                   : Tensor::ones({B, S}, dtype, device);
   const std::vector<Chunk> parts = chunks(B, S, W, chunk_elements);
@@ -67,7 +66,9 @@ TokenLogProbs next_token_log_probs(const Tensor& logits_in, const Tensor& ids, c
     std::vector<int64_t> p(host_ids.begin() + c.b * T + c.t0 + 1, host_ids.begin() + c.b * T + c.t0 + 1 + c.rows);
     return ops::to(Tensor::from_vector(p, {c.rows}), device);
   };
-  auto rows_of = [=](const Tensor& full, const Chunk& c) { return ops::narrow(ops::select(full, 0, c.b), 0, c.t0, c.rows); };
+  auto rows_of = [=](const Tensor& full, const Chunk& c) {
+    return ops::narrow(ops::select(full, 0, c.b), 0, c.t0, c.rows);
+  };
 
   Tensor lse = Tensor::empty({B, S}, dtype, device), logp = Tensor::empty({B, S}, dtype, device);
   Tensor entropy = Tensor::empty({B, S}, dtype, device);
@@ -96,7 +97,8 @@ TokenLogProbs next_token_log_probs(const Tensor& logits_in, const Tensor& ids, c
           // d = -p (glp + gh (log p + entropy)) + [v = target] glp
           Tensor coef;
           if (gh.defined()) coef = ops::mul(ops::add(log_p, unsqueeze1(rows_of(h, c))), unsqueeze1(rows_of(gh, c)));
-          if (glp.defined()) coef = coef.defined() ? ops::add(coef, unsqueeze1(rows_of(glp, c))) : unsqueeze1(rows_of(glp, c));
+          if (glp.defined())
+            coef = coef.defined() ? ops::add(coef, unsqueeze1(rows_of(glp, c))) : unsqueeze1(rows_of(glp, c));
           const Tensor gx = rows_of(grad, c);
           ops::copy_(ops::narrow(gx, 1, 0, V), ops::neg(ops::mul(ops::exp(log_p), coef)));
           if (glp.defined()) {
@@ -110,8 +112,8 @@ TokenLogProbs next_token_log_probs(const Tensor& logits_in, const Tensor& ids, c
 }
 
 Tensor sequence_log_probs(const Tensor& token_logp, const Tensor& mask) {
-  TRIAD_CHECK(token_logp.dim() == 2, "sequence_log_probs: expected token log-probs (B, A), got "
-                                         << shape_str(token_logp.shape()));
+  TRIAD_CHECK(token_logp.dim() == 2,
+              "sequence_log_probs: expected token log-probs (B, A), got " << shape_str(token_logp.shape()));
   return sum(mul(token_logp, mask_like(mask, token_logp, "sequence_log_probs")), 1);
 }
 

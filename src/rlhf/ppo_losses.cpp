@@ -14,7 +14,8 @@ void check_shapes(const char* what, const Tensor& x, const Tensor& a, const Tens
   TRIAD_CHECK(x.dim() == 2 && a.shape() == x.shape() && b.shape() == x.shape(),
               what << ": expected three (B, A) tensors, got " << shape_str(x.shape()) << ", " << shape_str(a.shape())
                    << " and " << shape_str(b.shape()));
-  TRIAD_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, what << ": expected f32 or f64, got " << dtype_name(x.dtype()));
+  TRIAD_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64,
+              what << ": expected f32 or f64, got " << dtype_name(x.dtype()));
 }
 
 // The masked token mean of 1 where a > b, else 0 (no gradient).
@@ -24,7 +25,9 @@ double fraction_greater(const Tensor& a, const Tensor& b, const Tensor& mask, co
   return masked_mean(ops::relu_backward(d, Tensor::ones(d.shape(), d.dtype(), d.device())), mask, what).item();
 }
 
-Tensor constant(const Tensor& t, const Tensor& like) { return ops::to(ops::to(detach(t), like.device()), like.dtype()); }
+Tensor constant(const Tensor& t, const Tensor& like) {
+  return ops::to(ops::to(detach(t), like.device()), like.dtype());
+}
 
 }  // namespace
 

@@ -96,8 +96,8 @@ void write_preference_jsonl(const std::string& path, const std::vector<Preferenc
 
 void SequenceLimits::validate() const {
   TRIAD_CHECK(max_prompt_seq_len >= 1, "max_prompt_seq_len must be >= 1, got " << max_prompt_seq_len);
-  TRIAD_CHECK(max_seq_len > max_prompt_seq_len, "max_seq_len (" << max_seq_len << ") must exceed max_prompt_seq_len ("
-                                                                << max_prompt_seq_len << ")");
+  TRIAD_CHECK(max_seq_len > max_prompt_seq_len,
+              "max_seq_len (" << max_seq_len << ") must exceed max_prompt_seq_len (" << max_prompt_seq_len << ")");
 }
 
 std::vector<PreferenceExample> tokenize_preferences(const std::vector<PreferenceRow>& rows,

@@ -95,9 +95,9 @@ RewardBatch make_reward_batch(const std::vector<PreferenceExample>& examples, co
                               const SequenceLimits& limits, int32_t eot, int32_t pad_id);
 
 struct GenerationBatch {
-  Tensor prompts;         // (B, P) left-padded to the longest prompt
-  Tensor attention_mask;  // (B, P) 1 on prompt tokens, 0 on pads
-  Tensor positions;       // (B, P) j - pad_b on prompt tokens, 0 on pads
+  Tensor prompts;             // (B, P) left-padded to the longest prompt
+  Tensor attention_mask;      // (B, P) 1 on prompt tokens, 0 on pads
+  Tensor positions;           // (B, P) j - pad_b on prompt tokens, 0 on pads
   std::vector<int64_t> pads;  // pad_b, the left padding of each row
 };
 GenerationBatch make_generation_batch(const std::vector<PreferenceExample>& examples,

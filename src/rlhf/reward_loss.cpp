@@ -39,7 +39,8 @@ RewardLoss reward_loss(const Tensor& chosen_values, const Tensor& rejected_value
   const int64_t B = shape[0], T = shape[1];
   TRIAD_CHECK(B > 0 && T > 0, "reward_loss: empty batch " << shape_str(shape));
   const std::vector<int64_t> c_ids = host_ids(chosen_ids), r_ids = host_ids(rejected_ids);
-  const std::vector<double> c_val = ops::to(ops::to(detach(chosen_values), Device::cpu()), DType::f64).to_vector<double>();
+  const std::vector<double> c_val =
+      ops::to(ops::to(detach(chosen_values), Device::cpu()), DType::f64).to_vector<double>();
   const std::vector<double> r_val =
       ops::to(ops::to(detach(rejected_values), Device::cpu()), DType::f64).to_vector<double>();
 

@@ -28,10 +28,10 @@
 namespace triad::rlhf {
 
 struct RewardLoss {
-  Tensor loss;                     // shape (), differentiable in both value tensors
-  Tensor chosen_scores;            // (B,) f64 on the host, for reporting
-  Tensor rejected_scores;          // (B,) f64 on the host
-  double accuracy = 0;             // fraction of pairs with chosen score > rejected score
+  Tensor loss;             // shape (), differentiable in both value tensors
+  Tensor chosen_scores;    // (B,) f64 on the host, for reporting
+  Tensor rejected_scores;  // (B,) f64 on the host
+  double accuracy = 0;     // fraction of pairs with chosen score > rejected score
 };
 
 // chosen_values, rejected_values (B, T) f32/f64 on one device; chosen_ids, rejected_ids

@@ -4,8 +4,8 @@
 // the two gradients' largest entries.
 #pragma once
 
-#include <boost/test/unit_test.hpp>
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <functional>
 #include <string>

@@ -86,6 +86,9 @@ BOOST_AUTO_TEST_CASE(bad_options_and_no_eligible_fortune_are_errors) {
   FortunePairOptions o;
   o.prompt_words = 0;
   test::check_error([&] { make_fortune_pairs(views(), o); }, {"prompt_words must be >= 1, got 0"});
-  test::check_error([] { make_fortune_pairs({"one two three", "four"}, {}); },
-                    {"none of the 2 fortunes has 8 to 40 words of prose"});
+  test::check_error(
+      [] {
+        make_fortune_pairs({"one two three", "four"}, {});
+      },
+      {"none of the 2 fortunes has 8 to 40 words of prose"});
 }

@@ -97,8 +97,11 @@ BOOST_AUTO_TEST_CASE(log_probs_reject_bad_input) {
   test::check_error([&] { next_token_log_probs(logits, token_ids, Tensor(), V); },
                     {"id 5 at (1, 3) is outside [0, 5)"});
   test::check_error([&] { next_token_log_probs(logits, ops::narrow(token_ids, 1, 0, 3)); }, {"(2, 4, 6)", "(2, 3)"});
-  test::check_error([&] { next_token_log_probs(logits, token_ids, Tensor::ones({B, T}, DType::f64)); },
-                    {"mask must have the shape (2, 3)"});
+  test::check_error(
+      [&] {
+        next_token_log_probs(logits, token_ids, Tensor::ones({B, T}, DType::f64));
+      },
+      {"mask must have the shape (2, 3)"});
   test::check_error([&] { next_token_log_probs(logits, token_ids, Tensor(), 7); }, {"classes 7 outside [1, 6]"});
 }
 

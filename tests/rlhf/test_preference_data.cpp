@@ -116,8 +116,11 @@ BOOST_AUTO_TEST_CASE(long_prompts_are_dropped_and_all_dropped_is_an_error) {
              boost::test_tools::per_element());
   test::check_error([&] { tokenize_preferences({rows[0]}, bytes_tokenizer(), limits, "rows.jsonl"); },
                     {"rows.jsonl: all 1 prompts are longer than max_prompt_seq_len 4 tokens"});
-  test::check_error([&] { tokenize_preferences(rows, bytes_tokenizer(), {4, 4}, "rows.jsonl"); },
-                    {"max_seq_len (4) must exceed max_prompt_seq_len (4)"});
+  test::check_error(
+      [&] {
+        tokenize_preferences(rows, bytes_tokenizer(), {4, 4}, "rows.jsonl");
+      },
+      {"max_seq_len (4) must exceed max_prompt_seq_len (4)"});
 }
 
 BOOST_AUTO_TEST_CASE(sft_batch_targets_the_answer_and_its_end_of_text) {

@@ -119,10 +119,16 @@ BOOST_AUTO_TEST_CASE(reward_loss_counts_pads_at_the_beginning_and_rejects_bad_pa
   BOOST_TEST(out.loss.item() == 0.5 * (softplus(2.0) + softplus(-1.0)), boost::test_tools::tolerance(1e-14));
   BOOST_TEST(out.chosen_scores.item() == 2.0);
   BOOST_TEST(out.rejected_scores.item() == 3.0);
-  test::check_error([&] { reward_loss(c, r, ids({1, 5, 6, 7, 0, 0}, {1, 6}), ids({2, 5, 6, 7, 0, 0}, {1, 6}), 0); },
-                    {"pair 0 differs at its first token"});
-  test::check_error([&] { reward_loss(c, r, ids({1, 5, 0, 7, 0, 0}, {1, 6}), ids({1, 5, 0, 8, 0, 0}, {1, 6}), 0); },
-                    {"pair 0 first differs at position 3", "end of both sequences (2)"});
+  test::check_error(
+      [&] {
+        reward_loss(c, r, ids({1, 5, 6, 7, 0, 0}, {1, 6}), ids({2, 5, 6, 7, 0, 0}, {1, 6}), 0);
+      },
+      {"pair 0 differs at its first token"});
+  test::check_error(
+      [&] {
+        reward_loss(c, r, ids({1, 5, 0, 7, 0, 0}, {1, 6}), ids({1, 5, 0, 8, 0, 0}, {1, 6}), 0);
+      },
+      {"pair 0 first differs at position 3", "end of both sequences (2)"});
   test::check_error([&] { reward_loss(c, f64({0, 0}, {1, 2}), c_ids, r_ids, 0); }, {"reward_loss", "(1, 2)"});
 }
 
@@ -132,12 +138,18 @@ BOOST_AUTO_TEST_CASE(kl_rewards_put_the_clipped_score_on_the_last_answer_token) 
   const Tensor mask = f64({1, 1, 1, 0, /**/ 1, 1, 1, 1}, {2, 4});
   const std::vector<double> r = values(kl_rewards(logp, ref, f64({7.0, -0.25}, {2}), mask, 0.1, 5.0));
   const std::vector<double> expected = {-0.1 * 0.5, -0.1 * -1.0, 0.0 + 5.0, 0.0,
-                                        -0.1 * 0.1, -0.1 * -0.3, 0.0, 0.0 - 0.25};
+                                        -0.1 * 0.1, -0.1 * -0.3, 0.0,       0.0 - 0.25};
   for (size_t i = 0; i < r.size(); ++i) BOOST_TEST(r[i] == expected[i], boost::test_tools::tolerance(1e-14));
-  test::check_error([&] { kl_rewards(logp, ref, f64({1, 1}, {2}), f64({1, 1, 1, 0, 0, 0, 0, 0}, {2, 4})); },
-                    {"kl_rewards: row 1 has no answer token"});
-  test::check_error([&] { kl_rewards(logp, ref, f64({1, 1}, {2}), f64({1, 1, 1, 0.5, 1, 1, 1, 1}, {2, 4})); },
-                    {"kl_rewards", "0 or 1, got 0.5"});
+  test::check_error(
+      [&] {
+        kl_rewards(logp, ref, f64({1, 1}, {2}), f64({1, 1, 1, 0, 0, 0, 0, 0}, {2, 4}));
+      },
+      {"kl_rewards: row 1 has no answer token"});
+  test::check_error(
+      [&] {
+        kl_rewards(logp, ref, f64({1, 1}, {2}), f64({1, 1, 1, 0.5, 1, 1, 1, 1}, {2, 4}));
+      },
+      {"kl_rewards", "0 or 1, got 0.5"});
 }
 
 BOOST_AUTO_TEST_CASE(gae_matches_the_recursion_by_hand) {

@@ -58,8 +58,8 @@ BOOST_AUTO_TEST_CASE(log_probs_and_entropy) {
 BOOST_AUTO_TEST_CASE(reward_model_loss) {
   Reference ref;
   const Tensor c = ref.leaf("reward/chosen"), r = ref.leaf("reward/rejected");
-  const RewardLoss out = reward_loss(c, r, ref["reward/chosen_ids"], ref["reward/rejected_ids"],
-                                     int64_t(ref["reward/pad"].item()));
+  const RewardLoss out =
+      reward_loss(c, r, ref["reward/chosen_ids"], ref["reward/rejected_ids"], int64_t(ref["reward/pad"].item()));
   ref.check("reward/loss", out.loss);
   ref.check("reward/chosen_scores", out.chosen_scores);
   ref.check("reward/rejected_scores", out.rejected_scores);
