@@ -9,6 +9,7 @@
 #include "autograd/meta.h"
 #include "rlhf/log_probs.h"
 #include "support/check.h"
+#include "tensor/allocator.h"
 
 using namespace triad;
 using namespace triad::rlhf;
@@ -89,6 +90,32 @@ BOOST_AUTO_TEST_CASE(log_prob_gradient_is_onehot_minus_softmax) {
         BOOST_TEST(g[size_t((b * T + t) * W + v)] == e, boost::test_tools::tolerance(1e-6));
       }
     }
+}
+
+// Note [Next-token log-probs]: the forward keeps no (B, T, V) tensor and the backward makes
+// one, the gradient; the chunks' temporaries (here 2 rows of V) are all else that lives.
+BOOST_AUTO_TEST_CASE(log_probs_materialise_at_most_one_logits_sized_tensor) {
+  const int64_t b = 2, t = 64, v = 4096;
+  Tensor logits = Tensor::empty({b, t, v});
+  Generator gen(3);
+  ops::normal_(logits, 0.0, 1.0, gen);
+  set_requires_grad(logits);
+  std::vector<int64_t> id(size_t(b * t));
+  for (size_t i = 0; i < id.size(); ++i) id[i] = int64_t(i * 37 % v);
+  const Tensor token_ids = Tensor::from_vector(id, {b, t});
+  const double logits_bytes = double(logits.nbytes());
+  Allocator& cpu = cpu_allocator();
+  const double base = double(cpu.bytes_in_use());
+  cpu.reset_peak();
+  const TokenLogProbs r = next_token_log_probs(logits, token_ids, Tensor(), -1, 2 * v);
+  const double forward_peak = double(cpu.peak_bytes()) - base;
+  BOOST_TEST(forward_peak < 0.2 * logits_bytes, "forward peak " << forward_peak << " bytes");
+  cpu.reset_peak();
+  const double before_backward = double(cpu.bytes_in_use());
+  backward(add(sum(r.logp), sum(r.entropy)));
+  const double backward_peak = double(cpu.peak_bytes()) - before_backward;
+  BOOST_TEST(backward_peak < 1.2 * logits_bytes, "backward peak " << backward_peak << " bytes");
+  BOOST_TEST(backward_peak >= logits_bytes);  // the gradient itself
 }
 
 BOOST_AUTO_TEST_CASE(log_probs_reject_bad_input) {
