@@ -1,6 +1,8 @@
 // triad-data: prepares training data. `tokenizer` learns a byte-level BPE vocabulary from a
 // text corpus, `encode` turns a corpus into a token file with <|endoftext|> between
-// documents, and `inspect` checks a token file and shows its header and first tokens.
+// documents, `inspect` checks a token file and shows its header and first tokens, and
+// `pairs` makes preference pairs (JSONL: prompt, chosen, rejected) from a fortunes corpus
+// for RLHF (rlhf/fortune_pairs.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +16,8 @@
 #include "io/text_corpus.h"
 #include "io/token_file.h"
 #include "io/tokenizer.h"
+#include "rlhf/fortune_pairs.h"
+#include "rlhf/preference_data.h"
 #include "tensor/error.h"
 
 namespace {
@@ -139,11 +143,29 @@ void run_inspect(const InspectOptions& o) {
   std::printf("\n--- decoded ---\n%s\n---------------\n", tok.decode(ids).c_str());
 }
 
+struct PairsOptions {
+  std::vector<std::string> corpus;
+  std::string separator = "%";
+  rlhf::FortunePairOptions pairs;
+  std::string out;
+};
+
+void run_pairs(const PairsOptions& o) {
+  o.pairs.validate();
+  auto t0 = Clock::now();
+  const io::TextCorpus corpus = io::read_corpus(o.corpus, o.separator);
+  print_corpus(corpus, seconds_since(t0));
+  const std::vector<rlhf::PreferenceRow> rows = rlhf::make_fortune_pairs(corpus.documents(), o.pairs);
+  rlhf::write_preference_jsonl(o.out, rows);
+  std::printf("wrote %s: %zu preference pairs from %lld documents (seed %llu)\n", o.out.c_str(), rows.size(),
+              (long long)corpus.num_documents(), (unsigned long long)o.pairs.seed);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-data: tokenizer training, corpus encoding and token-file inspection"};
+    CLI::App app{"triad-data: tokenizer training, corpus encoding, token-file inspection and RLHF preference pairs"};
     app.require_subcommand(1);
 
     TokenizerOptions tok;
@@ -176,6 +198,21 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     i->callback([&ins] { run_inspect(ins); });
+
+    PairsOptions pairs;
+    CLI::App* p = app.add_subcommand("pairs", "make RLHF preference pairs (JSONL) from a fortunes corpus");
+    p->add_option("--corpus", pairs.corpus, "text files or folders of them (*.dat and symlinks skipped)")
+        ->required()
+        ->expected(1, -1);
+    p->add_option("--separator", pairs.separator, "a line that separates fortunes")->capture_default_str();
+    p->add_option("--prompt-words", pairs.pairs.prompt_words, "words of each fortune that make the prompt")
+        ->capture_default_str();
+    p->add_option("--min-answer-words", pairs.pairs.min_answer_words, "fewest words after the prompt")
+        ->capture_default_str();
+    p->add_option("--max-words", pairs.pairs.max_words, "longer fortunes are skipped")->capture_default_str();
+    p->add_option("--seed", pairs.pairs.seed, "seed of the corruptions")->capture_default_str();
+    p->add_option("--out", pairs.out, "JSONL file to write")->required();
+    p->callback([&pairs] { run_pairs(pairs); });
 
     CLI11_PARSE(app, argc, argv);
     return 0;

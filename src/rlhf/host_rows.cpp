@@ -1,0 +1,27 @@
+#include "rlhf/host_rows.h"
+
+#include "autograd/meta.h"
+#include "tensor/ops.h"
+
+namespace triad::rlhf {
+
+std::vector<double> host_values(const Tensor& t) {
+  return ops::to(ops::to(detach(t), Device::cpu()), DType::f64).to_vector<double>();
+}
+
+std::vector<double> host_mask(const Tensor& mask, const Shape& shape, const char* what) {
+  TRIAD_CHECK(mask.defined() && mask.shape() == shape, what << ": the mask must have the shape " << shape_str(shape)
+                                                            << ", got "
+                                                            << (mask.defined() ? shape_str(mask.shape()) : "none"));
+  std::vector<double> m = host_values(mask);
+  for (size_t i = 0; i < m.size(); ++i)
+    TRIAD_CHECK(m[i] == 0.0 || m[i] == 1.0,
+                what << ": mask values must be 0 or 1, got " << m[i] << " at element " << i);
+  return m;
+}
+
+Tensor tensor_like(const std::vector<double>& values, const Shape& shape, const Tensor& like) {
+  return ops::to(ops::to(Tensor::from_vector(values, shape), like.dtype()), like.device());
+}
+
+}  // namespace triad::rlhf

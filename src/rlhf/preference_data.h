@@ -1,0 +1,106 @@
+// Preference data for the three steps of RLHF: JSONL rows of prompt, chosen and rejected
+// text (DeepSpeed-Chat's fields), tokenized, and the batches each step trains on.
+//
+// Note [Preference sequences]: the prompt and each answer are tokenized separately and
+// joined, so that the answer's tokens (the loss mask) are known exactly; DeepSpeed-Chat
+// tokenizes the joined text, which gives the same tokens when the answer starts a new
+// pre-tokenizer chunk (a leading space, as its datasets' answers have). A step-1/2
+// sequence is prompt + answer + <|endoftext|>, cut to max_seq_len tokens (the cut falls in
+// the answer, so it may lose its <|endoftext|>, as DeepSpeed-Chat's truncation does).
+// Rows whose prompt has more than max_prompt_seq_len tokens are dropped, for every step
+// (DeepSpeed-Chat drops them in step 3 and truncates the joined text in steps 1 and 2).
+//
+// Batches are padded with pad_id, <|endoftext|> by default (the tokenizer's one special
+// token). SFT and reward batches are right-padded to their longest row; step 3's prompts
+// are left-padded (Note [Left-padded prompts]).
+//
+// Note [SFT loss mask]: inputs[b, t] = s[t], targets[b, t] = s[t + 1] where s[t + 1] is an
+// answer token (or its <|endoftext|>), else -100 (ignored by cross_entropy). With
+// include_prompt the prompt's tokens are targets too: DeepSpeed-Chat's step 1 (labels =
+// input ids wherever the attention mask is 1) does that.
+//
+// Note [Left-padded prompts]: DeepSpeed-Chat's step 3 left-pads the prompts so that all end
+// at the same column and generation appends one column for the whole batch. A model given
+// such a batch must put row b's token j at position j - pad_b (the `positions` below), and
+// must keep every query from attending to its row's pad keys. triad's GPT does neither:
+// forward and forward_cached add the position rows [pos, pos + T) shared by the batch, and
+// causal attention masks by position alone. What it must gain:
+//   1. GPT::forward and forward_cached taking positions (B, T) i64 and gathering the
+//      position rows per token (an embedding lookup of wpe) instead of one narrow;
+//   2. attention with a per-row first key, ops::causal_attention(q, k, v, scale,
+//      key_start (B,) i64): query i of row b sees keys j with key_start[b] <= j <=
+//      i + Tk - Tq; a query with no key to see (a pad query) outputs 0 and passes no
+//      gradient; the CPU and CUDA kernels skip the masked keys; KVCache keeps key_start.
+//   3. generation (engine/generate.h) continuing B prompts at once, appending the same
+//      column to each row.
+// Until then step 3 can generate prompt by prompt (B = 1), or batch prompts of one length.
+// Right-padded batches need none of this: causal attention never lets a real token see a
+// later pad, and the loss masks skip the pads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/tokenizer.h"
+#include "tensor/tensor.h"
+
+namespace triad::rlhf {
+
+struct PreferenceRow {
+  std::string prompt, chosen, rejected;
+};
+
+// The step a dataset is read for, and the fields it needs: sft "prompt" and "chosen";
+// reward all three; rl "prompt" (DeepSpeed-Chat steps 1, 2 and 3).
+enum class RlhfStep { sft, reward, rl };
+
+// One JSON object per line (blank lines skipped); fields the step does not need may be
+// missing (left empty). Throws Error naming the file and line: for text that is not a JSON
+// object, a needed field missing or a field that is not a string. Error when the file
+// cannot be read or holds no row.
+std::vector<PreferenceRow> read_preference_jsonl(const std::string& path, RlhfStep step);
+// One object {"prompt", "chosen", "rejected"} per line, written atomically.
+void write_preference_jsonl(const std::string& path, const std::vector<PreferenceRow>& rows);
+
+struct PreferenceExample {
+  std::vector<int32_t> prompt, chosen, rejected;  // tokens, no <|endoftext|>
+};
+
+struct SequenceLimits {
+  int64_t max_prompt_seq_len = 256;
+  int64_t max_seq_len = 512;  // prompt + answer + <|endoftext|>; > max_prompt_seq_len
+  void validate() const;      // Error naming the bad limit
+};
+
+// The rows in `rows` order, tokenized; those with too long a prompt dropped (Note
+// [Preference sequences]). Throws Error naming `source` when every row is dropped.
+std::vector<PreferenceExample> tokenize_preferences(const std::vector<PreferenceRow>& rows,
+                                                    const io::Tokenizer& tokenizer, const SequenceLimits& limits,
+                                                    const std::string& source);
+
+// Batches of the examples `select` picks (indices into examples), all tensors i64 on the
+// host. eot: the token closing each answer; pad_id: the padding.
+struct SftBatch {
+  Tensor inputs, targets;  // (B, L): Note [SFT loss mask]
+};
+SftBatch make_sft_batch(const std::vector<PreferenceExample>& examples, const std::vector<int64_t>& select,
+                        const SequenceLimits& limits, int32_t eot, int32_t pad_id, bool include_prompt = false);
+
+struct RewardBatch {
+  Tensor chosen, rejected;  // (B, L) prompt + answer + eot, right-padded to one length
+  std::vector<int64_t> prompt_lengths;
+};
+RewardBatch make_reward_batch(const std::vector<PreferenceExample>& examples, const std::vector<int64_t>& select,
+                              const SequenceLimits& limits, int32_t eot, int32_t pad_id);
+
+struct GenerationBatch {
+  Tensor prompts;             // (B, P) left-padded to the longest prompt
+  Tensor attention_mask;      // (B, P) 1 on prompt tokens, 0 on pads
+  Tensor positions;           // (B, P) j - pad_b on prompt tokens, 0 on pads
+  std::vector<int64_t> pads;  // pad_b, the left padding of each row
+};
+GenerationBatch make_generation_batch(const std::vector<PreferenceExample>& examples,
+                                      const std::vector<int64_t>& select, int32_t pad_id);
+
+}  // namespace triad::rlhf
