@@ -57,9 +57,9 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
                   offsets[1].is_number_unsigned(),
               where << " has data_offsets " << offsets.dump() << ", not [begin, end]");
   const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-  TRIAD_CHECK(begin <= end && end <= uint64_t(data_bytes), where << " has data_offsets " << offsets.dump()
-                                                                  << " outside the data section's " << data_bytes
-                                                                  << " bytes");
+  TRIAD_CHECK(begin <= end, where << " has data_offsets " << offsets.dump() << " that end before they begin");
+  TRIAD_CHECK(end <= uint64_t(data_bytes), where << " has data_offsets " << offsets.dump()
+                                                 << " outside the data section's " << data_bytes << " bytes");
   out.begin = int64_t(begin), out.end = int64_t(end);
   TRIAD_CHECK(bytes == out.end - out.begin, where << " of shape " << shape.dump() << " and dtype " << out.dtype
                                                   << " needs " << bytes << " bytes; its data_offsets " << offsets.dump()
