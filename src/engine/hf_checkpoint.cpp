@@ -28,6 +28,7 @@ std::string import_hf(const HfImport& import) {
     TRIAD_CHECK(!config.is_discarded(), "import: '" << config_path << "' is not valid JSON");
     model = io::model_from_hf_config(import.arch, config, config_path);
   }
+  io::check_hf_names(import.arch, hf);
   for (const auto& [key, value] : import.model.items()) model[key] = value;
   io::complete_model_from_tensors(import.arch, hf, model);
   const std::vector<std::string> missing = io::missing_model_fields(import.arch, model);

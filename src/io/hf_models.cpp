@@ -225,6 +225,21 @@ nlohmann::json model_from_hf_config(const std::string& arch, const nlohmann::jso
   return model;
 }
 
+void check_hf_names(const std::string& arch, const SafetensorsCheckpoint& hf) {
+  const Arch& a = arch_of(arch);
+  std::vector<std::string> patterns = a.skipped;
+  for (const TensorRule& r : a.tensors) patterns.push_back(r.hf);
+  if (!a.tied_head.empty()) patterns.push_back(a.tied_head);
+  for (const std::string& stored : hf.names()) {
+    const std::string name =
+        !a.prefix.empty() && stored.starts_with(a.prefix) ? stored.substr(a.prefix.size()) : stored;
+    int64_t layer = 0;
+    TRIAD_CHECK(std::any_of(patterns.begin(), patterns.end(), [&](const auto& p) { return matches(p, name, layer); }),
+                "'" << hf.path() << "': tensor '" << stored << "' is not part of a " << a.name << " model ("
+                    << a.hf_class << ")");
+  }
+}
+
 bool hf_ties_head(const std::string& arch, const nlohmann::json& config) {
   const nlohmann::json& tie = config.is_object() && config.contains("tie_word_embeddings")
                                   ? config["tie_word_embeddings"]

@@ -49,6 +49,9 @@ const std::vector<HfModelField>& hf_model_fields(const std::string& arch);
 // triad does not build (another activation, a layer-norm epsilon triad's GPT does not use,
 // RoPE scaling, biases a Llama of triad lacks).
 nlohmann::json model_from_hf_config(const std::string& arch, const nlohmann::json& config, const std::string& path);
+// Throws Error naming hf.path() and the tensor when a tensor's name is not one the
+// architecture has (any layer index): another architecture's checkpoint.
+void check_hf_names(const std::string& arch, const SafetensorsCheckpoint& hf);
 // Whether config.json ties the output head to the token embedding (tie_word_embeddings, HF's
 // default for the architecture when absent).
 bool hf_ties_head(const std::string& arch, const nlohmann::json& config);
