@@ -67,10 +67,6 @@ int verify(const std::string& path) {
 int main(int argc, char** argv) {
   return app::guarded_main([&] {
     CLI::App cli{"triad-ckpt: inspect, verify, export and import triad checkpoints"};
-    cli.footer(
-        "import reads config.json beside the safetensors files for the model's shape; without it, the "
-        "tensors show the rest and the flags give what they cannot (GPT-2: --n-head; Llama: --n-head, "
-        "--seq-len, --rope-theta, --rms-eps). See README.md, Checkpoints.");
     cli.require_subcommand(1);
     std::string path, out, dtype = "f32", format = "h5";
     CLI::App* inspect_cmd = cli.add_subcommand("inspect", "layout, step, tensors and checksum status");
@@ -83,7 +79,7 @@ int main(int argc, char** argv) {
     export_cmd->add_option("--format", format, "h5 (a triad weights file) or safetensors (HF's names: gpt2, llama)")
         ->check(CLI::IsMember({"h5", "safetensors"}))
         ->capture_default_str();
-    export_cmd->add_option("--dtype", dtype, "f32 or bf16; safetensors also f16 or f64")
+    export_cmd->add_option("--dtype", dtype, "h5: f32 or bf16; safetensors: f32, f16, bf16 or f64")
         ->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}))
         ->capture_default_str();
     engine::HfImport import;
@@ -105,6 +101,17 @@ int main(int argc, char** argv) {
                                 ->check(CLI::PositiveNumber);
     CLI::Option* eps_opt = import_cmd->add_option("--rms-eps", rms_eps, "Llama: RMSNorm's epsilon")
                                ->check(CLI::PositiveNumber);
+    import_cmd->footer(
+        "The model's shape comes from config.json beside the safetensors files; without it, the tensors "
+        "show most of it and the flags give the rest (gpt2: --n-head; llama: --n-head, --seq-len, "
+        "--rope-theta, --rms-eps). DIR gets step-00000000.h5 (weights, zero Adam moments, step 0) and "
+        "latest: triad-train --resume DIR fine-tunes it, triad-generate --checkpoint DIR/step-00000000.h5 "
+        "samples it.");
+    cli.footer(
+        "Hugging Face models:\n"
+        "  triad-ckpt import --from model.safetensors|index.json|DIR --arch gpt2|llama --out DIR\n"
+        "  triad-ckpt export PATH --format safetensors --out model.safetensors [--dtype f32|f16|bf16|f64]\n"
+        "(README.md, Checkpoints and resuming)");
     CLI11_PARSE(cli, argc, argv);
 
     if (*import_cmd) {
