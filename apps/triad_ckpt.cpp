@@ -97,10 +97,10 @@ int main(int argc, char** argv) {
     CLI::Option* seq_len_opt =
         import_cmd->add_option("--seq-len", seq_len, "Llama: the longest sequence (max_position_embeddings)")
             ->check(CLI::PositiveNumber);
-    CLI::Option* rope_opt = import_cmd->add_option("--rope-theta", rope_theta, "Llama: RoPE's base")
-                                ->check(CLI::PositiveNumber);
-    CLI::Option* eps_opt = import_cmd->add_option("--rms-eps", rms_eps, "Llama: RMSNorm's epsilon")
-                               ->check(CLI::PositiveNumber);
+    CLI::Option* rope_opt =
+        import_cmd->add_option("--rope-theta", rope_theta, "Llama: RoPE's base")->check(CLI::PositiveNumber);
+    CLI::Option* eps_opt =
+        import_cmd->add_option("--rms-eps", rms_eps, "Llama: RMSNorm's epsilon")->check(CLI::PositiveNumber);
     import_cmd->footer(
         "The model's shape comes from config.json beside the safetensors files; without it, the tensors "
         "show most of it and the flags give the rest (gpt2: --n-head; llama: --n-head, --seq-len, "

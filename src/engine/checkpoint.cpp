@@ -589,14 +589,15 @@ void save_initial_checkpoint(const std::string& path, const nlohmann::json& conf
     Checksums sums;
     std::vector<H5File::DatasetSpec> specs;
     std::vector<H5File::TensorRange> writes;
-    for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq})
-      for (const auto& [name, w] : weights) {
-        const Tensor values = state == State::param || state == State::master
-                                  ? ops::contiguous(ops::to(w, DType::f32))
-                                  : Tensor::zeros(w.shape(), DType::f32);
+    for (const auto& [name, w] : weights) {
+      const Tensor values = ops::reshape(ops::contiguous(ops::to(w, DType::f32)), {w.numel()});
+      const Tensor zeros = Tensor::zeros({w.numel()});  // both moments
+      for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq}) {
         specs.push_back({dataset_of(state, name), DType::f32, w.shape()});
-        writes.push_back({dataset_of(state, name), 0, ops::reshape(values, {values.numel()})});
+        writes.push_back(
+            {dataset_of(state, name), 0, state == State::exp_avg || state == State::exp_avg_sq ? zeros : values});
       }
+    }
     write_batch(file, sums, specs, writes);
     write_scalars(file, sums,
                   {{"/state/step", scalar_i64(0)},

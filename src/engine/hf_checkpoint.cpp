@@ -15,8 +15,8 @@ namespace fs = std::filesystem;
 std::string import_hf(const HfImport& import) {
   TRIAD_CHECK(io::is_hf_architecture(import.arch),
               "import: --arch " << import.arch << " is not one triad converts (" << io::hf_architecture_names() << ")");
-  TRIAD_CHECK(!fs::exists(import.out) || (latest_checkpoint(import.out).empty() &&
-                                          checkpoints_newest_first(import.out).empty()),
+  TRIAD_CHECK(!fs::exists(import.out) ||
+                  (latest_checkpoint(import.out).empty() && checkpoints_newest_first(import.out).empty()),
               "import: '" << import.out << "' already holds checkpoints; import into a new folder");
   const io::SafetensorsCheckpoint hf = io::SafetensorsCheckpoint::open(import.from);
   const std::string config_path = (fs::path(hf.folder()) / "config.json").string();
@@ -35,8 +35,7 @@ std::string import_hf(const HfImport& import) {
   if (!missing.empty()) {
     std::string list;
     for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
-    TRIAD_CHECK(false, "import: the " << import.arch << " model of '" << hf.path() << "' needs "
-                                      << list << ", which "
+    TRIAD_CHECK(false, "import: the " << import.arch << " model of '" << hf.path() << "' needs " << list << ", which "
                                       << (config.is_null() ? "no config.json beside it" : "'" + config_path + "'")
                                       << " and its tensors do not give; what is known: " << model.dump());
   }

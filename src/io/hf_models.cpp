@@ -15,8 +15,8 @@ namespace {
 enum class Dim { C, C3, C4, V, T, I, KV };
 
 struct TensorRule {
-  std::string hf, triad;  // "{i}" stands for a layer's index
-  bool transpose;         // HF stores the (in, out) transpose of triad's (out, in)
+  std::string hf, triad;   // "{i}" stands for a layer's index
+  bool transpose;          // HF stores the (in, out) transpose of triad's (out, in)
   std::vector<Dim> shape;  // triad's
 };
 
@@ -34,10 +34,10 @@ struct Requirement {
 };
 
 struct Arch {
-  std::string name, hf_class;  // triad's arch, HF's model class
-  std::string model_type;      // config.json's model_type
-  std::string prefix;               // optional before every HF name on import; written on export
-  std::vector<TensorRule> tensors;  // the whole model's and each layer's ({i})
+  std::string name, hf_class;        // triad's arch, HF's model class
+  std::string model_type;            // config.json's model_type
+  std::string prefix;                // optional before every HF name on import; written on export
+  std::vector<TensorRule> tensors;   // the whole model's and each layer's ({i})
   std::vector<std::string> skipped;  // HF buffers, not weights ({i})
   std::string counted;               // an HF tensor each layer has ({i}): the layers are those it exists for
   std::string embed;                 // the HF token embedding
@@ -142,8 +142,8 @@ const Arch kLlama = {
 
 const Arch& arch_of(const std::string& name) {
   if (name == "gpt2") return kGpt2;
-  TRIAD_CHECK(name == "llama", "unknown architecture '" << name << "' (triad converts " << hf_architecture_names()
-                                                        << ")");
+  TRIAD_CHECK(name == "llama",
+              "unknown architecture '" << name << "' (triad converts " << hf_architecture_names() << ")");
   return kLlama;
 }
 

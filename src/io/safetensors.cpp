@@ -53,9 +53,9 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   }
   if (std::find(out.shape.begin(), out.shape.end(), 0) != out.shape.end()) bytes = 0;
   const nlohmann::json& offsets = e["data_offsets"];
-  TRIAD_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                  offsets[1].is_number_unsigned(),
-              where << " has data_offsets " << offsets.dump() << ", not [begin, end]");
+  TRIAD_CHECK(
+      offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+      where << " has data_offsets " << offsets.dump() << ", not [begin, end]");
   const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
   TRIAD_CHECK(begin <= end, where << " has data_offsets " << offsets.dump() << " that end before they begin");
   TRIAD_CHECK(end <= uint64_t(data_bytes), where << " has data_offsets " << offsets.dump()
@@ -96,11 +96,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const int64_t file_bytes = int64_t(fs::file_size(path));
   uint64_t n = 0;
   TRIAD_CHECK(file_bytes >= 8, "safetensors file '" << path << "' has " << file_bytes
-                                                     << " bytes, too short for the 8-byte header length");
+                                                    << " bytes, too short for the 8-byte header length");
   in.read(reinterpret_cast<char*>(&n), 8);
   TRIAD_CHECK(n <= uint64_t(file_bytes - 8), "safetensors file '" << path << "': its header length " << n
-                                                                  << " runs past the end of the file ("
-                                                                  << file_bytes << " bytes)");
+                                                                  << " runs past the end of the file (" << file_bytes
+                                                                  << " bytes)");
   std::string header(n, '\0');
   in.read(header.data(), std::streamsize(n));
   TRIAD_CHECK(in.good(), "cannot read the header of safetensors file '" << path << "'");
@@ -130,8 +130,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   for (size_t i = 0; i < f.entries_.size(); ++i) {
     const SafetensorsEntry& e = f.entries_[i];
     TRIAD_CHECK(e.begin >= covered, "safetensors file '" << path << "': tensors '" << f.entries_[i - 1].name
-                                                         << "' and '" << e.name << "' overlap (bytes ["
-                                                         << e.begin << ", " << covered << ") of the data)");
+                                                         << "' and '" << e.name << "' overlap (bytes [" << e.begin
+                                                         << ", " << covered << ") of the data)");
     TRIAD_CHECK(e.begin == covered, "safetensors file '" << path << "': bytes [" << covered << ", " << e.begin
                                                          << ") of the data belong to no tensor");
     covered = e.end;
@@ -171,7 +171,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
   SafetensorsCheckpoint c;
   std::string file = path;
   if (fs::is_directory(path)) {
-    const fs::path index = fs::path(path) / "model.safetensors.index.json", single = fs::path(path) / "model.safetensors";
+    const fs::path index = fs::path(path) / "model.safetensors.index.json",
+                   single = fs::path(path) / "model.safetensors";
     TRIAD_CHECK(fs::exists(index) || fs::exists(single),
                 "'" << path << "' holds neither model.safetensors nor model.safetensors.index.json");
     file = (fs::exists(index) ? index : single).string();
@@ -187,13 +188,13 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
   std::ifstream in(file);
   TRIAD_CHECK(in.good(), "cannot open safetensors index '" << file << "'");
   const nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
-  TRIAD_CHECK(!index.is_discarded() && index.is_object() && index.contains("weight_map") &&
-                  index["weight_map"].is_object(),
-              "safetensors index '" << file << "' is not a JSON object with a weight_map");
+  TRIAD_CHECK(
+      !index.is_discarded() && index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+      "safetensors index '" << file << "' is not a JSON object with a weight_map");
   std::map<std::string, size_t> shard_index;
   for (const auto& [name, shard] : index["weight_map"].items()) {
-    TRIAD_CHECK(shard.is_string(), "safetensors index '" << file << "' maps '" << name << "' to " << shard.dump()
-                                                         << ", not a file name");
+    TRIAD_CHECK(shard.is_string(),
+                "safetensors index '" << file << "' maps '" << name << "' to " << shard.dump() << ", not a file name");
     const std::string shard_name = shard.get<std::string>();
     if (!shard_index.count(shard_name)) {
       shard_index[shard_name] = c.files_.size();

@@ -51,8 +51,7 @@ void check_same_tensors(const io::SafetensorsCheckpoint& original, const std::st
     BOOST_REQUIRE_MESSAGE(original.has(e.name), "exported '" << e.name << "' is not in the original");
     BOOST_TEST(same_bits(out.read(e.name), original.read(e.name)), e.name);
   }
-  for (const std::string& name : original.names())
-    BOOST_TEST((names.count(name) + extra.count(name)) == 1u, name);
+  for (const std::string& name : original.names()) BOOST_TEST((names.count(name) + extra.count(name)) == 1u, name);
 }
 
 const std::set<std::string> kGpt2Buffers = {"transformer.h.0.attn.bias", "transformer.h.0.attn.masked_bias",
@@ -78,9 +77,10 @@ BOOST_AUTO_TEST_CASE(imported_gpt2_gives_the_reference_logits) {
   BOOST_TEST(path == dir.file("ckpt/step-00000000.h5"));
   BOOST_TEST(test::read_bytes(dir.file("ckpt/latest")) == "step-00000000.h5\n");
   const engine::LoadedModel loaded = engine::load_model(path);
-  BOOST_TEST(loaded.config["model"] ==
-             nlohmann::json({{"arch", "gpt2"}, {"n_layer", 2}, {"n_head", 4}, {"d_model", 64}, {"seq_len", 32},
-                             {"vocab_size", 256}}));
+  BOOST_TEST(
+      loaded.config["model"] ==
+      nlohmann::json(
+          {{"arch", "gpt2"}, {"n_layer", 2}, {"n_head", 4}, {"d_model", 64}, {"seq_len", 32}, {"vocab_size", 256}}));
   const io::NamedTensors ref = io::read_tensor_file(test::data_path("gpt_reference.tns"));
   const Tensor logits = (*loaded.model)(io::find_tensor(ref, "idx", "reference"));
   BOOST_TEST(test::relative_error(logits, io::find_tensor(ref, "logits", "reference")) < 1e-5);
@@ -88,7 +88,8 @@ BOOST_AUTO_TEST_CASE(imported_gpt2_gives_the_reference_logits) {
   // A fresh optimizer's state: step 0, master weights equal to the parameters, zero moments.
   const io::H5File file = io::H5File::open(path);
   BOOST_TEST(file.read("/state/step").item() == 0.0);
-  BOOST_TEST(same_bits(file.read("/optim/blocks.0.attn.qkv.weight/master"), file.read("/model/blocks.0.attn.qkv.weight")));
+  BOOST_TEST(
+      same_bits(file.read("/optim/blocks.0.attn.qkv.weight/master"), file.read("/model/blocks.0.attn.qkv.weight")));
   BOOST_TEST(ops::max_abs(file.read("/optim/wte.weight/exp_avg_sq")) == 0.0);
   BOOST_TEST(engine::failed_checksums(path).empty());
 }
@@ -136,8 +137,8 @@ BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {
   BOOST_TEST(shapes == want);
   const io::SafetensorsCheckpoint original = io::SafetensorsCheckpoint::open(kDir + "/llama");
   const io::H5File file = io::H5File::open(path);
-  BOOST_TEST(same_bits(file.read("/model/blocks.1.mlp.down.weight"),
-                       original.read("model.layers.1.mlp.down_proj.weight")));
+  BOOST_TEST(
+      same_bits(file.read("/model/blocks.1.mlp.down.weight"), original.read("model.layers.1.mlp.down_proj.weight")));
   engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
   check_same_tensors(original, dir.file("out.safetensors"));
 
@@ -148,7 +149,8 @@ BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {
     const std::string low = import(kDir + "/" + name + ".safetensors", "llama", dir.file(name), flags);
     BOOST_TEST(engine::read_summary(low).config == s.config, name);
     const io::H5File f = io::H5File::open(low);
-    for (const auto& [param, shape] : want) BOOST_TEST(same_bits(f.read("/model/" + param), file.read("/model/" + param)));
+    for (const auto& [param, shape] : want)
+      BOOST_TEST(same_bits(f.read("/model/" + param), file.read("/model/" + param)));
     engine::export_hf(low, dir.file(std::string(name) + ".out"), dtype);
     check_same_tensors(io::SafetensorsCheckpoint::open(kDir + "/" + name + ".safetensors"),
                        dir.file(std::string(name) + ".out"));
@@ -176,14 +178,16 @@ BOOST_AUTO_TEST_CASE(heads_tied_to_the_embedding) {
   for (const bool equal : {true, false}) {
     TempDir dir;
     io::NamedTensors t;
-    for (const std::string& name : gpt2.names()) t.emplace_back(name.substr(std::string("transformer.").size()), gpt2.read(name));
+    for (const std::string& name : gpt2.names())
+      t.emplace_back(name.substr(std::string("transformer.").size()), gpt2.read(name));
     Tensor head = ops::clone(gpt2.read("transformer.wte.weight"));
     if (!equal) head.data<float>()[5] += 1.0f;
     t.emplace_back("lm_head.weight", head);
     io::write_safetensors(dir.file("model.safetensors"), t);
     fs::copy(kDir + "/gpt2/config.json", dir.file("config.json"));
     if (equal)
-      BOOST_TEST(engine::read_summary(import(dir.path().string(), "gpt2", dir.file("ckpt"))).datasets.size() == 4 * 28u + 7);
+      BOOST_TEST(engine::read_summary(import(dir.path().string(), "gpt2", dir.file("ckpt"))).datasets.size() ==
+                 4 * 28u + 7);
     else
       check_error([&] { import(dir.path().string(), "gpt2", dir.file("ckpt")); },
                   {"lm_head.weight differs from wte.weight; triad's gpt2 ties its output head to the token embedding"});
@@ -198,17 +202,26 @@ BOOST_AUTO_TEST_CASE(what_the_model_needs_is_named) {
               {"needs n_head (--n-head), which no config.json beside it and its tensors do not give",
                R"("d_model":64,"n_layer":2,"seq_len":32,"vocab_size":256)"});
   BOOST_TEST(!fs::exists(dir.file("a")));
-  import(dir.file("model.safetensors"), "gpt2", dir.file("a"), {{"n_head", 4}});
-  check_error([&] { import(kDir + "/llama_bf16.safetensors", "llama", dir.file("b"), {{"n_head", 4}}); },
-              {"needs seq_len (--seq-len), rms_norm_eps (--rms-eps), rope_theta (--rope-theta)"});
+  import(dir.file("model.safetensors"), "gpt2", dir.file("a"), {{ "n_head", 4 }});
+  check_error(
+      [&] {
+        import(kDir + "/llama_bf16.safetensors", "llama", dir.file("b"), {{ "n_head", 4 }});
+      },
+      {"needs seq_len (--seq-len), rms_norm_eps (--rms-eps), rope_theta (--rope-theta)"});
   // A flag that contradicts the tensors: the shape it implies is named.
-  check_error([&] { import(kDir + "/gpt2", "gpt2", dir.file("c"), {{"seq_len", 16}}); },
-              {"tensor 'transformer.wpe.weight' has shape [32,64]; the model's config gives [16,64]"});
+  check_error(
+      [&] {
+        import(kDir + "/gpt2", "gpt2", dir.file("c"), {{ "seq_len", 16 }});
+      },
+      {"tensor 'transformer.wpe.weight' has shape [32,64]; the model's config gives [16,64]"});
   // Another architecture's checkpoint, or a model triad does not build.
   check_error([&] { import(kDir + "/llama", "gpt2", dir.file("d")); },
               {"describes a model of model_type \"llama\", not gpt2 (GPT2LMHeadModel)"});
-  check_error([&] { import(kDir + "/llama_f16.safetensors", "gpt2", dir.file("d"), {{"n_head", 4}}); },
-              {"tensor 'model.embed_tokens.weight' is not part of a gpt2 model (GPT2LMHeadModel)"});
+  check_error(
+      [&] {
+        import(kDir + "/llama_f16.safetensors", "gpt2", dir.file("d"), {{ "n_head", 4 }});
+      },
+      {"tensor 'model.embed_tokens.weight' is not part of a gpt2 model (GPT2LMHeadModel)"});
   TempDir relu;
   write_llama(relu, [](io::NamedTensors&, nlohmann::json& c) { c["hidden_act"] = "relu"; });
   check_error([&] { import(relu.path().string(), "llama", relu.file("ckpt")); },

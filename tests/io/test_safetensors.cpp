@@ -179,7 +179,8 @@ BOOST_AUTO_TEST_CASE(malformed_files_are_errors_naming_the_file_and_problem) {
               {"cannot open safetensors file", "missing.safetensors"});
 
   // A well-formed tensor of a dtype triad does not compute in: listed, and refused when read.
-  const std::string path = dir.write("mask.safetensors", file_bytes(one(R"({"dtype": "U8", "shape": [3], "data_offsets": [0, 3]})"), 3));
+  const std::string path =
+      dir.write("mask.safetensors", file_bytes(one(R"({"dtype": "U8", "shape": [3], "data_offsets": [0, 3]})"), 3));
   const SafetensorsFile f = SafetensorsFile::open(path);
   BOOST_TEST(f.entry("a").dtype == "U8");
   check_error([&] { f.read("a"); }, {path, "tensor 'a'", "'U8' is not one triad reads"});
@@ -191,9 +192,15 @@ BOOST_AUTO_TEST_CASE(the_writer_refuses_bad_tensors_and_keeps_the_old_file) {
   const std::string path = dir.file("w.safetensors");
   io::write_safetensors(path, {{"x", Tensor::ones({2})}});
   const std::string before = test::read_bytes(path);
-  check_error([&] { io::write_safetensors(path, {{"i", Tensor::zeros({2}, DType::i64)}}); },
-              {"triad writes F64, F32, F16 and BF16, not i64"});
-  check_error([&] { io::write_safetensors(path, {{"x", Tensor::ones({2})}, {"x", Tensor::ones({2})}}); },
-              {path, "tensor name 'x' is empty, reserved or repeated"});
+  check_error(
+      [&] {
+        io::write_safetensors(path, {{"i", Tensor::zeros({2}, DType::i64)}});
+      },
+      {"triad writes F64, F32, F16 and BF16, not i64"});
+  check_error(
+      [&] {
+        io::write_safetensors(path, {{"x", Tensor::ones({2})}, {"x", Tensor::ones({2})}});
+      },
+      {path, "tensor name 'x' is empty, reserved or repeated"});
   BOOST_TEST(test::read_bytes(path) == before);
 }
