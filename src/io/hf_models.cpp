@@ -20,6 +20,13 @@ struct TensorRule {
   std::vector<Dim> shape;  // triad's
 };
 
+// A field of triad's model section that a model needs, and where an import finds it.
+struct ModelField {
+  std::string key;   // triad's key ("n_head")
+  std::string hf;    // config.json's key ("n_head", "num_attention_heads")
+  std::string flag;  // triad-ckpt import's flag ("--n-head"); "" when the tensors show it
+};
+
 // A model field that a tensor's dimension shows (divided by the head size: per_head).
 struct ShapeSource {
   std::string key, hf;
@@ -44,7 +51,7 @@ struct Arch {
   std::string tied_head;             // an HF head that must equal the embedding and is dropped ("": none)
   std::string head;                  // the HF head a tied model may omit (a copy of the embedding)
   bool ties_by_default;              // HF's default tie_word_embeddings
-  std::vector<HfModelField> fields;
+  std::vector<ModelField> fields;
   std::vector<ShapeSource> shape_sources;
   nlohmann::json hf_defaults;  // config.json's defaults (HF's config class)
   std::vector<Requirement> requirements;
@@ -200,8 +207,6 @@ std::string shape_text(const Shape& s) { return nlohmann::json(s).dump(); }
 bool is_hf_architecture(const std::string& arch) { return arch == "gpt2" || arch == "llama"; }
 std::string hf_architecture_names() { return "gpt2 (GPT2LMHeadModel) and llama (LlamaForCausalLM)"; }
 
-const std::vector<HfModelField>& hf_model_fields(const std::string& arch) { return arch_of(arch).fields; }
-
 nlohmann::json model_from_hf_config(const std::string& arch, const nlohmann::json& config, const std::string& path) {
   const Arch& a = arch_of(arch);
   TRIAD_CHECK(config.is_object(), "'" << path << "' is not a JSON object");
@@ -216,7 +221,7 @@ nlohmann::json model_from_hf_config(const std::string& arch, const nlohmann::jso
                     << r.allowed.dump());
   }
   nlohmann::json model = {{"arch", a.name}};
-  for (const HfModelField& f : a.fields) {
+  for (const ModelField& f : a.fields) {
     const nlohmann::json& v = config.contains(f.hf) ? config[f.hf] : a.hf_defaults.value(f.hf, nlohmann::json());
     if (v.is_null()) continue;
     TRIAD_CHECK(v.is_number(), "'" << path << "': " << f.hf << " is " << v.dump() << ", not a number");
@@ -270,7 +275,7 @@ void complete_model_from_tensors(const std::string& arch, const SafetensorsCheck
 
 std::vector<std::string> missing_model_fields(const std::string& arch, const nlohmann::json& model) {
   std::vector<std::string> out;
-  for (const HfModelField& f : arch_of(arch).fields)
+  for (const ModelField& f : arch_of(arch).fields)
     if (!model.contains(f.key)) out.push_back(f.key + (f.flag.empty() ? "" : " (" + f.flag + ")"));
   return out;
 }

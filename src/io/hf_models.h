@@ -36,14 +36,6 @@ namespace triad::io {
 bool is_hf_architecture(const std::string& arch);
 std::string hf_architecture_names();
 
-// A field of triad's model section that a model needs, and where an import finds it.
-struct HfModelField {
-  std::string key;   // triad's key ("n_head")
-  std::string hf;    // config.json's key ("n_head", "num_attention_heads")
-  std::string flag;  // triad-ckpt import's flag ("--n-head"); "" when the tensors always show it
-};
-const std::vector<HfModelField>& hf_model_fields(const std::string& arch);
-
 // The model fields config.json gives (HF's defaults where HF has one and the file is
 // silent). Throws Error naming config.json's path and key when the file describes a model
 // triad does not build (another activation, a layer-norm epsilon triad's GPT does not use,

@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "io/atomic_file.h"
 #include "tensor/ops.h"
