@@ -1,9 +1,17 @@
-// triad-ckpt: looks into checkpoints and weights files (engine/checkpoint.h); one process,
-// no mpirun needed. PATH may be a file or a checkpoint folder (its `latest`).
+// triad-ckpt: looks into checkpoints and weights files (engine/checkpoint.h), and converts
+// Hugging Face safetensors checkpoints (engine/hf_checkpoint.h); one process, no mpirun
+// needed. PATH may be a file or a checkpoint folder (its `latest`).
 //
 //   triad-ckpt inspect PATH                    layout, step, every tensor, checksum status
 //   triad-ckpt verify PATH                     recomputes every checksum; exit 1 on damage
 //   triad-ckpt export PATH --out FILE [--dtype f32|bf16]   consolidated weights only
+//   triad-ckpt export PATH --format safetensors --out FILE [--dtype f32|f16|bf16|f64]
+//                                              the weights in HF's names (gpt2, llama)
+//   triad-ckpt import --from model.safetensors|DIR --arch gpt2|llama --out DIR
+//                     [--n-head N] [--seq-len T] [--rope-theta X] [--rms-eps X]
+//                                              a new checkpoint folder (step 0) to train
+//                                              from (triad-train --resume DIR) or sample
+//                                              from (triad-generate)
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +20,7 @@
 #include "common/main_guard.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
+#include "engine/hf_checkpoint.h"
 
 namespace {
 
@@ -57,9 +66,9 @@ int verify(const std::string& path) {
 
 int main(int argc, char** argv) {
   return app::guarded_main([&] {
-    CLI::App cli{"triad-ckpt: inspect, verify and export triad checkpoints"};
+    CLI::App cli{"triad-ckpt: inspect, verify, export and import triad checkpoints"};
     cli.require_subcommand(1);
-    std::string path, out, dtype = "f32";
+    std::string path, out, dtype = "f32", format = "h5";
     CLI::App* inspect_cmd = cli.add_subcommand("inspect", "layout, step, tensors and checksum status");
     inspect_cmd->add_option("path", path, "checkpoint file or folder")->required();
     CLI::App* verify_cmd = cli.add_subcommand("verify", "recompute every checksum (exit 1 on damage)");
@@ -67,16 +76,62 @@ int main(int argc, char** argv) {
     CLI::App* export_cmd = cli.add_subcommand("export", "write the model's weights alone");
     export_cmd->add_option("path", path, "checkpoint file or folder")->required();
     export_cmd->add_option("--out", out, "the weights file to write")->required();
-    export_cmd->add_option("--dtype", dtype, "f32 or bf16")
-        ->check(CLI::IsMember({"f32", "bf16"}))
+    export_cmd->add_option("--format", format, "h5 (a triad weights file) or safetensors (HF's names: gpt2, llama)")
+        ->check(CLI::IsMember({"h5", "safetensors"}))
         ->capture_default_str();
+    export_cmd->add_option("--dtype", dtype, "h5: f32 or bf16; safetensors: f32, f16, bf16 or f64")
+        ->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}))
+        ->capture_default_str();
+    engine::HfImport import;
+    CLI::App* import_cmd = cli.add_subcommand("import", "a Hugging Face safetensors model as a new checkpoint folder");
+    import_cmd->add_option("--from", import.from, "model.safetensors, model.safetensors.index.json, or their folder")
+        ->required();
+    import_cmd->add_option("--arch", import.arch, "gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM)")
+        ->check(CLI::IsMember({"gpt2", "llama"}))
+        ->required();
+    import_cmd->add_option("--out", import.out, "the checkpoint folder to create (it must hold no checkpoint)")
+        ->required();
+    int64_t n_head = 0, seq_len = 0;
+    double rope_theta = 0, rms_eps = 0;
+    CLI::Option* n_head_opt = import_cmd->add_option("--n-head", n_head, "attention heads")->check(CLI::PositiveNumber);
+    CLI::Option* seq_len_opt =
+        import_cmd->add_option("--seq-len", seq_len, "Llama: the longest sequence (max_position_embeddings)")
+            ->check(CLI::PositiveNumber);
+    CLI::Option* rope_opt =
+        import_cmd->add_option("--rope-theta", rope_theta, "Llama: RoPE's base")->check(CLI::PositiveNumber);
+    CLI::Option* eps_opt =
+        import_cmd->add_option("--rms-eps", rms_eps, "Llama: RMSNorm's epsilon")->check(CLI::PositiveNumber);
+    import_cmd->footer(
+        "The model's shape comes from config.json beside the safetensors files; without it, the tensors "
+        "show most of it and the flags give the rest (gpt2: --n-head; llama: --n-head, --seq-len, "
+        "--rope-theta, --rms-eps). DIR gets step-00000000.h5 (weights, zero Adam moments, step 0) and "
+        "latest: triad-train --resume DIR fine-tunes it, triad-generate --checkpoint DIR/step-00000000.h5 "
+        "samples it.");
+    cli.footer(
+        "Hugging Face models:\n"
+        "  triad-ckpt import --from model.safetensors|index.json|DIR --arch gpt2|llama --out DIR\n"
+        "  triad-ckpt export PATH --format safetensors --out model.safetensors [--dtype f32|f16|bf16|f64]\n"
+        "(README.md, Checkpoints and resuming)");
     CLI11_PARSE(cli, argc, argv);
 
+    if (*import_cmd) {
+      if (*n_head_opt) import.model["n_head"] = n_head;
+      if (*seq_len_opt) import.model["seq_len"] = seq_len;
+      if (*rope_opt) import.model["rope_theta"] = rope_theta;
+      if (*eps_opt) import.model["rms_norm_eps"] = rms_eps;
+      const std::string written = engine::import_hf(import);
+      std::printf("wrote %s (%s from %s; latest points at it)\n", written.c_str(), import.arch.c_str(),
+                  import.from.c_str());
+      return 0;
+    }
     path = resolve(path);
     if (*inspect_cmd) return inspect(path);
     if (*verify_cmd) return verify(path);
-    engine::export_weights(path, out, dtype == "bf16" ? DType::bf16 : DType::f32);
-    std::printf("wrote %s (%s weights of %s)\n", out.c_str(), dtype.c_str(), path.c_str());
+    if (format == "safetensors")
+      engine::export_hf(path, out, dtype_from_name(dtype));
+    else
+      engine::export_weights(path, out, dtype_from_name(dtype));
+    std::printf("wrote %s (%s %s weights of %s)\n", out.c_str(), dtype.c_str(), format.c_str(), path.c_str());
     return 0;
   });
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -261,17 +262,21 @@ void write_scalars(H5File& file, Checksums& sums, const std::vector<Scalar>& sca
   write_batch(file, sums, specs, writes);
 }
 
-void write_root_attrs(H5File& file, const std::string& kind, Engine& engine) {
-  const TrainConfig& c = engine.config();
-  const nlohmann::json layout = {{"dp", engine.dp()->size()},
-                                 {"tp", engine.tp()->size()},
-                                 {"pp", engine.pp()->size()},
-                                 {"zero_stage", c.zero.stage},
-                                 {"dtype", dtype_name(c.precision.dtype)}};
+void write_root_attrs(H5File& file, const std::string& kind, const nlohmann::json& config,
+                      const nlohmann::json& layout) {
   file.set_attr_int64("/", "format_version", kCheckpointFormatVersion);
   file.set_attr_string("/", "kind", kind);
-  file.set_attr_string("/", "config", c.json.dump());
+  file.set_attr_string("/", "config", config.dump());
   file.set_attr_string("/", "layout", layout.dump());
+}
+void write_root_attrs(H5File& file, const std::string& kind, Engine& engine) {
+  const TrainConfig& c = engine.config();
+  write_root_attrs(file, kind, c.json,
+                   {{"dp", engine.dp()->size()},
+                    {"tp", engine.tp()->size()},
+                    {"pp", engine.pp()->size()},
+                    {"zero_stage", c.zero.stage},
+                    {"dtype", dtype_name(c.precision.dtype)}});
 }
 
 // Makes the written file durable and moves it into place: rank 0 syncs it, renames it and
@@ -576,30 +581,70 @@ std::vector<std::string> failed_checksums(const std::string& path) {
   return bad;
 }
 
-void export_weights(const std::string& path, const std::string& out, DType dtype) {
-  TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
-              "weights are exported in f32 or bf16, not " << dtype_name(dtype));
+void save_initial_checkpoint(const std::string& path, const nlohmann::json& config, const io::NamedTensors& weights) {
+  const uint64_t seed = config.value("seed", uint64_t(1234));
+  const PrecisionConfig fresh;  // the loss scale a run of the default fp16 section starts with
+  parallel::SelfCommunicator self;
+  write_file(path, self, [&](H5File& file) {
+    Checksums sums;
+    std::vector<H5File::DatasetSpec> specs;
+    std::vector<H5File::TensorRange> writes;
+    for (const auto& [name, w] : weights) {
+      const Tensor values = ops::reshape(ops::contiguous(ops::to(w, DType::f32)), {w.numel()});
+      const Tensor zeros = Tensor::zeros({w.numel()});  // both moments
+      for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq}) {
+        specs.push_back({dataset_of(state, name), DType::f32, w.shape()});
+        writes.push_back(
+            {dataset_of(state, name), 0, state == State::exp_avg || state == State::exp_avg_sq ? zeros : values});
+      }
+    }
+    write_batch(file, sums, specs, writes);
+    write_scalars(file, sums,
+                  {{"/state/step", scalar_i64(0)},
+                   {"/state/optimizer_steps", scalar_i64(0)},
+                   {"/state/loss_scale", scalar_f64(std::ldexp(1.0, fresh.initial_scale_power))},
+                   {"/state/loss_scale_hysteresis", scalar_i64(fresh.hysteresis)},
+                   {"/state/loss_scale_clean_steps", scalar_i64(0)}},
+                  true);
+    write_generator(file, sums, "/state/rng", Generator(dropout_seed(seed, 0, 0)), self);
+    write_generator(file, sums, "/state/rng_tp", Generator(tensor_parallel_seed(seed, 0, 0, 0)), self);
+    sums.store(file, self);
+    write_root_attrs(file, "checkpoint", config,
+                     {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero_stage", 0}, {"dtype", dtype_name(DType::f32)}});
+  });
+}
+
+ModelWeights read_weights(const std::string& path) {
   const H5File in = H5File::open(path);
   check_kind(in, "");
   const std::vector<std::string> bad = failed_checksums(path);
   TRIAD_CHECK(bad.empty(), "checkpoint '" << path << "': dataset " << bad.front() << " fails its checksum");
+  ModelWeights w;
+  w.config = nlohmann::json::parse(in.get_attr_string("/", "config"));
+  for (const std::string& ds : in.list_datasets()) {
+    if (ds.rfind("/model/", 0) != 0) continue;
+    const std::string name = ds.substr(7), master = "/optim/" + name + "/master";
+    w.weights.emplace_back(name, ops::to(in.read(in.has(master) ? master : ds), DType::f32));
+  }
+  return w;
+}
+
+void export_weights(const std::string& path, const std::string& out, DType dtype) {
+  TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+              "weights are exported in f32 or bf16, not " << dtype_name(dtype));
+  const ModelWeights w = read_weights(path);
   const std::string tmp = out + ".tmp";
   H5File file = H5File::create(tmp);
-  std::vector<std::string> names;
-  for (const std::string& ds : in.list_datasets())
-    if (ds.rfind("/model/", 0) == 0) names.push_back(ds.substr(7));
-  for (const std::string& name : names) {
-    const std::string master = "/optim/" + name + "/master";
-    Tensor t = in.read(in.has(master) ? master : "/model/" + name);
-    if (t.dtype() != dtype) t = ops::to(t, dtype);
+  for (const auto& [name, weight] : w.weights) {
+    const Tensor t = ops::to(weight, dtype);
     file.create_dataset("/model/" + name, dtype, t.shape());
     file.write_range("/model/" + name, 0, t);
     file.set_attr_uint64("/model/" + name, "checksum", io::tensor_checksum(t));
   }
   file.set_attr_int64("/", "format_version", kCheckpointFormatVersion);
   file.set_attr_string("/", "kind", "weights");
-  file.set_attr_string("/", "config", in.get_attr_string("/", "config"));
-  file.set_attr_string("/", "layout", in.get_attr_string("/", "layout"));
+  file.set_attr_string("/", "config", w.config.dump());
+  file.set_attr_string("/", "layout", H5File::open(path).get_attr_string("/", "layout"));
   file.flush();
   file.close();
   parallel::SelfCommunicator self;

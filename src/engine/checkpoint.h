@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "io/tensor_file.h"
 #include "parallel/communicator.h"
 
 namespace triad::engine {
@@ -52,6 +53,14 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
 // or bf16), at their global shapes.
 void save_weights(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype);
 
+// Serial: a checkpoint of a model trained elsewhere (engine/hf_checkpoint.h), as a run of
+// `config` would save it before its first step: `weights` (by parameter name, at their
+// global shapes) as the parameters and f32 master weights, zero Adam moments, step 0, the
+// loss scale a run of the default fp16 section starts with, and the dropout generators of
+// one rank seeded from config's seed (layout: one rank, ZeRO stage 0, f32). It names no
+// other layout, so any grid resumes it; the model's names and shapes are the caller's.
+void save_initial_checkpoint(const std::string& path, const nlohmann::json& config, const io::NamedTensors& weights);
+
 // Serial (one process, no MPI needed) views of a file, for tools.
 struct CheckpointSummary {
   std::string kind;        // "checkpoint" or "weights"
@@ -70,6 +79,14 @@ CheckpointSummary read_summary(const std::string& path);
 // Recomputes every dataset's checksum; returns the names of those that do not match (empty:
 // the file verifies). Throws Error when the file cannot be read at all.
 std::vector<std::string> failed_checksums(const std::string& path);
+// The model's weights in a checkpoint or weights file, in f32, by parameter name (the master
+// weights when the file has them), once every dataset of the file verifies its checksum;
+// with the config it was trained with.
+struct ModelWeights {
+  io::NamedTensors weights;
+  nlohmann::json config;
+};
+ModelWeights read_weights(const std::string& path);
 // Writes the model's weights from a checkpoint or weights file to `out` (kind "weights") in
 // dtype: f32 from the master weights when the file has them, bf16 rounded from those.
 void export_weights(const std::string& path, const std::string& out, DType dtype);

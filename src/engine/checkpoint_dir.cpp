@@ -62,14 +62,18 @@ void create_folder(const std::string& dir, parallel::Communicator& world) {
   });
 }
 
+void point_latest(const std::string& dir, const std::string& name) {
+  const std::string line = name + "\n";
+  io::write_file_atomically((fs::path(dir) / "latest").string(), {{line.data(), line.size()}}, "checkpoint pointer");
+}
+
 std::string save_to_dir(const std::string& dir, int64_t keep, Engine& engine, parallel::Communicator& world) {
   create_folder(dir, world);
   const std::string name = checkpoint_file_name(engine.global_step());
   const std::string path = (fs::path(dir) / name).string();
   save_checkpoint(path, engine, world);
   on_leader(world, "updating latest", [&] {
-    const std::string line = name + "\n";
-    io::write_file_atomically((fs::path(dir) / "latest").string(), {{line.data(), line.size()}}, "checkpoint pointer");
+    point_latest(dir, name);
     // What saves killed midway left behind (no other save runs now).
     for (const auto& entry : fs::directory_iterator(dir))
       if (std::regex_match(entry.path().filename().string(), kInterruptedSave)) fs::remove(entry.path());

@@ -22,6 +22,9 @@ void create_folder(const std::string& dir, parallel::Communicator& world);
 // `latest` at it and keeps the newest `keep` checkpoints (0: all). Returns the path.
 std::string save_to_dir(const std::string& dir, int64_t keep, Engine& engine, parallel::Communicator& world);
 
+// Serial: points `latest` in dir at its checkpoint `name` (replacing the file atomically).
+void point_latest(const std::string& dir, const std::string& name);
+
 // The checkpoint `latest` in dir names, as a path; "" when dir has no `latest`. Throws Error
 // naming `latest` when it names a file that does not exist.
 std::string latest_checkpoint(const std::string& dir);
