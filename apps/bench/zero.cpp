@@ -46,6 +46,7 @@ engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks) {
   json["steps"] = std::max<int64_t>(json.value("steps", int64_t(0)), int64_t(o.warmup + o.steps));
   json["zero_optimization"]["stage"] = stage;
   engine::TrainConfig c = engine::parse_config(json, ranks);
+  require_gpt2(c, o.config);
   TRIAD_CHECK(o.seq <= c.model.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << c.model.seq_len);
   return c;
 }
