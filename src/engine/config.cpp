@@ -28,8 +28,8 @@ void parse_gpt(JsonReader& r, nn::GPTConfig& m) {
   m.activation_checkpointing = r.boolean("activation_checkpointing", m.activation_checkpointing);
 }
 
-// Hugging Face's LlamaConfig names in parentheses: intermediate_size, rms_norm_eps and
-// rope_theta as there; n_kv_head (num_key_value_heads) is n_head when absent, as there.
+// The keys Hugging Face's LlamaConfig has keep its names (intermediate_size, rms_norm_eps,
+// rope_theta); n_kv_head, its num_key_value_heads, is n_head when absent, as there.
 void parse_llama(JsonReader& r, nn::LlamaConfig& m) {
   m.n_layer = r.integer("n_layer", m.n_layer, 1, 1024);
   m.n_head = r.integer("n_head", m.n_head, 1, 1024);
