@@ -124,9 +124,9 @@ int main(int argc, char** argv) {
     if (tokenizer_path.empty()) tokenizer_path = loaded.config["data"].value("tokenizer", "");
     TRIAD_CHECK(!tokenizer_path.empty(), "the model file does not name its tokenizer; pass --tokenizer");
     const io::Tokenizer tok = io::Tokenizer::load(tokenizer_path);
-    TRIAD_CHECK(tok.vocab_size() <= loaded.model->config().vocab_size,
+    TRIAD_CHECK(tok.vocab_size() <= loaded.model->vocab_size(),
                 "tokenizer '" << tokenizer_path << "' has " << tok.vocab_size() << " tokens, more than the model's "
-                              << loaded.model->config().vocab_size);
+                              << loaded.model->vocab_size());
     o.stop_token = tok.eot();
 
     if (!chat) {

@@ -9,6 +9,8 @@
 #include "autograd/meta.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
+#include "nn/llama.h"
+#include "nn/llama_layers.h"
 #include "nn/module.h"
 #include "nn/transformer.h"
 #include "optim/clip.h"

@@ -46,6 +46,7 @@ engine::TrainConfig make_config(const PipelineOptions& o, int p, const std::stri
                       {"virtual_stages", chunks_of(o, schedule)},
                       {"partition", o.partition}};
   engine::TrainConfig c = engine::parse_config(json, p);
+  require_gpt2(c, o.config);
   TRIAD_CHECK(o.seq <= c.model.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << c.model.seq_len);
   return c;
 }

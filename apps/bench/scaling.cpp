@@ -50,6 +50,7 @@ engine::TrainConfig make_config(const ScalingOptions& o, int stage, int ranks) {
   json["zero_optimization"]["stage"] = stage;
   json["model"]["tensor_parallel"] = o.tp;
   engine::TrainConfig c = engine::parse_config(json, ranks);
+  require_gpt2(c, o.config);
   TRIAD_CHECK(o.seq <= c.model.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << c.model.seq_len);
   return c;
 }

@@ -211,6 +211,11 @@ nlohmann::json preset_config_json(const std::string& preset) {
           {"device", "cpu"}};
 }
 
+void require_gpt2(const engine::TrainConfig& config, const std::string& path) {
+  TRIAD_CHECK(config.arch == "gpt2", "--config '" << path << "': model.arch is \"" << config.arch
+                                                  << "\", and triad-bench times arch gpt2 models only");
+}
+
 std::vector<double> max_over_ranks(parallel::Communicator& world, const std::vector<double>& v) {
   Tensor t = Tensor::from_vector(v, {int64_t(v.size())});
   world.all_reduce(t, parallel::ReduceOp::max)->wait();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config.h"
 #include "parallel/communicator.h"
 
 namespace triad::bench {
@@ -38,6 +39,9 @@ class WorkerLauncher {
 // triad-train config without batch, steps or zero keys: AdamW (lr 3e-4, betas 0.9/0.95,
 // weight decay 0.1), clipping 1.0, on the CPU.
 nlohmann::json preset_config_json(const std::string& preset);
+// The benchmarks time GPTs (their FLOP counts and parameter layouts are the GPT's): Error
+// naming `path` for a config of another model.arch.
+void require_gpt2(const engine::TrainConfig& config, const std::string& path);
 
 // Element-wise maximum of `values` over the ranks of `world` (collective): a timing's
 // slowest rank.

@@ -60,6 +60,7 @@ engine::TrainConfig make_config(const ZeroOptions& o, int stage, int ranks, cons
   if (!o.zeropp.empty()) json["cluster"]["ranks_per_node"] = o.ranks_per_node;
   if (!variant.empty()) set_variant(json["zero_optimization"], variant, o.ranks_per_node);
   engine::TrainConfig c = engine::parse_config(json, ranks);
+  require_gpt2(c, o.config);
   TRIAD_CHECK(o.seq <= c.model.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << c.model.seq_len);
   return c;
 }

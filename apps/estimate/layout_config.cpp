@@ -81,13 +81,17 @@ engine::TrainConfig resolve_layout(const std::string& path, const std::vector<st
   json["train_micro_batch_size_per_gpu"] = r.micro_batch;
   json["gradient_accumulation_steps"] = r.micro_batches;
 
+  engine::TrainConfig c;
   try {
-    return engine::parse_config(json, int64_t(r.pp) * r.tp * r.dp);
+    c = engine::parse_config(json, int64_t(r.pp) * r.tp * r.dp);
   } catch (const Error& e) {
     throw Error("the layout " + layout_name(r) + " (ZeRO stage " + std::to_string(r.zero_stage) + ", " +
                 std::to_string(r.micro_batches) + " micro-batches of " + std::to_string(r.micro_batch) + ", schedule " +
                 r.schedule + ") does not fit " + path + ": " + e.what());
   }
+  TRIAD_CHECK(c.arch == "gpt2", "'" << path << "': model.arch is \"" << c.arch << "\", and triad-estimate prices the "
+                                    << "layers of arch gpt2 models (give --params N for another model's ZeRO memory)");
+  return c;
 }
 
 }  // namespace triad::estimate

@@ -255,6 +255,19 @@ Tensor gelu(const Tensor& x) {
   return record("gelu", {x}, counted(ops::gelu(x)), [x](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
 }
 
+namespace {
+
+Tensor sigmoid(const Tensor& x) { return ops::mul(ops::add(ops::tanh(ops::mul(x, 0.5)), 1.0), 0.5); }
+
+}  // namespace
+
+Tensor silu(const Tensor& x) {
+  return record("silu", {x}, counted(ops::mul(x, sigmoid(x)), 4), [x](const Grads& g) {
+    const Tensor s = sigmoid(x);  // d(x s)/dx = s (1 + x (1 - s))
+    return Grads{ops::mul(g[0], ops::mul(s, ops::add(ops::mul(x, ops::add(ops::neg(s), 1.0)), 1.0)))};
+  });
+}
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
   const uint64_t seed = gen.state().seed, first = gen.advance(uint64_t(x.numel()));
@@ -360,6 +373,51 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return record("layer_norm", {x, weight, bias}, r.y, [=, mean = r.mean, rstd = r.rstd](const Grads& g) {
     ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[0]), x, wide(weight), mean, rstd);
     return Grads{d.dx, like(d.dweight, weight), like(d.dbias, bias)};
+  });
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  TRIAD_CHECK(x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
+              "rms_norm: weight " << shape_str(weight.shape()) << " does not match the last dimension of x "
+                                  << shape_str(x.shape()));
+  TRIAD_CHECK(eps > 0.0, "rms_norm: eps must be positive, got " << eps);
+  const int last = int(x.dim()) - 1;
+  const Tensor xw = wide(x), w = wide(weight);
+  const Tensor rstd = ops::pow(ops::add(ops::mean(ops::mul(xw, xw), last, true), eps), -0.5);  // (..., 1)
+  const Tensor y = counted(ops::mul(ops::mul(xw, rstd), w), 4);
+  return record("rms_norm", {x, weight}, y, [=](const Grads& g) {
+    // x^ = x rstd, y = x^ w: dx = rstd (g w - x^ mean(g w x^)), dweight = sum over rows of g x^
+    const Tensor xhat = ops::mul(wide(x), rstd), gw = ops::mul(g[0], wide(weight));
+    const Tensor dx = ops::mul(ops::sub(gw, ops::mul(xhat, ops::mean(ops::mul(gw, xhat), last, true))), rstd);
+    return Grads{dx, like(ops::sum_to(ops::mul(g[0], xhat), weight.shape()), weight)};
+  });
+}
+
+namespace {
+
+// cat(-x[..., D/2:], x[..., :D/2]) for x (..., D).
+Tensor rotate_half(const Tensor& x) {
+  const int64_t h = x.size(-1) / 2;
+  const int last = int(x.dim()) - 1;
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  ops::copy_(ops::narrow(out, last, 0, h), ops::neg(ops::narrow(x, last, h, h)));
+  ops::copy_(ops::narrow(out, last, h, h), ops::narrow(x, last, 0, h));
+  return out;
+}
+
+}  // namespace
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  TRIAD_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0,
+              "rotary_embedding: expected x (..., T, D) with D even, got " << shape_str(x.shape()));
+  const Shape table{x.size(-2), x.size(-1)};
+  TRIAD_CHECK(cos.shape() == table && sin.shape() == table,
+              "rotary_embedding: tables " << shape_str(cos.shape()) << " and " << shape_str(sin.shape())
+                                          << " do not match x " << shape_str(x.shape()) << " (expected (T, D))");
+  const Tensor y = counted(ops::add(ops::mul(x, cos), ops::mul(rotate_half(x), sin)), 3);
+  // rotate_half is antisymmetric, so the backward is g cos - rotate_half(g sin).
+  return record("rotary_embedding", {x}, y, [cos, sin](const Grads& g) {
+    return Grads{ops::sub(ops::mul(g[0], cos), rotate_half(ops::mul(g[0], sin)))};
   });
 }
 

@@ -46,6 +46,9 @@ Tensor tanh(const Tensor& a);
 Tensor relu(const Tensor& a);
 Tensor pow(const Tensor& a, double exponent);
 Tensor gelu(const Tensor& x);  // tanh approximation
+// SiLU (swish): x sigmoid(x), the gate of a SwiGLU MLP; sigmoid is computed as
+// (1 + tanh(x/2)) / 2, finite for every x.
+Tensor silu(const Tensor& x);
 // Inverted dropout with probability p; identity when !training or p == 0. The mask is
 // drawn from `gen` and replayed exactly in the backward.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
@@ -74,6 +77,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // (Note [16-bit parameters]: on a CUDA device linear multiplies bf16 weights as stored).
 Tensor softmax(const Tensor& x, bool causal = false);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Root-mean-square normalisation over the last dimension C (Llama's RMSNorm):
+// y = x / sqrt(mean(x^2) + eps) * weight, weight (C,). Computed in f32 (f64 for f64 x)
+// whatever the dtypes x and weight are stored in; the weight's gradient comes back in its
+// dtype, x's in f32 (f64).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+// Rotary position embedding in the rotate_half convention (GPT-NeoX, Hugging Face Llama):
+// x (..., T, D), D even, and tables cos, sin (T, D) (nn/rotary.h) ->
+// x cos + rotate_half(x) sin, rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]): each pair
+// of features (i, i + D/2) turns by its position's angle. The tables take no gradient.
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 // Mean cross-entropy of logits (..., V) against targets (...), skipping ignore_index.
 // classes: the first `classes` columns of logits' last dimension are the classes, the rest

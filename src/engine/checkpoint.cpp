@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "engine/model_factory.h"
 #include "io/checksum.h"
 #include "io/h5file.h"
 #include "parallel/self_communicator.h"
@@ -329,8 +330,8 @@ std::map<std::string, Slice> weights_owned(Engine& engine) {
 Tensor scalar_i64(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}, {}); }
 Tensor scalar_f64(double v) { return Tensor::full({}, v, DType::f64); }
 
-// Every parameter's dataset must exist with the parameter's global shape, and the heads must
-// split the same way (the one architectural choice shapes do not show).
+// Every parameter's dataset must exist with the parameter's global shape, and the
+// architecture and its heads must be the same (what shapes do not show).
 void check_same_model(const H5File& file, Engine& engine, const std::vector<Param>& params) {
   std::vector<std::string> names;
   for (const Param& q : params) names.push_back("/model/" + q.name);
@@ -343,10 +344,20 @@ void check_same_model(const H5File& file, Engine& engine, const std::vector<Para
                                                               << " has shape " << shape_str(shapes[i])
                                                               << ", the model's is " << shape_str(params[i].global));
   const nlohmann::json saved = nlohmann::json::parse(file.get_attr_string("/", "config"));
-  const int64_t heads = engine.config().model.n_head;
-  TRIAD_CHECK(!saved.contains("model") || saved["model"].value("n_head", heads) == heads,
-              "checkpoint '" << file.path() << "' was trained with model.n_head " << saved["model"]["n_head"]
-                             << ", the config says " << heads);
+  if (!saved.contains("model")) return;
+  const nlohmann::json& m = saved["model"];
+  const std::string& arch = engine.config().arch;
+  TRIAD_CHECK(m.value("arch", std::string("gpt2")) == arch, "checkpoint '" << file.path() << "' holds a model of arch "
+                                                                           << m.value("arch", std::string("gpt2"))
+                                                                           << ", the config says " << arch);
+  const ModelShape shape = model_shape(engine.config());
+  const int64_t heads = m.value("n_head", shape.n_head);
+  TRIAD_CHECK(heads == shape.n_head, "checkpoint '" << file.path() << "' was trained with model.n_head " << heads
+                                                    << ", the config says " << shape.n_head);
+  if (arch == "llama")
+    TRIAD_CHECK(m.value("n_kv_head", heads) == shape.n_kv_head,
+                "checkpoint '" << file.path() << "' was trained with model.n_kv_head " << m.value("n_kv_head", heads)
+                               << ", the config says " << shape.n_kv_head);
 }
 
 void check_kind(const H5File& file, const std::string& kind) {
@@ -547,7 +558,7 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
     const uint64_t seed = engine.config().seed;
     default_generator().manual_seed(dropout_seed(seed, dp_rank, step));
     tensor_parallel_generator().manual_seed(tensor_parallel_seed(seed, dp_rank, tp_rank, step));
-    if (leader && engine.config().model.dropout > 0)
+    if (leader && engine.config().arch == "gpt2" && engine.config().model.dropout > 0)
       std::printf("note: %s was written by %lld data- x %lld tensor-parallel ranks; dropout draws continue from "
                   "new streams\n",
                   path.c_str(), (long long)layout.value("dp", int64_t(0)), (long long)layout.value("tp", int64_t(1)));
@@ -659,10 +670,12 @@ LoadedModel load_model(const std::string& path, std::shared_ptr<const nn::Parall
   const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
   const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>() * layout.value("tp", int64_t(1)) *
                                                    layout.value("pp", int64_t(1)));
-  TRIAD_CHECK(c.model.n_head % parallelism->ranks() == 0,
-              "'" << path << "': a model of " << c.model.n_head << " heads cannot be split over "
-                  << parallelism->ranks() << " tensor-parallel ranks (they must divide the heads)");
-  m.model = std::make_shared<nn::GPT>(c.model, std::move(parallelism));
+  const ModelShape shape = model_shape(c);
+  TRIAD_CHECK(shape.n_kv_head % parallelism->ranks() == 0,
+              "'" << path << "': a model of " << shape.n_kv_head << (c.arch == "llama" ? " key/value" : "")
+                  << " heads cannot be split over " << parallelism->ranks()
+                  << " tensor-parallel ranks (they must divide the heads)");
+  m.model = build_model(c, std::move(parallelism));
   const auto params = m.model->named_parameters();
   const auto splits = m.model->named_splits();
   for (size_t i = 0; i < params.size(); ++i) {

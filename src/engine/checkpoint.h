@@ -90,11 +90,12 @@ ModelWeights read_weights(const std::string& path);
 // Writes the model's weights from a checkpoint or weights file to `out` (kind "weights") in
 // dtype: f32 from the master weights when the file has them, bf16 rounded from those.
 void export_weights(const std::string& path, const std::string& out, DType dtype);
-// The model a checkpoint or weights file holds, in f32, with the config it was trained with.
-// With a tensor-parallel `parallelism`, each rank of its group holds its part of every
-// parameter (read from the global datasets); whatever grid wrote the file.
+// The model a checkpoint or weights file holds (its config's model.arch), in f32, with the
+// config it was trained with. With a tensor-parallel `parallelism`, each rank of its group
+// holds its part of every parameter (read from the global datasets); whatever grid wrote
+// the file.
 struct LoadedModel {
-  std::shared_ptr<nn::GPT> model;
+  std::shared_ptr<nn::LanguageModel> model;
   nlohmann::json config;
 };
 LoadedModel load_model(const std::string& path, std::shared_ptr<const nn::Parallelism> parallelism = nn::serial());

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "engine/json_reader.h"
-#include "nn/gpt_layers.h"
+#include "engine/model_factory.h"
 #include "nn/pipeline_partition.h"
 #include "parallel/pipeline_schedule.h"
 #include "tensor/device.h"
@@ -17,9 +17,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
-void parse_model(JsonReader r, TrainConfig& c) {
-  c.arch = r.choice("arch", "gpt2", {"gpt2"});
-  nn::GPTConfig& m = c.model;
+void parse_gpt(JsonReader& r, nn::GPTConfig& m) {
   m.n_layer = r.integer("n_layer", m.n_layer, 1, 1024);
   m.n_head = r.integer("n_head", m.n_head, 1, 1024);
   m.d_model = r.integer("d_model", m.d_model, 1, 1 << 16);
@@ -28,11 +26,40 @@ void parse_model(JsonReader r, TrainConfig& c) {
   m.vocab_multiple = r.integer("make_vocab_size_divisible_by", m.vocab_multiple, 1, 1 << 16);
   m.dropout = r.number("dropout", m.dropout, 0.0, 0.999);
   m.activation_checkpointing = r.boolean("activation_checkpointing", m.activation_checkpointing);
+}
+
+// The keys Hugging Face's LlamaConfig has keep its names (intermediate_size, rms_norm_eps,
+// rope_theta); n_kv_head, its num_key_value_heads, is n_head when absent, as there.
+void parse_llama(JsonReader& r, nn::LlamaConfig& m) {
+  m.n_layer = r.integer("n_layer", m.n_layer, 1, 1024);
+  m.n_head = r.integer("n_head", m.n_head, 1, 1024);
+  m.n_kv_head = r.integer("n_kv_head", m.n_head, 1, 1024);
+  m.d_model = r.integer("d_model", m.d_model, 1, 1 << 16);
+  m.intermediate = r.integer("intermediate_size", m.intermediate, 1, 1 << 20);
+  m.seq_len = r.integer("seq_len", m.seq_len, 1, 1 << 20);
+  m.vocab_size = r.integer("vocab_size", m.vocab_size, 1, 1 << 24);
+  m.rms_eps = r.number("rms_norm_eps", m.rms_eps, 1e-30, 1.0);
+  m.rope_theta = r.number("rope_theta", m.rope_theta, 1.0, 1e12);
+}
+
+void parse_model(JsonReader r, TrainConfig& c) {
+  c.arch = r.choice("arch", "gpt2", {"gpt2", "llama"});
+  if (c.arch == "llama")
+    parse_llama(r, c.llama);
+  else
+    parse_gpt(r, c.model);
   c.tensor_parallel = int(r.integer("tensor_parallel", 1, 1, 1 << 16));
   c.sequence_parallel = r.boolean("sequence_parallel", false);
   r.finish();
-  TRIAD_CHECK(m.d_model % m.n_head == 0,
-              "[config] model.d_model (" << m.d_model << ") must be a multiple of model.n_head (" << m.n_head << ")");
+  const int64_t C = c.arch == "llama" ? c.llama.d_model : c.model.d_model;
+  const int64_t NH = c.arch == "llama" ? c.llama.n_head : c.model.n_head;
+  TRIAD_CHECK(C % NH == 0, "[config] model.d_model (" << C << ") must be a multiple of model.n_head (" << NH << ")");
+  if (c.arch != "llama") return;
+  const nn::LlamaConfig& m = c.llama;
+  TRIAD_CHECK(m.n_head % m.n_kv_head == 0,
+              "[config] model.n_kv_head (" << m.n_kv_head << ") must divide model.n_head (" << m.n_head << ")");
+  TRIAD_CHECK((C / NH) % 2 == 0, "[config] model.d_model / model.n_head (" << C / NH
+                                                                          << ") must be even for rotary positions");
 }
 
 void parse_data(JsonReader r, DataConfig& d) {
@@ -395,9 +422,10 @@ void apply_override(nlohmann::json& config, const std::string& assignment) {
 
 // The tensor-parallel degree: model.tensor_parallel, or DeepSpeed's
 // tensor_parallel.autotp_size (one of them, or both equal); it must divide the job's ranks
-// and split the GPT (heads, 4C; sequence parallelism: the sequence too) when `gpt` (a
-// model given as a list of layers splits its own).
-void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t ranks, bool gpt) {
+// and split the model section's model (GPT: heads, 4C; Llama: key/value heads, the MLP's
+// hidden units, the head's vocabulary rows; sequence parallelism: the sequence too) when
+// `builtin` (a model given as a list of layers splits its own).
+void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t ranks, bool builtin) {
   const bool in_model = c.json.contains("model") && c.json["model"].contains("tensor_parallel");
   const int64_t autotp = tp_section.integer("autotp_size", c.tensor_parallel, 1, 1 << 16);
   tp_section.finish();
@@ -409,13 +437,24 @@ void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t rank
   TRIAD_CHECK(ranks % tp == 0, "[config] model.tensor_parallel " << tp << " does not divide the job's " << ranks
                                                                  << " ranks (data-parallel ranks = ranks / "
                                                                  << "tensor_parallel)");
-  TRIAD_CHECK(!gpt || c.model.n_head % tp == 0,
-              "[config] model.tensor_parallel " << tp << " must divide model.n_head (" << c.model.n_head << ")");
-  TRIAD_CHECK(!gpt || !c.sequence_parallel || c.model.seq_len % tp == 0,
-              "[config] model.sequence_parallel: model.seq_len (" << c.model.seq_len
+  c.data_parallel = ranks / tp;
+  if (!builtin) return;
+  const auto must_divide = [tp](const char* key, int64_t value) {
+    TRIAD_CHECK(value % tp == 0, "[config] model.tensor_parallel " << tp << " must divide model." << key << " ("
+                                                                   << value << ")");
+  };
+  if (c.arch == "llama") {
+    must_divide("n_kv_head", c.llama.n_kv_head);
+    must_divide("intermediate_size", c.llama.intermediate);
+    must_divide("vocab_size", c.llama.vocab_size);
+  } else {
+    must_divide("n_head", c.model.n_head);
+  }
+  const int64_t seq_len = c.arch == "llama" ? c.llama.seq_len : c.model.seq_len;
+  TRIAD_CHECK(!c.sequence_parallel || seq_len % tp == 0,
+              "[config] model.sequence_parallel: model.seq_len (" << seq_len
                                                                   << ") must be divisible by model.tensor_parallel ("
                                                                   << tp << ")");
-  c.data_parallel = ranks / tp;
 }
 
 // DeepSpeed's pipeline section (stages, partition, activation_checkpoint_interval, and its
@@ -458,7 +497,7 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
                                 int(c.gradient_accumulation_steps), c.pipeline.virtual_stages);
   {  // the cut must exist (and the method be known, even at one stage): checked on every rank before any data is read
     std::vector<nn::LayerInfo> infos;
-    for (const nn::LayerSpec& l : layers ? layers->layers : nn::gpt_layers(c.model).layers)
+    for (const nn::LayerSpec& l : layers ? layers->layers : model_layers(c).layers)
       infos.push_back({l.type, l.parameters});
     nn::partition_layers(infos, c.pipeline.stages * c.pipeline.virtual_stages, c.pipeline.partition);
   }
@@ -495,7 +534,7 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
   c.gradient_predivide_factor = r.number("gradient_predivide_factor", 1.0, 1e-30, kInf);
   parse_gradient_dtypes(r, c.precision.dtype);
   c.seed = uint64_t(r.integer("seed", 1234, 0, kMaxInt));
-  c.model.init_seed = c.seed;
+  c.model.init_seed = c.llama.init_seed = c.seed;
   c.eval_interval = r.integer("eval_interval", 0, 0, kMaxInt);
   c.eval_iters = r.integer("eval_iters", 10, 1, kMaxInt);
   TRIAD_CHECK(!(r.has("log_interval") && r.has("steps_per_print")),

@@ -7,6 +7,9 @@
 //     "model": {"arch": "gpt2", "n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 128,
 //               "vocab_size": 4096, "make_vocab_size_divisible_by": 1, "dropout": 0.0,
 //               "activation_checkpointing": false},
+//       or {"arch": "llama", "n_layer": 4, "n_head": 8, "n_kv_head": 2, "d_model": 128,
+//           "intermediate_size": 344, "seq_len": 128, "vocab_size": 4096,
+//           "rms_norm_eps": 1e-5, "rope_theta": 10000.0}   (n_kv_head: n_head when absent)
 //     "data": {"corpus": "tokens.bin", "tokenizer": "tokenizer.json", "val_fraction": 0.05},
 //     "train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,   (any two of these three
 //     "gradient_accumulation_steps": 2,                                 determine the third)
@@ -46,6 +49,7 @@
 #include "engine/monitor.h"
 #include "nn/gpt.h"
 #include "nn/layer_list.h"
+#include "nn/llama.h"
 #include "tensor/ops.h"
 #include "zero/perf_model.h"
 
@@ -145,8 +149,9 @@ struct PipelineConfig {
 };
 
 struct TrainConfig {
-  std::string arch = "gpt2";
-  nn::GPTConfig model;
+  std::string arch = "gpt2";  // model.arch: which of the two below describes the model
+  nn::GPTConfig model;        // arch "gpt2"
+  nn::LlamaConfig llama;      // arch "llama" (engine/model_factory.h builds either)
   // Megatron-LM's tensor (and sequence) parallelism: model.tensor_parallel ranks split every
   // layer (DeepSpeed's tensor_parallel.autotp_size says the same); the job's other factor
   // is data-parallel (data_parallel = ranks / tensor_parallel).

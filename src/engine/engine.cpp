@@ -9,7 +9,7 @@
 #include "cuda/nccl_communicator.h"
 #include "optim/deepspeed_schedules.h"
 #include "cuda/runtime.h"
-#include "nn/gpt_layers.h"
+#include "engine/model_factory.h"
 #include "nn/pipeline_partition.h"
 #include "optim/clip.h"
 #include "parallel/runtime.h"
@@ -156,8 +156,9 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
     TRIAD_CHECK(!user_layers->layers.empty() && user_layers->loss,
                 "Engine: a model given as a list of layers needs at least one layer and a loss");
     layers_ = std::move(*user_layers);
-  } else if (pp_->size() > 1) {
-    layers_ = nn::gpt_layers(config_.model, par);
+  } else if (pp_->size() > 1 || config_.arch == "llama") {
+    // The Llama trains as its layer list in one process too: each block a ZeRO unit by name.
+    layers_ = model_layers(config_, par);
   }
   if (!layers_.layers.empty()) {
     build_pipeline_stage(pp_);

@@ -27,6 +27,9 @@
 // Either way the given communicator stays the one for host tensors: the trainer's loss and
 // evaluation sums, checkpoint I/O, configuration checks.
 //
+// model.arch "llama" trains nn::Llama's layer list (nn/llama_layers.h) at every pipeline
+// size: at one stage it is the whole list in one process, as for a user's list below.
+//
 // With pipeline parallelism (config.pipeline.stages > 1) the Engine is given its pipeline
 // group too and holds one stage of the GPT written as a list of layers (nn/gpt_layers.h),
 // cut as pipeline.partition says; forward_backward() runs a whole step's micro-batches
@@ -156,8 +159,8 @@ class Engine {
   // pipeline parallelism collective over the pipeline group, the same on each of its ranks.
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);
 
-  // The model this rank holds: the GPT, or with pipeline parallelism or a layer list its
-  // stage (nn::PipelineStage).
+  // The model this rank holds: the GPT, or with pipeline parallelism, a Llama or a layer
+  // list its stage (nn::PipelineStage).
   nn::Module& model() { return *model_; }
   const nn::ModulePtr& model_ptr() const { return model_; }
   bool pipelined() const { return pipe_ != nullptr; }

@@ -40,16 +40,16 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
   return order[keep - 1];
 }
 
-std::vector<int32_t> generate(nn::GPT& model, const std::vector<int32_t>& prompt, const SamplingOptions& o,
+std::vector<int32_t> generate(nn::LanguageModel& model, const std::vector<int32_t>& prompt, const SamplingOptions& o,
                               const std::function<bool(int32_t)>& on_token) {
   o.validate();
   TRIAD_CHECK(!prompt.empty(), "generate: the prompt must hold at least one token");
   NoGradGuard no_grad;
   model.eval();
-  const int64_t seq_len = model.config().seq_len, vocab = model.config().vocab_size;
+  const int64_t seq_len = model.seq_len(), vocab = model.vocab_size();
   std::vector<int32_t> tokens = prompt, out;
   nn::KVCache cache = model.make_cache(1);
-  const Device device = model.wte->weight.device();
+  const Device device = model.parameters().front().device();
   // Feeds `ids` after what the cache holds and returns the logits of the last position, on
   // the host where sampling reads them.
   auto feed = [&](const std::vector<int32_t>& ids) {

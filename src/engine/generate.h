@@ -1,4 +1,4 @@
-// Text generation from a GPT: sampling with temperature, top-k and top-p (nucleus), one
+// Text generation from a language model (nn/language_model.h: the GPT, the Llama): sampling with temperature, top-k and top-p (nucleus), one
 // token at a time over the model's KV cache, so each new token costs one position of
 // compute instead of the whole sequence again.
 #pragma once
@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "nn/gpt.h"
+#include "nn/language_model.h"
 
 namespace triad::engine {
 
@@ -30,7 +30,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 // Continues `prompt` (at least one token). on_token is called with each new token and may
 // return false to stop. When the sequence fills the model's seq_len, the cache is rebuilt
 // from the last half of the tokens and generation continues. Returns the new tokens.
-std::vector<int32_t> generate(nn::GPT& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
+std::vector<int32_t> generate(nn::LanguageModel& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
                               const std::function<bool(int32_t)>& on_token = {});
 
 }  // namespace triad::engine

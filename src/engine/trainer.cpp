@@ -12,6 +12,7 @@
 #include "engine/csv_monitor.h"
 #include "engine/engine.h"
 #include "engine/flops_profiler.h"
+#include "engine/model_factory.h"
 #include "engine/tensorboard_monitor.h"
 #include "io/sampler.h"
 #include "io/tokenizer.h"
@@ -99,16 +100,17 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
                                            << c.gradient_accumulation_steps << " x data-parallel ranks " << n);
   TRIAD_CHECK(!c.data.corpus.empty(), "[config] data.corpus is required: a token file made by `triad-data encode`");
   const io::TokenFile tokens = io::TokenFile::open(c.data.corpus);
-  TRIAD_CHECK(int64_t(tokens.vocab_size()) <= c.model.vocab_size,
+  const ModelShape shape = model_shape(c);
+  TRIAD_CHECK(int64_t(tokens.vocab_size()) <= shape.vocab_size,
               "token file '" << c.data.corpus << "' has a vocabulary of " << tokens.vocab_size()
-                             << " but model.vocab_size is " << c.model.vocab_size);
+                             << " but model.vocab_size is " << shape.vocab_size);
   if (!c.data.tokenizer.empty()) {
     const io::Tokenizer tok = io::Tokenizer::load(c.data.tokenizer);
     TRIAD_CHECK(tok.vocab_size() == int(tokens.vocab_size()),
                 "tokenizer '" << c.data.tokenizer << "' has " << tok.vocab_size() << " tokens but token file '"
                               << c.data.corpus << "' was made with " << tokens.vocab_size());
   }
-  const int64_t T = c.model.seq_len;
+  const int64_t T = shape.seq_len;
   const auto [train_range, val_range] = io::split_train_val(tokens.size(), c.data.val_fraction);
   const io::BatchSampler sampler(train_range, T, c.seed);
   std::vector<std::pair<Tensor, Tensor>> val_batches;
@@ -147,9 +149,8 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   if (leader)
     for (const std::string& notice : c.notices) std::printf("note: %s\n", notice.c_str());
   if (leader)
-    std::printf("model: %s, %.2fM parameters (L%lld C%lld NH%lld T%lld V%lld)\n", c.arch.c_str(),
-                double(c.model.num_parameters()) / 1e6, (long long)c.model.n_layer, (long long)c.model.d_model,
-                (long long)c.model.n_head, (long long)T, (long long)c.model.vocab_size);
+    std::printf("model: %s, %.2fM parameters (%s)\n", c.arch.c_str(), double(shape.parameters) / 1e6,
+                shape.summary.c_str());
   if (leader)
     std::printf("data: %lld training tokens, %lld validation tokens; batch %lld = %lld micro x %lld accumulation\n",
                 (long long)train_range.size(), (long long)val_range.size(), (long long)c.train_batch_size,

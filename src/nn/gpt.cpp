@@ -67,7 +67,7 @@ GPTConfig GPTConfig::preset(const std::string& name) {
 }
 
 GPT::GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism)
-    : Module("GPT"), config_(config), par_(std::move(parallelism)) {
+    : LanguageModel("GPT"), config_(config), par_(std::move(parallelism)) {
   config_.validate();
   const int64_t C = config_.d_model;
   const Parallelism& par = *par_;

@@ -51,7 +51,7 @@ void init_gpt_parameters(const GPTConfig& config, int tp, Module& model);
 // split over tensor-parallel ranks (nn/parallelism.h): the same parameter names, each with
 // its TensorSplit, and initial values that are exactly its part of the single-process
 // model's (every parameter is drawn at its global shape and sliced).
-class GPT : public Module {
+class GPT : public LanguageModel {
  public:
   explicit GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism = serial());
 
@@ -59,14 +59,13 @@ class GPT : public Module {
   // this rank holds (on one process vocab_size, padded when vocab_multiple asks: the
   // columns past vocab_size are padding).
   Tensor forward(const Tensor& indices) override;
-  // Generation: an empty cache for `batch` sequences of up to seq_len tokens, and the
-  // logits (B, T_new, V) of T_new more tokens given the cache, which it extends. Equal to
-  // the last T_new positions of forward() on the whole sequence, over all vocab_size
-  // tokens on every rank. Inference only; not with sequence parallelism.
-  KVCache make_cache(int64_t batch) const;
-  Tensor forward_cached(const Tensor& indices, KVCache& cache);
-  // Mean cross-entropy of the logits for `indices` against `targets` (B, T), skipping -100.
-  Tensor loss(const Tensor& indices, const Tensor& targets);
+  // Generation (LanguageModel's), over all vocab_size tokens on every rank; not with
+  // sequence parallelism.
+  KVCache make_cache(int64_t batch) const override;
+  Tensor forward_cached(const Tensor& indices, KVCache& cache) override;
+  Tensor loss(const Tensor& indices, const Tensor& targets) override;
+  int64_t seq_len() const override { return config_.seq_len; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
 
   const GPTConfig& config() const { return config_; }
   const Parallelism& parallelism() const { return *par_; }

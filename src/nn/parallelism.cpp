@@ -5,12 +5,12 @@
 
 namespace triad::nn {
 
-std::shared_ptr<Linear> Parallelism::column_linear(int64_t in_features, int64_t out_features, int) const {
-  return std::make_shared<Linear>(in_features, out_features);
+std::shared_ptr<Linear> Parallelism::column_linear(int64_t in_features, int64_t out_features, int, bool bias) const {
+  return std::make_shared<Linear>(in_features, out_features, bias);
 }
 
-std::shared_ptr<Linear> Parallelism::row_linear(int64_t in_features, int64_t out_features) const {
-  return std::make_shared<Linear>(in_features, out_features);
+std::shared_ptr<Linear> Parallelism::row_linear(int64_t in_features, int64_t out_features, bool bias) const {
+  return std::make_shared<Linear>(in_features, out_features, bias);
 }
 
 namespace {

@@ -27,10 +27,11 @@ class Parallelism {
   virtual bool sequence_parallel() const { return false; }
 
   // Output features split over the ranks; `parts` blocks of out_features (q|k|v: 3) each
-  // split on its own. Input: the residual stream.
-  virtual std::shared_ptr<Linear> column_linear(int64_t in_features, int64_t out_features, int parts = 1) const;
+  // split on its own. Input: the residual stream. Without `bias` the layer has none.
+  virtual std::shared_ptr<Linear> column_linear(int64_t in_features, int64_t out_features, int parts = 1,
+                                                bool bias = true) const;
   // Input features split over the ranks; output: the residual stream.
-  virtual std::shared_ptr<Linear> row_linear(int64_t in_features, int64_t out_features) const;
+  virtual std::shared_ptr<Linear> row_linear(int64_t in_features, int64_t out_features, bool bias = true) const;
   // A token table (vocab, dim) whose rows may be split, and padded to a multiple of
   // multiple × ranks(); output: the residual stream.
   virtual std::shared_ptr<Embedding> token_embedding(int64_t vocab, int64_t dim, int64_t multiple = 1) const;

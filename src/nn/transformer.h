@@ -2,17 +2,10 @@
 // block that joins them with residual connections.
 #pragma once
 
+#include "nn/language_model.h"
 #include "nn/parallelism.h"
 
 namespace triad::nn {
-
-// Keys and values of earlier positions, for generation without recomputing them: per
-// layer k, v (B, NH, capacity, hs), of which the first `length` positions are filled.
-struct KVCache {
-  std::vector<Tensor> k, v;
-  int64_t length = 0;
-  int64_t capacity() const { return k.empty() ? 0 : k[0].size(2); }
-};
 
 // Multi-head causal self-attention on x (B, T, C): one fused qkv projection (C -> 3C, split
 // q|k|v), softmax(q k^T / sqrt(hs)) over keys at or before each query, output projection.

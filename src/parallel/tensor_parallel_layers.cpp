@@ -214,14 +214,14 @@ TensorParallel::TensorParallel(CommunicatorPtr tp, bool sequence_parallel)
   TRIAD_CHECK(tp_ != nullptr, "TensorParallel: the tensor-parallel communicator is null");
 }
 
-std::shared_ptr<nn::Linear> TensorParallel::column_linear(int64_t in, int64_t out, int parts) const {
+std::shared_ptr<nn::Linear> TensorParallel::column_linear(int64_t in, int64_t out, int parts, bool bias) const {
   return std::make_shared<ColumnParallelLinear>(
-      in, out, tp_, ColumnParallelOptions{.sequence_parallel = sequence_parallel_, .parts = parts});
+      in, out, tp_, ColumnParallelOptions{.bias = bias, .sequence_parallel = sequence_parallel_, .parts = parts});
 }
 
-std::shared_ptr<nn::Linear> TensorParallel::row_linear(int64_t in, int64_t out) const {
-  return std::make_shared<RowParallelLinear>(in, out, tp_,
-                                             RowParallelOptions{.sequence_parallel = sequence_parallel_});
+std::shared_ptr<nn::Linear> TensorParallel::row_linear(int64_t in, int64_t out, bool bias) const {
+  return std::make_shared<RowParallelLinear>(
+      in, out, tp_, RowParallelOptions{.bias = bias, .sequence_parallel = sequence_parallel_});
 }
 
 std::shared_ptr<nn::Embedding> TensorParallel::token_embedding(int64_t vocab, int64_t dim, int64_t multiple) const {

@@ -98,8 +98,9 @@ class TensorParallel : public nn::Parallelism {
 
   int ranks() const override { return tp_->size(); }
   bool sequence_parallel() const override { return sequence_parallel_; }
-  std::shared_ptr<nn::Linear> column_linear(int64_t in_features, int64_t out_features, int parts) const override;
-  std::shared_ptr<nn::Linear> row_linear(int64_t in_features, int64_t out_features) const override;
+  std::shared_ptr<nn::Linear> column_linear(int64_t in_features, int64_t out_features, int parts,
+                                            bool bias) const override;
+  std::shared_ptr<nn::Linear> row_linear(int64_t in_features, int64_t out_features, bool bias) const override;
   std::shared_ptr<nn::Embedding> token_embedding(int64_t vocab, int64_t dim, int64_t multiple) const override;
   Generator& region_generator() const override { return tensor_parallel_generator(); }
   // With sequence parallelism each rank's tokens are its own: their dropout too.

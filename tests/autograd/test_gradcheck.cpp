@@ -1,8 +1,8 @@
 // Finite-difference gradient checks in f64 for every differentiable function of
-// autograd/functions.h, and for a whole tiny GPT. Each output is reduced to a scalar with a
-// fixed random weighting, L = sum(out * w), so every output element matters; the gradient
-// from backward() is compared with central differences (eps = 1e-6) of L, as the error
-// relative to the gradient's largest entry.
+// autograd/functions.h, and for a whole tiny GPT and Llama. Each output is reduced to a
+// scalar with a fixed random weighting, L = sum(out * w), so every output element matters;
+// the gradient from backward() is compared with central differences (eps = 1e-6) of L, as
+// the error relative to the gradient's largest entry.
 #define BOOST_TEST_MODULE gradcheck
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -13,6 +13,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "nn/gpt.h"
+#include "nn/llama.h"
 #include "support/check.h"
 
 using namespace triad;
@@ -209,6 +210,7 @@ BOOST_AUTO_TEST_CASE(elementwise_functions) {
   gradcheck("pow 0.5", [](auto& in) { return pow(in[0], 0.5); }, {away_from_zero({2, 3, 4}, 35, true)});
   gradcheck("pow -1.5", [](auto& in) { return pow(in[0], -1.5); }, {away_from_zero({2, 3, 4}, 36, true)});
   gradcheck("gelu", [](auto& in) { return gelu(in[0]); }, {leaf({2, 3, 4}, 37, 2.0)});
+  gradcheck("silu", [](auto& in) { return silu(in[0]); }, {leaf({2, 3, 4}, 38, 3.0)});
   gradcheck("elementwise on views", [](auto& in) { return exp(transpose(narrow(in[0], 2, 1, 3), 0, 2)); }, {a});
 }
 
@@ -302,6 +304,17 @@ BOOST_AUTO_TEST_CASE(nn_functions) {
   gradcheck("layer_norm eps", [](auto& in) { return layer_norm(in[0], in[1], in[2], 0.1); }, {x, w, b});
   gradcheck("layer_norm strided", [](auto& in) { return layer_norm(transpose(in[0], 0, 1), in[1], in[2]); }, {x, w, b});
 
+  const Tensor r = leaf({2, 3, 6}, 113, 2.0), rw = leaf(ops::add(randn({6}, 114, 0.3), 1.0));
+  gradcheck("rms_norm", [](auto& in) { return rms_norm(in[0], in[1]); }, {r, rw});
+  gradcheck("rms_norm eps", [](auto& in) { return rms_norm(in[0], in[1], 0.5); }, {r, rw});
+  gradcheck("rms_norm strided", [](auto& in) { return rms_norm(transpose(in[0], 0, 1), in[1]); }, {r, rw});
+
+  // Any tables: the backward holds for every cos and sin, not only rotations.
+  const Tensor cos = randn({5, 6}, 115), sin = randn({5, 6}, 116);
+  gradcheck("rotary_embedding", [&](auto& in) { return rotary_embedding(in[0], cos, sin); }, {leaf({2, 3, 5, 6}, 117)});
+  gradcheck("rotary_embedding strided", [&](auto& in) { return rotary_embedding(transpose(in[0], 1, 2), cos, sin); },
+            {leaf({2, 5, 3, 6}, 118)});
+
   const Tensor ids = idx({4, 0, 4, 2, 1, 4}, {2, 3});
   gradcheck("embedding", [&](auto& in) { return embedding(in[0], ids); }, {leaf({5, 3}, 120)});
   gradcheck("embedding i32", [&](auto& in) { return embedding(in[0], ops::to(ids, DType::i32)); }, {leaf({5, 3}, 121)});
@@ -363,7 +376,7 @@ BOOST_AUTO_TEST_CASE(composite_attention) {
              leaf({6}, 144, 0.2)});
 }
 
-// ---------------------------------------------------------------- a whole GPT in f64
+// ---------------------------------------------------------------- whole models in f64
 
 namespace {
 
@@ -384,7 +397,7 @@ void params_to_f64(nn::Module& m) {
 void randomize(nn::Module& m, uint64_t seed) {
   Generator gen(seed);
   for (auto& [name, p] : m.named_parameters()) {
-    if (name.find("ln") != std::string::npos && name.ends_with("weight")) {
+    if ((name.find("ln") != std::string::npos || name.find("norm") != std::string::npos) && name.ends_with("weight")) {
       ops::normal_(p, 1.0, 0.2, gen);
     } else {
       ops::normal_(p, 0.0, p.dim() == 1 ? 0.2 : 0.4, gen);
@@ -392,8 +405,7 @@ void randomize(nn::Module& m, uint64_t seed) {
   }
 }
 
-void check_gpt(const nn::GPTConfig& config, const std::string& name) {
-  nn::GPT model(config);
+void check_model(nn::LanguageModel& model, const std::string& name) {
   params_to_f64(model);
   randomize(model, 555);
   const auto params = model.named_parameters();
@@ -419,8 +431,15 @@ void check_gpt(const nn::GPTConfig& config, const std::string& name) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(gpt_gradients_match_finite_differences) {
-  nn::GPTConfig config{.n_layer = 2, .n_head = 2, .d_model = 8, .seq_len = 8, .vocab_size = 11};
-  check_gpt(config, "gpt");
+  nn::GPT model({.n_layer = 2, .n_head = 2, .d_model = 8, .seq_len = 8, .vocab_size = 11});
+  check_model(model, "gpt");
+}
+
+BOOST_AUTO_TEST_CASE(llama_gradients_match_finite_differences) {
+  // Grouped-query attention: 4 query heads share 2 key/value heads.
+  nn::Llama model({.n_layer = 2, .n_head = 4, .n_kv_head = 2, .d_model = 16, .intermediate = 12, .seq_len = 8,
+                   .vocab_size = 11, .rope_theta = 100.0});
+  check_model(model, "llama");
 }
 
 BOOST_AUTO_TEST_CASE(gpt_with_dropout_and_checkpointing_matches_finite_differences) {
@@ -431,5 +450,6 @@ BOOST_AUTO_TEST_CASE(gpt_with_dropout_and_checkpointing_matches_finite_differenc
                        .vocab_size = 11,
                        .dropout = 0.2,
                        .activation_checkpointing = true};
-  check_gpt(config, "gpt dropout checkpointed");
+  nn::GPT model(config);
+  check_model(model, "gpt dropout checkpointed");
 }

@@ -185,6 +185,44 @@ BOOST_AUTO_TEST_CASE(distributed_backend_resolves_by_device_build_and_ranks) {
                       {"[config] distributed_backend \"nccl\": " + shared, "NCCL needs a GPU per rank"});
 }
 
+BOOST_AUTO_TEST_CASE(llama_keys) {
+  json j = base();
+  j["model"] = {{"arch", "llama"},     {"n_layer", 3},         {"n_head", 8},         {"n_kv_head", 2},
+                {"d_model", 32},       {"intermediate_size", 88}, {"seq_len", 32},    {"vocab_size", 100},
+                {"rms_norm_eps", 1e-6}, {"rope_theta", 5e5}};
+  const engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.arch == "llama");
+  BOOST_TEST(c.llama.n_layer == 3);
+  BOOST_TEST(c.llama.n_head == 8);
+  BOOST_TEST(c.llama.n_kv_head == 2);
+  BOOST_TEST(c.llama.intermediate == 88);
+  BOOST_TEST(c.llama.rms_eps == 1e-6);
+  BOOST_TEST(c.llama.rope_theta == 5e5);
+  BOOST_TEST(c.llama.init_seed == c.seed);
+  j["model"].erase("n_kv_head");  // Hugging Face's default: as many key/value heads as heads
+  BOOST_TEST(engine::parse_config(j).llama.n_kv_head == 8);
+
+  // GPT-only keys are unknown to arch llama, and Llama keys to arch gpt2.
+  json k = j;
+  k["model"]["dropout"] = 0.1;
+  BOOST_TEST(contains(error_of(k), "unknown key model.dropout"));
+  BOOST_TEST(contains(error_of(with("model.n_kv_head=1")), "unknown key model.n_kv_head"));
+  k = j;
+  k["model"]["n_kv_head"] = 3;
+  BOOST_TEST(error_of(k) == "[config] model.n_kv_head (3) must divide model.n_head (8)");
+  k["model"]["n_kv_head"] = 2;
+  k["model"]["tensor_parallel"] = 4;
+  BOOST_TEST(error_of(k, 4) == "[config] model.tensor_parallel 4 must divide model.n_kv_head (2)");
+  k["model"]["n_kv_head"] = 4;
+  k["model"]["intermediate_size"] = 90;
+  BOOST_TEST(error_of(k, 4) == "[config] model.tensor_parallel 4 must divide model.intermediate_size (90)");
+  k["model"]["d_model"] = 40;  // heads of 5 features
+  k["model"]["intermediate_size"] = 88;
+  k["model"]["tensor_parallel"] = 1;
+  BOOST_TEST(error_of(k) == "[config] model.d_model / model.n_head (5) must be even for rotary positions");
+  BOOST_TEST(error_of(with("model.arch=gpt3")).find("model.arch") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_with_a_suggestion) {
   BOOST_TEST(error_of(with("model.n_layers=4")) == "[config] unknown key model.n_layers (did you mean model.n_layer?)");
   BOOST_TEST(error_of(with("gradient_cliping=1.0")) ==

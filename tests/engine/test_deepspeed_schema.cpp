@@ -2,8 +2,9 @@
 // DeepSpeed's default and at the example value with the behaviour the row states
 // (Implemented: accepted; Note: accepted with a notice naming the key; Error: an error
 // naming the key, the default still accepted), in the optimizer or scheduler types the row
-// names (ZeRO++ rows at stage 3); every key of triad's own table parses at its default;
-// and every key the parser reads while doing so has a row in one of the tables.
+// names (ZeRO++ rows at stage 3); every key of triad's own tables parses at its default
+// (the Llama's with model.arch "llama"); and every key the parser reads while doing so has
+// a row in one of the tables.
 #define BOOST_TEST_MODULE deepspeed_schema
 #include <boost/test/unit_test.hpp>
 #include <fstream>
@@ -134,6 +135,14 @@ BOOST_AUTO_TEST_CASE(every_row_behaves_as_documented_and_every_key_read_is_docum
     if (c[1] == "—") continue;
     json j = base();
     set(j, c[0], json::parse(c[1]));
+    BOOST_CHECK_NO_THROW(engine::parse_config(j, kRanks));
+  }
+  for (const auto& c : table("triad's keys of model.arch \"llama\"")) {
+    BOOST_REQUIRE_EQUAL(c.size(), 2u);
+    documented.insert(c[0]);
+    json j = base();
+    j["model"]["arch"] = "llama";
+    if (c[1] != "—") set(j, c[0], json::parse(c[1]));
     BOOST_CHECK_NO_THROW(engine::parse_config(j, kRanks));
   }
   for (const std::string& key : log.keys()) {

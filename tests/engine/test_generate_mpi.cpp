@@ -1,7 +1,8 @@
 // Generation with the model split over a tensor-parallel group (triad-generate --tp): each
 // rank's KV cache holds its heads only, the vocabulary-parallel logits are gathered before
 // sampling, and every rank samples the same tokens as one process does for the same seed,
-// from a model built in place and from a weights file read into the tp parts.
+// from a model built in place (a GPT, a Llama) and from a weights file read into the tp
+// parts.
 #define BOOST_TEST_MODULE generate_mpi
 #include <boost/test/unit_test.hpp>
 
@@ -34,6 +35,20 @@ BOOST_AUTO_TEST_CASE(a_tensor_parallel_model_samples_the_tokens_of_one_process) 
   BOOST_TEST_REQUIRE(want.size() == 30u);  // 5 + 30 > seq_len 12: the caches were rebuilt
   nn::GPT split(kModel, std::make_shared<parallel::TensorParallel>(world, false));
   BOOST_TEST(split.make_cache(1).k[0].size(1) == 8 / world->size());  // this rank's heads
+  BOOST_TEST(engine::generate(split, kPrompt, kSampling) == want, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_tensor_parallel_llama_samples_the_tokens_of_one_process) {
+  // 16 query heads over 8 key/value heads, 24 hidden units and 40 tokens: any group of 2,
+  // 4 or 8 ranks splits them.
+  const nn::LlamaConfig config{.n_layer = 2, .n_head = 16, .n_kv_head = 8, .d_model = 64, .intermediate = 24,
+                               .seq_len = 12, .vocab_size = 40, .init_seed = 5};
+  const parallel::CommunicatorPtr world = parallel::world();
+  nn::Llama one(config);
+  const std::vector<int32_t> want = engine::generate(one, kPrompt, kSampling);
+  BOOST_TEST_REQUIRE(want.size() == 30u);
+  nn::Llama split(config, std::make_shared<parallel::TensorParallel>(world, false));
+  BOOST_TEST(split.make_cache(1).k[0].size(1) == 8 / world->size());  // this rank's key/value heads
   BOOST_TEST(engine::generate(split, kPrompt, kSampling) == want, boost::test_tools::per_element());
 }
 

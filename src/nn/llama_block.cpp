@@ -1,0 +1,119 @@
+#include "nn/llama_block.h"
+
+#include <cmath>
+
+#include "autograd/functions.h"
+
+namespace triad::nn {
+
+RMSNorm::RMSNorm(int64_t dim, double eps_) : Module("RMSNorm"), eps(eps_) {
+  TRIAD_CHECK(dim > 0, "RMSNorm: dimension must be positive, got " << dim);
+  TRIAD_CHECK(eps > 0.0, "RMSNorm: eps must be positive, got " << eps);
+  weight = register_parameter("weight", Tensor::ones({dim}));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, weight, eps); }
+
+GroupedQueryAttention::GroupedQueryAttention(int64_t d_model, int64_t n_head_, int64_t n_kv_head_,
+                                             std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par)
+    : Module("GroupedQueryAttention"),
+      n_head(n_head_ / par.ranks()),
+      n_kv_head(n_kv_head_ / par.ranks()),
+      head_dim(n_head_ > 0 ? d_model / n_head_ : 0),
+      rope_(std::move(rope)) {
+  TRIAD_CHECK(n_head_ > 0 && d_model % n_head_ == 0,
+              "GroupedQueryAttention: d_model " << d_model << " is not divisible by n_head " << n_head_);
+  TRIAD_CHECK(n_kv_head_ > 0 && n_head_ % n_kv_head_ == 0,
+              "GroupedQueryAttention: n_kv_head " << n_kv_head_ << " must divide n_head " << n_head_);
+  TRIAD_CHECK(n_kv_head_ % par.ranks() == 0, "GroupedQueryAttention: the " << n_kv_head_
+                                                                           << " key/value heads cannot be split over "
+                                                                           << par.ranks() << " tensor-parallel ranks");
+  TRIAD_CHECK(rope_ && rope_->head_dim() == head_dim,
+              "GroupedQueryAttention: the rotary embedding is not for heads of " << head_dim << " features");
+  q = register_module("q", par.column_linear(d_model, n_head_ * head_dim, 1, false));
+  k = register_module("k", par.column_linear(d_model, n_kv_head_ * head_dim, 1, false));
+  v = register_module("v", par.column_linear(d_model, n_kv_head_ * head_dim, 1, false));
+  o = register_module("o", par.row_linear(n_head_ * head_dim, d_model, false));
+}
+
+namespace {
+
+// (B, T, n·hd) -> (B, n, T, hd)
+Tensor split_heads(const Tensor& t, int64_t n, int64_t hd) {
+  return transpose(reshape(t, {t.size(0), t.size(1), n, hd}), 1, 2);
+}
+
+// Key/value heads (B, NKV, T, hd) -> (B, NKV·g, T, hd), head h a copy of head h / g.
+Tensor repeat_heads(const Tensor& t, int64_t g) {
+  if (g == 1) return t;
+  const int64_t B = t.size(0), n = t.size(1), T = t.size(2), hd = t.size(3);
+  return reshape(expand(unsqueeze(t, 2), {B, n, g, T, hd}), {B, n * g, T, hd});
+}
+
+}  // namespace
+
+Tensor GroupedQueryAttention::attend(const Tensor& qh, const Tensor& kh, const Tensor& vh) const {
+  const int64_t g = n_head / n_kv_head;
+  const Tensor kr = repeat_heads(kh, g), vr = repeat_heads(vh, g);
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  // With bf16 weights on a GPU attention runs on tensor cores, as the GPT's (Note [16-bit
+  // parameters]).
+  const Tensor y = tensor_core_operand(q->weight) ? causal_attention(triad::to(qh, DType::bf16),
+                                                                     triad::to(kr, DType::bf16),
+                                                                     triad::to(vr, DType::bf16), scale)
+                                                  : causal_attention(qh, kr, vr, scale);  // (B, NH, T, hd)
+  return reshape(transpose(y, 1, 2), {y.size(0), y.size(2), n_head * head_dim});
+}
+
+Tensor GroupedQueryAttention::forward(const Tensor& x) {
+  TRIAD_CHECK(x.dim() == 3, "GroupedQueryAttention: expected input (B, T, C), got " << shape_str(x.shape()));
+  const Tensor qh = rope_->apply(split_heads((*q)(x), n_head, head_dim));
+  const Tensor kh = rope_->apply(split_heads((*k)(x), n_kv_head, head_dim));
+  const Tensor vh = split_heads((*v)(x), n_kv_head, head_dim);
+  return (*o)(attend(qh, kh, vh));
+}
+
+Tensor GroupedQueryAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache,
+                                             int64_t pos) {
+  const int64_t T = x.size(1);
+  TRIAD_CHECK(pos + T <= k_cache.size(2), "GroupedQueryAttention: positions " << pos << ".." << pos + T
+                                                                              << " exceed the cache capacity "
+                                                                              << k_cache.size(2));
+  ops::copy_(ops::narrow(k_cache, 2, pos, T), rope_->apply(split_heads((*k)(x), n_kv_head, head_dim), pos));
+  ops::copy_(ops::narrow(v_cache, 2, pos, T), split_heads((*v)(x), n_kv_head, head_dim));
+  const Tensor qh = rope_->apply(split_heads((*q)(x), n_head, head_dim), pos);
+  return (*o)(attend(qh, ops::narrow(k_cache, 2, 0, pos + T), ops::narrow(v_cache, 2, 0, pos + T)));
+}
+
+SwiGLU::SwiGLU(int64_t d_model, int64_t intermediate, const Parallelism& par) : Module("SwiGLU") {
+  gate = register_module("gate", par.column_linear(d_model, intermediate, 1, false));
+  up = register_module("up", par.column_linear(d_model, intermediate, 1, false));
+  down = register_module("down", par.row_linear(intermediate, d_model, false));
+}
+
+Tensor SwiGLU::forward(const Tensor& x) { return (*down)(mul(silu((*gate)(x)), (*up)(x))); }
+
+LlamaBlock::LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64_t intermediate, double rms_eps,
+                       std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par)
+    : Module("LlamaBlock") {
+  norm1 = register_module("norm1", std::make_shared<RMSNorm>(d_model, rms_eps));
+  attn = register_module("attn", std::make_shared<GroupedQueryAttention>(d_model, n_head, n_kv_head, std::move(rope), par));
+  norm2 = register_module("norm2", std::make_shared<RMSNorm>(d_model, rms_eps));
+  mlp = register_module("mlp", std::make_shared<SwiGLU>(d_model, intermediate, par));
+  par.mark_residual_layer(*norm1);
+  par.mark_residual_layer(*norm2);
+}
+
+Tensor LlamaBlock::forward(const Tensor& x) {
+  const Tensor h = add(x, (*attn)((*norm1)(x)));
+  return add(h, (*mlp)((*norm2)(h)));
+}
+
+Tensor LlamaBlock::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos) {
+  return call([&] {
+    const Tensor h = add(x, attn->forward_cached((*norm1)(x), k_cache, v_cache, pos));
+    return add(h, (*mlp)((*norm2)(h)));
+  });
+}
+
+}  // namespace triad::nn

@@ -1,0 +1,70 @@
+// The pieces of a Llama decoder layer: RMSNorm, grouped-query attention with rotary
+// positions, the SwiGLU MLP, and the pre-norm block that joins them with residual
+// connections. No layer has a bias. Under tensor parallelism (nn/parallelism.h) q, k, v,
+// gate and up are column-parallel (each rank its query heads, its key/value heads, its
+// hidden units), o and down row-parallel, as Megatron-LM splits a GPT block.
+#pragma once
+
+#include "nn/language_model.h"
+#include "nn/parallelism.h"
+#include "nn/rotary.h"
+
+namespace triad::nn {
+
+// y = x / sqrt(mean(x^2) + eps) * weight over the last dimension (triad::rms_norm);
+// weight (C,) starts at 1.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+
+  Tensor weight;
+  double eps;
+};
+
+// Causal self-attention on x (B, T, C) with n_kv_head key/value heads shared by groups of
+// n_head / n_kv_head query heads (GQA; n_kv_head = n_head is multi-head attention, 1
+// multi-query): q (C -> NH·hd), k and v (C -> NKV·hd), hd = C / NH, rotary positions on q
+// and k, query head h reading key/value head h / (NH / NKV), softmax(q k^T / sqrt(hd)) over
+// keys at or before each query, o (NH·hd -> C).
+class GroupedQueryAttention : public Module {
+ public:
+  GroupedQueryAttention(int64_t d_model, int64_t n_head, int64_t n_kv_head, std::shared_ptr<const RotaryEmbedding> rope,
+                        const Parallelism& par = *serial());
+  Tensor forward(const Tensor& x) override;
+  // x (B, T_new, C) at positions pos.. of a sequence whose keys (rotated) and values before
+  // pos are in k_cache/v_cache (B, n_kv_head, capacity, hd); appends this step's there.
+  // Inference only (no gradients).
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
+
+  int64_t n_head, n_kv_head, head_dim;  // the heads this rank computes
+  std::shared_ptr<Linear> q, k, v, o;
+
+ private:
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v) const;  // (B, NH, T, hd) -> (B, T, NH·hd)
+  std::shared_ptr<const RotaryEmbedding> rope_;
+};
+
+// down(silu(gate(x)) * up(x)): gate, up (C -> I), down (I -> C).
+class SwiGLU : public Module {
+ public:
+  SwiGLU(int64_t d_model, int64_t intermediate, const Parallelism& par = *serial());
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Linear> gate, up, down;
+};
+
+// x + attn(norm1(x)), then x + mlp(norm2(x)).
+class LlamaBlock : public Module {
+ public:
+  LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64_t intermediate, double rms_eps,
+             std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par = *serial());
+  Tensor forward(const Tensor& x) override;
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
+
+  std::shared_ptr<RMSNorm> norm1, norm2;
+  std::shared_ptr<GroupedQueryAttention> attn;
+  std::shared_ptr<SwiGLU> mlp;
+};
+
+}  // namespace triad::nn
