@@ -2,7 +2,8 @@
 // reference file (GPT2LMHeadModel's names, Conv1D layout) imported and loaded into nn::GPT
 // gives gpt_reference.tns's logits, which proves the name map and the transposes; exporting
 // gives back the original tensors; the Llama map round-trips (sharded F32, F16, BF16) with
-// the names and shapes a triad Llama has; ties, flags and bad input behave as documented,
+// the names and shapes a triad Llama has, and loaded into nn::Llama gives the logits of
+// transformers' LlamaForCausalLM; ties, flags and bad input behave as documented,
 // and nothing saved is overwritten by a failed import.
 #define BOOST_TEST_MODULE hf_checkpoint
 #include <boost/test/unit_test.hpp>
@@ -106,6 +107,17 @@ BOOST_AUTO_TEST_CASE(gpt2_export_gives_back_the_original_tensors) {
   const std::string w = "transformer.h.1.mlp.c_proj.weight";
   BOOST_TEST(low.entry(w).dtype == "BF16");
   BOOST_TEST(same_bits(low.read(w), ops::to(original.read(w), DType::bf16)));
+}
+
+// The tiny Llama imported and loaded into nn::Llama gives LlamaForCausalLM's own logits
+// (llama_logits.tns, from transformers): the rotary layout, the grouped key/value heads and
+// the RMSNorm epsilon agree with HF's implementation, not only the names.
+BOOST_AUTO_TEST_CASE(imported_llama_gives_the_transformers_logits) {
+  TempDir dir;
+  const engine::LoadedModel loaded = engine::load_model(import(kDir + "/llama", "llama", dir.file("ckpt")));
+  const io::NamedTensors ref = io::read_tensor_file(kDir + "/llama_logits.tns");
+  const Tensor logits = (*loaded.model)(io::find_tensor(ref, "idx", "llama_logits.tns"));
+  BOOST_TEST(test::relative_error(logits, io::find_tensor(ref, "logits", "llama_logits.tns")) < 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {

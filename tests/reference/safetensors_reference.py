@@ -25,7 +25,9 @@ What it produces (tests/data/safetensors/)
 Files are written with the `safetensors` package (torch tensors), not with triad's writer.
 When `transformers` is installed the script also loads gpt2/ into GPT2LMHeadModel and checks
 its logits on gpt_reference.tns's tokens, and loads llama/ into LlamaForCausalLM with no
-missing or unexpected tensors: the names and layouts are HF's own.
+missing or unexpected tensors: the names and layouts are HF's own. It then writes
+llama_logits.tns: idx (2, 12) int64 tokens and LlamaForCausalLM's f32 logits (2, 12, 48) on
+them, which the imported triad Llama must reproduce (rotary layout, grouped heads, norms).
 
 How to rerun
     pip install torch numpy safetensors [transformers]
@@ -40,6 +42,9 @@ import sys
 import numpy as np
 import torch
 from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_reference import write_tns  # noqa: E402  (the .tns writer)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPT_REFERENCE = os.path.join(REPO_ROOT, "tests", "data", "gpt_reference.tns")
@@ -166,9 +171,16 @@ def write_sharded(folder, tensors, first_shard_names):
 
 
 def check_llama_with_transformers(folder):
+    """Loads llama/ into LlamaForCausalLM (every tensor used, none left over) and returns
+    its logits on fixed tokens, for llama_logits.tns."""
     from transformers import LlamaForCausalLM
-    _, info = LlamaForCausalLM.from_pretrained(folder, output_loading_info=True)
+    model, info = LlamaForCausalLM.from_pretrained(folder, output_loading_info=True, torch_dtype=torch.float32)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
+    model.eval()
+    idx = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        logits = model(idx).logits
+    return idx, logits
 
 
 def main():
@@ -196,9 +208,10 @@ def main():
         print("transformers is not installed: the files were not loaded into HF's models")
     else:
         err = check_gpt2_with_transformers(gpt2_dir, ref)
-        check_llama_with_transformers(llama_dir)
+        idx, logits = check_llama_with_transformers(llama_dir)
+        write_tns(os.path.join(OUT_DIR, "llama_logits.tns"), [("idx", idx.numpy()), ("logits", logits.numpy())])
         print(f"GPT2LMHeadModel on gpt2/: logits within {err:.2e} (relative) of gpt_reference.tns; "
-              "LlamaForCausalLM loads llama/ with no missing or unexpected tensors")
+              "LlamaForCausalLM loads llama/ with no missing or unexpected tensors (its logits: llama_logits.tns)")
     for root, _, files in sorted(os.walk(OUT_DIR)):
         for f in sorted(files):
             print(f"wrote {os.path.relpath(os.path.join(root, f), REPO_ROOT)}: "
