@@ -1,5 +1,7 @@
 #include "engine/model_factory.h"
 
+#include <sstream>
+
 #include "nn/gpt_layers.h"
 #include "nn/llama_layers.h"
 
@@ -13,8 +15,9 @@ bool is_llama(const TrainConfig& c) { return c.arch == "llama"; }
 
 ModelShape model_shape(const TrainConfig& c) {
   const auto dims = [](int64_t L, int64_t C, int64_t NH, int64_t T, int64_t V) {
-    return "L" + std::to_string(L) + " C" + std::to_string(C) + " NH" + std::to_string(NH) + " T" +
-           std::to_string(T) + " V" + std::to_string(V);
+    std::ostringstream s;
+    s << 'L' << L << " C" << C << " NH" << NH << " T" << T << " V" << V;
+    return s.str();
   };
   if (is_llama(c)) {
     const nn::LlamaConfig& m = c.llama;
