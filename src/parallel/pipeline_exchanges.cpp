@@ -1,6 +1,7 @@
 // pipe_exchanges and check_pipe_exchanges (Note [Paired pipeline messages]).
 #include "parallel/pipeline_exchanges.h"
 
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -34,13 +35,14 @@ PipeExchange messages_of(const PipeAction& a, int stages, int rank, int chunks) 
 std::map<size_t, PipeMessage> candidates(const std::vector<PipeExchange>& plan, int stages, int rank) {
   std::map<size_t, PipeMessage> out;
   std::set<int> agreed;  // chunks whose input shape has arrived
-  std::optional<size_t> sender;  // the last send not yet followed by a receive
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  size_t sender = kNone;  // the last send not yet followed by a receive
   for (size_t i = 0; i < plan.size(); ++i) {
     if (const auto& r = plan[i].recv) {
       const bool shaped = r->gradient || !agreed.insert(r->receiving_chunk(stages)).second;
-      if (sender && shaped && plan[*sender].send->to(stages) == r->from(stages) && r->from(stages) != rank)
-        out.emplace(*sender, *r);
-      sender.reset();
+      if (sender != kNone && shaped && plan[sender].send->to(stages) == r->from(stages) && r->from(stages) != rank)
+        out.emplace(sender, *r);
+      sender = kNone;
     }
     if (plan[i].send) sender = i;
   }
