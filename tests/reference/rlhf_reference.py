@@ -2,8 +2,8 @@
 """PyTorch reference for triad's RLHF losses (src/rlhf/), written from their formulas.
 
 What it produces
-    tests/data/rlhf_reference.tns  -- one .tns file (the format of gpt_reference.py, whose
-    writer and reader this script uses), everything float64 unless stated, holding for
+    tests/data/rlhf_reference.tns  -- one .tns file (the format of reference_common.py,
+    whose writer and reader this script uses), everything float64 unless stated, holding for
     each loss its inputs, its outputs and the gradients of its differentiable inputs:
       logprobs/{logits (B,T,W), ids int64 (B,T), mask (B,T-1), classes int64 (),
                 w_logp, w_entropy (B,T-1)} -> logprobs/{logp, entropy, grad_logits}
@@ -58,7 +58,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_reference import read_tns, write_tns  # noqa: E402
+from reference_common import write_and_check_tns  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT_PATH = os.path.join(REPO_ROOT, "tests", "data", "rlhf_reference.tns")
@@ -249,11 +249,7 @@ def main():
                    ("grad_policy_chosen", pc.grad), ("grad_policy_rejected", pr.grad)]:
         put("dpo/" + k, val)
 
-    write_tns(OUT_PATH, out)
-    back = read_tns(OUT_PATH)
-    assert [n for n, _ in back] == [n for n, _ in out]
-    for (_, a1), (_, a2) in zip(back, out):
-        assert np.array_equal(a1, a2)
+    write_and_check_tns(OUT_PATH, out)
     print(f"wrote {OUT_PATH}: {len(out)} tensors, {os.path.getsize(OUT_PATH)} bytes")
 
 

@@ -36,7 +36,6 @@ How to rerun
 
 import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -44,36 +43,11 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_reference import write_tns  # noqa: E402  (the .tns writer)
+from reference_common import read_tns, write_tns  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPT_REFERENCE = os.path.join(REPO_ROOT, "tests", "data", "gpt_reference.tns")
 OUT_DIR = os.path.join(REPO_ROOT, "tests", "data", "safetensors")
-
-# .tns reading (the format of tests/reference/gpt_reference.py's docstring)
-CODE_DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<f8"), 4: np.dtype("<i8"), 5: np.dtype("<i4")}
-
-
-def read_tns(path):
-    with open(path, "rb") as f:
-        buf = f.read()
-    assert buf[:8] == b"TRIADTNS", "bad magic"
-    version, count = struct.unpack_from("<II", buf, 8)
-    assert version == 1
-    pos, out = 16, {}
-    for _ in range(count):
-        (n,) = struct.unpack_from("<I", buf, pos)
-        name = buf[pos + 4:pos + 4 + n].decode()
-        pos += 4 + n
-        code, ndim = struct.unpack_from("<II", buf, pos)
-        dims = struct.unpack_from(f"<{ndim}q", buf, pos + 8)
-        pos += 8 + 8 * ndim
-        dt = CODE_DTYPES[code]
-        numel = int(np.prod(dims, dtype=np.int64))
-        out[name] = np.frombuffer(buf, dtype=dt, count=numel, offset=pos).reshape(dims).copy()
-        pos += numel * dt.itemsize
-    assert pos == len(buf), "trailing bytes"
-    return out
 
 
 def write_json(path, obj):
@@ -184,7 +158,7 @@ def check_llama_with_transformers(folder):
 
 
 def main():
-    ref = read_tns(GPT_REFERENCE)
+    ref = {name: arr.copy() for name, arr in read_tns(GPT_REFERENCE)}  # writable, for torch.from_numpy
     gpt2_dir, llama_dir = os.path.join(OUT_DIR, "gpt2"), os.path.join(OUT_DIR, "llama")
     os.makedirs(gpt2_dir, exist_ok=True)
     os.makedirs(llama_dir, exist_ok=True)
