@@ -14,8 +14,6 @@
 #include "engine/flops_profiler.h"
 #include "engine/model_factory.h"
 #include "engine/tensorboard_monitor.h"
-#include "io/sampler.h"
-#include "io/tokenizer.h"
 #include "parallel/process_grid.h"
 #include "parallel/self_communicator.h"
 #include "tensor/allocator.h"
@@ -37,11 +35,6 @@ std::string duration_text(double seconds) {
   else
     std::snprintf(buf, sizeof buf, "%lds", s);
   return buf;
-}
-
-// Rows [first, first + n) of a global batch's offsets.
-std::vector<int64_t> rows(const std::vector<int64_t>& offsets, int64_t first, int64_t n) {
-  return std::vector<int64_t>(offsets.begin() + first, offsets.begin() + first + n);
 }
 
 // Every rank must run the same configuration: compare a hash of it before any other
@@ -74,7 +67,8 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
 
 }  // namespace
 
-double train(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr world) {
+double train(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr world,
+             std::unique_ptr<TrainingData> data) {
   const bool leader = !world || world->rank() == 0;
   if (world) check_same_config(c, *world);
   const int pp_stages = c.pipeline.stages;
@@ -98,34 +92,15 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
               "[config] train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "
                                            << c.micro_batch_size << " x gradient_accumulation_steps "
                                            << c.gradient_accumulation_steps << " x data-parallel ranks " << n);
-  TRIAD_CHECK(!c.data.corpus.empty(), "[config] data.corpus is required: a token file made by `triad-data encode`");
-  const io::TokenFile tokens = io::TokenFile::open(c.data.corpus);
+  if (!data) data = corpus_data(c);
   const ModelShape shape = model_shape(c);
-  TRIAD_CHECK(int64_t(tokens.vocab_size()) <= shape.vocab_size,
-              "token file '" << c.data.corpus << "' has a vocabulary of " << tokens.vocab_size()
-                             << " but model.vocab_size is " << shape.vocab_size);
-  if (!c.data.tokenizer.empty()) {
-    const io::Tokenizer tok = io::Tokenizer::load(c.data.tokenizer);
-    TRIAD_CHECK(tok.vocab_size() == int(tokens.vocab_size()),
-                "tokenizer '" << c.data.tokenizer << "' has " << tok.vocab_size() << " tokens but token file '"
-                              << c.data.corpus << "' was made with " << tokens.vocab_size());
-  }
   const int64_t T = shape.seq_len;
-  const auto [train_range, val_range] = io::split_train_val(tokens.size(), c.data.val_fraction);
-  const io::BatchSampler sampler(train_range, T, c.seed);
+  // Validation batches of micro x ranks rows, each rank evaluating its own rows: the same
+  // rows are evaluated whatever the number of ranks.
   std::vector<std::pair<Tensor, Tensor>> val_batches;
-  if (val_range.size() > 0) {
-    TRIAD_CHECK(val_range.size() >= T + 1,
-                "the validation split of '" << c.data.corpus << "' holds " << val_range.size() << " tokens, fewer than "
-                                            << "model.seq_len + 1 = " << T + 1 << " (raise data.val_fraction)");
-    const io::BatchSampler val_sampler(val_range, T, c.seed + 1);
-    // Validation batches of micro x ranks rows, each rank evaluating its own rows: the same
-    // rows are evaluated whatever the number of ranks.
-    for (int64_t i = 0; i < c.eval_iters; ++i) {
-      const std::vector<int64_t> offsets = val_sampler.offsets(i, c.micro_batch_size * n);
-      io::Batch b = io::make_batch(tokens, rows(offsets, rank * c.micro_batch_size, c.micro_batch_size), T);
-      val_batches.emplace_back(b.inputs, b.targets);
-    }
+  for (int64_t i = 0; i < c.eval_iters && data->has_validation(); ++i) {
+    io::Batch b = data->validation(i, c.micro_batch_size * n, rank * c.micro_batch_size, c.micro_batch_size);
+    val_batches.emplace_back(b.inputs, b.targets);
   }
   const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
   const std::string checkpoint_dir = options.save_dir.empty() ? c.checkpoint.dir : options.save_dir;
@@ -152,9 +127,8 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     std::printf("model: %s, %.2fM parameters (%s)\n", c.arch.c_str(), double(shape.parameters) / 1e6,
                 shape.summary.c_str());
   if (leader)
-    std::printf("data: %lld training tokens, %lld validation tokens; batch %lld = %lld micro x %lld accumulation\n",
-                (long long)train_range.size(), (long long)val_range.size(), (long long)c.train_batch_size,
-                (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps);
+    std::printf("data: %s; batch %lld = %lld micro x %lld accumulation\n", data->describe().c_str(),
+                (long long)c.train_batch_size, (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps);
   std::fflush(stdout);
 
   auto evaluate = [&](int64_t step) -> double {
@@ -225,15 +199,16 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     device_memory.reset_peak();
     const bool profiling = profiler && step == c.flops_profiler.profile_step;
     const double forward_before = forward_ms, backward_before = backward_ms;
-    const std::vector<int64_t> offsets = sampler.offsets(step, c.train_batch_size);
+    const auto micro_batch = [&](int64_t m) {  // this rank's rows of micro-batch m
+      return data->batch(step, c.train_batch_size, (m * n + rank) * c.micro_batch_size, c.micro_batch_size);
+    };
     // The micro-batches' losses stay where they were computed until the step is done, then
     // come to the host in one copy: the host never waits for the device mid-step.
     Tensor losses;
     if (engine.pipelined()) {
       std::vector<Tensor> inputs, targets;
       for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
-        const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
-        io::Batch b = io::make_batch(tokens, rows(offsets, first, c.micro_batch_size), T);
+        io::Batch b = micro_batch(m);
         inputs.push_back(b.inputs), targets.push_back(b.targets);
       }
       const auto f0 = Clock::now();
@@ -247,8 +222,7 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
       }
     }
     for (int64_t m = 0; m < c.gradient_accumulation_steps && !engine.pipelined(); ++m) {
-      const int64_t first = (m * n + rank) * c.micro_batch_size;  // this rank's rows
-      const io::Batch b = io::make_batch(tokens, rows(offsets, first, c.micro_batch_size), T);
+      const io::Batch b = micro_batch(m);
       const bool profile = profiling && m == 0;  // the first micro-batch, as DeepSpeed's profiler
       const bool timed = c.wall_clock_breakdown || profile;
       if (profile) profiler->start();

@@ -5,7 +5,10 @@
 
 #include <string>
 
+#include <memory>
+
 #include "engine/config.h"
+#include "engine/training_data.h"
 #include "parallel/communicator.h"
 
 namespace triad::engine {
@@ -22,7 +25,9 @@ struct TrainOptions {
 // (checked before anything else); the ranks form a tp × dp grid (parallel/process_grid.h,
 // tp = config.tensor_parallel) and each tp group takes its rows of each global batch;
 // rank 0 prints, writes the metrics and saves the model. Returns the last validation loss
-// (NaN without a validation split).
-double train(const TrainConfig& config, const TrainOptions& options, parallel::CommunicatorPtr world = nullptr);
+// (NaN without a validation split). The batches come from `data`, by default the token
+// file of config.data (corpus_data).
+double train(const TrainConfig& config, const TrainOptions& options, parallel::CommunicatorPtr world = nullptr,
+             std::unique_ptr<TrainingData> data = nullptr);
 
 }  // namespace triad::engine
