@@ -94,7 +94,6 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
                                            << c.gradient_accumulation_steps << " x data-parallel ranks " << n);
   if (!data) data = corpus_data(c);
   const ModelShape shape = model_shape(c);
-  const int64_t T = shape.seq_len;
   // Validation batches of micro x ranks rows, each rank evaluating its own rows: the same
   // rows are evaluated whatever the number of ranks.
   std::vector<std::pair<Tensor, Tensor>> val_batches;
@@ -157,7 +156,6 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   }
   double last_val = NAN;
   const auto start = Clock::now();
-  const double tokens_per_step = double(c.train_batch_size * T);
   const auto save = [&] {
     const auto t0 = Clock::now();
     const std::string path = save_to_dir(checkpoint_dir, c.checkpoint.keep, engine, *comm);
@@ -199,8 +197,11 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     device_memory.reset_peak();
     const bool profiling = profiler && step == c.flops_profiler.profile_step;
     const double forward_before = forward_ms, backward_before = backward_ms;
+    int64_t step_positions = 0;  // this rank's input positions (padding included) over the step's micro-batches
     const auto micro_batch = [&](int64_t m) {  // this rank's rows of micro-batch m
-      return data->batch(step, c.train_batch_size, (m * n + rank) * c.micro_batch_size, c.micro_batch_size);
+      io::Batch b = data->batch(step, c.train_batch_size, (m * n + rank) * c.micro_batch_size, c.micro_batch_size);
+      step_positions += b.inputs.numel();
+      return b;
     };
     // The micro-batches' losses stay where they were computed until the step is done, then
     // come to the host in one copy: the host never waits for the device mid-step.
@@ -277,7 +278,9 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     const double loss = loss_sum / double(c.gradient_accumulation_steps * n);
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    const double tps = tokens_per_step / (step_ms / 1e3);
+    // Tokens per second over the job: this rank's count times the ranks (their padded
+    // batches may differ a little in length).
+    const double tps = double(step_positions * n) / (step_ms / 1e3);
     if (leader && (r.step % c.log_interval == 0 || r.step == c.steps)) {
       const double eta = elapsed / double(r.step - first_step) * double(c.steps - r.step);
       std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %7.0f tok/s | %s elapsed, ETA %s\n",
