@@ -137,7 +137,7 @@ Tensor GPT::logits(const Tensor& indices, const LeftPadding* padding) {
   const Tensor key_start = padding ? padding->key_start : Tensor();
   for (size_t i = 0; i < blocks->size(); ++i) {
     Block& block = static_cast<Block&>(*(*blocks)[i]);
-    auto run = [&block, &key_start](const Tensor& h) {
+    auto run = [&block, key_start](const Tensor& h) {  // by value: checkpointing replays it later
       return key_start.defined() ? block.forward_padded(h, key_start) : block(h);
     };
     x = config_.activation_checkpointing && is_training() ? checkpoint(run, x) : run(x);

@@ -169,6 +169,13 @@ BOOST_AUTO_TEST_CASE(gpt_left_padded_rows_equal_rows_alone) {
   gradients_match_rows_alone(model);
 }
 
+BOOST_AUTO_TEST_CASE(gpt_with_activation_checkpointing_keeps_the_padding) {
+  // The recomputed blocks of the backward see the same key_start as the forward did.
+  nn::GPT model({.n_layer = 2, .n_head = 2, .d_model = 16, .seq_len = 12, .vocab_size = 23,
+                 .activation_checkpointing = true, .init_seed = 5});
+  gradients_match_rows_alone(model);
+}
+
 BOOST_AUTO_TEST_CASE(llama_left_padded_rows_equal_rows_alone) {
   nn::Llama model = small_llama();
   full_forward_matches_rows_alone(model);
