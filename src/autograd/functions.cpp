@@ -411,9 +411,11 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   TRIAD_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0,
               "rotary_embedding: expected x (..., T, D) with D even, got " << shape_str(x.shape()));
   const Shape table{x.size(-2), x.size(-1)};
-  TRIAD_CHECK(cos.shape() == table && sin.shape() == table,
+  const bool per_row = x.dim() == 4 && cos.shape() == Shape{x.size(0), 1, x.size(2), x.size(3)};
+  TRIAD_CHECK((cos.shape() == table || per_row) && sin.shape() == cos.shape(),
               "rotary_embedding: tables " << shape_str(cos.shape()) << " and " << shape_str(sin.shape())
-                                          << " do not match x " << shape_str(x.shape()) << " (expected (T, D))");
+                                          << " do not match x " << shape_str(x.shape())
+                                          << " (expected (T, D), or (B, 1, T, D) for x (B, n, T, D))");
   const Tensor y = counted(ops::add(ops::mul(x, cos), ops::mul(rotate_half(x), sin)), 3);
   // rotate_half is antisymmetric, so the backward is g cos - rotate_half(g sin).
   return record("rotary_embedding", {x}, y, [cos, sin](const Grads& g) {
@@ -447,11 +449,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // (T, T) probabilities. The kernels read bf16/f16 as stored, so 16-bit inputs are saved as
 // they are, without an f32 copy, and their gradients come back in their dtype, as Note
 // [16-bit parameters] asks of parameters.
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
-  ops::AttentionOut r = ops::causal_attention(q, k, v, scale);
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& key_start) {
+  ops::AttentionOut r = ops::causal_attention(q, k, v, scale, key_start);
   flop_count::add(2 * q.numel() * q.size(-2), 4 * q.numel() * q.size(-2) + q.numel() / q.size(-1) * q.size(-2));
   return record("causal_attention", {q, k, v}, r.out, [=, out = detach(r.out), lse = r.lse](const Grads& g) {
-    ops::AttentionGrads d = ops::causal_attention_backward(q, k, v, out, lse, ops::to(g[0], q.dtype()), scale);
+    ops::AttentionGrads d =
+        ops::causal_attention_backward(q, k, v, out, lse, ops::to(g[0], q.dtype()), scale, key_start);
     return Grads{d.dq, d.dk, d.dv};
   });
 }

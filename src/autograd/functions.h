@@ -83,7 +83,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // dtype, x's in f32 (f64).
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
 // Rotary position embedding in the rotate_half convention (GPT-NeoX, Hugging Face Llama):
-// x (..., T, D), D even, and tables cos, sin (T, D) (nn/rotary.h) ->
+// x (..., T, D), D even, and tables cos, sin (T, D) (nn/rotary.h), or (B, 1, T, D) for
+// x (B, n, T, D) (each row's own positions) ->
 // x cos + rotate_half(x) sin, rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]): each pair
 // of features (i, i + D/2) turns by its position's angle. The tables take no gradient.
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
@@ -96,6 +97,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // fused: the probabilities are never stored, the backward recomputes them
 // (ops::causal_attention). bf16/f16 inputs get gradients in their dtype; they are
 // computed on in f32 on the CPU and on tensor cores (f32 accumulation) on a GPU.
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+// key_start (B,) i64: each row's first key (ops::causal_attention); a pad query outputs 0
+// and passes no gradient.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                        const Tensor& key_start = Tensor());
 
 }  // namespace triad

@@ -75,4 +75,85 @@ std::vector<int32_t> generate(nn::LanguageModel& model, const std::vector<int32_
   return out;
 }
 
+BatchGeneration generate_batch(nn::LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                               const SamplingOptions& o, int32_t pad_token, int64_t first_sample) {
+  o.validate();
+  const int64_t B = int64_t(prompts.size()), vocab = model.vocab_size();
+  TRIAD_CHECK(B > 0, "generate_batch: expected at least one prompt");
+  TRIAD_CHECK(pad_token >= 0 && pad_token < vocab,
+              "generate_batch: pad_token must be in [0, " << vocab << "), got " << pad_token);
+  TRIAD_CHECK(first_sample >= 0, "generate_batch: first_sample must be >= 0, got " << first_sample);
+  BatchGeneration r;
+  for (const auto& p : prompts) {
+    TRIAD_CHECK(!p.empty(), "generate_batch: prompt " << &p - prompts.data() << " is empty");
+    r.prompt_columns = std::max(r.prompt_columns, int64_t(p.size()));
+  }
+  const int64_t P = r.prompt_columns;
+  TRIAD_CHECK(P + o.max_new_tokens <= model.seq_len(),
+              "generate_batch: the longest prompt (" << P << " tokens) and max_new_tokens (" << o.max_new_tokens
+                                                     << ") exceed the model's seq_len " << model.seq_len());
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(B));  // each row's columns so far
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& p = prompts[size_t(b)];
+    r.pads.push_back(P - int64_t(p.size()));
+    rows[size_t(b)].assign(size_t(r.pads.back()), pad_token);
+    for (const int32_t t : p) {
+      TRIAD_CHECK(t >= 0 && t < vocab, "generate_batch: prompt " << b << " holds token " << t << ", outside [0, "
+                                                                 << vocab << ")");
+      rows[size_t(b)].push_back(t);
+    }
+  }
+  NoGradGuard no_grad;
+  model.eval();
+  const Device device = model.parameters().front().device();
+  const nn::LeftPadding padding = nn::left_padding(r.pads, P, device);
+  nn::KVCache cache = model.make_cache(B);
+  cache.key_start = padding.key_start;
+  // The logits (B, V) of each row's last column, in f32 on the host.
+  auto last_logits = [&](const Tensor& logits) {
+    return ops::to(ops::contiguous(ops::to(ops::select(logits, 1, logits.size(1) - 1), DType::f32)), Device::cpu());
+  };
+  std::vector<int64_t> full;
+  for (const auto& row : rows) full.insert(full.end(), row.begin(), row.end());
+  Tensor last = last_logits(
+      model.forward_cached(ops::to(Tensor::from_vector(full, {B, P}), device), cache, padding.positions));
+  std::vector<float> logprobs, mask;  // (step, B) while generating
+  std::vector<bool> done(size_t(B), false);
+  int64_t steps = 0;
+  while (steps < o.max_new_tokens && std::find(done.begin(), done.end(), false) != done.end()) {
+    const int64_t V = last.size(1);
+    std::vector<int64_t> next(static_cast<size_t>(B), pad_token), positions(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      positions[size_t(b)] = P - r.pads[size_t(b)] + steps;
+      if (done[size_t(b)]) {
+        logprobs.push_back(0.0f);
+        mask.push_back(0.0f);
+        continue;
+      }
+      const float* row = last.data<float>() + b * V;
+      const double u = random_uniform(random_bits(o.seed, uint64_t(first_sample + b)), uint64_t(steps));
+      const int32_t token = sample_token(row, vocab, o, u);
+      const double top = *std::max_element(row, row + vocab);
+      double total = 0;
+      for (int64_t j = 0; j < vocab; ++j) total += std::exp(double(row[j]) - top);
+      logprobs.push_back(float(double(row[token]) - top - std::log(total)));
+      mask.push_back(1.0f);
+      next[size_t(b)] = token;
+      done[size_t(b)] = token == o.stop_token;
+    }
+    for (int64_t b = 0; b < B; ++b) rows[size_t(b)].push_back(next[size_t(b)]);
+    ++steps;
+    if (steps < o.max_new_tokens && std::find(done.begin(), done.end(), false) != done.end())
+      last = last_logits(model.forward_cached(ops::to(Tensor::from_vector(next, {B, 1}), device), cache,
+                                              ops::to(Tensor::from_vector(positions, {B, 1}), device)));
+  }
+  full.clear();
+  for (const auto& row : rows) full.insert(full.end(), row.begin(), row.end());
+  r.tokens = Tensor::from_vector(full, {B, P + steps});
+  // (steps, B) -> (B, steps)
+  r.logprobs = ops::contiguous(ops::transpose(Tensor::from_vector(logprobs, {steps, B}), 0, 1));
+  r.answer_mask = ops::contiguous(ops::transpose(Tensor::from_vector(mask, {steps, B}), 0, 1));
+  return r;
+}
+
 }  // namespace triad::engine

@@ -1,6 +1,18 @@
 // Text generation from a language model (nn/language_model.h: the GPT, the Llama): sampling with temperature, top-k and top-p (nucleus), one
 // token at a time over the model's KV cache, so each new token costs one position of
 // compute instead of the whole sequence again.
+//
+// Note [Batched generation]: generate_batch continues B prompts at once, as DeepSpeed-Chat's
+// step 3 does: the prompts are left-padded to a common width P (Note [Left-padded batches]
+// in nn/language_model.h), fed through the cache in one chunk, and every step appends one
+// column to every row. A row that emits stop_token is finished: its later columns hold
+// pad_token, masked out (answer_mask 0), while the batch goes on until every row has stopped
+// or max_new_tokens columns are made. Sample i of step s draws u = random_uniform(
+// random_bits(seed, first_sample + i), s), counter-based: global sample g gets the same draws
+// whatever batch, rank or data-parallel layout generates it. logprobs holds, for each
+// generated token, log-softmax of the model's raw logits (temperature 1, before top-k and
+// top-p) at that token: the log-probability under the policy itself that PPO's old_logp and
+// a recomputation by the training forward on the whole left-padded row both give.
 #pragma once
 
 #include <cstdint>
@@ -32,5 +44,22 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 // from the last half of the tokens and generation continues. Returns the new tokens.
 std::vector<int32_t> generate(nn::LanguageModel& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
                               const std::function<bool(int32_t)>& on_token = {});
+
+// What generate_batch made (Note [Batched generation]), on the host. N: the columns
+// generated, at most max_new_tokens.
+struct BatchGeneration {
+  Tensor tokens;          // (B, P + N) i64: the left-padded prompts, then the answers
+  Tensor logprobs;        // (B, N) f32: each generated token's log-probability; 0 where masked
+  Tensor answer_mask;     // (B, N) f32: 1 at a row's generated tokens (its stop token included)
+  std::vector<int64_t> pads;  // pad columns before row b's prompt: its key_start
+  int64_t prompt_columns = 0;  // P
+};
+
+// Continues every prompt (each at least one token; P + max_new_tokens <= seq_len) with
+// options' sampling, on the model's device. pad_token fills the pad columns (any token of
+// the vocabulary: what pads hold never matters); first_sample is the global index of
+// prompts[0] (the sample indices that seed the draws). Error on bad options or prompts.
+BatchGeneration generate_batch(nn::LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                               const SamplingOptions& options, int32_t pad_token = 0, int64_t first_sample = 0);
 
 }  // namespace triad::engine

@@ -116,19 +116,31 @@ void init_gpt_parameters(const GPTConfig& config, int tp, Module& model) {
 
 void GPT::init_weights() { init_gpt_parameters(config_, par_->ranks(), *this); }
 
-Tensor GPT::forward(const Tensor& indices) {
+Tensor GPT::forward(const Tensor& indices) { return logits(indices, nullptr); }
+
+Tensor GPT::forward(const Tensor& indices, const LeftPadding& padding) {
+  TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
+  check_padding(padding, indices, config_.seq_len, "GPT");
+  TRIAD_CHECK(!par_->sequence_parallel(), "GPT: sequence parallelism does not take left-padded batches");
+  return call([&] { return logits(indices, &padding); });
+}
+
+Tensor GPT::logits(const Tensor& indices, const LeftPadding* padding) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
   const int64_t T = indices.size(1);
   TRIAD_CHECK(T <= config_.seq_len, "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
   const auto [first, count] = par_->sequence_part(T);
-  Tensor x = add((*wte)(indices), compute_dtype(narrow(wpe->weight, 0, first, count)));
+  const Tensor position_rows =
+      padding ? embedding(wpe->weight, padding->positions) : compute_dtype(narrow(wpe->weight, 0, first, count));
+  Tensor x = add((*wte)(indices), position_rows);
   x = (*drop)(x);
+  const Tensor key_start = padding ? padding->key_start : Tensor();
   for (size_t i = 0; i < blocks->size(); ++i) {
-    Module& block = *(*blocks)[i];
-    if (config_.activation_checkpointing && is_training())
-      x = checkpoint([&block](const Tensor& h) { return block(h); }, x);
-    else
-      x = block(x);
+    Block& block = static_cast<Block&>(*(*blocks)[i]);
+    auto run = [&block, key_start](const Tensor& h) {  // by value: checkpointing replays it later
+      return key_start.defined() ? block.forward_padded(h, key_start) : block(h);
+    };
+    x = config_.activation_checkpointing && is_training() ? checkpoint(run, x) : run(x);
   }
   return par_->tied_logits((*ln_f)(x), wte->weight);
 }
@@ -144,7 +156,7 @@ KVCache GPT::make_cache(int64_t batch) const {
   return cache;
 }
 
-Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache) {
+Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache, const Tensor& positions) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
   const int64_t T = indices.size(1), pos = cache.length;
   TRIAD_CHECK(pos + T <= config_.seq_len,
@@ -152,11 +164,14 @@ Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache) {
   TRIAD_CHECK(!cache.k.empty() && cache.k[0].size(0) == indices.size(0),
               "GPT: the cache was made for another batch size");
   TRIAD_CHECK(!par_->sequence_parallel(), "GPT: generation runs without sequence parallelism");
+  if (positions.defined()) check_positions(positions, indices, config_.seq_len, "GPT");
+  if (cache.key_start.defined()) check_key_start(cache.key_start, indices, "GPT");
   NoGradGuard no_grad;
   return call([&] {
-    Tensor x = ops::add((*wte)(indices), ops::narrow(wpe->weight, 0, pos, T));
+    Tensor x = ops::add((*wte)(indices), positions.defined() ? embedding(wpe->weight, positions)
+                                                             : ops::narrow(wpe->weight, 0, pos, T));
     for (size_t i = 0; i < blocks->size(); ++i)
-      x = static_cast<Block&>(*(*blocks)[i]).forward_cached(x, cache.k[i], cache.v[i], pos);
+      x = static_cast<Block&>(*(*blocks)[i]).forward_cached(x, cache.k[i], cache.v[i], pos, cache.key_start);
     cache.length = pos + T;
     return par_->full_logits(par_->tied_logits((*ln_f)(x), wte->weight), config_.vocab_size);
   });

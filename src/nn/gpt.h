@@ -59,10 +59,13 @@ class GPT : public LanguageModel {
   // this rank holds (on one process vocab_size, padded when vocab_multiple asks: the
   // columns past vocab_size are padding).
   Tensor forward(const Tensor& indices) override;
+  // A left-padded batch (Note [Left-padded batches]): position rows gathered per token, each
+  // row's attention from its key_start; not with sequence parallelism.
+  Tensor forward(const Tensor& indices, const LeftPadding& padding) override;
   // Generation (LanguageModel's), over all vocab_size tokens on every rank; not with
   // sequence parallelism.
   KVCache make_cache(int64_t batch) const override;
-  Tensor forward_cached(const Tensor& indices, KVCache& cache) override;
+  Tensor forward_cached(const Tensor& indices, KVCache& cache, const Tensor& positions = Tensor()) override;
   Tensor loss(const Tensor& indices, const Tensor& targets) override;
   int64_t seq_len() const override { return config_.seq_len; }
   int64_t vocab_size() const override { return config_.vocab_size; }
@@ -77,6 +80,7 @@ class GPT : public LanguageModel {
 
  private:
   void init_weights();
+  Tensor logits(const Tensor& indices, const LeftPadding* padding);  // forward's body
   GPTConfig config_;
   std::shared_ptr<const Parallelism> par_;
 };

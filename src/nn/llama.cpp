@@ -110,12 +110,24 @@ Llama::Llama(const LlamaConfig& config, std::shared_ptr<const Parallelism> paral
   init_llama_parameters(config_, *this);
 }
 
-Tensor Llama::forward(const Tensor& indices) {
+Tensor Llama::forward(const Tensor& indices) { return logits(indices, nullptr); }
+
+Tensor Llama::forward(const Tensor& indices, const LeftPadding& padding) {
+  TRIAD_CHECK(indices.dim() == 2, "Llama: expected indices (B, T), got " << shape_str(indices.shape()));
+  check_padding(padding, indices, config_.seq_len, "Llama");
+  TRIAD_CHECK(!par_->sequence_parallel(), "Llama: sequence parallelism does not take left-padded batches");
+  return call([&] { return logits(indices, &padding); });
+}
+
+Tensor Llama::logits(const Tensor& indices, const LeftPadding* padding) {
   TRIAD_CHECK(indices.dim() == 2, "Llama: expected indices (B, T), got " << shape_str(indices.shape()));
   TRIAD_CHECK(indices.size(1) <= config_.seq_len,
               "Llama: sequence length " << indices.size(1) << " exceeds the model's seq_len " << config_.seq_len);
   Tensor x = (*embed)(indices);
-  for (size_t i = 0; i < blocks->size(); ++i) x = (*(*blocks)[i])(x);
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    LlamaBlock& block = static_cast<LlamaBlock&>(*(*blocks)[i]);
+    x = padding ? block.forward_padded(x, *padding) : block(x);
+  }
   return (*head)((*norm_f)(x));
 }
 
@@ -135,7 +147,7 @@ KVCache Llama::make_cache(int64_t batch) const {
   return cache;
 }
 
-Tensor Llama::forward_cached(const Tensor& indices, KVCache& cache) {
+Tensor Llama::forward_cached(const Tensor& indices, KVCache& cache, const Tensor& positions) {
   TRIAD_CHECK(indices.dim() == 2, "Llama: expected indices (B, T), got " << shape_str(indices.shape()));
   const int64_t T = indices.size(1), pos = cache.length;
   TRIAD_CHECK(pos + T <= config_.seq_len,
@@ -143,11 +155,14 @@ Tensor Llama::forward_cached(const Tensor& indices, KVCache& cache) {
   TRIAD_CHECK(!cache.k.empty() && cache.k[0].size(0) == indices.size(0),
               "Llama: the cache was made for another batch size");
   TRIAD_CHECK(!par_->sequence_parallel(), "Llama: generation runs without sequence parallelism");
+  if (positions.defined()) check_positions(positions, indices, config_.seq_len, "Llama");
+  if (cache.key_start.defined()) check_key_start(cache.key_start, indices, "Llama");
   NoGradGuard no_grad;
   return call([&] {
     Tensor x = (*embed)(indices);
     for (size_t i = 0; i < blocks->size(); ++i)
-      x = static_cast<LlamaBlock&>(*(*blocks)[i]).forward_cached(x, cache.k[i], cache.v[i], pos);
+      x = static_cast<LlamaBlock&>(*(*blocks)[i])
+              .forward_cached(x, cache.k[i], cache.v[i], pos, positions, cache.key_start);
     cache.length = pos + T;
     return par_->full_logits((*head)((*norm_f)(x)), config_.vocab_size);
   });

@@ -66,11 +66,14 @@ class Llama : public LanguageModel {
   // indices (B, T) of i64/i32, T <= seq_len -> logits (B, T, V), V the vocabulary rows
   // this rank's head holds (vocab_size on one process).
   Tensor forward(const Tensor& indices) override;
+  // A left-padded batch (Note [Left-padded batches]): rotary angles per token, each row's
+  // attention from its key_start; not with sequence parallelism.
+  Tensor forward(const Tensor& indices, const LeftPadding& padding) override;
   Tensor loss(const Tensor& indices, const Tensor& targets) override;
   // Generation (LanguageModel's): the cache holds per layer n_kv_head / ranks heads of keys
   // (rotated) and values. Not with sequence parallelism.
   KVCache make_cache(int64_t batch) const override;
-  Tensor forward_cached(const Tensor& indices, KVCache& cache) override;
+  Tensor forward_cached(const Tensor& indices, KVCache& cache, const Tensor& positions = Tensor()) override;
   int64_t seq_len() const override { return config_.seq_len; }
   int64_t vocab_size() const override { return config_.vocab_size; }
 
@@ -82,6 +85,7 @@ class Llama : public LanguageModel {
   std::shared_ptr<Linear> head;
 
  private:
+  Tensor logits(const Tensor& indices, const LeftPadding* padding);  // forward's body
   LlamaConfig config_;
   std::shared_ptr<const Parallelism> par_;
 };

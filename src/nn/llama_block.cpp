@@ -52,7 +52,8 @@ Tensor repeat_heads(const Tensor& t, int64_t g) {
 
 }  // namespace
 
-Tensor GroupedQueryAttention::attend(const Tensor& qh, const Tensor& kh, const Tensor& vh) const {
+Tensor GroupedQueryAttention::attend(const Tensor& qh, const Tensor& kh, const Tensor& vh,
+                                     const Tensor& key_start) const {
   const int64_t g = n_head / n_kv_head;
   const Tensor kr = repeat_heads(kh, g), vr = repeat_heads(vh, g);
   const double scale = 1.0 / std::sqrt(double(head_dim));
@@ -60,8 +61,8 @@ Tensor GroupedQueryAttention::attend(const Tensor& qh, const Tensor& kh, const T
   // parameters]).
   const Tensor y = tensor_core_operand(q->weight) ? causal_attention(triad::to(qh, DType::bf16),
                                                                      triad::to(kr, DType::bf16),
-                                                                     triad::to(vr, DType::bf16), scale)
-                                                  : causal_attention(qh, kr, vr, scale);  // (B, NH, T, hd)
+                                                                     triad::to(vr, DType::bf16), scale, key_start)
+                                                  : causal_attention(qh, kr, vr, scale, key_start);  // (B, NH, T, hd)
   return reshape(transpose(y, 1, 2), {y.size(0), y.size(2), n_head * head_dim});
 }
 
@@ -70,19 +71,28 @@ Tensor GroupedQueryAttention::forward(const Tensor& x) {
   const Tensor qh = rope_->apply(split_heads((*q)(x), n_head, head_dim));
   const Tensor kh = rope_->apply(split_heads((*k)(x), n_kv_head, head_dim));
   const Tensor vh = split_heads((*v)(x), n_kv_head, head_dim);
-  return (*o)(attend(qh, kh, vh));
+  return (*o)(attend(qh, kh, vh, Tensor()));
+}
+
+Tensor GroupedQueryAttention::forward(const Tensor& x, const LeftPadding& padding) {
+  TRIAD_CHECK(x.dim() == 3, "GroupedQueryAttention: expected input (B, T, C), got " << shape_str(x.shape()));
+  const Tensor qh = rope_->apply(split_heads((*q)(x), n_head, head_dim), padding.positions);
+  const Tensor kh = rope_->apply(split_heads((*k)(x), n_kv_head, head_dim), padding.positions);
+  const Tensor vh = split_heads((*v)(x), n_kv_head, head_dim);
+  return (*o)(attend(qh, kh, vh, padding.key_start));
 }
 
 Tensor GroupedQueryAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache,
-                                             int64_t pos) {
+                                             int64_t pos, const Tensor& positions, const Tensor& key_start) {
   const int64_t T = x.size(1);
   TRIAD_CHECK(pos + T <= k_cache.size(2), "GroupedQueryAttention: positions " << pos << ".." << pos + T
                                                                               << " exceed the cache capacity "
                                                                               << k_cache.size(2));
-  ops::copy_(ops::narrow(k_cache, 2, pos, T), rope_->apply(split_heads((*k)(x), n_kv_head, head_dim), pos));
+  auto rotate = [&](const Tensor& h) { return positions.defined() ? rope_->apply(h, positions) : rope_->apply(h, pos); };
+  ops::copy_(ops::narrow(k_cache, 2, pos, T), rotate(split_heads((*k)(x), n_kv_head, head_dim)));
   ops::copy_(ops::narrow(v_cache, 2, pos, T), split_heads((*v)(x), n_kv_head, head_dim));
-  const Tensor qh = rope_->apply(split_heads((*q)(x), n_head, head_dim), pos);
-  return (*o)(attend(qh, ops::narrow(k_cache, 2, 0, pos + T), ops::narrow(v_cache, 2, 0, pos + T)));
+  const Tensor qh = rotate(split_heads((*q)(x), n_head, head_dim));
+  return (*o)(attend(qh, ops::narrow(k_cache, 2, 0, pos + T), ops::narrow(v_cache, 2, 0, pos + T), key_start));
 }
 
 SwiGLU::SwiGLU(int64_t d_model, int64_t intermediate, const Parallelism& par) : Module("SwiGLU") {
@@ -109,9 +119,17 @@ Tensor LlamaBlock::forward(const Tensor& x) {
   return add(h, (*mlp)((*norm2)(h)));
 }
 
-Tensor LlamaBlock::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos) {
+Tensor LlamaBlock::forward_padded(const Tensor& x, const LeftPadding& padding) {
   return call([&] {
-    const Tensor h = add(x, attn->forward_cached((*norm1)(x), k_cache, v_cache, pos));
+    const Tensor h = add(x, attn->call([&] { return attn->forward((*norm1)(x), padding); }));
+    return add(h, (*mlp)((*norm2)(h)));
+  });
+}
+
+Tensor LlamaBlock::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
+                                  const Tensor& positions, const Tensor& key_start) {
+  return call([&] {
+    const Tensor h = add(x, attn->forward_cached((*norm1)(x), k_cache, v_cache, pos, positions, key_start));
     return add(h, (*mlp)((*norm2)(h)));
   });
 }

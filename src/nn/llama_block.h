@@ -32,16 +32,22 @@ class GroupedQueryAttention : public Module {
   GroupedQueryAttention(int64_t d_model, int64_t n_head, int64_t n_kv_head, std::shared_ptr<const RotaryEmbedding> rope,
                         const Parallelism& par = *serial());
   Tensor forward(const Tensor& x) override;
-  // x (B, T_new, C) at positions pos.. of a sequence whose keys (rotated) and values before
+  // A left-padded batch (Note [Left-padded batches]): rotary angles per token, each row's
+  // keys from its key_start.
+  Tensor forward(const Tensor& x, const LeftPadding& padding);
+  // x (B, T_new, C) at columns pos.. of a sequence whose keys (rotated) and values before
   // pos are in k_cache/v_cache (B, n_kv_head, capacity, hd); appends this step's there.
+  // positions (B, T_new), or undefined: pos..; key_start as the cache's (nn::KVCache).
   // Inference only (no gradients).
-  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
+                        const Tensor& positions = Tensor(), const Tensor& key_start = Tensor());
 
   int64_t n_head, n_kv_head, head_dim;  // the heads this rank computes
   std::shared_ptr<Linear> q, k, v, o;
 
  private:
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v) const;  // (B, NH, T, hd) -> (B, T, NH·hd)
+  // (B, NH, T, hd) -> (B, T, NH·hd); key_start as causal_attention's
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_start) const;
   std::shared_ptr<const RotaryEmbedding> rope_;
 };
 
@@ -60,7 +66,10 @@ class LlamaBlock : public Module {
   LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64_t intermediate, double rms_eps,
              std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par = *serial());
   Tensor forward(const Tensor& x) override;
-  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
+  // A left-padded batch (Note [Left-padded batches]); runs the hooks.
+  Tensor forward_padded(const Tensor& x, const LeftPadding& padding);
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
+                        const Tensor& positions = Tensor(), const Tensor& key_start = Tensor());
 
   std::shared_ptr<RMSNorm> norm1, norm2;
   std::shared_ptr<GroupedQueryAttention> attn;

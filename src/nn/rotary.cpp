@@ -45,4 +45,15 @@ Tensor RotaryEmbedding::apply(const Tensor& x, int64_t pos) const {
   return rotary_embedding(x, ops::narrow(c, 0, pos, T), ops::narrow(s, 0, pos, T));
 }
 
+Tensor RotaryEmbedding::apply(const Tensor& x, const Tensor& positions) const {
+  TRIAD_CHECK(x.dim() == 4 && x.size(-1) == head_dim_ && positions.dim() == 2 && positions.size(0) == x.size(0) &&
+                  positions.size(1) == x.size(2),
+              "RotaryEmbedding: expected x (B, n, T, " << head_dim_ << ") and positions (B, T), got "
+                                                       << shape_str(x.shape()) << " and " << shape_str(positions.shape()));
+  const auto& [c, s] = tables(x.dtype(), x.device());
+  // (B, T, D) rows of the tables, one head axis to broadcast over.
+  return rotary_embedding(x, ops::unsqueeze(ops::embedding(c, positions), 1),
+                          ops::unsqueeze(ops::embedding(s, positions), 1));
+}
+
 }  // namespace triad::nn

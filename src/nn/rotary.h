@@ -20,6 +20,9 @@ class RotaryEmbedding {
   // x (..., T, D) at positions pos..pos+T-1 -> x rotated (differentiable in x:
   // triad::rotary_embedding).
   Tensor apply(const Tensor& x, int64_t pos = 0) const;
+  // x (B, n, T, D) with each row's own positions (B, T) i64 (Note [Left-padded batches] in
+  // nn/language_model.h): token t of row b turns by positions[b][t]'s angles.
+  Tensor apply(const Tensor& x, const Tensor& positions) const;
 
   int64_t head_dim() const { return head_dim_; }
   int64_t max_positions() const { return max_positions_; }

@@ -18,7 +18,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t d_model, int64_t n_head_, doubl
   resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout, par.residual_generator()));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& key_start) {
   TRIAD_CHECK(x.dim() == 3, "CausalSelfAttention: expected input (B, T, C), got " << shape_str(x.shape()));
   const Tensor qkv_out = (*qkv)(x);  // (B, T, 3C), C: the features of this rank's heads
   const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3, hs = C / n_head;
@@ -30,20 +30,23 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor y;  // (B, NH, T, hs)
   if (attn_drop->is_training() && attn_drop->p > 0.0) {
     // Attention dropout acts on the probabilities, which the fused op never stores.
+    TRIAD_CHECK(!key_start.defined(), "CausalSelfAttention: attention dropout does not take left-padded batches");
     const Tensor att = softmax(mul(matmul(q, k, false, true), scale), /*causal=*/true);
     y = matmul((*attn_drop)(att), v);
   } else if (tensor_core_operand(qkv->weight)) {
     // With bf16 weights on a GPU the products run on tensor cores (Note [16-bit
     // parameters]), attention's too: q, k, v narrowed to bf16, and y stays bf16 into proj,
     // which multiplies bf16 anyway.
-    y = causal_attention(triad::to(q, DType::bf16), triad::to(k, DType::bf16), triad::to(v, DType::bf16), scale);
+    y = causal_attention(triad::to(q, DType::bf16), triad::to(k, DType::bf16), triad::to(v, DType::bf16), scale,
+                         key_start);
   } else {
-    y = causal_attention(q, k, v, scale);
+    y = causal_attention(q, k, v, scale, key_start);
   }
   return (*resid_drop)((*proj)(reshape(transpose(y, 1, 2), {B, T, C})));
 }
 
-Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos) {
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
+                                           const Tensor& key_start) {
   const Tensor qkv_out = (*qkv)(x);
   const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3, hs = C / n_head;
   TRIAD_CHECK(pos + T <= k_cache.size(2), "CausalSelfAttention: positions " << pos << ".." << pos + T
@@ -55,7 +58,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cach
   ops::copy_(ops::narrow(k_cache, 2, pos, T), heads(1));
   ops::copy_(ops::narrow(v_cache, 2, pos, T), heads(2));
   const Tensor k = ops::narrow(k_cache, 2, 0, pos + T), v = ops::narrow(v_cache, 2, 0, pos + T);
-  const Tensor att = ops::causal_attention(heads(0), k, v, 1.0 / std::sqrt(double(hs))).out;  // (B, NH, T, hs)
+  const Tensor att = ops::causal_attention(heads(0), k, v, 1.0 / std::sqrt(double(hs)), key_start).out;  // (B, NH, T, hs)
   const Tensor y = ops::reshape(ops::transpose(att, 1, 2), {B, T, C});
   return (*proj)(y);
 }
@@ -83,9 +86,17 @@ Tensor Block::forward(const Tensor& x) {
   return add(h, (*mlp)((*ln2)(h)));
 }
 
-Tensor Block::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos) {
+Tensor Block::forward_padded(const Tensor& x, const Tensor& key_start) {
   return call([&] {
-    const Tensor h = ops::add(x, attn->forward_cached((*ln1)(x), k_cache, v_cache, pos));
+    const Tensor h = add(x, attn->call([&] { return attn->forward((*ln1)(x), key_start); }));
+    return add(h, (*mlp)((*ln2)(h)));
+  });
+}
+
+Tensor Block::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
+                             const Tensor& key_start) {
+  return call([&] {
+    const Tensor h = ops::add(x, attn->forward_cached((*ln1)(x), k_cache, v_cache, pos, key_start));
     return ops::add(h, (*mlp)((*ln2)(h)));
   });
 }

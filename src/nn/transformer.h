@@ -14,11 +14,15 @@ namespace triad::nn {
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par = *serial());
-  Tensor forward(const Tensor& x) override;
-  // x (B, T_new, C) at positions pos.. of a sequence whose keys and values before pos are in
+  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
+  // key_start (B,) i64, or undefined: each row's first key (Note [Left-padded batches]);
+  // not with attention dropout in training.
+  Tensor forward(const Tensor& x, const Tensor& key_start);
+  // x (B, T_new, C) at columns pos.. of a sequence whose keys and values before pos are in
   // k_cache/v_cache (B, NH, capacity, hs); appends this step's keys and values there.
   // Inference only (no gradients).
-  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
+                        const Tensor& key_start = Tensor());
 
   int64_t n_head;  // the heads this rank computes
   std::shared_ptr<Linear> qkv, proj;
@@ -41,7 +45,10 @@ class Block : public Module {
  public:
   Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par = *serial());
   Tensor forward(const Tensor& x) override;
-  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos);
+  // A left-padded batch: the rows' first keys (Note [Left-padded batches]); runs the hooks.
+  Tensor forward_padded(const Tensor& x, const Tensor& key_start);
+  Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
+                        const Tensor& key_start = Tensor());
 
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;

@@ -21,21 +21,22 @@
 //
 // Note [Left-padded prompts]: DeepSpeed-Chat's step 3 left-pads the prompts so that all end
 // at the same column and generation appends one column for the whole batch. A model given
-// such a batch must put row b's token j at position j - pad_b (the `positions` below), and
-// must keep every query from attending to its row's pad keys. triad's GPT does neither:
-// forward and forward_cached add the position rows [pos, pos + T) shared by the batch, and
-// causal attention masks by position alone. What it must gain:
-//   1. GPT::forward and forward_cached taking positions (B, T) i64 and gathering the
-//      position rows per token (an embedding lookup of wpe) instead of one narrow;
-//   2. attention with a per-row first key, ops::causal_attention(q, k, v, scale,
-//      key_start (B,) i64): query i of row b sees keys j with key_start[b] <= j <=
-//      i + Tk - Tq; a query with no key to see (a pad query) outputs 0 and passes no
-//      gradient; the CPU and CUDA kernels skip the masked keys; KVCache keeps key_start.
-//   3. generation (engine/generate.h) continuing B prompts at once, appending the same
-//      column to each row.
-// Until then step 3 can generate prompt by prompt (B = 1), or batch prompts of one length.
-// Right-padded batches need none of this: causal attention never lets a real token see a
-// later pad, and the loss masks skip the pads.
+// such a batch puts row b's token j at position j - pad_b and keeps every query from
+// attending to its row's pad keys; triad's models do both (Note [Left-padded batches] in
+// nn/language_model.h):
+//   1. GPT and Llama forward(indices, nn::LeftPadding) and forward_cached(indices, cache,
+//      positions) take positions (B, T) i64 (the GPT gathers its position rows per token, the
+//      Llama its rotary angles); nn::left_padding(pads, T) makes them;
+//   2. ops::causal_attention(q, k, v, scale, key_start (B,) i64): query i of row b sees keys
+//      key_start[b] <= j <= i + Tk - Tq; a pad query outputs 0 and passes no gradient; the
+//      CPU and CUDA kernels skip the masked keys; KVCache keeps key_start;
+//   3. engine::generate_batch (engine/generate.h, Note [Batched generation]) continues B
+//      prompts at once, returning the left-padded rows, the sampled tokens' log-probs and
+//      the answer mask, and on a training Engine at any ZeRO stage
+//      (engine/hybrid_engine.h, Note [Hybrid engine]).
+// The training forward on the left-padded prompt + answer rows recomputes the recorded
+// log-probs (within 1e-5 in f32). Right-padded batches need none of this: causal attention
+// never lets a real token see a later pad, and the loss masks skip the pads.
 #pragma once
 
 #include <cstdint>

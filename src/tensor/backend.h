@@ -102,13 +102,16 @@ class Backend {
   // lse and the gradients are contiguous. lse (B, NH, Tq): the log-sum-exp of each query's scaled scores over the
   // keys it sees, in f32 (f64 for f64 inputs). Unlike the other floating kernels these take
   // bf16 and f16 as well as f32 and f64: one dtype for q, k, v, out, grad_out, dq, dk, dv,
-  // 16-bit values read and written as stored and computed in f32.
+  // 16-bit values read and written as stored and computed in f32. key_start, when defined,
+  // (B,) i64 on q's device: row b's queries also see only keys j >= key_start[b], and a
+  // query that sees none outputs 0 with lse +inf (its gradients, and its part of dk and dv,
+  // are 0).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                         double scale) = 0;
+                         double scale, const Tensor& key_start = Tensor()) = 0;
   // The gradients of attention: out and lse as it returned them; dq, dk, dv shaped as q, k, v.
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
-                                  const Tensor& dv, double scale) = 0;
+                                  const Tensor& dv, double scale, const Tensor& key_start = Tensor()) = 0;
 };
 
 // The backend of a device; throws Error when that backend is not built.

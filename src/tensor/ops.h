@@ -211,10 +211,15 @@ struct AttentionGrads {
 // j <= i + (Tk - Tq), as softmax's causal mask. One floating dtype for q, k, v: f32, f64,
 // or bf16/f16, which the backends read as stored and compute in f32 (the CUDA backend takes
 // no f64). Any strides (views of a fused qkv projection need no copy when hs has stride 1).
-AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+// key_start, when given, (B,) i64 on q's device (Note [Left-padded batches] in
+// nn/language_model.h): query i of row b sees keys key_start[b] <= j <= i + Tk - Tq; a
+// query that sees no key (a pad) outputs 0, lse +inf, and passes no gradient.
+AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                              const Tensor& key_start = Tensor());
 // Gradients for q, k, v (contiguous, in their dtype) given the forward's out and lse and
 // grad_out (shaped as out).
 AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                         const Tensor& lse, const Tensor& grad_out, double scale);
+                                         const Tensor& lse, const Tensor& grad_out, double scale,
+                                         const Tensor& key_start = Tensor());
 
 }  // namespace triad::ops

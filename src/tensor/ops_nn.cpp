@@ -61,6 +61,16 @@ Tensor attention_operand(const Tensor& t) {
   return (t.size(3) == 1 || t.stride(3) == 1) && t.stride(2) >= t.size(3) ? t : contiguous(t);
 }
 
+// key_start of causal_attention: undefined, or (B,) i64 on q's device (returned contiguous).
+Tensor check_key_start(const Tensor& key_start, const Tensor& q, const char* op) {
+  if (!key_start.defined()) return key_start;
+  TRIAD_CHECK(key_start.dtype() == DType::i64 && key_start.shape() == Shape{q.size(0)} &&
+                  key_start.device() == q.device(),
+              op << ": key_start must be (" << q.size(0) << ",) i64 on " << q.device().str() << ", got "
+                 << key_start.str());
+  return contiguous(key_start);
+}
+
 }  // namespace
 
 Tensor softmax(const Tensor& x, bool causal) {
@@ -182,20 +192,24 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   return g;
 }
 
-AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                              const Tensor& key_start) {
   check_attention(q, k, v, "causal_attention");
+  const Tensor first = check_key_start(key_start, q, "causal_attention");
   const DType lse_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   AttentionOut r{Tensor::empty(q.shape(), q.dtype(), q.device()),
                  Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype, q.device())};
   if (q.numel() == 0) return r;
   backend_for(q.device())
-      .attention(attention_operand(q), attention_operand(k), attention_operand(v), r.out, r.lse, scale);
+      .attention(attention_operand(q), attention_operand(k), attention_operand(v), r.out, r.lse, scale, first);
   return r;
 }
 
 AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                         const Tensor& lse, const Tensor& grad_out, double scale) {
+                                         const Tensor& lse, const Tensor& grad_out, double scale,
+                                         const Tensor& key_start) {
   check_attention(q, k, v, "causal_attention_backward");
+  const Tensor first = check_key_start(key_start, q, "causal_attention_backward");
   check_like(out, q, "causal_attention_backward", "out");
   check_like(grad_out, q, "causal_attention_backward", "grad_out");
   const DType lse_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
@@ -215,7 +229,7 @@ AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const
   }
   backend_for(q.device())
       .attention_backward(attention_operand(q), attention_operand(k), attention_operand(v), contiguous(out),
-                          contiguous(lse), attention_operand(grad_out), g.dq, g.dk, g.dv, scale);
+                          contiguous(lse), attention_operand(grad_out), g.dq, g.dk, g.dv, scale, first);
   return g;
 }
 

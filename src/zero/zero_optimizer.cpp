@@ -231,6 +231,7 @@ void ZeroOptimizer::release_group(Group& g) {
 }
 
 void ZeroOptimizer::release_unit(size_t u) {
+  if (held_) return;
   for (Group* g : unit_groups_[u]) release_group(*g);
 }
 
@@ -238,10 +239,12 @@ void ZeroOptimizer::gather_all() {
   if (config_.stage != 3) return;
   for (size_t u = 0; u < units_.size(); ++u) prefetch_unit(u, Use::whole);
   for (size_t u = 0; u < units_.size(); ++u) gather_unit(u, Use::whole);
+  held_ = true;
 }
 
 void ZeroOptimizer::release_all() {
   if (config_.stage != 3) return;
+  held_ = false;
   for (Group& g : groups_) {
     release_group(g);
     g.flat->drop_secondary();

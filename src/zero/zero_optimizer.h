@@ -241,7 +241,10 @@ class ZeroOptimizer {
   Counters counters() const { return {steps_, scale_, hysteresis_left_, clean_steps_}; }
   void set_counters(const Counters& c);
   // Stage 3: gather every parameter (collective) so the whole model can be read, e.g. to
-  // save it; release_all() partitions it again. No-ops in stages 0–2.
+  // save it or to generate (Note [Hybrid engine] in engine/hybrid_engine.h); until
+  // release_all() partitions it again (on this rank alone: no collective) the units' forward
+  // hooks neither gather nor release, so forwards in between make no collective. No-ops in
+  // stages 0–2.
   void gather_all();
   void release_all();
 
@@ -305,6 +308,7 @@ class ZeroOptimizer {
   std::vector<std::vector<Group*>> unit_groups_;  // groups of each unit
   std::vector<Pending> pending_;
   bool last_micro_ = true;
+  bool held_ = false;  // stage 3: gather_all() holds every unit gathered until release_all()
   int64_t steps_ = 0;
   double scale_ = 1.0;  // loss scale (Note: LossScaleConfig)
   int hysteresis_left_ = 0;

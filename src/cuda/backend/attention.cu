@@ -97,9 +97,9 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
     for (int c = 0; c < kCols; ++c) acc[i][c] = 0.0f;
   }
-  // Keys seen by the tile's last real query.
-  const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset;
-  for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
+  // Keys seen by the tile's last real query, from the tile of the row's first key.
+  const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset, first_key = g.first_key(bh);
+  for (int64_t k0 = (first_key < k_end ? first_key : k_end) / kTile * kTile; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous tile's readers of sk, sv, sp are done
     load_tile<E, HS>(sk, kp, k.stride_t, k0, g.tk, g.hs);
     load_tile<E, HS>(sv, vp, v.stride_t, k0, g.tk, g.hs);
@@ -126,15 +126,17 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t key = k0 + col + 16 * j;
-        s[i][j] = key <= row + offset && key < g.tk ? s[i][j] * g.scale_log2 : -INFINITY;
+        s[i][j] = key >= first_key && key <= row + offset && key < g.tk ? s[i][j] * g.scale_log2 : -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
       mx = row_group_reduce(mx, MaxF{});
-      const float alpha = exp2f(m[i] - mx);  // 0 on the first tile
+      // A row that has seen no key yet keeps max -inf; its terms are 0 (not exp2f(nan)).
+      const float base = mx == -INFINITY ? 0.0f : mx;
+      const float alpha = exp2f(m[i] - base);  // 0 on the row's first keys
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float p = exp2f(s[i][j] - mx);
+        const float p = exp2f(s[i][j] - base);
         sum += p;
         sp[(4 * grp + i) * kTileStride + col + 16 * j] = p;
       }
@@ -163,12 +165,12 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int i = 0; i < 4; ++i) {
     const int64_t row = q0 + 4 * grp + i;
     if (row >= g.tq) continue;
-    const float inv = 1.0f / l[i];
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;  // 0: a query before its row's first key
     const int64_t base = (bh * g.tq + row) * g.hs;
 #pragma unroll
     for (int c = 0; c < kCols; ++c)
       if (col + 16 * c < g.hs) E::store(out, base + col + 16 * c, acc[i][c] * inv);
-    if (col == 0) lse[bh * g.tq + row] = (m[i] + log2f(l[i])) * kLn2;
+    if (col == 0) lse[bh * g.tq + row] = l[i] > 0.0f ? (m[i] + log2f(l[i])) * kLn2 : INFINITY;
   }
 }
 
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t bh = blockIdx.x;
   const int64_t k0 = int64_t(blockIdx.y) * kTile;
   const int grp = threadIdx.x / 16, col = threadIdx.x % 16;
-  const int64_t offset = g.tk - g.tq;
+  const int64_t offset = g.tk - g.tq, first_key = g.first_key(bh);
   const T* qp = q.head<T>(bh, g.heads);
   const T* gp = grad.head<T>(bh, g.heads);
   load_tile<E, HS>(sk, k.head<T>(bh, g.heads), k.stride_t, k0, g.tk, g.hs);
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t key = k0 + col + 16 * j;
-        const bool seen = row < g.tq && key < g.tk && key <= row + offset;
+        const bool seen = row < g.tq && key < g.tk && key <= row + offset && key >= first_key;
         p[i][j] = seen ? exp2f(p[i][j] * g.scale_log2 - s_lse[4 * grp + i]) : 0.0f;
         ds[i][j] = p[i][j] * (ds[i][j] - s_d[4 * grp + i]);
         sp[(4 * grp + i) * kTileStride + col + 16 * j] = p[i][j];
@@ -335,20 +337,20 @@ constexpr size_t backward_smem() {
 
 template <class E, int HS>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
-             cudaStream_t stream) {
+             const Tensor& key_start, cudaStream_t stream) {
   auto* kernel = attention_kernel<E, HS>;
   allow_shared_memory(kernel, forward_smem<HS>(), q.device().index, q.size(3));
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(q.size(2)));
   kernel<<<grid, kAttnThreads, forward_smem<HS>(), stream>>>(
-      Operand(q), Operand(k), Operand(v), ptr<typename E::type>(out), ptr<float>(lse), geometry(q, k, scale));
+      Operand(q), Operand(k), Operand(v), ptr<typename E::type>(out), ptr<float>(lse), geometry(q, k, scale, key_start));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
 template <class E, int HS>
 void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
               const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv, double scale,
-              cudaStream_t stream) {
-  const Geometry g = geometry(q, k, scale);
+              const Tensor& key_start, cudaStream_t stream) {
+  const Geometry g = geometry(q, k, scale, key_start);
   const Tensor dsum = attention_dsum<E>(out, grad_out, g, stream);
   auto* kernel = attention_backward_kernel<E, HS>;
   allow_shared_memory(kernel, backward_smem<HS>(), q.device().index, q.size(3));
@@ -363,16 +365,16 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
 struct Forward {
   template <class E, int HS>
   static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
-                  cudaStream_t stream) {
-    forward<E, HS>(q, k, v, out, lse, scale, stream);
+                  const Tensor& key_start, cudaStream_t stream) {
+    forward<E, HS>(q, k, v, out, lse, scale, key_start, stream);
   }
 };
 struct Backward {
   template <class E, int HS>
   static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                   const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv, double scale,
-                  cudaStream_t stream) {
-    backward<E, HS>(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, stream);
+                  const Tensor& key_start, cudaStream_t stream) {
+    backward<E, HS>(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, key_start, stream);
   }
 };
 
@@ -407,25 +409,26 @@ void dispatch(const Tensor& q, const char* method, Args&&... args) {
 // bf16 and f16 go to the tensor-core kernels where they fit (attention_mma.cu), the rest
 // to the FMA kernels here.
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                            double scale) {
+                            double scale, const Tensor& key_start) {
   OnDevice on(q);
   if (mma_attention_fits(q, /*backward=*/false))
-    mma_attention(q, k, v, out, lse, scale, on.stream());
+    mma_attention(q, k, v, out, lse, scale, key_start, on.stream());
   else
-    dispatch<Forward>(q, "attention", q, k, v, out, lse, scale, on.stream());
+    dispatch<Forward>(q, "attention", q, k, v, out, lse, scale, key_start, on.stream());
 }
 
 void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
-                                     const Tensor& dv, double scale) {
+                                     const Tensor& dv, double scale, const Tensor& key_start) {
   OnDevice on(q);
   // dQ is summed with atomics in f32: into dq itself when it is f32.
   const Tensor dq32 = dq.dtype() == DType::f32 ? dq : Tensor::empty(dq.shape(), DType::f32, dq.device());
   TRIAD_CUDA_CHECK(cudaMemsetAsync(dq32.raw_data(), 0, dq32.nbytes(), on.stream()));
   if (mma_attention_fits(q, /*backward=*/true))
-    mma_attention_backward(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, on.stream());
+    mma_attention_backward(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, key_start, on.stream());
   else
-    dispatch<Backward>(q, "attention_backward", q, k, v, out, lse, grad_out, dq32, dk, dv, scale, on.stream());
+    dispatch<Backward>(q, "attention_backward", q, k, v, out, lse, grad_out, dq32, dk, dv, scale, key_start,
+                       on.stream());
   if (!dq32.is_same(dq)) copy(dq, dq32);
 }
 

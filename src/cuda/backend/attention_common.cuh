@@ -54,6 +54,11 @@ struct Geometry {
   int hs;            // head size, <= the kernel's HS
   int64_t tq, tk;    // queries and keys per head; query i sees keys j <= i + tk - tq
   float scale_log2;  // scale log2 e: scores in base 2
+  // (B,) on the device, or nullptr: row b's queries also see only keys j >= key_start[b]
+  // (ops::causal_attention); a query that sees none outputs 0 with lse +inf.
+  const int64_t* key_start = nullptr;
+  // The first key that head bh's queries see.
+  __host__ __device__ int64_t first_key(int64_t bh) const { return key_start ? key_start[bh / heads] : 0; }
 };
 
 // dsum[r] = sum over hs of dO o O for row r of (B NH Tq); a warp per row.
@@ -90,8 +95,9 @@ void allow_shared_memory(Kernel* kernel, size_t bytes, int device, int64_t hs) {
   TRIAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-inline Geometry geometry(const Tensor& q, const Tensor& k, double scale) {
-  return Geometry{int(q.size(1)), int(q.size(3)), q.size(2), k.size(2), float(scale * 1.4426950408889634)};
+inline Geometry geometry(const Tensor& q, const Tensor& k, double scale, const Tensor& key_start = Tensor()) {
+  return Geometry{int(q.size(1)), int(q.size(3)), q.size(2), k.size(2), float(scale * 1.4426950408889634),
+                  key_start.defined() ? static_cast<const int64_t*>(key_start.raw_data()) : nullptr};
 }
 
 // Grid dimension y counts tiles of one head.
@@ -124,9 +130,9 @@ bool mma_attention_fits(const Tensor& q, bool backward);
 // The passes of CudaBackend::attention and attention_backward on tensor cores; dq32 is
 // an f32 buffer of dq's shape, zeroed, that dQ is summed into.
 void mma_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                   double scale, cudaStream_t stream);
+                   double scale, const Tensor& key_start, cudaStream_t stream);
 void mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                             const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv,
-                            double scale, cudaStream_t stream);
+                            double scale, const Tensor& key_start, cudaStream_t stream);
 
 }  // namespace triad::cuda

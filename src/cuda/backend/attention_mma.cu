@@ -44,21 +44,21 @@ namespace {
 
 template <class E, int HS>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
-             cudaStream_t stream) {
+             const Tensor& key_start, cudaStream_t stream) {
   auto* kernel = mma_attention_kernel<E, HS>;
   constexpr size_t bytes = Layout<HS>::forward;
   allow_shared_memory(kernel, bytes, q.device().index, q.size(3));
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(q.size(2)));
   kernel<<<grid, kMmaThreads, bytes, stream>>>(Operand(q), Operand(k), Operand(v), ptr<uint16_t>(out),
-                                                ptr<float>(lse), geometry(q, k, scale), whole_rows<HS>({&q, &k, &v}));
+                                                ptr<float>(lse), geometry(q, k, scale, key_start), whole_rows<HS>({&q, &k, &v}));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
 template <class E, int HS>
 void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
               const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv, double scale,
-              cudaStream_t stream) {
-  const Geometry g = geometry(q, k, scale);
+              const Tensor& key_start, cudaStream_t stream) {
+  const Geometry g = geometry(q, k, scale, key_start);
   const Tensor dsum = attention_dsum<E>(out, grad_out, g, stream);
   auto* kernel = mma_attention_backward_kernel<E, HS>;
   constexpr size_t bytes = Layout<HS>::backward;
@@ -106,14 +106,16 @@ bool mma_attention_fits(const Tensor& q, bool backward) {
 }
 
 void mma_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                   double scale, cudaStream_t stream) {
-  with_kernel(q, [&]<class E, int HS>() { forward<E, HS>(q, k, v, out, lse, scale, stream); });
+                   double scale, const Tensor& key_start, cudaStream_t stream) {
+  with_kernel(q, [&]<class E, int HS>() { forward<E, HS>(q, k, v, out, lse, scale, key_start, stream); });
 }
 
 void mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                             const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv,
-                            double scale, cudaStream_t stream) {
-  with_kernel(q, [&]<class E, int HS>() { backward<E, HS>(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, stream); });
+                            double scale, const Tensor& key_start, cudaStream_t stream) {
+  with_kernel(q, [&]<class E, int HS>() {
+    backward<E, HS>(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, key_start, stream);
+  });
 }
 
 }  // namespace triad::cuda

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * kTile;  // heaviest tiles first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = 16 * warp + lane / 2, half = lane % 2;  // the row this lane pair softmaxes
-  const int64_t row = q0 + r, offset = g.tk - g.tq;
+  const int64_t row = q0 + r, offset = g.tk - g.tq, first_key = g.first_key(bh);
   const uint16_t* kp = k.head<uint16_t>(bh, g.heads);
   const uint16_t* vp = v.head<uint16_t>(bh, g.heads);
   load_tile16<HS>(sq, L::kLd16, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs, whole & 1u);
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   float m = -INFINITY, l = 0.0f;  // the row's running max (base 2) and sum, in both lanes
   const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset;  // keys the last row sees
-  for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
+  for (int64_t k0 = (first_key < k_end ? first_key : k_end) / kTile * kTile; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous tile's readers of sk, sv are done
     load_tile16<HS>(sk, L::kLd16, kp, k.stride_t, k0, g.tk, g.hs, whole & 2u);
     load_tile16<HS>(sv, L::kLd16, vp, v.stride_t, k0, g.tk, g.hs, whole & 4u);
@@ -156,23 +156,25 @@ __global__ void __launch_bounds__(kMmaThreads)
     scores<W, HS>(ss + 16 * warp * L::kLdS, L::kLdS, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
     __syncwarp();
 
-    // Online softmax of the row over this tile's keys. Every row sees key 0, so the max is
-    // finite from the first tile on.
+    // Online softmax of the row over this tile's keys. A row that has seen no key yet (all
+    // before its first key) keeps max -inf, and its terms are 0.
     const float* srow = ss + r * L::kLdS;
     float mx = m;
     for (int i = 0; i < 32; ++i) {
       const int c = staggered(half, i, lane);
       const int64_t key = k0 + c;
-      if (key <= row + offset && key < g.tk) mx = fmaxf(mx, srow[c] * g.scale_log2);
+      if (key >= first_key && key <= row + offset && key < g.tk) mx = fmaxf(mx, srow[c] * g.scale_log2);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float alpha = exp2f(m - mx);  // 0 on the first tile
+    const float base = mx == -INFINITY ? 0.0f : mx;
+    const float alpha = exp2f(m - base);  // 0 on the row's first keys
     float sum = 0.0f;
     uint16_t* prow = sp + r * L::kLdP;
     for (int i = 0; i < 32; ++i) {
       const int c = staggered(half, i, lane);
       const int64_t key = k0 + c;
-      const float p = key <= row + offset && key < g.tk ? exp2f(srow[c] * g.scale_log2 - mx) : 0.0f;
+      const float p =
+          key >= first_key && key <= row + offset && key < g.tk ? exp2f(srow[c] * g.scale_log2 - base) : 0.0f;
       sum += p;
       E::store(prow, c, p);
     }
@@ -195,11 +197,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   __syncwarp();  // the warp's O is stored
 
   if (row >= g.tq) return;
-  const float inv = 1.0f / l;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // 0: a query before its row's first key
   const float* orow = so + r * L::kLdAcc;
   uint16_t* dst = out + (bh * g.tq + row) * g.hs;
   for (int c = half; c < g.hs; c += 2) E::store(dst, c, orow[c] * inv);
-  if (half == 0) lse[bh * g.tq + row] = (m + log2f(l)) * kLn2;
+  if (half == 0) lse[bh * g.tq + row] = l > 0.0f ? (m + log2f(l)) * kLn2 : INFINITY;
 }
 
 // ---- backward ----
@@ -229,7 +231,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t k0 = int64_t(blockIdx.y) * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = 16 * warp + lane / 2, half = lane % 2;  // the query row this lane pair works on
-  const int64_t offset = g.tk - g.tq;
+  const int64_t offset = g.tk - g.tq, first_key = g.first_key(bh);
   const uint16_t* qp = q.head<uint16_t>(bh, g.heads);
   const uint16_t* gp = grad.head<uint16_t>(bh, g.heads);
   load_tile16<HS>(sk, L::kLd16, k.head<uint16_t>(bh, g.heads), k.stride_t, k0, g.tk, g.hs, whole & 2u);
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int i = 0; i < 32; ++i) {
         const int c = staggered(half, i, lane);
         const int64_t key = k0 + c;
-        const bool seen = row < g.tq && key < g.tk && key <= row + offset;
+        const bool seen = row < g.tq && key < g.tk && key <= row + offset && key >= first_key;
         const float p = seen ? exp2f(ss[r * L::kLdS + c] * g.scale_log2 - lse2) : 0.0f;
         E::store(sp + r * L::kLdP, c, p);
         E::store(sds + r * L::kLdP, c, p * (sdp[r * L::kLdS + c] - d));

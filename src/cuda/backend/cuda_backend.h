@@ -65,10 +65,10 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
                               const Tensor& count, int64_t ignore_index, int64_t classes, const Tensor& grad_logits) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                 double scale) override;
+                 double scale, const Tensor& key_start = Tensor()) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                           const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                          double scale) override;
+                          double scale, const Tensor& key_start = Tensor()) override;
 };
 
 Backend& cuda_backend();

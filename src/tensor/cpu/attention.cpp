@@ -14,6 +14,10 @@
 //   schedule.
 // bf16/f16 tensors are widened to f32 on entry and results narrowed on exit (the CPU
 // computes in f32 and f64 only).
+// With key_start (Note [Left-padded batches] in nn/language_model.h) row b's queries see keys
+// j >= key_start[b] only: key blocks wholly before it are skipped, the rest masked; a query
+// that sees no key outputs 0 with lse = +inf, so the backward gives it and through it
+// nothing.
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -64,14 +68,23 @@ inline int64_t keys_seen(int64_t i, int64_t offset, int64_t k0, int64_t nk) {
   return std::clamp<int64_t>(i + offset + 1 - k0, 0, nk);
 }
 
+// The first key of the block starting at k0 (of nk) that row b's queries see: j >= first[b].
+inline int64_t first_seen(const int64_t* first, int64_t b, int64_t k0, int64_t nk) {
+  return first ? std::clamp<int64_t>(first[b] - k0, 0, nk) : 0;
+}
+
+// key_start as i64 values on the host, or nullptr when absent (every key from 0 is seen).
+const int64_t* key_starts(const Tensor& key_start) { return key_start.defined() ? key_start.data<int64_t>() : nullptr; }
+
 // Work below which a call stays on one thread (multiply-adds of the scores).
 bool worth_threads(const Tensor& q, const Tensor& k) {
   return q.size(0) * q.size(1) * q.size(2) * k.size(2) * q.size(3) > (int64_t(1) << 18);
 }
 
 template <class T>
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, T scale) {
-  const int64_t tq = q.size(2), tk = k.size(2), hs = q.size(3), offset = tk - tq;
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, T scale,
+             const int64_t* first) {
+  const int64_t tq = q.size(2), tk = k.size(2), hs = q.size(3), offset = tk - tq, nh = q.size(1);
   const int64_t heads = q.size(0) * q.size(1), q_blocks = (tq + kBlockQ - 1) / kBlockQ;
   const Heads<T> Q(q), K(k), V(v), O(out);
   T* pl = lse.data<T>();
@@ -88,8 +101,9 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
       acc.topRows(nq).setZero();
       std::fill_n(m.begin(), nq, -kInf);
       std::fill_n(l.begin(), nq, T(0));
-      for (int64_t k0 = 0; k0 < k_end; k0 += kBlockK) {
-        const int64_t nk = std::min(kBlockK, k_end - k0);
+      const int64_t b = bh / nh, k_begin = first ? std::min(first[b], k_end) / kBlockK * kBlockK : 0;
+      for (int64_t k0 = k_begin; k0 < k_end; k0 += kBlockK) {
+        const int64_t nk = std::min(kBlockK, k_end - k0), lo = first_seen(first, b, k0, nk);
         auto sb = s.topLeftCorner(nq, nk);
         sb.noalias() = qb * K.rows(bh, k0, nk).transpose();
         for (int64_t r = 0; r < nq; ++r) {
@@ -97,17 +111,18 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
           const int64_t seen = keys_seen(q0 + r, offset, k0, nk);
           T mx = m[r];
 #pragma omp simd reduction(max : mx)
-          for (int64_t j = 0; j < seen; ++j) {
+          for (int64_t j = lo; j < seen; ++j) {
             row[j] *= scale;
             mx = std::max(mx, row[j]);
           }
           T total = 0;
 #pragma omp simd reduction(+ : total)
-          for (int64_t j = 0; j < seen; ++j) {
+          for (int64_t j = lo; j < seen; ++j) {
             row[j] = cpu::vexp(row[j] - mx);
             total += row[j];
           }
-          std::fill(row + seen, row + nk, T(0));
+          std::fill(row, row + std::min(lo, nk), T(0));
+          std::fill(row + std::max(seen, lo), row + nk, T(0));
           // When the running max grew, what was summed under the old one is rescaled.
           if (mx != m[r]) {
             const T alpha = std::exp(m[r] - mx);  // 0 on a row's first keys (m = -inf)
@@ -121,8 +136,13 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
       }
       RowsMap<T> ob = O.rows(bh, q0, nq);
       for (int64_t r = 0; r < nq; ++r) {
-        ob.row(r) = acc.row(r) / l[r];
-        pl[bh * tq + q0 + r] = m[r] + std::log(l[r]);
+        if (l[r] > 0) {
+          ob.row(r) = acc.row(r) / l[r];
+          pl[bh * tq + q0 + r] = m[r] + std::log(l[r]);
+        } else {  // a query before its row's first key
+          ob.row(r).setZero();
+          pl[bh * tq + q0 + r] = kInf;
+        }
       }
     }
   }
@@ -130,8 +150,9 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
 
 template <class T>
 void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-              const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv, T scale) {
-  const int64_t tq = q.size(2), tk = k.size(2), hs = q.size(3), offset = tk - tq;
+              const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv, T scale,
+              const int64_t* first) {
+  const int64_t tq = q.size(2), tk = k.size(2), hs = q.size(3), offset = tk - tq, nh = q.size(1);
   const int64_t heads = q.size(0) * q.size(1);
   const Heads<T> Q(q), K(k), V(v), O(out), dO(grad_out), dQ(dq), dK(dk), dV(dv);
   const T* pl = lse.data<T>();
@@ -151,8 +172,9 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
         const int64_t nq = std::min(kBlockQ, tq - q0), k_end = q0 + nq + offset;
         const RowsMap<T> qb = Q.rows(bh, q0, nq), gb = dO.rows(bh, q0, nq);
         RowsMap<T> dqb = dQ.rows(bh, q0, nq);
-        for (int64_t k0 = 0; k0 < k_end; k0 += kBlockK) {
-          const int64_t nk = std::min(kBlockK, k_end - k0);
+        const int64_t b = bh / nh, k_begin = first ? std::min(first[b], k_end) / kBlockK * kBlockK : 0;
+        for (int64_t k0 = k_begin; k0 < k_end; k0 += kBlockK) {
+          const int64_t nk = std::min(kBlockK, k_end - k0), lo = first_seen(first, b, k0, nk);
           const RowsMap<T> kb = K.rows(bh, k0, nk), vb = V.rows(bh, k0, nk);
           auto pb = p.topLeftCorner(nq, nk);
           auto dsb = ds.topLeftCorner(nq, nk);
@@ -164,12 +186,14 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
             const int64_t seen = keys_seen(q0 + r, offset, k0, nk);
             const T lr = row_lse[q0 + r], dr_sum = d[size_t(q0 + r)];
 #pragma omp simd
-            for (int64_t j = 0; j < seen; ++j) {
+            for (int64_t j = lo; j < seen; ++j) {
               pr[j] = cpu::vexp(pr[j] * scale - lr);
               dr[j] = pr[j] * (dr[j] - dr_sum) * scale;
             }
-            std::fill(pr + seen, pr + nk, T(0));
-            std::fill(dr + seen, dr + nk, T(0));
+            std::fill(pr, pr + std::min(lo, nk), T(0));
+            std::fill(dr, dr + std::min(lo, nk), T(0));
+            std::fill(pr + std::max(seen, lo), pr + nk, T(0));
+            std::fill(dr + std::max(seen, lo), dr + nk, T(0));
           }
           dV.rows(bh, k0, nk).noalias() += pb.transpose() * gb;
           dqb.noalias() += dsb * kb;
@@ -192,27 +216,27 @@ Tensor widened(Backend& backend, const Tensor& t) {
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                           double scale) {
+                           double scale, const Tensor& key_start) {
   if (is_16bit(q.dtype())) {
     const Tensor o = Tensor::empty(out.shape(), DType::f32);
-    attention(widened(*this, q), widened(*this, k), widened(*this, v), o, lse, scale);
+    attention(widened(*this, q), widened(*this, k), widened(*this, v), o, lse, scale, key_start);
     copy(out, o);
     return;
   }
   cpu::visit_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    forward<T>(q, k, v, out, lse, T(scale));
+    forward<T>(q, k, v, out, lse, T(scale), key_starts(key_start));
   });
 }
 
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                     const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
-                                    const Tensor& dv, double scale) {
+                                    const Tensor& dv, double scale, const Tensor& key_start) {
   if (is_16bit(q.dtype())) {
     const Tensor gq = Tensor::empty(dq.shape(), DType::f32), gk = Tensor::empty(dk.shape(), DType::f32),
                  gv = Tensor::empty(dv.shape(), DType::f32);
     attention_backward(widened(*this, q), widened(*this, k), widened(*this, v), widened(*this, out), lse,
-                       widened(*this, grad_out), gq, gk, gv, scale);
+                       widened(*this, grad_out), gq, gk, gv, scale, key_start);
     copy(dq, gq);
     copy(dk, gk);
     copy(dv, gv);
@@ -220,7 +244,7 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
   }
   cpu::visit_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    backward<T>(q, k, v, out, lse, grad_out, dq, dk, dv, T(scale));
+    backward<T>(q, k, v, out, lse, grad_out, dq, dk, dv, T(scale), key_starts(key_start));
   });
 }
 

@@ -1,0 +1,125 @@
+// Batched generation of left-padded prompts (Note [Batched generation] in engine/generate.h):
+// each row continues as its prompt alone does, rows stop on their own, the draws belong to
+// the global sample, and the recorded log-probs are those the training forward recomputes
+// on the whole left-padded rows (what PPO's old_logp must be).
+#define BOOST_TEST_MODULE generate_batch
+#include <boost/test/unit_test.hpp>
+
+#include "engine/generate.h"
+#include "rlhf/log_probs.h"
+#include "support/check.h"
+#include "triad.h"
+
+using namespace triad;
+
+namespace {
+
+const nn::GPTConfig kGpt{.n_layer = 2, .n_head = 2, .d_model = 16, .seq_len = 24, .vocab_size = 23, .init_seed = 5};
+const nn::LlamaConfig kLlama{.n_layer = 2, .n_head = 4, .n_kv_head = 2, .d_model = 16, .intermediate = 24,
+                             .seq_len = 24, .vocab_size = 23, .init_seed = 5};
+const std::vector<std::vector<int32_t>> kPrompts = {{3, 17, 4, 4, 9}, {5, 8}, {11, 2, 7}, {20}};
+
+std::vector<int32_t> row(const Tensor& t, int64_t b, int64_t first, int64_t n) {
+  const std::vector<int64_t> v = ops::contiguous(ops::narrow(ops::select(t, 0, b), 0, first, n)).to_vector<int64_t>();
+  return {v.begin(), v.end()};
+}
+
+// The log-probs of the generated tokens recomputed by the training forward on the
+// left-padded prompt + answer rows equal the recorded ones where the mask is 1.
+void check_agreement(nn::LanguageModel& model, const engine::BatchGeneration& r) {
+  const int64_t P = r.prompt_columns, N = r.logprobs.size(1), T = r.tokens.size(1);
+  BOOST_TEST_REQUIRE(N > 0);
+  model.train();  // the training pass (the models have no dropout)
+  const Tensor logits = model.forward(r.tokens, nn::left_padding(r.pads, T));
+  const Tensor logp = rlhf::next_token_log_probs(logits, r.tokens).logp;  // (B, T - 1)
+  const Tensor recomputed = ops::mul(ops::narrow(logp, 1, P - 1, N), r.answer_mask);
+  BOOST_TEST(test::max_abs_diff(recomputed, r.logprobs) < 1e-5);
+  BOOST_TEST(ops::max_abs(r.logprobs) > 0.1);  // real values, not all masked
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(greedy_rows_continue_as_their_prompts_alone) {
+  nn::GPT model(kGpt);
+  const engine::SamplingOptions o{.temperature = 0.0, .max_new_tokens = 8};
+  const engine::BatchGeneration r = engine::generate_batch(model, kPrompts, o, /*pad_token=*/0);
+  BOOST_TEST(r.prompt_columns == 5);
+  BOOST_TEST(r.pads == std::vector<int64_t>({0, 3, 2, 4}), boost::test_tools::per_element());
+  BOOST_TEST(r.tokens.shape() == Shape({4, 13}), shape_str(r.tokens.shape()));
+  for (int64_t b = 0; b < 4; ++b) {
+    const auto& p = kPrompts[size_t(b)];
+    BOOST_TEST(row(r.tokens, b, r.pads[size_t(b)], int64_t(p.size())) == p, boost::test_tools::per_element());
+    BOOST_TEST(row(r.tokens, b, 5, 8) == engine::generate(model, p, o), boost::test_tools::per_element());
+  }
+  BOOST_TEST(ops::sum(r.answer_mask).item() == 32.0);
+}
+
+BOOST_AUTO_TEST_CASE(rows_stop_at_their_own_stop_token) {
+  nn::GPT model(kGpt);
+  engine::SamplingOptions o{.temperature = 1.0, .top_k = 0, .top_p = 1.0, .max_new_tokens = 12, .seed = 3};
+  // The stop token: the third token row 0 samples, so row 0 stops there and others later or never.
+  o.stop_token = int32_t(row(engine::generate_batch(model, kPrompts, o).tokens, 0, 7, 1)[0]);
+  const engine::BatchGeneration r = engine::generate_batch(model, kPrompts, o, /*pad_token=*/1);
+  const int64_t N = r.logprobs.size(1);
+  for (int64_t b = 0; b < 4; ++b) {
+    const std::vector<int32_t> answer = row(r.tokens, b, 5, N);
+    const std::vector<float> mask = ops::contiguous(ops::select(r.answer_mask, 0, b)).to_vector<float>();
+    const auto stop = std::find(answer.begin(), answer.end(), o.stop_token);
+    const int64_t length = stop == answer.end() ? N : int64_t(stop - answer.begin()) + 1;
+    if (b == 0) BOOST_TEST(length == 3);
+    for (int64_t j = 0; j < N; ++j) {
+      BOOST_TEST(mask[size_t(j)] == (j < length ? 1.0f : 0.0f), "row " << b << " column " << j);
+      if (j >= length) BOOST_TEST(answer[size_t(j)] == 1, "row " << b << " column " << j);  // pad after the stop
+    }
+    // The answer is what the prompt alone generates as sample b.
+    const engine::BatchGeneration alone = engine::generate_batch(model, {kPrompts[size_t(b)]}, o, 1, b);
+    BOOST_TEST(ops::sum(alone.answer_mask).item() == double(length));
+    BOOST_TEST(row(alone.tokens, 0, alone.prompt_columns, length) ==
+                   std::vector<int32_t>(answer.begin(), answer.begin() + length),
+               boost::test_tools::per_element());
+  }
+  // The batch ran until every row stopped or max_new_tokens.
+  BOOST_TEST(ops::sum(ops::narrow(r.answer_mask, 1, N - 1, 1)).item() >= 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(draws_follow_the_global_sample_index) {
+  nn::Llama model(kLlama);
+  const engine::SamplingOptions o{.temperature = 0.9, .top_k = 10, .top_p = 0.9, .max_new_tokens = 10, .seed = 11};
+  const engine::BatchGeneration whole = engine::generate_batch(model, kPrompts, o);
+  // Samples 1..2 generated by another batch (as another data-parallel rank would).
+  const engine::BatchGeneration part = engine::generate_batch(model, {kPrompts[1], kPrompts[2]}, o, 0, 1);
+  for (int64_t b = 0; b < 2; ++b) {
+    BOOST_TEST(row(part.tokens, b, part.prompt_columns, 10) == row(whole.tokens, b + 1, 5, 10),
+               boost::test_tools::per_element());
+    BOOST_TEST(test::max_abs_diff(ops::select(part.logprobs, 0, b), ops::select(whole.logprobs, 0, b + 1)) < 1e-5);
+  }
+  // Another seed samples otherwise.
+  const engine::BatchGeneration other = engine::generate_batch(model, kPrompts, {.temperature = 0.9, .top_k = 10,
+                                                                                 .top_p = 0.9, .max_new_tokens = 10,
+                                                                                 .seed = 12});
+  BOOST_TEST(test::max_abs_diff(other.tokens, whole.tokens) > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(recorded_log_probs_equal_the_training_forward_gpt) {
+  nn::GPT model(kGpt);
+  const engine::SamplingOptions o{.temperature = 0.7, .top_k = 5, .top_p = 0.9, .max_new_tokens = 9, .seed = 2,
+                                  .stop_token = 4};
+  check_agreement(model, engine::generate_batch(model, kPrompts, o, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(recorded_log_probs_equal_the_training_forward_llama) {
+  nn::Llama model(kLlama);
+  const engine::SamplingOptions o{.temperature = 1.3, .top_k = 0, .top_p = 1.0, .max_new_tokens = 9, .seed = 2,
+                                  .stop_token = 4};
+  check_agreement(model, engine::generate_batch(model, kPrompts, o, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(bad_batches_are_rejected) {
+  nn::GPT model(kGpt);
+  const engine::SamplingOptions o{.max_new_tokens = 20};
+  test::check_error([&] { engine::generate_batch(model, kPrompts, o); }, {"exceed the model's seq_len 24"});
+  test::check_error([&] { engine::generate_batch(model, {{1}, {}}, {.max_new_tokens = 2}); }, {"prompt 1 is empty"});
+  test::check_error([&] { engine::generate_batch(model, {{1, 23}}, {.max_new_tokens = 2}); }, {"token 23"});
+  test::check_error([&] { engine::generate_batch(model, {}, {.max_new_tokens = 2}); }, {"at least one prompt"});
+  test::check_error([&] { engine::generate_batch(model, {{1}}, {.max_new_tokens = 2}, 30); }, {"pad_token"});
+}
