@@ -71,9 +71,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 [[ $(tail -n 1 "$log") == "2 passed, 0 failed" ]] || fail "the run did not end with '2 passed, 0 failed'"
 grep -q "^PASSED libraries " "$log" || fail "the libraries step did not pass"
 grep -q "^PASSED mpi_cpu_train " "$log" || fail "the 2-rank training under the kit's mpirun did not pass"
-# A step per GPU test and rank count, and five more (bench_step_cuda, bench_cublaslt,
-# bench_attention, train_curves, collectives_nccl).
-gpu_steps=$(awk '{ n += $2 == "-" ? 1 : split($2, ranks, ",") } END { print n + 5 }' "$kit/tests/gpu-tests.txt")
+# A step per GPU test and rank count, and each GPU step run.sh names on a line of its own
+# (benchmarks, curves, profiles, collectives).
+own=$(grep -c '^step [a-z_0-9]* [0-9]* gpu ' "$kit/run.sh")
+gpu_steps=$(awk -v own="$own" '{ n += $2 == "-" ? 1 : split($2, ranks, ",") } END { print n + own }' "$kit/tests/gpu-tests.txt")
 skips=$(grep -c "^SKIP .*: no GPU on this machine (nvidia-smi lists none)$" "$log")
 ((skips == gpu_steps)) || fail "$skips GPU steps skipped with a reason, expected $gpu_steps"
 for f in summary.md results.json machine.log logs.tar.gz; do
