@@ -2,7 +2,7 @@
 //
 //   triad-train --config configs/demo.json [--set optimizer.params.lr=1e-3]... [--steps N]
 //               [--deepspeed ds_config.json]   (DeepSpeed's keys in a file of their own)
-//               [--metrics run.jsonl] [--save-dir DIR] [--resume auto|PATH]
+//               [--metrics run.jsonl] [--save-dir DIR] [--resume auto|PATH] [--init WEIGHTS]
 //   mpirun -np 4 triad-train --config ... --set zero_optimization.stage=2   (data parallel)
 #include <CLI/CLI.hpp>
 
@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
     app.add_option("--resume", options.resume,
                    "continue from a checkpoint: auto (the latest in the checkpoint folder that loads; a fresh "
                    "start when there is none), a checkpoint file, or a checkpoint folder");
+    app.add_option("--init", options.init,
+                   "start from a trained model's weights (a checkpoint or weights file) at step 0 with a fresh "
+                   "optimizer: fine-tuning (a checkpoint to resume takes precedence)");
     app.add_option("--threads", threads, "OpenMP threads per rank (default: cores / ranks on the node)");
     CLI11_PARSE(app, argc, argv);
     triad::parallel::CommunicatorPtr dp;

@@ -12,6 +12,7 @@
 #include <future>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "engine/model_factory.h"
 #include "io/checksum.h"
@@ -662,35 +663,65 @@ void export_weights(const std::string& path, const std::string& out, DType dtype
   commit(tmp, out, self);
 }
 
-LoadedModel load_model(const std::string& path, std::shared_ptr<const nn::Parallelism> parallelism) {
+namespace {
+
+// The model section of a file's config, briefly, for errors: "gpt2 d_model 64, n_layer 2".
+std::string model_text(const nlohmann::json& config) {
+  if (!config.contains("model")) return "no model section";
+  const nlohmann::json& m = config["model"];
+  std::ostringstream out;
+  out << m.value("arch", std::string("gpt2"));
+  for (const char* key : {"d_model", "n_layer", "n_head", "vocab_size"})
+    if (m.contains(key)) out << " " << key << " " << m[key].dump();
+  return out.str();
+}
+
+}  // namespace
+
+int64_t load_parameters(const std::string& path, nn::Module& module, const std::string& prefix) {
   const H5File file = H5File::open(path);
   check_kind(file, "");
-  LoadedModel m;
-  m.config = nlohmann::json::parse(file.get_attr_string("/", "config"));
-  const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
-  const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>() * layout.value("tp", int64_t(1)) *
-                                                   layout.value("pp", int64_t(1)));
-  const ModelShape shape = model_shape(c);
-  TRIAD_CHECK(shape.n_kv_head % parallelism->ranks() == 0,
-              "'" << path << "': a model of " << shape.n_kv_head << (c.arch == "llama" ? " key/value" : "")
-                  << " heads cannot be split over " << parallelism->ranks()
-                  << " tensor-parallel ranks (they must divide the heads)");
-  m.model = build_model(c, std::move(parallelism));
-  const auto params = m.model->named_parameters();
-  const auto splits = m.model->named_splits();
+  const nlohmann::json config = nlohmann::json::parse(file.get_attr_string("/", "config"));
+  const auto params = module.named_parameters();
+  const auto splits = module.named_splits();
+  int64_t loaded = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
+    if (!name.starts_with(prefix)) continue;
     const nn::TensorSplit& split = splits[i].second;
-    const std::string ds = "/model/" + name;
-    TRIAD_CHECK(file.has(ds), "checkpoint '" << path << "' has no dataset " << ds);
+    const std::string ds = "/model/" + name.substr(prefix.size());
+    TRIAD_CHECK(file.has(ds), "'" << path << "' has no dataset " << ds << " for the parameter " << name
+                                  << ": it holds another model (" << model_text(config) << ")");
     const Tensor t = file.read(ds);
     TRIAD_CHECK(t.shape() == split.global_shape(p.shape()),
-                "checkpoint '" << path << "': dataset " << ds << " has shape " << shape_str(t.shape())
-                               << ", its config gives " << shape_str(split.global_shape(p.shape())));
+                "'" << path << "': dataset " << ds << " has shape " << shape_str(t.shape()) << ", the parameter "
+                    << name << " " << shape_str(split.global_shape(p.shape())) << " (the file holds "
+                    << model_text(config) << ")");
     TRIAD_CHECK(io::tensor_checksum(t) == file.get_attr_uint64(ds, "checksum"),
                 "checkpoint '" << path << "': dataset " << ds << " fails its checksum (the file is damaged)");
     ops::copy_(p, nn::local_part(ops::to(t, p.dtype()), split, p.shape()));
+    ++loaded;
   }
+  return loaded;
+}
+
+LoadedModel load_model(const std::string& path, std::shared_ptr<const nn::Parallelism> parallelism) {
+  LoadedModel m;
+  {
+    const H5File file = H5File::open(path);
+    check_kind(file, "");
+    m.config = nlohmann::json::parse(file.get_attr_string("/", "config"));
+    const nlohmann::json layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
+    const TrainConfig c = parse_config(m.config, layout.at("dp").get<int64_t>() * layout.value("tp", int64_t(1)) *
+                                                     layout.value("pp", int64_t(1)));
+    const ModelShape shape = model_shape(c);
+    TRIAD_CHECK(shape.n_kv_head % parallelism->ranks() == 0,
+                "'" << path << "': a model of " << shape.n_kv_head << (c.arch == "llama" ? " key/value" : "")
+                    << " heads cannot be split over " << parallelism->ranks()
+                    << " tensor-parallel ranks (they must divide the heads)");
+    m.model = build_model(c, std::move(parallelism));
+  }
+  load_parameters(path, *m.model);
   return m;
 }
 

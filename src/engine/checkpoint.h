@@ -90,6 +90,13 @@ ModelWeights read_weights(const std::string& path);
 // Writes the model's weights from a checkpoint or weights file to `out` (kind "weights") in
 // dtype: f32 from the master weights when the file has them, bf16 rounded from those.
 void export_weights(const std::string& path, const std::string& out, DType dtype);
+// Weights only (fine-tuning from a trained model, with a fresh optimizer): each parameter
+// of `module` whose name starts with `prefix` from the file's /model/<name without the
+// prefix> (the weights as trained), this rank's part of it when the module is built for
+// tensor parallelism; the other parameters keep their values. Serial. Returns how many were
+// loaded. Throws Error naming the file, the dataset and the models when a dataset is
+// missing or of another shape (another model), or fails its checksum.
+int64_t load_parameters(const std::string& path, nn::Module& module, const std::string& prefix = "");
 // The model a checkpoint or weights file holds (its config's model.arch), in f32, with the
 // config it was trained with. With a tensor-parallel `parallelism`, each rank of its group
 // holds its part of every parameter (read from the global datasets); whatever grid wrote

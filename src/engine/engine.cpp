@@ -115,14 +115,19 @@ DistributedBackend resolve_distributed_backend(const std::string& backend, Devic
 
 Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp, parallel::CommunicatorPtr tp,
                parallel::CommunicatorPtr pp)
-    : Engine(config, std::nullopt, std::move(dp), std::move(tp), std::move(pp)) {}
+    : Engine(config, std::nullopt, nullptr, std::move(dp), std::move(tp), std::move(pp)) {}
 
 Engine::Engine(const TrainConfig& config, nn::LayerList layers, parallel::CommunicatorPtr dp,
                parallel::CommunicatorPtr tp, parallel::CommunicatorPtr pp)
-    : Engine(config, std::optional(std::move(layers)), std::move(dp), std::move(tp), std::move(pp)) {}
+    : Engine(config, std::optional(std::move(layers)), nullptr, std::move(dp), std::move(tp), std::move(pp)) {}
 
-Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_layers, parallel::CommunicatorPtr dp_group,
-               parallel::CommunicatorPtr tp_group, parallel::CommunicatorPtr pp_group)
+Engine::Engine(const TrainConfig& config, const ModelBuilder& build, parallel::CommunicatorPtr dp,
+               parallel::CommunicatorPtr tp)
+    : Engine(config, std::nullopt, build, std::move(dp), std::move(tp), nullptr) {}
+
+Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_layers, const ModelBuilder& build,
+               parallel::CommunicatorPtr dp_group, parallel::CommunicatorPtr tp_group,
+               parallel::CommunicatorPtr pp_group)
     : config_(config),
       device_(training_device(config_.device)),
       dp_(std::move(dp_group)),
@@ -149,7 +154,13 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
       resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
   const std::shared_ptr<const nn::Parallelism> par =
       tp_->size() > 1 ? std::make_shared<parallel::TensorParallel>(tp_, config_.sequence_parallel) : nn::serial();
-  if (user_layers) {  // Note [User layer lists]
+  TRIAD_CHECK(!build || pp_->size() == 1, "[config] pipeline.stages " << pp_->size() << ": a built model (RLHF's "
+                                         << "models) is held whole by each rank; train it without pipeline stages");
+  if (build) {  // Note [Built models]
+    model_ = build(par);
+    TRIAD_CHECK(model_, "Engine: the model builder returned no model");
+    lm_ = std::dynamic_pointer_cast<nn::LanguageModel>(model_);
+  } else if (user_layers) {  // Note [User layer lists]
     TRIAD_CHECK(!config_.model.activation_checkpointing,
                 "[config] model.activation_checkpointing applies to the GPT; a model given as a list of layers "
                 "recomputes them by pipeline.activation_checkpoint_interval");
@@ -163,8 +174,8 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
   if (!layers_.layers.empty()) {
     build_pipeline_stage(pp_);
     model_ = stage_;
-  } else {
-    model_ = gpt_ = std::make_shared<nn::GPT>(config_.model, par);
+  } else if (!model_) {
+    model_ = lm_ = std::make_shared<nn::GPT>(config_.model, par);
   }
   model_->to(device_);
   if (pp_->size() > 1)
@@ -281,7 +292,7 @@ void Engine::build_pipeline_stage(const parallel::CommunicatorPtr& pp) {
 }
 
 zero::WrapPolicy Engine::wrap_policy(const std::vector<std::string>& tied_modules) const {
-  zero::WrapPolicy policy{.module_names = tied_modules};
+  zero::WrapPolicy policy{.module_types = {"Block", "LlamaBlock"}, .module_names = tied_modules};
   if (!stage_) return policy;
   for (int c = 0; c < stage_->chunks(); ++c)
     for (int i = stage_->range(c).first; i < stage_->range(c).last; ++i)
@@ -325,7 +336,9 @@ Tensor Engine::forward(const Tensor& inputs, const Tensor& targets) {
 
 Tensor Engine::loss_of(const Tensor& inputs, const Tensor& targets) {
   const Tensor x = ops::to(inputs, device_), y = ops::to(targets, device_);
-  return gpt_ ? gpt_->loss(x, y) : layers_.loss(stage_->forward_chunk(0, x), y);
+  TRIAD_CHECK(lm_ || stage_, "Engine: the built model " << model_->type_name() << " is not a language model and has "
+                                                         << "no loss of its own; run its forward and call backward()");
+  return lm_ ? lm_->loss(x, y) : layers_.loss(stage_->forward_chunk(0, x), y);
 }
 
 Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {

@@ -54,6 +54,16 @@
 // module; the rest of a stage is one unit. A list built for tensor parallelism builds its
 // layers on a parallel::TensorParallel over the tp group given to the Engine.
 //
+// Note [Built models]: a model held whole by each rank (no pipeline stages) may also be any
+// module the caller builds (the Engine constructor taking a ModelBuilder): RLHF's actor
+// loaded from a fine-tuned checkpoint, its reward model and critic (nn/value_model.h). The
+// builder is given the Parallelism of the tp group (nn::serial() without tensor
+// parallelism) and returns the module with its initial weights; the Engine moves it to the
+// device and runs ZeRO over it as over the GPT: each Block and LlamaBlock a unit, the rest one
+// root unit gathered around the module's own forward. The caller runs the module's forward
+// through model() and calls backward() with its loss; forward() and evaluate() take the
+// language model's loss when the module is one (nn::LanguageModel), and refuse otherwise.
+//
 // The config's `device` says where a rank trains. The model is built on the host (so its
 // initial weights are the same on every device) and moved there before the optimizer
 // flattens it; from then on parameters, gradients and optimizer state live on the device.
@@ -61,6 +71,7 @@
 // them over; a loss comes back to the host through Tensor::item().
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -123,6 +134,9 @@ DistributedBackend resolve_distributed_backend(const std::string& backend, Devic
 // GPU (collective over dp when the device is a GPU; every rank gets the same answer).
 std::string shared_gpu(parallel::Communicator* dp, Device device);
 
+// Builds a model on a tensor-parallel layout (Note [Built models]).
+using ModelBuilder = std::function<nn::ModulePtr(std::shared_ptr<const nn::Parallelism>)>;
+
 class Engine {
  public:
   // dp: this rank's data-parallel group; tp: its tensor-parallel group, of
@@ -143,6 +157,10 @@ class Engine {
   // (examples/pipeline_mlp.cpp is a whole program.)
   Engine(const TrainConfig& config, nn::LayerList layers, parallel::CommunicatorPtr dp = nullptr,
          parallel::CommunicatorPtr tp = nullptr, parallel::CommunicatorPtr pp = nullptr);
+
+  // The caller's model (Note [Built models]), with the groups as above; no pipeline stages.
+  Engine(const TrainConfig& config, const ModelBuilder& build, parallel::CommunicatorPtr dp = nullptr,
+         parallel::CommunicatorPtr tp = nullptr);
 
   // Mean loss of one micro-batch: the GPT's cross-entropy of inputs and targets (B, T) of
   // i64, or a layer list's loss of its first layer's input and the targets; on the host or
@@ -195,9 +213,10 @@ class Engine {
   std::optional<optim::AdamBetas> betas_at(int64_t step) const { return schedule_->betas_at(step); }
 
  private:
-  // Both public constructors: the GPT without `layers`, else the user's list.
-  Engine(const TrainConfig& config, std::optional<nn::LayerList> layers, parallel::CommunicatorPtr dp,
-         parallel::CommunicatorPtr tp, parallel::CommunicatorPtr pp);
+  // The public constructors: the GPT without `layers` or `build`, else the user's list or
+  // the built model.
+  Engine(const TrainConfig& config, std::optional<nn::LayerList> layers, const ModelBuilder& build,
+         parallel::CommunicatorPtr dp, parallel::CommunicatorPtr tp, parallel::CommunicatorPtr pp);
 
   TrainConfig config_;
   Device device_;
@@ -214,7 +233,7 @@ class Engine {
   std::shared_ptr<parallel::CountingCommunicator> tp_comm_;  // tp_, counted (tp > 1)
   std::shared_ptr<parallel::CountingCommunicator> pp_comm_;  // pp_, counted (pp > 1)
   nn::ModulePtr model_;
-  std::shared_ptr<nn::GPT> gpt_;  // the GPT without pipeline parallelism
+  std::shared_ptr<nn::LanguageModel> lm_;  // the GPT or a built language model, held whole
   nn::LayerList layers_;          // else the model's layers (the GPT's or the user's),
   std::vector<int> bounds_;       // virtual stage s holds layers [bounds_[s], bounds_[s + 1])
   std::shared_ptr<nn::PipelineStage> stage_;  // the ones this rank holds,

@@ -106,7 +106,21 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
   TRIAD_CHECK(!c.flops_profiler.enabled || pp_stages == 1,
               "[config] flops_profiler: profiling a pipeline-parallel run is not available (profile it with "
               "pipeline.stages 1)");
-  Engine engine(c, dp, tp, pp);
+  TRIAD_CHECK(options.init.empty() || pp_stages == 1,
+              "--init loads a model held whole by each rank; start pipeline-parallel runs from a checkpoint "
+              "(triad-ckpt import makes one) with --resume");
+  const std::unique_ptr<Engine> held =
+      options.init.empty() ? std::make_unique<Engine>(c, dp, tp, pp)
+                           : std::make_unique<Engine>(
+                                 c,
+                                 [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
+                                   std::shared_ptr<nn::LanguageModel> m = build_model(c, std::move(par));
+                                   load_parameters(options.init, *m);
+                                   return m;
+                                 },
+                                 dp, tp);
+  Engine& engine = *held;
+  if (leader && !options.init.empty()) std::printf("initialized from %s\n", options.init.c_str());
   if (!options.resume.empty()) {
     const std::string from = resume(options.resume, checkpoint_dir, engine, *comm);
     if (leader && !from.empty())

@@ -17,6 +17,9 @@ struct TrainOptions {
   std::string metrics_path;  // JSON lines, one per optimizer step ("" : none; appended to on resume)
   std::string resume;        // "" (fresh start), "auto", a checkpoint file or folder (engine/checkpoint_dir.h)
   std::string save_dir;      // overrides checkpoint.dir
+  // Weights only (a checkpoint or weights file of the same model): the run starts from them
+  // at step 0 with a fresh optimizer (fine-tuning), unless it resumes from a checkpoint.
+  std::string init;
 };
 
 // Runs the whole training described by `config`; throws Error on bad input or a non-finite

@@ -126,6 +126,10 @@ Tensor GPT::forward(const Tensor& indices, const LeftPadding& padding) {
 }
 
 Tensor GPT::logits(const Tensor& indices, const LeftPadding* padding) {
+  return par_->tied_logits(hidden_states(indices, padding), wte->weight);
+}
+
+Tensor GPT::hidden_states(const Tensor& indices, const LeftPadding* padding) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
   const int64_t T = indices.size(1);
   TRIAD_CHECK(T <= config_.seq_len, "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
@@ -142,7 +146,7 @@ Tensor GPT::logits(const Tensor& indices, const LeftPadding* padding) {
     };
     x = config_.activation_checkpointing && is_training() ? checkpoint(run, x) : run(x);
   }
-  return par_->tied_logits((*ln_f)(x), wte->weight);
+  return (*ln_f)(x);
 }
 
 KVCache GPT::make_cache(int64_t batch) const {

@@ -67,6 +67,7 @@ class GPT : public LanguageModel {
   KVCache make_cache(int64_t batch) const override;
   Tensor forward_cached(const Tensor& indices, KVCache& cache, const Tensor& positions = Tensor()) override;
   Tensor loss(const Tensor& indices, const Tensor& targets) override;
+  Tensor hidden_states(const Tensor& indices, const LeftPadding* padding = nullptr) override;
   int64_t seq_len() const override { return config_.seq_len; }
   int64_t vocab_size() const override { return config_.vocab_size; }
 

@@ -63,6 +63,10 @@ class LanguageModel : public Module {
   virtual Tensor forward(const Tensor& indices, const LeftPadding& padding) = 0;
   // Mean cross-entropy of the logits for `indices` against `targets` (B, T), skipping -100.
   virtual Tensor loss(const Tensor& indices, const Tensor& targets) = 0;
+  // The hidden states (B, T, d_model) the output head reads (after the final norm), of a
+  // batch left-padded when `padding` is given: what a value head reads (nn/value_model.h).
+  // Runs no hooks of this module: call it from the forward of a module holding this one.
+  virtual Tensor hidden_states(const Tensor& indices, const LeftPadding* padding = nullptr) = 0;
   // Generation: an empty cache for `batch` sequences of up to seq_len() tokens, and the
   // logits (B, T_new, vocab_size()) of T_new more tokens given the cache, which it extends:
   // equal to the last T_new positions of forward() on the whole sequence. Inference only.

@@ -119,7 +119,9 @@ Tensor Llama::forward(const Tensor& indices, const LeftPadding& padding) {
   return call([&] { return logits(indices, &padding); });
 }
 
-Tensor Llama::logits(const Tensor& indices, const LeftPadding* padding) {
+Tensor Llama::logits(const Tensor& indices, const LeftPadding* padding) { return (*head)(hidden_states(indices, padding)); }
+
+Tensor Llama::hidden_states(const Tensor& indices, const LeftPadding* padding) {
   TRIAD_CHECK(indices.dim() == 2, "Llama: expected indices (B, T), got " << shape_str(indices.shape()));
   TRIAD_CHECK(indices.size(1) <= config_.seq_len,
               "Llama: sequence length " << indices.size(1) << " exceeds the model's seq_len " << config_.seq_len);
@@ -128,7 +130,7 @@ Tensor Llama::logits(const Tensor& indices, const LeftPadding* padding) {
     LlamaBlock& block = static_cast<LlamaBlock&>(*(*blocks)[i]);
     x = padding ? block.forward_padded(x, *padding) : block(x);
   }
-  return (*head)((*norm_f)(x));
+  return (*norm_f)(x);
 }
 
 Tensor Llama::loss(const Tensor& indices, const Tensor& targets) {

@@ -70,6 +70,7 @@ class Llama : public LanguageModel {
   // attention from its key_start; not with sequence parallelism.
   Tensor forward(const Tensor& indices, const LeftPadding& padding) override;
   Tensor loss(const Tensor& indices, const Tensor& targets) override;
+  Tensor hidden_states(const Tensor& indices, const LeftPadding* padding = nullptr) override;
   // Generation (LanguageModel's): the cache holds per layer n_kv_head / ranks heads of keys
   // (rotated) and values. Not with sequence parallelism.
   KVCache make_cache(int64_t batch) const override;

@@ -145,11 +145,28 @@ RewardBatch make_reward_batch(const std::vector<PreferenceExample>& examples, co
     chosen.push_back(sequence(e.prompt, e.chosen, eot, limits.max_seq_len));
     rejected.push_back(sequence(e.prompt, e.rejected, eot, limits.max_seq_len));
     batch.prompt_lengths.push_back(int64_t(e.prompt.size()));
+    batch.chosen_lengths.push_back(int64_t(chosen.back().size()));
+    batch.rejected_lengths.push_back(int64_t(rejected.back().size()));
     length = std::max({length, chosen.back().size(), rejected.back().size()});
   }
   batch.chosen = padded(chosen, int64_t(length), pad_id);
   batch.rejected = padded(rejected, int64_t(length), pad_id);
   return batch;
+}
+
+Tensor answer_mask(const std::vector<int64_t>& prompt_lengths, const std::vector<int64_t>& lengths, int64_t columns) {
+  TRIAD_CHECK(prompt_lengths.size() == lengths.size() && columns >= 2,
+              "answer_mask: " << prompt_lengths.size() << " prompt lengths, " << lengths.size() << " lengths, "
+                              << columns << " columns");
+  const auto B = int64_t(lengths.size());
+  std::vector<float> mask(size_t(B * (columns - 1)), 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    TRIAD_CHECK(prompt_lengths[size_t(b)] >= 1 && lengths[size_t(b)] <= columns,
+                "answer_mask: row " << b << " has a prompt of " << prompt_lengths[size_t(b)] << " and "
+                                    << lengths[size_t(b)] << " tokens in " << columns << " columns");
+    for (int64_t t = prompt_lengths[size_t(b)] - 1; t + 1 < lengths[size_t(b)]; ++t) mask[size_t(b * (columns - 1) + t)] = 1;
+  }
+  return Tensor::from_vector(mask, {B, columns - 1});
 }
 
 GenerationBatch make_generation_batch(const std::vector<PreferenceExample>& examples,

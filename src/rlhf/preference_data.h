@@ -91,9 +91,15 @@ SftBatch make_sft_batch(const std::vector<PreferenceExample>& examples, const st
 struct RewardBatch {
   Tensor chosen, rejected;  // (B, L) prompt + answer + eot, right-padded to one length
   std::vector<int64_t> prompt_lengths;
+  std::vector<int64_t> chosen_lengths, rejected_lengths;  // each row's tokens before its padding
 };
 RewardBatch make_reward_batch(const std::vector<PreferenceExample>& examples, const std::vector<int64_t>& select,
                               const SequenceLimits& limits, int32_t eot, int32_t pad_id);
+
+// The next-token mask (B, L - 1) f32 of right-padded rows of L columns (rlhf/log_probs.h):
+// 1 at t where token t + 1 is an answer token (prompt_lengths[b] <= t + 1 < lengths[b]), the
+// answer's <|endoftext|> included: what DPO sums a sequence's log-probs over.
+Tensor answer_mask(const std::vector<int64_t>& prompt_lengths, const std::vector<int64_t>& lengths, int64_t columns);
 
 struct GenerationBatch {
   Tensor prompts;             // (B, P) left-padded to the longest prompt

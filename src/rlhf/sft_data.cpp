@@ -1,8 +1,6 @@
 #include "rlhf/sft_data.h"
 
-#include <cmath>
-
-#include "rlhf/data_split.h"
+#include "rlhf/step_examples.h"
 #include "tensor/error.h"
 
 namespace triad::rlhf {
@@ -11,18 +9,16 @@ namespace {
 
 class SftData : public engine::TrainingData {
  public:
-  SftData(std::vector<PreferenceExample> train, std::vector<PreferenceExample> val, const SftDataOptions& o,
-          int32_t eot)
-      : train_(std::move(train)), val_(std::move(val)), options_(o), eot_(eot) {}
+  SftData(StepExamples examples, const SftDataOptions& o, int32_t eot)
+      : train_(std::move(examples.train)),
+        val_(std::move(examples.held_out)),
+        options_(o),
+        eot_(eot),
+        order_(int64_t(train_.size()), o.seed) {}
 
   io::Batch batch(int64_t step, int64_t global, int64_t first, int64_t rows) override {
-    const int64_t t = int64_t(train_.size());
     std::vector<int64_t> select;
-    for (int64_t i = first; i < first + rows; ++i) {
-      const int64_t g = step * global + i, epoch = g / t;
-      if (epoch != epoch_) order_ = seeded_permutation(t, options_.seed + uint64_t(epoch)), epoch_ = epoch;
-      select.push_back(order_[size_t(g % t)]);
-    }
+    for (int64_t i = first; i < first + rows; ++i) select.push_back(order_.at(step * global + i));
     return to_batch(train_, select);
   }
   bool has_validation() const override { return !val_.empty(); }
@@ -45,34 +41,19 @@ class SftData : public engine::TrainingData {
   std::vector<PreferenceExample> train_, val_;
   SftDataOptions options_;
   int32_t eot_;
-  int64_t epoch_ = -1;
-  std::vector<int64_t> order_;  // perm of epoch_
+  EpochOrder order_;
 };
 
 }  // namespace
 
 std::unique_ptr<engine::TrainingData> sft_data(const SftDataOptions& o, const io::Tokenizer& tokenizer,
                                                int64_t model_seq_len) {
-  o.limits.validate();
-  TRIAD_CHECK(o.val_fraction >= 0 && o.val_fraction < 1,
-              "SFT data: val_fraction must be in [0, 1), got " << o.val_fraction);
   TRIAD_CHECK(o.limits.max_seq_len - 1 <= model_seq_len,
               "SFT data: max_seq_len " << o.limits.max_seq_len << " makes inputs of up to " << o.limits.max_seq_len - 1
                                        << " tokens, longer than the model's seq_len " << model_seq_len);
-  const std::vector<PreferenceRow> rows = read_preference_jsonl(o.path, RlhfStep::sft);
-  std::vector<PreferenceRow> split;
-  for (const int64_t i : data_split_indices(int64_t(rows.size()), o.data_split, 0, o.seed))
-    split.push_back(rows[size_t(i)]);
-  TRIAD_CHECK(!split.empty(), "SFT data: data_split \"" << o.data_split << "\" gives step 1 none of the "
-                                                        << rows.size() << " rows of " << o.path);
-  std::vector<PreferenceExample> examples = tokenize_preferences(split, tokenizer, o.limits, o.path);
-  const auto held = size_t(std::llround(o.val_fraction * double(examples.size())));
-  TRIAD_CHECK(held < examples.size(), "SFT data: holding out " << held << " of " << examples.size()
-                                                               << " examples of " << o.path
-                                                               << " leaves none to train on (lower val_fraction)");
-  std::vector<PreferenceExample> val(examples.begin(), examples.begin() + long(held));
-  examples.erase(examples.begin(), examples.begin() + long(held));
-  return std::make_unique<SftData>(std::move(examples), std::move(val), o, tokenizer.eot());
+  return std::make_unique<SftData>(step_examples(o.path, RlhfStep::sft, 0, o.data_split, tokenizer, o.limits,
+                                                 o.val_fraction, o.seed, "SFT data"),
+                                   o, tokenizer.eot());
 }
 
 }  // namespace triad::rlhf

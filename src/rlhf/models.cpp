@@ -1,0 +1,81 @@
+#include "rlhf/models.h"
+
+#include <algorithm>
+
+#include "engine/checkpoint.h"
+#include "engine/model_factory.h"
+
+namespace triad::rlhf {
+
+namespace {
+
+std::shared_ptr<nn::ValueModel> value_model(const engine::TrainConfig& c, std::shared_ptr<const nn::Parallelism> par) {
+  const int64_t d_model = engine::model_shape(c).d_model;
+  return std::make_shared<nn::ValueModel>(engine::build_model(c, par), d_model, *par, c.seed);
+}
+
+// The training config a file was written with, for a model of its shape.
+engine::TrainConfig file_config(const std::string& path) {
+  const engine::CheckpointSummary s = engine::read_summary(path);
+  return engine::parse_config(s.config, s.layout.value("dp", int64_t(1)) * s.layout.value("tp", int64_t(1)) *
+                                            s.layout.value("pp", int64_t(1)));
+}
+
+}  // namespace
+
+std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
+                                              parallel::CommunicatorPtr tp) {
+  TRIAD_CHECK(run.init.empty() || !holds_value_model(run.init),
+              "'" << run.init << "' holds a value model (a reward model or critic), not a language model to "
+                  << "generate with; start the policy from the SFT model");
+  const engine::TrainConfig& c = run.train;
+  return std::make_unique<engine::Engine>(
+      c,
+      [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
+        std::shared_ptr<nn::LanguageModel> m = engine::build_model(c, std::move(par));
+        if (!run.init.empty()) engine::load_parameters(run.init, *m);
+        return m;
+      },
+      std::move(dp), std::move(tp));
+}
+
+std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
+                                             parallel::CommunicatorPtr tp) {
+  const engine::TrainConfig& c = run.train;
+  const bool whole = !run.init.empty() && holds_value_model(run.init);
+  return std::make_unique<engine::Engine>(
+      c,
+      [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
+        std::shared_ptr<nn::ValueModel> m = value_model(c, std::move(par));
+        if (!run.init.empty()) engine::load_parameters(run.init, *m, whole ? "" : "base.");
+        return m;
+      },
+      std::move(dp), std::move(tp));
+}
+
+bool holds_value_model(const std::string& path) {
+  const engine::CheckpointSummary s = engine::read_summary(path);
+  return std::any_of(s.datasets.begin(), s.datasets.end(),
+                     [](const engine::CheckpointSummary::Dataset& d) { return d.name == "/model/v_head.weight"; });
+}
+
+std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device) {
+  TRIAD_CHECK(!holds_value_model(path), "'" << path << "' holds a value model (a reward model or critic), not a "
+                                            << "language model");
+  std::shared_ptr<nn::LanguageModel> m = engine::load_model(path).model;
+  m->to(device);
+  m->eval();
+  return m;
+}
+
+std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Device device) {
+  TRIAD_CHECK(holds_value_model(path), "'" << path << "' holds a language model, not a reward model (it has no "
+                                           << "v_head.weight; train one with triad-rlhf reward)");
+  std::shared_ptr<nn::ValueModel> m = value_model(file_config(path), nn::serial());
+  engine::load_parameters(path, *m);
+  m->to(device);
+  m->eval();
+  return m;
+}
+
+}  // namespace triad::rlhf

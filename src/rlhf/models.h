@@ -1,0 +1,32 @@
+// The models of the RLHF steps: those trained (on an Engine, any ZeRO stage) and those held
+// frozen (PPO's and DPO's reference, the reward model during PPO and GRPO).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "nn/value_model.h"
+#include "rlhf/rlhf_config.h"
+
+namespace triad::rlhf {
+
+// A language model to train (SFT, DPO's policy, PPO's and GRPO's actor) as run.train
+// describes, from run.init's weights when given (engine/checkpoint.h, load_parameters).
+std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
+                                              parallel::CommunicatorPtr tp = nullptr);
+// A value model to train (the reward model, PPO's critic): from a language model's weights
+// (its body; the head drawn from the config's seed) or a value model's (all of it).
+std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
+                                             parallel::CommunicatorPtr tp = nullptr);
+
+// Whether a checkpoint or weights file holds a value model (has v_head.weight).
+bool holds_value_model(const std::string& path);
+
+// Frozen models, whole on every rank, in f32 on `device`, in eval mode, with the shape the
+// file's own config gives: a language model, and a value model (Error unless the file holds
+// one).
+std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device);
+std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Device device);
+
+}  // namespace triad::rlhf

@@ -1,0 +1,114 @@
+#include "rlhf/reward_training.h"
+
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "autograd/grad_mode.h"
+#include "engine/model_factory.h"
+#include "parallel/self_communicator.h"
+#include "rlhf/models.h"
+#include "rlhf/reward_loss.h"
+#include "rlhf/step_examples.h"
+#include "tensor/ops.h"
+
+namespace triad::rlhf {
+
+namespace {
+
+// Values of the chosen and rejected rows of a pair batch, run as one batch.
+std::pair<Tensor, Tensor> pair_values(nn::Module& model, const RewardBatch& b, Device device) {
+  const int64_t B = b.chosen.size(0);
+  const Tensor values = model(ops::to(cat({b.chosen, b.rejected}, 0), device));
+  return {narrow(values, 0, 0, B), narrow(values, 0, B, B)};
+}
+
+}  // namespace
+
+double train_reward(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
+  const engine::TrainConfig& c = sc.model.train;
+  const int n = world ? world->size() : 1, rank = world ? world->rank() : 0;
+  check_layout(c, n, "reward");
+  const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
+  const StepExamples ex = step_examples(sc.data.path, RlhfStep::reward, 1, sc.data.data_split, tokenizer,
+                                        sc.data.limits, sc.data.val_fraction, c.seed, "reward data");
+  TRIAD_CHECK(sc.data.limits.max_seq_len <= engine::model_shape(c).seq_len,
+              "[config] data.max_seq_len " << sc.data.limits.max_seq_len << " exceeds the model's seq_len "
+                                           << engine::model_shape(c).seq_len);
+  const int32_t eot = tokenizer.eot();
+  const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
+  std::unique_ptr<engine::Engine> engine = value_engine(sc.model, world);
+  const int64_t first = resume_engine(options.resume, *engine, *comm, "the reward model");
+  StepLog run_log(options.metrics_path, rank == 0, first, c.steps, c.log_interval);
+  run_log.print("reward model: " + std::to_string(ex.train.size()) + " training pairs, " +
+                std::to_string(ex.held_out.size()) + " held out; " + engine::model_shape(c).summary +
+                (sc.model.init.empty() ? "" : ", from " + sc.model.init));
+
+  // Held-out accuracy: every rank runs the same number of forwards (ZeRO-3 gathers in each),
+  // taking pairs rank, rank + n, ...; rows past the end repeat pair 0 and are not counted.
+  const auto evaluate = [&]() -> double {
+    const int64_t v = int64_t(ex.held_out.size());
+    if (v == 0) return NAN;
+    engine->model().eval();
+    NoGradGuard no_grad;
+    double correct = 0;
+    const int64_t rounds = (v + n * c.micro_batch_size - 1) / (n * c.micro_batch_size);
+    for (int64_t k = 0; k < rounds; ++k) {
+      std::vector<int64_t> select;
+      int64_t counted = 0;
+      for (int64_t i = 0; i < c.micro_batch_size; ++i) {
+        const int64_t g = (k * c.micro_batch_size + i) * n + rank;
+        select.push_back(g < v ? g : 0);
+        counted += g < v;
+      }
+      const RewardBatch b = make_reward_batch(ex.held_out, select, sc.data.limits, eot, eot);
+      const auto [chosen, rejected] = pair_values(engine->model(), b, engine->device());
+      const RewardLoss r = reward_loss(chosen, rejected, b.chosen, b.rejected, eot);
+      const std::vector<double> sc_c = r.chosen_scores.to_vector<double>(), sc_r = r.rejected_scores.to_vector<double>();
+      for (int64_t i = 0; i < counted; ++i) correct += sc_c[size_t(i)] > sc_r[size_t(i)];
+    }
+    engine->model().train();
+    return sum_over(world, {correct})[0] / double(v);
+  };
+
+  EpochOrder order(int64_t(ex.train.size()), c.seed);
+  double accuracy = NAN;
+  for (int64_t step = first; step < c.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double loss = 0, acc = 0, chosen = 0, rejected = 0;
+    for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
+      std::vector<int64_t> select;
+      for (int64_t i = 0; i < c.micro_batch_size; ++i)
+        select.push_back(order.at(step * c.train_batch_size + (m * n + rank) * c.micro_batch_size + i));
+      const RewardBatch b = make_reward_batch(ex.train, select, sc.data.limits, eot, eot);
+      const auto [vc, vr] = pair_values(engine->model(), b, engine->device());
+      const RewardLoss r = reward_loss(vc, vr, b.chosen, b.rejected, eot);
+      engine->backward(r.loss);
+      loss += r.loss.item(), acc += r.accuracy;
+      chosen += ops::mean(r.chosen_scores).item(), rejected += ops::mean(r.rejected_scores).item();
+    }
+    const engine::StepResult s = engine->step();
+    const double parts = double(c.gradient_accumulation_steps * n);
+    const std::vector<double> sums = sum_over(world, {loss, acc, chosen, rejected});
+    TRIAD_CHECK(std::isfinite(sums[0]), "[reward] the loss is " << sums[0] << " at step " << s.step
+                                                                << "; lower the learning rate; nothing was saved");
+    nlohmann::json metrics = {{"loss", sums[0] / parts},
+                              {"accuracy", sums[1] / parts},
+                              {"chosen_score", sums[2] / parts},
+                              {"rejected_score", sums[3] / parts},
+                              {"lr", s.lr},
+                              {"grad_norm", s.grad_norm},
+                              {"step_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
+    std::vector<std::string> shown = {"loss", "accuracy", "chosen_score", "rejected_score"};
+    if ((c.eval_interval > 0 && s.step % c.eval_interval == 0) || s.step == c.steps) {
+      metrics["val_accuracy"] = accuracy = evaluate();
+      shown.push_back("val_accuracy");
+    }
+    run_log.write(s.step, metrics, shown);
+    maybe_checkpoint(*engine, *comm, s.step, run_log);
+  }
+  if (first == c.steps) accuracy = evaluate();
+  save_output(*engine, *comm, "model", run_log);
+  return accuracy;
+}
+
+}  // namespace triad::rlhf

@@ -1,0 +1,295 @@
+#include "rlhf/rl_training.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/functions.h"
+#include "autograd/grad_mode.h"
+#include "engine/hybrid_engine.h"
+#include "engine/model_factory.h"
+#include "parallel/self_communicator.h"
+#include "rlhf/gae.h"
+#include "rlhf/grpo.h"
+#include "rlhf/host_rows.h"
+#include "rlhf/kl_controller.h"
+#include "rlhf/kl_reward.h"
+#include "rlhf/log_probs.h"
+#include "rlhf/models.h"
+#include "rlhf/ppo_losses.h"
+#include "rlhf/step_examples.h"
+#include "tensor/ops.h"
+
+namespace triad::rlhf {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// One micro-batch of the rank's rows, scored (Note [RL step]); all on the training device.
+struct Experience {
+  Tensor seq;  // (R, P + N) i64: left-padded prompts, then the answers
+  nn::LeftPadding padding;
+  Tensor mask;                            // (R, N) f32: 1 at answer tokens
+  Tensor old_logp, ref_logp;              // (R, N)
+  Tensor advantages;                      // PPO (R, N); GRPO (R,)
+  Tensor old_values, returns;             // PPO (R, N)
+};
+
+// The answer part (R, N) of the next-token log-probs and entropy of rows whose answers
+// start at column P (the position before predicts each answer token).
+TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t P, int64_t N, int64_t vocab) {
+  const TokenLogProbs t = next_token_log_probs(logits, seq, Tensor(), vocab);
+  return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
+}
+
+// rl_state.json in the actor's checkpoint folder: the KL coefficient at each saved step.
+std::string state_path(const engine::TrainConfig& actor) { return actor.checkpoint.dir + "/rl_state.json"; }
+
+void save_kl_state(const engine::TrainConfig& actor, int64_t step, double kl_coef) {
+  const std::string path = state_path(actor), tmp = path + ".tmp";
+  nlohmann::json state = nlohmann::json::object();
+  if (std::filesystem::exists(path)) state = engine::load_config_file(path);
+  state[std::to_string(step)] = kl_coef;
+  {
+    std::ofstream out(tmp);
+    out << state.dump() << "\n";
+    out.flush();
+    TRIAD_CHECK(out.good(), "cannot write '" << tmp << "'");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+double load_kl_state(const engine::TrainConfig& actor, int64_t step) {
+  const std::string path = state_path(actor);
+  TRIAD_CHECK(std::filesystem::exists(path), "'" << path << "' is missing: the adaptive KL coefficient of the step "
+                                                 << step << " checkpoint cannot be restored");
+  const nlohmann::json state = engine::load_config_file(path);
+  TRIAD_CHECK(state.contains(std::to_string(step)), "'" << path << "' holds no KL coefficient for step " << step);
+  return state[std::to_string(step)].get<double>();
+}
+
+}  // namespace
+
+nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
+  const bool ppo = sc.step == "ppo";
+  TRIAD_CHECK(ppo || sc.step == "grpo", "train_rl runs ppo or grpo, not " << sc.step);
+  const RlOptions& o = sc.rl;
+  const engine::TrainConfig& c = sc.model.train;
+  const int n = world ? world->size() : 1, rank = world ? world->rank() : 0;
+  check_layout(c, n, sc.step);
+  if (ppo) {
+    check_layout(sc.critic.train, n, "ppo.critic");
+    TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
+                    sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
+                    sc.critic.train.steps == c.steps,
+                "[config] ppo: the actor and the critic must share train_batch_size, "
+                "train_micro_batch_size_per_gpu and steps (they train on the same experience)");
+  }
+  const int64_t G = ppo ? 1 : o.group_size;
+  TRIAD_CHECK(c.micro_batch_size % G == 0, "[config] grpo: train_micro_batch_size_per_gpu "
+                                               << c.micro_batch_size << " must be a multiple of grpo.group_size " << G
+                                               << " (a micro-batch holds whole groups)");
+  const int64_t seq_len = engine::model_shape(c).seq_len;
+  TRIAD_CHECK(sc.data.limits.max_prompt_seq_len + o.max_answer_seq_len <= seq_len,
+              "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len << " + max_answer_seq_len "
+                                                  << o.max_answer_seq_len << " exceeds the actor's seq_len " << seq_len);
+  const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
+  const int32_t eot = tokenizer.eot();
+  const StepExamples prompts = step_examples(sc.data.path, RlhfStep::rl, 2, sc.data.data_split, tokenizer,
+                                             sc.data.limits, 0.0, c.seed, sc.step + " prompts");
+  StepExamples ptx;
+  if (ppo && o.unsup_coef > 0)
+    ptx = step_examples(sc.data.path, RlhfStep::sft, 0, sc.data.data_split, tokenizer, sc.data.limits, 0.0, c.seed,
+                        "ptx data");
+
+  const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
+  std::unique_ptr<engine::Engine> actor = policy_engine(sc.model, world);
+  std::unique_ptr<engine::Engine> critic = ppo ? value_engine(sc.critic, world) : nullptr;
+  const Device device = actor->device();
+  auto& actor_model = dynamic_cast<nn::LanguageModel&>(actor->model());
+  nn::ValueModel* critic_model = critic ? &dynamic_cast<nn::ValueModel&>(critic->model()) : nullptr;
+  const int64_t vocab = actor_model.vocab_size();
+  const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, device);
+  const std::shared_ptr<nn::ValueModel> reward = frozen_value_model(o.reward_model, device);
+  TRIAD_CHECK(reward->base->vocab_size() == vocab, "the reward model '" << o.reward_model << "' has a vocabulary of "
+                                                                       << reward->base->vocab_size()
+                                                                       << " tokens, the actor " << vocab);
+  const auto resume_spec = [&](const std::string& name) {
+    return options.resume.empty() || options.resume == "auto" ? options.resume : options.resume + "/" + name;
+  };
+  const int64_t first = resume_engine(resume_spec("actor"), *actor, *comm, "the actor");
+  if (critic) {
+    const int64_t critic_first = resume_engine(resume_spec("critic"), *critic, *comm, "the critic");
+    TRIAD_CHECK(critic_first == first, "the actor's checkpoint is at step " << first << ", the critic's at step "
+                                                                             << critic_first
+                                                                             << ": resume both from one save");
+  }
+  KlController kl_ctl = o.kl_target > 0 ? KlController::adaptive(o.kl_ctl, o.kl_target, double(o.kl_horizon))
+                                        : KlController::fixed(o.kl_ctl);
+  if (first > 0 && kl_ctl.is_adaptive())
+    kl_ctl = KlController::adaptive(load_kl_state(c, first), o.kl_target, double(o.kl_horizon));
+
+  StepLog log(options.metrics_path, rank == 0, first, c.steps, c.log_interval);
+  log.print(sc.step + ": " + std::to_string(prompts.train.size()) + " prompts; actor " + engine::model_shape(c).summary +
+            " from " + sc.model.init + (ppo ? ", critic from " + sc.critic.init : "") + ", reward model " +
+            o.reward_model);
+
+  const int64_t B = c.train_batch_size, R = c.micro_batch_size * c.gradient_accumulation_steps;
+  const int64_t micro = c.micro_batch_size, prompts_per_step = B / G;
+  EpochOrder order(int64_t(prompts.train.size()), c.seed);
+  EpochOrder ptx_order(std::max<int64_t>(1, int64_t(ptx.train.size())), c.seed + 1);
+  nlohmann::json last;
+  for (int64_t step = first; step < c.steps; ++step) {
+    // Generation: the rank's R rows in one call.
+    const auto g0 = Clock::now();
+    std::vector<std::vector<int32_t>> rows;
+    for (int64_t i = 0; i < R; ++i)
+      rows.push_back(prompts.train[size_t(order.at(step * prompts_per_step + (rank * R + i) / G))].prompt);
+    const engine::SamplingOptions sampling{.temperature = o.temperature,
+                                           .top_k = o.top_k,
+                                           .top_p = o.top_p,
+                                           .max_new_tokens = o.max_answer_seq_len,
+                                           .seed = c.seed,
+                                           .stop_token = eot};
+    const engine::BatchGeneration gen = engine::generate_batch(*actor, rows, sampling, eot, step * B + rank * R);
+    const double gen_s = seconds_since(g0);
+
+    // Experience, per micro-batch (Note [RL step]).
+    const auto e0 = Clock::now();
+    const int64_t P = gen.prompt_columns, N = gen.answer_mask.size(1), T = P + N;
+    std::vector<Experience> experience;
+    double score_sum = 0, score_sq = 0, kl_sum = 0, entropy_sum = 0, answer_tokens = 0;
+    actor->model().eval();
+    if (critic) critic->model().eval();
+    for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
+      NoGradGuard no_grad;
+      Experience e;
+      e.seq = ops::to(ops::contiguous(ops::narrow(gen.tokens, 0, m * micro, micro)), device);
+      e.padding = nn::left_padding(std::vector<int64_t>(gen.pads.begin() + m * micro, gen.pads.begin() + (m + 1) * micro),
+                                   T, device);
+      e.mask = ops::to(ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro)), device);
+      const TokenLogProbs own = answer_log_probs(actor_model.forward(e.seq, e.padding), e.seq, P, N, vocab);
+      e.old_logp = ops::mul(own.logp, e.mask);
+      e.ref_logp = ops::mul(answer_log_probs(reference->forward(e.seq, e.padding), e.seq, P, N, vocab).logp, e.mask);
+      // The reward model's value at each row's last answer token.
+      const std::vector<double> values = host_values(reward->forward(e.seq, e.padding));
+      const std::vector<double> mask = host_values(e.mask);
+      std::vector<float> scores;
+      for (int64_t b = 0; b < micro; ++b) {
+        int64_t length = 0;
+        for (int64_t t = 0; t < N; ++t) length += mask[size_t(b * N + t)] > 0;
+        const double s = values[size_t(b * T + P + length - 1)];
+        scores.push_back(float(s));
+        score_sum += s, score_sq += s * s, answer_tokens += double(length);
+      }
+      const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
+      kl_sum += ops::sum(ops::sub(e.old_logp, e.ref_logp)).item();
+      entropy_sum += ops::sum(ops::mul(own.entropy, e.mask)).item();
+      if (ppo) {
+        e.old_values = ops::mul(narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N), e.mask);
+        const Tensor rewards =
+            kl_rewards(e.old_logp, e.ref_logp, score, e.mask, kl_ctl.value(), o.clip_reward_value);
+        const AdvantagesReturns ar = gae(e.old_values, rewards, e.mask, o.gamma, o.lam);
+        e.advantages = ar.advantages, e.returns = ar.returns;
+      } else {
+        e.advantages = grpo_advantages(score, G);
+      }
+      experience.push_back(std::move(e));
+    }
+    actor->model().train();
+    if (critic) critic->model().train();
+    const double experience_s = seconds_since(e0);
+
+    // Training: ppo_epochs optimizer steps over the experience.
+    const auto t0 = Clock::now();
+    double actor_loss = 0, clip_fraction = 0, approx_kl = 0, critic_loss = 0, value_clip = 0, ptx_loss = 0;
+    engine::StepResult actor_step, critic_step;
+    for (int64_t epoch = 0; epoch < o.ppo_epochs; ++epoch) {
+      for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
+        const Experience& e = experience[size_t(m)];
+        const Tensor logp = answer_log_probs(actor_model.forward(e.seq, e.padding), e.seq, P, N, vocab).logp;
+        if (ppo) {
+          const ActorLoss a = ppo_actor_loss(logp, e.old_logp, e.advantages, e.mask, o.cliprange);
+          actor->backward(a.loss);
+          actor_loss += a.loss.item(), clip_fraction += a.clip_fraction, approx_kl += a.approx_kl;
+        } else {
+          const GrpoLoss a = grpo_loss(logp, e.old_logp, e.ref_logp, e.advantages, e.mask, o.beta, o.cliprange);
+          actor->backward(a.loss);
+          actor_loss += a.loss.item(), clip_fraction += a.clip_fraction, approx_kl += a.kl;
+        }
+        if (!ptx.train.empty()) {  // ptx: the SFT loss on the SFT split, weighted
+          std::vector<int64_t> select;
+          for (int64_t i = 0; i < micro; ++i)
+            select.push_back(ptx_order.at(((step * o.ppo_epochs + epoch) * n + rank) * R + m * micro + i));
+          const SftBatch u = make_sft_batch(ptx.train, select, sc.data.limits, eot, eot);
+          const Tensor loss = actor->forward(u.inputs, u.targets);
+          ptx_loss += loss.item();
+          actor->backward(mul(loss, o.unsup_coef));
+        }
+        if (critic) {
+          const Tensor values = narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N);
+          const CriticLoss v = ppo_critic_loss(values, e.old_values, e.returns, e.mask, o.cliprange_value);
+          critic->backward(v.loss);
+          critic_loss += v.loss.item(), value_clip += v.clip_fraction;
+        }
+      }
+      actor_step = actor->step();
+      if (critic) critic_step = critic->step();
+    }
+    const double train_s = seconds_since(t0);
+
+    const std::vector<double> sums =
+        sum_over(world, {score_sum, score_sq, kl_sum, entropy_sum, answer_tokens, actor_loss, clip_fraction, approx_kl,
+                         critic_loss, value_clip, ptx_loss});
+    const double parts = double(c.gradient_accumulation_steps * o.ppo_epochs * n), rows_total = double(B);
+    const double mean = sums[0] / rows_total;
+    TRIAD_CHECK(std::isfinite(sums[5]) && std::isfinite(sums[8]),
+                "[" << sc.step << "] a loss is not finite at step " << step + 1
+                    << "; lower the learning rates; nothing was saved");
+    nlohmann::json metrics = {
+        {"reward", mean},
+        {"reward_std", std::sqrt(std::max(0.0, sums[1] / rows_total - mean * mean))},
+        {"kl", sums[2] / rows_total},
+        {"kl_coef", ppo ? kl_ctl.value() : o.beta},
+        {"entropy", sums[3] / sums[4]},
+        {"response_length", sums[4] / rows_total},
+        {"actor_loss", sums[5] / parts},
+        {"clip_fraction", sums[6] / parts},
+        {ppo ? "approx_kl" : "k3_kl", sums[7] / parts},
+        {"actor_lr", actor_step.lr},
+        {"actor_grad_norm", actor_step.grad_norm},
+        {"generation_tokens_per_s", sums[4] / gen_s},
+        {"training_tokens_per_s", rows_total * double(T) * double(o.ppo_epochs) / train_s},
+        {"generation_s", gen_s},
+        {"experience_s", experience_s},
+        {"training_s", train_s},
+        {"generation_fraction", gen_s / (gen_s + experience_s + train_s)}};
+    std::vector<std::string> shown = {"reward", "reward_std", "kl", "entropy", "response_length", "clip_fraction"};
+    if (ppo) {
+      metrics["value_loss"] = sums[8] / parts;
+      metrics["value_clip_fraction"] = sums[9] / parts;
+      metrics["critic_grad_norm"] = critic_step.grad_norm;
+      shown.push_back("value_loss");
+    }
+    if (!ptx.train.empty()) metrics["ptx_loss"] = sums[10] / parts;
+    shown.insert(shown.end(), {"generation_tokens_per_s", "training_tokens_per_s", "generation_fraction"});
+    if (kl_ctl.is_adaptive()) kl_ctl.update(sums[2] / rows_total, B);
+    log.write(step + 1, metrics, shown);
+    last = metrics;
+    maybe_checkpoint(*actor, *comm, step + 1, log);
+    if (critic) maybe_checkpoint(*critic, *comm, step + 1, log);
+    const engine::CheckpointConfig& ck = c.checkpoint;
+    if (rank == 0 && kl_ctl.is_adaptive() && !ck.dir.empty() &&
+        ((ck.every > 0 && (step + 1) % ck.every == 0) || step + 1 == c.steps))
+      save_kl_state(c, step + 1, kl_ctl.value());
+  }
+  save_output(*actor, *comm, "actor", log);
+  if (critic) save_output(*critic, *comm, "critic", log);
+  return last;
+}
+
+}  // namespace triad::rlhf

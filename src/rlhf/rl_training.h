@@ -1,0 +1,42 @@
+// DeepSpeed-Chat's step 3 (PPO) and GRPO: the actor generates answers to the RL split's
+// prompts on its own training Engine (the hybrid engine), a frozen reward model scores them,
+// and the actor (with PPO, the critic too) learns from them against a frozen reference.
+//
+// Note [RL step]: step k takes the global batch of train_batch_size sequences; with GRPO
+// these are train_batch_size / group_size prompts, each answered group_size times
+// (consecutive rows). Prompt j of step k is the RL split's EpochOrder(k p + j) (p prompts per
+// step). Rank r holds the contiguous rows [r R, (r + 1) R), R = micro x accumulation, and
+// generates them in one call (one gather at ZeRO-3), sample g = k B + r R + i drawing its
+// tokens by (seed, g) (Note [Batched generation]): every layout makes the same samples.
+// Then, per micro-batch of the rank's rows, without gradients:
+//   old_logp, ref_logp  the actor's and the reference's log-probs of the answer tokens
+//                       (training forwards on the left-padded prompt + answer rows);
+//   score               the reward model's value at each row's last answer token;
+//   PPO: old_values     the critic's values at the positions predicting the answer tokens,
+//        rewards        kl_rewards(old_logp, ref_logp, score) (kl_ctl, clip_reward_value),
+//        advantages, returns = gae(old_values, rewards) (gamma, lam);
+//   GRPO: advantages    grpo_advantages(score) within each group.
+// Then ppo_epochs passes, each one optimizer step of the actor (and the critic) with the
+// micro-batches accumulated: PPO's clipped actor loss (plus unsup_coef times the SFT loss on
+// a micro-batch of the SFT split: ptx) and clipped critic loss (rlhf/ppo_losses.h), or
+// GRPO's loss (rlhf/grpo.h). With kl_target > 0 the KL coefficient adapts after each step
+// (Note [Adaptive KL]) and is saved with the checkpoints (rl_state.json in the actor's
+// folder). Reported per step, in the metrics and on the progress line: the reward's mean
+// and spread, KL to the reference (per sequence, summed over its tokens), the policy's
+// entropy, the response length, the clip fractions, the losses, generation and training
+// tokens/s and the time split between generation, scoring (experience) and training.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "parallel/communicator.h"
+#include "rlhf/rlhf_config.h"
+#include "rlhf/step_run.h"
+
+namespace triad::rlhf {
+
+// Runs config.step ("ppo" or "grpo"). Collective over `world`. Returns the last step's
+// metrics (empty when no step ran).
+nlohmann::json train_rl(const StepConfig& config, const RunOptions& options, parallel::CommunicatorPtr world);
+
+}  // namespace triad::rlhf

@@ -1,0 +1,95 @@
+#include "rlhf/step_run.h"
+
+#include <cstdio>
+
+#include "engine/checkpoint.h"
+#include "engine/checkpoint_dir.h"
+
+namespace triad::rlhf {
+
+void check_layout(const engine::TrainConfig& c, int ranks, const std::string& step) {
+  TRIAD_CHECK(c.tensor_parallel == 1 && c.pipeline.stages == 1,
+              "[config] " << step << ": triad-rlhf " << step << " trains data-parallel (model.tensor_parallel and "
+                          << "pipeline.stages must be 1; SFT takes them)");
+  TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * ranks,
+              "[config] " << step << ": train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "
+                          << c.micro_batch_size << " x gradient_accumulation_steps " << c.gradient_accumulation_steps
+                          << " x ranks " << ranks);
+}
+
+std::vector<double> sum_over(const parallel::CommunicatorPtr& comm, std::vector<double> values) {
+  if (!comm || comm->size() == 1 || values.empty()) return values;
+  Tensor t = Tensor::from_vector(values, {int64_t(values.size())});
+  comm->all_reduce(t)->wait();
+  return t.to_vector<double>();
+}
+
+StepLog::StepLog(const std::string& metrics_path, bool leader, int64_t first_step, int64_t steps,
+                 int64_t log_interval)
+    : leader_(leader),
+      first_step_(first_step),
+      steps_(steps),
+      log_interval_(log_interval),
+      start_(std::chrono::steady_clock::now()) {
+  if (!leader || metrics_path.empty()) return;
+  metrics_.open(metrics_path, first_step > 0 ? std::ios::app : std::ios::trunc);
+  TRIAD_CHECK(metrics_.good(), "cannot write the metrics file '" << metrics_path << "'");
+}
+
+void StepLog::write(int64_t step, const nlohmann::json& metrics, const std::vector<std::string>& shown) {
+  if (!leader_) return;
+  if (metrics_.is_open()) {
+    nlohmann::json line = metrics;
+    line["step"] = step;
+    metrics_ << line.dump() << "\n";
+    metrics_.flush();
+  }
+  if (step % log_interval_ != 0 && step != steps_) return;
+  std::string text = "step " + std::to_string(step) + "/" + std::to_string(steps_);
+  char buf[64];
+  for (const std::string& key : shown) {
+    std::snprintf(buf, sizeof buf, " | %s %.4g", key.c_str(), metrics.at(key).get<double>());
+    text += buf;
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::snprintf(buf, sizeof buf, " | %.0f s, ETA %.0f s", elapsed,
+                elapsed / double(step - first_step_) * double(steps_ - step));
+  print(text + buf);
+}
+
+void StepLog::print(const std::string& line) const {
+  if (!leader_) return;
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+int64_t resume_engine(const std::string& spec, engine::Engine& engine, parallel::Communicator& world,
+                      const std::string& what) {
+  const engine::TrainConfig& c = engine.config();
+  if (spec.empty()) return 0;
+  const std::string from = engine::resume(spec, c.checkpoint.dir, engine, world);
+  if (!from.empty() && world.rank() == 0)
+    std::printf("resumed %s from %s at step %lld\n", what.c_str(), from.c_str(), (long long)engine.global_step());
+  TRIAD_CHECK(engine.global_step() <= c.steps,
+              what << ": the checkpoint is at step " << engine.global_step() << ", beyond the run's steps " << c.steps);
+  return engine.global_step();
+}
+
+void maybe_checkpoint(engine::Engine& engine, parallel::Communicator& world, int64_t step, const StepLog& log) {
+  const engine::TrainConfig& c = engine.config();
+  if (c.checkpoint.dir.empty()) return;
+  if (!((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.steps)) return;
+  log.print("step " + std::to_string(step) + " | saved " +
+            engine::save_to_dir(c.checkpoint.dir, c.checkpoint.keep, engine, world));
+}
+
+void save_output(engine::Engine& engine, parallel::Communicator& world, const std::string& name, const StepLog& log) {
+  const engine::TrainConfig& c = engine.config();
+  if (c.output_dir.empty()) return;
+  engine::create_folder(c.output_dir, world);
+  const std::string path = c.output_dir + "/" + name + ".h5";
+  engine::save_weights(path, engine, world, DType::f32);
+  log.print("saved " + path);
+}
+
+}  // namespace triad::rlhf

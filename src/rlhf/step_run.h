@@ -1,0 +1,54 @@
+// What every RLHF training loop shares: its options, the checks of its layout, sums over
+// ranks, the progress lines and metrics, and saving.
+#pragma once
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "parallel/communicator.h"
+
+namespace triad::rlhf {
+
+struct RunOptions {
+  std::string metrics_path;  // JSON lines, one per step ("" : none; appended to on resume)
+  std::string resume;        // "" (fresh), "auto", a checkpoint file or folder (engine/checkpoint_dir.h)
+};
+
+// The reward, DPO, PPO and GRPO loops run data-parallel: Error naming the key for tensor or
+// pipeline parallelism, and for a train_batch_size that is not micro x accumulation x ranks.
+void check_layout(const engine::TrainConfig& c, int ranks, const std::string& step);
+
+// Element-wise sums over the ranks of `comm` (null: this process alone).
+std::vector<double> sum_over(const parallel::CommunicatorPtr& comm, std::vector<double> values);
+
+// A step's progress: one line per log_interval steps (and the last) on rank 0, "step k/n |
+// name value | ...", and every step's metrics as one JSON object per line.
+class StepLog {
+ public:
+  StepLog(const std::string& metrics_path, bool leader, int64_t first_step, int64_t steps, int64_t log_interval);
+  // `shown`: the metrics printed, in order (each a number in `metrics`).
+  void write(int64_t step, const nlohmann::json& metrics, const std::vector<std::string>& shown);
+  void print(const std::string& line) const;  // rank 0
+
+ private:
+  bool leader_;
+  int64_t first_step_, steps_, log_interval_;
+  std::ofstream metrics_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Resumes `engine` as `spec` says from its checkpoint folder (engine/checkpoint_dir.h);
+// returns the step it continues from (rank 0 says where from).
+int64_t resume_engine(const std::string& spec, engine::Engine& engine, parallel::Communicator& world,
+                      const std::string& what);
+// A checkpoint when checkpoint.every says so or at the last step (when checkpoint.dir is set).
+void maybe_checkpoint(engine::Engine& engine, parallel::Communicator& world, int64_t step, const StepLog& log);
+// The trained weights as output_dir/<name>.h5 (when output_dir is set).
+void save_output(engine::Engine& engine, parallel::Communicator& world, const std::string& name, const StepLog& log);
+
+}  // namespace triad::rlhf
