@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
     app::set_threads(tp ? parallel::threads_per_rank(threads) : threads);
 
     engine::LoadedModel loaded = engine::load_model(model_path, parallelism);
-    if (tokenizer_path.empty()) tokenizer_path = loaded.config["data"].value("tokenizer", "");
+    if (tokenizer_path.empty() && loaded.config.contains("data"))
+      tokenizer_path = loaded.config["data"].value("tokenizer", "");
     TRIAD_CHECK(!tokenizer_path.empty(), "the model file does not name its tokenizer; pass --tokenizer");
     const io::Tokenizer tok = io::Tokenizer::load(tokenizer_path);
     TRIAD_CHECK(tok.vocab_size() <= loaded.model->vocab_size(),

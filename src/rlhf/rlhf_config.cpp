@@ -109,7 +109,7 @@ StepConfig parse_rlhf_config(const nlohmann::json& json, const std::string& step
   c.step = step;
   c.data = read_data(json);
   nlohmann::json top = json;
-  top.erase("data");
+  top["data"] = {{"tokenizer", c.data.tokenizer}};  // saved with each model, for triad-generate
   for (const std::string& s : kSteps) top.erase(s);
   const nlohmann::json section = json.contains(step) ? json[step] : nlohmann::json::object();
   const auto [own, training] = split_section(section, step);
