@@ -103,7 +103,7 @@ int run_step_bench(const StepOptions& o) {
   train.device = o.device;
   train.tensor_parallel = o.tp;
   train.sequence_parallel = o.sequence_parallel;
-  engine::Engine engine(train, nullptr, tp);
+  engine::Engine engine(train, parallel::CommunicatorPtr{}, tp);
 
   Generator data_gen(7);
   Tensor tokens = Tensor::empty({o.batch, o.seq + 1}, DType::f32);

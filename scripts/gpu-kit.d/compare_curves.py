@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The demo model trained for a few steps three times on the same batches: f32 on the CPU,
-f32 on the GPU and bf16 on the GPU, each through triad-train with --metrics. Passes when
+"""A model (the demo model, or --config another of the kit's configs) trained for a few steps
+three times on the same batches: f32 on the CPU, f32 on the GPU and bf16 on the GPU, each
+through triad-train with --metrics. Passes when
 
   - the GPU's f32 loss equals the CPU's at every step within 1e-3 relative (the same
     arithmetic in another summation order; test_train_cuda holds one step to 1e-4), and
@@ -19,9 +20,9 @@ import sys
 F32_BOUND, BF16_BOUND, MIN_FALL = 1e-3, 0.02, 0.5
 
 
-def train(kit, work, name, steps, extra, launcher=()):
+def train(kit, work, name, steps, extra, launcher=(), config="demo.json"):
     metrics = os.path.join(work, name + ".jsonl")
-    cmd = list(launcher) + [os.path.join(kit, "bin", "triad-train"), "--config", os.path.join(kit, "configs", "demo.json"),
+    cmd = list(launcher) + [os.path.join(kit, "bin", "triad-train"), "--config", os.path.join(kit, "configs", config),
            "--set", "data.corpus=" + os.path.join(kit, "data", "tokens.bin"),
            "--set", "data.tokenizer=" + os.path.join(kit, "data", "tokenizer.json"),
            "--set", "output_dir=" + os.path.join(work, name), "--steps", str(steps),
@@ -39,11 +40,13 @@ def main():
     ap.add_argument("--kit", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--config", default="demo.json", help="a file of the kit's configs/ (default demo.json)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    cpu = train(a.kit, a.work, "f32_cpu", a.steps, ["--set", "device=cpu"])
-    gpu = train(a.kit, a.work, "f32_cuda", a.steps, ["--set", "device=cuda"])
-    bf16 = train(a.kit, a.work, "bf16_cuda", a.steps, ["--set", "device=cuda", "--set", "bf16.enabled=true"])
+    cpu = train(a.kit, a.work, "f32_cpu", a.steps, ["--set", "device=cpu"], config=a.config)
+    gpu = train(a.kit, a.work, "f32_cuda", a.steps, ["--set", "device=cuda"], config=a.config)
+    bf16 = train(a.kit, a.work, "bf16_cuda", a.steps, ["--set", "device=cuda", "--set", "bf16.enabled=true"],
+                 config=a.config)
 
     rel = lambda x, y: abs(x - y) / abs(y)
     f32_err = max(rel(g, c) for g, c in zip(gpu, cpu))
@@ -56,7 +59,7 @@ def main():
     print("bf16 vs f32 cuda: max relative difference %.2e (bound %.0e)" % (bf16_err, BF16_BOUND))
     print("f32 curve falls by %.3f (at least %.1f)" % (fall, MIN_FALL))
     ok = f32_err <= F32_BOUND and bf16_err <= BF16_BOUND and fall >= MIN_FALL
-    print(json.dumps({"check": "train_curves", "steps": a.steps, "ok": ok, "f32_cuda_vs_cpu": f32_err,
+    print(json.dumps({"check": "train_curves", "config": a.config, "steps": a.steps, "ok": ok, "f32_cuda_vs_cpu": f32_err,
                       "bf16_vs_f32": bf16_err, "fall": fall, "f32_cpu": cpu, "f32_cuda": gpu, "bf16_cuda": bf16}))
     return 0 if ok else 1
 

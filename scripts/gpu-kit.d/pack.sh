@@ -18,13 +18,14 @@ syslib=/usr/lib/$multiarch
 command -v nvcc >/dev/null || { echo "gpu-kit pack: nvcc not found: the kit needs the CUDA toolkit to build" >&2; exit 1; }
 
 # --- build: Hopper only, portable CPU code, no build-tree run paths (the kit sets its own)
+mkdir -p "$kit"
 echo "gpu-kit pack: building in ${build#"$root"/}"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIAD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DTRIAD_NATIVE=OFF -DCMAKE_SKIP_RPATH=ON >"$kit/configure.log" ||
   { cat "$kit/configure.log" >&2; exit 1; }
 grep -q "NCCL communicator ON" "$kit/configure.log" ||
   { echo "gpu-kit pack: NCCL not found at configure time (set NCCL_HOME); the kit needs it" >&2; exit 1; }
-programs=(triad-train triad-bench triad-generate triad-data triad-ckpt bench-cublaslt bench-attention)
+programs=(triad-train triad-bench triad-generate triad-data triad-ckpt triad-rlhf bench-cublaslt bench-attention)
 mapfile -t gpu_tests < <(cd "$root/tests/cuda" && ls test_*_cuda.cpp test_*_cuda_mpi.cpp | sed 's/\.cpp$//')
 cmake --build "$build" -j "$jobs" --target "${programs[@]}" "${gpu_tests[@]}"
 
@@ -44,14 +45,15 @@ for t in "${gpu_tests[@]}"; do
 done >"$stage/tests/gpu-tests.txt"
 cp "$root/tests/apps/check_collectives.sh" "$stage/tests/"
 cp "$root"/configs/*.json "$stage/configs/"
-cp "$here/run.sh" "$here/env.sh" "$here/compare_curves.py" "$here/profile_kernels.py" "$here/tp_curves.py" "$here/README.md" "$stage/"
+cp "$here/run.sh" "$here/env.sh" "$here/compare_curves.py" "$here/profile_kernels.py" "$here/tp_curves.py" "$here/pp_curves.py" "$here/rlhf_curves.py" "$here/README.md" "$stage/"
 
-# The demo corpus, tokenized by the kit's own triad-data.
+# The demo corpus, tokenized by the kit's own triad-data, and its preference pairs (rlhf_curves).
 corpus=/usr/share/games/fortunes
 "$stage/bin/triad-data" tokenizer --corpus "$corpus" --separator % --vocab-size 2048 \
   --out "$stage/data/tokenizer.json" >/dev/null
 "$stage/bin/triad-data" encode --tokenizer "$stage/data/tokenizer.json" --corpus "$corpus" --separator % \
   --out "$stage/data/tokens.bin" >/dev/null
+"$stage/bin/triad-data" pairs --corpus "$corpus" --separator % --out "$stage/data/pairs.jsonl" >/dev/null
 
 # Open MPI, relocatable through OPAL_PREFIX: its tree mirrored under ompi/ (programs,
 # plugins, help files). Plugins for networks a one-node machine lacks (UCX, libfabric, PSM,

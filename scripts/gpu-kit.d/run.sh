@@ -103,6 +103,10 @@ step bench_step_cuda 240 gpu triad-bench step --device cuda
 step bench_cublaslt 180 gpu bench-cublaslt
 step bench_attention 180 gpu bench-attention
 step train_curves 300 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/curves" --steps 50
+step llama_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/llama_curves" \
+  --config llama-demo.json --steps 50
+step pp_curves 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "$kit/pp_curves.py" --kit "$kit" --work "$work/pp_curves" --steps 40
+step rlhf_curves 300 gpu env OMP_NUM_THREADS="$cores" "$kit/rlhf_curves.py" --kit "$kit" --work "$work/rlhf_curves"
 step tp_curves 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "$kit/tp_curves.py" --kit "$kit" --work "$work/tp_curves" --steps 40
 step bench_step_cuda_tp2 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "${mpi[@]}" -np 2 triad-bench step --device cuda --tp 2
 step profile_kernels 240 gpu "$kit/profile_kernels.py" "$out/kernels.md"
@@ -114,7 +118,9 @@ python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys
 results, logs, out, device = sys.argv[1:]
 FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib", "f32_cuda_vs_cpu", "bf16_vs_f32",
-           "kernel_ms_per_step", "launches_per_step", "tp2_vs_tp1", "tp2_sp_vs_tp1", "model_state_mib_per_rank")
+           "kernel_ms_per_step", "launches_per_step", "tp2_vs_tp1", "tp2_sp_vs_tp1", "model_state_mib_per_rank", "pp2_vs_pp1",
+           "sft_cuda_vs_cpu", "reward_cuda_vs_cpu", "ppo_generation_fraction", "ppo_generation_tokens_per_s",
+           "ppo_training_tokens_per_s")
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")
