@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure demo test test-slow bench clean
+.PHONY: all deps configure demo rlhf-demo test test-slow bench clean
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -20,6 +20,13 @@ DEMO_PROGRAMS = triad-data triad-train triad-generate
 demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target $(DEMO_PROGRAMS)
 	scripts/demo.sh
+
+# DeepSpeed-Chat's three steps (SFT, reward model, PPO), and GRPO and DPO, on the embedded
+# fortunes preference pairs (configs/rlhf-demo.json, scripts/rlhf-demo.sh).
+RLHF_PROGRAMS = triad-data triad-train triad-rlhf triad-generate
+rlhf-demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target $(RLHF_PROGRAMS)
+	scripts/rlhf-demo.sh
 
 # Unit tests (everything but the slow label).
 test: all

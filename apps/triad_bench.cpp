@@ -5,6 +5,7 @@
 #include "bench/ckpt.h"
 #include "bench/collectives.h"
 #include "bench/pipeline.h"
+#include "bench/rlhf.h"
 #include "bench/quantize.h"
 #include "bench/scaling.h"
 #include "bench/step.h"
@@ -13,7 +14,7 @@
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O and quantization benchmarks"};
+    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O, quantization and RLHF benchmarks"};
     app.require_subcommand(1);
     triad::bench::StepOptions step;
     triad::bench::add_step_command(app, step);
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
     triad::bench::add_scaling_command(app, scaling);
     triad::bench::QuantizeOptions quantize;
     triad::bench::add_quantize_command(app, quantize);
+    triad::bench::RlhfBenchOptions rlhf;
+    triad::bench::add_rlhf_command(app, rlhf);
     CLI11_PARSE(app, argc, argv);
     return status;
   });

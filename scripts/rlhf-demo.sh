@@ -4,10 +4,15 @@
 # fortunes corpus, fine-tuned on the SFT split (prompt: a fortune's first four words;
 # answer: the rest), a reward model learns to prefer the real ending over a shuffled,
 # partly replaced one, and PPO, GRPO and DPO each tune the SFT model towards it. Every
-# step's metrics go to build/rlhf/<step>.jsonl; the summary at the end reads them.
+# step's metrics go to build/rlhf/<step>.jsonl; the summary at the end reads them, its last
+# line one JSON object with the figures (tests/apps/check_rlhf_demo.sh holds them to bounds).
+#
+#   TRIAD_BIN   the programs' folder (default build/bin)
+#   RLHF_WORK   the folder the configs' paths (build/rlhf/...) start from (default the repository)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=build/bin
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin=${TRIAD_BIN:-$repo/build/bin}
+cd "${RLHF_WORK:-$repo}"
 out=build/rlhf
 corpus=/usr/share/games/fortunes
 mkdir -p "$out"
@@ -29,11 +34,17 @@ step() {  # step NAME COMMAND...: runs a step, its metrics to $out/NAME.jsonl
   echo "=== $name ==="
   "$@" --metrics "$out/$name.jsonl"
 }
-step pretrain "$bin/triad-train" --config configs/rlhf-pretrain.json
+step pretrain "$bin/triad-train" --config "$repo/configs/rlhf-pretrain.json"
 for s in sft reward ppo grpo dpo; do
-  step "$s" "$bin/triad-rlhf" "$s" --config configs/rlhf-demo.json
+  step "$s" "$bin/triad-rlhf" "$s" --config "$repo/configs/rlhf-demo.json"
 done
 
+echo
+echo "--- the SFT model, then the PPO actor, continuing \"The meaning of life\" ---"
+for model in "$out/sft/model.h5" "$out/ppo/actor.h5"; do
+  "$bin/triad-generate" --checkpoint "$model" --prompt "The meaning of life" --max-new-tokens 40 --seed 1
+  echo "%"
+done
 echo
 echo "=== summary ==="
 python3 - "$out" <<'PY'
@@ -44,19 +55,18 @@ def rows(name):
 def mean(xs):
     return sum(xs) / len(xs)
 reward = [r for r in rows("reward") if "val_accuracy" in r]
-print(f"reward model: held-out accuracy {reward[-1]['val_accuracy']:.3f}")
+dpo = [r for r in rows("dpo") if "val_margin" in r]
+figures = {"reward_val_accuracy": reward[-1]["val_accuracy"], "dpo_val_margin": dpo[-1]["val_margin"],
+           "dpo_val_accuracy": dpo[-1]["val_accuracy"]}
+print(f"reward model: held-out accuracy {figures['reward_val_accuracy']:.3f}")
 for name in ("ppo", "grpo"):
     r = rows(name)
     k = max(1, len(r) // 5)
-    print(f"{name}: mean reward of fresh samples {mean([x['reward'] for x in r[:k]]):.3f} over the first {k} steps, "
-          f"{mean([x['reward'] for x in r[-k:]]):.3f} over the last {k}; KL to the reference "
-          f"{mean([x['kl'] for x in r[-k:]]):.3f}")
-dpo = [r for r in rows("dpo") if "val_margin" in r]
-print(f"dpo: held-out margin {dpo[-1]['val_margin']:.4f} (0 at the start), accuracy {dpo[-1]['val_accuracy']:.3f}")
+    first, last, kl = (mean([x["reward"] for x in r[:k]]), mean([x["reward"] for x in r[-k:]]),
+                       mean([x["kl"] for x in r[-k:]]))
+    figures.update({f"{name}_reward_first": first, f"{name}_reward_last": last, f"{name}_kl_last": kl})
+    print(f"{name}: mean reward of fresh samples {first:.3f} over the first {k} steps, {last:.3f} over the last {k}; "
+          f"KL to the reference {kl:.3f}")
+print(f"dpo: held-out margin {figures['dpo_val_margin']:.4f} (0 at the start), accuracy {figures['dpo_val_accuracy']:.3f}")
+print(json.dumps(figures))
 PY
-echo
-echo "--- the SFT model, then the PPO actor, continuing \"The meaning of life\" ---"
-for model in "$out/sft/model.h5" "$out/ppo/actor.h5"; do
-  "$bin/triad-generate" --checkpoint "$model" --prompt "The meaning of life" --max-new-tokens 40 --seed 1
-  echo "%"
-done

@@ -383,6 +383,28 @@ void write_generator(H5File& file, Checksums& sums, const std::string& name, con
   sums.add(name, row, 2 * world.rank());
 }
 
+// The weights file of `mine` (this rank's owned elements, by parameter name).
+void save_weights_of(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
+                     const std::map<std::string, Slice>& mine) {
+  TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+              "weights are saved in f32 or bf16, not " << dtype_name(dtype));
+  const std::vector<Param> params = params_of(engine);
+  write_file(path, world, [&](H5File& file) {
+    Checksums sums;
+    std::vector<H5File::DatasetSpec> specs;
+    std::vector<H5File::TensorRange> writes;
+    for (const Param& q : params) {
+      const std::string ds = "/model/" + q.name;
+      specs.push_back({ds, dtype, q.global});
+      const auto [first, values] = q.writer ? range_of(mine, q.name, DType::f32) : range_of({}, q.name, DType::f32);
+      writes.push_back(q.range(ds, first, ops::to(on_host(values), dtype)));
+    }
+    write_batch(file, sums, specs, writes);
+    sums.store(file, world);
+    write_root_attrs(file, "weights", engine);
+  });
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& world) {
@@ -421,24 +443,35 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
 }
 
 void save_weights(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype) {
-  TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
-              "weights are saved in f32 or bf16, not " << dtype_name(dtype));
-  const auto mine = weights_owned(engine);
+  save_weights_of(path, engine, world, dtype, weights_owned(engine));
+}
+
+void save_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
+                        const std::vector<Slice>& owned) {
+  save_weights_of(path, engine, world, dtype, by_name(owned));
+}
+
+void load_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world,
+                        const std::vector<Slice>& owned) {
+  H5File file = H5File::open(path, world);
+  check_kind(file, "weights");
   const std::vector<Param> params = params_of(engine);
-  write_file(path, world, [&](H5File& file) {
-    Checksums sums;
-    std::vector<H5File::DatasetSpec> specs;
-    std::vector<H5File::TensorRange> writes;
-    for (const Param& q : params) {
-      const std::string ds = "/model/" + q.name;
-      specs.push_back({ds, dtype, q.global});
-      const auto [first, values] = q.writer ? range_of(mine, q.name, DType::f32) : range_of({}, q.name, DType::f32);
-      writes.push_back(q.range(ds, first, ops::to(on_host(values), dtype)));
-    }
-    write_batch(file, sums, specs, writes);
-    sums.store(file, world);
-    write_root_attrs(file, "weights", engine);
+  check_same_model(file, engine, params);
+  const auto mine = by_name(owned);
+  Checksums sums;
+  std::vector<H5File::TensorRange> ranges;
+  std::vector<std::pair<Tensor, Tensor>> moves;  // (values, host buffer)
+  for (const Param& q : params) {
+    const auto [first, values] = q.writer ? range_of(mine, q.name, DType::f32) : range_of({}, q.name, DType::f32);
+    const Tensor buffer = host_buffer(values);
+    ranges.push_back(q.range("/model/" + q.name, first, buffer));
+    moves.emplace_back(values, buffer);
+  }
+  file.read_ranges(ranges, [&](size_t i) {
+    from_buffer(moves[i].first, moves[i].second);
+    sums.add({ranges[i]}, {params[i].global});
   });
+  sums.verify(file, world);
 }
 
 void load_checkpoint(const std::string& path, Engine& engine, parallel::Communicator& world) {

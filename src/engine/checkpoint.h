@@ -52,6 +52,16 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
 // Collective over `world`: the trained model's weights alone (kind "weights") in dtype (f32
 // or bf16), at their global shapes.
 void save_weights(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype);
+// Collective: a weights file of other values of the engine's parameters, kept sharded as the
+// optimizer keeps its master weights: `owned` is this rank's share, shaped as
+// ZeroOptimizer::owned_slices gives it (e.g. an average of the weights, rlhf/actor_ema.h).
+void save_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
+                        const std::vector<zero::ZeroOptimizer::Slice>& owned);
+// Collective: the inverse, reading each of `owned`'s ranges of a weights file of the
+// engine's model into it (in f32), every range checksum-verified. Throws Error naming the
+// file (and dataset) when it is missing, damaged or holds another model.
+void load_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world,
+                        const std::vector<zero::ZeroOptimizer::Slice>& owned);
 
 // Serial: a checkpoint of a model trained elsewhere (engine/hf_checkpoint.h), as a run of
 // `config` would save it before its first step: `weights` (by parameter name, at their

@@ -10,6 +10,7 @@
 #include "engine/hybrid_engine.h"
 #include "engine/model_factory.h"
 #include "parallel/self_communicator.h"
+#include "rlhf/actor_ema.h"
 #include "rlhf/gae.h"
 #include "rlhf/grpo.h"
 #include "rlhf/host_rows.h"
@@ -46,7 +47,8 @@ TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t 
   return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
 }
 
-// rl_state.json in the actor's checkpoint folder: the KL coefficient at each saved step.
+// rl_state.json in the actor's checkpoint folder: the KL coefficient at each saved
+// checkpoint, by its optimizer step.
 std::string state_path(const engine::TrainConfig& actor) { return actor.checkpoint.dir + "/rl_state.json"; }
 
 void save_kl_state(const engine::TrainConfig& actor, int64_t step, double kl_coef) {
@@ -121,19 +123,27 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   const auto resume_spec = [&](const std::string& name) {
     return options.resume.empty() || options.resume == "auto" ? options.resume : options.resume + "/" + name;
   };
-  const int64_t first = resume_engine(resume_spec("actor"), *actor, *comm, "the actor");
+  // The engines count optimizer steps, ppo_epochs per step (Note [RLHF config]).
+  const int64_t per_step = o.ppo_epochs, steps = c.steps / per_step;
+  const int64_t resumed = resume_engine(resume_spec("actor"), *actor, *comm, "the actor");
   if (critic) {
-    const int64_t critic_first = resume_engine(resume_spec("critic"), *critic, *comm, "the critic");
-    TRIAD_CHECK(critic_first == first, "the actor's checkpoint is at step " << first << ", the critic's at step "
-                                                                             << critic_first
-                                                                             << ": resume both from one save");
+    const int64_t critic_resumed = resume_engine(resume_spec("critic"), *critic, *comm, "the critic");
+    TRIAD_CHECK(critic_resumed == resumed, "the actor's checkpoint is at optimizer step "
+                                               << resumed << ", the critic's at " << critic_resumed
+                                               << ": resume both from one save");
   }
+  TRIAD_CHECK(resumed % per_step == 0, "the actor's checkpoint is at optimizer step "
+                                           << resumed << ", inside a step of ppo_epochs " << per_step
+                                           << " optimizer steps: was ppo_epochs changed?");
+  const int64_t first = resumed / per_step;
   KlController kl_ctl = o.kl_target > 0 ? KlController::adaptive(o.kl_ctl, o.kl_target, double(o.kl_horizon))
                                         : KlController::fixed(o.kl_ctl);
-  if (first > 0 && kl_ctl.is_adaptive())
-    kl_ctl = KlController::adaptive(load_kl_state(c, first), o.kl_target, double(o.kl_horizon));
+  if (resumed > 0 && kl_ctl.is_adaptive())
+    kl_ctl = KlController::adaptive(load_kl_state(c, resumed), o.kl_target, double(o.kl_horizon));
+  std::unique_ptr<ActorEma> ema = o.enable_ema ? std::make_unique<ActorEma>(*actor, o.ema_beta) : nullptr;
+  if (ema && resumed > 0) ema->load_checkpoint(resumed, *comm);
 
-  StepLog log(options.metrics_path, rank == 0, first, c.steps, c.log_interval);
+  StepLog log(options.metrics_path, rank == 0, first, steps, c.log_interval);
   log.print(sc.step + ": " + std::to_string(prompts.train.size()) + " prompts; actor " + engine::model_shape(c).summary +
             " from " + sc.model.init + (ppo ? ", critic from " + sc.critic.init : "") + ", reward model " +
             o.reward_model);
@@ -143,7 +153,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   EpochOrder order(int64_t(prompts.train.size()), c.seed);
   EpochOrder ptx_order(std::max<int64_t>(1, int64_t(ptx.train.size())), c.seed + 1);
   nlohmann::json last;
-  for (int64_t step = first; step < c.steps; ++step) {
+  for (int64_t step = first; step < steps; ++step) {
     // Generation: the rank's R rows in one call.
     const auto g0 = Clock::now();
     std::vector<std::vector<int32_t>> rows;
@@ -238,6 +248,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
         }
       }
       actor_step = actor->step();
+      if (ema) ema->update();
       if (critic) critic_step = critic->step();
     }
     const double train_s = seconds_since(t0);
@@ -280,15 +291,19 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     if (kl_ctl.is_adaptive()) kl_ctl.update(sums[2] / rows_total, B);
     log.write(step + 1, metrics, shown);
     last = metrics;
-    maybe_checkpoint(*actor, *comm, step + 1, log);
-    if (critic) maybe_checkpoint(*critic, *comm, step + 1, log);
-    const engine::CheckpointConfig& ck = c.checkpoint;
-    if (rank == 0 && kl_ctl.is_adaptive() && !ck.dir.empty() &&
-        ((ck.every > 0 && (step + 1) % ck.every == 0) || step + 1 == c.steps))
-      save_kl_state(c, step + 1, kl_ctl.value());
+    const int64_t optimizer_steps = (step + 1) * per_step;
+    if (maybe_checkpoint(*actor, *comm, optimizer_steps, log)) {
+      if (rank == 0 && kl_ctl.is_adaptive()) save_kl_state(c, optimizer_steps, kl_ctl.value());
+      if (ema) ema->save_checkpoint(optimizer_steps, *comm);
+    }
+    if (critic) maybe_checkpoint(*critic, *comm, optimizer_steps, log);
   }
   save_output(*actor, *comm, "actor", log);
   if (critic) save_output(*critic, *comm, "critic", log);
+  if (ema && !c.output_dir.empty()) {
+    ema->save(c.output_dir + "/actor_ema.h5", *comm);
+    log.print("saved " + c.output_dir + "/actor_ema.h5");
+  }
   return last;
 }
 

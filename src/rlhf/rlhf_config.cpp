@@ -39,8 +39,17 @@ std::pair<nlohmann::json, nlohmann::json> split_section(const nlohmann::json& se
   return {own, training};
 }
 
-engine::TrainConfig train_config(nlohmann::json top, const std::vector<nlohmann::json>& layers, int64_t ranks) {
+// `per_step`: optimizer steps per step of the run (PPO's and GRPO's ppo_epochs), by which
+// steps and checkpoint.every are counted in the engine (its schedule, checkpoint names).
+engine::TrainConfig train_config(nlohmann::json top, const std::vector<nlohmann::json>& layers, int64_t ranks,
+                                 int64_t per_step = 1) {
   for (const nlohmann::json& layer : layers) merge_into(top, layer);
+  if (per_step > 1) {
+    if (top.contains("steps") && top["steps"].is_number_integer()) top["steps"] = top["steps"].get<int64_t>() * per_step;
+    if (top.contains("checkpoint") && top["checkpoint"].is_object() && top["checkpoint"].contains("every") &&
+        top["checkpoint"]["every"].is_number_integer())
+      top["checkpoint"]["every"] = top["checkpoint"]["every"].get<int64_t>() * per_step;
+  }
   return engine::parse_config(top, ranks);
 }
 
@@ -131,7 +140,7 @@ StepConfig parse_rlhf_config(const nlohmann::json& json, const std::string& step
       ModelRun& run = name == "actor" ? c.model : c.critic;
       run.init = read_init(sr, true);
       sr.finish();
-      run.train = train_config(top, {training, sub_training}, ranks);
+      run.train = train_config(top, {training, sub_training}, ranks, c.rl.ppo_epochs);
       // Each trained model keeps its checkpoints in a folder of its own.
       if (!run.train.checkpoint.dir.empty()) run.train.checkpoint.dir += "/" + name;
     }

@@ -23,7 +23,10 @@
 // 0): SFT from a pretrained model, the reward model and DPO from the SFT model (the reward
 // model's body: nn/value_model.h), PPO's actor from SFT and its critic from the reward model.
 // PPO's and GRPO's models keep their checkpoints in checkpoint.dir/actor and
-// checkpoint.dir/critic, and leave output_dir/actor.h5 and output_dir/critic.h5.
+// checkpoint.dir/critic, and leave output_dir/actor.h5 and output_dir/critic.h5. Their
+// engines count optimizer steps, ppo_epochs per PPO or GRPO step: their configs' steps and
+// checkpoint.every are the section's times ppo_epochs (the schedule runs over every
+// optimizer step, as DeepSpeed-Chat's does; checkpoint step-N.h5 is after N optimizer steps).
 // The reference model of PPO, GRPO and DPO is the actor's (policy's) init, frozen. Every key
 // is validated; unknown ones are errors naming the closest known key.
 #pragma once
@@ -66,7 +69,7 @@ struct RlOptions {
   int64_t max_answer_seq_len = 0;    // generated tokens at most (0: data.max_seq_len - max_prompt_seq_len)
   double temperature = 1.0, top_p = 1.0;
   int64_t top_k = 0;                 // 0: no limit
-  bool enable_ema = false;           // keep an EMA of the actor (saved beside it)
+  bool enable_ema = false;           // keep an EMA of the actor (rlhf/actor_ema.h)
   double ema_beta = 0.992;
   double unsup_coef = 0.0;           // ptx: weight of the SFT loss on the SFT split mixed in (0: off)
   // The adaptive KL controller (Ziegler et al.; rlhf/kl_controller.h): target 0 keeps kl_ctl fixed.

@@ -75,12 +75,13 @@ int64_t resume_engine(const std::string& spec, engine::Engine& engine, parallel:
   return engine.global_step();
 }
 
-void maybe_checkpoint(engine::Engine& engine, parallel::Communicator& world, int64_t step, const StepLog& log) {
+bool maybe_checkpoint(engine::Engine& engine, parallel::Communicator& world, int64_t step, const StepLog& log) {
   const engine::TrainConfig& c = engine.config();
-  if (c.checkpoint.dir.empty()) return;
-  if (!((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.steps)) return;
+  if (c.checkpoint.dir.empty()) return false;
+  if (!((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.steps)) return false;
   log.print("step " + std::to_string(step) + " | saved " +
             engine::save_to_dir(c.checkpoint.dir, c.checkpoint.keep, engine, world));
+  return true;
 }
 
 void save_output(engine::Engine& engine, parallel::Communicator& world, const std::string& name, const StepLog& log) {

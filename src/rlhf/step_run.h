@@ -46,8 +46,9 @@ class StepLog {
 // returns the step it continues from (rank 0 says where from).
 int64_t resume_engine(const std::string& spec, engine::Engine& engine, parallel::Communicator& world,
                       const std::string& what);
-// A checkpoint when checkpoint.every says so or at the last step (when checkpoint.dir is set).
-void maybe_checkpoint(engine::Engine& engine, parallel::Communicator& world, int64_t step, const StepLog& log);
+// A checkpoint when checkpoint.every says so or at the last step (when checkpoint.dir is
+// set); returns whether it saved one.
+bool maybe_checkpoint(engine::Engine& engine, parallel::Communicator& world, int64_t step, const StepLog& log);
 // The trained weights as output_dir/<name>.h5 (when output_dir is set).
 void save_output(engine::Engine& engine, parallel::Communicator& world, const std::string& name, const StepLog& log);
 

@@ -1,0 +1,57 @@
+#include "rlhf/actor_ema.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "engine/checkpoint.h"
+#include "tensor/ops.h"
+
+namespace triad::rlhf {
+
+using State = zero::ZeroOptimizer::State;
+
+ActorEma::ActorEma(engine::Engine& actor, double beta) : actor_(actor), beta_(beta) {
+  TRIAD_CHECK(actor.zero() != nullptr, "enable_ema: the actor's optimizer must be AdamW or Adam (ZeRO's), not SGD");
+  master_ = actor.zero()->owned_slices(State::master);
+  for (const zero::ZeroOptimizer::Slice& s : master_) average_.push_back({s.name, s.shape, s.first, ops::clone(s.values)});
+}
+
+void ActorEma::update() {
+  for (size_t i = 0; i < master_.size(); ++i) {
+    ops::mul_(average_[i].values, beta_);
+    ops::add_(average_[i].values, master_[i].values, 1.0 - beta_);
+  }
+}
+
+void ActorEma::save(const std::string& path, parallel::Communicator& world) const {
+  engine::save_weight_slices(path, actor_, world, DType::f32, average_);
+}
+
+namespace {
+
+std::string step_file(const std::string& prefix, int64_t step) {
+  char name[48];
+  std::snprintf(name, sizeof name, "%sstep-%08lld.h5", prefix.c_str(), static_cast<long long>(step));
+  return name;
+}
+
+}  // namespace
+
+void ActorEma::save_checkpoint(int64_t step, parallel::Communicator& world) const {
+  const std::filesystem::path dir = actor_.config().checkpoint.dir;
+  save((dir / step_file("ema-", step)).string(), world);
+  if (world.rank() != 0) return;
+  // The averages of checkpoints that retention removed.
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ema-step-", 0) == 0 && !std::filesystem::exists(dir / name.substr(4)))
+      std::filesystem::remove(entry.path());
+  }
+}
+
+void ActorEma::load_checkpoint(int64_t step, parallel::Communicator& world) {
+  engine::load_weight_slices((std::filesystem::path(actor_.config().checkpoint.dir) / step_file("ema-", step)).string(),
+                             actor_, world, average_);
+}
+
+}  // namespace triad::rlhf
