@@ -34,7 +34,7 @@ struct RlhfBenchOptions {
                                         "model.vocab_size=512"};
   std::vector<int> ranks = {1, 2};
   std::vector<int> stages = {0, 3};
-  int64_t batch = 16;   // prompts per step, global (divisible by every rank count)
+  int64_t batch = 32;   // prompts per step, global (divisible by every rank count): 16 a rank at 2 ranks, DeepSpeed-Chat's per-device default
   int64_t prompt = 32;  // tokens per prompt
   int64_t answer = 64;  // generated tokens at most
   int steps = 3;
