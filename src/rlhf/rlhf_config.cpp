@@ -85,7 +85,6 @@ void read_rl(engine::JsonReader& r, RlOptions& o, bool grpo) {
   TRIAD_CHECK(!o.reward_model.empty(), "[config] " << r.dotted("reward_model")
                                                    << ": the trained reward model (triad-rlhf reward's weights) is "
                                                       "missing");
-  o.clip_reward_value = r.number("clip_reward_value", o.clip_reward_value, 0.0, 1e9);
   o.cliprange = r.number("cliprange", o.cliprange, 0.0, 10.0);
   o.ppo_epochs = r.integer("ppo_epochs", o.ppo_epochs, 1, 1000);
   o.max_answer_seq_len = r.integer("max_answer_seq_len", o.max_answer_seq_len, 0, 1 << 20);
@@ -94,11 +93,12 @@ void read_rl(engine::JsonReader& r, RlOptions& o, bool grpo) {
   o.top_k = r.integer("top_k", o.top_k, 0, 1 << 30);
   o.enable_ema = r.boolean("enable_ema", o.enable_ema);
   o.ema_beta = r.number("ema_beta", o.ema_beta, 0.0, 1.0);
-  o.unsup_coef = r.number("unsup_coef", o.unsup_coef, 0.0, 1e6);
   if (grpo) {
     o.group_size = r.integer("group_size", o.group_size, 2, 1 << 20);
     o.beta = r.number("beta", o.beta, 0.0, 1e6);
   } else {
+    o.clip_reward_value = r.number("clip_reward_value", o.clip_reward_value, 0.0, 1e9);
+    o.unsup_coef = r.number("unsup_coef", o.unsup_coef, 0.0, 1e6);
     o.kl_ctl = r.number("kl_ctl", o.kl_ctl, 0.0, 1e6);
     o.cliprange_value = r.number("cliprange_value", o.cliprange_value, 0.0, 1e9);
     o.gamma = r.number("gamma", o.gamma, 0.0, 1.0);

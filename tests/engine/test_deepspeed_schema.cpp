@@ -13,6 +13,7 @@
 
 #include "engine/config.h"
 #include "engine/json_reader.h"
+#include "rlhf/rlhf_config.h"
 #include "support/check.h"
 #include "tensor/error.h"
 
@@ -151,3 +152,39 @@ BOOST_AUTO_TEST_CASE(every_row_behaves_as_documented_and_every_key_read_is_docum
     BOOST_TEST(known, "the parser reads '" << key << "', which docs/deepspeed-config.md does not list");
   }
 }
+
+// triad-rlhf's table: every key parses at its default in its step, and every key the RLHF
+// parser reads (its own and, through the merged sections, the training keys) is documented.
+BOOST_AUTO_TEST_CASE(every_rlhf_key_is_documented_and_parses_at_its_default) {
+  json rl = base();
+  rl["data"] = {{"path", "pairs.jsonl"}, {"tokenizer", "tok.json"}};
+  rl["train_batch_size"] = 2;
+  rl["reward"] = {{"init", "sft.h5"}};
+  rl["dpo"] = {{"init", "sft.h5"}};
+  rl["ppo"] = {{"reward_model", "rm.h5"}, {"actor", {{"init", "sft.h5"}}}, {"critic", {{"init", "rm.h5"}}}};
+  rl["grpo"] = {{"reward_model", "rm.h5"}, {"actor", {{"init", "sft.h5"}}}};
+  const std::vector<std::string> steps = {"sft", "reward", "dpo", "ppo", "grpo"};
+  std::set<std::string> documented;
+  for (const Row& row : deepspeed_rows()) documented.insert(row.key);
+  for (const char* heading : {"triad's own keys", "triad's keys of model.arch \"llama\""})
+    for (const auto& c : table(heading)) documented.insert(c[0]);
+  engine::JsonReader::KeyLog log;
+  for (const std::string& step : steps) BOOST_CHECK_NO_THROW(rlhf::parse_rlhf_config(rl, step, 1));
+  const auto rlhf_rows = table("triad-rlhf's keys");
+  BOOST_TEST(rlhf_rows.size() > 40u);
+  for (const auto& c : rlhf_rows) {
+    BOOST_REQUIRE_EQUAL(c.size(), 2u);
+    documented.insert(c[0]);
+    if (c[1] == "—") continue;
+    const std::string section = c[0].substr(0, c[0].find('.'));
+    json j = rl;
+    set(j, c[0], json::parse(c[1]));
+    BOOST_TEST_CONTEXT(c[0]) { BOOST_CHECK_NO_THROW(rlhf::parse_rlhf_config(j, section == "data" ? "ppo" : section, 1)); }
+  }
+  for (const std::string& key : log.keys()) {
+    bool known = documented.count(key) > 0;
+    for (const std::string& d : documented) known |= d.rfind(key + ".", 0) == 0;
+    BOOST_TEST(known, "the RLHF parser reads '" << key << "', which docs/deepspeed-config.md does not list");
+  }
+}
+
