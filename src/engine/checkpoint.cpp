@@ -722,7 +722,8 @@ int64_t load_parameters(const std::string& path, nn::Module& module, const std::
     const auto& [name, p] = params[i];
     if (!name.starts_with(prefix)) continue;
     const nn::TensorSplit& split = splits[i].second;
-    const std::string ds = "/model/" + name.substr(prefix.size());
+    const std::string stored = name.substr(prefix.size()), master = dataset_of(State::master, stored);
+    const std::string ds = file.has(master) ? master : "/model/" + stored;  // f32 over a 16-bit /model
     TRIAD_CHECK(file.has(ds), "'" << path << "' has no dataset " << ds << " for the parameter " << name
                                   << ": it holds another model (" << model_text(config) << ")");
     const Tensor t = file.read(ds);

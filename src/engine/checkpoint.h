@@ -101,8 +101,8 @@ ModelWeights read_weights(const std::string& path);
 // dtype: f32 from the master weights when the file has them, bf16 rounded from those.
 void export_weights(const std::string& path, const std::string& out, DType dtype);
 // Weights only (fine-tuning from a trained model, with a fresh optimizer): each parameter
-// of `module` whose name starts with `prefix` from the file's /model/<name without the
-// prefix> (the weights as trained), this rank's part of it when the module is built for
+// of `module` whose name starts with `prefix` from the file's weights of <name without the
+// prefix> (its f32 master weights where it has them, else /model), this rank's part of it when the module is built for
 // tensor parallelism; the other parameters keep their values. Serial. Returns how many were
 // loaded. Throws Error naming the file, the dataset and the models when a dataset is
 // missing or of another shape (another model), or fails its checksum.

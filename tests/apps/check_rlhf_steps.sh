@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # triad-rlhf end to end on a tiny GPT and 600 fortune pairs: every step runs (SFT, reward
-# model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO); a PPO run
-# stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad input (a row without "chosen",
-# prompts all longer than the limit, a critic initialized from a reward model of another
-# hidden size, under mpirun on 2 ranks) fails on every rank with an error that names the
-# problem, and leaves what earlier runs saved untouched.
+# model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO), and with
+# a Llama; a PPO run stopped at step 2 and resumed ends on the uninterrupted run's metrics,
+# actor and EMA; bad input (a row without "chosen", prompts all longer than the limit, a
+# critic initialized from a reward model of another hidden size, under mpirun on 2 ranks)
+# fails on every rank with an error that names the problem, and leaves what earlier runs
+# saved untouched.
 #   check_rlhf_steps.sh BIN_DIR
 set -euo pipefail
 bin=$1
@@ -51,6 +52,40 @@ for f in sft/model.h5 reward/model.h5 ppo/actor.h5 ppo/critic.h5 ppo/actor_ema.h
   [[ -s $f ]] || { echo "FAIL: $f was not saved"; exit 1; }
 done
 echo "ok   every step ran and saved its model"
+
+# The same five steps with a Llama (RMSNorm, rotary embedding, SwiGLU, grouped-query attention).
+python3 - <<'PY'
+import json
+c = json.load(open("rlhf.json"))
+c["model"] = {"arch": "llama", "n_layer": 1, "n_head": 4, "n_kv_head": 2, "d_model": 32, "intermediate_size": 64,
+              "seq_len": 48, "vocab_size": 300}
+for step in ("sft", "reward", "dpo", "ppo", "grpo"):
+    c[step]["steps"] = 2
+    c[step]["output_dir"] = "llama/" + step
+for step in ("reward", "dpo"):
+    c[step]["init"] = "llama/sft/model.h5"
+for step in ("ppo", "grpo"):
+    c[step]["reward_model"] = "llama/reward/model.h5"
+    c[step]["actor"]["init"] = "llama/sft/model.h5"
+c["ppo"]["critic"]["init"] = "llama/reward/model.h5"
+json.dump(c, open("llama.json", "w"))
+PY
+for s in sft reward ppo grpo dpo; do
+  run "llama-$s" "${rlhf[@]}" "$s" --config llama.json --metrics "llama-$s.jsonl"
+done
+python3 - <<'PY'
+import json, math
+for step in ("sft", "reward", "ppo", "grpo", "dpo"):
+    rows = [json.loads(l) for l in open(f"llama-{step}.jsonl")]
+    assert len(rows) == 2, (step, len(rows))
+    for r in rows:
+        for k, v in r.items():
+            assert not isinstance(v, float) or math.isfinite(v), (step, k, v)
+PY
+for f in llama/sft/model.h5 llama/reward/model.h5 llama/ppo/actor.h5 llama/ppo/critic.h5 llama/grpo/actor.h5 llama/dpo/model.h5; do
+  [[ -s $f ]] || { echo "FAIL: $f was not saved"; exit 1; }
+done
+echo "ok   every step ran with a Llama"
 
 # PPO stopped at step 2 and resumed: steps 3 and 4 as the uninterrupted run's (timings aside).
 run ppo_half "${rlhf[@]}" ppo --config rlhf.json --set ppo.steps=2 --set checkpoint.dir=ckpt \
