@@ -4,12 +4,11 @@
 
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
-#include "engine/model_factory.h"
 #include "parallel/self_communicator.h"
 #include "rlhf/dpo.h"
 #include "rlhf/log_probs.h"
 #include "rlhf/models.h"
-#include "rlhf/step_examples.h"
+#include "rlhf/pair_rows.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {
@@ -37,11 +36,7 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   const int n = world ? world->size() : 1, rank = world ? world->rank() : 0;
   check_layout(c, n, "dpo");
   const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
-  const StepExamples ex = step_examples(sc.data.path, RlhfStep::reward, 1, sc.data.data_split, tokenizer,
-                                        sc.data.limits, sc.data.val_fraction, c.seed, "DPO data");
-  TRIAD_CHECK(sc.data.limits.max_seq_len <= engine::model_shape(c).seq_len,
-              "[config] data.max_seq_len " << sc.data.limits.max_seq_len << " exceeds the model's seq_len "
-                                           << engine::model_shape(c).seq_len);
+  const StepExamples ex = pair_examples(sc, tokenizer, "DPO data");
   const int32_t eot = tokenizer.eot();
   const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
   std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, world);
@@ -64,21 +59,13 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
     engine->model().eval();
     NoGradGuard no_grad;
     double margin = 0, correct = 0;
-    const int64_t rounds = (v + n * c.micro_batch_size - 1) / (n * c.micro_batch_size);
-    for (int64_t k = 0; k < rounds; ++k) {
-      std::vector<int64_t> select;
-      int64_t counted = 0;
-      for (int64_t i = 0; i < c.micro_batch_size; ++i) {
-        const int64_t g = (k * c.micro_batch_size + i) * n + rank;
-        select.push_back(g < v ? g : 0);
-        counted += g < v;
-      }
-      const RewardBatch b = make_reward_batch(ex.held_out, select, sc.data.limits, eot, eot);
+    for (const HeldOutRound& round : held_out_rounds(v, c.micro_batch_size, rank, n)) {
+      const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, sc.data.limits, eot, eot);
       const auto [pc, pr] = pair_log_probs(policy, engine->model(), b, engine->device());
       const auto [rc, rr] = reference_log_probs(b);
       const DpoLoss d = dpo_loss(pc, pr, rc, rr, sc.dpo.beta);
       const std::vector<double> cr = d.chosen_rewards.to_vector<double>(), rr_ = d.rejected_rewards.to_vector<double>();
-      for (int64_t i = 0; i < counted; ++i) {
+      for (int64_t i = 0; i < round.counted; ++i) {
         margin += cr[size_t(i)] - rr_[size_t(i)];
         correct += cr[size_t(i)] > rr_[size_t(i)];
       }
@@ -94,10 +81,8 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
     const auto t0 = std::chrono::steady_clock::now();
     double loss = 0, accuracy = 0, margin = 0;
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
-      std::vector<int64_t> select;
-      for (int64_t i = 0; i < c.micro_batch_size; ++i)
-        select.push_back(order.at(step * c.train_batch_size + (m * n + rank) * c.micro_batch_size + i));
-      const RewardBatch b = make_reward_batch(ex.train, select, sc.data.limits, eot, eot);
+      const RewardBatch b =
+          make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), sc.data.limits, eot, eot);
       const auto [rc, rr] = reference_log_probs(b);
       const auto [pc, pr] = pair_log_probs(policy, engine->model(), b, engine->device());
       const DpoLoss d = dpo_loss(pc, pr, rc, rr, sc.dpo.beta);

@@ -7,8 +7,8 @@
 #include "engine/model_factory.h"
 #include "parallel/self_communicator.h"
 #include "rlhf/models.h"
+#include "rlhf/pair_rows.h"
 #include "rlhf/reward_loss.h"
-#include "rlhf/step_examples.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {
@@ -29,11 +29,7 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
   const int n = world ? world->size() : 1, rank = world ? world->rank() : 0;
   check_layout(c, n, "reward");
   const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
-  const StepExamples ex = step_examples(sc.data.path, RlhfStep::reward, 1, sc.data.data_split, tokenizer,
-                                        sc.data.limits, sc.data.val_fraction, c.seed, "reward data");
-  TRIAD_CHECK(sc.data.limits.max_seq_len <= engine::model_shape(c).seq_len,
-              "[config] data.max_seq_len " << sc.data.limits.max_seq_len << " exceeds the model's seq_len "
-                                           << engine::model_shape(c).seq_len);
+  const StepExamples ex = pair_examples(sc, tokenizer, "reward data");
   const int32_t eot = tokenizer.eot();
   const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
   std::unique_ptr<engine::Engine> engine = value_engine(sc.model, world);
@@ -51,20 +47,12 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
     engine->model().eval();
     NoGradGuard no_grad;
     double correct = 0;
-    const int64_t rounds = (v + n * c.micro_batch_size - 1) / (n * c.micro_batch_size);
-    for (int64_t k = 0; k < rounds; ++k) {
-      std::vector<int64_t> select;
-      int64_t counted = 0;
-      for (int64_t i = 0; i < c.micro_batch_size; ++i) {
-        const int64_t g = (k * c.micro_batch_size + i) * n + rank;
-        select.push_back(g < v ? g : 0);
-        counted += g < v;
-      }
-      const RewardBatch b = make_reward_batch(ex.held_out, select, sc.data.limits, eot, eot);
+    for (const HeldOutRound& round : held_out_rounds(v, c.micro_batch_size, rank, n)) {
+      const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, sc.data.limits, eot, eot);
       const auto [chosen, rejected] = pair_values(engine->model(), b, engine->device());
       const RewardLoss r = reward_loss(chosen, rejected, b.chosen, b.rejected, eot);
       const std::vector<double> sc_c = r.chosen_scores.to_vector<double>(), sc_r = r.rejected_scores.to_vector<double>();
-      for (int64_t i = 0; i < counted; ++i) correct += sc_c[size_t(i)] > sc_r[size_t(i)];
+      for (int64_t i = 0; i < round.counted; ++i) correct += sc_c[size_t(i)] > sc_r[size_t(i)];
     }
     engine->model().train();
     return sum_over(world, {correct})[0] / double(v);
@@ -76,10 +64,8 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
     const auto t0 = std::chrono::steady_clock::now();
     double loss = 0, acc = 0, chosen = 0, rejected = 0;
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
-      std::vector<int64_t> select;
-      for (int64_t i = 0; i < c.micro_batch_size; ++i)
-        select.push_back(order.at(step * c.train_batch_size + (m * n + rank) * c.micro_batch_size + i));
-      const RewardBatch b = make_reward_batch(ex.train, select, sc.data.limits, eot, eot);
+      const RewardBatch b =
+          make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), sc.data.limits, eot, eot);
       const auto [vc, vr] = pair_values(engine->model(), b, engine->device());
       const RewardLoss r = reward_loss(vc, vr, b.chosen, b.rejected, eot);
       engine->backward(r.loss);

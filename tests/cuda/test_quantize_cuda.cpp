@@ -7,35 +7,18 @@
 #define BOOST_TEST_NO_MAIN  // main() is TRIAD_GPU_TEST_MAIN's
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "cuda/gpu_test_main.h"
+#include "cuda/quantize_source.h"
 #include "tensor/ops.h"
-#include "tensor/random.h"
 
 TRIAD_GPU_TEST_MAIN()
 
 using namespace triad;
 
 namespace {
-
-// rows x n values in [-2, 2) with, in row 0, a block of zeros, one below 2^-119, one with a
-// NaN and one with an infinity (blocks of 64).
-Tensor source(int64_t rows, int64_t n, DType dtype) {
-  Tensor t = Tensor::empty({rows, n});
-  Generator g(11);
-  ops::uniform_(t, -2, 2, g);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < 64; ++i) {
-    p[i] = 0.0f;
-    p[64 + i] = std::ldexp(1.0f, -121);
-  }
-  p[2 * 64 + 5] = std::numeric_limits<float>::quiet_NaN();
-  p[3 * 64 + 63] = -std::numeric_limits<float>::infinity();
-  return ops::to(t, dtype);
-}
 
 // q and scales: the same bytes.
 bool same_bytes(const Tensor& gpu, const Tensor& cpu) {
@@ -63,7 +46,7 @@ void check_format(int bits, DType dtype) {
   const int64_t block = 64, rows = 6, n = 5 * 64 + 13;  // odd: a half byte at 4 bits
   const QuantFormat f{bits, block};
   const std::string what = std::to_string(bits) + " bits, " + dtype_name(dtype);
-  const Tensor src = source(rows, n, dtype);
+  const Tensor src = test::quantize_source(rows, n, dtype);
   const Quantized want = ops::quantize_blocks(src, f);
   const Quantized got = ops::quantize_blocks(ops::to(src, Device::cuda()), f);
   BOOST_TEST(got.q.device().is_cuda());

@@ -7,33 +7,16 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "cuda/cuda_emulation.h"
 // The emulation comes first: the kernels' header takes the builtins from it.
 #include "cuda/backend/quantize_kernels.cuh"
+#include "cuda/quantize_source.h"
 #include "tensor/ops.h"
-#include "tensor/random.h"
 
 using namespace triad;
 
 namespace {
-
-// rows x n values in [-2, 2) with, in row 0, a block of zeros, one below 2^-119, one with a
-// NaN and one with an infinity (blocks of 64).
-Tensor source(int64_t rows, int64_t n, DType dtype) {
-  Tensor t = Tensor::empty({rows, n});
-  Generator g(11);
-  ops::uniform_(t, -2, 2, g);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < 64; ++i) {
-    p[i] = 0.0f;
-    p[64 + i] = std::ldexp(1.0f, -121);
-  }
-  p[2 * 64 + 5] = std::numeric_limits<float>::quiet_NaN();
-  p[3 * 64 + 63] = -std::numeric_limits<float>::infinity();
-  return ops::to(t, dtype);
-}
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
@@ -66,7 +49,7 @@ void check_format(DType dtype) {
   const int64_t block = 64, rows = 6, n = 5 * 64 + 13;  // odd: a half byte at 4 bits
   const QuantFormat f{Bits, block};
   const std::string what = std::to_string(Bits) + " bits, " + dtype_name(dtype);
-  const Tensor src = source(rows, n, dtype);
+  const Tensor src = test::quantize_source(rows, n, dtype);
   const Quantized want = ops::quantize_blocks(src, f);
   const Quantized got = quantize_emulated<Bits, Load>(src, block);
   BOOST_TEST(same_bytes(got.q, want.q), what << ": q");
