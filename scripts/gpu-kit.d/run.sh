@@ -109,6 +109,8 @@ step pp_curves 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "$kit/pp_curves.py" --
 step rlhf_curves 300 gpu env OMP_NUM_THREADS="$cores" "$kit/rlhf_curves.py" --kit "$kit" --work "$work/rlhf_curves"
 step tp_curves 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "$kit/tp_curves.py" --kit "$kit" --work "$work/tp_curves" --steps 40
 step bench_step_cuda_tp2 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "${mpi[@]}" -np 2 triad-bench step --device cuda --tp 2
+step bench_rlhf_cuda 240 gpu env OMP_NUM_THREADS=$((cores < 8 ? cores : 8)) triad-bench rlhf --set device=cuda --ranks 1 \
+  --stages 0,3
 step profile_kernels 240 gpu "$kit/profile_kernels.py" "$out/kernels.md"
 step collectives_nccl 180 gpu "$kit/tests/check_collectives.sh" nccl 1 "${mpi[@]}" -np 1 \
   triad-bench collectives --comm nccl --min-bytes 8 --max-bytes 256M --warmup 5 --iters 20
@@ -120,7 +122,7 @@ results, logs, out, device = sys.argv[1:]
 FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib", "f32_cuda_vs_cpu", "bf16_vs_f32",
            "kernel_ms_per_step", "launches_per_step", "tp2_vs_tp1", "tp2_sp_vs_tp1", "model_state_mib_per_rank", "pp2_vs_pp1",
            "sft_cuda_vs_cpu", "reward_cuda_vs_cpu", "ppo_generation_fraction", "ppo_generation_tokens_per_s",
-           "ppo_training_tokens_per_s")
+           "ppo_training_tokens_per_s", "generation_vs_training_per_token_max")
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")
