@@ -1,10 +1,10 @@
 #include "rlhf/dpo_training.h"
 
 #include <cmath>
+#include <functional>
 
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
-#include "parallel/self_communicator.h"
 #include "rlhf/dpo.h"
 #include "rlhf/log_probs.h"
 #include "rlhf/models.h"
@@ -15,16 +15,17 @@ namespace triad::rlhf {
 
 namespace {
 
-// The summed answer log-probs of a pair batch's chosen and rejected rows, run as one batch.
-std::pair<Tensor, Tensor> pair_log_probs(nn::LanguageModel& model, nn::Module& call, const RewardBatch& b,
-                                         Device device) {
+// The summed answer log-probs of a pair batch's chosen and rejected rows, run as one batch
+// through `logits_of` (ids -> logits over the whole vocabulary of `vocab` tokens).
+std::pair<Tensor, Tensor> pair_log_probs(const std::function<Tensor(const Tensor&)>& logits_of, int64_t vocab,
+                                         const RewardBatch& b, Device device) {
   const int64_t B = b.chosen.size(0), L = b.chosen.size(1);
   std::vector<int64_t> prompts = b.prompt_lengths, lengths = b.chosen_lengths;
   prompts.insert(prompts.end(), b.prompt_lengths.begin(), b.prompt_lengths.end());
   lengths.insert(lengths.end(), b.rejected_lengths.begin(), b.rejected_lengths.end());
   const Tensor ids = ops::to(cat({b.chosen, b.rejected}, 0), device);
   const Tensor mask = ops::to(answer_mask(prompts, lengths, L), device);
-  const Tensor logp = next_token_log_probs(call(ids), ids, mask, model.vocab_size()).logp;
+  const Tensor logp = next_token_log_probs(logits_of(ids), ids, mask, vocab).logp;
   const Tensor seq = sequence_log_probs(logp, mask);
   return {narrow(seq, 0, 0, B), narrow(seq, 0, B, B)};
 }
@@ -33,23 +34,25 @@ std::pair<Tensor, Tensor> pair_log_probs(nn::LanguageModel& model, nn::Module& c
 
 double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
-  const int n = world ? world->size() : 1, rank = world ? world->rank() : 0;
-  check_layout(c, n, "dpo");
+  const StepLayout layout = step_layout(c, world, "dpo");
+  const int n = layout.ranks, rank = layout.rank;
   const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
   const StepExamples ex = pair_examples(sc, tokenizer, "DPO data");
   const int32_t eot = tokenizer.eot();
-  const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
-  std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, world);
+  const parallel::CommunicatorPtr& comm = layout.world;
+  std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.dp, layout.tp);
   auto& policy = dynamic_cast<nn::LanguageModel&>(engine->model());
+  const auto policy_logits = [&](const Tensor& ids) { return full_vocabulary(engine->model()(ids), *engine); };
   const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, engine->device());
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the DPO policy");
-  StepLog log(options.metrics_path, rank == 0, first, c.steps, c.log_interval);
+  StepLog log(options.metrics_path, layout.leader, first, c.steps, c.log_interval);
   log.print("DPO: " + std::to_string(ex.train.size()) + " training pairs, " + std::to_string(ex.held_out.size()) +
             " held out; beta " + std::to_string(sc.dpo.beta) + "; policy and reference from " + sc.model.init);
 
   const auto reference_log_probs = [&](const RewardBatch& b) {
     NoGradGuard no_grad;
-    return pair_log_probs(*reference, *reference, b, engine->device());
+    return pair_log_probs([&](const Tensor& ids) { return (*reference)(ids); }, reference->vocab_size(), b,
+                          engine->device());
   };
   // Held-out margin and accuracy: every rank runs the same number of forwards (ZeRO-3
   // gathers in each); rows past the end repeat pair 0 and are not counted.
@@ -61,7 +64,7 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
     double margin = 0, correct = 0;
     for (const HeldOutRound& round : held_out_rounds(v, c.micro_batch_size, rank, n)) {
       const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, sc.data.limits, eot, eot);
-      const auto [pc, pr] = pair_log_probs(policy, engine->model(), b, engine->device());
+      const auto [pc, pr] = pair_log_probs(policy_logits, policy.vocab_size(), b, engine->device());
       const auto [rc, rr] = reference_log_probs(b);
       const DpoLoss d = dpo_loss(pc, pr, rc, rr, sc.dpo.beta);
       const std::vector<double> cr = d.chosen_rewards.to_vector<double>(), rr_ = d.rejected_rewards.to_vector<double>();
@@ -71,7 +74,7 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
       }
     }
     engine->model().train();
-    const std::vector<double> sums = sum_over(world, {margin, correct});
+    const std::vector<double> sums = sum_over(layout.dp, {margin, correct});
     return {sums[0] / double(v), sums[1] / double(v)};
   };
 
@@ -84,14 +87,14 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
       const RewardBatch b =
           make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), sc.data.limits, eot, eot);
       const auto [rc, rr] = reference_log_probs(b);
-      const auto [pc, pr] = pair_log_probs(policy, engine->model(), b, engine->device());
+      const auto [pc, pr] = pair_log_probs(policy_logits, policy.vocab_size(), b, engine->device());
       const DpoLoss d = dpo_loss(pc, pr, rc, rr, sc.dpo.beta);
       engine->backward(d.loss);
       loss += d.loss.item(), accuracy += d.accuracy, margin += d.margin;
     }
     const engine::StepResult s = engine->step();
     const double parts = double(c.gradient_accumulation_steps * n);
-    const std::vector<double> sums = sum_over(world, {loss, accuracy, margin});
+    const std::vector<double> sums = sum_over(layout.dp, {loss, accuracy, margin});
     TRIAD_CHECK(std::isfinite(sums[0]), "[dpo] the loss is " << sums[0] << " at step " << s.step
                                                              << "; lower the learning rate; nothing was saved");
     nlohmann::json metrics = {

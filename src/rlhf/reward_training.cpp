@@ -5,7 +5,6 @@
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "engine/model_factory.h"
-#include "parallel/self_communicator.h"
 #include "rlhf/models.h"
 #include "rlhf/pair_rows.h"
 #include "rlhf/reward_loss.h"
@@ -26,15 +25,15 @@ std::pair<Tensor, Tensor> pair_values(nn::Module& model, const RewardBatch& b, D
 
 double train_reward(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
-  const int n = world ? world->size() : 1, rank = world ? world->rank() : 0;
-  check_layout(c, n, "reward");
+  const StepLayout layout = step_layout(c, world, "reward");
+  const int n = layout.ranks, rank = layout.rank;
   const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
   const StepExamples ex = pair_examples(sc, tokenizer, "reward data");
   const int32_t eot = tokenizer.eot();
-  const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
-  std::unique_ptr<engine::Engine> engine = value_engine(sc.model, world);
+  const parallel::CommunicatorPtr& comm = layout.world;
+  std::unique_ptr<engine::Engine> engine = value_engine(sc.model, layout.dp, layout.tp);
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the reward model");
-  StepLog run_log(options.metrics_path, rank == 0, first, c.steps, c.log_interval);
+  StepLog run_log(options.metrics_path, layout.leader, first, c.steps, c.log_interval);
   run_log.print("reward model: " + std::to_string(ex.train.size()) + " training pairs, " +
                 std::to_string(ex.held_out.size()) + " held out; " + engine::model_shape(c).summary +
                 (sc.model.init.empty() ? "" : ", from " + sc.model.init));
@@ -55,7 +54,7 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
       for (int64_t i = 0; i < round.counted; ++i) correct += sc_c[size_t(i)] > sc_r[size_t(i)];
     }
     engine->model().train();
-    return sum_over(world, {correct})[0] / double(v);
+    return sum_over(layout.dp, {correct})[0] / double(v);
   };
 
   EpochOrder order(int64_t(ex.train.size()), c.seed);
@@ -74,7 +73,7 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
     }
     const engine::StepResult s = engine->step();
     const double parts = double(c.gradient_accumulation_steps * n);
-    const std::vector<double> sums = sum_over(world, {loss, acc, chosen, rejected});
+    const std::vector<double> sums = sum_over(layout.dp, {loss, acc, chosen, rejected});
     TRIAD_CHECK(std::isfinite(sums[0]), "[reward] the loss is " << sums[0] << " at step " << s.step
                                                                 << "; lower the learning rate; nothing was saved");
     nlohmann::json metrics = {{"loss", sums[0] / parts},

@@ -9,7 +9,6 @@
 #include "autograd/grad_mode.h"
 #include "engine/hybrid_engine.h"
 #include "engine/model_factory.h"
-#include "parallel/self_communicator.h"
 #include "rlhf/actor_ema.h"
 #include "rlhf/gae.h"
 #include "rlhf/grpo.h"
@@ -81,15 +80,15 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   TRIAD_CHECK(ppo || sc.step == "grpo", "train_rl runs ppo or grpo, not " << sc.step);
   const RlOptions& o = sc.rl;
   const engine::TrainConfig& c = sc.model.train;
-  const int n = world ? world->size() : 1, rank = world ? world->rank() : 0;
-  check_layout(c, n, sc.step);
+  const StepLayout layout = step_layout(c, world, sc.step);
+  const int n = layout.ranks, rank = layout.rank;
   if (ppo) {
-    check_layout(sc.critic.train, n, "ppo.critic");
+    step_layout(sc.critic.train, world, "ppo.critic");
     TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
                     sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
-                    sc.critic.train.steps == c.steps,
+                    sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel,
                 "[config] ppo: the actor and the critic must share train_batch_size, "
-                "train_micro_batch_size_per_gpu and steps (they train on the same experience)");
+                "train_micro_batch_size_per_gpu, steps and model.tensor_parallel (they train on the same experience)");
   }
   const int64_t G = ppo ? 1 : o.group_size;
   TRIAD_CHECK(c.micro_batch_size % G == 0, "[config] grpo: train_micro_batch_size_per_gpu "
@@ -108,9 +107,9 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     ptx = step_examples(sc.data.path, RlhfStep::sft, 0, sc.data.data_split, tokenizer, sc.data.limits, 0.0, c.seed,
                         "ptx data");
 
-  const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
-  std::unique_ptr<engine::Engine> actor = policy_engine(sc.model, world);
-  std::unique_ptr<engine::Engine> critic = ppo ? value_engine(sc.critic, world) : nullptr;
+  const parallel::CommunicatorPtr& comm = layout.world;
+  std::unique_ptr<engine::Engine> actor = policy_engine(sc.model, layout.dp, layout.tp);
+  std::unique_ptr<engine::Engine> critic = ppo ? value_engine(sc.critic, layout.dp, layout.tp) : nullptr;
   const Device device = actor->device();
   auto& actor_model = dynamic_cast<nn::LanguageModel&>(actor->model());
   nn::ValueModel* critic_model = critic ? &dynamic_cast<nn::ValueModel&>(critic->model()) : nullptr;
@@ -143,7 +142,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   std::unique_ptr<ActorEma> ema = o.enable_ema ? std::make_unique<ActorEma>(*actor, o.ema_beta) : nullptr;
   if (ema && resumed > 0) ema->load_checkpoint(resumed, *comm);
 
-  StepLog log(options.metrics_path, rank == 0, first, steps, c.log_interval);
+  StepLog log(options.metrics_path, layout.leader, first, steps, c.log_interval);
   log.print(sc.step + ": " + std::to_string(prompts.train.size()) + " prompts; actor " + engine::model_shape(c).summary +
             " from " + sc.model.init + (ppo ? ", critic from " + sc.critic.init : "") + ", reward model " +
             o.reward_model);
@@ -182,7 +181,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       e.padding = nn::left_padding(std::vector<int64_t>(gen.pads.begin() + m * micro, gen.pads.begin() + (m + 1) * micro),
                                    T, device);
       e.mask = ops::to(ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro)), device);
-      const TokenLogProbs own = answer_log_probs(actor_model.forward(e.seq, e.padding), e.seq, P, N, vocab);
+      const TokenLogProbs own =
+          answer_log_probs(full_vocabulary(actor_model.forward(e.seq, e.padding), *actor), e.seq, P, N, vocab);
       e.old_logp = ops::mul(own.logp, e.mask);
       e.ref_logp = ops::mul(answer_log_probs(reference->forward(e.seq, e.padding), e.seq, P, N, vocab).logp, e.mask);
       // The reward model's value at each row's last answer token.
@@ -221,7 +221,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     for (int64_t epoch = 0; epoch < o.ppo_epochs; ++epoch) {
       for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
         const Experience& e = experience[size_t(m)];
-        const Tensor logp = answer_log_probs(actor_model.forward(e.seq, e.padding), e.seq, P, N, vocab).logp;
+        const Tensor logits = full_vocabulary(actor_model.forward(e.seq, e.padding), *actor);
+        const Tensor logp = answer_log_probs(logits, e.seq, P, N, vocab).logp;
         if (ppo) {
           const ActorLoss a = ppo_actor_loss(logp, e.old_logp, e.advantages, e.mask, o.cliprange);
           actor->backward(a.loss);
@@ -254,7 +255,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     const double train_s = seconds_since(t0);
 
     const std::vector<double> sums =
-        sum_over(world, {score_sum, score_sq, kl_sum, entropy_sum, answer_tokens, actor_loss, clip_fraction, approx_kl,
+        sum_over(layout.dp, {score_sum, score_sq, kl_sum, entropy_sum, answer_tokens, actor_loss, clip_fraction, approx_kl,
                          critic_loss, value_clip, ptx_loss});
     const double parts = double(c.gradient_accumulation_steps * o.ppo_epochs * n), rows_total = double(B);
     const double mean = sums[0] / rows_total;
@@ -293,7 +294,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     last = metrics;
     const int64_t optimizer_steps = (step + 1) * per_step;
     if (maybe_checkpoint(*actor, *comm, optimizer_steps, log)) {
-      if (rank == 0 && kl_ctl.is_adaptive()) save_kl_state(c, optimizer_steps, kl_ctl.value());
+      if (layout.leader && kl_ctl.is_adaptive()) save_kl_state(c, optimizer_steps, kl_ctl.value());
       if (ema) ema->save_checkpoint(optimizer_steps, *comm);
     }
     if (critic) maybe_checkpoint(*critic, *comm, optimizer_steps, log);

@@ -5,7 +5,8 @@
 // Note [RL step]: step k takes the global batch of train_batch_size sequences; with GRPO
 // these are train_batch_size / group_size prompts, each answered group_size times
 // (consecutive rows). Prompt j of step k is the RL split's EpochOrder(k p + j) (p prompts per
-// step). Rank r holds the contiguous rows [r R, (r + 1) R), R = micro x accumulation, and
+// step). Data-parallel rank r (with model.tensor_parallel, every rank of its tensor-parallel
+// group: StepLayout) holds the contiguous rows [r R, (r + 1) R), R = micro x accumulation, and
 // generates them in one call (one gather at ZeRO-3), sample g = k B + r R + i drawing its
 // tokens by (seed, g) (Note [Batched generation]): every layout makes the same samples.
 // Then, per micro-batch of the rank's rows, without gradients:

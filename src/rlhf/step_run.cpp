@@ -4,17 +4,35 @@
 
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_dir.h"
+#include "parallel/self_communicator.h"
+#include "parallel/tensor_parallel_functions.h"
 
 namespace triad::rlhf {
 
-void check_layout(const engine::TrainConfig& c, int ranks, const std::string& step) {
-  TRIAD_CHECK(c.tensor_parallel == 1 && c.pipeline.stages == 1,
-              "[config] " << step << ": triad-rlhf " << step << " trains data-parallel (model.tensor_parallel and "
-                          << "pipeline.stages must be 1; SFT takes them)");
-  TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * ranks,
+StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step) {
+  StepLayout l;
+  l.world = world ? world : std::make_shared<parallel::SelfCommunicator>();
+  TRIAD_CHECK(c.pipeline.stages == 1, "[config] " << step << ": pipeline.stages must be 1 (triad-rlhf " << step
+                                                  << " splits models by tensor parallelism only; SFT takes both)");
+  TRIAD_CHECK(!c.sequence_parallel, "[config] " << step << ": model.sequence_parallel must be false (the left-padded "
+                                                << "batches of triad-rlhf " << step << " keep every token on each rank)");
+  l.dp = world;
+  if (c.tensor_parallel > 1) {
+    l.grid = std::make_shared<parallel::ProcessGrid>(l.world, c.tensor_parallel, int(c.data_parallel), 1);
+    l.dp = l.grid->dp(), l.tp = l.grid->tp();
+  }
+  l.rank = l.dp ? l.dp->rank() : 0, l.ranks = l.dp ? l.dp->size() : 1;
+  l.leader = l.world->rank() == 0;
+  TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * l.ranks,
               "[config] " << step << ": train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "
                           << c.micro_batch_size << " x gradient_accumulation_steps " << c.gradient_accumulation_steps
-                          << " x ranks " << ranks);
+                          << " x data-parallel ranks " << l.ranks);
+  return l;
+}
+
+Tensor full_vocabulary(const Tensor& logits, const engine::Engine& engine) {
+  const parallel::CommunicatorPtr& tp = engine.tp();
+  return tp && tp->size() > 1 ? parallel::gather_from_tp_region(logits, tp) : logits;
 }
 
 std::vector<double> sum_over(const parallel::CommunicatorPtr& comm, std::vector<double> values) {

@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "parallel/communicator.h"
+#include "parallel/process_grid.h"
 
 namespace triad::rlhf {
 
@@ -19,9 +20,25 @@ struct RunOptions {
   std::string resume;        // "" (fresh), "auto", a checkpoint file or folder (engine/checkpoint_dir.h)
 };
 
-// The reward, DPO, PPO and GRPO loops run data-parallel: Error naming the key for tensor or
-// pipeline parallelism, and for a train_batch_size that is not micro x accumulation x ranks.
-void check_layout(const engine::TrainConfig& c, int ranks, const std::string& step);
+// The layout of the reward, DPO, PPO and GRPO loops: model.tensor_parallel consecutive
+// ranks split each model (parallel/process_grid.h, as triad-train lays them out) and the
+// rest are data-parallel. The ranks of a tensor-parallel group take the same rows; `rank`
+// and `ranks` place this rank's group among the data-parallel ones.
+struct StepLayout {
+  parallel::CommunicatorPtr world;  // every rank of the job (a one-process one when run alone)
+  parallel::CommunicatorPtr dp, tp;  // what the engines take (null: none)
+  int rank = 0, ranks = 1;           // data-parallel
+  bool leader = true;                // world rank 0: prints, writes the metrics
+  std::shared_ptr<parallel::ProcessGrid> grid;
+};
+// Error naming the key for pipeline or sequence parallelism, and for a train_batch_size that
+// is not micro x accumulation x data-parallel ranks.
+StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step);
+
+// The logits of `engine`'s language model over its whole vocabulary: under tensor
+// parallelism each rank holds a slice of the vocabulary's columns, gathered here
+// (differentiably: backward takes each rank's own slice).
+Tensor full_vocabulary(const Tensor& logits, const engine::Engine& engine);
 
 // Element-wise sums over the ranks of `comm` (null: this process alone).
 std::vector<double> sum_over(const parallel::CommunicatorPtr& comm, std::vector<double> values);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # triad-rlhf end to end on a tiny GPT and 600 fortune pairs: every step runs (SFT, reward
-# model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO), and with
-# a Llama; a PPO run stopped at step 2 and resumed ends on the uninterrupted run's metrics,
-# actor and EMA; bad input (a row without "chosen", prompts all longer than the limit, a
+# model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO), with a
+# Llama, and the reward model and DPO at tensor-parallel 2 as in one process; a PPO run
+# stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad input (a row without "chosen", prompts all longer than the limit, a
 # critic initialized from a reward model of another hidden size, under mpirun on 2 ranks)
 # fails on every rank with an error that names the problem, and leaves what earlier runs
 # saved untouched.
@@ -25,7 +25,7 @@ cat >rlhf.json <<'EOF'
            "max_seq_len": 40, "val_fraction": 0.1},
   "train_batch_size": 8,
   "train_micro_batch_size_per_gpu": 4,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-4, "weight_decay": 0.0}},
   "seed": 7,
   "log_interval": 1,
   "sft": {"steps": 6, "output_dir": "sft"},
@@ -52,6 +52,26 @@ for f in sft/model.h5 reward/model.h5 ppo/actor.h5 ppo/critic.h5 ppo/actor_ema.h
   [[ -s $f ]] || { echo "FAIL: $f was not saved"; exit 1; }
 done
 echo "ok   every step ran and saved its model"
+
+# The reward model and DPO with their models split over a tensor-parallel pair of ranks: the
+# single process's losses, scores and margins at every step (PPO and GRPO:
+# test_rl_training_mpi). Adam's eps is 1e-4 in this config so that gradients at rounding
+# level, whose rounding differs with the layout, move their weights by lr·g/eps, not by lr.
+mpi=(mpirun -np 2 --oversubscribe --bind-to none)
+for s in reward dpo; do
+  run "tp-$s" "${mpi[@]}" "${rlhf[@]}" "$s" --config rlhf.json --set model.tensor_parallel=2 \
+    --set "$s.output_dir=tp-$s" --metrics "tp-$s.jsonl"
+done
+python3 - <<'PY'
+import json
+for step, keys in (("reward", ("loss", "chosen_score", "rejected_score")), ("dpo", ("loss", "margin"))):
+    a, b = ([json.loads(l) for l in open(p)] for p in (f"{step}.jsonl", f"tp-{step}.jsonl"))
+    assert len(a) == len(b), (step, len(a), len(b))
+    for x, y in zip(a, b):
+        for k in keys:
+            assert abs(x[k] - y[k]) <= 1e-4 * max(1.0, abs(x[k])), f"{step} step {x['step']} {k}: {x[k]} alone, {y[k]} at tp 2"
+print("ok   the reward model and DPO at tensor-parallel 2 follow the single process")
+PY
 
 # The same five steps with a Llama (RMSNorm, rotary embedding, SwiGLU, grouped-query attention).
 python3 - <<'PY'
@@ -115,7 +135,6 @@ echo "ok   the resumed actor and its EMA equal the uninterrupted run's bit for b
 # Bad input: each fails on every rank, naming the problem, without touching what was saved.
 sums() { sha256sum sft/model.h5 reward/model.h5 ppo/actor.h5 ppo/critic.h5; }
 before=$(sums)
-mpi=(mpirun -np 2 --oversubscribe --bind-to none)
 expect() {  # expect WHAT PATTERN COMMAND...: fails within 120 s, both ranks print PATTERN
   local what=$1 pattern=$2
   shift 2
@@ -138,6 +157,8 @@ expect "a row without chosen" 'no_chosen.jsonl:4: .*"chosen"' \
   "${mpi[@]}" "${rlhf[@]}" reward --config rlhf.json --set data.path=no_chosen.jsonl
 expect "prompts all longer than the limit" 'max_prompt_seq_len' \
   "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set data.max_prompt_seq_len=1 --set data.max_seq_len=20
+expect "sequence parallelism" 'model.sequence_parallel must be false' \
+  "${mpi[@]}" "${rlhf[@]}" reward --config rlhf.json --set model.tensor_parallel=2 --set model.sequence_parallel=true
 # A reward model of hidden size 48 (its own SFT start), then a critic configured at 32 from it.
 run sft48 "${rlhf[@]}" sft --config rlhf.json --set model.d_model=48 --set sft.steps=1 --set sft.output_dir=sft48
 run reward48 "${rlhf[@]}" reward --config rlhf.json --set model.d_model=48 --set reward.steps=1 \
