@@ -1,9 +1,9 @@
 #include "rlhf/actor_ema.h"
 
-#include <cstdio>
 #include <filesystem>
 
 #include "engine/checkpoint.h"
+#include "engine/checkpoint_dir.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {
@@ -29,17 +29,14 @@ void ActorEma::save(const std::string& path, parallel::Communicator& world) cons
 
 namespace {
 
-std::string step_file(const std::string& prefix, int64_t step) {
-  char name[48];
-  std::snprintf(name, sizeof name, "%sstep-%08lld.h5", prefix.c_str(), static_cast<long long>(step));
-  return name;
-}
+// ema-step-N.h5: the average beside the actor's checkpoint step-N.h5.
+std::string ema_file(int64_t step) { return "ema-" + engine::checkpoint_file_name(step); }
 
 }  // namespace
 
 void ActorEma::save_checkpoint(int64_t step, parallel::Communicator& world) const {
   const std::filesystem::path dir = actor_.config().checkpoint.dir;
-  save((dir / step_file("ema-", step)).string(), world);
+  save((dir / ema_file(step)).string(), world);
   if (world.rank() != 0) return;
   // The averages of checkpoints that retention removed.
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -50,8 +47,8 @@ void ActorEma::save_checkpoint(int64_t step, parallel::Communicator& world) cons
 }
 
 void ActorEma::load_checkpoint(int64_t step, parallel::Communicator& world) {
-  engine::load_weight_slices((std::filesystem::path(actor_.config().checkpoint.dir) / step_file("ema-", step)).string(),
-                             actor_, world, average_);
+  engine::load_weight_slices((std::filesystem::path(actor_.config().checkpoint.dir) / ema_file(step)).string(), actor_,
+                             world, average_);
 }
 
 }  // namespace triad::rlhf
