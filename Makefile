@@ -26,7 +26,7 @@ demo: configure
 RLHF_PROGRAMS = triad-data triad-train triad-rlhf triad-generate
 rlhf-demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target $(RLHF_PROGRAMS)
-	scripts/rlhf-demo.sh
+	TRIAD_BIN=$(abspath $(BUILD))/bin scripts/rlhf-demo.sh
 
 # Unit tests (everything but the slow label).
 test: all
