@@ -83,7 +83,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   const StepLayout layout = step_layout(c, world, sc.step);
   const int n = layout.ranks, rank = layout.rank;
   if (ppo) {
-    step_layout(sc.critic.train, world, "ppo.critic");
+    check_model_split(sc.critic.train, "ppo.critic");
     TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
                     sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
                     sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel,

@@ -9,13 +9,17 @@
 
 namespace triad::rlhf {
 
-StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step) {
-  StepLayout l;
-  l.world = world ? world : std::make_shared<parallel::SelfCommunicator>();
+void check_model_split(const engine::TrainConfig& c, const std::string& step) {
   TRIAD_CHECK(c.pipeline.stages == 1, "[config] " << step << ": pipeline.stages must be 1 (triad-rlhf " << step
                                                   << " splits models by tensor parallelism only; SFT takes both)");
   TRIAD_CHECK(!c.sequence_parallel, "[config] " << step << ": model.sequence_parallel must be false (the left-padded "
                                                 << "batches of triad-rlhf " << step << " keep every token on each rank)");
+}
+
+StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step) {
+  check_model_split(c, step);
+  StepLayout l;
+  l.world = world ? world : std::make_shared<parallel::SelfCommunicator>();
   l.dp = world;
   if (c.tensor_parallel > 1) {
     l.grid = std::make_shared<parallel::ProcessGrid>(l.world, c.tensor_parallel, int(c.data_parallel), 1);

@@ -31,9 +31,13 @@ struct StepLayout {
   bool leader = true;                // world rank 0: prints, writes the metrics
   std::shared_ptr<parallel::ProcessGrid> grid;
 };
-// Error naming the key for pipeline or sequence parallelism, and for a train_batch_size that
-// is not micro x accumulation x data-parallel ranks.
+// Error naming the key for pipeline or sequence parallelism (check_model_split), and for a
+// train_batch_size that is not micro x accumulation x data-parallel ranks.
 StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step);
+
+// Error naming the key when `c` splits a model by pipeline or sequence parallelism, which
+// the loops do not take.
+void check_model_split(const engine::TrainConfig& c, const std::string& step);
 
 // The logits of `engine`'s language model over its whole vocabulary: under tensor
 // parallelism each rank holds a slice of the vocabulary's columns, gathered here
