@@ -42,8 +42,8 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   const parallel::CommunicatorPtr& comm = layout.world;
   std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.dp, layout.tp);
   auto& policy = dynamic_cast<nn::LanguageModel&>(engine->model());
-  const auto policy_logits = [&](const Tensor& ids) { return full_vocabulary(engine->model()(ids), *engine); };
-  const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, engine->device());
+  const auto policy_logits = [&](const Tensor& ids) { return full_vocabulary(engine->model()(ids), layout.tp); };
+  const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, engine->device(), layout.tp);
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the DPO policy");
   StepLog log(options.metrics_path, layout.leader, first, c.steps, c.log_interval);
   log.print("DPO: " + std::to_string(ex.train.size()) + " training pairs, " + std::to_string(ex.held_out.size()) +
@@ -51,8 +51,8 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
 
   const auto reference_log_probs = [&](const RewardBatch& b) {
     NoGradGuard no_grad;
-    return pair_log_probs([&](const Tensor& ids) { return (*reference)(ids); }, reference->vocab_size(), b,
-                          engine->device());
+    return pair_log_probs([&](const Tensor& ids) { return full_vocabulary((*reference)(ids), layout.tp); },
+                          reference->vocab_size(), b, engine->device());
   };
   // Held-out margin and accuracy: every rank runs the same number of forwards (ZeRO-3
   // gathers in each); rows past the end repeat pair 0 and are not counted.

@@ -4,6 +4,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/model_factory.h"
+#include "parallel/tensor_parallel_layers.h"
 
 namespace triad::rlhf {
 
@@ -19,6 +20,12 @@ engine::TrainConfig file_config(const std::string& path) {
   const engine::CheckpointSummary s = engine::read_summary(path);
   return engine::parse_config(s.config, s.layout.value("dp", int64_t(1)) * s.layout.value("tp", int64_t(1)) *
                                             s.layout.value("pp", int64_t(1)));
+}
+
+// The layers of a frozen model: split over `tp` when it has more than one rank.
+std::shared_ptr<const nn::Parallelism> frozen_parallelism(const parallel::CommunicatorPtr& tp) {
+  if (!tp || tp->size() == 1) return nn::serial();
+  return std::make_shared<parallel::TensorParallel>(tp, /*sequence_parallel=*/false);
 }
 
 }  // namespace
@@ -59,19 +66,21 @@ bool holds_value_model(const std::string& path) {
                      [](const engine::CheckpointSummary::Dataset& d) { return d.name == "/model/v_head.weight"; });
 }
 
-std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device) {
+std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device,
+                                                 const parallel::CommunicatorPtr& tp) {
   TRIAD_CHECK(!holds_value_model(path), "'" << path << "' holds a value model (a reward model or critic), not a "
                                             << "language model");
-  std::shared_ptr<nn::LanguageModel> m = engine::load_model(path).model;
+  std::shared_ptr<nn::LanguageModel> m = engine::load_model(path, frozen_parallelism(tp)).model;
   m->to(device);
   m->eval();
   return m;
 }
 
-std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Device device) {
+std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Device device,
+                                                   const parallel::CommunicatorPtr& tp) {
   TRIAD_CHECK(holds_value_model(path), "'" << path << "' holds a language model, not a reward model (it has no "
                                            << "v_head.weight; train one with triad-rlhf reward)");
-  std::shared_ptr<nn::ValueModel> m = value_model(file_config(path), nn::serial());
+  std::shared_ptr<nn::ValueModel> m = value_model(file_config(path), frozen_parallelism(tp));
   engine::load_parameters(path, *m);
   m->to(device);
   m->eval();

@@ -23,10 +23,13 @@ std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, parallel::Comm
 // Whether a checkpoint or weights file holds a value model (has v_head.weight).
 bool holds_value_model(const std::string& path);
 
-// Frozen models, whole on every rank, in f32 on `device`, in eval mode, with the shape the
-// file's own config gives: a language model, and a value model (Error unless the file holds
-// one).
-std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device);
-std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Device device);
+// Frozen models in f32 on `device`, in eval mode, with the shape the file's own config
+// gives: a language model, and a value model (Error unless the file holds one). With a
+// tensor-parallel group `tp` each rank holds its part, as the trained models do (a language
+// model's logits are then this rank's columns: full_vocabulary, rlhf/step_run.h); else whole.
+std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device,
+                                                 const parallel::CommunicatorPtr& tp = nullptr);
+std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Device device,
+                                                   const parallel::CommunicatorPtr& tp = nullptr);
 
 }  // namespace triad::rlhf

@@ -114,8 +114,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   auto& actor_model = dynamic_cast<nn::LanguageModel&>(actor->model());
   nn::ValueModel* critic_model = critic ? &dynamic_cast<nn::ValueModel&>(critic->model()) : nullptr;
   const int64_t vocab = actor_model.vocab_size();
-  const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, device);
-  const std::shared_ptr<nn::ValueModel> reward = frozen_value_model(o.reward_model, device);
+  const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, device, layout.tp);
+  const std::shared_ptr<nn::ValueModel> reward = frozen_value_model(o.reward_model, device, layout.tp);
   TRIAD_CHECK(reward->base->vocab_size() == vocab, "the reward model '" << o.reward_model << "' has a vocabulary of "
                                                                        << reward->base->vocab_size()
                                                                        << " tokens, the actor " << vocab);
@@ -182,9 +182,10 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
                                    T, device);
       e.mask = ops::to(ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro)), device);
       const TokenLogProbs own =
-          answer_log_probs(full_vocabulary(actor_model.forward(e.seq, e.padding), *actor), e.seq, P, N, vocab);
+          answer_log_probs(full_vocabulary(actor_model.forward(e.seq, e.padding), layout.tp), e.seq, P, N, vocab);
       e.old_logp = ops::mul(own.logp, e.mask);
-      e.ref_logp = ops::mul(answer_log_probs(reference->forward(e.seq, e.padding), e.seq, P, N, vocab).logp, e.mask);
+      const Tensor ref_logits = full_vocabulary(reference->forward(e.seq, e.padding), layout.tp);
+      e.ref_logp = ops::mul(answer_log_probs(ref_logits, e.seq, P, N, vocab).logp, e.mask);
       // The reward model's value at each row's last answer token.
       const std::vector<double> values = host_values(reward->forward(e.seq, e.padding));
       const std::vector<double> mask = host_values(e.mask);
@@ -221,7 +222,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     for (int64_t epoch = 0; epoch < o.ppo_epochs; ++epoch) {
       for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
         const Experience& e = experience[size_t(m)];
-        const Tensor logits = full_vocabulary(actor_model.forward(e.seq, e.padding), *actor);
+        const Tensor logits = full_vocabulary(actor_model.forward(e.seq, e.padding), layout.tp);
         const Tensor logp = answer_log_probs(logits, e.seq, P, N, vocab).logp;
         if (ppo) {
           const ActorLoss a = ppo_actor_loss(logp, e.old_logp, e.advantages, e.mask, o.cliprange);

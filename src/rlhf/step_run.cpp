@@ -34,8 +34,7 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
   return l;
 }
 
-Tensor full_vocabulary(const Tensor& logits, const engine::Engine& engine) {
-  const parallel::CommunicatorPtr& tp = engine.tp();
+Tensor full_vocabulary(const Tensor& logits, const parallel::CommunicatorPtr& tp) {
   return tp && tp->size() > 1 ? parallel::gather_from_tp_region(logits, tp) : logits;
 }
 

@@ -39,10 +39,10 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
 // the loops do not take.
 void check_model_split(const engine::TrainConfig& c, const std::string& step);
 
-// The logits of `engine`'s language model over its whole vocabulary: under tensor
-// parallelism each rank holds a slice of the vocabulary's columns, gathered here
-// (differentiably: backward takes each rank's own slice).
-Tensor full_vocabulary(const Tensor& logits, const engine::Engine& engine);
+// A language model's logits over its whole vocabulary: split over a tensor-parallel group
+// `tp`, each rank holds a slice of the vocabulary's columns, gathered here (differentiably:
+// backward takes each rank's own slice); otherwise they are returned as they are.
+Tensor full_vocabulary(const Tensor& logits, const parallel::CommunicatorPtr& tp);
 
 // Element-wise sums over the ranks of `comm` (null: this process alone).
 std::vector<double> sum_over(const parallel::CommunicatorPtr& comm, std::vector<double> values);

@@ -11,8 +11,11 @@
 #include "engine/checkpoint.h"
 #include "nn/gpt.h"
 #include "nn/value_model.h"
+#include "parallel/process_grid.h"
 #include "parallel/runtime.h"
+#include "rlhf/models.h"
 #include "rlhf/rl_training.h"
+#include "rlhf/step_run.h"
 #include "support/check.h"
 #include "support/files.h"
 #include "support/mpi_fixture.h"
@@ -144,3 +147,33 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_steps_equal_one_process) {
   world->barrier();
   check_against_one_process(*world, world, dir, 2);
 }
+
+// PPO's frozen models split over a tensor-parallel pair as the trained ones are: each rank
+// holds part of the reference, whose logits gathered over the pair are the whole model's,
+// and the reward model's values are the whole model's.
+BOOST_AUTO_TEST_CASE(frozen_models_split_over_tensor_parallel_ranks) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  BOOST_TEST_REQUIRE(world->size() % 2 == 0, "tensor parallelism over pairs needs an even rank count");
+  test::TempDir own;
+  const std::string dir = test::shared_folder(own, *world);
+  if (world->rank() == 0) write_inputs(dir);
+  world->barrier();
+  const parallel::ProcessGrid grid(world, 2, world->size() / 2, 1);
+  const auto numel = [](const nn::Module& m) {
+    int64_t n = 0;
+    for (const auto& [name, p] : m.named_parameters()) n += p.numel();
+    return n;
+  };
+  const auto whole = rlhf::frozen_policy(dir + "/actor.h5", Device::cpu());
+  const auto part = rlhf::frozen_policy(dir + "/actor.h5", Device::cpu(), grid.tp());
+  BOOST_TEST(numel(*part) < 3 * numel(*whole) / 4);
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 80, 12, 200, 7, 7, 150, 9}, {2, 4});
+  const Tensor full = rlhf::full_vocabulary((*part)(ids), grid.tp());
+  BOOST_TEST(test::max_abs_diff(ops::narrow(full, 2, 0, 257), (*whole)(ids)) < 1e-5);
+  const auto reward_whole = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu());
+  const auto reward_part = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu(), grid.tp());
+  BOOST_TEST(numel(*reward_part) < 3 * numel(*reward_whole) / 4);
+  BOOST_TEST(test::max_abs_diff(reward_part->forward(ids), reward_whole->forward(ids)) < 1e-5);
+  world->barrier();
+}
+
