@@ -50,6 +50,14 @@ void write_inputs(const std::string& dir) {
   engine::save_initial_checkpoint(dir + "/reward.h5", model_config(), reward.named_parameters());
 }
 
+// The inputs in a folder every rank sees (rank 0 writes them).
+std::string shared_inputs(const test::TempDir& own, parallel::Communicator& world) {
+  const std::string dir = test::shared_folder(own, world);
+  if (world.rank() == 0) write_inputs(dir);
+  world.barrier();
+  return dir;
+}
+
 nlohmann::json rl_config(const std::string& dir, const std::string& algorithm, int64_t ranks,
                          const std::string& out, int tp = 1) {
   nlohmann::json j = model_config();
@@ -130,9 +138,7 @@ void check_against_one_process(parallel::Communicator& world, const parallel::Co
 BOOST_AUTO_TEST_CASE(zero3_steps_equal_one_process) {
   const parallel::CommunicatorPtr world = parallel::world();
   test::TempDir own;
-  const std::string dir = test::shared_folder(own, *world);
-  if (world->rank() == 0) write_inputs(dir);
-  world->barrier();
+  const std::string dir = shared_inputs(own, *world);
   check_against_one_process(*world, world, dir, 1);
 }
 
@@ -142,9 +148,7 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_steps_equal_one_process) {
   const parallel::CommunicatorPtr world = parallel::world();
   BOOST_TEST_REQUIRE(world->size() % 2 == 0, "tensor parallelism over pairs needs an even rank count");
   test::TempDir own;
-  const std::string dir = test::shared_folder(own, *world);
-  if (world->rank() == 0) write_inputs(dir);
-  world->barrier();
+  const std::string dir = shared_inputs(own, *world);
   check_against_one_process(*world, world, dir, 2);
 }
 
@@ -155,9 +159,7 @@ BOOST_AUTO_TEST_CASE(frozen_models_split_over_tensor_parallel_ranks) {
   const parallel::CommunicatorPtr world = parallel::world();
   BOOST_TEST_REQUIRE(world->size() % 2 == 0, "tensor parallelism over pairs needs an even rank count");
   test::TempDir own;
-  const std::string dir = test::shared_folder(own, *world);
-  if (world->rank() == 0) write_inputs(dir);
-  world->barrier();
+  const std::string dir = shared_inputs(own, *world);
   const parallel::ProcessGrid grid(world, 2, world->size() / 2, 1);
   const auto numel = [](const nn::Module& m) {
     int64_t n = 0;
