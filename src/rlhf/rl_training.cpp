@@ -46,6 +46,20 @@ TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t 
   return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
 }
 
+// The reward model's summed scores of the dataset's own chosen answers to `examples`' prompts:
+// what the samples' reward is read against (samples scoring above the real answers are the
+// reward model being exploited).
+double chosen_score_sum(nn::ValueModel& reward, const std::vector<PreferenceExample>& data,
+                        const std::vector<int64_t>& examples, const SequenceLimits& limits, int32_t eot,
+                        Device device) {
+  const RewardBatch b = make_reward_batch(data, examples, limits, eot, eot);
+  const std::vector<double> values = host_values(reward.forward(ops::to(b.chosen, device)));
+  const int64_t L = b.chosen.size(1);
+  double sum = 0;
+  for (size_t i = 0; i < examples.size(); ++i) sum += values[i * size_t(L) + size_t(b.chosen_lengths[i]) - 1];
+  return sum;
+}
+
 // rl_state.json in the actor's checkpoint folder: the KL coefficient at each saved
 // checkpoint, by its optimizer step.
 std::string state_path(const engine::TrainConfig& actor) { return actor.checkpoint.dir + "/rl_state.json"; }
@@ -155,9 +169,12 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   for (int64_t step = first; step < steps; ++step) {
     // Generation: the rank's R rows in one call.
     const auto g0 = Clock::now();
+    std::vector<int64_t> examples;  // of the rank's rows
     std::vector<std::vector<int32_t>> rows;
-    for (int64_t i = 0; i < R; ++i)
-      rows.push_back(prompts.train[size_t(order.at(step * prompts_per_step + (rank * R + i) / G))].prompt);
+    for (int64_t i = 0; i < R; ++i) {
+      examples.push_back(order.at(step * prompts_per_step + (rank * R + i) / G));
+      rows.push_back(prompts.train[size_t(examples.back())].prompt);
+    }
     const engine::SamplingOptions sampling{.temperature = o.temperature,
                                            .top_k = o.top_k,
                                            .top_p = o.top_p,
@@ -171,7 +188,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     const auto e0 = Clock::now();
     const int64_t P = gen.prompt_columns, N = gen.answer_mask.size(1), T = P + N;
     std::vector<Experience> experience;
-    double score_sum = 0, score_sq = 0, kl_sum = 0, entropy_sum = 0, answer_tokens = 0;
+    double score_sum = 0, score_sq = 0, kl_sum = 0, entropy_sum = 0, answer_tokens = 0, chosen_sum = 0;
     actor->model().eval();
     if (critic) critic->model().eval();
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
@@ -198,6 +215,9 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
         score_sum += s, score_sq += s * s, answer_tokens += double(length);
       }
       const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
+      chosen_sum += chosen_score_sum(*reward, prompts.train,
+                                     {examples.begin() + m * micro, examples.begin() + (m + 1) * micro}, sc.data.limits,
+                                     eot, device);
       kl_sum += ops::sum(ops::sub(e.old_logp, e.ref_logp)).item();
       entropy_sum += ops::sum(ops::mul(own.entropy, e.mask)).item();
       if (ppo) {
@@ -257,7 +277,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
 
     const std::vector<double> sums =
         sum_over(layout.dp, {score_sum, score_sq, kl_sum, entropy_sum, answer_tokens, actor_loss, clip_fraction, approx_kl,
-                         critic_loss, value_clip, ptx_loss});
+                             critic_loss, value_clip, ptx_loss, chosen_sum});
     const double parts = double(c.gradient_accumulation_steps * o.ppo_epochs * n), rows_total = double(B);
     const double mean = sums[0] / rows_total;
     TRIAD_CHECK(std::isfinite(sums[5]) && std::isfinite(sums[8]),
@@ -266,6 +286,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     nlohmann::json metrics = {
         {"reward", mean},
         {"reward_std", std::sqrt(std::max(0.0, sums[1] / rows_total - mean * mean))},
+        {"chosen_reward", sums[11] / rows_total},
         {"kl", sums[2] / rows_total},
         {"kl_coef", ppo ? kl_ctl.value() : o.beta},
         {"entropy", sums[3] / sums[4]},
@@ -281,7 +302,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
         {"experience_s", experience_s},
         {"training_s", train_s},
         {"generation_fraction", gen_s / (gen_s + experience_s + train_s)}};
-    std::vector<std::string> shown = {"reward", "reward_std", "kl", "entropy", "response_length", "clip_fraction"};
+    std::vector<std::string> shown = {"reward",  "reward_std",      "chosen_reward",
+                                      "kl",      "entropy",         "response_length", "clip_fraction"};
     if (ppo) {
       metrics["value_loss"] = sums[8] / parts;
       metrics["value_clip_fraction"] = sums[9] / parts;

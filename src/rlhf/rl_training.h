@@ -23,7 +23,9 @@
 // GRPO's loss (rlhf/grpo.h). With kl_target > 0 the KL coefficient adapts after each step
 // (Note [Adaptive KL]) and is saved with the checkpoints (rl_state.json in the actor's
 // folder). Reported per step, in the metrics and on the progress line: the reward's mean
-// and spread, KL to the reference (per sequence, summed over its tokens), the policy's
+// and spread, the reward model's mean score of the dataset's own chosen answers to the same
+// prompts (chosen_reward: samples scoring above it are exploiting the reward model), KL to
+// the reference (per sequence, summed over its tokens), the policy's
 // entropy, the response length, the clip fractions, the losses, generation and training
 // tokens/s and the time split between generation, scoring (experience) and training.
 #pragma once

@@ -114,7 +114,7 @@ void check_against_one_process(parallel::Communicator& world, const parallel::Co
       const nlohmann::json mine = rlhf::train_rl(
           rlhf::parse_rlhf_config(rl_config(dir, algorithm, world.size(), many, tp), algorithm, world.size()), {}, all);
       if (world.rank() == 0) {
-        for (const char* key : {"reward", "kl", "entropy", "response_length", "actor_loss"})
+        for (const char* key : {"reward", "chosen_reward", "kl", "entropy", "response_length", "actor_loss"})
           BOOST_TEST(std::abs(mine[key].get<double>() - alone[key].get<double>()) < 1e-5, key);
         BOOST_TEST(alone["kl"].get<double>() != 0.0);  // the second step's actor has moved
         BOOST_TEST(max_weight_diff(one + "/actor.h5", many + "/actor.h5") < 1e-5);
