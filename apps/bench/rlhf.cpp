@@ -243,14 +243,7 @@ void add_rlhf_command(CLI::App& app, RlhfBenchOptions& o) {
   cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
   cmd->add_option("--config", o.config, "take model, optimizer and clipping from a triad-train config");
   cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable)")->capture_default_str();
-  cmd->add_option("--ranks", o.ranks, "rank counts, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--stages", o.stages, "ZeRO stages, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::Range(0, 3));
+  add_sweep_options(*cmd, o.ranks, o.stages);
   cmd->add_option("--batch", o.batch, "prompts per step (divisible by every rank count)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -562,14 +562,7 @@ void add_scaling_command(CLI::App& app, ScalingOptions& o) {
   cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
   cmd->add_option("--config", o.config, "take model, optimizer, zero and cluster keys from a triad-train config");
   cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable)");
-  cmd->add_option("--ranks", o.ranks, "rank counts, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--stages", o.stages, "ZeRO stages, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::Range(0, 3));
+  add_sweep_options(*cmd, o.ranks, o.stages);
   cmd->add_option("--tp", o.tp, "tensor-parallel ranks per group: every point is ranks/TP groups of TP ranks")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

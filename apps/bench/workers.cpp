@@ -194,6 +194,17 @@ nlohmann::json WorkerLauncher::run(int ranks, const std::vector<std::string>& ar
   throw Error(msg.str());
 }
 
+void add_sweep_options(CLI::App& cmd, std::vector<int>& ranks, std::vector<int>& stages) {
+  cmd.add_option("--ranks", ranks, "rank counts, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--stages", stages, "ZeRO stages, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3));
+}
+
 nlohmann::json preset_config_json(const std::string& preset) {
   const nn::GPTConfig m = nn::GPTConfig::preset(preset);
   return {{"model",

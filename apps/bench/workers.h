@@ -5,6 +5,7 @@
 // that fails makes the parent fail with the worker's own error lines.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,6 +35,9 @@ class WorkerLauncher {
  private:
   std::string command_, mpirun_, self_;
 };
+
+// --ranks and --stages of a sweep: comma-separated rank counts (positive) and ZeRO stages (0-3).
+void add_sweep_options(CLI::App& cmd, std::vector<int>& ranks, std::vector<int>& stages);
 
 // The model, optimizer and clipping of a GPT preset ("tiny", "gpt2-124m", ...) as a
 // triad-train config without batch, steps or zero keys: AdamW (lr 3e-4, betas 0.9/0.95,
