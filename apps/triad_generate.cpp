@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       tp = parallel::init(argc, argv);
       TRIAD_CHECK(tp->size() == tp_ranks,
                   "--tp " << tp_ranks << " needs mpirun -np " << tp_ranks << ", got " << tp->size() << " ranks");
-      parallelism = std::make_shared<parallel::TensorParallel>(tp, false);
+      parallelism = parallel::layer_parallelism(tp, /*sequence_parallel=*/false);
     }
     const bool leader = !tp || tp->rank() == 0;
     app::set_threads(tp ? parallel::threads_per_rank(threads) : threads);

@@ -190,11 +190,7 @@ Timing timed(parallel::Communicator& world, const std::string& io_field, const s
 // the moments the checkpoint holds are not all zero.
 void take_one_step(engine::Engine& engine, int rank) {
   const int64_t T = 8, V = engine.config().model.vocab_size;
-  Generator gen(uint64_t(101 + rank));
-  Tensor draws = Tensor::empty({1, T + 1}, DType::f32);
-  ops::uniform_(draws, 0.0, double(V) - 1e-3, gen);
-  const std::vector<float> raw = draws.to_vector<float>();
-  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>(raw.begin(), raw.end()), {1, T + 1});
+  const Tensor tokens = random_token_ids(1, T + 1, V, uint64_t(101 + rank));
   const Tensor x = ops::contiguous(ops::narrow(tokens, 1, 0, T)), y = ops::contiguous(ops::narrow(tokens, 1, 1, T));
   engine.backward(engine.forward(x, y));
   engine.step();

@@ -95,11 +95,7 @@ int run_worker(const PipelineOptions& o) {
   const int m = o.micro_batches;
 
   // Random tokens, the same on every rank: micro-batch k is rows [k·b, (k + 1)·b).
-  Generator data_gen(7);
-  Tensor tokens = Tensor::empty({o.micro_batch * m, o.seq + 1}, DType::f32);
-  ops::uniform_(tokens, 0.0, double(config.model.vocab_size) - 1e-3, data_gen);
-  const std::vector<float> raw = tokens.to_vector<float>();
-  const Tensor all = Tensor::from_vector(std::vector<int64_t>(raw.begin(), raw.end()), tokens.shape());
+  const Tensor all = random_token_ids(o.micro_batch * m, o.seq + 1, config.model.vocab_size, 7);
   std::vector<Tensor> inputs, targets;
   for (int k = 0; k < m; ++k) {
     const Tensor rows = ops::narrow(all, 0, k * o.micro_batch, o.micro_batch);

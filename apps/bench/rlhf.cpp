@@ -126,11 +126,7 @@ int run_worker(const RlhfBenchOptions& o) {
   // The actor alone, trained on sequences of the step's length: this rank's rows.
   const std::unique_ptr<engine::Engine> actor = rlhf::policy_engine(sc.model, world);
   const int64_t rows = o.batch / n, T = o.prompt + o.answer;
-  Generator g(uint64_t(17 + rank));
-  Tensor draw = Tensor::empty({rows, T + 1});
-  ops::uniform_(draw, 0.0, double(io::Tokenizer::kMinVocabSize) - 1e-3, g);
-  const std::vector<float> raw = draw.to_vector<float>();
-  const Tensor ids = Tensor::from_vector(std::vector<int64_t>(raw.begin(), raw.end()), {rows, T + 1});
+  const Tensor ids = random_token_ids(rows, T + 1, io::Tokenizer::kMinVocabSize, uint64_t(17 + rank));
   const Tensor x = ops::to(ops::contiguous(ops::narrow(ids, 1, 0, T)), actor->device());
   const Tensor y = ops::to(ops::contiguous(ops::narrow(ids, 1, 1, T)), actor->device());
   std::vector<double> train_s;

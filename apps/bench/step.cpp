@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "bench/workers.h"
 #include "common/report.h"
 #include "cuda/runtime.h"
 #include "engine/config.h"
@@ -105,12 +106,7 @@ int run_step_bench(const StepOptions& o) {
   train.sequence_parallel = o.sequence_parallel;
   engine::Engine engine(train, parallel::CommunicatorPtr{}, tp);
 
-  Generator data_gen(7);
-  Tensor tokens = Tensor::empty({o.batch, o.seq + 1}, DType::f32);
-  ops::uniform_(tokens, 0.0, double(config.vocab_size) - 1e-3, data_gen);
-  const std::vector<float> raw = tokens.to_vector<float>();
-  std::vector<int64_t> ids(raw.begin(), raw.end());
-  const Tensor all = Tensor::from_vector(ids, {o.batch, o.seq + 1});
+  const Tensor all = random_token_ids(o.batch, o.seq + 1, config.vocab_size, 7);
   const Tensor x = ops::contiguous(ops::narrow(all, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(all, 1, 1, o.seq));
 
   // 6N + 6 L C T FLOPs per token: N parameters (embeddings included), T the sequence.

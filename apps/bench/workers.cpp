@@ -194,6 +194,14 @@ nlohmann::json WorkerLauncher::run(int ranks, const std::vector<std::string>& ar
   throw Error(msg.str());
 }
 
+Tensor random_token_ids(int64_t rows, int64_t cols, int64_t vocab, uint64_t seed) {
+  Generator gen(seed);
+  Tensor draws = Tensor::empty({rows, cols}, DType::f32);
+  ops::uniform_(draws, 0.0, double(vocab) - 1e-3, gen);
+  const std::vector<float> raw = draws.to_vector<float>();
+  return Tensor::from_vector(std::vector<int64_t>(raw.begin(), raw.end()), {rows, cols});
+}
+
 void add_sweep_options(CLI::App& cmd, std::vector<int>& ranks, std::vector<int>& stages) {
   cmd.add_option("--ranks", ranks, "rank counts, comma-separated")
       ->delimiter(',')

@@ -39,6 +39,10 @@ class WorkerLauncher {
 // --ranks and --stages of a sweep: comma-separated rank counts (positive) and ZeRO stages (0-3).
 void add_sweep_options(CLI::App& cmd, std::vector<int>& ranks, std::vector<int>& stages);
 
+// rows x cols token ids (i64) drawn uniformly from [0, vocab) by a generator seeded with
+// `seed`: the benchmarks' synthetic batches (the same on every rank for the same seed).
+Tensor random_token_ids(int64_t rows, int64_t cols, int64_t vocab, uint64_t seed);
+
 // The model, optimizer and clipping of a GPT preset ("tiny", "gpt2-124m", ...) as a
 // triad-train config without batch, steps or zero keys: AdamW (lr 3e-4, betas 0.9/0.95,
 // weight decay 0.1), clipping 1.0, on the CPU.

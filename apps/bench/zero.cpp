@@ -103,11 +103,7 @@ int run_worker(const ZeroOptions& o) {
 
   // The fixed global batch (as `step` draws it); this data-parallel rank's rows
   // [r*B/d, (r+1)*B/d).
-  Generator data_gen(7);
-  Tensor tokens = Tensor::empty({o.batch, o.seq + 1}, DType::f32);
-  ops::uniform_(tokens, 0.0, double(m.vocab_size) - 1e-3, data_gen);
-  const std::vector<float> raw = tokens.to_vector<float>();
-  const Tensor all = Tensor::from_vector(std::vector<int64_t>(raw.begin(), raw.end()), {o.batch, o.seq + 1});
+  const Tensor all = random_token_ids(o.batch, o.seq + 1, m.vocab_size, 7);
   const int64_t rows = o.batch / d;
   const Tensor mine = ops::narrow(all, 0, dp->rank() * rows, rows);
   const Tensor x = ops::contiguous(ops::narrow(mine, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(mine, 1, 1, o.seq));

@@ -152,8 +152,7 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
   }
   const DistributedBackend backend =
       resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
-  const std::shared_ptr<const nn::Parallelism> par =
-      tp_->size() > 1 ? std::make_shared<parallel::TensorParallel>(tp_, config_.sequence_parallel) : nn::serial();
+  const std::shared_ptr<const nn::Parallelism> par = parallel::layer_parallelism(tp_, config_.sequence_parallel);
   TRIAD_CHECK(!build || pp_->size() == 1, "[config] pipeline.stages " << pp_->size() << ": a built model (RLHF's "
                                          << "models) is held whole by each rank; train it without pipeline stages");
   if (build) {  // Note [Built models]

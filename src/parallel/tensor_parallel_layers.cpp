@@ -257,4 +257,9 @@ void TensorParallel::mark_residual_layer(nn::Module& layer) const {
   }
 }
 
+std::shared_ptr<const nn::Parallelism> layer_parallelism(const CommunicatorPtr& tp, bool sequence_parallel) {
+  if (!tp || tp->size() == 1) return nn::serial();
+  return std::make_shared<TensorParallel>(tp, sequence_parallel);
+}
+
 }  // namespace triad::parallel

@@ -18,7 +18,8 @@
 //   split over the ranks, without gathering them: all-reduce MAX of each row's maximum,
 //   one all-reduce SUM of each row's Σexp and target logit; padding columns (global index
 //   >= vocab) never count; the backward is local.
-// - TensorParallel: the nn::Parallelism that builds a transformer from these.
+// - TensorParallel: the nn::Parallelism that builds a transformer from these;
+//   layer_parallelism picks it for a group of more than one rank, nn::serial() otherwise.
 #pragma once
 
 #include "nn/parallelism.h"
@@ -119,5 +120,9 @@ class TensorParallel : public nn::Parallelism {
   CommunicatorPtr tp_;
   bool sequence_parallel_;
 };
+
+// The layers of a model split over `tp`: TensorParallel for a group of more than one rank,
+// nn::serial() for none (null) or a group of one.
+std::shared_ptr<const nn::Parallelism> layer_parallelism(const CommunicatorPtr& tp, bool sequence_parallel);
 
 }  // namespace triad::parallel

@@ -22,12 +22,6 @@ engine::TrainConfig file_config(const std::string& path) {
                                             s.layout.value("pp", int64_t(1)));
 }
 
-// The layers of a frozen model: split over `tp` when it has more than one rank.
-std::shared_ptr<const nn::Parallelism> frozen_parallelism(const parallel::CommunicatorPtr& tp) {
-  if (!tp || tp->size() == 1) return nn::serial();
-  return std::make_shared<parallel::TensorParallel>(tp, /*sequence_parallel=*/false);
-}
-
 }  // namespace
 
 std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
@@ -70,7 +64,8 @@ std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device
                                                  const parallel::CommunicatorPtr& tp) {
   TRIAD_CHECK(!holds_value_model(path), "'" << path << "' holds a value model (a reward model or critic), not a "
                                             << "language model");
-  std::shared_ptr<nn::LanguageModel> m = engine::load_model(path, frozen_parallelism(tp)).model;
+  std::shared_ptr<nn::LanguageModel> m =
+      engine::load_model(path, parallel::layer_parallelism(tp, /*sequence_parallel=*/false)).model;
   m->to(device);
   m->eval();
   return m;
@@ -80,7 +75,8 @@ std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Devi
                                                    const parallel::CommunicatorPtr& tp) {
   TRIAD_CHECK(holds_value_model(path), "'" << path << "' holds a language model, not a reward model (it has no "
                                            << "v_head.weight; train one with triad-rlhf reward)");
-  std::shared_ptr<nn::ValueModel> m = value_model(file_config(path), frozen_parallelism(tp));
+  std::shared_ptr<nn::ValueModel> m =
+      value_model(file_config(path), parallel::layer_parallelism(tp, /*sequence_parallel=*/false));
   engine::load_parameters(path, *m);
   m->to(device);
   m->eval();

@@ -46,6 +46,16 @@ TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t 
   return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
 }
 
+// Each row's value at its last token, column first + length − 1 (values (B, T), any
+// device): a sequence's score by the reward model.
+std::vector<double> last_token_values(const Tensor& values, int64_t first, const std::vector<int64_t>& lengths) {
+  const std::vector<double> v = host_values(values);
+  const size_t T = size_t(values.size(1));
+  std::vector<double> out;
+  for (size_t b = 0; b < lengths.size(); ++b) out.push_back(v[b * T + size_t(first + lengths[b]) - 1]);
+  return out;
+}
+
 // The reward model's summed scores of the dataset's own chosen answers to `examples`' prompts:
 // what the samples' reward is read against (samples scoring above the real answers are the
 // reward model being exploited).
@@ -53,10 +63,8 @@ double chosen_score_sum(nn::ValueModel& reward, const std::vector<PreferenceExam
                         const std::vector<int64_t>& examples, const SequenceLimits& limits, int32_t eot,
                         Device device) {
   const RewardBatch b = make_reward_batch(data, examples, limits, eot, eot);
-  const std::vector<double> values = host_values(reward.forward(ops::to(b.chosen, device)));
-  const int64_t L = b.chosen.size(1);
   double sum = 0;
-  for (size_t i = 0; i < examples.size(); ++i) sum += values[i * size_t(L) + size_t(b.chosen_lengths[i]) - 1];
+  for (double s : last_token_values(reward.forward(ops::to(b.chosen, device)), 0, b.chosen_lengths)) sum += s;
   return sum;
 }
 
@@ -204,15 +212,16 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       const Tensor ref_logits = full_vocabulary(reference->forward(e.seq, e.padding), layout.tp);
       e.ref_logp = ops::mul(answer_log_probs(ref_logits, e.seq, P, N, vocab).logp, e.mask);
       // The reward model's value at each row's last answer token.
-      const std::vector<double> values = host_values(reward->forward(e.seq, e.padding));
       const std::vector<double> mask = host_values(e.mask);
+      std::vector<int64_t> lengths(size_t(micro), 0);
+      for (int64_t b = 0; b < micro; ++b)
+        for (int64_t t = 0; t < N; ++t) lengths[size_t(b)] += mask[size_t(b * N + t)] > 0;
+      const std::vector<double> row_scores = last_token_values(reward->forward(e.seq, e.padding), P, lengths);
       std::vector<float> scores;
-      for (int64_t b = 0; b < micro; ++b) {
-        int64_t length = 0;
-        for (int64_t t = 0; t < N; ++t) length += mask[size_t(b * N + t)] > 0;
-        const double s = values[size_t(b * T + P + length - 1)];
+      for (size_t b = 0; b < lengths.size(); ++b) {
+        const double s = row_scores[b];
         scores.push_back(float(s));
-        score_sum += s, score_sq += s * s, answer_tokens += double(length);
+        score_sum += s, score_sq += s * s, answer_tokens += double(lengths[b]);
       }
       const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
       chosen_sum += chosen_score_sum(*reward, prompts.train,

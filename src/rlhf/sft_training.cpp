@@ -14,8 +14,9 @@ double train_sft(const StepConfig& sc, const RunOptions& options, parallel::Comm
                             .val_fraction = sc.data.val_fraction,
                             .include_prompt = sc.include_prompt,
                             .seed = c.seed};
-  return engine::train(c, {.metrics_path = options.metrics_path, .resume = options.resume, .save_dir = "", .init = sc.model.init},
-                       std::move(world),
+  const engine::TrainOptions run{
+      .metrics_path = options.metrics_path, .resume = options.resume, .save_dir = "", .init = sc.model.init};
+  return engine::train(c, run, std::move(world),
                        sft_data(data, io::Tokenizer::load(sc.data.tokenizer), engine::model_shape(c).seq_len));
 }
 
