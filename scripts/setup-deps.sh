@@ -16,6 +16,7 @@ packages=(
   libopenblas-openmp-dev # the BLAS behind Eigen's GEMM (OpenMP build: one thread pool with ours)
   libhdf5-openmpi-dev hdf5-tools  # checkpoints: parallel HDF5 over Open MPI, and h5dump to inspect them
   gnuplot-nox            # figures: triad-bench scaling's PNG, scripts/plot-metrics (gnuplot without X)
+  python3                # the app tests read programs' JSON output with it (standard library only)
 )
 
 missing=()
