@@ -1,5 +1,5 @@
-// triad-ckpt: looks into checkpoints and weights files (engine/checkpoint.h), and converts
-// Hugging Face safetensors checkpoints (engine/hf_checkpoint.h); one process, no mpirun
+// triad-ckpt: looks into checkpoints and weights files (checkpoint/checkpoint.h), and converts
+// Hugging Face safetensors checkpoints (checkpoint/hf_checkpoint.h); one process, no mpirun
 // needed. PATH may be a file or a checkpoint folder (its `latest`).
 //
 //   triad-ckpt inspect PATH                    layout, step, every tensor, checksum status
@@ -18,9 +18,9 @@
 #include <set>
 
 #include "common/main_guard.h"
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_dir.h"
-#include "engine/hf_checkpoint.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/hf_checkpoint.h"
 
 namespace {
 

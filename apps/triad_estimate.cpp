@@ -23,7 +23,7 @@
 
 #include "common/main_guard.h"
 #include "common/report.h"
-#include "engine/config.h"
+#include "config/config.h"
 #include "estimate/layout_config.h"
 #include "estimate/layout_memory.h"
 #include "estimate/layout_time.h"

@@ -12,7 +12,7 @@
 
 #include "common/main_guard.h"
 #include "common/report.h"
-#include "engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/generate.h"
 #include "io/tokenizer.h"
 #include "parallel/runtime.h"

@@ -9,7 +9,7 @@
 
 #include "common/main_guard.h"
 #include "common/report.h"
-#include "engine/config.h"
+#include "config/config.h"
 #include "parallel/runtime.h"
 #include "rlhf/dpo_training.h"
 #include "rlhf/reward_training.h"

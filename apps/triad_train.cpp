@@ -8,8 +8,8 @@
 
 #include "common/main_guard.h"
 #include "common/report.h"
-#include "engine/config.h"
-#include "engine/trainer.h"
+#include "config/config.h"
+#include "train/trainer.h"
 #include "parallel/runtime.h"
 
 int main(int argc, char** argv) {

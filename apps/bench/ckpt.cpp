@@ -20,8 +20,8 @@
 
 #include "bench/workers.h"
 #include "common/report.h"
-#include "engine/checkpoint.h"
-#include "engine/config.h"
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "io/checksum.h"
 #include "parallel/runtime.h"

@@ -1,4 +1,4 @@
-// `triad-bench ckpt`: checkpoint I/O (engine/checkpoint.h) against plain file I/O of the
+// `triad-bench ckpt`: checkpoint I/O (checkpoint/checkpoint.h) against plain file I/O of the
 // same number of bytes, in the same run.
 //
 // The parent process (run without mpirun) makes a fresh folder inside --dir (default: the

@@ -12,7 +12,7 @@
 
 #include "bench/workers.h"
 #include "common/report.h"
-#include "engine/config.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"

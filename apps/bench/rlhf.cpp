@@ -11,9 +11,9 @@
 
 #include "bench/workers.h"
 #include "common/report.h"
-#include "engine/checkpoint.h"
-#include "engine/config.h"
-#include "engine/model_factory.h"
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "config/model_factory.h"
 #include "nn/gpt.h"
 #include "nn/value_model.h"
 #include "parallel/runtime.h"

@@ -18,7 +18,7 @@
 #include "bench/collectives.h"
 #include "bench/workers.h"
 #include "common/report.h"
-#include "engine/config.h"
+#include "config/config.h"
 #include "parallel/runtime.h"
 #include "triad.h"
 #include "zero/estimate.h"

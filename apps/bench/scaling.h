@@ -19,7 +19,7 @@
 // collectives` sweep (all_reduce, reduce_scatter, all_gather) on every rank count above 1,
 // with every rank on one node of as many cores as this machine has (ranks beyond the cores
 // time-share them: Note [Step time model]); `config` takes the config's "cluster" section
-// (engine/config.h). --flops replaces the compute rate of either.
+// (config/config.h). --flops replaces the compute rate of either.
 //
 // Per point it reports ms/step, tokens/s, scaling efficiency (weak: t1/tN; strong:
 // t1/(N·tN), against the same stage on the smallest rank count), bus bytes per step,

@@ -6,7 +6,7 @@
 #include "bench/workers.h"
 #include "common/report.h"
 #include "cuda/runtime.h"
-#include "engine/config.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "parallel/runtime.h"
 #include "triad.h"

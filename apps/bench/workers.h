@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "parallel/communicator.h"
 
 namespace triad::bench {

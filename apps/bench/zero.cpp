@@ -10,7 +10,7 @@
 #include "bench/quantize.h"
 #include "bench/workers.h"
 #include "common/report.h"
-#include "engine/config.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"

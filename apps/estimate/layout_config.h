@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
+#include "config/config.h"
 
 namespace triad::estimate {
 

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "estimate/layout_config.h"
 #include "nn/activation_bytes.h"
 #include "nn/layer_list.h"

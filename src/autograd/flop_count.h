@@ -1,4 +1,4 @@
-// Operation counts of forwards, for the FLOPs profiler (engine/flops_profiler.h). While
+// Operation counts of forwards, for the FLOPs profiler (profiler/flops_profiler.h). While
 // counting is on, the autograd functions add what each forward computes, by DeepSpeed's
 // flops profiler's conventions:
 //   matrix products (matmul, linear): MACs = m·n·k, flops = 2·MACs (+ the bias's m·n);

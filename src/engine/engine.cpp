@@ -9,7 +9,7 @@
 #include "cuda/nccl_communicator.h"
 #include "optim/deepspeed_schedules.h"
 #include "cuda/runtime.h"
-#include "engine/model_factory.h"
+#include "config/model_factory.h"
 #include "nn/pipeline_partition.h"
 #include "optim/clip.h"
 #include "parallel/runtime.h"

@@ -76,7 +76,7 @@
 #include <optional>
 #include <set>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "nn/gpt.h"
 #include "nn/layer_list.h"
 #include "parallel/pipeline_executor.h"

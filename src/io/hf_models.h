@@ -1,5 +1,5 @@
 // The Hugging Face models triad imports and exports (triad-ckpt import/export,
-// engine/hf_checkpoint.h): how the tensor names, layouts and config.json keys of HF's
+// checkpoint/hf_checkpoint.h): how the tensor names, layouts and config.json keys of HF's
 // GPT2LMHeadModel ("gpt2") and LlamaForCausalLM ("llama") map onto triad's parameter names
 // and model config section. One table per architecture (hf_models.cpp).
 //

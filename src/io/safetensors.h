@@ -1,5 +1,5 @@
 // Hugging Face safetensors files: how models on the Hub are stored, read and written here
-// for triad-ckpt import/export (engine/hf_checkpoint.h).
+// for triad-ckpt import/export (checkpoint/hf_checkpoint.h).
 //
 // Layout: u64 little-endian N | N bytes of JSON header | the data section. The header maps
 // each tensor name to {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]} (byte

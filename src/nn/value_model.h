@@ -4,7 +4,7 @@
 // the language model's own output head is held (its weights stay in checkpoints, tied to the
 // token table in the GPT) but never run. Parameter names: "base." + the language model's,
 // and "v_head.weight", so a reward model starts from a fine-tuned model's checkpoint by
-// loading its names under "base." (engine::load_parameters, engine/checkpoint.h).
+// loading its names under "base." (engine::load_parameters, checkpoint/checkpoint.h).
 //
 // Under tensor parallelism every rank holds the whole head and computes the same values.
 // Sequence parallelism is refused (its ranks hold parts of the hidden states).

@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_dir.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {

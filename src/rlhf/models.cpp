@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "engine/checkpoint.h"
-#include "engine/model_factory.h"
+#include "checkpoint/checkpoint.h"
+#include "config/model_factory.h"
 #include "parallel/tensor_parallel_layers.h"
 
 namespace triad::rlhf {

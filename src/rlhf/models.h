@@ -12,7 +12,7 @@
 namespace triad::rlhf {
 
 // A language model to train (SFT, DPO's policy, PPO's and GRPO's actor) as run.train
-// describes, from run.init's weights when given (engine/checkpoint.h, load_parameters).
+// describes, from run.init's weights when given (checkpoint/checkpoint.h, load_parameters).
 std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
                                               parallel::CommunicatorPtr tp = nullptr);
 // A value model to train (the reward model, PPO's critic): from a language model's weights

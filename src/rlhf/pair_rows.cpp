@@ -1,6 +1,6 @@
 #include "rlhf/pair_rows.h"
 
-#include "engine/model_factory.h"
+#include "config/model_factory.h"
 
 namespace triad::rlhf {
 

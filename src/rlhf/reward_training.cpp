@@ -4,7 +4,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
-#include "engine/model_factory.h"
+#include "config/model_factory.h"
 #include "rlhf/models.h"
 #include "rlhf/pair_rows.h"
 #include "rlhf/reward_loss.h"

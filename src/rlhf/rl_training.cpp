@@ -8,7 +8,7 @@
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "engine/hybrid_engine.h"
-#include "engine/model_factory.h"
+#include "config/model_factory.h"
 #include "rlhf/actor_ema.h"
 #include "rlhf/gae.h"
 #include "rlhf/grpo.h"

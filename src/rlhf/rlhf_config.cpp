@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "engine/json_reader.h"
+#include "config/json_reader.h"
 
 namespace triad::rlhf {
 

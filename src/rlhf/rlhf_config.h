@@ -36,7 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "rlhf/preference_data.h"
 
 namespace triad::rlhf {

@@ -1,5 +1,5 @@
 // DeepSpeed-Chat's step 1 (supervised fine-tuning) data as the training loop reads it
-// (engine/training_data.h): prompt + chosen answer + <|endoftext|>, the loss on the answer
+// (train/training_data.h): prompt + chosen answer + <|endoftext|>, the loss on the answer
 // (Note [SFT loss mask]), from the SFT split of a preference dataset (Note [Data split]).
 //
 // Note [SFT rows]: the JSONL rows are split first (split 0 of data_split, so that dropping
@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/training_data.h"
+#include "train/training_data.h"
 #include "io/tokenizer.h"
 #include "rlhf/preference_data.h"
 

@@ -1,7 +1,7 @@
 #include "rlhf/sft_training.h"
 
-#include "engine/model_factory.h"
-#include "engine/trainer.h"
+#include "config/model_factory.h"
+#include "train/trainer.h"
 #include "rlhf/sft_data.h"
 
 namespace triad::rlhf {

@@ -1,5 +1,5 @@
 // DeepSpeed-Chat's step 1: supervised fine-tuning on the SFT split (rlhf/sft_data.h) through
-// the training loop (engine/trainer.h), from the step's init weights at step 0.
+// the training loop (train/trainer.h), from the step's init weights at step 0.
 #pragma once
 
 #include "parallel/communicator.h"

@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_dir.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "parallel/self_communicator.h"
 #include "parallel/tensor_parallel_functions.h"
 

@@ -17,7 +17,7 @@ namespace triad::rlhf {
 
 struct RunOptions {
   std::string metrics_path;  // JSON lines, one per step ("" : none; appended to on resume)
-  std::string resume;        // "" (fresh), "auto", a checkpoint file or folder (engine/checkpoint_dir.h)
+  std::string resume;        // "" (fresh), "auto", a checkpoint file or folder (checkpoint/checkpoint_dir.h)
 };
 
 // The layout of the reward, DPO, PPO and GRPO loops: model.tensor_parallel consecutive
@@ -63,7 +63,7 @@ class StepLog {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Resumes `engine` as `spec` says from its checkpoint folder (engine/checkpoint_dir.h);
+// Resumes `engine` as `spec` says from its checkpoint folder (checkpoint/checkpoint_dir.h);
 // returns the step it continues from (rank 0 says where from).
 int64_t resume_engine(const std::string& spec, engine::Engine& engine, parallel::Communicator& world,
                       const std::string& what);

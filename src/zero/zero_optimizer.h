@@ -214,7 +214,7 @@ class ZeroOptimizer {
   // a closed form of the step's traffic sums over.
   std::vector<std::pair<int64_t, bool>> group_sizes() const;
 
-  // Checkpoints see the optimizer's state as named, flattened tensors (engine/checkpoint.h):
+  // Checkpoints see the optimizer's state as named, flattened tensors (checkpoint/checkpoint.h):
   // per parameter its values (storage dtype), f32 master weights (the values themselves in
   // f32 training) and Adam's two moments. A Slice is elements [first, first + numel) of
   // parameter `name`, as a 1-d view of the optimizer's own storage.

@@ -136,7 +136,7 @@ if board.get("enabled"):
     print("  tensorboard: %d records, CRCs valid; train_loss and lr at every step by samples" % (len(events) + 1))
 # flops_profiler: DeepSpeed's report at profile_step, written to output_file. The GPT's
 # forward multiply-accumulates of one micro-batch per rank: per block the qkv, proj and MLP
-# products and attention's two (2·B·T·T·C), and the tied head (tests/engine/test_flops_profiler
+# products and attention's two (2·B·T·T·C), and the tied head (tests/profiler/test_flops_profiler
 # checks each module).
 profiler = ds.get("flops_profiler", {})
 if profiler.get("enabled"):

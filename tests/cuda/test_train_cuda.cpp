@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "cuda/gpu_test_main.h"
-#include "engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/engine.h"
 #include "parallel/self_communicator.h"
 #include "support/check.h"

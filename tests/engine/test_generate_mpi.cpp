@@ -6,7 +6,7 @@
 #define BOOST_TEST_MODULE generate_mpi
 #include <boost/test/unit_test.hpp>
 
-#include "engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/generate.h"
 #include "parallel/runtime.h"
 #include "parallel/self_communicator.h"

@@ -6,9 +6,9 @@
 #define BOOST_TEST_MODULE llama_training_mpi
 #include <boost/test/unit_test.hpp>
 
-#include "engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/generate.h"
-#include "engine/trainer.h"
+#include "train/trainer.h"
 #include "io/token_file.h"
 #include "parallel/runtime.h"
 #include "support/check.h"

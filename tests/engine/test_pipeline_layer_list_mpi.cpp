@@ -11,7 +11,7 @@
 #define BOOST_TEST_MODULE pipeline_layer_list_mpi
 #include <boost/test/unit_test.hpp>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"

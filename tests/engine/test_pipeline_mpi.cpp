@@ -8,7 +8,7 @@
 #define BOOST_TEST_MODULE pipeline_mpi
 #include <boost/test/unit_test.hpp>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"

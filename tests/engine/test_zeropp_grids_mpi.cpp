@@ -9,7 +9,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
-#include "engine/trainer.h"
+#include "train/trainer.h"
 #include "parallel/runtime.h"
 #include "support/files.h"
 #include "support/mpi_fixture.h"

@@ -11,7 +11,7 @@
 #include <functional>
 #include <optional>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "optim/deepspeed_schedules.h"
 #include "support/check.h"

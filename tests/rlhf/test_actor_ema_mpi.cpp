@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_dir.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "engine/engine.h"
 #include "parallel/runtime.h"
 #include "rlhf/actor_ema.h"

@@ -8,7 +8,7 @@
 #define BOOST_TEST_MODULE rl_training_mpi
 #include <boost/test/unit_test.hpp>
 
-#include "engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "nn/gpt.h"
 #include "nn/value_model.h"
 #include "parallel/process_grid.h"

@@ -7,8 +7,8 @@
 #include <boost/test/unit_test.hpp>
 #include <set>
 
-#include "engine/config.h"
-#include "engine/trainer.h"
+#include "config/config.h"
+#include "train/trainer.h"
 #include "nn/gpt.h"
 #include "rlhf/sft_data.h"
 #include "support/check.h"

@@ -1,0 +1,294 @@
+// Resharded resume: a checkpoint written by all ranks at ZeRO stage 3 is resumed by half the
+// ranks at ZeRO stage 1 and by one process, and one written by a tensor-parallel grid (tp 2
+// x dp n/2) by the data-parallel ranks alone and by a grid of tp 4; each continues exactly
+// as an uninterrupted run of its own layout does (losses within 1e-5 relative). Resumed on
+// the ranks that wrote it, at any stage and in f32 or bf16, a checkpoint continues the run
+// bit for bit, tensor-parallel too. A pipeline-parallel checkpoint (pp 2, with tp and dp)
+// resumes on other pipeline, tensor and data-parallel degrees. ZeRO++ checkpoints resume under
+// plain ZeRO-3 and back.
+#define BOOST_TEST_MODULE checkpoint_mpi
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "train/trainer.h"
+#include "io/h5file.h"
+#include "parallel/runtime.h"
+#include "support/check.h"
+#include "support/files.h"
+#include "support/mpi_fixture.h"
+#include "support/shared_corpus.h"
+#include "support/training.h"
+
+using namespace triad;
+using test::MpiFixture;
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
+
+namespace {
+
+nlohmann::json config_json(const std::string& folder, int stage) {
+  nlohmann::json j = test::small_gpt_config(folder + "/tokens.bin", 20);
+  j["gradient_accumulation_steps"] = 1;
+  j["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}}}};
+  j["zero_optimization"] = {{"stage", stage}, {"stage3_param_persistence_threshold", 0}};
+  j["seed"] = 9;
+  return j;
+}
+
+nlohmann::json tensor_parallel(nlohmann::json j, int tp) {
+  j["model"]["n_head"] = 4;  // tp 4 must divide the heads
+  j["model"]["tensor_parallel"] = tp;
+  return j;
+}
+
+void run(const nlohmann::json& j, const engine::TrainOptions& o, parallel::CommunicatorPtr dp) {
+  engine::train(engine::parse_config(j, dp ? dp->size() : 1), o, dp);
+}
+
+// The run resumed at step 10 (metrics resumed<tag>.jsonl) continues the uninterrupted one
+// (straight<tag>.jsonl, 20 steps): each loss within `relative` of it (0: equal).
+void expect_continues(const std::string& folder, const std::string& tag, double relative) {
+  const std::vector<double> straight = test::metric_losses(folder + "/straight" + tag + ".jsonl");
+  const std::vector<double> resumed = test::metric_losses(folder + "/resumed" + tag + ".jsonl");
+  BOOST_TEST_REQUIRE(straight.size() == 20u);
+  BOOST_TEST_REQUIRE(resumed.size() == 10u);
+  for (size_t i = 0; i < resumed.size(); ++i)
+    BOOST_TEST(std::abs(resumed[i] - straight[10 + i]) <= relative * straight[10 + i], "step " << 11 + i);
+}
+
+// The writer's run uninterrupted (straight<tag>.jsonl, 20 steps); its first ten steps with a
+// checkpoint at the end, which it returns; and that checkpoint resumed on the same ranks
+// (resumed<tag>.jsonl), continuing bit for bit.
+std::string save_and_resume(nlohmann::json writer, const std::string& folder, const std::string& tag,
+                            const parallel::CommunicatorPtr& world) {
+  run(writer, {.metrics_path = folder + "/straight" + tag + ".jsonl"}, world);
+  writer["steps"] = 10;
+  writer["scheduler"]["params"]["total_num_steps"] = 20;
+  writer["checkpoint"] = {{"dir", folder + "/ckpt" + tag}};
+  run(writer, {}, world);
+  writer["steps"] = 20;
+  run(writer, {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = "auto"}, world);
+  if (world->rank() == 0) expect_continues(folder, tag, 0.0);
+  return folder + "/ckpt" + tag + "/" + engine::checkpoint_file_name(10);
+}
+
+// A grid other than the writer's: its config, and the ranks that run it (`member`: this rank
+// is one of them; `ranks` null: this process alone).
+struct OtherGrid {
+  std::string name, tag;
+  nlohmann::json config;
+  bool member;
+  parallel::CommunicatorPtr ranks;
+};
+
+// Runs each grid uninterrupted (straight<tag>.jsonl) and resumed from `saved`
+// (resumed<tag>.jsonl); the resumed run continues the uninterrupted one within 1e-5.
+void resume_on_other_grids(const std::vector<OtherGrid>& grids, const std::string& saved, const std::string& folder,
+                           parallel::Communicator& world) {
+  for (const OtherGrid& g : grids) {
+    if (g.member) {
+      BOOST_TEST_CONTEXT(g.name) {
+        run(g.config, {.metrics_path = folder + "/straight" + g.tag + ".jsonl"}, g.ranks);
+        run(g.config, {.metrics_path = folder + "/resumed" + g.tag + ".jsonl", .resume = saved}, g.ranks);
+        if (world.rank() == 0) expect_continues(folder, g.tag, 1e-5);
+      }
+    }
+    world.barrier();
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(resuming_on_the_same_ranks_continues_bit_for_bit_at_every_stage) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world);
+  struct Case {
+    int stage;
+    const char* precision;  // "" or "bf16"
+  };
+  for (const Case& k : {Case{0, ""}, Case{0, "bf16"}, Case{1, ""}, Case{2, "bf16"}, Case{3, "bf16"}}) {
+    const std::string tag = std::to_string(k.stage) + k.precision;
+    BOOST_TEST_CONTEXT("stage " << k.stage << " " << (*k.precision ? k.precision : "f32")) {
+      nlohmann::json j = config_json(folder, k.stage);
+      if (*k.precision) j[k.precision] = {{"enabled", true}};
+      run(j, {.metrics_path = folder + "/straight" + tag + ".jsonl"}, world);
+      j["checkpoint"] = {{"dir", folder + "/ckpt" + tag}};
+      j["steps"] = 10;  // the schedule's length is its own key: the first half is the same run
+      j["scheduler"]["params"]["total_num_steps"] = 20;
+      run(j, {}, world);
+      j["steps"] = 20;
+      run(j, {.metrics_path = folder + "/resumed" + tag + ".jsonl", .resume = "auto"}, world);
+      if (world->rank() == 0) expect_continues(folder, tag, 0.0);
+    }
+    world->barrier();
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_3_checkpoint_resumes_on_fewer_ranks_at_other_stages) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world);
+
+  // All ranks, stage 3: ten steps of a twenty-step run, then a checkpoint.
+  nlohmann::json writer = config_json(folder, 3);
+  writer["steps"] = 10;
+  writer["scheduler"]["params"]["total_num_steps"] = 20;
+  writer["checkpoint"] = {{"dir", folder + "/ckpt"}};
+  run(writer, {}, world);
+  const std::string saved = folder + "/ckpt/" + engine::checkpoint_file_name(10);
+
+  // Half the ranks at stage 1 (for two ranks: one, through MPI), and one process at stage 0.
+  const int half = std::max(1, n / 2);
+  const parallel::CommunicatorPtr halves = world->split(r < half ? 0 : 1, r);
+  resume_on_other_grids({{"half the ranks, stage 1", "1", config_json(folder, 1), r < half, halves},
+                         {"one process, stage 0", "0", config_json(folder, 0), r == 0, nullptr}},
+                        saved, folder, *world);
+  if (r == 0) {
+    const engine::CheckpointSummary s = engine::read_summary(saved);
+    BOOST_TEST(s.layout["dp"] == n);
+    BOOST_TEST(s.layout["zero_stage"] == 3);
+    BOOST_TEST(engine::failed_checksums(saved).empty());
+    // Damage: one flipped byte inside the stored moments of the position embedding.
+    const Tensor values = io::H5File::open(saved).read("/optim/wpe.weight/exp_avg");
+    std::string bytes = test::read_bytes(saved);
+    const size_t at = bytes.find(std::string(static_cast<const char*>(values.raw_data()), 64));
+    BOOST_TEST_REQUIRE(at != std::string::npos);
+    bytes[at + 9] ^= 0x01;
+    test::write_bytes(saved, bytes);
+  }
+  world->barrier();
+  // Every rank stops with the same error naming the file and the dataset; none hangs.
+  const std::string m = test::error_message([&] { run(config_json(folder, 2), {.resume = saved}, world); });
+  BOOST_TEST(m.find(saved) != std::string::npos, m);
+  BOOST_TEST(m.find("/optim/wpe.weight/exp_avg fails its checksum") != std::string::npos, m);
+  world->barrier();
+}
+
+BOOST_AUTO_TEST_CASE(a_tensor_parallel_checkpoint_holds_global_shapes_and_resumes_on_other_grids) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world);
+
+  // tp 2 x dp n/2 at stage 1: ten steps of a twenty-step run, then a checkpoint; and the same
+  // run uninterrupted.
+  // On the same grid it continues bit for bit.
+  const std::string saved = save_and_resume(tensor_parallel(config_json(folder, 1), 2), folder, "_tp2", world);
+
+  // Other grids: every rank data-parallel (tp 1), and tp 4 (on two ranks: one process).
+  resume_on_other_grids(
+      {{"tp 1 x dp n", "1n", tensor_parallel(config_json(folder, 2), 1), true, world},
+       n >= 4 ? OtherGrid{"tp 4 x dp n/4", "4n", tensor_parallel(config_json(folder, 3), 4), true, world}
+              : OtherGrid{"one process, tp 1", "11", tensor_parallel(config_json(folder, 2), 1), r == 0, nullptr}},
+      saved, folder, *world);
+
+  if (r == 0) {
+    // The file holds every tensor at its global shape: the vocabulary unpadded (each tp rank
+    // holds 64 rows of it, 48 of them padding or the other rank's), the fused q|k|v whole.
+    const engine::CheckpointSummary s = engine::read_summary(saved);
+    BOOST_TEST(s.layout["tp"] == 2);
+    BOOST_TEST(s.layout["dp"] == n / 2);
+    std::map<std::string, Shape> shapes;
+    for (const auto& d : s.datasets) shapes[d.name] = d.shape;
+    BOOST_TEST((shapes["/model/wte.weight"] == Shape{16, 16}));
+    BOOST_TEST((shapes["/optim/wte.weight/exp_avg"] == Shape{16, 16}));
+    BOOST_TEST((shapes["/model/blocks.0.attn.qkv.weight"] == Shape{48, 16}));
+    BOOST_TEST((shapes["/model/blocks.1.mlp.proj.weight"] == Shape{16, 64}));
+    BOOST_TEST(engine::failed_checksums(saved).empty());
+    // Exported, it is an ordinary model of one process: its weights are the master weights.
+    const std::string exported = folder + "/model.h5";
+    engine::export_weights(saved, exported, DType::f32);
+    const engine::LoadedModel m = engine::load_model(exported);
+    const io::H5File file = io::H5File::open(saved);
+    for (const auto& [name, p] : m.model->named_parameters())
+      BOOST_TEST(test::max_abs_diff(p, file.read("/optim/" + name + "/master")) == 0.0, name);
+  }
+  world->barrier();
+}
+
+// Pipeline parallelism: a checkpoint written by pp 2 (x tp 2 on 4 ranks, x dp 2 on 8)
+// continues bit for bit on its own grid, and within 1e-5 on a grid of other pipeline,
+// tensor and data-parallel degrees and on one process; the file holds the whole model once
+// (the token table, held by the first and last stages, in one dataset).
+BOOST_AUTO_TEST_CASE(a_pipeline_checkpoint_resumes_on_other_grids) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world);
+  const auto grid = [](nlohmann::json j, int pp, int tp) {
+    j = tensor_parallel(std::move(j), tp);
+    j["pipeline"] = {{"stages", pp}};
+    return j;
+  };
+  const int writer_tp = n >= 4 ? 2 : 1;
+  const std::string saved = save_and_resume(grid(config_json(folder, 1), 2, writer_tp), folder, "_pp", world);
+
+  resume_on_other_grids(
+      {{"pp 1 x dp n", "_pp1tp1n", grid(config_json(folder, 2), 1, 1), true, world},
+       n >= 4 ? OtherGrid{"pp 4 x tp n/4", "_pp4tp" + std::to_string(n / 4) + "n", grid(config_json(folder, 3), 4, n / 4),
+                          true, world}
+              : OtherGrid{"one process", "_pp1tp11", grid(config_json(folder, 0), 1, 1), r == 0, nullptr}},
+      saved, folder, *world);
+  if (r == 0) {
+    const engine::CheckpointSummary s = engine::read_summary(saved);
+    BOOST_TEST(s.layout["pp"] == 2);
+    BOOST_TEST(s.layout["tp"] == writer_tp);
+    size_t tables = 0;
+    for (const auto& d : s.datasets) tables += d.name == "/model/wte.weight";
+    BOOST_TEST(tables == 1u);
+    BOOST_TEST(engine::failed_checksums(saved).empty());
+    // Every parameter of the model is in the file, from whichever stage held it.
+    const engine::LoadedModel m = engine::load_model(saved);
+    BOOST_TEST(m.model->named_parameters().size() == 2u + 12u * 2u + 2u);  // wte wpe, blocks, ln_f
+  }
+  world->barrier();
+}
+
+// ZeRO++ (Note [ZeRO++]) changes how the collectives move the state, not the state: its
+// checkpoints are ZeRO-3's. On ranks emulating two nodes (one rank each at n = 2, where hpZ
+// stays off), with qwZ, hpZ and qgZ: resumed under ZeRO++, a run continues bit for bit;
+// resumed under plain ZeRO-3 on every rank, it continues as one process at stage 0 resumed
+// from it does (both exact arithmetic from the same state). And back: hpZ alone is exact,
+// so a plain ZeRO-3 checkpoint resumed under hpZ continues the uninterrupted hpZ run, and an
+// hpZ checkpoint resumed under plain ZeRO-3 the uninterrupted ZeRO-3 run, within 1e-5.
+BOOST_AUTO_TEST_CASE(zeropp_checkpoints_resume_under_plain_zero3_and_back) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank(), local = std::max(1, n / 2);
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world);
+  const auto zeropp = [&](nlohmann::json j, bool quantized, int hpz) {
+    j["cluster"] = {{"ranks_per_node", local}};
+    j["zero_optimization"]["zero_hpz_partition_size"] = hpz;
+    j["zero_optimization"]["zero_quantized_weights"] = quantized;
+    j["zero_optimization"]["zero_quantized_gradients"] = quantized;
+    j["zero_optimization"]["zeropp_quantization_block"] = 64;
+    j["zero_optimization"]["zeropp_gradient_quantization_block"] = 64;
+    return j;
+  };
+  const nlohmann::json zero3 = config_json(folder, 3), every = zeropp(zero3, true, local);
+
+  const std::string saved = save_and_resume(every, folder, "_zpp", world);
+  run(zero3, {.metrics_path = folder + "/zpp_as_zero3.jsonl", .resume = saved}, world);
+  if (r == 0) {
+    run(config_json(folder, 0), {.metrics_path = folder + "/zpp_as_one.jsonl", .resume = saved}, nullptr);
+    const std::vector<double> many = test::metric_losses(folder + "/zpp_as_zero3.jsonl");
+    const std::vector<double> one = test::metric_losses(folder + "/zpp_as_one.jsonl");
+    BOOST_TEST_REQUIRE(many.size() == 10u);
+    BOOST_TEST_REQUIRE(one.size() == 10u);
+    for (size_t i = 0; i < many.size(); ++i) BOOST_TEST(std::abs(many[i] - one[i]) <= 1e-5 * one[i], "step " << 11 + i);
+  }
+  world->barrier();
+
+  if (local > 1) {
+    const nlohmann::json hpz = zeropp(zero3, false, local);
+    resume_on_other_grids({{"plain ZeRO-3 resumed under hpZ", "_z3_as_hpz", hpz, true, world}},
+                          save_and_resume(zero3, folder, "_z3", world), folder, *world);
+    resume_on_other_grids({{"hpZ resumed under plain ZeRO-3", "_hpz_as_z3", zero3, true, world}},
+                          save_and_resume(hpz, folder, "_hpz", world), folder, *world);
+  }
+}

@@ -1,0 +1,259 @@
+// Hugging Face checkpoints in and out (checkpoint/hf_checkpoint.h, io/hf_models.h): the GPT-2
+// reference file (GPT2LMHeadModel's names, Conv1D layout) imported and loaded into nn::GPT
+// gives gpt_reference.tns's logits, which proves the name map and the transposes; exporting
+// gives back the original tensors; the Llama map round-trips (sharded F32, F16, BF16) with
+// the names and shapes a triad Llama has, and loaded into nn::Llama gives the logits of
+// transformers' LlamaForCausalLM; ties, flags and bad input behave as documented,
+// and nothing saved is overwritten by a failed import.
+#define BOOST_TEST_MODULE hf_checkpoint
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_checkpoint.h"
+#include "io/h5file.h"
+#include "io/safetensors.h"
+#include "io/tensor_file.h"
+#include "support/check.h"
+#include "support/files.h"
+
+using namespace triad;
+using test::check_error;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kDir = test::data_path("safetensors");
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(ops::contiguous(a).raw_data(), ops::contiguous(b).raw_data(), a.nbytes()) == 0;
+}
+
+std::string import(const std::string& from, const std::string& arch, const std::string& out,
+                   const nlohmann::json& model = nlohmann::json::object()) {
+  return engine::import_hf({from, arch, model, out});
+}
+
+// Every tensor of `exported` equals the tensor of that name in `original`, which has no
+// other tensors than those and `extra`.
+void check_same_tensors(const io::SafetensorsCheckpoint& original, const std::string& exported,
+                        const std::set<std::string>& extra = {}) {
+  const io::SafetensorsFile out = io::SafetensorsFile::open(exported);
+  BOOST_TEST(out.metadata().at("format") == "pt");
+  std::set<std::string> names;
+  for (const io::SafetensorsEntry& e : out.entries()) {
+    names.insert(e.name);
+    BOOST_REQUIRE_MESSAGE(original.has(e.name), "exported '" << e.name << "' is not in the original");
+    BOOST_TEST(same_bits(out.read(e.name), original.read(e.name)), e.name);
+  }
+  for (const std::string& name : original.names()) BOOST_TEST((names.count(name) + extra.count(name)) == 1u, name);
+}
+
+const std::set<std::string> kGpt2Buffers = {"transformer.h.0.attn.bias", "transformer.h.0.attn.masked_bias",
+                                            "transformer.h.1.attn.bias", "transformer.h.1.attn.masked_bias"};
+
+// The Llama reference's tensors and config.json copied to `dir`, changed by `edit`.
+void write_llama(const TempDir& dir, const std::function<void(io::NamedTensors&, nlohmann::json&)>& edit) {
+  const io::SafetensorsCheckpoint src = io::SafetensorsCheckpoint::open(kDir + "/llama");
+  io::NamedTensors tensors;
+  for (const std::string& name : src.names()) tensors.emplace_back(name, src.read(name));
+  std::ifstream in(kDir + "/llama/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  edit(tensors, config);
+  io::write_safetensors(dir.file("model.safetensors"), tensors);
+  dir.write("config.json", config.dump());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(imported_gpt2_gives_the_reference_logits) {
+  TempDir dir;
+  const std::string path = import(kDir + "/gpt2", "gpt2", dir.file("ckpt"));
+  BOOST_TEST(path == dir.file("ckpt/step-00000000.h5"));
+  BOOST_TEST(test::read_bytes(dir.file("ckpt/latest")) == "step-00000000.h5\n");
+  const engine::LoadedModel loaded = engine::load_model(path);
+  BOOST_TEST(
+      loaded.config["model"] ==
+      nlohmann::json(
+          {{"arch", "gpt2"}, {"n_layer", 2}, {"n_head", 4}, {"d_model", 64}, {"seq_len", 32}, {"vocab_size", 256}}));
+  const io::NamedTensors ref = io::read_tensor_file(test::data_path("gpt_reference.tns"));
+  const Tensor logits = (*loaded.model)(io::find_tensor(ref, "idx", "reference"));
+  BOOST_TEST(test::relative_error(logits, io::find_tensor(ref, "logits", "reference")) < 1e-5);
+
+  // A fresh optimizer's state: step 0, master weights equal to the parameters, zero moments.
+  const io::H5File file = io::H5File::open(path);
+  BOOST_TEST(file.read("/state/step").item() == 0.0);
+  BOOST_TEST(
+      same_bits(file.read("/optim/blocks.0.attn.qkv.weight/master"), file.read("/model/blocks.0.attn.qkv.weight")));
+  BOOST_TEST(ops::max_abs(file.read("/optim/wte.weight/exp_avg_sq")) == 0.0);
+  BOOST_TEST(engine::failed_checksums(path).empty());
+}
+
+BOOST_AUTO_TEST_CASE(gpt2_export_gives_back_the_original_tensors) {
+  TempDir dir;
+  const std::string path = import(kDir + "/gpt2", "gpt2", dir.file("ckpt"));
+  const io::SafetensorsCheckpoint original = io::SafetensorsCheckpoint::open(kDir + "/gpt2");
+  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
+  check_same_tensors(original, dir.file("out.safetensors"), kGpt2Buffers);
+  // In 16 bits: each tensor rounded from the f32 weights.
+  engine::export_hf(path, dir.file("out16.safetensors"), DType::bf16);
+  const io::SafetensorsFile low = io::SafetensorsFile::open(dir.file("out16.safetensors"));
+  const std::string w = "transformer.h.1.mlp.c_proj.weight";
+  BOOST_TEST(low.entry(w).dtype == "BF16");
+  BOOST_TEST(same_bits(low.read(w), ops::to(original.read(w), DType::bf16)));
+}
+
+// The tiny Llama imported and loaded into nn::Llama gives LlamaForCausalLM's own logits
+// (llama_logits.tns, from transformers): the rotary layout, the grouped key/value heads and
+// the RMSNorm epsilon agree with HF's implementation, not only the names.
+BOOST_AUTO_TEST_CASE(imported_llama_gives_the_transformers_logits) {
+  TempDir dir;
+  const engine::LoadedModel loaded = engine::load_model(import(kDir + "/llama", "llama", dir.file("ckpt")));
+  const io::NamedTensors ref = io::read_tensor_file(kDir + "/llama_logits.tns");
+  const Tensor logits = (*loaded.model)(io::find_tensor(ref, "idx", "llama_logits.tns"));
+  BOOST_TEST(test::relative_error(logits, io::find_tensor(ref, "logits", "llama_logits.tns")) < 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {
+  TempDir dir;
+  const std::string path = import(kDir + "/llama", "llama", dir.file("ckpt"));
+  const engine::CheckpointSummary s = engine::read_summary(path);
+  BOOST_TEST(s.config["model"] == nlohmann::json({{"arch", "llama"},
+                                                  {"n_layer", 2},
+                                                  {"n_head", 4},
+                                                  {"n_kv_head", 2},
+                                                  {"d_model", 16},
+                                                  {"intermediate_size", 40},
+                                                  {"seq_len", 64},
+                                                  {"vocab_size", 48},
+                                                  {"rms_norm_eps", 1e-6},
+                                                  {"rope_theta", 10000.0}}));
+  std::map<std::string, Shape> shapes;
+  for (const auto& d : s.datasets)
+    if (d.name.starts_with("/model/")) shapes[d.name.substr(7)] = d.shape;
+  std::map<std::string, Shape> want = {{"embed.weight", {48, 16}}, {"norm_f.weight", {16}}, {"head.weight", {48, 16}}};
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    want[b + "norm1.weight"] = want[b + "norm2.weight"] = {16};
+    want[b + "attn.q.weight"] = want[b + "attn.o.weight"] = {16, 16};
+    want[b + "attn.k.weight"] = want[b + "attn.v.weight"] = {8, 16};
+    want[b + "mlp.gate.weight"] = want[b + "mlp.up.weight"] = {40, 16};
+    want[b + "mlp.down.weight"] = {16, 40};
+  }
+  BOOST_TEST(shapes == want);
+  const io::SafetensorsCheckpoint original = io::SafetensorsCheckpoint::open(kDir + "/llama");
+  const io::H5File file = io::H5File::open(path);
+  BOOST_TEST(
+      same_bits(file.read("/model/blocks.1.mlp.down.weight"), original.read("model.layers.1.mlp.down_proj.weight")));
+  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
+  check_same_tensors(original, dir.file("out.safetensors"));
+
+  // The F16 and BF16 copies (no config.json beside them: the flags give what the tensors
+  // cannot) import to the same weights and export back to themselves.
+  const nlohmann::json flags = {{"n_head", 4}, {"seq_len", 64}, {"rope_theta", 10000.0}, {"rms_norm_eps", 1e-6}};
+  for (const auto& [name, dtype] : {std::pair{"llama_f16", DType::f16}, std::pair{"llama_bf16", DType::bf16}}) {
+    const std::string low = import(kDir + "/" + name + ".safetensors", "llama", dir.file(name), flags);
+    BOOST_TEST(engine::read_summary(low).config == s.config, name);
+    const io::H5File f = io::H5File::open(low);
+    for (const auto& [param, shape] : want)
+      BOOST_TEST(same_bits(f.read("/model/" + param), file.read("/model/" + param)));
+    engine::export_hf(low, dir.file(std::string(name) + ".out"), dtype);
+    check_same_tensors(io::SafetensorsCheckpoint::open(kDir + "/" + name + ".safetensors"),
+                       dir.file(std::string(name) + ".out"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(heads_tied_to_the_embedding) {
+  // Llama without lm_head.weight: a copy of the embedding when config.json ties them.
+  TempDir tied;
+  write_llama(tied, [](io::NamedTensors& t, nlohmann::json& c) {
+    std::erase_if(t, [](const auto& p) { return p.first == "lm_head.weight"; });
+    c["tie_word_embeddings"] = true;
+  });
+  const io::H5File f = io::H5File::open(import(tied.path().string(), "llama", tied.file("ckpt")));
+  BOOST_TEST(same_bits(f.read("/model/head.weight"), f.read("/model/embed.weight")));
+  TempDir untied;
+  write_llama(untied, [](io::NamedTensors& t, nlohmann::json&) {
+    std::erase_if(t, [](const auto& p) { return p.first == "lm_head.weight"; });
+  });
+  check_error([&] { import(untied.path().string(), "llama", untied.file("ckpt")); },
+              {"has no tensor 'lm_head.weight', which a llama model of 2 layers (LlamaForCausalLM) has"});
+
+  // GPT-2 with lm_head.weight: it must be wte itself.
+  const io::SafetensorsCheckpoint gpt2 = io::SafetensorsCheckpoint::open(kDir + "/gpt2");
+  for (const bool equal : {true, false}) {
+    TempDir dir;
+    io::NamedTensors t;
+    for (const std::string& name : gpt2.names())
+      t.emplace_back(name.substr(std::string("transformer.").size()), gpt2.read(name));
+    Tensor head = ops::clone(gpt2.read("transformer.wte.weight"));
+    if (!equal) head.data<float>()[5] += 1.0f;
+    t.emplace_back("lm_head.weight", head);
+    io::write_safetensors(dir.file("model.safetensors"), t);
+    fs::copy(kDir + "/gpt2/config.json", dir.file("config.json"));
+    if (equal)
+      BOOST_TEST(engine::read_summary(import(dir.path().string(), "gpt2", dir.file("ckpt"))).datasets.size() ==
+                 4 * 28u + 7);
+    else
+      check_error([&] { import(dir.path().string(), "gpt2", dir.file("ckpt")); },
+                  {"lm_head.weight differs from wte.weight; triad's gpt2 ties its output head to the token embedding"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(what_the_model_needs_is_named) {
+  TempDir dir;
+  // No config.json: the tensors give the shapes, and n_head is asked for by its flag.
+  fs::copy(kDir + "/gpt2/model.safetensors", dir.file("model.safetensors"));
+  check_error([&] { import(dir.file("model.safetensors"), "gpt2", dir.file("a")); },
+              {"needs n_head (--n-head), which no config.json beside it and its tensors do not give",
+               R"("d_model":64,"n_layer":2,"seq_len":32,"vocab_size":256)"});
+  BOOST_TEST(!fs::exists(dir.file("a")));
+  import(dir.file("model.safetensors"), "gpt2", dir.file("a"), {{ "n_head", 4 }});
+  check_error(
+      [&] {
+        import(kDir + "/llama_bf16.safetensors", "llama", dir.file("b"), {{ "n_head", 4 }});
+      },
+      {"needs seq_len (--seq-len), rms_norm_eps (--rms-eps), rope_theta (--rope-theta)"});
+  // A flag that contradicts the tensors: the shape it implies is named.
+  check_error(
+      [&] {
+        import(kDir + "/gpt2", "gpt2", dir.file("c"), {{ "seq_len", 16 }});
+      },
+      {"tensor 'transformer.wpe.weight' has shape [32,64]; the model's config gives [16,64]"});
+  // Another architecture's checkpoint, or a model triad does not build.
+  check_error([&] { import(kDir + "/llama", "gpt2", dir.file("d")); },
+              {"describes a model of model_type \"llama\", not gpt2 (GPT2LMHeadModel)"});
+  check_error(
+      [&] {
+        import(kDir + "/llama_f16.safetensors", "gpt2", dir.file("d"), {{ "n_head", 4 }});
+      },
+      {"tensor 'model.embed_tokens.weight' is not part of a gpt2 model (GPT2LMHeadModel)"});
+  TempDir relu;
+  write_llama(relu, [](io::NamedTensors&, nlohmann::json& c) { c["hidden_act"] = "relu"; });
+  check_error([&] { import(relu.path().string(), "llama", relu.file("ckpt")); },
+              {relu.file("config.json"), "hidden_act is \"relu\"; triad's llama model has [\"silu\"]"});
+  BOOST_TEST(!fs::exists(dir.file("c")));
+  BOOST_TEST(!fs::exists(dir.file("d")));
+}
+
+BOOST_AUTO_TEST_CASE(nothing_saved_is_overwritten) {
+  TempDir dir;
+  const std::string path = import(kDir + "/gpt2", "gpt2", dir.file("ckpt"));
+  const std::string before = test::read_bytes(path);
+  check_error([&] { import(kDir + "/gpt2", "gpt2", dir.file("ckpt")); },
+              {"already holds checkpoints; import into a new folder"});
+  BOOST_TEST(test::read_bytes(path) == before);
+  // An export that fails (here: in a dtype safetensors export does not write) leaves the
+  // file it was to replace as it was.
+  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
+  const std::string exported = test::read_bytes(dir.file("out.safetensors"));
+  check_error([&] { engine::export_hf(path, dir.file("out.safetensors"), DType::i32); },
+              {"triad writes F64, F32, F16 and BF16, not i32"});
+  BOOST_TEST(test::read_bytes(dir.file("out.safetensors")) == exported);
+}

@@ -1,0 +1,391 @@
+// Config validation: each kind of bad value gives a message naming the key, the value and
+// what is allowed; batch sizes resolve as DeepSpeed's do; --set overrides; distributed_backend
+// resolves by device, build and ranks.
+#define BOOST_TEST_MODULE config
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+
+#include "cuda/nccl_communicator.h"
+#include "config/config.h"
+#include "engine/engine.h"
+#include "support/check.h"
+#include "tensor/error.h"
+
+using namespace triad;
+using nlohmann::json;
+
+namespace {
+
+json base() {
+  return json::parse(R"({
+    "model": {"n_layer": 2, "n_head": 2, "d_model": 16, "seq_len": 32, "vocab_size": 100},
+    "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "steps": 10,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95]}}
+  })");
+}
+
+// The message of the Error that parse_config throws for `config`.
+std::string error_of(const json& config, int64_t dp = 1) {
+  try {
+    engine::parse_config(config, dp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  BOOST_FAIL("expected an error");
+  return "";
+}
+
+json with(const std::string& assignment) {
+  json j = base();
+  engine::apply_override(j, assignment);
+  return j;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_valid_config_resolves) {
+  const engine::TrainConfig c = engine::parse_config(base());
+  BOOST_TEST(c.model.n_layer == 2);
+  BOOST_TEST(c.model.vocab_size == 100);
+  BOOST_TEST(c.gradient_accumulation_steps == 2);
+  BOOST_TEST(c.optimizer.beta2 == 0.95);
+  BOOST_TEST(c.json["gradient_accumulation_steps"] == 2);
+}
+
+BOOST_AUTO_TEST_CASE(batch_sizes_any_two_determine_the_third) {
+  json j = base();
+  j.erase("train_batch_size");
+  j["gradient_accumulation_steps"] = 3;
+  BOOST_TEST(engine::parse_config(j, 2).train_batch_size == 24);
+  j = base();
+  j.erase("train_micro_batch_size_per_gpu");
+  j["gradient_accumulation_steps"] = 2;
+  BOOST_TEST(engine::parse_config(j, 2).micro_batch_size == 2);
+  j = base();
+  j.erase("train_micro_batch_size_per_gpu");
+  BOOST_TEST(engine::parse_config(j).micro_batch_size == 8);
+  BOOST_TEST(engine::parse_config(j).gradient_accumulation_steps == 1);
+}
+
+BOOST_AUTO_TEST_CASE(inconsistent_batch_sizes_are_named) {
+  const std::string m = error_of(with("gradient_accumulation_steps=3"));
+  BOOST_TEST(contains(m, "inconsistent batch sizes"));
+  BOOST_TEST(contains(m, "train_batch_size 8"));
+  BOOST_TEST(contains(error_of(base(), 3), "not divisible"));
+  json none = base();
+  none.erase("train_batch_size");
+  none.erase("train_micro_batch_size_per_gpu");
+  BOOST_TEST(contains(error_of(none), "train_batch_size"));
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_name_key_value_and_what_is_allowed) {
+  BOOST_TEST(error_of(with("model.n_layer=0")) == "[config] model.n_layer must be an integer in [1, 1024], got 0");
+  BOOST_TEST(error_of(with("optimizer.params.lr=\"fast\"")) ==
+             "[config] optimizer.params.lr must be a number in [0, 10], got \"fast\"");
+  BOOST_TEST(contains(error_of(with("optimizer.type=\"Adagrad\"")), "optimizer.type must be one of \"AdamW\""));
+  BOOST_TEST(contains(error_of(with("optimizer.params.betas=[0.9]")), "a list of 2 numbers"));
+  BOOST_TEST(contains(error_of(with("model.dropout=true")), "model.dropout must be a number"));
+  BOOST_TEST(contains(error_of(with("model.d_model=15")), "multiple of model.n_head"));
+  BOOST_TEST(contains(error_of(with("device=\"tpu\"")), "unknown device 'tpu'"));
+  BOOST_TEST(contains(error_of(with("model.activation_checkpointing=1")), "true or false"));
+  BOOST_TEST(contains(error_of(with("steps=2.5")), "steps must be an integer"));
+  BOOST_TEST(contains(error_of(with("model=[1]")), "model must be an object"));
+}
+
+BOOST_AUTO_TEST_CASE(zero_and_mixed_precision_keys) {
+  json j = with("zero_optimization.stage=3");
+  engine::apply_override(j, "bf16.enabled=true");
+  const engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.zero.stage == 3);
+  BOOST_TEST(c.zero.stage3_param_persistence_threshold == 100000);
+  BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 50000000);
+  BOOST_TEST(c.zero.reduce_bucket_size == 500000000);
+  BOOST_TEST(engine::parse_config(with("zero_optimization.allgather_bucket_size=2e5")).zero.allgather_bucket_size ==
+             200000);
+  BOOST_TEST(engine::parse_config(with("zero_optimization.contiguous_gradients=true")).zero.stage == 0);
+  BOOST_TEST(contains(error_of(with("zero_optimization.contiguous_gradients=false")),
+                      "zero_optimization.contiguous_gradients must be true"));
+  BOOST_TEST(contains(error_of(with("zero_optimization.reduce_bucket_size=0")),
+                      "zero_optimization.reduce_bucket_size must be an integer"));
+  BOOST_TEST((c.precision.dtype == DType::bf16));
+  BOOST_TEST(error_of(with("zero_optimization.stage=5")) ==
+             "[config] zero_optimization.stage must be an integer in [0, 3], got 5");
+  engine::apply_override(j, "fp16.enabled=true");
+  BOOST_TEST(contains(error_of(j), "bf16.enabled and fp16.enabled are both true"));
+  BOOST_TEST(contains(error_of(with("fp16.initial_scale_power=99")), "fp16.initial_scale_power must be an integer"));
+  BOOST_TEST(contains(error_of(with("zero_optimization.reduce_bucket_sise=5")), "unknown key"));
+}
+
+// The GPT of base() is 4 layers (embedding, 2 blocks, head); train_batch_size 8 over micro 4 is
+// 2 micro-batches per step on one data-parallel rank.
+BOOST_AUTO_TEST_CASE(pipeline_keys) {
+  const engine::TrainConfig one = engine::parse_config(base());
+  BOOST_TEST(one.pipeline.stages == 1);
+  BOOST_TEST(one.pipeline.partition == "parameters");
+  BOOST_TEST(one.pipeline.schedule == "1f1b");
+  json j = with("pipeline.stages=2");
+  engine::apply_override(j, "pipeline.schedule=\"zb_h1\"");
+  BOOST_TEST(engine::parse_config(j, 2).data_parallel == 1);
+  BOOST_TEST(contains(error_of(with("pipeline.partition=\"balanced\"")), "pipeline.partition must be"));
+  BOOST_TEST(contains(error_of(with("pipeline.partition=\"type:Conv\"")), "matches none of the model's layer types"));
+  BOOST_TEST(contains(error_of(with("pipeline.stages=5"), 5), "exceeds the model's 4 layers"));
+  BOOST_TEST(contains(error_of(with("pipeline.stages=2"), 3), "does not divide"));
+  json interleaved = with("pipeline.stages=2");
+  engine::apply_override(interleaved, "pipeline.virtual_stages=2");
+  BOOST_TEST(contains(error_of(interleaved, 2), "unless pipeline.schedule is \"interleaved\""));
+  engine::apply_override(interleaved, "pipeline.schedule=\"interleaved\"");
+  BOOST_TEST(engine::parse_config(interleaved, 2).pipeline.virtual_stages == 2);
+  engine::apply_override(interleaved, "train_batch_size=12");
+  BOOST_TEST(contains(error_of(interleaved, 2), "multiple of pipeline.stages"));
+  BOOST_TEST(contains(error_of(with("pipeline.seed_layers=true")), "pipeline.seed_layers"));
+}
+
+BOOST_AUTO_TEST_CASE(distributed_backend_is_auto_mpi_or_nccl) {
+  BOOST_TEST(engine::parse_config(base()).distributed_backend == "auto");
+  for (const std::string value : {"auto", "mpi", "nccl"})
+    BOOST_TEST(engine::parse_config(with("distributed_backend=" + value)).distributed_backend == value);
+  BOOST_TEST(error_of(with("distributed_backend=gloo")) ==
+             "[config] distributed_backend must be one of \"auto\", \"mpi\" or \"nccl\", got \"gloo\"");
+  BOOST_TEST(contains(error_of(with("distributed_backend=1")), "distributed_backend must be one of"));
+}
+
+// auto is NCCL only on a GPU, in a build with NCCL, over more than one rank with a GPU each;
+// nccl where it cannot run is an error naming the key and the reason. No GPU is touched: this runs anywhere.
+BOOST_AUTO_TEST_CASE(distributed_backend_resolves_by_device_build_and_ranks) {
+  using engine::DistributedBackend;
+  const auto resolve = [](const std::string& backend, Device device, int ranks, const std::string& shared = "") {
+    return engine::resolve_distributed_backend(backend, device, ranks, shared);
+  };
+  const DistributedBackend on_gpus = cuda::nccl_built() ? DistributedBackend::nccl : DistributedBackend::mpi;
+  BOOST_TEST((resolve("auto", Device::cuda(0), 2) == on_gpus));
+  BOOST_TEST((resolve("auto", Device::cuda(3), 8) == on_gpus));
+  BOOST_TEST((resolve("auto", Device::cuda(0), 1) == DistributedBackend::mpi));
+  BOOST_TEST((resolve("auto", Device::cpu(), 4) == DistributedBackend::mpi));
+  BOOST_TEST((resolve("mpi", Device::cuda(0), 4) == DistributedBackend::mpi));
+  BOOST_TEST((resolve("mpi", Device::cpu(), 4) == DistributedBackend::mpi));
+  for (int ranks : {1, 2})
+    test::check_error([&] { resolve("nccl", Device::cpu(), ranks); },
+                      {"[config] distributed_backend \"nccl\": the device is cpu", "NCCL communicates between GPUs"});
+  if (cuda::nccl_built()) {
+    BOOST_TEST((resolve("nccl", Device::cuda(0), 1) == DistributedBackend::nccl));  // a communicator of one
+    BOOST_TEST((resolve("nccl", Device::cuda(1), 2) == DistributedBackend::nccl));
+  } else {
+    test::check_error([&] { resolve("nccl", Device::cuda(0), 2); },
+                      {"[config] distributed_backend \"nccl\": ", "no NCCL communicator"});
+  }
+  test::check_error([&] { resolve("gloo", Device::cpu(), 2); }, {"[config] distributed_backend must be one of"});
+  // Ranks sharing a GPU: auto falls back to MPI, nccl is an error that says which ranks.
+  const std::string shared = "ranks 0 and 1 both train on cuda:0 of one node";
+  BOOST_TEST((resolve("auto", Device::cuda(0), 2, shared) == DistributedBackend::mpi));
+  BOOST_TEST((resolve("mpi", Device::cuda(0), 2, shared) == DistributedBackend::mpi));
+  if (cuda::nccl_built())
+    test::check_error([&] { resolve("nccl", Device::cuda(0), 2, shared); },
+                      {"[config] distributed_backend \"nccl\": " + shared, "NCCL needs a GPU per rank"});
+}
+
+BOOST_AUTO_TEST_CASE(llama_keys) {
+  json j = base();
+  j["model"] = {{"arch", "llama"},     {"n_layer", 3},         {"n_head", 8},         {"n_kv_head", 2},
+                {"d_model", 32},       {"intermediate_size", 88}, {"seq_len", 32},    {"vocab_size", 100},
+                {"rms_norm_eps", 1e-6}, {"rope_theta", 5e5}};
+  const engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.arch == "llama");
+  BOOST_TEST(c.llama.n_layer == 3);
+  BOOST_TEST(c.llama.n_head == 8);
+  BOOST_TEST(c.llama.n_kv_head == 2);
+  BOOST_TEST(c.llama.intermediate == 88);
+  BOOST_TEST(c.llama.rms_eps == 1e-6);
+  BOOST_TEST(c.llama.rope_theta == 5e5);
+  BOOST_TEST(c.llama.init_seed == c.seed);
+  j["model"].erase("n_kv_head");  // Hugging Face's default: as many key/value heads as heads
+  BOOST_TEST(engine::parse_config(j).llama.n_kv_head == 8);
+
+  // GPT-only keys are unknown to arch llama, and Llama keys to arch gpt2.
+  json k = j;
+  k["model"]["dropout"] = 0.1;
+  BOOST_TEST(contains(error_of(k), "unknown key model.dropout"));
+  BOOST_TEST(contains(error_of(with("model.n_kv_head=1")), "unknown key model.n_kv_head"));
+  k = j;
+  k["model"]["n_kv_head"] = 3;
+  BOOST_TEST(error_of(k) == "[config] model.n_kv_head (3) must divide model.n_head (8)");
+  k["model"]["n_kv_head"] = 2;
+  k["model"]["tensor_parallel"] = 4;
+  BOOST_TEST(error_of(k, 4) == "[config] model.tensor_parallel 4 must divide model.n_kv_head (2)");
+  k["model"]["n_kv_head"] = 4;
+  k["model"]["intermediate_size"] = 90;
+  BOOST_TEST(error_of(k, 4) == "[config] model.tensor_parallel 4 must divide model.intermediate_size (90)");
+  k["model"]["d_model"] = 40;  // heads of 5 features
+  k["model"]["intermediate_size"] = 88;
+  k["model"]["tensor_parallel"] = 1;
+  BOOST_TEST(error_of(k) == "[config] model.d_model / model.n_head (5) must be even for rotary positions");
+  BOOST_TEST(error_of(with("model.arch=gpt3")).find("model.arch") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_with_a_suggestion) {
+  BOOST_TEST(error_of(with("model.n_layers=4")) == "[config] unknown key model.n_layers (did you mean model.n_layer?)");
+  BOOST_TEST(error_of(with("gradient_cliping=1.0")) ==
+             "[config] unknown key gradient_cliping (did you mean gradient_clipping?)");
+  BOOST_TEST(error_of(with("zzz=1")) == "[config] unknown key zzz");
+  BOOST_TEST(contains(error_of(with("optimizer.params.momentum=0.9")), "unknown key optimizer.params.momentum"));
+}
+
+BOOST_AUTO_TEST_CASE(overrides_parse_json_or_strings_and_create_objects) {
+  json j = base();
+  engine::apply_override(j, "optimizer.params.lr=0.01");
+  engine::apply_override(j, "data.corpus=tokens.bin");
+  engine::apply_override(j, "scheduler.type=WarmupCosineLR");
+  engine::apply_override(j, "scheduler.params.warmup_num_steps=2");
+  const engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.optimizer.lr == 0.01);
+  BOOST_TEST(c.data.corpus == "tokens.bin");
+  BOOST_TEST(c.scheduler.type == "WarmupCosineLR");
+  BOOST_TEST(c.scheduler.total_num_steps == 10);  // defaults to the run's steps
+  BOOST_CHECK_THROW(engine::apply_override(j, "no_equals_sign"), Error);
+  BOOST_CHECK_THROW(engine::apply_override(j, "a..b=1"), Error);
+}
+
+BOOST_AUTO_TEST_CASE(config_files_missing_or_malformed) {
+  BOOST_CHECK_EXCEPTION(engine::load_config_file("/nonexistent/x.json"), Error,
+                        [](const Error& e) { return contains(e.what(), "/nonexistent/x.json"); });
+}
+
+// `triad-train --deepspeed ds_config.json`: DeepSpeed's file joined to triad's, objects key
+// by key; a key in both files, or HF Trainer's "auto", is an error naming the key and files.
+BOOST_AUTO_TEST_CASE(a_deepspeed_file_joins_the_config) {
+  const json model = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+                      {"steps", 10},
+                      {"zero_optimization", {{"stage3_prefetch_bucket_size", 1000}}}};
+  const json ds = {{"train_batch_size", 8},
+                   {"train_micro_batch_size_per_gpu", 2},
+                   {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}},
+                   {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 4}}}}},
+                   {"zero_optimization", {{"stage", 2}}}};
+  const json merged = engine::merge_deepspeed_config(model, "model.json", ds, "ds_config.json");
+  const engine::TrainConfig c = engine::parse_config(merged, 2);
+  BOOST_TEST(c.zero.stage == 2);
+  BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 1000);
+  BOOST_TEST(c.gradient_accumulation_steps == 2);  // 8 = 2 x 2 x 2 ranks
+  BOOST_TEST(c.scheduler.type == "WarmupLR");
+  BOOST_TEST(c.model.n_layer == 1);
+
+  json twice = ds;
+  twice["zero_optimization"]["stage3_prefetch_bucket_size"] = 5;
+  test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", twice, "ds_config.json"); },
+                    {"zero_optimization.stage3_prefetch_bucket_size", "both", "'model.json'", "'ds_config.json'"});
+  json hf = ds;
+  hf["train_micro_batch_size_per_gpu"] = "auto";
+  test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", hf, "ds_config.json"); },
+                    {"train_micro_batch_size_per_gpu", "\"auto\"", "ds_config.json"});
+}
+
+// DeepSpeed's top-level, optimizer, fp16 and ZeRO keys: implemented, or accepted with a note
+// saying why they change nothing, or an error for features triad does not have.
+BOOST_AUTO_TEST_CASE(deepspeed_keys_are_implemented_noted_or_refused) {
+  json j = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+            {"train_batch_size", 4},
+            {"steps", 10},
+            {"steps_per_print", 5},
+            {"wall_clock_breakdown", true},
+            {"zero_allow_untested_optimizer", true},
+            {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 1e-3}, {"adam_w_mode", true}, {"torch_adam", true}}}}},
+            {"fp16", {{"enabled", true}, {"loss_scale", 512}}},
+            {"zero_optimization", {{"stage", 2}, {"reduce_scatter", true}, {"sub_group_size", 1e9}}}};
+  engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.log_interval == 5);
+  BOOST_TEST(c.wall_clock_breakdown);
+  BOOST_TEST(c.optimizer.type == "AdamW");
+  BOOST_TEST(c.precision.static_loss_scale == 512.0);
+  BOOST_TEST(c.notices.size() == 4u);  // zero_allow_untested_optimizer, torch_adam, two ZeRO keys
+  for (const char* key : {"zero_allow_untested_optimizer", "torch_adam", "reduce_scatter", "sub_group_size"})
+    BOOST_TEST(std::any_of(c.notices.begin(), c.notices.end(),
+                           [&](const std::string& n) { return n.find(key) != std::string::npos; }),
+               key);
+  {  // a static loss scale reaches the optimizer: the first step's scale is 512, not 2^16
+    json one = j;
+    one["train_batch_size"] = 1;
+    engine::Engine e(engine::parse_config(one));
+    BOOST_TEST(e.zero()->loss_scale() == 512.0);
+  }
+
+  json both = j;
+  both["log_interval"] = 2;
+  test::check_error([&] { engine::parse_config(both); }, {"log_interval", "steps_per_print"});
+  BOOST_TEST(c.optimizer.adam_w_mode);
+  BOOST_TEST(c.optimizer.bias_correction);
+  json l2 = j;
+  l2["optimizer"]["params"] = {{"lr", 1e-3}, {"adam_w_mode", false}, {"weight_decay", 0.1}, {"bias_correction", false}};
+  c = engine::parse_config(l2);
+  BOOST_TEST(!c.optimizer.adam_w_mode);
+  BOOST_TEST(!c.optimizer.bias_correction);
+  BOOST_TEST(c.optimizer.weight_decay == 0.1);
+  l2["optimizer"]["type"] = "AdamW";  // DeepSpeed's AdamW decouples whatever adam_w_mode says, and triad notes it
+  c = engine::parse_config(l2);
+  BOOST_TEST(c.optimizer.adam_w_mode);
+  BOOST_TEST(!c.optimizer.bias_correction);
+  BOOST_TEST(std::any_of(c.notices.begin(), c.notices.end(),
+                         [](const std::string& n) { return n.find("adam_w_mode") != std::string::npos; }));
+  json offload = j;
+  offload["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  test::check_error([&] { engine::parse_config(offload); }, {"zero_optimization.offload_optimizer", "not available"});
+}
+
+BOOST_AUTO_TEST_CASE(gradient_reduction_keys) {
+  json j = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+            {"train_batch_size", 4},
+            {"steps", 10},
+            {"gradient_predivide_factor", 2.0},
+            {"prescale_gradients", true},
+            {"bf16", {{"enabled", true}}},
+            {"communication_data_type", "bf16"},
+            {"data_types", {{"grad_accum_dtype", "bf16"}}}};
+  engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.prescale_gradients);
+  BOOST_TEST(c.gradient_predivide_factor == 2.0);
+  json wide = j;
+  wide["communication_data_type"] = "fp32";
+  test::check_error([&] { engine::parse_config(wide); }, {"communication_data_type", "\"bf16\"", "bf16.enabled"});
+  json accum = j;
+  accum["data_types"]["grad_accum_dtype"] = "fp32";
+  test::check_error([&] { engine::parse_config(accum); }, {"data_types.grad_accum_dtype", "\"bf16\""});
+  json f32 = j;
+  f32.erase("bf16"), f32.erase("data_types"), f32["communication_data_type"] = "fp32";
+  BOOST_CHECK_NO_THROW(engine::parse_config(f32));
+  f32["communication_data_type"] = "int8";
+  test::check_error([&] { engine::parse_config(f32); }, {"communication_data_type", "int8"});
+  json zero = j;
+  zero["gradient_predivide_factor"] = 0.0;
+  test::check_error([&] { engine::parse_config(zero); }, {"gradient_predivide_factor"});
+  json unknown = j;
+  unknown["tensorboard"] = {{"enabled", true}, {"job_nam", "x"}};
+  test::check_error([&] { engine::parse_config(unknown); }, {"tensorboard.job_nam", "job_name"});
+  json wandb = j;
+  wandb["wandb"] = {{"enabled", true}};
+  test::check_error([&] { engine::parse_config(wandb); }, {"wandb", "not available"});
+}
+
+BOOST_AUTO_TEST_CASE(flops_profiler_keys) {
+  json j = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+            {"train_batch_size", 4},
+            {"steps", 10},
+            {"flops_profiler",
+             {{"enabled", true},
+              {"profile_step", 3},
+              {"module_depth", -1},
+              {"top_modules", 2},
+              {"detailed", false},
+              {"output_file", nullptr},
+              {"recompute_fwd_factor", 1.0}}}};
+  engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.flops_profiler.enabled);
+  BOOST_TEST(c.flops_profiler.profile_step == 3);
+  BOOST_TEST(c.flops_profiler.top_modules == 2);
+  BOOST_TEST(!c.flops_profiler.detailed);
+  BOOST_TEST(c.flops_profiler.output_file.empty());
+  BOOST_TEST(c.flops_profiler.recompute_fwd_factor == 1.0);
+  j["flops_profiler"]["output_file"] = "prof.txt";
+  BOOST_TEST(engine::parse_config(j).flops_profiler.output_file == "prof.txt");
+  j["flops_profiler"]["top_modules"] = 0;
+  test::check_error([&] { engine::parse_config(j); }, {"flops_profiler.top_modules", "0"});
+}

@@ -1,0 +1,127 @@
+// The training path end to end on a small synthetic token file: validation loss falls,
+// bad inputs stop with messages naming the file or step, and a failed run leaves the model
+// file of an earlier run untouched.
+#define BOOST_TEST_MODULE trainer
+#include <boost/test/unit_test.hpp>
+#include <fstream>
+
+#include "checkpoint/checkpoint.h"
+#include "train/trainer.h"
+#include "io/token_file.h"
+#include "support/check.h"
+#include "support/files.h"
+#include "triad.h"
+
+using namespace triad;
+using test::TempDir;
+
+namespace {
+
+// A period-7 pattern (3 1 4 1 5 9 2: after a 1 comes a 4 or a 5, so the model must look
+// two tokens back) in a vocabulary of 16, where guessing costs ln 16 = 2.77.
+std::string write_tokens(const TempDir& dir) {
+  std::vector<uint32_t> tokens;
+  const uint32_t pattern[7] = {3, 1, 4, 1, 5, 9, 2};
+  for (uint32_t i = 0; i < 6000; ++i) tokens.push_back(pattern[i % 7]);
+  const std::string path = dir.file("tokens.bin");
+  io::write_token_file(path, tokens, 16);
+  return path;
+}
+
+nlohmann::json tiny_config(const std::string& corpus) {
+  nlohmann::json j = {{"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 32}, {"seq_len", 32}, {"vocab_size", 16}}},
+                      {"data", {{"corpus", corpus}, {"val_fraction", 0.1}}},
+                      {"train_batch_size", 8},
+                      {"train_micro_batch_size_per_gpu", 4},
+                      {"steps", 120},
+                      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"betas", {0.9, 0.95}}}}}},
+                      {"gradient_clipping", 1.0},
+                      {"eval_interval", 0},
+                      {"eval_iters", 4},
+                      {"log_interval", 20},
+                      {"seed", 3}};
+  return j;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(short_run_learns_the_pattern_and_saves_a_loadable_model) {
+  TempDir dir;
+  nlohmann::json j = tiny_config(write_tokens(dir));
+  j["output_dir"] = dir.file("model");
+  const engine::TrainConfig c = engine::parse_config(j);
+  const double val = engine::train(c, {.metrics_path = dir.file("metrics.jsonl")});
+  // Measured 0.0086 after 120 steps (seed 3): a tenth of the threshold.
+  BOOST_TEST(val < 0.1);
+
+  std::ifstream metrics(dir.file("metrics.jsonl"));
+  std::string line;
+  int lines = 0;
+  nlohmann::json last;
+  while (std::getline(metrics, line)) last = nlohmann::json::parse(line), ++lines;
+  BOOST_TEST(lines == 120);
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "val_loss"})
+    BOOST_TEST(last.contains(key), key);
+  // The step's activation peak is at least what one micro-batch's forward keeps (Note
+  // [Activation bytes], B 4, T 32, C 32, NH 2, V 16): 2 blocks of 68BTC + 16BT + 4B·NH·T
+  // (281600 each), the head's 8BTC + 8BT (33792), the loss's 4BTV + 4BT + 8 (8712):
+  // 605704, all held at the end of each forward. Above it the backward's gradients, at
+  // most the parameters' (4 bytes x 27008) and one block's worth of transients.
+  const double peak = last["mem"]["activation_peak_bytes"].get<double>();
+  BOOST_TEST(peak >= 605704.0);
+  BOOST_TEST(peak <= 605704.0 + 4 * 27008 + 281600);
+
+  const engine::LoadedModel loaded = engine::load_model(dir.file("model/model.h5"));
+  BOOST_TEST(loaded.model->num_parameters() == nn::GPT(c.model).num_parameters());
+  BOOST_TEST(loaded.config["steps"] == 120);
+}
+
+BOOST_AUTO_TEST_CASE(missing_and_corrupt_files_name_the_file) {
+  TempDir dir;
+  nlohmann::json j = tiny_config(dir.file("absent.bin"));
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "absent.bin"));
+
+  const std::string corpus = write_tokens(dir);
+  std::string bytes = test::read_bytes(corpus);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  std::ofstream(dir.file("corrupt.bin"), std::ios::binary) << bytes;
+  j["data"]["corpus"] = dir.file("corrupt.bin");
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "corrupt.bin"));
+
+  j["data"]["corpus"] = corpus;
+  j["data"]["tokenizer"] = dir.file("no_tokenizer.json");
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "no_tokenizer.json"));
+
+  BOOST_TEST(
+      contains(test::error_message([] { engine::load_model("/nonexistent/model.h5"); }), "/nonexistent/model.h5"));
+}
+
+BOOST_AUTO_TEST_CASE(data_that_does_not_fit_the_model_is_rejected) {
+  TempDir dir;
+  nlohmann::json j = tiny_config(write_tokens(dir));
+  j["model"]["vocab_size"] = 8;  // the file holds 16 kinds of token
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "vocabulary of 16"));
+  j = tiny_config(write_tokens(dir));
+  j["data"]["val_fraction"] = 0.001;  // 6 validation tokens for sequences of 32
+  BOOST_TEST(contains(test::error_message([&] { engine::train(engine::parse_config(j), {}); }), "validation split"));
+}
+
+BOOST_AUTO_TEST_CASE(a_diverging_run_stops_and_keeps_the_earlier_model) {
+  TempDir dir;
+  nlohmann::json j = tiny_config(write_tokens(dir));
+  j["output_dir"] = dir.file("model");
+  j["steps"] = 2;
+  engine::train(engine::parse_config(j), {});
+  const std::string saved = test::read_bytes(dir.file("model/model.h5"));
+  BOOST_REQUIRE(!saved.empty());
+
+  j["steps"] = 200;
+  j["optimizer"] = {{"type", "SGD"}, {"params", {{"lr", 10.0}, {"momentum", 0.99}}}};
+  j.erase("gradient_clipping");
+  const std::string m = test::error_message([&] { engine::train(engine::parse_config(j), {}); });
+  BOOST_TEST(contains(m, "at step"), m);
+  BOOST_TEST(contains(m, "nothing was saved"), m);
+  BOOST_TEST(test::read_bytes(dir.file("model/model.h5")) == saved);
+}

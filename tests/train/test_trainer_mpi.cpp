@@ -1,0 +1,76 @@
+// The trainer under mpirun: data-parallel runs at ZeRO stages 0–3 follow the
+// single-process run (same losses and validation loss), and ranks that disagree on the
+// configuration all stop with the same clear error instead of hanging. Ranks that would
+// share a GPU are found, and named alike on every rank (no GPU is touched).
+#define BOOST_TEST_MODULE trainer_mpi
+#include <boost/test/unit_test.hpp>
+
+#include "engine/engine.h"
+#include "train/trainer.h"
+#include "parallel/runtime.h"
+#include "support/check.h"
+#include "support/files.h"
+#include "support/mpi_fixture.h"
+#include "support/shared_corpus.h"
+#include "support/training.h"
+
+using namespace triad;
+using test::MpiFixture;
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
+
+namespace {
+
+nlohmann::json config_json(const std::string& corpus, int64_t micro) {
+  nlohmann::json j = test::small_gpt_config(corpus, 12);
+  j["train_micro_batch_size_per_gpu"] = micro;
+  j["seed"] = 5;
+  return j;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(data_parallel_training_follows_the_single_process_run) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size();
+  test::TempDir dir;
+  const std::string corpus = test::shared_corpus(dir, *world) + "/tokens.bin";
+  nlohmann::json single = config_json(corpus, 8);  // 16 = 8 x 2 accumulation
+  const double ref_val = engine::train(engine::parse_config(single), {.metrics_path = dir.file("ref.jsonl")});
+  const std::vector<double> ref = test::metric_losses(dir.file("ref.jsonl"));
+  for (int stage : {0, 1, 2, 3}) {
+    BOOST_TEST_CONTEXT("stage " << stage) {
+      nlohmann::json j = config_json(corpus, 16 / (2 * n));  // 2 accumulation steps, all ranks
+      j["zero_optimization"] = {{"stage", stage}, {"stage3_param_persistence_threshold", 0}};
+      const std::string metrics = dir.file("dp" + std::to_string(stage) + ".jsonl");
+      const double val = engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
+      BOOST_TEST(std::abs(val - ref_val) / ref_val < 1e-5);
+      if (world->rank() == 0) {  // rank 0 writes the metrics
+        const std::vector<double> losses = test::metric_losses(metrics);
+        BOOST_TEST_REQUIRE(losses.size() == ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) BOOST_TEST(std::abs(losses[i] - ref[i]) / ref[i] < 1e-5, "step " << i);
+      }
+    }
+  }
+  world->barrier();  // rank 0's folder outlives every rank's use of it
+}
+
+BOOST_AUTO_TEST_CASE(ranks_with_different_configs_all_stop) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir dir;
+  nlohmann::json j = config_json(test::shared_corpus(dir, *world) + "/tokens.bin", 16 / world->size());
+  j["seed"] = 5 + world->rank();  // every rank a different seed
+  const engine::TrainConfig c = engine::parse_config(j, world->size());
+  test::check_error([&] { engine::train(c, {}, world); }, {"configuration differs between ranks"});
+  world->barrier();
+}
+
+BOOST_AUTO_TEST_CASE(ranks_sharing_a_gpu_are_named_on_every_rank) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  BOOST_TEST(engine::shared_gpu(world.get(), Device::cuda(r)) == "");
+  BOOST_TEST(engine::shared_gpu(world.get(), Device::cpu()) == "");
+  // The last two ranks on one GPU, the others each on their own.
+  const std::string shared = engine::shared_gpu(world.get(), Device::cuda(std::min(r, n - 2)));
+  BOOST_TEST(shared == "ranks " + std::to_string(n - 2) + " and " + std::to_string(n - 1) + " both train on cuda:" +
+                           std::to_string(n - 2) + " of one node");
+}
