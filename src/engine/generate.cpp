@@ -7,6 +7,7 @@
 #include "autograd/grad_mode.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
+#include "tensor/sampling.h"
 
 namespace triad::engine {
 
@@ -18,26 +19,7 @@ void SamplingOptions::validate() const {
 }
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, double u) {
-  if (o.temperature == 0.0) return int32_t(std::max_element(logits, logits + vocab) - logits);
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  const int64_t k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
-  order.resize(k);
-  std::vector<double> p(k);
-  const double top = logits[order[0]];
-  double total = 0;
-  for (int64_t i = 0; i < k; ++i) total += p[i] = std::exp((double(logits[order[i]]) - top) / o.temperature);
-  int64_t keep = 0;
-  double mass = 0;
-  while (keep < k && mass < o.top_p * total) mass += p[keep++];
-  double r = u * mass;
-  for (int64_t i = 0; i < keep; ++i) {
-    r -= p[i];
-    if (r < 0) return order[i];
-  }
-  return order[keep - 1];
+  return triad::sample_token(logits, vocab, o.temperature, o.top_k, o.top_p, u);
 }
 
 std::vector<int32_t> generate(nn::LanguageModel& model, const std::vector<int32_t>& prompt, const SamplingOptions& o,
@@ -109,50 +91,57 @@ BatchGeneration generate_batch(nn::LanguageModel& model, const std::vector<std::
   const nn::LeftPadding padding = nn::left_padding(r.pads, P, device);
   nn::KVCache cache = model.make_cache(B);
   cache.key_start = padding.key_start;
-  // The logits (B, V) of each row's last column, in f32 on the host.
-  auto last_logits = [&](const Tensor& logits) {
-    return ops::to(ops::contiguous(ops::to(ops::select(logits, 1, logits.size(1) - 1), DType::f32)), Device::cpu());
-  };
+  // The logits (B, W) of each row's last column, in f32, where the model made them.
+  auto last_logits = [](const Tensor& logits) { return ops::to(ops::select(logits, 1, logits.size(1) - 1), DType::f32); };
   std::vector<int64_t> full;
   for (const auto& row : rows) full.insert(full.end(), row.begin(), row.end());
   Tensor last = last_logits(
       model.forward_cached(ops::to(Tensor::from_vector(full, {B, P}), device), cache, padding.positions));
-  std::vector<float> logprobs, mask;  // (step, B) while generating
-  std::vector<bool> done(size_t(B), false);
-  int64_t steps = 0;
-  while (steps < o.max_new_tokens && std::find(done.begin(), done.end(), false) != done.end()) {
-    const int64_t V = last.size(1);
-    std::vector<int64_t> next(static_cast<size_t>(B), pad_token), positions(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) {
-      positions[size_t(b)] = P - r.pads[size_t(b)] + steps;
-      if (done[size_t(b)]) {
-        logprobs.push_back(0.0f);
-        mask.push_back(0.0f);
-        continue;
-      }
-      const float* row = last.data<float>() + b * V;
-      const double u = random_uniform(random_bits(o.seed, uint64_t(first_sample + b)), uint64_t(steps));
-      const int32_t token = sample_token(row, vocab, o, u);
-      const double top = *std::max_element(row, row + vocab);
-      double total = 0;
-      for (int64_t j = 0; j < vocab; ++j) total += std::exp(double(row[j]) - top);
-      logprobs.push_back(float(double(row[token]) - top - std::log(total)));
-      mask.push_back(1.0f);
-      next[size_t(b)] = token;
-      done[size_t(b)] = token == o.stop_token;
-    }
-    for (int64_t b = 0; b < B; ++b) rows[size_t(b)].push_back(next[size_t(b)]);
-    ++steps;
-    if (steps < o.max_new_tokens && std::find(done.begin(), done.end(), false) != done.end())
-      last = last_logits(model.forward_cached(ops::to(Tensor::from_vector(next, {B, 1}), device), cache,
-                                              ops::to(Tensor::from_vector(positions, {B, 1}), device)));
+
+  // Every step's draws, stop tests and log-probabilities stay on the device (Note [Token
+  // sampling]); the host looks at `done` only every `check_every` steps, and the steps run
+  // past the last row's stop (all masked) are cut off at the end.
+  const int64_t N = o.max_new_tokens;
+  const Tensor answers = Tensor::zeros({N, B}, DType::i64, device), logprobs = Tensor::zeros({N, B}, DType::f32, device),
+               mask = Tensor::zeros({N, B}, DType::f32, device), done = Tensor::zeros({B}, DType::f32, device);
+  std::vector<int64_t> positions(static_cast<size_t>(N * B));  // (N, B): each row's position at each step
+  for (int64_t s = 0; s < N; ++s)
+    for (int64_t b = 0; b < B; ++b) positions[size_t(s * B + b)] = P - r.pads[size_t(b)] + s;
+  const Tensor step_positions = ops::to(Tensor::from_vector(positions, {N, B}), device);
+  const int64_t check_every = device.is_cpu() ? 1 : 8;  // a look at `done` makes the host wait for a GPU
+  TokenSampling sampling{.temperature = o.temperature,
+                         .top_k = o.top_k,
+                         .top_p = o.top_p,
+                         .seed = o.seed,
+                         .first_sample = first_sample,
+                         .stop_token = o.stop_token,
+                         .pad_token = pad_token};
+  for (int64_t s = 0; s < N; ++s) {
+    sampling.step = s;
+    const Tensor next = ops::select(answers, 0, s);
+    ops::sample_tokens_(last, vocab, sampling, done, next, ops::select(logprobs, 0, s), ops::select(mask, 0, s));
+    if (s + 1 == N || ((s + 1) % check_every == 0 && ops::sum(done).item() == double(B))) break;
+    last = last_logits(
+        model.forward_cached(ops::view(next, {B, 1}), cache, ops::view(ops::select(step_positions, 0, s), {B, 1})));
   }
+  // The columns up to the last one where some row generated.
+  const Tensor host_mask = ops::to(mask, Device::cpu());
+  int64_t steps = 0;
+  for (int64_t s = 0; s < N; ++s)
+    for (int64_t b = 0; b < B; ++b)
+      if (host_mask.data<float>()[s * B + b] != 0.0f) steps = s + 1;
+  const Tensor host_answers = ops::to(ops::narrow(answers, 0, 0, steps), Device::cpu());
+  for (int64_t s = 0; s < steps; ++s)
+    for (int64_t b = 0; b < B; ++b) rows[size_t(b)].push_back(host_answers.data<int64_t>()[s * B + b]);
   full.clear();
   for (const auto& row : rows) full.insert(full.end(), row.begin(), row.end());
   r.tokens = Tensor::from_vector(full, {B, P + steps});
   // (steps, B) -> (B, steps)
-  r.logprobs = ops::contiguous(ops::transpose(Tensor::from_vector(logprobs, {steps, B}), 0, 1));
-  r.answer_mask = ops::contiguous(ops::transpose(Tensor::from_vector(mask, {steps, B}), 0, 1));
+  auto by_row = [&](const Tensor& t) {
+    return ops::contiguous(ops::transpose(ops::to(ops::narrow(t, 0, 0, steps), Device::cpu()), 0, 1));
+  };
+  r.logprobs = by_row(logprobs);
+  r.answer_mask = by_row(mask);
   return r;
 }
 

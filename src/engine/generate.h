@@ -12,7 +12,10 @@
 // whatever batch, rank or data-parallel layout generates it. logprobs holds, for each
 // generated token, log-softmax of the model's raw logits (temperature 1, before top-k and
 // top-p) at that token: the log-probability under the policy itself that PPO's old_logp and
-// a recomputation by the training forward on the whole left-padded row both give.
+// a recomputation by the training forward on the whole left-padded row both give. Each step
+// samples on the model's device (ops::sample_tokens_, Note [Token sampling] in
+// tensor/sampling.h): the next tokens feed the next forward where they are, and on a GPU the
+// host reads only whether every row has stopped, every few steps.
 #pragma once
 
 #include <cstdint>

@@ -95,6 +95,10 @@ class Backend {
                                       const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
                                       int64_t classes, const Tensor& grad_logits) = 0;
 
+  // One step of batched generation, as ops::sample_tokens_ checked it.
+  virtual void sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
+                             const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) = 0;
+
   // Fused causal attention (ops::causal_attention): out = softmax(scale q k^T, causal) v with
   // the scores made tile by tile and never stored whole. q (B, NH, Tq, hs); k, v
   // (B, NH, Tk, hs), none empty, Tq <= Tk; query i sees keys j <= i + Tk - Tq. q, k, v and

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "tensor/random.h"
+#include "tensor/sampling.h"
 #include "tensor/tensor.h"
 
 namespace triad {
@@ -196,6 +197,14 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
 // loss), with count as cross_entropy returned it; zero in the padding columns.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
                               const Tensor& count, int64_t ignore_index, int64_t classes = -1);
+
+// One step of batched generation (Note [Token sampling] in tensor/sampling.h): logits (B, W)
+// f32 with stride 1 along W (rows any stride apart), of which the first `vocab` columns are
+// the vocabulary; done (B,) f32 (1: the row has stopped), updated; tokens (B,) i64,
+// logprobs (B,) f32 and mask (B,) f32 written; all contiguous but logits, on logits' device.
+// Nothing here makes the host wait for a device.
+void sample_tokens_(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
+                    const Tensor& tokens, const Tensor& logprobs, const Tensor& mask);
 
 struct AttentionOut {
   Tensor out;  // (B, NH, Tq, hs) in q's dtype

@@ -1,6 +1,8 @@
 // Neural-network kernels of tensor/ops.h: softmax, layer norm, embedding, cross-entropy,
 // fused causal attention.
+#include <cmath>
 #include <optional>
+#include <utility>
 
 #include "tensor/backend.h"
 #include "tensor/ops.h"
@@ -169,6 +171,28 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
                     Tensor::empty({}, DType::i64, logits.device())};
   backend_for(logits.device()).cross_entropy(contiguous(logits), t, r.lse, r.loss, r.count, ignore_index, v);
   return r;
+}
+
+void sample_tokens_(const Tensor& logits, int64_t vocab, const TokenSampling& s, const Tensor& done,
+                    const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) {
+  TRIAD_CHECK(logits.dim() == 2 && logits.dtype() == DType::f32 && logits.stride(1) == 1,
+              "sample_tokens: expected f32 logits (B, W) with stride 1 along W, got " << logits.str());
+  const int64_t B = logits.size(0);
+  TRIAD_CHECK(vocab > 0 && vocab <= logits.size(1),
+              "sample_tokens: vocab must be in [1, " << logits.size(1) << "], got " << vocab);
+  TRIAD_CHECK(s.temperature >= 0.0 && std::isfinite(s.temperature) && s.top_k >= 0 && s.top_p > 0.0 && s.top_p <= 1.0,
+              "sample_tokens: expected temperature >= 0, top_k >= 0 and top_p in (0, 1], got " << s.temperature << ", "
+                                                                                               << s.top_k << ", " << s.top_p);
+  TRIAD_CHECK(s.pad_token >= 0 && s.pad_token < vocab && s.first_sample >= 0 && s.step >= 0,
+              "sample_tokens: pad_token " << s.pad_token << " outside [0, " << vocab << "), or a negative first_sample "
+                                          << s.first_sample << " or step " << s.step);
+  const std::pair<const Tensor*, DType> rows[] = {
+      {&done, DType::f32}, {&tokens, DType::i64}, {&logprobs, DType::f32}, {&mask, DType::f32}};
+  for (const auto& [t, dtype] : rows)
+    TRIAD_CHECK(t->shape() == Shape{B} && t->dtype() == dtype && t->is_contiguous() && t->device() == logits.device(),
+                "sample_tokens: expected (" << B << ") " << dtype_name(dtype) << " on " << logits.device().str()
+                                            << ", got " << t->str());
+  backend_for(logits.device()).sample_tokens(logits, vocab, s, done, tokens, logprobs, mask);
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,

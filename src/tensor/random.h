@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "tensor/host_device.h"
+
 namespace triad {
 
 struct GeneratorState {
@@ -39,8 +41,9 @@ Generator& default_generator();
 // Activation checkpointing saves and replays it with the default one.
 Generator& tensor_parallel_generator();
 
-// 64 random bits for counter `counter` under `seed` (a splitmix64-style mix of both).
-inline uint64_t random_bits(uint64_t seed, uint64_t counter) {
+// 64 random bits for counter `counter` under `seed` (a splitmix64-style mix of both). These
+// two are also device functions: a kernel draws exactly what the host draws.
+TRIAD_HOST_DEVICE inline uint64_t random_bits(uint64_t seed, uint64_t counter) {
   uint64_t z = seed * 0x9e3779b97f4a7c15ull + counter * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -50,7 +53,7 @@ inline uint64_t random_bits(uint64_t seed, uint64_t counter) {
 }
 
 // Uniform in [0, 1) with 53 random bits.
-inline double random_uniform(uint64_t seed, uint64_t counter) {
+TRIAD_HOST_DEVICE inline double random_uniform(uint64_t seed, uint64_t counter) {
   return double(random_bits(seed, counter) >> 11) * 0x1.0p-53;
 }
 

@@ -463,6 +463,29 @@ void cross_entropy_case() {
   }
 }
 
+// Token sampling (Note [Token sampling]) on GPT-2's vocabulary, rows of a padded width:
+// the kernel's top-k (and greedy), and the host path the backend takes for more candidates
+// than a block sorts (top_k 0), each picking the CPU's tokens.
+void sample_tokens_case() {
+  const int64_t rows = 32, v = 50257, w = 50304;
+  const Pair logits = pair(random({rows, w}, 41, -8, 8));
+  for (const TokenSampling s : {TokenSampling{.temperature = 0, .seed = 3},
+                                TokenSampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 3, .step = 5},
+                                TokenSampling{.temperature = 1.0, .top_k = 0, .top_p = 0.9, .seed = 4, .step = 2}}) {
+    Tensor d = Tensor::zeros({rows});
+    d.data<float>()[3] = 1.0f;
+    Pair done = pair(d), tokens = empty_pair({rows}, DType::i64), logprobs = empty_pair({rows}),
+         mask = empty_pair({rows});
+    cpu().sample_tokens(logits.c, v, s, done.c, tokens.c, logprobs.c, mask.c);
+    gpu().sample_tokens(logits.g, v, s, done.g, tokens.g, logprobs.g, mask.g);
+    const std::string what = "sample_tokens top_k " + std::to_string(s.top_k);
+    expect_equal(what + " tokens", tokens.g, tokens.c);
+    expect_equal(what + " mask", mask.g, mask.c);
+    expect_equal(what + " done", done.g, done.c);
+    expect_close(what + " logprobs", logprobs.g, logprobs.c, threshold(DType::f32));
+  }
+}
+
 // Fused attention in f32, bf16 and f16 against the CPU's f32 on the same (rounded) values
 // (bf16 and f16 run on tensor cores, which also round P and dS to the dtype):
 // head sizes at and between the kernel's instantiations (32, 64, 128), one position, fewer
@@ -561,6 +584,7 @@ const Case kCases[] = {
     {"layer_norm", layer_norm_case},
     {"embedding", embedding_case},
     {"cross_entropy", cross_entropy_case},
+    {"sample_tokens", sample_tokens_case},
     {"attention", attention_case},
 };
 

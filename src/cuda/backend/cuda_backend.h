@@ -1,7 +1,7 @@
 // The CUDA backend: every method of tensor/backend.h as kernels on the tensors' device,
 // enqueued on the calling thread's current stream there (Note [Streams]). The methods are
 // spread over files by kind as the CPU backend's are (copy.cu, elementwise.cu, reduce.cu,
-// matmul.cu, nn.cu, optim.cu, quantize.cu, attention.cu and attention_mma.cu), and so are
+// matmul.cu, nn.cu, optim.cu, quantize.cu, sample.cu, attention.cu and attention_mma.cu), and so are
 // their semantics: each kernel follows the CPU kernel of the same method (tensor/cpu/), which is
 // the reference the GPU tests compare against.
 //
@@ -64,6 +64,8 @@ class CudaBackend final : public Backend {
                      const Tensor& count, int64_t ignore_index, int64_t classes) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
                               const Tensor& count, int64_t ignore_index, int64_t classes, const Tensor& grad_logits) override;
+  void sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
+                     const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                  double scale, const Tensor& key_start = Tensor()) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,

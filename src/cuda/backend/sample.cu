@@ -1,0 +1,32 @@
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/launch.cuh"
+#include "cuda/backend/sample_kernels.cuh"
+#include "tensor/ops.h"
+
+namespace triad::cuda {
+
+void CudaBackend::sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& s, const Tensor& done,
+                                const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) {
+  const int64_t B = logits.size(0);
+  const int64_t k = s.top_k > 0 && s.top_k < vocab ? s.top_k : vocab;
+  if (s.temperature != 0.0 && k > kMaxDeviceTopK) {
+    // More candidates than a block sorts: the rows go to the host and back.
+    const Tensor host_logits = ops::to(ops::contiguous(ops::narrow(logits, 1, 0, vocab)), Device::cpu());
+    const Tensor host_done = ops::to(done, Device::cpu());
+    const Tensor host_tokens = Tensor::empty({B}, DType::i64), host_logprobs = Tensor::empty({B}),
+                 host_mask = Tensor::empty({B});
+    backend_for(Device::cpu()).sample_tokens(host_logits, vocab, s, host_done, host_tokens, host_logprobs, host_mask);
+    ops::copy_(done, host_done);
+    ops::copy_(tokens, host_tokens);
+    ops::copy_(logprobs, host_logprobs);
+    ops::copy_(mask, host_mask);
+    return;
+  }
+  OnDevice on(logits);
+  sample_kernel<<<unsigned(B), kSampleThreads, 0, on.stream()>>>(ptr<const float>(logits), logits.stride(0), vocab, s,
+                                                                 ptr<float>(done), ptr<int64_t>(tokens),
+                                                                 ptr<float>(logprobs), ptr<float>(mask));
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace triad::cuda
