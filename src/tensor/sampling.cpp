@@ -8,6 +8,12 @@ namespace triad {
 
 int32_t sample_token(const float* logits, int64_t vocab, double temperature, int64_t top_k, double top_p, double u) {
   if (temperature == 0.0) return int32_t(std::max_element(logits, logits + vocab) - logits);
+  if (untruncated(vocab, top_k, top_p)) {
+    const double top = *std::max_element(logits, logits + vocab);
+    double masses[kSamplingChunks];
+    for (int64_t c = 0; c < kSamplingChunks; ++c) masses[c] = chunk_mass(logits, c, vocab, top, temperature);
+    return int32_t(pick_untruncated(logits, vocab, masses, top, temperature, u));
+  }
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   const int64_t k = top_k > 0 ? std::min(top_k, vocab) : vocab;

@@ -1,14 +1,20 @@
 // Token sampling from rows of logits: temperature, top-k and top-p (nucleus), and the draw
 // that picks among the kept tokens.
 //
-// Note [Token sampling]: a row's candidates are its top_k tokens (all of them at top_k 0)
-// in sampling order: higher logit first, then lower token id. With p_i = exp((l_i - l_0) / T)
-// summed in that order, the first `keep` candidates are kept, the fewest whose mass reaches
-// top_p of the total (all k at top_p 1), and draw u in [0, 1) picks the first candidate at
-// which the running sum of p passes u times their mass. Temperature 0 is greedy: the first
-// candidate. pick_candidate, the arithmetic after the candidates are known, is one function
-// for the host and the CUDA kernel (cuda/backend/sample_kernels.cuh), so both pick the same
-// candidate from the same logits (on a GPU, up to its double exp's last bit).
+// Note [Token sampling]: a draw u in [0, 1) picks a token from p_i = exp((l_i - l_max) / T)
+// by inverse transform: the first token at which a running sum of p passes u times the mass
+// of the tokens kept. Which tokens are kept, and in which order the sum runs:
+// - truncated (top_k in [1, vocab) or top_p < 1): the candidates are the top_k tokens (all
+//   at top_k 0) in sampling order, higher logit first, then lower token id; summed in that
+//   order, the first `keep` are kept, the fewest whose mass reaches top_p of the candidates'
+//   (pick_candidate);
+// - untruncated (every token kept): the tokens in id order, summed in kSamplingChunks
+//   chunks of consecutive ids, each chunk on its own, then the chunks in order
+//   (pick_untruncated): a GPU block sums the chunks in parallel, and no sort is needed;
+// - temperature 0: greedy, the first token in sampling order.
+// The arithmetic after the candidates or the chunks' masses are known is one function for
+// the host and the CUDA kernel (cuda/backend/sample_kernels.cuh), so both pick the same
+// token from the same logits (on a GPU, up to its double exp's last bit).
 //
 // ops::sample_tokens_ samples one step of batched generation on the logits' device: row b
 // draws u = random_uniform(random_bits(seed, first_sample + b), step), so global sample g
@@ -60,6 +66,53 @@ TRIAD_HOST_DEVICE inline int64_t pick_candidate(const float* sorted, int64_t k, 
     if (r < 0) return i;
   }
   return keep - 1;
+}
+
+// Untruncated sampling (Note [Token sampling]): chunk c of `vocab` tokens starts at
+// chunk_begin(c); chunk_mass is its mass, summed in id order.
+constexpr int64_t kSamplingChunks = 256;
+TRIAD_HOST_DEVICE inline int64_t chunk_begin(int64_t c, int64_t vocab) { return c * vocab / kSamplingChunks; }
+TRIAD_HOST_DEVICE inline double chunk_mass(const float* row, int64_t c, int64_t vocab, double top, double temperature) {
+  double mass = 0;
+  for (int64_t j = chunk_begin(c, vocab), end = chunk_begin(c + 1, vocab); j < end; ++j)
+    mass += ::exp((double(row[j]) - top) / temperature);
+  return mass;
+}
+
+// The token draw u picks from a row whose chunks have the masses `masses` (kSamplingChunks
+// of them), top being the row's largest logit: in the first chunk whose end the running sum
+// passes u times the total (the last chunk of positive mass where rounding leaves it short),
+// the first token at which the sum passes it (the chunk's last token of positive p where
+// rounding leaves it short).
+TRIAD_HOST_DEVICE inline int64_t pick_untruncated(const float* row, int64_t vocab, const double* masses, double top,
+                                                  double temperature, double u) {
+  double total = 0;
+  for (int64_t c = 0; c < kSamplingChunks; ++c) total += masses[c];
+  const double r = u * total;
+  int64_t chunk = 0;
+  double before = 0, start = 0;  // the mass before chunk c; before the chosen chunk
+  for (int64_t c = 0; c < kSamplingChunks; ++c) {
+    if (masses[c] > 0) {
+      chunk = c;
+      start = before;
+      if (r < before + masses[c]) break;
+    }
+    before += masses[c];
+  }
+  double running = start;
+  int64_t last = chunk_begin(chunk, vocab);
+  for (int64_t j = chunk_begin(chunk, vocab), end = chunk_begin(chunk + 1, vocab); j < end; ++j) {
+    const double p = ::exp((double(row[j]) - top) / temperature);
+    running += p;
+    if (r < running) return j;
+    if (p > 0) last = j;
+  }
+  return last;
+}
+
+// Whether sampling keeps every token (Note [Token sampling]).
+TRIAD_HOST_DEVICE inline bool untruncated(int64_t vocab, int64_t top_k, double top_p) {
+  return (top_k == 0 || top_k >= vocab) && top_p >= 1.0;
 }
 
 // The token draw u picks from one row of `vocab` logits (Note [Token sampling]).

@@ -464,13 +464,14 @@ void cross_entropy_case() {
 }
 
 // Token sampling (Note [Token sampling]) on GPT-2's vocabulary, rows of a padded width:
-// the kernel's top-k (and greedy), and the host path the backend takes for more candidates
-// than a block sorts (top_k 0), each picking the CPU's tokens.
+// the kernel's greedy, top-k and untruncated paths, and the host path the backend takes for
+// more candidates than a block sorts (top_k 0 with top_p < 1), each picking the CPU's tokens.
 void sample_tokens_case() {
   const int64_t rows = 32, v = 50257, w = 50304;
   const Pair logits = pair(random({rows, w}, 41, -8, 8));
   for (const TokenSampling s : {TokenSampling{.temperature = 0, .seed = 3},
                                 TokenSampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 3, .step = 5},
+                                TokenSampling{.temperature = 1.0, .top_k = 0, .top_p = 1.0, .seed = 5, .step = 1},
                                 TokenSampling{.temperature = 1.0, .top_k = 0, .top_p = 0.9, .seed = 4, .step = 2}}) {
     Tensor d = Tensor::zeros({rows});
     d.data<float>()[3] = 1.0f;

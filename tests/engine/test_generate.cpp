@@ -33,6 +33,21 @@ BOOST_AUTO_TEST_CASE(top_k_and_top_p_restrict_the_support) {
   BOOST_TEST(std::abs(all[3] / 4000.0 - 0.05) < 0.015);
 }
 
+// Untruncated (Note [Token sampling]): the draw walks the tokens in id order, so u falls in
+// token j's interval [p_0 + ... + p_{j-1}, p_0 + ... + p_j) of the cumulative probabilities.
+BOOST_AUTO_TEST_CASE(an_untruncated_draw_walks_the_tokens_in_id_order) {
+  const std::vector<float> logits = {std::log(0.15f), std::log(0.5f), std::log(0.05f), std::log(0.3f)};
+  const SamplingOptions all{.temperature = 1.0, .top_k = 0, .top_p = 1.0};
+  for (const auto& [u, token] : std::vector<std::pair<double, int32_t>>{
+           {0.0, 0}, {0.14, 0}, {0.16, 1}, {0.64, 1}, {0.66, 2}, {0.69, 2}, {0.71, 3}, {0.999, 3}})
+    BOOST_TEST(engine::sample_token(logits.data(), 4, all, u) == token, "u " << u);
+  // 1000 equal logits in 256 chunks of 3 or 4: u = 0.5 passes the running sum (exact
+  // integers) at token 500, and top_k = vocab is untruncated too.
+  const std::vector<float> flat(1000, 0.25f);
+  BOOST_TEST(engine::sample_token(flat.data(), 1000, all, 0.5) == 500);
+  BOOST_TEST(engine::sample_token(flat.data(), 1000, {.temperature = 0.5, .top_k = 1000, .top_p = 1.0}, 0.2995) == 299);
+}
+
 BOOST_AUTO_TEST_CASE(generation_is_deterministic_and_survives_a_full_context) {
   nn::GPT model({.n_layer = 1, .n_head = 2, .d_model = 16, .seq_len = 8, .vocab_size = 19, .init_seed = 3});
   const SamplingOptions o{.temperature = 1.0, .top_k = 0, .top_p = 1.0, .max_new_tokens = 20, .seed = 4};

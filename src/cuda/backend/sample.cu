@@ -9,7 +9,7 @@ void CudaBackend::sample_tokens(const Tensor& logits, int64_t vocab, const Token
                                 const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) {
   const int64_t B = logits.size(0);
   const int64_t k = s.top_k > 0 && s.top_k < vocab ? s.top_k : vocab;
-  if (s.temperature != 0.0 && k > kMaxDeviceTopK) {
+  if (s.temperature != 0.0 && !untruncated(vocab, s.top_k, s.top_p) && k > kMaxDeviceTopK) {
     // More candidates than a block sorts: the rows go to the host and back.
     const Tensor host_logits = ops::to(ops::contiguous(ops::narrow(logits, 1, 0, vocab)), Device::cpu());
     const Tensor host_done = ops::to(done, Device::cpu());

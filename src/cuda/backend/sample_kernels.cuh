@@ -1,10 +1,12 @@
 // The CUDA backend's token sampling (Note [Token sampling] in tensor/sampling.h): one block
-// per row finds the row's largest logit and softmax sum, then its top_k candidates in
-// sampling order, one block-wide maximum per candidate (top_k is small: DeepSpeed-Chat's
-// and triad's defaults are 50 and 40), and thread 0 picks among them with the host's own
-// pick_candidate. Rows beyond kMaxDeviceTopK candidates (top_k 0 or larger) are sampled on
-// the host (sample.cu). The kernel lives in a header of its own so that
-// tests/cuda/test_sample_kernels_emulated.cpp runs it on the CPU under an emulation of CUDA.
+// per row finds the row's largest logit and softmax sum; then, untruncated, its threads sum
+// the row's chunks and thread 0 picks with the host's own pick_untruncated; truncated, the
+// block finds the top_k candidates in sampling order, one block-wide maximum per candidate
+// (top_k is small: DeepSpeed-Chat's and triad's defaults are 50 and 40), and thread 0 picks
+// with the host's own pick_candidate. A truncated row with more than kMaxDeviceTopK
+// candidates (top_k 0 with top_p < 1, or a larger top_k) is sampled on the host (sample.cu).
+// The kernel lives in a header of its own so that tests/cuda/test_sample_kernels_emulated.cpp
+// runs it on the CPU under an emulation of CUDA.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,7 @@ __global__ void __launch_bounds__(kSampleThreads)
                   int64_t* tokens, float* logprobs, float* mask) {
   static __shared__ float s_logit[kMaxDeviceTopK];
   static __shared__ int64_t s_token[kMaxDeviceTopK];
+  static __shared__ double s_mass[kSamplingChunks];
   const int64_t b = blockIdx.x;
   if (done[b] != 0.0f) {
     if (threadIdx.x == 0) {
@@ -55,7 +58,13 @@ __global__ void __launch_bounds__(kSampleThreads)
   total = block_reduce(total, SumOp{}, 0.0);
 
   int64_t token = candidate_token(best);  // greedy
-  if (s.temperature != 0.0) {
+  const double u = sampling_draw(s.seed, s.first_sample + b, s.step);
+  if (s.temperature != 0.0 && untruncated(vocab, s.top_k, s.top_p)) {
+    for (int64_t c = threadIdx.x; c < kSamplingChunks; c += blockDim.x)
+      s_mass[c] = chunk_mass(row, c, vocab, top, s.temperature);
+    __syncthreads();
+    if (threadIdx.x == 0) token = pick_untruncated(row, vocab, s_mass, top, s.temperature, u);
+  } else if (s.temperature != 0.0) {
     const int64_t k = s.top_k > 0 && s.top_k < vocab ? s.top_k : vocab;
     uint64_t previous = best;
     if (threadIdx.x == 0) {
@@ -75,7 +84,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       }
     }
     if (threadIdx.x == 0)
-      token = s_token[pick_candidate(s_logit, k, s.temperature, s.top_p, sampling_draw(s.seed, s.first_sample + b, s.step))];
+      token = s_token[pick_candidate(s_logit, k, s.temperature, s.top_p, u)];
   }
   if (threadIdx.x == 0) {
     tokens[b] = token;
