@@ -27,10 +27,10 @@
 #include "estimate/layout_config.h"
 #include "estimate/layout_memory.h"
 #include "estimate/layout_time.h"
+#include "estimate/model_states.h"
 #include "estimate/step_time.h"
 #include "nn/gpt.h"
 #include "tensor/error.h"
-#include "zero/estimate.h"
 
 namespace {
 
@@ -58,7 +58,7 @@ CLI::Validator number_check(const std::string& must_be, std::function<bool(doubl
       integer ? "INT" : "NUMBER");
 }
 
-std::string stage_label(int stage) { return std::to_string(stage) + " " + zero::stage_name(stage); }
+std::string stage_label(int stage) { return std::to_string(stage) + " " + estimate::stage_name(stage); }
 
 nlohmann::json model_json_of(const nn::GPTConfig& model, const std::string& path) {
   return {{"config", path},           {"n_layer", model.n_layer}, {"n_head", model.n_head},
@@ -99,8 +99,8 @@ void run_layout(const std::string& path, const std::vector<std::string>& overrid
   nlohmann::json out = {{"program", "triad-estimate"},
                         {"params", count_json(params)},
                         {"k", k},
-                        {"param_bytes", zero::kParamBytes},
-                        {"grad_bytes", zero::kGradBytes},
+                        {"param_bytes", estimate::kParamBytes},
+                        {"grad_bytes", estimate::kGradBytes},
                         {"persistence_threshold", count_json(std::floor(threshold))},
                         {"model", model_json_of(config.model, path)}};
   out["layout"] = estimate::print_layout_memory(memory);
@@ -115,8 +115,8 @@ int main(int argc, char** argv) {
     CLI::App app{
         "triad-estimate: ZeRO model-state memory per device (parameters, gradients, optimizer state), "
         "and per pipeline stage of a pp x dp x tp layout of a config's GPT (with activations)"};
-    double params = 0, k = zero::kAdamMixedPrecisionBytes, persistent = 0;
-    double threshold = double(zero::kDefaultPersistenceThreshold);
+    double params = 0, k = estimate::kAdamMixedPrecisionBytes, persistent = 0;
+    double threshold = double(estimate::kDefaultPersistenceThreshold);
     std::string config_path;
     std::vector<std::string> overrides;
     std::vector<int64_t> dps;
@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
       time_model.micro_batch = plain.micro_batch;
       const nn::GPTConfig& model = config.model;
       const auto sizes = model.parameter_sizes(tp);
-      const zero::PersistentParams p = zero::persistent_parameters(sizes, int64_t(std::floor(threshold)));
+      const estimate::PersistentParams p = estimate::persistent_parameters(sizes, int64_t(std::floor(threshold)));
       params = 0;
       for (const auto& [_, n] : sizes) params += double(n);
       persistent = double(p.elements);
@@ -228,9 +228,9 @@ int main(int argc, char** argv) {
     if (config_opt->count() == 0) params /= double(tp);
     if (tp > 1) header += (header.empty() ? "" : ", ") + std::string("per rank of tp=") + std::to_string(tp);
     // Everything is computed before anything is printed, so a bad value prints only its error.
-    std::vector<std::array<zero::ModelStateBytes, 4>> results;
+    std::vector<std::array<estimate::ModelStateBytes, 4>> results;
     for (int64_t dp : dps)
-      results.push_back(zero::model_state_bytes_all(
+      results.push_back(estimate::model_state_bytes_all(
           {.num_params = params, .dp = dp, .optimizer_bytes = k, .persistent_params = persistent}));
     time_model.params = params, time_model.persistent_params = persistent;
     estimate::StepTimes times;
@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
     nlohmann::json estimates = nlohmann::json::array();
     std::printf("\n%6s  %-12s %12s %12s %12s %12s\n", "dp", "stage", "params GB", "grads GB", "optim GB", "total GB");
     for (size_t i = 0; i < dps.size(); ++i) {
-      for (const zero::ModelStateBytes& b : results[i]) {
+      for (const estimate::ModelStateBytes& b : results[i]) {
         std::printf("%6lld  %-12s %12.3f %12.3f %12.3f %12.3f\n", (long long)dps[i], stage_label(b.stage).c_str(),
                     b.parameters / kGB, b.gradients / kGB, b.optimizer / kGB, b.total() / kGB);
         estimates.push_back({{"dp", dps[i]},
@@ -276,8 +276,8 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"program", "triad-estimate"},
                           {"params", count_json(params)},
                           {"k", k},
-                          {"param_bytes", zero::kParamBytes},
-                          {"grad_bytes", zero::kGradBytes},
+                          {"param_bytes", estimate::kParamBytes},
+                          {"grad_bytes", estimate::kGradBytes},
                           {"persistent_params", count_json(persistent)},
                           {"dp", dps},
                           {"tp", tp},

@@ -547,10 +547,7 @@ void add_ckpt_command(CLI::App& app, CkptOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "ckpt", "time checkpoint save/load against plain file I/O of the same bytes (launches itself under mpirun)");
   cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
-  cmd->add_option("--ranks", o.ranks, "rank counts, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_ranks_option(*cmd, o.ranks);
   cmd->add_option("--dir", o.dir,
                   "folder to write in (a fresh subfolder, removed afterwards; default: the system temp dir)");
   cmd->add_option("--repeats", o.repeats, "timed repeats of each path (medians reported)")

@@ -14,6 +14,7 @@
 #include "common/report.h"
 #include "config/config.h"
 #include "engine/engine.h"
+#include "estimate/pipeline_time.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
@@ -163,7 +164,7 @@ int run_worker(const PipelineOptions& o) {
   };
   const parallel::PipeSchedule schedule = parallel::parse_pipe_schedule(o.schedule);
   const double f = mean_ms(parallel::PipeOp::forward);
-  parallel::PipeCosts costs{.forward = f, .backward_input = mean_ms(parallel::PipeOp::backward), .backward_weight = 0};
+  estimate::PipeCosts costs{.forward = f, .backward_input = mean_ms(parallel::PipeOp::backward), .backward_weight = 0};
   if (schedule == parallel::PipeSchedule::zb_h1)
     costs.backward_input = mean_ms(parallel::PipeOp::backward_input),
     costs.backward_weight = mean_ms(parallel::PipeOp::backward_weight);
@@ -188,7 +189,7 @@ int run_worker(const PipelineOptions& o) {
   if (p > 1) {
     row["bubble"] = app::median(bubble);
     row["bubble_steps"] = bubble;
-    row["bubble_theory"] = parallel::theoretical_bubble(schedule, p, m, v_chunks, costs);
+    row["bubble_theory"] = estimate::theoretical_bubble(schedule, p, m, v_chunks, costs);
   }
   app::print_json_line(row);
   return 0;

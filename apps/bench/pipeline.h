@@ -8,7 +8,7 @@
 // and the pipeline phase's span; the bubble of a stage is 1 − computed / span, where the
 // span is the slowest stage's forward-and-backward time of the step (ranks start each step
 // together). The figure is the mean over stages and the median over timed steps. Beside it
-// the closed form (parallel::theoretical_bubble, with the action costs measured in the same
+// the closed form (estimate::theoretical_bubble, with the action costs measured in the same
 // run) and the peak activation bytes of each stage: the CPU allocator's peak during the
 // step's forwards and backwards above what was in use when it began.
 //

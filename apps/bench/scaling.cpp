@@ -21,8 +21,8 @@
 #include "config/config.h"
 #include "parallel/runtime.h"
 #include "triad.h"
-#include "zero/estimate.h"
-#include "zero/perf_model.h"
+#include "estimate/model_states.h"
+#include "estimate/perf_model.h"
 
 namespace triad::bench {
 
@@ -64,8 +64,8 @@ double flops_per_token(const nn::GPTConfig& m, int64_t seq) {
 // tensor-parallel group: its compute rate is calibrated on tp ranks (tp collectives
 // included), and its ZeRO collectives move each tp rank's part of the parameters over the
 // data-parallel ranks.
-zero::StepModelInput model_input(const ScalingOptions& o, const engine::TrainConfig& c, int stage, int ranks) {
-  zero::StepModelInput in;
+estimate::StepModelInput model_input(const ScalingOptions& o, const engine::TrainConfig& c, int stage, int ranks) {
+  estimate::StepModelInput in;
   const int d = data_parallel(o, ranks);
   const auto sizes = c.model.parameter_sizes(o.tp);
   in.stage = stage;
@@ -73,7 +73,7 @@ zero::StepModelInput model_input(const ScalingOptions& o, const engine::TrainCon
   for (const auto& [_, n] : sizes) in.num_params += double(n);
   if (stage == 3)
     in.persistent_params =
-        double(zero::persistent_parameters(sizes, c.zero.stage3_param_persistence_threshold).elements);
+        double(estimate::persistent_parameters(sizes, c.zero.stage3_param_persistence_threshold).elements);
   in.element_bytes = double(element_size(c.precision.dtype));
   in.flops_per_token = flops_per_token(c.model, o.seq);
   in.tokens_per_rank = double(global_batch(o, ranks) / d * o.seq);
@@ -121,8 +121,8 @@ struct Calibration {
   std::map<std::pair<int64_t, int>, double> flops;                    // FLOP/s per rank
   // The link fitted at each rank count: n ranks sharing the cores wait for each other in a
   // way a single α/β scaled by the oversubscription does not describe.
-  std::map<int, zero::Link> links;
-  std::vector<zero::CollectiveSample> samples;
+  std::map<int, estimate::Link> links;
+  std::vector<estimate::CollectiveSample> samples;
   std::string flops_source, link_source;
 };
 
@@ -162,11 +162,11 @@ double slowest_of_concurrent_runs(const WorkerLauncher& launcher, int k, int ran
   return *std::max_element(ms.begin(), ms.end());
 }
 
-zero::Collective collective_of(const std::string& op) {
-  if (op == "all_reduce") return zero::Collective::all_reduce;
-  if (op == "reduce_scatter") return zero::Collective::reduce_scatter;
+estimate::Collective collective_of(const std::string& op) {
+  if (op == "all_reduce") return estimate::Collective::all_reduce;
+  if (op == "reduce_scatter") return estimate::Collective::reduce_scatter;
   TRIAD_CHECK(op == "all_gather", "triad-bench scaling: unexpected collective '" << op << "' in the calibration");
-  return zero::Collective::all_gather;
+  return estimate::Collective::all_gather;
 }
 
 std::string csv_number(double x) {
@@ -200,11 +200,11 @@ void calibrate_link(const ScalingOptions& o, const engine::TrainConfig& c, int c
   }
   if (cal.samples.empty()) return;  // one rank only: no link to fit
   for (int n : o.ranks) {
-    std::vector<zero::CollectiveSample> at_n;
-    for (const zero::CollectiveSample& sample : cal.samples)
+    std::vector<estimate::CollectiveSample> at_n;
+    for (const estimate::CollectiveSample& sample : cal.samples)
       if (sample.ranks == n) at_n.push_back(sample);
     if (at_n.empty()) continue;
-    cal.links[n] = zero::fit_link(at_n);
+    cal.links[n] = estimate::fit_link(at_n);
     cal.link_source += (cal.link_source.empty() ? "" : "; ") + std::to_string(n) + " ranks: " +
                        csv_number(cal.links[n].latency * 1e6) + " us, " +
                        csv_number(cal.links[n].bandwidth / 1e9) + " GB/s";
@@ -221,7 +221,7 @@ struct Point {
   int ranks = 0, stage = 0;
   std::vector<nlohmann::json> runs;  // the workers' rows
   double ms = 0;                     // median of the runs' medians
-  zero::StepEstimate predicted;
+  estimate::StepEstimate predicted;
   double flops = 0;  // the compute rate the prediction used
 };
 
@@ -328,7 +328,7 @@ int run_parent(const ScalingOptions& o) {
   std::fflush(stdout);
 
   // The machine of the model.
-  zero::Cluster cluster;
+  estimate::Cluster cluster;
   Calibration cal;
   const WorkerLauncher zero_launcher("zero");
   if (o.interconnect == "config") {
@@ -404,10 +404,10 @@ int run_parent(const ScalingOptions& o) {
     std::vector<double> ms;
     for (const nlohmann::json& r : p.runs) ms.push_back(r["step_ms_median"].get<double>());
     p.ms = app::median(ms);
-    zero::Cluster machine = cluster;
+    estimate::Cluster machine = cluster;
     if (measure_flops) machine.flops_per_rank = cal.flops.at(calibration_key(p.ranks));
     if (cal.links.count(p.ranks)) machine.intra_node = cal.links.at(p.ranks);
-    p.predicted = zero::estimate_step_time(model_input(o, configs.at(key), p.stage, p.ranks), machine);
+    p.predicted = estimate::estimate_step_time(model_input(o, configs.at(key), p.stage, p.ranks), machine);
     p.flops = machine.flops_per_rank;
   }
   auto efficiency = [&](int n, double t, double t0) {
@@ -505,8 +505,8 @@ int run_parent(const ScalingOptions& o) {
   for (const auto& [n, link] : cal.links)
     links.push_back({{"ranks", n}, {"latency_us", link.latency * 1e6}, {"bandwidth_GBps", link.bandwidth / 1e9}});
   nlohmann::json samples = nlohmann::json::array();
-  for (const zero::CollectiveSample& s : cal.samples)
-    samples.push_back({{"op", zero::collective_name(s.op)},
+  for (const estimate::CollectiveSample& s : cal.samples)
+    samples.push_back({{"op", estimate::collective_name(s.op)},
                        {"ranks", s.ranks},
                        {"bytes", s.bytes},
                        {"us", s.seconds * 1e6},

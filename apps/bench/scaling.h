@@ -1,5 +1,5 @@
 // `triad-bench scaling`: weak and strong scaling of training steps over 1..N ranks for each
-// ZeRO stage, each point next to the step time the performance model (zero/perf_model.h)
+// ZeRO stage, each point next to the step time the performance model (estimate/perf_model.h)
 // predicts for it.
 //
 //   triad-bench scaling --mode weak|strong --ranks 1,2,4 --stages 0,1,2,3

@@ -36,6 +36,8 @@ class WorkerLauncher {
   std::string command_, mpirun_, self_;
 };
 
+// --ranks of a sweep: comma-separated rank counts (positive).
+void add_ranks_option(CLI::App& cmd, std::vector<int>& ranks);
 // --ranks and --stages of a sweep: comma-separated rank counts (positive) and ZeRO stages (0-3).
 void add_sweep_options(CLI::App& cmd, std::vector<int>& ranks, std::vector<int>& stages);
 

@@ -374,14 +374,7 @@ void add_zero_command(CLI::App& app, ZeroOptions& o) {
   cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
   cmd->add_option("--config", o.config, "take model, optimizer and zero keys from a triad-train config");
   cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable)");
-  cmd->add_option("--ranks", o.ranks, "rank counts, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--stages", o.stages, "ZeRO stages, comma-separated (zero_optimization.stage)")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  add_sweep_options(*cmd, o.ranks, o.stages);
   cmd->add_option("--batch", o.batch, "global batch, sequences (divisible by every rank count)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

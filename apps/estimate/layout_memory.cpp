@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <set>
 
+#include "estimate/pipeline_time.h"
 #include "nn/gpt_layers.h"
 #include "nn/pipeline_partition.h"
 #include "tensor/error.h"
@@ -28,20 +29,20 @@ std::vector<int> layers_of(const std::string& name, int64_t n_layer) {
 // What one micro-batch of virtual stage `vs` (layers [first, last)) keeps, and the largest
 // run it recomputes (Note in layout_memory.h).
 struct ChunkEstimate {
-  parallel::ChunkBytes bytes;
+  ChunkBytes bytes;
   double recompute = 0;
 };
 
-ChunkEstimate chunk_estimate(const std::vector<nn::LayerSpec>& layers, const nn::ActivationShape& s, int first,
-                             int last, bool first_vs, bool last_vs, bool pipelined, int interval, bool per_block) {
-  const double resid = nn::residual_bytes(s);
-  const auto of = [&](int i) { return nn::gpt_layer_activations(s, layers[size_t(i)].type); };
+ChunkEstimate chunk_estimate(const std::vector<nn::LayerSpec>& layers, const ActivationShape& s, int first, int last,
+                             bool first_vs, bool last_vs, bool pipelined, int interval, bool per_block) {
+  const double resid = residual_bytes(s);
+  const auto of = [&](int i) { return gpt_layer_activations(s, layers[size_t(i)].type); };
   ChunkEstimate e;
-  if (last_vs) e.bytes.saved += nn::loss_activations(s).saved;
+  if (last_vs) e.bytes.saved += loss_activations(s).saved;
   if (!last_vs) e.bytes.saved += resid;  // the output, held for the backward
   int i = first;
   if (first_vs) {  // the embedding: its input (token ids) needs no gradient, so it is never recomputed
-    const nn::LayerActivations a = of(i++);
+    const LayerActivations a = of(i++);
     e.bytes.saved += a.saved, e.bytes.deferred += a.deferred;
   }
   const int run = pipelined ? interval : (per_block ? 1 : 0);
@@ -50,10 +51,10 @@ ChunkEstimate chunk_estimate(const std::vector<nn::LayerSpec>& layers, const nn:
     const int end = recomputed ? std::min(last, i + run) : i + 1;
     double full = 0;
     for (int j = i; j < end; ++j) {
-      const nn::LayerActivations a = of(j);
+      const LayerActivations a = of(j);
       full += a.saved, e.bytes.deferred += a.deferred;
       // A replayed head makes its logits again beside those the loss keeps.
-      if (recomputed && layers[size_t(j)].type == "GPTHead") full += nn::loss_activations(s).saved;
+      if (recomputed && layers[size_t(j)].type == "GPTHead") full += loss_activations(s).saved;
     }
     if (recomputed) {
       e.bytes.saved += resid;  // the run's input; its first layer's bytes count it again
@@ -105,10 +106,10 @@ LayoutMemory estimate_layout_memory(const engine::TrainConfig& config, const Lay
   for (const nn::LayerSpec& l : list.layers) infos.push_back({l.type, l.parameters});
   const int chunks = pipelined ? v : 1;
   out.bounds = nn::partition_layers(infos, p * chunks, config.pipeline.partition);
-  out.shape = nn::activation_shape(model, layout.micro_batch, out.seq, layout.tp, config.sequence_parallel,
-                                   config.precision.dtype, config.device.starts_with("cuda"));
-  out.residual = nn::residual_bytes(out.shape);
-  out.bubble = pipelined ? parallel::theoretical_bubble(out.schedule, p, m, chunks, {}) : 0.0;
+  out.shape = activation_shape(model, layout.micro_batch, out.seq, layout.tp, config.sequence_parallel,
+                               config.precision.dtype, config.device.starts_with("cuda"));
+  out.residual = residual_bytes(out.shape);
+  out.bubble = pipelined ? theoretical_bubble(out.schedule, p, m, chunks, {}) : 0.0;
 
   const auto sizes = model.parameter_sizes(layout.tp);
   const int last_layer = int(list.layers.size()) - 1;
@@ -137,11 +138,11 @@ LayoutMemory estimate_layout_memory(const engine::TrainConfig& config, const Lay
       st.params += double(n);
       if (!name.starts_with("wte.") || st.head) matmul_params += double(n);
     }
-    st.persistent = zero::persistent_parameters(mine, threshold);
-    st.states = zero::model_state_bytes(layout.zero_stage, {.num_params = st.params,
-                                                            .dp = layout.dp,
-                                                            .optimizer_bytes = k,
-                                                            .persistent_params = double(st.persistent.elements)});
+    st.persistent = persistent_parameters(mine, threshold);
+    st.states = model_state_bytes(layout.zero_stage, {.num_params = st.params,
+                                                      .dp = layout.dp,
+                                                      .optimizer_bytes = k,
+                                                      .persistent_params = double(st.persistent.elements)});
     st.flops_per_token =
         6.0 * matmul_params + 6.0 * double(st.blocks) * double(model.d_model) * double(out.seq) / double(layout.tp);
     // pp 1 runs nn::GPT, one micro-batch after another, whatever the schedule.
@@ -149,7 +150,7 @@ LayoutMemory estimate_layout_memory(const engine::TrainConfig& config, const Lay
         pipelined ? parallel::pipe_actions(out.schedule, p, r, m, chunks)
                   : parallel::pipe_actions(parallel::PipeSchedule::one_f_one_b, 1, 0, m, 1);
     st.peak_live = parallel::peak_live_micro_batches(actions);
-    st.activations = parallel::peak_activation_bytes(actions, st.micro_batch);
+    st.activations = peak_activation_bytes(actions, st.micro_batch);
     out.stages.push_back(std::move(st));
   }
   return out;
@@ -159,7 +160,7 @@ nlohmann::json print_layout_memory(const LayoutMemory& e) {
   const LayoutRequest& l = e.layout;
   const int L = int(e.bounds.back()) - 2;
   std::printf("\nlayout %s, ZeRO stage %d (%s) over dp, %s schedule%s, %d micro-batches of %lld x %lld tokens\n",
-              layout_name(l).c_str(), l.zero_stage, zero::stage_name(l.zero_stage), l.schedule.c_str(),
+              layout_name(l).c_str(), l.zero_stage, stage_name(l.zero_stage), l.schedule.c_str(),
               l.virtual_stages > 1 ? (" (" + std::to_string(l.virtual_stages) + " chunks per rank)").c_str() : "",
               l.micro_batches, (long long)l.micro_batch, (long long)e.seq);
   std::printf("  layers: 0 embedding, 1-%d blocks, %d head; partition %s; activation checkpointing %s\n", L, L + 1,
@@ -173,7 +174,7 @@ nlohmann::json print_layout_memory(const LayoutMemory& e) {
   nlohmann::json stages = nlohmann::json::array();
   for (const StageMemory& s : e.stages) {
     double per_micro = 0;
-    for (const parallel::ChunkBytes& c : s.micro_batch) per_micro += c.saved;
+    for (const ChunkBytes& c : s.micro_batch) per_micro += c.saved;
     std::printf("%5d  %-9s %12.0f %9.3f %9.3f %9.3f %11.3f %5d %9.3f %9.3f %9.3f %9.3f\n", s.rank,
                 ranges_text(s.chunks).c_str(), s.params, s.states.parameters / kGB, s.states.gradients / kGB,
                 s.states.optimizer / kGB, per_micro / kGB, s.peak_live, s.activations / kGB, s.recompute / kGB,

@@ -1,9 +1,9 @@
 // triad-estimate's per-rank memory of a pp × dp × tp layout of a config's GPT: for each
 // pipeline stage of the cut pipeline.partition gives (nn/pipeline_partition.h), the model
-// states under the ZeRO stage over dp (zero/estimate.h, the tp-split sizes of
+// states under the ZeRO stage over dp (estimate/model_states.h, the tp-split sizes of
 // GPTConfig::parameter_sizes; the tied token table on every stage holding the embedding or
-// the head), and the activations: one micro-batch of each chunk (nn/activation_bytes.h)
-// weighed over the schedule's action list (parallel/pipeline_memory.h).
+// the head), and the activations: one micro-batch of each chunk (estimate/activation_bytes.h)
+// weighed over the schedule's action list (estimate/pipeline_memory.h).
 //
 // What a stage's micro-batch keeps follows the code that runs it:
 //   pp > 1  PipelineStage (nn/layer_list.h): its layers' bytes; with
@@ -19,8 +19,8 @@
 // gradients a backward makes as it goes) are not counted. The
 // executor's sends (Note [Pipeline messages]) keep a micro-batch's activation and input
 // gradient until the next stage takes it; the bound, all m residual tensors each way
-// undelivered, is counted apart as "p2p buffers". Model states as zero/estimate.h, 16-bit parameters and gradients and K bytes of
-// optimizer state per parameter.
+// undelivered, is counted apart as "p2p buffers". Model states as estimate/model_states.h,
+// 16-bit parameters and gradients and K bytes of optimizer state per parameter.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "config/config.h"
+#include "estimate/activation_bytes.h"
 #include "estimate/layout_config.h"
-#include "nn/activation_bytes.h"
+#include "estimate/model_states.h"
+#include "estimate/pipeline_memory.h"
 #include "nn/layer_list.h"
-#include "parallel/pipeline_memory.h"
-#include "zero/estimate.h"
 
 namespace triad::estimate {
 
@@ -42,11 +42,11 @@ struct StageMemory {
   int blocks = 0;
   bool embedding = false, head = false;
   double params = 0;  // on one tp rank, the tied token table once
-  zero::PersistentParams persistent;
-  zero::ModelStateBytes states;
-  std::vector<parallel::ChunkBytes> micro_batch;  // per chunk
-  int peak_live = 0;                              // peak_live_micro_batches
-  double activations = 0;                         // peak_activation_bytes
+  PersistentParams persistent;
+  ModelStateBytes states;
+  std::vector<ChunkBytes> micro_batch;  // per chunk
+  int peak_live = 0;                    // peak_live_micro_batches
+  double activations = 0;               // peak_activation_bytes
   double recompute = 0, send_buffers = 0;
   double flops_per_token = 0;  // this stage's share of 6N + 6LCT on one tp rank
   double total() const { return states.total() + activations + recompute + send_buffers; }
@@ -55,12 +55,12 @@ struct StageMemory {
 struct LayoutMemory {
   LayoutRequest layout;
   int64_t seq = 0;
-  double k = zero::kAdamMixedPrecisionBytes;
-  int64_t threshold = zero::kDefaultPersistenceThreshold;
+  double k = kAdamMixedPrecisionBytes;
+  int64_t threshold = kDefaultPersistenceThreshold;
   std::string partition, checkpointing;
   parallel::PipeSchedule schedule = parallel::PipeSchedule::one_f_one_b;
   std::vector<int> bounds;  // of the virtual stages
-  nn::ActivationShape shape;
+  ActivationShape shape;
   double residual = 0;  // bytes of one activation between stages
   double bubble = 0;    // theoretical_bubble, F = I = W
   std::vector<StageMemory> stages;

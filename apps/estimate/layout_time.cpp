@@ -3,20 +3,19 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "estimate/pipeline_time.h"
 #include "tensor/error.h"
 
 namespace triad::estimate {
 
 namespace {
 
-using zero::Collective;
-
 // Megatron's tp collectives of one micro-batch on a stage (layout_time.h), in seconds.
-std::pair<double, double> tp_seconds(const StageMemory& st, const LayoutMemory& mem, const zero::Cluster& c) {
+std::pair<double, double> tp_seconds(const StageMemory& st, const LayoutMemory& mem, const Cluster& c) {
   const int tp = mem.layout.tp;
   if (tp == 1) return {0, 0};
   const double BT = double(mem.shape.batch) * double(mem.seq), S = 4 * BT * double(mem.shape.d_model);
-  const auto time = [&](Collective op, double bytes) { return zero::collective_time(op, bytes, tp, c); };
+  const auto time = [&](Collective op, double bytes) { return collective_time(op, bytes, tp, c); };
   const double pair = time(Collective::all_gather, S) + time(Collective::reduce_scatter, S);
   const double all_reduce = time(Collective::all_reduce, S);
   const bool sp = mem.shape.sequence_parallel;
@@ -41,14 +40,14 @@ LayoutTime compute_layout_time(const TimeOptions& o, const TimeModel& model, con
   const LayoutRequest& l = mem.layout;
   const int64_t world = int64_t(l.pp) * l.tp * l.dp, m = l.micro_batches;
   // The dp group's share of a node: ranks tp apart.
-  zero::Cluster dp_cluster = t.cluster;
+  Cluster dp_cluster = t.cluster;
   dp_cluster.ranks_per_node = std::max<int64_t>(1, t.cluster.ranks_per_node / l.tp);
   dp_cluster.cores_per_node = t.cluster.cores_per_node / l.tp;
   const double tokens_micro = double(l.micro_batch) * double(mem.seq);
   for (const StageMemory& st : mem.stages) {
     LayoutTime::Stage s;
     s.rank = st.rank;
-    zero::StepModelInput in;
+    StepModelInput in;
     in.stage = l.zero_stage;
     in.ranks = l.dp;
     in.num_params = st.params;
@@ -59,7 +58,7 @@ LayoutTime compute_layout_time(const TimeOptions& o, const TimeModel& model, con
     in.micro_batches = m;
     in.groups = 2 * (st.blocks + 1);  // a decay and a no-decay group per block and the root
     in.overlap_comm = t.overlap_comm;
-    s.dp = zero::estimate_step_time(in, dp_cluster);
+    s.dp = estimate_step_time(in, dp_cluster);
     s.compute_s = s.dp.compute_s / double(m);
     s.exposed_dp_s = s.dp.step_s - s.dp.compute_s;
     std::tie(s.tp_forward_s, s.tp_backward_s) = tp_seconds(st, mem, t.cluster);
@@ -70,22 +69,21 @@ LayoutTime compute_layout_time(const TimeOptions& o, const TimeModel& model, con
   }
   const int p = l.pp, v = p > 1 ? l.virtual_stages : 1;
   t.p2p_inter_node = world > t.cluster.ranks_per_node;
-  const zero::Link& link = t.p2p_inter_node ? t.cluster.inter_node : t.cluster.intra_node;
+  const Link& link = t.p2p_inter_node ? t.cluster.inter_node : t.cluster.intra_node;
   if (p > 1) {
     t.p2p_bytes = mem.residual;
     t.p2p_s = link.latency + t.p2p_bytes / link.bandwidth;
     // The token table's gradient summed between the first and last stage: a 2-rank ring.
-    zero::Cluster pair = t.cluster;
+    Cluster pair = t.cluster;
     if (t.p2p_inter_node) pair.ranks_per_node = 1;
     const double table = double(mem.shape.vocab_rows) * double(mem.shape.d_model) * double(element_size(t.dtype));
-    t.tied_s = zero::collective_time(Collective::all_reduce, table, 2, pair);
+    t.tied_s = collective_time(Collective::all_reduce, table, 2, pair);
   }
   const double I = t.backward_s / 2, W = t.backward_s / 2;
-  const parallel::PipeCosts costs{
-      .forward = t.forward_s / v, .backward_input = I / v, .backward_weight = W / v, .p2p = t.p2p_s};
+  const PipeCosts costs{.forward = t.forward_s / v, .backward_input = I / v, .backward_weight = W / v, .p2p = t.p2p_s};
   t.ideal_s = double(m) * (t.forward_s + t.backward_s);
-  t.bubble = p > 1 ? parallel::theoretical_bubble(mem.schedule, p, int(m), v, costs) : 0.0;
-  t.pipeline_s = p > 1 ? parallel::simulate_pipeline(mem.schedule, p, int(m), v, costs).makespan : t.ideal_s;
+  t.bubble = p > 1 ? theoretical_bubble(mem.schedule, p, int(m), v, costs) : 0.0;
+  t.pipeline_s = p > 1 ? simulate_pipeline(mem.schedule, p, int(m), v, costs).makespan : t.ideal_s;
   t.step_s = t.pipeline_s + t.exposed_dp_s + t.tied_s;
   t.tokens_per_step = double(l.dp) * tokens_micro * double(m);
   t.tokens_per_s = t.tokens_per_step / t.step_s;
@@ -93,8 +91,8 @@ LayoutTime compute_layout_time(const TimeOptions& o, const TimeModel& model, con
 }
 
 nlohmann::json print_layout_time(const LayoutTime& t) {
-  const zero::Cluster& c = t.cluster;
-  std::printf("\nstep time of the layout (estimate/layout_time.h; zero/perf_model.h, Note [Step time model])\n");
+  const Cluster& c = t.cluster;
+  std::printf("\nstep time of the layout (estimate/layout_time.h; estimate/perf_model.h, Note [Step time model])\n");
   std::printf(
       "  compute %.4g TFLOP/s per rank (%s); %s parameters and gradients; %lld ranks per node; intra-node "
       "%.4g GB/s, %.3g us; inter-node %.4g Gb/s, %.3g us\n",

@@ -36,7 +36,7 @@
 namespace triad::estimate {
 
 struct LayoutTime {
-  zero::Cluster cluster;
+  Cluster cluster;
   std::string flops_source;
   DType dtype = DType::bf16;
   bool overlap_comm = true;
@@ -44,7 +44,7 @@ struct LayoutTime {
     int rank = 0;
     double compute_s = 0;                        // per micro-batch
     double tp_forward_s = 0, tp_backward_s = 0;  // per micro-batch
-    zero::StepEstimate dp;                       // the whole step's, over dp
+    StepEstimate dp;                             // the whole step's, over dp
     double exposed_dp_s = 0;
   };
   std::vector<Stage> stages;

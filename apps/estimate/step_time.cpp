@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "estimate/model_states.h"
 #include "tensor/error.h"
-#include "zero/estimate.h"
 
 namespace triad::estimate {
 
@@ -29,8 +29,8 @@ double flops_from_step_json(const std::string& path) {
 
 }  // namespace
 
-zero::Cluster resolve_cluster(const TimeOptions& o, const TimeModel& m, std::string& flops_source) {
-  zero::Cluster c = m.cluster;
+Cluster resolve_cluster(const TimeOptions& o, const TimeModel& m, std::string& flops_source) {
+  Cluster c = m.cluster;
   if (o.ranks_per_node > 0) c.ranks_per_node = o.ranks_per_node;
   if (o.cores_per_node >= 0) c.cores_per_node = o.cores_per_node;
   if (o.intra_bandwidth_GBps > 0) c.intra_node.bandwidth = o.intra_bandwidth_GBps * 1e9;
@@ -108,7 +108,7 @@ StepTimes compute_step_times(const TimeOptions& o, const TimeModel& m, const std
   t.tokens_per_rank = double(t.micro_batch * t.accumulation * t.seq);
   for (int64_t dp : dps)
     for (int stage = 0; stage < 4; ++stage) {
-      zero::StepModelInput in;
+      StepModelInput in;
       in.stage = stage;
       in.ranks = dp;
       in.num_params = m.params;
@@ -119,14 +119,14 @@ StepTimes compute_step_times(const TimeOptions& o, const TimeModel& m, const std
       in.micro_batches = t.accumulation;
       in.groups = t.attention ? 2 * (m.n_layer + 1) : 1;  // a decay and a no-decay group per block and the root
       in.overlap_comm = t.overlap_comm;
-      t.rows.push_back({dp, stage, zero::estimate_step_time(in, t.cluster)});
+      t.rows.push_back({dp, stage, estimate_step_time(in, t.cluster)});
     }
   return t;
 }
 
 nlohmann::json print_step_times(const StepTimes& t) {
-  const zero::Cluster& c = t.cluster;
-  std::printf("\nstep time per rank (zero/perf_model.h, Note [Step time model])\n");
+  const Cluster& c = t.cluster;
+  std::printf("\nstep time per rank (estimate/perf_model.h, Note [Step time model])\n");
   std::printf(
       "  compute %.4g TFLOP/s per rank (%s); %lld sequences x %lld tokens per rank per micro-batch, %lld "
       "micro-batch(es); %.4g FLOPs per token (6N%s); %s parameters and gradients\n",
@@ -145,10 +145,10 @@ nlohmann::json print_step_times(const StepTimes& t) {
               "step ms", "tokens/s", "bus GB");
   nlohmann::json rows = nlohmann::json::array();
   for (const StepTimes::Row& r : t.rows) {
-    const zero::StepEstimate& e = r.estimate;
+    const StepEstimate& e = r.estimate;
     const double tps = double(r.dp) * t.tokens_per_rank / e.step_s;
     std::printf("%6lld  %-12s %11.3f %11.3f %11.3f %11.3f %12.4g %10.4f\n", (long long)r.dp,
-                (std::to_string(r.stage) + " " + zero::stage_name(r.stage)).c_str(), e.compute_s * 1e3, e.comm_s * 1e3,
+                (std::to_string(r.stage) + " " + stage_name(r.stage)).c_str(), e.compute_s * 1e3, e.comm_s * 1e3,
                 e.exposed_comm_s * 1e3, e.step_s * 1e3, tps, e.bus_bytes / 1e9);
     rows.push_back({{"dp", r.dp},
                     {"stage", r.stage},

@@ -1,5 +1,5 @@
 // triad-estimate --time: the step time of each ZeRO stage on each --dp rank count, from the
-// step-time model (zero/perf_model.h, Note [Step time model]): a compute rate and the
+// step-time model (estimate/perf_model.h, Note [Step time model]): a compute rate and the
 // cluster's links. The rate comes from --flops, from a `triad-bench step` JSON line
 // (--step-json: its achieved_gflops, measured on one device) or from the config's
 // cluster.flops_per_rank; the links from the config's "cluster" section (or the model's
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "estimate/perf_model.h"
 #include "tensor/dtype.h"
-#include "zero/perf_model.h"
 
 namespace triad::estimate {
 
@@ -47,17 +47,17 @@ struct TimeModel {
   int64_t micro_batch = 0;           // the config's train_micro_batch_size_per_gpu; 0: none
   DType dtype = DType::bf16;         // the config's precision (bf16 with --params)
   bool overlap_comm = true;          // the config's zero_optimization.overlap_comm
-  zero::Cluster cluster;             // the config's cluster section, or the defaults
+  Cluster cluster;                   // the config's cluster section, or the defaults
 };
 
 // The cluster the estimate prices: the model's (the config's section), each key the options
 // give replaced, and the compute rate from --flops, --step-json or cluster.flops_per_rank
 // (named in flops_source). Throws Error when no rate is known.
-zero::Cluster resolve_cluster(const TimeOptions& options, const TimeModel& model, std::string& flops_source);
+Cluster resolve_cluster(const TimeOptions& options, const TimeModel& model, std::string& flops_source);
 
 // The model's estimates for every dp and stage, with the inputs they used.
 struct StepTimes {
-  zero::Cluster cluster;
+  Cluster cluster;
   std::string flops_source;
   double flops_per_token = 0, tokens_per_rank = 0;
   int64_t micro_batch = 0, seq = 0, accumulation = 1;
@@ -66,7 +66,7 @@ struct StepTimes {
   struct Row {
     int64_t dp = 1;
     int stage = 0;
-    zero::StepEstimate estimate;
+    StepEstimate estimate;
   };
   std::vector<Row> rows;  // dp-major, stages 0..3
 };

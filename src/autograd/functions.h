@@ -1,7 +1,7 @@
 // The differentiable operations a model is written with (namespace triad). Each computes
-// with the raw op of the same name in tensor/ops.h and, when an input requires grad and
-// grad mode is on, records its backward on the tape. Views share storage as their raw
-// counterparts do.
+// with the raw op of the same name in tensor/ops.h (or, where it has none, with raw ops:
+// see "composed") and, when an input requires grad and grad mode is on, records its
+// backward on the tape. Views share storage as their raw counterparts do.
 #pragma once
 
 #include "tensor/ops.h"
@@ -53,6 +53,23 @@ Tensor silu(const Tensor& x);
 // drawn from `gen` and replayed exactly in the backward.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
 
+// ---- composed, with PyTorch's gradients at their kinks ----
+// No raw op of these names: each computes with raw ops (any device, f32 or f64) and
+// records its own backward, so that the gradients at kinks follow PyTorch's conventions,
+// which reference data exported from PyTorch relies on (tests/reference/rlhf_reference.py):
+//   - log_sigmoid'(x) = sigmoid(-x) everywhere (at 0: 1/2);
+//   - clamp passes the gradient where lo <= x <= hi (both ends included), as torch.clamp;
+//   - maximum gives the gradient to the larger input and half to each on a tie, as
+//     torch.maximum.
+// log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)): no overflow for any finite x.
+Tensor log_sigmoid(const Tensor& x);
+// x clamped elementwise into [lo, hi]; lo and hi broadcast to x's shape and are constants
+// (no gradient flows to them). lo <= hi is the caller's to keep.
+Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi);
+Tensor clamp(const Tensor& x, double lo, double hi);
+// The elementwise maximum of a and b (same shape).
+Tensor maximum(const Tensor& a, const Tensor& b);
+
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
@@ -65,6 +82,13 @@ Tensor sum(const Tensor& a);
 Tensor sum(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
+// sum(x * mask) / sum(mask) over all elements: mask has x's shape, holds weights (0/1 for a
+// token mask) and is a constant. Throws Error naming `what` when the mask's shape differs
+// or its sum is not positive (a batch with no token to learn from).
+Tensor masked_mean(const Tensor& x, const Tensor& mask, const char* what);
+// mask in x's dtype and on x's device, after checking that its shape is x's (Error naming
+// `what` otherwise). No gradient history.
+Tensor mask_like(const Tensor& mask, const Tensor& x, const char* what);
 
 // ---- linear algebra ----
 // bf16 operands multiply on a CUDA device only, into an f32 result (ops::matmul); their

@@ -283,7 +283,7 @@ void parse_checkpoint(JsonReader r, CheckpointConfig& k) {
 }
 
 // One link: bandwidth in GB/s (bytes) or Gb/s (bits), latency in µs.
-void parse_link(JsonReader r, zero::Link& link) {
+void parse_link(JsonReader r, estimate::Link& link) {
   if (r.has("bandwidth_GBps") && r.has("bandwidth_Gbps"))
     r.fail("bandwidth_Gbps", "absent when bandwidth_GBps is given (one bandwidth per link, in bytes or bits)");
   if (r.has("bandwidth_Gbps"))
@@ -294,7 +294,7 @@ void parse_link(JsonReader r, zero::Link& link) {
   r.finish();
 }
 
-void parse_cluster(JsonReader r, zero::Cluster& c) {
+void parse_cluster(JsonReader r, estimate::Cluster& c) {
   c.ranks_per_node = r.integer("ranks_per_node", c.ranks_per_node, 1, kMaxInt);
   c.cores_per_node = r.integer("cores_per_node", c.cores_per_node, 0, kMaxInt);
   c.flops_per_rank = r.number("flops_per_rank", c.flops_per_rank, 0.0, kInf);

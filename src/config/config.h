@@ -32,7 +32,7 @@
 //                 "intra_node": {"bandwidth_GBps": 900, "latency_us": 3},
 //                 "inter_node": {"bandwidth_Gbps": 200, "latency_us": 5}}
 //   }
-// "cluster" describes the machine for the step-time model (zero/perf_model.h: triad-estimate
+// "cluster" describes the machine for the step-time model (estimate/perf_model.h: triad-estimate
 // --time, triad-bench scaling). Training reads one key of it: ranks_per_node, when the config
 // gives it, makes ZeRO++ see nodes of that many consecutive ranks (emulating several nodes on
 // one machine); otherwise ZeRO++'s nodes are the machines MPI finds. A link's bandwidth is given in bytes
@@ -51,7 +51,7 @@
 #include "nn/layer_list.h"
 #include "nn/llama.h"
 #include "tensor/ops.h"
-#include "zero/perf_model.h"
+#include "estimate/perf_model.h"
 
 namespace triad::engine {
 
@@ -193,8 +193,8 @@ struct TrainConfig {
   std::string distributed_backend = "auto";
   std::string output_dir;  // where the trained weights go, as output_dir/model.h5 ("" : not saved)
   CheckpointConfig checkpoint;
-  // The machine the step-time model describes (defaults: zero::Cluster's 8-GPU node).
-  zero::Cluster cluster;
+  // The machine the step-time model describes (defaults: estimate::Cluster's 8-GPU node).
+  estimate::Cluster cluster;
   int64_t emulated_ranks_per_node = 0;  // cluster.ranks_per_node when the config gives it, else 0
   nlohmann::json json;  // the configuration as parsed, with batch sizes resolved
 };

@@ -1,5 +1,5 @@
 // The action lists of Note [Pipeline schedules] (pipeline_schedule.h). Each builder takes
-// checked arguments and emits one rank's list; the simulator (pipeline_simulator.cpp) and
+// checked arguments and emits one rank's list; the simulator (estimate/pipeline_time.cpp) and
 // the tests hold them to the dependencies.
 #include "parallel/pipeline_schedule.h"
 

@@ -1,5 +1,5 @@
-// Pipeline schedules as data: the list of actions each stage runs for one optimizer step,
-// and a simulator that times those lists (the estimator's and benchmarks' bubble).
+// Pipeline schedules as data: the list of actions each stage runs for one optimizer step
+// (estimate/pipeline_time.h times those lists: the estimator's and benchmarks' bubble).
 //
 // Note [Pipeline schedules]: p ranks (stages), m micro-batches, v chunks per rank. The model
 // is cut into v·p virtual stages; rank r holds virtual stages r, p + r, 2p + r, ... (chunk c
@@ -10,8 +10,8 @@
 // A schedule's lists run every (k, chunk) forward exactly once per rank and its backward
 // exactly once (ZB-H1: one input-gradient and one weight-gradient action, W after I), and
 // every rank can run its list in order without deadlock, sends never waiting
-// (simulate_pipeline checks this; the executor's paired sends wait no longer than a lone
-// receive would, Note [Paired pipeline messages]).
+// (simulate_pipeline, estimate/pipeline_time.h, checks this; the executor's paired sends
+// wait no longer than a lone receive would, Note [Paired pipeline messages]).
 //   gpipe        all forwards F0..F(m−1), then all backwards B0..B(m−1).
 //   1f1b         PipeDream-flush / Megatron's non-interleaved schedule: min(p − r − 1, m)
 //                warm-up forwards, then one forward and one backward in turn, then the
@@ -28,7 +28,6 @@
 #pragma once
 
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace triad::parallel {
@@ -65,43 +64,5 @@ std::vector<PipeAction> pipe_actions(PipeSchedule, int stages, int rank, int mic
 // from its forward until its backward or input-gradient action (its weight-gradient action,
 // which needs less, is not counted). In units of one chunk's activations.
 int peak_live_micro_batches(const std::vector<PipeAction>& actions);
-
-// Durations of one action on one rank (with chunks, of one chunk: a chunk costing 1/v of
-// the whole stage takes forward/v). PipeOp::backward costs backward_input +
-// backward_weight. p2p: the delay of a message between two ranks (none within a rank).
-struct PipeCosts {
-  double forward = 1, backward_input = 1, backward_weight = 1;
-  double p2p = 0;
-};
-
-struct PipeTimeline {
-  std::vector<std::vector<std::pair<double, double>>> spans;  // [rank][action]: start, end
-  double makespan = 0;                                        // the last end (the first start is 0)
-  std::vector<double> idle;                                   // [rank]: makespan − busy time
-  double bubble_fraction = 0;                                 // mean over ranks of idle / makespan
-};
-
-// Runs each rank's list (lists[r] for rank r of lists.size(), chunks chunks per rank) in
-// order, every action as soon as the previous one on its rank has ended and its inputs
-// have arrived (p2p after they were made on another rank). Throws Error naming the rank
-// and action if an action is malformed or repeated on a rank, or if the lists deadlock
-// (an input that never comes: missing from every list, or waiting in a cycle).
-PipeTimeline simulate_pipeline(const std::vector<std::vector<PipeAction>>& lists, int chunks, const PipeCosts&);
-// The same for pipe_actions' lists of every rank.
-PipeTimeline simulate_pipeline(PipeSchedule, int stages, int micro_batches, int chunks, const PipeCosts&);
-
-// The closed-form bubble fraction (idle time over the step's time, p2p not counted), with
-// F, B, W = costs.forward, backward_input, backward_weight:
-//   gpipe, 1f1b   (p − 1)(F + B + W) / ((m + p − 1)(F + B + W)) = (p − 1)/(m + p − 1)
-//   interleaved   (p − 1)/(v·m + p − 1): Megatron's bubble (p − 1)/(v·m) of the ideal
-//                 time (Narayanan et al. 2021), as a fraction of the whole step; F, B, W
-//                 are a chunk's costs
-//   zb_h1         (p − 1)(F + B − W) / (m(F + B + W) + (p − 1)(F + B − W)), from the
-//                 paper's bubble (p − 1)(T_F + T_B − T_W)
-// With p2p = 0, simulate_pipeline's bubble_fraction equals these for gpipe, 1f1b and
-// interleaved with any costs, and for zb_h1 when m >= p and W <= min(F, B) (the paper's
-// F = B = W among them); otherwise zb_h1's is a lower bound (while F + B >= W): too few
-// micro-batches, or W's too long for the gaps they fill (test_pipeline_schedule checks).
-double theoretical_bubble(PipeSchedule, int stages, int micro_batches, int chunks, const PipeCosts&);
 
 }  // namespace triad::parallel

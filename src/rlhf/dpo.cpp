@@ -2,7 +2,6 @@
 
 #include "autograd/functions.h"
 #include "autograd/meta.h"
-#include "rlhf/elementwise.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {

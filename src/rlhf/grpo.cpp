@@ -5,7 +5,6 @@
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
-#include "rlhf/elementwise.h"
 #include "rlhf/host_rows.h"
 #include "tensor/ops.h"
 

@@ -6,7 +6,6 @@
 #include "autograd/functions.h"
 #include "autograd/meta.h"
 #include "autograd/record.h"
-#include "rlhf/elementwise.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {

@@ -3,7 +3,6 @@
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
-#include "rlhf/elementwise.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {

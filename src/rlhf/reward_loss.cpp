@@ -5,7 +5,6 @@
 
 #include "autograd/functions.h"
 #include "autograd/meta.h"
-#include "rlhf/elementwise.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {

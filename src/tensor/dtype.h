@@ -4,9 +4,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <type_traits>
+
+#include "tensor/float16.h"
 
 namespace triad {
 
@@ -17,34 +18,25 @@ const char* dtype_name(DType t);
 bool is_floating(DType t);
 DType dtype_from_name(const std::string& name);  // "f32", "bf16", ... ; throws Error
 
-// bfloat16: the upper half of an IEEE float. Conversion rounds to nearest even; NaN stays NaN.
+// bfloat16: the upper half of an IEEE float. Conversion rounds to nearest even; NaN stays NaN
+// (tensor/float16.h).
 struct bf16 {
   uint16_t bits = 0;
   bf16() = default;
   explicit bf16(float f) : bits(from_float(f)) {}
-  explicit operator float() const {
-    uint32_t u = uint32_t(bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  static uint16_t from_float(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return uint16_t(u >> 16);
-  }
+  explicit operator float() const { return bf16_to_float(bits); }
+  static uint16_t from_float(float f) { return float_to_bf16(f); }
 };
 
-// IEEE binary16. Conversion rounds to nearest even, handles subnormals, inf and NaN.
+// IEEE binary16. Conversion rounds to nearest even, handles subnormals, inf and NaN
+// (tensor/float16.h).
 struct f16 {
   uint16_t bits = 0;
   f16() = default;
   explicit f16(float f) : bits(from_float(f)) {}
   explicit operator float() const { return to_float(bits); }
-  static uint16_t from_float(float f);
-  static float to_float(uint16_t h);
+  static uint16_t from_float(float f) { return float_to_f16(f); }
+  static float to_float(uint16_t h) { return f16_to_float(h); }
 };
 
 // Any element type as double (bf16/f16 through float).

@@ -214,6 +214,25 @@ BOOST_AUTO_TEST_CASE(elementwise_functions) {
   gradcheck("elementwise on views", [](auto& in) { return exp(transpose(narrow(in[0], 2, 1, 3), 0, 2)); }, {a});
 }
 
+// Away from the kinks of clamp and maximum, where the one-sided derivatives differ.
+BOOST_AUTO_TEST_CASE(composed_functions) {
+  Options opt;
+  opt.tolerance = 1e-7;
+  gradcheck(
+      "log_sigmoid", [](auto& in) { return log_sigmoid(in[0]); }, {leaf({3, 4}, 1, 3.0)}, opt);
+  // Values 0.05 or more away from the bounds -0.5 and 0.5.
+  const Tensor x = leaf(Tensor::from_vector(std::vector<double>{-1.2, -0.7, -0.3, 0.0, 0.2, 0.45, 0.6, 2.0}, {2, 4}));
+  gradcheck(
+      "clamp", [](auto& in) { return clamp(in[0], -0.5, 0.5); }, {x}, opt);
+  gradcheck(
+      "maximum", [](auto& in) { return maximum(in[0], in[1]); },
+      {leaf({2, 3}, 2), leaf(ops::add(randn({2, 3}, 3), 0.05))}, opt);
+  const Tensor mask = Tensor::from_vector(std::vector<double>{1, 0, 1, 1, 1, 0}, {2, 3});
+  gradcheck(
+      "masked_mean", [&](auto& in) { return masked_mean(in[0], mask, "masked_mean"); }, {leaf({2, 3}, 39)}, opt);
+  check_no_grad(mask);
+}
+
 BOOST_AUTO_TEST_CASE(dropout_function) {
   Generator gen(77);
   const GeneratorState start = gen.state();

@@ -25,7 +25,7 @@ json with_cluster(const json& cluster) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(defaults_without_the_section) {
-  const zero::Cluster c = engine::parse_config(with_cluster(nullptr)).cluster;
+  const estimate::Cluster c = engine::parse_config(with_cluster(nullptr)).cluster;
   BOOST_TEST(c.ranks_per_node == 8);
   BOOST_TEST(c.cores_per_node == 0);
   BOOST_TEST(c.flops_per_rank == 0.0);
@@ -37,12 +37,12 @@ BOOST_AUTO_TEST_CASE(defaults_without_the_section) {
 }
 
 BOOST_AUTO_TEST_CASE(units_of_each_key) {
-  const zero::Cluster c = engine::parse_config(with_cluster(json::parse(R"({
+  const estimate::Cluster c = engine::parse_config(with_cluster(json::parse(R"({
     "ranks_per_node": 4, "cores_per_node": 2, "flops_per_rank": 1.2e11, "background_progress": false,
     "intra_node": {"bandwidth_Gbps": 80, "latency_us": 1.5},
     "inter_node": {"bandwidth_GBps": 50, "latency_us": 12}
   })")))
-                              .cluster;
+                                  .cluster;
   BOOST_TEST(c.ranks_per_node == 4);
   BOOST_TEST(c.cores_per_node == 2);
   BOOST_TEST(c.flops_per_rank == 1.2e11);
@@ -52,7 +52,7 @@ BOOST_AUTO_TEST_CASE(units_of_each_key) {
   BOOST_TEST(c.inter_node.bandwidth == 50e9, tt::tolerance(1e-12));
   BOOST_TEST(c.inter_node.latency == 12e-6, tt::tolerance(1e-12));
   // A link given only its latency keeps the default bandwidth.
-  const zero::Cluster d =
+  const estimate::Cluster d =
       engine::parse_config(with_cluster(json::parse(R"({"inter_node": {"latency_us": 2}})"))).cluster;
   BOOST_TEST(d.inter_node.bandwidth == 25e9);
   BOOST_TEST(d.inter_node.latency == 2e-6, tt::tolerance(1e-12));

@@ -1,10 +1,10 @@
 // Finite-difference gradient checks in f64 for the RLHF losses (src/rlhf/) on random
 // inputs, away from the kinks of clamp and max (where the one-sided derivatives differ).
+// The composed functions they are written with are checked in autograd/test_gradcheck.
 #define BOOST_TEST_MODULE rlhf_gradcheck
 #include <boost/test/unit_test.hpp>
 
 #include "rlhf/dpo.h"
-#include "rlhf/elementwise.h"
 #include "rlhf/gradcheck.h"
 #include "rlhf/grpo.h"
 #include "rlhf/log_probs.h"
@@ -23,15 +23,6 @@ Tensor f64(const std::vector<double>& v, const Shape& s) { return Tensor::from_v
 Tensor ids(const std::vector<int64_t>& v, const Shape& s) { return Tensor::from_vector(v, s); }
 
 }  // namespace
-
-BOOST_AUTO_TEST_CASE(elementwise_functions) {
-  gradcheck("log_sigmoid", [](auto& in) { return log_sigmoid(in[0]); }, {grad_leaf(randn64({3, 4}, 1, 3.0))});
-  // Values 0.05 or more away from the bounds -0.5 and 0.5.
-  const Tensor x = grad_leaf(f64({-1.2, -0.7, -0.3, 0.0, 0.2, 0.45, 0.6, 2.0}, {2, 4}));
-  gradcheck("clamp", [](auto& in) { return clamp(in[0], -0.5, 0.5); }, {x});
-  const Tensor a = grad_leaf(randn64({2, 3}, 2)), b = grad_leaf(ops::add(randn64({2, 3}, 3), 0.05));
-  gradcheck("maximum", [](auto& in) { return maximum(in[0], in[1]); }, {a, b});
-}
 
 BOOST_AUTO_TEST_CASE(reward_loss_gradients) {
   const Tensor c_ids = ids({3, 4, 5, 6, 7, 0, /**/ 3, 4, 5, 0, 0, 0, /**/ 3, 3, 3, 3, 0, 0}, {3, 6});

@@ -9,7 +9,6 @@
 #include "autograd/functions.h"
 #include "autograd/meta.h"
 #include "rlhf/dpo.h"
-#include "rlhf/elementwise.h"
 #include "rlhf/gae.h"
 #include "rlhf/grpo.h"
 #include "rlhf/kl_controller.h"
@@ -42,45 +41,6 @@ void check_close(const std::vector<double>& a, const std::vector<double>& b, dou
 }
 
 }  // namespace
-
-BOOST_AUTO_TEST_CASE(log_sigmoid_is_stable_and_its_gradient_is_sigmoid_of_minus_x) {
-  const Tensor x = leaf({0.0, 2.0, -3.0, 800.0, -800.0}, {5});
-  const std::vector<double> y = values(log_sigmoid(x));
-  BOOST_TEST(y[0] == -std::log(2.0), boost::test_tools::tolerance(1e-15));
-  BOOST_TEST(y[1] == -softplus(-2.0), boost::test_tools::tolerance(1e-15));
-  BOOST_TEST(y[2] == -softplus(3.0), boost::test_tools::tolerance(1e-15));
-  BOOST_TEST(y[3] == 0.0);
-  BOOST_TEST(y[4] == -800.0, boost::test_tools::tolerance(1e-15));
-  backward(sum(log_sigmoid(x)));
-  const std::vector<double> g = values(grad(x));
-  const std::vector<double> expected = {0.5, sigmoid(-2.0), sigmoid(3.0), 0.0, 1.0};
-  for (size_t i = 0; i < g.size(); ++i) BOOST_TEST(g[i] == expected[i], boost::test_tools::tolerance(1e-15));
-}
-
-BOOST_AUTO_TEST_CASE(clamp_and_maximum_follow_torch_at_their_kinks) {
-  const Tensor x = leaf({0.5, 0.8, 1.0, 1.2, 1.5}, {5});
-  const Tensor y = clamp(x, 0.8, 1.2);
-  BOOST_TEST(values(y) == std::vector<double>({0.8, 0.8, 1.0, 1.2, 1.2}), boost::test_tools::per_element());
-  backward(sum(y));
-  BOOST_TEST(values(grad(x)) == std::vector<double>({0, 1, 1, 1, 0}), boost::test_tools::per_element());
-
-  const Tensor a = leaf({1, 2, 3}, {3}), b = leaf({3, 2, 1}, {3});
-  const Tensor m = maximum(a, b);
-  BOOST_TEST(values(m) == std::vector<double>({3, 2, 3}), boost::test_tools::per_element());
-  backward(sum(m));
-  BOOST_TEST(values(grad(a)) == std::vector<double>({0, 0.5, 1}), boost::test_tools::per_element());
-  BOOST_TEST(values(grad(b)) == std::vector<double>({1, 0.5, 0}), boost::test_tools::per_element());
-}
-
-BOOST_AUTO_TEST_CASE(masked_mean_divides_by_the_mask_sum) {
-  const Tensor x = leaf({1, 2, 3, 4}, {2, 2});
-  const Tensor loss = masked_mean(x, f64({1, 0, 1, 1}, {2, 2}), "test");
-  BOOST_TEST(loss.item() == 8.0 / 3.0, boost::test_tools::tolerance(1e-15));
-  backward(loss);
-  check_close(values(grad(x)), std::vector<double>({1.0 / 3, 0, 1.0 / 3, 1.0 / 3}), 1e-15);
-  test::check_error([&] { masked_mean(x, f64({0, 0, 0, 0}, {2, 2}), "test"); }, {"test", "selects no token"});
-  test::check_error([&] { masked_mean(x, f64({1, 1}, {2}), "test"); }, {"test", "(2, 2)", "(2,)"});
-}
 
 // Pair 0 diverges at 2; chosen ends (first pad) at 4, rejected at 3: span [2, 4), scores at 3
 // and 2. Pair 1 is identical: span [T-1, T), both scores at the chosen's end 3 - 1.

@@ -1,6 +1,6 @@
 // A performance model of one ZeRO training step: compute time from a FLOP rate, and the
 // stage's collectives under a latency/bandwidth (alpha-beta) model of ring algorithms,
-// hierarchical when the ranks span nodes. Pure arithmetic, like zero/estimate.h: it
+// hierarchical when the ranks span nodes. Pure arithmetic, like estimate/model_states.h: it
 // predicts step times for machines and rank counts far beyond the one running it
 // (triad-estimate --time), and, calibrated on this machine, next to measured step times
 // (triad-bench scaling).
@@ -54,7 +54,7 @@
 #include <string>
 #include <vector>
 
-namespace triad::zero {
+namespace triad::estimate {
 
 // One class of link between ranks.
 struct Link {
@@ -144,4 +144,4 @@ struct CollectiveSample {
 // Throws Error when no sample has ranks > 1.
 Link fit_link(const std::vector<CollectiveSample>& samples);
 
-}  // namespace triad::zero
+}  // namespace triad::estimate

@@ -1,10 +1,10 @@
-#include "zero/estimate.h"
+#include "estimate/model_states.h"
 
 #include <cmath>
 
 #include "tensor/error.h"
 
-namespace triad::zero {
+namespace triad::estimate {
 
 namespace {
 
@@ -57,4 +57,4 @@ PersistentParams persistent_parameters(const std::vector<std::pair<std::string, 
   return p;
 }
 
-}  // namespace triad::zero
+}  // namespace triad::estimate

@@ -4,17 +4,17 @@
 #define BOOST_TEST_MODULE pipeline_memory
 #include <boost/test/unit_test.hpp>
 
-#include "parallel/pipeline_memory.h"
+#include "estimate/pipeline_memory.h"
 #include "support/check.h"
 
 using namespace triad;
-using parallel::ChunkBytes;
+using estimate::ChunkBytes;
 using parallel::PipeSchedule;
 
 namespace {
 
 double peak(PipeSchedule s, int p, int r, int m, const std::vector<ChunkBytes>& chunks) {
-  return parallel::peak_activation_bytes(parallel::pipe_actions(s, p, r, m, int(chunks.size())), chunks);
+  return estimate::peak_activation_bytes(parallel::pipe_actions(s, p, r, m, int(chunks.size())), chunks);
 }
 
 }  // namespace
@@ -52,7 +52,7 @@ BOOST_AUTO_TEST_CASE(interleaved_weighs_each_chunk) {
 BOOST_AUTO_TEST_CASE(a_chunk_outside_the_list_is_an_error) {
   test::check_error(
       [] {
-        parallel::peak_activation_bytes(parallel::pipe_actions(PipeSchedule::interleaved, 2, 0, 4, 2), {{10, 0}});
+        estimate::peak_activation_bytes(parallel::pipe_actions(PipeSchedule::interleaved, 2, 0, 4, 2), {{10, 0}});
       },
       {"names chunk 1 of 1"});
 }

@@ -1,16 +1,21 @@
-// simulate_pipeline and theoretical_bubble (pipeline_schedule.h): the time a step of a
+// simulate_pipeline and theoretical_bubble (pipeline_time.h): the time a step of a
 // schedule takes when every action runs as soon as its rank is free and its inputs are
 // there. Each action's start depends only on its rank's previous end and on the ends of
 // its inputs, so the timeline does not depend on the order ranks are advanced in.
+#include "estimate/pipeline_time.h"
+
 #include <algorithm>
 #include <set>
 #include <sstream>
 #include <tuple>
 
-#include "parallel/pipeline_schedule.h"
 #include "tensor/error.h"
 
-namespace triad::parallel {
+namespace triad::estimate {
+
+using parallel::PipeAction;
+using parallel::PipeOp;
+using parallel::PipeSchedule;
 
 namespace {
 
@@ -144,12 +149,12 @@ PipeTimeline simulate_pipeline(const std::vector<std::vector<PipeAction>>& lists
 
 PipeTimeline simulate_pipeline(PipeSchedule s, int stages, int micro_batches, int chunks, const PipeCosts& costs) {
   std::vector<std::vector<PipeAction>> lists;
-  for (int r = 0; r < stages; ++r) lists.push_back(pipe_actions(s, stages, r, micro_batches, chunks));
+  for (int r = 0; r < stages; ++r) lists.push_back(parallel::pipe_actions(s, stages, r, micro_batches, chunks));
   return simulate_pipeline(lists, chunks, costs);
 }
 
 double theoretical_bubble(PipeSchedule s, int stages, int micro_batches, int chunks, const PipeCosts& costs) {
-  check_pipe_schedule(s, stages, micro_batches, chunks);
+  parallel::check_pipe_schedule(s, stages, micro_batches, chunks);
   const double p = stages, m = micro_batches, v = chunks;
   const double f = costs.forward, b = costs.backward_input, w = costs.backward_weight;
   switch (s) {
@@ -164,4 +169,4 @@ double theoretical_bubble(PipeSchedule s, int stages, int micro_batches, int chu
   TRIAD_ASSERT_MSG(false, "unknown PipeSchedule " << int(s));
 }
 
-}  // namespace triad::parallel
+}  // namespace triad::estimate

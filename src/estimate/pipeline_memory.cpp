@@ -1,10 +1,13 @@
-#include "parallel/pipeline_memory.h"
+#include "estimate/pipeline_memory.h"
 
 #include <algorithm>
 
 #include "tensor/error.h"
 
-namespace triad::parallel {
+namespace triad::estimate {
+
+using parallel::PipeAction;
+using parallel::PipeOp;
 
 double peak_activation_bytes(const std::vector<PipeAction>& actions, const std::vector<ChunkBytes>& chunks) {
   double live = 0, peak = 0;
@@ -32,4 +35,4 @@ double peak_activation_bytes(const std::vector<PipeAction>& actions, const std::
   return peak;
 }
 
-}  // namespace triad::parallel
+}  // namespace triad::estimate

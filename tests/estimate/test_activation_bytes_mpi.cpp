@@ -12,7 +12,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/meta.h"
-#include "nn/activation_bytes.h"
+#include "estimate/activation_bytes.h"
 #include "nn/gpt_layers.h"
 #include "nn/tensor_split.h"
 #include "parallel/runtime.h"
@@ -61,7 +61,7 @@ BOOST_AUTO_TEST_CASE(block_embedding_head_and_loss_equal_the_allocators_count) {
   const int tp = parallel::world()->size();
   for (bool sp : {false, true}) {
     const auto par = std::make_shared<parallel::TensorParallel>(parallel::world(), sp);
-    const nn::ActivationShape s = nn::activation_shape(config(), B, T, tp, sp, DType::f32, false);
+    const estimate::ActivationShape s = estimate::activation_shape(config(), B, T, tp, sp, DType::f32, false);
     const nn::LayerList list = nn::gpt_layers(config(), par);
     const Shape stream{B, sp ? T / tp : T, C};  // the residual stream on this rank
 
@@ -69,22 +69,22 @@ BOOST_AUTO_TEST_CASE(block_embedding_head_and_loss_equal_the_allocators_count) {
     block.train();
     const Tensor x = random_leaf(stream, 11);
     const double b = measured([&] { return block.forward_chunk(0, x); });
-    BOOST_TEST(b + double(x.nbytes()) == nn::block_activations(s).saved,
-               "sp " << sp << ": " << b + double(x.nbytes()) << " vs " << nn::block_activations(s).saved);
+    BOOST_TEST(b + double(x.nbytes()) == estimate::block_activations(s).saved,
+               "sp " << sp << ": " << b + double(x.nbytes()) << " vs " << estimate::block_activations(s).saved);
 
     nn::PipelineStage embedding(list, {{0, 1}});
     embedding.train();
     const Tensor ids = tokens();
     const double e = measured([&] { return embedding.forward_chunk(0, ids); });
-    BOOST_TEST(e == nn::embedding_activations(s).saved, "sp " << sp);
+    BOOST_TEST(e == estimate::embedding_activations(s).saved, "sp " << sp);
 
     nn::PipelineStage head(list, {{3, 4}});
     head.train();
     const Tensor h = random_leaf(stream, 12);
     const Tensor targets = tokens();
     const double l = measured([&] { return list.loss(head.forward_chunk(0, h), targets); });
-    BOOST_TEST(l + double(h.nbytes()) == nn::head_activations(s).saved + nn::loss_activations(s).saved,
+    BOOST_TEST(l + double(h.nbytes()) == estimate::head_activations(s).saved + estimate::loss_activations(s).saved,
                "sp " << sp << ": " << l + double(h.nbytes()) << " vs "
-                     << nn::head_activations(s).saved + nn::loss_activations(s).saved);
+                     << estimate::head_activations(s).saved + estimate::loss_activations(s).saved);
   }
 }

@@ -1,10 +1,10 @@
 // Note [Activation bytes], term by term.
-#include "nn/activation_bytes.h"
+#include "estimate/activation_bytes.h"
 
 #include "nn/tensor_split.h"
 #include "tensor/error.h"
 
-namespace triad::nn {
+namespace triad::estimate {
 
 namespace {
 
@@ -32,12 +32,12 @@ bool defers(const ActivationShape& s) { return s.product_bytes == 4; }
 
 }  // namespace
 
-ActivationShape activation_shape(const GPTConfig& c, int64_t batch, int64_t seq, int tp, bool sequence_parallel,
+ActivationShape activation_shape(const nn::GPTConfig& c, int64_t batch, int64_t seq, int tp, bool sequence_parallel,
                                  DType param_dtype, bool cuda) {
   ActivationShape s;
   s.batch = batch, s.seq = seq, s.d_model = c.d_model, s.n_head = c.n_head, s.tp = tp;
   s.sequence_parallel = sequence_parallel && tp > 1;
-  s.vocab_rows = vocab_rows_per_rank(c.vocab_size, tp, c.vocab_multiple);
+  s.vocab_rows = nn::vocab_rows_per_rank(c.vocab_size, tp, c.vocab_multiple);
   s.attention_dropout = c.dropout > 0;
   s.product_bytes = param_dtype == DType::bf16 && cuda ? 2 : 4;
   return s;
@@ -91,4 +91,4 @@ LayerActivations gpt_layer_activations(const ActivationShape& s, const std::stri
   throw Error("[estimate] no activation formula for a layer of type '" + type + "'");
 }
 
-}  // namespace triad::nn
+}  // namespace triad::estimate

@@ -1,19 +1,19 @@
 // ZeRO model-state memory estimate: the ZeRO paper's worked example (Ψ = 7.5B, n = 64,
 // K = 12) exactly, the per-stage split, n = 1 collapsing every stage to plain data
 // parallelism, GPT parameter counts against nn::GPT, and the stage 3 persistence threshold.
-#define BOOST_TEST_MODULE zero_estimate
+#define BOOST_TEST_MODULE model_states
 #include <boost/test/unit_test.hpp>
 #include <map>
 
+#include "estimate/model_states.h"
 #include "nn/gpt.h"
 #include "support/check.h"
-#include "zero/estimate.h"
 
 using namespace triad;
 
 namespace {
 
-zero::ModelStateInput paper_example() { return {.num_params = 7.5e9, .dp = 64, .optimizer_bytes = 12}; }
+estimate::ModelStateInput paper_example() { return {.num_params = 7.5e9, .dp = 64, .optimizer_bytes = 12}; }
 
 nn::GPTConfig small_gpt() {
   // Small enough to build; every parameter kind has its own size: biases and LayerNorms
@@ -26,7 +26,7 @@ nn::GPTConfig small_gpt() {
 BOOST_AUTO_TEST_CASE(paper_example_totals_are_exact) {
   // Figure 1 / section 5.1: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB, which round these (all four
   // exact in binary). Stage 2 is 2Ψ + 14Ψ/64 = 15e9 + 1.640625e9.
-  const auto all = zero::model_state_bytes_all(paper_example());
+  const auto all = estimate::model_state_bytes_all(paper_example());
   BOOST_TEST(all[0].total() == 120e9);
   BOOST_TEST(all[1].total() == 31.40625e9);
   BOOST_TEST(all[2].total() == 16.640625e9);
@@ -35,7 +35,7 @@ BOOST_AUTO_TEST_CASE(paper_example_totals_are_exact) {
 }
 
 BOOST_AUTO_TEST_CASE(paper_example_split_by_kind) {
-  const auto all = zero::model_state_bytes_all(paper_example());
+  const auto all = estimate::model_state_bytes_all(paper_example());
   const double full16 = 15e9, shard16 = 15e9 / 64, full_opt = 90e9, shard_opt = 90e9 / 64;
   BOOST_TEST(all[0].parameters == full16);
   BOOST_TEST(all[0].gradients == full16);
@@ -53,8 +53,8 @@ BOOST_AUTO_TEST_CASE(paper_example_split_by_kind) {
 
 BOOST_AUTO_TEST_CASE(one_rank_makes_every_stage_plain_data_parallel) {
   for (double k : {12.0, 8.0, 4.0}) {
-    const zero::ModelStateInput in{.num_params = 1.3e9, .dp = 1, .optimizer_bytes = k};
-    const auto all = zero::model_state_bytes_all(in);
+    const estimate::ModelStateInput in{.num_params = 1.3e9, .dp = 1, .optimizer_bytes = k};
+    const auto all = estimate::model_state_bytes_all(in);
     for (const auto& b : all) {
       BOOST_TEST(b.total() == (2 + 2 + k) * 1.3e9);
       BOOST_TEST(b.parameters == all[0].parameters);
@@ -65,9 +65,9 @@ BOOST_AUTO_TEST_CASE(one_rank_makes_every_stage_plain_data_parallel) {
 }
 
 BOOST_AUTO_TEST_CASE(k_scales_only_the_optimizer_state) {
-  zero::ModelStateInput in = paper_example();
+  estimate::ModelStateInput in = paper_example();
   in.optimizer_bytes = 16;  // e.g. fp32 gradients accumulated beside Adam's 12
-  const auto all = zero::model_state_bytes_all(in);
+  const auto all = estimate::model_state_bytes_all(in);
   BOOST_TEST(all[0].total() == (2 + 2 + 16) * 7.5e9);
   BOOST_TEST(all[1].total() == 4 * 7.5e9 + 16 * 7.5e9 / 64);
   BOOST_TEST(all[2].total() == 2 * 7.5e9 + 18 * 7.5e9 / 64);
@@ -76,21 +76,21 @@ BOOST_AUTO_TEST_CASE(k_scales_only_the_optimizer_state) {
 
 BOOST_AUTO_TEST_CASE(bad_inputs_are_errors_naming_the_value) {
   auto with = [](auto change) {
-    zero::ModelStateInput in = paper_example();
+    estimate::ModelStateInput in = paper_example();
     change(in);
     return in;
   };
-  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.num_params = 0; })); },
+  test::check_error([&] { estimate::model_state_bytes_all(with([](auto& in) { in.num_params = 0; })); },
                     {"parameter count", "positive"});
-  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.num_params = -5; })); }, {"-5"});
-  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.dp = 0; })); },
+  test::check_error([&] { estimate::model_state_bytes_all(with([](auto& in) { in.num_params = -5; })); }, {"-5"});
+  test::check_error([&] { estimate::model_state_bytes_all(with([](auto& in) { in.dp = 0; })); },
                     {"data-parallel ranks", "0"});
-  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.optimizer_bytes = -1; })); },
+  test::check_error([&] { estimate::model_state_bytes_all(with([](auto& in) { in.optimizer_bytes = -1; })); },
                     {"(K)", "-1"});
-  test::check_error([&] { zero::model_state_bytes_all(with([](auto& in) { in.persistent_params = 8e9; })); },
+  test::check_error([&] { estimate::model_state_bytes_all(with([](auto& in) { in.persistent_params = 8e9; })); },
                     {"persistent"});
-  test::check_error([&] { zero::model_state_bytes(4, paper_example()); }, {"stage", "0, 1, 2 or 3", "4"});
-  test::check_error([&] { zero::persistent_parameters(small_gpt().parameter_sizes(), -1); }, {"threshold", "-1"});
+  test::check_error([&] { estimate::model_state_bytes(4, paper_example()); }, {"stage", "0, 1, 2 or 3", "4"});
+  test::check_error([&] { estimate::persistent_parameters(small_gpt().parameter_sizes(), -1); }, {"threshold", "-1"});
 }
 
 BOOST_AUTO_TEST_CASE(gpt2_124m_parameter_count) {
@@ -132,34 +132,35 @@ BOOST_AUTO_TEST_CASE(persistence_threshold_moves_exactly_the_small_parameters) {
   // The threshold is inclusive (DeepSpeed: numel <= threshold); check against the model.
   for (int64_t threshold : {int64_t(0), C - 1, C, 3 * C, C * C - 1, C * C, 3 * C * C, 4 * C * C, int64_t(1) << 40}) {
     BOOST_TEST_CONTEXT("threshold " << threshold) {
-      zero::PersistentParams expect;
+      estimate::PersistentParams expect;
       for (const auto& [name, p] : params)
         if (p.numel() <= threshold) ++expect.count, expect.elements += p.numel();
-      const zero::PersistentParams got = zero::persistent_parameters(c.parameter_sizes(), threshold);
+      const estimate::PersistentParams got = estimate::persistent_parameters(c.parameter_sizes(), threshold);
       BOOST_TEST(got.count == expect.count);
       BOOST_TEST(got.elements == expect.elements);
     }
   }
   // Between 4C and C²: exactly the biases and LayerNorms, L·13C + 2C elements.
-  const zero::PersistentParams small = zero::persistent_parameters(c.parameter_sizes(), 5 * C);
+  const estimate::PersistentParams small = estimate::persistent_parameters(c.parameter_sizes(), 5 * C);
   BOOST_TEST(small.count == L * 8 + 2);
   BOOST_TEST(small.elements == L * 13 * C + 2 * C);
   // At C²: the attention output projections join them.
-  const zero::PersistentParams with_proj = zero::persistent_parameters(c.parameter_sizes(), C * C);
+  const estimate::PersistentParams with_proj = estimate::persistent_parameters(c.parameter_sizes(), C * C);
   BOOST_TEST(with_proj.count == L * 9 + 2);
   BOOST_TEST(with_proj.elements == L * (13 * C + C * C) + 2 * C);
 
   // GPT-2 124M under DeepSpeed's default 1e5: biases and LayerNorms only (C² = 589,824 > 1e5).
-  const zero::PersistentParams gpt2 = zero::persistent_parameters(nn::GPTConfig::preset("gpt2-124m").parameter_sizes());
+  const estimate::PersistentParams gpt2 =
+      estimate::persistent_parameters(nn::GPTConfig::preset("gpt2-124m").parameter_sizes());
   BOOST_TEST(gpt2.count == 12 * 8 + 2);
   BOOST_TEST(gpt2.elements == 12 * 13 * 768 + 2 * 768);
 
   // The persistent elements add their 16-bit parameter and gradient to stage 3 only.
   const double psi = double(c.num_parameters());
-  const zero::ModelStateInput plain{.num_params = psi, .dp = 8};
-  zero::ModelStateInput kept = plain;
+  const estimate::ModelStateInput plain{.num_params = psi, .dp = 8};
+  estimate::ModelStateInput kept = plain;
   kept.persistent_params = double(small.elements);
-  const auto a = zero::model_state_bytes_all(plain), b = zero::model_state_bytes_all(kept);
+  const auto a = estimate::model_state_bytes_all(plain), b = estimate::model_state_bytes_all(kept);
   for (int s = 0; s < 3; ++s) BOOST_TEST(b[s].total() == a[s].total());
   BOOST_TEST(b[3].parameters == a[3].parameters + 2.0 * double(small.elements));
   BOOST_TEST(b[3].gradients == a[3].gradients + 2.0 * double(small.elements));

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-namespace triad::zero {
+namespace triad::estimate {
 
 // Bytes per element of the 16-bit parameter and gradient copies the table assumes.
 inline constexpr double kParamBytes = 2.0;
@@ -73,4 +73,4 @@ struct PersistentParams {
 PersistentParams persistent_parameters(const std::vector<std::pair<std::string, int64_t>>& sizes,
                                        int64_t threshold = kDefaultPersistenceThreshold);
 
-}  // namespace triad::zero
+}  // namespace triad::estimate

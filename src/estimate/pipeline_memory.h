@@ -15,7 +15,7 @@
 
 #include "parallel/pipeline_schedule.h"
 
-namespace triad::parallel {
+namespace triad::estimate {
 
 struct ChunkBytes {
   double saved = 0;     // one micro-batch of the chunk, F to B or I
@@ -23,6 +23,6 @@ struct ChunkBytes {
 };
 
 // chunks[c] for chunk c of the rank; throws Error when an action names a chunk outside it.
-double peak_activation_bytes(const std::vector<PipeAction>& actions, const std::vector<ChunkBytes>& chunks);
+double peak_activation_bytes(const std::vector<parallel::PipeAction>& actions, const std::vector<ChunkBytes>& chunks);
 
-}  // namespace triad::parallel
+}  // namespace triad::estimate

@@ -1,4 +1,4 @@
-#include "zero/perf_model.h"
+#include "estimate/perf_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "tensor/error.h"
 
-namespace triad::zero {
+namespace triad::estimate {
 
 namespace {
 
@@ -208,4 +208,4 @@ Link fit_link(const std::vector<CollectiveSample>& samples) {
   return {x > 0 ? 1.0 / x : std::numeric_limits<double>::infinity(), alpha};
 }
 
-}  // namespace triad::zero
+}  // namespace triad::estimate

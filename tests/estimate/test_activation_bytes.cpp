@@ -11,7 +11,7 @@
 #include "autograd/engine.h"
 #include "autograd/meta.h"
 #include "autograd/weight_grad.h"
-#include "nn/activation_bytes.h"
+#include "estimate/activation_bytes.h"
 #include "nn/gpt_layers.h"
 #include "nn/transformer.h"
 #include "support/activation_probe.h"
@@ -37,8 +37,8 @@ nn::GPTConfig config(double dropout = 0.0) {
           .dropout = dropout};
 }
 
-nn::ActivationShape shape(double dropout = 0.0) {
-  return nn::activation_shape(config(dropout), B, T, 1, false, DType::f32, false);
+estimate::ActivationShape shape(double dropout = 0.0) {
+  return estimate::activation_shape(config(dropout), B, T, 1, false, DType::f32, false);
 }
 
 // Bytes a block's forward leaves for its backward, the input (which the block keeps) counted.
@@ -56,19 +56,19 @@ double measured_block_saved(double dropout) {
 BOOST_AUTO_TEST_CASE(block_formula_is_68_BTC_plus_statistics) {
   // By hand: 17 f32 (B, T, C) tensors, 4 f32 rows of statistics, one f32 (B, NH, T) lse.
   const double expected = 17.0 * 4 * B * T * C + 4.0 * 4 * B * T + 4.0 * B * NH * T;
-  BOOST_TEST(nn::block_activations(shape()).saved == expected);
+  BOOST_TEST(estimate::block_activations(shape()).saved == expected);
   BOOST_TEST(expected == 49920.0);
 }
 
 BOOST_AUTO_TEST_CASE(block_saved_bytes_equal_the_allocators_count) {
-  BOOST_TEST(measured_block_saved(0.0) == nn::block_activations(shape()).saved);
+  BOOST_TEST(measured_block_saved(0.0) == estimate::block_activations(shape()).saved);
 }
 
 BOOST_AUTO_TEST_CASE(block_with_attention_dropout_keeps_the_probabilities) {
-  const double measured = measured_block_saved(0.1), formula = nn::block_activations(shape(0.1)).saved;
+  const double measured = measured_block_saved(0.1), formula = estimate::block_activations(shape(0.1)).saved;
   BOOST_TEST(measured == formula);
   // The (T, T) softmax and dropout outputs replace the fused kernel's output and lse.
-  BOOST_TEST(formula - nn::block_activations(shape()).saved ==
+  BOOST_TEST(formula - estimate::block_activations(shape()).saved ==
              2.0 * 4 * B * NH * T * T - 4.0 * B * T * C - 4.0 * B * NH * T);
 }
 
@@ -88,10 +88,10 @@ BOOST_AUTO_TEST_CASE(block_deferred_weight_gradients_hold_inputs_and_output_grad
   for (const auto& [name, p] : block.named_parameters())
     if (grad(p).defined()) grads += double(grad(p).nbytes());
   BOOST_TEST(grads == double(B * T * C * 4 + 4 * C * 4));
-  BOOST_TEST(in_use() - before - grads == nn::block_activations(shape()).deferred);
+  BOOST_TEST(in_use() - before - grads == estimate::block_activations(shape()).deferred);
   // Four linears' inputs (C, C, C, 4C wide) and output gradients (3C, C, 4C, C): 16
   // f32 tensors of (B, T, C).
-  BOOST_TEST(nn::block_activations(shape()).deferred == 16.0 * 4 * B * T * C);
+  BOOST_TEST(estimate::block_activations(shape()).deferred == 16.0 * 4 * B * T * C);
   queue.run();
 }
 
@@ -111,8 +111,8 @@ BOOST_AUTO_TEST_CASE(head_and_loss_keep_the_logits_once) {
   const Tensor loss = list.loss(logits, targets);
   logits = Tensor();
   const double measured = in_use() - before - double(loss.nbytes()) + double(x.nbytes());
-  const nn::ActivationShape s = shape();
-  BOOST_TEST(measured == nn::head_activations(s).saved + nn::loss_activations(s).saved);
+  const estimate::ActivationShape s = shape();
+  BOOST_TEST(measured == estimate::head_activations(s).saved + estimate::loss_activations(s).saved);
   // ln_f's input and statistics, the projection's input, the (B, T, 64) logits, lse, count.
   BOOST_TEST(measured == double(2 * 4 * B * T * C + 2 * 4 * B * T + 4 * B * T * 64 + 4 * B * T + 8));
 }
@@ -126,30 +126,31 @@ BOOST_AUTO_TEST_CASE(embedding_keeps_nothing_new_on_one_rank) {
   const Tensor tokens = Tensor::from_vector(ids, {B, T});
   const double before = in_use();
   const Tensor y = embedding.forward_chunk(0, tokens);
-  BOOST_TEST(in_use() - before - double(y.nbytes()) == nn::embedding_activations(shape()).saved);
-  BOOST_TEST(nn::embedding_activations(shape()).saved == 0.0);
+  BOOST_TEST(in_use() - before - double(y.nbytes()) == estimate::embedding_activations(shape()).saved);
+  BOOST_TEST(estimate::embedding_activations(shape()).saved == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(bf16_on_a_gpu_halves_the_product_operands_and_defers_nothing) {
-  const nn::ActivationShape s = nn::activation_shape(config(), B, T, 1, false, DType::bf16, true);
+  const estimate::ActivationShape s = estimate::activation_shape(config(), B, T, 1, false, DType::bf16, true);
   BOOST_TEST(s.product_bytes == 2);
   // 11 of the 17 tensors are product operands: 2 bytes fewer each.
-  BOOST_TEST(nn::block_activations(shape()).saved - nn::block_activations(s).saved == 11.0 * 2 * B * T * C);
-  BOOST_TEST(nn::block_activations(s).deferred == 0.0);
+  BOOST_TEST(estimate::block_activations(shape()).saved - estimate::block_activations(s).saved == 11.0 * 2 * B * T * C);
+  BOOST_TEST(estimate::block_activations(s).deferred == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(tensor_parallel_divides_the_split_activations) {
   // tp 2: the heads' tensors (q, k, v, output, proj input: 5; GELU in and out: 8 of 17)
   // halve; the LayerNorms' and the qkv and fc inputs (4) stay whole.
-  const nn::ActivationShape s = nn::activation_shape(config(), B, T, 2, false, DType::f32, false);
+  const estimate::ActivationShape s = estimate::activation_shape(config(), B, T, 2, false, DType::f32, false);
   const double BTC = double(B * T * C);
-  BOOST_TEST(nn::block_activations(s).saved == 4 * (4 * BTC + 13 * BTC / 2) + 16.0 * B * T + 4.0 * B * (NH / 2) * T);
+  BOOST_TEST(estimate::block_activations(s).saved ==
+             4 * (4 * BTC + 13 * BTC / 2) + 16.0 * B * T + 4.0 * B * (NH / 2) * T);
   // Sequence parallelism splits the LayerNorms' inputs and statistics too.
-  const nn::ActivationShape sp = nn::activation_shape(config(), B, T, 2, true, DType::f32, false);
-  BOOST_TEST(nn::block_activations(sp).saved ==
+  const estimate::ActivationShape sp = estimate::activation_shape(config(), B, T, 2, true, DType::f32, false);
+  BOOST_TEST(estimate::block_activations(sp).saved ==
              4 * (2 * BTC / 2 + 2 * BTC + 13 * BTC / 2) + 16.0 * B * T / 2 + 4.0 * B * (NH / 2) * T);
   // The padded vocabulary (64 rows): 32 per rank, each rank's logits kept once (the second
   // rank keeps its masked copy in their place) and 28 bytes of statistics per token.
   BOOST_TEST(s.vocab_rows == 32);
-  BOOST_TEST(nn::loss_activations(s).saved == 4.0 * B * T * 32 + 28.0 * B * T);
+  BOOST_TEST(estimate::loss_activations(s).saved == 4.0 * B * T * 32 + 28.0 * B * T);
 }

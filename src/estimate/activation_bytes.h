@@ -1,7 +1,7 @@
 // Activation memory of the GPT's layers (nn/gpt_layers.h): the bytes one micro-batch's
 // forward leaves allocated for its backward, layer by layer, counted from what triad's
 // autograd functions keep (autograd/functions.cpp, parallel/tensor_parallel_*.cpp), not
-// from another framework's kernels. Pure arithmetic, as zero/estimate.h: triad-estimate
+// from another framework's kernels. Pure arithmetic, as estimate/model_states.h: triad-estimate
 // prices layouts of models far larger than the machine it runs on.
 //
 // Note [Activation bytes]: B sequences of T tokens, C channels, NH heads, t tensor-parallel
@@ -54,7 +54,7 @@
 #include "nn/gpt.h"
 #include "tensor/dtype.h"
 
-namespace triad::nn {
+namespace triad::estimate {
 
 struct ActivationShape {
   int64_t batch = 1;  // B, sequences per micro-batch
@@ -69,8 +69,8 @@ struct ActivationShape {
 
 // The shape of `config` for one micro-batch of `batch` × `seq` on one of tp ranks (all
 // keep the same bytes). param_dtype and cuda say whether products keep bf16 operands.
-ActivationShape activation_shape(const GPTConfig& config, int64_t batch, int64_t seq, int tp, bool sequence_parallel,
-                                 DType param_dtype, bool cuda);
+ActivationShape activation_shape(const nn::GPTConfig& config, int64_t batch, int64_t seq, int tp,
+                                 bool sequence_parallel, DType param_dtype, bool cuda);
 
 struct LayerActivations {
   double saved = 0;     // kept from the forward to the backward (or input-gradient pass)
@@ -87,4 +87,4 @@ LayerActivations loss_activations(const ActivationShape&);  // the cross-entropy
 // By the layer's type in gpt_layers(): "GPTEmbedding", "Block", "GPTHead".
 LayerActivations gpt_layer_activations(const ActivationShape&, const std::string& type);
 
-}  // namespace triad::nn
+}  // namespace triad::estimate
