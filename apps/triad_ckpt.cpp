@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
         "Hugging Face models:\n"
         "  triad-ckpt import --from model.safetensors|index.json|DIR --arch gpt2|llama --out DIR\n"
         "  triad-ckpt export PATH --format safetensors --out model.safetensors [--dtype f32|f16|bf16|f64]\n"
-        "(README.md, Checkpoints and resuming)");
+        "(docs/checkpoints.md)");
     CLI11_PARSE(cli, argc, argv);
 
     if (*import_cmd) {

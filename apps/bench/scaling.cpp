@@ -55,7 +55,7 @@ engine::TrainConfig make_config(const ScalingOptions& o, int stage, int ranks) {
   return c;
 }
 
-// 6Ψ + 6·L·C·T, the FLOPs of training on one token (README, triad-bench step).
+// 6Ψ + 6·L·C·T, the FLOPs of training on one token (docs/benchmarks.md, triad-bench step).
 double flops_per_token(const nn::GPTConfig& m, int64_t seq) {
   return 6.0 * double(m.num_parameters()) + 6.0 * double(m.n_layer * m.d_model * seq);
 }

@@ -9,7 +9,7 @@
 // threshold), n ranks, e bytes per parameter/gradient element, m micro-batches per step.
 //
 //   compute   = flops_per_token · tokens_per_rank / flops_per_rank · oversubscription
-//               (flops_per_token = 6Ψ + 6·L·C·T, the README's count); forward one third,
+//               (flops_per_token = 6Ψ + 6·L·C·T, docs/benchmarks.md's count); forward one third,
 //               backward two thirds. oversubscription = max(1, ranks on a node ×
 //               threads per rank / cores_per_node) when cores_per_node is set: ranks
 //               sharing cores compute in turns. It scales the communication too: on a CPU

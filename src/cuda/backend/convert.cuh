@@ -1,8 +1,7 @@
 // Element loads and stores by dtype on the device, bit for bit those of tensor/dtype.h (bf16
-// and f16 convert with tensor/float16.h's functions, the CPU's own), and counter-based
-// random bits identical to tensor/random.h's, so copies and random fills on a GPU
-// reproduce the CPU's results exactly. The random bits are host-only inline code there,
-// hence the copy here; the GPU op test compares both.
+// and f16 convert with tensor/float16.h's functions, the CPU's own), and tensor/random.h's
+// counter-based random bits (host and device functions there), so copies and random fills
+// on a GPU reproduce the CPU's results exactly; the GPU op test compares both.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +10,7 @@
 
 #include "tensor/dtype.h"
 #include "tensor/float16.h"
+#include "tensor/random.h"  // random_bits and random_uniform, for the random fills and dropout
 
 namespace triad::cuda {
 
@@ -60,20 +60,6 @@ __device__ inline void store_double(void* p, int64_t i, DType t, double v) {
       static_cast<int8_t*>(p)[i] = int8_t(v);
       return;
   }
-}
-
-// tensor/random.h's random_bits and random_uniform.
-__device__ inline uint64_t random_bits(uint64_t seed, uint64_t counter) {
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull + counter * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z = z ^ (z >> 31);
-  z = (z ^ (z >> 29)) * 0xd6e8feb86659fd93ull;
-  return z ^ (z >> 32);
-}
-
-__device__ inline double random_uniform(uint64_t seed, uint64_t counter) {
-  return double(random_bits(seed, counter) >> 11) * 0x1.0p-53;
 }
 
 }  // namespace triad::cuda
