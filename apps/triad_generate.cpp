@@ -15,7 +15,9 @@
 #include "checkpoint/checkpoint.h"
 #include "engine/generate.h"
 #include "io/tokenizer.h"
+#include "parallel/process_grid.h"
 #include "parallel/runtime.h"
+#include "parallel/self_communicator.h"
 #include "parallel/tensor_parallel_layers.h"
 
 namespace {
@@ -108,17 +110,19 @@ int main(int argc, char** argv) {
     CLI11_PARSE(cli, argc, argv);
     o.validate();
 
-    parallel::CommunicatorPtr tp;
-    std::shared_ptr<const nn::Parallelism> parallelism = nn::serial();
+    parallel::CommunicatorPtr world = std::make_shared<parallel::SelfCommunicator>();
     if (tp_ranks > 1) {
       TRIAD_CHECK(parallel::launched_by_mpirun(), "--tp " << tp_ranks << ": run under mpirun -np " << tp_ranks);
-      tp = parallel::init(argc, argv);
-      TRIAD_CHECK(tp->size() == tp_ranks,
-                  "--tp " << tp_ranks << " needs mpirun -np " << tp_ranks << ", got " << tp->size() << " ranks");
-      parallelism = parallel::layer_parallelism(tp, /*sequence_parallel=*/false);
+      world = parallel::init(argc, argv);
+      TRIAD_CHECK(world->size() == tp_ranks,
+                  "--tp " << tp_ranks << " needs mpirun -np " << tp_ranks << ", got " << world->size() << " ranks");
     }
-    const bool leader = !tp || tp->rank() == 0;
-    app::set_threads(tp ? parallel::threads_per_rank(threads) : threads);
+    const parallel::ProcessGrid grid(world, {.tp = tp_ranks});
+    const parallel::CommunicatorPtr& tp = grid.tp();
+    const std::shared_ptr<const nn::Parallelism> parallelism =
+        parallel::layer_parallelism(tp, /*sequence_parallel=*/false);
+    const bool leader = tp->rank() == 0;
+    app::set_threads(tp_ranks > 1 ? parallel::threads_per_rank(threads) : threads);
 
     engine::LoadedModel loaded = engine::load_model(model_path, parallelism);
     if (tokenizer_path.empty() && loaded.config.contains("data"))

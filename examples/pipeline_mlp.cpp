@@ -71,16 +71,10 @@ int main(int argc, char** argv) {
                                  {"zero_optimization", {{"stage", 1}}}};
     const nn::LayerList layers = sine_model();
     const engine::TrainConfig c = engine::parse_config(json, ranks, layers);
-    std::unique_ptr<parallel::ProcessGrid> grid;
-    std::unique_ptr<engine::Engine> e;
-    if (world) {
-      grid = std::make_unique<parallel::ProcessGrid>(world, c.tensor_parallel, int(c.data_parallel), c.pipeline.stages);
-      e = std::make_unique<engine::Engine>(c, layers, grid->dp(), grid->tp(), grid->pp());
-    } else {
-      e = std::make_unique<engine::Engine>(c, layers);
-    }
+    const engine::GridPtr grid = engine::process_grid(c, world);
+    engine::Engine engine(c, layers, grid);
     // The same kBatch points every step; data-parallel rank r takes rows of each micro-batch.
-    const int dp = int(c.data_parallel), r = grid ? grid->dp_rank() : 0;
+    const int dp = int(c.data_parallel), r = grid->dp_rank();
     const int64_t rows = kBatch / (kMicro * dp);
     std::vector<Tensor> inputs, targets;
     for (int64_t m = 0; m < kMicro; ++m) {
@@ -93,18 +87,18 @@ int main(int argc, char** argv) {
     }
     for (int64_t step = 1; step <= c.steps; ++step) {
       double loss = 0;  // this rank's mean over its rows
-      if (e->pipelined()) {
-        loss = ops::sum(e->forward_backward(inputs, targets)).item() / double(kMicro);
+      if (engine.pipelined()) {
+        loss = ops::sum(engine.forward_backward(inputs, targets)).item() / double(kMicro);
       } else {
         for (int64_t m = 0; m < kMicro; ++m) {
-          const Tensor l = e->forward(inputs[size_t(m)], targets[size_t(m)]);
-          e->backward(l);
+          const Tensor l = engine.forward(inputs[size_t(m)], targets[size_t(m)]);
+          engine.backward(l);
           loss += l.item() / double(kMicro);
         }
       }
-      e->step();
+      engine.step();
       Tensor mean_loss = Tensor::full({1}, loss / double(dp), DType::f64);
-      if (grid) grid->dp()->all_reduce(mean_loss)->wait();
+      grid->dp()->all_reduce(mean_loss)->wait();
       if (step % 50 == 0 && parallel::world_rank() == 0)
         std::printf("step %3lld  mse %.6f\n", (long long)step, mean_loss.item());
     }

@@ -401,7 +401,8 @@ int run_worker(const CkptOptions& o) {
   TRIAD_CHECK(std::filesystem::is_directory(o.dir),
               "triad-bench ckpt --worker: --dir '" << o.dir << "' is not a folder");
 
-  engine::Engine engine(make_config(o.model, n), world);
+  const engine::TrainConfig config = make_config(o.model, n);
+  engine::Engine engine(config, engine::process_grid(config, world));
   const int64_t params = engine.model().num_parameters();
   take_one_step(engine, rank);
   const std::vector<uint64_t> saved = resident_checksums(engine);

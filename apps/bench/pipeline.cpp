@@ -16,7 +16,6 @@
 #include "engine/engine.h"
 #include "estimate/pipeline_time.h"
 #include "parallel/pipeline_schedule.h"
-#include "parallel/process_grid.h"
 #include "parallel/runtime.h"
 #include "triad.h"
 
@@ -91,8 +90,7 @@ int run_worker(const PipelineOptions& o) {
   app::set_threads(parallel::threads_per_rank(0));
   check_ranks_agree(*world, o);
   const engine::TrainConfig config = make_config(o, p, o.schedule, o.micro_batches);
-  const parallel::ProcessGrid grid(world, 1, 1, p);
-  engine::Engine engine(config, grid.dp(), grid.tp(), grid.pp());
+  engine::Engine engine(config, engine::process_grid(config, world));
   const int m = o.micro_batches;
 
   // Random tokens, the same on every rank: micro-batch k is rows [k·b, (k + 1)·b).

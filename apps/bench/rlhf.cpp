@@ -124,7 +124,8 @@ int run_worker(const RlhfBenchOptions& o) {
   rlhf::train_rl(sc, {.metrics_path = metrics}, world);
 
   // The actor alone, trained on sequences of the step's length: this rank's rows.
-  const std::unique_ptr<engine::Engine> actor = rlhf::policy_engine(sc.model, world);
+  const std::unique_ptr<engine::Engine> actor =
+      rlhf::policy_engine(sc.model, engine::process_grid(sc.model.train, world));
   const int64_t rows = o.batch / n, T = o.prompt + o.answer;
   const Tensor ids = random_token_ids(rows, T + 1, io::Tokenizer::kMinVocabSize, uint64_t(17 + rank));
   const Tensor x = ops::to(ops::contiguous(ops::narrow(ids, 1, 0, T)), actor->device());

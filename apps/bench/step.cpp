@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "parallel/runtime.h"
+#include "parallel/self_communicator.h"
 #include "triad.h"
 
 namespace triad::bench {
@@ -69,17 +70,17 @@ void add_step_command(CLI::App& app, StepOptions& o) {
 }
 
 int run_step_bench(const StepOptions& o) {
-  parallel::CommunicatorPtr tp;
+  parallel::CommunicatorPtr world = std::make_shared<parallel::SelfCommunicator>();
   if (o.tp > 1) {
     TRIAD_CHECK(parallel::launched_by_mpirun(), "--tp " << o.tp << ": run under mpirun -np " << o.tp);
     int argc = 0;
     char** argv = nullptr;
-    tp = parallel::init(argc, argv);
-    TRIAD_CHECK(tp->size() == o.tp, "--tp " << o.tp << " needs mpirun -np " << o.tp << ", got " << tp->size()
-                                            << " ranks");
+    world = parallel::init(argc, argv);
+    TRIAD_CHECK(world->size() == o.tp, "--tp " << o.tp << " needs mpirun -np " << o.tp << ", got " << world->size()
+                                               << " ranks");
   }
-  const bool leader = !tp || tp->rank() == 0;
-  const int threads = app::set_threads(tp ? parallel::threads_per_rank(o.threads) : o.threads);
+  const bool leader = world->rank() == 0;
+  const int threads = app::set_threads(o.tp > 1 ? parallel::threads_per_rank(o.threads) : o.threads);
   nn::GPTConfig config = nn::GPTConfig::preset(o.model);
   std::string name = o.model;
   if (!o.config.empty()) {
@@ -104,7 +105,7 @@ int run_step_bench(const StepOptions& o) {
   train.device = o.device;
   train.tensor_parallel = o.tp;
   train.sequence_parallel = o.sequence_parallel;
-  engine::Engine engine(train, parallel::CommunicatorPtr{}, tp);
+  engine::Engine engine(train, engine::process_grid(train, world));
 
   const Tensor all = random_token_ids(o.batch, o.seq + 1, config.vocab_size, 7);
   const Tensor x = ops::contiguous(ops::narrow(all, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(all, 1, 1, o.seq));

@@ -91,14 +91,10 @@ int run_worker(const ZeroOptions& o) {
   const engine::TrainConfig config = make_config(o, o.stage, n, o.variant);
   // With model.tensor_parallel (--set), tp consecutive ranks split the model and the rest of
   // the ranks are data-parallel, as triad-train lays them out.
-  std::unique_ptr<parallel::ProcessGrid> grid;
-  parallel::CommunicatorPtr dp = world, tp;
-  if (config.tensor_parallel > 1) {
-    grid = std::make_unique<parallel::ProcessGrid>(world, config.tensor_parallel, int(config.data_parallel), 1);
-    dp = grid->dp(), tp = grid->tp();
-  }
+  const engine::GridPtr grid = engine::process_grid(config, world);
+  const parallel::CommunicatorPtr& dp = grid->dp();
   const int d = dp->size();
-  engine::Engine engine(config, dp, tp);
+  engine::Engine engine(config, grid);
   const nn::GPTConfig& m = config.model;
 
   // The fixed global batch (as `step` draws it); this data-parallel rank's rows

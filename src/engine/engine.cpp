@@ -113,35 +113,62 @@ DistributedBackend resolve_distributed_backend(const std::string& backend, Devic
   return DistributedBackend::nccl;
 }
 
-Engine::Engine(const TrainConfig& config, parallel::CommunicatorPtr dp, parallel::CommunicatorPtr tp,
-               parallel::CommunicatorPtr pp)
-    : Engine(config, std::nullopt, nullptr, std::move(dp), std::move(tp), std::move(pp)) {}
+GridPtr process_grid(const TrainConfig& c, parallel::CommunicatorPtr world) {
+  if (!world) world = std::make_shared<parallel::SelfCommunicator>();
+  const int n = world->size();
+  TRIAD_CHECK(int64_t(c.tensor_parallel) * c.pipeline.stages * c.data_parallel == n,
+              "[config] model.tensor_parallel " << c.tensor_parallel << " x pipeline.stages " << c.pipeline.stages
+                                                << " x " << c.data_parallel << " data-parallel ranks does not match "
+                                                << "the job's " << n << " ranks");
+  const int64_t per_node = c.emulated_ranks_per_node;
+  TRIAD_CHECK(per_node == 0 || per_node >= n || n % per_node == 0,
+              "[config] cluster.ranks_per_node " << per_node << " must divide the job's " << n
+                                                 << " ranks (or be at least that many: one node)");
+  return std::make_shared<const parallel::ProcessGrid>(
+      std::move(world), parallel::GridLayout{.tp = c.tensor_parallel,
+                                             .dp = int(c.data_parallel),
+                                             .pp = c.pipeline.stages,
+                                             .hpz = c.zero.zero_hpz_partition_size,
+                                             .ranks_per_node = int(std::min<int64_t>(per_node, n))});
+}
 
-Engine::Engine(const TrainConfig& config, nn::LayerList layers, parallel::CommunicatorPtr dp,
-               parallel::CommunicatorPtr tp, parallel::CommunicatorPtr pp)
-    : Engine(config, std::optional(std::move(layers)), nullptr, std::move(dp), std::move(tp), std::move(pp)) {}
+Engine::Engine(const TrainConfig& config, GridPtr grid) : Engine(config, std::nullopt, nullptr, std::move(grid)) {}
 
-Engine::Engine(const TrainConfig& config, const ModelBuilder& build, parallel::CommunicatorPtr dp,
-               parallel::CommunicatorPtr tp)
-    : Engine(config, std::nullopt, build, std::move(dp), std::move(tp), nullptr) {}
+Engine::Engine(const TrainConfig& config, nn::LayerList layers, GridPtr grid)
+    : Engine(config, std::optional(std::move(layers)), nullptr, std::move(grid)) {}
+
+Engine::Engine(const TrainConfig& config, const ModelBuilder& build, GridPtr grid)
+    : Engine(config, std::nullopt, build, std::move(grid)) {}
 
 Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_layers, const ModelBuilder& build,
-               parallel::CommunicatorPtr dp_group, parallel::CommunicatorPtr tp_group,
-               parallel::CommunicatorPtr pp_group)
+               GridPtr grid)
     : config_(config),
       device_(training_device(config_.device)),
-      dp_(std::move(dp_group)),
-      tp_(std::move(tp_group)),
-      pp_(std::move(pp_group)) {
-  if (!dp_) dp_ = std::make_shared<parallel::SelfCommunicator>();
-  if (!tp_) tp_ = std::make_shared<parallel::SelfCommunicator>();
-  if (!pp_) pp_ = std::make_shared<parallel::SelfCommunicator>();
+      grid_(grid ? std::move(grid)
+                 : std::make_shared<const parallel::ProcessGrid>(std::make_shared<parallel::SelfCommunicator>(),
+                                                                 parallel::GridLayout{.ranks_per_node = 1})) {
+  join_groups();
+  build_model(std::move(user_layers), build);
+  model_->to(device_);
+  start_pipeline();
+  schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
+  seed_generators();
+  make_optimizer();
+}
+
+void Engine::join_groups() {
+  dp_ = grid_->dp(), tp_ = grid_->tp(), pp_ = grid_->pp();
   TRIAD_CHECK(pp_->size() == config_.pipeline.stages,
               "Engine: the pipeline group has " << pp_->size() << " ranks but pipeline.stages is "
                                                 << config_.pipeline.stages);
   TRIAD_CHECK(tp_->size() == config_.tensor_parallel,
               "Engine: the tensor-parallel group has " << tp_->size() << " ranks but model.tensor_parallel is "
                                                        << config_.tensor_parallel);
+  TRIAD_CHECK(grid_->hpz_size() == config_.zero.zero_hpz_partition_size,
+              "Engine: the grid's hpZ partitions have " << grid_->hpz_size() << " ranks but "
+                                                        << "zero_optimization.zero_hpz_partition_size is "
+                                                        << config_.zero.zero_hpz_partition_size
+                                                        << " (engine::process_grid lays a config's grid out)");
   // Each axis talks over NCCL where its ranks have a GPU each (distributed_backend auto or
   // nccl), else over MPI (device tensors staged through host memory).
   if (tp_->size() > 1) {
@@ -150,8 +177,12 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
     if (tp_backend == DistributedBackend::nccl) tp_ = cuda::make_nccl_communicator(tp_, device_.index);
     tp_ = tp_comm_ = std::make_shared<parallel::CountingCommunicator>(tp_);
   }
-  const DistributedBackend backend =
+  zero_backend_ =
       resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
+  if (pp_->size() > 1) pp_ = pp_comm_ = std::make_shared<parallel::CountingCommunicator>(pp_);
+}
+
+void Engine::build_model(std::optional<nn::LayerList> user_layers, const ModelBuilder& build) {
   const std::shared_ptr<const nn::Parallelism> par = parallel::layer_parallelism(tp_, config_.sequence_parallel);
   TRIAD_CHECK(!build || pp_->size() == 1, "[config] pipeline.stages " << pp_->size() << ": a built model (RLHF's "
                                          << "models) is held whole by each rank; train it without pipeline stages");
@@ -171,18 +202,25 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
     layers_ = model_layers(config_, par);
   }
   if (!layers_.layers.empty()) {
-    build_pipeline_stage(pp_);
+    build_pipeline_stage();
     model_ = stage_;
   } else if (!model_) {
     model_ = lm_ = std::make_shared<nn::GPT>(config_.model, par);
   }
-  model_->to(device_);
+}
+
+void Engine::start_pipeline() {
   if (pp_->size() > 1)
     pipe_ = std::make_unique<parallel::PipelineExecutor>(stage_, pp_,
                                                          parallel::parse_pipe_schedule(config_.pipeline.schedule));
-  schedule_ = make_schedule(config_.scheduler, config_.optimizer.lr);
+}
+
+void Engine::seed_generators() {
   default_generator().manual_seed(dropout_seed(config_.seed, dp_->rank(), 0));
   tensor_parallel_generator().manual_seed(tensor_parallel_seed(config_.seed, dp_->rank(), tp_->rank(), 0));
+}
+
+void Engine::make_optimizer() {
   const OptimizerConfig& o = config_.optimizer;
   if (o.type == "AdamW") {
     TRIAD_CHECK(!config_.model.activation_checkpointing || config_.zero.stage <= 2,
@@ -191,9 +229,9 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
                 "[config] pipeline.activation_checkpoint_interval cannot be combined with zero_optimization.stage 3");
     std::vector<std::string> tied_modules;
     zero::PipelinePlacement placement = pipeline_placement(tied_modules);
-    const std::vector<int> nodes = dp_nodes();
+    const std::vector<int> nodes = grid_->dp_nodes();
     comm_ = std::make_shared<parallel::CountingCommunicator>(
-        backend == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp_, device_.index) : dp_, nodes);
+        zero_backend_ == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp_, device_.index) : dp_, nodes);
     const zero::ZeroPlusPlusGroups zeropp = zeropp_groups(nodes);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_,
@@ -237,39 +275,24 @@ Engine::Engine(const TrainConfig& config, std::optional<nn::LayerList> user_laye
   }
 }
 
-std::vector<int> Engine::dp_nodes() const {
-  // This rank's node: of the emulated nodes of consecutive world ranks (Note [Rank layout]
-  // gives the world rank), or the machine MPI places it on.
-  const int world_rank = tp_->rank() + tp_->size() * (dp_->rank() + dp_->size() * pp_->rank());
-  const int node = config_.emulated_ranks_per_node > 0 ? int(world_rank / config_.emulated_ranks_per_node)
-                                                      : parallel::node_id();
-  const Tensor mine = Tensor::full({1}, node, DType::i32), all = Tensor::empty({dp_->size()}, DType::i32);
-  dp_->all_gather(mine, all)->wait();
-  return all.to_vector<int32_t>();
-}
-
 zero::ZeroPlusPlusGroups Engine::zeropp_groups(const std::vector<int>& nodes) {
   const ZeroOptimizationConfig& z = config_.zero;
   zero::ZeroPlusPlusGroups g;
   if (!z.zero_quantized_weights && !z.zero_quantized_gradients && z.zero_hpz_partition_size == 1) return g;
   TRIAD_CHECK(device_.is_cpu(), "[config] zero_optimization: ZeRO++ runs on the CPU in this build (its GPU path has "
                                 "not been checked on a GPU yet); train on device \"cpu\" or turn ZeRO++ off");
-  const int d = dp_->rank(), h = z.zero_hpz_partition_size;  // h divides dp: config and ZeroOptimizer check it
-  // Every rank makes the same splits in the same order (collective over dp).
-  const int node = nodes[size_t(d)];
-  const int local = int(std::count(nodes.begin(), nodes.begin() + d, node));
+  const int d = grid_->dp_rank(), h = grid_->hpz_size();
   std::vector<int> hpz_nodes(nodes.begin() + (d / h) * h, nodes.begin() + (d / h + 1) * h);
-  g.hpz = comm_->counting_alongside(dp_->split(d / h, d), hpz_nodes);
-  g.intra = comm_->counting_alongside(dp_->split(node, d));  // one node
-  const parallel::CommunicatorPtr inter = dp_->split(local, d);
-  std::vector<int> distinct(size_t(inter->size()));
+  g.hpz = comm_->counting_alongside(grid_->hpz(), hpz_nodes);
+  g.intra = comm_->counting_alongside(grid_->intra_node());  // one node
+  std::vector<int> distinct(size_t(grid_->inter_node()->size()));
   for (size_t i = 0; i < distinct.size(); ++i) distinct[i] = int(i);
-  g.inter = comm_->counting_alongside(inter, distinct);  // one rank per node
+  g.inter = comm_->counting_alongside(grid_->inter_node(), distinct);  // one rank per node
   return g;
 }
 
-void Engine::build_pipeline_stage(const parallel::CommunicatorPtr& pp) {
-  if (pp->size() == 1) {  // a list in one process: all of it, as one chunk
+void Engine::build_pipeline_stage() {
+  if (pp_->size() == 1) {  // a list in one process: all of it, as one chunk
     bounds_ = {0, int(layers_.layers.size())};
     stage_ = std::make_shared<nn::PipelineStage>(layers_, std::vector<nn::LayerRange>{{0, bounds_[1]}},
                                                  config_.pipeline.activation_checkpoint_interval);
@@ -283,11 +306,10 @@ void Engine::build_pipeline_stage(const parallel::CommunicatorPtr& pp) {
   bounds_ = nn::partition_layers(infos, pc.stages * pc.virtual_stages, pc.partition);
   std::vector<nn::LayerRange> chunks;
   for (int c = 0; c < pc.virtual_stages; ++c) {
-    const int vs = c * pc.stages + pp->rank();
+    const int vs = c * pc.stages + pp_->rank();
     chunks.push_back({bounds_[size_t(vs)], bounds_[size_t(vs) + 1]});
   }
   stage_ = std::make_shared<nn::PipelineStage>(layers_, chunks, pc.activation_checkpoint_interval);
-  pp_ = pp_comm_ = std::make_shared<parallel::CountingCommunicator>(pp);
 }
 
 zero::WrapPolicy Engine::wrap_policy(const std::vector<std::string>& tied_modules) const {
@@ -305,16 +327,19 @@ zero::PipelinePlacement Engine::pipeline_placement(std::vector<std::string>& tie
   placement.pp = pp_;
   const PipelineConfig& pc = config_.pipeline;
   // Which pipeline ranks hold each tied module: those holding a layer that uses it. Every
-  // rank computes the same answer and joins every split (collective over pp).
+  // rank computes the same answer and joins every group (collective over pp).
   for (const nn::TiedSpec& tied : layers_.tied) {
     std::vector<bool> holds(size_t(pc.stages), false);
     for (int vs = 0; vs < pc.stages * pc.virtual_stages; ++vs)
       for (int i = bounds_[size_t(vs)]; i < bounds_[size_t(vs) + 1]; ++i)
         for (const std::string& key : layers_.layers[size_t(i)].ties)
           if (key == tied.key) holds[size_t(vs % pc.stages)] = true;
-    const bool mine = holds[size_t(pp_->rank())];
-    parallel::CommunicatorPtr group = pp_->split(mine ? 0 : 1, pp_->rank());
-    if (!mine) continue;
+    std::vector<int> stages;
+    for (int s = 0; s < pc.stages; ++s)
+      if (holds[size_t(s)]) stages.push_back(s);
+    const parallel::CommunicatorPtr held = grid_->tied_group(stages);
+    if (!held) continue;
+    const parallel::CommunicatorPtr group = pp_comm_->counting_alongside(held);  // counted with pp
     tied_modules.push_back(tied.key);
     zero::PipelinePlacement::Tie tie{.params = {}, .group = group};
     for (const auto& [name, _] : stage_->named_parameters())

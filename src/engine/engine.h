@@ -8,10 +8,15 @@
 // the mean loss over the global batch; step() clips, sets the scheduled rate (and Adam's
 // betas where the schedule sets them), updates and clears the gradients.
 //
-// With tensor parallelism (config.tensor_parallel > 1) the Engine is given its rank's
-// tensor-parallel group too: the GPT holds this rank's part of every split layer
-// (parallel::TensorParallel), the rank's ZeRO runs over its data-parallel group on that
-// part, and clipping and overflow checks span both (Note [ZeRO under tensor parallelism]).
+// The Engine runs on a parallel::ProcessGrid (every group it uses comes from there; a grid
+// of one rank when it is given none), whose axes must be the config's: tensor_parallel,
+// pipeline.stages and zero_optimization.zero_hpz_partition_size (process_grid() builds
+// the grid a config lays out).
+//
+// With tensor parallelism (config.tensor_parallel > 1) the GPT holds this rank's part of
+// every split layer (parallel::TensorParallel), the rank's ZeRO runs over its data-parallel
+// group on that part, and clipping and overflow checks span both (Note [ZeRO under tensor
+// parallelism]).
 // The ranks of a tp group take the same rows of every batch.
 //
 // AdamW runs through ZeRO (zero/zero_optimizer.h) over the data-parallel ranks (one
@@ -20,23 +25,23 @@
 // With more than one rank each rank feeds forward() its own rows of the global batch. SGD
 // runs in one process, in f32, as optim::SGD.
 //
-// ZeRO's collectives run over the communicator the Engine is given (MPI, which stages
-// device tensors through pinned host memory) or, when the config's distributed_backend
-// resolves to NCCL, over an NCCL communicator bootstrapped over it on the training GPU
-// (one GPU per rank: NCCL does not put two ranks of one communicator on the same GPU).
-// Either way the given communicator stays the one for host tensors: the trainer's loss and
-// evaluation sums, checkpoint I/O, configuration checks.
+// ZeRO's collectives run over the grid's data-parallel group (MPI, which stages device
+// tensors through pinned host memory) or, when the config's distributed_backend resolves to
+// NCCL, over an NCCL communicator bootstrapped over it on the training GPU (one GPU per rank:
+// NCCL does not put two ranks of one communicator on the same GPU). Either way the grid's
+// communicators stay the ones for host tensors: the trainer's loss and evaluation sums,
+// checkpoint I/O, configuration checks.
 //
 // model.arch "llama" trains nn::Llama's layer list (nn/llama_layers.h) at every pipeline
 // size: at one stage it is the whole list in one process, as for a user's list below.
 //
-// With pipeline parallelism (config.pipeline.stages > 1) the Engine is given its pipeline
-// group too and holds one stage of the GPT written as a list of layers (nn/gpt_layers.h),
-// cut as pipeline.partition says; forward_backward() runs a whole step's micro-batches
-// through the schedule (parallel/pipeline_executor.h) instead of forward() and backward().
-// ZeRO runs over the stage's dp group with its gradients reduced at the step (Note [ZeRO
-// in a pipeline stage]); the token table, tied between the first and last stages, is
-// summed over them.
+// With pipeline parallelism (config.pipeline.stages > 1) the Engine holds one stage of the
+// GPT written as a list of layers (nn/gpt_layers.h), cut as pipeline.partition says;
+// forward_backward() runs a whole step's micro-batches through the schedule
+// (parallel/pipeline_executor.h) instead of forward() and backward(). ZeRO runs over the
+// stage's dp group with its gradients reduced at the step (Note [ZeRO in a pipeline
+// stage]); the token table, tied between the first and last stages, is summed over them
+// (the grid's tied_group of the stages holding it).
 //
 // Note [User layer lists]: any model written as an nn::LayerList trains the same way in
 // place of the GPT (the LayerList constructor). The config then says everything but the
@@ -52,7 +57,7 @@
 // forward()/backward() run it in one process: the reference a pipelined run must equal.
 // Each layer with a name is a ZeRO unit (as each GPT block is), and so is each tied
 // module; the rest of a stage is one unit. A list built for tensor parallelism builds its
-// layers on a parallel::TensorParallel over the tp group given to the Engine.
+// layers on a parallel::TensorParallel over the grid's tp group.
 //
 // Note [Built models]: a model held whole by each rank (no pipeline stages) may also be any
 // module the caller builds (the Engine constructor taking a ModelBuilder): RLHF's actor
@@ -84,6 +89,7 @@
 #include "optim/schedule.h"
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
+#include "parallel/process_grid.h"
 #include "zero/zero_optimizer.h"
 
 namespace triad::engine {
@@ -137,30 +143,35 @@ std::string shared_gpu(parallel::Communicator* dp, Device device);
 // Builds a model on a tensor-parallel layout (Note [Built models]).
 using ModelBuilder = std::function<nn::ModulePtr(std::shared_ptr<const nn::Parallelism>)>;
 
+using GridPtr = std::shared_ptr<const parallel::ProcessGrid>;
+
+// The grid `config` lays out over `world` (null: this process alone): tp =
+// model.tensor_parallel, dp = data_parallel, pp = pipeline.stages, hpz =
+// zero_optimization.zero_hpz_partition_size, nodes of cluster.ranks_per_node ranks when the
+// config gives it (else MPI's), or of the whole job when that is at least the job's size.
+// Collective over world. Throws Error naming the keys when tp x pp x dp is not the job's
+// size, or when cluster.ranks_per_node is smaller and does not divide it.
+GridPtr process_grid(const TrainConfig& config, parallel::CommunicatorPtr world);
+
 class Engine {
  public:
-  // dp: this rank's data-parallel group; tp: its tensor-parallel group, of
-  // config.tensor_parallel ranks; pp: its pipeline group, of config.pipeline.stages ranks
-  // (null: one process each).
-  explicit Engine(const TrainConfig& config, parallel::CommunicatorPtr dp = nullptr,
-                  parallel::CommunicatorPtr tp = nullptr, parallel::CommunicatorPtr pp = nullptr);
-  // The user's model as a list of layers instead of the GPT (Note [User layer lists]), with
-  // the groups as above; this rank holds its pipeline stage of the list (all of it at
+  // grid: the layout this rank trains in (null: one process); its tp, pp and hpz sizes must
+  // be config.tensor_parallel, pipeline.stages and zero_optimization.zero_hpz_partition_size.
+  explicit Engine(const TrainConfig& config, GridPtr grid = nullptr);
+  // The user's model as a list of layers instead of the GPT (Note [User layer lists]), on
+  // the grid as above; this rank holds its pipeline stage of the list (all of it at
   // pipeline.stages 1). For example, with `layers` a LayerList:
   //
   //   TrainConfig c = parse_config(json, world->size(), layers);  // world: parallel::init's
-  //   parallel::ProcessGrid grid(world, c.tensor_parallel, int(c.data_parallel), c.pipeline.stages);
-  //   Engine engine(c, layers, grid.dp(), grid.tp(), grid.pp());
+  //   Engine engine(c, layers, process_grid(c, world));
   //   Tensor losses = engine.forward_backward(inputs, targets);  // or, at one stage,
   //   engine.step();                                              // forward() and backward()
   //
   // (examples/pipeline_mlp.cpp is a whole program.)
-  Engine(const TrainConfig& config, nn::LayerList layers, parallel::CommunicatorPtr dp = nullptr,
-         parallel::CommunicatorPtr tp = nullptr, parallel::CommunicatorPtr pp = nullptr);
+  Engine(const TrainConfig& config, nn::LayerList layers, GridPtr grid = nullptr);
 
-  // The caller's model (Note [Built models]), with the groups as above; no pipeline stages.
-  Engine(const TrainConfig& config, const ModelBuilder& build, parallel::CommunicatorPtr dp = nullptr,
-         parallel::CommunicatorPtr tp = nullptr);
+  // The caller's model (Note [Built models]), on the grid as above; no pipeline stages.
+  Engine(const TrainConfig& config, const ModelBuilder& build, GridPtr grid = nullptr);
 
   // Mean loss of one micro-batch: the GPT's cross-entropy of inputs and targets (B, T) of
   // i64, or a layer list's loss of its first layer's input and the targets; on the host or
@@ -183,6 +194,8 @@ class Engine {
   const nn::ModulePtr& model_ptr() const { return model_; }
   bool pipelined() const { return pipe_ != nullptr; }
   const parallel::PipelineExecutor* pipeline() const { return pipe_.get(); }
+  // The grid's groups as the Engine talks over them: tp over NCCL where its ranks have a GPU
+  // each, tp and pp counted (StepResult::comm).
   const parallel::CommunicatorPtr& dp() const { return dp_; }
   const parallel::CommunicatorPtr& tp() const { return tp_; }
   const parallel::CommunicatorPtr& pp() const { return pp_; }
@@ -214,24 +227,40 @@ class Engine {
 
  private:
   // The public constructors: the GPT without `layers` or `build`, else the user's list or
-  // the built model.
-  Engine(const TrainConfig& config, std::optional<nn::LayerList> layers, const ModelBuilder& build,
-         parallel::CommunicatorPtr dp, parallel::CommunicatorPtr tp, parallel::CommunicatorPtr pp);
+  // the built model. The body runs the steps below in order.
+  Engine(const TrainConfig& config, std::optional<nn::LayerList> layers, const ModelBuilder& build, GridPtr grid);
 
-  TrainConfig config_;
-  Device device_;
-  void build_pipeline_stage(const parallel::CommunicatorPtr& pp);
-  Tensor loss_of(const Tensor& inputs, const Tensor& targets);  // one micro-batch, one process
+  // The grid's groups, checked against the config; tp over NCCL where it can, tp and pp
+  // counted; the backend ZeRO will run over (zero_backend_).
+  void join_groups();
+  // The GPT, the user's list (this rank's stage of it) or the built model, on the host.
+  void build_model(std::optional<nn::LayerList> user_layers, const ModelBuilder& build);
+  void build_pipeline_stage();
+  // The executor of the schedule (pipeline.stages > 1).
+  void start_pipeline();
+  // The dropout generators' seeds (dropout_seed, tensor_parallel_seed) at step 0.
+  void seed_generators();
+  // AdamW through ZeRO, or SGD in one process.
+  void make_optimizer();
   // ZeRO's units beyond the default (modules of type Block): the stage's named layers and
   // tied modules.
   zero::WrapPolicy wrap_policy(const std::vector<std::string>& tied_modules) const;
-  Tensor pipeline_losses(const std::vector<Tensor>& losses);
   // What ZeRO needs to know of the stage: the tied modules' groups.
   zero::PipelinePlacement pipeline_placement(std::vector<std::string>& tied_modules);
+  // ZeRO++'s groups (the grid's, counted with comm_; none when ZeRO++ is off), given the
+  // node of each dp rank.
+  zero::ZeroPlusPlusGroups zeropp_groups(const std::vector<int>& nodes);
 
+  Tensor loss_of(const Tensor& inputs, const Tensor& targets);  // one micro-batch, one process
+  Tensor pipeline_losses(const std::vector<Tensor>& losses);
+
+  TrainConfig config_;
+  Device device_;
+  GridPtr grid_;
   parallel::CommunicatorPtr dp_, tp_, pp_;
   std::shared_ptr<parallel::CountingCommunicator> tp_comm_;  // tp_, counted (tp > 1)
   std::shared_ptr<parallel::CountingCommunicator> pp_comm_;  // pp_, counted (pp > 1)
+  DistributedBackend zero_backend_ = DistributedBackend::mpi;
   nn::ModulePtr model_;
   std::shared_ptr<nn::LanguageModel> lm_;  // the GPT or a built language model, held whole
   nn::LayerList layers_;          // else the model's layers (the GPT's or the user's),
@@ -244,10 +273,6 @@ class Engine {
   std::unique_ptr<optim::LRSchedule> schedule_;
   std::unique_ptr<zero::ZeroOptimizer> zero_;
   std::shared_ptr<parallel::CountingCommunicator> comm_;  // ZeRO's traffic, counted
-  // The node of each dp rank (collective over dp), and ZeRO++'s groups over them (none when
-  // ZeRO++ is off), counted with comm_.
-  std::vector<int> dp_nodes() const;
-  zero::ZeroPlusPlusGroups zeropp_groups(const std::vector<int>& nodes);
   int64_t step_ = 0;
   int64_t micro_ = 0;  // micro-batches backpropagated since the last step
 };

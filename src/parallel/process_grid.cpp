@@ -7,13 +7,17 @@
 
 namespace triad::parallel {
 
-ProcessGrid::ProcessGrid(CommunicatorPtr world, int tp, int dp, int pp, int ranks_per_node)
-    : world_(std::move(world)), tp_(tp), dp_(dp), pp_(pp) {
+ProcessGrid::ProcessGrid(CommunicatorPtr world, const GridLayout& layout)
+    : world_(std::move(world)), tp_(layout.tp), dp_(layout.dp), pp_(layout.pp), ep_(layout.ep), hpz_(layout.hpz) {
   TRIAD_CHECK(world_ != nullptr, "ProcessGrid: the world communicator is null");
-  const int n = world_->size();
+  const int n = world_->size(), tp = tp_, dp = dp_, pp = pp_, ranks_per_node = layout.ranks_per_node;
   TRIAD_CHECK(tp >= 1 && dp >= 1 && pp >= 1 && int64_t(tp) * dp * pp == n,
               "ProcessGrid: tp (" << tp << ") * dp (" << dp << ") * pp (" << pp << ") = " << int64_t(tp) * dp * pp
                                   << " must equal the world size " << n << ", each degree >= 1");
+  TRIAD_CHECK(ep_ >= 1 && dp % ep_ == 0, "ProcessGrid: ep (" << ep_ << ") must divide dp (" << dp << "): an "
+                                             << "expert-parallel group is ep consecutive data-parallel ranks");
+  TRIAD_CHECK(hpz_ >= 1 && dp % hpz_ == 0, "ProcessGrid: hpz (" << hpz_ << ") must divide dp (" << dp << "): an hpZ "
+                                               << "partition is hpz consecutive data-parallel ranks");
   TRIAD_CHECK(ranks_per_node >= 0 && (ranks_per_node == 0 || n % ranks_per_node == 0),
               "ProcessGrid: ranks_per_node " << ranks_per_node << " must divide the world size " << n
                                              << " (or be 0: detect nodes)");
@@ -57,12 +61,37 @@ ProcessGrid::ProcessGrid(CommunicatorPtr world, int tp, int dp, int pp, int rank
     if (node_of_[rank_of(tp_r_, d, pp_r_)] == node_index_) ++intra_pos;
   intra_comm_ = world_->split(dp_color * num_nodes_ + node_index_, dp_r_);
   inter_comm_ = world_->split(dp_color * dp + intra_pos, dp_r_);
+
+  // Groups of consecutive dp ranks (ep, hpz) and the strided one across the ep groups (edp).
+  ep_comm_ = world_->split(dp_color * (dp / ep_) + edp_rank(), dp_r_);
+  edp_comm_ = world_->split(dp_color * ep_ + ep_rank(), dp_r_);
+  hpz_comm_ = world_->split(dp_color * (dp / hpz_) + dp_r_ / hpz_, dp_r_);
+}
+
+CommunicatorPtr ProcessGrid::tied_group(const std::vector<int>& stages) const {
+  for (size_t i = 0; i < stages.size(); ++i)
+    TRIAD_CHECK(stages[i] >= 0 && stages[i] < pp_ && (i == 0 || stages[i - 1] < stages[i]),
+                "ProcessGrid::tied_group: the stages must be increasing pipeline stages in [0, " << pp_ << "), got "
+                                                                                                 << stages[i]
+                                                                                                 << " at position " << i);
+  const bool mine = std::binary_search(stages.begin(), stages.end(), pp_r_);
+  CommunicatorPtr group = pp_comm_->split(mine ? 0 : 1, pp_r_);
+  return mine ? group : nullptr;
+}
+
+std::vector<int> ProcessGrid::dp_nodes() const {
+  std::vector<int> nodes(static_cast<size_t>(dp_));
+  for (int d = 0; d < dp_; ++d) nodes[size_t(d)] = node_of_[size_t(rank_of(tp_r_, d, pp_r_))];
+  return nodes;
 }
 
 std::string ProcessGrid::str() const {
   std::ostringstream os;
-  os << "grid tp=" << tp_ << " dp=" << dp_ << " pp=" << pp_ << " rank " << rank() << " (tp " << tp_r_ << ", dp "
-     << dp_r_ << ", pp " << pp_r_ << ") node " << node_index_ << "/" << num_nodes_ << " local " << local_rank_;
+  os << "grid tp=" << tp_ << " dp=" << dp_ << " pp=" << pp_;
+  if (ep_ > 1) os << " ep=" << ep_;
+  if (hpz_ > 1) os << " hpz=" << hpz_;
+  os << " rank " << rank() << " (tp " << tp_r_ << ", dp " << dp_r_ << ", pp " << pp_r_ << ") node " << node_index_
+     << "/" << num_nodes_ << " local " << local_rank_;
   return os.str();
 }
 

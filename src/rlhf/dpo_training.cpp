@@ -40,7 +40,7 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   const StepExamples ex = pair_examples(sc, tokenizer, "DPO data");
   const int32_t eot = tokenizer.eot();
   const parallel::CommunicatorPtr& comm = layout.world;
-  std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.dp, layout.tp);
+  std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.grid);
   auto& policy = dynamic_cast<nn::LanguageModel&>(engine->model());
   const auto policy_logits = [&](const Tensor& ids) { return full_vocabulary(engine->model()(ids), layout.tp); };
   const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, engine->device(), layout.tp);

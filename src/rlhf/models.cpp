@@ -24,8 +24,7 @@ engine::TrainConfig file_config(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
-                                              parallel::CommunicatorPtr tp) {
+std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, engine::GridPtr grid) {
   TRIAD_CHECK(run.init.empty() || !holds_value_model(run.init),
               "'" << run.init << "' holds a value model (a reward model or critic), not a language model to "
                   << "generate with; start the policy from the SFT model");
@@ -37,11 +36,10 @@ std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, parallel::Com
         if (!run.init.empty()) engine::load_parameters(run.init, *m);
         return m;
       },
-      std::move(dp), std::move(tp));
+      std::move(grid));
 }
 
-std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
-                                             parallel::CommunicatorPtr tp) {
+std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, engine::GridPtr grid) {
   const engine::TrainConfig& c = run.train;
   const bool whole = !run.init.empty() && holds_value_model(run.init);
   return std::make_unique<engine::Engine>(
@@ -51,7 +49,7 @@ std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, parallel::Comm
         if (!run.init.empty()) engine::load_parameters(run.init, *m, whole ? "" : "base.");
         return m;
       },
-      std::move(dp), std::move(tp));
+      std::move(grid));
 }
 
 bool holds_value_model(const std::string& path) {

@@ -13,12 +13,10 @@ namespace triad::rlhf {
 
 // A language model to train (SFT, DPO's policy, PPO's and GRPO's actor) as run.train
 // describes, from run.init's weights when given (checkpoint/checkpoint.h, load_parameters).
-std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
-                                              parallel::CommunicatorPtr tp = nullptr);
+std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, engine::GridPtr grid);
 // A value model to train (the reward model, PPO's critic): from a language model's weights
 // (its body; the head drawn from the config's seed) or a value model's (all of it).
-std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, parallel::CommunicatorPtr dp,
-                                             parallel::CommunicatorPtr tp = nullptr);
+std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, engine::GridPtr grid);
 
 // Whether a checkpoint or weights file holds a value model (has v_head.weight).
 bool holds_value_model(const std::string& path);

@@ -31,7 +31,7 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
   const StepExamples ex = pair_examples(sc, tokenizer, "reward data");
   const int32_t eot = tokenizer.eot();
   const parallel::CommunicatorPtr& comm = layout.world;
-  std::unique_ptr<engine::Engine> engine = value_engine(sc.model, layout.dp, layout.tp);
+  std::unique_ptr<engine::Engine> engine = value_engine(sc.model, layout.grid);
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the reward model");
   StepLog run_log(options.metrics_path, layout.leader, first, c.steps, c.log_interval);
   run_log.print("reward model: " + std::to_string(ex.train.size()) + " training pairs, " +

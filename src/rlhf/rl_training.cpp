@@ -130,8 +130,14 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
                         "ptx data");
 
   const parallel::CommunicatorPtr& comm = layout.world;
-  std::unique_ptr<engine::Engine> actor = policy_engine(sc.model, layout.dp, layout.tp);
-  std::unique_ptr<engine::Engine> critic = ppo ? value_engine(sc.critic, layout.dp, layout.tp) : nullptr;
+  std::unique_ptr<engine::Engine> actor = policy_engine(sc.model, layout.grid);
+  // The critic's own zero_optimization or cluster sections may lay out other hpZ partitions
+  // or nodes: then it trains on a grid of its own.
+  const engine::TrainConfig& cc = sc.critic.train;
+  const bool same_grid = cc.zero.zero_hpz_partition_size == c.zero.zero_hpz_partition_size &&
+                         cc.emulated_ranks_per_node == c.emulated_ranks_per_node;
+  std::unique_ptr<engine::Engine> critic =
+      ppo ? value_engine(sc.critic, same_grid ? layout.grid : engine::process_grid(cc, comm)) : nullptr;
   const Device device = actor->device();
   auto& actor_model = dynamic_cast<nn::LanguageModel&>(actor->model());
   nn::ValueModel* critic_model = critic ? &dynamic_cast<nn::ValueModel&>(critic->model()) : nullptr;

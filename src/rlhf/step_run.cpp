@@ -20,12 +20,9 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
   check_model_split(c, step);
   StepLayout l;
   l.world = world ? world : std::make_shared<parallel::SelfCommunicator>();
-  l.dp = world;
-  if (c.tensor_parallel > 1) {
-    l.grid = std::make_shared<parallel::ProcessGrid>(l.world, c.tensor_parallel, int(c.data_parallel), 1);
-    l.dp = l.grid->dp(), l.tp = l.grid->tp();
-  }
-  l.rank = l.dp ? l.dp->rank() : 0, l.ranks = l.dp ? l.dp->size() : 1;
+  l.grid = engine::process_grid(c, l.world);
+  l.dp = l.grid->dp(), l.tp = l.grid->tp();
+  l.rank = l.dp->rank(), l.ranks = l.dp->size();
   l.leader = l.world->rank() == 0;
   TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * l.ranks,
               "[config] " << step << ": train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "

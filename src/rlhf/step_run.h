@@ -26,10 +26,10 @@ struct RunOptions {
 // and `ranks` place this rank's group among the data-parallel ones.
 struct StepLayout {
   parallel::CommunicatorPtr world;  // every rank of the job (a one-process one when run alone)
-  parallel::CommunicatorPtr dp, tp;  // what the engines take (null: none)
+  engine::GridPtr grid;              // what the engines take (engine::process_grid)
+  parallel::CommunicatorPtr dp, tp;  // the grid's
   int rank = 0, ranks = 1;           // data-parallel
   bool leader = true;                // world rank 0: prints, writes the metrics
-  std::shared_ptr<parallel::ProcessGrid> grid;
 };
 // Error naming the key for pipeline or sequence parallelism (check_model_split), and for a
 // train_batch_size that is not micro x accumulation x data-parallel ranks.

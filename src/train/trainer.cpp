@@ -14,8 +14,6 @@
 #include "profiler/flops_profiler.h"
 #include "config/model_factory.h"
 #include "monitor/tensorboard_monitor.h"
-#include "parallel/process_grid.h"
-#include "parallel/self_communicator.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
 
@@ -37,8 +35,6 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
-// Every rank must run the same configuration: compare a hash of it before any other
-// collective, so a mismatch is one clear error instead of a hang or silent divergence.
 // The flops profiler's report: to standard output, or to `path` (its folder created).
 void write_profile(const std::string& report, const std::string& path) {
   if (path.empty()) {
@@ -55,6 +51,8 @@ void write_profile(const std::string& report, const std::string& path) {
   TRIAD_CHECK(!ec && out.good(), "[flops_profiler] cannot write output_file '" << path << "'");
 }
 
+// Every rank must run the same configuration: compare a hash of it before any other
+// collective, so a mismatch is one clear error instead of a hang or silent divergence.
 void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
   const int64_t mine = int64_t(std::hash<std::string>{}(c.json.dump()) >> 1);
   Tensor all = Tensor::empty({world.size()}, DType::i64);
@@ -65,204 +63,240 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
                                << world.rank() << " holds another one); give every rank the same config and --set flags");
 }
 
-}  // namespace
+// This rank's forward and backward passes of one step.
+struct Passes {
+  Tensor losses;               // the micro-batches' losses (gradient_accumulation_steps,), where computed
+  int64_t positions = 0;       // this rank's input positions (padding included) over the micro-batches
+  double activation_peak = 0;  // bytes (metrics mem.activation_peak_bytes)
+};
 
-double train(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr world,
-             std::unique_ptr<TrainingData> data) {
-  const bool leader = !world || world->rank() == 0;
-  if (world) check_same_config(c, *world);
-  const int pp_stages = c.pipeline.stages;
-  TRIAD_CHECK(int64_t(c.tensor_parallel) * pp_stages * c.data_parallel == (world ? world->size() : 1),
-              "[config] model.tensor_parallel " << c.tensor_parallel << " x pipeline.stages " << pp_stages << " x "
-                                                << c.data_parallel << " data-parallel ranks does not match the job's "
-                                                << (world ? world->size() : 1) << " ranks");
-  // The grid: tp consecutive ranks split each layer, pp stages (outermost) split the layers,
-  // the rest is data-parallel (parallel/process_grid.h).
-  std::unique_ptr<parallel::ProcessGrid> grid;
-  parallel::CommunicatorPtr dp = world, tp, pp;
-  if (c.tensor_parallel > 1 || pp_stages > 1) {
-    grid = std::make_unique<parallel::ProcessGrid>(world, c.tensor_parallel, int(c.data_parallel), pp_stages);
-    dp = grid->dp(), tp = grid->tp(), pp = grid->pp();
-  }
-  const int n = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
-  // A device or distributed backend this rank cannot train with fails before the data is read.
-  const Device device = training_device(c.device);
-  resolve_distributed_backend(c.distributed_backend, device, n, shared_gpu(dp.get(), device));
-  TRIAD_CHECK(c.train_batch_size == c.micro_batch_size * c.gradient_accumulation_steps * n,
-              "[config] train_batch_size " << c.train_batch_size << " != train_micro_batch_size_per_gpu "
-                                           << c.micro_batch_size << " x gradient_accumulation_steps "
-                                           << c.gradient_accumulation_steps << " x data-parallel ranks " << n);
-  if (!data) data = corpus_data(c);
-  const ModelShape shape = model_shape(c);
-  // Validation batches of micro x ranks rows, each rank evaluating its own rows: the same
-  // rows are evaluated whatever the number of ranks.
-  std::vector<std::pair<Tensor, Tensor>> val_batches;
-  for (int64_t i = 0; i < c.eval_iters && data->has_validation(); ++i) {
-    io::Batch b = data->validation(i, c.micro_batch_size * n, rank * c.micro_batch_size, c.micro_batch_size);
-    val_batches.emplace_back(b.inputs, b.targets);
-  }
-  const parallel::CommunicatorPtr comm = world ? world : std::make_shared<parallel::SelfCommunicator>();
-  const std::string checkpoint_dir = options.save_dir.empty() ? c.checkpoint.dir : options.save_dir;
-  TRIAD_CHECK(!c.flops_profiler.enabled || pp_stages == 1,
-              "[config] flops_profiler: profiling a pipeline-parallel run is not available (profile it with "
-              "pipeline.stages 1)");
-  TRIAD_CHECK(options.init.empty() || pp_stages == 1,
-              "--init loads a model held whole by each rank; start pipeline-parallel runs from a checkpoint "
-              "(triad-ckpt import makes one) with --resume");
-  const std::unique_ptr<Engine> held =
-      options.init.empty() ? std::make_unique<Engine>(c, dp, tp, pp)
-                           : std::make_unique<Engine>(
-                                 c,
-                                 [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
-                                   std::shared_ptr<nn::LanguageModel> m = build_model(c, std::move(par));
-                                   load_parameters(options.init, *m);
-                                   return m;
-                                 },
-                                 dp, tp);
-  Engine& engine = *held;
-  if (leader && !options.init.empty()) std::printf("initialized from %s\n", options.init.c_str());
-  if (!options.resume.empty()) {
-    const std::string from = resume(options.resume, checkpoint_dir, engine, *comm);
-    if (leader && !from.empty())
-      std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)engine.global_step());
-    TRIAD_CHECK(engine.global_step() <= c.steps,
-                "the checkpoint is at step " << engine.global_step() << ", beyond the run's steps " << c.steps);
-  }
-  const int64_t first_step = engine.global_step();
-  std::ofstream metrics;
-  if (leader && !options.metrics_path.empty()) {
-    metrics.open(options.metrics_path, first_step > 0 ? std::ios::app : std::ios::trunc);
-    TRIAD_CHECK(metrics.good(), "cannot write the metrics file '" << options.metrics_path << "'");
-  }
-  if (leader)
-    for (const std::string& notice : c.notices) std::printf("note: %s\n", notice.c_str());
-  if (leader)
-    std::printf("model: %s, %.2fM parameters (%s)\n", c.arch.c_str(), double(shape.parameters) / 1e6,
-                shape.summary.c_str());
-  if (leader)
-    std::printf("data: %s; batch %lld = %lld micro x %lld accumulation\n", data->describe().c_str(),
-                (long long)c.train_batch_size, (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps);
-  std::fflush(stdout);
+// wall_clock_breakdown's sums (DeepSpeed's timers), in ms, since the last progress line.
+struct Breakdown {
+  double forward = 0, backward = 0, optimizer = 0;
+  double pipe_wait = 0;  // pipelines: the pipeline phase less its actions' computing (bubble, messages)
+  int64_t steps = 0;
+};
 
-  auto evaluate = [&](int64_t step) -> double {
-    if (val_batches.empty()) return NAN;
-    double v = engine.evaluate(val_batches);
-    if (dp) {
-      Tensor total = Tensor::full({1}, v, DType::f64);
-      dp->all_reduce(total)->wait();
-      v = total.item() / double(n);
+// One call of train(): the steps a run goes through, in the order run() takes them.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr world,
+              std::unique_ptr<TrainingData> data)
+      : c_(c), options_(options), world_(std::move(world)), data_(std::move(data)) {}
+
+  double run() {
+    set_up();
+    resume_from_checkpoint();
+    open_outputs();
+    for (int64_t step = first_step_; step < c_.steps; ++step) run_step(step);
+    save_model();
+    return last_val_;
+  }
+
+ private:
+  // The grid and the engine, after the checks that need no model: the same configuration
+  // on every rank, a layout matching the job, a device and backend this rank can use, the
+  // batch sizes; the validation batches.
+  void set_up() {
+    if (world_) check_same_config(c_, *world_);
+    // tp consecutive ranks split each layer, pp stages (outermost) split the layers, the
+    // rest is data-parallel (parallel/process_grid.h).
+    grid_ = process_grid(c_, world_);
+    const parallel::CommunicatorPtr& dp = grid_->dp();
+    n_ = dp->size(), rank_ = dp->rank();
+    // A device or distributed backend this rank cannot train with fails before the data is read.
+    const Device device = training_device(c_.device);
+    resolve_distributed_backend(c_.distributed_backend, device, n_, shared_gpu(dp.get(), device));
+    TRIAD_CHECK(c_.train_batch_size == c_.micro_batch_size * c_.gradient_accumulation_steps * n_,
+                "[config] train_batch_size " << c_.train_batch_size << " != train_micro_batch_size_per_gpu "
+                                             << c_.micro_batch_size << " x gradient_accumulation_steps "
+                                             << c_.gradient_accumulation_steps << " x data-parallel ranks " << n_);
+    if (!data_) data_ = corpus_data(c_);
+    // Validation batches of micro x ranks rows, each rank evaluating its own rows: the same
+    // rows are evaluated whatever the number of ranks.
+    for (int64_t i = 0; i < c_.eval_iters && data_->has_validation(); ++i) {
+      io::Batch b = data_->validation(i, c_.micro_batch_size * n_, rank_ * c_.micro_batch_size, c_.micro_batch_size);
+      val_batches_.emplace_back(b.inputs, b.targets);
     }
-    if (leader) std::printf("step %6lld | val loss %.4f\n", (long long)step, v);
-    std::fflush(stdout);
-    return v;
-  };
-
-  // Model-state bytes resident on a rank, the maximum over ranks (constant over the run).
-  nlohmann::json mem;
-  if (world) {
-    const zero::ResidentBytes m = engine.memory();
-    Tensor v = Tensor::from_vector(
-        std::vector<double>{double(m.param_bytes), double(m.grad_bytes), double(m.optim_bytes), double(m.buffer_bytes)},
-        {4});
-    world->all_reduce(v, parallel::ReduceOp::max)->wait();
-    const std::vector<double> b = v.to_vector<double>();
-    mem = {{"param_bytes", b[0]}, {"grad_bytes", b[1]}, {"optim_bytes", b[2]}, {"buffer_bytes", b[3]}};
+    TRIAD_CHECK(!c_.flops_profiler.enabled || c_.pipeline.stages == 1,
+                "[config] flops_profiler: profiling a pipeline-parallel run is not available (profile it with "
+                "pipeline.stages 1)");
+    TRIAD_CHECK(options_.init.empty() || c_.pipeline.stages == 1,
+                "--init loads a model held whole by each rank; start pipeline-parallel runs from a checkpoint "
+                "(triad-ckpt import makes one) with --resume");
+    engine_ = options_.init.empty() ? std::make_unique<Engine>(c_, grid_)
+                                    : std::make_unique<Engine>(
+                                          c_,
+                                          [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
+                                            std::shared_ptr<nn::LanguageModel> m = build_model(c_, std::move(par));
+                                            load_parameters(options_.init, *m);
+                                            return m;
+                                          },
+                                          grid_);
+    if (leader() && !options_.init.empty()) std::printf("initialized from %s\n", options_.init.c_str());
   }
-  double last_val = NAN;
-  const auto start = Clock::now();
-  const auto save = [&] {
-    const auto t0 = Clock::now();
-    const std::string path = save_to_dir(checkpoint_dir, c.checkpoint.keep, engine, *comm);
-    if (leader)
-      std::printf("step %6lld | saved %s in %.2f s\n", (long long)engine.global_step(), path.c_str(),
-                  std::chrono::duration<double>(Clock::now() - t0).count());
+
+  void resume_from_checkpoint() {
+    if (!options_.resume.empty()) {
+      const std::string from = resume(options_.resume, checkpoint_dir(), *engine_, *grid_->world());
+      if (leader() && !from.empty())
+        std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)engine_->global_step());
+      TRIAD_CHECK(engine_->global_step() <= c_.steps,
+                  "the checkpoint is at step " << engine_->global_step() << ", beyond the run's steps " << c_.steps);
+    }
+    first_step_ = engine_->global_step();
+  }
+
+  // The metrics file, the run's description, the model-state memory, monitors and profiler.
+  void open_outputs() {
+    if (leader() && !options_.metrics_path.empty()) {
+      metrics_.open(options_.metrics_path, first_step_ > 0 ? std::ios::app : std::ios::trunc);
+      TRIAD_CHECK(metrics_.good(), "cannot write the metrics file '" << options_.metrics_path << "'");
+    }
+    if (leader()) {
+      const ModelShape shape = model_shape(c_);
+      for (const std::string& notice : c_.notices) std::printf("note: %s\n", notice.c_str());
+      std::printf("model: %s, %.2fM parameters (%s)\n", c_.arch.c_str(), double(shape.parameters) / 1e6,
+                  shape.summary.c_str());
+      std::printf("data: %s; batch %lld = %lld micro x %lld accumulation\n", data_->describe().c_str(),
+                  (long long)c_.train_batch_size, (long long)c_.micro_batch_size,
+                  (long long)c_.gradient_accumulation_steps);
+    }
     std::fflush(stdout);
-  };
-  // wall_clock_breakdown (DeepSpeed's timers): the host waits for the device at each phase's
-  // end, so that the phases' wall times are theirs.
-  const auto phase_end = [&](Clock::time_point since) {
-    if (engine.device().is_cuda()) cuda::synchronize(engine.device().index);
-    return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
-  };
-  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
-  double pipe_wait_ms = 0;  // pipelines: the pipeline phase less its actions' computing (bubble, messages)
-  int64_t timed_steps = 0;
-  std::vector<std::unique_ptr<Monitor>> monitors;
-  if (leader && c.csv_monitor.enabled) monitors.push_back(std::make_unique<CsvMonitor>(c.csv_monitor));
-  if (leader && c.tensorboard.enabled) monitors.push_back(std::make_unique<TensorBoardMonitor>(c.tensorboard));
-  std::unique_ptr<FlopsProfiler> profiler;
-  if (leader && c.flops_profiler.enabled && c.flops_profiler.profile_step >= first_step &&
-      c.flops_profiler.profile_step < c.steps)
-    profiler = std::make_unique<FlopsProfiler>(engine.model_ptr(), engine.device());
-  ProfiledStep profiled{.step = c.flops_profiler.profile_step,
-                        .world_size = n * c.tensor_parallel * pp_stages,
-                        .data_parallel = n,
-                        .model_parallel = c.tensor_parallel,
-                        .micro_batch = c.micro_batch_size};
-  // The step's activation peak (metrics mem.activation_peak_bytes): the most the device's
-  // allocator held during the step's forward and backward passes beyond what it held when
-  // the step began, which leaves out the model states and optimizer state. What the passes
-  // allocate besides activations counts too: gradients not yet in their buffers, ZeRO-3's
-  // gathered parameters, transients, and on the CPU the step's token batches.
-  Allocator& device_memory = allocator_for(engine.device());
-  for (int64_t step = first_step; step < c.steps; ++step) {
+    // Model-state bytes resident on a rank, the maximum over ranks (constant over the run).
+    if (world_) {
+      const zero::ResidentBytes m = engine_->memory();
+      Tensor v = Tensor::from_vector(std::vector<double>{double(m.param_bytes), double(m.grad_bytes),
+                                                         double(m.optim_bytes), double(m.buffer_bytes)},
+                                     {4});
+      world_->all_reduce(v, parallel::ReduceOp::max)->wait();
+      const std::vector<double> b = v.to_vector<double>();
+      mem_ = {{"param_bytes", b[0]}, {"grad_bytes", b[1]}, {"optim_bytes", b[2]}, {"buffer_bytes", b[3]}};
+    }
+    start_ = Clock::now();
+    if (leader() && c_.csv_monitor.enabled) monitors_.push_back(std::make_unique<CsvMonitor>(c_.csv_monitor));
+    if (leader() && c_.tensorboard.enabled) monitors_.push_back(std::make_unique<TensorBoardMonitor>(c_.tensorboard));
+    if (leader() && c_.flops_profiler.enabled && c_.flops_profiler.profile_step >= first_step_ &&
+        c_.flops_profiler.profile_step < c_.steps)
+      profiler_ = std::make_unique<FlopsProfiler>(engine_->model_ptr(), engine_->device());
+    profiled_ = {.step = c_.flops_profiler.profile_step,
+                 .world_size = n_ * c_.tensor_parallel * c_.pipeline.stages,
+                 .data_parallel = n_,
+                 .model_parallel = c_.tensor_parallel,
+                 .micro_batch = c_.micro_batch_size};
+  }
+
+  void run_step(int64_t step) {
     const auto t0 = Clock::now();
+    const bool profiling = profiler_ && step == c_.flops_profiler.profile_step;
+    const double forward_before = breakdown_.forward, backward_before = breakdown_.backward;
+    Passes passes = forward_and_backward(step, profiling);
+    const auto s0 = Clock::now();
+    const StepResult r = engine_->step();
+    const double s_ms = c_.wall_clock_breakdown || profiling ? phase_end(s0) : 0;
+    if (c_.wall_clock_breakdown) breakdown_.optimizer += s_ms, ++breakdown_.steps;
+    const double step_forward_ms = breakdown_.forward - forward_before;
+    const double step_backward_ms = breakdown_.backward - backward_before;
+    if (profiling) {
+      profiled_.step_s = s_ms / 1e3;
+      write_profile(profiler_->report(profiled_, c_.flops_profiler), c_.flops_profiler.output_file);
+    }
+    const double loss = mean_loss(passes.losses, step, r);
+    // The rank that held the most (pipeline stages differ), for the metrics line alone: no
+    // collective when there is none (metrics_path is the same on every rank).
+    if (world_ && !options_.metrics_path.empty()) {
+      Tensor peak = Tensor::full({1}, passes.activation_peak, DType::f64);
+      world_->all_reduce(peak, parallel::ReduceOp::max)->wait();
+      passes.activation_peak = peak.item();
+    }
+    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    // Tokens per second over the job: this rank's count times the ranks (their padded
+    // batches may differ a little in length).
+    const double tps = double(passes.positions * n_) / (step_ms / 1e3);
+    print_progress(r, loss, tps);
+    nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
+                           {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
+    if (world_) line["mem"] = mem_, line["comm"] = r.comm;
+    line["mem"]["activation_peak_bytes"] = passes.activation_peak;
+    if (c_.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
+    if ((c_.eval_interval > 0 && r.step % c_.eval_interval == 0) || r.step == c_.steps)
+      line["val_loss"] = last_val_ = evaluate(r.step);
+    write_monitors(r, loss, step_forward_ms, step_backward_ms, s_ms);
+    if (metrics_.is_open()) {
+      metrics_ << line.dump() << "\n";
+      metrics_.flush();
+    }
+    if (!checkpoint_dir().empty() &&
+        ((c_.checkpoint.every > 0 && r.step % c_.checkpoint.every == 0) || r.step == c_.steps))
+      save_checkpoint();
+  }
+
+  // The step's micro-batches through the engine, its pipeline schedule or one by one. The
+  // activation peak is the most the device's allocator held during the passes beyond what
+  // it held when the step began, which leaves out the model states and optimizer state.
+  // What the passes allocate besides activations counts too: gradients not yet in their
+  // buffers, ZeRO-3's gathered parameters, transients, and on the CPU the step's token batches.
+  Passes forward_and_backward(int64_t step, bool profiling) {
+    Allocator& device_memory = allocator_for(engine_->device());
     const size_t step_base = device_memory.bytes_in_use();
     device_memory.reset_peak();
-    const bool profiling = profiler && step == c.flops_profiler.profile_step;
-    const double forward_before = forward_ms, backward_before = backward_ms;
-    int64_t step_positions = 0;  // this rank's input positions (padding included) over the step's micro-batches
+    Passes passes;
     const auto micro_batch = [&](int64_t m) {  // this rank's rows of micro-batch m
-      io::Batch b = data->batch(step, c.train_batch_size, (m * n + rank) * c.micro_batch_size, c.micro_batch_size);
-      step_positions += b.inputs.numel();
+      io::Batch b =
+          data_->batch(step, c_.train_batch_size, (m * n_ + rank_) * c_.micro_batch_size, c_.micro_batch_size);
+      passes.positions += b.inputs.numel();
       return b;
     };
     // The micro-batches' losses stay where they were computed until the step is done, then
     // come to the host in one copy: the host never waits for the device mid-step.
-    Tensor losses;
-    if (engine.pipelined()) {
+    if (engine_->pipelined()) {
       std::vector<Tensor> inputs, targets;
-      for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
+      for (int64_t m = 0; m < c_.gradient_accumulation_steps; ++m) {
         io::Batch b = micro_batch(m);
         inputs.push_back(b.inputs), targets.push_back(b.targets);
       }
       const auto f0 = Clock::now();
-      losses = engine.forward_backward(inputs, targets);
-      if (c.wall_clock_breakdown) {  // the forward and backward actions' own time; the rest is waiting
+      passes.losses = engine_->forward_backward(inputs, targets);
+      if (c_.wall_clock_breakdown) {  // the forward and backward actions' own time; the rest is waiting
         const double phase = phase_end(f0);
         double f = 0, b = 0;
-        for (const parallel::ActionTiming& a : engine.pipeline()->timings())
+        for (const parallel::ActionTiming& a : engine_->pipeline()->timings())
           (a.action.op == parallel::PipeOp::forward ? f : b) += (a.end - a.start - a.waited) * 1e3;
-        forward_ms += f, backward_ms += b, pipe_wait_ms += std::max(0.0, phase - f - b);
+        breakdown_.forward += f, breakdown_.backward += b, breakdown_.pipe_wait += std::max(0.0, phase - f - b);
       }
     }
-    for (int64_t m = 0; m < c.gradient_accumulation_steps && !engine.pipelined(); ++m) {
+    for (int64_t m = 0; m < c_.gradient_accumulation_steps && !engine_->pipelined(); ++m) {
       const io::Batch b = micro_batch(m);
       const bool profile = profiling && m == 0;  // the first micro-batch, as DeepSpeed's profiler
-      const bool timed = c.wall_clock_breakdown || profile;
-      if (profile) profiler->start();
+      const bool timed = c_.wall_clock_breakdown || profile;
+      if (profile) profiler_->start();
       const auto f0 = Clock::now();
-      const Tensor loss = engine.forward(b.inputs, b.targets);
-      if (!losses.defined()) losses = Tensor::empty({c.gradient_accumulation_steps}, loss.dtype(), loss.device());
-      ops::copy_(ops::select(losses, 0, m), loss);
+      const Tensor loss = engine_->forward(b.inputs, b.targets);
+      if (!passes.losses.defined())
+        passes.losses = Tensor::empty({c_.gradient_accumulation_steps}, loss.dtype(), loss.device());
+      ops::copy_(ops::select(passes.losses, 0, m), loss);
       const double f_ms = timed ? phase_end(f0) : 0;
-      if (profile) profiler->stop(), profiled.forward_s = f_ms / 1e3;
+      if (profile) profiler_->stop(), profiled_.forward_s = f_ms / 1e3;
       const auto b0 = Clock::now();
-      engine.backward(loss);
+      engine_->backward(loss);
       const double b_ms = timed ? phase_end(b0) : 0;
-      if (profile) profiled.backward_s = b_ms / 1e3;
-      if (c.wall_clock_breakdown) forward_ms += f_ms, backward_ms += b_ms;
+      if (profile) profiled_.backward_s = b_ms / 1e3;
+      if (c_.wall_clock_breakdown) breakdown_.forward += f_ms, breakdown_.backward += b_ms;
     }
-    double activation_peak = double(device_memory.peak_bytes() - step_base);
-    const auto s0 = Clock::now();
-    const StepResult r = engine.step();
-    const double s_ms = c.wall_clock_breakdown || profiling ? phase_end(s0) : 0;
-    if (c.wall_clock_breakdown) optimizer_ms += s_ms, ++timed_steps;
-    const double step_forward_ms = forward_ms - forward_before, step_backward_ms = backward_ms - backward_before;
-    if (profiling) {
-      profiled.step_s = s_ms / 1e3;
-      write_profile(profiler->report(profiled, c.flops_profiler), c.flops_profiler.output_file);
-    }
+    passes.activation_peak = double(device_memory.peak_bytes() - step_base);
+    return passes;
+  }
+
+  // wall_clock_breakdown: the host waits for the device at each phase's end, so that the
+  // phases' wall times are theirs.
+  double phase_end(Clock::time_point since) const {
+    if (engine_->device().is_cuda()) cuda::synchronize(engine_->device().index);
+    return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+  }
+
+  // The step's mean loss over the global batch; Error when a loss or the gradient norm is
+  // not finite.
+  double mean_loss(const Tensor& losses, int64_t step, const StepResult& r) const {
     double loss_sum = 0;
     const std::vector<double> micro_losses = losses.to_vector<double>();
     for (size_t m = 0; m < micro_losses.size(); ++m) {
@@ -274,75 +308,106 @@ double train(const TrainConfig& c, const TrainOptions& options, parallel::Commun
     }
     TRIAD_CHECK(r.skipped || std::isfinite(r.grad_norm),
                 "[train] the gradient norm is " << r.grad_norm << " at step " << r.step << "; nothing was saved");
-    if (r.skipped && leader)
+    if (r.skipped && leader())
       std::printf("step %6lld: gradients overflowed, step skipped; loss scale now %g\n", (long long)r.step,
                   r.loss_scale);
-    if (dp) {
-      Tensor total = Tensor::full({1}, loss_sum, DType::f64);
-      dp->all_reduce(total)->wait();
-      loss_sum = total.item();
+    Tensor total = Tensor::full({1}, loss_sum, DType::f64);
+    grid_->dp()->all_reduce(total)->wait();
+    return total.item() / double(c_.gradient_accumulation_steps * n_);
+  }
+
+  // One line per log_interval steps (and the last), with wall_clock_breakdown's means.
+  void print_progress(const StepResult& r, double loss, double tps) {
+    if (!leader() || (r.step % c_.log_interval != 0 && r.step != c_.steps)) return;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double eta = elapsed / double(r.step - first_step_) * double(c_.steps - r.step);
+    std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %7.0f tok/s | %s elapsed, ETA %s\n",
+                (long long)r.step, (long long)c_.steps, loss, r.lr, r.grad_norm, tps, duration_text(elapsed).c_str(),
+                duration_text(eta).c_str());
+    if (c_.wall_clock_breakdown) {
+      const double steps = double(breakdown_.steps);
+      std::printf("step %6lld | time (ms), mean of the last %lld steps, rank 0 | forward %.2f | backward %.2f | ",
+                  (long long)r.step, (long long)breakdown_.steps, breakdown_.forward / steps,
+                  breakdown_.backward / steps);
+      if (engine_->pipelined()) std::printf("pipeline wait %.2f | ", breakdown_.pipe_wait / steps);
+      std::printf("step %.2f\n", breakdown_.optimizer / steps);
+      breakdown_ = {};
     }
-    // The rank that held the most (pipeline stages differ), for the metrics line alone: no
-    // collective when there is none (metrics_path is the same on every rank).
-    if (world && !options.metrics_path.empty()) {
-      Tensor peak = Tensor::full({1}, activation_peak, DType::f64);
-      world->all_reduce(peak, parallel::ReduceOp::max)->wait();
-      activation_peak = peak.item();
-    }
-    const double loss = loss_sum / double(c.gradient_accumulation_steps * n);
-    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    // Tokens per second over the job: this rank's count times the ranks (their padded
-    // batches may differ a little in length).
-    const double tps = double(step_positions * n) / (step_ms / 1e3);
-    if (leader && (r.step % c.log_interval == 0 || r.step == c.steps)) {
-      const double eta = elapsed / double(r.step - first_step) * double(c.steps - r.step);
-      std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %7.0f tok/s | %s elapsed, ETA %s\n",
-                  (long long)r.step, (long long)c.steps, loss, r.lr, r.grad_norm, tps, duration_text(elapsed).c_str(),
-                  duration_text(eta).c_str());
-      if (c.wall_clock_breakdown) {
-        const double steps = double(timed_steps);
-        std::printf("step %6lld | time (ms), mean of the last %lld steps, rank 0 | forward %.2f | backward %.2f | ",
-                    (long long)r.step, (long long)timed_steps, forward_ms / steps, backward_ms / steps);
-        if (engine.pipelined()) std::printf("pipeline wait %.2f | ", pipe_wait_ms / steps);
-        std::printf("step %.2f\n", optimizer_ms / steps);
-        forward_ms = backward_ms = optimizer_ms = pipe_wait_ms = 0, timed_steps = 0;
-      }
-      std::fflush(stdout);
-    }
-    nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
-                           {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
-    if (world) line["mem"] = mem, line["comm"] = r.comm;
-    line["mem"]["activation_peak_bytes"] = activation_peak;
-    if (c.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
-    if ((c.eval_interval > 0 && r.step % c.eval_interval == 0) || r.step == c.steps)
-      line["val_loss"] = last_val = evaluate(r.step);
-    for (const std::unique_ptr<Monitor>& monitor : monitors) {  // DeepSpeed's events (the lr: this step's)
-      const int64_t samples = r.step * c.train_batch_size;
+    std::fflush(stdout);
+  }
+
+  // The mean validation loss over the data-parallel ranks (NaN without validation batches).
+  double evaluate(int64_t step) {
+    if (val_batches_.empty()) return NAN;
+    Tensor total = Tensor::full({1}, engine_->evaluate(val_batches_), DType::f64);
+    grid_->dp()->all_reduce(total)->wait();
+    const double v = total.item() / double(n_);
+    if (leader()) std::printf("step %6lld | val loss %.4f\n", (long long)step, v);
+    std::fflush(stdout);
+    return v;
+  }
+
+  // DeepSpeed's events (the lr: this step's).
+  void write_monitors(const StepResult& r, double loss, double forward_ms, double backward_ms, double step_ms) {
+    for (const std::unique_ptr<Monitor>& monitor : monitors_) {
+      const int64_t samples = r.step * c_.train_batch_size;
       monitor->write("Train/Samples/train_loss", loss, samples);
       monitor->write("Train/Samples/lr", r.lr, samples);
-      if (c.precision.dtype == DType::f16) monitor->write("Train/Samples/loss_scale", r.loss_scale, samples);
-      if (c.wall_clock_breakdown) {
-        monitor->write("Train/Samples/elapsed_time_ms_forward", step_forward_ms, samples);
-        monitor->write("Train/Samples/elapsed_time_ms_backward", step_backward_ms, samples);
-        monitor->write("Train/Samples/elapsed_time_ms_step", s_ms, samples);
+      if (c_.precision.dtype == DType::f16) monitor->write("Train/Samples/loss_scale", r.loss_scale, samples);
+      if (c_.wall_clock_breakdown) {
+        monitor->write("Train/Samples/elapsed_time_ms_forward", forward_ms, samples);
+        monitor->write("Train/Samples/elapsed_time_ms_backward", backward_ms, samples);
+        monitor->write("Train/Samples/elapsed_time_ms_step", step_ms, samples);
       }
       monitor->flush();
     }
-    if (metrics.is_open()) {
-      metrics << line.dump() << "\n";
-      metrics.flush();
-    }
-    if (!checkpoint_dir.empty() && ((c.checkpoint.every > 0 && r.step % c.checkpoint.every == 0) || r.step == c.steps))
-      save();
   }
-  if (!c.output_dir.empty()) {
-    create_folder(c.output_dir, *comm);
-    const std::string path = c.output_dir + "/model.h5";
-    save_weights(path, engine, *comm, DType::f32);
-    if (leader) std::printf("saved %s\n", path.c_str());
+
+  void save_checkpoint() {
+    const auto t0 = Clock::now();
+    const std::string path = save_to_dir(checkpoint_dir(), c_.checkpoint.keep, *engine_, *grid_->world());
+    if (leader())
+      std::printf("step %6lld | saved %s in %.2f s\n", (long long)engine_->global_step(), path.c_str(),
+                  std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fflush(stdout);
   }
-  return last_val;
+
+  // The trained weights, output_dir/model.h5 (when output_dir is set).
+  void save_model() {
+    if (c_.output_dir.empty()) return;
+    create_folder(c_.output_dir, *grid_->world());
+    const std::string path = c_.output_dir + "/model.h5";
+    save_weights(path, *engine_, *grid_->world(), DType::f32);
+    if (leader()) std::printf("saved %s\n", path.c_str());
+  }
+
+  bool leader() const { return !world_ || world_->rank() == 0; }
+  std::string checkpoint_dir() const { return options_.save_dir.empty() ? c_.checkpoint.dir : options_.save_dir; }
+
+  const TrainConfig& c_;
+  const TrainOptions& options_;
+  parallel::CommunicatorPtr world_;  // null when run alone: the metrics then carry no mem or comm figures
+  std::unique_ptr<TrainingData> data_;
+  GridPtr grid_;
+  int n_ = 1, rank_ = 0;  // data-parallel
+  std::vector<std::pair<Tensor, Tensor>> val_batches_;
+  std::unique_ptr<Engine> engine_;
+  int64_t first_step_ = 0;
+  std::ofstream metrics_;
+  nlohmann::json mem_;
+  Clock::time_point start_;
+  std::vector<std::unique_ptr<Monitor>> monitors_;
+  std::unique_ptr<FlopsProfiler> profiler_;
+  ProfiledStep profiled_;
+  Breakdown breakdown_;
+  double last_val_ = NAN;
+};
+
+}  // namespace
+
+double train(const TrainConfig& c, const TrainOptions& options, parallel::CommunicatorPtr world,
+             std::unique_ptr<TrainingData> data) {
+  return TrainingRun(c, options, std::move(world), std::move(data)).run();
 }
 
 }  // namespace triad::engine

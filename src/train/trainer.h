@@ -25,8 +25,9 @@ struct TrainOptions {
 // Runs the whole training described by `config`; throws Error on bad input or a non-finite
 // loss (nothing is saved then).
 // With the job's communicator (world), every rank calls train() with the same config
-// (checked before anything else); the ranks form a tp × dp grid (parallel/process_grid.h,
-// tp = config.tensor_parallel) and each tp group takes its rows of each global batch;
+// (checked before anything else); the ranks form the grid the config lays out
+// (engine::process_grid: tp × dp × pp, one rank without `world`) and each tp group takes
+// its rows of each global batch;
 // rank 0 prints, writes the metrics and saves the model. Returns the last validation loss
 // (NaN without a validation split). The batches come from `data`, by default the token
 // file of config.data (corpus_data).

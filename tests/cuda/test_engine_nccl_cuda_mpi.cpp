@@ -84,7 +84,8 @@ BOOST_AUTO_TEST_CASE(zero_over_nccl_reproduces_the_single_process_trajectory) {
     const Trajectory ref = single_process(accumulation, gpu);
     for (int stage : {0, 1, 2, 3}) {
       BOOST_TEST_CONTEXT("stage " << stage << ", accumulation " << accumulation) {
-        engine::Engine e(config(stage, accumulation, "nccl", world->size()), world);
+        const engine::TrainConfig c = config(stage, accumulation, "nccl", world->size());
+        engine::Engine e(c, engine::process_grid(c, world));
         BOOST_TEST_REQUIRE(e.zero_communicator()->name() == "counting(nccl)");
         BOOST_TEST_REQUIRE(e.device().str() == gpu.str());
         check_same(engine_trajectory(e, *world), ref);
@@ -95,8 +96,10 @@ BOOST_AUTO_TEST_CASE(zero_over_nccl_reproduces_the_single_process_trajectory) {
 
 BOOST_AUTO_TEST_CASE(auto_picks_nccl_for_more_than_one_rank) {
   const parallel::CommunicatorPtr world = parallel::world();
-  const engine::Engine automatic(config(1, 1, "auto", world->size()), world);
+  const engine::TrainConfig automatic_config = config(1, 1, "auto", world->size());
+  const engine::Engine automatic(automatic_config, engine::process_grid(automatic_config, world));
   BOOST_TEST(automatic.zero_communicator()->name() == (world->size() > 1 ? "counting(nccl)" : "counting(mpi)"));
-  const engine::Engine mpi(config(1, 1, "mpi", world->size()), world);
+  const engine::TrainConfig mpi_config = config(1, 1, "mpi", world->size());
+  const engine::Engine mpi(mpi_config, engine::process_grid(mpi_config, world));
   BOOST_TEST(mpi.zero_communicator()->name() == "counting(mpi)");
 }

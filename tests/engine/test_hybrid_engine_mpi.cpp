@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(every_stage_samples_what_one_process_samples) {
   for (int stage : {0, 1, 2, 3}) {
     BOOST_TEST_CONTEXT("stage " << stage) {
       const engine::TrainConfig c = config(stage, world->size());
-      engine::Engine e(c, world);
+      engine::Engine e(c, engine::process_grid(c, world));
       nn::GPT one(c.model);  // the same initial parameters, whole
       const engine::BatchGeneration got = engine::generate_batch(e, prompts, kSampling, 0, first);
       const engine::BatchGeneration want = engine::generate_batch(one, prompts, kSampling, 0, first);
@@ -77,7 +77,8 @@ BOOST_AUTO_TEST_CASE(every_stage_samples_what_one_process_samples) {
 BOOST_AUTO_TEST_CASE(zero3_gathers_once_per_call_and_log_probs_agree_with_training) {
   const parallel::CommunicatorPtr world = parallel::world();
   const auto [first, prompts] = rank_prompts(world->rank());
-  engine::Engine e(config(3, world->size()), world);
+  const engine::TrainConfig c = config(3, world->size());
+  engine::Engine e(c, engine::process_grid(c, world));
   const int64_t shard_bytes = e.memory().param_bytes;
   int64_t before = all_gathers(e);
   e.gather_parameters();

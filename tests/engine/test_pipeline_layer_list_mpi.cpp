@@ -165,13 +165,14 @@ Trajectory single_process(bool tied) {
 }
 
 Trajectory pipelined(const Layout& l) {
-  const parallel::ProcessGrid grid(parallel::world(), l.tp, l.dp, l.pp);
+  const auto grid = std::make_shared<const parallel::ProcessGrid>(
+      parallel::world(), parallel::GridLayout{.tp = l.tp, .dp = l.dp, .pp = l.pp});
   const std::shared_ptr<const nn::Parallelism> par =
-      l.tp > 1 ? std::make_shared<parallel::TensorParallel>(grid.tp(), false) : nn::serial();
+      l.tp > 1 ? std::make_shared<parallel::TensorParallel>(grid->tp(), false) : nn::serial();
   const nn::LayerList list = residual_mlp_list(par, l.tied);
   const engine::TrainConfig config = engine::parse_config(config_json(l), parallel::world()->size(), list);
-  engine::Engine e(config, list, grid.dp(), grid.tp(), grid.pp());
-  return train_pipelined(e, grid);
+  engine::Engine e(config, list, grid);
+  return train_pipelined(e, *grid);
 }
 
 std::vector<Layout> layouts(int world) {

@@ -58,9 +58,10 @@ Trajectory single_process() {
 }
 
 Trajectory pipelined(const Layout& l) {
-  const parallel::ProcessGrid grid(parallel::world(), l.tp, l.dp, l.pp);
-  engine::Engine e(config_for(l), grid.dp(), grid.tp(), grid.pp());
-  return train_pipelined(e, grid);
+  const auto grid = std::make_shared<const parallel::ProcessGrid>(
+      parallel::world(), parallel::GridLayout{.tp = l.tp, .dp = l.dp, .pp = l.pp});
+  engine::Engine e(config_for(l), grid);
+  return train_pipelined(e, *grid);
 }
 
 std::vector<Layout> layouts(int world) {

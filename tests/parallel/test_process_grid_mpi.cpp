@@ -1,7 +1,9 @@
 // ProcessGrid: for every tp × dp × pp factorization of the world size, coordinates follow
 // Megatron's layout (Note [Rank layout]) and every group communicator holds exactly the
 // expected world ranks in the expected order (all-gathered inside the group); emulated
-// nodes give the expected node index, local rank and intra/inter-node groups.
+// nodes give the expected node index, local rank and intra/inter-node groups; for every ep
+// and hpz dividing dp, the expert-parallel, expert-data-parallel and hpZ groups hold the
+// dp ranks DeepSpeed's layout gives them; tied groups hold the pipeline stages asked for.
 #define BOOST_TEST_MODULE process_grid_mpi
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
@@ -104,20 +106,128 @@ void check_grid(const ProcessGrid& g, int tp, int dp, int pp, int rpn) {
   check_group(at + " intra_node", g.intra_node(), r, intra, pos(r));
   check_group(at + " inter_node", g.inter_node(), r, inter,
               int(std::find(inter.begin(), inter.end(), int64_t(r)) - inter.begin()));
+  std::vector<int> dp_nodes;
+  for (int64_t m : dp_m) dp_nodes.push_back(node(m));
+  BOOST_TEST(g.dp_nodes() == dp_nodes, at);
   if (rpn == 0 || per % tp == 0 || tp % per == 0) {
     // The usual layouts: inter_node() has one member per node holding part of the dp group.
     BOOST_TEST(g.intra_node()->size() * g.inter_node()->size() == dp, at);
   }
 }
 
+// Checks the groups inside this rank's dp group against DeepSpeed's layout: ep() the ep
+// consecutive dp ranks around this one, edp() the dp ranks at its position in theirs (its
+// dp rank modulo ep), hpz() the hpz consecutive dp ranks around it.
+void check_dp_subgroups(const ProcessGrid& g, int ep, int hpz) {
+  const int tp = g.tp_size(), dp = g.dp_size(), r = g.rank();
+  const int tr = r % tp, dr = (r / tp) % dp, pr = r / (tp * dp);
+  std::ostringstream os;
+  os << "tp " << tp << " dp " << dp << " pp " << g.pp_size() << " ep " << ep << " hpz " << hpz << " rank " << r;
+  const std::string at = os.str();
+  std::vector<int64_t> ep_m, edp_m, hpz_m;
+  for (int d = 0; d < dp; ++d) {
+    const int64_t q = tr + tp * (d + dp * pr);
+    if (d / ep == dr / ep) ep_m.push_back(q);
+    if (d % ep == dr % ep) edp_m.push_back(q);
+    if (d / hpz == dr / hpz) hpz_m.push_back(q);
+  }
+  BOOST_TEST(g.ep_size() == ep, at);
+  BOOST_TEST(g.edp_size() == dp / ep, at);
+  BOOST_TEST(g.hpz_size() == hpz, at);
+  BOOST_TEST(g.ep_rank() == dr % ep, at);
+  BOOST_TEST(g.edp_rank() == dr / ep, at);
+  check_group(at + " ep", g.ep(), r, ep_m, dr % ep);
+  check_group(at + " edp", g.edp(), r, edp_m, dr / ep);
+  check_group(at + " hpz", g.hpz(), r, hpz_m, dr % hpz);
+}
+
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(expert_and_hpz_groups_for_every_divisor_of_dp) {
+  const int n = world()->size();
+  int grids = 0;
+  for (auto [tp, dp, pp] : factorizations(n))
+    for (int k = 1; k <= dp; ++k) {
+      if (dp % k != 0) continue;
+      ProcessGrid g(world(), {.tp = tp, .dp = dp, .pp = pp, .ep = k, .hpz = dp / k});
+      check_dp_subgroups(g, k, dp / k);
+      ++grids;
+    }
+  BOOST_TEST_MESSAGE(grids << " grids");
+  BOOST_TEST(grids >= int(factorizations(n).size()));
+}
+
+// The groups written out, world rank by world rank: at n = 8 with tp 2, the dp groups are
+// {0, 2, 4, 6} and {1, 3, 5, 7}; ep 2 pairs their consecutive members.
+BOOST_AUTO_TEST_CASE(expert_groups_written_out) {
+  const int n = world()->size(), r = world()->rank();
+  using Groups = std::vector<std::vector<int64_t>>;
+  struct Case {
+    int tp, dp, ep;
+    Groups ep_groups, edp_groups;  // of each world rank
+  };
+  std::vector<Case> cases;
+  if (n == 2) cases.push_back({1, 2, 2, {{0, 1}, {0, 1}}, {{0}, {1}}});
+  if (n == 4) {
+    cases.push_back({1, 4, 2, {{0, 1}, {0, 1}, {2, 3}, {2, 3}}, {{0, 2}, {1, 3}, {0, 2}, {1, 3}}});
+    cases.push_back({1, 4, 4, {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}}, {{0}, {1}, {2}, {3}}});
+  }
+  if (n == 8) {
+    cases.push_back({2, 4, 2, {{0, 2}, {1, 3}, {0, 2}, {1, 3}, {4, 6}, {5, 7}, {4, 6}, {5, 7}},
+                     {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 4}, {1, 5}, {2, 6}, {3, 7}}});
+    cases.push_back({1, 8, 4, {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {4, 5, 6, 7}, {4, 5, 6, 7},
+                               {4, 5, 6, 7}, {4, 5, 6, 7}},
+                     {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 4}, {1, 5}, {2, 6}, {3, 7}}});
+  }
+  BOOST_TEST_REQUIRE(!cases.empty(), "no written-out case for " << n << " ranks");
+  for (const Case& c : cases) {
+    ProcessGrid g(world(), {.tp = c.tp, .dp = c.dp, .pp = n / (c.tp * c.dp), .ep = c.ep});
+    const std::string at = "tp " + std::to_string(c.tp) + " ep " + std::to_string(c.ep);
+    BOOST_TEST(members(g.ep(), r) == c.ep_groups[size_t(r)], at << " ep of rank " << r);
+    BOOST_TEST(members(g.edp(), r) == c.edp_groups[size_t(r)], at << " edp of rank " << r);
+    BOOST_TEST(g.str().find("ep=" + std::to_string(c.ep)) != std::string::npos, g.str());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(tied_groups_hold_the_stages_asked_for) {
+  const int n = world()->size(), r = world()->rank();
+  int checked = 0;
+  for (auto [tp, dp, pp] : factorizations(n)) {
+    if (pp < 2) continue;
+    ProcessGrid g(world(), {.tp = tp, .dp = dp, .pp = pp});
+    std::vector<std::vector<int>> sets = {{0, pp - 1}, {pp - 1}, {}};  // Megatron's embedding group first
+    std::vector<int> all;
+    for (int s = 0; s < pp; ++s) all.push_back(s);
+    sets.push_back(all);
+    for (const std::vector<int>& stages : sets) {
+      std::ostringstream os;
+      os << "tp " << tp << " dp " << dp << " pp " << pp << " stages " << stages.size() << " rank " << r;
+      const CommunicatorPtr group = g.tied_group(stages);
+      const auto at = std::find(stages.begin(), stages.end(), g.pp_rank());
+      if (at == stages.end()) {
+        BOOST_TEST(!group, os.str());
+        continue;
+      }
+      BOOST_TEST_REQUIRE(group != nullptr, os.str());
+      std::vector<int64_t> expected;
+      for (int s : stages) expected.push_back(g.rank_of(g.tp_rank(), g.dp_rank(), s));
+      check_group(os.str() + " tied", group, r, expected, int(at - stages.begin()));
+      ++checked;
+    }
+    test::check_error([&] { g.tied_group({pp - 1, 0}); }, {"tied_group", "increasing"});
+    test::check_error([&] { g.tied_group({0, pp}); }, {"tied_group", "[0, " + std::to_string(pp) + ")"});
+    const bool first_holds = g.tied_group({0}) != nullptr;  // still in step afterwards
+    BOOST_TEST(first_holds == (g.pp_rank() == 0));
+  }
+  BOOST_TEST(checked > 0);
+}
 
 BOOST_AUTO_TEST_CASE(every_factorization_and_emulated_nodes) {
   const int n = world()->size();
   int grids = 0;
   for (auto [tp, dp, pp] : factorizations(n)) {
     for (int rpn : {0, 1, 2}) {
-      ProcessGrid g(world(), tp, dp, pp, rpn);
+      ProcessGrid g(world(), {.tp = tp, .dp = dp, .pp = pp, .ranks_per_node = rpn});
       check_grid(g, tp, dp, pp, rpn);
       ++grids;
     }
@@ -130,7 +240,7 @@ BOOST_AUTO_TEST_CASE(four_rank_nodes_at_eight) {
   const int n = world()->size();
   if (n % 4 != 0 || n == 4) return;
   for (auto [tp, dp, pp] : factorizations(n)) {
-    ProcessGrid g(world(), tp, dp, pp, 4);
+    ProcessGrid g(world(), {.tp = tp, .dp = dp, .pp = pp, .ranks_per_node = 4});
     check_grid(g, tp, dp, pp, 4);
   }
 }
@@ -138,7 +248,7 @@ BOOST_AUTO_TEST_CASE(four_rank_nodes_at_eight) {
 BOOST_AUTO_TEST_CASE(groups_of_a_counting_world_share_its_counters) {
   auto cc = std::make_shared<CountingCommunicator>(world());
   const int n = cc->size();
-  ProcessGrid g(cc, 1, n, 1, 1);
+  ProcessGrid g(cc, {.tp = 1, .dp = n, .pp = 1, .ranks_per_node = 1});
   BOOST_TEST(g.dp()->name() == "counting(mpi)");
   BOOST_TEST(g.inter_node()->name() == "counting(mpi)");
   cc->reset();
@@ -153,15 +263,22 @@ BOOST_AUTO_TEST_CASE(groups_of_a_counting_world_share_its_counters) {
 BOOST_AUTO_TEST_CASE(invalid_shapes_throw) {
   const int n = world()->size();
   const std::string ns = std::to_string(n);
-  test::check_error([&] { ProcessGrid(world(), 2, n, 1); },
+  test::check_error([&] { ProcessGrid(world(), {.tp = 2, .dp = n, .pp = 1}); },
                     {"tp (2)", "dp (" + ns + ")", "pp (1)", "world size " + ns});
-  test::check_error([&] { ProcessGrid(world(), n, 1, 3); }, {"tp (" + ns + ")", "pp (3)", "world size " + ns});
-  test::check_error([&] { ProcessGrid(world(), 0, n, 1); }, {"tp (0)", "world size"});
-  test::check_error([&] { ProcessGrid(world(), 1, n, 1, 3); }, {"ranks_per_node 3", "world size " + ns});
-  test::check_error([&] { ProcessGrid(world(), 1, n, 1, -1); }, {"ranks_per_node -1"});
-  test::check_error([&] { ProcessGrid(nullptr, 1, 1, 1); }, {"null"});
+  test::check_error([&] { ProcessGrid(world(), {.tp = n, .dp = 1, .pp = 3}); },
+                    {"tp (" + ns + ")", "pp (3)", "world size " + ns});
+  test::check_error([&] { ProcessGrid(world(), {.tp = 0, .dp = n, .pp = 1}); }, {"tp (0)", "world size"});
+  test::check_error([&] { ProcessGrid(world(), {.tp = 1, .dp = n, .pp = 1, .ranks_per_node = 3}); },
+                    {"ranks_per_node 3", "world size " + ns});
+  test::check_error([&] { ProcessGrid(world(), {.tp = 1, .dp = n, .pp = 1, .ranks_per_node = -1}); },
+                    {"ranks_per_node -1"});
+  test::check_error([&] { ProcessGrid(nullptr, {.tp = 1, .dp = 1, .pp = 1}); }, {"null"});
+  test::check_error([&] { ProcessGrid(world(), {.dp = n, .ep = 3}); }, {"ep (3)", "must divide dp (" + ns + ")"});
+  test::check_error([&] { ProcessGrid(world(), {.dp = n, .ep = 0}); }, {"ep (0)", "dp (" + ns + ")"});
+  test::check_error([&] { ProcessGrid(world(), {.tp = n, .dp = 1, .ep = 2}); }, {"ep (2)", "must divide dp (1)"});
+  test::check_error([&] { ProcessGrid(world(), {.dp = n, .hpz = 3}); }, {"hpz (3)", "must divide dp (" + ns + ")"});
   // Still in step afterwards.
-  ProcessGrid g(world(), 1, n, 1);
+  ProcessGrid g(world(), {.tp = 1, .dp = n, .pp = 1});
   BOOST_TEST(g.dp()->size() == n);
   BOOST_TEST(!g.str().empty());
 }

@@ -60,7 +60,8 @@ BOOST_AUTO_TEST_CASE(average_follows_its_closed_form_and_reads_back) {
   const std::string dir = test::shared_folder(own, *world);
   if (world->rank() == 0) std::filesystem::create_directories(dir + "/ckpt");
   world->barrier();
-  engine::Engine e(config(dir, world->size()), world);
+  const engine::TrainConfig c = config(dir, world->size());
+  engine::Engine e(c, engine::process_grid(c, world));
   rlhf::ActorEma ema(e, kBeta);
   engine::save_weights(dir + "/w0.h5", e, *world, DType::f32);
   for (int64_t s = 1; s <= 2; ++s) {

@@ -160,7 +160,7 @@ BOOST_AUTO_TEST_CASE(frozen_models_split_over_tensor_parallel_ranks) {
   BOOST_TEST_REQUIRE(world->size() % 2 == 0, "tensor parallelism over pairs needs an even rank count");
   test::TempDir own;
   const std::string dir = shared_inputs(own, *world);
-  const parallel::ProcessGrid grid(world, 2, world->size() / 2, 1);
+  const parallel::ProcessGrid grid(world, {.tp = 2, .dp = world->size() / 2});
   const auto numel = [](const nn::Module& m) {
     int64_t n = 0;
     for (const auto& [name, p] : m.named_parameters()) n += p.numel();

@@ -105,7 +105,7 @@ BOOST_AUTO_TEST_CASE(tp_by_dp_with_every_zero_stage_equals_one_process) {
   for (const Tensor& p : ref.params) scale = std::max(scale, ops::max_abs(p));
   for (int tp : {2, 4}) {
     if (world->size() % tp != 0) continue;
-    const parallel::ProcessGrid grid(world, tp, world->size() / tp, 1);
+    const parallel::ProcessGrid grid(world, {.tp = tp, .dp = world->size() / tp});
     for (int stage = 0; stage <= 3; ++stage)
       for (bool sp : {false, true}) {
         const Trajectory run = two_dimensional(grid, stage, sp);
@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(tp_by_dp_with_every_zero_stage_equals_one_process) {
 BOOST_AUTO_TEST_CASE(bf16_under_tensor_parallelism_follows_f32) {
   const parallel::CommunicatorPtr world = parallel::world();
   const Trajectory ref = single_process();
-  const parallel::ProcessGrid grid(world, 2, world->size() / 2, 1);
+  const parallel::ProcessGrid grid(world, {.tp = 2, .dp = world->size() / 2});
   for (bool sp : {false, true}) {
     const Trajectory run = two_dimensional(grid, 1, sp, DType::bf16);
     for (size_t i = 0; i < ref.losses.size(); ++i)
