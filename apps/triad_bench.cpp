@@ -4,6 +4,7 @@
 
 #include "bench/ckpt.h"
 #include "bench/collectives.h"
+#include "bench/generate.h"
 #include "bench/pipeline.h"
 #include "bench/rlhf.h"
 #include "bench/quantize.h"
@@ -14,7 +15,7 @@
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O, quantization and RLHF benchmarks"};
+    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O, quantization, RLHF and generation benchmarks"};
     app.require_subcommand(1);
     triad::bench::StepOptions step;
     triad::bench::add_step_command(app, step);
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
     triad::bench::add_quantize_command(app, quantize);
     triad::bench::RlhfBenchOptions rlhf;
     triad::bench::add_rlhf_command(app, rlhf);
+    triad::bench::GenerateOptions generate;
+    triad::bench::add_generate_command(app, generate);
     CLI11_PARSE(app, argc, argv);
     return status;
   });

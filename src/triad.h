@@ -14,6 +14,7 @@
 #include "nn/module.h"
 #include "nn/transformer.h"
 #include "optim/clip.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "tensor/ops.h"

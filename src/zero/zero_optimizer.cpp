@@ -35,6 +35,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
                              double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy,
                              parallel::CommunicatorPtr tp, PipelinePlacement pipeline, ZeroPlusPlusGroups zeropp)
     : config_(config),
+      scaler_(config.loss_scale),
       adamw_(adamw),
       dp_(std::move(dp)),
       tp_(std::move(tp)),
@@ -51,10 +52,6 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
   TRIAD_CHECK(config_.dtype == DType::f32 || config_.dtype == DType::bf16 || config_.dtype == DType::f16,
               "ZeRO stores parameters in f32, bf16 or f16, not " << dtype_name(config_.dtype));
-  scale_ = config_.loss_scale.dynamic ? config_.loss_scale.initial_scale
-           : config_.loss_scale.static_scale > 0 ? config_.loss_scale.static_scale
-                                                 : 1.0;
-  hysteresis_left_ = config_.loss_scale.hysteresis;
   check_zeropp();
   const int n = dp_->size(), r = dp_->rank();
   std::map<std::string, nn::TensorSplit> splits;
@@ -350,7 +347,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   sum_tied_gradients();
   // Average over ranks (what prescale() left of it) and undo the loss scale, in f32; then
   // the global norm.
-  const double unscale = config_.gradient_predivide_factor / (double(dp_->size()) * scale_);
+  const double unscale = config_.gradient_predivide_factor / (double(dp_->size()) * scaler_.scale());
   std::vector<Tensor> grads;
   for (Group& g : groups_) {
     const Tensor& stored = config_.stage == 0 ? g.flat->grad() : g.shard_grad;
@@ -361,7 +358,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   const double sq = squared_norm(grads);
   if (config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0) {
     const bool overflow = !std::isfinite(sq);
-    if (config_.loss_scale.dynamic) update_scale(overflow);
+    scaler_.update(overflow);
     if (overflow) {
       for (Group& g : groups_) ops::zero_(config_.stage <= 1 ? g.flat->grad() : g.shard_grad);
       return std::numeric_limits<double>::infinity();
@@ -439,12 +436,9 @@ void ZeroOptimizer::set_betas(double beta1, double beta2) {
 }
 
 void ZeroOptimizer::set_counters(const Counters& c) {
-  TRIAD_CHECK(c.steps >= 0 && c.scale > 0 && c.hysteresis_left >= 0 && c.clean_steps >= 0,
-              "ZeRO: invalid optimizer counters (steps " << c.steps << ", loss scale " << c.scale << ")");
+  TRIAD_CHECK(c.steps >= 0, "ZeRO: invalid optimizer counters (steps " << c.steps << ")");
+  scaler_.set_state({c.scale, c.hysteresis_left, c.clean_steps});
   steps_ = c.steps;
-  if (config_.loss_scale.dynamic) scale_ = c.scale;
-  hysteresis_left_ = c.hysteresis_left;
-  clean_steps_ = c.clean_steps;
 }
 
 Tensor ZeroOptimizer::param_view(Group& g) const {
@@ -508,20 +502,6 @@ double ZeroOptimizer::squared_norm(const std::vector<Tensor>& grads) {
     sq = total.item();
   }
   return sq;
-}
-
-void ZeroOptimizer::update_scale(bool overflow) {
-  const LossScaleConfig& c = config_.loss_scale;
-  if (overflow) {
-    clean_steps_ = 0;
-    if (hysteresis_left_ <= 1)
-      scale_ = std::max(scale_ / 2.0, c.min_scale);
-    else
-      --hysteresis_left_;
-  } else {
-    if (c.consecutive_hysteresis) hysteresis_left_ = c.hysteresis;
-    if (++clean_steps_ % c.window == 0) hysteresis_left_ = c.hysteresis, scale_ *= 2.0;
-  }
 }
 
 std::vector<std::pair<int64_t, bool>> ZeroOptimizer::group_sizes() const {

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "nn/module.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "zero/flat_group.h"
@@ -59,28 +60,13 @@
 
 namespace triad::zero {
 
-// Dynamic loss scaling (fp16), DeepSpeed's rule: the loss is multiplied by `scale` before
-// the backward; a step whose gradients hold an inf/NaN on any rank is skipped, and the
-// scale is divided by 2 once `hysteresis` such steps have been seen (never below
-// min_scale); after `window` clean steps it doubles and the hysteresis is full again
-// (with consecutive_hysteresis, after every clean step: only consecutive overflows count).
-struct LossScaleConfig {
-  bool dynamic = false;  // off: scale 1 (f32 and bf16), or static_scale
-  double static_scale = 0;  // > 0 (fp16.loss_scale): this scale throughout; overflowing steps are skipped
-  double initial_scale = 65536.0;
-  int64_t window = 1000;
-  int hysteresis = 2;
-  bool consecutive_hysteresis = false;
-  double min_scale = 1.0;
-};
-
 struct ZeroConfig {
   int stage = 0;  // 0, 1, 2 or 3
   // Storage of parameters and gradients: f32, or bf16/f16 (mixed precision: f32 master
   // weights and Adam moments in the optimizer's shard; what the compute reads is Note
   // [16-bit parameters] in autograd/functions.cpp).
   DType dtype = DType::f32;
-  LossScaleConfig loss_scale;
+  optim::LossScaleConfig loss_scale;  // fp16: optim/loss_scaler.h
   bool overlap_comm = true;  // start each group's reduction during the backward
   // Most elements one gradient reduction (all-reduce or reduce-scatter input) or one
   // parameter all-gather (output; stages 1 and 2) moves at once (zero/buckets.h). A bucket
@@ -207,7 +193,7 @@ class ZeroOptimizer {
   // Adam's betas from the next step on (a schedule's: DeepSpeed's OneCycle cycles beta1).
   void set_betas(double beta1, double beta2);
   // The factor the loss's gradient must be multiplied by before the backward.
-  double loss_scale() const { return scale_; }
+  double loss_scale() const { return scaler_.scale(); }
 
   ResidentBytes memory() const;
   // The flat groups' padded sizes and whether each is partitioned (stage 3), in order: what
@@ -238,7 +224,10 @@ class ZeroOptimizer {
     int hysteresis_left = 0;
     int64_t clean_steps = 0;
   };
-  Counters counters() const { return {steps_, scale_, hysteresis_left_, clean_steps_}; }
+  Counters counters() const {
+    const optim::LossScaler::State s = scaler_.state();
+    return {steps_, s.scale, s.hysteresis_left, s.clean_steps};
+  }
   void set_counters(const Counters& c);
   // Stage 3: gather every parameter (collective) so the whole model can be read, e.g. to
   // save it or to generate (Note [Hybrid engine] in engine/hybrid_engine.h); until
@@ -285,7 +274,6 @@ class ZeroOptimizer {
   void release_unit(size_t u);
   void release_group(Group& g);
   Tensor param_view(Group& g) const;  // the part of the parameters this rank updates
-  void update_scale(bool overflow);
   // Note [ZeRO under tensor parallelism]: sums partial gradients over tp, and returns the
   // squared norm of the step's gradients (grads: per group, what the step updates from).
   double squared_norm(const std::vector<Tensor>& grads);
@@ -296,6 +284,7 @@ class ZeroOptimizer {
   void drain(bool wait_all);
 
   ZeroConfig config_;
+  optim::LossScaler scaler_;
   optim::AdamWOptions adamw_;
   parallel::CommunicatorPtr dp_, tp_;
   PipelinePlacement pipeline_;
@@ -310,9 +299,6 @@ class ZeroOptimizer {
   bool last_micro_ = true;
   bool held_ = false;  // stage 3: gather_all() holds every unit gathered until release_all()
   int64_t steps_ = 0;
-  double scale_ = 1.0;  // loss scale (Note: LossScaleConfig)
-  int hysteresis_left_ = 0;
-  int64_t clean_steps_ = 0;  // steps since the last overflow
 };
 
 }  // namespace triad::zero

@@ -451,3 +451,34 @@ BOOST_AUTO_TEST_CASE(clip_grad_norm_leaves_small_gradients_alone) {
   Tensor c = param({1.0});
   BOOST_TEST(optim::clip_grad_norm({c}, 1.0) == 0.0);
 }
+
+// DeepSpeed's dynamic loss scale, step by step: hysteresis 2 halves on the second overflow
+// (and then on each, until clean steps refill it), a window of 3 clean steps doubles, never
+// below min_scale; consecutive_hysteresis refills after every clean step.
+BOOST_AUTO_TEST_CASE(loss_scaler_follows_deepspeeds_rule) {
+  optim::LossScaler s({.dynamic = true, .initial_scale = 64, .window = 3, .hysteresis = 2, .min_scale = 16});
+  const std::vector<std::pair<bool, double>> steps = {
+      {true, 64},  {true, 32},  {true, 16}, {true, 16},   // the first overflow uses up the hysteresis
+      {false, 16}, {false, 16}, {false, 32},            // three clean steps double and refill it
+      {true, 32},  {false, 32}, {true, 16}, {false, 16}};  // without consecutive_hysteresis both count
+  for (size_t i = 0; i < steps.size(); ++i) {
+    s.update(steps[i].first);
+    BOOST_TEST(s.scale() == steps[i].second, "step " << i);
+  }
+  optim::LossScaler c({.dynamic = true, .initial_scale = 64, .window = 100, .hysteresis = 2,
+                       .consecutive_hysteresis = true});
+  for (bool overflow : {true, false, true, false, true}) c.update(overflow);
+  BOOST_TEST(c.scale() == 64.0);  // no two overflows in a row
+  c.update(true);
+  BOOST_TEST(c.scale() == 32.0);
+
+  optim::LossScaler fixed({.static_scale = 1024});
+  fixed.update(true);
+  fixed.set_state({.scale = 8, .hysteresis_left = 1, .clean_steps = 4});
+  BOOST_TEST(fixed.scale() == 1024.0);  // a static scale stays
+  BOOST_TEST(optim::LossScaler().scale() == 1.0);
+  s.set_state({.scale = 4096, .hysteresis_left = 1, .clean_steps = 2});
+  s.update(false);
+  BOOST_TEST(s.scale() == 8192.0);  // the restored counters: the third clean step doubles
+  test::check_error([&] { s.set_state({.scale = 0}); }, {"loss scaler", "scale 0"});
+}

@@ -1,0 +1,120 @@
+#include "bench/generate.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "bench/workers.h"
+#include "common/report.h"
+#include "config/config.h"
+#include "cuda/runtime.h"
+#include "engine/engine.h"
+#include "engine/hybrid_engine.h"
+#include "parallel/self_communicator.h"
+#include "triad.h"
+
+namespace triad::bench {
+
+namespace {
+
+constexpr double kGpuTarget = 50000.0;  // generated tokens/s at batch 32 on a GPU
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, GenerateOptions& o) {
+  CLI::App* cmd = app.add_subcommand("generate", "batched generation (RLHF's sampling loop): generated tokens/s");
+  cmd->add_option("--model", o.model, "preset: tiny, gpt2-124m, ...")->capture_default_str();
+  cmd->add_option("--config", o.config, "a triad-train config whose model to use");
+  cmd->add_option("--set", o.overrides, "override a key of the preset or --config: dotted.key=value (repeatable)");
+  cmd->add_option("--batch", o.batch, "prompts generated together")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt", o.prompt, "tokens per prompt")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--answer", o.answer, "tokens generated per prompt")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o.top_k, "top-k (0: no limit)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o.top_p, "top-p (1: no limit)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--device", o.device, "cpu, cuda (this process's GPU) or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "f32, or bf16; default f32 on the cpu, bf16 on a GPU")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--runs", o.runs, "timed generate calls")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o.warmup, "untimed calls first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->callback([&o] { run_generate_bench(o); });
+}
+
+int run_generate_bench(const GenerateOptions& o) {
+  const int threads = app::set_threads(o.threads);
+  nlohmann::json json = o.config.empty() ? preset_config_json(o.model) : engine::load_config_file(o.config);
+  for (const std::string& s : o.overrides) engine::apply_override(json, s);
+  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps",
+                          "zero_optimization", "output_dir", "checkpoint", "data", "bf16", "fp16"})
+    json.erase(key);
+  const Device device = engine::training_device(o.device);
+  const DType dtype = o.dtype.empty() ? (device.is_cuda() ? DType::bf16 : DType::f32) : dtype_from_name(o.dtype);
+  json["train_batch_size"] = 1;
+  json["steps"] = 1;
+  json["device"] = o.device;
+  if (dtype == DType::bf16) json["bf16"] = {{"enabled", true}};
+  const engine::TrainConfig train = engine::parse_config(json);
+  TRIAD_CHECK(o.prompt + o.answer <= train.model.seq_len, "--prompt " << o.prompt << " + --answer " << o.answer
+                                                                        << " exceed the model's seq_len "
+                                                                        << train.model.seq_len);
+  engine::Engine engine(train, engine::process_grid(train, std::make_shared<parallel::SelfCommunicator>()));
+
+  const Tensor ids = random_token_ids(o.batch, o.prompt, train.model.vocab_size, 11);
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(o.batch));
+  for (int64_t b = 0; b < o.batch; ++b)
+    for (int64_t t = 0; t < o.prompt; ++t) prompts[size_t(b)].push_back(int32_t(ids.data<int64_t>()[b * o.prompt + t]));
+  const engine::SamplingOptions sampling{.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p,
+                                         .max_new_tokens = o.answer, .seed = 5};
+
+  const std::string device_name = device.is_cuda() ? cuda::device_properties(device.index).name : "cpu";
+  double n_params = 0;
+  for (const Tensor& p : engine.model().parameters()) n_params += double(p.numel());
+  std::printf("triad-bench generate: %.2fM parameters, %lld prompts of %lld tokens + %lld, %s on %s (%s), %d threads\n",
+              n_params / 1e6, (long long)o.batch, (long long)o.prompt, (long long)o.answer, dtype_name(dtype),
+              device.str().c_str(), device_name.c_str(), threads);
+  std::printf("%5s %10s %12s %10s\n", "run", "ms", "tokens/s", "ms/step");
+  std::vector<double> ms, tps, step_ms;
+  for (int r = 0; r < o.warmup + o.runs; ++r) {
+    if (device.is_cuda()) cuda::synchronize(device.index);
+    const auto start = std::chrono::steady_clock::now();
+    const engine::BatchGeneration g = engine::generate_batch(engine, prompts, sampling, 0, 0);
+    if (device.is_cuda()) cuda::synchronize(device.index);
+    const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const int64_t steps = g.logprobs.size(1);
+    TRIAD_CHECK(steps == o.answer, "generation stopped after " << steps << " of " << o.answer << " steps");
+    const double tokens = double(o.batch * steps);
+    if (r < o.warmup) continue;
+    ms.push_back(t);
+    tps.push_back(tokens / (t / 1e3));
+    step_ms.push_back(t / double(steps));
+    std::printf("%5d %10.2f %12.0f %10.3f\n", r - o.warmup, t, tps.back(), step_ms.back());
+  }
+  const double med_tps = app::median(tps);
+  std::printf("median: %.2f ms per call, %.0f generated tokens/s, %.3f ms per step", app::median(ms), med_tps,
+              app::median(step_ms));
+  if (device.is_cuda()) std::printf(" (target %.0f: %s)", kGpuTarget, med_tps >= kGpuTarget ? "met" : "not met");
+  std::printf("\n");
+  app::print_json_line({{"bench", "generate"},
+                        {"device", device.str()},
+                        {"device_name", device_name},
+                        {"dtype", dtype_name(dtype)},
+                        {"parameters", n_params},
+                        {"batch", o.batch},
+                        {"prompt", o.prompt},
+                        {"answer", o.answer},
+                        {"temperature", o.temperature},
+                        {"top_k", o.top_k},
+                        {"top_p", o.top_p},
+                        {"runs", o.runs},
+                        {"threads", threads},
+                        {"call_ms_median", app::median(ms)},
+                        {"step_ms_median", app::median(step_ms)},
+                        {"tokens_per_s_median", med_tps},
+                        {"target_tokens_per_s", device.is_cuda() ? nlohmann::json(kGpuTarget) : nlohmann::json()},
+                        {"target_met", device.is_cuda() ? nlohmann::json(med_tps >= kGpuTarget) : nlohmann::json()}});
+  return 0;
+}
+
+}  // namespace triad::bench
