@@ -100,6 +100,7 @@ while read -r test ranks; do
 done <"$kit/tests/gpu-tests.txt"
 
 step bench_step_cuda 240 gpu triad-bench step --device cuda
+step bench_generate_cuda 120 gpu triad-bench generate --device cuda --runs 5
 step bench_cublaslt 180 gpu bench-cublaslt
 step bench_attention 180 gpu bench-attention
 step train_curves 300 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/curves" --steps 50
