@@ -281,8 +281,8 @@ int run_parent(const ZeroOptions& o) {
   if (zeropp) {
     // The kernels ZeRO++ runs around its collectives, at the config's block sizes: the
     // int8 rows matter at the weights' block, the int4 rows at the gradients'.
-    for (const auto& [what, block] : {std::pair<std::string, int64_t>{"weights", c0.zero.zeropp_quantization_block},
-                                      {"gradients", c0.zero.zeropp_gradient_quantization_block}}) {
+    for (const auto& [what, block] : {std::pair<std::string, int64_t>{"weights", c0.zero.weight_quantization_block},
+                                      {"gradients", c0.zero.gradient_quantization_block}}) {
       QuantizeOptions q;
       q.block = block;
       std::printf("quantization kernels, the %s' blocks of %lld, against this machine's memory bandwidth:\n",

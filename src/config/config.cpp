@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <limits>
 
@@ -178,17 +179,17 @@ bool is_off(const nlohmann::json& value, const nlohmann::json& off) {
 }
 
 // ZeRO++ needs stage 3, and hpZ groups that tile the data-parallel ranks.
-void check_zeropp(const ZeroOptimizationConfig& z, int64_t data_parallel) {
-  if (!z.zero_quantized_weights && !z.zero_quantized_gradients && z.zero_hpz_partition_size == 1) return;
+void check_zeropp(const zero::ZeroConfig& z, int64_t data_parallel) {
+  if (!z.quantized_weights && !z.quantized_gradients && z.hpz_partition_size == 1) return;
   TRIAD_CHECK(z.stage == 3, "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
                             "zero_quantized_gradients) runs at stage 3, not stage "
                                 << z.stage);
-  TRIAD_CHECK(data_parallel % z.zero_hpz_partition_size == 0,
-              "[config] zero_optimization.zero_hpz_partition_size " << z.zero_hpz_partition_size << " must divide the "
+  TRIAD_CHECK(data_parallel % z.hpz_partition_size == 0,
+              "[config] zero_optimization.zero_hpz_partition_size " << z.hpz_partition_size << " must divide the "
                                                                     << data_parallel << " data-parallel ranks");
 }
 
-void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string>& notices) {
+void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& notices) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
   for (const auto& [key, why] : kZeroKeysWithoutEffect)
     if (r.has(key)) {
@@ -210,13 +211,13 @@ void parse_zero(JsonReader r, ZeroOptimizationConfig& z, std::vector<std::string
   z.stage3_param_persistence_threshold =
       r.integer("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0, kMaxInt);
   z.stage3_prefetch_bucket_size = r.integer("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 0, kMaxInt);
-  z.zero_quantized_weights = r.boolean("zero_quantized_weights", z.zero_quantized_weights);
-  z.zero_hpz_partition_size = int(r.integer("zero_hpz_partition_size", z.zero_hpz_partition_size, 1, kMaxInt));
-  z.zero_quantized_gradients = r.boolean("zero_quantized_gradients", z.zero_quantized_gradients);
-  z.zeropp_quantization_block = r.integer("zeropp_quantization_block", z.zeropp_quantization_block, 1, kMaxInt);
-  z.zeropp_gradient_quantization_block =
-      r.integer("zeropp_gradient_quantization_block", z.zeropp_gradient_quantization_block, 2, kMaxInt);
-  if (z.zeropp_gradient_quantization_block % 2 != 0)
+  z.quantized_weights = r.boolean("zero_quantized_weights", z.quantized_weights);
+  z.hpz_partition_size = int(r.integer("zero_hpz_partition_size", z.hpz_partition_size, 1, kMaxInt));
+  z.quantized_gradients = r.boolean("zero_quantized_gradients", z.quantized_gradients);
+  z.weight_quantization_block = r.integer("zeropp_quantization_block", z.weight_quantization_block, 1, kMaxInt);
+  z.gradient_quantization_block =
+      r.integer("zeropp_gradient_quantization_block", z.gradient_quantization_block, 2, kMaxInt);
+  if (z.gradient_quantization_block % 2 != 0)
     r.fail("zeropp_gradient_quantization_block", "an even number of elements (int4 packs two per byte)");
   r.finish();
 }
@@ -586,6 +587,16 @@ TrainConfig parse_config(const nlohmann::json& json, int64_t ranks) { return par
 
 TrainConfig parse_config(const nlohmann::json& json, int64_t ranks, const nn::LayerList& layers) {
   return parse(json, ranks, &layers);
+}
+
+optim::LossScaleConfig PrecisionConfig::loss_scale() const {
+  return {.dynamic = dtype == DType::f16 && static_loss_scale == 0,
+          .static_scale = static_loss_scale,
+          .initial_scale = std::ldexp(1.0, initial_scale_power),
+          .window = loss_scale_window,
+          .hysteresis = hysteresis,
+          .consecutive_hysteresis = consecutive_hysteresis,
+          .min_scale = min_loss_scale};
 }
 
 }  // namespace triad::engine

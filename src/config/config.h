@@ -51,6 +51,7 @@
 #include "nn/layer_list.h"
 #include "nn/llama.h"
 #include "tensor/ops.h"
+#include "zero/zero_config.h"
 #include "estimate/perf_model.h"
 
 namespace triad::engine {
@@ -88,27 +89,6 @@ struct SchedulerConfig {
   bool lr_range_test_staircase = false;
 };
 
-struct ZeroOptimizationConfig {
-  int stage = 0;                              // 0, 1, 2 or 3
-  bool overlap_comm = true;                   // reduce each gradient group while the backward goes on
-  int64_t reduce_bucket_size = 500000000;     // most elements in one gradient reduction
-  int64_t allgather_bucket_size = 500000000;  // stages 1, 2: most elements in one parameter gather
-  // Gradients always live in one flat buffer per group (DeepSpeed's contiguous_gradients);
-  // the key is accepted with its default true, and false is an error.
-  int64_t stage3_param_persistence_threshold = 100000;  // stage 3: smaller parameters stay whole
-  int64_t stage3_prefetch_bucket_size = 50000000;       // stage 3: elements gathered ahead
-  // ZeRO++ at stage 3 (Note [ZeRO++] in zero/zero_optimizer.h), DeepSpeed's keys: int8
-  // forward gathers, a secondary partition over this many dp ranks for the backward's
-  // gathers (1: none), int4 two-hop gradient reduction. triad's keys set the elements per
-  // quantization block: zeropp_quantization_block of the int8 weights (DeepSpeed's 4096),
-  // zeropp_gradient_quantization_block of the int4 gradients (256: Note [ZeRO++]).
-  bool zero_quantized_weights = false;
-  int zero_hpz_partition_size = 1;
-  bool zero_quantized_gradients = false;
-  int64_t zeropp_quantization_block = kQuantBlock;
-  int64_t zeropp_gradient_quantization_block = kGradientQuantBlock;
-};
-
 // Mixed precision (DeepSpeed's "bf16" and "fp16" sections): parameters and gradients stored
 // in 16 bits, f32 master weights and moments in the optimizer; compute in f32 on the CPU,
 // and bf16 products on tensor cores on a GPU (Note [16-bit parameters]).
@@ -120,6 +100,9 @@ struct PrecisionConfig {
   bool consecutive_hysteresis = false;  // refill the hysteresis after every clean step
   double min_loss_scale = 1.0;
   double static_loss_scale = 0;  // fp16.loss_scale > 0: a static scale (0: dynamic)
+
+  // The loss scale these settings ask for (dynamic in fp16 unless static; 1 otherwise).
+  optim::LossScaleConfig loss_scale() const;
 };
 
 // Checkpoints (checkpoint/checkpoint_dir.h): dir/step-<N>.h5 every `every` steps and at the end,
@@ -166,7 +149,14 @@ struct TrainConfig {
   int64_t steps = 0;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
-  ZeroOptimizationConfig zero;
+  // The zero_optimization section, as ZeRO takes it. DeepSpeed's ZeRO++ keys
+  // zero_quantized_weights, zero_hpz_partition_size and zero_quantized_gradients, and
+  // triad's zeropp_quantization_block and zeropp_gradient_quantization_block, fill
+  // quantized_weights, hpz_partition_size, quantized_gradients and the two blocks;
+  // contiguous_gradients is accepted at its default, true. Its dtype, loss_scale,
+  // gradient_predivide_factor and defer_reduction are not read from the section: the Engine
+  // sets them from precision, the gradient keys below and the pipeline (Engine::zero_config).
+  zero::ZeroConfig zero;
   PrecisionConfig precision;
   double gradient_clipping = 0.0;  // 0: off
   // DeepSpeed's: gradients divided by the data-parallel ranks before they are reduced

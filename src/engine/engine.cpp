@@ -128,7 +128,7 @@ GridPtr process_grid(const TrainConfig& c, parallel::CommunicatorPtr world) {
       std::move(world), parallel::GridLayout{.tp = c.tensor_parallel,
                                              .dp = int(c.data_parallel),
                                              .pp = c.pipeline.stages,
-                                             .hpz = c.zero.zero_hpz_partition_size,
+                                             .hpz = c.zero.hpz_partition_size,
                                              .ranks_per_node = int(std::min<int64_t>(per_node, n))});
 }
 
@@ -164,10 +164,10 @@ void Engine::join_groups() {
   TRIAD_CHECK(tp_->size() == config_.tensor_parallel,
               "Engine: the tensor-parallel group has " << tp_->size() << " ranks but model.tensor_parallel is "
                                                        << config_.tensor_parallel);
-  TRIAD_CHECK(grid_->hpz_size() == config_.zero.zero_hpz_partition_size,
+  TRIAD_CHECK(grid_->hpz_size() == config_.zero.hpz_partition_size,
               "Engine: the grid's hpZ partitions have " << grid_->hpz_size() << " ranks but "
                                                         << "zero_optimization.zero_hpz_partition_size is "
-                                                        << config_.zero.zero_hpz_partition_size
+                                                        << config_.zero.hpz_partition_size
                                                         << " (engine::process_grid lays a config's grid out)");
   // Each axis talks over NCCL where its ranks have a GPU each (distributed_backend auto or
   // nccl), else over MPI (device tensors staged through host memory).
@@ -220,6 +220,15 @@ void Engine::seed_generators() {
   tensor_parallel_generator().manual_seed(tensor_parallel_seed(config_.seed, dp_->rank(), tp_->rank(), 0));
 }
 
+zero::ZeroConfig Engine::zero_config() const {
+  zero::ZeroConfig z = config_.zero;
+  z.dtype = config_.precision.dtype;
+  z.loss_scale = config_.precision.loss_scale();
+  z.gradient_predivide_factor = config_.prescale_gradients ? double(dp_->size()) : config_.gradient_predivide_factor;
+  z.defer_reduction = pipe_ != nullptr;
+  return z;
+}
+
 void Engine::make_optimizer() {
   const OptimizerConfig& o = config_.optimizer;
   if (o.type == "AdamW") {
@@ -235,30 +244,7 @@ void Engine::make_optimizer() {
     const zero::ZeroPlusPlusGroups zeropp = zeropp_groups(nodes);
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_,
-        zero::ZeroConfig{.stage = config_.zero.stage,
-                         .dtype = config_.precision.dtype,
-                         .loss_scale = {.dynamic = config_.precision.dtype == DType::f16 &&
-                                                   config_.precision.static_loss_scale == 0,
-                                        .static_scale = config_.precision.static_loss_scale,
-                                        .initial_scale = std::ldexp(1.0, config_.precision.initial_scale_power),
-                                        .window = config_.precision.loss_scale_window,
-                                        .hysteresis = config_.precision.hysteresis,
-                                        .consecutive_hysteresis = config_.precision.consecutive_hysteresis,
-                                        .min_scale = config_.precision.min_loss_scale},
-                         .overlap_comm = config_.zero.overlap_comm,
-                         .reduce_bucket_size = config_.zero.reduce_bucket_size,
-                         .allgather_bucket_size = config_.zero.allgather_bucket_size,
-                         .stage3_param_persistence_threshold = config_.zero.stage3_param_persistence_threshold,
-                         .stage3_prefetch_bucket_size = config_.zero.stage3_prefetch_bucket_size,
-                         .gradient_predivide_factor = config_.prescale_gradients
-                                                          ? double(dp_->size())
-                                                          : config_.gradient_predivide_factor,
-                         .defer_reduction = pipe_ != nullptr,
-                         .quantized_weights = config_.zero.zero_quantized_weights,
-                         .hpz_partition_size = config_.zero.zero_hpz_partition_size,
-                         .quantized_gradients = config_.zero.zero_quantized_gradients,
-                         .weight_quantization_block = config_.zero.zeropp_quantization_block,
-                         .gradient_quantization_block = config_.zero.zeropp_gradient_quantization_block},
+        zero_config(),
         optim::AdamWOptions{.lr = o.lr,
                             .beta1 = o.beta1,
                             .beta2 = o.beta2,
@@ -276,9 +262,9 @@ void Engine::make_optimizer() {
 }
 
 zero::ZeroPlusPlusGroups Engine::zeropp_groups(const std::vector<int>& nodes) {
-  const ZeroOptimizationConfig& z = config_.zero;
+  const zero::ZeroConfig& z = config_.zero;
   zero::ZeroPlusPlusGroups g;
-  if (!z.zero_quantized_weights && !z.zero_quantized_gradients && z.zero_hpz_partition_size == 1) return g;
+  if (!z.quantized_weights && !z.quantized_gradients && z.hpz_partition_size == 1) return g;
   TRIAD_CHECK(device_.is_cpu(), "[config] zero_optimization: ZeRO++ runs on the CPU in this build (its GPU path has "
                                 "not been checked on a GPU yet); train on device \"cpu\" or turn ZeRO++ off");
   const int d = grid_->dp_rank(), h = grid_->hpz_size();

@@ -241,6 +241,9 @@ class Engine {
   // The dropout generators' seeds (dropout_seed, tensor_parallel_seed) at step 0.
   void seed_generators();
   // AdamW through ZeRO, or SGD in one process.
+  // The config's zero_optimization section with what precision, the gradient keys and the
+  // pipeline decide.
+  zero::ZeroConfig zero_config() const;
   void make_optimizer();
   // ZeRO's units beyond the default (modules of type Block): the stage's named layers and
   // tied modules.

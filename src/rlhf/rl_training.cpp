@@ -134,7 +134,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   // The critic's own zero_optimization or cluster sections may lay out other hpZ partitions
   // or nodes: then it trains on a grid of its own.
   const engine::TrainConfig& cc = sc.critic.train;
-  const bool same_grid = cc.zero.zero_hpz_partition_size == c.zero.zero_hpz_partition_size &&
+  const bool same_grid = cc.zero.hpz_partition_size == c.zero.hpz_partition_size &&
                          cc.emulated_ranks_per_node == c.emulated_ranks_per_node;
   std::unique_ptr<engine::Engine> critic =
       ppo ? value_engine(sc.critic, same_grid ? layout.grid : engine::process_grid(cc, comm)) : nullptr;

@@ -42,16 +42,8 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       pipeline_(std::move(pipeline)),
       zeropp_(std::move(zeropp)),
       units_(make_units(model, policy)) {
-  TRIAD_CHECK(config_.stage >= 0 && config_.stage <= 3,
-              "[config] zero_optimization.stage must be 0, 1, 2 or 3, got " << config_.stage);
-  TRIAD_CHECK(config_.reduce_bucket_size > 0 && config_.allgather_bucket_size > 0,
-              "[config] zero_optimization bucket sizes must be positive, got reduce_bucket_size "
-                  << config_.reduce_bucket_size << " and allgather_bucket_size " << config_.allgather_bucket_size);
-  TRIAD_CHECK(config_.gradient_predivide_factor > 0,
-              "[config] gradient_predivide_factor must be > 0, got " << config_.gradient_predivide_factor);
+  config_.validate();
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
-  TRIAD_CHECK(config_.dtype == DType::f32 || config_.dtype == DType::bf16 || config_.dtype == DType::f16,
-              "ZeRO stores parameters in f32, bf16 or f16, not " << dtype_name(config_.dtype));
   check_zeropp();
   const int n = dp_->size(), r = dp_->rank();
   std::map<std::string, nn::TensorSplit> splits;

@@ -51,53 +51,14 @@
 #include <vector>
 
 #include "nn/module.h"
-#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "zero/flat_group.h"
 #include "zero/quantized_collectives.h"
 #include "zero/units.h"
+#include "zero/zero_config.h"
 
 namespace triad::zero {
-
-struct ZeroConfig {
-  int stage = 0;  // 0, 1, 2 or 3
-  // Storage of parameters and gradients: f32, or bf16/f16 (mixed precision: f32 master
-  // weights and Adam moments in the optimizer's shard; what the compute reads is Note
-  // [16-bit parameters] in autograd/functions.cpp).
-  DType dtype = DType::f32;
-  optim::LossScaleConfig loss_scale;  // fp16: optim/loss_scaler.h
-  bool overlap_comm = true;  // start each group's reduction during the backward
-  // Most elements one gradient reduction (all-reduce or reduce-scatter input) or one
-  // parameter all-gather (output; stages 1 and 2) moves at once (zero/buckets.h). A bucket
-  // never spans groups: a smaller group is reduced on its own.
-  int64_t reduce_bucket_size = 500000000;
-  int64_t allgather_bucket_size = 500000000;
-  // Stage 3 keeps parameters of at most this many elements whole on every rank (as stage 2
-  // does; DeepSpeed's rule): gathering them each time costs more latency than they save.
-  int64_t stage3_param_persistence_threshold = 100000;
-  // Stage 3: elements of the units ahead whose gathering starts early (the next unit
-  // always; then further units while the total stays within this).
-  int64_t stage3_prefetch_bucket_size = 50000000;
-  // Gradients are multiplied by 1/gradient_predivide_factor before they are reduced, and
-  // the sum by gradient_predivide_factor/ranks after (DeepSpeed's gradient_predivide_factor;
-  // its prescale_gradients is a factor of ranks): the mean is the same, the partial sums
-  // smaller, which keeps 16-bit sums over many ranks from overflowing.
-  double gradient_predivide_factor = 1.0;
-  // Reduce each group's gradient once per step, in step(), instead of as the backward
-  // completes it (Note [ZeRO in a pipeline stage]).
-  bool defer_reduction = false;
-  // ZeRO++ at stage 3 (Note [ZeRO++]): qwZ, the forward gathers in int8; hpZ, with more
-  // than one rank, the backward gathers over groups of this many dp ranks; qgZ, gradients
-  // reduced by two int4 all-to-alls. Blocks of weight_quantization_block elements in qwZ's
-  // gathers and of gradient_quantization_block in qgZ's all-to-alls (int4 needs the smaller
-  // blocks: Note [ZeRO++]).
-  bool quantized_weights = false;
-  int hpz_partition_size = 1;
-  bool quantized_gradients = false;
-  int64_t weight_quantization_block = kQuantBlock;
-  int64_t gradient_quantization_block = kGradientQuantBlock;
-};
 
 // Note [ZeRO++] (arXiv 2306.10209): three changes to stage 3's traffic, each on its own key.
 //   qwZ  each forward all-gather moves every rank's shard as int8 blocks and their f32
