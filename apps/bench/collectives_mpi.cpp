@@ -24,7 +24,7 @@ class MpiBackend final : public Backend {
  public:
   MpiBackend(std::shared_ptr<parallel::MpiCommunicator> comm, DType dtype, bool blocking)
       : comm_(std::move(comm)),
-        mpi_comm_(*static_cast<const MPI_Comm*>(comm_->native_handle())),
+        mpi_comm_(*static_cast<const MPI_Comm*>(comm_->mpi_handle())),
         type_(parallel::detail::mpi_type(dtype)),
         sum_(parallel::detail::mpi_op(parallel::ReduceOp::sum, dtype)),  // the communicator's own
         blocking_(blocking) {}

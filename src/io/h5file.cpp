@@ -19,11 +19,9 @@
 #include <utility>
 
 #include "io/token_file.h"
-#include "parallel/counting_communicator.h"
+#include "parallel/communicator.h"
 #include "parallel/mpi_check.h"
-#include "parallel/mpi_communicator.h"
 #include "parallel/runtime.h"
-#include "parallel/self_communicator.h"
 
 namespace triad::io {
 
@@ -206,12 +204,8 @@ class Digest {
 
 // The MPI communicator behind a Communicator; MPI_COMM_NULL for a single process's.
 MPI_Comm mpi_comm_of(const parallel::Communicator& comm) {
-  if (auto* mpi = dynamic_cast<const parallel::MpiCommunicator*>(&comm))
-    return *static_cast<const MPI_Comm*>(mpi->native_handle());
-  if (auto* counting = dynamic_cast<const parallel::CountingCommunicator*>(&comm))
-    return mpi_comm_of(*counting->inner());
-  if (dynamic_cast<const parallel::SelfCommunicator*>(&comm)) return MPI_COMM_NULL;
-  TRIAD_CHECK(false, "H5File: parallel HDF5 needs an MPI communicator, got '" << comm.name() << "'");
+  if (const void* handle = comm.mpi_handle()) return *static_cast<const MPI_Comm*>(handle);
+  TRIAD_CHECK(comm.size() == 1, "H5File: parallel HDF5 needs an MPI communicator, got '" << comm.name() << "'");
   return MPI_COMM_NULL;
 }
 

@@ -38,6 +38,11 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // "mpi", "counting(mpi)", ...
+  // The MPI_Comm this communicator's collectives run over, as an opaque pointer to it, for
+  // code behind .cpp walls that needs MPI itself (parallel HDF5:
+  // `*static_cast<const MPI_Comm*>(comm.mpi_handle())`); null when it runs over none (one
+  // process, NCCL). A wrapper answers for what it wraps.
+  virtual const void* mpi_handle() const { return nullptr; }
 
   // Ranks with the same color form a new communicator, ordered by key (then by rank).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;

@@ -72,6 +72,7 @@ class CountingCommunicator : public Communicator {
   nlohmann::json to_json() const;
   const std::vector<int>& nodes() const { return nodes_; }
 
+  const void* mpi_handle() const override { return inner_->mpi_handle(); }
   const CommunicatorPtr& inner() const { return inner_; }
 
   int rank() const override { return inner_->rank(); }

@@ -353,7 +353,7 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::wrap_world() {
 
 int MpiCommunicator::rank() const { return impl_->rank; }
 int MpiCommunicator::size() const { return impl_->size; }
-const void* MpiCommunicator::native_handle() const { return &impl_->comm; }
+const void* MpiCommunicator::mpi_handle() const { return &impl_->comm; }
 
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   impl_->checks->split(color);

@@ -108,9 +108,7 @@ class MpiCommunicator : public Communicator {
   WorkPtr send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src, int recv_tag) override;
   void barrier() override;
 
-  // The MPI_Comm, as an opaque pointer to it (for code behind .cpp walls that needs MPI:
-  // `*static_cast<const MPI_Comm*>(comm.native_handle())`).
-  const void* native_handle() const;
+  const void* mpi_handle() const override;
 
  private:
   std::unique_ptr<Impl> impl_;
