@@ -44,15 +44,11 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
 
 int run_generate_bench(const GenerateOptions& o) {
   const int threads = app::set_threads(o.threads);
-  nlohmann::json json = o.config.empty() ? preset_config_json(o.model) : engine::load_config_file(o.config);
-  for (const std::string& s : o.overrides) engine::apply_override(json, s);
-  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps",
-                          "zero_optimization", "output_dir", "checkpoint", "data", "bf16", "fp16"})
-    json.erase(key);
+  nlohmann::json json = model_config_json(o.model, o.config, o.overrides);
+  json.erase("bf16");
+  json.erase("fp16");
   const Device device = engine::training_device(o.device);
   const DType dtype = o.dtype.empty() ? (device.is_cuda() ? DType::bf16 : DType::f32) : dtype_from_name(o.dtype);
-  json["train_batch_size"] = 1;
-  json["steps"] = 1;
   json["device"] = o.device;
   if (dtype == DType::bf16) json["bf16"] = {{"enabled", true}};
   const engine::TrainConfig train = engine::parse_config(json);

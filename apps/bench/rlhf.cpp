@@ -27,21 +27,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The actor's training config: --config or the preset, with the overrides.
-nlohmann::json model_json(const RlhfBenchOptions& o) {
-  nlohmann::json json = o.config.empty() ? preset_config_json(o.model) : engine::load_config_file(o.config);
-  for (const std::string& s : o.overrides) engine::apply_override(json, s);
-  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps",
-                          "scheduler", "zero_optimization", "output_dir", "checkpoint", "data"})
-    json.erase(key);
-  json["train_batch_size"] = 1;
-  json["steps"] = 1;  // each run sets its own
-  return json;
-}
-
 // The PPO config of one (ranks, stage) run over the inputs in `work`.
 nlohmann::json ppo_json(const RlhfBenchOptions& o, int ranks, int stage) {
-  nlohmann::json j = model_json(o);
+  nlohmann::json j = model_config_json(o.model, o.config, o.overrides);
   j["data"] = {{"path", o.work + "/pairs.jsonl"},
                {"tokenizer", o.work + "/tokenizer.json"},
                {"data_split", "0,0,1"},
@@ -75,7 +63,7 @@ void write_inputs(const RlhfBenchOptions& o) {
     pairs << nlohmann::json{{"prompt", prompt}, {"chosen", " yes"}, {"rejected", " no"}}.dump() << "\n";
   }
   TRIAD_CHECK(pairs.good(), "triad-bench rlhf: cannot write " << o.work << "/pairs.jsonl");
-  const nlohmann::json model = model_json(o);
+  const nlohmann::json model = model_config_json(o.model, o.config, o.overrides);
   const engine::TrainConfig c = engine::parse_config(model);
   require_gpt2(c, o.config);
   TRIAD_CHECK(c.model.vocab_size >= io::Tokenizer::kMinVocabSize,

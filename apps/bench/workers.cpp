@@ -234,6 +234,18 @@ nlohmann::json preset_config_json(const std::string& preset) {
           {"device", "cpu"}};
 }
 
+nlohmann::json model_config_json(const std::string& preset, const std::string& config,
+                                 const std::vector<std::string>& overrides) {
+  nlohmann::json json = config.empty() ? preset_config_json(preset) : engine::load_config_file(config);
+  for (const std::string& s : overrides) engine::apply_override(json, s);
+  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps",
+                          "scheduler", "zero_optimization", "output_dir", "checkpoint", "data"})
+    json.erase(key);
+  json["train_batch_size"] = 1;
+  json["steps"] = 1;
+  return json;
+}
+
 void require_gpt2(const engine::TrainConfig& config, const std::string& path) {
   TRIAD_CHECK(config.arch == "gpt2", "--config '" << path << "': model.arch is \"" << config.arch
                                                   << "\", and triad-bench times arch gpt2 models only");

@@ -49,6 +49,12 @@ Tensor random_token_ids(int64_t rows, int64_t cols, int64_t vocab, uint64_t seed
 // triad-train config without batch, steps or zero keys: AdamW (lr 3e-4, betas 0.9/0.95,
 // weight decay 0.1), clipping 1.0, on the CPU.
 nlohmann::json preset_config_json(const std::string& preset);
+// The model (and optimizer, clipping) of `config` (a triad-train config file) or, when
+// empty, of `preset`, with `overrides` (dotted.key=value) applied and a training run's own
+// keys (batch sizes, steps, scheduler, ZeRO, outputs, checkpoints, data) replaced by one
+// step of batch 1: what a benchmark builds its model from before setting its own run.
+nlohmann::json model_config_json(const std::string& preset, const std::string& config,
+                                 const std::vector<std::string>& overrides);
 // The benchmarks time GPTs (their FLOP counts and parameter layouts are the GPT's): Error
 // naming `path` for a config of another model.arch.
 void require_gpt2(const engine::TrainConfig& config, const std::string& path);

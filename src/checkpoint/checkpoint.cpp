@@ -431,9 +431,9 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
     write_scalars(file, sums,
                   {{"/state/step", scalar_i64(engine.global_step())},
                    {"/state/optimizer_steps", scalar_i64(counters.steps)},
-                   {"/state/loss_scale", scalar_f64(counters.scale)},
-                   {"/state/loss_scale_hysteresis", scalar_i64(counters.hysteresis_left)},
-                   {"/state/loss_scale_clean_steps", scalar_i64(counters.clean_steps)}},
+                   {"/state/loss_scale", scalar_f64(counters.loss_scale.scale)},
+                   {"/state/loss_scale_hysteresis", scalar_i64(counters.loss_scale.hysteresis_left)},
+                   {"/state/loss_scale_clean_steps", scalar_i64(counters.loss_scale.clean_steps)}},
                   world.rank() == 0);
     write_generator(file, sums, "/state/rng", default_generator(), world);
     write_generator(file, sums, "/state/rng_tp", tensor_parallel_generator(), world);
@@ -569,9 +569,9 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   const int64_t step = int64_t(scalars[0].value.item());
   zero::ZeroOptimizer::Counters counters;
   counters.steps = int64_t(scalars[1].value.item());
-  counters.scale = scalars[2].value.item();
-  counters.hysteresis_left = int(scalars[3].value.item());
-  counters.clean_steps = int64_t(scalars[4].value.item());
+  counters.loss_scale = {.scale = scalars[2].value.item(),
+                         .hysteresis_left = int(scalars[3].value.item()),
+                         .clean_steps = int64_t(scalars[4].value.item())};
   sums.verify(file, world);
   file.close();
 

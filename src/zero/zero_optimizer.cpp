@@ -429,7 +429,7 @@ void ZeroOptimizer::set_betas(double beta1, double beta2) {
 
 void ZeroOptimizer::set_counters(const Counters& c) {
   TRIAD_CHECK(c.steps >= 0, "ZeRO: invalid optimizer counters (steps " << c.steps << ")");
-  scaler_.set_state({c.scale, c.hysteresis_left, c.clean_steps});
+  scaler_.set_state(c.loss_scale);
   steps_ = c.steps;
 }
 

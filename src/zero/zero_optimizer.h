@@ -178,17 +178,12 @@ class ZeroOptimizer {
   // Every element of `state` this rank keeps (what a rank loads): stage 0 keeps all,
   // stages 1 and 2 keep all parameters but only the shard of the rest, stage 3 the shard.
   std::vector<Slice> resident_slices(State state) const;
-  // The scalar state: steps taken (bias correction) and the dynamic loss scale's counters.
+  // The scalar state: steps taken (bias correction) and the loss scale's (optim/loss_scaler.h).
   struct Counters {
     int64_t steps = 0;
-    double scale = 1.0;
-    int hysteresis_left = 0;
-    int64_t clean_steps = 0;
+    optim::LossScaler::State loss_scale;
   };
-  Counters counters() const {
-    const optim::LossScaler::State s = scaler_.state();
-    return {steps_, s.scale, s.hysteresis_left, s.clean_steps};
-  }
+  Counters counters() const { return {steps_, scaler_.state()}; }
   void set_counters(const Counters& c);
   // Stage 3: gather every parameter (collective) so the whole model can be read, e.g. to
   // save it or to generate (Note [Hybrid engine] in engine/hybrid_engine.h); until
