@@ -178,17 +178,6 @@ bool is_off(const nlohmann::json& value, const nlohmann::json& off) {
   return value == off || (value.is_object() && value.value("device", "") == "none");
 }
 
-// ZeRO++ needs stage 3, and hpZ groups that tile the data-parallel ranks.
-void check_zeropp(const zero::ZeroConfig& z, int64_t data_parallel) {
-  if (!z.quantized_weights && !z.quantized_gradients && z.hpz_partition_size == 1) return;
-  TRIAD_CHECK(z.stage == 3, "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
-                            "zero_quantized_gradients) runs at stage 3, not stage "
-                                << z.stage);
-  TRIAD_CHECK(data_parallel % z.hpz_partition_size == 0,
-              "[config] zero_optimization.zero_hpz_partition_size " << z.hpz_partition_size << " must divide the "
-                                                                    << data_parallel << " data-parallel ranks");
-}
-
 void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& notices) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
   for (const auto& [key, why] : kZeroKeysWithoutEffect)
@@ -217,8 +206,6 @@ void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& not
   z.weight_quantization_block = r.integer("zeropp_quantization_block", z.weight_quantization_block, 1, kMaxInt);
   z.gradient_quantization_block =
       r.integer("zeropp_gradient_quantization_block", z.gradient_quantization_block, 2, kMaxInt);
-  if (z.gradient_quantization_block % 2 != 0)
-    r.fail("zeropp_gradient_quantization_block", "an even number of elements (int4 packs two per byte)");
   r.finish();
 }
 
@@ -528,7 +515,7 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
                                                                      << ") must exceed warmup_num_steps ("
                                                                      << c.scheduler.warmup_num_steps << ", at least 2)");
   parse_zero(r.object("zero_optimization"), c.zero, c.notices);
-  check_zeropp(c.zero, c.data_parallel);
+  c.zero.validate(c.data_parallel);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
   c.prescale_gradients = r.boolean("prescale_gradients", false);

@@ -7,22 +7,46 @@
 
 namespace triad::optim {
 
-double grad_norm(const std::vector<Tensor>& params) {
+double global_grad_norm(const std::vector<NormPart>& parts, const SumOverRanks& sum_over_ranks) {
+  double sq = 0;
+  for (const NormPart& part : parts) {
+    if (part.grads.empty()) continue;
+    const double s = ops::sum_squares(part.grads);
+    if (part.counted || !std::isfinite(s)) sq += s;
+  }
+  if (sum_over_ranks) sq = sum_over_ranks(sq);
+  return std::sqrt(sq);
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  const double coef = max_norm / (norm + 1e-6);
+  return max_norm > 0.0 && coef < 1.0 ? coef : 1.0;
+}
+
+void clip_grads(const std::vector<Tensor>& grads, double norm, double max_norm) {
+  const double coef = clip_coefficient(norm, max_norm);
+  if (coef < 1.0)
+    for (const Tensor& g : grads) ops::mul_(g, coef);
+}
+
+namespace {
+
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
   for (const Tensor& p : params)
     if (const Tensor g = grad(p); g.defined()) grads.push_back(g);
-  return std::sqrt(ops::sum_squares(grads));
+  return grads;
 }
+
+}  // namespace
+
+double grad_norm(const std::vector<Tensor>& params) { return global_grad_norm({{grads_of(params)}}); }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   TRIAD_CHECK(max_norm > 0.0, "[gradient_clipping] max norm must be positive, got " << max_norm);
-  const double norm = grad_norm(params);
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0)
-    for (const Tensor& p : params) {
-      const Tensor g = grad(p);
-      if (g.defined()) ops::mul_(g, coef);
-    }
+  const std::vector<Tensor> grads = grads_of(params);
+  const double norm = global_grad_norm({{grads}});
+  clip_grads(grads, norm, max_norm);
   return norm;
 }
 

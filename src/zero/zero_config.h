@@ -50,9 +50,10 @@ struct ZeroConfig {
   int64_t gradient_quantization_block = kGradientQuantBlock;
 
   // Error naming the zero_optimization key (or gradient_predivide_factor) that is out of
-  // range. ZeroOptimizer checks its config with it; the config's parser reads each key
-  // within these ranges to begin with.
-  void validate() const;
+  // range or does not fit the others (ZeRO++ below stage 3; hpZ groups that do not tile the
+  // data_parallel ranks ZeRO runs over). The config's parser (config/config.h) and
+  // ZeroOptimizer both check with it: the one statement of each rule.
+  void validate(int64_t data_parallel) const;
 };
 
 }  // namespace triad::zero

@@ -7,6 +7,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
+#include "optim/clip.h"
 #include "tensor/ops.h"
 #include "zero/buckets.h"
 
@@ -29,6 +30,13 @@ parallel::Communicator* tie_of(const PipelinePlacement& p, const std::vector<std
   return nullptr;
 }
 
+// Where the model's parameters are (the first one's device; the CPU when it has none).
+Device device_of(const std::vector<Unit>& units) {
+  for (const Unit& u : units)
+    if (!u.params.empty()) return u.params.front().second.device();
+  return Device::cpu();
+}
+
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
@@ -41,9 +49,11 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       tp_(std::move(tp)),
       pipeline_(std::move(pipeline)),
       zeropp_(std::move(zeropp)),
-      units_(make_units(model, policy)) {
-  config_.validate();
+      units_(make_units(model, policy)),
+      device_(device_of(units_)),
+      store_(std::make_unique<DeviceShardStore>(device_)) {
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
+  config_.validate(dp_->size());
   check_zeropp();
   const int n = dp_->size(), r = dp_->rank();
   std::map<std::string, nn::TensorSplit> splits;
@@ -64,22 +74,20 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
         if (list.empty()) continue;
         Group g;
         g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, n, r, config_.dtype);
-        for (const auto& [name, _] : g.flat->params()) g.splits.push_back(splits.at(name));
-        g.tie = tie_of(pipeline_, g.flat->params());
-        const Tensor initial = g.flat->take_initial_f32();
-        if (config_.dtype != DType::f32) g.master = config_.stage == 0 ? initial : ops::clone(g.flat->shard(initial));
-        const int64_t state = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
-        const Device device = g.flat->device();
-        g.exp_avg = Tensor::zeros({state}, DType::f32, device);
-        g.exp_avg_sq = Tensor::zeros({state}, DType::f32, device);
-        if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device);
-        if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
-        g.partitioned = config_.stage == 3 && !persistent;
-        if (g.partitioned) g.flat->partition();
-        if (groups_.empty()) device_ = g.flat->device();
         TRIAD_CHECK(g.flat->device() == device_, "ZeRO: the model's parameters are on "
                                                      << device_.str() << " and " << g.flat->device().str()
                                                      << "; they must share one device");
+        for (const auto& [name, _] : g.flat->params()) g.splits.push_back(splits.at(name));
+        g.tie = tie_of(pipeline_, g.flat->params());
+        const Tensor initial = g.flat->take_initial_f32();
+        const Tensor master = config_.dtype == DType::f32 ? Tensor()
+                              : config_.stage == 0        ? initial
+                                                          : ops::clone(g.flat->shard(initial));
+        g.state = store_->add(master, config_.stage == 0 ? g.flat->padded() : g.flat->shard_size());
+        if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device_);
+        if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
+        g.partitioned = config_.stage == 3 && !persistent;
+        if (g.partitioned) g.flat->partition();
         groups_.push_back(std::move(g));
         unit_groups_.back().push_back(&groups_.back());
       }
@@ -100,21 +108,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
 
 void ZeroOptimizer::check_zeropp() {
   const ZeroConfig& c = config_;
-  const bool any = c.quantized_weights || c.quantized_gradients || c.hpz_partition_size > 1;
-  if (!any) return;
-  TRIAD_CHECK(c.stage == 3, "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
-                            "zero_quantized_gradients) runs at stage 3, not stage "
-                                << c.stage);
-  TRIAD_CHECK(c.weight_quantization_block >= 1,
-              "ZeRO++: the weights' quantization block must hold at least one element, got "
-                  << c.weight_quantization_block);
-  TRIAD_CHECK(c.gradient_quantization_block >= 2 && c.gradient_quantization_block % 2 == 0,
-              "ZeRO++: the gradients' quantization block must be an even number of elements >= 2 (int4 packs two "
-              "per byte), got "
-                  << c.gradient_quantization_block);
   const int n = dp_->size(), h = c.hpz_partition_size;
-  TRIAD_CHECK(h >= 1 && n % h == 0, "[config] zero_optimization.zero_hpz_partition_size "
-                                        << h << " must divide the " << n << " data-parallel ranks");
   if (h > 1)
     TRIAD_CHECK(zeropp_.hpz && zeropp_.hpz->size() == h,
                 "ZeRO++ hpZ: the hpZ group has " << (zeropp_.hpz ? zeropp_.hpz->size() : 0) << " ranks, not " << h);
@@ -347,26 +341,26 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     if (unscale != 1.0) ops::mul_(grad, unscale);
     grads.push_back(grad);
   }
-  const double sq = squared_norm(grads);
+  sum_partial_gradients(grads);
+  const double norm = grad_norm(grads);
   if (config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0) {
-    const bool overflow = !std::isfinite(sq);
+    const bool overflow = !std::isfinite(norm);
     scaler_.update(overflow);
     if (overflow) {
       for (Group& g : groups_) ops::zero_(config_.stage <= 1 ? g.flat->grad() : g.shard_grad);
       return std::numeric_limits<double>::infinity();
     }
   }
-  const double norm = std::sqrt(sq);
-  const double clip = max_norm > 0.0 && max_norm / (norm + 1e-6) < 1.0 ? max_norm / (norm + 1e-6) : 1.0;
+  optim::clip_grads(grads, norm, max_norm);
 
   ++steps_;
   for (size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
-    if (clip < 1.0) ops::mul_(grads[i], clip);
     const AdamWStep s = optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_);
     const Tensor params = param_view(g);
-    ops::adamw_(g.master.defined() ? g.master : params, grads[i], g.exp_avg, g.exp_avg_sq, s);
-    if (g.master.defined()) ops::copy_(params, g.master);  // round the master weights to storage
+    const ShardState& state = store_->get(g.state);
+    ops::adamw_(state.master.defined() ? state.master : params, grads[i], state.exp_avg, state.exp_avg_sq, s);
+    if (state.master.defined()) ops::copy_(params, state.master);  // round the master weights to storage
   }
   if (config_.stage >= 1) {  // whole parameters again: every group but partitioned ones
     std::vector<Tensor> sends;
@@ -392,12 +386,14 @@ std::pair<Tensor, int64_t> ZeroOptimizer::buffer(const Group& g, State state) co
   switch (state) {
     case State::param:
       return g.partitioned ? std::pair(g.flat->owned_shard(), g.flat->shard_begin()) : std::pair(g.flat->flat(), 0l);
-    case State::master:
-      return g.master.defined() ? std::pair(g.master, sharded_begin) : buffer(g, State::param);
+    case State::master: {
+      const Tensor& master = store_->get(g.state).master;
+      return master.defined() ? std::pair(master, sharded_begin) : buffer(g, State::param);
+    }
     case State::exp_avg:
-      return {g.exp_avg, sharded_begin};
+      return {store_->get(g.state).exp_avg, sharded_begin};
     case State::exp_avg_sq:
-      return {g.exp_avg_sq, sharded_begin};
+      return {store_->get(g.state).exp_avg_sq, sharded_begin};
   }
   TRIAD_ASSERT(false);
 }
@@ -443,57 +439,59 @@ void ZeroOptimizer::sum_tied_gradients() {
     if (g.tie && g.tie->size() > 1) g.tie->all_reduce(config_.stage == 0 ? g.flat->grad() : g.shard_grad)->wait();
 }
 
-double ZeroOptimizer::squared_norm(const std::vector<Tensor>& grads) {
+std::vector<ZeroOptimizer::GradPiece> ZeroOptimizer::grad_pieces(const std::vector<Tensor>& grads) const {
+  std::vector<GradPiece> out;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const FlatGroup& flat = *groups_[i].flat;
+    const int64_t begin = config_.stage == 0 ? 0 : flat.shard_begin();
+    for (const FlatGroup::Piece& piece : flat.pieces(begin, begin + grads[i].numel()))
+      out.push_back({i, ops::narrow(grads[i], 0, piece.flat_offset - begin, piece.count), groups_[i].splits[piece.param]});
+  }
+  return out;
+}
+
+void ZeroOptimizer::sum_partial_gradients(const std::vector<Tensor>& grads) {
+  if (!tp_ || tp_->size() == 1) return;
+  std::vector<Tensor> partial;
+  for (const GradPiece& p : grad_pieces(grads))
+    if (p.split.partial_grad) partial.push_back(p.grad);
+  if (partial.empty()) return;
+  int64_t total = 0;
+  for (const Tensor& t : partial) total += t.numel();
+  const Tensor packed = Tensor::empty({total}, DType::f32, device_);
+  int64_t at = 0;
+  for (const Tensor& t : partial) ops::copy_(ops::narrow(packed, 0, at, t.numel()), t), at += t.numel();
+  tp_->all_reduce(packed)->wait();
+  at = 0;
+  for (const Tensor& t : partial) ops::copy_(t, ops::narrow(packed, 0, at, t.numel())), at += t.numel();
+}
+
+double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
   // A tied parameter counts once: on its tie group's rank 0 (an inf or NaN in it is there too).
   const auto counted = [&](size_t i) { return !groups_[i].tie || groups_[i].tie->rank() == 0; };
-  // One sum of squares over every group, so the host waits for the device once here (and
-  // once more for the all-reduced sum at stages 1 to 3). A NaN or inf anywhere makes it
-  // non-finite, which is the overflow test of dynamic loss scaling; the sum is the same on
-  // every rank (stage 0's gradients are, and the all-reduce gives every rank the same
-  // bits), so every rank reaches the same verdict.
+  // The host waits for the device once per part here (and once more for the all-reduced
+  // sum at stages 1 to 3). The sum is the same on every rank (stage 0's gradients are, and
+  // the all-reduce gives every rank the same bits), so every rank reaches the same verdict.
   const bool split_model = tp_ && tp_->size() > 1;
-  double sq = 0;
+  std::vector<optim::NormPart> parts;
   if (!split_model) {
-    std::vector<Tensor> summed;
+    parts.emplace_back();
     for (size_t i = 0; i < groups_.size(); ++i)
-      if (counted(i)) summed.push_back(grads[i]);
-    sq = summed.empty() ? 0.0 : ops::sum_squares(summed);
-  } else {
-    // The pieces of each group's gradient by kind: split, replicated, and (to be summed
-    // over tp) partial.
-    std::vector<Tensor> split, replicated, partial;
-    for (size_t i = 0; i < groups_.size(); ++i) {
-      const FlatGroup& flat = *groups_[i].flat;
-      const int64_t begin = config_.stage == 0 ? 0 : flat.shard_begin();
-      for (const FlatGroup::Piece& piece : flat.pieces(begin, begin + grads[i].numel())) {
-        const nn::TensorSplit& s = groups_[i].splits[piece.param];
-        const Tensor view = ops::narrow(grads[i], 0, piece.flat_offset - begin, piece.count);
-        if (counted(i)) (s.is_split() ? split : replicated).push_back(view);
-        if (s.partial_grad) partial.push_back(view);
-      }
-    }
-    if (!partial.empty()) {
-      int64_t total = 0;
-      for (const Tensor& t : partial) total += t.numel();
-      const Tensor packed = Tensor::empty({total}, DType::f32, device_);
-      int64_t at = 0;
-      for (const Tensor& t : partial) ops::copy_(ops::narrow(packed, 0, at, t.numel()), t), at += t.numel();
-      tp_->all_reduce(packed)->wait();
-      at = 0;
-      for (const Tensor& t : partial) ops::copy_(t, ops::narrow(packed, 0, at, t.numel())), at += t.numel();
-    }
-    const double repl = replicated.empty() ? 0.0 : ops::sum_squares(replicated);
-    sq = (split.empty() ? 0.0 : ops::sum_squares(split)) + (tp_->rank() == 0 || !std::isfinite(repl) ? repl : 0.0);
+      if (counted(i)) parts[0].grads.push_back(grads[i]);
+  } else {  // split parameters count on every tp rank, replicated ones on tp rank 0
+    parts = {{.counted = true}, {.counted = tp_->rank() == 0}};
+    for (const GradPiece& p : grad_pieces(grads))
+      if (counted(p.group)) parts[p.split.is_split() ? 0 : 1].grads.push_back(p.grad);
   }
   const bool pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
-  if (config_.stage >= 1 || split_model || pipelined) {
+  return optim::global_grad_norm(parts, [&](double sq) {
+    if (config_.stage == 0 && !split_model && !pipelined) return sq;  // every rank holds the whole gradient
     Tensor total = Tensor::full({1}, sq, DType::f64, device_);
     if (config_.stage >= 1) dp_->all_reduce(total)->wait();
     if (split_model) tp_->all_reduce(total)->wait();
     if (pipelined) pipeline_.pp->all_reduce(total)->wait();
-    sq = total.item();
-  }
-  return sq;
+    return total.item();
+  });
 }
 
 std::vector<std::pair<int64_t, bool>> ZeroOptimizer::group_sizes() const {
@@ -505,13 +503,12 @@ std::vector<std::pair<int64_t, bool>> ZeroOptimizer::group_sizes() const {
 ResidentBytes ZeroOptimizer::memory() const {
   ResidentBytes m;
   const int64_t elt = int64_t(element_size(config_.dtype));
-  const int64_t optim_per_element = config_.dtype == DType::f32 ? 8 : 12;  // Adam moments (+ f32 master)
+  m.optim_bytes = store_->device_bytes();
   for (const Group& g : groups_) {
     const int64_t full = g.flat->padded(), shard = g.flat->shard_size();
     m.param_bytes += (g.partitioned ? shard : full) * elt;
     if (g.partitioned && config_.hpz_partition_size > 1) m.param_bytes += full / config_.hpz_partition_size * elt;
     m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
-    m.optim_bytes += optim_per_element * (config_.stage == 0 ? full : shard);
   }
   return m;
 }

@@ -26,15 +26,16 @@
 // itself, first); activation checkpointing, which re-runs forwards inside the backward, is
 // not supported with stage 3.
 //
-// Every buffer (flat parameters and gradients, master weights, moments) lives on the
-// device the model's parameters are on when the optimizer is made; the host reads only
-// the scalars it needs (norms, overflow flags). Everything the communicator is handed is
-// on that device, the partial norms and overflow flags reduced over ranks included: an
-// NCCL communicator takes its GPU's tensors only.
+// Every buffer (flat parameters and gradients) lives on the device the model's parameters
+// are on when the optimizer is made, and so do the master weights and moments, which the
+// shard store keeps (zero/shard_store.h); the host reads only the scalars it needs (norms,
+// overflow flags). Everything the communicator is handed is on that device, the partial
+// norms and overflow flags reduced over ranks included: an NCCL communicator takes its
+// GPU's tensors only.
 //
 // Gradients of parameters are views of their group's flat gradient (Note [Flat
-// parameters]); the clipping norm is the norm of the full averaged gradient (shards'
-// squares summed in double and all-reduced).
+// parameters]); the clipping norm is the norm of the full averaged gradient (optim/clip.h:
+// shards' squares summed in double and all-reduced). Loss scaling is optim/loss_scaler.h's.
 //
 // Note [ZeRO under tensor parallelism]: with a tensor-parallel group tp, each tp rank runs
 // its own ZeroOptimizer over its dp group, on the parts of the parameters it holds (their
@@ -51,10 +52,12 @@
 #include <vector>
 
 #include "nn/module.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "zero/flat_group.h"
 #include "zero/quantized_collectives.h"
+#include "zero/shard_store.h"
 #include "zero/units.h"
 #include "zero/zero_config.h"
 
@@ -197,8 +200,7 @@ class ZeroOptimizer {
   struct Group {
     std::unique_ptr<FlatGroup> flat;
     Tensor shard_grad;           // stage 1, 2: this rank's summed gradient shard
-    Tensor exp_avg, exp_avg_sq;  // stage 0: full; stage 1, 2: shard
-    Tensor master;               // mixed precision: f32 weights (stage 0: full; else shard)
+    size_t state = 0;            // its master weights and moments in store_ (stage 0: full; else shard)
     int ready = 0;               // parameters whose gradient this backward has completed
     bool launched = false;       // its reduction for this backward (pipelines: this step) has started
     bool final = false;          // pipelines: no more gradient comes this step (begin_final_backward)
@@ -230,9 +232,17 @@ class ZeroOptimizer {
   void release_unit(size_t u);
   void release_group(Group& g);
   Tensor param_view(Group& g) const;  // the part of the parameters this rank updates
-  // Note [ZeRO under tensor parallelism]: sums partial gradients over tp, and returns the
-  // squared norm of the step's gradients (grads: per group, what the step updates from).
-  double squared_norm(const std::vector<Tensor>& grads);
+  // grads: per group, what the step updates from. Note [ZeRO under tensor parallelism]:
+  // each parameter's part of them and how the parameter is split over tp; the sum of the
+  // partial ones over tp; the norm of the whole model's gradient (optim/clip.h).
+  struct GradPiece {
+    size_t group;
+    Tensor grad;
+    nn::TensorSplit split;
+  };
+  std::vector<GradPiece> grad_pieces(const std::vector<Tensor>& grads) const;
+  void sum_partial_gradients(const std::vector<Tensor>& grads);
+  double grad_norm(const std::vector<Tensor>& grads) const;
   void sum_tied_gradients();
   void launch(Group& g);
   void prescale(const Tensor& grad);  // by 1/gradient_predivide_factor, before a reduction
@@ -247,8 +257,9 @@ class ZeroOptimizer {
   ZeroPlusPlusGroups zeropp_;
   std::vector<int> node_order_;  // qgZ: the dp rank at (node, local position), node-major
   std::unique_ptr<HierarchicalReducer> reducer_;  // qgZ
-  Device device_;  // where the parameters and every buffer live
   std::vector<Unit> units_;
+  Device device_;  // where the parameters and every buffer live
+  std::unique_ptr<ShardStore> store_;
   std::vector<Group> groups_;
   std::vector<std::vector<Group*>> unit_groups_;  // groups of each unit
   std::vector<Pending> pending_;

@@ -1,7 +1,8 @@
 // Optimizers, schedules and clipping against closed forms: AdamW (bias correction, decoupled
 // weight decay, PyTorch's arithmetic; L2 mode, no bias correction, betas changed between
 // steps), SGD (momentum, dampening, nesterov, L2 decay), decay_groups, WarmupCosineLR /
-// ConstantLR, clip_grad_norm, and the errors for bad options.
+// ConstantLR, global-norm clipping (over ranks: parts counted once, inf/NaN reaching every
+// rank), DeepSpeed's loss scaler, and the errors for bad options.
 #define BOOST_TEST_MODULE optim
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -450,6 +451,51 @@ BOOST_AUTO_TEST_CASE(clip_grad_norm_leaves_small_gradients_alone) {
   // Nothing to clip: norm 0, no error.
   Tensor c = param({1.0});
   BOOST_TEST(optim::clip_grad_norm({c}, 1.0) == 0.0);
+}
+
+// A rank's parts: counted ones add their squares; an uncounted one (another rank counts its
+// elements) adds nothing unless it holds an inf or NaN. The caller's sum over ranks gets the
+// rank's sum of squares and returns the total.
+BOOST_AUTO_TEST_CASE(global_grad_norm_counts_each_element_once) {
+  const Tensor a = Tensor::from_vector(std::vector<float>{3, 4}, {2});
+  const Tensor b = Tensor::from_vector(std::vector<double>{12}, {1});
+  const Tensor copy = Tensor::from_vector(std::vector<float>{100, 100}, {2});
+  BOOST_TEST(optim::global_grad_norm({{{a, b}}}) == 13.0);
+  BOOST_TEST(optim::global_grad_norm({{{a}}, {{b}}, {{copy}, false}}) == 13.0);
+  BOOST_TEST(optim::global_grad_norm({{{copy}, false}, {}}) == 0.0);
+  BOOST_TEST(optim::global_grad_norm({}) == 0.0);
+  // Another rank holding b: this rank's 25 plus its 144.
+  double handed = -1;
+  const double norm = optim::global_grad_norm({{{a}}, {{copy}, false}}, [&](double sq) {
+    handed = sq;
+    return sq + 144.0;
+  });
+  BOOST_TEST(handed == 25.0);
+  BOOST_TEST(norm == 13.0);
+  for (float bad : {INFINITY, NAN}) {
+    const Tensor broken = Tensor::from_vector(std::vector<float>{1, bad}, {2});
+    BOOST_TEST(!std::isfinite(optim::global_grad_norm({{{a}}, {{broken}, false}})), bad);
+    BOOST_TEST(!std::isfinite(optim::global_grad_norm({{{broken}}})), bad);
+    // A finite rank learns of another rank's inf or NaN through the sum.
+    BOOST_TEST(!std::isfinite(optim::global_grad_norm({{{a}}}, [&](double sq) { return sq + double(bad); })), bad);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(clip_coefficient_is_pytorchs_rule) {
+  BOOST_TEST(optim::clip_coefficient(13.0, 1.0) == 1.0 / (13.0 + 1e-6));
+  BOOST_TEST(optim::clip_coefficient(13.0, 20.0) == 1.0);
+  BOOST_TEST(optim::clip_coefficient(13.0, 13.0) == 13.0 / (13.0 + 1e-6));
+  BOOST_TEST(optim::clip_coefficient(13.0, 0.0) == 1.0);  // off
+  BOOST_TEST(optim::clip_coefficient(INFINITY, 1.0) == 0.0);
+  BOOST_TEST(optim::clip_coefficient(NAN, 1.0) == 1.0);
+  const Tensor a = Tensor::from_vector(std::vector<double>{3, 4}, {2});
+  const Tensor b = Tensor::from_vector(std::vector<double>{12}, {1});
+  optim::clip_grads({a, b}, 13.0, 26.0);
+  BOOST_TEST(a.to_vector<double>() == (std::vector<double>{3, 4}), boost::test_tools::per_element());
+  optim::clip_grads({a, b}, 13.0, 6.5);
+  const double coef = 6.5 / (13.0 + 1e-6);
+  BOOST_TEST(a.to_vector<double>() == (std::vector<double>{3 * coef, 4 * coef}), boost::test_tools::per_element());
+  BOOST_TEST(b.item() == 12 * coef);
 }
 
 // DeepSpeed's dynamic loss scale, step by step: hysteresis 2 halves on the second overflow
