@@ -1,6 +1,6 @@
 # The CUDA backend: sources under src/cuda/*.cu join the library when TRIAD_CUDA resolves
 # to ON. AUTO resolves to ON when nvcc is found. Without it, the CPU build stands alone and
-# asking for a cuda device fails with a clear message (src/tensor/allocator.cpp).
+# asking for a cuda device fails with a clear message (src/tensor/device_runtime.cpp).
 #
 # Files under src/cuda/: *.cu include CUDA headers and are built only with the backend;
 # *.cpp are plain C++ (the allocator's bookkeeping, error reporting) built always;
@@ -46,22 +46,34 @@ if(TRIAD_CUDA_ENABLED)
 endif()
 message(STATUS "triad: CUDA backend ${TRIAD_CUDA_ENABLED}")
 
-function(triad_add_cuda target)
+# The cuda layer (cmake/layers.cmake): src/cuda/*.cpp always; with the backend its .cu files
+# replace the stubs (stub/nccl_communicator.cpp stays where NCCL is not found), and
+# register_runtime.cu, which nothing references, is linked into every program that links
+# triad as an object of its own (triad_cuda_registration) rather than from the archive.
+function(triad_cuda_layer)
+  file(GLOB cpp_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
   if(NOT TRIAD_CUDA_ENABLED)
+    file(GLOB stubs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/stub/*.cpp)
+    triad_layer(cuda DEPENDS parallel SOURCES ${cpp_sources} ${stubs})
     return()
   endif()
   file(GLOB_RECURSE cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
+  list(FILTER cuda_sources EXCLUDE REGEX "/src/cuda/register_runtime\\.cu$")
   if(NOT TRIAD_NCCL_ENABLED)
     list(FILTER cuda_sources EXCLUDE REGEX "/src/cuda/nccl_communicator\\.cu$")
     list(APPEND cuda_sources ${PROJECT_SOURCE_DIR}/src/cuda/stub/nccl_communicator.cpp)
   endif()
-  target_sources(${target} PRIVATE ${cuda_sources})
-  target_compile_definitions(${target} PUBLIC TRIAD_HAVE_CUDA=1)
-  target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
-  target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublasLt)
+  triad_layer(cuda DEPENDS parallel SOURCES ${cpp_sources} ${cuda_sources})
+  target_compile_definitions(triad_cuda PUBLIC TRIAD_HAVE_CUDA=1)
+  set(cuda_warnings $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
+  target_compile_options(triad_cuda PRIVATE ${cuda_warnings})
+  target_link_libraries(triad_cuda PUBLIC CUDA::cudart CUDA::cublasLt)
   if(TRIAD_NCCL_ENABLED)
-    target_include_directories(${target} PRIVATE ${NCCL_INCLUDE_DIR})
-    target_link_libraries(${target} PRIVATE ${NCCL_LIBRARY})
+    target_include_directories(triad_cuda PRIVATE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(triad_cuda PRIVATE ${NCCL_LIBRARY})
   endif()
+  add_library(triad_cuda_registration OBJECT ${PROJECT_SOURCE_DIR}/src/cuda/register_runtime.cu)
+  target_include_directories(triad_cuda_registration PRIVATE ${TRIAD_LAYER_ROOT}/cuda)
+  target_link_libraries(triad_cuda_registration PRIVATE triad_cuda)
+  target_compile_options(triad_cuda_registration PRIVATE ${cuda_warnings})
 endfunction()

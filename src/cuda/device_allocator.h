@@ -4,7 +4,7 @@
 // as soon as the last tensor over it goes, which is safe because only later work on the
 // same stream can receive it again.
 //
-// One allocator per visible device, created by cuda::install() and never destroyed (it
+// One allocator per visible device, created by cuda::runtime()'s install and never destroyed (it
 // would otherwise call cudaFree from a static destructor, after the runtime may be gone;
 // the process's exit returns the memory).
 #pragma once

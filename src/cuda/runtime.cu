@@ -9,6 +9,7 @@
 #include "cuda/runtime.h"
 #include "cuda/staging.h"
 #include "cuda/stream.h"
+#include "cuda/transfer.h"
 
 namespace triad::cuda {
 
@@ -48,14 +49,31 @@ DeviceProperties device_properties(int device) {
 
 void synchronize(int device) { synchronize_device(device); }
 
-void install() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const int n = device_count();
-    for (int i = 0; i < n; ++i) register_allocator(DeviceType::cuda, &device_allocator(i));
-    register_backend(DeviceType::cuda, &cuda_backend());
-    parallel::register_device_staging(DeviceType::cuda, &host_staging());
-  });
+namespace {
+
+// What the tensor layer asks of CUDA (tensor/device_runtime.h).
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  void install() override {
+    std::call_once(once_, [] {
+      const int n = device_count();
+      for (int i = 0; i < n; ++i) register_allocator(DeviceType::cuda, &device_allocator(i));
+      register_backend(DeviceType::cuda, &cuda_backend());
+      parallel::register_device_staging(DeviceType::cuda, &host_staging());
+    });
+  }
+  Tensor to_device(const Tensor& t, Device device) override { return cuda::to_device(t, device); }
+  Tensor to_host(const Tensor& t) override { return cuda::to_host(t); }
+
+ private:
+  std::once_flag once_;
+};
+
+}  // namespace
+
+DeviceRuntime& runtime() {
+  static CudaRuntime r;
+  return r;
 }
 
 }  // namespace triad::cuda

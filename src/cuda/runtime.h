@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/caching_allocator.h"
+#include "tensor/device_runtime.h"
 #include "tensor/error.h"
 
 namespace triad::cuda {
@@ -43,11 +44,12 @@ void synchronize(int device);
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);  // peaks restart from the current values
 
-// Registers the caching allocator of every visible device (device_allocator.h) and the
-// CUDA backend (cuda_backend.h) with the tensor layer, and the host staging of CUDA
-// tensors (staging.h) with the parallel layer, once per process; later calls return at
-// once. The tensor layer calls it the first time a cuda device is asked for, so
-// a program never has to. Does nothing in a build without the backend.
-void install();
+// The CUDA runtime as the tensor layer sees it (tensor/device_runtime.h): its install()
+// registers the caching allocator of every visible device (device_allocator.h), the CUDA
+// backend (cuda_backend.h) and the host staging of CUDA tensors (staging.h, for the parallel
+// layer), once per process. register_runtime.cu registers it with the tensor layer as the
+// program loads; the tensor layer installs it the first time a cuda device is asked for, so
+// a program never has to. Only in a build with the backend.
+DeviceRuntime& runtime();
 
 }  // namespace triad::cuda

@@ -1,6 +1,6 @@
 // The CUDA side of Note [Staged collectives] (parallel/staged_collectives.h): host buffers
 // in pinned memory (pinned.h), and copies on the device's communication stream ordered by
-// events (Note [Streams]). cuda::install() registers it for DeviceType::cuda, so
+// events (Note [Streams]). cuda::runtime()'s install registers it for DeviceType::cuda, so
 // MpiCommunicator takes tensors on CUDA devices.
 #pragma once
 

@@ -4,7 +4,8 @@
 // - to the device, the host returns once the last chunk is queued (the copy completes in
 //   order on the device's current stream, before any later work on it);
 // - to the host, the host waits for the data, as it must to read it.
-// A build without the CUDA backend links stub/transfer.cpp, whose functions throw Error.
+// Built with the CUDA backend only: without it no tensor lives on a device, and
+// tensor/device_runtime.h says so.
 #pragma once
 
 #include "tensor/tensor.h"

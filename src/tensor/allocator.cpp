@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cuda/runtime.h"
+#include "tensor/device_runtime.h"
 #include "tensor/error.h"
 
 namespace triad {
@@ -100,8 +100,7 @@ Allocator& cpu_allocator() { return the_cpu_allocator(); }
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
-  TRIAD_CHECK(cuda::built(), "device " << device.str() << " requested, but this build of triad has no CUDA backend");
-  cuda::install();  // registers the CUDA allocators on first use
+  device_runtime(device);  // installs the CUDA allocators on first use
   const int n = int(g_cuda_allocators.size());
   TRIAD_CHECK(device.index >= 0 && device.index < n && g_cuda_allocators[device.index] != nullptr,
               "device " << device.str() << " requested, but "

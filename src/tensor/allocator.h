@@ -41,10 +41,10 @@ inline constexpr size_t kCpuAlignment = 64;
 Allocator& cpu_allocator();
 // The allocator of a device; throws Error when its backend is not built or the device is
 // not visible. The first request for a cuda device installs the CUDA backend
-// (cuda::install in cuda/runtime.h, a plain header).
+// (device_runtime.h).
 Allocator& allocator_for(Device device);
 // Installs the allocator of one device of a non-CPU type, by its device() (done by that
-// backend's install).
+// device runtime's install, device_runtime.h).
 void register_allocator(DeviceType type, Allocator* allocator);
 
 }  // namespace triad

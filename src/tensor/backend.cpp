@@ -1,7 +1,7 @@
 #include "tensor/backend.h"
 
-#include "cuda/runtime.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/device_runtime.h"
 
 namespace triad {
 
@@ -11,9 +11,8 @@ Backend* g_cuda_backend = nullptr;
 
 Backend& backend_for(Device device) {
   if (device.is_cpu()) return cpu_backend();
-  cuda::install();  // registers the CUDA backend on first use (nothing without one)
-  TRIAD_CHECK(g_cuda_backend != nullptr,
-              "device " << device.str() << " requested, but this build of triad has no CUDA backend");
+  device_runtime(device);  // installs the CUDA backend on first use
+  TRIAD_ASSERT(g_cuda_backend != nullptr);
   return *g_cuda_backend;
 }
 

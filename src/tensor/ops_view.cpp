@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "cuda/transfer.h"
 #include "tensor/backend.h"
+#include "tensor/device_runtime.h"
 #include "tensor/ops.h"
 
 namespace triad::ops {
@@ -190,12 +190,12 @@ Tensor to(const Tensor& t, DType dtype) {
 
 Tensor to(const Tensor& t, Device device) {
   if (t.device() == device) return t;
-  // Every crossing goes through the host: the CUDA transfers stage it through pinned
-  // buffers (cuda/transfer.h). A build without the backend has no device tensors, and its
-  // stub of these transfers says so.
-  if (t.device().is_cpu()) return cuda::to_device(t, device);
-  const Tensor host = cuda::to_host(t);
-  return device.is_cpu() ? host : cuda::to_device(host, device);
+  // Every crossing goes through the host, by the device's runtime (device_runtime.h; the
+  // CUDA one stages through pinned buffers). A build without the backend has none, and
+  // device_runtime says so.
+  if (t.device().is_cpu()) return device_runtime(device).to_device(t, device);
+  const Tensor host = device_runtime(t.device()).to_host(t);
+  return device.is_cpu() ? host : device_runtime(device).to_device(host, device);
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {

@@ -20,6 +20,5 @@ DeviceProperties device_properties(int) { no_backend(); }
 void synchronize(int) { no_backend(); }
 MemoryStats memory_stats(int) { no_backend(); }
 void reset_peak_memory_stats(int) { no_backend(); }
-void install() {}
 
 }  // namespace triad::cuda

@@ -1,0 +1,54 @@
+# The layers of src/ (DESIGN.md), each a static library triad_<layer> that links only the
+# layers below it, and the build enforces the order: a layer's sources see, on their include
+# path, their own folder and the folders of the layers below them and nothing else. That
+# path is a folder of links made here (build/layers/<layer>/<folder> -> src/<folder>), so an
+# include of a folder above the layer fails to compile ("No such file or directory").
+# Third-party headers are given only to the layers that use them (mpi.h: parallel and io).
+#
+# triad_layer(<name> [DEPENDS <layers below>...] [SOURCES <files>...]): src/<name>/ as
+# triad_<name>, built from its .cpp files or, where given, SOURCES.
+
+set(TRIAD_LAYER_ROOT ${CMAKE_BINARY_DIR}/layers)
+file(REMOVE_RECURSE ${TRIAD_LAYER_ROOT})
+
+set(TRIAD_WARNINGS -Wall -Wextra -Wno-unused-parameter -fno-math-errno -fno-trapping-math)
+# -fno-math-errno and -fno-trapping-math let loops with math and clamps vectorize (triad does
+# not read errno or floating-point exception flags); IEEE results are unchanged.
+
+function(triad_layer name)
+  cmake_parse_arguments(L "" "" "DEPENDS;SOURCES" ${ARGN})
+  # The folders this layer may include: its own and, transitively, those of its dependencies.
+  set(visible ${name})
+  foreach(dep ${L_DEPENDS})
+    get_property(below GLOBAL PROPERTY TRIAD_LAYER_VISIBLE_${dep})
+    if(NOT below)
+      message(FATAL_ERROR "layer ${name} depends on ${dep}, which is not a layer below it")
+    endif()
+    list(APPEND visible ${below})
+  endforeach()
+  list(REMOVE_DUPLICATES visible)
+  set_property(GLOBAL PROPERTY TRIAD_LAYER_VISIBLE_${name} ${visible})
+  foreach(folder ${visible})
+    file(MAKE_DIRECTORY ${TRIAD_LAYER_ROOT}/${name})
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${folder} ${TRIAD_LAYER_ROOT}/${name}/${folder} SYMBOLIC)
+  endforeach()
+
+  set(sources ${L_SOURCES})
+  if(NOT sources)
+    file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp)
+  endif()
+  add_library(triad_${name} STATIC ${sources})
+  target_include_directories(triad_${name} PRIVATE ${TRIAD_LAYER_ROOT}/${name})
+  list(TRANSFORM L_DEPENDS PREPEND triad_ OUTPUT_VARIABLE dep_targets)
+  target_link_libraries(triad_${name} PUBLIC ${dep_targets} OpenMP::OpenMP_CXX nlohmann_json::nlohmann_json)
+  target_compile_options(triad_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${TRIAD_WARNINGS}>)
+  if(TRIAD_NATIVE)
+    target_compile_options(triad_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+  endif()
+endfunction()
+
+# mpi.h without its deprecated C++ bindings (triad uses the C API).
+function(triad_layer_uses_mpi name)
+  target_compile_definitions(triad_${name} PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+  target_link_libraries(triad_${name} PRIVATE MPI::MPI_C)
+endfunction()
