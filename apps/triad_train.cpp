@@ -4,11 +4,16 @@
 //               [--deepspeed ds_config.json]   (DeepSpeed's keys in a file of their own)
 //               [--metrics run.jsonl] [--save-dir DIR] [--resume auto|PATH] [--init WEIGHTS]
 //   mpirun -np 4 triad-train --config ... --set zero_optimization.stage=2   (data parallel)
+//
+// On SIGUSR1 or SIGTERM it finishes the step, writes a checkpoint and exits with status 75
+// (Note [Preemption], train/preemption.h).
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "common/main_guard.h"
 #include "common/report.h"
 #include "config/config.h"
+#include "train/preemption.h"
 #include "train/trainer.h"
 #include "parallel/runtime.h"
 
@@ -48,7 +53,15 @@ int main(int argc, char** argv) {
     if (steps > 0) json["steps"] = steps;
     const triad::engine::TrainConfig config = triad::engine::parse_config(json, dp ? dp->size() : 1);
     triad::app::set_threads(triad::parallel::threads_per_rank(threads));
-    triad::engine::train(config, options, dp);
+    options.stop_on_signal = true;
+    triad::engine::catch_preemption_signals();
+    try {
+      triad::engine::train(config, options, dp);
+    } catch (const triad::engine::Preempted& p) {
+      if (triad::parallel::world_rank() == 0) std::printf("%s; exiting with status %d\n", p.what(),
+                                                          triad::engine::kPreemptedExit);
+      return triad::engine::kPreemptedExit;
+    }
     return 0;
   });
 }

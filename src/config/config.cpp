@@ -519,6 +519,7 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
   c.prescale_gradients = r.boolean("prescale_gradients", false);
+  c.comm_timeout = r.number("comm_timeout", c.comm_timeout, 0.0, kInf);
   c.gradient_predivide_factor = r.number("gradient_predivide_factor", 1.0, 1e-30, kInf);
   parse_gradient_dtypes(r, c.precision.dtype);
   c.seed = uint64_t(r.integer("seed", 1234, 0, kMaxInt));

@@ -166,6 +166,10 @@ struct TrainConfig {
   // 16-bit type of bf16/fp16 training): triad reduces and accumulates them in it.
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
+  // Seconds a rank waits in a collective or message before it reports what it waits for
+  // and aborts the job (Note [Collective deadline], parallel/watchdog.h); 0: no deadline.
+  // PyTorch's NCCL default.
+  double comm_timeout = 600.0;
   uint64_t seed = 1234;
   int64_t eval_interval = 0;  // 0: evaluate only at the end
   int64_t eval_iters = 10;

@@ -15,6 +15,7 @@
 #include "parallel/runtime.h"
 #include "parallel/self_communicator.h"
 #include "parallel/tensor_parallel_layers.h"
+#include "parallel/watchdog.h"
 #include "tensor/random.h"
 
 namespace triad::engine {
@@ -120,6 +121,7 @@ GridPtr process_grid(const TrainConfig& c, parallel::CommunicatorPtr world) {
               "[config] model.tensor_parallel " << c.tensor_parallel << " x pipeline.stages " << c.pipeline.stages
                                                 << " x " << c.data_parallel << " data-parallel ranks does not match "
                                                 << "the job's " << n << " ranks");
+  if (n > 1) parallel::set_comm_timeout(c.comm_timeout);  // every program's groups come from here
   const int64_t per_node = c.emulated_ranks_per_node;
   TRIAD_CHECK(per_node == 0 || per_node >= n || n % per_node == 0,
               "[config] cluster.ranks_per_node " << per_node << " must divide the job's " << n

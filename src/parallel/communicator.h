@@ -44,6 +44,12 @@ class Communicator {
   // process, NCCL). A wrapper answers for what it wraps.
   virtual const void* mpi_handle() const { return nullptr; }
 
+  // The axis of the process grid this group spans ("tp", "dp", "pp", "ep", ...; "world"
+  // for the job), which messages name (Note [Collective deadline], watchdog.h). The grid
+  // sets it on the groups it makes; a wrapper passes it to what it wraps.
+  virtual void set_axis(const std::string& axis) { axis_ = axis; }
+  const std::string& axis() const { return axis_; }
+
   // Ranks with the same color form a new communicator, ordered by key (then by rank).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
@@ -74,6 +80,9 @@ class Communicator {
     return send_recv(send, dst, tag, recv, src, tag);
   }
   virtual void barrier() = 0;
+
+ private:
+  std::string axis_ = "world";
 };
 
 using CommunicatorPtr = std::shared_ptr<Communicator>;

@@ -78,6 +78,10 @@ class CountingCommunicator : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string name() const override { return "counting(" + inner_->name() + ")"; }
+  void set_axis(const std::string& axis) override {
+    Communicator::set_axis(axis);
+    inner_->set_axis(axis);
+  }
   std::shared_ptr<Communicator> split(int color, int key) override;
 
   WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;

@@ -20,6 +20,7 @@
 #include "parallel/mpi_exchange.h"
 #include "parallel/runtime.h"
 #include "parallel/staged_collectives.h"
+#include "parallel/watchdog.h"
 
 namespace triad::parallel {
 
@@ -180,6 +181,7 @@ class MpiWork final : public Work {
     // One MPI_Wait per request, the recv's first: on a pair of small messages MPI_Waitall
     // ran about 190 instructions more than two MPI_Waits (callgrind, 2 ranks, polling
     // included).
+    if (check_count_) awaiting_peer(expected_.src);
     MPI_Status status;
     int rc = MPI_Wait(&requests_[0], &status);
     if (rc == MPI_SUCCESS && requests_[1] != MPI_REQUEST_NULL) rc = MPI_Wait(&requests_[1], MPI_STATUS_IGNORE);
@@ -303,6 +305,19 @@ void MpiWork::throw_size_mismatch(int count) const {
   throw Error(os.str());
 }
 
+// The world rank of each rank of comm, in order.
+std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  TRIAD_MPI(MPI_Comm_group(comm, &group), "MPI_Comm_group");
+  TRIAD_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+  std::vector<int> ranks(static_cast<size_t>(size)), out(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) ranks[size_t(i)] = i;
+  TRIAD_MPI(MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data()), "MPI_Group_translate_ranks");
+  TRIAD_MPI(MPI_Group_free(&group), "MPI_Group_free");
+  TRIAD_MPI(MPI_Group_free(&world), "MPI_Group_free");
+  return out;
+}
+
 }  // namespace
 
 struct MpiCommunicator::Impl {
@@ -315,6 +330,8 @@ struct MpiCommunicator::Impl {
   int tag_ub = 32767;                      // the MPI standard's guaranteed minimum
   bool by_exchange = false;                // size <= kExchangeMaxRanks (Note [Collectives by exchange])
   std::optional<CollectiveChecks> checks;  // made once rank, size and tag_ub are known
+  WatchedGroup watched;                    // what a wait past comm_timeout reports (watchdog.h)
+  uint64_t calls = 0;                      // calls started on this communicator
 
   Impl(MPI_Comm c, bool own) : comm(c), owned(own) {
     TRIAD_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -328,6 +345,8 @@ struct MpiCommunicator::Impl {
     TRIAD_MPI(MPI_Comm_set_errhandler(exchange, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     by_exchange = size <= detail::kExchangeMaxRanks;
     checks.emplace(rank, size, DeviceRule::host_or_staged("the MPI communicator"), kMpiMaxCount, tag_ub);
+    watched.rank = rank;
+    watched.world_ranks = world_ranks_of(comm, size);
   }
 };
 
@@ -377,25 +396,25 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   impl_->checks->all_reduce(t);
   if (!t.device().is_cpu()) return staged::all_reduce(*this, t, op);
   if (detail::all_reduce_by_exchange(impl_->size, t.nbytes()))
-    return detail::start_exchange_all_reduce(impl_->exchange, impl_->rank, impl_->size, t, op);
+    return watch("all_reduce", detail::start_exchange_all_reduce(impl_->exchange, impl_->rank, impl_->size, t, op));
   auto work = std::make_unique<MpiWork>("all_reduce", t.storage());
   TRIAD_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), int(t.numel()), mpi_type(t.dtype()), mpi_op(op, t.dtype()),
                            impl_->comm, work->request()),
             "MPI_Iallreduce");
-  return work;
+  return watch("all_reduce", std::move(work));
 }
 
 WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
   const bool in_place = impl_->checks->reduce_scatter(input, output);
   if (!input.device().is_cpu()) return staged::reduce_scatter(*this, input, output, op);
-  return detail::start_exchange_reduce_scatter(impl_->exchange, impl_->rank, impl_->size, input, output, op, in_place);
+  return watch("reduce_scatter", detail::start_exchange_reduce_scatter(impl_->exchange, impl_->rank, impl_->size, input, output, op, in_place));
 }
 
 WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   const bool in_place = impl_->checks->all_gather(input, output);
   if (!input.device().is_cpu()) return staged::all_gather(*this, input, output);
   if (impl_->by_exchange)
-    return detail::start_exchange_all_gather(impl_->exchange, impl_->rank, impl_->size, input, output, in_place);
+    return watch("all_gather", detail::start_exchange_all_gather(impl_->exchange, impl_->rank, impl_->size, input, output, in_place));
   // Always in place: MPI wants MPI_IN_PLACE on all ranks or none, and ranks may differ in
   // placement, so the input is first copied into its chunk of the output.
   const int k = int(input.numel());
@@ -406,14 +425,14 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   const MPI_Datatype type = mpi_type(input.dtype());
   TRIAD_MPI(MPI_Iallgather(MPI_IN_PLACE, k, type, output.raw_data(), k, type, impl_->comm, work->request()),
             "MPI_Iallgather");
-  return work;
+  return watch("all_gather", std::move(work));
 }
 
 WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
   const bool same = impl_->checks->all_to_all(input, output);
   if (!input.device().is_cpu()) return staged::all_to_all(*this, input, output);
   if (detail::all_to_all_by_exchange(impl_->size, input.nbytes()))
-    return detail::start_exchange_all_to_all(impl_->exchange, impl_->rank, impl_->size, input, output, same);
+    return watch("all_to_all", detail::start_exchange_all_to_all(impl_->exchange, impl_->rank, impl_->size, input, output, same));
   const int k = int(input.numel() / size());
   const MPI_Datatype type = mpi_type(input.dtype());
   auto work = std::make_unique<MpiWork>("all_to_all", input.storage(), output.storage());
@@ -422,17 +441,17 @@ WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
   TRIAD_MPI(MPI_Ialltoall(same ? MPI_IN_PLACE : input.raw_data(), k, type, output.raw_data(), k, type, impl_->comm,
                           work->request()),
             "MPI_Ialltoall");
-  return work;
+  return watch("all_to_all", std::move(work));
 }
 
 WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   impl_->checks->broadcast(t, root);
   if (!t.device().is_cpu()) return staged::broadcast(*this, t, root);
-  if (impl_->by_exchange) return detail::start_exchange_broadcast(impl_->exchange, impl_->rank, impl_->size, t, root);
+  if (impl_->by_exchange) return watch("broadcast", detail::start_exchange_broadcast(impl_->exchange, impl_->rank, impl_->size, t, root));
   auto work = std::make_unique<MpiWork>("broadcast", t.storage());
   TRIAD_MPI(MPI_Ibcast(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), root, impl_->comm, work->request()),
             "MPI_Ibcast");
-  return work;
+  return watch("broadcast", std::move(work));
 }
 
 // send and recv take the element count from their checks: a small message takes about a
@@ -443,7 +462,7 @@ WorkPtr MpiCommunicator::send(const Tensor& t, int dst, int tag) {
   auto work = std::make_unique<MpiWork>("send", t.storage());
   TRIAD_MPI(MPI_Isend(t.raw_data(), int(count), mpi_type(t.dtype()), dst, tag, impl_->comm, work->request()),
             "MPI_Isend");
-  return work;
+  return watch("send", std::move(work));
 }
 
 WorkPtr MpiCommunicator::recv(const Tensor& t, int src, int tag) {
@@ -453,7 +472,7 @@ WorkPtr MpiCommunicator::recv(const Tensor& t, int src, int tag) {
   auto work = std::make_unique<MpiWork>("recv", t.storage());
   work->expect(t, type, count, src, tag);
   TRIAD_MPI(MPI_Irecv(t.raw_data(), int(count), type, src, tag, impl_->comm, work->request()), "MPI_Irecv");
-  return work;
+  return watch("recv", std::move(work));
 }
 
 WorkPtr MpiCommunicator::send_recv(const Tensor& send, int dst, int send_tag, const Tensor& recv, int src,
@@ -469,9 +488,21 @@ WorkPtr MpiCommunicator::send_recv(const Tensor& send, int dst, int send_tag, co
   TRIAD_MPI(MPI_Isend(send.raw_data(), int(sent), mpi_type(send.dtype()), dst, send_tag, impl_->comm,
                       work->second_request()),
             "MPI_Isend");
-  return work;
+  return watch("send_recv", std::move(work));
 }
 
-void MpiCommunicator::barrier() { TRIAD_MPI(MPI_Barrier(impl_->comm), "MPI_Barrier"); }
+void MpiCommunicator::barrier() {
+  const WaitWatch watched_wait(impl_->watched, "barrier", ++impl_->calls);
+  TRIAD_MPI(MPI_Barrier(impl_->comm), "MPI_Barrier");
+}
+
+void MpiCommunicator::set_axis(const std::string& axis) {
+  Communicator::set_axis(axis);
+  impl_->watched.axis = axis;
+}
+
+WorkPtr MpiCommunicator::watch(const char* call, WorkPtr work) {
+  return watched(std::move(work), impl_->watched, call, ++impl_->calls);
+}
 
 }  // namespace triad::parallel

@@ -62,6 +62,9 @@
 // - Progress: Open MPI advances non-blocking collectives only inside MPI calls of this
 //   process (wait, test, any other call). To overlap communication with computation,
 //   call Work::test() now and then during the computation (e.g. between layers).
+// - Waits have a deadline when comm_timeout is set (Note [Collective deadline],
+//   watchdog.h): a wait past it names the call, its number and group, and aborts the job.
+//   Calls on device tensors are watched in the host calls they stage.
 // - Every MPI return code is checked (communicators use MPI_ERRORS_RETURN); failures
 //   throw triad::Error naming the MPI call, file:line, the world rank and MPI's message.
 #pragma once
@@ -109,8 +112,12 @@ class MpiCommunicator : public Communicator {
   void barrier() override;
 
   const void* mpi_handle() const override;
+  void set_axis(const std::string& axis) override;
 
  private:
+  // work, watched while it blocks (Note [Collective deadline], watchdog.h), numbered.
+  WorkPtr watch(const char* call, WorkPtr work);
+
   std::unique_ptr<Impl> impl_;
 };
 

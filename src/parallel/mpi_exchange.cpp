@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "parallel/mpi_check.h"
+#include "parallel/watchdog.h"
 #include "tensor/allocator.h"
 
 namespace triad::parallel::detail {
@@ -48,6 +49,7 @@ void ExchangeWork::settle() {
 
 void ExchangeWork::receive(void* buffer, int from) {
   TRIAD_ASSERT_MSG(receives_ == posted_, call_ << ": a receive posted after a send");
+  if (receives_ < int(std::size(sources_))) sources_[receives_] = from;
   ++receives_;
   check(MPI_Irecv(buffer, count_, type_, from, 0, comm_, &requests_[posted_++]), "MPI_Irecv");
 }
@@ -69,9 +71,11 @@ void ExchangeWork::reduce_local(const void* in, void* inout, MPI_Op op) {
 void ExchangeWork::wait() {
   if (done_) return;
   for (; handled_ < receives_; ++handled_) {
+    awaiting_peer(handled_ < int(std::size(sources_)) ? sources_[handled_] : -1);
     MPI_Status status;
     handle(handled_, MPI_Wait(&requests_[size_t(handled_)], &status), status, "MPI_Wait");
   }
+  awaiting_peer(-1);
   check(MPI_Waitall(posted_ - receives_, requests_ + receives_, MPI_STATUSES_IGNORE), "MPI_Waitall");
   complete();
 }

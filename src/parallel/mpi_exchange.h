@@ -164,6 +164,7 @@ class ExchangeWork : public Work {
   // The receives in posting order, then the sends: in the Work itself up to the messages
   // of kExchangeMaxRanks ranks (a small call allocates nothing for them), else spilled.
   MPI_Request inline_[2 * (kExchangeMaxRanks - 1)];
+  int sources_[2 * (kExchangeMaxRanks - 1)];  // the rank each receive comes from (for comm_timeout's report)
   std::vector<MPI_Request> spilled_;
   MPI_Request* requests_;
   int posted_ = 0;    // messages posted

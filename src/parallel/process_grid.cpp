@@ -66,6 +66,10 @@ ProcessGrid::ProcessGrid(CommunicatorPtr world, const GridLayout& layout)
   ep_comm_ = world_->split(dp_color * (dp / ep_) + edp_rank(), dp_r_);
   edp_comm_ = world_->split(dp_color * ep_ + ep_rank(), dp_r_);
   hpz_comm_ = world_->split(dp_color * (dp / hpz_) + dp_r_ / hpz_, dp_r_);
+  for (const auto& [group, axis] : {std::pair{&tp_comm_, "tp"}, {&dp_comm_, "dp"}, {&pp_comm_, "pp"},
+                                    {&intra_comm_, "intra-node"}, {&inter_comm_, "inter-node"}, {&ep_comm_, "ep"},
+                                    {&edp_comm_, "expert-dp"}, {&hpz_comm_, "hpz"}})
+    (*group)->set_axis(axis);
 }
 
 CommunicatorPtr ProcessGrid::tied_group(const std::vector<int>& stages) const {
@@ -76,6 +80,7 @@ CommunicatorPtr ProcessGrid::tied_group(const std::vector<int>& stages) const {
                                                                                                  << " at position " << i);
   const bool mine = std::binary_search(stages.begin(), stages.end(), pp_r_);
   CommunicatorPtr group = pp_comm_->split(mine ? 0 : 1, pp_r_);
+  group->set_axis("tied");
   return mine ? group : nullptr;
 }
 

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,8 +15,11 @@
 #include "profiler/flops_profiler.h"
 #include "config/model_factory.h"
 #include "monitor/tensorboard_monitor.h"
+#include "parallel/watchdog.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
+#include "train/preemption.h"
+#include "train/stall_hook.h"
 
 namespace triad::engine {
 
@@ -88,7 +92,10 @@ class TrainingRun {
     set_up();
     resume_from_checkpoint();
     open_outputs();
-    for (int64_t step = first_step_; step < c_.steps; ++step) run_step(step);
+    for (int64_t step = first_step_; step < c_.steps; ++step) {
+      run_step(step);
+      if (options_.stop_on_signal && signalled_anywhere()) stop_for_preemption();
+    }
     save_model();
     return last_val_;
   }
@@ -187,7 +194,9 @@ class TrainingRun {
   }
 
   void run_step(int64_t step) {
+    stall_if_asked(step);
     const auto t0 = Clock::now();
+    const double waited_before = parallel::waited_seconds();
     const bool profiling = profiler_ && step == c_.flops_profiler.profile_step;
     const double forward_before = breakdown_.forward, backward_before = breakdown_.backward;
     Passes passes = forward_and_backward(step, profiling);
@@ -210,6 +219,7 @@ class TrainingRun {
       passes.activation_peak = peak.item();
     }
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double busy_ms = step_ms - 1e3 * (parallel::waited_seconds() - waited_before);
     // Tokens per second over the job: this rank's count times the ranks (their padded
     // batches may differ a little in length).
     const double tps = double(passes.positions * n_) / (step_ms / 1e3);
@@ -217,6 +227,7 @@ class TrainingRun {
     nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
                            {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
     if (world_) line["mem"] = mem_, line["comm"] = r.comm;
+    if (world_ && !options_.metrics_path.empty()) line["ranks"] = rank_times(busy_ms);
     line["mem"]["activation_peak_bytes"] = passes.activation_peak;
     if (c_.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
     if ((c_.eval_interval > 0 && r.step % c_.eval_interval == 0) || r.step == c_.steps)
@@ -294,6 +305,20 @@ class TrainingRun {
     return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
   }
 
+  // The straggler report, for the metrics line: the slowest and fastest rank by the time
+  // each spent in the step less its waits for other ranks (parallel/watchdog.h; the whole
+  // step time when comm_timeout is 0 and waits are not watched). Collective over the world.
+  nlohmann::json rank_times(double busy_ms) const {
+    Tensor all = Tensor::empty({world_->size()}, DType::f64);
+    world_->all_gather(Tensor::full({1}, busy_ms, DType::f64), all)->wait();
+    const std::vector<double> ms = all.to_vector<double>();
+    const auto slowest = std::max_element(ms.begin(), ms.end()), fastest = std::min_element(ms.begin(), ms.end());
+    return {{"slowest_rank", slowest - ms.begin()},
+            {"slowest_ms", *slowest},
+            {"fastest_rank", fastest - ms.begin()},
+            {"fastest_ms", *fastest}};
+  }
+
   // The step's mean loss over the global batch; Error when a loss or the gradient norm is
   // not finite.
   double mean_loss(const Tensor& losses, int64_t step, const StepResult& r) const {
@@ -363,13 +388,32 @@ class TrainingRun {
     }
   }
 
-  void save_checkpoint() {
+  std::string save_checkpoint() {
     const auto t0 = Clock::now();
     const std::string path = save_to_dir(checkpoint_dir(), c_.checkpoint.keep, *engine_, *grid_->world());
     if (leader())
       std::printf("step %6lld | saved %s in %.2f s\n", (long long)engine_->global_step(), path.c_str(),
                   std::chrono::duration<double>(Clock::now() - t0).count());
     std::fflush(stdout);
+    saved_step_ = engine_->global_step();
+    saved_path_ = path;
+    return path;
+  }
+
+  // Whether any rank caught a preemption signal (Note [Preemption]); the same answer on
+  // every rank, so that all stop after the same step. Collective over the world.
+  bool signalled_anywhere() const {
+    Tensor flag = Tensor::full({1}, preemption_signal() != 0 ? 1.0 : 0.0, DType::f64);
+    if (world_) world_->all_reduce(flag, parallel::ReduceOp::max)->wait();
+    return flag.item() != 0.0;
+  }
+
+  // A checkpoint of the step just taken (unless the step wrote one), then Preempted.
+  [[noreturn]] void stop_for_preemption() {
+    if (leader()) std::printf("step %6lld | a preemption signal came: stopping\n", (long long)engine_->global_step());
+    std::string path;
+    if (!checkpoint_dir().empty()) path = saved_step_ == engine_->global_step() ? saved_path_ : save_checkpoint();
+    throw Preempted(engine_->global_step(), path);
   }
 
   // The trained weights, output_dir/model.h5 (when output_dir is set).
@@ -386,6 +430,8 @@ class TrainingRun {
 
   const TrainConfig& c_;
   const TrainOptions& options_;
+  int64_t saved_step_ = -1;  // the step of the last checkpoint this run wrote, and where
+  std::string saved_path_;
   parallel::CommunicatorPtr world_;  // null when run alone: the metrics then carry no mem or comm figures
   std::unique_ptr<TrainingData> data_;
   GridPtr grid_;

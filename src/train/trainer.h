@@ -20,6 +20,9 @@ struct TrainOptions {
   // Weights only (a checkpoint or weights file of the same model): the run starts from them
   // at step 0 with a fresh optimizer (fine-tuning), unless it resumes from a checkpoint.
   std::string init;
+  // Stop after the step in which any rank caught SIGUSR1 or SIGTERM, write a checkpoint and
+  // throw Preempted (Note [Preemption], train/preemption.h; the caller installs the handlers).
+  bool stop_on_signal = false;
 };
 
 // Runs the whole training described by `config`; throws Error on bad input or a non-finite

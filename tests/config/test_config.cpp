@@ -52,6 +52,8 @@ BOOST_AUTO_TEST_CASE(a_valid_config_resolves) {
   BOOST_TEST(c.gradient_accumulation_steps == 2);
   BOOST_TEST(c.optimizer.beta2 == 0.95);
   BOOST_TEST(c.json["gradient_accumulation_steps"] == 2);
+  BOOST_TEST(c.comm_timeout == 600.0);  // PyTorch's NCCL default
+  BOOST_TEST(engine::parse_config(with("comm_timeout=0")).comm_timeout == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(batch_sizes_any_two_determine_the_third) {
@@ -92,6 +94,7 @@ BOOST_AUTO_TEST_CASE(bad_values_name_key_value_and_what_is_allowed) {
   BOOST_TEST(contains(error_of(with("model.activation_checkpointing=1")), "true or false"));
   BOOST_TEST(contains(error_of(with("steps=2.5")), "steps must be an integer"));
   BOOST_TEST(contains(error_of(with("model=[1]")), "model must be an object"));
+  BOOST_TEST(error_of(with("comm_timeout=-1")) == "[config] comm_timeout must be a number >= 0, got -1");
 }
 
 BOOST_AUTO_TEST_CASE(zero_and_mixed_precision_keys) {

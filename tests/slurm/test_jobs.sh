@@ -5,7 +5,8 @@
 #   - train, cancelled (scancel) once its first checkpoint is written, then resubmitted
 #     under the same name: the new job resumes from that checkpoint (step K > 0) and its
 #     metrics reach the final step;
-#   - train, sent the time-limit signal (USR1 to the batch shell): it requeues itself and,
+#   - train, sent the time-limit signal (USR1 to the batch shell): triad-train checkpoints
+#     the step it is in and exits 75, the job requeues itself and,
 #     under the same job id, resumes and finishes;
 #   - collectives on 8 ranks (plain sbatch): its JSON line reports 0 wrong elements;
 #   - zero-compare: a row for every stage at the job's rank count;
@@ -183,12 +184,14 @@ log=$runs/requeue/$id/job.log
   fail "job $id did not complete after the requeue: $info"
 }
 [[ $info == *Restarts=1* ]] || fail "job $id was not restarted once: $info"
-grep -q "requeueing job $id" "$log" || fail "job $id's log does not show the requeue"
+grep -q "preempted: requeueing job $id" "$log" || fail "job $id's log does not show the requeue"
 k=$(sed -n 's/^resumed from .* at step \([0-9]*\)$/\1/p' "$log" | tail -n 1)
 if [[ -z $k ]] || ((k == 0)); then
   show "$log"
   fail "requeued job $id did not resume from a checkpoint"
 fi
+grep -q "^preempted: stopped after step $k on a signal; checkpoint " "$log" ||
+  fail "job $id did not resume from the checkpoint its signal wrote (step $k)"
 [[ $(last_step "$runs/requeue/$id/metrics.jsonl") == "$steps" ]] || fail "job $id's metrics end before step $steps"
 echo "job $id requeued itself and resumed at step $k under the same id"
 
