@@ -121,11 +121,10 @@ Routing route_tokens(const std::vector<double>& probs, const std::vector<double>
         if (!drop || loc < r.capacity) r.location[c] = loc;
       }
     }
+  } else if (K == 1 && !noise.priority.empty()) {
+    place_by_priority(r, drop, [&](int64_t s, int64_t e) { return noise.priority[size_t(s * E + e)]; });
   } else if (K == 1) {
-    place_by_priority(
-        r, drop, noise.priority.empty() ? std::function<double(int64_t, int64_t)>() : [&](int64_t s, int64_t e) {
-          return noise.priority[size_t(s * E + e)];
-        });
+    place_by_priority(r, drop, {});  // the first tokens keep their places
   } else {
     place_by_priority(r, drop, [&](int64_t s, int64_t e) { return probs[size_t(s * E + e)]; });
   }
