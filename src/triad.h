@@ -11,6 +11,7 @@
 #include "nn/layers.h"
 #include "nn/llama.h"
 #include "nn/llama_layers.h"
+#include "nn/moe.h"
 #include "nn/module.h"
 #include "nn/transformer.h"
 #include "optim/clip.h"

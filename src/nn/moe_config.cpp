@@ -1,0 +1,24 @@
+#include "nn/moe_config.h"
+
+#include <cmath>
+
+#include "tensor/error.h"
+
+namespace triad::nn {
+
+void MoEConfig::validate() const {
+  TRIAD_CHECK(num_experts >= 1, "[moe] num_experts must be positive, got " << num_experts);
+  TRIAD_CHECK(k >= 1 && k <= num_experts, "[moe] k must be in [1, num_experts = " << num_experts << "], got " << k);
+  TRIAD_CHECK(std::isfinite(capacity_factor) && capacity_factor > 0,
+              "[moe] capacity_factor must be positive, got " << capacity_factor);
+  TRIAD_CHECK(std::isfinite(eval_capacity_factor) && eval_capacity_factor > 0,
+              "[moe] eval_capacity_factor must be positive, got " << eval_capacity_factor);
+  TRIAD_CHECK(min_capacity >= 0, "[moe] min_capacity must be >= 0, got " << min_capacity);
+  // DeepSpeed ignores RSample for k >= 2 without a word; here the option would do nothing.
+  TRIAD_CHECK(noisy_gate_policy != NoisyGatePolicy::rsample || k == 1,
+              "[moe] noisy_gate_policy RSample applies to top-1 gating only, got k = " << k);
+  TRIAD_CHECK(aux_loss_coeff >= 0 && z_loss_coeff >= 0,
+              "[moe] aux_loss_coeff and z_loss_coeff must be >= 0, got " << aux_loss_coeff << " and " << z_loss_coeff);
+}
+
+}  // namespace triad::nn

@@ -1,0 +1,38 @@
+// The options of a Mixture-of-Experts layer (nn/moe.h), with DeepSpeed's `MoE` defaults
+// (deepspeed/moe/layer.py) and the loss options of Megatron-core's router. One struct for
+// the gate and the layer, so that a model (and later the config parser) states a layer once.
+#pragma once
+
+#include <cstdint>
+
+namespace triad::nn {
+
+// Noise on the gate in training (DeepSpeed's noisy_gate_policy): none; Jitter, the input of
+// the gate multiplied by U(1 - 1e-2, 1 + 1e-2); RSample, Gumbel noise on the logits that
+// choose a top-1 expert (the gate weights stay the clean probabilities).
+enum class NoisyGatePolicy { none, jitter, rsample };
+
+// How the load-balancing loss is normalised (Note [MoE auxiliary loss] in nn/moe_gate.h).
+enum class AuxLossNormalization { deepspeed, megatron };
+
+struct MoEConfig {
+  int64_t num_experts = 1;
+  int64_t k = 1;                      // experts per token, 1 <= k <= num_experts
+  double capacity_factor = 1.0;       // in training
+  double eval_capacity_factor = 1.0;  // in eval mode
+  int64_t min_capacity = 4;           // slots per expert at least, when dropping
+  bool drop_tokens = true;            // false: dropless, every choice gets a slot
+  bool use_rts = true;                // top-1: random token selection over capacity
+  NoisyGatePolicy noisy_gate_policy = NoisyGatePolicy::none;
+  bool top2_2nd_expert_sampling = true;  // top-2: Gumbel noise picks the second expert
+  bool use_residual = false;             // Residual MoE: a dense MLP beside the experts
+  AuxLossNormalization aux_loss = AuxLossNormalization::deepspeed;
+  double aux_loss_coeff = 0.01;  // Megatron-DeepSpeed's scale of DeepSpeed's l_aux
+  double z_loss_coeff = 0.0;     // router z-loss (ST-MoE), off by default
+
+  // Throws triad::Error naming the field ("[moe] k must be in [1, num_experts] ...").
+  void validate() const;
+  double capacity_factor_for(bool training) const { return training ? capacity_factor : eval_capacity_factor; }
+};
+
+}  // namespace triad::nn
