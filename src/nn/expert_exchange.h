@@ -26,6 +26,8 @@ class ExpertExchange {
   virtual ~ExpertExchange() = default;
   // Processes the experts are spread over: each holds num_experts / ranks() of them.
   virtual int ranks() const { return 1; }
+  // This process's place among them: it holds experts [rank E / ranks, (rank + 1) E / ranks).
+  virtual int rank() const { return 0; }
   // The capacity every rank uses in dropless mode, given this rank's.
   virtual int64_t agree_capacity(int64_t capacity) const { return capacity; }
   // slots (E, C, d) of this process's tokens -> (E / ranks, ranks C, d) for its experts.

@@ -27,7 +27,12 @@ MoE::MoE(int64_t d_model, const MoEConfig& config, const ExpertFactory& make_exp
               "[moe] num_experts (" << config.num_experts << ") must be divisible by the expert-parallel size ("
                                     << exchange_->ranks() << ")");
   gate = register_module("gate", std::make_shared<TopKGate>(d_model, config, gen));
-  experts = register_module("experts", std::make_shared<Experts>(config.num_experts / exchange_->ranks(), make_expert));
+  // One draw from gen seeds every expert, so that the experts' weights do not depend on
+  // how many of them this process holds (nn/moe_experts.h).
+  const uint64_t expert_seed = random_bits(gen.state().seed, gen.advance(1));
+  const int64_t count = config.num_experts / exchange_->ranks();
+  experts = register_module("experts",
+                            std::make_shared<Experts>(exchange_->rank() * count, count, make_expert, expert_seed));
   if (config.use_residual) {
     mlp = register_module("mlp", make_expert());
     coefficient = register_module("coefficient", std::make_shared<Linear>(d_model, 2));

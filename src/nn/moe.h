@@ -37,7 +37,9 @@ struct MoEOutput {
 class MoE : public Module {
  public:
   // make_expert makes each of this process's num_experts / exchange->ranks() experts and,
-  // with use_residual, the dense MLP. gen: the gate's initialisation and draws.
+  // with use_residual, the dense MLP. gen: the gate's initialisation and draws, and the seed
+  // of the experts' streams (nn/moe_experts.h). Processes given generators in the same
+  // state build the same gate and, between them, the same experts.
   MoE(int64_t d_model, const MoEConfig& config, const ExpertFactory& make_expert,
       std::shared_ptr<const ExpertExchange> exchange = local_experts(), Generator& gen = default_generator());
 

@@ -3,6 +3,10 @@
 // the last dimension d can be an expert; the GPT's GELU MLP and the Llama's SwiGLU are the
 // usual ones. Each expert is made (and initialised) on its own, as Megatron-core does;
 // DeepSpeed deep-copies one module, so its experts start equal.
+//
+// Expert e is initialised from a stream of its own, seeded from the layer's seed and e's
+// global index, so that it starts with the same weights whichever process holds it, and a
+// layer spread over ep processes can be compared with the one-process layer.
 #pragma once
 
 #include <functional>
@@ -11,22 +15,27 @@
 
 namespace triad::nn {
 
-// Makes one expert (or the residual MLP of a Residual MoE) per call.
+// Makes one expert (or the residual MLP of a Residual MoE) per call, drawing its initial
+// weights from default_generator(), which Experts seeds per expert for the call.
 using ExpertFactory = std::function<ModulePtr()>;
 // nn::MLP, the GPT's: d -> 4d, GELU, -> d, dropout p on its output.
 ExpertFactory gelu_mlp_expert(int64_t d_model, double dropout = 0.0);
 // nn::SwiGLU, the Llama's: down(silu(gate(x)) * up(x)), d -> intermediate -> d.
 ExpertFactory swiglu_expert(int64_t d_model, int64_t intermediate);
 
-// The experts this process holds, named "0", "1", ... (local numbering).
+// The experts this process holds, the global experts [first, first + count), named "0",
+// "1", ... (local numbering).
 class Experts : public Module {
  public:
-  Experts(int64_t count, const ExpertFactory& make);
+  // Expert first + i is made while default_generator() draws from the seed
+  // random_bits(seed, first + i); the default generator's state is restored afterwards.
+  Experts(int64_t first, int64_t count, const ExpertFactory& make, uint64_t seed);
   // slots (count, R, d) -> (count, R, d): expert e on the rows slots[e]; each expert runs
   // through its operator(), so its hooks fire.
   Tensor forward(const Tensor& slots) override;
 
   int64_t count() const { return int64_t(children().size()); }
+  const int64_t first;  // the global index of local expert 0
 };
 
 }  // namespace triad::nn

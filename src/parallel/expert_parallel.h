@@ -1,0 +1,44 @@
+// Expert parallelism (DeepSpeed-MoE's ep): the ExpertExchange of Note [Expert parallelism]
+// (nn/expert_exchange.h) over an expert-parallel group, ProcessGrid::ep(). Rank r of the
+// group holds the experts [r E/ep, (r+1) E/ep) of every MoE layer built with it; the ranks
+// of an expert-data-parallel group, ProcessGrid::edp(), hold the same experts and must sum
+// their gradients (ZeRO does not yet: that is the next slice of the MoE work).
+//
+// The exchange is two all-to-alls. With n = ep, block q of a rank's slots (E, C, d), the
+// E/n experts of rank q, goes to rank q:
+//   to_experts    (E, C, d) -> all-to-all -> (n, E/n, C, d) -> (E/n, n C, d)
+//   from_experts  (E/n, n C, d) -> (n, E/n, C, d) -> all-to-all -> (E, C, d)
+// so an expert's rows on its rank are the C slots of rank 0, then rank 1's, and so on, and
+// from_experts undoes to_experts exactly. An all-to-all moves each element to one place,
+// so its adjoint is the inverse move: each function's backward is the other's forward.
+// Every rank of the group must call them in the same order with the same C (dropless:
+// agree_capacity first, which every rank calls in every forward).
+#pragma once
+
+#include "nn/expert_exchange.h"
+#include "parallel/communicator.h"
+
+namespace triad::parallel {
+
+class ExpertParallel : public nn::ExpertExchange {
+ public:
+  explicit ExpertParallel(CommunicatorPtr ep);
+
+  int ranks() const override { return ep_->size(); }
+  int rank() const override { return ep_->rank(); }
+  // The largest capacity over the group (an all-reduce with MAX).
+  int64_t agree_capacity(int64_t capacity) const override;
+  Tensor to_experts(const Tensor& slots) const override;
+  Tensor from_experts(const Tensor& outputs) const override;
+
+ private:
+  CommunicatorPtr ep_;
+};
+
+// The raw exchanges (no gradient), on any tensor of the shapes above.
+namespace ep_ops {
+Tensor to_experts(const Tensor& slots, Communicator& ep);
+Tensor from_experts(const Tensor& outputs, Communicator& ep);
+}  // namespace ep_ops
+
+}  // namespace triad::parallel
