@@ -54,28 +54,11 @@ void pio_transfer(int fd, const std::string& path, bool write, int64_t offset, c
   }
 }
 
-// One thread's part of a transfer through kernel aio: block_size requests, at most
-// queue_depth in flight. Returns false, having transferred nothing, when the kernel gives
-// no aio context (the caller falls back to pio_transfer).
-bool aio_transfer(int fd, const std::string& path, bool write, int64_t offset, char* data, int64_t bytes,
-                  const AioConfig& c) {
+// One thread's part of a transfer through kernel aio context `ctx` (of queue_depth
+// entries): block_size requests, at most queue_depth in flight. Returns with none in flight.
+void aio_transfer(io_context_t ctx, int fd, const std::string& path, bool write, int64_t offset, char* data,
+                  int64_t bytes, const AioConfig& c) {
   const int depth = int(std::min(c.queue_depth, ceil_div(bytes, c.block_size)));
-  io_context_t ctx = nullptr;
-  const int rc = io_setup(depth, &ctx);
-  if (rc == -EPERM || rc == -ENOSYS || rc == -EAGAIN) {
-    if (rc != -EAGAIN) kernel_aio_refused = true;
-    note_once(threads_note, std::string("io_setup: ") + std::strerror(-rc) +
-                                "; swap files are read and written with pread/pwrite on threads");
-    return false;
-  }
-  if (rc < 0) fail(path, write, offset, bytes, std::string("io_setup: ") + std::strerror(-rc));
-  // io_destroy waits for the requests still in flight, so an error leaves none behind
-  // writing into a buffer the caller frees.
-  struct Context {
-    io_context_t ctx;
-    ~Context() { io_destroy(ctx); }
-  } owner{ctx};
-
   std::vector<iocb> cbs(static_cast<size_t>(depth));
   std::vector<iocb*> idle;
   for (iocb& cb : cbs) idle.push_back(&cb);
@@ -118,10 +101,57 @@ bool aio_transfer(int fd, const std::string& path, bool write, int64_t offset, c
       --in_flight;
     }
   }
-  return true;
 }
 
 }  // namespace
+
+// Kernel aio contexts, kept for the file's life: creating and destroying one costs tens of
+// milliseconds (io_destroy waits for an RCU grace period), more than a transfer. Each
+// thread of a transfer leases one; transfers running at once (a read ahead beside a write
+// back) lease several.
+class SwapFile::AioContexts {
+ public:
+  explicit AioContexts(int64_t depth) : depth_(int(depth)) {}
+  ~AioContexts() {
+    for (io_context_t ctx : idle_) io_destroy(ctx);
+  }
+  // A context, or null when the kernel gives none (the caller falls back to pread/pwrite).
+  io_context_t lease(const std::string& path) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!idle_.empty()) {
+        io_context_t ctx = idle_.back();
+        idle_.pop_back();
+        return ctx;
+      }
+    }
+    io_context_t ctx = nullptr;
+    const int rc = io_setup(depth_, &ctx);
+    if (rc == -EPERM || rc == -ENOSYS || rc == -EAGAIN) {
+      if (rc != -EAGAIN) kernel_aio_refused = true;
+      note_once(threads_note, std::string("io_setup: ") + std::strerror(-rc) +
+                                  "; swap files are read and written with pread/pwrite on threads");
+      return nullptr;
+    }
+    TRIAD_CHECK(rc == 0, "swap file '" << path << "': io_setup failed: " << std::strerror(-rc));
+    return ctx;
+  }
+  // Back after a transfer that completed; one that failed may still have requests in
+  // flight, which io_destroy waits for before the caller frees their buffer.
+  void give_back(io_context_t ctx, bool clean) {
+    if (!clean) {
+      io_destroy(ctx);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(ctx);
+  }
+
+ private:
+  int depth_;
+  std::mutex mutex_;
+  std::vector<io_context_t> idle_;
+};
 
 void check_aio(const AioConfig& c) {
   TRIAD_CHECK(c.block_size > 0 && c.block_size % kSwapAlignment == 0,
@@ -144,6 +174,7 @@ SwapFile::SwapFile(std::string path, int64_t bytes, const AioConfig& config, Pat
     : path_(std::move(path)), config_(config), kernel_aio_(paths.kernel_aio) {
   TRIAD_ASSERT(bytes >= 0 && bytes % kSwapAlignment == 0);
   check_aio(config);
+  contexts_ = std::make_unique<AioContexts>(config.queue_depth);
   // No O_TRUNC here: the file may be another live process's, which the lock finds out
   // before anything of it is changed.
   const int flags = O_RDWR | O_CREAT | O_CLOEXEC;
@@ -208,9 +239,17 @@ void SwapFile::transfer(bool write, int64_t offset, char* data, int64_t bytes) c
     const int64_t begin = blocks * t / threads * config_.block_size;
     const int64_t end = std::min(bytes, blocks * (t + 1) / threads * config_.block_size);
     try {
-      if (!kernel_aio_ || kernel_aio_refused ||
-          !aio_transfer(fd_, path_, write, offset + begin, data + begin, end - begin, config_))
-        pio_transfer(fd_, path_, write, offset + begin, data + begin, end - begin, config_.block_size);
+      io_context_t ctx = kernel_aio_ && !kernel_aio_refused ? contexts_->lease(path_) : nullptr;
+      if (!ctx) return pio_transfer(fd_, path_, write, offset + begin, data + begin, end - begin, config_.block_size);
+      bool clean = false;
+      try {
+        aio_transfer(ctx, fd_, path_, write, offset + begin, data + begin, end - begin, config_);
+        clean = true;
+      } catch (...) {
+        contexts_->give_back(ctx, clean);
+        throw;
+      }
+      contexts_->give_back(ctx, clean);
     } catch (...) {
       errors[size_t(t)] = std::current_exception();
     }

@@ -65,7 +65,7 @@ class SwapFile {
   // its folder is missing or not writable, the disk is full or another process holds it.
   SwapFile(std::string path, int64_t bytes, const AioConfig& config, Paths paths);
   SwapFile(std::string path, int64_t bytes, const AioConfig& config) : SwapFile(std::move(path), bytes, config, {}) {}
-  ~SwapFile();
+  ~SwapFile();  // after every transfer has returned
   SwapFile(const SwapFile&) = delete;
   SwapFile& operator=(const SwapFile&) = delete;
 
@@ -81,7 +81,10 @@ class SwapFile {
  private:
   void transfer(bool write, int64_t offset, char* data, int64_t bytes) const;
 
+  class AioContexts;  // swap_file.cpp: kernel aio contexts, reused
+
   std::string path_;
+  std::unique_ptr<AioContexts> contexts_;
   int fd_ = -1;
   int64_t size_ = 0;
   AioConfig config_;
