@@ -566,7 +566,7 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
                                                                      << ") must exceed warmup_num_steps ("
                                                                      << c.scheduler.warmup_num_steps << ", at least 2)");
   parse_zero(r.object("zero_optimization"), c.zero, c.notices);
-  parse_aio(r.object("aio"), c.zero.aio);
+  if (r.has("aio")) parse_aio(r.object("aio"), c.zero.aio);  // (known only when given: no "did you mean aio")
   c.zero.validate(c.data_parallel);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
