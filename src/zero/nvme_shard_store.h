@@ -16,10 +16,10 @@
 // - Checksums: the CRC-32C of every part as last written is kept in memory, and every read
 //   is checked against it and its size: a damaged or truncated file is an error naming it.
 // - Pipelining (DeepSpeed's pipeline_read, pipeline_write): prefetch() starts reading the
-//   next entry on a thread while the update works on this one, and release() hands the
-//   write-back to a thread and returns (the buffer is reused once it is done; the next
-//   step's forward and backward overlap it). Without them, acquire() reads and release()
-//   writes on the caller's thread.
+//   next entry on a thread while the update works on this one (and the next step's first
+//   entry during its forward and backward), and release() hands the write-back to a thread
+//   and returns (the buffer is reused once it is done; the next step's forward and backward
+//   overlap it). Without them, acquire() reads and release() writes on the caller's thread.
 #pragma once
 
 #include <array>

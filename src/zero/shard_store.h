@@ -39,7 +39,7 @@ class ShardStore {
   virtual const ShardState& acquire(size_t entry) = 0;
   // Done with the acquired entry; `dirty`: its tensors were written, store them.
   virtual void release(size_t entry, bool dirty) = 0;
-  // The entry acquired after the current one (a store may start reading it).
+  // An entry that will be acquired next (a store may start reading it).
   virtual void prefetch(size_t entry) = 0;
   // One part of an entry (no entry acquired): a tensor holding it. What a checkpoint writes
   // into it is stored by write_part(entry, part, tensor); the device store hands out its

@@ -414,6 +414,9 @@ void ZeroOptimizer::update(double lr, const std::vector<Tensor>& grads) {
     if (state.master.defined()) ops::copy_(params, state.master);  // round the master weights to storage
     store_->release(sub->entry, /*dirty=*/true);
   }
+  // The next step begins where this one did: its first sub-group can come in during the
+  // forward and backward.
+  if (!order.empty()) store_->prefetch(order.front().second->entry);
 }
 
 namespace {
