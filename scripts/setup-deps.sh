@@ -15,6 +15,7 @@ packages=(
   openmpi-bin libopenmpi-dev  # the data-parallel transport (mpirun, MPI)
   libopenblas-openmp-dev # the BLAS behind Eigen's GEMM (OpenMP build: one thread pool with ours)
   libhdf5-openmpi-dev hdf5-tools  # checkpoints: parallel HDF5 over Open MPI, and h5dump to inspect them
+  libaio-dev             # offload: asynchronous direct I/O of optimizer state to NVMe (io/swap_file.h)
   gnuplot-nox            # figures: triad-bench scaling's PNG, scripts/plot-metrics (gnuplot without X)
   python3                # the app tests read programs' JSON output with it (standard library only)
 )

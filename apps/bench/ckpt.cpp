@@ -200,15 +200,18 @@ void take_one_step(engine::Engine& engine, int rank) {
 std::vector<uint64_t> resident_checksums(engine::Engine& engine) {
   std::vector<uint64_t> out;
   for (State state : kStates)
-    for (const auto& slice : engine.zero()->resident_slices(state))
+    for (const auto& slice : engine.zero()->state_view(state).resident_slices())
       out.push_back(io::tensor_checksum(slice.values, slice.first));
   return out;
 }
 
 // Zeroes the state this rank keeps, so that a load must restore every element of it.
 void clear_resident_state(engine::Engine& engine) {
-  for (State state : kStates)
-    for (const auto& slice : engine.zero()->resident_slices(state)) ops::zero_(slice.values);
+  for (State state : kStates) {
+    zero::ZeroOptimizer::StateView view = engine.zero()->state_view(state);
+    for (const auto& slice : view.resident_slices()) ops::zero_(slice.values);
+    view.commit();
+  }
 }
 
 // Every rank must have got back what it had (collective).

@@ -320,7 +320,7 @@ void write_file(const std::string& path, parallel::Communicator& world, Write wr
 // This rank's part of the f32 weights: its shard of the master weights, or, without ZeRO
 // (SGD), the whole parameters on data-parallel rank 0.
 std::map<std::string, Slice> weights_owned(Engine& engine) {
-  if (engine.zero()) return by_name(engine.zero()->owned_slices(State::master));
+  if (engine.zero()) return by_name(engine.zero()->state_view(State::master).owned_slices());
   std::map<std::string, Slice> out;
   if (engine.dp()->rank() != 0) return out;
   for (const auto& [name, p] : engine.model().named_parameters())
@@ -413,9 +413,10 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   const std::vector<Param> params = params_of(engine);
   write_file(path, world, [&](H5File& file) {
     Checksums sums;
-    // A batch per state: what one batch stages on the host is a quarter of this rank's share.
+    // A batch per state: what one batch stages on the host is a quarter of this rank's share
+    // (and what an offloading store reads in, a third of the optimizer's state).
     for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq}) {
-      const auto mine = by_name(zero.owned_slices(state));
+      const auto mine = by_name(zero.state_view(state).owned_slices());
       const DType stored = state == State::param ? dtype : DType::f32;
       std::vector<H5File::DatasetSpec> specs;
       std::vector<H5File::TensorRange> writes;
@@ -513,8 +514,9 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
     return q.writer ? range_of(owned, q.name, dtype) : range_of({}, q.name, dtype);  // every rank sums each
   };
   for (State state : kOptimStates) {
-    const auto resident = by_name(zero.resident_slices(state));
-    const auto owned = by_name(zero.owned_slices(state));
+    zero::ZeroOptimizer::StateView view = zero.state_view(state);
+    const auto resident = by_name(view.resident_slices());
+    const auto owned = by_name(view.owned_slices());
     std::vector<Read> batch;
     for (const Param& q : params) {
       const auto [first, values] = range_of(resident, q.name, DType::f32);
@@ -522,6 +524,7 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
       batch.push_back({&q, dataset_of(state, q.name), first, values, host_buffer(values), owned_first, owned_values});
     }
     read_batch(batch);
+    view.commit();
   }
   // Parameters: f32 training keeps no other copy than the master weights just read (the
   // file's /model repeats them and is not read, so not checksummed either); mixed precision
@@ -529,8 +532,9 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   // weights. Only what is read is checked: `triad-ckpt verify` checks every dataset.
   const DType dtype = engine.config().precision.dtype;
   if (dtype != DType::f32) {
-    const auto resident = by_name(zero.resident_slices(State::param));
-    const auto owned = by_name(zero.owned_slices(State::param));
+    const zero::ZeroOptimizer::StateView view = zero.state_view(State::param);  // the parameters themselves
+    const auto resident = by_name(view.resident_slices());
+    const auto owned = by_name(view.owned_slices());
     std::vector<std::string> names;
     for (const Param& q : params) names.push_back(dataset_of(State::param, q.name));
     const std::vector<DType> stored = file.dtypes(names);

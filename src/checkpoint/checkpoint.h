@@ -54,7 +54,7 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
 void save_weights(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype);
 // Collective: a weights file of other values of the engine's parameters, kept sharded as the
 // optimizer keeps its master weights: `owned` is this rank's share, shaped as
-// ZeroOptimizer::owned_slices gives it (e.g. an average of the weights, rlhf/actor_ema.h).
+// ZeroOptimizer::StateView::owned_slices gives it (e.g. an average of the weights, rlhf/actor_ema.h).
 void save_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
                         const std::vector<zero::ZeroOptimizer::Slice>& owned);
 // Collective: the inverse, reading each of `owned`'s ranges of a weights file of the

@@ -156,7 +156,6 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
 const std::vector<std::pair<std::string, std::string>> kZeroKeysWithoutEffect = {
     {"reduce_scatter", "triad reduces gradients with reduce-scatter at stages 1-3 and all-reduce at 0, whatever it says"},
     {"allgather_partitions", "triad gathers the updated partitions with all-gather, whatever it says"},
-    {"sub_group_size", "triad's optimizer steps each flat group of one unit (a block) at a time already"},
     {"stage3_max_live_parameters", "triad keeps one unit gathered ahead; stage3_prefetch_bucket_size bounds it"},
     {"stage3_max_reuse_distance", "triad releases each unit after its use and gathers it again for the backward"},
     {"stage3_gather_16bit_weights_on_model_save", "triad always saves whole weights (output_dir/model.h5)"},
@@ -167,10 +166,7 @@ const std::vector<std::pair<std::string, std::string>> kZeroKeysWithoutEffect = 
     {"zero_quantized_nontrainable_weights", "every parameter of triad's models is trained (qwZ covers them all)"},
 };
 // ZeRO features triad has not built yet, with the value that leaves each off in DeepSpeed.
-const std::vector<std::pair<std::string, nlohmann::json>> kZeroKeysNotAvailable = {
-    {"offload_optimizer", nullptr},
-    {"offload_param", nullptr},
-    {"mics_shard_size", -1}};
+const std::vector<std::pair<std::string, nlohmann::json>> kZeroKeysNotAvailable = {{"mics_shard_size", -1}};
 
 // Whether a DeepSpeed value leaves its feature off: the off value itself, or (offload) a
 // device of "none".
@@ -178,8 +174,49 @@ bool is_off(const nlohmann::json& value, const nlohmann::json& off) {
   return value == off || (value.is_object() && value.value("device", "") == "none");
 }
 
+// DeepSpeed's offload_optimizer section (null: off). Which stages take it, and the folder
+// nvme needs, are ZeroConfig::validate's rules.
+void parse_offload_optimizer(JsonReader& zero, zero::OffloadConfig& o, std::vector<std::string>& notices) {
+  if (!zero.has("offload_optimizer")) return;
+  if (zero.value("offload_optimizer").is_null()) return zero.known("offload_optimizer");
+  JsonReader r = zero.object("offload_optimizer");
+  const std::string device = r.choice("device", "none", {"none", "cpu", "nvme"});
+  o.device = device == "nvme" ? zero::OffloadDevice::nvme : device == "cpu" ? zero::OffloadDevice::cpu : zero::OffloadDevice::none;
+  if (r.has("nvme_path") && r.value("nvme_path").is_null())
+    r.known("nvme_path");
+  else
+    o.nvme_path = r.string("nvme_path", o.nvme_path);
+  o.buffer_count = r.integer("buffer_count", o.buffer_count, 1, kMaxInt);
+  o.ratio = r.number("ratio", o.ratio, 0.0, 1.0);
+  o.pipeline_read = r.boolean("pipeline_read", o.pipeline_read);
+  o.pipeline_write = r.boolean("pipeline_write", o.pipeline_write);
+  const std::string at = r.dotted("");
+  if (r.has("pin_memory")) {
+    o.pin_memory = r.boolean("pin_memory", o.pin_memory);
+    notices.push_back(at + "pin_memory: triad's swap buffers are page-aligned host memory for direct I/O; they are "
+                           "not registered with a GPU driver");
+  }
+  if (r.has("fast_init")) {
+    o.fast_init = r.boolean("fast_init", o.fast_init);
+    notices.push_back(at + "fast_init: triad writes each sub-group's initial state to its file once at start-up, "
+                           "whatever it says");
+  }
+  r.finish();
+}
+
 void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& notices) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
+  parse_offload_optimizer(r, z.offload_optimizer, notices);
+  z.sub_group_size = r.integer("sub_group_size", z.sub_group_size, 1, kMaxInt);
+  if (r.has("sub_group_size") && z.offload_optimizer.device != zero::OffloadDevice::nvme)
+    notices.push_back("zero_optimization.sub_group_size: the unit in which optimizer state moves to and from NVMe; "
+                      "without offload_optimizer.device \"nvme\" each flat group is updated whole");
+  if (r.has("offload_param")) {
+    r.known("offload_param");
+    TRIAD_CHECK(is_off(r.value("offload_param"), nullptr),
+                "[config] zero_optimization.offload_param: offloading parameters (ZeRO-Infinity) is not built yet, "
+                "only offload_optimizer (null or device \"none\" leaves it off)");
+  }
   for (const auto& [key, why] : kZeroKeysWithoutEffect)
     if (r.has(key)) {
       r.known(key);
@@ -216,7 +253,6 @@ const std::vector<std::pair<std::string, std::string>> kDeepSpeedFeaturesNotAvai
     {"moe", "mixture of experts"},
     {"compression_training", "compression"},
     {"sparse_attention", "sparse attention"},
-    {"aio", "NVMe offload"},
     {"elasticity", "elastic training"},
     {"autotuning", "autotuner"},
     {"data_efficiency", "data efficiency library"},
@@ -224,6 +260,21 @@ const std::vector<std::pair<std::string, std::string>> kDeepSpeedFeaturesNotAvai
     {"hybrid_engine", "hybrid engine"},
     {"amp", "Apex AMP (fp16 and bf16 are)"},
 };
+
+// DeepSpeed's aio section: how swap files are read and written (offload to NVMe).
+void parse_aio(JsonReader r, io::AioConfig& a) {
+  a.block_size = r.integer("block_size", a.block_size, 1, kMaxInt);
+  a.queue_depth = r.integer("queue_depth", a.queue_depth, 1, kMaxInt);
+  if (r.has("intra_op_parallelism") && r.has("thread_count"))
+    r.fail("thread_count", "absent when intra_op_parallelism is given (its older name)");
+  a.intra_op_parallelism = r.has("thread_count") ? r.integer("thread_count", 1, 1, kMaxInt)
+                                                 : r.integer("intra_op_parallelism", a.intra_op_parallelism, 1, kMaxInt);
+  a.single_submit = r.boolean("single_submit", a.single_submit);
+  a.overlap_events = r.boolean("overlap_events", a.overlap_events);
+  if (r.boolean("use_gds", false))
+    r.fail("use_gds", "false (triad has no GPUDirect Storage: swap files move through host memory)");
+  r.finish();
+}
 
 void parse_monitor(JsonReader r, MonitorConfig& m) {
   m.enabled = r.boolean("enabled", m.enabled);
@@ -515,6 +566,7 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
                                                                      << ") must exceed warmup_num_steps ("
                                                                      << c.scheduler.warmup_num_steps << ", at least 2)");
   parse_zero(r.object("zero_optimization"), c.zero, c.notices);
+  if (r.has("aio")) parse_aio(r.object("aio"), c.zero.aio);  // (known only when given: no "did you mean aio")
   c.zero.validate(c.data_parallel);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);

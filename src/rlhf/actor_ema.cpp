@@ -12,14 +12,16 @@ using State = zero::ZeroOptimizer::State;
 
 ActorEma::ActorEma(engine::Engine& actor, double beta) : actor_(actor), beta_(beta) {
   TRIAD_CHECK(actor.zero() != nullptr, "enable_ema: the actor's optimizer must be AdamW or Adam (ZeRO's), not SGD");
-  master_ = actor.zero()->owned_slices(State::master);
-  for (const zero::ZeroOptimizer::Slice& s : master_) average_.push_back({s.name, s.shape, s.first, ops::clone(s.values)});
+  for (const zero::ZeroOptimizer::Slice& s : actor.zero()->state_view(State::master).owned_slices())
+    average_.push_back({s.name, s.shape, s.first, ops::clone(s.values)});
 }
 
 void ActorEma::update() {
-  for (size_t i = 0; i < master_.size(); ++i) {
+  // A view of the master weights as they are after the step (with offload, read back in).
+  const std::vector<zero::ZeroOptimizer::Slice> master = actor_.zero()->state_view(State::master).owned_slices();
+  for (size_t i = 0; i < master.size(); ++i) {
     ops::mul_(average_[i].values, beta_);
-    ops::add_(average_[i].values, master_[i].values, 1.0 - beta_);
+    ops::add_(average_[i].values, master[i].values, 1.0 - beta_);
   }
 }
 

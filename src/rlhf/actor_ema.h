@@ -4,7 +4,7 @@
 // Note [Actor EMA]: after every optimizer step of the actor, ema = β·ema + (1 − β)·θ over
 // the f32 master weights (β = ema_beta, 0.992), starting from the actor's initial weights.
 // It is kept sharded as the master weights are: each rank averages the elements of its own
-// ZeRO shard (ZeroOptimizer::owned_slices), so it costs 4 bytes per parameter over the
+// ZeRO shard (ZeroOptimizer::StateView::owned_slices), so it costs 4 bytes per parameter over the
 // data-parallel ranks and no communication. PPO and GRPO save it as output_dir/actor_ema.h5
 // (a weights file: triad-generate samples from it) and, at every actor checkpoint
 // step-N.h5, as ema-step-N.h5 beside it, which resuming at step N reads back (those of
@@ -37,7 +37,7 @@ class ActorEma {
  private:
   engine::Engine& actor_;
   double beta_;
-  std::vector<zero::ZeroOptimizer::Slice> master_, average_;
+  std::vector<zero::ZeroOptimizer::Slice> average_;
 };
 
 }  // namespace triad::rlhf

@@ -2,7 +2,21 @@
 
 #include <utility>
 
+#include "tensor/ops.h"
+
 namespace triad::zero {
+
+const Tensor& part_of(const ShardState& state, ShardPart part) {
+  switch (part) {
+    case ShardPart::master:
+      return state.master;
+    case ShardPart::exp_avg:
+      return state.exp_avg;
+    case ShardPart::exp_avg_sq:
+      return state.exp_avg_sq;
+  }
+  TRIAD_ASSERT(false);
+}
 
 size_t DeviceShardStore::add(Tensor master, int64_t elements) {
   TRIAD_ASSERT(!master.defined() || (master.numel() == elements && master.dtype() == DType::f32 &&
@@ -10,6 +24,13 @@ size_t DeviceShardStore::add(Tensor master, int64_t elements) {
   states_.push_back({std::move(master), Tensor::zeros({elements}, DType::f32, device_),
                      Tensor::zeros({elements}, DType::f32, device_)});
   return states_.size() - 1;
+}
+
+Tensor DeviceShardStore::read_part(size_t entry, ShardPart part) { return part_of(states_.at(entry), part); }
+
+void DeviceShardStore::write_part(size_t entry, ShardPart part, const Tensor& values) {
+  const Tensor& stored = part_of(states_.at(entry), part);
+  if (!values.is_same(stored)) ops::copy_(stored, values);
 }
 
 int64_t DeviceShardStore::device_bytes() const {

@@ -1,8 +1,16 @@
-// Where ZeRO keeps each flat group's f32 optimizer state: the master weights of mixed
-// precision and Adam's two moments, over the elements the rank updates (its shard; stage 0:
-// the whole group). ZeroOptimizer's stage logic reaches the state only through this
-// interface, so a store in host memory or on NVMe (offload) replaces the one below without
-// touching it. Today's store: memory on the training device.
+// Where ZeRO keeps its f32 optimizer state: the master weights of mixed precision and
+// Adam's two moments, over the elements the rank updates (its shard; stage 0: the whole
+// group). ZeroOptimizer's stage logic reaches the state only through this interface, so a
+// store in host memory or on NVMe (offload) replaces the one below without touching it.
+//
+// The state is stored as entries, each a sub-group: a range of one group's elements
+// (ZeroOptimizer cuts groups by sub_group_size when the store swaps; otherwise an entry is
+// a whole group). The optimizer step visits the entries in order, and each one is in
+// memory only between acquire and release: a store that keeps the state elsewhere (a file,
+// zero/nvme_shard_store.h) reads it in on acquire, writes it back on release, and may read
+// the next entry ahead (prefetch) while the update works on this one. Checkpoints read
+// and write one part of an entry at a time (read_part, write_part), so they never need more
+// than one state's worth of memory.
 #pragma once
 
 #include <cstdint>
@@ -12,38 +20,56 @@
 
 namespace triad::zero {
 
-// One group's state, 1-d f32 tensors of equal size.
+// One entry's state, 1-d f32 tensors of equal size on the training device.
 struct ShardState {
   Tensor master;               // mixed precision's f32 weights; undefined in f32 training (the parameters are their own)
   Tensor exp_avg, exp_avg_sq;  // Adam's moments
 };
+enum class ShardPart { master, exp_avg, exp_avg_sq };
 
 class ShardStore {
  public:
   virtual ~ShardStore() = default;
-  // Stores the state of the next group: master weights `master` (f32, on the training
-  // device; undefined: none) and moments of `elements` zeros each. Returns the group's index
-  // (0, 1, ... in the order groups are added).
+  // Stores the next entry: master weights `master` (f32, 1-d, on the training device;
+  // undefined: none; the store may keep the tensor itself) and moments of `elements` zeros
+  // each. Returns the entry's index (0, 1, ... in the order entries are added).
   virtual size_t add(Tensor master, int64_t elements) = 0;
-  // The group's state as tensors the optimizer's update and checkpoints read and write in
-  // place: what is written through them is the stored state.
-  virtual const ShardState& get(size_t group) const = 0;
+  // The entry's state in memory, as tensors the update reads and writes in place, valid
+  // until release(entry). One entry at a time is acquired.
+  virtual const ShardState& acquire(size_t entry) = 0;
+  // Done with the acquired entry; `dirty`: its tensors were written, store them.
+  virtual void release(size_t entry, bool dirty) = 0;
+  // An entry that will be acquired next (a store may start reading it).
+  virtual void prefetch(size_t entry) = 0;
+  // One part of an entry (no entry acquired): a tensor holding it. What a checkpoint writes
+  // into it is stored by write_part(entry, part, tensor); the device store hands out its
+  // own tensor, which write_part then leaves as it is.
+  virtual Tensor read_part(size_t entry, ShardPart part) = 0;
+  virtual void write_part(size_t entry, ShardPart part, const Tensor& values) = 0;
   // Bytes of state held on the training device (the optimizer's share of its memory).
   virtual int64_t device_bytes() const = 0;
 };
 
-// Every group's state in memory on the training device, where the update reads it.
+// Every entry's state in memory on the training device, where the update reads it:
+// acquiring and releasing cost nothing.
 class DeviceShardStore : public ShardStore {
  public:
   explicit DeviceShardStore(Device device) : device_(device) {}
 
   size_t add(Tensor master, int64_t elements) override;
-  const ShardState& get(size_t group) const override { return states_.at(group); }
+  const ShardState& acquire(size_t entry) override { return states_.at(entry); }
+  void release(size_t, bool) override {}
+  void prefetch(size_t) override {}
+  Tensor read_part(size_t entry, ShardPart part) override;
+  void write_part(size_t entry, ShardPart part, const Tensor& values) override;
   int64_t device_bytes() const override;
 
  private:
   Device device_;
   std::vector<ShardState> states_;
 };
+
+// The tensor of `part` in `state`.
+const Tensor& part_of(const ShardState& state, ShardPart part);
 
 }  // namespace triad::zero

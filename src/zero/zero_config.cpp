@@ -19,6 +19,7 @@ void ZeroConfig::validate(int64_t data_parallel) const {
               "[config] zero_optimization.zeropp_gradient_quantization_block must be an even number of elements "
               "(int4 packs two per byte), got "
                   << gradient_quantization_block);
+  validate_offload();
   if (!quantized_weights && !quantized_gradients && hpz_partition_size == 1) return;
   TRIAD_CHECK(stage == 3, "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
                           "zero_quantized_gradients) runs at stage 3, not stage "
@@ -26,6 +27,23 @@ void ZeroConfig::validate(int64_t data_parallel) const {
   TRIAD_CHECK(hpz_partition_size >= 1 && data_parallel % hpz_partition_size == 0,
               "[config] zero_optimization.zero_hpz_partition_size " << hpz_partition_size << " must divide the "
                                                                     << data_parallel << " data-parallel ranks");
+}
+
+void ZeroConfig::validate_offload() const {
+  const OffloadConfig& o = offload_optimizer;
+  TRIAD_CHECK(o.device == OffloadDevice::none || stage >= 1,
+              "[config] zero_optimization.offload_optimizer: offloading the optimizer's state runs at stages 1-3, not "
+              "stage 0");
+  TRIAD_CHECK(o.device != OffloadDevice::nvme || !o.nvme_path.empty(),
+              "[config] zero_optimization.offload_optimizer.nvme_path is required with device \"nvme\" (the folder "
+              "that holds each rank's optimizer state files)");
+  TRIAD_CHECK(o.ratio == 1.0, "[config] zero_optimization.offload_optimizer.ratio must be 1.0 (partial offload is not "
+                              "supported), got "
+                                  << o.ratio);
+  TRIAD_CHECK(o.buffer_count >= 1,
+              "[config] zero_optimization.offload_optimizer.buffer_count must be at least 1, got " << o.buffer_count);
+  TRIAD_CHECK(sub_group_size >= 1, "[config] zero_optimization.sub_group_size must be at least 1, got " << sub_group_size);
+  io::check_aio(aio);
 }
 
 }  // namespace triad::zero

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 
+#include "io/swap_file.h"
 #include "optim/loss_scaler.h"
 #include "tensor/dtype.h"
 #include "tensor/ops.h"
+#include "zero/offload_config.h"
 
 namespace triad::zero {
 
@@ -48,12 +50,22 @@ struct ZeroConfig {
   bool quantized_gradients = false;
   int64_t weight_quantization_block = kQuantBlock;
   int64_t gradient_quantization_block = kGradientQuantBlock;
+  // Where the master weights and Adam's moments live (zero/offload_config.h; stages 1-3).
+  // With device nvme they move between files and memory by sub-groups of at most
+  // sub_group_size elements of a group's shard (Note [Offloaded optimizer state] in
+  // zero/nvme_shard_store.h), each transfer as the aio section says.
+  OffloadConfig offload_optimizer;
+  int64_t sub_group_size = 1000000000;
+  io::AioConfig aio;
 
-  // Error naming the zero_optimization key (or gradient_predivide_factor) that is out of
-  // range or does not fit the others (ZeRO++ below stage 3; hpZ groups that do not tile the
-  // data_parallel ranks ZeRO runs over). The config's parser (config/config.h) and
+  // Error naming the zero_optimization key (or gradient_predivide_factor, or aio key) that
+  // is out of range or does not fit the others (ZeRO++ below stage 3; hpZ groups that do not
+  // tile the data_parallel ranks ZeRO runs over; offload at stage 0 or without its folder). The config's parser (config/config.h) and
   // ZeroOptimizer both check with it: the one statement of each rule.
   void validate(int64_t data_parallel) const;
+
+ private:
+  void validate_offload() const;
 };
 
 }  // namespace triad::zero

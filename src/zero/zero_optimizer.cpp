@@ -10,6 +10,7 @@
 #include "optim/clip.h"
 #include "tensor/ops.h"
 #include "zero/buckets.h"
+#include "zero/nvme_shard_store.h"
 
 namespace triad::zero {
 
@@ -50,10 +51,17 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       pipeline_(std::move(pipeline)),
       zeropp_(std::move(zeropp)),
       units_(make_units(model, policy)),
-      device_(device_of(units_)),
-      store_(std::make_unique<DeviceShardStore>(device_)) {
+      device_(device_of(units_)) {
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
   config_.validate(dp_->size());
+  const OffloadDevice offload = config_.offload_optimizer.device;
+  TRIAD_CHECK(offload != OffloadDevice::cpu || device_.is_cpu(),
+              "[config] zero_optimization.offload_optimizer.device \"cpu\" on a " << device_.str() << " device is not "
+              "built yet (it needs the optimizer step on the host); \"nvme\" is, or \"none\"");
+  if (offload == OffloadDevice::nvme)
+    store_ = std::make_unique<NvmeShardStore>(device_, config_.offload_optimizer, config_.aio);
+  else  // none, or cpu on the cpu: the state already is in host memory
+    store_ = std::make_unique<DeviceShardStore>(device_);
   check_zeropp();
   const int n = dp_->size(), r = dp_->rank();
   std::map<std::string, nn::TensorSplit> splits;
@@ -83,7 +91,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
         const Tensor master = config_.dtype == DType::f32 ? Tensor()
                               : config_.stage == 0        ? initial
                                                           : ops::clone(g.flat->shard(initial));
-        g.state = store_->add(master, config_.stage == 0 ? g.flat->padded() : g.flat->shard_size());
+        add_state(g, master);
         if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device_);
         if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
         g.partitioned = config_.stage == 3 && !persistent;
@@ -104,6 +112,19 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
     }
   }
   if (config_.stage == 3) install_stage3_hooks();
+}
+
+void ZeroOptimizer::add_state(Group& g, const Tensor& master) {
+  const int64_t elements = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
+  // Only a store that swaps cuts groups into sub-groups; the others keep each one whole.
+  const int64_t unit = config_.offload_optimizer.device == OffloadDevice::nvme ? config_.sub_group_size : elements;
+  int64_t first = 0;
+  do {
+    const int64_t count = std::min(unit, elements - first);
+    const Tensor part = !master.defined() || count == elements ? master : ops::narrow(master, 0, first, count);
+    g.subgroups.push_back({store_->add(part, count), first, count});
+    first += count;
+  } while (first < elements);
 }
 
 void ZeroOptimizer::check_zeropp() {
@@ -354,14 +375,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   optim::clip_grads(grads, norm, max_norm);
 
   ++steps_;
-  for (size_t i = 0; i < groups_.size(); ++i) {
-    Group& g = groups_[i];
-    const AdamWStep s = optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_);
-    const Tensor params = param_view(g);
-    const ShardState& state = store_->get(g.state);
-    ops::adamw_(state.master.defined() ? state.master : params, grads[i], state.exp_avg, state.exp_avg_sq, s);
-    if (state.master.defined()) ops::copy_(params, state.master);  // round the master weights to storage
-  }
+  update(lr, grads);
   if (config_.stage >= 1) {  // whole parameters again: every group but partitioned ones
     std::vector<Tensor> sends;
     for (Group& g : groups_) {
@@ -381,27 +395,78 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   return norm;
 }
 
-std::pair<Tensor, int64_t> ZeroOptimizer::buffer(const Group& g, State state) const {
-  const int64_t sharded_begin = config_.stage == 0 ? 0 : g.flat->shard_begin();
-  switch (state) {
-    case State::param:
-      return g.partitioned ? std::pair(g.flat->owned_shard(), g.flat->shard_begin()) : std::pair(g.flat->flat(), 0l);
-    case State::master: {
-      const Tensor& master = store_->get(g.state).master;
-      return master.defined() ? std::pair(master, sharded_begin) : buffer(g, State::param);
-    }
-    case State::exp_avg:
-      return {store_->get(g.state).exp_avg, sharded_begin};
-    case State::exp_avg_sq:
-      return {store_->get(g.state).exp_avg_sq, sharded_begin};
+void ZeroOptimizer::update(double lr, const std::vector<Tensor>& grads) {
+  // Sub-group by sub-group in order: the store may read the next one while this one is
+  // updated, and write it back while the next is (Note [Offloaded optimizer state]).
+  std::vector<std::pair<size_t, const Group::SubGroup*>> order;
+  for (size_t i = 0; i < groups_.size(); ++i)
+    for (const Group::SubGroup& sub : groups_[i].subgroups) order.emplace_back(i, &sub);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const auto [i, sub] = order[k];
+    Group& g = groups_[i];
+    const ShardState& state = store_->acquire(sub->entry);
+    if (k + 1 < order.size()) store_->prefetch(order[k + 1].second->entry);
+    const AdamWStep s = optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_);
+    const bool whole = g.subgroups.size() == 1;
+    const Tensor params = whole ? param_view(g) : ops::narrow(param_view(g), 0, sub->first, sub->count);
+    const Tensor grad = whole ? grads[i] : ops::narrow(grads[i], 0, sub->first, sub->count);
+    ops::adamw_(state.master.defined() ? state.master : params, grad, state.exp_avg, state.exp_avg_sq, s);
+    if (state.master.defined()) ops::copy_(params, state.master);  // round the master weights to storage
+    store_->release(sub->entry, /*dirty=*/true);
   }
-  TRIAD_ASSERT(false);
+  // The next step begins where this one did: its first sub-group can come in during the
+  // forward and backward.
+  if (!order.empty()) store_->prefetch(order.front().second->entry);
 }
 
-std::vector<ZeroOptimizer::Slice> ZeroOptimizer::slices(State state, bool owned) const {
+namespace {
+
+ShardPart part_of(ZeroOptimizer::State state) {
+  TRIAD_ASSERT(state != ZeroOptimizer::State::param);
+  return state == ZeroOptimizer::State::master    ? ShardPart::master
+         : state == ZeroOptimizer::State::exp_avg ? ShardPart::exp_avg
+                                                  : ShardPart::exp_avg_sq;
+}
+
+}  // namespace
+
+std::pair<Tensor, int64_t> ZeroOptimizer::buffer(const Group& g, State state) {
+  if (state == State::param || (state == State::master && config_.dtype == DType::f32))  // f32: the parameters are the master weights
+    return g.partitioned ? std::pair(g.flat->owned_shard(), g.flat->shard_begin()) : std::pair(g.flat->flat(), 0l);
+  const int64_t begin = config_.stage == 0 ? 0 : g.flat->shard_begin();
+  if (g.subgroups.size() == 1) return {store_->read_part(g.subgroups[0].entry, part_of(state)), begin};
+  Tensor whole;  // the sub-groups' parts side by side
+  for (const Group::SubGroup& sub : g.subgroups) {
+    const Tensor part = store_->read_part(sub.entry, part_of(state));
+    const Group::SubGroup& last = g.subgroups.back();
+    if (!whole.defined()) whole = Tensor::empty({last.first + last.count}, DType::f32, part.device());
+    ops::copy_(ops::narrow(whole, 0, sub.first, sub.count), part);
+  }
+  return {whole, begin};
+}
+
+ZeroOptimizer::StateView ZeroOptimizer::state_view(State state) { return StateView(*this, state); }
+
+ZeroOptimizer::StateView::StateView(ZeroOptimizer& zero, State state) : zero_(&zero), state_(state) {
+  for (const Group& g : zero.groups_) buffers_.push_back(zero.buffer(g, state));
+}
+
+void ZeroOptimizer::StateView::commit() {
+  if (state_ == State::param || (state_ == State::master && zero_->config_.dtype == DType::f32)) return;
+  for (size_t i = 0; i < zero_->groups_.size(); ++i) {
+    const Group& g = zero_->groups_[i];
+    const Tensor& storage = buffers_[i].first;
+    for (const Group::SubGroup& sub : g.subgroups)
+      zero_->store_->write_part(sub.entry, part_of(state_),
+                                g.subgroups.size() == 1 ? storage : ops::narrow(storage, 0, sub.first, sub.count));
+  }
+}
+
+std::vector<ZeroOptimizer::Slice> ZeroOptimizer::StateView::slices(bool owned) const {
   std::vector<Slice> out;
-  for (const Group& g : groups_) {
-    const auto [storage, storage_begin] = buffer(g, state);
+  for (size_t i = 0; i < zero_->groups_.size(); ++i) {
+    const Group& g = zero_->groups_[i];
+    const auto& [storage, storage_begin] = buffers_[i];
     TRIAD_CHECK(storage.defined(), "ZeRO: the parameters are released; checkpoints read them between steps");
     const int64_t begin = owned ? g.flat->shard_begin() : storage_begin;
     const int64_t end = owned ? begin + g.flat->shard_size() : storage_begin + storage.numel();
@@ -413,9 +478,6 @@ std::vector<ZeroOptimizer::Slice> ZeroOptimizer::slices(State state, bool owned)
   }
   return out;
 }
-
-std::vector<ZeroOptimizer::Slice> ZeroOptimizer::owned_slices(State state) const { return slices(state, true); }
-std::vector<ZeroOptimizer::Slice> ZeroOptimizer::resident_slices(State state) const { return slices(state, false); }
 
 void ZeroOptimizer::set_betas(double beta1, double beta2) {
   optim::check_betas(beta1, beta2);

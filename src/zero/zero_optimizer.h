@@ -28,8 +28,9 @@
 //
 // Every buffer (flat parameters and gradients) lives on the device the model's parameters
 // are on when the optimizer is made, and so do the master weights and moments, which the
-// shard store keeps (zero/shard_store.h); the host reads only the scalars it needs (norms,
-// overflow flags). Everything the communicator is handed is on that device, the partial
+// shard store keeps (zero/shard_store.h; with offload_optimizer.device "nvme" they live in
+// files and come in by sub-groups: Note [Offloaded optimizer state] in
+// zero/nvme_shard_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
 // norms and overflow flags reduced over ranks included: an NCCL communicator takes its
 // GPU's tensors only.
 //
@@ -167,7 +168,7 @@ class ZeroOptimizer {
   // Checkpoints see the optimizer's state as named, flattened tensors (checkpoint/checkpoint.h):
   // per parameter its values (storage dtype), f32 master weights (the values themselves in
   // f32 training) and Adam's two moments. A Slice is elements [first, first + numel) of
-  // parameter `name`, as a 1-d view of the optimizer's own storage.
+  // parameter `name`, as a 1-d view of a StateView's storage.
   enum class State { param, master, exp_avg, exp_avg_sq };
   struct Slice {
     std::string name;
@@ -175,12 +176,31 @@ class ZeroOptimizer {
     int64_t first;
     Tensor values;
   };
-  // The elements of this rank's shard: every element of every parameter belongs to exactly
-  // one rank's slices (what a rank saves).
-  std::vector<Slice> owned_slices(State state) const;
-  // Every element of `state` this rank keeps (what a rank loads): stage 0 keeps all,
-  // stages 1 and 2 keep all parameters but only the shard of the rest, stage 3 the shard.
-  std::vector<Slice> resident_slices(State state) const;
+  // One state of every group, in memory while the view lives: the optimizer's own tensors,
+  // or, where the shard store keeps the state in files (offload), copies read in (one
+  // state at a time: a third of the optimizer's state in host memory). Writes through the
+  // slices reach the stored state once commit() is called. Take no view across a step.
+  class StateView {
+   public:
+    // The elements of this rank's shard: every element of every parameter belongs to
+    // exactly one rank's slices (what a rank saves).
+    std::vector<Slice> owned_slices() const { return slices(true); }
+    // Every element of the state this rank keeps (what a rank loads): stage 0 keeps all,
+    // stages 1 and 2 keep all parameters but only the shard of the rest, stage 3 the shard.
+    std::vector<Slice> resident_slices() const { return slices(false); }
+    // Stores what was written through the slices (a no-op where they are the state itself).
+    void commit();
+
+   private:
+    friend class ZeroOptimizer;
+    StateView(ZeroOptimizer& zero, State state);
+    std::vector<Slice> slices(bool owned) const;
+
+    ZeroOptimizer* zero_;
+    State state_;
+    std::vector<std::pair<Tensor, int64_t>> buffers_;  // per group: the storage and the first flat element it covers
+  };
+  StateView state_view(State state);
   // The scalar state: steps taken (bias correction) and the loss scale's (optim/loss_scaler.h).
   struct Counters {
     int64_t steps = 0;
@@ -200,7 +220,13 @@ class ZeroOptimizer {
   struct Group {
     std::unique_ptr<FlatGroup> flat;
     Tensor shard_grad;           // stage 1, 2: this rank's summed gradient shard
-    size_t state = 0;            // its master weights and moments in store_ (stage 0: full; else shard)
+    // Its master weights and moments in store_: elements [first, first + count) of its
+    // state (stage 0: the full group; else the shard) in store_'s entry.
+    struct SubGroup {
+      size_t entry;
+      int64_t first, count;
+    };
+    std::vector<SubGroup> subgroups;
     int ready = 0;               // parameters whose gradient this backward has completed
     bool launched = false;       // its reduction for this backward (pipelines: this step) has started
     bool final = false;          // pipelines: no more gradient comes this step (begin_final_backward)
@@ -215,9 +241,10 @@ class ZeroOptimizer {
     Tensor result;  // a stage-2 gradient's reduce-scatter output, added to the shard when done
   };
 
-  // The storage holding `state` for g and the first flat element it covers.
-  std::pair<Tensor, int64_t> buffer(const Group& g, State state) const;
-  std::vector<Slice> slices(State state, bool owned) const;
+  // The storage holding `state` for g and the first flat element it covers (StateView).
+  std::pair<Tensor, int64_t> buffer(const Group& g, State state);
+  void add_state(Group& g, const Tensor& master);
+  void update(double lr, const std::vector<Tensor>& grads);  // Adam over every sub-group
   void on_grad_ready(Group& g);
   void install_stage3_hooks();
   // What a gather is for: a forward (qwZ quantizes it, hpZ keeps secondary shards of it), a

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configs written the way DeepSpeed's documentation writes them (tests/data/deepspeed_configs:
-# each ZeRO stage, f32/bf16/fp16, every scheduler, Adam's L2 mode and OneCycle's momentum)
+# each ZeRO stage, f32/bf16/fp16, every scheduler, Adam's L2 mode and OneCycle's momentum,
+# ZeRO-2 with the optimizer's state offloaded to NVMe, whose files must be gone afterwards)
 # train for 12 steps on 4 ranks through
 # `triad-train --config model.json --deepspeed <file>`, and every step's learning rate in the
 # metrics equals the one DeepSpeed's documented formula gives (evaluated here, in Python,
@@ -15,6 +16,7 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 "$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
 "$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
 cd "$work"  # csv_monitor's relative output_path lands here
+mkdir nvme  # offload_optimizer's relative nvme_path: each rank's state file while it trains
 for ds in "$configs"/zero*.json; do
   name=$(basename "$ds" .json)
   if ! mpirun -np 4 --oversubscribe --bind-to none "$bin/triad-train" --config "$configs/model.json" --deepspeed "$ds" \
@@ -22,6 +24,7 @@ for ds in "$configs"/zero*.json; do
       >"$work/$name.log" 2>&1; then
     echo "FAIL: $name"; cat "$work/$name.log"; exit 1
   fi
+  if [[ -n $(ls -A nvme) ]]; then echo "FAIL: $name left swap files: $(ls nvme)"; exit 1; fi
   python3 - "$ds" "$work/$name.jsonl" "$configs/model.json" <<'PY'
 import json, math, sys
 ds, metrics = json.load(open(sys.argv[1])), [json.loads(l) for l in open(sys.argv[2])]

@@ -5,11 +5,13 @@
 // the ranks that wrote it, at any stage and in f32 or bf16, a checkpoint continues the run
 // bit for bit, tensor-parallel too. A pipeline-parallel checkpoint (pp 2, with tp and dp)
 // resumes on other pipeline, tensor and data-parallel degrees. ZeRO++ checkpoints resume under
-// plain ZeRO-3 and back.
+// plain ZeRO-3 and back, and so do checkpoints of runs with the optimizer's state on NVMe
+// under runs without offload.
 #define BOOST_TEST_MODULE checkpoint_mpi
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "checkpoint/checkpoint.h"
@@ -291,4 +293,35 @@ BOOST_AUTO_TEST_CASE(zeropp_checkpoints_resume_under_plain_zero3_and_back) {
     resume_on_other_grids({{"hpZ resumed under plain ZeRO-3", "_hpz_as_z3", zero3, true, world}},
                           save_and_resume(hpz, folder, "_hpz", world), folder, *world);
   }
+}
+
+// ZeRO-Offload (Note [Offloaded optimizer state]): a run whose master weights and moments
+// live in NVMe files (bf16, sub-groups of 500 elements through two buffers, read ahead and
+// written behind) saves them into the same checkpoint as any run: resumed with offload it
+// continues bit for bit; resumed without offload (stage 2) it continues the run without
+// offload; and a checkpoint of a run without offload (stage 3) resumed with offload
+// continues the offloaded run (both within 1e-5). The state files go with each run.
+BOOST_AUTO_TEST_CASE(offloaded_checkpoints_resume_with_and_without_offload) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world), nvme = folder + "/nvme";  // every rank's files
+  if (world->rank() == 0) std::filesystem::create_directory(nvme);
+  world->barrier();
+  const auto bf16 = [](nlohmann::json j) {
+    j["bf16"] = {{"enabled", true}};
+    return j;
+  };
+  const auto offloaded = [&](nlohmann::json j) {
+    j["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"},       {"nvme_path", nvme},
+                                                   {"buffer_count", 2},      {"pipeline_read", true},
+                                                   {"pipeline_write", true}};
+    j["zero_optimization"]["sub_group_size"] = 500;
+    return j;
+  };
+  const std::string saved = save_and_resume(offloaded(bf16(config_json(folder, 2))), folder, "_nvme", world);
+  resume_on_other_grids({{"without offload", "_nvme_as_plain", bf16(config_json(folder, 2)), true, world}}, saved,
+                        folder, *world);
+  resume_on_other_grids({{"with offload", "_plain_as_nvme", offloaded(bf16(config_json(folder, 3))), true, world}},
+                        save_and_resume(bf16(config_json(folder, 3)), folder, "_plain", world), folder, *world);
+  BOOST_TEST(std::filesystem::is_empty(nvme));
 }

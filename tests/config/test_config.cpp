@@ -330,8 +330,99 @@ BOOST_AUTO_TEST_CASE(deepspeed_keys_are_implemented_noted_or_refused) {
   BOOST_TEST(std::any_of(c.notices.begin(), c.notices.end(),
                          [](const std::string& n) { return n.find("adam_w_mode") != std::string::npos; }));
   json offload = j;
-  offload["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
-  test::check_error([&] { engine::parse_config(offload); }, {"zero_optimization.offload_optimizer", "not available"});
+  offload["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
+  BOOST_TEST(error_of(offload) == "[config] zero_optimization.offload_param: offloading parameters (ZeRO-Infinity) "
+                                  "is not built yet, only offload_optimizer (null or device \"none\" leaves it off)");
+  offload["zero_optimization"]["offload_param"] = {{"device", "none"}};
+  BOOST_CHECK_NO_THROW(engine::parse_config(offload));
+}
+
+// DeepSpeed's offload_optimizer and aio sections, with its defaults; each wrong value is an
+// error naming the key.
+BOOST_AUTO_TEST_CASE(offload_optimizer_and_aio_keys) {
+  const engine::TrainConfig plain = engine::parse_config(with("zero_optimization.stage=2"));
+  const zero::OffloadConfig& none = plain.zero.offload_optimizer;
+  BOOST_TEST((none.device == zero::OffloadDevice::none));
+  BOOST_TEST(none.nvme_path.empty());
+  BOOST_TEST(!none.pin_memory);
+  BOOST_TEST(none.buffer_count == 4);
+  BOOST_TEST(!none.fast_init);
+  BOOST_TEST(none.ratio == 1.0);
+  BOOST_TEST(!none.pipeline_read);
+  BOOST_TEST(!none.pipeline_write);
+  BOOST_TEST(plain.zero.sub_group_size == 1000000000);
+  const io::AioConfig& aio = plain.zero.aio;
+  BOOST_TEST(aio.block_size == 1048576);
+  BOOST_TEST(aio.queue_depth == 8);
+  BOOST_TEST(aio.intra_op_parallelism == 1);
+  BOOST_TEST(!aio.single_submit);
+  BOOST_TEST(aio.overlap_events);
+
+  json j = with("zero_optimization.stage=2");
+  j["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"},   {"nvme_path", "/local_nvme"},
+                                                 {"buffer_count", 2},   {"pipeline_read", true},
+                                                 {"pipeline_write", true}, {"pin_memory", true}, {"fast_init", true}};
+  j["zero_optimization"]["sub_group_size"] = 1e8;
+  j["aio"] = {{"block_size", 262144}, {"queue_depth", 16}, {"thread_count", 2}, {"single_submit", true},
+              {"overlap_events", false}, {"use_gds", false}};
+  const engine::TrainConfig c = engine::parse_config(j);
+  const zero::OffloadConfig& o = c.zero.offload_optimizer;
+  BOOST_TEST((o.device == zero::OffloadDevice::nvme));
+  BOOST_TEST(o.nvme_path == "/local_nvme");
+  BOOST_TEST(o.buffer_count == 2);
+  BOOST_TEST((o.pipeline_read && o.pipeline_write && o.pin_memory && o.fast_init));
+  BOOST_TEST(c.zero.sub_group_size == 100000000);
+  BOOST_TEST(c.zero.aio.block_size == 262144);
+  BOOST_TEST(c.zero.aio.queue_depth == 16);
+  BOOST_TEST(c.zero.aio.intra_op_parallelism == 2);
+  BOOST_TEST((c.zero.aio.single_submit && !c.zero.aio.overlap_events));
+  BOOST_TEST(c.notices.size() == 2u);  // pin_memory and fast_init change nothing
+  for (const std::string& n : c.notices)
+    BOOST_TEST((n.rfind("zero_optimization.offload_optimizer.pin_memory: ", 0) == 0 ||
+                n.rfind("zero_optimization.offload_optimizer.fast_init: ", 0) == 0), n);
+  BOOST_TEST((engine::parse_config(with("zero_optimization.offload_optimizer=null")).zero.offload_optimizer.device ==
+              zero::OffloadDevice::none));
+  json cpu = with("zero_optimization.stage=1");
+  cpu["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  BOOST_TEST((engine::parse_config(cpu).zero.offload_optimizer.device == zero::OffloadDevice::cpu));
+
+  const auto error_with = [&](const std::string& key, const json& value) {
+    json bad = j;
+    json* node = &bad;
+    for (size_t at = 0, dot; (dot = key.find('.', at)) != std::string::npos; at = dot + 1)
+      node = &(*node)[key.substr(at, dot - at)];
+    (*node)[key.substr(key.rfind('.') + 1)] = value;
+    return error_of(bad);
+  };
+  BOOST_TEST(error_with("zero_optimization.offload_optimizer.device", "gpu") ==
+             "[config] zero_optimization.offload_optimizer.device must be one of \"none\", \"cpu\" or \"nvme\", got "
+             "\"gpu\"");
+  BOOST_TEST(error_with("zero_optimization.offload_optimizer.buffer_count", -1) ==
+             "[config] zero_optimization.offload_optimizer.buffer_count must be an integer >= 1, got -1");
+  BOOST_TEST(error_with("zero_optimization.offload_optimizer.nvme_path", nullptr) ==
+             "[config] zero_optimization.offload_optimizer.nvme_path is required with device \"nvme\" (the folder "
+             "that holds each rank's optimizer state files)");
+  BOOST_TEST(error_with("zero_optimization.offload_optimizer.ratio", 0.5) ==
+             "[config] zero_optimization.offload_optimizer.ratio must be 1.0 (partial offload is not supported), got "
+             "0.5");
+  BOOST_TEST(error_with("zero_optimization.offload_optimizer.ratio", 2) ==
+             "[config] zero_optimization.offload_optimizer.ratio must be a number in [0, 1], got 2");
+  BOOST_TEST(error_with("zero_optimization.offload_optimizer.pipeline", true) ==
+             "[config] unknown key zero_optimization.offload_optimizer.pipeline");
+  BOOST_TEST(error_with("zero_optimization.stage", 0) ==
+             "[config] zero_optimization.offload_optimizer: offloading the optimizer's state runs at stages 1-3, not "
+             "stage 0");
+  BOOST_TEST(error_with("zero_optimization.sub_group_size", 0) ==
+             "[config] zero_optimization.sub_group_size must be an integer >= 1, got 0");
+  BOOST_TEST(error_with("aio.use_gds", true) ==
+             "[config] aio.use_gds must be false (triad has no GPUDirect Storage: swap files move through host "
+             "memory), got true");
+  BOOST_TEST(error_with("aio.block_size", 1000) ==
+             "[config] aio.block_size must be a positive multiple of 4096 bytes (direct I/O moves whole pages), got "
+             "1000");
+  BOOST_TEST(error_with("aio.queue_depth", 0) == "[config] aio.queue_depth must be an integer >= 1, got 0");
+  BOOST_TEST(error_with("aio.intra_op_parallelism", 2) ==
+             "[config] aio.thread_count must be absent when intra_op_parallelism is given (its older name), got 2");
 }
 
 BOOST_AUTO_TEST_CASE(gradient_reduction_keys) {

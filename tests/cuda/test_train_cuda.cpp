@@ -167,7 +167,7 @@ BOOST_AUTO_TEST_CASE(checkpoint_from_the_gpu_resumes_on_the_cpu) {
       }
       using State = zero::ZeroOptimizer::State;
       for (State state : {State::master, State::exp_avg, State::exp_avg_sq}) {
-        const auto sg = gpu.zero()->owned_slices(state), sc = cpu.zero()->owned_slices(state);
+        const auto sg = gpu.zero()->state_view(state).owned_slices(), sc = cpu.zero()->state_view(state).owned_slices();
         BOOST_REQUIRE(sg.size() == sc.size());
         for (size_t i = 0; i < sg.size(); ++i)
           BOOST_CHECK_MESSAGE(same_bits(sg[i].values, sc[i].values),

@@ -3,12 +3,23 @@
 // that does not fit the stage or the data-parallel ranks, named in the message. The device
 // shard store keeps each group's master weights and zeroed Adam moments where it was asked
 // to, hands them back as the tensors themselves (an update written through them stays), and
-// counts their bytes.
+// counts their bytes. The NVMe store (Note [Offloaded optimizer state]) hands back exactly
+// what was written, through few buffers, read ahead or not, written behind or not, and by
+// parts for checkpoints; a corrupted byte or a truncated file is an error naming the file,
+// and so is a missing or unwritable nvme_path.
 #define BOOST_TEST_MODULE zero_parts
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <filesystem>
+
 #include "support/check.h"
+#include "support/files.h"
 #include "tensor/ops.h"
+#include "tensor/random.h"
+#include "zero/nvme_shard_store.h"
 #include "zero/shard_store.h"
 #include "zero/zero_config.h"
 
@@ -43,6 +54,26 @@ BOOST_AUTO_TEST_CASE(out_of_range_keys_are_named) {
              "(int4 packs two per byte), got 7");
 }
 
+BOOST_AUTO_TEST_CASE(offload_needs_a_stage_a_folder_and_whole_state) {
+  const zero::OffloadConfig nvme{.device = zero::OffloadDevice::nvme, .nvme_path = "/tmp"};
+  BOOST_TEST(error_of({.stage = 1, .offload_optimizer = nvme}) == "(no error)");
+  BOOST_TEST(error_of({.stage = 3, .offload_optimizer = {.device = zero::OffloadDevice::cpu}}) == "(no error)");
+  BOOST_TEST(error_of({.stage = 0, .offload_optimizer = nvme}) ==
+             "[config] zero_optimization.offload_optimizer: offloading the optimizer's state runs at stages 1-3, not "
+             "stage 0");
+  BOOST_TEST(error_of({.stage = 2, .offload_optimizer = {.device = zero::OffloadDevice::nvme}}) ==
+             "[config] zero_optimization.offload_optimizer.nvme_path is required with device \"nvme\" (the folder "
+             "that holds each rank's optimizer state files)");
+  BOOST_TEST(error_of({.stage = 2, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = 0.5}}) ==
+             "[config] zero_optimization.offload_optimizer.ratio must be 1.0 (partial offload is not supported), got "
+             "0.5");
+  BOOST_TEST(error_of({.stage = 2, .offload_optimizer = {.buffer_count = 0}}) ==
+             "[config] zero_optimization.offload_optimizer.buffer_count must be at least 1, got 0");
+  BOOST_TEST(error_of({.stage = 2, .sub_group_size = 0}) == "[config] zero_optimization.sub_group_size must be at least 1, got 0");
+  BOOST_TEST(error_of({.stage = 2, .aio = {.block_size = 4097}}) ==
+             "[config] aio.block_size must be a positive multiple of 4096 bytes (direct I/O moves whole pages), got 4097");
+}
+
 BOOST_AUTO_TEST_CASE(zeropp_needs_stage_3_and_hpz_groups_that_tile_the_ranks) {
   const std::string below = "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
                             "zero_quantized_gradients) runs at stage 3, not stage 2";
@@ -63,23 +94,159 @@ BOOST_AUTO_TEST_CASE(device_store_keeps_each_groups_state) {
   BOOST_TEST(store.add(master, 3) == 0u);
   BOOST_TEST(store.add(Tensor(), 5) == 1u);  // f32 training: no master weights
 
-  const zero::ShardState& mixed = store.get(0);
+  const zero::ShardState& mixed = store.acquire(0);
   BOOST_TEST(mixed.master.is_same(master));
   for (const Tensor* t : {&mixed.exp_avg, &mixed.exp_avg_sq}) {
     BOOST_TEST((t->dtype() == DType::f32));
     BOOST_TEST(t->to_vector<float>() == std::vector<float>(3, 0.0f), boost::test_tools::per_element());
   }
-  const zero::ShardState& plain = store.get(1);
+  store.release(0, true);
+  const zero::ShardState& plain = store.acquire(1);
   BOOST_TEST(!plain.master.defined());
   BOOST_TEST(plain.exp_avg.numel() == 5);
   BOOST_TEST(plain.exp_avg_sq.numel() == 5);
   // 3 elements x 3 tensors + 5 x 2, 4 bytes each.
   BOOST_TEST(store.device_bytes() == (9 + 10) * 4);
 
-  ops::fill_(store.get(1).exp_avg, 0.5);
-  ops::mul_(store.get(0).master, 2.0);
-  BOOST_TEST(store.get(1).exp_avg.to_vector<float>() == std::vector<float>(5, 0.5f), boost::test_tools::per_element());
-  BOOST_TEST(store.get(0).master.to_vector<float>() == (std::vector<float>{2, 4, 6}), boost::test_tools::per_element());
-  BOOST_TEST(store.get(1).exp_avg_sq.to_vector<float>() == std::vector<float>(5, 0.0f),
-             boost::test_tools::per_element());
+  ops::fill_(plain.exp_avg, 0.5);
+  store.release(1, true);
+  ops::mul_(store.acquire(0).master, 2.0);
+  store.release(0, true);
+  const zero::ShardState& again = store.acquire(1);
+  BOOST_TEST(again.exp_avg.to_vector<float>() == std::vector<float>(5, 0.5f), boost::test_tools::per_element());
+  BOOST_TEST(again.exp_avg_sq.to_vector<float>() == std::vector<float>(5, 0.0f), boost::test_tools::per_element());
+  store.release(1, false);
+  BOOST_TEST(store.acquire(0).master.to_vector<float>() == (std::vector<float>{2, 4, 6}), boost::test_tools::per_element());
+  store.release(0, false);
+  // Checkpoints' parts are the stored tensors themselves.
+  BOOST_TEST(store.read_part(0, zero::ShardPart::master).is_same(master));
+  BOOST_TEST(store.read_part(1, zero::ShardPart::exp_avg).is_same(store.acquire(1).exp_avg));
+  store.release(1, false);
+}
+
+namespace {
+
+Tensor random_f32(int64_t n, uint64_t seed) {
+  Generator gen(seed);
+  Tensor t = Tensor::empty({n});
+  ops::normal_(t, 0.0, 1.0, gen);
+  return t;
+}
+
+std::vector<float> values(const Tensor& t) { return ops::contiguous(t).to_vector<float>(); }
+
+zero::OffloadConfig nvme_at(const test::TempDir& dir, int64_t buffers, bool pipelined) {
+  return {.device = zero::OffloadDevice::nvme,
+          .nvme_path = dir.path().string(),
+          .buffer_count = buffers,
+          .pipeline_read = pipelined,
+          .pipeline_write = pipelined};
+}
+
+// Changes one byte of the file at `offset`.
+void flip_byte(const std::string& path, int64_t offset) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  BOOST_REQUIRE(fd >= 0);
+  unsigned char byte = 0;
+  BOOST_REQUIRE(::pread(fd, &byte, 1, offset) == 1);
+  byte ^= 0x40;
+  BOOST_REQUIRE(::pwrite(fd, &byte, 1, offset) == 1);
+  BOOST_REQUIRE(::close(fd) == 0);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(nvme_store_hands_back_exactly_what_was_written) {
+  // Five entries (one without master weights, one empty) through one buffer (every acquire
+  // reads from the file), two, and more than there are entries, each with and without
+  // pipelining: three rounds of updates, each checked against a copy kept in memory.
+  test::TempDir dir;
+  const std::vector<int64_t> sizes = {1000, 1, 3000, 0, 777};
+  for (int64_t buffers : {1, 2, 8})
+    for (bool pipelined : {false, true}) {
+      BOOST_TEST_CONTEXT(buffers << " buffers" << (pipelined ? ", pipelined" : "")) {
+        zero::NvmeShardStore store(Device::cpu(), nvme_at(dir, buffers, pipelined), {.block_size = 4096, .queue_depth = 2});
+        std::vector<zero::ShardState> expect;
+        for (size_t e = 0; e < sizes.size(); ++e) {
+          const Tensor master = e == 1 ? Tensor() : random_f32(sizes[e], e);
+          BOOST_TEST(store.add(master, sizes[e]) == e);
+          expect.push_back({master.defined() ? ops::clone(master) : Tensor(), Tensor::zeros({sizes[e]}),
+                            Tensor::zeros({sizes[e]})});
+        }
+        BOOST_TEST(std::filesystem::file_size(store.path()) == uint64_t((3 + 2 + 9 + 0 + 3) * 4096));  // parts padded to pages
+        BOOST_TEST(store.device_bytes() == std::min<int64_t>(buffers, 5) * 9 * 4096);  // the largest record
+        for (int round = 0; round < 3; ++round)
+          for (size_t e = 0; e < sizes.size(); ++e) {
+            const zero::ShardState& s = store.acquire(e);
+            if (e + 1 < sizes.size()) store.prefetch(e + 1);
+            BOOST_TEST(s.master.defined() == expect[e].master.defined());
+            for (zero::ShardPart p : {zero::ShardPart::master, zero::ShardPart::exp_avg, zero::ShardPart::exp_avg_sq}) {
+              if (!part_of(expect[e], p).defined()) continue;
+              BOOST_TEST(values(part_of(s, p)) == values(part_of(expect[e], p)), boost::test_tools::per_element());
+              const Tensor next = random_f32(sizes[e], 100 * uint64_t(round) + 10 * e + uint64_t(p));
+              ops::copy_(part_of(s, p), next);
+              ops::copy_(part_of(expect[e], p), next);
+            }
+            store.release(e, /*dirty=*/true);
+          }
+        // Checkpoints read and write single parts.
+        BOOST_TEST(values(store.read_part(2, zero::ShardPart::exp_avg_sq)) == values(expect[2].exp_avg_sq),
+                   boost::test_tools::per_element());
+        const Tensor loaded = random_f32(sizes[2], 999);
+        store.write_part(2, zero::ShardPart::master, loaded);
+        const zero::ShardState& s = store.acquire(2);
+        BOOST_TEST(values(s.master) == values(loaded), boost::test_tools::per_element());
+        BOOST_TEST(values(s.exp_avg) == values(expect[2].exp_avg), boost::test_tools::per_element());
+        store.release(2, false);
+      }
+    }
+  BOOST_TEST(std::filesystem::is_empty(dir.path()));  // every file went with its store
+}
+
+BOOST_AUTO_TEST_CASE(nvme_store_names_a_damaged_or_truncated_file) {
+  test::TempDir dir;
+  zero::NvmeShardStore store(Device::cpu(), nvme_at(dir, 1, false), {});
+  store.add(random_f32(2000, 1), 2000);  // record: 3 parts of 2 pages
+  store.add(random_f32(10, 2), 10);
+  ops::fill_(store.acquire(0).exp_avg, 0.25);
+  store.release(0, true);
+  store.acquire(1);  // the one buffer now holds entry 1: entry 0 must come from the file
+  store.release(1, false);
+  flip_byte(store.path(), 2 * 4096 + 4 * 1999);  // the last element of exp_avg
+  const std::string damaged = test::error_message([&] { store.acquire(0); });
+  BOOST_TEST(damaged.find("swap file '" + store.path() + "': the exp_avg of sub-group 0 read back differ from what was "
+                          "written (CRC-32C ") == 0u);
+  BOOST_TEST(damaged.find("): the file is damaged") != std::string::npos);
+  BOOST_TEST(test::error_message([&] { store.read_part(0, zero::ShardPart::exp_avg); }) == damaged);
+  BOOST_TEST(values(store.read_part(0, zero::ShardPart::exp_avg_sq)) == std::vector<float>(2000, 0.0f),
+             boost::test_tools::per_element());  // the other parts are intact
+
+  BOOST_REQUIRE(::truncate(store.path().c_str(), 6 * 4096) == 0);  // entry 1 cut off
+  BOOST_TEST(test::error_message([&] { store.acquire(1); }) ==
+             "swap file '" + store.path() + "': read of 12288 bytes at offset 24576 failed: short read (0 of 12288 "
+             "bytes; the file is shorter than it was written)");
+}
+
+BOOST_AUTO_TEST_CASE(nvme_store_names_a_missing_or_unwritable_folder) {
+  const auto error = [](const std::string& folder) {
+    return test::error_message([&] {
+      zero::NvmeShardStore store(Device::cpu(), {.device = zero::OffloadDevice::nvme, .nvme_path = folder}, {});
+    });
+  };
+  BOOST_TEST(error("/nonexistent/nvme") ==
+             "[config] zero_optimization.offload_optimizer.nvme_path '/nonexistent/nvme': No such file or directory");
+  test::TempDir dir;
+  const std::string file = dir.write("plain", "x");
+  BOOST_TEST(error(file) == "[config] zero_optimization.offload_optimizer.nvme_path '" + file + "' is not a folder");
+  // A folder this process may not write in (root writes anywhere but in sysfs).
+  const std::string locked = ::geteuid() == 0 ? "/sys" : dir.file("locked");
+  if (::geteuid() != 0) {
+    std::filesystem::create_directory(locked);
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  }
+  const std::string refused = error(locked);
+  BOOST_TEST(refused.find("[config] zero_optimization.offload_optimizer.nvme_path '" + locked +
+                          "': cannot create swap file '" + locked + "/triad-optimizer-rank0-") == 0u,
+             refused);
+  BOOST_TEST(refused.find(".swp': Permission denied") != std::string::npos, refused);
 }

@@ -1,0 +1,100 @@
+// A shard store on NVMe (offload_optimizer.device "nvme"): the optimizer's state lives in
+// one file per rank, and only a few sub-groups of it are in memory at a time.
+//
+// Note [Offloaded optimizer state]:
+// - File: <nvme_path>/triad-optimizer-rank<R>-<k>.swp, R the world rank and k the number
+//   of such stores this process made before (an RLHF job runs several engines). It is
+//   created with the store (io/swap_file.h: locked, replacing a leftover of an earlier run,
+//   which is never read) and removed with it; each add() grows it by the entry's record and
+//   writes the entry's initial state, so it has its full size once the optimizer is built.
+// - Record of an entry of n elements: its parts (master weights when there are any, then
+//   exp_avg and exp_avg_sq), each padded to 4096 bytes, back to back.
+// - Memory: at most buffer_count records (buffers of the largest record's size). An entry
+//   stays in its buffer after release, written back, until the buffer is taken for another
+//   entry (least recently used first): a state that fits in buffer_count sub-groups is read
+//   once. On a GPU, the acquired entry is copied to device tensors and back.
+// - Checksums: the CRC-32C of every part as last written is kept in memory, and every read
+//   is checked against it and its size: a damaged or truncated file is an error naming it.
+// - Pipelining (DeepSpeed's pipeline_read, pipeline_write): prefetch() starts reading the
+//   next entry on a thread while the update works on this one (and the next step's first
+//   entry during its forward and backward), and release() hands the write-back to a thread
+//   and returns (the buffer is reused once it is done; the next step's forward and backward
+//   overlap it). Without them, acquire() reads and release() writes on the caller's thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/swap_file.h"
+#include "zero/offload_config.h"
+#include "zero/shard_store.h"
+
+namespace triad::zero {
+
+class NvmeShardStore : public ShardStore {
+ public:
+  // Creates this rank's file in config.nvme_path: Error naming the key and the folder when
+  // it is missing, not a folder or not writable.
+  NvmeShardStore(Device device, const OffloadConfig& config, const io::AioConfig& aio);
+  // Waits for the transfers in flight; the file goes.
+  ~NvmeShardStore() override;
+
+  size_t add(Tensor master, int64_t elements) override;
+  const ShardState& acquire(size_t entry) override;
+  void release(size_t entry, bool dirty) override;
+  void prefetch(size_t entry) override;
+  Tensor read_part(size_t entry, ShardPart part) override;
+  void write_part(size_t entry, ShardPart part, const Tensor& values) override;
+  // On the cpu, the buffers; on a GPU, the acquired entry's copy.
+  int64_t device_bytes() const override;
+
+  const std::string& path() const { return file_->path(); }
+
+ private:
+  struct Entry {
+    int64_t elements = 0, offset = 0;
+    int parts = 0;                   // 3 with master weights, else 2
+    std::array<uint32_t, 3> crc{};   // of each part as last written
+    int64_t part_bytes() const { return io::align_up(elements * 4); }
+    int64_t record_bytes() const { return parts * part_bytes(); }
+    int index(ShardPart p) const { return p == ShardPart::master ? 0 : parts - (p == ShardPart::exp_avg ? 2 : 1); }
+  };
+  enum class Stage { idle, reading, held, writing };
+  struct Buffer {
+    Tensor host;             // f32 over an aligned block of the largest record's size
+    int64_t entry = -1;      // the entry it holds (-1: none)
+    Stage stage = Stage::idle;
+    std::future<void> io;    // its read or write in flight
+    uint64_t used = 0;       // when it was last acquired or prefetched (least recently used goes first)
+    ShardState state;        // what acquire() handed out
+  };
+
+  Buffer* holding(size_t entry);
+  // A buffer to read another entry into (the least recently used that is not held; waiting
+  // for its write), a new one while fewer than buffer_count exist, or null when every one is held or
+  // being read.
+  Buffer* free_buffer(bool wait);
+  void start_read(Buffer& b, size_t entry);
+  void start_write(Buffer& b);
+  void finish(Buffer& b);  // waits for its transfer; rethrows its error
+  void finish_all();
+  Tensor part_view(const Tensor& record, const Entry& e, int index) const;
+  // Error naming the file when a part read back into `data` differs from what was written.
+  void check(const float* data, size_t entry, ShardPart part) const;
+
+  Device device_;
+  OffloadConfig config_;
+  std::unique_ptr<io::SwapFile> file_;
+  std::vector<Entry> entries_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+  int64_t record_bytes_ = 0;  // the largest record's
+  bool sealed_ = false;       // entries are fixed once the first is acquired, prefetched or read
+  int64_t held_ = -1;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace triad::zero
