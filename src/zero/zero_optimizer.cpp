@@ -541,7 +541,7 @@ double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
     for (size_t i = 0; i < groups_.size(); ++i)
       if (counted(i)) parts[0].grads.push_back(grads[i]);
   } else {  // split parameters count on every tp rank, replicated ones on tp rank 0
-    parts = {{.counted = true}, {.counted = tp_->rank() == 0}};
+    parts = {{.grads = {}, .counted = true}, {.grads = {}, .counted = tp_->rank() == 0}};
     for (const GradPiece& p : grad_pieces(grads))
       if (counted(p.group)) parts[p.split.is_split() ? 0 : 1].grads.push_back(p.grad);
   }

@@ -27,12 +27,13 @@ fail() {
 
 "$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
 "$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
-train() {  # train NAME [options]: a 2-rank run of 12 steps, checkpoints only when stopped
+train() {  # train NAME [options]: a 2-rank run of 300 steps (long enough that the signal lands
+  # well before its end), checkpoints only when stopped
   local name=$1
   shift
   "$mpiexec" -np 2 --oversubscribe --bind-to none "$bin/triad-train" --config "$config" \
     --set data.corpus="$work/tokens.bin" --set data.tokenizer="$work/tok.json" --set model.vocab_size=300 \
-    --set eval_interval=0 --set log_interval=1 --steps 12 --save-dir "$work/$name.ckpt" \
+    --set eval_interval=0 --set log_interval=1 --steps 300 --save-dir "$work/$name.ckpt" \
     --metrics "$work/$name.jsonl" "$@"
 }
 
@@ -66,7 +67,7 @@ job=
 grep -q "a preemption signal came: stopping" "$work/log" || fail "no message says why the run stopped"
 grep -Eq "^preempted: stopped after step [0-9]+ on a signal; checkpoint " "$work/log" || fail "no checkpoint named"
 stopped_at=$(sed -nE 's/^preempted: stopped after step ([0-9]+) on a signal.*/\1/p' "$work/log")
-((stopped_at < 12)) || fail "the run went to the end ($stopped_at steps)"
+((stopped_at < 300)) || fail "the run went to the end ($stopped_at steps)"
 
 train stopped --resume auto >"$work/resume.log" 2>&1 || fail "the resumed run failed: $(cat "$work/resume.log")"
 python3 - "$work/whole.jsonl" "$work/stopped.jsonl" "$stopped_at" <<'PY'
@@ -78,9 +79,9 @@ def losses(path):
         out[row["step"]] = row["loss"]
     return out
 whole, stopped = losses(sys.argv[1]), losses(sys.argv[2])
-assert sorted(whole) == list(range(1, 13)), sorted(whole)
-assert sorted(stopped) == list(range(1, 13)), f"steps logged across the stop and the resume: {sorted(stopped)}"
+assert sorted(whole) == list(range(1, 301)), sorted(whole)
+assert sorted(stopped) == list(range(1, 301)), f"steps logged across the stop and the resume: {sorted(stopped)}"
 worst = max(abs(whole[s] - stopped[s]) for s in whole)
 assert worst <= 1e-6, f"losses differ by up to {worst}"
-print(f"stopped after step {sys.argv[3]}, resumed: 12 losses equal the uninterrupted run's (max |diff| {worst:.1e})")
+print(f"stopped after step {sys.argv[3]}, resumed: 300 losses equal the uninterrupted run's (max |diff| {worst:.1e})")
 PY
