@@ -7,35 +7,15 @@
 # what provides this (Open MPI aborts a job when one of its processes dies), so no rank
 # stays blocked receiving from a peer that is gone.
 #   kill_rank_mid_pipeline.sh BIN_DIR CONFIG MPIEXEC
-set -euo pipefail
 bin=$1 config=$2 mpiexec=$3
-work=$(mktemp -d)
-job=
+source "$(dirname "$0")/mpi_job.sh"
 declare -A pid_of  # rank -> pid
-cleanup() {  # on a failure: mpirun takes its ranks down on SIGTERM; whatever is left is killed
-  if [[ -n $job ]]; then
-    kill -TERM "$job" 2>/dev/null || true
-    sleep 2
-    kill -KILL "$job" "${pid_of[@]}" 2>/dev/null || true
-  fi
-  rm -rf "$work"
+stop_job() {  # on a failure: mpirun takes its ranks down on SIGTERM; whatever is left is killed
+  kill -TERM "$job" 2>/dev/null || true
+  sleep 2
+  kill -KILL "$job" "${pid_of[@]}" 2>/dev/null || true
 }
-trap cleanup EXIT
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-fail() {
-  echo "FAIL: $*"
-  cat "$work/log" 2>/dev/null || true
-  exit 1
-}
-# Whether a process runs: not gone, nor a zombie no one has reaped yet (dead either way).
-running() {
-  local state
-  state=$(ps -o stat= -p "$1" 2>/dev/null || true)
-  [[ -n $state && $state != Z* ]]
-}
-
-"$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
-"$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
+make_corpus "$bin"
 
 # A step of 8 micro-batches through a 13M-parameter model: seconds here, so that a kill
 # right after a step is logged lands inside the next one (checked below).

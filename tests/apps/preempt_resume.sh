@@ -6,27 +6,9 @@
 # written a checkpoint; resumed with --resume auto it runs to the end, and its losses at
 # every step equal those of a run never interrupted (within 1e-6).
 #   preempt_resume.sh BIN_DIR CONFIG MPIEXEC SIGNAL
-set -euo pipefail
 bin=$1 config=$2 mpiexec=$3 signal=$4
-work=$(mktemp -d)
-job=
-cleanup() {
-  if [[ -n $job ]]; then
-    pkill -KILL -P "$job" 2>/dev/null || true
-    kill -KILL "$job" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-fail() {
-  echo "FAIL: $*"
-  cat "$work/log" 2>/dev/null || true
-  exit 1
-}
-
-"$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
-"$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
+source "$(dirname "$0")/mpi_job.sh"
+make_corpus "$bin"
 train() {  # train NAME [options]: a 2-rank run of 300 steps (long enough that the signal lands
   # well before its end), checkpoints only when stopped
   local name=$1

@@ -6,32 +6,9 @@
 # must exit non-zero, a waiting rank must have named its call, the call's number and its
 # group's axis, and no rank may be left.
 #   stuck_rank.sh BIN_DIR CONFIG MPIEXEC LAYOUT MODE
-set -euo pipefail
 bin=$1 config=$2 mpiexec=$3 layout=$4 mode=$5
-work=$(mktemp -d)
-job=
-cleanup() {
-  if [[ -n $job ]]; then
-    pkill -KILL -P "$job" 2>/dev/null || true
-    kill -KILL "$job" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-fail() {
-  echo "FAIL: $*"
-  cat "$work/log" 2>/dev/null || true
-  exit 1
-}
-running() {
-  local state
-  state=$(ps -o stat= -p "$1" 2>/dev/null || true)
-  [[ -n $state && $state != Z* ]]
-}
-
-"$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
-"$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
+source "$(dirname "$0")/mpi_job.sh"
+make_corpus "$bin"
 
 case $layout in
   tp) grid=(--set model.tensor_parallel=2) ;;
