@@ -11,7 +11,8 @@
 //                     [--n-head N] [--seq-len T] [--rope-theta X] [--rms-eps X]
 //                                              a new checkpoint folder (step 0) to train
 //                                              from (triad-train --resume DIR) or sample
-//                                              from (triad-generate)
+//                                              from (triad-generate), with the tokenizer
+//                                              files found beside the model
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/hf_checkpoint.h"
+#include "io/hf_tokenizer.h"
 
 namespace {
 
@@ -104,9 +106,10 @@ int main(int argc, char** argv) {
     import_cmd->footer(
         "The model's shape comes from config.json beside the safetensors files; without it, the tensors "
         "show most of it and the flags give the rest (gpt2: --n-head; llama: --n-head, --seq-len, "
-        "--rope-theta, --rms-eps). DIR gets step-00000000.h5 (weights, zero Adam moments, step 0) and "
-        "latest: triad-train --resume DIR fine-tunes it, triad-generate --checkpoint DIR/step-00000000.h5 "
-        "samples it.");
+        "--rope-theta, --rms-eps). DIR gets step-00000000.h5 (weights, zero Adam moments, step 0), "
+        "latest, and the tokenizer files beside the safetensors files (tokenizer.json, tokenizer_config.json, "
+        "special_tokens_map.json): triad-train --resume DIR fine-tunes it, triad-generate --checkpoint "
+        "DIR/step-00000000.h5 samples it with that tokenizer.");
     cli.footer(
         "Hugging Face models:\n"
         "  triad-ckpt import --from model.safetensors|index.json|DIR --arch gpt2|llama --out DIR\n"
@@ -122,6 +125,9 @@ int main(int argc, char** argv) {
       const std::string written = engine::import_hf(import);
       std::printf("wrote %s (%s from %s; latest points at it)\n", written.c_str(), import.arch.c_str(),
                   import.from.c_str());
+      for (const char* name : io::kHfTokenizerFiles)
+        if (std::filesystem::exists(std::filesystem::path(import.out) / name))
+          std::printf("copied %s into %s\n", name, import.out.c_str());
       return 0;
     }
     path = resolve(path);

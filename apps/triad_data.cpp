@@ -1,14 +1,16 @@
 // triad-data: prepares training data. `tokenizer` learns a byte-level BPE vocabulary from a
-// text corpus, `encode` turns a corpus into a token file with <|endoftext|> between
-// documents, `inspect` checks a token file and shows its header and first tokens, and
-// `pairs` makes preference pairs (JSONL: prompt, chosen, rejected) from a fortunes corpus
-// for RLHF (rlhf/fortune_pairs.h).
+// text corpus, `encode` turns a corpus (text files, JSONL with a "text" field) into a token
+// file with the tokenizer's end-of-text between documents (triad's tokenizer or a Hugging
+// Face tokenizer.json, io/tokenizer.h), `inspect` checks a token file and shows its header
+// and first tokens, and `pairs` makes preference pairs (JSONL: prompt, chosen, rejected)
+// from a fortunes corpus for RLHF (rlhf/fortune_pairs.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "io/text_corpus.h"
 #include "io/token_file.h"
 #include "io/tokenizer.h"
+#include "io/triad_tokenizer.h"
 #include "rlhf/fortune_pairs.h"
 #include "rlhf/preference_data.h"
 #include "tensor/error.h"
@@ -71,8 +74,8 @@ void run_tokenizer(const TokenizerOptions& o) {
   print_corpus(corpus, seconds_since(t0));
   t0 = Clock::now();
   ProgressBar bar("merges");
-  const io::Tokenizer tok =
-      io::Tokenizer::train(corpus.documents(), o.vocab_size, [&](int done, int total) { bar.update(done, total); });
+  const io::TriadTokenizer tok = io::TriadTokenizer::train(corpus.documents(), o.vocab_size,
+                                                           [&](int done, int total) { bar.update(done, total); });
   bar.finish();
   const double train_s = seconds_since(t0);
   tok.save(o.out);
@@ -90,7 +93,8 @@ struct EncodeOptions {
 };
 
 void run_encode(const EncodeOptions& o) {
-  const io::Tokenizer tok = io::Tokenizer::load(o.tokenizer);
+  const std::unique_ptr<const io::Tokenizer> loaded = io::load_tokenizer(o.tokenizer);
+  const io::Tokenizer& tok = *loaded;
   auto t0 = Clock::now();
   const io::TextCorpus corpus = io::read_corpus(o.corpus, o.separator);
   print_corpus(corpus, seconds_since(t0));
@@ -100,11 +104,13 @@ void run_encode(const EncodeOptions& o) {
   io::write_token_file(o.out, tokens, uint32_t(tok.vocab_size()));
   const double text_bytes = double(corpus.text.size());
   const auto n = double(tokens.size());
-  std::printf("encoded %zu tokens (%lld <|endoftext|> separators) in %.2f s (%.1f MB/s)\n", tokens.size(),
-              (long long)(corpus.num_documents() - 1), encode_s, text_bytes / 1e6 / encode_s);
-  std::printf("compression: %.3f bytes/token (%.0f text bytes, %zu tokens without separators)\n",
-              text_bytes / (n - double(corpus.num_documents() - 1)), text_bytes,
-              tokens.size() - size_t(corpus.num_documents() - 1));
+  const int64_t added = (corpus.num_documents() - 1) + corpus.num_documents() * int64_t(tok.prefix().size());
+  std::printf(
+      "encoded %zu tokens (%lld end-of-text separators, %zu prefix tokens per document) in %.2f s (%.1f MB/s)\n",
+      tokens.size(), (long long)(corpus.num_documents() - 1), tok.prefix().size(), encode_s,
+      text_bytes / 1e6 / encode_s);
+  std::printf("compression: %.3f bytes/token (%.0f text bytes, %lld tokens without separators and prefixes)\n",
+              text_bytes / (n - double(added)), text_bytes, (long long)(int64_t(tokens.size()) - added));
   std::printf("wrote %s (vocab_size %d, %s tokens)\n", o.out.c_str(), tok.vocab_size(),
               tok.vocab_size() <= 65536 ? "uint16" : "uint32");
 }
@@ -126,13 +132,14 @@ void run_inspect(const InspectOptions& o) {
   std::printf("check:       ok (magic, version, size, checksum, every token < vocab_size)\n");
   if (o.tokenizer.empty()) return;
 
-  const io::Tokenizer tok = io::Tokenizer::load(o.tokenizer);
+  const std::unique_ptr<const io::Tokenizer> loaded = io::load_tokenizer(o.tokenizer);
+  const io::Tokenizer& tok = *loaded;
   TRIAD_CHECK(uint32_t(tok.vocab_size()) == f.vocab_size(),
               "tokenizer '" << o.tokenizer << "' has vocab_size " << tok.vocab_size() << ", but token file '" << o.file
                             << "' was written with vocab_size " << f.vocab_size());
   int64_t eots = 0;
   for (int64_t i = 0; i < f.size(); ++i) eots += f.at(i) == uint32_t(tok.eot());
-  std::printf("documents:   %lld (%lld <|endoftext|> tokens)\n", (long long)(f.size() > 0 ? eots + 1 : 0),
+  std::printf("documents:   %lld (%lld end-of-text tokens)\n", (long long)(f.size() > 0 ? eots + 1 : 0),
               (long long)eots);
   const int64_t n = std::min(o.count, f.size());
   std::vector<int64_t> ids64(static_cast<size_t>(n));
@@ -176,14 +183,18 @@ int main(int argc, char** argv) {
     t->add_option("--separator", tok.separator, "a line that separates documents (fortune files: %)");
     t->add_option("--vocab-size", tok.vocab_size, "vocabulary size: 256 bytes + merges + <|endoftext|>")
         ->required()
-        ->check(CLI::Range(io::Tokenizer::kMinVocabSize, io::Tokenizer::kMaxVocabSize));
+        ->check(CLI::Range(io::TriadTokenizer::kMinVocabSize, io::TriadTokenizer::kMaxVocabSize));
     t->add_option("--out", tok.out, "tokenizer JSON file to write")->required();
     t->callback([&tok] { run_tokenizer(tok); });
 
     EncodeOptions enc;
     CLI::App* e = app.add_subcommand("encode", "encode a text corpus into a token file");
-    e->add_option("--tokenizer", enc.tokenizer, "tokenizer JSON file")->required();
-    e->add_option("--corpus", enc.corpus, "text files or folders of them (*.dat and symlinks skipped)")
+    e->add_option("--tokenizer", enc.tokenizer,
+                  "a triad tokenizer file, a Hugging Face tokenizer.json, or a folder holding tokenizer.json")
+        ->required();
+    e->add_option("--corpus", enc.corpus,
+                  "text files (*.jsonl: one document per line's \"text\") or folders of them (*.dat and symlinks "
+                  "skipped)")
         ->required()
         ->expected(1, -1);
     e->add_option("--separator", enc.separator, "a line that separates documents (fortune files: %)");
@@ -193,7 +204,8 @@ int main(int argc, char** argv) {
     InspectOptions ins;
     CLI::App* i = app.add_subcommand("inspect", "check a token file and show its header and first tokens");
     i->add_option("file", ins.file, "token file")->required();
-    i->add_option("--tokenizer", ins.tokenizer, "tokenizer JSON file: decode the first tokens");
+    i->add_option("--tokenizer", ins.tokenizer,
+                  "decode the first tokens with this tokenizer (triad's file, tokenizer.json or its folder)");
     i->add_option("--count", ins.count, "how many tokens to show")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);

@@ -8,6 +8,7 @@
 //                                                 tokens as one process)
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "common/main_guard.h"
@@ -77,12 +78,6 @@ bool next_line(std::string& line, parallel::Communicator* group) {
   return true;
 }
 
-std::vector<int32_t> encode_prompt(const io::Tokenizer& tok, const std::string& text) {
-  std::vector<int32_t> ids{tok.eot()};  // documents start after an end-of-text in training
-  for (int32_t id : tok.encode(text)) ids.push_back(id);
-  return ids;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,7 +90,9 @@ int main(int argc, char** argv) {
     cli.add_option("--checkpoint", model_path,
                    "a checkpoint or weights file (triad-train's output_dir/model.h5, triad-ckpt export)")
         ->required();
-    cli.add_option("--tokenizer", tokenizer_path, "tokenizer (default: the one the model was trained with)");
+    cli.add_option("--tokenizer", tokenizer_path,
+                   "triad's tokenizer file, a Hugging Face tokenizer.json or its folder (default: the one the model "
+                   "was trained with, else tokenizer.json beside the checkpoint, as triad-ckpt import puts it)");
     cli.add_option("--prompt", prompt, "text to continue");
     cli.add_flag("--chat", chat, "interactive Human:/Assistant: turns on stdin");
     cli.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
@@ -127,8 +124,12 @@ int main(int argc, char** argv) {
     engine::LoadedModel loaded = engine::load_model(model_path, parallelism);
     if (tokenizer_path.empty() && loaded.config.contains("data"))
       tokenizer_path = loaded.config["data"].value("tokenizer", "");
-    TRIAD_CHECK(!tokenizer_path.empty(), "the model file does not name its tokenizer; pass --tokenizer");
-    const io::Tokenizer tok = io::Tokenizer::load(tokenizer_path);
+    const std::filesystem::path beside = std::filesystem::path(model_path).parent_path() / "tokenizer.json";
+    if (tokenizer_path.empty() && std::filesystem::exists(beside)) tokenizer_path = beside.string();
+    TRIAD_CHECK(!tokenizer_path.empty(),
+                "the model file does not name its tokenizer and no tokenizer.json is beside it; pass --tokenizer");
+    const std::unique_ptr<const io::Tokenizer> tokenizer = io::load_tokenizer(tokenizer_path);
+    const io::Tokenizer& tok = *tokenizer;
     TRIAD_CHECK(tok.vocab_size() <= loaded.model->vocab_size(),
                 "tokenizer '" << tokenizer_path << "' has " << tok.vocab_size() << " tokens, more than the model's "
                               << loaded.model->vocab_size());
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
     if (!chat) {
       if (leader) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
       Printer print{tok, "", leader};
-      engine::generate(*loaded.model, encode_prompt(tok, prompt), o, std::ref(print));
+      engine::generate(*loaded.model, io::encode_prompt(tok, prompt), o, std::ref(print));
       print.flush();
       if (leader) std::printf("\n");
       return 0;
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
       say("Assistant:");
       Printer print{tok, "\nHuman:", leader};
       const std::vector<int32_t> reply =
-          engine::generate(*loaded.model, encode_prompt(tok, history), o, std::ref(print));
+          engine::generate(*loaded.model, io::encode_prompt(tok, history), o, std::ref(print));
       if (!print.stopped) print.flush();
       history += tok.decode(print.ids).substr(0, print.printed) + "\n";
       o.seed += 1;

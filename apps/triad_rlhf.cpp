@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   triad::app::wait_passively_when_oversubscribed(argv);
   return triad::app::guarded_main([&] {
     CLI::App app{"triad-rlhf: RLHF steps (sft, reward, ppo) and GRPO, DPO, as a JSON config describes"};
-    std::string step, config_path;
+    std::string step, config_path, tokenizer;
     std::vector<std::string> overrides;
     int threads = 0;
     triad::rlhf::RunOptions options;
@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"sft", "reward", "ppo", "grpo", "dpo"}));
     app.add_option("--config", config_path, "the JSON config (Note [RLHF config])")->required();
     app.add_option("--set", overrides, "override a config key: dotted.key=value (repeatable)");
+    app.add_option("--tokenizer", tokenizer,
+                   "the tokenizer, over data.tokenizer: triad's tokenizer file, a Hugging Face tokenizer.json or its "
+                   "folder");
     app.add_option("--metrics", options.metrics_path, "write one JSON object per step to this file");
     app.add_option("--resume", options.resume,
                    "continue from the step's checkpoints: auto (the latest that loads; a fresh start when there is "
@@ -41,6 +44,7 @@ int main(int argc, char** argv) {
 
     nlohmann::json json = triad::engine::load_config_file(config_path);
     for (const std::string& o : overrides) triad::engine::apply_override(json, o);
+    if (!tokenizer.empty()) triad::engine::apply_override(json, "data.tokenizer=" + nlohmann::json(tokenizer).dump());
     const triad::rlhf::StepConfig config = triad::rlhf::parse_rlhf_config(json, step, world ? world->size() : 1);
     triad::app::set_threads(triad::parallel::threads_per_rank(threads));
     if (step == "sft") triad::rlhf::train_sft(config, options, world);

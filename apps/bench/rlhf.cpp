@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "config/model_factory.h"
+#include "io/triad_tokenizer.h"
 #include "nn/gpt.h"
 #include "nn/value_model.h"
 #include "parallel/runtime.h"
@@ -52,7 +53,7 @@ nlohmann::json ppo_json(const RlhfBenchOptions& o, int ranks, int stage) {
 // The inputs every worker reads: a byte-level tokenizer, pairs with prompts of o.prompt
 // letters (one token each), the actor's and a reward model's initial weights.
 void write_inputs(const RlhfBenchOptions& o) {
-  io::Tokenizer::train("ab", io::Tokenizer::kMinVocabSize).save(o.work + "/tokenizer.json");
+  io::TriadTokenizer::train("ab", io::TriadTokenizer::kMinVocabSize).save(o.work + "/tokenizer.json");
   std::ofstream pairs(o.work + "/pairs.jsonl");
   Generator g(3);
   for (int64_t i = 0; i < 4 * o.batch; ++i) {
@@ -66,9 +67,9 @@ void write_inputs(const RlhfBenchOptions& o) {
   const nlohmann::json model = model_config_json(o.model, o.config, o.overrides);
   const engine::TrainConfig c = engine::parse_config(model);
   require_gpt2(c, o.config);
-  TRIAD_CHECK(c.model.vocab_size >= io::Tokenizer::kMinVocabSize,
+  TRIAD_CHECK(c.model.vocab_size >= io::TriadTokenizer::kMinVocabSize,
               "triad-bench rlhf: the model's vocabulary (" << c.model.vocab_size << ") must hold the byte tokenizer's "
-                                                           << io::Tokenizer::kMinVocabSize << " tokens");
+                                                           << io::TriadTokenizer::kMinVocabSize << " tokens");
   TRIAD_CHECK(o.prompt + o.answer <= c.model.seq_len, "triad-bench rlhf: --prompt " << o.prompt << " + --answer "
                                                                                     << o.answer << " exceed the model's seq_len "
                                                                                     << c.model.seq_len);
@@ -115,7 +116,7 @@ int run_worker(const RlhfBenchOptions& o) {
   const std::unique_ptr<engine::Engine> actor =
       rlhf::policy_engine(sc.model, engine::process_grid(sc.model.train, world));
   const int64_t rows = o.batch / n, T = o.prompt + o.answer;
-  const Tensor ids = random_token_ids(rows, T + 1, io::Tokenizer::kMinVocabSize, uint64_t(17 + rank));
+  const Tensor ids = random_token_ids(rows, T + 1, io::TriadTokenizer::kMinVocabSize, uint64_t(17 + rank));
   const Tensor x = ops::to(ops::contiguous(ops::narrow(ids, 1, 0, T)), actor->device());
   const Tensor y = ops::to(ops::contiguous(ops::narrow(ids, 1, 1, T)), actor->device());
   std::vector<double> train_s;

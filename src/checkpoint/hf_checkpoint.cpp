@@ -2,10 +2,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "io/atomic_file.h"
 #include "io/hf_models.h"
+#include "io/hf_tokenizer.h"
 #include "io/safetensors.h"
 
 namespace triad::engine {
@@ -42,6 +45,15 @@ std::string import_hf(const HfImport& import) {
   // (no config.json: a missing head is the tied embedding's copy, as HF would load it)
   const bool tie = config.is_null() || io::hf_ties_head(import.arch, config);
   const io::NamedTensors weights = io::from_hf(import.arch, model, hf, tie);
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;  // name, bytes
+  for (const char* name : io::kHfTokenizerFiles) {
+    const fs::path source = fs::path(hf.folder()) / name;
+    if (!fs::exists(source)) continue;
+    std::ifstream in(source, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    TRIAD_CHECK(in.good() || in.eof(), "import: cannot read '" << source.string() << "'");
+    tokenizer_files.emplace_back(name, std::move(bytes));
+  }
 
   const bool created = !fs::exists(import.out);
   std::error_code ec;
@@ -50,6 +62,9 @@ std::string import_hf(const HfImport& import) {
   const std::string name = checkpoint_file_name(0), path = (fs::path(import.out) / name).string();
   try {
     save_initial_checkpoint(path, {{"model", model}, {"train_batch_size", 1}, {"steps", 1}}, weights);
+    for (const auto& [file, bytes] : tokenizer_files)
+      io::write_file_atomically((fs::path(import.out) / file).string(), {{bytes.data(), bytes.size()}},
+                                "tokenizer file");
     point_latest(import.out, name);
   } catch (const Error&) {
     if (created) fs::remove_all(import.out, ec);  // the folder held nothing before

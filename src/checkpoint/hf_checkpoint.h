@@ -8,6 +8,9 @@
 //   {"model": {"arch": ..., the model's fields}, "train_batch_size": 1, "steps": 1}
 // (the least a config must say: `triad-generate` builds the model from it; `triad-train
 // --config ... --resume DIR` trains with its own config, whose model must be the same).
+// The tokenizer files beside the safetensors files (io::kHfTokenizerFiles: tokenizer.json,
+// tokenizer_config.json, special_tokens_map.json) are copied into DIR as they are, where
+// `triad-generate --checkpoint DIR/...` finds tokenizer.json.
 // The model's fields come from config.json beside the safetensors files when there is one,
 // then from the fields given (flags), then from the tensors' shapes; a field none of these
 // gives is an Error naming it and its flag.

@@ -1,4 +1,5 @@
-// Reading text corpora from files and folders and cutting them into documents.
+// Reading text corpora (plain text, JSON Lines) from files and folders and cutting them into
+// documents.
 #include "io/text_corpus.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "tensor/error.h"
 
@@ -29,9 +31,32 @@ void end_document(TextCorpus& c, int64_t& begin) {
   begin = int64_t(c.text.size());
 }
 
+// JSON Lines: each line's "text" is a document.
+void add_jsonl(TextCorpus& c, const std::string& path, const std::string& bytes) {
+  std::string_view rest(bytes);
+  for (int64_t line_no = 1; !rest.empty(); ++line_no) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    TRIAD_CHECK(!row.is_discarded() && row.is_object(),
+                "corpus file '" << path << "' line " << line_no << ": not a JSON object");
+    TRIAD_CHECK(row.contains("text") && row["text"].is_string(),
+                "corpus file '" << path << "' line " << line_no << ": expected a string field \"text\"");
+    const int64_t begin = int64_t(c.text.size());
+    c.text += row["text"].get<std::string>();
+    if (int64_t(c.text.size()) > begin) c.document_ends.push_back(int64_t(c.text.size()));
+  }
+}
+
 void add_file(TextCorpus& c, const std::string& path, const std::string& separator) {
   const std::string bytes = read_file(path);
   c.files.push_back(path);
+  if (fs::path(path).extension() == ".jsonl") {
+    add_jsonl(c, path, bytes);
+    return;
+  }
   int64_t begin = int64_t(c.text.size());
   if (separator.empty()) {
     c.text += bytes;
@@ -110,6 +135,7 @@ std::vector<uint32_t> encode_corpus(const Tokenizer& tokenizer, const TextCorpus
   out.reserve(corpus.text.size() / 3);
   for (int64_t i = 0; i < corpus.num_documents(); ++i) {
     if (i > 0) out.push_back(uint32_t(tokenizer.eot()));
+    for (const int32_t id : tokenizer.prefix()) out.push_back(uint32_t(id));
     for (const int32_t id : tokenizer.encode(corpus.document(i))) out.push_back(uint32_t(id));
   }
   return out;

@@ -1,4 +1,4 @@
-// Plain-text corpora for tokenizer training and encoding: files and folders of text, cut
+// Text corpora for tokenizer training and encoding: files and folders of text, cut
 // into documents. Documents are kept apart so that encoding puts <|endoftext|> between them
 // and tokenizer training never learns a merge across two of them.
 #pragma once
@@ -27,11 +27,15 @@ struct TextCorpus {
 // (fortune index files). Each file is one document, unless separator_line is non-empty: then
 // a line equal to it (with or without a trailing '\r') ends a document and is dropped, and
 // each document keeps its lines with their newlines (fortune files: separator_line "%").
-// Empty documents are dropped. Throws Error naming the path when it is missing or unreadable,
-// and Error when the corpus holds no text.
+// A file named *.jsonl is JSON Lines instead: each non-blank line is an object whose string
+// field "text" is one document (other fields are ignored; a line that is not an object with
+// a string "text" is an Error naming the file and line). Empty documents are dropped.
+// Throws Error naming the path when it is missing or unreadable, and Error when the corpus
+// holds no text.
 TextCorpus read_corpus(const std::vector<std::string>& paths, const std::string& separator_line = "");
 
-// The tokens of every document, with tokenizer.eot() between consecutive documents.
+// The tokens of every document, each after the tokenizer's prefix() (Llama's <s>; none for
+// GPT-2 and triad's tokenizer), with tokenizer.eot() between consecutive documents.
 std::vector<uint32_t> encode_corpus(const Tokenizer& tokenizer, const TextCorpus& corpus);
 
 }  // namespace triad::io

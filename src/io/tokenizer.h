@@ -1,82 +1,48 @@
-// Byte-level BPE tokenizer: the text side of the data path (text -> token ids -> TokenFile).
-//
-// Vocabulary layout (Note [BPE vocabulary]): ids 0..255 are the 256 single bytes, ids
-// 256..256+M-1 are the M learned merges in the order they were learned (a merge's id is its
-// rank: lower ids merge first), and the last id is the special token <|endoftext|>, eot().
-// Because every byte has a token, decode(encode(s)) == s for every byte string, valid UTF-8
-// or not.
-//
-// Note [Pre-tokenization]: text is first cut into chunks, GPT-2 style, over bytes: runs of
-// letters (ASCII letters and every byte >= 0x80, so UTF-8 words stay whole), runs of digits,
-// runs of other symbols, each optionally led by one space; English contractions ('s 't 're
-// 've 'm 'll 'd); and runs of whitespace (a run followed by a word gives up its last space to
-// it). Chunks longer than kMaxChunkBytes are cut. Merges never cross a chunk boundary, which
-// keeps the vocabulary made of word pieces and lets encoding cache whole chunks.
+// What the data path and the programs need of a tokenizer (text -> token ids -> TokenFile, and
+// back), whichever file it comes from. load_tokenizer picks the implementation by the file:
+//   - triad's own byte-level BPE, {"format": "triad-bpe", ...} (io/triad_tokenizer.h), written
+//     by `triad-data tokenizer`;
+//   - a Hugging Face tokenizer.json of the `tokenizers` library (io/hf_tokenizer.h): GPT-2 and
+//     Llama-3 style byte-level BPE, Llama-2's SentencePiece-style BPE.
+// Both are immutable once loaded and safe to use from several threads.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace triad::io {
 
 class Tokenizer {
  public:
-  static constexpr int kMinVocabSize = 257;      // 256 bytes + <|endoftext|>
-  static constexpr int kMaxVocabSize = 1 << 20;  // ids stay far inside int32
-  static constexpr size_t kMaxChunkBytes = 128;
-  static constexpr std::string_view kEndOfText = "<|endoftext|>";
+  virtual ~Tokenizer() = default;
 
-  // Learns merges on `text` until the vocabulary has vocab_size entries: 256 byte tokens,
-  // then merges, then <|endoftext|> (the last id). Each step merges the most frequent
-  // adjacent pair, ties going to the smallest (left id, right id), so training is
-  // deterministic. If the text runs out of pairs first, training stops early and
-  // vocab_size() is smaller than asked. progress(done, total) is called after every merge
-  // (total = vocab_size - 257). Throws Error naming vocab_size when it is outside
-  // [kMinVocabSize, kMaxVocabSize].
-  static Tokenizer train(std::string_view text, int vocab_size,
-                         const std::function<void(int done, int total)>& progress = {});
-  // The same over separate documents: no chunk spans two documents.
-  static Tokenizer train(const std::vector<std::string_view>& documents, int vocab_size,
-                         const std::function<void(int done, int total)>& progress = {});
-
-  // Token ids of `text`; never emits eot() (the literal text "<|endoftext|>" is encoded as
-  // ordinary bytes). Thread-safe: the chunk cache is shared behind a mutex.
-  std::vector<int32_t> encode(std::string_view text) const;
-  // The bytes of `ids` concatenated; eot() decodes to "<|endoftext|>". Throws Error on an
-  // id outside [0, vocab_size()).
-  std::string decode(const std::vector<int32_t>& ids) const;
-  // The bytes of one token (eot(): "<|endoftext|>").
-  const std::string& token_bytes(int32_t id) const;
-
-  int vocab_size() const { return int(pieces_.size()) + 1; }
-  int32_t eot() const { return int32_t(pieces_.size()); }
-  int num_merges() const { return int(merges_.size()); }
-  // merges()[i] = (left, right) is merged into id 256 + i.
-  const std::vector<std::pair<int32_t, int32_t>>& merges() const { return merges_; }
-
-  // JSON {"format": "triad-bpe", "version": 1, "vocab_size", "pretokenizer", "eot",
-  // "merges": [[left, right], ...]}, written to a temporary file and renamed into place.
-  void save(const std::string& path) const;
-  // Throws Error naming the path when the file is missing, not JSON, or not a valid
-  // tokenizer (unknown format/version, a merge referring to a later id, sizes that disagree).
-  static Tokenizer load(const std::string& path);
-
-  // The chunks of Note [Pre-tokenization], in order; their concatenation is `text`.
-  static std::vector<std::string_view> pretokenize(std::string_view text);
-
- private:
-  struct State;  // merge ranks and the chunk cache: pure functions of merges_, so copies share them
-  explicit Tokenizer(std::vector<std::pair<int32_t, int32_t>> merges);
-  std::vector<int32_t> encode_chunk(std::string_view chunk) const;
-
-  std::vector<std::pair<int32_t, int32_t>> merges_;
-  std::vector<std::string> pieces_;  // bytes of every id below eot()
-  std::shared_ptr<State> state_;
+  // The token ids of `text`, with no special token added around it. Special tokens spelled
+  // in the text: a Hugging Face tokenizer matches its added tokens (as its encode does);
+  // triad's encodes every byte as text.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // The text of `ids` (special tokens as their text). Throws Error on an id outside the
+  // vocabulary.
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  // One past the largest id.
+  virtual int vocab_size() const = 0;
+  // The end-of-text token: between documents of a corpus, where generation stops, padding.
+  virtual int32_t eot() const = 0;
+  // The special tokens a sequence starts with, as the model was trained (Hugging Face: those
+  // the post-processor puts before a single sequence, e.g. Llama's <s>; none for GPT-2 and
+  // triad's own).
+  virtual std::vector<int32_t> prefix() const = 0;
 };
+
+// The tokenizer of `path`: a triad tokenizer file, a Hugging Face tokenizer.json, or a folder
+// holding tokenizer.json. Throws Error naming the path when it is missing, not JSON, neither
+// kind, or a bad file of its kind.
+std::unique_ptr<const Tokenizer> load_tokenizer(const std::string& path);
+
+// The ids of a prompt a model continues: prefix() then encode(text); with no prefix, eot()
+// then encode(text) (a document follows an end-of-text in training).
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text);
 
 }  // namespace triad::io

@@ -36,7 +36,8 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   const engine::TrainConfig& c = sc.model.train;
   const StepLayout layout = step_layout(c, world, "dpo");
   const int n = layout.ranks, rank = layout.rank;
-  const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
+  const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
+  const io::Tokenizer& tokenizer = *tokenizer_file;
   const StepExamples ex = pair_examples(sc, tokenizer, "DPO data");
   const int32_t eot = tokenizer.eot();
   const parallel::CommunicatorPtr& comm = layout.world;

@@ -106,7 +106,10 @@ std::vector<PreferenceExample> tokenize_preferences(const std::vector<Preference
   limits.validate();
   std::vector<PreferenceExample> out;
   for (const PreferenceRow& r : rows) {
-    PreferenceExample e{tokenizer.encode(r.prompt), tokenizer.encode(r.chosen), tokenizer.encode(r.rejected)};
+    std::vector<int32_t> prompt = tokenizer.prefix();  // Llama's <s>, as tokenizer(prompt) gives it
+    const std::vector<int32_t> text = tokenizer.encode(r.prompt);
+    prompt.insert(prompt.end(), text.begin(), text.end());
+    PreferenceExample e{std::move(prompt), tokenizer.encode(r.chosen), tokenizer.encode(r.rejected)};
     if (int64_t(e.prompt.size()) <= limits.max_prompt_seq_len) out.push_back(std::move(e));
   }
   TRIAD_CHECK(!out.empty(), source << ": all " << rows.size() << " prompts are longer than max_prompt_seq_len "

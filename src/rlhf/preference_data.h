@@ -1,12 +1,13 @@
 // Preference data for the three steps of RLHF: JSONL rows of prompt, chosen and rejected
 // text (DeepSpeed-Chat's fields), tokenized, and the batches each step trains on.
 //
-// Note [Preference sequences]: the prompt and each answer are tokenized separately and
-// joined, so that the answer's tokens (the loss mask) are known exactly; DeepSpeed-Chat
-// tokenizes the joined text, which gives the same tokens when the answer starts a new
-// pre-tokenizer chunk (a leading space, as its datasets' answers have). A step-1/2
-// sequence is prompt + answer + <|endoftext|>, cut to max_seq_len tokens (the cut falls in
-// the answer, so it may lose its <|endoftext|>, as DeepSpeed-Chat's truncation does).
+// Note [Preference sequences]: the prompt (after the tokenizer's prefix(), e.g. Llama's <s>)
+// and each answer are tokenized separately and joined, so that the answer's tokens (the
+// loss mask) are known exactly; DeepSpeed-Chat tokenizes the joined text, which gives the
+// same tokens when the answer starts a new pre-tokenizer chunk (a leading space, as its
+// datasets' answers have). A step-1/2 sequence is prompt + answer + <|endoftext|>, cut to
+// max_seq_len tokens (the cut falls in the answer, so it may lose its <|endoftext|>, as
+// DeepSpeed-Chat's truncation does).
 // Rows whose prompt has more than max_prompt_seq_len tokens are dropped, for every step
 // (DeepSpeed-Chat drops them in step 3 and truncates the joined text in steps 1 and 2).
 //

@@ -120,7 +120,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   TRIAD_CHECK(sc.data.limits.max_prompt_seq_len + o.max_answer_seq_len <= seq_len,
               "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len << " + max_answer_seq_len "
                                                   << o.max_answer_seq_len << " exceeds the actor's seq_len " << seq_len);
-  const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
+  const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
+  const io::Tokenizer& tokenizer = *tokenizer_file;
   const int32_t eot = tokenizer.eot();
   const StepExamples prompts = step_examples(sc.data.path, RlhfStep::rl, 2, sc.data.data_split, tokenizer,
                                              sc.data.limits, 0.0, c.seed, sc.step + " prompts");

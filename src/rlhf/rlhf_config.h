@@ -45,7 +45,7 @@ namespace triad::rlhf {
 // split]).
 struct RlhfData {
   std::string path;       // JSONL with prompt, chosen, rejected
-  std::string tokenizer;  // triad-data's tokenizer JSON
+  std::string tokenizer;  // a tokenizer file (io/tokenizer.h): triad's, a tokenizer.json or its folder
   std::string data_split = "2,4,4";
   SequenceLimits limits;
   double val_fraction = 0.05;  // of a step's examples, held out (SFT loss, reward accuracy, DPO margin)

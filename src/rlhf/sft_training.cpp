@@ -17,7 +17,7 @@ double train_sft(const StepConfig& sc, const RunOptions& options, parallel::Comm
   const engine::TrainOptions run{
       .metrics_path = options.metrics_path, .resume = options.resume, .save_dir = "", .init = sc.model.init};
   return engine::train(c, run, std::move(world),
-                       sft_data(data, io::Tokenizer::load(sc.data.tokenizer), engine::model_shape(c).seq_len));
+                       sft_data(data, *io::load_tokenizer(sc.data.tokenizer), engine::model_shape(c).seq_len));
 }
 
 }  // namespace triad::rlhf

@@ -50,9 +50,9 @@ class CorpusData : public TrainingData {
                                                                       << tokens.vocab_size()
                                                                       << " but model.vocab_size is " << vocab);
     if (!c.data.tokenizer.empty()) {
-      const io::Tokenizer tok = io::Tokenizer::load(c.data.tokenizer);
-      TRIAD_CHECK(tok.vocab_size() == int(tokens.vocab_size()),
-                  "tokenizer '" << c.data.tokenizer << "' has " << tok.vocab_size() << " tokens but token file '"
+      const int tokenizer_vocab = io::load_tokenizer(c.data.tokenizer)->vocab_size();
+      TRIAD_CHECK(tokenizer_vocab == int(tokens.vocab_size()),
+                  "tokenizer '" << c.data.tokenizer << "' has " << tokenizer_vocab << " tokens but token file '"
                                 << c.data.corpus << "' was made with " << tokens.vocab_size());
     }
     return tokens;

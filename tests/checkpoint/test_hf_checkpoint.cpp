@@ -4,7 +4,8 @@
 // gives back the original tensors; the Llama map round-trips (sharded F32, F16, BF16) with
 // the names and shapes a triad Llama has, and loaded into nn::Llama gives the logits of
 // transformers' LlamaForCausalLM; ties, flags and bad input behave as documented,
-// and nothing saved is overwritten by a failed import.
+// the tokenizer files beside a model are copied with it, and nothing saved is overwritten by
+// a failed import.
 #define BOOST_TEST_MODULE hf_checkpoint
 #include <boost/test/unit_test.hpp>
 #include <cstring>
@@ -256,4 +257,20 @@ BOOST_AUTO_TEST_CASE(nothing_saved_is_overwritten) {
   check_error([&] { engine::export_hf(path, dir.file("out.safetensors"), DType::i32); },
               {"triad writes F64, F32, F16 and BF16, not i32"});
   BOOST_TEST(test::read_bytes(dir.file("out.safetensors")) == exported);
+}
+
+BOOST_AUTO_TEST_CASE(import_copies_the_tokenizer_files) {
+  TempDir dir;
+  fs::copy(kDir + "/gpt2", dir.file("hub"), fs::copy_options::recursive);
+  const std::string tokenizer = test::read_bytes(test::data_path("io/hf_gpt2_tokenizer.json"));
+  const std::string config = R"({"eos_token": "<|endoftext|>", "model_max_length": 1024})";
+  dir.write("hub/tokenizer.json", tokenizer);
+  dir.write("hub/tokenizer_config.json", config);
+  import(dir.file("hub"), "gpt2", dir.file("ckpt"));
+  BOOST_TEST(test::read_bytes(dir.file("ckpt/tokenizer.json")) == tokenizer);
+  BOOST_TEST(test::read_bytes(dir.file("ckpt/tokenizer_config.json")) == config);
+  BOOST_TEST(!fs::exists(dir.file("ckpt/special_tokens_map.json")));  // not in the source: not made up
+  // Without tokenizer files beside the model, none are written.
+  import(kDir + "/gpt2", "gpt2", dir.file("bare"));
+  BOOST_TEST(!fs::exists(dir.file("bare/tokenizer.json")));
 }

@@ -1,5 +1,6 @@
 // Text corpora: folders (sorted, .dat and symlinks skipped), separator lines (fortune "%"),
-// documents kept apart with <|endoftext|> between them when encoded, and errors naming paths.
+// JSON Lines' "text" fields, documents kept apart with <|endoftext|> between them when encoded
+// (after the tokenizer's prefix, Llama's <s>), and errors naming paths and lines.
 #define BOOST_TEST_MODULE text_corpus
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 
 #include "io/text_corpus.h"
+#include "io/triad_tokenizer.h"
 #include "support/check.h"
 #include "support/files.h"
 
@@ -66,7 +68,7 @@ BOOST_AUTO_TEST_CASE(encode_puts_eot_between_documents) {
   const std::string f = dir.write("f", "the cat\n%\nthe hat\n%\nthe bat sat\n");
   const io::TextCorpus c = io::read_corpus({f}, "%");
   BOOST_REQUIRE(c.num_documents() == 3);
-  const io::Tokenizer tok = io::Tokenizer::train(c.documents(), 270);
+  const io::TriadTokenizer tok = io::TriadTokenizer::train(c.documents(), 270);
   const std::vector<uint32_t> ids = io::encode_corpus(tok, c);
   BOOST_TEST(std::count(ids.begin(), ids.end(), uint32_t(tok.eot())) == 2);
   BOOST_TEST(ids.front() != uint32_t(tok.eot()));
@@ -76,10 +78,37 @@ BOOST_AUTO_TEST_CASE(encode_puts_eot_between_documents) {
 
   // No merge spans two documents: "xy" + "xy" has one pair to merge, "xyxy" would have two.
   const io::TextCorpus xy = io::read_corpus({dir.write("x1", "xy"), dir.write("x2", "xy")});
-  const io::Tokenizer per_doc = io::Tokenizer::train(xy.documents(), 259);
+  const io::TriadTokenizer per_doc = io::TriadTokenizer::train(xy.documents(), 259);
   BOOST_TEST(per_doc.num_merges() == 1);
-  BOOST_TEST(io::Tokenizer::train(xy.text, 259).num_merges() == 2);
+  BOOST_TEST(io::TriadTokenizer::train(xy.text, 259).num_merges() == 2);
   BOOST_TEST(io::encode_corpus(per_doc, xy) == (std::vector<uint32_t>{256, uint32_t(per_doc.eot()), 256}));
+}
+
+BOOST_AUTO_TEST_CASE(jsonl_text_fields_are_documents) {
+  TempDir dir;
+  const std::string f = dir.write("rows.jsonl",
+                                  "{\"text\": \"first doc\", \"id\": 1}\n\n  \n{\"text\": \"caf\\u00e9\\n2\"}\n"
+                                  "{\"text\": \"\"}\n{\"text\": \"last\"}");
+  const io::TextCorpus c = io::read_corpus({f});
+  const std::vector<std::string> expected{"first doc", "caf\xc3\xa9\n2", "last"};
+  BOOST_REQUIRE(c.num_documents() == 3);
+  for (int64_t i = 0; i < 3; ++i) BOOST_TEST(std::string(c.document(i)) == expected[size_t(i)]);
+  const std::string no_text = dir.write("no_text.jsonl", "{\"text\": \"a\"}\n{\"prompt\": \"b\"}\n");
+  check_error([&] { io::read_corpus({no_text}); }, {no_text, "line 2", "\"text\""});
+  const std::string not_json = dir.write("not_json.jsonl", "{\"text\": \"a\"}\n\nplain text\n");
+  check_error([&] { io::read_corpus({not_json}); }, {not_json, "line 3", "JSON object"});
+}
+
+BOOST_AUTO_TEST_CASE(encode_puts_the_prefix_before_each_document) {
+  // Llama-2's tokenizer: <s> (1) starts each document, </s> (2) separates them.
+  const auto tok = io::load_tokenizer(test::data_path("io/hf_llama2_tokenizer.json"));
+  TempDir dir;
+  const io::TextCorpus c = io::read_corpus({dir.write("a.jsonl", "{\"text\": \"the cat\"}\n{\"text\": \"a hat\"}\n")});
+  std::vector<uint32_t> expected{1};
+  for (int32_t id : tok->encode("the cat")) expected.push_back(uint32_t(id));
+  expected.insert(expected.end(), {2, 1});
+  for (int32_t id : tok->encode("a hat")) expected.push_back(uint32_t(id));
+  BOOST_TEST(io::encode_corpus(*tok, c) == expected, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_path) {

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <set>
 
+#include "io/triad_tokenizer.h"
 #include "rlhf/data_split.h"
 #include "rlhf/preference_data.h"
 #include "support/check.h"
@@ -17,7 +18,7 @@ using namespace triad::rlhf;
 namespace {
 
 const io::Tokenizer& bytes_tokenizer() {
-  static const io::Tokenizer tok = io::Tokenizer::train("ab", io::Tokenizer::kMinVocabSize);
+  static const io::TriadTokenizer tok = io::TriadTokenizer::train("ab", io::TriadTokenizer::kMinVocabSize);
   return tok;
 }
 

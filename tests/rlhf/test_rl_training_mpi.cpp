@@ -9,6 +9,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "checkpoint/checkpoint.h"
+#include "io/triad_tokenizer.h"
 #include "nn/gpt.h"
 #include "nn/value_model.h"
 #include "parallel/process_grid.h"
@@ -37,7 +38,7 @@ nlohmann::json model_config() {
 // Rank 0 writes the tokenizer (bytes), the pairs, and the actor's and the reward model's
 // initial weights into `dir`.
 void write_inputs(const std::string& dir) {
-  io::Tokenizer::train("ab", io::Tokenizer::kMinVocabSize).save(dir + "/tokenizer.json");
+  io::TriadTokenizer::train("ab", io::TriadTokenizer::kMinVocabSize).save(dir + "/tokenizer.json");
   std::string rows;
   for (int i = 0; i < 40; ++i)
     rows += "{\"prompt\": \"Q" + std::to_string(i) + ":\", \"chosen\": \" yes " + std::to_string(i) +

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "config/config.h"
+#include "io/triad_tokenizer.h"
 #include "train/trainer.h"
 #include "nn/gpt.h"
 #include "rlhf/sft_data.h"
@@ -21,7 +22,7 @@ using namespace triad::rlhf;
 namespace {
 
 const io::Tokenizer& bytes_tokenizer() {  // token = byte, <|endoftext|> = 256
-  static const io::Tokenizer tok = io::Tokenizer::train("ab", io::Tokenizer::kMinVocabSize);
+  static const io::TriadTokenizer tok = io::TriadTokenizer::train("ab", io::TriadTokenizer::kMinVocabSize);
   return tok;
 }
 
@@ -90,7 +91,7 @@ BOOST_AUTO_TEST_CASE(bad_options_are_named) {
 BOOST_AUTO_TEST_CASE(the_training_loop_takes_the_models_loss_on_the_first_global_batch) {
   test::TempDir dir;
   nlohmann::json j = test::small_gpt_config("", 1);
-  j["model"]["vocab_size"] = io::Tokenizer::kMinVocabSize;
+  j["model"]["vocab_size"] = io::TriadTokenizer::kMinVocabSize;
   j["model"]["seq_len"] = 32;
   j["train_batch_size"] = 4;
   const engine::TrainConfig c = engine::parse_config(j, 1);
