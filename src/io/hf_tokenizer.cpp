@@ -10,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <queue>
 #include <unordered_map>
 
 #include "io/split_pattern.h"
@@ -27,6 +29,7 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kMaxCacheEntries = size_t(1) << 20;
+constexpr size_t kMaxCachedWordBytes = 256;   // longer words (whole texts, with no pre-tokenizer) are not kept
 constexpr int64_t kMaxId = int64_t(1) << 24;  // ids stay far inside int32
 constexpr const char* kEndOfTextNames[] = {"<|endoftext|>", "</s>", "<|end_of_text|>"};
 
@@ -212,7 +215,8 @@ struct HfTokenizer::Impl {
           }
           case PreTokenizer::Kind::metaspace: {
             replace_all(w, " ", p.replacement);
-            const bool prepend = p.prepend == PrependScheme::always || (p.prepend == PrependScheme::first && first);
+            const bool at_start = first && &w == &words.front();  // the word at offset 0 of the text
+            const bool prepend = p.prepend == PrependScheme::always || (p.prepend == PrependScheme::first && at_start);
             if (prepend && w.compare(0, p.replacement.size(), p.replacement) != 0) w = p.replacement + w;
             if (!p.split) {
               next.push_back(std::move(w));
@@ -263,22 +267,46 @@ struct HfTokenizer::Impl {
       if (!(fuse_unk && last_unk)) ids.push_back(unk);
       last_unk = true;
     }
-    while (ids.size() >= 2) {
-      int32_t best_rank = INT32_MAX, merged = -1;
-      size_t at = 0;
-      for (size_t i = 0; i + 1 < ids.size(); ++i) {
-        const auto it = merges.find(pair_key(ids[i], ids[i + 1]));
-        if (it != merges.end() && it->second.first < best_rank) {
-          best_rank = it->second.first;
-          merged = it->second.second;
-          at = i;
-        }
-      }
-      if (merged < 0) break;
-      ids[at] = merged;
-      ids.erase(ids.begin() + std::ptrdiff_t(at) + 1);
+    return apply_merges(std::move(ids));
+  }
+
+  // The merges by rank, leftmost first among equal ranks, over a linked list of symbols with a
+  // heap of candidate pairs (an entry is live while its pair is still at its place), so a long
+  // word (a whole document, under Llama-2's normalizer) costs O(n log n).
+  std::vector<int32_t> apply_merges(std::vector<int32_t> ids) const {
+    const auto n = int64_t(ids.size());
+    std::vector<int64_t> next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+    std::vector<bool> alive(static_cast<size_t>(n), true);
+    for (int64_t i = 0; i < n; ++i) next[size_t(i)] = i + 1 < n ? i + 1 : -1, prev[size_t(i)] = i - 1;
+    struct Candidate {
+      int32_t rank;
+      int64_t pos;
+      int32_t left, right, merged;
+      bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+    const auto consider = [&](int64_t pos) {
+      if (pos < 0 || next[size_t(pos)] < 0) return;
+      const int32_t a = ids[size_t(pos)], b = ids[size_t(next[size_t(pos)])];
+      const auto it = merges.find(pair_key(a, b));
+      if (it != merges.end()) heap.push({it->second.first, pos, a, b, it->second.second});
+    };
+    for (int64_t i = 0; i + 1 < n; ++i) consider(i);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      const int64_t right = next[size_t(c.pos)];
+      if (!alive[size_t(c.pos)] || right < 0 || ids[size_t(c.pos)] != c.left || ids[size_t(right)] != c.right) continue;
+      ids[size_t(c.pos)] = c.merged;
+      alive[size_t(right)] = false;
+      next[size_t(c.pos)] = next[size_t(right)];
+      if (next[size_t(right)] >= 0) prev[size_t(next[size_t(right)])] = c.pos;
+      consider(prev[size_t(c.pos)]);
+      consider(c.pos);
     }
-    return ids;
+    std::vector<int32_t> out;
+    for (int64_t i = n > 0 ? 0 : -1; i >= 0; i = next[size_t(i)]) out.push_back(ids[size_t(i)]);
+    return out;
   }
 
   void encode_word(const std::string& word, std::vector<int32_t>& out) {
@@ -292,6 +320,7 @@ struct HfTokenizer::Impl {
     }
     std::vector<int32_t> ids = merge_word(word);
     out.insert(out.end(), ids.begin(), ids.end());
+    if (word.size() > kMaxCachedWordBytes) return;
     std::lock_guard<std::mutex> lock(mutex);
     if (cache.size() >= kMaxCacheEntries) cache.clear();
     cache.emplace(word, std::move(ids));
