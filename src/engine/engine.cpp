@@ -39,7 +39,9 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, doubl
                                                 s.cos_min_ratio, warmup);
   if (s.type == "OneCycle")
     return std::make_unique<ds::OneCycle>(
-        s.cycle_min_lr, s.cycle_max_lr, s.decay_lr_rate, s.cycle_first_step_size, s.cycle_second_step_size,
+        s.cycle_min_lr, s.cycle_max_lr, s.decay_lr_rate,
+        ds::CycleShape{s.cycle_first_step_size, s.cycle_second_step_size, s.cycle_first_stair_count,
+                       s.cycle_second_stair_count},
         s.decay_step_size,
         s.cycle_momentum ? std::optional(ds::MomentumCycle{s.cycle_min_mom, s.cycle_max_mom, s.decay_mom_rate})
                          : std::nullopt);
