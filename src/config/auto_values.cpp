@@ -55,7 +55,8 @@ json resolve_auto_values(const json& input) {
   if (!auto_batch.empty() && !c.contains("train_batch_size") && !c.contains("train_micro_batch_size_per_gpu")) {
     std::string keys;
     for (const std::string& k : auto_batch) keys += (keys.empty() ? "" : ", ") + k;
-    throw Error("[config] " + keys + " \"auto\": HF Trainer takes the batch sizes from its arguments; give "
+    throw Error("[config] " + keys + (auto_batch.size() > 1 ? " are" : " is") +
+                " \"auto\": HF Trainer takes the batch sizes from its arguments; give "
                 "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) or train_batch_size in the "
                 "training config");
   }
@@ -67,13 +68,13 @@ json resolve_auto_values(const json& input) {
     if (is_auto(c, key))
       unresolved(key, "which HF Trainer fills in from " + why + ", and no config gives it: write " + key +
                           " in the training config");
-  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
-           {"optimizer.params.betas", json::array({0.9, 0.999})},
-           {"optimizer.params.eps", 1e-8},
-           {"optimizer.params.weight_decay", 0.0},
-           {"scheduler.params.warmup_min_lr", 0.0},
-           {"fp16.enabled", false},
-           {"bf16.enabled", false}})
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"optimizer.params.betas", json::array({0.9, 0.999})},
+                                                 {"optimizer.params.eps", 1e-8},
+                                                 {"optimizer.params.weight_decay", 0.0},
+                                                 {"scheduler.params.warmup_min_lr", 0.0},
+                                                 {"fp16.enabled", false},
+                                                 {"bf16.enabled", false}})
     if (is_auto(c, key)) set(c, key, value);
   if (is_auto(c, "scheduler.params.warmup_max_lr")) {
     const json* lr = given_number(c, "optimizer.params.lr");

@@ -63,14 +63,14 @@ WarmupCosineLR::WarmupCosineLR(double lr, int64_t total_num_steps, double warmup
       warmup_(warmup_steps(warmup_num_steps)),
       type_(type) {
   TRIAD_CHECK(lr >= 0, "[scheduler] WarmupCosineLR: the optimizer's lr must be >= 0, got " << lr);
-  TRIAD_CHECK(total_num_steps >= 0, "[scheduler] WarmupCosineLR: total_num_steps must be >= 0, got " << total_num_steps);
+  TRIAD_CHECK(total_num_steps >= 0,
+              "[scheduler] WarmupCosineLR: total_num_steps must be >= 0, got " << total_num_steps);
 }
 
 double WarmupCosineLR::rate(int64_t i) const {
   if (i < 0) return 0.0;
   if (i < warmup_) return lr_ * (warmup_min_ratio_ + gamma(i, warmup_, type_) * (1.0 - warmup_min_ratio_));
-  const double progress =
-      std::min(1.0, double(i - warmup_ + 1) / double(std::max<int64_t>(1, total_ - warmup_)));
+  const double progress = std::min(1.0, double(i - warmup_ + 1) / double(std::max<int64_t>(1, total_ - warmup_)));
   const double cosine = (1.0 + std::cos(M_PI * progress)) / 2.0;
   return lr_ * std::max(0.0, cos_min_ratio_ + (1.0 - cos_min_ratio_) * cosine);
 }

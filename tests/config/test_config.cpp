@@ -309,11 +309,16 @@ BOOST_AUTO_TEST_CASE(hf_trainer_auto_values) {
             {"train_micro_batch_size_per_gpu", 3},
             {"gradient_accumulation_steps", "auto"},
             {"gradient_clipping", 0.5},
-            {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 2e-3}, {"betas", "auto"}, {"eps", "auto"}, {"weight_decay", "auto"}}}}},
+            {"optimizer",
+             {{"type", "AdamW"},
+              {"params", {{"lr", 2e-3}, {"betas", "auto"}, {"eps", "auto"}, {"weight_decay", "auto"}}}}},
             {"scheduler",
              {{"type", "WarmupDecayLR"},
               {"params",
-               {{"warmup_min_lr", "auto"}, {"warmup_max_lr", "auto"}, {"warmup_num_steps", 5}, {"total_num_steps", "auto"}}}}},
+               {{"warmup_min_lr", "auto"},
+                {"warmup_max_lr", "auto"},
+                {"warmup_num_steps", 5},
+                {"total_num_steps", "auto"}}}}},
             {"fp16", {{"enabled", "auto"}, {"loss_scale", 0}}},
             {"bf16", {{"enabled", "auto"}}},
             {"zero_optimization",
@@ -351,7 +356,7 @@ BOOST_AUTO_TEST_CASE(hf_trainer_auto_values) {
   json bad = j;
   bad["train_micro_batch_size_per_gpu"] = "auto";
   test::check_error([&] { engine::parse_config(bad, 2); },
-                    {"train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps \"auto\"",
+                    {"train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps are \"auto\"",
                      "give train_micro_batch_size_per_gpu"});
   bad = j;
   bad["model"].erase("d_model");

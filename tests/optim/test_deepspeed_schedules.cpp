@@ -67,7 +67,8 @@ BOOST_AUTO_TEST_CASE(every_schedule_equals_deepspeeds_classes) {
     const std::vector<double> lr = c["lr"].get<std::vector<double>>();
     BOOST_TEST_REQUIRE(int64_t(lr.size()) == steps);
     for (int64_t s = 0; s < steps; ++s)
-      BOOST_TEST(close(e.lr_at(s), lr[size_t(s)]), name << ", step " << s << ": " << e.lr_at(s) << " vs " << lr[size_t(s)]);
+      BOOST_TEST(close(e.lr_at(s), lr[size_t(s)]),
+                 name << ", step " << s << ": " << e.lr_at(s) << " vs " << lr[size_t(s)]);
     if (!c.contains("betas")) {
       BOOST_TEST(!e.betas_at(0).has_value(), name << ": betas");
       continue;
@@ -82,7 +83,8 @@ BOOST_AUTO_TEST_CASE(every_schedule_equals_deepspeeds_classes) {
     }
   }
   BOOST_TEST(ref["cases"].size() > 25u);
-  BOOST_TEST((types == std::set<std::string>{"LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}));
+  BOOST_TEST(
+      (types == std::set<std::string>{"LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}));
 }
 
 // Hand-computed points of each shape, past the end too.
