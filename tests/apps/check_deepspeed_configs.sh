@@ -7,8 +7,8 @@
 # ds_config.json examples of Hugging Face's DeepSpeed integration (hf_trainer/, "auto" and
 # all) beside hf_trainer/training.json, which holds the model, data and training values the
 # "auto"s take. Every step's learning rate in the metrics equals the one DeepSpeed's
-# schedule gives (evaluated here, in Python, as DeepSpeed steps its scheduler: optimizer step
-# s takes the rate of iteration s - 1).
+# schedule gives (evaluated here, in Python, as DeepSpeed steps its scheduler: the step after
+# k steps taken has the rate of iteration k - 1; a step skipped for overflow is not taken).
 #   check_deepspeed_configs.sh BIN_DIR CONFIG_DIR
 set -euo pipefail
 bin=$(cd "$1" && pwd) configs=$(cd "$2" && pwd)
@@ -80,8 +80,12 @@ def rate(i):  # the schedule's rate at batch iteration i (DeepSpeed's lr_schedul
         if p.get("lr_range_test_staircase", False): n = math.floor(n)
         return lo * (1 + p.get("lr_range_test_step_rate", 1.0) * n)
     raise SystemExit("unknown scheduler " + s)
-bad = [(m["step"], m["lr"], rate(m["step"] - 2)) for m in metrics
-       if abs(m["lr"] - rate(m["step"] - 2)) > 1e-12 * max(1.0, abs(rate(m["step"] - 2)))]
+# The schedule counts the steps taken: an fp16 step skipped for overflow does not advance it.
+taken, bad = 0, []
+for m in metrics:
+    want = rate(taken - 1)
+    if abs(m["lr"] - want) > 1e-12 * max(1.0, abs(want)): bad.append((m["step"], m["lr"], want))
+    taken += 0 if m.get("skipped") else 1
 if len(metrics) != 12 or bad:
     raise SystemExit("FAIL: %s: %d steps; learning rates off (step, got, want): %s" % (sys.argv[1], len(metrics), bad))
 print("%s: 12 steps, learning rates as DeepSpeed's %s gives them, last loss %.4f" % (

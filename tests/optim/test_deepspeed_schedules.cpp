@@ -143,6 +143,37 @@ BOOST_AUTO_TEST_CASE(hand_computed_points) {
   BOOST_TEST(std::fabs(ds::LRRangeTest(1e-3, 7, 2.5, true).lr_at(15) - 1e-3 * 6.0) < 1e-18);
 }
 
+// DeepSpeed's engine steps its scheduler only after a step that did not overflow: an fp16
+// step skipped gives the next step the same rate. A loss scale of 2^24 overflows f16's
+// gradients until hysteresis 1 has halved it enough.
+BOOST_AUTO_TEST_CASE(a_skipped_fp16_step_does_not_advance_the_schedule) {
+  const nlohmann::json j = {
+      {"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
+      {"train_batch_size", 4},
+      {"steps", 40},
+      {"fp16", {{"enabled", true}, {"initial_scale_power", 24}, {"hysteresis", 1}}},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}},
+      {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 30}, {"warmup_type", "linear"}}}}}};
+  engine::Engine e(engine::parse_config(j));
+  std::vector<int64_t> tokens(4 * 9);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int64_t(i * 7 % 16);
+  const Tensor t = Tensor::from_vector(tokens, {4, 9});
+  const Tensor inputs = ops::contiguous(ops::narrow(t, 1, 0, 8)), targets = ops::contiguous(ops::narrow(t, 1, 1, 8));
+  int64_t taken = 0, skipped = 0;
+  for (int s = 0; s < 40; ++s) {
+    e.backward(e.forward(inputs, targets));
+    const engine::StepResult r = e.step();
+    BOOST_TEST(r.lr == e.lr_at(taken), "step " << s << ": " << r.lr << " vs " << e.lr_at(taken));
+    if (r.skipped)
+      ++skipped;
+    else
+      ++taken;
+  }
+  BOOST_TEST(skipped > 0);
+  BOOST_TEST(taken > 30);
+  BOOST_TEST(e.global_step() == 40);
+}
+
 BOOST_AUTO_TEST_CASE(config_keys_with_deepspeeds_defaults) {
   nlohmann::json j = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
                       {"train_batch_size", 4},
