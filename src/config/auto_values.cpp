@@ -27,7 +27,7 @@ const json* find(const json& config, const std::string& key) {
 
 bool is_auto(const json& config, const std::string& key) {
   const json* v = find(config, key);
-  return v && v->is_string() && v->get<std::string>() == "auto";
+  return v && is_auto_value(*v);
 }
 
 void set(json& config, const std::string& key, const json& value) { config[pointer(key)] = value; }
@@ -43,6 +43,8 @@ const json* given_number(const json& config, const std::string& key) {
 }
 
 }  // namespace
+
+bool is_auto_value(const json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
 
 json resolve_auto_values(const json& input) {
   json c = input;
@@ -78,12 +80,16 @@ json resolve_auto_values(const json& input) {
     if (is_auto(c, key)) set(c, key, value);
   if (is_auto(c, "scheduler.params.warmup_max_lr")) {
     const json* lr = given_number(c, "optimizer.params.lr");
-    if (!lr) unresolved("scheduler.params.warmup_max_lr", "the learning rate, and no config gives optimizer.params.lr");
+    if (!lr)
+      unresolved("scheduler.params.warmup_max_lr",
+                 "which HF Trainer fills in from the learning rate, and no config gives optimizer.params.lr");
     set(c, "scheduler.params.warmup_max_lr", *lr);
   }
   if (is_auto(c, "scheduler.params.total_num_steps")) {
     const json* steps = given_number(c, "steps");
-    if (!steps) unresolved("scheduler.params.total_num_steps", "the run's steps, and no config gives steps");
+    if (!steps)
+      unresolved("scheduler.params.total_num_steps",
+                 "which HF Trainer fills in from the run's steps, and no config gives steps");
     set(c, "scheduler.params.total_num_steps", *steps);
   }
 

@@ -28,5 +28,7 @@ namespace triad::engine {
 // total_num_steps without steps, the ZeRO sizes without model.d_model. "auto" elsewhere is
 // left to the key's own parser (distributed_backend takes it; a number's key rejects it).
 nlohmann::json resolve_auto_values(const nlohmann::json& config);
+// Whether a value is "auto".
+bool is_auto_value(const nlohmann::json& value);
 
 }  // namespace triad::engine

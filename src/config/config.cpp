@@ -437,8 +437,6 @@ nlohmann::json load_config_file(const std::string& path) {
 
 namespace {
 
-bool is_auto(const nlohmann::json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
-
 // DeepSpeed's file `from` (path b) into triad's `into` (path a), key by key: a value given in
 // both must be the same, unless it is "auto" in one of them (HF's rule: "auto" takes the
 // other's value).
@@ -446,7 +444,7 @@ void merge_into(nlohmann::json& into, const nlohmann::json& from, const std::str
                 const std::string& b) {
   for (auto it = from.begin(); it != from.end(); ++it) {
     const std::string key = path.empty() ? it.key() : path + "." + it.key();
-    if (!into.contains(it.key()) || is_auto(into[it.key()])) {
+    if (!into.contains(it.key()) || is_auto_value(into[it.key()])) {
       into[it.key()] = *it;
       continue;
     }
@@ -455,10 +453,9 @@ void merge_into(nlohmann::json& into, const nlohmann::json& from, const std::str
       merge_into(mine, *it, key, a, b);
       continue;
     }
-    TRIAD_CHECK(is_auto(*it) || mine == *it, "[config] " << key << " is " << mine.dump() << " in '" << a << "' and "
-                                                         << it->dump() << " in '" << b
-                                                         << "'; give one value (\"auto\" in '" << b
-                                                         << "' takes the one in '" << a << "')");
+    TRIAD_CHECK(is_auto_value(*it) || mine == *it,
+                "[config] " << key << " is " << mine.dump() << " in '" << a << "' and " << it->dump() << " in '" << b
+                            << "'; give one value (\"auto\" in '" << b << "' takes the one in '" << a << "')");
   }
 }
 
