@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
     app.add_option("--config", config_path, "the JSON config")->required();
     app.add_option("--deepspeed", deepspeed_path,
                    "a DeepSpeed config (ds_config.json) beside --config: batch, optimizer, scheduler, precision, "
-                   "zero_optimization, ... (a key in both files is an error)");
+                   "zero_optimization, ... (a key in both files must have one value there; HF Trainer's \"auto\" "
+                   "takes --config's)");
     app.add_option("--set", overrides, "override a config key: dotted.key=value (repeatable)");
     app.add_option("--steps", steps, "optimizer steps (overrides the config's steps)");
     app.add_option("--metrics", options.metrics_path, "write one JSON object per step to this file");

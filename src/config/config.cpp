@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 
+#include "config/auto_values.h"
 #include "config/json_reader.h"
 #include "config/model_factory.h"
 #include "nn/pipeline_partition.h"
@@ -104,8 +105,18 @@ void parse_optimizer(JsonReader r, OptimizerConfig& o, std::vector<std::string>&
   p.finish();
 }
 
-// DeepSpeed's schedules with its parameter names and defaults (deepspeed.runtime.lr_schedules).
-void parse_scheduler(JsonReader r, SchedulerConfig& s) {
+// An optional integer: absent or null (DeepSpeed's None) gives none.
+std::optional<int64_t> optional_count(JsonReader& r, const std::string& key, int64_t min) {
+  if (r.has(key) && r.value(key).is_null()) {
+    r.known(key);
+    return std::nullopt;
+  }
+  return r.optional_integer(key, min, kMaxInt);
+}
+
+// DeepSpeed's schedules with its parameter names and defaults (deepspeed.runtime.lr_schedules);
+// `lr` is the optimizer's (WarmupLR's warmup_max_lr when absent).
+void parse_scheduler(JsonReader r, SchedulerConfig& s, double lr) {
   s.type = r.choice("type", s.type, {"constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
                                      "LRRangeTest"});
   JsonReader p = r.object("params");
@@ -113,12 +124,12 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
   if (p.has("last_batch_iteration") && p.integer("last_batch_iteration", -1, -1, kMaxInt) != -1)
     p.fail("last_batch_iteration", "-1: a run resumes its schedule from its checkpoint's step");
   const bool warmup = s.type == "WarmupLR" || s.type == "WarmupDecayLR" || s.type == "WarmupCosineLR";
-  if (s.type == "constant" || warmup)
-    s.warmup_num_steps = p.integer("warmup_num_steps", warmup ? 1000 : 0, 0, kMaxInt);
+  if (s.type == "constant") s.warmup_num_steps = p.integer("warmup_num_steps", 0, 0, kMaxInt);
+  if (warmup) s.warmup_num_steps = p.integer("warmup_num_steps", 1000, 1, kMaxInt);
   if (warmup) s.warmup_type = p.choice("warmup_type", s.warmup_type, {"log", "linear"});
   if (s.type == "WarmupLR" || s.type == "WarmupDecayLR") {
     s.warmup_min_lr = p.number("warmup_min_lr", s.warmup_min_lr, 0.0, kInf);
-    s.warmup_max_lr = p.number("warmup_max_lr", s.warmup_max_lr, 0.0, kInf);
+    s.warmup_max_lr = p.number("warmup_max_lr", s.type == "WarmupLR" ? lr : s.warmup_max_lr, 0.0, kInf);
   }
   if (s.type == "WarmupDecayLR" || s.type == "WarmupCosineLR")
     s.total_num_steps = p.integer("total_num_steps", s.total_num_steps, 0, kMaxInt);
@@ -133,11 +144,10 @@ void parse_scheduler(JsonReader r, SchedulerConfig& s) {
     s.cycle_max_lr = p.number("cycle_max_lr", 0.0, 0.0, kInf);
     s.decay_lr_rate = p.number("decay_lr_rate", s.decay_lr_rate, 0.0, kInf);
     s.cycle_first_step_size = p.integer("cycle_first_step_size", s.cycle_first_step_size, 1, kMaxInt);
-    s.cycle_second_step_size = p.integer("cycle_second_step_size", s.cycle_second_step_size, 0, kMaxInt);
+    s.cycle_second_step_size = optional_count(p, "cycle_second_step_size", 0);
+    s.cycle_first_stair_count = p.integer("cycle_first_stair_count", 0, 0, kMaxInt);
+    s.cycle_second_stair_count = optional_count(p, "cycle_second_stair_count", 0);
     s.decay_step_size = p.integer("decay_step_size", s.decay_step_size, 0, kMaxInt);
-    // DeepSpeed reads the stair counts and does not use them.
-    p.integer("cycle_first_stair_count", 0, 0, kMaxInt);
-    p.integer("cycle_second_stair_count", 0, 0, kMaxInt);
     s.cycle_momentum = p.boolean("cycle_momentum", true);
     s.cycle_min_mom = p.number("cycle_min_mom", s.cycle_min_mom, 0.0, 0.999999);
     s.cycle_max_mom = p.number("cycle_max_mom", s.cycle_max_mom, 0.0, 0.999999);
@@ -204,19 +214,36 @@ void parse_offload_optimizer(JsonReader& zero, zero::OffloadConfig& o, std::vect
   r.finish();
 }
 
-void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& notices) {
+// DeepSpeed's offload_param section: off (null, device "none"), or device "cpu", which a
+// CPU training device is already (the returned flag asks parse to check the device).
+// Offloading parameters from a GPU, or to NVMe, is not built.
+bool parse_offload_param(JsonReader& zero, std::vector<std::string>& notices) {
+  if (!zero.has("offload_param")) return false;
+  const nlohmann::json& v = zero.value("offload_param");
+  if (is_off(v, nullptr) || (v.is_object() && !v.contains("device"))) {  // DeepSpeed's device default: "none"
+    zero.known("offload_param");
+    return false;
+  }
+  JsonReader r = zero.object("offload_param");
+  TRIAD_CHECK(r.has("device") && r.value("device") == "cpu",
+              "[config] zero_optimization.offload_param: offloading parameters (ZeRO-Infinity) is not built yet "
+              "beyond device \"cpu\" on a CPU training device (null or device \"none\" leaves it off)");
+  r.string("device", "cpu");
+  r.boolean("pin_memory", false);
+  r.finish();
+  notices.push_back("zero_optimization.offload_param: on a CPU training device the parameters already live in host "
+                    "memory");
+  return true;
+}
+
+void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& notices, bool& host_parameters) {
   z.stage = int(r.integer("stage", z.stage, 0, 3));
   parse_offload_optimizer(r, z.offload_optimizer, notices);
   z.sub_group_size = r.integer("sub_group_size", z.sub_group_size, 1, kMaxInt);
   if (r.has("sub_group_size") && z.offload_optimizer.device != zero::OffloadDevice::nvme)
     notices.push_back("zero_optimization.sub_group_size: the unit in which optimizer state moves to and from NVMe; "
                       "without offload_optimizer.device \"nvme\" each flat group is updated whole");
-  if (r.has("offload_param")) {
-    r.known("offload_param");
-    TRIAD_CHECK(is_off(r.value("offload_param"), nullptr),
-                "[config] zero_optimization.offload_param: offloading parameters (ZeRO-Infinity) is not built yet, "
-                "only offload_optimizer (null or device \"none\" leaves it off)");
-  }
+  host_parameters = parse_offload_param(r, notices);
   for (const auto& [key, why] : kZeroKeysWithoutEffect)
     if (r.has(key)) {
       r.known(key);
@@ -410,20 +437,25 @@ nlohmann::json load_config_file(const std::string& path) {
 
 namespace {
 
+// DeepSpeed's file `from` (path b) into triad's `into` (path a), key by key: a value given in
+// both must be the same, unless it is "auto" in one of them (HF's rule: "auto" takes the
+// other's value).
 void merge_into(nlohmann::json& into, const nlohmann::json& from, const std::string& path, const std::string& a,
                 const std::string& b) {
   for (auto it = from.begin(); it != from.end(); ++it) {
     const std::string key = path.empty() ? it.key() : path + "." + it.key();
-    TRIAD_CHECK(!(it->is_string() && it->get<std::string>() == "auto"),
-                "[config] " << key << " is \"auto\" in '" << b << "': HF Trainer fills \"auto\" in from its own "
-                            << "arguments; triad-train takes the value itself (write it in '" << b << "')");
-    if (!into.contains(it.key())) {
+    if (!into.contains(it.key()) || is_auto_value(into[it.key()])) {
       into[it.key()] = *it;
       continue;
     }
-    TRIAD_CHECK(into[it.key()].is_object() && it->is_object(),
-                "[config] " << key << " is given in both '" << a << "' and '" << b << "'; keep it in one of them");
-    merge_into(into[it.key()], *it, key, a, b);
+    nlohmann::json& mine = into[it.key()];
+    if (mine.is_object() && it->is_object()) {
+      merge_into(mine, *it, key, a, b);
+      continue;
+    }
+    TRIAD_CHECK(is_auto_value(*it) || mine == *it,
+                "[config] " << key << " is " << mine.dump() << " in '" << a << "' and " << it->dump() << " in '" << b
+                            << "'; give one value (\"auto\" in '" << b << "' takes the one in '" << a << "')");
   }
 }
 
@@ -521,8 +553,9 @@ void parse_pipeline(JsonReader r, TrainConfig& c, int64_t ranks, std::vector<std
 namespace {
 
 // parse_config's body; `layers` is the model's list, or null for the GPT of the model section.
-TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList* layers) {
+TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerList* layers) {
   TRIAD_CHECK(ranks >= 1, "parse_config: ranks must be >= 1");
+  const nlohmann::json json = resolve_auto_values(given);
   TrainConfig c;
   c.json = json;
   JsonReader r(json, "config");
@@ -543,7 +576,7 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
   c.steps = r.integer("steps", 0, 1, kMaxInt);
   TRIAD_CHECK(r.has("steps"), "[config] steps is required (the number of optimizer steps)");
   parse_optimizer(r.object("optimizer"), c.optimizer, c.notices);
-  parse_scheduler(r.object("scheduler"), c.scheduler);
+  parse_scheduler(r.object("scheduler"), c.scheduler, c.optimizer.lr);
   if (c.scheduler.cycle_momentum && c.optimizer.type == "SGD") {
     c.scheduler.cycle_momentum = false;
     c.notices.push_back(
@@ -560,12 +593,13 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
   TRIAD_CHECK(c.scheduler.type != "constant" || c.scheduler.warmup_num_steps <= c.steps,
               "[config] scheduler.params.warmup_num_steps (" << c.scheduler.warmup_num_steps
                                                              << ") exceeds the run's steps (" << c.steps << ")");
-  TRIAD_CHECK(c.scheduler.type != "WarmupCosineLR" ||
-                  c.scheduler.total_num_steps > std::max<int64_t>(2, c.scheduler.warmup_num_steps),
-              "[config] scheduler WarmupCosineLR: total_num_steps (" << c.scheduler.total_num_steps
-                                                                     << ") must exceed warmup_num_steps ("
-                                                                     << c.scheduler.warmup_num_steps << ", at least 2)");
-  parse_zero(r.object("zero_optimization"), c.zero, c.notices);
+  if ((c.scheduler.type == "WarmupCosineLR" || c.scheduler.type == "WarmupDecayLR") &&
+      c.scheduler.total_num_steps < std::max<int64_t>(2, c.scheduler.warmup_num_steps))
+    c.notices.push_back("scheduler.params.total_num_steps (" + std::to_string(c.scheduler.total_num_steps) +
+                        ") is below warmup_num_steps (" + std::to_string(c.scheduler.warmup_num_steps) +
+                        ", at least 2): the rate decays to its end right after the warmup (DeepSpeed warns the same)");
+  bool host_parameters = false;
+  parse_zero(r.object("zero_optimization"), c.zero, c.notices, host_parameters);
   if (r.has("aio")) parse_aio(r.object("aio"), c.zero.aio);  // (known only when given: no "did you mean aio")
   c.zero.validate(c.data_parallel);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
@@ -603,6 +637,9 @@ TrainConfig parse(const nlohmann::json& json, int64_t ranks, const nn::LayerList
   } catch (const Error& e) {
     throw Error(std::string("[config] device: ") + e.what());
   }
+  TRIAD_CHECK(!host_parameters || Device::parse(c.device).is_cpu(),
+              "[config] zero_optimization.offload_param: offloading parameters from device \""
+                  << c.device << "\" (ZeRO-Infinity) is not built yet");
   c.distributed_backend = r.choice("distributed_backend", c.distributed_backend, {"auto", "mpi", "nccl"});
   c.output_dir = r.string("output_dir", "");
   parse_checkpoint(r.object("checkpoint"), c.checkpoint);

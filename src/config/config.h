@@ -42,6 +42,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,13 +76,17 @@ struct SchedulerConfig {
   // LRRangeTest: their parameters, defaults and formulas (optim/deepspeed_schedules.h);
   // total_num_steps defaults to the run's steps.
   std::string type = "constant";
-  int64_t warmup_num_steps = 0;  // DeepSpeed's schedules: 1000 when absent
+  int64_t warmup_num_steps = 0;  // DeepSpeed's schedules: 1000 when absent, at least 1
   std::string warmup_type = "log";
+  // warmup_max_lr when absent: WarmupLR's is the optimizer's lr, WarmupDecayLR's 0.001
   double warmup_min_lr = 0.0, warmup_max_lr = 0.001;
   int64_t total_num_steps = 0;
   double warmup_min_ratio = 0.0, cos_min_ratio = 0.0001;
   double cycle_min_lr = 0.0, cycle_max_lr = 0.0, decay_lr_rate = 0.0;
-  int64_t cycle_first_step_size = 2000, cycle_second_step_size = 0, decay_step_size = 0;
+  int64_t cycle_first_step_size = 2000, decay_step_size = 0;
+  std::optional<int64_t> cycle_second_step_size;  // none (null): cycle_first_step_size
+  int64_t cycle_first_stair_count = 0;             // 0: no stairs
+  std::optional<int64_t> cycle_second_stair_count;  // none (null): cycle_first_stair_count
   bool cycle_momentum = false;  // OneCycle (DeepSpeed's default true) sets Adam's betas; SGD has none
   double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0.0;
   double lr_range_test_min_lr = 0.001, lr_range_test_step_rate = 1.0;
@@ -196,9 +201,10 @@ struct TrainConfig {
 // Reads a JSON config file; Error naming the path when missing or not valid JSON.
 nlohmann::json load_config_file(const std::string& path);
 // A DeepSpeed config file (ds_config.json, `triad-train --deepspeed`) joined to triad's config:
-// objects merge key by key; a value given in both files is an Error naming the dotted key
-// and both paths, as is a value "auto" in the DeepSpeed file (HF Trainer fills those in;
-// triad takes the number itself).
+// objects merge key by key; a value given in both files must be the same there (else an
+// Error naming the dotted key, both values and both paths), unless it is "auto" in one of
+// them, which takes the other's value. "auto" left over is HF Trainer's, which parse_config
+// fills in (config/auto_values.h).
 nlohmann::json merge_deepspeed_config(const nlohmann::json& config, const std::string& config_path,
                                       const nlohmann::json& deepspeed, const std::string& deepspeed_path);
 // Applies "dotted.key=value" to the JSON: value is parsed as JSON when it is valid JSON,

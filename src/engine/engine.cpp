@@ -39,7 +39,9 @@ std::unique_ptr<optim::LRSchedule> make_schedule(const SchedulerConfig& s, doubl
                                                 s.cos_min_ratio, warmup);
   if (s.type == "OneCycle")
     return std::make_unique<ds::OneCycle>(
-        s.cycle_min_lr, s.cycle_max_lr, s.decay_lr_rate, s.cycle_first_step_size, s.cycle_second_step_size,
+        s.cycle_min_lr, s.cycle_max_lr, s.decay_lr_rate,
+        ds::CycleShape{s.cycle_first_step_size, s.cycle_second_step_size, s.cycle_first_stair_count,
+                       s.cycle_second_stair_count},
         s.decay_step_size,
         s.cycle_momentum ? std::optional(ds::MomentumCycle{s.cycle_min_mom, s.cycle_max_mom, s.decay_mom_rate})
                          : std::nullopt);
@@ -400,8 +402,12 @@ void Engine::backward(const Tensor& loss) {
 StepResult Engine::step() {
   micro_ = 0;
   if (zero_) {
-    const double lr = schedule_->lr_at(step_);
-    if (const auto betas = schedule_->betas_at(step_)) zero_->set_betas(betas->beta1, betas->beta2);
+    // The schedule counts the steps taken: as DeepSpeed's engine, which steps its scheduler
+    // only after a step that did not overflow, an fp16 step skipped leaves the next one the
+    // same rate.
+    const int64_t taken = zero_->counters().steps;
+    const double lr = schedule_->lr_at(taken);
+    if (const auto betas = schedule_->betas_at(taken)) zero_->set_betas(betas->beta1, betas->beta2);
     const double norm = zero_->step(lr, config_.gradient_clipping);
     nlohmann::json comm = comm_->to_json();
     comm_->reset();

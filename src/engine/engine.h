@@ -215,13 +215,16 @@ class Engine {
   zero::ResidentBytes memory() const { return zero_ ? zero_->memory() : zero::ResidentBytes{}; }
   const TrainConfig& config() const { return config_; }
   int64_t global_step() const { return step_; }
-  // Resuming: the step the schedule and counters continue from.
+  // Resuming: the step the counters continue from (the schedule continues from the steps
+  // the optimizer took, which the checkpoint restores with it).
   void set_global_step(int64_t step) { step_ = step; }
   // The ZeRO optimizer (null with SGD), for checkpoints.
   zero::ZeroOptimizer* zero() { return zero_.get(); }
   // The communicator ZeRO runs over, counted ("counting(mpi)", "counting(nccl)"; null with
   // SGD). An NCCL one takes tensors on device() only.
   const parallel::CountingCommunicator* zero_communicator() const { return comm_.get(); }
+  // The schedule's rate (and betas) after `step` optimizer steps taken: an fp16 step skipped
+  // for overflow is not taken (DeepSpeed does not step its scheduler after one).
   double lr_at(int64_t step) const { return schedule_->lr_at(step); }
   std::optional<optim::AdamBetas> betas_at(int64_t step) const { return schedule_->betas_at(step); }
 

@@ -15,9 +15,10 @@ WarmupType parse_warmup_type(const std::string& name) {
 
 namespace {
 
-// DeepSpeed warms up over at least 2 steps (log(1) would divide by 0).
+// DeepSpeed takes warmup_num_steps >= 1 and warms up over at least 2 steps (log(1) would
+// divide by 0).
 int64_t warmup_steps(int64_t n) {
-  TRIAD_CHECK(n >= 0, "[scheduler] warmup_num_steps must be >= 0, got " << n);
+  TRIAD_CHECK(n >= 1, "[scheduler] warmup_num_steps must be >= 1, got " << n);
   return std::max<int64_t>(2, n);
 }
 
@@ -62,38 +63,49 @@ WarmupCosineLR::WarmupCosineLR(double lr, int64_t total_num_steps, double warmup
       warmup_(warmup_steps(warmup_num_steps)),
       type_(type) {
   TRIAD_CHECK(lr >= 0, "[scheduler] WarmupCosineLR: the optimizer's lr must be >= 0, got " << lr);
-  TRIAD_CHECK(total_num_steps > warmup_, "[scheduler] WarmupCosineLR needs total_num_steps ("
-                                             << total_num_steps << ") above warmup_num_steps (" << warmup_
-                                             << "; at least 2)");
+  TRIAD_CHECK(total_num_steps >= 0,
+              "[scheduler] WarmupCosineLR: total_num_steps must be >= 0, got " << total_num_steps);
 }
 
 double WarmupCosineLR::rate(int64_t i) const {
   if (i < 0) return 0.0;
   if (i < warmup_) return lr_ * (warmup_min_ratio_ + gamma(i, warmup_, type_) * (1.0 - warmup_min_ratio_));
-  const double progress = double(i - warmup_ + 1) / double(total_ - warmup_);
+  const double progress = std::min(1.0, double(i - warmup_ + 1) / double(std::max<int64_t>(1, total_ - warmup_)));
   const double cosine = (1.0 + std::cos(M_PI * progress)) / 2.0;
   return lr_ * std::max(0.0, cos_min_ratio_ + (1.0 - cos_min_ratio_) * cosine);
 }
 
-OneCycle::OneCycle(double min_lr, double max_lr, double decay_lr_rate, int64_t first_step_size,
-                   int64_t second_step_size, int64_t decay_step_size, std::optional<MomentumCycle> momentum)
+OneCycle::OneCycle(double min_lr, double max_lr, double decay_lr_rate, const CycleShape& shape,
+                   int64_t decay_step_size, std::optional<MomentumCycle> momentum)
     : min_(min_lr),
       max_(max_lr),
       decay_rate_(decay_lr_rate),
-      first_(double(first_step_size)),
-      total_(double(first_step_size + (second_step_size > 0 ? second_step_size : first_step_size))),
+      first_(double(shape.first_step_size)),
+      second_(double(shape.second_step_size.value_or(shape.first_step_size))),
+      total_(first_ + second_),
+      first_stairs_(shape.first_stair_count),
+      second_stairs_(shape.second_stair_count.value_or(shape.first_stair_count)),
       decay_step_size_(decay_step_size),
       momentum_(momentum) {
-  TRIAD_CHECK(first_step_size >= 1 && second_step_size >= 0,
+  TRIAD_CHECK(shape.first_step_size >= 1 && second_ >= 0,
               "[scheduler] OneCycle needs cycle_first_step_size >= 1 and cycle_second_step_size >= 0, got "
-                  << first_step_size << " and " << second_step_size);
+                  << shape.first_step_size << " and " << second_);
+  TRIAD_CHECK(first_stairs_ >= 0 && second_stairs_ >= 0,
+              "[scheduler] OneCycle: cycle_first_stair_count and cycle_second_stair_count must be >= 0, got "
+                  << first_stairs_ << " and " << second_stairs_);
   TRIAD_CHECK(decay_step_size >= 0, "[scheduler] OneCycle: decay_step_size must be >= 0, got " << decay_step_size);
 }
 
 double OneCycle::cycle_fraction(int64_t i) const {
-  const double b = double(i + 1) / total_;
-  const double x = 1.0 + b - std::floor(1.0 + b), ratio = first_ / total_;
-  return x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
+  const double b = double(i + 1);
+  const double x = 1.0 + b / total_ - std::floor(1.0 + b / total_), ratio = first_ / total_;
+  const bool rising = x <= ratio;
+  const int64_t stairs = rising ? first_stairs_ : second_stairs_;
+  if (stairs == 0) return rising ? x / ratio : (x - 1.0) / (ratio - 1.0);
+  // Stairs count from the integer offset in the cycle (rising while it is within S1).
+  const double c = std::fmod(b, total_);
+  const double position = c <= first_ ? c * double(stairs) / first_ : (total_ - c) * double(stairs) / second_;
+  return std::floor(position) / double(stairs);
 }
 
 double OneCycle::rate(int64_t i) const {

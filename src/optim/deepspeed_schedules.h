@@ -4,17 +4,21 @@
 // Step indexing. DeepSpeed's schedule holds a batch iteration i, -1 when built, and steps it
 // after each optimizer step; the rate of optimizer step s (0-based) is therefore its value at
 // i = s - 1, and the first step takes the rate the schedule set when built. Each class
-// below gives lr_at(s) = rate(i = s - 1) with these rates (W = max(2, warmup_num_steps);
-// γ(i) = log(i + 1) / log(W) for warmup_type "log", i / W for "linear"):
+// below gives lr_at(s) = rate(i = s - 1) with these rates (W = max(2, warmup_num_steps),
+// warmup_num_steps >= 1; γ(i) = log(i + 1) / log(W) for warmup_type "log", i / W for
+// "linear"):
 //
 //   WarmupLR        i < W: min + (max − min) γ(i); then max.                 i = −1: min
 //   WarmupDecayLR   i < W: as WarmupLR; then min + (max − min) ·
 //                   max(0, (T − i) / max(1, T − W)).                         i = −1: min
 //   WarmupCosineLR  lr · r(i), lr the optimizer's: i < W: r = wmin + (1 − wmin) γ(i); then
-//                   r = max(0, cmin + (1 − cmin)(1 + cos(π (i − W + 1) / (T − W))) / 2).
-//                                                                            i = −1: 0
+//                   p = min(1, (i − W + 1) / max(1, T − W)) and
+//                   r = max(0, cmin + (1 − cmin)(1 + cos(π p)) / 2): cmin from T on (and
+//                   right after the warmup when T <= W).                     i = −1: 0
 //   OneCycle        i < S = S1 + S2: b = i + 1, x = b/S − floor(b/S), f = x / (S1/S) when
-//                   x <= S1/S, else (x − 1) / (S1/S − 1); min + (max − min) f. After the
+//                   x <= S1/S, else (x − 1) / (S1/S − 1); min + (max − min) f. With a stair
+//                   count n (n1 on the side x <= S1/S, else n2): f = floor(k)/n instead,
+//                   k = c n / S1 when c = b mod S <= S1, else (S − c) n / S2. After the
 //                   cycle: min / (1 + decay_lr_rate (i − S + 1) / decay_step_size), or min
 //                   when either is 0.                                        i = −1: min
 //   LRRangeTest     min (1 + rate · n), n = (i + 1) / size, floored when staircase.
@@ -24,6 +28,9 @@
 // replacing the optimizer's β2 as DeepSpeed does; β1 moves opposite to the rate, with f as
 // above: i < S: max_mom − (max_mom − min_mom) f. After the cycle: max_mom (1 +
 // decay_mom_rate (i − S + 1) / decay_step_size), or max_mom when either is 0.  i = −1: min_mom
+//
+// tests/data/deepspeed_schedules_reference.json holds the rates (and betas) DeepSpeed's own
+// classes give over a spread of parameters; these classes equal them.
 #pragma once
 
 #include <cstdint>
@@ -83,11 +90,20 @@ struct MomentumCycle {
   double min_mom = 0.8, max_mom = 0.9, decay_mom_rate = 0.0;
 };
 
+// OneCycle's cycle shape: the two step sizes (S2 none: S1's; 0 makes a sawtooth of S1
+// steps) and stair counts (0: continuous; n2 none: n1's), with DeepSpeed's defaults.
+struct CycleShape {
+  int64_t first_step_size = 2000;
+  std::optional<int64_t> second_step_size;
+  int64_t first_stair_count = 0;
+  std::optional<int64_t> second_stair_count;
+};
+
 class OneCycle : public IterationSchedule {
  public:
-  // second_step_size 0: the first's. momentum: cycle Adam's β1 (none: the rate alone).
-  OneCycle(double min_lr, double max_lr, double decay_lr_rate, int64_t first_step_size, int64_t second_step_size,
-           int64_t decay_step_size, std::optional<MomentumCycle> momentum = std::nullopt);
+  // momentum: cycle Adam's β1 (none: the rate alone).
+  OneCycle(double min_lr, double max_lr, double decay_lr_rate, const CycleShape& shape, int64_t decay_step_size,
+           std::optional<MomentumCycle> momentum = std::nullopt);
   double rate(int64_t i) const override;
   std::optional<AdamBetas> betas_at(int64_t step) const override;
 
@@ -95,7 +111,8 @@ class OneCycle : public IterationSchedule {
   double cycle_fraction(int64_t i) const;  // f, 0 <= i < S
   double momentum(int64_t i) const;        // β1 at batch iteration i
   double min_, max_, decay_rate_;
-  double first_, total_;
+  double first_, second_, total_;
+  int64_t first_stairs_, second_stairs_;
   int64_t decay_step_size_;
   std::optional<MomentumCycle> momentum_;
 };

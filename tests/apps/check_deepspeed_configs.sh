@@ -3,9 +3,12 @@
 # each ZeRO stage, f32/bf16/fp16, every scheduler, Adam's L2 mode and OneCycle's momentum,
 # ZeRO-2 with the optimizer's state offloaded to NVMe, whose files must be gone afterwards)
 # train for 12 steps on 4 ranks through
-# `triad-train --config model.json --deepspeed <file>`, and every step's learning rate in the
-# metrics equals the one DeepSpeed's documented formula gives (evaluated here, in Python,
-# as DeepSpeed steps its scheduler: optimizer step s takes the rate of iteration s - 1).
+# `triad-train --config model.json --deepspeed <file>`, and so do the ZeRO-2 and ZeRO-3
+# ds_config.json examples of Hugging Face's DeepSpeed integration (hf_trainer/, "auto" and
+# all) beside hf_trainer/training.json, which holds the model, data and training values the
+# "auto"s take. Every step's learning rate in the metrics equals the one DeepSpeed's
+# schedule gives (evaluated here, in Python, as DeepSpeed steps its scheduler: the step after
+# k steps taken has the rate of iteration k - 1; a step skipped for overflow is not taken).
 #   check_deepspeed_configs.sh BIN_DIR CONFIG_DIR
 set -euo pipefail
 bin=$(cd "$1" && pwd) configs=$(cd "$2" && pwd)
@@ -17,25 +20,32 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 "$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
 cd "$work"  # csv_monitor's relative output_path lands here
 mkdir nvme  # offload_optimizer's relative nvme_path: each rank's state file while it trains
-for ds in "$configs"/zero*.json; do
+for ds in "$configs"/zero*.json "$configs"/hf_trainer/ds_config_zero*.json; do
   name=$(basename "$ds" .json)
-  if ! mpirun -np 4 --oversubscribe --bind-to none "$bin/triad-train" --config "$configs/model.json" --deepspeed "$ds" \
+  config="$configs/model.json"
+  [[ $ds == */hf_trainer/* ]] && config="$configs/hf_trainer/training.json"
+  if ! mpirun -np 4 --oversubscribe --bind-to none "$bin/triad-train" --config "$config" --deepspeed "$ds" \
       --set data.corpus="$work/tokens.bin" --set data.tokenizer="$work/tok.json" --metrics "$work/$name.jsonl" \
       >"$work/$name.log" 2>&1; then
     echo "FAIL: $name"; cat "$work/$name.log"; exit 1
   fi
   if [[ -n $(ls -A nvme) ]]; then echo "FAIL: $name left swap files: $(ls nvme)"; exit 1; fi
-  python3 - "$ds" "$work/$name.jsonl" "$configs/model.json" <<'PY'
+  python3 - "$ds" "$work/$name.jsonl" "$config" <<'PY'
 import json, math, sys
 ds, metrics = json.load(open(sys.argv[1])), [json.loads(l) for l in open(sys.argv[2])]
-s, p = ds["scheduler"]["type"], ds["scheduler"].get("params", {})
-lr0 = ds["optimizer"]["params"]["lr"]
+cfg = json.load(open(sys.argv[3]))
+# HF's "auto": the training config's value; warmup_min_lr 0 and warmup_max_lr the lr
+# (docs/deepspeed-config.md).
+lr0 = cfg.get("optimizer", {}).get("params", {}).get("lr", ds["optimizer"]["params"]["lr"])
+s = ds["scheduler"]["type"]
+p = dict(ds["scheduler"].get("params", {}), **cfg.get("scheduler", {}).get("params", {}))
+p = {k: {"warmup_min_lr": 0.0, "warmup_max_lr": lr0}.get(k) if v == "auto" else v for k, v in p.items()}
 W = max(2, p.get("warmup_num_steps", 1000))
 def gamma(i):
     return math.log(i + 1) / math.log(W) if p.get("warmup_type", "log") == "log" else i / W
 def rate(i):  # the schedule's rate at batch iteration i (DeepSpeed's lr_schedules.py docs)
     if s in ("WarmupLR", "WarmupDecayLR"):
-        lo, hi = p.get("warmup_min_lr", 0.0), p.get("warmup_max_lr", 0.001)
+        lo, hi = p.get("warmup_min_lr", 0.0), p.get("warmup_max_lr", lr0 if s == "WarmupLR" else 0.001)
         if i < 0: return lo
         if i < W: return lo + (hi - lo) * gamma(i)
         if s == "WarmupLR": return hi
@@ -45,13 +55,21 @@ def rate(i):  # the schedule's rate at batch iteration i (DeepSpeed's lr_schedul
         if i < 0: return 0.0
         wmin, cmin, T = p.get("warmup_min_ratio", 0.0), p.get("cos_min_ratio", 0.0001), p["total_num_steps"]
         if i < W: return lr0 * (wmin + gamma(i) * (1 - wmin))
-        return lr0 * max(0.0, cmin + (1 - cmin) * (1 + math.cos(math.pi * (i - W + 1) / (T - W))) / 2)
+        progress = min(1.0, (i - W + 1) / max(1, T - W))
+        return lr0 * max(0.0, cmin + (1 - cmin) * (1 + math.cos(math.pi * progress)) / 2)
     if s == "OneCycle":
         lo, hi = p["cycle_min_lr"], p["cycle_max_lr"]
-        first = p.get("cycle_first_step_size", 2000); size = first + p.get("cycle_second_step_size", first)
+        first = p.get("cycle_first_step_size", 2000)
+        second = first if p.get("cycle_second_step_size") is None else p["cycle_second_step_size"]
+        size = first + second
         if i < 0: return lo
         if i < size:
             b = i + 1; x = 1 + b / size - math.floor(1 + b / size); r = first / size
+            n1 = p.get("cycle_first_stair_count", 0)
+            n = n1 if x <= r or p.get("cycle_second_stair_count") is None else p["cycle_second_stair_count"]
+            if n:
+                c = b % size
+                return lo + (hi - lo) * math.floor(c * n / first if c <= first else (size - c) * n / second) / n
             return lo + (hi - lo) * (x / r if x <= r else (x - 1) / (r - 1))
         if p.get("decay_step_size", 0) == 0 or p.get("decay_lr_rate", 0) == 0: return lo
         return lo / (1 + p["decay_lr_rate"] * (i - size + 1) / p["decay_step_size"])
@@ -62,8 +80,12 @@ def rate(i):  # the schedule's rate at batch iteration i (DeepSpeed's lr_schedul
         if p.get("lr_range_test_staircase", False): n = math.floor(n)
         return lo * (1 + p.get("lr_range_test_step_rate", 1.0) * n)
     raise SystemExit("unknown scheduler " + s)
-bad = [(m["step"], m["lr"], rate(m["step"] - 2)) for m in metrics
-       if abs(m["lr"] - rate(m["step"] - 2)) > 1e-12 * max(1.0, abs(rate(m["step"] - 2)))]
+# The schedule counts the steps taken: an fp16 step skipped for overflow does not advance it.
+taken, bad = 0, []
+for m in metrics:
+    want = rate(taken - 1)
+    if abs(m["lr"] - want) > 1e-12 * max(1.0, abs(want)): bad.append((m["step"], m["lr"], want))
+    taken += 0 if m.get("skipped") else 1
 if len(metrics) != 12 or bad:
     raise SystemExit("FAIL: %s: %d steps; learning rates off (step, got, want): %s" % (sys.argv[1], len(metrics), bad))
 print("%s: 12 steps, learning rates as DeepSpeed's %s gives them, last loss %.4f" % (

@@ -255,20 +255,23 @@ BOOST_AUTO_TEST_CASE(config_files_missing_or_malformed) {
 }
 
 // `triad-train --deepspeed ds_config.json`: DeepSpeed's file joined to triad's, objects key
-// by key; a key in both files, or HF Trainer's "auto", is an error naming the key and files.
+// by key; a key in both files must have one value there (HF's rule), "auto" in either taking
+// the other's.
 BOOST_AUTO_TEST_CASE(a_deepspeed_file_joins_the_config) {
   const json model = {{"model", {{"n_layer", 1}, {"n_head", 1}, {"d_model", 8}, {"seq_len", 8}, {"vocab_size", 16}}},
                       {"steps", 10},
+                      {"optimizer", {{"params", {{"lr", 1e-3}}}}},
                       {"zero_optimization", {{"stage3_prefetch_bucket_size", 1000}}}};
   const json ds = {{"train_batch_size", 8},
                    {"train_micro_batch_size_per_gpu", 2},
-                   {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}},
+                   {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.001}}}}},
                    {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 4}}}}},
-                   {"zero_optimization", {{"stage", 2}}}};
+                   {"zero_optimization", {{"stage", 2}, {"stage3_prefetch_bucket_size", 1e3}}}};
   const json merged = engine::merge_deepspeed_config(model, "model.json", ds, "ds_config.json");
   const engine::TrainConfig c = engine::parse_config(merged, 2);
   BOOST_TEST(c.zero.stage == 2);
-  BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 1000);
+  BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 1000);  // 1000 and 1e3: the same value
+  BOOST_TEST(c.optimizer.lr == 0.001);
   BOOST_TEST(c.gradient_accumulation_steps == 2);  // 8 = 2 x 2 x 2 ranks
   BOOST_TEST(c.scheduler.type == "WarmupLR");
   BOOST_TEST(c.model.n_layer == 1);
@@ -276,11 +279,140 @@ BOOST_AUTO_TEST_CASE(a_deepspeed_file_joins_the_config) {
   json twice = ds;
   twice["zero_optimization"]["stage3_prefetch_bucket_size"] = 5;
   test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", twice, "ds_config.json"); },
-                    {"zero_optimization.stage3_prefetch_bucket_size", "both", "'model.json'", "'ds_config.json'"});
+                    {"zero_optimization.stage3_prefetch_bucket_size", "1000 in 'model.json'", "5 in 'ds_config.json'"});
+  twice = ds;
+  twice["optimizer"]["params"] = {{"lr", 3e-4}};
+  test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", twice, "ds_config.json"); },
+                    {"optimizer.params.lr", "0.001 in 'model.json'", "0.0003 in 'ds_config.json'"});
+  twice = ds;
+  twice["zero_optimization"] = 2;
+  test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", twice, "ds_config.json"); },
+                    {"zero_optimization", "{\"stage3_prefetch_bucket_size\":1000} in 'model.json'", "2 in"});
+  // "auto" in the DeepSpeed file takes triad's value; triad's "auto" takes DeepSpeed's.
   json hf = ds;
-  hf["train_micro_batch_size_per_gpu"] = "auto";
-  test::check_error([&] { engine::merge_deepspeed_config(model, "model.json", hf, "ds_config.json"); },
-                    {"train_micro_batch_size_per_gpu", "\"auto\"", "ds_config.json"});
+  hf["optimizer"]["params"]["lr"] = "auto";
+  hf["zero_optimization"]["stage3_prefetch_bucket_size"] = "auto";
+  json model_auto = model;
+  model_auto["zero_optimization"]["stage"] = "auto";
+  const json joined = engine::merge_deepspeed_config(model_auto, "model.json", hf, "ds_config.json");
+  BOOST_TEST(joined["optimizer"]["params"]["lr"] == 1e-3);
+  BOOST_TEST(joined["zero_optimization"]["stage3_prefetch_bucket_size"] == 1000);
+  BOOST_TEST(joined["zero_optimization"]["stage"] == 2);
+}
+
+// HF Trainer's "auto" left after the join: filled in from the config and the model as HF's
+// integration fills it, or a named error where nothing gives the value.
+BOOST_AUTO_TEST_CASE(hf_trainer_auto_values) {
+  json j = {{"model", {{"n_layer", 1}, {"n_head", 2}, {"d_model", 24}, {"seq_len", 8}, {"vocab_size", 16}}},
+            {"steps", 30},
+            {"train_batch_size", "auto"},
+            {"train_micro_batch_size_per_gpu", 3},
+            {"gradient_accumulation_steps", "auto"},
+            {"gradient_clipping", 0.5},
+            {"optimizer",
+             {{"type", "AdamW"},
+              {"params", {{"lr", 2e-3}, {"betas", "auto"}, {"eps", "auto"}, {"weight_decay", "auto"}}}}},
+            {"scheduler",
+             {{"type", "WarmupDecayLR"},
+              {"params",
+               {{"warmup_min_lr", "auto"},
+                {"warmup_max_lr", "auto"},
+                {"warmup_num_steps", 5},
+                {"total_num_steps", "auto"}}}}},
+            {"fp16", {{"enabled", "auto"}, {"loss_scale", 0}}},
+            {"bf16", {{"enabled", "auto"}}},
+            {"zero_optimization",
+             {{"stage", 3},
+              {"reduce_bucket_size", "auto"},
+              {"stage3_prefetch_bucket_size", "auto"},
+              {"stage3_param_persistence_threshold", "auto"}}}};
+  engine::TrainConfig c = engine::parse_config(j, 2);
+  BOOST_TEST(c.micro_batch_size == 3);
+  BOOST_TEST(c.gradient_accumulation_steps == 1);
+  BOOST_TEST(c.train_batch_size == 6);  // 3 x 1 x 2 ranks
+  BOOST_TEST(c.optimizer.beta1 == 0.9);
+  BOOST_TEST(c.optimizer.beta2 == 0.999);
+  BOOST_TEST(c.optimizer.eps == 1e-8);
+  BOOST_TEST(c.optimizer.weight_decay == 0.0);
+  BOOST_TEST(c.scheduler.warmup_min_lr == 0.0);
+  BOOST_TEST(c.scheduler.warmup_max_lr == 2e-3);  // the optimizer's lr
+  BOOST_TEST(c.scheduler.total_num_steps == 30);  // the run's steps
+  BOOST_TEST((c.precision.dtype == DType::f32));
+  BOOST_TEST(c.zero.reduce_bucket_size == 24 * 24);                       // hidden²
+  BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 518);                 // floor(0.9 x 576 = 518.4)
+  BOOST_TEST(c.zero.stage3_param_persistence_threshold == 10 * 24);      // 10 x hidden
+  BOOST_TEST(c.json["zero_optimization"]["reduce_bucket_size"] == 576);  // the run records the values
+  BOOST_TEST(c.json["gradient_accumulation_steps"] == 1);
+
+  for (const auto& [key, words] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"optimizer.params.lr", {"learning_rate"}},
+           {"gradient_clipping", {"max_grad_norm"}},
+           {"scheduler.params.warmup_num_steps", {"warmup_steps"}}}) {
+    json bad = j;
+    engine::apply_override(bad, key + "=auto");
+    test::check_error([&] { engine::parse_config(bad, 2); }, {key, "\"auto\"", "no config gives it"});
+    for (const std::string& w : words) test::check_error([&] { engine::parse_config(bad, 2); }, {w});
+  }
+  json bad = j;
+  bad["train_micro_batch_size_per_gpu"] = "auto";
+  test::check_error([&] { engine::parse_config(bad, 2); },
+                    {"train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps are \"auto\"",
+                     "give train_micro_batch_size_per_gpu"});
+  bad = j;
+  bad["model"].erase("d_model");
+  test::check_error([&] { engine::parse_config(bad, 2); }, {"zero_optimization.reduce_bucket_size", "model.d_model"});
+  bad = j;
+  bad.erase("steps");
+  test::check_error([&] { engine::parse_config(bad, 2); }, {"scheduler.params.total_num_steps", "steps"});
+  bad = j;
+  bad["optimizer"]["params"].erase("lr");
+  test::check_error([&] { engine::parse_config(bad, 2); }, {"scheduler.params.warmup_max_lr", "optimizer.params.lr"});
+  bad = j;
+  bad["zero_optimization"]["stage"] = "auto";  // not one of HF's: the key's own parser
+  test::check_error([&] { engine::parse_config(bad, 2); }, {"zero_optimization.stage", "\"auto\""});
+}
+
+// The ZeRO-2 and ZeRO-3 ds_config.json examples of HF's DeepSpeed integration, "auto" and
+// all, beside a training config with the model, data and training values (they train in
+// tests/apps/check_deepspeed_configs.sh).
+BOOST_AUTO_TEST_CASE(hf_trainer_ds_config_examples) {
+  const std::string dir = test::data_path("deepspeed_configs/hf_trainer/");
+  const json training = engine::load_config_file(dir + "training.json");
+  for (const int stage : {2, 3}) {
+    const std::string file = dir + "ds_config_zero" + std::to_string(stage) + ".json";
+    BOOST_TEST_CONTEXT(file) {
+      const engine::TrainConfig c = engine::parse_config(
+          engine::merge_deepspeed_config(training, "training.json", engine::load_config_file(file), file), 4);
+      BOOST_TEST(c.zero.stage == stage);
+      BOOST_TEST(c.micro_batch_size == 2);
+      BOOST_TEST(c.gradient_accumulation_steps == 2);
+      BOOST_TEST(c.train_batch_size == 16);
+      BOOST_TEST(c.optimizer.lr == 0.001);
+      BOOST_TEST(c.optimizer.weight_decay == 0.1);
+      BOOST_TEST(c.optimizer.beta2 == 0.999);
+      BOOST_TEST(c.gradient_clipping == 1.0);
+      BOOST_TEST((c.precision.dtype == DType::bf16));  // fp16 "auto": off; the training config's bf16
+      BOOST_TEST(c.scheduler.type == "WarmupLR");
+      BOOST_TEST(c.scheduler.warmup_min_lr == 0.0);
+      BOOST_TEST(c.scheduler.warmup_max_lr == 0.001);
+      BOOST_TEST(c.scheduler.warmup_num_steps == 4);
+      BOOST_TEST(c.log_interval == 2000);
+      BOOST_TEST(c.zero.reduce_bucket_size == (stage == 2 ? 200000000 : 32 * 32));
+      if (stage == 3) {
+        BOOST_TEST(c.zero.stage3_prefetch_bucket_size == 921);  // floor(0.9 x 1024)
+        BOOST_TEST(c.zero.stage3_param_persistence_threshold == 320);
+      }
+    }
+  }
+  // The same examples with a value in both files that differs: named with both values.
+  json other = training;
+  other["zero_optimization"] = {{"allgather_bucket_size", 1000}};
+  test::check_error(
+      [&] {
+        engine::merge_deepspeed_config(other, "training.json",
+                                       engine::load_config_file(dir + "ds_config_zero2.json"), "ds_config_zero2.json");
+      },
+      {"zero_optimization.allgather_bucket_size", "1000 in 'training.json'", "200000000.0 in 'ds_config_zero2.json'"});
 }
 
 // DeepSpeed's top-level, optimizer, fp16 and ZeRO keys: implemented, or accepted with a note
@@ -329,11 +461,26 @@ BOOST_AUTO_TEST_CASE(deepspeed_keys_are_implemented_noted_or_refused) {
   BOOST_TEST(!c.optimizer.bias_correction);
   BOOST_TEST(std::any_of(c.notices.begin(), c.notices.end(),
                          [](const std::string& n) { return n.find("adam_w_mode") != std::string::npos; }));
+  // offload_param: device "cpu" is where a CPU training device keeps the parameters already;
+  // from a GPU, or to NVMe, it is not built.
   json offload = j;
-  offload["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
+  offload["zero_optimization"]["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  c = engine::parse_config(offload);
+  BOOST_TEST(std::any_of(c.notices.begin(), c.notices.end(), [](const std::string& n) {
+    return n.find("zero_optimization.offload_param: on a CPU training device") == 0;
+  }));
+  offload["device"] = "cuda";
+  BOOST_TEST(error_of(offload) ==
+             "[config] zero_optimization.offload_param: offloading parameters from device \"cuda\" (ZeRO-Infinity) "
+             "is not built yet");
+  offload.erase("device");
+  offload["zero_optimization"]["offload_param"] = {{"device", "nvme"}, {"nvme_path", "/local_nvme"}};
   BOOST_TEST(error_of(offload) == "[config] zero_optimization.offload_param: offloading parameters (ZeRO-Infinity) "
-                                  "is not built yet, only offload_optimizer (null or device \"none\" leaves it off)");
+                                  "is not built yet beyond device \"cpu\" on a CPU training device (null or device "
+                                  "\"none\" leaves it off)");
   offload["zero_optimization"]["offload_param"] = {{"device", "none"}};
+  BOOST_CHECK_NO_THROW(engine::parse_config(offload));
+  offload["zero_optimization"]["offload_param"] = {{"pin_memory", true}};  // DeepSpeed's device: "none"
   BOOST_CHECK_NO_THROW(engine::parse_config(offload));
 }
 
