@@ -533,9 +533,12 @@ void check_moe_layout(const TrainConfig& c) {
   TRIAD_CHECK(c.data_parallel % ep == 0, "[config] model.moe.expert_parallel_size (" << ep << ") must divide the "
                                                                                       << c.data_parallel
                                                                                       << " data-parallel ranks");
-  for (const int64_t e : moe.num_experts)
+  for (const int64_t e : moe.num_experts) {
+    TRIAD_CHECK(moe.layer.k <= e, "[config] model.moe.top_k (" << moe.layer.k << ") must be at most "
+                                                              << "model.moe.num_experts (" << e << ")");
     TRIAD_CHECK(e % ep == 0, "[config] model.moe.num_experts (" << e << ") must be divisible by "
                                                                 << "model.moe.expert_parallel_size (" << ep << ")");
+  }
   TRIAD_CHECK(ep == 1, "[config] model.moe.expert_parallel_size " << ep << ": training splits no experts over ranks "
                                                                   << "yet (1: every data-parallel rank holds them all)");
 }

@@ -97,9 +97,8 @@ Tensor MoE::forward(const Tensor& x) {
   if (is_training() && GradMode::enabled()) {
     ++totals_.forwards;
     totals_.dropped += r.stats.dropped;
-    for (size_t e = 0; e < r.stats.load.size(); ++e) totals_.choices += r.stats.load[e];
     if (totals_.load.empty()) totals_.load.assign(r.stats.load.size(), 0);
-    for (size_t e = 0; e < r.stats.load.size(); ++e) totals_.load[e] += r.stats.load[e];
+    for (size_t e = 0; e < r.stats.load.size(); ++e) totals_.load[e] += r.stats.load[e], totals_.choices += r.stats.load[e];
     const Tensor losses[3] = {r.loss, r.l_aux, r.z_loss};
     for (int i = 0; i < 3; ++i)
       loss_sums_[i] = loss_sums_[i].defined() ? ops::add(loss_sums_[i], detach(losses[i])) : detach(losses[i]);
