@@ -33,8 +33,6 @@ std::vector<std::pair<std::string, Shape>> mlp_expert_shapes(int64_t C) {
 std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes(int tp) const {
   validate();
   TRIAD_CHECK(tp >= 1 && n_head % tp == 0, "[model] tensor_parallel " << tp << " must divide n_head " << n_head);
-  TRIAD_CHECK(!moe.enabled() || tp == 1, "[model] MoE blocks are not split over tensor-parallel ranks yet (model.moe "
-                                         "with tensor_parallel " << tp << ")");
   const int64_t C = d_model, t = tp;
   std::vector<std::pair<std::string, int64_t>> sizes{{"wte.weight", vocab_rows_per_rank(vocab_size, tp, vocab_multiple) * C},
                                                      {"wpe.weight", seq_len * C}};

@@ -25,7 +25,8 @@ struct GPTConfig {
   bool activation_checkpointing = false;  // recompute each block in the backward pass
   uint64_t init_seed = 1234;
   // Mixture-of-Experts blocks (none by default): each has GELU MLP experts of the dense MLP's
-  // shape, initialised from streams of their own (nn::block_moe).
+  // shape, initialised from streams of their own (nn::block_moe). Under tensor parallelism
+  // every rank of a tp group holds them whole (replicated, as the LayerNorms are).
   MoEModelConfig moe;
 
   void validate() const;  // throws Error naming the bad field

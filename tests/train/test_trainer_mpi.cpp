@@ -1,6 +1,6 @@
 // The trainer under mpirun: data-parallel runs at ZeRO stages 0–3 follow the
 // single-process run (same losses and validation loss), a GPT with MoE blocks too (on
-// pipeline stages and with recomputed blocks as well), and ranks that disagree on the
+// pipeline stages, with tensor parallelism and with recomputed blocks as well), and ranks that disagree on the
 // configuration all stop with the same clear error instead of hanging. Ranks that would
 // share a GPU are found, and named alike on every rank (no GPU is touched).
 #define BOOST_TEST_MODULE trainer_mpi
@@ -89,18 +89,21 @@ BOOST_AUTO_TEST_CASE(moe_training_follows_the_single_process_run) {
     std::string name;
     int pp = 1, stage = 0;
     bool recompute = false;
+    int tp = 1;
   };
   for (const Layout& l : {Layout{"zero0"}, Layout{"zero3", 1, 3}, Layout{"zero2 recomputed", 1, 2, true},
-                          Layout{"pp2 zero1", 2, 1}}) {
+                          Layout{"pp2 zero1", 2, 1}, Layout{"tp2 zero1", 1, 1, false, 2}}) {
     BOOST_TEST_CONTEXT(l.name << " on " << n << " ranks") {
-      const int dp = n / l.pp;
+      const int dp = n / (l.pp * l.tp);
       const std::string ref_metrics = dir.file("moe_ref_dp" + std::to_string(dp) + ".jsonl");
       engine::train(engine::parse_config(moe_config(dp)), {.metrics_path = ref_metrics});
       nlohmann::json j = moe_config(dp);
       j["zero_optimization"] = {{"stage", l.stage}, {"stage3_param_persistence_threshold", 0}};
       j["pipeline"] = {{"stages", l.pp}};
       j["model"]["activation_checkpointing"] = l.recompute;
-      const std::string metrics = dir.file("moe_" + std::to_string(l.stage) + std::to_string(l.pp) + ".jsonl");
+      j["model"]["tensor_parallel"] = l.tp;
+      const std::string metrics = dir.file("moe_" + std::to_string(l.stage) + std::to_string(l.pp) +
+                                           std::to_string(l.tp) + ".jsonl");
       engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
       if (world->rank() == 0) {
         const std::vector<double> ref = test::metric_losses(ref_metrics), losses = test::metric_losses(metrics);
