@@ -5,6 +5,7 @@
 #include "bench/ckpt.h"
 #include "bench/collectives.h"
 #include "bench/generate.h"
+#include "bench/moe.h"
 #include "bench/pipeline.h"
 #include "bench/rlhf.h"
 #include "bench/quantize.h"
@@ -15,7 +16,7 @@
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O, quantization, RLHF and generation benchmarks"};
+    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O, quantization, RLHF, generation and MoE benchmarks"};
     app.require_subcommand(1);
     triad::bench::StepOptions step;
     triad::bench::add_step_command(app, step);
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
     triad::bench::add_rlhf_command(app, rlhf);
     triad::bench::GenerateOptions generate;
     triad::bench::add_generate_command(app, generate);
+    triad::bench::MoEBenchOptions moe;
+    triad::bench::add_moe_command(app, moe);
     CLI11_PARSE(app, argc, argv);
     return status;
   });

@@ -7,6 +7,7 @@
 #include "config/auto_values.h"
 #include "config/json_reader.h"
 #include "config/model_factory.h"
+#include "config/moe_keys.h"
 #include "nn/pipeline_partition.h"
 #include "parallel/pipeline_schedule.h"
 #include "tensor/device.h"
@@ -19,7 +20,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
-void parse_gpt(JsonReader& r, nn::GPTConfig& m) {
+void parse_gpt(JsonReader& r, nn::GPTConfig& m, int64_t& expert_parallel_size) {
   m.n_layer = r.integer("n_layer", m.n_layer, 1, 1024);
   m.n_head = r.integer("n_head", m.n_head, 1, 1024);
   m.d_model = r.integer("d_model", m.d_model, 1, 1 << 16);
@@ -28,11 +29,12 @@ void parse_gpt(JsonReader& r, nn::GPTConfig& m) {
   m.vocab_multiple = r.integer("make_vocab_size_divisible_by", m.vocab_multiple, 1, 1 << 16);
   m.dropout = r.number("dropout", m.dropout, 0.0, 0.999);
   m.activation_checkpointing = r.boolean("activation_checkpointing", m.activation_checkpointing);
+  if (r.has("moe")) m.moe = parse_moe(r.object("moe"), expert_parallel_size);
 }
 
 // The keys Hugging Face's LlamaConfig has keep its names (intermediate_size, rms_norm_eps,
 // rope_theta); n_kv_head, its num_key_value_heads, is n_head when absent, as there.
-void parse_llama(JsonReader& r, nn::LlamaConfig& m) {
+void parse_llama(JsonReader& r, nn::LlamaConfig& m, int64_t& expert_parallel_size) {
   m.n_layer = r.integer("n_layer", m.n_layer, 1, 1024);
   m.n_head = r.integer("n_head", m.n_head, 1, 1024);
   m.n_kv_head = r.integer("n_kv_head", m.n_head, 1, 1024);
@@ -42,14 +44,15 @@ void parse_llama(JsonReader& r, nn::LlamaConfig& m) {
   m.vocab_size = r.integer("vocab_size", m.vocab_size, 1, 1 << 24);
   m.rms_eps = r.number("rms_norm_eps", m.rms_eps, 1e-30, 1.0);
   m.rope_theta = r.number("rope_theta", m.rope_theta, 1.0, 1e12);
+  if (r.has("moe")) m.moe = parse_moe(r.object("moe"), expert_parallel_size);
 }
 
 void parse_model(JsonReader r, TrainConfig& c) {
   c.arch = r.choice("arch", "gpt2", {"gpt2", "llama"});
   if (c.arch == "llama")
-    parse_llama(r, c.llama);
+    parse_llama(r, c.llama, c.expert_parallel);
   else
-    parse_gpt(r, c.model);
+    parse_gpt(r, c.model, c.expert_parallel);
   c.tensor_parallel = int(r.integer("tensor_parallel", 1, 1, 1 << 16));
   c.sequence_parallel = r.boolean("sequence_parallel", false);
   r.finish();
@@ -277,7 +280,6 @@ void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& not
 const std::vector<std::pair<std::string, std::string>> kDeepSpeedFeaturesNotAvailable = {
     {"wandb", "Weights & Biases monitor (csv_monitor and tensorboard are)"},
     {"comet", "Comet monitor (csv_monitor and tensorboard are)"},
-    {"moe", "mixture of experts"},
     {"compression_training", "compression"},
     {"sparse_attention", "sparse attention"},
     {"elasticity", "elastic training"},
@@ -552,6 +554,28 @@ void parse_pipeline(JsonReader r, TrainConfig& c, int64_t ranks, std::vector<std
 
 namespace {
 
+// Mixture-of-Experts blocks over the grid: experts split over ep ranks of each data-parallel
+// group, every layer's experts divisible by them; under tensor parallelism each tp rank
+// holds the MoE layers whole and routes the same tokens (not yet with sequence parallelism).
+void check_moe_layout(const TrainConfig& c) {
+  const nn::MoEModelConfig& moe = c.arch == "llama" ? c.llama.moe : c.model.moe;
+  if (!moe.enabled()) return;
+  TRIAD_CHECK(!c.sequence_parallel, "[config] model.moe: MoE blocks do not take sequence parallelism yet (each "
+                                    "tensor-parallel rank routes the whole sequence)");
+  const int64_t ep = c.expert_parallel;
+  TRIAD_CHECK(c.data_parallel % ep == 0, "[config] model.moe.expert_parallel_size (" << ep << ") must divide the "
+                                                                                      << c.data_parallel
+                                                                                      << " data-parallel ranks");
+  for (const int64_t e : moe.num_experts) {
+    TRIAD_CHECK(moe.layer.k <= e, "[config] model.moe.top_k (" << moe.layer.k << ") must be at most "
+                                                              << "model.moe.num_experts (" << e << ")");
+    TRIAD_CHECK(e % ep == 0, "[config] model.moe.num_experts (" << e << ") must be divisible by "
+                                                                << "model.moe.expert_parallel_size (" << ep << ")");
+  }
+  TRIAD_CHECK(ep == 1, "[config] model.moe.expert_parallel_size " << ep << ": training splits no experts over ranks "
+                                                                  << "yet (1: every data-parallel rank holds them all)");
+}
+
 // parse_config's body; `layers` is the model's list, or null for the GPT of the model section.
 TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerList* layers) {
   TRIAD_CHECK(ranks >= 1, "parse_config: ranks must be >= 1");
@@ -563,6 +587,7 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
   resolve_tensor_parallel(r.object("tensor_parallel"), c, ranks, layers == nullptr);
   parse_pipeline(r.object("pipeline"), c, ranks, c.notices);
   const int64_t dp = c.data_parallel;
+  check_moe_layout(c);
   parse_data(r.object("data"), c.data);
   resolve_batch(r, c, dp);
   parallel::check_pipe_schedule(parallel::parse_pipe_schedule(c.pipeline.schedule), c.pipeline.stages,
@@ -620,6 +645,12 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
   parse_monitor(r.object("csv_monitor"), c.csv_monitor);
   parse_monitor(r.object("tensorboard"), c.tensorboard);
   parse_flops_profiler(r.object("flops_profiler"), c.flops_profiler);
+  if (r.has("moe")) {  // Megatron-DeepSpeed's models take their MoE arguments with the model's
+    r.known("moe");
+    const nlohmann::json& v = r.value("moe");
+    TRIAD_CHECK(v.is_object() && v.contains("enabled") && v["enabled"] == false,
+                "[config] moe: Mixture-of-Experts blocks are given in the model section, model.moe (docs/models.md)");
+  }
   for (const auto& [key, what] : kDeepSpeedFeaturesNotAvailable) {
     if (!r.has(key)) continue;
     r.known(key);

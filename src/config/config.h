@@ -145,6 +145,9 @@ struct TrainConfig {
   // is data-parallel (data_parallel = ranks / tensor_parallel).
   int tensor_parallel = 1;
   bool sequence_parallel = false;
+  // DeepSpeed-MoE's ep (model.moe.expert_parallel_size): the ranks of a data-parallel group
+  // that split each MoE layer's experts between them.
+  int64_t expert_parallel = 1;
   int64_t data_parallel = 1;
   PipelineConfig pipeline;
   DataConfig data;

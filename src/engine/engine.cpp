@@ -11,6 +11,7 @@
 #include "cuda/runtime.h"
 #include "config/model_factory.h"
 #include "nn/pipeline_partition.h"
+#include "nn/router_loss.h"
 #include "optim/clip.h"
 #include "parallel/runtime.h"
 #include "parallel/self_communicator.h"
@@ -379,6 +380,7 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
     } else
       zero_->begin_backward(false);
   };
+  const nn::RouterLossGradient router(s.loss_gradient);  // Note [Router losses in the backward]
   return pipeline_losses(pipe_->run(s));
 }
 
@@ -396,6 +398,7 @@ void Engine::backward(const Tensor& loss) {
   const double scale = (zero_ ? zero_->loss_scale() : 1.0) / double(config_.gradient_accumulation_steps);
   if (zero_) zero_->begin_backward(micro_ + 1 == config_.gradient_accumulation_steps);
   micro_ = (micro_ + 1) % config_.gradient_accumulation_steps;
+  const nn::RouterLossGradient router(scale);  // Note [Router losses in the backward]
   triad::backward(loss, Tensor::full(loss.shape(), scale, loss.dtype(), loss.device()));
 }
 

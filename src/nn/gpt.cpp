@@ -18,7 +18,17 @@ void GPTConfig::validate() const {
   TRIAD_CHECK(vocab_size > 0, "[model] vocab_size must be positive, got " << vocab_size);
   TRIAD_CHECK(vocab_multiple > 0, "[model] make_vocab_size_divisible_by must be positive, got " << vocab_multiple);
   TRIAD_CHECK(dropout >= 0.0 && dropout < 1.0, "[model] dropout must be in [0, 1), got " << dropout);
+  moe.validate(n_layer);
 }
+
+namespace {
+
+// One GELU MLP expert's parameters over C features.
+std::vector<std::pair<std::string, Shape>> mlp_expert_shapes(int64_t C) {
+  return {{"fc.weight", {4 * C, C}}, {"fc.bias", {4 * C}}, {"proj.weight", {C, 4 * C}}, {"proj.bias", {C}}};
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes(int tp) const {
   validate();
@@ -28,6 +38,7 @@ std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes(int tp) 
                                                      {"wpe.weight", seq_len * C}};
   for (int64_t i = 0; i < n_layer; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
+    const MoEConfig layer = moe.at(i);
     for (const auto& [name, n] : std::vector<std::pair<std::string, int64_t>>{{"ln1.weight", C},
                                                                               {"ln1.bias", C},
                                                                               {"attn.qkv.weight", 3 * C * C / t},
@@ -35,12 +46,17 @@ std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes(int tp) 
                                                                               {"attn.proj.weight", C * C / t},
                                                                               {"attn.proj.bias", C},
                                                                               {"ln2.weight", C},
-                                                                              {"ln2.bias", C},
-                                                                              {"mlp.fc.weight", 4 * C * C / t},
-                                                                              {"mlp.fc.bias", 4 * C / t},
-                                                                              {"mlp.proj.weight", 4 * C * C / t},
-                                                                              {"mlp.proj.bias", C}})
+                                                                              {"ln2.bias", C}})
       sizes.emplace_back(b + name, n);
+    if (layer.num_experts == 0)
+      for (const auto& [name, n] : std::vector<std::pair<std::string, int64_t>>{{"mlp.fc.weight", 4 * C * C / t},
+                                                                                {"mlp.fc.bias", 4 * C / t},
+                                                                                {"mlp.proj.weight", 4 * C * C / t},
+                                                                                {"mlp.proj.bias", C}})
+        sizes.emplace_back(b + name, n);
+    else
+      for (const auto& [name, shape] : moe_parameter_shapes(layer, C, mlp_expert_shapes(C)))
+        sizes.emplace_back(b + "moe." + name, numel(shape));
   }
   sizes.emplace_back("ln_f.weight", C);
   sizes.emplace_back("ln_f.bias", C);
@@ -49,7 +65,12 @@ std::vector<std::pair<std::string, int64_t>> GPTConfig::parameter_sizes(int tp) 
 
 int64_t GPTConfig::num_parameters() const {
   validate();
-  return vocab_size * d_model + seq_len * d_model + n_layer * (12 * d_model * d_model + 13 * d_model) + 2 * d_model;
+  const int64_t C = d_model, dense_mlp = 8 * C * C + 5 * C;
+  int64_t n = vocab_size * C + seq_len * C + n_layer * (12 * C * C + 13 * C) + 2 * C;
+  for (int64_t i = 0; i < n_layer; ++i)
+    if (const MoEConfig layer = moe.at(i); layer.num_experts != 0)
+      for (const auto& [name, shape] : moe_parameter_shapes(layer, C, mlp_expert_shapes(C))) n += numel(shape);
+  return n - moe.moe_blocks(n_layer) * dense_mlp;
 }
 
 GPTConfig GPTConfig::preset(const std::string& name) {
@@ -76,11 +97,15 @@ GPT::GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism
   drop = register_module("drop", std::make_shared<Dropout>(config_.dropout, par.residual_generator()));
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < config_.n_layer; ++i)
-    blocks->push_back(std::make_shared<Block>(C, config_.n_head, config_.dropout, par));
+    blocks->push_back(std::make_shared<Block>(C, config_.n_head, config_.dropout, par, gpt_block_moe(config_, i)));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(C));
   par.mark_residual_layer(*wpe);
   par.mark_residual_layer(*ln_f);
   init_weights();
+}
+
+std::shared_ptr<MoE> gpt_block_moe(const GPTConfig& config, int64_t block) {
+  return block_moe(config.moe, block, config.d_model, gelu_mlp_expert(config.d_model, config.dropout), config.init_seed);
 }
 
 void init_gpt_parameters(const GPTConfig& config, int tp, Module& model) {
@@ -95,7 +120,8 @@ void init_gpt_parameters(const GPTConfig& config, int tp, Module& model) {
   Generator gen(config.init_seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * double(config.n_layer));
   for (const auto& [name, count] : config.parameter_sizes(tp)) {
-    if (name.find("ln") != std::string::npos) continue;  // LayerNorms keep 1 and 0
+    if (name.find("ln") != std::string::npos) continue;   // LayerNorms keep 1 and 0
+    if (name.find(".moe.") != std::string::npos) continue;  // drawn when built (nn::block_moe)
     const auto it = held.find(name);
     if (name.ends_with(".bias")) {
       if (it != held.end()) ops::zero_(it->second.first);

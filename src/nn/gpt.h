@@ -1,7 +1,8 @@
 // GPT-2: token and learned position embeddings, n_layer pre-LN blocks, a final LayerNorm,
 // and an output head tied to the token embedding (logits = x wte^T). Parameter names:
 // wte.weight, wpe.weight, blocks.{i}.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias},
-// ln_f.{weight,bias}.
+// ln_f.{weight,bias}. An MoE block (GPTConfig::moe) holds blocks.{i}.moe.{gate.wg,
+// experts.{e}.{fc,proj}, ...} (nn/moe.h) in place of its mlp.
 #pragma once
 
 #include "nn/transformer.h"
@@ -23,6 +24,10 @@ struct GPTConfig {
   double dropout = 0.0;
   bool activation_checkpointing = false;  // recompute each block in the backward pass
   uint64_t init_seed = 1234;
+  // Mixture-of-Experts blocks (none by default): each has GELU MLP experts of the dense MLP's
+  // shape, initialised from streams of their own (nn::block_moe). Under tensor parallelism
+  // every rank of a tp group holds them whole (replicated, as the LayerNorms are).
+  MoEModelConfig moe;
 
   void validate() const;  // throws Error naming the bad field
 
@@ -32,7 +37,8 @@ struct GPTConfig {
   // biases divided by tp, the vocabulary padded first; the rest whole).
   std::vector<std::pair<std::string, int64_t>> parameter_sizes(int tp = 1) const;
   // The model's parameters, Ψ = V·C + S·C + L·(12C² + 13C) + 2C (V = vocab_size: padding is
-  // no parameter of the model; a checkpoint holds Ψ).
+  // no parameter of the model; a checkpoint holds Ψ); with MoE blocks, each MoE block's
+  // layer in place of its MLP.
   int64_t num_parameters() const;
 
   // Named shapes: "tiny" (L2 C64 NH4 V256 T64, for tests), "gpt2-124m" (L12 C768 NH12
@@ -40,6 +46,9 @@ struct GPTConfig {
   // the names.
   static GPTConfig preset(const std::string& name);
 };
+
+// Block `block`'s MoE layer, or null when it is dense.
+std::shared_ptr<MoE> gpt_block_moe(const GPTConfig& config, int64_t block);
 
 // Sets the initial values of the GPT parameters `model` holds, found by name (a GPT, or a
 // pipeline stage holding some of its layers: nn/gpt_layers.h), to exactly those of the

@@ -66,11 +66,17 @@ LayerList gpt_layers(const GPTConfig& config, std::shared_ptr<const Parallelism>
                          [config, par](const TiedModules& t) {
                            return std::make_shared<GPTEmbedding>(config, par, t.at("wte"));
                          }});
-  for (int64_t i = 0; i < L; ++i)
-    list.layers.push_back({"blocks." + std::to_string(i), "Block", 12 * C * C + 13 * C, {},
-                           [config, par](const TiedModules&) {
-                             return std::make_shared<Block>(config.d_model, config.n_head, config.dropout, *par);
+  const auto sizes = config.parameter_sizes();
+  for (int64_t i = 0; i < L; ++i) {
+    const std::string name = "blocks." + std::to_string(i);
+    int64_t params = 0;
+    for (const auto& [p, n] : sizes)
+      if (p.starts_with(name + ".")) params += n;
+    list.layers.push_back({name, "Block", params, {}, [config, par, i](const TiedModules&) {
+                             return std::make_shared<Block>(config.d_model, config.n_head, config.dropout, *par,
+                                                            gpt_block_moe(config, i));
                            }});
+  }
   list.layers.push_back({"", "GPTHead", V * C + 2 * C, {"wte"}, [config, par](const TiedModules& t) {
                            return std::make_shared<GPTHead>(config, par, t.at("wte"));
                          }});

@@ -20,6 +20,7 @@ void LlamaConfig::validate() const {
   TRIAD_CHECK(seq_len > 0, "[model] seq_len must be positive, got " << seq_len);
   TRIAD_CHECK(vocab_size > 0, "[model] vocab_size must be positive, got " << vocab_size);
   TRIAD_CHECK(rms_eps > 0.0, "[model] rms_norm_eps must be positive, got " << rms_eps);
+  moe.validate(n_layer);
   TRIAD_CHECK(rope_theta > 0.0, "[model] rope_theta must be positive, got " << rope_theta);
 }
 
@@ -34,11 +35,14 @@ std::vector<std::pair<std::string, Shape>> LlamaConfig::parameter_shapes() const
                                                                            {"attn.k.weight", {n_kv_head * hd, C}},
                                                                            {"attn.v.weight", {n_kv_head * hd, C}},
                                                                            {"attn.o.weight", {C, n_head * hd}},
-                                                                           {"norm2.weight", {C}},
-                                                                           {"mlp.gate.weight", {I, C}},
-                                                                           {"mlp.up.weight", {I, C}},
-                                                                           {"mlp.down.weight", {C, I}}})
+                                                                           {"norm2.weight", {C}}})
       shapes.emplace_back(b + name, shape);
+    const std::vector<std::pair<std::string, Shape>> swiglu{{"gate.weight", {I, C}}, {"up.weight", {I, C}},
+                                                            {"down.weight", {C, I}}};
+    if (const MoEConfig layer = moe.at(i); layer.num_experts == 0)
+      for (const auto& [name, shape] : swiglu) shapes.emplace_back(b + "mlp." + name, shape);
+    else
+      for (const auto& [name, shape] : moe_parameter_shapes(layer, C, swiglu)) shapes.emplace_back(b + "moe." + name, shape);
   }
   shapes.emplace_back("norm_f.weight", Shape{C});
   shapes.emplace_back("head.weight", Shape{vocab_size, C});
@@ -46,10 +50,9 @@ std::vector<std::pair<std::string, Shape>> LlamaConfig::parameter_shapes() const
 }
 
 int64_t LlamaConfig::num_parameters() const {
-  validate();
-  const int64_t C = d_model, hd = d_model / n_head;
-  return 2 * vocab_size * C + n_layer * (2 * C + 2 * C * n_head * hd + 2 * C * n_kv_head * hd + 3 * C * intermediate) +
-         C;
+  int64_t n = 0;
+  for (const auto& [name, shape] : parameter_shapes()) n += numel(shape);
+  return n;
 }
 
 LlamaConfig LlamaConfig::preset(const std::string& name) {
@@ -68,6 +71,11 @@ LlamaConfig LlamaConfig::preset(const std::string& name) {
   return c;
 }
 
+std::shared_ptr<MoE> llama_block_moe(const LlamaConfig& config, int64_t block) {
+  return block_moe(config.moe, block, config.d_model, swiglu_expert(config.d_model, config.intermediate),
+                   config.init_seed);
+}
+
 void init_llama_parameters(const LlamaConfig& config, Module& model) {
   std::map<std::string, std::pair<Tensor, TensorSplit>> held;
   const auto splits = model.named_splits();
@@ -76,6 +84,7 @@ void init_llama_parameters(const LlamaConfig& config, Module& model) {
   Generator gen(config.init_seed);
   for (const auto& [name, shape] : config.parameter_shapes()) {
     const auto it = held.find(name);
+    if (name.find(".moe.") != std::string::npos) continue;  // drawn when built (nn::block_moe)
     if (name.find("norm") != std::string::npos) {  // norms start at 1 and draw nothing
       if (it != held.end()) ops::fill_(it->second.first, 1.0);
       continue;
@@ -103,7 +112,7 @@ Llama::Llama(const LlamaConfig& config, std::shared_ptr<const Parallelism> paral
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < config_.n_layer; ++i)
     blocks->push_back(std::make_shared<LlamaBlock>(C, config_.n_head, config_.n_kv_head, config_.intermediate,
-                                                   config_.rms_eps, rope, par));
+                                                   config_.rms_eps, rope, par, llama_block_moe(config_, i)));
   norm_f = register_module("norm_f", std::make_shared<RMSNorm>(C, config_.rms_eps));
   head = register_module("head", par.column_linear(C, V, 1, false));
   par.mark_residual_layer(*norm_f);

@@ -33,13 +33,18 @@ struct LlamaConfig {
   double rms_eps = 1e-5;
   double rope_theta = 10000.0;
   uint64_t init_seed = 1234;
+  // Mixture-of-Experts blocks (none by default): SwiGLU experts of the dense MLP's shape
+  // (Mixtral's), initialised from streams of their own (nn::block_moe).
+  MoEModelConfig moe;
 
   void validate() const;  // throws Error naming the bad field
 
-  // Every parameter of the model, by name, at its global shape, in the model's order.
+  // Every parameter of the model, by name, at its global shape, in the model's order (an MoE
+  // block's blocks.{i}.moe.* in place of its mlp).
   std::vector<std::pair<std::string, Shape>> parameter_shapes() const;
   // Ψ = 2VC + L·(2C + 2C·NH·hd + 2C·NKV·hd + 3CI) + C (hd = C / NH: q and o 2C², k and v
-  // 2C²·NKV/NH, the MLP 3CI, two norms), the embedding and head counted apart (untied).
+  // 2C²·NKV/NH, the MLP 3CI, two norms), the embedding and head counted apart (untied); an
+  // MoE block's layer in place of its MLP.
   int64_t num_parameters() const;
 
   // Named shapes: "llama-tiny" (L2 C64 NH4 NKV2 I172 V256 T64, the defaults, for tests),
@@ -54,6 +59,9 @@ struct LlamaConfig {
 // (Hugging Face's initializer_range), 1 for the norms; each parameter drawn at its global
 // shape in the model's order (a split one keeps its part), whatever else the module holds.
 void init_llama_parameters(const LlamaConfig& config, Module& model);
+
+// Block `block`'s MoE layer, or null when it is dense.
+std::shared_ptr<MoE> llama_block_moe(const LlamaConfig& config, int64_t block);
 
 // Built with a Parallelism other than serial(), the Llama holds this rank's part of a model
 // split over tensor-parallel ranks (nn/parallelism.h): the embedding by vocabulary rows, the

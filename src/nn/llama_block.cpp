@@ -104,25 +104,31 @@ SwiGLU::SwiGLU(int64_t d_model, int64_t intermediate, const Parallelism& par) : 
 Tensor SwiGLU::forward(const Tensor& x) { return (*down)(mul(silu((*gate)(x)), (*up)(x))); }
 
 LlamaBlock::LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64_t intermediate, double rms_eps,
-                       std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par)
+                       std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par,
+                       std::shared_ptr<MoE> moe_)
     : Module("LlamaBlock") {
   norm1 = register_module("norm1", std::make_shared<RMSNorm>(d_model, rms_eps));
   attn = register_module("attn", std::make_shared<GroupedQueryAttention>(d_model, n_head, n_kv_head, std::move(rope), par));
   norm2 = register_module("norm2", std::make_shared<RMSNorm>(d_model, rms_eps));
-  mlp = register_module("mlp", std::make_shared<SwiGLU>(d_model, intermediate, par));
+  if (moe_)
+    moe = register_module("moe", std::move(moe_));
+  else
+    mlp = register_module("mlp", std::make_shared<SwiGLU>(d_model, intermediate, par));
   par.mark_residual_layer(*norm1);
   par.mark_residual_layer(*norm2);
 }
 
+Tensor LlamaBlock::feed_forward(const Tensor& x) { return mlp ? (*mlp)(x) : (*moe)(x); }
+
 Tensor LlamaBlock::forward(const Tensor& x) {
   const Tensor h = add(x, (*attn)((*norm1)(x)));
-  return add(h, (*mlp)((*norm2)(h)));
+  return add(h, feed_forward((*norm2)(h)));
 }
 
 Tensor LlamaBlock::forward_padded(const Tensor& x, const LeftPadding& padding) {
   return call([&] {
     const Tensor h = add(x, attn->call([&] { return attn->forward((*norm1)(x), padding); }));
-    return add(h, (*mlp)((*norm2)(h)));
+    return add(h, feed_forward((*norm2)(h)));
   });
 }
 
@@ -130,7 +136,7 @@ Tensor LlamaBlock::forward_cached(const Tensor& x, const Tensor& k_cache, const 
                                   const Tensor& positions, const Tensor& key_start) {
   return call([&] {
     const Tensor h = add(x, attn->forward_cached((*norm1)(x), k_cache, v_cache, pos, positions, key_start));
-    return add(h, (*mlp)((*norm2)(h)));
+    return add(h, feed_forward((*norm2)(h)));
   });
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "nn/language_model.h"
+#include "nn/moe.h"
 #include "nn/parallelism.h"
 #include "nn/rotary.h"
 
@@ -63,8 +64,11 @@ class SwiGLU : public Module {
 // x + attn(norm1(x)), then x + mlp(norm2(x)).
 class LlamaBlock : public Module {
  public:
+  // With `moe`, the block's feed-forward is that MoE layer (SwiGLU experts, Mixtral's shape)
+  // in place of the SwiGLU, its router loss riding on its output (nn/router_loss.h).
   LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64_t intermediate, double rms_eps,
-             std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par = *serial());
+             std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par = *serial(),
+             std::shared_ptr<MoE> moe = nullptr);
   Tensor forward(const Tensor& x) override;
   // A left-padded batch (Note [Left-padded batches]); runs the hooks.
   Tensor forward_padded(const Tensor& x, const LeftPadding& padding);
@@ -73,7 +77,11 @@ class LlamaBlock : public Module {
 
   std::shared_ptr<RMSNorm> norm1, norm2;
   std::shared_ptr<GroupedQueryAttention> attn;
-  std::shared_ptr<SwiGLU> mlp;
+  std::shared_ptr<SwiGLU> mlp;  // null in an MoE block
+  std::shared_ptr<MoE> moe;     // null in a dense block
+
+ private:
+  Tensor feed_forward(const Tensor& x);  // (*mlp)(x) or (*moe)(x)
 };
 
 }  // namespace triad::nn

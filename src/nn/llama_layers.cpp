@@ -42,8 +42,7 @@ class LlamaHead : public Module {
 
 LayerList llama_layers(const LlamaConfig& config, std::shared_ptr<const Parallelism> par) {
   config.validate();
-  const int64_t C = config.d_model, V = config.vocab_size, I = config.intermediate;
-  const int64_t kv = config.n_kv_head * (C / config.n_head);  // k and v output features
+  const int64_t C = config.d_model, V = config.vocab_size;
   TRIAD_CHECK(V % par->ranks() == 0, "Llama: vocab_size " << V << " must be divisible by the " << par->ranks()
                                                           << " tensor-parallel ranks (the head is split by rows)");
   const auto rope = std::make_shared<const RotaryEmbedding>(C / config.n_head, config.seq_len, config.rope_theta);
@@ -51,12 +50,18 @@ LayerList llama_layers(const LlamaConfig& config, std::shared_ptr<const Parallel
   list.layers.push_back({"", "LlamaEmbedding", V * C, {}, [config, par](const TiedModules&) {
                            return std::make_shared<LlamaEmbedding>(config, *par);
                          }});
-  for (int64_t i = 0; i < config.n_layer; ++i)
-    list.layers.push_back({"blocks." + std::to_string(i), "LlamaBlock", 2 * C + 2 * C * C + 2 * C * kv + 3 * C * I, {},
-                           [config, par, rope](const TiedModules&) {
+  const auto shapes = config.parameter_shapes();
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    const std::string name = "blocks." + std::to_string(i);
+    int64_t params = 0;
+    for (const auto& [p, shape] : shapes)
+      if (p.starts_with(name + ".")) params += numel(shape);
+    list.layers.push_back({name, "LlamaBlock", params, {}, [config, par, rope, i](const TiedModules&) {
                              return std::make_shared<LlamaBlock>(config.d_model, config.n_head, config.n_kv_head,
-                                                                 config.intermediate, config.rms_eps, rope, *par);
+                                                                 config.intermediate, config.rms_eps, rope, *par,
+                                                                 llama_block_moe(config, i));
                            }});
+  }
   list.layers.push_back({"", "LlamaHead", V * C + C, {}, [config, par](const TiedModules&) {
                            return std::make_shared<LlamaHead>(config, *par);
                          }});

@@ -1,6 +1,9 @@
 #include "nn/moe.h"
 
 #include "autograd/functions.h"
+#include "autograd/grad_mode.h"
+#include "autograd/meta.h"
+#include "nn/router_loss.h"
 
 namespace triad::nn {
 
@@ -87,6 +90,54 @@ MoEOutput MoE::apply(const Tensor& x) {
     r.stats.dropped_fraction = double(r.stats.dropped) / double(routing.tokens * routing.k);
     return r;
   });
+}
+
+Tensor MoE::forward(const Tensor& x) {
+  MoEOutput r = apply(x);
+  if (is_training() && GradMode::enabled()) {
+    ++totals_.forwards;
+    totals_.dropped += r.stats.dropped;
+    if (totals_.load.empty()) totals_.load.assign(r.stats.load.size(), 0);
+    for (size_t e = 0; e < r.stats.load.size(); ++e) totals_.load[e] += r.stats.load[e], totals_.choices += r.stats.load[e];
+    const Tensor losses[3] = {r.loss, r.l_aux, r.z_loss};
+    for (int i = 0; i < 3; ++i)
+      loss_sums_[i] = loss_sums_[i].defined() ? ops::add(loss_sums_[i], detach(losses[i])) : detach(losses[i]);
+  }
+  return attach_router_loss(r.out, r.loss);
+}
+
+std::vector<std::pair<std::string, Shape>> moe_parameter_shapes(const MoEConfig& layer, int64_t d_model,
+                                                                const std::vector<std::pair<std::string, Shape>>& expert) {
+  std::vector<std::pair<std::string, Shape>> shapes{{"gate.wg.weight", Shape{layer.num_experts, d_model}}};
+  for (int64_t e = 0; e < layer.num_experts; ++e)
+    for (const auto& [name, shape] : expert) shapes.emplace_back("experts." + std::to_string(e) + "." + name, shape);
+  if (layer.use_residual) {
+    for (const auto& [name, shape] : expert) shapes.emplace_back("mlp." + name, shape);
+    shapes.emplace_back("coefficient.weight", Shape{2, d_model});
+    shapes.emplace_back("coefficient.bias", Shape{2});
+  }
+  return shapes;
+}
+
+std::shared_ptr<MoE> block_moe(const MoEModelConfig& config, int64_t block, int64_t d_model,
+                               const ExpertFactory& make_expert, uint64_t seed) {
+  const MoEConfig layer = config.at(block);
+  if (layer.num_experts == 0) return nullptr;
+  constexpr uint64_t kMoEStream = 0x4d6f45;  // the streams of MoE layers, apart from the model's other draws
+  const SeededDefaultGenerator stream(random_bits(seed ^ kMoEStream, uint64_t(block)));
+  return std::make_shared<MoE>(d_model, layer, make_expert, local_experts(), default_generator());
+}
+
+MoETotals MoE::take_totals() {
+  MoETotals t = std::move(totals_);
+  totals_ = MoETotals{};
+  double* sums[3] = {&t.loss, &t.l_aux, &t.z_loss};
+  for (int i = 0; i < 3; ++i)
+    if (loss_sums_[i].defined()) {
+      *sums[i] = loss_sums_[i].item();
+      loss_sums_[i] = Tensor();
+    }
+  return t;
 }
 
 }  // namespace triad::nn

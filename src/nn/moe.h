@@ -6,7 +6,9 @@
 // a dense MLP beside the experts, mixed in by a learned 2-way softmax,
 //   out = moe(x) c0 + mlp(x) c1,  c = softmax(coefficient(x)), coefficient: d -> 2.
 // Usable in any model: it maps (..., d) to (..., d) token by token. The router's losses
-// come back with the output (MoEOutput::loss), for the model to add to its training loss.
+// come back with the output of apply() (MoEOutput::loss), or ride on the output of forward()
+// into the backward (Note [Router losses in the backward], nn/router_loss.h), which is how
+// the GPT and the Llama use it.
 //
 // The forward is dispatch -> experts -> combine; expert parallelism plugs in between the
 // stages through an ExpertExchange (Note [Expert parallelism] in nn/expert_exchange.h).
@@ -26,6 +28,16 @@ struct MoEStats {
   double dropped_fraction = 0;  // dropped / (tokens k): for top-1, the share of tokens dropped
 };
 
+// What the training forwards of a layer routed since the last take_totals(), for metrics.
+// Counted in forwards that record a graph, so that a block that activation checkpointing
+// recomputes counts once (its first pass records none).
+struct MoETotals {
+  int64_t forwards = 0;
+  double loss = 0, l_aux = 0, z_loss = 0;  // sums over the forwards
+  int64_t dropped = 0, choices = 0;        // dropped choices, of all the tokens' k choices
+  std::vector<int64_t> load;               // (E): choices routed to each expert, summed
+};
+
 struct MoEOutput {
   Tensor out;     // x's shape
   Tensor loss;    // (): aux_loss_coeff l_aux + z_loss_coeff z_loss, to add to the training loss
@@ -43,9 +55,13 @@ class MoE : public Module {
   MoE(int64_t d_model, const MoEConfig& config, const ExpertFactory& make_expert,
       std::shared_ptr<const ExpertExchange> exchange = local_experts(), Generator& gen = default_generator());
 
-  // x (..., d). The entry point (it runs the hooks); there is no single-tensor forward, so
-  // that the losses cannot be dropped by accident.
+  // x (..., d). The entry point (it runs the hooks) when the caller takes the losses itself.
   MoEOutput apply(const Tensor& x);
+  // x (..., d) -> apply(x).out, its router loss attached for the backward (nn/router_loss.h);
+  // a training forward that records a graph adds its figures to the totals.
+  Tensor forward(const Tensor& x) override;
+  // The totals since the previous call (Tensor::item() reads the losses: a device sync).
+  MoETotals take_totals();
 
   // The stages, for the exchange and for tests. tokens (S, d) -> slots (E, C, d), a
   // slot holding its token or zeros when empty.
@@ -62,6 +78,23 @@ class MoE : public Module {
 
  private:
   std::shared_ptr<const ExpertExchange> exchange_;
+  MoETotals totals_;
+  Tensor loss_sums_[3];  // loss, l_aux, z_loss summed on the device until take_totals()
 };
+
+// The parameters of an MoE layer of `layer`'s options over d features, in the layer's order
+// (names below the layer's), given those of one expert (e.g. {"fc.weight", {4d, d}}, ...):
+// gate.wg.weight (E, d), experts.{e}.<expert's> for every expert e, and with use_residual
+// mlp.<expert's>, coefficient.weight (2, d), coefficient.bias (2).
+std::vector<std::pair<std::string, Shape>> moe_parameter_shapes(const MoEConfig& layer, int64_t d_model,
+                                                                const std::vector<std::pair<std::string, Shape>>& expert);
+
+// The MoE layer of block `block` of a model (GPT, Llama), or null when that block is dense
+// (MoEModelConfig::at). Its gate and experts are drawn from a stream of their own, of
+// (seed, block), so that a pipeline stage holding the block builds the same layer as the
+// whole model does; in training its draws (random token selection, noise) come from the
+// default generator.
+std::shared_ptr<MoE> block_moe(const MoEModelConfig& config, int64_t block, int64_t d_model,
+                               const ExpertFactory& make_expert, uint64_t seed);
 
 }  // namespace triad::nn

@@ -21,4 +21,27 @@ void MoEConfig::validate() const {
               "[moe] aux_loss_coeff and z_loss_coeff must be >= 0, got " << aux_loss_coeff << " and " << z_loss_coeff);
 }
 
+MoEConfig MoEModelConfig::at(int64_t block) const {
+  MoEConfig c = layer;
+  c.num_experts = 0;
+  if (enabled() && (block + 1) % every == 0) {
+    const int64_t i = (block + 1) / every - 1;
+    c.num_experts = num_experts.size() == 1 ? num_experts[0] : num_experts[size_t(i)];
+  }
+  return c;
+}
+
+void MoEModelConfig::validate(int64_t n_layer) const {
+  if (!enabled()) return;
+  TRIAD_CHECK(every >= 1 && every <= n_layer,
+              "[model.moe] every must be in [1, n_layer = " << n_layer << "], got " << every);
+  const int64_t blocks = moe_blocks(n_layer);
+  TRIAD_CHECK(num_experts.size() == 1 || int64_t(num_experts.size()) == blocks,
+              "[model.moe] num_experts must be one count or a list of one per MoE block ("
+                  << blocks << " blocks of " << n_layer << " at every " << every << "), got a list of "
+                  << num_experts.size());
+  for (int64_t i = 0; i < n_layer; ++i)
+    if (const MoEConfig c = at(i); c.num_experts != 0) c.validate();
+}
+
 }  // namespace triad::nn

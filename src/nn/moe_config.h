@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace triad::nn {
 
@@ -33,6 +34,26 @@ struct MoEConfig {
   // Throws triad::Error naming the field ("[moe] k must be in [1, num_experts] ...").
   void validate() const;
   double capacity_factor_for(bool training) const { return training ? capacity_factor : eval_capacity_factor; }
+};
+
+// Which blocks of a transformer (the GPT, the Llama) are MoE layers, and how: the config
+// file's model.moe. Block i (from 0) is an MoE layer when (i + 1) % every == 0, as
+// Megatron-DeepSpeed's --expert-interval places them (every 2: blocks 1, 3, 5, ...; every
+// 1: all). Its expert count is num_experts's one value, or PR-MoE's pyramid: one value per
+// MoE block, in order. The rest of the layer's options are `layer`'s (its num_experts is
+// set per block).
+struct MoEModelConfig {
+  std::vector<int64_t> num_experts;  // empty: a dense model
+  int64_t every = 2;
+  MoEConfig layer;
+
+  bool enabled() const { return !num_experts.empty(); }
+  // The MoE blocks of a model of n_layer blocks.
+  int64_t moe_blocks(int64_t n_layer) const { return enabled() ? n_layer / every : 0; }
+  // Block `block`'s layer options, or num_experts 0 for a dense block.
+  MoEConfig at(int64_t block) const;
+  // Throws triad::Error naming the key ("[model.moe] ...").
+  void validate(int64_t n_layer) const;
 };
 
 }  // namespace triad::nn

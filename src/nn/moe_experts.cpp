@@ -14,22 +14,6 @@ ExpertFactory swiglu_expert(int64_t d_model, int64_t intermediate) {
   return [=] { return std::make_shared<SwiGLU>(d_model, intermediate); };
 }
 
-namespace {
-
-// Points the default generator at a stream of its own for its lifetime.
-class SeededDefaultGenerator {
- public:
-  explicit SeededDefaultGenerator(uint64_t seed) : saved_(default_generator().state()) {
-    default_generator().manual_seed(seed);
-  }
-  ~SeededDefaultGenerator() { default_generator().set_state(saved_); }
-
- private:
-  GeneratorState saved_;
-};
-
-}  // namespace
-
 Experts::Experts(int64_t first, int64_t count, const ExpertFactory& make, uint64_t seed)
     : Module("Experts"), first(first) {
   TRIAD_CHECK(count >= 1, "Experts: need at least one expert, got " << count);

@@ -72,24 +72,30 @@ MLP::MLP(int64_t d_model, double dropout, const Parallelism& par) : Module("MLP"
 
 Tensor MLP::forward(const Tensor& x) { return (*drop)((*proj)((*act)((*fc)(x)))); }
 
-Block::Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par) : Module("Block") {
+Block::Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par, std::shared_ptr<MoE> moe_)
+    : Module("Block") {
   ln1 = register_module("ln1", std::make_shared<LayerNorm>(d_model));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(d_model, n_head, dropout, par));
   ln2 = register_module("ln2", std::make_shared<LayerNorm>(d_model));
-  mlp = register_module("mlp", std::make_shared<MLP>(d_model, dropout, par));
+  if (moe_)
+    moe = register_module("moe", std::move(moe_));
+  else
+    mlp = register_module("mlp", std::make_shared<MLP>(d_model, dropout, par));
   par.mark_residual_layer(*ln1);
   par.mark_residual_layer(*ln2);
 }
 
+Tensor Block::feed_forward(const Tensor& x) { return mlp ? (*mlp)(x) : (*moe)(x); }
+
 Tensor Block::forward(const Tensor& x) {
   const Tensor h = add(x, (*attn)((*ln1)(x)));
-  return add(h, (*mlp)((*ln2)(h)));
+  return add(h, feed_forward((*ln2)(h)));
 }
 
 Tensor Block::forward_padded(const Tensor& x, const Tensor& key_start) {
   return call([&] {
     const Tensor h = add(x, attn->call([&] { return attn->forward((*ln1)(x), key_start); }));
-    return add(h, (*mlp)((*ln2)(h)));
+    return add(h, feed_forward((*ln2)(h)));
   });
 }
 
@@ -97,7 +103,7 @@ Tensor Block::forward_cached(const Tensor& x, const Tensor& k_cache, const Tenso
                              const Tensor& key_start) {
   return call([&] {
     const Tensor h = ops::add(x, attn->forward_cached((*ln1)(x), k_cache, v_cache, pos, key_start));
-    return ops::add(h, (*mlp)((*ln2)(h)));
+    return ops::add(h, feed_forward((*ln2)(h)));
   });
 }
 

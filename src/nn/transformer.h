@@ -3,6 +3,7 @@
 #pragma once
 
 #include "nn/language_model.h"
+#include "nn/moe.h"
 #include "nn/parallelism.h"
 
 namespace triad::nn {
@@ -40,10 +41,12 @@ class MLP : public Module {
   std::shared_ptr<Dropout> drop;
 };
 
-// x + attn(ln1(x)), then x + mlp(ln2(x)).
+// x + attn(ln1(x)), then x + mlp(ln2(x)); in an MoE block (given `moe`), x + moe(ln2(x)),
+// the layer's router loss riding on its output (nn/router_loss.h).
 class Block : public Module {
  public:
-  Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par = *serial());
+  Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par = *serial(),
+        std::shared_ptr<MoE> moe = nullptr);
   Tensor forward(const Tensor& x) override;
   // A left-padded batch: the rows' first keys (Note [Left-padded batches]); runs the hooks.
   Tensor forward_padded(const Tensor& x, const Tensor& key_start);
@@ -52,7 +55,11 @@ class Block : public Module {
 
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;
-  std::shared_ptr<MLP> mlp;
+  std::shared_ptr<MLP> mlp;  // null in an MoE block
+  std::shared_ptr<MoE> moe;  // null in a dense block
+
+ private:
+  Tensor feed_forward(const Tensor& x);  // (*mlp)(x) or (*moe)(x)
 };
 
 }  // namespace triad::nn

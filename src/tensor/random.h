@@ -41,6 +41,22 @@ Generator& default_generator();
 // Activation checkpointing saves and replays it with the default one.
 Generator& tensor_parallel_generator();
 
+// Points the default generator at the stream of `seed` for its lifetime, then restores its
+// state: what a module draws while one is alive depends on the seed alone (MoE experts and
+// gates, each from a stream of its own, whichever process builds them).
+class SeededDefaultGenerator {
+ public:
+  explicit SeededDefaultGenerator(uint64_t seed) : saved_(default_generator().state()) {
+    default_generator().manual_seed(seed);
+  }
+  ~SeededDefaultGenerator() { default_generator().set_state(saved_); }
+  SeededDefaultGenerator(const SeededDefaultGenerator&) = delete;
+  SeededDefaultGenerator& operator=(const SeededDefaultGenerator&) = delete;
+
+ private:
+  GeneratorState saved_;
+};
+
 // 64 random bits for counter `counter` under `seed` (a splitmix64-style mix of both). These
 // two are also device functions: a kernel draws exactly what the host draws.
 TRIAD_HOST_DEVICE inline uint64_t random_bits(uint64_t seed, uint64_t counter) {

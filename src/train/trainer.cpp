@@ -18,6 +18,7 @@
 #include "parallel/watchdog.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
+#include "train/moe_metrics.h"
 #include "train/preemption.h"
 #include "train/stall_hook.h"
 
@@ -228,6 +229,11 @@ class TrainingRun {
                            {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
     if (world_) line["mem"] = mem_, line["comm"] = r.comm;
     if (world_ && !options_.metrics_path.empty()) line["ranks"] = rank_times(busy_ms);
+    if (!options_.metrics_path.empty())
+      if (nlohmann::json moe = moe_metrics(engine_->model(), c_.arch == "llama" ? c_.llama.moe : c_.model.moe,
+                                           model_shape(c_).n_layer, world_.get());
+          !moe.is_null())
+        line["moe"] = std::move(moe);
     line["mem"]["activation_peak_bytes"] = passes.activation_peak;
     if (c_.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
     if ((c_.eval_interval > 0 && r.step % c_.eval_interval == 0) || r.step == c_.steps)

@@ -59,7 +59,7 @@ std::vector<Row> deepspeed_rows() {
 }
 
 json base() {
-  return {{"model", {{"n_layer", 1}, {"n_head", 2}, {"d_model", 24}, {"seq_len", 8}, {"vocab_size", 16}}},
+  return {{"model", {{"n_layer", 2}, {"n_head", 2}, {"d_model", 24}, {"seq_len", 8}, {"vocab_size", 16}}},
           {"train_micro_batch_size_per_gpu", 2},
           {"steps", 5000}};
 }

@@ -8,6 +8,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <functional>
+#include <numeric>
 
 #include "io/tensor_file.h"
 #include "support/check.h"
@@ -516,5 +517,196 @@ BOOST_AUTO_TEST_CASE(bad_configurations_and_inputs_are_named) {
                     {"num_experts (4) must be divisible by the expert-parallel size (3)"});
   nn::MoE moe(4, {.num_experts = 2}, nn::gelu_mlp_expert(4));
   test::check_error([&] { moe.apply(Tensor::zeros({3, 5})); }, {"MoE: expected x (..., 4), got (3, 5)"});
-  test::check_error([&] { moe(Tensor::zeros({3, 4})); }, {"has no single-tensor forward"});
+  test::check_error([&] { moe(Tensor::zeros({3, 5})); }, {"MoE: expected x (..., 4), got (3, 5)"});
+}
+
+// ---------------------------------------------------------------- in models
+
+BOOST_AUTO_TEST_CASE(router_loss_rides_on_the_output_into_the_backward) {
+  Tensor x = Tensor::from_vector(std::vector<double>{1, -2, 3}, {3});
+  Tensor w = Tensor::from_vector(std::vector<double>{0.5, 2}, {2});
+  set_requires_grad(x);
+  set_requires_grad(w);
+  auto grads = [&](double seed, double router) {
+    set_grad(x, Tensor());
+    set_grad(w, Tensor());
+    const nn::RouterLossGradient scope(router);
+    const Tensor y = nn::attach_router_loss(mul(x, 3.0), sum(mul(w, w)));  // router loss |w|^2
+    BOOST_TEST(vec(y) == (std::vector<double>{3, -6, 9}), boost::test_tools::per_element());
+    backward(sum(y), Tensor::full({}, seed, DType::f64));
+    return std::pair(vec(grad(x)), vec(grad(w)));
+  };
+  BOOST_TEST(nn::router_loss_gradient() == 1.0);
+  const auto [gx, gw] = grads(1.0, 1.0);
+  BOOST_TEST(gx == (std::vector<double>{3, 3, 3}), boost::test_tools::per_element());
+  BOOST_TEST(gw == (std::vector<double>{1, 4}), boost::test_tools::per_element());  // 2w
+  const auto [hx, hw] = grads(0.25, 0.25);  // a trainer's seed: a quarter of everything
+  BOOST_TEST(hx == (std::vector<double>{0.75, 0.75, 0.75}), boost::test_tools::per_element());
+  BOOST_TEST(hw == (std::vector<double>{0.25, 1}), boost::test_tools::per_element());
+  BOOST_TEST(nn::router_loss_gradient() == 1.0);  // restored
+}
+
+BOOST_AUTO_TEST_CASE(moe_blocks_are_placed_as_megatron_deepspeed_places_them) {
+  nn::MoEModelConfig m;
+  BOOST_TEST(!m.enabled());
+  BOOST_TEST(m.at(3).num_experts == 0);
+  m.num_experts = {8};  // every 2 (the default): blocks 1, 3, 5
+  std::vector<int64_t> experts;
+  for (int64_t i = 0; i < 6; ++i) experts.push_back(m.at(i).num_experts);
+  BOOST_TEST(experts == (std::vector<int64_t>{0, 8, 0, 8, 0, 8}), boost::test_tools::per_element());
+  m.num_experts = {2, 4, 8};  // PR-MoE's pyramid
+  m.every = 2;
+  experts.clear();
+  for (int64_t i = 0; i < 6; ++i) experts.push_back(m.at(i).num_experts);
+  BOOST_TEST(experts == (std::vector<int64_t>{0, 2, 0, 4, 0, 8}), boost::test_tools::per_element());
+  BOOST_TEST(m.moe_blocks(6) == 3);
+  m.validate(6);
+  m.every = 3;
+  test::check_error([&] { m.validate(6); }, {"[model.moe] num_experts must be one count or a list of one per MoE "
+                                             "block (2 blocks of 6 at every 3), got a list of 3"});
+  m.every = 7;
+  test::check_error([&] { m.validate(6); }, {"[model.moe] every must be in [1, n_layer = 6], got 7"});
+  m = nn::MoEModelConfig{.num_experts = {2}, .every = 1, .layer = {.k = 3}};
+  test::check_error([&] { m.validate(2); }, {"[moe] k must be in [1, num_experts = 2], got 3"});
+}
+
+namespace {
+
+// A GPT with an MoE block of 3 experts, top-2 with drops, both router losses; or the same
+// as a Llama with SwiGLU experts and a residual MLP.
+nn::GPTConfig moe_gpt() {
+  nn::GPTConfig c;
+  c.n_layer = 2, c.n_head = 2, c.d_model = 8, c.seq_len = 6, c.vocab_size = 11;
+  c.moe = {.num_experts = {3},
+           .every = 2,
+           .layer = {.k = 2, .capacity_factor = 0.75, .min_capacity = 0, .aux_loss_coeff = 0.3, .z_loss_coeff = 0.2}};
+  return c;
+}
+
+nn::LlamaConfig moe_llama() {
+  nn::LlamaConfig c;
+  c.n_layer = 2, c.n_head = 2, c.n_kv_head = 1, c.d_model = 8, c.intermediate = 6, c.seq_len = 6, c.vocab_size = 11;
+  c.moe = {.num_experts = {2, 3},
+           .every = 1,
+           .layer = {.capacity_factor = 0.5, .min_capacity = 0, .use_residual = true, .z_loss_coeff = 0.1}};
+  return c;
+}
+
+// The training objective of a model with MoE blocks, lm_loss + the router losses of its
+// layers, with the layers' draws replayed from `state`.
+std::vector<nn::MoE*> moe_layers(const std::shared_ptr<nn::LanguageModel>& model) {
+  std::vector<nn::MoE*> layers;
+  for (const auto& [name, m] : model->named_modules(model))
+    if (auto* moe = dynamic_cast<nn::MoE*>(m.get())) layers.push_back(moe);
+  return layers;
+}
+
+double objective(const std::shared_ptr<nn::LanguageModel>& model, const Tensor& idx, const Tensor& tgt,
+                 const GeneratorState& state) {
+  default_generator().set_state(state);
+  EnableGradGuard grad;  // the totals count forwards that record a graph
+  double l = model->loss(idx, tgt).item();
+  for (nn::MoE* moe : moe_layers(model)) l += moe->take_totals().loss;
+  return l;
+}
+
+// Central differences of the objective in f64 against one backward from the LM loss, for a
+// sample of every parameter's entries, within `tolerance` relative.
+void check_model_gradients(const std::string& name, const std::shared_ptr<nn::LanguageModel>& model,
+                           double tolerance) {
+  params_to(*model, DType::f64);
+  model->train();
+  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{1, 5, 2, 9, 3, 3, 7, 0, 10, 4, 6, 8}, {2, 6});
+  const Tensor tgt = Tensor::from_vector(std::vector<int64_t>{5, 2, 9, 3, 3, 7, 0, 10, 4, 6, 8, 1}, {2, 6});
+  const GeneratorState state = default_generator().state();
+  objective(model, idx, tgt, state);  // clears the totals
+  model->zero_grad();
+  default_generator().set_state(state);
+  backward(model->loss(idx, tgt));
+  for (nn::MoE* moe : moe_layers(model)) moe->take_totals();
+  const double eps = 1e-6;
+  int64_t dropped = 0;
+  for (const auto& [pname, p] : model->named_parameters()) {
+    const std::vector<double> analytic = grad(p).defined() ? vec(grad(p)) : std::vector<double>(size_t(p.numel()));
+    double* v = p.data<double>();
+    double max_diff = 0, scale = 1e-12;
+    for (int64_t j = 0; j < p.numel(); j += std::max<int64_t>(1, p.numel() / 7)) {
+      const double orig = v[j];
+      v[j] = orig + eps;
+      const double lp = objective(model, idx, tgt, state);
+      v[j] = orig - eps;
+      const double lm = objective(model, idx, tgt, state);
+      v[j] = orig;
+      const double num = (lp - lm) / (2 * eps);
+      max_diff = std::max(max_diff, std::fabs(num - analytic[size_t(j)]));
+      scale = std::max({scale, std::fabs(num), std::fabs(analytic[size_t(j)])});
+    }
+    BOOST_TEST(max_diff / scale < tolerance, name << ": " << pname << " relative error " << max_diff / scale);
+  }
+  default_generator().set_state(state);
+  EnableGradGuard grad;
+  model->loss(idx, tgt);
+  for (nn::MoE* moe : moe_layers(model)) dropped += moe->take_totals().dropped;
+  BOOST_TEST(dropped > 0, name << ": the capacity drops no choice");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(model_gradients_include_the_router_losses) {
+  const auto gpt = std::make_shared<nn::GPT>(moe_gpt());
+  BOOST_TEST(!std::static_pointer_cast<nn::Block>((*gpt->blocks)[0])->moe);
+  BOOST_TEST_REQUIRE(std::static_pointer_cast<nn::Block>((*gpt->blocks)[1])->moe != nullptr);
+  BOOST_TEST(!std::static_pointer_cast<nn::Block>((*gpt->blocks)[1])->mlp);
+  check_model_gradients("GPT", gpt, 1e-6);
+  // The Llama's rotary tables stay f32: its q and k weights' gradients carry their rounding.
+  check_model_gradients("Llama", std::make_shared<nn::Llama>(moe_llama()), 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(moe_models_count_and_name_their_parameters) {
+  const nn::GPTConfig g = moe_gpt();
+  nn::GPT gpt(g);
+  BOOST_TEST(gpt.num_parameters() == g.num_parameters());
+  const int64_t C = 8, dense = 12 * C * C + 13 * C, expert = 8 * C * C + 5 * C;
+  BOOST_TEST(g.num_parameters() == 11 * C + 6 * C + 2 * dense + 2 * C - expert + 3 * C + 3 * expert);
+  std::vector<std::string> names;
+  for (const auto& [name, p] : gpt.named_parameters()) names.push_back(name);
+  std::vector<std::string> listed;
+  for (const auto& [name, n] : g.parameter_sizes()) listed.push_back(name);
+  BOOST_TEST(names == listed, boost::test_tools::per_element());
+  BOOST_TEST(std::count(names.begin(), names.end(), "blocks.1.moe.experts.2.proj.weight") == 1);
+  const nn::LlamaConfig l = moe_llama();
+  nn::Llama llama(l);
+  BOOST_TEST(llama.num_parameters() == l.num_parameters());
+  names.clear(), listed.clear();
+  for (const auto& [name, p] : llama.named_parameters()) names.push_back(name);
+  for (const auto& [name, shape] : l.parameter_shapes()) listed.push_back(name);
+  BOOST_TEST(names == listed, boost::test_tools::per_element());
+  // A pipeline stage builds the same layers: the block's list entry counts what it holds.
+  const nn::LayerList layers = nn::gpt_layers(g);
+  BOOST_TEST(layers.layers[2].parameters == 4 * C * C + 8 * C + 3 * C + 3 * expert);
+}
+
+BOOST_AUTO_TEST_CASE(training_forwards_add_to_the_totals_once) {
+  nn::GPTConfig c = moe_gpt();
+  c.moe.layer.capacity_factor = 4.0;
+  nn::GPT gpt(c);
+  nn::MoE& moe = *std::static_pointer_cast<nn::Block>((*gpt.blocks)[1])->moe;
+  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{1, 5, 2, 9, 3, 3}, {1, 6});
+  gpt.train();
+  gpt.loss(idx, idx);
+  gpt.loss(idx, idx);
+  {
+    NoGradGuard no_grad;  // activation checkpointing's first pass: not counted
+    gpt.loss(idx, idx);
+  }
+  gpt.eval();
+  gpt.loss(idx, idx);
+  const nn::MoETotals t = moe.take_totals();
+  BOOST_TEST(t.forwards == 2);
+  BOOST_TEST(t.choices == 2 * 6 * 2);
+  BOOST_TEST(std::accumulate(t.load.begin(), t.load.end(), int64_t(0)) == t.choices);
+  BOOST_TEST(t.dropped == 0);
+  BOOST_TEST(t.loss == 0.3 * t.l_aux + 0.2 * t.z_loss, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(t.l_aux > 0);
+  BOOST_TEST(moe.take_totals().forwards == 0);
 }

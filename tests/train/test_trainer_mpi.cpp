@@ -1,9 +1,11 @@
 // The trainer under mpirun: data-parallel runs at ZeRO stages 0–3 follow the
-// single-process run (same losses and validation loss), and ranks that disagree on the
+// single-process run (same losses and validation loss), a GPT with MoE blocks too (on
+// pipeline stages, with tensor parallelism and with recomputed blocks as well), and ranks that disagree on the
 // configuration all stop with the same clear error instead of hanging. Ranks that would
 // share a GPU are found, and named alike on every rank (no GPU is touched).
 #define BOOST_TEST_MODULE trainer_mpi
 #include <boost/test/unit_test.hpp>
+#include <fstream>
 
 #include "engine/engine.h"
 #include "train/trainer.h"
@@ -52,6 +54,72 @@ BOOST_AUTO_TEST_CASE(data_parallel_training_follows_the_single_process_run) {
     }
   }
   world->barrier();  // rank 0's folder outlives every rank's use of it
+}
+
+namespace {
+
+// The "moe" figure `key` of every line of a metrics file.
+std::vector<double> moe_metric(const std::string& metrics, const std::string& key) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["moe"][key].get<double>());
+  return out;
+}
+
+}  // namespace
+
+// MoE blocks, dropless top-2 (no sampling): each token's output is then independent of the
+// other tokens, and a layout's losses equal the single process's given the same
+// micro-batches (the router losses are per micro-batch: the reference accumulates the
+// ranks' micro-batches; its validation rows differ, micro x ranks, so they are not compared).
+BOOST_AUTO_TEST_CASE(moe_training_follows_the_single_process_run) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size();
+  test::TempDir dir;
+  const std::string corpus = test::shared_corpus(dir, *world) + "/tokens.bin";
+  auto moe_config = [&](int dp) {
+    nlohmann::json j = config_json(corpus, 16 / (2 * dp));
+    j["steps"] = 6;
+    j["model"]["moe"] = {{"num_experts", 4},        {"every", 1},           {"top_k", 2},
+                         {"drop_tokens", false},    {"aux_loss_coeff", 0.1}, {"z_loss_coeff", 0.01},
+                         {"top2_2nd_expert_sampling", false}};
+    return j;
+  };
+  struct Layout {
+    std::string name;
+    int pp = 1, stage = 0;
+    bool recompute = false;
+    int tp = 1;
+  };
+  for (const Layout& l : {Layout{"zero0"}, Layout{"zero3", 1, 3}, Layout{"zero2 recomputed", 1, 2, true},
+                          Layout{"pp2 zero1", 2, 1}, Layout{"tp2 zero1", 1, 1, false, 2}}) {
+    BOOST_TEST_CONTEXT(l.name << " on " << n << " ranks") {
+      const int dp = n / (l.pp * l.tp);
+      const std::string ref_metrics = dir.file("moe_ref_dp" + std::to_string(dp) + ".jsonl");
+      engine::train(engine::parse_config(moe_config(dp)), {.metrics_path = ref_metrics});
+      nlohmann::json j = moe_config(dp);
+      j["zero_optimization"] = {{"stage", l.stage}, {"stage3_param_persistence_threshold", 0}};
+      j["pipeline"] = {{"stages", l.pp}};
+      j["model"]["activation_checkpointing"] = l.recompute;
+      j["model"]["tensor_parallel"] = l.tp;
+      const std::string metrics = dir.file("moe_" + std::to_string(l.stage) + std::to_string(l.pp) +
+                                           std::to_string(l.tp) + ".jsonl");
+      engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
+      if (world->rank() == 0) {
+        const std::vector<double> ref = test::metric_losses(ref_metrics), losses = test::metric_losses(metrics);
+        const std::vector<double> ref_moe = moe_metric(ref_metrics, "loss"), moe = moe_metric(metrics, "loss");
+        BOOST_TEST_REQUIRE(losses.size() == ref.size());
+        BOOST_TEST_REQUIRE(moe.size() == ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          BOOST_TEST(std::abs(losses[i] - ref[i]) / ref[i] < 1e-5, "step " << i);
+          BOOST_TEST(std::abs(moe[i] - ref_moe[i]) / ref_moe[i] < 1e-5, "step " << i);
+          BOOST_TEST(moe[i] > 0.0);
+        }
+        BOOST_TEST(moe_metric(metrics, "dropped_fraction").back() == 0.0);
+      }
+    }
+  }
+  world->barrier();
 }
 
 BOOST_AUTO_TEST_CASE(ranks_with_different_configs_all_stop) {

@@ -1,0 +1,142 @@
+#include "bench/moe.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "bench/workers.h"
+#include "common/report.h"
+#include "config/config.h"
+#include "engine/engine.h"
+#include "parallel/self_communicator.h"
+#include "train/moe_metrics.h"
+#include "triad.h"
+
+namespace triad::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+engine::TrainConfig step_config(const nn::GPTConfig& model, const MoEBenchOptions& o) {
+  engine::TrainConfig train;
+  train.model = model;
+  train.train_batch_size = train.micro_batch_size = o.batch;
+  train.gradient_accumulation_steps = 1;
+  train.steps = o.warmup + o.steps;
+  train.optimizer = {.type = "AdamW", .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1};
+  return train;
+}
+
+// Forward, backward and AdamW of one step, in ms.
+double time_step(engine::Engine& engine, const Tensor& x, const Tensor& y) {
+  const auto t0 = Clock::now();
+  engine.backward(engine.forward(x, y));
+  engine.step();
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// 6 FLOPs per active parameter per token (the experts a token runs, not all of them) plus
+// attention's 6 L C T.
+double flops_per_token(const nn::GPTConfig& c, int64_t top_k, int64_t seq) {
+  double active = 0;
+  for (const auto& [name, n] : c.parameter_sizes()) {
+    const size_t at = name.find(".moe.experts.");
+    if (at == std::string::npos) {
+      active += double(n);
+    } else {  // one expert's share, k of them per token
+      const int64_t block = std::stoll(name.substr(7));
+      active += double(n) * double(top_k) / double(c.moe.at(block).num_experts);
+    }
+  }
+  return 6.0 * active + 6.0 * double(c.n_layer * c.d_model * seq);
+}
+
+}  // namespace
+
+void add_moe_command(CLI::App& app, MoEBenchOptions& o) {
+  CLI::App* cmd = app.add_subcommand("moe", "time training steps of a GPT with MoE blocks against the dense GPT");
+  cmd->add_option("--model", o.model, "GPT preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
+  cmd->add_option("--experts", o.experts, "experts per MoE block")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--top-k", o.top_k, "experts per token")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--every", o.every, "an MoE block every n-th block")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--capacity-factor", o.capacity_factor, "slots per expert, over tokens x k / experts")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->add_option("--steps", o.steps, "timed steps of each model")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->callback([&o] { run_moe_bench(o); });
+}
+
+int run_moe_bench(const MoEBenchOptions& o) {
+  const int threads = app::set_threads(o.threads);
+  const nn::GPTConfig dense = nn::GPTConfig::preset(o.model);
+  nn::GPTConfig sparse = dense;
+  sparse.moe = {.num_experts = {o.experts},
+                .every = o.every,
+                .layer = {.k = o.top_k, .capacity_factor = o.capacity_factor}};
+  sparse.validate();
+  TRIAD_CHECK(o.seq <= dense.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << dense.seq_len);
+  const auto world = std::make_shared<parallel::SelfCommunicator>();
+  const engine::TrainConfig dense_train = step_config(dense, o), sparse_train = step_config(sparse, o);
+  engine::Engine dense_engine(dense_train, engine::process_grid(dense_train, world));
+  engine::Engine sparse_engine(sparse_train, engine::process_grid(sparse_train, world));
+  const Tensor all = random_token_ids(o.batch, o.seq + 1, dense.vocab_size, 7);
+  const Tensor x = ops::contiguous(ops::narrow(all, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(all, 1, 1, o.seq));
+
+  std::printf("triad-bench moe: %s, %lld experts top-%lld every %lld blocks (capacity factor %.2f), batch %lld x seq "
+              "%lld, %d threads\n",
+              o.model.c_str(), (long long)o.experts, (long long)o.top_k, (long long)o.every, o.capacity_factor,
+              (long long)o.batch, (long long)o.seq, threads);
+  std::printf("%6s %12s %12s\n", "step", "dense_ms", "moe_ms");
+  std::vector<double> dense_ms, moe_ms;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {  // alternated, so that both see the same machine
+    const double d = time_step(dense_engine, x, y), m = time_step(sparse_engine, x, y);
+    std::printf("%6d %12.1f %12.1f%s\n", s, d, m, s < o.warmup ? "  (warmup)" : "");
+    if (s < o.warmup) continue;
+    dense_ms.push_back(d);
+    moe_ms.push_back(m);
+  }
+  const nlohmann::json moe = engine::moe_metrics(sparse_engine.model(), sparse.moe, sparse.n_layer, nullptr);
+  double imbalance = 0;  // the busiest expert's share of choices over the even share, worst block
+  for (const auto& layer : moe["layers"]) {
+    double most = 0;
+    for (const auto& share : layer["load"]) most = std::max(most, share.get<double>());
+    imbalance = std::max(imbalance, most * double(o.experts));
+  }
+  const double tokens = double(o.batch * o.seq), d = app::median(dense_ms), m = app::median(moe_ms);
+  double dense_params = 0, moe_params = 0;
+  for (const auto& [_, n] : dense.parameter_sizes()) dense_params += double(n);
+  for (const auto& [_, n] : sparse.parameter_sizes()) moe_params += double(n);
+  std::printf("median: dense %.1f ms/step (%.0f tokens/s), moe %.1f ms/step (%.0f tokens/s): moe/dense %.2fx; "
+              "parameters %.2fM vs %.2fM; dropped %.1f%% of choices; busiest expert %.2fx its even share\n",
+              d, tokens / (d / 1e3), m, tokens / (m / 1e3), m / d, dense_params / 1e6, moe_params / 1e6,
+              100.0 * moe["dropped_fraction"].get<double>(), imbalance);
+  app::print_json_line({{"bench", "moe"},
+                        {"model", o.model},
+                        {"experts", o.experts},
+                        {"top_k", o.top_k},
+                        {"every", o.every},
+                        {"capacity_factor", o.capacity_factor},
+                        {"batch", o.batch},
+                        {"seq", o.seq},
+                        {"threads", threads},
+                        {"steps", o.steps},
+                        {"dense_step_ms_median", d},
+                        {"moe_step_ms_median", m},
+                        {"moe_over_dense", m / d},
+                        {"dense_tokens_per_s", tokens / (d / 1e3)},
+                        {"moe_tokens_per_s", tokens / (m / 1e3)},
+                        {"dense_flops_per_token", flops_per_token(dense, 1, o.seq)},
+                        {"moe_active_flops_per_token", flops_per_token(sparse, o.top_k, o.seq)},
+                        {"dense_params", int64_t(dense_params)},
+                        {"moe_params", int64_t(moe_params)},
+                        {"dropped_fraction", moe["dropped_fraction"]},
+                        {"busiest_expert_over_even", imbalance},
+                        {"moe_loss", moe["loss"]}});
+  return 0;
+}
+
+}  // namespace triad::bench
