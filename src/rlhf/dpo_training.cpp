@@ -34,6 +34,7 @@ std::pair<Tensor, Tensor> pair_log_probs(const std::function<Tensor(const Tensor
 
 double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
+  check_init_shape(sc.model, "dpo.init");
   const StepLayout layout = step_layout(c, world, "dpo");
   const int n = layout.ranks, rank = layout.rank;
   const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);

@@ -12,12 +12,12 @@
 #include "rlhf/actor_ema.h"
 #include "rlhf/gae.h"
 #include "rlhf/grpo.h"
-#include "rlhf/host_rows.h"
 #include "rlhf/kl_controller.h"
 #include "rlhf/kl_reward.h"
 #include "rlhf/log_probs.h"
 #include "rlhf/models.h"
 #include "rlhf/ppo_losses.h"
+#include "rlhf/reward_scores.h"
 #include "rlhf/step_examples.h"
 #include "tensor/ops.h"
 
@@ -44,28 +44,6 @@ struct Experience {
 TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t P, int64_t N, int64_t vocab) {
   const TokenLogProbs t = next_token_log_probs(logits, seq, Tensor(), vocab);
   return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
-}
-
-// Each row's value at its last token, column first + length − 1 (values (B, T), any
-// device): a sequence's score by the reward model.
-std::vector<double> last_token_values(const Tensor& values, int64_t first, const std::vector<int64_t>& lengths) {
-  const std::vector<double> v = host_values(values);
-  const size_t T = size_t(values.size(1));
-  std::vector<double> out;
-  for (size_t b = 0; b < lengths.size(); ++b) out.push_back(v[b * T + size_t(first + lengths[b]) - 1]);
-  return out;
-}
-
-// The reward model's summed scores of the dataset's own chosen answers to `examples`' prompts:
-// what the samples' reward is read against (samples scoring above the real answers are the
-// reward model being exploited).
-double chosen_score_sum(nn::ValueModel& reward, const std::vector<PreferenceExample>& data,
-                        const std::vector<int64_t>& examples, const SequenceLimits& limits, int32_t eot,
-                        Device device) {
-  const RewardBatch b = make_reward_batch(data, examples, limits, eot, eot);
-  double sum = 0;
-  for (double s : last_token_values(reward.forward(ops::to(b.chosen, device)), 0, b.chosen_lengths)) sum += s;
-  return sum;
 }
 
 // rl_state.json in the actor's checkpoint folder: the KL coefficient at each saved
@@ -102,6 +80,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   TRIAD_CHECK(ppo || sc.step == "grpo", "train_rl runs ppo or grpo, not " << sc.step);
   const RlOptions& o = sc.rl;
   const engine::TrainConfig& c = sc.model.train;
+  check_init_shape(sc.model, sc.step + ".actor.init");
+  if (ppo) check_init_shape(sc.critic, "ppo.critic.init");
   const StepLayout layout = step_layout(c, world, sc.step);
   const int n = layout.ranks, rank = layout.rank;
   if (ppo) {
@@ -217,22 +197,18 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       e.old_logp = ops::mul(own.logp, e.mask);
       const Tensor ref_logits = full_vocabulary(reference->forward(e.seq, e.padding), layout.tp);
       e.ref_logp = ops::mul(answer_log_probs(ref_logits, e.seq, P, N, vocab).logp, e.mask);
-      // The reward model's value at each row's last answer token.
-      const std::vector<double> mask = host_values(e.mask);
-      std::vector<int64_t> lengths(size_t(micro), 0);
-      for (int64_t b = 0; b < micro; ++b)
-        for (int64_t t = 0; t < N; ++t) lengths[size_t(b)] += mask[size_t(b * N + t)] > 0;
-      const std::vector<double> row_scores = last_token_values(reward->forward(e.seq, e.padding), P, lengths);
+      // The reward model's value at each answer's <|endoftext|> (Note [Score position]).
       std::vector<float> scores;
-      for (size_t b = 0; b < lengths.size(); ++b) {
-        const double s = row_scores[b];
+      for (const double s : sample_scores(reward->forward(e.seq, e.padding), e.mask)) {
         scores.push_back(float(s));
-        score_sum += s, score_sq += s * s, answer_tokens += double(lengths[b]);
+        score_sum += s, score_sq += s * s;
       }
+      answer_tokens += ops::sum(e.mask).item();
       const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
-      chosen_sum += chosen_score_sum(*reward, prompts.train,
-                                     {examples.begin() + m * micro, examples.begin() + (m + 1) * micro}, sc.data.limits,
-                                     eot, device);
+      for (const double s : chosen_scores(*reward, prompts.train,
+                                          {examples.begin() + m * micro, examples.begin() + (m + 1) * micro},
+                                          sc.data.limits, eot, device))
+        chosen_sum += s;
       kl_sum += ops::sum(ops::sub(e.old_logp, e.ref_logp)).item();
       entropy_sum += ops::sum(ops::mul(own.entropy, e.mask)).item();
       if (ppo) {
