@@ -13,12 +13,19 @@ namespace triad::rlhf {
 
 double train_reward(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
-  check_init_shape(sc.model, "reward.init");
+  int32_t eot = 0;
+  StepExamples ex;
+  check_on_every_rank(
+      [&] {  // Note [Checks on every rank]
+        check_model_split(c, "reward");
+        check_init_shape(sc.model, "reward.init");
+        const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
+        ex = pair_examples(sc, tokenizer, "reward data");
+        eot = tokenizer.eot();
+      },
+      world);
   const StepLayout layout = step_layout(c, world, "reward");
   const int n = layout.ranks, rank = layout.rank;
-  const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
-  const StepExamples ex = pair_examples(sc, tokenizer, "reward data");
-  const int32_t eot = tokenizer.eot();
   const parallel::CommunicatorPtr& comm = layout.world;
   std::unique_ptr<engine::Engine> engine = value_engine(sc.model, layout.grid);
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the reward model");

@@ -80,35 +80,42 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   TRIAD_CHECK(ppo || sc.step == "grpo", "train_rl runs ppo or grpo, not " << sc.step);
   const RlOptions& o = sc.rl;
   const engine::TrainConfig& c = sc.model.train;
-  check_init_shape(sc.model, sc.step + ".actor.init");
-  if (ppo) check_init_shape(sc.critic, "ppo.critic.init");
+  const int64_t G = ppo ? 1 : o.group_size;
+  int32_t eot = 0;
+  StepExamples prompts, ptx;
+  check_on_every_rank(
+      [&] {  // Note [Checks on every rank]
+        check_model_split(c, sc.step);
+        check_init_shape(sc.model, sc.step + ".actor.init");
+        if (ppo) {
+          check_model_split(sc.critic.train, "ppo.critic");
+          check_init_shape(sc.critic, "ppo.critic.init");
+          TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
+                          sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
+                          sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel,
+                      "[config] ppo: the actor and the critic must share train_batch_size, "
+                      "train_micro_batch_size_per_gpu, steps and model.tensor_parallel (they train on the same "
+                      "experience)");
+        }
+        TRIAD_CHECK(c.micro_batch_size % G == 0, "[config] grpo: train_micro_batch_size_per_gpu "
+                                                     << c.micro_batch_size << " must be a multiple of grpo.group_size "
+                                                     << G << " (a micro-batch holds whole groups)");
+        const int64_t seq_len = engine::model_shape(c).seq_len;
+        TRIAD_CHECK(sc.data.limits.max_prompt_seq_len + o.max_answer_seq_len <= seq_len,
+                    "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len
+                                                        << " + max_answer_seq_len " << o.max_answer_seq_len
+                                                        << " exceeds the actor's seq_len " << seq_len);
+        const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
+        eot = tokenizer.eot();
+        prompts = step_examples(sc.data.path, RlhfStep::rl, 2, sc.data.data_split, tokenizer, sc.data.limits, 0.0,
+                                c.seed, sc.step + " prompts");
+        if (ppo && o.unsup_coef > 0)
+          ptx = step_examples(sc.data.path, RlhfStep::sft, 0, sc.data.data_split, tokenizer, sc.data.limits, 0.0,
+                              c.seed, "ptx data");
+      },
+      world);
   const StepLayout layout = step_layout(c, world, sc.step);
   const int n = layout.ranks, rank = layout.rank;
-  if (ppo) {
-    check_model_split(sc.critic.train, "ppo.critic");
-    TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
-                    sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
-                    sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel,
-                "[config] ppo: the actor and the critic must share train_batch_size, "
-                "train_micro_batch_size_per_gpu, steps and model.tensor_parallel (they train on the same experience)");
-  }
-  const int64_t G = ppo ? 1 : o.group_size;
-  TRIAD_CHECK(c.micro_batch_size % G == 0, "[config] grpo: train_micro_batch_size_per_gpu "
-                                               << c.micro_batch_size << " must be a multiple of grpo.group_size " << G
-                                               << " (a micro-batch holds whole groups)");
-  const int64_t seq_len = engine::model_shape(c).seq_len;
-  TRIAD_CHECK(sc.data.limits.max_prompt_seq_len + o.max_answer_seq_len <= seq_len,
-              "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len << " + max_answer_seq_len "
-                                                  << o.max_answer_seq_len << " exceeds the actor's seq_len " << seq_len);
-  const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
-  const int32_t eot = tokenizer.eot();
-  const StepExamples prompts = step_examples(sc.data.path, RlhfStep::rl, 2, sc.data.data_split, tokenizer,
-                                             sc.data.limits, 0.0, c.seed, sc.step + " prompts");
-  StepExamples ptx;
-  if (ppo && o.unsup_coef > 0)
-    ptx = step_examples(sc.data.path, RlhfStep::sft, 0, sc.data.data_split, tokenizer, sc.data.limits, 0.0, c.seed,
-                        "ptx data");
-
   const parallel::CommunicatorPtr& comm = layout.world;
   std::unique_ptr<engine::Engine> actor = policy_engine(sc.model, layout.grid);
   // The critic's own zero_optimization or cluster sections may lay out other hpZ partitions
