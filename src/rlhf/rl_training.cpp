@@ -102,9 +102,9 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
                                                      << G << " (a micro-batch holds whole groups)");
         const int64_t seq_len = engine::model_shape(c).seq_len;
         TRIAD_CHECK(sc.data.limits.max_prompt_seq_len + o.max_answer_seq_len <= seq_len,
-                    "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len
-                                                        << " + max_answer_seq_len " << o.max_answer_seq_len
-                                                        << " exceeds the actor's seq_len " << seq_len);
+                    "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len << " + max_answer_seq_len "
+                                                        << o.max_answer_seq_len << " exceeds the actor's seq_len "
+                                                        << seq_len);
         const io::Tokenizer tokenizer = io::Tokenizer::load(sc.data.tokenizer);
         eot = tokenizer.eot();
         prompts = step_examples(sc.data.path, RlhfStep::rl, 2, sc.data.data_split, tokenizer, sc.data.limits, 0.0,
@@ -212,9 +212,9 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       }
       answer_tokens += ops::sum(e.mask).item();
       const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
-      for (const double s : chosen_scores(*reward, prompts.train,
-                                          {examples.begin() + m * micro, examples.begin() + (m + 1) * micro},
-                                          sc.data.limits, eot, device))
+      for (const double s :
+           chosen_scores(*reward, prompts.train, {examples.begin() + m * micro, examples.begin() + (m + 1) * micro},
+                         sc.data.limits, eot, device))
         chosen_sum += s;
       kl_sum += ops::sum(ops::sub(e.old_logp, e.ref_logp)).item();
       entropy_sum += ops::sum(ops::mul(own.entropy, e.mask)).item();

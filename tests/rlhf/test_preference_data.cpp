@@ -278,7 +278,7 @@ BOOST_AUTO_TEST_CASE(a_truncated_sample_scores_what_training_read_at_the_cut) {
   BOOST_TEST(row(b.chosen, 0) == bytes("abc lon"), boost::test_tools::per_element());  // cut: no <|endoftext|>
   const RewardLoss r = reward_batch_loss(model, b, Device::cpu());
   const std::vector<double> v = f64_values(model(triad::cat({b.chosen, b.rejected}, 0)));
-  BOOST_TEST(r.chosen_scores.item() == v[6]);   // the last token, 'n'
+  BOOST_TEST(r.chosen_scores.item() == v[6]);        // the last token, 'n'
   BOOST_TEST(r.rejected_scores.item() == v[7 + 6]);  // "abc no" + <|endoftext|>: 7 tokens, whole
 
   // Samples that stopped at max_answer_seq_len = 4 without generating <|endoftext|>, beside
