@@ -16,6 +16,7 @@
 #include "rlhf/rl_training.h"
 #include "rlhf/rlhf_config.h"
 #include "rlhf/sft_training.h"
+#include "rlhf/step_run.h"
 
 int main(int argc, char** argv) {
   triad::app::wait_passively_when_oversubscribed(argv);
@@ -42,15 +43,25 @@ int main(int argc, char** argv) {
     triad::parallel::CommunicatorPtr world;
     if (triad::parallel::launched_by_mpirun()) world = triad::parallel::init(argc, argv);
 
-    nlohmann::json json = triad::engine::load_config_file(config_path);
-    for (const std::string& o : overrides) triad::engine::apply_override(json, o);
-    if (!tokenizer.empty()) triad::engine::apply_override(json, "data.tokenizer=" + nlohmann::json(tokenizer).dump());
-    const triad::rlhf::StepConfig config = triad::rlhf::parse_rlhf_config(json, step, world ? world->size() : 1);
-    triad::app::set_threads(triad::parallel::threads_per_rank(threads));
-    if (step == "sft") triad::rlhf::train_sft(config, options, world);
-    if (step == "reward") triad::rlhf::train_reward(config, options, world);
-    if (step == "dpo") triad::rlhf::train_dpo(config, options, world);
-    if (step == "ppo" || step == "grpo") triad::rlhf::train_rl(config, options, world);
+    try {  // Note [Checks on every rank] in rlhf/step_run.h
+      triad::rlhf::StepConfig config;
+      triad::rlhf::check_on_every_rank(
+          [&] {
+            nlohmann::json json = triad::engine::load_config_file(config_path);
+            for (const std::string& o : overrides) triad::engine::apply_override(json, o);
+            if (!tokenizer.empty())
+              triad::engine::apply_override(json, "data.tokenizer=" + nlohmann::json(tokenizer).dump());
+            config = triad::rlhf::parse_rlhf_config(json, step, world ? world->size() : 1);
+          },
+          world);
+      triad::app::set_threads(triad::parallel::threads_per_rank(threads));
+      if (step == "sft") triad::rlhf::train_sft(config, options, world);
+      if (step == "reward") triad::rlhf::train_reward(config, options, world);
+      if (step == "dpo") triad::rlhf::train_dpo(config, options, world);
+      if (step == "ppo" || step == "grpo") triad::rlhf::train_rl(config, options, world);
+    } catch (const triad::rlhf::ChecksFailed&) {
+      return 1;  // every failing rank has named its error; every rank exits here
+    }
     return 0;
   });
 }

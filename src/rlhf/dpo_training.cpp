@@ -34,12 +34,20 @@ std::pair<Tensor, Tensor> pair_log_probs(const std::function<Tensor(const Tensor
 
 double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
+  int32_t eot = 0;
+  StepExamples ex;
+  check_on_every_rank(
+      [&] {  // Note [Checks on every rank]
+        check_model_split(c, "dpo");
+        check_init_shape(sc.model, "dpo.init");
+        const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
+        const io::Tokenizer& tokenizer = *tokenizer_file;
+        ex = pair_examples(sc, tokenizer, "DPO data");
+        eot = tokenizer.eot();
+      },
+      world);
   const StepLayout layout = step_layout(c, world, "dpo");
   const int n = layout.ranks, rank = layout.rank;
-  const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
-  const io::Tokenizer& tokenizer = *tokenizer_file;
-  const StepExamples ex = pair_examples(sc, tokenizer, "DPO data");
-  const int32_t eot = tokenizer.eot();
   const parallel::CommunicatorPtr& comm = layout.world;
   std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.grid);
   auto& policy = dynamic_cast<nn::LanguageModel&>(engine->model());

@@ -58,6 +58,18 @@ bool holds_value_model(const std::string& path) {
                      [](const engine::CheckpointSummary::Dataset& d) { return d.name == "/model/v_head.weight"; });
 }
 
+void check_init_shape(const ModelRun& run, const std::string& key) {
+  if (run.init.empty()) return;
+  const engine::TrainConfig file = file_config(run.init);
+  const engine::ModelShape a = engine::model_shape(file), b = engine::model_shape(run.train);
+  TRIAD_CHECK(file.arch == run.train.arch && a.n_layer == b.n_layer && a.n_head == b.n_head &&
+                  a.n_kv_head == b.n_kv_head && a.d_model == b.d_model && a.vocab_size == b.vocab_size &&
+                  a.parameters == b.parameters,
+              "[config] " << key << " '" << run.init << "' holds a " << file.arch << " model " << a.summary << " ("
+                          << a.parameters << " parameters), the config describes a " << run.train.arch << " model "
+                          << b.summary << " (" << b.parameters << " parameters): set the model keys to the file's");
+}
+
 std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device,
                                                  const parallel::CommunicatorPtr& tp) {
   TRIAD_CHECK(!holds_value_model(path), "'" << path << "' holds a value model (a reward model or critic), not a "

@@ -21,6 +21,14 @@ std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, engine::GridPt
 // Whether a checkpoint or weights file holds a value model (has v_head.weight).
 bool holds_value_model(const std::string& path);
 
+// Error naming `key` (the config key that names run.init, e.g. "ppo.critic.init"), the file
+// and both models when run.init holds a model of another architecture or shape than
+// run.train describes (layers, heads, hidden size, vocabulary, parameter count: its weights
+// would not load). Reads the file's metadata alone and communicates nothing: the loops call
+// it on every rank before anything collective, so that every rank names the problem before
+// one rank's failure ends the job.
+void check_init_shape(const ModelRun& run, const std::string& key);
+
 // Frozen models in f32 on `device`, in eval mode, with the shape the file's own config
 // gives: a language model, and a value model (Error unless the file holds one). With a
 // tensor-parallel group `tp` each rank holds its part, as the trained models do (a language

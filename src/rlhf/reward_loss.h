@@ -14,11 +14,14 @@
 //   score_c = r_c[c_ind - 1], score_r = r_r[r_ind - 1]  (the last token before the pad).
 // loss = mean over pairs of loss_i; accuracy = the fraction of pairs with score_c > score_r
 // (strictly). The pad positions are found over the whole row, prompt included, as
-// DeepSpeed-Chat does; with right-padded batches that is the end of each answer (with
-// pad = <|endoftext|>, as triad's batches use, the end-of-text closing the answer: the
-// score is then the value at the last answer token). Where DeepSpeed-Chat asserts, this
-// throws Error: a pair diverging at position 0 (no shared first token), an empty span
-// (ids that differ only after both ends), or a score position c_ind - 1 < 0.
+// DeepSpeed-Chat does; with right-padded batches that is the end of each answer. pad_id must
+// be a token no sequence holds before its padding, as DeepSpeed-Chat's pad differs from its
+// end-of-conversation token: the score is then the value at the token ending the answer.
+// triad's batches pad with <|endoftext|>, the token ending every answer, so its reward step
+// marks each row's padding with an id no token has (reward_batch_loss, rlhf/reward_scores.h,
+// Note [Score position]). Where DeepSpeed-Chat asserts, this throws Error: a pair diverging
+// at position 0 (no shared first token), an empty span (ids that differ only after both
+// ends), or a score position c_ind - 1 < 0.
 #pragma once
 
 #include <cstdint>

@@ -2,35 +2,31 @@
 
 #include <cmath>
 
-#include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "config/model_factory.h"
 #include "rlhf/models.h"
 #include "rlhf/pair_rows.h"
-#include "rlhf/reward_loss.h"
+#include "rlhf/reward_scores.h"
 #include "tensor/ops.h"
 
 namespace triad::rlhf {
 
-namespace {
-
-// Values of the chosen and rejected rows of a pair batch, run as one batch.
-std::pair<Tensor, Tensor> pair_values(nn::Module& model, const RewardBatch& b, Device device) {
-  const int64_t B = b.chosen.size(0);
-  const Tensor values = model(ops::to(cat({b.chosen, b.rejected}, 0), device));
-  return {narrow(values, 0, 0, B), narrow(values, 0, B, B)};
-}
-
-}  // namespace
-
 double train_reward(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
+  int32_t eot = 0;
+  StepExamples ex;
+  check_on_every_rank(
+      [&] {  // Note [Checks on every rank]
+        check_model_split(c, "reward");
+        check_init_shape(sc.model, "reward.init");
+        const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
+        const io::Tokenizer& tokenizer = *tokenizer_file;
+        ex = pair_examples(sc, tokenizer, "reward data");
+        eot = tokenizer.eot();
+      },
+      world);
   const StepLayout layout = step_layout(c, world, "reward");
   const int n = layout.ranks, rank = layout.rank;
-  const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
-  const io::Tokenizer& tokenizer = *tokenizer_file;
-  const StepExamples ex = pair_examples(sc, tokenizer, "reward data");
-  const int32_t eot = tokenizer.eot();
   const parallel::CommunicatorPtr& comm = layout.world;
   std::unique_ptr<engine::Engine> engine = value_engine(sc.model, layout.grid);
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the reward model");
@@ -49,8 +45,7 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
     double correct = 0;
     for (const HeldOutRound& round : held_out_rounds(v, c.micro_batch_size, rank, n)) {
       const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, sc.data.limits, eot, eot);
-      const auto [chosen, rejected] = pair_values(engine->model(), b, engine->device());
-      const RewardLoss r = reward_loss(chosen, rejected, b.chosen, b.rejected, eot);
+      const RewardLoss r = reward_batch_loss(engine->model(), b, engine->device());
       const std::vector<double> sc_c = r.chosen_scores.to_vector<double>(), sc_r = r.rejected_scores.to_vector<double>();
       for (int64_t i = 0; i < round.counted; ++i) correct += sc_c[size_t(i)] > sc_r[size_t(i)];
     }
@@ -66,8 +61,7 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
       const RewardBatch b =
           make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), sc.data.limits, eot, eot);
-      const auto [vc, vr] = pair_values(engine->model(), b, engine->device());
-      const RewardLoss r = reward_loss(vc, vr, b.chosen, b.rejected, eot);
+      const RewardLoss r = reward_batch_loss(engine->model(), b, engine->device());
       engine->backward(r.loss);
       loss += r.loss.item(), acc += r.accuracy;
       chosen += ops::mean(r.chosen_scores).item(), rejected += ops::mean(r.rejected_scores).item();

@@ -12,7 +12,8 @@ namespace triad::rlhf {
 // Each step reads train_batch_size pairs, row i of step k the training pair EpochOrder(k B +
 // i); chosen and rejected run as one batch of 2 x micro rows. Every eval_interval steps and
 // at the end the held-out accuracy (the fraction of held-out pairs whose chosen answer
-// scores higher) is printed and recorded. Saves checkpoints (checkpoint.dir) and
+// scores higher, each read at its <|endoftext|>: Note [Score position]) is printed and
+// recorded. Saves checkpoints (checkpoint.dir) and
 // output_dir/model.h5. Collective over `world` (all ranks data-parallel). Returns the last
 // held-out accuracy (NaN when nothing is held out).
 double train_reward(const StepConfig& config, const RunOptions& options, parallel::CommunicatorPtr world);

@@ -12,12 +12,12 @@
 #include "rlhf/actor_ema.h"
 #include "rlhf/gae.h"
 #include "rlhf/grpo.h"
-#include "rlhf/host_rows.h"
 #include "rlhf/kl_controller.h"
 #include "rlhf/kl_reward.h"
 #include "rlhf/log_probs.h"
 #include "rlhf/models.h"
 #include "rlhf/ppo_losses.h"
+#include "rlhf/reward_scores.h"
 #include "rlhf/step_examples.h"
 #include "tensor/ops.h"
 
@@ -44,28 +44,6 @@ struct Experience {
 TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t P, int64_t N, int64_t vocab) {
   const TokenLogProbs t = next_token_log_probs(logits, seq, Tensor(), vocab);
   return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
-}
-
-// Each row's value at its last token, column first + length − 1 (values (B, T), any
-// device): a sequence's score by the reward model.
-std::vector<double> last_token_values(const Tensor& values, int64_t first, const std::vector<int64_t>& lengths) {
-  const std::vector<double> v = host_values(values);
-  const size_t T = size_t(values.size(1));
-  std::vector<double> out;
-  for (size_t b = 0; b < lengths.size(); ++b) out.push_back(v[b * T + size_t(first + lengths[b]) - 1]);
-  return out;
-}
-
-// The reward model's summed scores of the dataset's own chosen answers to `examples`' prompts:
-// what the samples' reward is read against (samples scoring above the real answers are the
-// reward model being exploited).
-double chosen_score_sum(nn::ValueModel& reward, const std::vector<PreferenceExample>& data,
-                        const std::vector<int64_t>& examples, const SequenceLimits& limits, int32_t eot,
-                        Device device) {
-  const RewardBatch b = make_reward_batch(data, examples, limits, eot, eot);
-  double sum = 0;
-  for (double s : last_token_values(reward.forward(ops::to(b.chosen, device)), 0, b.chosen_lengths)) sum += s;
-  return sum;
 }
 
 // rl_state.json in the actor's checkpoint folder: the KL coefficient at each saved
@@ -102,34 +80,43 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   TRIAD_CHECK(ppo || sc.step == "grpo", "train_rl runs ppo or grpo, not " << sc.step);
   const RlOptions& o = sc.rl;
   const engine::TrainConfig& c = sc.model.train;
+  const int64_t G = ppo ? 1 : o.group_size;
+  int32_t eot = 0;
+  StepExamples prompts, ptx;
+  check_on_every_rank(
+      [&] {  // Note [Checks on every rank]
+        check_model_split(c, sc.step);
+        check_init_shape(sc.model, sc.step + ".actor.init");
+        if (ppo) {
+          check_model_split(sc.critic.train, "ppo.critic");
+          check_init_shape(sc.critic, "ppo.critic.init");
+          TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
+                          sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
+                          sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel,
+                      "[config] ppo: the actor and the critic must share train_batch_size, "
+                      "train_micro_batch_size_per_gpu, steps and model.tensor_parallel (they train on the same "
+                      "experience)");
+        }
+        TRIAD_CHECK(c.micro_batch_size % G == 0, "[config] grpo: train_micro_batch_size_per_gpu "
+                                                     << c.micro_batch_size << " must be a multiple of grpo.group_size "
+                                                     << G << " (a micro-batch holds whole groups)");
+        const int64_t seq_len = engine::model_shape(c).seq_len;
+        TRIAD_CHECK(sc.data.limits.max_prompt_seq_len + o.max_answer_seq_len <= seq_len,
+                    "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len << " + max_answer_seq_len "
+                                                        << o.max_answer_seq_len << " exceeds the actor's seq_len "
+                                                        << seq_len);
+        const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
+        const io::Tokenizer& tokenizer = *tokenizer_file;
+        eot = tokenizer.eot();
+        prompts = step_examples(sc.data.path, RlhfStep::rl, 2, sc.data.data_split, tokenizer, sc.data.limits, 0.0,
+                                c.seed, sc.step + " prompts");
+        if (ppo && o.unsup_coef > 0)
+          ptx = step_examples(sc.data.path, RlhfStep::sft, 0, sc.data.data_split, tokenizer, sc.data.limits, 0.0,
+                              c.seed, "ptx data");
+      },
+      world);
   const StepLayout layout = step_layout(c, world, sc.step);
   const int n = layout.ranks, rank = layout.rank;
-  if (ppo) {
-    check_model_split(sc.critic.train, "ppo.critic");
-    TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
-                    sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
-                    sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel,
-                "[config] ppo: the actor and the critic must share train_batch_size, "
-                "train_micro_batch_size_per_gpu, steps and model.tensor_parallel (they train on the same experience)");
-  }
-  const int64_t G = ppo ? 1 : o.group_size;
-  TRIAD_CHECK(c.micro_batch_size % G == 0, "[config] grpo: train_micro_batch_size_per_gpu "
-                                               << c.micro_batch_size << " must be a multiple of grpo.group_size " << G
-                                               << " (a micro-batch holds whole groups)");
-  const int64_t seq_len = engine::model_shape(c).seq_len;
-  TRIAD_CHECK(sc.data.limits.max_prompt_seq_len + o.max_answer_seq_len <= seq_len,
-              "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len << " + max_answer_seq_len "
-                                                  << o.max_answer_seq_len << " exceeds the actor's seq_len " << seq_len);
-  const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
-  const io::Tokenizer& tokenizer = *tokenizer_file;
-  const int32_t eot = tokenizer.eot();
-  const StepExamples prompts = step_examples(sc.data.path, RlhfStep::rl, 2, sc.data.data_split, tokenizer,
-                                             sc.data.limits, 0.0, c.seed, sc.step + " prompts");
-  StepExamples ptx;
-  if (ppo && o.unsup_coef > 0)
-    ptx = step_examples(sc.data.path, RlhfStep::sft, 0, sc.data.data_split, tokenizer, sc.data.limits, 0.0, c.seed,
-                        "ptx data");
-
   const parallel::CommunicatorPtr& comm = layout.world;
   std::unique_ptr<engine::Engine> actor = policy_engine(sc.model, layout.grid);
   // The critic's own zero_optimization or cluster sections may lay out other hpZ partitions
@@ -218,22 +205,18 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       e.old_logp = ops::mul(own.logp, e.mask);
       const Tensor ref_logits = full_vocabulary(reference->forward(e.seq, e.padding), layout.tp);
       e.ref_logp = ops::mul(answer_log_probs(ref_logits, e.seq, P, N, vocab).logp, e.mask);
-      // The reward model's value at each row's last answer token.
-      const std::vector<double> mask = host_values(e.mask);
-      std::vector<int64_t> lengths(size_t(micro), 0);
-      for (int64_t b = 0; b < micro; ++b)
-        for (int64_t t = 0; t < N; ++t) lengths[size_t(b)] += mask[size_t(b * N + t)] > 0;
-      const std::vector<double> row_scores = last_token_values(reward->forward(e.seq, e.padding), P, lengths);
+      // The reward model's value at each answer's <|endoftext|> (Note [Score position]).
       std::vector<float> scores;
-      for (size_t b = 0; b < lengths.size(); ++b) {
-        const double s = row_scores[b];
+      for (const double s : sample_scores(reward->forward(e.seq, e.padding), e.mask)) {
         scores.push_back(float(s));
-        score_sum += s, score_sq += s * s, answer_tokens += double(lengths[b]);
+        score_sum += s, score_sq += s * s;
       }
+      answer_tokens += ops::sum(e.mask).item();
       const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
-      chosen_sum += chosen_score_sum(*reward, prompts.train,
-                                     {examples.begin() + m * micro, examples.begin() + (m + 1) * micro}, sc.data.limits,
-                                     eot, device);
+      for (const double s :
+           chosen_scores(*reward, prompts.train, {examples.begin() + m * micro, examples.begin() + (m + 1) * micro},
+                         sc.data.limits, eot, device))
+        chosen_sum += s;
       kl_sum += ops::sum(ops::sub(e.old_logp, e.ref_logp)).item();
       entropy_sum += ops::sum(ops::mul(own.entropy, e.mask)).item();
       if (ppo) {

@@ -31,6 +31,19 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
   return l;
 }
 
+void check_on_every_rank(const std::function<void()>& checks, const parallel::CommunicatorPtr& world) {
+  if (!world) return checks();
+  double failed = 0;
+  try {
+    checks();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: error: %s\n", world->rank(), e.what());
+    std::fflush(stderr);
+    failed = 1;
+  }
+  if (sum_over(world, {failed})[0] > 0) throw ChecksFailed();
+}
+
 Tensor full_vocabulary(const Tensor& logits, const parallel::CommunicatorPtr& tp) {
   return tp && tp->size() > 1 ? parallel::gather_from_tp_region(logits, tp) : logits;
 }

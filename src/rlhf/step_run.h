@@ -3,7 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,21 @@ struct RunOptions {
   std::string metrics_path;  // JSON lines, one per step ("" : none; appended to on resume)
   std::string resume;        // "" (fresh), "auto", a checkpoint file or folder (checkpoint/checkpoint_dir.h)
 };
+
+// Note [Checks on every rank]: an error every rank meets (a bad config key, bad data, a
+// model file of another shape) must be named by every rank, but a rank that throws ends the
+// whole job (apps/common/main_guard.h), possibly before another rank has printed its own.
+// So what needs no other rank is checked before anything collective, under
+// check_on_every_rank: each rank runs the checks, a rank whose checks throw prints "rank R:
+// error: <message>" at once, and then the ranks agree (one sum over the world); when any
+// rank failed, every rank throws ChecksFailed, which triad-rlhf turns into exit status 1
+// without ending the job from one rank (all stand at the same point, each failing one has
+// spoken).
+struct ChecksFailed : std::exception {
+  const char* what() const noexcept override { return "the checks failed on a rank (each failing rank named why)"; }
+};
+// Collective over `world` (alone, null: runs `checks` and lets its error through).
+void check_on_every_rank(const std::function<void()>& checks, const parallel::CommunicatorPtr& world);
 
 // The layout of the reward, DPO, PPO and GRPO loops: model.tensor_parallel consecutive
 // ranks split each model (parallel/process_grid.h, as triad-train lays them out) and the

@@ -1,14 +1,21 @@
 // Preference data (rlhf/preference_data.h, rlhf/data_split.h): JSONL rows and their errors,
 // DeepSpeed-Chat's split of one dataset between the three steps, and the SFT, reward and
 // generation batches, with a byte-level tokenizer (token = byte, <|endoftext|> = 256) so
-// that every expected token is written out here.
+// that every expected token is written out here; and where a reward model's score of those
+// sequences is read (rlhf/reward_scores.h): in training and in scoring, the same value.
 #define BOOST_TEST_MODULE preference_data
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
 #include <set>
 
+#include "autograd/functions.h"
 #include "io/triad_tokenizer.h"
+#include "nn/gpt.h"
+#include "nn/value_model.h"
 #include "rlhf/data_split.h"
 #include "rlhf/preference_data.h"
+#include "rlhf/reward_scores.h"
 #include "support/check.h"
 #include "support/files.h"
 
@@ -27,6 +34,50 @@ std::vector<int64_t> bytes(const std::string& s) { return {s.begin(), s.end()}; 
 std::vector<int64_t> cat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// A small reward model over the byte vocabulary (257 tokens), f32 on the host.
+nn::ValueModel reward_model() {
+  nn::GPTConfig c;
+  c.n_layer = 2, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 257, c.init_seed = 3;
+  return nn::ValueModel(std::make_shared<nn::GPT>(c), c.d_model, *nn::serial(), 5);
+}
+
+// Rows as generation leaves them (engine::BatchGeneration): prompts left-padded to P
+// columns, then each answer, padded with `pad` to N columns; the answer mask 1 on the
+// answer's tokens.
+struct Samples {
+  Tensor seq, answer_mask;
+  nn::LeftPadding padding;
+};
+Samples samples(const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& answers,
+                int64_t N, int64_t pad) {
+  size_t P = 0;
+  for (const auto& p : prompts) P = std::max(P, p.size());
+  std::vector<int64_t> seq, pads;
+  std::vector<float> mask;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    pads.push_back(int64_t(P - prompts[b].size()));
+    seq.insert(seq.end(), P - prompts[b].size(), pad);
+    seq.insert(seq.end(), prompts[b].begin(), prompts[b].end());
+    seq.insert(seq.end(), answers[b].begin(), answers[b].end());
+    seq.insert(seq.end(), size_t(N) - answers[b].size(), pad);
+    for (int64_t t = 0; t < N; ++t) mask.push_back(size_t(t) < answers[b].size());
+  }
+  const auto B = int64_t(prompts.size());
+  return {Tensor::from_vector(seq, {B, int64_t(P) + N}), Tensor::from_vector(mask, {B, N}),
+          nn::left_padding(pads, int64_t(P) + N)};
+}
+
+std::vector<double> f64_values(const Tensor& t) { return ops::to(t, DType::f64).to_vector<double>(); }
+
+// A score as read by scoring against its training-time value: the same position of the same
+// text, whose value in f32 differs with the batch's padding by rounding alone (Note
+// [Left-padded batches]); a neighbouring token's value is 1e-3 or more away.
+void check_same_score(const std::vector<double>& scored, const std::vector<double>& trained) {
+  BOOST_REQUIRE_EQUAL(scored.size(), trained.size());
+  for (size_t i = 0; i < scored.size(); ++i)
+    BOOST_TEST(std::fabs(scored[i] - trained[i]) <= 1e-6, "row " << i << ": " << scored[i] << " vs " << trained[i]);
 }
 
 }  // namespace
@@ -166,4 +217,79 @@ BOOST_AUTO_TEST_CASE(generation_batch_left_pads_prompts_with_masks_and_positions
   BOOST_TEST(row(b.positions, 0) == std::vector<int64_t>({0, 1, 2}), boost::test_tools::per_element());
   BOOST_TEST(row(b.positions, 1) == std::vector<int64_t>({0, 0, 0}), boost::test_tools::per_element());
   BOOST_TEST(b.pads == std::vector<int64_t>({0, 2}), boost::test_tools::per_element());
+}
+
+// Note [Score position]: the reward model is trained on, and scores, the value at the
+// <|endoftext|> ending each answer. A sample that stopped by generating it, left-padded and
+// followed by padding, scores what training gave the same text (to f32 rounding); so do the
+// dataset's chosen answers (chosen_reward).
+BOOST_AUTO_TEST_CASE(a_stopped_sample_scores_what_training_read_at_its_end_of_text) {
+  const int32_t eot = bytes_tokenizer().eot();
+  const SequenceLimits limits{4, 16};
+  const std::vector<PreferenceExample> ex =
+      tokenize_preferences({{"ab", " xy", " z"}, {"abc", " longer", " no"}}, bytes_tokenizer(), limits, "t");
+  nn::ValueModel model = reward_model();
+  const RewardBatch b = make_reward_batch(ex, {0, 1}, limits, eot, eot);
+  const RewardLoss r = reward_batch_loss(model, b, Device::cpu());
+
+  // Training reads each row at its last token before the padding: its <|endoftext|>.
+  const std::vector<double> v = f64_values(model(triad::cat({b.chosen, b.rejected}, 0)));
+  const int64_t L = b.chosen.size(1);
+  const std::vector<double> chosen = f64_values(r.chosen_scores), rejected = f64_values(r.rejected_scores);
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t c_end = b.chosen_lengths[i] - 1, r_end = b.rejected_lengths[i] - 1;
+    BOOST_TEST(row(b.chosen, int64_t(i))[size_t(c_end)] == eot);
+    BOOST_TEST(row(b.rejected, int64_t(i))[size_t(r_end)] == eot);
+    BOOST_TEST(chosen[i] == v[i * size_t(L) + size_t(c_end)]);
+    BOOST_TEST(rejected[i] == v[(2 + i) * size_t(L) + size_t(r_end)]);
+    BOOST_TEST(std::fabs(chosen[i] - v[i * size_t(L) + size_t(c_end) - 1]) > 1e-3);  // the last answer token's
+  }
+  // DeepSpeed-Chat's span runs to the later end, the <|endoftext|> included: pair 0 ("ab xy",
+  // "ab z") diverges at 3 and ends at 6, pair 1 ("abc longer", "abc no") at 4 and 11.
+  const auto term = [&](size_t i, int64_t t) {
+    return std::log1p(std::exp(-(v[i * size_t(L) + size_t(t)] - v[(2 + i) * size_t(L) + size_t(t)])));
+  };
+  double l0 = 0, l1 = 0;
+  for (int64_t t = 3; t < 6; ++t) l0 += term(0, t) / 3;
+  for (int64_t t = 4; t < 11; ++t) l1 += term(1, t) / 7;
+  BOOST_TEST(r.loss.item() == 0.5 * (l0 + l1), boost::test_tools::tolerance(1e-6));
+
+  // The same texts as stopped samples: answers of N = 9 columns after prompts left-padded to
+  // 3, each with its <|endoftext|> and then padding.
+  const std::vector<std::vector<int64_t>> prompts = {bytes("ab"), bytes("abc")};
+  const int64_t N = 9;
+  const Samples c = samples(prompts, {cat(bytes(" xy"), {eot}), cat(bytes(" longer"), {eot})}, N, eot);
+  check_same_score(sample_scores(model.forward(c.seq, c.padding), c.answer_mask), chosen);
+  const Samples rj = samples(prompts, {cat(bytes(" z"), {eot}), cat(bytes(" no"), {eot})}, N, eot);
+  check_same_score(sample_scores(model.forward(rj.seq, rj.padding), rj.answer_mask), rejected);
+  // chosen_reward reads the dataset's chosen answers where training does.
+  check_same_score(chosen_scores(model, ex, {0, 1}, limits, eot, Device::cpu()), chosen);
+}
+
+// A sequence without its <|endoftext|> is scored at its last token, as DeepSpeed-Chat does:
+// a pair cut to max_seq_len in training, and a sample that ran to max_answer_seq_len; the
+// same text scores the same either way.
+BOOST_AUTO_TEST_CASE(a_truncated_sample_scores_what_training_read_at_the_cut) {
+  const int32_t eot = bytes_tokenizer().eot();
+  const SequenceLimits limits{4, 7};
+  const std::vector<PreferenceExample> ex =
+      tokenize_preferences({{"abc", " longer", " no"}}, bytes_tokenizer(), limits, "t");
+  nn::ValueModel model = reward_model();
+  const RewardBatch b = make_reward_batch(ex, {0}, limits, eot, eot);
+  BOOST_TEST(row(b.chosen, 0) == bytes("abc lon"), boost::test_tools::per_element());  // cut: no <|endoftext|>
+  const RewardLoss r = reward_batch_loss(model, b, Device::cpu());
+  const std::vector<double> v = f64_values(model(triad::cat({b.chosen, b.rejected}, 0)));
+  BOOST_TEST(r.chosen_scores.item() == v[6]);        // the last token, 'n'
+  BOOST_TEST(r.rejected_scores.item() == v[7 + 6]);  // "abc no" + <|endoftext|>: 7 tokens, whole
+
+  // Samples that stopped at max_answer_seq_len = 4 without generating <|endoftext|>, beside
+  // one that stopped: each is read at its own end.
+  const Samples s = samples({bytes("abc"), bytes("abc")}, {bytes(" lon"), cat(bytes(" no"), {eot})}, 4, eot);
+  check_same_score(sample_scores(model.forward(s.seq, s.padding), s.answer_mask),
+                   {r.chosen_scores.item(), r.rejected_scores.item()});
+  check_same_score(chosen_scores(model, ex, {0}, limits, eot, Device::cpu()), {r.chosen_scores.item()});
+
+  const Samples none = samples({bytes("abc")}, {std::vector<int64_t>()}, 2, eot);
+  test::check_error([&] { sample_scores(model.forward(none.seq, none.padding), none.answer_mask); },
+                    {"sample_scores: row 0 has no generated token"});
 }
