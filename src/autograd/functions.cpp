@@ -115,28 +115,34 @@ namespace {
 
 bool is_16bit(const Tensor& t) { return t.defined() && (t.dtype() == DType::bf16 || t.dtype() == DType::f16); }
 
-// Note [16-bit parameters]: mixed precision stores parameters (and their gradients) in
-// bf16/f16; the optimizer keeps f32 master weights and moments and updates in f32
-// (zero/zero_optimizer.h). Activations, and the gradients flowing back through them, are
-// f32 on every device. What the compute reads:
-// - On the CPU, and for f16 on a CUDA device, every kernel computes in f32. Functions
-//   taking parameters widen them for the compute, save the 16-bit handle (not the f32
-//   copy: that would keep 4 bytes per parameter alive until the backward), widen again in
-//   the backward, and narrow the parameter's gradient back to its dtype once.
-// - On a CUDA device with bf16 parameters, the products (linear, matmul) run on tensor
-//   cores: the f32 activation (forward) or incoming gradient (backward) is narrowed to
-//   bf16, the parameter is read as stored, and cuBLASLt multiplies bf16 x bf16 with f32
-//   accumulation into an f32 result (ops::matmul). The weight gradient is narrowed to bf16
-//   once, as above. linear saves its input narrowed (2 bytes per element, where the f32
-//   input would keep 4). Attention runs on tensor cores too: the attention layer narrows
-//   q, k and v to bf16 (nn/transformer.cpp), and its bf16 output goes on into the
-//   projection, which multiplies bf16 anyway. Everything else (embedding, layer norm,
-//   softmax, GELU, residual adds, cross-entropy) computes in f32 with parameters widened
-//   as on the CPU.
-// f16 keeps the widening on the GPU too: narrowing activations to f16 could overflow its
-// range (65504), which loss scaling guards the gradients against but not the activations.
-Tensor wide(const Tensor& t) { return is_16bit(t) ? ops::to(t, DType::f32) : t; }
+// Note [16-bit activations]: mixed precision (the config's bf16 and fp16 sections) stores
+// parameters and their gradients in bf16/f16; the optimizer keeps f32 master weights and
+// moments in its shard and updates in f32 (zero/zero_optimizer.h). The dtype of the
+// activations follows the parameters', on every device:
+// - the embedding lookup returns rows in the table's dtype, and every op returns its
+//   input's dtype (tensor/ops.h), so every activation, and every gradient flowing back
+//   through one, is stored in 16 bits between ops; each kernel loads 16-bit values as f32,
+//   computes in f32 (products accumulate in f32, on tensor cores on a GPU) and rounds its
+//   result once to nearest even;
+// - f32 constants beside 16-bit activations (rotary tables, masks, an f32 bias) are read
+//   in f32 where they meet, and the result keeps the activation's dtype;
+// - a product meeting an activation of another dtype than its weight's (f32 features fed
+//   to a 16-bit model) narrows it to the weight's dtype once, with a recorded `to`;
+// - the loss is f32: cross_entropy reads 16-bit logits and keeps its log-sum-exp and mean
+//   in f32; the logits' gradient comes back in their dtype.
+// So a steady-state step converts nothing between layers (ops::conversion_count, checked
+// by tests/engine/test_mixed_precision.cpp): the only f32 tensors are the loss and what the
+// optimizer owns. Parameter gradients come back in the parameter's dtype (like()).
+// f16 follows the same rule: an activation beyond its range (65504) becomes inf, the
+// step's gradients overflow and the loss scaler skips the step, which a smaller scale does
+// not cure (a model whose activations leave f16's range wants bf16).
 Tensor like(const Tensor& grad, const Tensor& param) { return ops::to(grad, param.dtype()); }
+
+// x as a product reads it beside `weight`: converted (recorded) to a 16-bit weight's dtype,
+// or a 16-bit x to the weight's when the weight is not 16-bit (Note [16-bit activations]).
+Tensor product_operand(const Tensor& x, const Tensor& weight) {
+  return x.dtype() != weight.dtype() && (is_16bit(x) || is_16bit(weight)) ? to(x, weight.dtype()) : x;
+}
 
 // The profiler's counts (autograd/flop_count.h): a product of `out` elements each summing k
 // terms, and `n` other operations.
@@ -154,27 +160,9 @@ const Tensor& counted(const Tensor& out, int64_t per_element = 1) {
   return out;
 }
 
-// linear with a bf16 weight on a CUDA device (Note [16-bit parameters]).
-Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
-  const Tensor x16 = ops::to(x, DType::bf16);
-  return record("linear", {x, weight, bias}, counted_linear(ops::linear(x16, weight, wide(bias)), weight, bias),
-                [=, x_shape = x.shape(), x_dtype = x.dtype()](const Grads& g) {
-                  const Tensor g2 = ops::reshape(g[0], {-1, weight.size(0)});
-                  const Tensor g16 = ops::to(g2, DType::bf16);
-                  Tensor dx = gx ? ops::to(ops::reshape(ops::matmul(g16, weight), x_shape), x_dtype) : Tensor();
-                  Tensor dw = gw ? like(ops::matmul(g16, ops::reshape(x16, {-1, weight.size(1)}), true, false), weight)
-                                 : Tensor();
-                  Tensor db = gbias ? like(ops::sum(g2, 0), bias) : Tensor();
-                  return Grads{dx, dw, db};
-                });
-}
-
 }  // namespace
 
 Tensor compute_dtype(const Tensor& t) { return is_16bit(t) ? to(t, DType::f32) : t; }
-
-bool tensor_core_operand(const Tensor& t) { return t.dtype() == DType::bf16 && t.device().is_cuda(); }
 
 // ---- elementwise ----
 
@@ -255,17 +243,9 @@ Tensor gelu(const Tensor& x) {
   return record("gelu", {x}, counted(ops::gelu(x)), [x](const Grads& g) { return Grads{ops::gelu_backward(x, g[0])}; });
 }
 
-namespace {
-
-Tensor sigmoid(const Tensor& x) { return ops::mul(ops::add(ops::tanh(ops::mul(x, 0.5)), 1.0), 0.5); }
-
-}  // namespace
-
 Tensor silu(const Tensor& x) {
-  return record("silu", {x}, counted(ops::mul(x, sigmoid(x)), 4), [x](const Grads& g) {
-    const Tensor s = sigmoid(x);  // d(x s)/dx = s (1 + x (1 - s))
-    return Grads{ops::mul(g[0], ops::mul(s, ops::add(ops::mul(x, ops::add(ops::neg(s), 1.0)), 1.0)))};
-  });
+  return record("silu", {x}, counted(ops::silu(x), 4),
+                [x](const Grads& g) { return Grads{ops::silu_backward(x, g[0])}; });
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
@@ -370,12 +350,9 @@ Tensor mask_like(const Tensor& mask, const Tensor& x, const char* what) {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const bool ga = requires_grad(a), gb = requires_grad(b);
-  // bf16 operands on a CUDA device multiply as stored into an f32 result; their gradients
-  // multiply the same way, the incoming gradient narrowed to bf16 (Note [16-bit parameters]).
-  const DType operands = tensor_core_operand(a) && b.dtype() == DType::bf16 ? DType::bf16 : a.dtype();
   const Tensor c = counted_product(ops::matmul(a, b, trans_a, trans_b), trans_a ? a.size(-2) : a.size(-1));
   return record("matmul", {a, b}, c, [=](const Grads& g) {
-    const Tensor dc = ops::to(g[0], operands);
+    const Tensor dc = like(g[0], a);
     // C = A' B' with A' = op(A), B' = op(B): dA' = dC B'^T, dB' = A'^T dC.
     Tensor da, db;
     if (ga) {
@@ -396,13 +373,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (tensor_core_operand(weight)) return linear_bf16(x, weight, bias);
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  const Tensor x = product_operand(input, weight);
   const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
-  return record("linear", {x, weight, bias}, counted_linear(ops::linear(x, wide(weight), wide(bias)), weight, bias),
+  return record("linear", {x, weight, bias}, counted_linear(ops::linear(x, weight, bias), weight, bias),
                 [=](const Grads& g) {
-    const Tensor w = wide(weight);  // re-read: ZeRO-3 may have re-gathered it
-    const Tensor g2 = ops::reshape(g[0], {-1, w.size(0)});
+    const Tensor& w = weight;
+    const Tensor g2 = like(ops::reshape(g[0], {-1, w.size(0)}), w);
     const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
     Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
     const auto weight_grads = [=] {
@@ -432,11 +409,11 @@ Tensor softmax(const Tensor& x, bool causal) {
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  ops::LayerNormOut r = ops::layer_norm(x, wide(weight), wide(bias), eps);
+  ops::LayerNormOut r = ops::layer_norm(x, weight, bias, eps);
   counted(r.y, weight.defined() ? 5 : 4);
   return record("layer_norm", {x, weight, bias}, r.y, [=, mean = r.mean, rstd = r.rstd](const Grads& g) {
-    ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[0]), x, wide(weight), mean, rstd);
-    return Grads{d.dx, like(d.dweight, weight), like(d.dbias, bias)};
+    ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[0]), x, weight, mean, rstd);
+    return Grads{like(d.dx, x), like(d.dweight, weight), like(d.dbias, bias)};
   });
 }
 
@@ -445,15 +422,11 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
               "rms_norm: weight " << shape_str(weight.shape()) << " does not match the last dimension of x "
                                   << shape_str(x.shape()));
   TRIAD_CHECK(eps > 0.0, "rms_norm: eps must be positive, got " << eps);
-  const int last = int(x.dim()) - 1;
-  const Tensor xw = wide(x), w = wide(weight);
-  const Tensor rstd = ops::pow(ops::add(ops::mean(ops::mul(xw, xw), last, true), eps), -0.5);  // (..., 1)
-  const Tensor y = counted(ops::mul(ops::mul(xw, rstd), w), 4);
-  return record("rms_norm", {x, weight}, y, [=](const Grads& g) {
-    // x^ = x rstd, y = x^ w: dx = rstd (g w - x^ mean(g w x^)), dweight = sum over rows of g x^
-    const Tensor xhat = ops::mul(wide(x), rstd), gw = ops::mul(g[0], wide(weight));
-    const Tensor dx = ops::mul(ops::sub(gw, ops::mul(xhat, ops::mean(ops::mul(gw, xhat), last, true))), rstd);
-    return Grads{dx, like(ops::sum_to(ops::mul(g[0], xhat), weight.shape()), weight)};
+  ops::RmsNormOut r = ops::rms_norm(x, weight, eps);
+  counted(r.y, 4);
+  return record("rms_norm", {x, weight}, r.y, [=, rstd = r.rstd](const Grads& g) {
+    ops::RmsNormGrads d = ops::rms_norm_backward(ops::contiguous(g[0]), x, weight, rstd);
+    return Grads{like(d.dx, x), like(d.dweight, weight)};
   });
 }
 
@@ -488,7 +461,7 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  return record("embedding", {weight}, ops::embedding(wide(weight), indices),
+  return record("embedding", {weight}, ops::embedding(weight, indices),
                 [=, idx = detach(indices), v = weight.size(0)](const Grads& g) {
                   return Grads{like(ops::embedding_backward(g[0], idx, v), weight)};
                 });
@@ -511,8 +484,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // q, k, v are saved by handle (Note [Saved inputs]) and out through detach (Note [Saved
 // outputs]); with lse that is O(T hs) per head where the composed attention kept the
 // (T, T) probabilities. The kernels read bf16/f16 as stored, so 16-bit inputs are saved as
-// they are, without an f32 copy, and their gradients come back in their dtype, as Note
-// [16-bit parameters] asks of parameters.
+// they are, without an f32 copy, and their gradients come back in their dtype (Note
+// [16-bit activations]).
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& key_start) {
   ops::AttentionOut r = ops::causal_attention(q, k, v, scale, key_start);
   flop_count::add(2 * q.numel() * q.size(-2), 4 * q.numel() * q.size(-2) + q.numel() / q.size(-1) * q.size(-2));

@@ -24,12 +24,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
 
 // A copy in another floating dtype; the gradient flows back in the input's dtype.
 Tensor to(const Tensor& t, DType dtype);
-// t in f32 when it is stored in bf16/f16 (mixed precision keeps parameters in 16 bits and
-// computes in f32); t itself otherwise.
+// t in f32 when it is stored in bf16/f16, t itself otherwise: for what must compute past
+// one op in f32 (a router's softmax); the gradient flows back in t's dtype.
 Tensor compute_dtype(const Tensor& t);
-// Whether t is a bf16 tensor on a CUDA device, which products (and attention) read as
-// stored, on tensor cores (Note [16-bit parameters]).
-bool tensor_core_operand(const Tensor& t);
 
 // ---- elementwise (broadcasting) ----
 Tensor add(const Tensor& a, const Tensor& b);
@@ -91,20 +88,21 @@ Tensor masked_mean(const Tensor& x, const Tensor& mask, const char* what);
 Tensor mask_like(const Tensor& mask, const Tensor& x, const char* what);
 
 // ---- linear algebra ----
-// bf16 operands multiply on a CUDA device only, into an f32 result (ops::matmul); their
-// gradients come back in bf16.
+// Operands of one dtype; bf16/f16 accumulate in f32 and round once (Note [16-bit
+// activations]). linear narrows an input of another dtype to a 16-bit weight's.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- neural-network functions ----
-// linear, layer_norm and embedding accept parameters stored in bf16/f16 and return f32
-// (Note [16-bit parameters]: on a CUDA device linear multiplies bf16 weights as stored).
+// Every function here keeps its input's dtype (Note [16-bit activations] in functions.cpp):
+// a bf16/f16 embedding table gives 16-bit activations all the way to cross_entropy, whose
+// loss is f32; parameters' gradients come back in their dtype.
 Tensor softmax(const Tensor& x, bool causal = false);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // Root-mean-square normalisation over the last dimension C (Llama's RMSNorm):
-// y = x / sqrt(mean(x^2) + eps) * weight, weight (C,). Computed in f32 (f64 for f64 x)
-// whatever the dtypes x and weight are stored in; the weight's gradient comes back in its
-// dtype, x's in f32 (f64).
+// y = x / sqrt(mean(x^2) + eps) * weight, weight (C,), fused (ops::rms_norm). Computed in
+// f32 (f64 for f64 x) whatever the dtypes x and weight are stored in; y and the gradients
+// come back in the dtypes of x and weight.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
 // Rotary position embedding in the rotate_half convention (GPT-NeoX, Hugging Face Llama):
 // x (..., T, D), D even, and tables cos, sin (T, D) (nn/rotary.h), or (B, 1, T, D) for

@@ -95,8 +95,9 @@ struct SchedulerConfig {
 };
 
 // Mixed precision (DeepSpeed's "bf16" and "fp16" sections): parameters and gradients stored
-// in 16 bits, f32 master weights and moments in the optimizer; compute in f32 on the CPU,
-// and bf16 products on tensor cores on a GPU (Note [16-bit parameters]).
+// in 16 bits, f32 master weights and moments in the optimizer; activations and their
+// gradients stored in the same 16-bit dtype, every kernel computing in f32 (Note [16-bit
+// activations] in autograd/functions.cpp).
 struct PrecisionConfig {
   DType dtype = DType::f32;      // f32, bf16 or f16
   int initial_scale_power = 16;  // fp16: the loss scale starts at 2^this

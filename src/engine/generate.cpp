@@ -33,12 +33,13 @@ std::vector<int32_t> generate(nn::LanguageModel& model, const std::vector<int32_
   nn::KVCache cache = model.make_cache(1);
   const Device device = model.parameters().front().device();
   // Feeds `ids` after what the cache holds and returns the logits of the last position, on
-  // the host where sampling reads them.
+  // the host, in f32, where sampling reads them.
   auto feed = [&](const std::vector<int32_t>& ids) {
     const std::vector<int64_t> wide(ids.begin(), ids.end());
     const Tensor indices = ops::to(Tensor::from_vector(wide, {1, int64_t(wide.size())}), device);
     const Tensor logits = model.forward_cached(indices, cache);
-    return ops::to(ops::contiguous(ops::select(ops::select(logits, 0, 0), 0, int64_t(wide.size()) - 1)), Device::cpu());
+    const Tensor last = ops::select(ops::select(logits, 0, 0), 0, int64_t(wide.size()) - 1);
+    return ops::to(ops::to(ops::contiguous(last), Device::cpu()), DType::f32);
   };
   auto refill = [&] {  // restart the cache on the most recent tokens
     const size_t keep = std::min<size_t>(tokens.size(), size_t(std::max<int64_t>(seq_len / 2, 1)));

@@ -161,7 +161,7 @@ Tensor GPT::hidden_states(const Tensor& indices, const LeftPadding* padding) {
   TRIAD_CHECK(T <= config_.seq_len, "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
   const auto [first, count] = par_->sequence_part(T);
   const Tensor position_rows =
-      padding ? embedding(wpe->weight, padding->positions) : compute_dtype(narrow(wpe->weight, 0, first, count));
+      padding ? embedding(wpe->weight, padding->positions) : narrow(wpe->weight, 0, first, count);
   Tensor x = add((*wte)(indices), position_rows);
   x = (*drop)(x);
   const Tensor key_start = padding ? padding->key_start : Tensor();

@@ -20,7 +20,7 @@ class GPTEmbedding : public Module {
     const int64_t T = indices.size(1);
     TRIAD_CHECK(T <= seq_len_, "GPT: sequence length " << T << " exceeds the model's seq_len " << seq_len_);
     const auto [first, count] = par_->sequence_part(T);
-    return (*drop)(add((*wte_)(indices), compute_dtype(narrow(wpe->weight, 0, first, count))));
+    return (*drop)(add((*wte_)(indices), narrow(wpe->weight, 0, first, count)));
   }
 
   std::shared_ptr<Embedding> wpe;

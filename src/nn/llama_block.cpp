@@ -57,12 +57,7 @@ Tensor GroupedQueryAttention::attend(const Tensor& qh, const Tensor& kh, const T
   const int64_t g = n_head / n_kv_head;
   const Tensor kr = repeat_heads(kh, g), vr = repeat_heads(vh, g);
   const double scale = 1.0 / std::sqrt(double(head_dim));
-  // With bf16 weights on a GPU attention runs on tensor cores, as the GPT's (Note [16-bit
-  // parameters]).
-  const Tensor y = tensor_core_operand(q->weight) ? causal_attention(triad::to(qh, DType::bf16),
-                                                                     triad::to(kr, DType::bf16),
-                                                                     triad::to(vr, DType::bf16), scale, key_start)
-                                                  : causal_attention(qh, kr, vr, scale, key_start);  // (B, NH, T, hd)
+  const Tensor y = causal_attention(qh, kr, vr, scale, key_start);  // (B, NH, T, hd)
   return reshape(transpose(y, 1, 2), {y.size(0), y.size(2), n_head * head_dim});
 }
 

@@ -90,7 +90,7 @@ GateOutput TopKGate::route(const Tensor& x) {
   TRIAD_CHECK(x.dim() == 2 && x.size(1) == wg->weight.size(1),
               "TopKGate: expected x (S, " << wg->weight.size(1) << "), got " << shape_str(x.shape()));
   const bool training = is_training();
-  Tensor h = compute_dtype(x);
+  Tensor h = compute_dtype(x);  // routing decides in f32 whatever the activations' dtype
   if (training && config.noisy_gate_policy == NoisyGatePolicy::jitter) {
     const Tensor jitter = Tensor::empty(h.shape(), h.dtype(), h.device());
     ops::uniform_(jitter, 1.0 - 1e-2, 1.0 + 1e-2, *gen);

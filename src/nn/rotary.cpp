@@ -25,7 +25,9 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double
   sin_ = Tensor::from_vector(s, {max_positions, head_dim});
 }
 
-const std::pair<Tensor, Tensor>& RotaryEmbedding::tables(DType dtype, Device device) const {
+const std::pair<Tensor, Tensor>& RotaryEmbedding::tables(DType activations, Device device) const {
+  // 16-bit activations read the tables in f32 (Note [16-bit activations]).
+  const DType dtype = activations == DType::f64 ? DType::f64 : DType::f32;
   const auto key = std::pair(int(dtype), device.str());
   auto it = copies_.find(key);
   if (it == copies_.end())

@@ -28,9 +28,9 @@ class RotaryEmbedding {
   int64_t max_positions() const { return max_positions_; }
 
  private:
-  // cos and sin (max_positions, D), each half the same, in x's dtype on x's device; made
-  // once per (dtype, device).
-  const std::pair<Tensor, Tensor>& tables(DType dtype, Device device) const;
+  // cos and sin (max_positions, D), each half the same, for activations of dtype
+  // `activations` on `device`: in f64 for f64, else f32; made once per (dtype, device).
+  const std::pair<Tensor, Tensor>& tables(DType activations, Device device) const;
 
   int64_t head_dim_, max_positions_;
   Tensor cos_, sin_;  // f64, on the host

@@ -33,12 +33,6 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& key_start) {
     TRIAD_CHECK(!key_start.defined(), "CausalSelfAttention: attention dropout does not take left-padded batches");
     const Tensor att = softmax(mul(matmul(q, k, false, true), scale), /*causal=*/true);
     y = matmul((*attn_drop)(att), v);
-  } else if (tensor_core_operand(qkv->weight)) {
-    // With bf16 weights on a GPU the products run on tensor cores (Note [16-bit
-    // parameters]), attention's too: q, k, v narrowed to bf16, and y stays bf16 into proj,
-    // which multiplies bf16 anyway.
-    y = causal_attention(triad::to(q, DType::bf16), triad::to(k, DType::bf16), triad::to(v, DType::bf16), scale,
-                         key_start);
   } else {
     y = causal_attention(q, k, v, scale, key_start);
   }

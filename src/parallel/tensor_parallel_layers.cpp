@@ -93,7 +93,7 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
   const Tensor partial = linear(input, weight);
   const Tensor y = options.sequence_parallel ? reduce_scatter_to_sequence_region(partial, tp_)
                                              : reduce_from_tp_region(partial, tp_);
-  return bias.defined() ? add(y, compute_dtype(bias)) : y;  // a 16-bit bias is added in f32
+  return bias.defined() ? add(y, bias) : y;
 }
 
 // ---- VocabParallelEmbedding

@@ -1,7 +1,11 @@
 // The device seam. Every op in tensor/ops.h checks its arguments, allocates its result and
 // calls exactly one method here on the backend of its inputs' device. A backend receives
 // validated tensors: outputs are freshly allocated and contiguous unless a method says
-// otherwise, shapes agree, dtypes are f32 or f64 for floating kernels.
+// otherwise, shapes agree. Floating kernels take f64 (every floating operand f64: the CPU's
+// gradient checks) or any mix of f32, bf16 and f16 operands (Note [16-bit activations] in
+// autograd/functions.cpp): each value is loaded as f32, computed on in f32 as the f32 kernel
+// does, and stored rounded to nearest even, so a 16-bit result is the f32 result on the
+// same (rounded) inputs, rounded once. Methods that say otherwise take what they say.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +14,15 @@
 
 namespace triad {
 
-enum class BinaryOp { add, sub, mul, div, relu_backward /* b where a > 0, else 0 */ };
-enum class UnaryOp { neg, exp, log, sqrt, tanh, relu, gelu, pow, scale, add_scalar };
+enum class BinaryOp {
+  add,
+  sub,
+  mul,
+  div,
+  relu_backward,  // b where a > 0, else 0
+  silu_backward   // b d silu(a)/da = b s (1 + a (1 - s)), s = sigmoid(a)
+};
+enum class UnaryOp { neg, exp, log, sqrt, tanh, relu, gelu, silu, pow, scale, add_scalar };
 
 class Backend {
  public:
@@ -43,16 +54,20 @@ class Backend {
   virtual bool all_finite(const Tensor& a) = 0;
 
   // a (batch_a, M, K) or (batch_a, K, M) when trans_a; b likewise (batch_b is 1 or batch);
-  // out (batch, M, N) = a' b'. All contiguous. a and b may also be both bf16 or both f16
-  // (out f32, accumulated in f32): ops::matmul sends those to CUDA devices only.
+  // out (batch, M, N) = a' b'. All contiguous; a and b of one dtype, out of theirs (16-bit
+  // operands accumulate in f32 and round once).
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
                       int64_t m, int64_t n, int64_t k) = 0;
-  // out (rows, N) += bias (N) on every row.
-  virtual void add_row_vector(const Tensor& out, const Tensor& bias) = 0;
+  // ops::linear: out (rows, N) = x (rows, K) weight (N, K)^T + bias (N) on every row, all
+  // contiguous; x, weight and out of one dtype; bias undefined, of that dtype or f32. 16-bit
+  // operands accumulate in f32, the bias is added in f32, and the sum is rounded once.
+  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) = 0;
 
-  // One fused AdamW update of a contiguous parameter: see ops::adamw_.
+  // One fused AdamW update of a contiguous parameter: see ops::adamw_. param_copy, when
+  // defined: bf16 or f16 of param's shape, contiguous, written with the updated parameter
+  // rounded to nearest even in the same pass.
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                     const AdamWStep& step) = 0;
+                     const AdamWStep& step, const Tensor& param_copy) = 0;
 
   // Block-wise quantization (ops::quantize_blocks) of each of the rows of src (rows, n),
   // contiguous, f32, bf16 or f16, none empty: q i8 (rows, format.bytes(n)), scales f32
@@ -69,12 +84,18 @@ class Backend {
   virtual void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows,
                                 int64_t n) = 0;
-  // x, y (rows, C); mean, rstd (rows).
+  // x, y (rows, C); mean, rstd (rows) in f32 (f64 for f64 x); weight, bias, dweight, dbias
+  // (C) of one dtype.
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                           const Tensor& mean, const Tensor& rstd) = 0;
   virtual void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                                    const Tensor& dbias) = 0;
+  // RMS normalisation (ops::rms_norm): x, y (rows, C); weight (C); rstd (rows) in f32 (f64
+  // for f64 x). The backward writes dx (rows, C) and dweight (C), of weight's dtype.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) = 0;
+  virtual void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                 const Tensor& dx, const Tensor& dweight) = 0;
   // Indices are contiguous. On the CPU the op has checked them in range. Other backends
   // get them unchecked (checking on the host would make it wait for the device): their
   // kernels must never touch memory for an index out of range, and must report it at the
@@ -83,12 +104,13 @@ class Backend {
   virtual void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) = 0;
   // logits (N, W) contiguous, of which the first `classes` <= W columns are the classes (the
   // rest, a padded vocabulary's padding, take no part); targets (N,) i64; lse (N,), loss ()
-  // in logits' dtype: the mean over rows that count (target != ignore_index), 0 when none
+  // in f32 (f64 for f64 logits): the mean over rows that count (target != ignore_index), 0 when none
   // do; count () i64: those rows.
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
                              const Tensor& count, int64_t ignore_index, int64_t classes) = 0;
   // grad_logits (N, W) = (softmax - onehot) * grad_loss / count over the classes, zero in the
-  // padding columns and in rows that do not count; grad_loss () in logits' dtype and count ()
+  // padding columns and in rows that do not count, in logits' dtype; grad_loss () in lse's
+  // dtype and count ()
   // as cross_entropy made it, both read where they are (on the device), so the host never
   // waits for them.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,

@@ -1,8 +1,11 @@
 // Raw tensor operations: no gradient tracking. Each function here is the single dispatch
 // point of its op: it checks its arguments (throwing triad::Error that names the op and the
 // shapes involved), allocates the result, and hands the work to the backend of the inputs'
-// device (tensor/backend.h). Floating-point kernels run in f32 or f64; bf16/f16 are storage
-// types that `to` converts.
+// device (tensor/backend.h). Floating-point kernels compute in f32 or f64; bf16/f16 are
+// storage types that every floating op reads and writes as stored, computing in f32 and
+// rounding each 16-bit result once to nearest even (Note [16-bit activations] in
+// autograd/functions.cpp). An op's result has its input's dtype; an elementwise op mixing
+// f32 with bf16 (or f16) returns the 16-bit dtype; f64 mixes with nothing.
 //
 // The differentiable versions a model uses are in autograd/functions.h (namespace triad).
 #pragma once
@@ -71,6 +74,9 @@ Tensor to(const Tensor& t, DType dtype);  // t itself when already of that dtype
 // already there. The host waits for a copy to the host, not for one to a device.
 Tensor to(const Tensor& t, Device device);
 void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's shape, dtype converted
+// How many copies between two different floating dtypes to() and copy_ have made in this
+// process: a mixed-precision step whose activations keep their dtype makes none.
+uint64_t conversion_count();
 void fill_(const Tensor& dst, double value);
 inline void zero_(const Tensor& dst) { fill_(dst, 0.0); }
 
@@ -85,7 +91,7 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
-// dst += alpha * src; a bf16/f16 dst (16-bit gradients) adds in f32 and rounds once.
+// dst += alpha * src; src of dst's dtype, or f32 for a 16-bit dst (added in f32, rounded once).
 void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);
 void mul_(const Tensor& dst, double factor);
 Tensor neg(const Tensor& a);
@@ -99,11 +105,16 @@ Tensor pow(const Tensor& a, double exponent);
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 Tensor gelu(const Tensor& x);
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
+// SiLU (swish), x sigmoid(x) with sigmoid(x) = (1 + tanh(x/2)) / 2 (finite for every x),
+// and its backward: grad_y sigmoid(x) (1 + x (1 - sigmoid(x))).
+Tensor silu(const Tensor& x);
+Tensor silu_backward(const Tensor& x, const Tensor& grad_y);
 // Bernoulli(1-p) mask scaled by 1/(1-p): draws from counters first..first+numel-1 of seed,
 // so the mask of a given (seed, first) can be replayed (backward, recomputation).
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t first);
 
-// ---- reductions (f32 inputs accumulate in double where the result is a scalar) ----
+// ---- reductions (f32 inputs accumulate in double where the result is a scalar; a result
+// has its input's dtype) ----
 Tensor sum(const Tensor& a);  // all elements -> shape ()
 Tensor sum(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& a);
@@ -119,10 +130,11 @@ bool all_finite(const Tensor& a);
 // ---- linear algebra ----
 // a (..., M, K) and b (..., K, N) -> (..., M, N); with trans_a / trans_b the last two
 // dimensions of that operand are read transposed. b may be 2-D (shared by every batch).
-// a and b share a dtype: f32 or f64 gives a result of that dtype; on a CUDA device they may
-// be bf16 or f16 too, multiplied on tensor cores with f32 accumulation into an f32 result.
+// a and b share a floating dtype, the result's; bf16/f16 operands accumulate in f32 (on a
+// CUDA device on tensor cores) and round once.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-// x (..., in), weight (out, in), bias (out) or undefined -> x weight^T + bias, (..., out).
+// x (..., in), weight (out, in) of x's dtype, bias (out) of that dtype (or f32 beside a
+// 16-bit one) or undefined -> x weight^T + bias, (..., out), added in f32 before rounding.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- optimizer kernels ----
@@ -130,9 +142,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 //   adam_w_mode (AdamW): p *= 1 - lr wd;   else (L2, PyTorch's Adam): g += wd p;
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps).
-// param, exp_avg, exp_avg_sq: same shape and dtype, contiguous; grad: same shape.
+// param, exp_avg, exp_avg_sq: same shape and dtype (f32 or f64), contiguous; grad: same shape.
+// param_copy, when given (mixed precision: param is the f32 master weight): a contiguous
+// bf16/f16 tensor of param's shape on its device, which the same pass writes with the
+// updated parameter rounded once, so no conversion runs after the step.
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-            const AdamWStep& step);
+            const AdamWStep& step, const Tensor& param_copy = Tensor());
 
 // ---- block-wise quantization (ZeRO++'s quantized collectives) ----
 // Every row along the last dimension of src (..., n) is quantized on its own, in blocks of
@@ -165,26 +180,43 @@ Tensor softmax(const Tensor& x, bool causal = false);
 Tensor softmax_backward(const Tensor& y, const Tensor& grad_y);
 
 struct LayerNormOut {
-  Tensor y, mean, rstd;  // mean and rstd: (rows,) in the compute dtype
+  Tensor y, mean, rstd;  // y in x's dtype; mean and rstd: (rows,) in f32 (f64 for f64 x)
 };
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;
 };
-// Over the last dimension C: y = (x - mean) * rstd * weight + bias; weight, bias: (C,).
+// Over the last dimension C: y = (x - mean) * rstd * weight + bias; weight, bias: (C,), of
+// x's dtype or f32 beside a 16-bit x. The backward's dx has grad_y's dtype (grad_y of x's,
+// or f32), dweight and dbias weight's.
 LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd);
+
+struct RmsNormOut {
+  Tensor y, rstd;  // y in x's dtype; rstd (rows,) in f32 (f64 for f64 x)
+};
+struct RmsNormGrads {
+  Tensor dx, dweight;
+};
+// Llama's RMSNorm over the last dimension C: y = x rstd weight, rstd = 1 / sqrt(mean(x^2)
+// + eps), eps > 0; weight (C,) as layer_norm's. The backward (dx of grad_y's dtype, dweight
+// of weight's): dx = rstd (g w - x^ mean(g w x^)), dweight = the sum over rows of g x^,
+// x^ = x rstd.
+RmsNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps);
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
 
 // weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C). An index out of range
 // throws Error: here on the CPU; on a GPU at the next wait for the device (Note [Deferred
 // device errors]), as do the targets of cross_entropy.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
-// Scatter-adds grad_y (..., C) into a zero (V, C) gradient at the rows `indices`.
+// Scatter-adds grad_y (..., C) into a zero (V, C) gradient at the rows `indices`, in f32 for
+// a 16-bit grad_y, rounded once into the result (of grad_y's dtype).
 Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings);
 
 struct CrossEntropyOut {
   Tensor loss;   // shape (): mean over rows whose target != ignore_index (0 when none)
   Tensor lse;    // (N,) log-sum-exp of each row of logits (for the backward)
+  // loss and lse are f32 for f32, bf16 and f16 logits (f64 for f64).
   Tensor count;  // shape (), i64: rows that count (targets != ignore_index)
 };
 // logits (N, W), targets (N,) of i64/i32 in [0, V) or == ignore_index, where V = classes
@@ -194,7 +226,8 @@ struct CrossEntropyOut {
 // nothing here makes the host wait for a device.
 CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t classes = -1);
 // d(loss)/d(logits) (N, W) scaled by grad_loss (one value: the incoming gradient of the mean
-// loss), with count as cross_entropy returned it; zero in the padding columns.
+// loss), with count as cross_entropy returned it; zero in the padding columns; in logits'
+// dtype.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
                               const Tensor& count, int64_t ignore_index, int64_t classes = -1);
 

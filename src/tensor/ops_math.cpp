@@ -10,8 +10,7 @@ namespace triad::ops {
 namespace {
 
 void check_float(const Tensor& t, const char* op) {
-  TRIAD_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
-              op << ": expected an f32 or f64 tensor, got " << t.str() << " (convert with ops::to)");
+  TRIAD_CHECK(is_floating(t.dtype()), op << ": expected a floating tensor (f32, f64, bf16 or f16), got " << t.str());
 }
 
 void check_same(const Tensor& a, const Tensor& b, const char* op) {
@@ -19,15 +18,27 @@ void check_same(const Tensor& a, const Tensor& b, const char* op) {
   TRIAD_CHECK(a.device() == b.device(), op << ": devices differ: " << a.str() << " and " << b.str());
 }
 
+bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// The dtype of an elementwise result of floating a and b on one device: their dtype when
+// they share one; an f32 operand beside a 16-bit one gives the 16-bit dtype (Note [16-bit
+// activations]: a 16-bit activation meeting an f32 table stays 16-bit). f64 does not mix.
+DType result_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  check_float(a, op);
+  check_float(b, op);
+  TRIAD_CHECK(a.device() == b.device(), op << ": devices differ: " << a.str() << " and " << b.str());
+  if (a.dtype() == b.dtype()) return a.dtype();
+  TRIAD_CHECK((a.dtype() == DType::f32 && is_16bit(b.dtype())) || (b.dtype() == DType::f32 && is_16bit(a.dtype())),
+              op << ": dtypes " << dtype_name(a.dtype()) << " and " << dtype_name(b.dtype())
+                 << " do not mix (f32 mixes with one of bf16 and f16; convert with ops::to): " << a.str() << " and "
+                 << b.str());
+  return is_16bit(a.dtype()) ? a.dtype() : b.dtype();
+}
+
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
-  if ((a.dtype() == DType::bf16 || a.dtype() == DType::f16) && a.dtype() == b.dtype()) {
-    // 16-bit storage (mixed precision): compute in f32, round the result once.
-    return to(binary(op, to(a, DType::f32), to(b, DType::f32), name), a.dtype());
-  }
-  check_float(a, name);
-  check_same(a, b, name);
+  const DType dtype = result_dtype(a, b, name);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  Tensor out = Tensor::empty(shape, dtype, a.device());
   backend_for(a.device()).binary(op, expand(a, shape), expand(b, shape), out);
   return out;
 }
@@ -60,17 +71,15 @@ Tensor tanh(const Tensor& a) { return unary(UnaryOp::tanh, a, 0, "tanh"); }
 Tensor relu(const Tensor& a) { return unary(UnaryOp::relu, a, 0, "relu"); }
 Tensor pow(const Tensor& a, double exponent) { return unary(UnaryOp::pow, a, exponent, "pow"); }
 Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x, 0, "gelu"); }
+Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x, 0, "silu"); }
+Tensor silu_backward(const Tensor& x, const Tensor& grad_y) {
+  TRIAD_CHECK(x.shape() == grad_y.shape(),
+              "silu_backward: shapes " << shape_str(x.shape()) << " and " << shape_str(grad_y.shape()) << " differ");
+  return binary(BinaryOp::silu_backward, x, grad_y, "silu_backward");
+}
 
 void add_(const Tensor& dst, const Tensor& src, double alpha) {
-  if (dst.dtype() == DType::bf16 || dst.dtype() == DType::f16) {
-    // 16-bit storage (mixed-precision gradients): add in f32, round once on the way back.
-    Tensor wide = to(dst, DType::f32);
-    add_(wide, to(src, DType::f32), alpha);
-    copy_(dst, wide);
-    return;
-  }
-  check_float(dst, "add_");
-  check_same(dst, src, "add_");
+  result_dtype(dst, src, "add_");
   TRIAD_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(),
               "add_: source of shape " << shape_str(src.shape()) << " does not broadcast to the destination's "
                                        << shape_str(dst.shape()));
@@ -83,11 +92,10 @@ void mul_(const Tensor& dst, double factor) {
 }
 
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
-  check_float(x, "gelu_backward");
-  check_same(x, grad_y, "gelu_backward");
+  const DType dtype = result_dtype(x, grad_y, "gelu_backward");
   TRIAD_CHECK(x.shape() == grad_y.shape(),
               "gelu_backward: shapes " << shape_str(x.shape()) << " and " << shape_str(grad_y.shape()) << " differ");
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   backend_for(x.device()).gelu_backward(contiguous(x), contiguous(grad_y), out);
   return out;
 }
@@ -151,7 +159,12 @@ Tensor sum_to(const Tensor& a, const Shape& shape) {
               "sum_to: " << shape_str(shape) << " does not broadcast to " << shape_str(a.shape()));
   Tensor r = a;
   const int lead = a.dim() - int(shape.size());
-  for (int i = 0; i < lead; ++i) r = sum(r, 0, false);
+  if (lead > 0) {  // the leading dimensions as one, summed in one op (a 16-bit result rounds once)
+    Shape rows{1};
+    for (int i = 0; i < lead; ++i) rows[0] *= a.shape()[i];
+    rows.insert(rows.end(), a.shape().begin() + lead, a.shape().end());
+    r = sum(reshape(a, rows), 0, false);
+  }
   for (int i = 0; i < int(shape.size()); ++i)
     if (shape[i] == 1 && r.shape()[i] != 1) r = sum(r, i, true);
   return r;
@@ -184,12 +197,7 @@ bool all_finite(const Tensor& a) {
 // ---- linear algebra ----
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  const bool operands_16bit = a.dtype() == DType::bf16 || a.dtype() == DType::f16;
-  if (operands_16bit)
-    TRIAD_CHECK(a.device().is_cuda(), "matmul: 16-bit operands " << a.str() << " multiply on a CUDA device only "
-                                                                 << "(the cpu computes in f32: convert with ops::to)");
-  else
-    check_float(a, "matmul");
+  check_float(a, "matmul");
   check_same(a, b, "matmul");
   TRIAD_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected operands with at least 2 dimensions, got "
                                                 << shape_str(a.shape()) << " and " << shape_str(b.shape()));
@@ -204,7 +212,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Shape out_shape = batch_shape;
   out_shape.push_back(m);
   out_shape.push_back(n);
-  Tensor out = Tensor::empty(out_shape, operands_16bit ? DType::f32 : a.dtype(), a.device());
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
   backend_for(a.device()).matmul(contiguous(a), contiguous(b), out, trans_a, trans_b, numel(batch_shape), m, n, ka);
   return out;
 }
@@ -213,29 +221,40 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   TRIAD_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
               "linear: input " << shape_str(x.shape()) << " does not match weight " << shape_str(weight.shape())
                                << " (expected input (..., " << (weight.dim() == 2 ? weight.size(1) : -1) << "))");
-  Tensor x2 = reshape(x, {-1, x.size(-1)});
-  Tensor y = matmul(x2, weight, false, true);
+  check_float(x, "linear");
+  check_same(x, weight, "linear");
   if (bias.defined()) {
-    check_same(y, bias, "linear");
+    TRIAD_CHECK(bias.device() == x.device() &&
+                    (bias.dtype() == x.dtype() || (bias.dtype() == DType::f32 && is_16bit(x.dtype()))),
+                "linear: bias " << bias.str() << " must be on " << x.device().str() << " in " << dtype_name(x.dtype())
+                                << (is_16bit(x.dtype()) ? " or f32" : ""));
     TRIAD_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0),
                 "linear: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(weight.shape()));
-    backend_for(y.device()).add_row_vector(y, contiguous(bias));
   }
+  const Tensor x2 = contiguous(reshape(x, {-1, x.size(-1)}));
+  const Tensor y = Tensor::empty({x2.size(0), weight.size(0)}, x.dtype(), x.device());
+  backend_for(x.device()).linear(x2, contiguous(weight), bias.defined() ? contiguous(bias) : bias, y);
   Shape shape = x.shape();
   shape.back() = weight.size(0);
   return view(y, shape);
 }
 
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-            const AdamWStep& step) {
-  check_float(param, "adamw_");
+            const AdamWStep& step, const Tensor& param_copy) {
+  TRIAD_CHECK(param.dtype() == DType::f32 || param.dtype() == DType::f64,
+              "adamw_: expected an f32 or f64 parameter (master weights), got " << param.str());
   for (const Tensor* t : {&grad, &exp_avg, &exp_avg_sq}) {
     check_same(param, *t, "adamw_");
     TRIAD_CHECK(t->shape() == param.shape(), "adamw_: " << t->str() << " does not match parameter " << param.str());
   }
   TRIAD_CHECK(param.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous(),
               "adamw_: parameter and state must be contiguous");
-  backend_for(param.device()).adamw(param, contiguous(grad), exp_avg, exp_avg_sq, step);
+  if (param_copy.defined())
+    TRIAD_CHECK(is_16bit(param_copy.dtype()) && param.dtype() == DType::f32 && param_copy.shape() == param.shape() &&
+                    param_copy.is_contiguous() && param_copy.device() == param.device(),
+                "adamw_: the parameter's copy must be a contiguous bf16 or f16 tensor shaped as the f32 parameter "
+                    << param.str() << ", got " << param_copy.str());
+  backend_for(param.device()).adamw(param, contiguous(grad), exp_avg, exp_avg_sq, step, param_copy);
 }
 
 }  // namespace triad::ops

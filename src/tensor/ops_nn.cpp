@@ -1,5 +1,5 @@
-// Neural-network kernels of tensor/ops.h: softmax, layer norm, embedding, cross-entropy,
-// fused causal attention.
+// Neural-network kernels of tensor/ops.h: softmax, layer norm, RMS norm, embedding,
+// cross-entropy, fused causal attention.
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -12,8 +12,22 @@ namespace triad::ops {
 namespace {
 
 void check_float(const Tensor& t, const char* op) {
-  TRIAD_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
-              op << ": expected an f32 or f64 tensor, got " << t.str());
+  TRIAD_CHECK(is_floating(t.dtype()), op << ": expected a floating tensor (f32, f64, bf16 or f16), got " << t.str());
+}
+
+bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// What f32 and 16-bit values compute in, and what statistics (norms' mean and rstd,
+// cross-entropy's lse and loss) are kept in: f64 for f64, else f32.
+DType compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// t (a parameter or gradient beside `ref`) on ref's device, of ref's dtype or f32 beside a
+// 16-bit ref.
+void check_beside(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  TRIAD_CHECK(
+      t.device() == ref.device() && (t.dtype() == ref.dtype() || (t.dtype() == DType::f32 && is_16bit(ref.dtype()))),
+      op << ": " << what << " is " << t.str() << ", expected " << dtype_name(ref.dtype())
+         << (is_16bit(ref.dtype()) ? " or f32" : "") << " on " << ref.device().str());
 }
 
 void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
@@ -100,15 +114,16 @@ Tensor softmax_backward(const Tensor& y, const Tensor& grad_y) {
 
 LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   check_float(x, "layer_norm");
-  check_like(weight, x, "layer_norm", "weight");
-  check_like(bias, x, "layer_norm", "bias");
+  check_beside(weight, x, "layer_norm", "weight");
+  check_like(bias, weight, "layer_norm", "bias");
   const int64_t c = x.size(-1);
   TRIAD_CHECK(weight.shape() == Shape{c} && bias.shape() == Shape{c},
               "layer_norm: input " << shape_str(x.shape()) << " needs weight and bias of shape (" << c << ",), got "
                                    << shape_str(weight.shape()) << " and " << shape_str(bias.shape()));
   const int64_t rows = c ? x.numel() / c : 0;
-  LayerNormOut r{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({rows}, x.dtype(), x.device()),
-                 Tensor::empty({rows}, x.dtype(), x.device())};
+  const DType stats = compute_dtype(x.dtype());
+  LayerNormOut r{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({rows}, stats, x.device()),
+                 Tensor::empty({rows}, stats, x.device())};
   backend_for(x.device()).layer_norm(contiguous(x), contiguous(weight), contiguous(bias), eps, r.y, r.mean, r.rstd);
   return r;
 }
@@ -116,15 +131,47 @@ LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bia
 LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd) {
   check_float(x, "layer_norm_backward");
-  check_like(grad_y, x, "layer_norm_backward", "grad_y");
+  check_beside(grad_y, x, "layer_norm_backward", "grad_y");
+  check_beside(weight, x, "layer_norm_backward", "weight");
   TRIAD_CHECK(grad_y.shape() == x.shape(), "layer_norm_backward: grad_y " << shape_str(grad_y.shape())
                                                                           << " differs from input "
                                                                           << shape_str(x.shape()));
   const int64_t c = x.size(-1);
-  LayerNormGrads g{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({c}, x.dtype(), x.device()),
-                   Tensor::empty({c}, x.dtype(), x.device())};
+  LayerNormGrads g{Tensor::empty(x.shape(), grad_y.dtype(), x.device()), Tensor::empty({c}, weight.dtype(), x.device()),
+                   Tensor::empty({c}, weight.dtype(), x.device())};
   backend_for(x.device())
       .layer_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), mean, rstd, g.dx, g.dweight, g.dbias);
+  return g;
+}
+
+RmsNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  check_float(x, "rms_norm");
+  check_beside(weight, x, "rms_norm", "weight");
+  TRIAD_CHECK(x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
+              "rms_norm: weight " << shape_str(weight.shape()) << " does not match the last dimension of x "
+                                  << shape_str(x.shape()));
+  TRIAD_CHECK(eps > 0.0, "rms_norm: eps must be positive, got " << eps);
+  const int64_t c = x.size(-1), rows = c ? x.numel() / c : 0;
+  RmsNormOut r{Tensor::empty(x.shape(), x.dtype(), x.device()),
+               Tensor::empty({rows}, compute_dtype(x.dtype()), x.device())};
+  backend_for(x.device()).rms_norm(contiguous(x), contiguous(weight), eps, r.y, r.rstd);
+  return r;
+}
+
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
+  check_float(x, "rms_norm_backward");
+  check_beside(grad_y, x, "rms_norm_backward", "grad_y");
+  check_beside(weight, x, "rms_norm_backward", "weight");
+  const int64_t c = x.size(-1), rows = c ? x.numel() / c : 0;
+  TRIAD_CHECK(grad_y.shape() == x.shape() && weight.shape() == Shape{c} && rstd.shape() == Shape{rows} &&
+                  rstd.dtype() == compute_dtype(x.dtype()) && rstd.device() == x.device(),
+              "rms_norm_backward: for x " << shape_str(x.shape()) << " expected grad_y of its shape, weight (" << c
+                                          << ",) and rstd (" << rows << ",) in " << dtype_name(compute_dtype(x.dtype()))
+                                          << ", got grad_y " << shape_str(grad_y.shape()) << ", weight "
+                                          << shape_str(weight.shape()) << ", rstd " << rstd.str());
+  RmsNormGrads g{Tensor::empty(x.shape(), grad_y.dtype(), x.device()), Tensor::empty({c}, weight.dtype(), x.device())};
+  backend_for(x.device())
+      .rms_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), contiguous(rstd), g.dx, g.dweight);
   return g;
 }
 
@@ -166,8 +213,8 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
                                                                              << shape_str(targets.shape()));
   const int64_t v = classes_of(logits, classes, "cross_entropy");
   const Tensor t = check_indices(targets, logits.device(), v, ignore_index, true, "cross_entropy");
-  CrossEntropyOut r{Tensor::empty({}, logits.dtype(), logits.device()),
-                    Tensor::empty({logits.size(0)}, logits.dtype(), logits.device()),
+  const DType stats = compute_dtype(logits.dtype());
+  CrossEntropyOut r{Tensor::empty({}, stats, logits.device()), Tensor::empty({logits.size(0)}, stats, logits.device()),
                     Tensor::empty({}, DType::i64, logits.device())};
   backend_for(logits.device()).cross_entropy(contiguous(logits), t, r.lse, r.loss, r.count, ignore_index, v);
   return r;
@@ -198,7 +245,10 @@ void sample_tokens_(const Tensor& logits, int64_t vocab, const TokenSampling& s,
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
                               const Tensor& count, int64_t ignore_index, int64_t classes) {
   check_float(logits, "cross_entropy_backward");
-  check_like(lse, logits, "cross_entropy_backward", "lse");
+  TRIAD_CHECK(lse.dtype() == compute_dtype(logits.dtype()) && lse.device() == logits.device(),
+              "cross_entropy_backward: lse is " << lse.str() << ", expected "
+                                                << dtype_name(compute_dtype(logits.dtype())) << " on "
+                                                << logits.device().str());
   TRIAD_CHECK(grad_loss.numel() == 1 && grad_loss.device() == logits.device() && count.numel() == 1 &&
                   count.dtype() == DType::i64 && count.device() == logits.device(),
               "cross_entropy_backward: expected one grad_loss value and an i64 count on "
@@ -211,8 +261,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   const Tensor t = check_indices(targets, logits.device(), v, ignore_index, true, "cross_entropy_backward");
   Tensor g = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   backend_for(logits.device())
-      .cross_entropy_backward(contiguous(logits), t, lse, contiguous(to(grad_loss, logits.dtype())), count,
-                              ignore_index, v, g);
+      .cross_entropy_backward(contiguous(logits), t, lse, contiguous(to(grad_loss, lse.dtype())), count, ignore_index,
+                              v, g);
   return g;
 }
 

@@ -1,5 +1,6 @@
 // Views, copies and conversions of tensor/ops.h.
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "tensor/backend.h"
@@ -181,8 +182,21 @@ Tensor clone(const Tensor& t) {
   return out;
 }
 
+namespace {
+
+std::atomic<uint64_t> g_conversions{0};
+
+void count_conversion(DType to, DType from) {
+  if (to != from && is_floating(to) && is_floating(from)) g_conversions.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+uint64_t conversion_count() { return g_conversions.load(std::memory_order_relaxed); }
+
 Tensor to(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
+  count_conversion(dtype, t.dtype());
   Tensor out = Tensor::empty(t.shape(), dtype, t.device());
   backend_for(t.device()).copy(out, t);
   return out;
@@ -202,6 +216,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
   TRIAD_CHECK(dst.device() == src.device(),
               "copy_: source on " << src.device().str() << ", destination on " << dst.device().str());
   broadcast_shapes(dst.shape(), src.shape(), "copy_");
+  count_conversion(dst.dtype(), src.dtype());
   Tensor s = expand(src, dst.shape());
   backend_for(dst.device()).copy(dst, s);
 }

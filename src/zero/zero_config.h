@@ -16,8 +16,8 @@ namespace triad::zero {
 struct ZeroConfig {
   int stage = 0;  // 0, 1, 2 or 3
   // Storage of parameters and gradients: f32, or bf16/f16 (mixed precision: f32 master
-  // weights and Adam moments in the optimizer's shard; what the compute reads is Note
-  // [16-bit parameters] in autograd/functions.cpp).
+  // weights and Adam moments in the optimizer's shard; activations follow the parameters'
+  // dtype: Note [16-bit activations] in autograd/functions.cpp).
   DType dtype = DType::f32;
   optim::LossScaleConfig loss_scale;  // fp16: optim/loss_scaler.h
   bool overlap_comm = true;  // start each group's reduction during the backward

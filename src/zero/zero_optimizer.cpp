@@ -410,8 +410,11 @@ void ZeroOptimizer::update(double lr, const std::vector<Tensor>& grads) {
     const bool whole = g.subgroups.size() == 1;
     const Tensor params = whole ? param_view(g) : ops::narrow(param_view(g), 0, sub->first, sub->count);
     const Tensor grad = whole ? grads[i] : ops::narrow(grads[i], 0, sub->first, sub->count);
-    ops::adamw_(state.master.defined() ? state.master : params, grad, state.exp_avg, state.exp_avg_sq, s);
-    if (state.master.defined()) ops::copy_(params, state.master);  // round the master weights to storage
+    // Mixed precision: the update writes the 16-bit parameters from the master weights itself.
+    if (state.master.defined())
+      ops::adamw_(state.master, grad, state.exp_avg, state.exp_avg_sq, s, params);
+    else
+      ops::adamw_(params, grad, state.exp_avg, state.exp_avg_sq, s);
     store_->release(sub->entry, /*dirty=*/true);
   }
   // The next step begins where this one did: its first sub-group can come in during the

@@ -303,12 +303,21 @@ void matmul_case() {
   BOOST_TEST(cuda::gemm_plan_count() == plans, "a repeated shape reuses its cached plan");
 }
 
-void add_row_vector_case() {
-  Pair out = pair(random({123, 77}, 24));
-  const Pair bias = pair(random({77}, 25));
-  cpu().add_row_vector(out.c, bias.c);
-  gpu().add_row_vector(out.g, bias.g);
-  expect_close("add_row_vector", out.g, out.c, threshold(DType::f32));
+// With and without a bias (the GPU's bias epilogue), in f32 and bf16, and a bf16 product
+// with an f32 bias (added to the unrounded product).
+void linear_case() {
+  for (DType dt : {DType::f32, DType::bf16})
+    for (DType bias_dtype : {DType::f32, dt})
+      for (bool with_bias : {false, true}) {
+        const std::string what = std::string("linear ") + dtype_name(dt) + (with_bias ? " + bias " : " ") +
+                                 (with_bias ? dtype_name(bias_dtype) : "");
+        const Pair x = pair(random({123, 40}, 24, -1, 1, dt)), w = pair(random({77, 40}, 25, -1, 1, dt));
+        const Pair bias = with_bias ? pair(random({77}, 26, -1, 1, bias_dtype)) : Pair{};
+        Pair out = empty_pair({123, 77}, dt);
+        cpu().linear(x.c, w.c, bias.c, out.c);
+        gpu().linear(x.g, w.g, bias.g, out.g);
+        expect_close(what, out.g, out.c, threshold(dt));
+      }
 }
 
 // Decoupled decay, L2 decay (adam_w_mode false), and no bias correction (corrections 1).
@@ -320,11 +329,13 @@ void adamw_case() {
     Pair p = pair(random({10007}, 26)), m = pair(random({10007}, 27, -0.1, 0.1)),
          v = pair(random({10007}, 28, 0, 0.01));
     const Pair g = pair(random({10007}, 29));
-    cpu().adamw(p.c, g.c, m.c, v.c, step);
-    gpu().adamw(p.g, g.g, m.g, v.g, step);
+    Pair copy = empty_pair({10007}, DType::bf16);  // the 16-bit parameters of mixed precision
+    cpu().adamw(p.c, g.c, m.c, v.c, step, copy.c);
+    gpu().adamw(p.g, g.g, m.g, v.g, step, copy.g);
     expect_close("adamw param", p.g, p.c, threshold(DType::f32));
     expect_close("adamw exp_avg", m.g, m.c, threshold(DType::f32));
     expect_close("adamw exp_avg_sq", v.g, v.c, threshold(DType::f32));
+    expect_close("adamw bf16 copy", copy.g, copy.c, threshold(DType::bf16));
   }
 }
 
@@ -563,6 +574,76 @@ void attention_case() {
   test::check_error([&] { ops::causal_attention(q64, q64, q64, 1.0); }, {"attention", "f64"});
 }
 
+// Note [16-bit activations]: the ops of a mixed-precision step on bf16/f16 operands (and an
+// f32 table beside them) on the GPU against the CPU's on the same values. Both load as f32,
+// compute in f32 and round once, so they differ only where the f32 values before rounding
+// differ in their last bits: a 16-bit ulp at most, threshold(dt) in normalized MSE.
+void sixteen_bit_case() {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const std::string d = std::string(" ") + dtype_name(dt);
+    const Tensor x = random({6, 3, 40}, 81, -2, 2, dt), y = random({6, 3, 40}, 82, -2, 2, dt);
+    const Tensor w = random({40}, 83, -1, 1, dt), b = random({40}, 84, -1, 1, dt), f = random({40}, 85);
+    const Tensor lin = random({24, 40}, 86, -1, 1, dt),
+                 ids = Tensor::from_vector(std::vector<int64_t>{3, 0, 23, 3}, {4});
+    const Tensor logits = random({18, 40}, 87, -4, 4, dt);
+    const Tensor targets =
+        Tensor::from_vector(std::vector<int64_t>{0, 5, -100, 39, 7, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {18});
+    const auto on = [](bool g, const Tensor& t) { return g ? dev(t) : t; };
+    const auto same = [&](const std::string& what, auto op) {
+      const Tensor got = op(true), want = op(false);
+      BOOST_TEST((got.dtype() == want.dtype()), what);
+      expect_close(what + d, got, want, threshold(want.dtype()));
+    };
+    same("add", [&](bool g) { return ops::add(on(g, x), on(g, y)); });
+    same("mul by an f32 table", [&](bool g) { return ops::mul(on(g, x), on(g, f)); });
+    same("gelu", [&](bool g) { return ops::gelu(on(g, x)); });
+    same("gelu_backward", [&](bool g) { return ops::gelu_backward(on(g, x), on(g, y)); });
+    same("silu", [&](bool g) { return ops::silu(on(g, x)); });
+    same("silu_backward", [&](bool g) { return ops::silu_backward(on(g, x), on(g, y)); });
+    same("add_", [&](bool g) {
+      const Tensor acc = ops::clone(on(g, x));
+      ops::add_(acc, on(g, y), 0.5);
+      return acc;
+    });
+    same("sum_to", [&](bool g) { return ops::sum_to(on(g, x), {40}); });
+    same("softmax", [&](bool g) { return ops::softmax(on(g, x), true); });
+    same("linear", [&](bool g) { return ops::linear(on(g, x), on(g, lin), on(g, ops::narrow(w, 0, 0, 24))); });
+    same("layer_norm", [&](bool g) { return ops::layer_norm(on(g, x), on(g, w), on(g, b), 1e-5).y; });
+    same("layer_norm dx", [&](bool g) {
+      const ops::LayerNormOut r = ops::layer_norm(on(g, x), on(g, w), on(g, b), 1e-5);
+      return ops::layer_norm_backward(on(g, y), on(g, x), on(g, w), r.mean, r.rstd).dx;
+    });
+    same("layer_norm dweight", [&](bool g) {
+      const ops::LayerNormOut r = ops::layer_norm(on(g, x), on(g, w), on(g, b), 1e-5);
+      return ops::layer_norm_backward(on(g, y), on(g, x), on(g, w), r.mean, r.rstd).dweight;
+    });
+    same("rms_norm", [&](bool g) { return ops::rms_norm(on(g, x), on(g, w), 1e-5).y; });
+    same("rms_norm dx", [&](bool g) {
+      return ops::rms_norm_backward(on(g, y), on(g, x), on(g, w), ops::rms_norm(on(g, x), on(g, w), 1e-5).rstd).dx;
+    });
+    same("rms_norm dweight", [&](bool g) {
+      return ops::rms_norm_backward(on(g, y), on(g, x), on(g, w), ops::rms_norm(on(g, x), on(g, w), 1e-5).rstd).dweight;
+    });
+    same("embedding", [&](bool g) { return ops::embedding(on(g, lin), on(g, ids)); });
+    same("embedding_backward",
+         [&](bool g) { return ops::embedding_backward(on(g, ops::narrow(lin, 0, 0, 4)), on(g, ids), 24); });
+    same("cross_entropy", [&](bool g) { return ops::cross_entropy(on(g, logits), on(g, targets), -100).loss; });
+    same("cross_entropy_backward", [&](bool g) {
+      const ops::CrossEntropyOut r = ops::cross_entropy(on(g, logits), on(g, targets), -100);
+      return ops::cross_entropy_backward(on(g, logits), on(g, targets), r.lse, on(g, Tensor::scalar(1.0)), r.count,
+                                         -100);
+    });
+  }
+  // RMS norm in f32.
+  const Tensor x = random({5, 70}, 88, -2, 2), w = random({70}, 89), gy = random({5, 70}, 90);
+  const ops::RmsNormOut c = ops::rms_norm(x, w, 1e-6), g = ops::rms_norm(dev(x), dev(w), 1e-6);
+  expect_close("rms_norm f32", g.y, c.y, threshold(DType::f32));
+  const ops::RmsNormGrads dc = ops::rms_norm_backward(gy, x, w, c.rstd);
+  const ops::RmsNormGrads dg = ops::rms_norm_backward(dev(gy), dev(x), dev(w), g.rstd);
+  expect_close("rms_norm f32 dx", dg.dx, dc.dx, threshold(DType::f32));
+  expect_close("rms_norm f32 dweight", dg.dweight, dc.dweight, threshold(DType::f32));
+}
+
 struct Case {
   const char* name;
   void (*run)();
@@ -578,7 +659,7 @@ const Case kCases[] = {
     {"sum_dim_max_dim", reduce_dim_case},
     {"sum_all_sum_squares_max_abs_all_finite", reduce_all_case},
     {"matmul", matmul_case},
-    {"add_row_vector", add_row_vector_case},
+    {"linear", linear_case},
     {"adamw", adamw_case},
     {"quantize_blocks_dequantize_blocks", quantize_case},
     {"softmax", softmax_case},
@@ -587,6 +668,7 @@ const Case kCases[] = {
     {"cross_entropy", cross_entropy_case},
     {"sample_tokens", sample_tokens_case},
     {"attention", attention_case},
+    {"sixteen_bit_activations", sixteen_bit_case},
 };
 
 std::vector<std::string> case_names() {
@@ -645,9 +727,9 @@ BOOST_AUTO_TEST_CASE(gemm_epilogues) {
   const int64_t rows = 96, in = 64, out_features = 136;
   const Tensor x = random({rows, in}, 43), w = random({out_features, in}, 44), bias = random({out_features}, 45);
   Tensor pre = Tensor::empty({rows, out_features});
-  cpu().matmul(x, w, pre, false, true, 1, rows, out_features, in);
-  Tensor pre_bias = ops::clone(pre);
-  cpu().add_row_vector(pre_bias, bias);
+  cpu().linear(x, w, Tensor(), pre);
+  Tensor pre_bias = Tensor::empty({rows, out_features});
+  cpu().linear(x, w, bias, pre_bias);
   for (bool with_bias : {false, true})
     for (bool gelu : {false, true}) {
       const Tensor want_pre = with_bias ? pre_bias : pre;

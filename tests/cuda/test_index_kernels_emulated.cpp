@@ -33,6 +33,9 @@ std::vector<int64_t> random_indices(int64_t n, int64_t limit, uint64_t seed) {
   return v;
 }
 
+// t as a kernel operand (the backend's floats() without its dtype check).
+cuda::Floats floats(const Tensor& t) { return {t.raw_data(), t.dtype()}; }
+
 // A device's claim flag and record, in host memory.
 struct Sink {
   unsigned claimed = 0;
@@ -70,8 +73,7 @@ BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
     Sink s;
     Tensor out = Tensor::full({n, c}, 7.0);
     emulation::launch(3, 1, 64, [&] {
-      cuda::embedding_kernel(w.data<float>(), indices.raw_data(), it == DType::i64, out.data<float>(), n, c, v,
-                             s.sink());
+      cuda::embedding_kernel(floats(w), indices.raw_data(), it == DType::i64, floats(out), n, c, v, s.sink());
     });
     const std::vector<float> po = out.to_vector<float>();
     int64_t wrong = 0;
@@ -86,7 +88,7 @@ BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
     Sink sb;
     Tensor gw = Tensor::zeros({v, c});
     emulation::launch(2, 1, 96, [&] {
-      cuda::embedding_backward_kernel(g.data<float>(), indices.raw_data(), it == DType::i64, gw.data<float>(), n, c, v,
+      cuda::embedding_backward_kernel(floats(g), indices.raw_data(), it == DType::i64, gw.data<float>(), n, c, v,
                                       sb.sink());
     });
     std::vector<double> want(size_t(v * c), 0.0);
@@ -126,8 +128,8 @@ BOOST_AUTO_TEST_CASE(cross_entropy_matches_the_cpu) {
     Tensor lse = Tensor::empty({rows}), row_loss = Tensor::empty({rows}, DType::f64);
     Tensor mean = Tensor::empty({}), count = Tensor::empty({}, DType::i64);
     emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(v)), [&] {
-      cuda::cross_entropy_kernel(logits.data<float>(), targets.data<int64_t>(), lse.data<float>(),
-                                 row_loss.data<double>(), rows, v, w, -100, s.sink());
+      cuda::cross_entropy_kernel(floats(logits), targets.data<int64_t>(), lse.data<float>(), row_loss.data<double>(),
+                                 rows, v, w, -100, s.sink());
     });
     emulation::launch(1, 1, 1024, [&] {
       cuda::cross_entropy_mean_kernel(row_loss.data<double>(), targets.data<int64_t>(), rows, v, -100,
@@ -145,15 +147,70 @@ BOOST_AUTO_TEST_CASE(cross_entropy_matches_the_cpu) {
     const Tensor grad_loss = Tensor::scalar(3.0, DType::f32);
     Tensor grad = Tensor::full({rows, w}, 7.0), want_grad = Tensor::full({rows, w}, 9.0);
     emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(v)), [&] {
-      cuda::cross_entropy_backward_kernel(logits.data<float>(), targets.data<int64_t>(), want_lse.data<float>(),
-                                          grad_loss.data<float>(), count.data<int64_t>(), -100, grad.data<float>(),
-                                          rows, v, w, sb.sink());
+      cuda::cross_entropy_backward_kernel(floats(logits), targets.data<int64_t>(), want_lse.data<float>(),
+                                          grad_loss.data<float>(), count.data<int64_t>(), -100, floats(grad), rows, v,
+                                          w, sb.sink());
     });
     cpu.cross_entropy_backward(logits, sane_targets, want_lse, grad_loss, want_count, -100, v, want_grad);
     BOOST_TEST(ops::max_abs(ops::sub(grad, want_grad)) < 1e-6, what << " backward");
     if (w > v) BOOST_TEST(ops::max_abs(ops::narrow(grad, 1, v, w - v)) == 0.0, what << " padding gradient");
     check_record(sb, cuda::IndexOp::cross_entropy_backward, {{v, 1}, {-7, 23}}, rows, v, what + " backward");
   }
+}
+
+// bf16 logits (Note [16-bit activations]): the kernels load them as f32, so lse and the
+// loss are the CPU's on the same (rounded) logits within f32 rounding, and the bf16
+// gradient is the CPU's rounded once: within one bf16 ulp (2^-8 relative) of it, since the
+// two f32 values before rounding differ only in their last bits. The embedding copies bf16
+// rows exactly.
+BOOST_AUTO_TEST_CASE(bf16_logits_and_rows_match_the_cpu) {
+  Backend& cpu = backend_for(Device::cpu());
+  const int64_t rows = 37, v = 29, w = 40;
+  const Tensor logits = ops::to(uniform({rows, w}, 4, -6, 6), DType::bf16);
+  std::vector<int64_t> t = random_indices(rows, v, 5);
+  t[3] = -100;
+  const Tensor targets = Tensor::from_vector(t, {rows});
+  Sink s;
+  Tensor lse = Tensor::empty({rows}), row_loss = Tensor::empty({rows}, DType::f64);
+  Tensor mean = Tensor::empty({}), count = Tensor::empty({}, DType::i64);
+  emulation::launch(unsigned(rows), 1, 64, [&] {
+    cuda::cross_entropy_kernel(floats(logits), targets.data<int64_t>(), lse.data<float>(), row_loss.data<double>(),
+                               rows, v, w, -100, s.sink());
+  });
+  emulation::launch(1, 1, 1024, [&] {
+    cuda::cross_entropy_mean_kernel(row_loss.data<double>(), targets.data<int64_t>(), rows, v, -100, mean.data<float>(),
+                                    count.data<int64_t>());
+  });
+  Tensor want_lse = Tensor::empty({rows}), want_mean = Tensor::empty({});
+  Tensor want_count = Tensor::empty({}, DType::i64);
+  cpu.cross_entropy(logits, targets, want_lse, want_mean, want_count, -100, v);
+  BOOST_TEST(ops::max_abs(ops::sub(lse, want_lse)) < 1e-5);
+  BOOST_TEST(std::fabs(mean.item() - want_mean.item()) <= 1e-6 * std::fabs(want_mean.item()));
+
+  const Tensor grad_loss = Tensor::scalar(3.0, DType::f32);
+  Tensor grad = Tensor::full({rows, w}, 7.0, DType::bf16), want = Tensor::full({rows, w}, 9.0, DType::bf16);
+  emulation::launch(unsigned(rows), 1, 64, [&] {
+    cuda::cross_entropy_backward_kernel(floats(logits), targets.data<int64_t>(), want_lse.data<float>(),
+                                        grad_loss.data<float>(), count.data<int64_t>(), -100, floats(grad), rows, v, w,
+                                        s.sink());
+  });
+  cpu.cross_entropy_backward(logits, targets, want_lse, grad_loss, want_count, -100, v, want);
+  const std::vector<float> g = ops::to(grad, DType::f32).to_vector<float>();
+  const std::vector<float> e = ops::to(want, DType::f32).to_vector<float>();
+  int64_t off = 0;
+  for (size_t i = 0; i < g.size(); ++i) off += std::fabs(g[i] - e[i]) > 0x1p-8f * std::fabs(e[i]);
+  BOOST_TEST(off == 0, off << " bf16 gradients more than one ulp from the CPU's");
+  BOOST_TEST(s.record.found == 0);
+
+  const Tensor table = ops::to(uniform({9, 5}, 7, -1, 1), DType::bf16);
+  const std::vector<int64_t> idx = {3, 0, 8, 3};
+  const Tensor indices = Tensor::from_vector(idx, {4});
+  Tensor out = Tensor::zeros({4, 5}, DType::bf16);
+  emulation::launch(1, 1, 64, [&] {
+    cuda::embedding_kernel(floats(table), indices.raw_data(), true, floats(out), 4, 5, 9, s.sink());
+  });
+  BOOST_TEST(ops::max_abs(ops::sub(ops::to(out, DType::f32), ops::to(ops::embedding(table, indices), DType::f32))) ==
+             0.0);
 }
 
 // Nothing counts: loss 0 and count 0, and the backward writes zeros (no division by 0).
@@ -165,8 +222,8 @@ BOOST_AUTO_TEST_CASE(cross_entropy_with_every_row_ignored) {
   Tensor lse = Tensor::empty({rows}), row_loss = Tensor::empty({rows}, DType::f64);
   Tensor mean = Tensor::full({}, 5.0), count = Tensor::full({}, 5.0, DType::i64);
   emulation::launch(unsigned(rows), 1, 64, [&] {
-    cuda::cross_entropy_kernel(logits.data<float>(), targets.data<int64_t>(), lse.data<float>(),
-                               row_loss.data<double>(), rows, v, v, -100, s.sink());
+    cuda::cross_entropy_kernel(floats(logits), targets.data<int64_t>(), lse.data<float>(), row_loss.data<double>(),
+                               rows, v, v, -100, s.sink());
   });
   emulation::launch(1, 1, 1024, [&] {
     cuda::cross_entropy_mean_kernel(row_loss.data<double>(), targets.data<int64_t>(), rows, v, -100, mean.data<float>(),
@@ -177,9 +234,9 @@ BOOST_AUTO_TEST_CASE(cross_entropy_with_every_row_ignored) {
   const Tensor grad_loss = Tensor::scalar(1.0, DType::f32);
   Tensor grad = Tensor::full({rows, v}, 7.0);
   emulation::launch(unsigned(rows), 1, 64, [&] {
-    cuda::cross_entropy_backward_kernel(logits.data<float>(), targets.data<int64_t>(), lse.data<float>(),
-                                        grad_loss.data<float>(), count.data<int64_t>(), -100, grad.data<float>(), rows,
-                                        v, v, s.sink());
+    cuda::cross_entropy_backward_kernel(floats(logits), targets.data<int64_t>(), lse.data<float>(),
+                                        grad_loss.data<float>(), count.data<int64_t>(), -100, floats(grad), rows, v, v,
+                                        s.sink());
   });
   BOOST_TEST(ops::max_abs(grad) == 0.0);
   BOOST_TEST(s.record.found == 0);

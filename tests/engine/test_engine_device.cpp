@@ -86,12 +86,6 @@ BOOST_AUTO_TEST_CASE(indices_out_of_range_name_the_op) {
   test::check_error([&] { ops::embedding(w, bad); }, {"embedding: index 4 at position 1", "out of range [0, 4)"});
 }
 
-// 16-bit products are for tensor cores: the cpu says how to compute them instead.
-BOOST_AUTO_TEST_CASE(bf16_matmul_on_the_cpu_says_to_widen) {
-  const Tensor a = ops::to(Tensor::ones({2, 3}), DType::bf16);
-  test::check_error([&] { ops::matmul(a, a, false, true); }, {"matmul: 16-bit operands", "CUDA device only"});
-}
-
 // Module::to keeps every parameter's handle (the optimizer and ZeRO hold them).
 BOOST_AUTO_TEST_CASE(module_to_the_same_device_keeps_parameters) {
   nn::Linear lin(3, 2);

@@ -83,7 +83,11 @@ BOOST_AUTO_TEST_CASE(broadcast_and_dtype_errors) {
                {"add", "i64", "(2, 3)"});
   expect_error("add mixed", [] { ops::add(f32({2, 3}), Tensor::zeros({2, 3}, DType::f64)); }, {"add", "f32", "f64"});
   expect_error("add f32 + i64", [] { ops::add(f32({2, 3}), Tensor::zeros({2, 3}, DType::i64)); }, {"add", "i64"});
-  expect_error("exp bf16", [] { ops::exp(Tensor::zeros({2, 3}, DType::bf16)); }, {"exp", "bf16", "(2, 3)"});
+  expect_error("exp i32", [] { ops::exp(Tensor::zeros({2, 3}, DType::i32)); }, {"exp", "i32", "(2, 3)"});
+  expect_error("add f64 + bf16", [] { ops::add(Tensor::zeros({2}, DType::f64), Tensor::zeros({2}, DType::bf16)); },
+               {"add", "f64", "bf16", "do not mix"});
+  expect_error("add bf16 + f16", [] { ops::add(Tensor::zeros({2}, DType::bf16), Tensor::zeros({2}, DType::f16)); },
+               {"add", "bf16", "f16", "do not mix"});
   expect_error("sum i32", [] { ops::sum(Tensor::zeros({4}, DType::i32)); }, {"sum", "i32", "(4,)"});
   expect_error("add_ shape", [] { ops::add_(f32({3}), f32({2, 3})); }, {"add_", "(2, 3)", "(3,)"});
   expect_error("copy_ shape", [] { ops::copy_(f32({2, 3}), f32({4})); }, {"copy_", "(2, 3)", "(4,)"});

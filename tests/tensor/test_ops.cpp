@@ -517,3 +517,111 @@ BOOST_AUTO_TEST_CASE(random_results_do_not_depend_on_thread_count) {
     }
   }
 }
+
+// Note [16-bit activations]: every floating op takes bf16/f16 operands as stored, computes in
+// f32 and rounds its result once. So its 16-bit result is exactly its f32 result on the same
+// (rounded, hence exactly widened) inputs, rounded once to the 16-bit dtype; statistics kept
+// in f32 (norms' mean and rstd, cross-entropy's lse and loss, attention's lse) are the f32
+// op's bit for bit. An f32 operand beside a 16-bit one is read as is.
+BOOST_AUTO_TEST_CASE(sixteen_bit_ops_are_the_f32_ops_rounded_once) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      Generator gen(7);
+      auto random = [&](const Shape& shape, double scale = 1.0) {
+        Tensor t = Tensor::empty(shape);
+        ops::uniform_(t, -scale, scale, gen);
+        return ops::to(t, dt);
+      };
+      const auto wide = [](const Tensor& t) { return ops::to(t, DType::f32); };
+      // got (16-bit) against want (f32) rounded once: the same bits.
+      const auto same = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+        BOOST_TEST_REQUIRE((got.dtype() == dt), what << ": " << got.str());
+        BOOST_TEST(test::max_abs_diff(wide(got), wide(ops::to(want, dt))) == 0.0, what);
+      };
+      const Tensor x = random({3, 4, 8}, 2.0), y = random({3, 4, 8}, 2.0), b = random({8});
+      const Tensor xw = wide(x), yw = wide(y), bw = wide(b);
+      const Tensor f = Tensor::empty({8});
+      ops::uniform_(f, -1, 1, gen);
+
+      same(ops::add(x, y), ops::add(xw, yw), "add");
+      same(ops::sub(x, b), ops::sub(xw, bw), "sub, broadcast");
+      same(ops::mul(x, f), ops::mul(xw, f), "mul by an f32 table");
+      same(ops::mul(f, x), ops::mul(f, xw), "f32 table times 16-bit");
+      same(ops::div(x, ops::add(ops::mul(y, y), 1.0)), ops::div(xw, wide(ops::add(ops::mul(y, y), 1.0))), "div");
+      same(ops::mul(x, 0.3), ops::mul(xw, 0.3), "scale");
+      same(ops::tanh(x), ops::tanh(xw), "tanh");
+      same(ops::exp(x), ops::exp(xw), "exp");
+      same(ops::gelu(x), ops::gelu(xw), "gelu");
+      same(ops::silu(x), ops::silu(xw), "silu");
+      same(ops::gelu_backward(x, y), ops::gelu_backward(xw, yw), "gelu_backward");
+      same(ops::silu_backward(x, y), ops::silu_backward(xw, yw), "silu_backward");
+      same(ops::relu_backward(x, y), ops::relu_backward(xw, yw), "relu_backward");
+      same(ops::sum(x, 1), ops::sum(xw, 1), "sum over a dimension");
+      same(ops::sum_to(x, {8}), ops::sum_to(xw, {8}), "sum_to (a bias gradient)");
+      same(ops::max(x, 2), ops::max(xw, 2), "max");
+      same(ops::softmax(x, true), ops::softmax(xw, true), "causal softmax");
+      {
+        const Tensor acc = ops::clone(x);
+        ops::add_(acc, y, 0.5);
+        Tensor want = ops::clone(xw);
+        ops::add_(want, yw, 0.5);
+        same(acc, want, "add_ (gradient accumulation)");
+      }
+
+      const Tensor w = random({5, 8}), bias = random({5});
+      same(ops::matmul(x, w, false, true), ops::matmul(xw, wide(w), false, true), "matmul");
+      same(ops::matmul(x, y, true, false), ops::matmul(xw, yw, true, false), "batched matmul, transposed");
+      same(ops::linear(x, w, bias), ops::linear(xw, wide(w), wide(bias)), "linear");
+      const Tensor fbias = wide(bias);
+      same(ops::linear(x, w, fbias), ops::linear(xw, wide(w), fbias), "linear with an f32 bias");
+
+      const Tensor lw = random({8}), lb = random({8});
+      const ops::LayerNormOut ln = ops::layer_norm(x, lw, lb, 1e-5),
+                              lnw = ops::layer_norm(xw, wide(lw), wide(lb), 1e-5);
+      same(ln.y, lnw.y, "layer_norm");
+      BOOST_TEST((ln.rstd.dtype() == DType::f32));
+      BOOST_TEST(test::max_abs_diff(ln.rstd, lnw.rstd) == 0.0);
+      const ops::LayerNormGrads lg = ops::layer_norm_backward(y, x, lw, ln.mean, ln.rstd);
+      const ops::LayerNormGrads lgw = ops::layer_norm_backward(yw, xw, wide(lw), lnw.mean, lnw.rstd);
+      same(lg.dx, lgw.dx, "layer_norm dx");
+      same(lg.dweight, lgw.dweight, "layer_norm dweight");
+      same(lg.dbias, lgw.dbias, "layer_norm dbias");
+
+      const ops::RmsNormOut rn = ops::rms_norm(x, lw, 1e-5), rnw = ops::rms_norm(xw, wide(lw), 1e-5);
+      same(rn.y, rnw.y, "rms_norm");
+      BOOST_TEST(test::max_abs_diff(rn.rstd, rnw.rstd) == 0.0);
+      const ops::RmsNormGrads rg = ops::rms_norm_backward(y, x, lw, rn.rstd);
+      const ops::RmsNormGrads rgw = ops::rms_norm_backward(yw, xw, wide(lw), rnw.rstd);
+      same(rg.dx, rgw.dx, "rms_norm dx");
+      same(rg.dweight, rgw.dweight, "rms_norm dweight");
+
+      const Tensor table = random({6, 8}), ids = idx({5, 0, 5, 2}, {2, 2});
+      same(ops::embedding(table, ids), ops::embedding(wide(table), ids), "embedding");
+      const Tensor ge = random({2, 2, 8});
+      same(ops::embedding_backward(ge, ids, 6), ops::embedding_backward(wide(ge), ids, 6), "embedding_backward");
+
+      const Tensor logits = random({6, 7}, 4.0), targets = idx({0, 4, -100, 3, 3, 1}, {6});
+      const ops::CrossEntropyOut ce = ops::cross_entropy(logits, targets, -100, 5);
+      const ops::CrossEntropyOut cew = ops::cross_entropy(wide(logits), targets, -100, 5);
+      BOOST_TEST((ce.loss.dtype() == DType::f32 && ce.lse.dtype() == DType::f32));
+      BOOST_TEST(ce.loss.item() == cew.loss.item());
+      BOOST_TEST(test::max_abs_diff(ce.lse, cew.lse) == 0.0);
+      const Tensor g1 = Tensor::scalar(1.5, DType::f32);
+      same(ops::cross_entropy_backward(logits, targets, ce.lse, g1, ce.count, -100, 5),
+           ops::cross_entropy_backward(wide(logits), targets, cew.lse, g1, cew.count, -100, 5),
+           "cross_entropy_backward");
+
+      const Tensor q = random({1, 2, 5, 4}), k = random({1, 2, 5, 4}), v = random({1, 2, 5, 4});
+      const ops::AttentionOut at = ops::causal_attention(q, k, v, 0.5);
+      const ops::AttentionOut atw = ops::causal_attention(wide(q), wide(k), wide(v), 0.5);
+      same(at.out, atw.out, "attention");
+      const Tensor go = random({1, 2, 5, 4});
+      const ops::AttentionGrads ag = ops::causal_attention_backward(q, k, v, at.out, at.lse, go, 0.5);
+      const ops::AttentionGrads agw =
+          ops::causal_attention_backward(wide(q), wide(k), wide(v), wide(at.out), at.lse, wide(go), 0.5);
+      same(ag.dq, agw.dq, "attention dq");
+      same(ag.dk, agw.dk, "attention dk");
+      same(ag.dv, agw.dv, "attention dv");
+    }
+  }
+}

@@ -7,8 +7,9 @@
 //
 // dtypes follow the CPU backend: copy, fill and the random fills take every dtype the CPU
 // takes (bf16/f16 conversions rounding exactly as tensor/dtype.h does); every computing
-// method runs in f32, and attention and the block quantization also read and write bf16/f16
-// tensors as stored (attention on tensor cores with f32 accumulation: attention_mma.cu). f64
+// method computes in f32 on operands stored in f32, bf16 or f16 (launch.cuh's Floats: loaded
+// as float, stored rounded to nearest even, as tensor/backend.h asks), attention on tensor
+// cores with f32 accumulation (attention_mma.cu); the optimizer takes f32 only. f64
 // tensors, which the CPU backend computes for gradient checks, throw Error here. matmul goes
 // through cuBLASLt (gemm.h), which also takes bf16/f16 operands for callers that use it
 // directly.
@@ -44,10 +45,10 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
               int64_t n, int64_t k) override;
-  void add_row_vector(const Tensor& out, const Tensor& bias) override;
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-             const AdamWStep& step) override;
+             const AdamWStep& step, const Tensor& param_copy) override;
   void quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, int64_t rows, int64_t n,
                        const QuantFormat& format) override;
   void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k, int64_t n,
@@ -58,6 +59,9 @@ class CudaBackend final : public Backend {
                   const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) override;
+  void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                         const Tensor& dx, const Tensor& dweight) override;
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,

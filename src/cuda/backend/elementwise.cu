@@ -1,7 +1,8 @@
 // Elementwise kernels: binary ops over broadcast operands, unary maps, axpy, GELU and its
-// backward, dropout (tensor/cpu/elementwise.cpp on the GPU). One kernel template per
-// operand count, instantiated per op with a functor; operands of any strides go through
-// Strided, which merges a dense operand's dimensions into one.
+// backward, SiLU and its backward, dropout (tensor/cpu/elementwise.cpp on the GPU). One
+// kernel template per operand count, instantiated per op with a functor; operands of any
+// strides go through Strided, which merges a dense operand's dimensions into one; each
+// operand is stored in f32, bf16 or f16 of its own (Floats), computed on in f32.
 #include "cuda/backend/convert.cuh"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
@@ -11,20 +12,20 @@ namespace triad::cuda {
 namespace {
 
 template <class F>
-__global__ void map2_kernel(int64_t n, Strided<3> g, float* out, const float* a, const float* b, F f) {
+__global__ void map2_kernel(int64_t n, Strided<3> g, Floats out, Floats a, Floats b, F f) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[3];
     g.offsets(i, off);
-    out[off[0]] = f(a[off[1]], b[off[2]]);
+    out.store(off[0], f(a.load(off[1]), b.load(off[2])));
   }
 }
 
 template <class F>
-__global__ void map1_kernel(int64_t n, Strided<2> g, float* out, const float* a, F f) {
+__global__ void map1_kernel(int64_t n, Strided<2> g, Floats out, Floats a, F f) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[2];
     g.offsets(i, off);
-    out[off[0]] = f(a[off[1]]);
+    out.store(off[0], f(a.load(off[1])));
   }
 }
 
@@ -34,8 +35,8 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f, const char* 
   if (n == 0) return;
   OnDevice on(out);
   const Strided<3> g = make_strided<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()}, method);
-  map2_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, g, ptr<float>(out), ptr<const float>(a),
-                                                           ptr<const float>(b), f);
+  map2_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, g, floats(out, method), floats(a, method),
+                                                           floats(b, method), f);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -45,7 +46,7 @@ void map1(const Tensor& a, const Tensor& out, F f, const char* method) {
   if (n == 0) return;
   OnDevice on(out);
   const Strided<2> g = make_strided<2>(out.shape(), {&out.strides(), &a.strides()}, method);
-  map1_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, g, ptr<float>(out), ptr<const float>(a), f);
+  map1_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, g, floats(out, method), floats(a, method), f);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -70,6 +71,14 @@ struct ReluBackward {  // y, grad_y
 struct Axpy {
   float alpha;
   __device__ float operator()(float d, float s) const { return d + alpha * s; }
+};
+// sigmoid(x) as the CPU computes it: (1 + tanh(x/2)) / 2.
+__device__ inline float sigmoid(float x) { return 0.5f * (1.0f + tanhf(0.5f * x)); }
+struct SiluBackward {  // x, grad_y
+  __device__ float operator()(float x, float g) const {
+    const float s = sigmoid(x);
+    return g * (s * (1.0f + x * (1.0f - s)));
+  }
 };
 struct GeluBackward {  // x, grad_y
   __device__ float operator()(float v, float g) const {
@@ -103,6 +112,9 @@ struct Gelu {
     return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
   }
 };
+struct Silu {
+  __device__ float operator()(float x) const { return x * sigmoid(x); }
+};
 struct Pow {
   float s;
   __device__ float operator()(float x) const { return powf(x, s); }
@@ -116,16 +128,15 @@ struct AddScalar {
   __device__ float operator()(float x) const { return x + s; }
 };
 
-__global__ void dropout_kernel(int64_t n, const float* x, float* out, double p, float keep_scale, uint64_t seed,
+__global__ void dropout_kernel(int64_t n, Floats x, Floats out, double p, float keep_scale, uint64_t seed,
                                uint64_t first) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = random_uniform(seed, first + uint64_t(i)) >= p ? x[i] * keep_scale : 0.0f;
+    out.store(i, random_uniform(seed, first + uint64_t(i)) >= p ? x.load(i) * keep_scale : 0.0f);
 }
 
 }  // namespace
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  require_f32(out, "binary");
   switch (op) {
     case BinaryOp::add:
       return map2(a, b, out, Add{}, "add");
@@ -137,11 +148,12 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
       return map2(a, b, out, Div{}, "div");
     case BinaryOp::relu_backward:
       return map2(a, b, out, ReluBackward{}, "relu_backward");
+    case BinaryOp::silu_backward:
+      return map2(a, b, out, SiluBackward{}, "silu_backward");
   }
 }
 
 void CudaBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double scalar) {
-  require_f32(out, "unary");
   const float s = float(scalar);
   switch (op) {
     case UnaryOp::neg:
@@ -158,6 +170,8 @@ void CudaBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double s
       return map1(a, out, Relu{}, "relu");
     case UnaryOp::gelu:
       return map1(a, out, Gelu{}, "gelu");
+    case UnaryOp::silu:
+      return map1(a, out, Silu{}, "silu");
     case UnaryOp::pow:
       return map1(a, out, Pow{s}, "pow");
     case UnaryOp::scale:
@@ -168,7 +182,6 @@ void CudaBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double s
 }
 
 void CudaBackend::axpy(const Tensor& dst, const Tensor& src, double alpha) {
-  require_f32(dst, "axpy");
   if (alpha == 1.0)
     map2(dst, src, dst, Add{}, "axpy");
   else
@@ -176,18 +189,16 @@ void CudaBackend::axpy(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void CudaBackend::gelu_backward(const Tensor& x, const Tensor& grad_y, const Tensor& grad_x) {
-  require_f32(x, "gelu_backward");
   map2(x, grad_y, grad_x, GeluBackward{}, "gelu_backward");
 }
 
 void CudaBackend::dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t first) {
-  require_f32(x, "dropout");
   const int64_t n = x.numel();
   if (n == 0) return;
   OnDevice on(x);
   const float keep_scale = float(1.0 / (1.0 - p));
-  dropout_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, ptr<const float>(x), ptr<float>(out), p, keep_scale,
-                                                              seed, first);
+  dropout_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, floats(x, "dropout"), floats(out, "dropout"), p,
+                                                              keep_scale, seed, first);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 

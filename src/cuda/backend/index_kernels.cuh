@@ -1,7 +1,8 @@
 // The kernels of the CUDA backend that read indices: embedding and its backward,
 // cross-entropy (its rows, their mean, its backward). nn.cu launches them; they live in a
 // header of their own so that tests/cuda/test_index_kernels_emulated.cpp can run them on
-// the CPU under an emulation of CUDA. Indices out of range are skipped and reported (Note
+// the CPU under an emulation of CUDA. Values and logits are f32, bf16 or f16 (Floats);
+// lse and the summed embedding gradient f32. Indices out of range are skipped and reported (Note
 // [Deferred device errors]).
 #pragma once
 
@@ -21,27 +22,27 @@ __device__ inline int64_t index_at(const void* idx, bool is64, int64_t i) {
 }
 
 // A bad index gives a zero row (Note [Deferred device errors]).
-__global__ void embedding_kernel(const float* w, const void* idx, bool is64, float* out, int64_t n, int64_t c,
-                                 int64_t v, BadIndexSink sink) {
+__global__ void embedding_kernel(Floats w, const void* idx, bool is64, Floats out, int64_t n, int64_t c, int64_t v,
+                                 BadIndexSink sink) {
   const int64_t total = n * c;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t / c, j = t - i * c;
     const int64_t row = index_at(idx, is64, i);
     const bool ok = row >= 0 && row < v;
     if (!ok && j == 0) record_bad_index(sink, IndexOp::embedding, row, i, n, v);
-    out[t] = ok ? w[row * c + j] : 0.0f;
+    out.store(t, ok ? w.load(row * c + j) : 0.0f);
   }
 }
 
 // A bad index adds nothing.
-__global__ void embedding_backward_kernel(const float* g, const void* idx, bool is64, float* gw, int64_t n, int64_t c,
+__global__ void embedding_backward_kernel(Floats g, const void* idx, bool is64, float* gw, int64_t n, int64_t c,
                                           int64_t v, BadIndexSink sink) {
   const int64_t total = n * c;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t / c, j = t - i * c;
     const int64_t row = index_at(idx, is64, i);
     if (row >= 0 && row < v)
-      atomicAdd(gw + row * c + j, g[t]);
+      atomicAdd(gw + row * c + j, g.load(t));
     else if (j == 0)
       record_bad_index(sink, IndexOp::embedding_backward, row, i, n, v);
   }
@@ -61,22 +62,21 @@ __device__ inline bool target_counts(int64_t t, int64_t r, int64_t rows, int64_t
 
 // lse[r] and the row's loss (lse - logit of the target; 0 for a row that does not count)
 // in double, over the first v of each row's w logits (the rest: padding).
-__global__ void cross_entropy_kernel(const float* logits, const int64_t* targets, float* lse, double* loss,
-                                     int64_t rows, int64_t v, int64_t w, int64_t ignore_index, BadIndexSink sink) {
-  const int64_t r = blockIdx.x;
-  const float* row = logits + r * w;
+__global__ void cross_entropy_kernel(Floats logits, const int64_t* targets, float* lse, double* loss, int64_t rows,
+                                     int64_t v, int64_t w, int64_t ignore_index, BadIndexSink sink) {
+  const int64_t r = blockIdx.x, row = r * w;
   float mx = -kInf;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, logits.load(row + j));
   mx = block_reduce(mx, MaxFloat{}, -kInf);
   float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(row[j] - mx);
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(logits.load(row + j) - mx);
   s = block_reduce(s, SumOp{}, 0.0f);
   if (threadIdx.x == 0) {
     const float l = mx + logf(s);
     lse[r] = l;
     const int64_t t = targets[r];
     const bool counts = target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy, sink);
-    loss[r] = counts ? double(l) - double(row[t]) : 0.0;
+    loss[r] = counts ? double(l) - double(logits.load(row + t)) : 0.0;
   }
 }
 
@@ -101,22 +101,20 @@ __global__ void cross_entropy_mean_kernel(const double* loss, const int64_t* tar
 
 // grad = (softmax - onehot) * grad_loss / count over the first v of each row's w columns,
 // zero in the padding columns and in rows where the target does not count.
-__global__ void cross_entropy_backward_kernel(const float* logits, const int64_t* targets, const float* lse,
+__global__ void cross_entropy_backward_kernel(Floats logits, const int64_t* targets, const float* lse,
                                               const float* grad_loss, const int64_t* count, int64_t ignore_index,
-                                              float* grad, int64_t rows, int64_t v, int64_t w, BadIndexSink sink) {
-  const int64_t r = blockIdx.x;
+                                              Floats grad, int64_t rows, int64_t v, int64_t w, BadIndexSink sink) {
+  const int64_t r = blockIdx.x, row = r * w;
   const int64_t t = targets[r];
-  float* g = grad + r * w;
   if (!target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy_backward, sink)) {
-    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) g[j] = 0.0f;
+    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) grad.store(row + j, 0.0f);
     return;
   }
   const float scale = *grad_loss / float(*count);
-  const float* row = logits + r * w;
   const float l = lse[r];
   for (int64_t j = threadIdx.x; j < w; j += blockDim.x) {
-    const float p = j < v ? expf(row[j] - l) * scale : 0.0f;
-    g[j] = j == t ? p - scale : p;
+    const float p = j < v ? expf(logits.load(row + j) - l) * scale : 0.0f;
+    grad.store(row + j, j == t ? p - scale : p);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "cuda/check.h"
 #include "cuda/stream.h"
+#include "tensor/float16.h"
 #include "tensor/tensor.h"
 
 namespace triad::cuda {
@@ -37,7 +38,7 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   return unsigned(std::clamp<int64_t>(b, 1, int64_t(1) << 20));
 }
 
-// Every computing method runs in f32 (see cuda_backend.h).
+// What a method that computes in f32 only takes (see cuda_backend.h).
 inline void require_f32(const Tensor& t, const char* method) {
   TRIAD_CHECK(t.dtype() == DType::f32, "cuda backend: " << method << " computes in f32, got " << t.str()
                                                         << " (f64 kernels are CPU-only; they serve gradient checks)");
@@ -46,6 +47,51 @@ inline void require_f32(const Tensor& t, const char* method) {
 template <class T>
 T* ptr(const Tensor& t) {
   return static_cast<T*>(t.raw_data());
+}
+
+// The floating storage a computing method takes: f32, bf16 or f16 (Note [16-bit
+// activations] in autograd/functions.cpp).
+inline void require_floating(const Tensor& t, const char* method) {
+  TRIAD_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16,
+              "cuda backend: " << method << " takes f32, bf16 or f16, got " << t.str()
+                               << " (f64 kernels are CPU-only; they serve gradient checks)");
+}
+
+// A floating operand of a kernel, stored in f32, bf16 or f16: elements load as float and
+// store rounded to nearest even, with tensor/float16.h's conversions (the CPU's own, bit
+// for bit). The dtype is the same for every thread, so the switch costs no divergence.
+struct Floats {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+
+  __device__ float load(int64_t i) const {
+    switch (dtype) {
+      case DType::bf16:
+        return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+      case DType::f16:
+        return f16_to_float(static_cast<const uint16_t*>(data)[i]);
+      default:
+        return static_cast<const float*>(data)[i];
+    }
+  }
+  __device__ void store(int64_t i, float v) const {
+    switch (dtype) {
+      case DType::bf16:
+        static_cast<uint16_t*>(data)[i] = float_to_bf16(v);
+        return;
+      case DType::f16:
+        static_cast<uint16_t*>(data)[i] = float_to_f16(v);
+        return;
+      default:
+        static_cast<float*>(data)[i] = v;
+    }
+  }
+};
+
+// t as a kernel operand (require_floating checked).
+inline Floats floats(const Tensor& t, const char* method) {
+  require_floating(t, method);
+  return {t.raw_data(), t.dtype()};
 }
 
 // ---- strided operands ----

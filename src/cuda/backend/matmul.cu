@@ -1,6 +1,7 @@
-// GEMM through cuBLASLt (cuda/gemm.h) and the bias add of ops::linear
-// (tensor/cpu/matmul.cpp on the GPU). matmul takes f32 operands, or bf16/f16 ones with an
-// f32 result (Note [16-bit parameters] in autograd/functions.cpp).
+// GEMM through cuBLASLt (cuda/gemm.h), and ops::linear's product with its bias in
+// cuBLASLt's bias epilogue (tensor/cpu/matmul.cpp on the GPU). matmul takes f32, bf16 or f16 operands and a result
+// of their dtype (16-bit products accumulate in f32 on tensor cores and round once: Note
+// [16-bit activations] in autograd/functions.cpp).
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
 #include "cuda/gemm.h"
@@ -9,27 +10,37 @@ namespace triad::cuda {
 
 namespace {
 
-__global__ void add_row_vector_kernel(float* out, const float* bias, int64_t total, int64_t n) {
+// out = product + bias on every row of n: an f32 bias beside a 16-bit product, which the
+// epilogue does not take, added to the unrounded f32 product.
+__global__ void add_row_vector_kernel(const float* product, Floats bias, Floats out, int64_t total, int64_t n) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x)
-    out[t] += bias[t % n];
+    out.store(t, product[t] + bias.load(t % n));
 }
 
 }  // namespace
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
                          int64_t m, int64_t n, int64_t k) {
-  if (a.dtype() != DType::bf16 && a.dtype() != DType::f16) require_f32(a, "matmul");
-  require_f32(out, "matmul");
+  require_floating(a, "matmul");
   gemm(a, b, out, trans_a, trans_b, batch, m, n, k);
 }
 
-void CudaBackend::add_row_vector(const Tensor& out, const Tensor& bias) {
-  require_f32(out, "add_row_vector");
-  const int64_t n = bias.numel(), total = out.numel();
-  if (n == 0 || total == 0) return;
+void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  require_floating(x, "linear");
+  const int64_t rows = x.size(0), n = weight.size(0), k = x.size(1);
+  if (!bias.defined() || bias.dtype() == out.dtype()) {
+    GemmOptions o;
+    if (bias.defined()) o.epilogue = Epilogue::bias, o.bias = bias;
+    gemm(x, weight, out, false, true, 1, rows, n, k, o);
+    return;
+  }
+  const Tensor product = Tensor::empty(out.shape(), DType::f32, out.device());
+  gemm(x, weight, product, false, true, 1, rows, n, k);
+  const int64_t total = out.numel();
+  if (total == 0) return;
   OnDevice on(out);
-  add_row_vector_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(ptr<float>(out), ptr<const float>(bias), total,
-                                                                         n);
+  add_row_vector_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(
+      ptr<const float>(product), floats(bias, "linear"), floats(out, "linear"), total, n);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 

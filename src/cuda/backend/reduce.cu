@@ -1,5 +1,5 @@
-// Reductions (tensor/cpu/reduce.cpp on the GPU).
-// - Over a dimension, in f32: one block per row when the reduced elements are contiguous
+// Reductions (tensor/cpu/reduce.cpp on the GPU), of f32, bf16 or f16 operands (Floats).
+// - Over a dimension, in f32 (a 16-bit result rounded once): one block per row when the reduced elements are contiguous
 //   (inner == 1); otherwise one thread per output along the contiguous inner run, the
 //   reduced dimension cut into chunks reduced to partials first when there are too few
 //   outputs to fill the device.
@@ -18,38 +18,37 @@ namespace triad::cuda {
 namespace {
 
 template <class Op>
-__global__ void reduce_rows_kernel(const float* a, float* out, int64_t n, Op op, float identity) {
-  const float* row = a + blockIdx.x * n;
+__global__ void reduce_rows_kernel(Floats a, Floats out, int64_t n, Op op, float identity) {
+  const int64_t row = blockIdx.x * n;
   float r = identity;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) r = op(r, row[j]);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) r = op(r, a.load(row + j));
   r = block_reduce(r, op, identity);
-  if (threadIdx.x == 0) out[blockIdx.x] = r;
+  if (threadIdx.x == 0) out.store(blockIdx.x, r);
 }
 
 // a (outer, n, inner) -> out (outer, chunks, inner): chunk c reduces j in [c len, (c+1) len).
 template <class Op>
-__global__ void reduce_columns_kernel(const float* a, float* out, int64_t outer, int64_t n, int64_t inner,
-                                      int64_t chunks, int64_t len, Op op, float identity) {
+__global__ void reduce_columns_kernel(Floats a, Floats out, int64_t outer, int64_t n, int64_t inner, int64_t chunks,
+                                      int64_t len, Op op, float identity) {
   const int64_t total = outer * chunks * inner;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t % inner, c = (t / inner) % chunks, o = t / (inner * chunks);
     const int64_t begin = c * len, end = begin + len < n ? begin + len : n;
-    const float* src = a + o * n * inner + i;
+    const int64_t src = o * n * inner + i;
     float r = identity;
-    for (int64_t j = begin; j < end; ++j) r = op(r, src[j * inner]);
-    out[t] = r;
+    for (int64_t j = begin; j < end; ++j) r = op(r, a.load(src + j * inner));
+    out.store(t, r);
   }
 }
 
 template <class Op>
 void reduce_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner, Op op, float identity,
                 const char* method) {
-  require_f32(a, method);
+  const Floats fa = floats(a, method), fout = floats(out, method);
   if (out.numel() == 0) return;
   OnDevice on(a);
   if (inner == 1) {
-    reduce_rows_kernel<<<unsigned(outer), row_threads(n), 0, on.stream()>>>(ptr<const float>(a), ptr<float>(out), n, op,
-                                                                            identity);
+    reduce_rows_kernel<<<unsigned(outer), row_threads(n), 0, on.stream()>>>(fa, fout, n, op, identity);
     TRIAD_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -59,18 +58,19 @@ void reduce_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, in
   int64_t chunks = 1;
   if (outputs < kEnough && n > 64) chunks = std::min<int64_t>((kEnough + outputs - 1) / outputs, (n + 31) / 32);
   if (chunks == 1) {
-    reduce_columns_kernel<<<blocks_for(outputs), kThreads, 0, on.stream()>>>(ptr<const float>(a), ptr<float>(out),
-                                                                             outer, n, inner, 1, n, op, identity);
+    reduce_columns_kernel<<<blocks_for(outputs), kThreads, 0, on.stream()>>>(fa, fout, outer, n, inner, 1, n, op,
+                                                                             identity);
     TRIAD_CUDA_CHECK_LAUNCH();
     return;
   }
   const int64_t len = (n + chunks - 1) / chunks;
   Tensor partial = Tensor::empty({outer, chunks, inner}, DType::f32, a.device());
-  reduce_columns_kernel<<<blocks_for(outputs * chunks), kThreads, 0, on.stream()>>>(
-      ptr<const float>(a), ptr<float>(partial), outer, n, inner, chunks, len, op, identity);
+  const Floats fpartial = floats(partial, method);
+  reduce_columns_kernel<<<blocks_for(outputs * chunks), kThreads, 0, on.stream()>>>(fa, fpartial, outer, n, inner,
+                                                                                    chunks, len, op, identity);
   TRIAD_CUDA_CHECK_LAUNCH();
-  reduce_columns_kernel<<<blocks_for(outputs), kThreads, 0, on.stream()>>>(
-      ptr<const float>(partial), ptr<float>(out), outer, chunks, inner, 1, chunks, op, identity);
+  reduce_columns_kernel<<<blocks_for(outputs), kThreads, 0, on.stream()>>>(fpartial, fout, outer, chunks, inner, 1,
+                                                                           chunks, op, identity);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -95,10 +95,10 @@ struct MaxIgnoringNaN {  // std::max(m, v) of the CPU's max_abs: a NaN never win
 constexpr int kAllBlocks = 1024;  // partials of a whole-tensor reduction, at most
 
 template <class F, class Combine>
-__global__ void reduce_all_kernel(const float* a, int64_t n, double* partial, F f, Combine combine) {
+__global__ void reduce_all_kernel(Floats a, int64_t n, double* partial, F f, Combine combine) {
   double r = 0.0;  // the identity of every combination used (sum; max of |v| >= 0)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    r = combine(r, f(double(a[i])));
+    r = combine(r, f(double(a.load(i))));
   r = block_reduce(r, combine, 0.0);
   if (threadIdx.x == 0) partial[blockIdx.x] = r;
 }
@@ -111,7 +111,8 @@ __global__ void combine_partials_kernel(double* partial, int count, Combine comb
   if (threadIdx.x == 0) partial[count] = r;
 }
 
-// The reduction of f over every element of the tensors (f32, contiguous, on one device):
+// The reduction of f over every element of the tensors (f32, bf16 or f16, contiguous, on
+// one device):
 // each tensor's blocks write their own partials, one block combines them all, and the host
 // waits once.
 template <class F, class Combine>
@@ -131,8 +132,8 @@ double reduce_all(const std::vector<Tensor>& tensors, F f, Combine combine) {
   double* p = ptr<double>(partial);
   for (size_t i = 0, first = 0; i < tensors.size(); first += blocks[i], ++i) {
     if (!blocks[i]) continue;
-    reduce_all_kernel<<<blocks[i], kThreads, 0, stream>>>(ptr<const float>(tensors[i]), tensors[i].numel(), p + first,
-                                                          f, combine);
+    reduce_all_kernel<<<blocks[i], kThreads, 0, stream>>>(floats(tensors[i], "reduction"), tensors[i].numel(),
+                                                          p + first, f, combine);
     TRIAD_CUDA_CHECK_LAUNCH();
   }
   combine_partials_kernel<<<1, kThreads * 2, 0, stream>>>(p, total, combine);
@@ -154,24 +155,15 @@ void CudaBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int
   reduce_dim(a, out, outer, n, inner, MaxOp{}, -std::numeric_limits<float>::infinity(), "max_dim");
 }
 
-double CudaBackend::sum_all(const Tensor& a) {
-  require_f32(a, "sum_all");
-  return reduce_all({a}, Identity{}, SumOp{});
-}
+double CudaBackend::sum_all(const Tensor& a) { return reduce_all({a}, Identity{}, SumOp{}); }
 
 double CudaBackend::sum_squares(const std::vector<Tensor>& tensors) {
-  for (const Tensor& t : tensors) require_f32(t, "sum_squares");
+  for (const Tensor& t : tensors) require_floating(t, "sum_squares");
   return reduce_all(tensors, Square{}, SumOp{});
 }
 
-double CudaBackend::max_abs(const Tensor& a) {
-  require_f32(a, "max_abs");
-  return reduce_all({a}, Abs{}, MaxIgnoringNaN{});
-}
+double CudaBackend::max_abs(const Tensor& a) { return reduce_all({a}, Abs{}, MaxIgnoringNaN{}); }
 
-bool CudaBackend::all_finite(const Tensor& a) {
-  require_f32(a, "all_finite");
-  return reduce_all({a}, TimesZero{}, SumOp{}) == 0.0;
-}
+bool CudaBackend::all_finite(const Tensor& a) { return reduce_all({a}, TimesZero{}, SumOp{}) == 0.0; }
 
 }  // namespace triad::cuda

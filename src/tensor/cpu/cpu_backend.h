@@ -1,5 +1,6 @@
 // The CPU backend: OpenMP-parallel loops the compiler vectorizes, and Eigen (over BLAS) for
-// GEMM. Floating kernels are templates over float and double; the methods are spread over
+// GEMM. Floating kernels are templates over float and double (bf16/f16 operands go through
+// f32 copies: tensor/cpu/widen.h); the methods are spread over
 // files by kind (copy.cpp, elementwise.cpp, reduce.cpp, matmul.cpp, optim.cpp, quantize.cpp,
 // nn.cpp, attention.cpp).
 #pragma once
@@ -30,10 +31,10 @@ class CpuBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
               int64_t n, int64_t k) override;
-  void add_row_vector(const Tensor& out, const Tensor& bias) override;
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-             const AdamWStep& step) override;
+             const AdamWStep& step, const Tensor& param_copy) override;
   void quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, int64_t rows, int64_t n,
                        const QuantFormat& format) override;
   void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k, int64_t n,
@@ -44,6 +45,9 @@ class CpuBackend final : public Backend {
                   const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) override;
+  void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                         const Tensor& dx, const Tensor& dweight) override;
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,

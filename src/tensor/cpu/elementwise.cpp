@@ -1,10 +1,12 @@
-// Elementwise kernels: binary ops over broadcast operands, unary maps, axpy, GELU, dropout.
+// Elementwise kernels: binary ops over broadcast operands, unary maps, axpy, GELU, SiLU,
+// dropout. bf16/f16 operands go through f32 copies (tensor/cpu/widen.h).
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cpu/visit_float.h"
+#include "tensor/cpu/widen.h"
 #include "tensor/random.h"
 
 namespace triad {
@@ -53,6 +55,11 @@ constexpr T kGeluCubic = T(0.044715);
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (cpu::any_16bit({&a, &b, &out})) {
+    const cpu::WideOut o(out);
+    binary(op, cpu::widen(a), cpu::widen(b), o.get());
+    return o.store();
+  }
   cpu::visit_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     switch (op) {
@@ -66,11 +73,21 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
         return map2<T>(a, b, out, [](T x, T y) { return x / y; });
       case BinaryOp::relu_backward:
         return map2<T>(a, b, out, [](T y, T g) { return y > T(0) ? g : T(0); });
+      case BinaryOp::silu_backward:
+        return map2<T>(a, b, out, [](T x, T g) {
+          const T s = T(0.5) * (T(1) + cpu::vtanh(T(0.5) * x));  // sigmoid(x)
+          return g * (s * (T(1) + x * (T(1) - s)));
+        });
     }
   });
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double scalar) {
+  if (cpu::any_16bit({&a, &out})) {
+    const cpu::WideOut o(out);
+    unary(op, cpu::widen(a), o.get(), scalar);
+    return o.store();
+  }
   cpu::visit_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T s = T(scalar);
@@ -97,11 +114,18 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double sc
         return map1<T>(a, out, [](T x) {
           return T(0.5) * x * (T(1) + cpu::vtanh(kGeluScale<T> * (x + kGeluCubic<T> * x * x * x)));
         });
+      case UnaryOp::silu:
+        return map1<T>(a, out, [](T x) { return x * (T(0.5) * (T(1) + cpu::vtanh(T(0.5) * x))); });
     }
   });
 }
 
 void CpuBackend::axpy(const Tensor& dst, const Tensor& src, double alpha) {
+  if (cpu::any_16bit({&dst, &src})) {
+    const cpu::WideOut d(dst, /*initial=*/true);
+    axpy(d.get(), cpu::widen(src), alpha);
+    return d.store();
+  }
   cpu::visit_float(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T al = T(alpha);
@@ -113,6 +137,11 @@ void CpuBackend::axpy(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void CpuBackend::gelu_backward(const Tensor& x, const Tensor& grad_y, const Tensor& grad_x) {
+  if (cpu::any_16bit({&x, &grad_y, &grad_x})) {
+    const cpu::WideOut o(grad_x);
+    gelu_backward(cpu::widen(x), cpu::widen(grad_y), o.get());
+    return o.store();
+  }
   cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     map2<T>(x, grad_y, grad_x, [](T v, T g) {
@@ -125,6 +154,11 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& grad_y, const Tens
 }
 
 void CpuBackend::dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t first) {
+  if (cpu::any_16bit({&x, &out})) {
+    const cpu::WideOut o(out);
+    dropout(cpu::widen(x), o.get(), p, seed, first);
+    return o.store();
+  }
   cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();

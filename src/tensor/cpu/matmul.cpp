@@ -1,13 +1,16 @@
-// GEMM through Eigen. With EIGEN_USE_BLAS (set for this library) Eigen forwards large
-// products to the OpenMP build of OpenBLAS; small ones stay in Eigen's own kernels.
-// Batched products run their batch in parallel when the batch is large and each product
-// small (attention), and one product at a time, each multi-threaded, otherwise.
+// GEMM through Eigen, and linear layers (a GEMM and its bias). With EIGEN_USE_BLAS (set
+// for this library) Eigen forwards large products to the OpenMP build of OpenBLAS; small
+// ones stay in Eigen's own kernels. Batched products run their batch in parallel when the
+// batch is large and each product small (attention), and one product at a time, each
+// multi-threaded, otherwise. bf16/f16 operands multiply as f32 copies into an f32 result
+// rounded once (tensor/cpu/widen.h).
 #include <omp.h>
 
 #include <Eigen/Core>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/visit_float.h"
+#include "tensor/cpu/widen.h"
 
 namespace triad {
 
@@ -39,6 +42,11 @@ void gemm(const T* a, const T* b, T* c, bool ta, bool tb, int64_t m, int64_t n, 
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
                         int64_t m, int64_t n, int64_t k) {
+  if (cpu::any_16bit({&a, &b, &out})) {
+    const cpu::WideOut o(out);
+    matmul(cpu::widen(a), cpu::widen(b), o.get(), trans_a, trans_b, batch, m, n, k);
+    return o.store();
+  }
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const T* pa = a.data<T>();
@@ -57,7 +65,14 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
   cpu::visit_float(a.dtype(), run);
 }
 
-void CpuBackend::add_row_vector(const Tensor& out, const Tensor& bias) {
+void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  if (cpu::any_16bit({&x, &weight, &bias, &out})) {
+    const cpu::WideOut o(out);
+    linear(cpu::widen(x), cpu::widen(weight), cpu::widen(bias), o.get());
+    return o.store();
+  }
+  matmul(x, weight, out, false, true, 1, x.size(0), weight.size(0), x.size(1));
+  if (!bias.defined()) return;
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const int64_t n = bias.numel(), rows = out.numel() / std::max<int64_t>(n, 1);

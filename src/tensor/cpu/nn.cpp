@@ -1,11 +1,13 @@
-// Fused neural-network kernels: softmax (optionally causal), layer norm, embedding,
+// Fused neural-network kernels: softmax (optionally causal), layer norm, RMS norm, embedding,
 // cross-entropy. One row per loop iteration, rows spread over threads; reductions that
-// cross rows (layer-norm weight gradients, embedding scatter) are split by column so every
-// thread owns what it writes and results do not depend on the schedule.
+// cross rows (norm weight gradients, embedding scatter) are split by column so every
+// thread owns what it writes and results do not depend on the schedule. bf16/f16 operands
+// go through f32 copies (tensor/cpu/widen.h); the embedding copies rows as stored.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cpu/visit_float.h"
+#include "tensor/cpu/widen.h"
 
 namespace triad {
 
@@ -25,6 +28,11 @@ int64_t index_at(const Tensor& idx, int64_t i) {
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) {
+  if (cpu::any_16bit({&x, &y})) {
+    const cpu::WideOut o(y);
+    softmax(cpu::widen(x), o.get(), rows, n, causal, tq);
+    return o.store();
+  }
   cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -53,6 +61,11 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t
 
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows,
                                   int64_t n) {
+  if (cpu::any_16bit({&y, &grad_y, &grad_x})) {
+    const cpu::WideOut o(grad_x);
+    softmax_backward(cpu::widen(y), cpu::widen(grad_y), o.get(), rows, n);
+    return o.store();
+  }
   cpu::visit_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* py = y.data<T>();
@@ -74,6 +87,11 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, const T
 
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                             const Tensor& mean, const Tensor& rstd) {
+  if (cpu::any_16bit({&x, &weight, &bias, &y})) {
+    const cpu::WideOut o(y);
+    layer_norm(cpu::widen(x), cpu::widen(weight), cpu::widen(bias), eps, o.get(), mean, rstd);
+    return o.store();
+  }
   cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t c = x.size(-1), rows = mean.numel();
@@ -101,6 +119,14 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 
 void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+  if (cpu::any_16bit({&grad_y, &x, &weight, &dx, &dweight})) {
+    const cpu::WideOut odx(dx), odw(dweight), odb(dbias);
+    layer_norm_backward(cpu::widen(grad_y), cpu::widen(x), cpu::widen(weight), mean, rstd, odx.get(), odw.get(),
+                        odb.get());
+    odx.store();
+    odw.store();
+    return odb.store();
+  }
   cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t c = x.size(-1), rows = mean.numel();
@@ -138,18 +164,83 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, cons
   });
 }
 
-void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
-  cpu::visit_float(weight.dtype(), [&](auto tag) {
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
+  if (cpu::any_16bit({&x, &weight, &y})) {
+    const cpu::WideOut o(y);
+    rms_norm(cpu::widen(x), cpu::widen(weight), eps, o.get(), rstd);
+    return o.store();
+  }
+  cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const int64_t c = weight.size(1), n = indices.numel();
-    const T* pw = weight.data<T>();
-    T* po = out.data<T>();
-#pragma omp parallel for if (n * c > cpu::kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) std::copy_n(pw + index_at(indices, i) * c, c, po + i * c);
+    const int64_t c = x.size(-1), rows = rstd.numel();
+    const T *px = x.data<T>(), *pw = weight.data<T>();
+    T *py = y.data<T>(), *pr = rstd.data<T>();
+#pragma omp parallel for if (rows * c > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* in = px + r * c;
+      T ss = 0;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t j = 0; j < c; ++j) ss += in[j] * in[j];
+      const T rs = T(1) / std::sqrt(ss / T(c) + T(eps));
+      T* out = py + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) out[j] = in[j] * rs * pw[j];
+      pr[r] = rs;
+    }
   });
 }
 
+void CpuBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                   const Tensor& dx, const Tensor& dweight) {
+  if (cpu::any_16bit({&grad_y, &x, &weight, &dx, &dweight})) {
+    const cpu::WideOut odx(dx), odw(dweight);
+    rms_norm_backward(cpu::widen(grad_y), cpu::widen(x), cpu::widen(weight), rstd, odx.get(), odw.get());
+    odx.store();
+    return odw.store();
+  }
+  cpu::visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t c = x.size(-1), rows = rstd.numel();
+    const T *pg = grad_y.data<T>(), *px = x.data<T>(), *pw = weight.data<T>(), *pr = rstd.data<T>();
+    T *pdx = dx.data<T>(), *pdw = dweight.data<T>();
+    // x^ = x rstd, y = x^ w: dx = rstd (g w - x^ mean(g w x^)), dweight = the sum over rows of g x^.
+#pragma omp parallel for if (rows * c > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *g = pg + r * c, *in = px + r * c;
+      const T rs = pr[r];
+      T dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j < c; ++j) dot += g[j] * pw[j] * in[j] * rs;
+      const T m = dot / T(c);
+      T* out = pdx + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) out[j] = rs * (g[j] * pw[j] - in[j] * rs * m);
+    }
+#pragma omp parallel for if (rows * c > cpu::kParallelGrain)
+    for (int64_t j = 0; j < c; ++j) {
+      T sw = 0;
+      for (int64_t r = 0; r < rows; ++r) sw += pg[r * c + j] * px[r * c + j] * pr[r];
+      pdw[j] = sw;
+    }
+  });
+}
+
+void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
+  // Rows copied as stored: any floating dtype, out of weight's.
+  const int64_t c = weight.size(1), n = indices.numel();
+  const size_t row_bytes = size_t(c) * element_size(weight.dtype());
+  const auto* pw = static_cast<const unsigned char*>(weight.raw_data());
+  auto* po = static_cast<unsigned char*>(out.raw_data());
+#pragma omp parallel for if (n * c > cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) std::memcpy(po + i * row_bytes, pw + index_at(indices, i) * row_bytes, row_bytes);
+}
+
 void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) {
+  if (cpu::any_16bit({&grad_y, &grad_weight})) {
+    const cpu::WideOut o(grad_weight, /*initial=*/true);
+    embedding_backward(cpu::widen(grad_y), indices, o.get());
+    return o.store();
+  }
   cpu::visit_float(grad_y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t c = grad_weight.size(1), n = indices.numel();
@@ -172,6 +263,7 @@ void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices,
 
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
                                const Tensor& count, int64_t ignore_index, int64_t classes) {
+  if (cpu::is_16bit(logits)) return cross_entropy(cpu::widen(logits), targets, lse, loss, count, ignore_index, classes);
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = logits.size(0), w = logits.size(1), v = classes;
@@ -202,6 +294,11 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, cons
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                         const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
                                         int64_t classes, const Tensor& grad_logits) {
+  if (cpu::any_16bit({&logits, &grad_logits})) {
+    const cpu::WideOut o(grad_logits);
+    cross_entropy_backward(cpu::widen(logits), targets, lse, grad_loss, count, ignore_index, classes, o.get());
+    return o.store();
+  }
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = logits.size(0), w = logits.size(1), v = classes;

@@ -1,4 +1,5 @@
-// Optimizer kernels: one pass over parameter, gradient and state (memory-bound).
+// Optimizer kernels: one pass over parameter, gradient and state (memory-bound), writing a
+// 16-bit copy of the parameter in the same pass when asked.
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
@@ -8,7 +9,9 @@
 namespace triad {
 
 void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                       const AdamWStep& s) {
+                       const AdamWStep& s, const Tensor& param_copy) {
+  uint16_t* copy = param_copy.defined() ? static_cast<uint16_t*>(param_copy.raw_data()) : nullptr;
+  const bool copy_bf16 = param_copy.defined() && param_copy.dtype() == DType::bf16;
   auto run = [&](auto tag) {
     using T = decltype(tag);
     T* p = param.data<T>();
@@ -27,6 +30,7 @@ void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& ex
       m[i] = mi;
       v[i] = vi;
       p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+      if (copy) copy[i] = copy_bf16 ? float_to_bf16(float(p[i])) : float_to_f16(float(p[i]));
     }
   };
   cpu::visit_float(param.dtype(), run);

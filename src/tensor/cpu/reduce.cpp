@@ -1,6 +1,7 @@
 // Reductions. Sums over a dimension accumulate in the compute type along contiguous inner
 // runs; whole-tensor reductions accumulate in double so gradient norms and losses do not
-// depend on the thread count beyond the last bits.
+// depend on the thread count beyond the last bits. bf16/f16 operands go through f32 copies
+// (tensor/cpu/widen.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +9,7 @@
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/visit_float.h"
+#include "tensor/cpu/widen.h"
 
 namespace triad {
 
@@ -52,6 +54,11 @@ double reduce_all(const Tensor& a, F&& f) {
 }  // namespace
 
 void CpuBackend::sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
+  if (cpu::any_16bit({&a, &out})) {
+    const cpu::WideOut o(out);
+    sum_dim(cpu::widen(a), o.get(), outer, n, inner);
+    return o.store();
+  }
   cpu::visit_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     reduce_dim<T>(a, out, outer, n, inner, T(0), [](T r, T v) { return r + v; });
@@ -59,6 +66,11 @@ void CpuBackend::sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int6
 }
 
 void CpuBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) {
+  if (cpu::any_16bit({&a, &out})) {
+    const cpu::WideOut o(out);
+    max_dim(cpu::widen(a), o.get(), outer, n, inner);
+    return o.store();
+  }
   cpu::visit_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     reduce_dim<T>(a, out, outer, n, inner, -std::numeric_limits<T>::infinity(),
@@ -67,6 +79,7 @@ void CpuBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int6
 }
 
 double CpuBackend::sum_all(const Tensor& a) {
+  if (cpu::is_16bit(a)) return sum_all(cpu::widen(a));
   double r = 0;
   cpu::visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v; }); });
   return r;
@@ -74,12 +87,15 @@ double CpuBackend::sum_all(const Tensor& a) {
 
 double CpuBackend::sum_squares(const std::vector<Tensor>& tensors) {
   double r = 0;  // tensor by tensor, in order
-  for (const Tensor& a : tensors)
+  for (const Tensor& t : tensors) {
+    const Tensor a = cpu::widen(t);
     cpu::visit_float(a.dtype(), [&](auto tag) { r += reduce_all<decltype(tag)>(a, [](double v) { return v * v; }); });
+  }
   return r;
 }
 
 double CpuBackend::max_abs(const Tensor& a) {
+  if (cpu::is_16bit(a)) return max_abs(cpu::widen(a));
   double r = 0;
   cpu::visit_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -94,6 +110,7 @@ double CpuBackend::max_abs(const Tensor& a) {
 }
 
 bool CpuBackend::all_finite(const Tensor& a) {
+  if (cpu::is_16bit(a)) return all_finite(cpu::widen(a));
   // A NaN or inf anywhere makes the sum of x*0 NaN; one pass, no branches.
   double r = 0;
   cpu::visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v * 0.0; }); });
