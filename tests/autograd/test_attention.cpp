@@ -5,7 +5,6 @@
 // than keys), large scores that make the online softmax rescale, the strided q, k, v views
 // of a fused qkv projection, bf16/f16 inputs, thread-count independence and argument
 // errors. The finite-difference check is in test_gradcheck.cpp.
-#define BOOST_TEST_MODULE attention
 #include <omp.h>
 
 #include <boost/test/unit_test.hpp>

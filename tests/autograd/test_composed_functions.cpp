@@ -2,7 +2,6 @@
 // masked_mean) on small hand-made tensors, against their formulas: values, the gradients
 // PyTorch gives at their kinks, and the errors a bad mask gets. Their finite-difference
 // checks are test_gradcheck's.
-#define BOOST_TEST_MODULE composed_functions
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

@@ -1,7 +1,6 @@
 // The backward engine: accumulation, graph shapes (reuse, diamonds), grad mode, leaves,
 // error paths, graph release, hooks, detach, and activation checkpointing (same gradients
 // as without, dropout masks replayed, nesting).
-#define BOOST_TEST_MODULE engine
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/checkpoint.h"

@@ -3,7 +3,6 @@
 // scalar with a fixed random weighting, L = sum(out * w), so every output element matters;
 // the gradient from backward() is compared with central differences (eps = 1e-6) of L, as
 // the error relative to the gradient's largest entry.
-#define BOOST_TEST_MODULE gradcheck
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <functional>

@@ -1,7 +1,6 @@
 // Note [Split backward]: a backward under DeferWeightGrads leaves the linear weights'
 // gradients in the queue and every other gradient in place; running the queue then gives
 // exactly (bit for bit) the gradients of the plain backward, hooks included.
-#define BOOST_TEST_MODULE weight_grad
 #include <boost/test/unit_test.hpp>
 #include <map>
 

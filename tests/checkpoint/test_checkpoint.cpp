@@ -1,7 +1,6 @@
 // Checkpoints in one process: resuming continues the run bit for bit (f32, bf16, fp16 with
 // its loss scale, dropout), and every kind of damage is an error naming the file and the
 // dataset, with --resume auto falling back to the newest checkpoint that loads.
-#define BOOST_TEST_MODULE checkpoint
 #include <boost/test/unit_test.hpp>
 
 #include "checkpoint/checkpoint.h"

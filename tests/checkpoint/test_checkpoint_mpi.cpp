@@ -7,7 +7,6 @@
 // resumes on other pipeline, tensor and data-parallel degrees. ZeRO++ checkpoints resume under
 // plain ZeRO-3 and back, and so do checkpoints of runs with the optimizer's state on NVMe
 // under runs without offload.
-#define BOOST_TEST_MODULE checkpoint_mpi
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>

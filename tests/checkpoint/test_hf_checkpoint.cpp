@@ -6,7 +6,6 @@
 // transformers' LlamaForCausalLM; ties, flags and bad input behave as documented,
 // the tokenizer files beside a model are copied with it, and nothing saved is overwritten by
 // a failed import.
-#define BOOST_TEST_MODULE hf_checkpoint
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>

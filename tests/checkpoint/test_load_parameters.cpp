@@ -2,7 +2,6 @@
 // RLHF steps' `init`): a model takes another's weights, f32 master weights over a 16-bit
 // /model; a value model takes a language model's under "base." and keeps its head; another
 // model's file is an error naming the file, the dataset and the models.
-#define BOOST_TEST_MODULE load_parameters
 #include <boost/test/unit_test.hpp>
 
 #include "checkpoint/checkpoint.h"

@@ -1,7 +1,6 @@
 // Config validation: each kind of bad value gives a message naming the key, the value and
 // what is allowed; batch sizes resolve as DeepSpeed's do; --set overrides; distributed_backend
 // resolves by device, build and ranks.
-#define BOOST_TEST_MODULE config
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 

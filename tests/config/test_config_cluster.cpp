@@ -1,6 +1,5 @@
 // The config's "cluster" section (the machine of the step-time model): defaults, units
 // (GB/s in bytes, Gb/s in bits, µs), and bad values named with their key.
-#define BOOST_TEST_MODULE config_cluster
 #include <boost/test/unit_test.hpp>
 
 #include "config/config.h"

@@ -5,7 +5,6 @@
 // names (ZeRO++ rows at stage 3); every key of triad's own tables parses at its default
 // (the Llama's with model.arch "llama"); and every key the parser reads while doing so has
 // a row in one of the tables.
-#define BOOST_TEST_MODULE deepspeed_schema
 #include <boost/test/unit_test.hpp>
 #include <fstream>
 #include <set>

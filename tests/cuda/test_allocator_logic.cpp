@@ -1,7 +1,6 @@
 // The bookkeeping of the stream-ordered caching allocator (Note [Stream-ordered caching
 // allocator]) over a fake memory provider: fake addresses, a capacity to run out of, and
 // events that complete when the test says their stream has caught up. Runs on the CPU.
-#define BOOST_TEST_MODULE allocator_logic
 #include <boost/test/unit_test.hpp>
 #include <map>
 #include <random>

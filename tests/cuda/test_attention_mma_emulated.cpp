@@ -4,7 +4,6 @@
 // thresholds, bf16 and f16, forward and backward. So their indexing, masking, tiling and
 // synchronization are checked where no GPU is; their speed and the hardware's own rules
 // are not.
-#define BOOST_TEST_MODULE attention_mma_emulated
 #include <boost/test/unit_test.hpp>
 
 #include "cuda/cuda_emulation.h"

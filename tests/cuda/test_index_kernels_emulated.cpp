@@ -3,7 +3,6 @@
 // the CPU backend or closed forms, and what they do with an index out of range (skip it,
 // record it once for the next wait: Note [Deferred device errors]). The host side of the
 // report, and the kernels' speed, need a GPU (test_backend_cuda).
-#define BOOST_TEST_MODULE index_kernels_emulated
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

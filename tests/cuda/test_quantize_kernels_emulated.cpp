@@ -3,7 +3,6 @@
 // q and scales bit for bit (zero, vanishing and non-finite blocks among them), a single
 // slice dequantized bit for bit, sums of slices up to f32 rounding. Grids smaller than the
 // work make every grid-stride loop take several turns. Their speed needs a GPU.
-#define BOOST_TEST_MODULE quantize_kernels_emulated
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstring>

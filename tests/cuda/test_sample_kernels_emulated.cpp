@@ -5,7 +5,6 @@
 // already done, the stop test, a padded vocabulary whose extra columns take no part, and
 // rows stored any stride apart. The kernel's speed, and its double exp's last bit against
 // the host's, need a GPU.
-#define BOOST_TEST_MODULE sample_kernels_emulated
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

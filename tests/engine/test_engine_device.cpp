@@ -2,7 +2,6 @@
 // with it on a machine (or under CUDA_VISIBLE_DEVICES) that shows no GPU. Asking for cuda
 // must fail at once with an error naming the key and the reason; cpu trains as before.
 // The training on a GPU itself is tests/cuda/test_train_cuda.cpp.
-#define BOOST_TEST_MODULE engine_device
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
 

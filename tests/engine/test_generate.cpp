@@ -1,5 +1,4 @@
 // Token sampling rules and generation over the KV cache.
-#define BOOST_TEST_MODULE generate
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <map>

@@ -2,7 +2,6 @@
 // each row continues as its prompt alone does, rows stop on their own, the draws belong to
 // the global sample, and the recorded log-probs are those the training forward recomputes
 // on the whole left-padded rows (what PPO's old_logp must be).
-#define BOOST_TEST_MODULE generate_batch
 #include <boost/test/unit_test.hpp>
 
 #include "engine/generate.h"

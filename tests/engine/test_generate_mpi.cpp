@@ -3,7 +3,6 @@
 // sampling, and every rank samples the same tokens as one process does for the same seed,
 // from a model built in place (a GPT, a Llama) and from a weights file read into the tp
 // parts.
-#define BOOST_TEST_MODULE generate_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "checkpoint/checkpoint.h"

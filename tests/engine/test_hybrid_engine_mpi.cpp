@@ -5,7 +5,6 @@
 // gather_parameters(), whatever the number of tokens) and released after; and the
 // log-probs the training forward recomputes on the left-padded prompt + answer rows equal
 // those recorded while generating.
-#define BOOST_TEST_MODULE hybrid_engine_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "engine/hybrid_engine.h"

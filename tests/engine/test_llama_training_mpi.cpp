@@ -3,7 +3,6 @@
 // validation loss within 1e-5 relative at ZeRO stages 0 and 3 over every rank, and with
 // tensor parallelism (with and without sequence parallelism, ZeRO 1 and 2) and two pipeline
 // stages; the weights it leaves load back as an nn::Llama that generates.
-#define BOOST_TEST_MODULE llama_training_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "checkpoint/checkpoint.h"

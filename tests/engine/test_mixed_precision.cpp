@@ -4,7 +4,6 @@
 // logits are bf16 and the loss f32; the loss, every gradient and a few AdamW steps follow the
 // f32 run within the bounds stated below; and a steady-state step converts no tensor
 // between dtypes in its forward and backward (ops::conversion_count).
-#define BOOST_TEST_MODULE mixed_precision
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

@@ -8,7 +8,6 @@
 // Layouts by world size: 2: pp2 with 1F1B, ZB-H1, interleaved v2, a cut by the list's own
 // layer type, ZeRO 1-3, and the untied head; 4: pp4, pp2 x dp2 at ZeRO 0-3 (and ZeRO 3
 // untied), pp2 x tp2; 8: pp2 x dp2 x tp2 at ZeRO 1 and 3, pp4 x dp2 interleaved v2.
-#define BOOST_TEST_MODULE pipeline_layer_list_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "config/config.h"

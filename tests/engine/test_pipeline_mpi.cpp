@@ -5,7 +5,6 @@
 // relative (parameters: to the largest element; the check: support/pipeline_trajectory.h).
 // Layouts by world size: 2: pp2 with each schedule and ZeRO stage; 4: pp4, pp2 x dp2 at
 // ZeRO 0-3, pp2 x tp2; 8: pp2 x dp2 x tp2 at ZeRO 0-3, pp4 x dp2 interleaved.
-#define BOOST_TEST_MODULE pipeline_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "config/config.h"

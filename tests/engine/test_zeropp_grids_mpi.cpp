@@ -5,7 +5,6 @@
 // changes where the backward's gathers read from), and qwZ + hpZ + qgZ follow it with every
 // loss within 2%. At n = 2 no data parallelism is left beside tp or pp, so it runs on 4 and
 // 8 ranks (tests/CMakeLists.txt).
-#define BOOST_TEST_MODULE zeropp_grids_mpi
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

@@ -5,7 +5,6 @@
 // tensor the backward keeps, so there is nothing to round and any gap is a tensor the
 // formula misses or invents. Shapes are small and every dimension distinct (B 3, T 10,
 // C 24, NH 4, vocabulary 50 padded to 64), so a term in the wrong dimension shows.
-#define BOOST_TEST_MODULE activation_bytes
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/engine.h"

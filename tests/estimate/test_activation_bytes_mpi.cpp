@@ -7,7 +7,6 @@
 // counted as activations. At 8 ranks each holds one head, whose output the projection
 // keeps as a view; on the ranks holding padding columns the loss keeps a masked copy of
 // the logits in their place.
-#define BOOST_TEST_MODULE activation_bytes_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/engine.h"

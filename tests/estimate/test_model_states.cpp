@@ -1,7 +1,6 @@
 // ZeRO model-state memory estimate: the ZeRO paper's worked example (Ψ = 7.5B, n = 64,
 // K = 12) exactly, the per-stage split, n = 1 collapsing every stage to plain data
 // parallelism, GPT parameter counts against nn::GPT, and the stage 3 persistence threshold.
-#define BOOST_TEST_MODULE model_states
 #include <boost/test/unit_test.hpp>
 #include <map>
 

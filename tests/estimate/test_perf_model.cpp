@@ -2,7 +2,6 @@
 // each collective on one node and hierarchically across nodes, each stage's phases, bus bytes
 // and overlap, oversubscribed cores, per-call latency, and the alpha-beta fit recovering a
 // link from timings it generated.
-#define BOOST_TEST_MODULE perf_model
 #include <boost/test/unit_test.hpp>
 
 #include "estimate/perf_model.h"

@@ -1,7 +1,6 @@
 // peak_activation_bytes on schedules whose lists test_pipeline_schedule spells out, each
 // peak worked by hand from the list (saved bytes in tens, deferred in ones, so a sum shows
 // which pairs it holds).
-#define BOOST_TEST_MODULE pipeline_memory
 #include <boost/test/unit_test.hpp>
 
 #include "estimate/pipeline_memory.h"

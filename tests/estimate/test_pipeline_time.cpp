@@ -2,7 +2,6 @@
 // keep every dependency of every schedule's lists, match hand-worked timelines and the
 // closed-form bubbles where those are exact; broken lists and bad arguments are refused
 // with messages that name what is wrong.
-#define BOOST_TEST_MODULE pipeline_time
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <map>

@@ -2,7 +2,6 @@
 // bit-by-bit definition at every length up to 100 bytes, at odd addresses and over 1 MB
 // (whichever loop the CPU runs: 8 bytes at a time with SSE 4.2, else a table), and the
 // mask TensorBoard event files store, computed by hand from its definition.
-#define BOOST_TEST_MODULE crc32c
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <numeric>

@@ -3,7 +3,6 @@
 // by ranges (also in several transfer rounds), attributes of every type, dataset listing,
 // errors that name the file and dataset, h5dump reading what we write (a shard over several
 // datasets too), and the checksum's composition over ranges and sensitivity to every byte.
-#define BOOST_TEST_MODULE h5file
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdlib>

@@ -4,7 +4,6 @@
 // closed-form contents; attributes set collectively read back everywhere; the range
 // checksums of any partition sum to the serial checksum; an argument error on one rank,
 // or ranks that disagree, throw on every rank instead of hanging.
-#define BOOST_TEST_MODULE h5file_mpi
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>

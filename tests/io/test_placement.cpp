@@ -2,7 +2,6 @@
 // and with padding as tensor parallelism splits parameters, written by element ranges (as
 // ZeRO shards them) into one H5File dataset reassemble the array exactly, read back into
 // the same parts, and their placed checksums sum to the whole array's checksum.
-#define BOOST_TEST_MODULE placement
 #include <boost/test/unit_test.hpp>
 
 #include "io/checksum.h"

@@ -3,7 +3,6 @@
 // from; triad's writer lays out what the format says and round-trips every dtype bit-exactly;
 // a sharded checkpoint reads through its index; every malformed file is an Error naming the
 // file and its problem.
-#define BOOST_TEST_MODULE safetensors
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <nlohmann/json.hpp>

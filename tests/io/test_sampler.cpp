@@ -1,7 +1,6 @@
 // Batch sampling: offsets are a pure function of (seed, step, row), stay inside the range,
 // cover it evenly, agree across batch sizes (so data-parallel ranks can slice the global
 // batch); make_batch shifts targets by one token; train/val split edges and errors.
-#define BOOST_TEST_MODULE sampler
 #include <unistd.h>
 
 #include <algorithm>

@@ -3,7 +3,6 @@
 // that changes how requests are cut, queued and submitted; the file has its full size at
 // once, replaces a leftover, is locked against a second user and goes with the object;
 // a truncated file, a missing folder and bad aio values are errors that name them.
-#define BOOST_TEST_MODULE swap_file
 #include <sys/stat.h>
 #include <unistd.h>
 

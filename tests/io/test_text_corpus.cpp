@@ -1,7 +1,6 @@
 // Text corpora: folders (sorted, .dat and symlinks skipped), separator lines (fortune "%"),
 // JSON Lines' "text" fields, documents kept apart with <|endoftext|> between them when encoded
 // (after the tokenizer's prefix, Llama's <s>), and errors naming paths and lines.
-#define BOOST_TEST_MODULE text_corpus
 #include <unistd.h>
 
 #include <algorithm>

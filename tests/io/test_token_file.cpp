@@ -1,7 +1,6 @@
 // Token files: round trips for uint16 and uint32 tokens, and every kind of damage (short
 // header, truncation, trailing bytes, bad magic/version/dtype, flipped data byte, token out of
 // the vocabulary) caught on open with an Error naming the file.
-#define BOOST_TEST_MODULE token_file
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>

@@ -6,7 +6,6 @@
 // Llama-3, Llama-2 and Llama-2 with Metaspace layouts) over a corpus of unicode, whitespace,
 // numbers, contractions and special tokens (tests/reference/hf_tokenizers_reference.py), the
 // split patterns by hand, loading by file or folder, and bad files named.
-#define BOOST_TEST_MODULE tokenizer
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,6 +1,5 @@
 // The whole GPT against PyTorch (tests/reference/gpt_reference.py): logits, loss, every
 // parameter gradient, and 10 clipped AdamW steps, from the same float32 weights.
-#define BOOST_TEST_MODULE gpt_reference
 #include <boost/test/unit_test.hpp>
 
 #include "support/check.h"

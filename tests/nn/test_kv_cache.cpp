@@ -1,5 +1,4 @@
 // Generation with the KV cache equals recomputing the whole sequence.
-#define BOOST_TEST_MODULE kv_cache
 #include <boost/test/unit_test.hpp>
 
 #include "support/check.h"

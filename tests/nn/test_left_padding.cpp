@@ -2,7 +2,6 @@
 // per-row first key, and the GPT and the Llama given per-token positions, give every row
 // exactly what that row gives alone without padding (logits, full and cached, and the
 // gradients through its real tokens); pad queries output 0 and pass no gradient.
-#define BOOST_TEST_MODULE left_padding
 #include <boost/test/unit_test.hpp>
 
 #include "support/check.h"

@@ -3,7 +3,6 @@
 // positions' difference alone, grouped-query attention as multi-head attention with each
 // key/value head repeated for its group (Hugging Face's repeat_kv), the layer list as the
 // same model as nn::Llama, and the configuration's parameter count and errors.
-#define BOOST_TEST_MODULE llama_layers
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

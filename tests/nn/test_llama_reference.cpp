@@ -1,7 +1,6 @@
 // The whole Llama against PyTorch (tests/reference/llama_reference.py): logits, loss, every
 // parameter gradient, and 10 clipped AdamW steps, from the same float32 weights; and
 // generation over the KV cache against the full forward of those weights.
-#define BOOST_TEST_MODULE llama_reference
 #include <boost/test/unit_test.hpp>
 
 #include "support/check.h"

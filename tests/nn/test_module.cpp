@@ -1,7 +1,6 @@
 // The layer API: Module traversal (names, order, counts), registration rules, train/eval,
 // forward hooks, zero_grad; the basic layers on hand-checked inputs and their inits;
 // GPTConfig validation, GPT's sequence-length check, and causality of attention.
-#define BOOST_TEST_MODULE module
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <string>

@@ -4,7 +4,6 @@
 // capacity's edges, drop accounting, dropless and top-k = E layers as dense per-token
 // sums, the Residual MoE's mix), the routing draws, the expert-parallel seam, and
 // finite-difference gradients of whole layers in f64.
-#define BOOST_TEST_MODULE moe
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <functional>

@@ -2,7 +2,6 @@
 // cases (tests/unit/runtime/utils/test_partition.py and tests/unit/utils/
 // test_partition_balanced.py in DeepSpeed) and on triad's GPT layer list, each result
 // worked out from DeepSpeed's partition_uniform and partition_balanced; errors name the key.
-#define BOOST_TEST_MODULE pipeline_partition
 #include <boost/test/unit_test.hpp>
 
 #include "nn/gpt_layers.h"

@@ -3,7 +3,6 @@
 // the second half (targets -100 elsewhere), which a model can get right only by attending
 // back H positions (an induction-style circuit: it needs attention, position embeddings and
 // two layers working together). Chance level is ln(V); the test demands far better.
-#define BOOST_TEST_MODULE train_synthetic
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <chrono>

@@ -2,7 +2,6 @@
 // hidden states times the head's weights, token by token; a left-padded row gives the
 // values of the row alone; the head's gradient is the closed form sum_t g_t h_t; names
 // and the head's initialization.
-#define BOOST_TEST_MODULE value_model
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>

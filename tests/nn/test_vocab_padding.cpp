@@ -2,7 +2,6 @@
 // on one process: the token table holds vocab_size rows rounded up, the padding rows start
 // at zero and never receive a gradient, and loss, gradients and samples equal the unpadded
 // model's.
-#define BOOST_TEST_MODULE vocab_padding
 #include <boost/test/unit_test.hpp>
 
 #include "engine/generate.h"

@@ -4,7 +4,6 @@
 // tests/reference/deepspeed_schedules_reference.py), each built from its config keys with
 // DeepSpeed's defaults as a run builds it. Also hand-computed points, the config keys, the
 // betas reaching the optimizer, and the errors.
-#define BOOST_TEST_MODULE deepspeed_schedules
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,6 @@
 // steps), SGD (momentum, dampening, nesterov, L2 decay), decay_groups, WarmupCosineLR /
 // ConstantLR, global-norm clipping (over ranks: parts counted once, inf/NaN reaching every
 // rank), DeepSpeed's loss scaler, and the errors for bad options.
-#define BOOST_TEST_MODULE optim
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <vector>

@@ -3,7 +3,6 @@
 // rank evaluates the expected result from the formula for all ranks. Every dtype, sizes
 // 1, odd and non-divisible ones, in-place forms, several operations in flight, split
 // communicators, and argument errors (thrown locally, before communicating: no hang).
-#define BOOST_TEST_MODULE collectives_mpi
 #include <boost/mpl/list.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cmath>

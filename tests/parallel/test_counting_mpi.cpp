@@ -1,7 +1,6 @@
 // CountingCommunicator: calls, payload bytes and bus bytes per collective equal
 // nccl-tests' definitions exactly (REFERENCE.md), on the world and on split groups that
 // share the counters; results still pass through unchanged.
-#define BOOST_TEST_MODULE counting_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/counting_communicator.h"

@@ -6,7 +6,6 @@
 // outputs and input gradients equal its slice's; the gate's gradients summed over the world
 // and each expert's summed over its expert-data-parallel group equal the reference's,
 // which sum over all slices; and so do 10 AdamW steps taken with those sums.
-#define BOOST_TEST_MODULE expert_parallel_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/expert_parallel.h"

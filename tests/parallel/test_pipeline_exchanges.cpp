@@ -2,7 +2,6 @@
 // next receive, spelled out from the definition for small 1F1B, GPipe and interleaved
 // lists; every schedule runs to the end when paired sends complete only once received;
 // lists that deadlock, and messages nobody receives, are named.
-#define BOOST_TEST_MODULE pipeline_exchanges
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/pipeline_exchanges.h"

@@ -3,7 +3,6 @@
 // exactly once on each rank; live activations stay within each schedule's bound; small
 // lists are spelled out by hand from the definitions; bad arguments name the config keys.
 // Their timing is estimate/test_pipeline_time's.
-#define BOOST_TEST_MODULE pipeline_schedule
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <map>

@@ -4,7 +4,6 @@
 // nodes give the expected node index, local rank and intra/inter-node groups; for every ep
 // and hpz dividing dp, the expert-parallel, expert-data-parallel and hpZ groups hold the
 // dp ranks DeepSpeed's layout gives them; tied groups hold the pipeline stages asked for.
-#define BOOST_TEST_MODULE process_grid_mpi
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <sstream>

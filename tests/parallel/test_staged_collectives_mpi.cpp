@@ -6,7 +6,6 @@
 // makes (inputs to the host at the call, the result back only once the operation has
 // completed, in wait() or test()), dropped Works, a failed receive copying nothing back,
 // and the argument errors. tests/cuda/test_mpi_device_cuda_mpi.cpp runs the same on a GPU.
-#define BOOST_TEST_MODULE staged_collectives_mpi
 #include <boost/mpl/list.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cstring>

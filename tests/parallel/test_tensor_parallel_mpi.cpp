@@ -3,7 +3,6 @@
 // cross-entropy and a whole GPT (with and without sequence parallelism, a vocabulary that
 // needs padding) against the single-process layer built from the same generator: outputs
 // equal, and each rank's parameter gradients equal its part of the single-process ones.
-#define BOOST_TEST_MODULE tensor_parallel_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/checkpoint.h"

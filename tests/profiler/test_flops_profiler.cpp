@@ -2,7 +2,6 @@
 // closed forms of its layers (DeepSpeed's counting conventions, autograd/flop_count.h),
 // latencies nested as the modules are, nothing counted outside the profiled forward, and
 // DeepSpeed's number formatting and report layout.
-#define BOOST_TEST_MODULE flops_profiler
 #include <boost/test/unit_test.hpp>
 #include <map>
 

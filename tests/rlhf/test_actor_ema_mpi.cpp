@@ -2,7 +2,6 @@
 // optimizer steps it is β²·θ0 + β(1 − β)·θ1 + (1 − β)·θ2 of the weights each step left, on
 // one process at ZeRO-0 and on every rank at ZeRO-3; its checkpoint reads back exactly, the
 // averages of removed checkpoints go, and a missing one is an error naming the file.
-#define BOOST_TEST_MODULE actor_ema_mpi
 #include <boost/test/unit_test.hpp>
 
 #include <filesystem>

@@ -1,7 +1,6 @@
 // Fortune preference pairs (rlhf/fortune_pairs.h): determinism under a seed, and the shape
 // of every row (prompt words, the real ending, a corrupted ending of the same length drawn
 // from the ending's words and other fortunes' words).
-#define BOOST_TEST_MODULE fortune_pairs
 #include <boost/test/unit_test.hpp>
 #include <map>
 #include <set>

@@ -1,6 +1,5 @@
 // Next-token log-probs and entropy (rlhf/log_probs.h) against log-softmax computed here on
 // the host, for every chunking of the rows, with a padded vocabulary and a mask.
-#define BOOST_TEST_MODULE log_probs
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

@@ -3,7 +3,6 @@
 // generation batches, with a byte-level tokenizer (token = byte, <|endoftext|> = 256) so
 // that every expected token is written out here; and where a reward model's score of those
 // sequences is read (rlhf/reward_scores.h): in training and in scoring, the same value.
-#define BOOST_TEST_MODULE preference_data
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>

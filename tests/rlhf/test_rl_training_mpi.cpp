@@ -5,7 +5,6 @@
 // actor's EMA, so that the second step's generation runs on the updated actor: the trained
 // actor, its EMA (sharded at ZeRO-3), the critic and the metrics agree within 1e-5; and so
 // they do with the models split over tensor-parallel pairs of ranks.
-#define BOOST_TEST_MODULE rl_training_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "checkpoint/checkpoint.h"

@@ -2,7 +2,6 @@
 // key, PPO's actor and critic subsections over that; defaults are DeepSpeed-Chat's; each
 // model's checkpoints get their own folder, and PPO's engines count ppo_epochs optimizer
 // steps per step; bad or missing keys are errors naming them.
-#define BOOST_TEST_MODULE rlhf_config
 #include <boost/test/unit_test.hpp>
 
 #include "rlhf/rlhf_config.h"

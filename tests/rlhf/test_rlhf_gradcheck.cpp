@@ -1,7 +1,6 @@
 // Finite-difference gradient checks in f64 for the RLHF losses (src/rlhf/) on random
 // inputs, away from the kinks of clamp and max (where the one-sided derivatives differ).
 // The composed functions they are written with are checked in autograd/test_gradcheck.
-#define BOOST_TEST_MODULE rlhf_gradcheck
 #include <boost/test/unit_test.hpp>
 
 #include "rlhf/dpo.h"

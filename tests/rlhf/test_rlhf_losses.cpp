@@ -1,7 +1,6 @@
 // The RLHF losses and estimators (src/rlhf/) on small hand-made tensors, each against its
 // formula written out here: values, the gradients where they have a closed form, the
 // reported statistics, and the errors bad input gets.
-#define BOOST_TEST_MODULE rlhf_losses
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

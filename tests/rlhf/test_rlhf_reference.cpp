@@ -1,6 +1,5 @@
 // The RLHF losses (src/rlhf/) against PyTorch (tests/reference/rlhf_reference.py): values,
 // reported statistics and gradients on the same float64 inputs.
-#define BOOST_TEST_MODULE rlhf_reference
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/engine.h"

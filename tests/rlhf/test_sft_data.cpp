@@ -3,7 +3,6 @@
 // whole global batch; each epoch visits every training example once; held-out examples
 // are none of the training ones; bad options are named; and the training loop, fed this
 // data, takes as its first loss the model's own loss on the first global batch.
-#define BOOST_TEST_MODULE sft_data
 #include <boost/test/unit_test.hpp>
 #include <set>
 

@@ -1,7 +1,6 @@
 // Element types and devices: f16 and bf16 conversions (exhaustive over the 16-bit patterns
 // and against a double-precision model of round-to-nearest-even), dtype conversion between
 // every pair of dtypes, dtype names and device strings.
-#define BOOST_TEST_MODULE dtype
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <limits>

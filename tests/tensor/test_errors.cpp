@@ -1,7 +1,6 @@
 // Bad input throws triad::Error whose message names the op and the shapes (or dtypes,
 // indices) involved; nothing crashes. Checked through the raw ops and, where they have
 // their own argument handling, the differentiable functions.
-#define BOOST_TEST_MODULE errors
 #include <boost/test/unit_test.hpp>
 #include <functional>
 

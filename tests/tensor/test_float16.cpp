@@ -3,7 +3,6 @@
 // sign and the upper payload and sets the quiet bit; f16 becomes its quiet NaN 0x7e00 with
 // the sign. Every NaN is checked: each 16-bit NaN pattern through float and back, and every
 // f32 NaN (2 · (2^23 − 1) of them).
-#define BOOST_TEST_MODULE float16
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 

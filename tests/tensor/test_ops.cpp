@@ -1,7 +1,6 @@
 // Forward values of the raw ops on small cases with hand-computed or closed-form results, in
 // f32 and f64; random fills and dropout masks checked for their distribution, replay and
 // independence from the OpenMP thread count.
-#define BOOST_TEST_MODULE ops
 #include <omp.h>
 
 #include <boost/test/unit_test.hpp>

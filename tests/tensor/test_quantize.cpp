@@ -2,7 +2,6 @@
 // the CPU, against values the tests compute themselves: each block's scale is max |x| / qmax
 // in double, q is decoded from the bytes here (nibbles by hand), and the round trip must
 // come within half a scale of every value, up to f32 rounding.
-#define BOOST_TEST_MODULE quantize
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,4 @@
 // The vectorizable exp and tanh of the CPU kernels against the C library.
-#define BOOST_TEST_MODULE vec_math
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

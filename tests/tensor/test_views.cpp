@@ -1,7 +1,6 @@
 // Views share storage and have the geometry the op promises; view() refuses what it cannot
 // express without a copy while reshape() copies. Every op gives the same result on strided
 // inputs (transposed, narrowed, permuted, expanded views) as on their contiguous copies.
-#define BOOST_TEST_MODULE views
 #include <boost/test/unit_test.hpp>
 #include <functional>
 

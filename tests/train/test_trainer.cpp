@@ -1,7 +1,6 @@
 // The training path end to end on a small synthetic token file: validation loss falls,
 // bad inputs stop with messages naming the file or step, and a failed run leaves the model
 // file of an earlier run untouched.
-#define BOOST_TEST_MODULE trainer
 #include <boost/test/unit_test.hpp>
 #include <fstream>
 

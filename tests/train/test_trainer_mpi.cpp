@@ -3,7 +3,6 @@
 // pipeline stages, with tensor parallelism and with recomputed blocks as well), and ranks that disagree on the
 // configuration all stop with the same clear error instead of hanging. Ranks that would
 // share a GPU are found, and named alike on every rank (no GPU is touched).
-#define BOOST_TEST_MODULE trainer_mpi
 #include <boost/test/unit_test.hpp>
 #include <fstream>
 

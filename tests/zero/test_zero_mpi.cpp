@@ -5,7 +5,6 @@
 // (support/zero_trajectory.h). Losses and final parameters agree within 1e-5 relative.
 // With the optimizer's state offloaded to NVMe files, every stage on 1, 2 and 4 ranks
 // follows the same run without offload within 1e-6.
-#define BOOST_TEST_MODULE zero
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/counting_communicator.h"

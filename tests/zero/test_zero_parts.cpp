@@ -7,7 +7,6 @@
 // what was written, through few buffers, read ahead or not, written behind or not, and by
 // parts for checkpoints; a corrupted byte or a truncated file is an error naming the file,
 // and so is a missing or unwritable nvme_path.
-#define BOOST_TEST_MODULE zero_parts
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>

@@ -4,7 +4,6 @@
 // and final parameters (gathered to their global shapes) equal the single-process run on
 // the same global batches within 1e-5 relative (fp32). Clipping is active every step, so
 // the norm must count every element of the global model exactly once.
-#define BOOST_TEST_MODULE zero_tensor_parallel_mpi
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/process_grid.h"

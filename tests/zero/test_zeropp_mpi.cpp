@@ -4,7 +4,6 @@
 // alongside it; qgZ's reduce-scatter is within its stated bound of the exact one; bus bytes
 // between nodes per step equal their closed forms, and against ZeRO-3's on the same step
 // come to about 2.5/3 (qwZ), 2/3 (hpZ) and under 0.27 (all three).
-#define BOOST_TEST_MODULE zeropp
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
