@@ -36,6 +36,18 @@ namespace triad::io {
 bool is_hf_architecture(const std::string& arch);
 std::string hf_architecture_names();
 
+// The architecture that config.json's model_type names ("gpt2", "llama"). Throws Error naming
+// `path` when model_type is absent or one triad does not convert ("mistral").
+std::string arch_from_hf_config(const nlohmann::json& config, const std::string& path);
+
+// The config.json of a model of `model`'s config (complete; "arch" names the architecture),
+// keyed as transformers' GPT2Config / LlamaConfig key it, so AutoModelForCausalLM builds
+// the model triad has: architectures, model_type, the shape fields of Note [HF name maps],
+// what triad's model fixes (activation, norms' epsilon, no RoPE scaling, no biases, ...),
+// tie_word_embeddings (gpt2 true; llama false: triad's Llama has its own head), torch_dtype
+// of `dtype`, bos_token_id and eos_token_id (null where the tokenizer is not known).
+nlohmann::json hf_config(const nlohmann::json& model, DType dtype, const nlohmann::json& bos, const nlohmann::json& eos);
+
 // The model fields config.json gives (HF's defaults where HF has one and the file is
 // silent). Throws Error naming config.json's path and key when the file describes a model
 // triad does not build (another activation, a layer-norm epsilon triad's GPT does not use,

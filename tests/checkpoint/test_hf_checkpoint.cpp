@@ -100,11 +100,11 @@ BOOST_AUTO_TEST_CASE(gpt2_export_gives_back_the_original_tensors) {
   TempDir dir;
   const std::string path = import(kDir + "/gpt2", "gpt2", dir.file("ckpt"));
   const io::SafetensorsCheckpoint original = io::SafetensorsCheckpoint::open(kDir + "/gpt2");
-  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
-  check_same_tensors(original, dir.file("out.safetensors"), kGpt2Buffers);
+  engine::export_hf({path, dir.file("out"), DType::f32});
+  check_same_tensors(original, dir.file("out/model.safetensors"), kGpt2Buffers);
   // In 16 bits: each tensor rounded from the f32 weights.
-  engine::export_hf(path, dir.file("out16.safetensors"), DType::bf16);
-  const io::SafetensorsFile low = io::SafetensorsFile::open(dir.file("out16.safetensors"));
+  engine::export_hf({path, dir.file("out16"), DType::bf16});
+  const io::SafetensorsFile low = io::SafetensorsFile::open(dir.file("out16/model.safetensors"));
   const std::string w = "transformer.h.1.mlp.c_proj.weight";
   BOOST_TEST(low.entry(w).dtype == "BF16");
   BOOST_TEST(same_bits(low.read(w), ops::to(original.read(w), DType::bf16)));
@@ -152,8 +152,8 @@ BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {
   const io::H5File file = io::H5File::open(path);
   BOOST_TEST(
       same_bits(file.read("/model/blocks.1.mlp.down.weight"), original.read("model.layers.1.mlp.down_proj.weight")));
-  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
-  check_same_tensors(original, dir.file("out.safetensors"));
+  engine::export_hf({path, dir.file("out"), DType::f32});
+  check_same_tensors(original, dir.file("out/model.safetensors"));
 
   // The F16 and BF16 copies (no config.json beside them: the flags give what the tensors
   // cannot) import to the same weights and export back to themselves.
@@ -164,9 +164,9 @@ BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {
     const io::H5File f = io::H5File::open(low);
     for (const auto& [param, shape] : want)
       BOOST_TEST(same_bits(f.read("/model/" + param), file.read("/model/" + param)));
-    engine::export_hf(low, dir.file(std::string(name) + ".out"), dtype);
+    engine::export_hf({low, dir.file(std::string(name) + ".out"), dtype});
     check_same_tensors(io::SafetensorsCheckpoint::open(kDir + "/" + name + ".safetensors"),
-                       dir.file(std::string(name) + ".out"));
+                       dir.file(std::string(name) + ".out/model.safetensors"));
   }
 }
 
@@ -252,11 +252,11 @@ BOOST_AUTO_TEST_CASE(nothing_saved_is_overwritten) {
   BOOST_TEST(test::read_bytes(path) == before);
   // An export that fails (here: in a dtype safetensors export does not write) leaves the
   // file it was to replace as it was.
-  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
-  const std::string exported = test::read_bytes(dir.file("out.safetensors"));
-  check_error([&] { engine::export_hf(path, dir.file("out.safetensors"), DType::i32); },
+  engine::export_hf({path, dir.file("out"), DType::f32});
+  const std::string exported = test::read_bytes(dir.file("out/model.safetensors"));
+  check_error([&] { engine::export_hf({path, dir.file("out"), DType::i32}); },
               {"triad writes F64, F32, F16 and BF16, not i32"});
-  BOOST_TEST(test::read_bytes(dir.file("out.safetensors")) == exported);
+  BOOST_TEST(test::read_bytes(dir.file("out/model.safetensors")) == exported);
 }
 
 BOOST_AUTO_TEST_CASE(import_copies_the_tokenizer_files) {
