@@ -98,10 +98,16 @@ const Arch kGpt2 = {
      {"layer_norm_epsilon", {1e-5}},
      {"n_inner", {nullptr}},
      {"scale_attn_weights", {true}},
-     {"scale_attn_by_inverse_layer_idx", {false}}},
+     {"scale_attn_by_inverse_layer_idx", {false}},
+     {"add_cross_attention", {false}}},
     {{"reorder_and_upcast_attn", false},
      {"initializer_range", 0.02},
-     {"use_cache", true}},
+     {"use_cache", true},
+     {"summary_type", "cls_index"},
+     {"summary_use_proj", true},
+     {"summary_activation", nullptr},
+     {"summary_proj_to_labels", true},
+     {"summary_first_dropout", 0.1}},
 };
 
 const Arch kLlama = {

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""The Hugging Face round trip (triad-ckpt import/export, checkpoint/hf_checkpoint.h): tiny
+models made by `transformers` itself, what `transformers` generates and computes with them, and
+a check that a folder triad exported loads in `transformers` with the same results.
+
+    pip install torch transformers tokenizers
+    python3 tests/reference/hf_roundtrip_reference.py            (from the repository root)
+    python3 tests/reference/hf_roundtrip_reference.py --check gpt2 DIR [llama DIR]
+
+Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
+    gpt2/   GPT2LMHeadModel (2 layers, d 16, 2 heads, n_positions 64) with the byte-level BPE
+            tokenizer tests/data/io/hf_gpt2_tokenizer.json (512 tokens, <|endoftext|> as bos,
+            eos and the vocabulary size), tied head
+    llama/  LlamaForCausalLM (2 layers, d 16, 4 heads, 2 key/value heads, intermediate 40,
+            max_position_embeddings 64, rope_theta 10000, rms_norm_eps 1e-6, untied head) with
+            the SentencePiece-style tokenizer tests/data/io/hf_llama2_tokenizer.json (600
+            tokens, <s> bos, </s> eos)
+    each as save_pretrained writes it: model.safetensors, config.json, generation_config.json,
+    and the tokenizer's save_pretrained files (tokenizer.json, tokenizer_config.json). The
+    weights are drawn with initializer_range 0.5 (seeded), so their logits are far from
+    uniform and greedy choices are not near-ties.
+    reference.json {"gpt2"|"llama": {"seed",
+        "prompt": text, "prompt_ids": the ids generation starts from, as triad's
+            io::encode_prompt makes them (the tokenizer's prefix, <s>, then the text; GPT-2 has
+            none, so <|endoftext|> then the text, as a document follows one in training),
+        "generated_ids": generate(prompt_ids, do_sample=False, max_new_tokens=32) past the
+            prompt (stopping at eos as both generate), "text": its decode,
+        "min_margin": the smallest gap between the two largest logits over those steps (a
+            greedy choice that a rounding error could flip would show here),
+        "batch": (2, 24) token ids of english.txt's first lines, "loss": the loss
+            transformers computes on it, model(batch, labels=batch).loss: the mean
+            cross-entropy of each token after the first given those before it}}
+    The models are made, saved and read back from the folder before anything is recorded.
+
+--check reads folders that `triad-ckpt export --format safetensors` wrote (of models imported
+from the reference folders, or trained from them) with AutoModelForCausalLM.from_pretrained and
+AutoTokenizer.from_pretrained, prints the loss on the stored batch and the greedy text, and
+fails unless they equal the reference's (loss within 1e-5) when the weights are the
+reference's; with --trained it only prints them, for a model trained since.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import transformers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, PreTrainedTokenizerFast)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "data")
+OUT = os.path.join(DATA, "hf_roundtrip")
+PROMPTS = {"gpt2": "The quick brown fox", "llama": "Once upon a time"}
+NEW_TOKENS = 32
+
+
+def gpt2_model():
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=512, bos_token_id=0,
+                        eos_token_id=0, initializer_range=0.5, attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0)
+    return GPT2LMHeadModel(config)
+
+
+def llama_model():
+    config = LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=16,
+                         intermediate_size=40, max_position_embeddings=64, vocab_size=600, rms_norm_eps=1e-6,
+                         rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                         initializer_range=0.5)
+    return LlamaForCausalLM(config)
+
+
+def tokenizer_of(arch):
+    if arch == "gpt2":
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(DATA, "io", "hf_gpt2_tokenizer.json"),
+                                      bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                      unk_token="<|endoftext|>", model_max_length=64)
+    else:
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(DATA, "io", "hf_llama2_tokenizer.json"),
+                                      bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=64)
+    return tok
+
+
+def prompt_ids(arch, tok):
+    ids = tok(PROMPTS[arch]).input_ids  # the post-processor's prefix (<s>) and the text
+    return [tok.eos_token_id] + ids if arch == "gpt2" else ids
+
+
+def batch_of(tok):
+    with open(os.path.join(DATA, "io", "english.txt"), encoding="utf-8") as f:
+        ids = tok(f.read(), add_special_tokens=False).input_ids
+    return torch.tensor([ids[:24], ids[24:48]], dtype=torch.long)
+
+
+def greedy(model, tok, ids):
+    """generate(do_sample=False) past the prompt, and the smallest top-2 logit gap on the way."""
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        out = model.generate(x, do_sample=False, max_new_tokens=NEW_TOKENS, output_scores=True,
+                             return_dict_in_generate=True, pad_token_id=tok.eos_token_id)
+    margin = min(float((s[0].topk(2).values[0] - s[0].topk(2).values[1])) for s in out.scores)
+    new = out.sequences[0, len(ids):].tolist()
+    return new, tok.decode(new, skip_special_tokens=False), margin
+
+
+def loss_of(model, batch):
+    with torch.no_grad():
+        return float(model(input_ids=batch, labels=batch).loss)
+
+
+def make():
+    torch.set_num_threads(1)
+    reference = {}
+    for arch, build in (("gpt2", gpt2_model), ("llama", llama_model)):
+        folder = os.path.join(OUT, arch)
+        for seed in range(1, 200):  # the first seed whose greedy text is clear-cut and whole UTF-8
+            torch.manual_seed(seed)
+            build().save_pretrained(folder)
+            tokenizer_of(arch).save_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+            tok = AutoTokenizer.from_pretrained(folder)
+            ids = prompt_ids(arch, tok)
+            new, text, margin = greedy(model, tok, ids)
+            if margin > 1e-3 and "\ufffd" not in text:
+                break
+        else:
+            sys.exit(f"{arch}: no seed gave a clear-cut greedy text of whole UTF-8")
+        batch = batch_of(tok)
+        reference[arch] = {"seed": seed, "prompt": PROMPTS[arch], "prompt_ids": ids, "generated_ids": new,
+                           "text": text, "min_margin": margin, "batch": batch.tolist(), "loss": loss_of(model, batch)}
+        print(f"{arch}: seed {seed}, {text!r} (min margin {margin:.4f}), loss {reference[arch]['loss']:.6f}")
+    with open(os.path.join(OUT, "reference.json"), "w") as f:
+        json.dump(reference, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+
+
+def check(pairs, trained):
+    torch.set_num_threads(1)
+    with open(os.path.join(OUT, "reference.json"), encoding="utf-8") as f:
+        reference = json.load(f)
+    ok = True
+    for arch, folder in pairs:
+        ref = reference[arch]
+        model = AutoModelForCausalLM.from_pretrained(folder).eval()
+        tok = AutoTokenizer.from_pretrained(folder)
+        loss = loss_of(model, torch.tensor(ref["batch"]))
+        new, text, _ = greedy(model, tok, prompt_ids(arch, tok))
+        print(f"{arch} {folder}: {type(model).__name__}, {type(tok).__name__}, loss {loss:.8f}, text {text!r}")
+        if not trained:
+            same = abs(loss - ref["loss"]) <= 1e-5 and new == ref["generated_ids"] and text == ref["text"]
+            print(f"  {'OK' if same else 'FAILED'}: reference loss {ref['loss']:.8f}, text {ref['text']!r}")
+            ok = ok and same
+    return ok
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--check", nargs="+", metavar="ARCH DIR", help="gpt2|llama and a triad-exported folder")
+    parser.add_argument("--trained", action="store_true", help="print only: the weights were trained since")
+    args = parser.parse_args()
+    if not args.check:
+        make()
+    else:
+        if len(args.check) % 2:
+            sys.exit("--check takes pairs: ARCH DIR")
+        sys.exit(0 if check(list(zip(args.check[::2], args.check[1::2])), args.trained) else 1)
