@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     export_cmd->add_option("path", path, "checkpoint file or folder")->required();
     export_cmd->add_option("--out", out, "h5: the weights file to write; safetensors: the folder to write")
         ->required();
-    export_cmd->add_option("--format", format, "h5 (a triad weights file) or safetensors (HF's names: gpt2, llama)")
+    export_cmd->add_option("--format", format, "h5 (a triad weights file) or safetensors (a Hugging Face model folder: gpt2, llama)")
         ->check(CLI::IsMember({"h5", "safetensors"}))
         ->capture_default_str();
     export_cmd->add_option("--dtype", dtype, "h5: f32 or bf16; safetensors: f32, f16, bf16 or f64")
@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
     CLI::Option* eps_opt =
         import_cmd->add_option("--rms-eps", rms_eps, "Llama: RMSNorm's epsilon")->check(CLI::PositiveNumber);
     import_cmd->footer(
-        "The model's shape comes from config.json beside the safetensors files; without it, the tensors "
-        "show most of it and the flags give the rest (gpt2: --n-head; llama: --n-head, --seq-len, "
+        "The architecture and shape come from config.json beside the safetensors files; without it, the tensors "
+        "show most of it and the flags give the rest (--arch; gpt2: --n-head; llama: --n-head, --seq-len, "
         "--rope-theta, --rms-eps). DIR gets step-00000000.h5 (weights, zero Adam moments, step 0), "
         "latest, and the tokenizer files beside the safetensors files (tokenizer.json, tokenizer_config.json, "
         "special_tokens_map.json): triad-train --resume DIR fine-tunes it, triad-generate --checkpoint "

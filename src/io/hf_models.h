@@ -21,7 +21,8 @@
 //   n_positions, vocab_size); for llama, n_layer, n_head, n_kv_head, d_model,
 //   intermediate_size, seq_len, vocab_size, rms_norm_eps, rope_theta (config.json's
 //   num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size,
-//   intermediate_size, max_position_embeddings, vocab_size, rms_norm_eps, rope_theta).
+//   intermediate_size, max_position_embeddings, vocab_size, rms_norm_eps, rope_theta; or
+//   transformers 5's rope_parameters {"rope_type": "default", "rope_theta": ...}).
 #pragma once
 
 #include <nlohmann/json.hpp>
