@@ -79,9 +79,10 @@ int main(int argc, char** argv) {
     verify_cmd->add_option("path", path, "checkpoint file or folder")->required();
     CLI::App* export_cmd = cli.add_subcommand("export", "write the model's weights alone");
     export_cmd->add_option("path", path, "checkpoint file or folder")->required();
-    export_cmd->add_option("--out", out, "h5: the weights file to write; safetensors: the folder to write")
-        ->required();
-    export_cmd->add_option("--format", format, "h5 (a triad weights file) or safetensors (a Hugging Face model folder: gpt2, llama)")
+    export_cmd->add_option("--out", out, "h5: the weights file to write; safetensors: the folder to write")->required();
+    export_cmd
+        ->add_option("--format", format,
+                     "h5 (a triad weights file) or safetensors (a Hugging Face model folder: gpt2, llama)")
         ->check(CLI::IsMember({"h5", "safetensors"}))
         ->capture_default_str();
     export_cmd->add_option("--dtype", dtype, "h5: f32 or bf16; safetensors: f32, f16, bf16 or f64")

@@ -60,7 +60,7 @@ std::string import_hf(const HfImport& import) {
     model = io::model_from_hf_config(arch, config, config_path);
   }
   TRIAD_CHECK(!arch.empty(), "import: no config.json beside '" << hf.path() << "' names the model_type; pass --arch ("
-                                                              << io::hf_architecture_names() << ")");
+                                                               << io::hf_architecture_names() << ")");
   io::check_hf_names(arch, hf);
   for (const auto& [key, value] : import.model.items()) model[key] = value;
   io::complete_model_from_tensors(arch, hf, model);
@@ -115,8 +115,8 @@ void export_hf(const HfExport& exp) {
     eos = tok->eot();
     bos = tok->prefix().empty() ? tok->eot() : tok->prefix().front();
     if (dynamic_cast<const io::HfTokenizer*>(tok.get()))
-      tokenizer = tokenizer_files(fs::is_directory(tokenizer_path) ? tokenizer_path : tokenizer_path.parent_path(),
-                                  "export");
+      tokenizer =
+          tokenizer_files(fs::is_directory(tokenizer_path) ? tokenizer_path : tokenizer_path.parent_path(), "export");
   }
   const std::string config = io::hf_config(model, exp.dtype, bos, eos).dump(2) + "\n";
   const std::string generation = nlohmann::json({{"bos_token_id", bos}, {"eos_token_id", eos}}).dump(2) + "\n";

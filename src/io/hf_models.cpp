@@ -53,7 +53,7 @@ struct Arch {
   bool ties_by_default;              // HF's default tie_word_embeddings
   std::vector<ModelField> fields;
   std::vector<ShapeSource> shape_sources;
-  nlohmann::json hf_defaults;  // config.json's defaults (HF's config class)
+  nlohmann::json hf_defaults;             // config.json's defaults (HF's config class)
   std::vector<Requirement> requirements;  // written on export with the first allowed value
   nlohmann::json exported;                // the other config.json keys an export writes
 };
@@ -229,7 +229,8 @@ std::string arch_from_hf_config(const nlohmann::json& config, const std::string&
   return "";
 }
 
-nlohmann::json hf_config(const nlohmann::json& model, DType dtype, const nlohmann::json& bos, const nlohmann::json& eos) {
+nlohmann::json hf_config(const nlohmann::json& model, DType dtype, const nlohmann::json& bos,
+                         const nlohmann::json& eos) {
   const Arch& a = arch_of(model.value("arch", ""));
   nlohmann::json config = a.exported;
   config["architectures"] = {a.hf_class};

@@ -47,7 +47,8 @@ std::string arch_from_hf_config(const nlohmann::json& config, const std::string&
 // what triad's model fixes (activation, norms' epsilon, no RoPE scaling, no biases, ...),
 // tie_word_embeddings (gpt2 true; llama false: triad's Llama has its own head), torch_dtype
 // of `dtype`, bos_token_id and eos_token_id (null where the tokenizer is not known).
-nlohmann::json hf_config(const nlohmann::json& model, DType dtype, const nlohmann::json& bos, const nlohmann::json& eos);
+nlohmann::json hf_config(const nlohmann::json& model, DType dtype, const nlohmann::json& bos,
+                         const nlohmann::json& eos);
 
 // The model fields config.json gives (HF's defaults where HF has one and the file is
 // silent). Throws Error naming config.json's path and key when the file describes a model

@@ -20,9 +20,9 @@
 #include "checkpoint/hf_checkpoint.h"
 #include "engine/generate.h"
 #include "io/h5file.h"
-#include "io/tokenizer.h"
 #include "io/safetensors.h"
 #include "io/tensor_file.h"
+#include "io/tokenizer.h"
 #include "support/check.h"
 #include "support/files.h"
 
@@ -136,8 +136,9 @@ BOOST_AUTO_TEST_CASE(transformers_models_round_trip) {
       if (key != "transformers_version" && key != "pad_token_id" && key != "initializer_range")
         BOOST_TEST(config[key] == value, arch << " config.json " << key << ": " << config[key] << " vs " << value);
     BOOST_TEST(config["torch_dtype"] == "float32");
-    BOOST_TEST(nlohmann::json::parse(test::read_bytes(dir.file("hf/generation_config.json"))) ==
-               nlohmann::json({{"bos_token_id", original["bos_token_id"]}, {"eos_token_id", original["eos_token_id"]}}));
+    BOOST_TEST(
+        nlohmann::json::parse(test::read_bytes(dir.file("hf/generation_config.json"))) ==
+        nlohmann::json({{"bos_token_id", original["bos_token_id"]}, {"eos_token_id", original["eos_token_id"]}}));
     for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
       BOOST_TEST(test::read_bytes(dir.file(std::string("hf/") + file)) ==
                  test::read_bytes(kRoundTrip + "/" + arch + "/" + file));
@@ -386,8 +387,11 @@ BOOST_AUTO_TEST_CASE(nothing_saved_is_overwritten) {
   // file it was to replace as it was.
   engine::export_hf({path, dir.file("out"), DType::f32});
   const std::string exported = test::read_bytes(dir.file("out/model.safetensors"));
-  check_error([&] { engine::export_hf({path, dir.file("out"), DType::i32}); },
-              {"triad writes F64, F32, F16 and BF16, not i32"});
+  check_error(
+      [&] {
+        engine::export_hf({path, dir.file("out"), DType::i32});
+      },
+      {"triad writes F64, F32, F16 and BF16, not i32"});
   BOOST_TEST(test::read_bytes(dir.file("out/model.safetensors")) == exported);
 }
 

@@ -166,7 +166,8 @@ BOOST_AUTO_TEST_CASE(shards_are_cut_at_the_size_limit) {
   BOOST_TEST(SafetensorsFile::open(dir.file("s/model-00002-of-00003.safetensors")).metadata().at("format") == "pt");
   const SafetensorsCheckpoint c = SafetensorsCheckpoint::open(dir.file("s"));
   for (const auto& [name, t] : tensors) BOOST_TEST(same_bits(c.read(name), t), name);
-  check_error([&] { io::write_safetensors_shards(dir.file("s"), tensors, {}, 0); }, {"the shard size 0 is not positive"});
+  check_error([&] { io::write_safetensors_shards(dir.file("s"), tensors, {}, 0); },
+              {"the shard size 0 is not positive"});
 }
 
 BOOST_AUTO_TEST_CASE(malformed_files_are_errors_naming_the_file_and_problem) {
