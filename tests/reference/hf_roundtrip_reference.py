@@ -6,6 +6,7 @@ a check that a folder triad exported loads in `transformers` with the same resul
     pip install torch transformers tokenizers
     python3 tests/reference/hf_roundtrip_reference.py            (from the repository root)
     python3 tests/reference/hf_roundtrip_reference.py --check gpt2 DIR [llama DIR]
+    python3 tests/reference/hf_roundtrip_reference.py --window-loss DIR TOKENS
 
 Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
     gpt2/   GPT2LMHeadModel (2 layers, d 16, 2 heads, n_positions 64) with the byte-level BPE
@@ -37,11 +38,18 @@ from the reference folders, or trained from them) with AutoModelForCausalLM.from
 AutoTokenizer.from_pretrained, prints the loss on the stored batch and the greedy text, and
 fails unless they equal the reference's (loss within 1e-5) when the weights are the
 reference's; with --trained it only prints them, for a model trained since.
+
+--window-loss prints the loss transformers computes with the folder DIR on the last
+max_position_embeddings + 1 tokens of a triad token file (io/token_file.h): the inputs are
+all but the last, the targets all but the first. A validation split of exactly that many
+tokens is the one window triad-train's validation loss reads, so the two compare
+(tests/apps/check_hf_roundtrip.sh: trained on a pp 2 x dp 2 x tp 2 grid, exported).
 """
 
 import argparse
 import json
 import os
+import struct
 import sys
 
 import torch
@@ -154,12 +162,30 @@ def check(pairs, trained):
     return ok
 
 
+def window_loss(folder, tokens_path):
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    with open(tokens_path, "rb") as f:
+        data = f.read()
+    magic, _, width, _, count, _ = struct.unpack_from("<8sIIIQQ", data, 0)
+    assert magic == b"TRIADTOK", f"{tokens_path} is not a triad token file"
+    n = model.config.max_position_embeddings + 1
+    ids = struct.unpack_from(f"<{count}{'H' if width == 2 else 'I'}", data, 36)[-n:]
+    ids = torch.tensor(ids)
+    with torch.no_grad():  # the model's positions hold the inputs: the loss is taken here, not by labels=
+        loss = float(torch.nn.functional.cross_entropy(model(input_ids=ids[None, :-1]).logits[0], ids[1:]))
+    print(f"{loss:.10f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", nargs="+", metavar="ARCH DIR", help="gpt2|llama and a triad-exported folder")
     parser.add_argument("--trained", action="store_true", help="print only: the weights were trained since")
+    parser.add_argument("--window-loss", nargs=2, metavar=("DIR", "TOKENS"), help="loss on a token file's last window")
     args = parser.parse_args()
-    if not args.check:
+    if args.window_loss:
+        window_loss(*args.window_loss)
+    elif not args.check:
         make()
     else:
         if len(args.check) % 2:
