@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
         "show most of it and the flags give the rest (--arch; gpt2: --n-head; llama: --n-head, --seq-len, "
         "--rope-theta, --rms-eps). DIR gets step-00000000.h5 (weights, zero Adam moments, step 0), "
         "latest, and the tokenizer files beside the safetensors files (tokenizer.json, tokenizer_config.json, "
-        "special_tokens_map.json): triad-train --resume DIR fine-tunes it, triad-generate --checkpoint "
+        "special_tokens_map.json, chat_template.jinja): triad-train --resume DIR fine-tunes it, triad-generate --checkpoint "
         "DIR/step-00000000.h5 samples it with that tokenizer.");
     cli.footer(
         "Hugging Face models:\n"

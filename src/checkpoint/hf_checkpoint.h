@@ -9,8 +9,9 @@
 // (the least a config must say: `triad-generate` builds the model from it; `triad-train
 // --config ... --resume DIR` trains with its own config, whose model must be the same).
 // The tokenizer files beside the safetensors files (io::kHfTokenizerFiles: tokenizer.json,
-// tokenizer_config.json, special_tokens_map.json) are copied into DIR as they are, where
-// `triad-generate --checkpoint DIR/...` finds tokenizer.json.
+// tokenizer_config.json, special_tokens_map.json, chat_template.jinja) are copied into DIR as
+// they are, where `triad-generate --checkpoint DIR/...` finds tokenizer.json (and --chat the
+// chat template).
 // The model's fields come from config.json beside the safetensors files when there is one,
 // then from the fields given (flags), then from the tensors' shapes; a field none of these
 // gives is an Error naming it and its flag.

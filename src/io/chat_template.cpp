@@ -4,8 +4,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -697,11 +699,16 @@ std::string ChatTemplate::render(const nlohmann::json& context) const {
   return out;
 }
 
-ChatTemplateConfig read_chat_template_config(const std::string& path) {
-  std::ifstream in(path);
-  TRIAD_CHECK(in.good(), "cannot open '" << path << "'");
-  const json config = json::parse(in, nullptr, false);
-  TRIAD_CHECK(!config.is_discarded() && config.is_object(), "'" << path << "' is not a JSON object");
+ChatTemplateConfig read_chat_template_config(const std::string& folder) {
+  namespace fs = std::filesystem;
+  const std::string path = (fs::path(folder) / "tokenizer_config.json").string(),
+                    jinja = (fs::path(folder) / "chat_template.jinja").string();
+  json config = json::object();
+  if (fs::exists(path)) {
+    std::ifstream in(path);
+    config = json::parse(in, nullptr, false);
+    TRIAD_CHECK(!config.is_discarded() && config.is_object(), "'" << path << "' is not a JSON object");
+  }
   const auto token = [&](const char* key) -> std::string {
     if (!config.contains(key)) return "";
     const json& v = config[key];
@@ -709,13 +716,19 @@ ChatTemplateConfig read_chat_template_config(const std::string& path) {
     if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
     return "";
   };
-  ChatTemplateConfig out{"", token("bos_token"), token("eos_token")};
-  if (config.contains("chat_template")) {
+  ChatTemplateConfig out{"", "", token("bos_token"), token("eos_token")};
+  if (fs::exists(jinja)) {
+    std::ifstream in(jinja, std::ios::binary);
+    out.template_source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    TRIAD_CHECK(in.good() || in.eof(), "cannot read '" << jinja << "'");
+    out.where = "'" + jinja + "'";
+  } else if (config.contains("chat_template")) {
     const json& t = config["chat_template"];
+    TRIAD_CHECK(t.is_string() || t.is_array(), "'" << path << "': chat_template is neither a string nor a list");
     if (t.is_string()) out.template_source = t.get<std::string>();
     for (const json& named : t.is_array() ? t : json::array())
       if (named.is_object() && named.value("name", "") == "default") out.template_source = named.value("template", "");
-    TRIAD_CHECK(t.is_string() || t.is_array(), "'" << path << "': chat_template is neither a string nor a list");
+    out.where = "'" + path + "' chat_template";
   }
   return out;
 }

@@ -44,13 +44,15 @@ class ChatTemplate {
   std::unique_ptr<Impl> impl_;
 };
 
-// The chat template of the tokenizer_config.json at `path` and its special tokens' text
-// (bos_token, eos_token: a string or {"content": ...}; "" when absent). template_source is ""
-// when the file has no chat_template; a list of named templates gives the one named
-// "default". Throws Error naming the file when it is not JSON.
+// The chat template of the tokenizer in `folder` and its special tokens' text: the template is
+// chat_template.jinja when the folder holds one (as transformers 5 saves it), else
+// tokenizer_config.json's chat_template (a string, or a list of named templates: the one named
+// "default"); bos_token and eos_token are tokenizer_config.json's (a string or {"content":
+// ...}; "" when absent). template_source is "" when there is no template. Throws Error naming
+// a file that cannot be read or is not a JSON object.
 struct ChatTemplateConfig {
-  std::string template_source, bos_token, eos_token;
+  std::string template_source, where, bos_token, eos_token;  // where: the template's file, for errors
 };
-ChatTemplateConfig read_chat_template_config(const std::string& path);
+ChatTemplateConfig read_chat_template_config(const std::string& folder);
 
 }  // namespace triad::io

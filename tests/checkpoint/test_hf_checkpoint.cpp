@@ -19,6 +19,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_checkpoint.h"
 #include "engine/generate.h"
+#include "io/chat_template.h"
 #include "io/h5file.h"
 #include "io/safetensors.h"
 #include "io/tensor_file.h"
@@ -108,6 +109,25 @@ void check_like_transformers(const std::string& checkpoint, const nlohmann::json
       }
     const double loss = loaded.model->loss(idx, targets).item();
     BOOST_TEST(std::abs(loss - ref["loss"].get<double>()) < 1e-5, "loss " << loss << ", transformers' " << ref["loss"]);
+
+    // The chat template beside the tokenizer makes apply_chat_template's ids (what
+    // triad-generate --chat continues), and greedy generation from them is transformers'.
+    if (ref.contains("chat")) {
+      const nlohmann::json& chat = ref["chat"];
+      const io::ChatTemplateConfig config = io::read_chat_template_config(fs::path(checkpoint).parent_path().string());
+      BOOST_TEST(config.where.ends_with("chat_template.jinja'"));
+      const std::string text = io::ChatTemplate(config.template_source, config.where)
+                                   .render({{"messages", chat["messages"]},
+                                            {"add_generation_prompt", true},
+                                            {"bos_token", config.bos_token},
+                                            {"eos_token", config.eos_token}});
+      const std::vector<int32_t> ids = tok->encode(text);
+      BOOST_TEST(ids == chat["prompt_ids"].get<std::vector<int32_t>>(), boost::test_tools::per_element());
+      engine::SamplingOptions options = greedy;
+      options.max_new_tokens = chat["max_new_tokens"].get<int64_t>();
+      BOOST_TEST(engine::generate(*loaded.model, ids, options) == chat["generated_ids"].get<std::vector<int32_t>>(),
+                 boost::test_tools::per_element());
+    }
   }
 }
 
@@ -139,9 +159,12 @@ BOOST_AUTO_TEST_CASE(transformers_models_round_trip) {
     BOOST_TEST(
         nlohmann::json::parse(test::read_bytes(dir.file("hf/generation_config.json"))) ==
         nlohmann::json({{"bos_token_id", original["bos_token_id"]}, {"eos_token_id", original["eos_token_id"]}}));
-    for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
-      BOOST_TEST(test::read_bytes(dir.file(std::string("hf/") + file)) ==
-                 test::read_bytes(kRoundTrip + "/" + arch + "/" + file));
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+      if (fs::exists(kRoundTrip + "/" + arch + "/" + file))
+        BOOST_TEST(test::read_bytes(dir.file(std::string("hf/") + file)) ==
+                   test::read_bytes(kRoundTrip + "/" + arch + "/" + file));
+    BOOST_TEST(fs::exists(kRoundTrip + "/llama/chat_template.jinja"));
+    BOOST_TEST(reference["llama"].contains("chat"));
     check_same_tensors(io::SafetensorsCheckpoint::open(kRoundTrip + "/" + arch), dir.file("hf/model.safetensors"));
     check_like_transformers(import(dir.file("hf"), "", dir.file("again")), reference[arch], arch + " re-imported");
 

@@ -17,7 +17,8 @@ Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
             the SentencePiece-style tokenizer tests/data/io/hf_llama2_tokenizer.json (600
             tokens, <s> bos, </s> eos)
     each as save_pretrained writes it: model.safetensors, config.json, generation_config.json,
-    and the tokenizer's save_pretrained files (tokenizer.json, tokenizer_config.json). The
+    and the tokenizer's save_pretrained files (tokenizer.json, tokenizer_config.json; the
+    Llama's chat template, Llama-2's [INST] turns, as chat_template.jinja). The
     weights are drawn with initializer_range 0.5 (seeded), so their logits are far from
     uniform and greedy choices are not near-ties.
     reference.json {"gpt2"|"llama": {"seed",
@@ -30,7 +31,11 @@ Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
             greedy choice that a rounding error could flip would show here),
         "batch": (2, 24) token ids of english.txt's first lines, "loss": the loss
             transformers computes on it, model(batch, labels=batch).loss: the mean
-            cross-entropy of each token after the first given those before it}}
+            cross-entropy of each token after the first given those before it,
+        llama only: "chat": {"messages", "prompt_ids": apply_chat_template(messages,
+            add_generation_prompt=True) (the ids triad-generate --chat continues), and the greedy
+            "generated_ids", "text", "min_margin" from them as above, "max_new_tokens" of them:
+            as many as fill max_position_embeddings}}
     The models are made, saved and read back from the folder before anything is recorded.
 
 --check reads folders that `triad-ckpt export --format safetensors` wrote (of models imported
@@ -61,6 +66,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
 OUT = os.path.join(DATA, "hf_roundtrip")
 PROMPTS = {"gpt2": "The quick brown fox", "llama": "Once upon a time"}
+# The Llama's chat template (Llama-2's [INST] turns), saved with its tokenizer.
+LLAMA_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+    "message['content'] | trim + ' [/INST]' }}{% else %}{{ ' ' + message['content'] | trim + ' ' + eos_token }}"
+    "{% endif %}{% endfor %}"
+)
+CHAT = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Why?"}]
 NEW_TOKENS = 32
 
 
@@ -86,6 +98,7 @@ def tokenizer_of(arch):
     else:
         tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(DATA, "io", "hf_llama2_tokenizer.json"),
                                       bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=64)
+        tok.chat_template = LLAMA_CHAT_TEMPLATE
     return tok
 
 
@@ -100,11 +113,15 @@ def batch_of(tok):
     return torch.tensor([ids[:24], ids[24:48]], dtype=torch.long)
 
 
-def greedy(model, tok, ids):
+def chat_ids(tok):
+    return list(tok.apply_chat_template(CHAT, add_generation_prompt=True, return_dict=True)["input_ids"])
+
+
+def greedy(model, tok, ids, new_tokens=NEW_TOKENS):
     """generate(do_sample=False) past the prompt, and the smallest top-2 logit gap on the way."""
     x = torch.tensor([ids])
     with torch.no_grad():
-        out = model.generate(x, do_sample=False, max_new_tokens=NEW_TOKENS, output_scores=True,
+        out = model.generate(x, do_sample=False, max_new_tokens=new_tokens, output_scores=True,
                              return_dict_in_generate=True, pad_token_id=tok.eos_token_id)
     margin = min(float((s[0].topk(2).values[0] - s[0].topk(2).values[1])) for s in out.scores)
     new = out.sequences[0, len(ids):].tolist()
@@ -134,9 +151,17 @@ def make():
         else:
             sys.exit(f"{arch}: no seed gave a clear-cut greedy text of whole UTF-8")
         batch = batch_of(tok)
+        print(f"{arch}: seed {seed}, {text!r} (min margin {margin:.4f}), loss {loss_of(model, batch):.6f}")
         reference[arch] = {"seed": seed, "prompt": PROMPTS[arch], "prompt_ids": ids, "generated_ids": new,
                            "text": text, "min_margin": margin, "batch": batch.tolist(), "loss": loss_of(model, batch)}
-        print(f"{arch}: seed {seed}, {text!r} (min margin {margin:.4f}), loss {reference[arch]['loss']:.6f}")
+        if arch == "llama":
+            ids = chat_ids(tok)
+            new_tokens = model.config.max_position_embeddings - len(ids)  # the sequence within the positions
+            new, text, margin = greedy(model, tok, ids, new_tokens)
+            assert new_tokens >= 8 and margin > 1e-3, (new_tokens, margin)
+            reference[arch]["chat"] = {"messages": CHAT, "prompt_ids": ids, "max_new_tokens": new_tokens,
+                                       "generated_ids": new, "text": text, "min_margin": margin}
+
     with open(os.path.join(OUT, "reference.json"), "w") as f:
         json.dump(reference, f, indent=1, ensure_ascii=False)
         f.write("\n")
