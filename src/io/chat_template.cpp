@@ -145,8 +145,8 @@ class ExprParser {
         tokens_.push_back({Token::String, out, json(out)});
         i = j + 1;
       } else {
-        static const char* kOps[] = {"==", "!=", "<=", ">=", "(", ")", "[", "]", ".", ",", "|", "+", "-",
-                                     "*",  "/",  "%",  "~",  "<", ">", "=", ":", "{", "}"};
+        static const char* kOps[] = {"==", "!=", "<=", ">=", "(", ")", "[", "]", ".", ",", "|", "+",
+                                     "-",  "*",  "/",  "%",  "~", "<", ">", "=", ":", "{", "}"};
         bool found = false;
         for (const char* op : kOps) {
           const std::string o = op;
@@ -317,9 +317,9 @@ class ExprParser {
 
 struct Stmt {
   enum Kind { Text, Output, If, For, Set } kind;
-  std::string text;                   // Text; For: the loop variable; Set: the name
-  std::string attr;                   // Set: name.attr
-  std::vector<ExprPtr> exprs;         // Output: [e]; If: the conditions; For: [iterable]; Set: [value]
+  std::string text;                       // Text; For: the loop variable; Set: the name
+  std::string attr;                       // Set: name.attr
+  std::vector<ExprPtr> exprs;             // Output: [e]; If: the conditions; For: [iterable]; Set: [value]
   std::vector<std::vector<Stmt>> bodies;  // If: one per condition, then else; For: [body]
 };
 
@@ -359,7 +359,8 @@ struct ChatTemplate::Impl {
       }
       case Expr::Index: {
         const json v = eval(*e.args[0], scopes), k = eval(*e.args[1], scopes);
-        if (v.is_object() && k.is_string()) return v.contains(k.get<std::string>()) ? v[k.get<std::string>()] : kUndefined;
+        if (v.is_object() && k.is_string())
+          return v.contains(k.get<std::string>()) ? v[k.get<std::string>()] : kUndefined;
         if ((v.is_array() || v.is_string()) && k.is_number_integer()) {
           const int64_t n = v.is_array() ? int64_t(v.size()) : int64_t(v.get<std::string>().size());
           int64_t i = k.get<int64_t>();
@@ -396,12 +397,18 @@ struct ChatTemplate::Impl {
       case Expr::Test: {
         const json v = eval(*e.args[0], scopes);
         bool r = false;
-        if (e.name == "defined") r = !undefined(v);
-        else if (e.name == "undefined") r = undefined(v);
-        else if (e.name == "none") r = v.is_null();
-        else if (e.name == "string") r = v.is_string();
-        else if (e.name == "number") r = v.is_number();
-        else fail("the test 'is " + e.name + "' is not supported");
+        if (e.name == "defined")
+          r = !undefined(v);
+        else if (e.name == "undefined")
+          r = undefined(v);
+        else if (e.name == "none")
+          r = v.is_null();
+        else if (e.name == "string")
+          r = v.is_string();
+        else if (e.name == "number")
+          r = v.is_number();
+        else
+          fail("the test 'is " + e.name + "' is not supported");
         return r != e.negated;
       }
       case Expr::Filter:
@@ -437,8 +444,7 @@ struct ChatTemplate::Impl {
       out.insert(out.end(), b.begin(), b.end());
       return out;
     }
-    if (!a.is_number() || !b.is_number())
-      fail("'" + e.name + "' of a " + a.type_name() + " and a " + b.type_name());
+    if (!a.is_number() || !b.is_number()) fail("'" + e.name + "' of a " + a.type_name() + " and a " + b.type_name());
     const bool ints = a.is_number_integer() && b.is_number_integer();
     const double x = a.get<double>(), y = b.get<double>();
     if (e.name == "<") return x < y;
@@ -637,8 +643,10 @@ struct ChatTemplate::Impl {
         }
         const std::string word = parser.ident();
         if (std::find(ends.begin(), ends.end(), word) != ends.end()) {
-          if (word == "elif" && cond) *cond = parser.parse_all();
-          else if (!parser.at_end()) fail("'" + word + "' takes nothing more, at offset " + std::to_string(piece.at));
+          if (word == "elif" && cond)
+            *cond = parser.parse_all();
+          else if (!parser.at_end())
+            fail("'" + word + "' takes nothing more, at offset " + std::to_string(piece.at));
           return word;
         }
         if (word == "if") {
