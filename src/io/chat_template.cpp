@@ -580,8 +580,7 @@ struct ChatTemplate::Impl {
     bool trim_next = false;    // the previous tag ended with "-": the text's leading whitespace goes
     bool after_block = false;  // the previous tag was a block or comment: its newline goes (trim_blocks)
     while (i <= src.size()) {
-      const size_t open = src.find('{', i);
-      size_t tag = open;
+      size_t tag = src.find('{', i);  // the next "{{", "{%" or "{#"
       while (tag != std::string::npos && tag + 1 < src.size() && src[tag + 1] != '{' && src[tag + 1] != '%' &&
              src[tag + 1] != '#')
         tag = src.find('{', tag + 1);
