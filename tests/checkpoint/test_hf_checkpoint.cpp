@@ -7,7 +7,8 @@
 // the tokenizer files beside a model are copied with it, and nothing saved is overwritten by
 // a failed import. Tiny models saved by transformers (hf_roundtrip_reference.py) import by
 // their config.json alone and give transformers' greedy text and loss, before and after an
-// export (config.json, generation_config.json, tokenizer files, shards) and a re-import.
+// export (config.json, generation_config.json, tokenizer files, shards) and a re-import; the
+// Llama's chat template gives apply_chat_template's prompt ids and transformers' greedy reply.
 #define BOOST_TEST_MODULE hf_checkpoint
 #include <boost/test/unit_test.hpp>
 #include <cstring>
