@@ -81,7 +81,7 @@ class ExprParser {
     if (peek().kind != Token::End) fail_("unexpected '" + peek().text + "'");
     return e;
   }
-  // Statement parsing helpers.
+  // For the statement parser: a name, an operator or keyword, the end.
   bool at_end() const { return peek().kind == Token::End; }
   std::string ident() {
     if (peek().kind != Token::Ident) fail_("expected a name, found '" + peek().text + "'");
