@@ -5,9 +5,11 @@
 //   triad-ckpt inspect PATH                    layout, step, every tensor, checksum status
 //   triad-ckpt verify PATH                     recomputes every checksum; exit 1 on damage
 //   triad-ckpt export PATH --out FILE [--dtype f32|bf16]   consolidated weights only
-//   triad-ckpt export PATH --format safetensors --out FILE [--dtype f32|f16|bf16|f64]
-//                                              the weights in HF's names (gpt2, llama)
-//   triad-ckpt import --from model.safetensors|DIR --arch gpt2|llama --out DIR
+//   triad-ckpt export PATH --format safetensors --out DIR [--dtype f32|f16|bf16|f64]
+//                     [--max-shard-size 5GB]   a folder transformers loads (gpt2, llama):
+//                                              weights in HF's names, config.json,
+//                                              generation_config.json, tokenizer files
+//   triad-ckpt import --from model.safetensors|DIR [--arch gpt2|llama] --out DIR
 //                     [--n-head N] [--seq-len T] [--rope-theta X] [--rms-eps X]
 //                                              a new checkpoint folder (step 0) to train
 //                                              from (triad-train --resume DIR) or sample
@@ -70,27 +72,34 @@ int main(int argc, char** argv) {
   return app::guarded_main([&] {
     CLI::App cli{"triad-ckpt: inspect, verify, export and import triad checkpoints"};
     cli.require_subcommand(1);
-    std::string path, out, dtype = "f32", format = "h5";
+    std::string path, out, dtype = "f32", format = "h5", max_shard_size = "5GB";
     CLI::App* inspect_cmd = cli.add_subcommand("inspect", "layout, step, tensors and checksum status");
     inspect_cmd->add_option("path", path, "checkpoint file or folder")->required();
     CLI::App* verify_cmd = cli.add_subcommand("verify", "recompute every checksum (exit 1 on damage)");
     verify_cmd->add_option("path", path, "checkpoint file or folder")->required();
     CLI::App* export_cmd = cli.add_subcommand("export", "write the model's weights alone");
     export_cmd->add_option("path", path, "checkpoint file or folder")->required();
-    export_cmd->add_option("--out", out, "the weights file to write")->required();
-    export_cmd->add_option("--format", format, "h5 (a triad weights file) or safetensors (HF's names: gpt2, llama)")
+    export_cmd->add_option("--out", out, "h5: the weights file to write; safetensors: the folder to write")->required();
+    export_cmd
+        ->add_option("--format", format,
+                     "h5 (a triad weights file) or safetensors (a Hugging Face model folder: gpt2, llama)")
         ->check(CLI::IsMember({"h5", "safetensors"}))
         ->capture_default_str();
     export_cmd->add_option("--dtype", dtype, "h5: f32 or bf16; safetensors: f32, f16, bf16 or f64")
         ->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}))
         ->capture_default_str();
+    export_cmd
+        ->add_option("--max-shard-size", max_shard_size,
+                     "safetensors: shard the weights above this size, as save_pretrained (5GB, 500MB, 2GiB, bytes)")
+        ->capture_default_str();
     engine::HfImport import;
     CLI::App* import_cmd = cli.add_subcommand("import", "a Hugging Face safetensors model as a new checkpoint folder");
     import_cmd->add_option("--from", import.from, "model.safetensors, model.safetensors.index.json, or their folder")
         ->required();
-    import_cmd->add_option("--arch", import.arch, "gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM)")
-        ->check(CLI::IsMember({"gpt2", "llama"}))
-        ->required();
+    import_cmd
+        ->add_option("--arch", import.arch,
+                     "gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM); default: config.json's model_type")
+        ->check(CLI::IsMember({"gpt2", "llama"}));
     import_cmd->add_option("--out", import.out, "the checkpoint folder to create (it must hold no checkpoint)")
         ->required();
     int64_t n_head = 0, seq_len = 0;
@@ -104,16 +113,16 @@ int main(int argc, char** argv) {
     CLI::Option* eps_opt =
         import_cmd->add_option("--rms-eps", rms_eps, "Llama: RMSNorm's epsilon")->check(CLI::PositiveNumber);
     import_cmd->footer(
-        "The model's shape comes from config.json beside the safetensors files; without it, the tensors "
-        "show most of it and the flags give the rest (gpt2: --n-head; llama: --n-head, --seq-len, "
+        "The architecture and shape come from config.json beside the safetensors files; without it, the tensors "
+        "show most of it and the flags give the rest (--arch; gpt2: --n-head; llama: --n-head, --seq-len, "
         "--rope-theta, --rms-eps). DIR gets step-00000000.h5 (weights, zero Adam moments, step 0), "
         "latest, and the tokenizer files beside the safetensors files (tokenizer.json, tokenizer_config.json, "
-        "special_tokens_map.json): triad-train --resume DIR fine-tunes it, triad-generate --checkpoint "
+        "special_tokens_map.json, chat_template.jinja): triad-train --resume DIR fine-tunes it, triad-generate --checkpoint "
         "DIR/step-00000000.h5 samples it with that tokenizer.");
     cli.footer(
         "Hugging Face models:\n"
-        "  triad-ckpt import --from model.safetensors|index.json|DIR --arch gpt2|llama --out DIR\n"
-        "  triad-ckpt export PATH --format safetensors --out model.safetensors [--dtype f32|f16|bf16|f64]\n"
+        "  triad-ckpt import --from model.safetensors|index.json|DIR [--arch gpt2|llama] --out DIR\n"
+        "  triad-ckpt export PATH --format safetensors --out DIR [--dtype f32|f16|bf16|f64] [--max-shard-size 5GB]\n"
         "(docs/checkpoints.md)");
     CLI11_PARSE(cli, argc, argv);
 
@@ -123,8 +132,7 @@ int main(int argc, char** argv) {
       if (*rope_opt) import.model["rope_theta"] = rope_theta;
       if (*eps_opt) import.model["rms_norm_eps"] = rms_eps;
       const std::string written = engine::import_hf(import);
-      std::printf("wrote %s (%s from %s; latest points at it)\n", written.c_str(), import.arch.c_str(),
-                  import.from.c_str());
+      std::printf("wrote %s (from %s; latest points at it)\n", written.c_str(), import.from.c_str());
       for (const char* name : io::kHfTokenizerFiles)
         if (std::filesystem::exists(std::filesystem::path(import.out) / name))
           std::printf("copied %s into %s\n", name, import.out.c_str());
@@ -133,10 +141,12 @@ int main(int argc, char** argv) {
     path = resolve(path);
     if (*inspect_cmd) return inspect(path);
     if (*verify_cmd) return verify(path);
-    if (format == "safetensors")
-      engine::export_hf(path, out, dtype_from_name(dtype));
-    else
-      engine::export_weights(path, out, dtype_from_name(dtype));
+    if (format == "safetensors") {
+      engine::export_hf({path, out, dtype_from_name(dtype), engine::parse_shard_size(max_shard_size)});
+      std::printf("wrote %s (a Hugging Face model folder, %s, of %s)\n", out.c_str(), dtype.c_str(), path.c_str());
+      return 0;
+    }
+    engine::export_weights(path, out, dtype_from_name(dtype));
     std::printf("wrote %s (%s %s weights of %s)\n", out.c_str(), dtype.c_str(), format.c_str(), path.c_str());
     return 0;
   });

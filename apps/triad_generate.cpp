@@ -2,7 +2,9 @@
 //
 //   triad-generate --checkpoint runs/demo/model.h5 --prompt "Once upon a time"
 //   triad-generate --checkpoint runs/demo/checkpoints/step-00001000.h5 --chat
-//                                                 (Human: / Assistant: turns on stdin)
+//                                                 (Human: / Assistant: turns on stdin; a
+//                                                 Hugging Face tokenizer's chat template
+//                                                 makes the model's prompt when it has one)
 //   mpirun -np 2 triad-generate --tp 2 --checkpoint runs/demo/model.h5 --prompt "..."
 //                                                 (the model split over 2 ranks; the same
 //                                                 tokens as one process)
@@ -15,6 +17,7 @@
 #include "common/report.h"
 #include "checkpoint/checkpoint.h"
 #include "engine/generate.h"
+#include "io/chat_template.h"
 #include "io/tokenizer.h"
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
@@ -94,7 +97,9 @@ int main(int argc, char** argv) {
                    "triad's tokenizer file, a Hugging Face tokenizer.json or its folder (default: the one the model "
                    "was trained with, else tokenizer.json beside the checkpoint, as triad-ckpt import puts it)");
     cli.add_option("--prompt", prompt, "text to continue");
-    cli.add_flag("--chat", chat, "interactive Human:/Assistant: turns on stdin");
+    cli.add_flag("--chat", chat,
+                 "interactive turns on stdin, through the tokenizer's chat template (chat_template.jinja or "
+                 "tokenizer_config.json's chat_template beside it) when it has one, else as Human:/Assistant: text");
     cli.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
     cli.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
     cli.add_option("--top-k", o.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str();
@@ -143,12 +148,36 @@ int main(int argc, char** argv) {
       if (leader) std::printf("\n");
       return 0;
     }
+    const std::filesystem::path tokenizer_folder = std::filesystem::is_directory(tokenizer_path)
+                                                       ? std::filesystem::path(tokenizer_path)
+                                                       : std::filesystem::path(tokenizer_path).parent_path();
+    const io::ChatTemplateConfig templated = io::read_chat_template_config(tokenizer_folder.string());
     std::string history;
     std::string line;
     const auto say = [&](const char* text) {
       if (leader) std::printf("%s", text), std::fflush(stdout);
     };
     say("Human: ");
+    if (!templated.template_source.empty()) {  // the model's own turns (io/chat_template.h)
+      const io::ChatTemplate chat_template(templated.template_source, templated.where);
+      nlohmann::json messages = nlohmann::json::array();
+      while (next_line(line, tp.get())) {
+        messages.push_back({{"role", "user"}, {"content", line}});
+        const std::string text = chat_template.render({{"messages", messages},
+                                                       {"add_generation_prompt", true},
+                                                       {"bos_token", templated.bos_token},
+                                                       {"eos_token", templated.eos_token}});
+        say("Assistant: ");
+        Printer print{tok, "", leader};
+        engine::generate(*loaded.model, tok.encode(text), o, std::ref(print));
+        print.flush();
+        messages.push_back({{"role", "assistant"}, {"content", tok.decode(print.ids)}});
+        o.seed += 1;
+        say("\nHuman: ");
+      }
+      say("\n");
+      return 0;
+    }
     while (next_line(line, tp.get())) {
       history += "Human: " + line + "\nAssistant:";
       say("Assistant:");

@@ -53,8 +53,9 @@ struct Arch {
   bool ties_by_default;              // HF's default tie_word_embeddings
   std::vector<ModelField> fields;
   std::vector<ShapeSource> shape_sources;
-  nlohmann::json hf_defaults;  // config.json's defaults (HF's config class)
-  std::vector<Requirement> requirements;
+  nlohmann::json hf_defaults;             // config.json's defaults (HF's config class)
+  std::vector<Requirement> requirements;  // written on export with the first allowed value
+  nlohmann::json exported;                // the other config.json keys an export writes
 };
 
 using enum Dim;
@@ -97,7 +98,16 @@ const Arch kGpt2 = {
      {"layer_norm_epsilon", {1e-5}},
      {"n_inner", {nullptr}},
      {"scale_attn_weights", {true}},
-     {"scale_attn_by_inverse_layer_idx", {false}}},
+     {"scale_attn_by_inverse_layer_idx", {false}},
+     {"add_cross_attention", {false}}},
+    {{"reorder_and_upcast_attn", false},
+     {"initializer_range", 0.02},
+     {"use_cache", true},
+     {"summary_type", "cls_index"},
+     {"summary_use_proj", true},
+     {"summary_activation", nullptr},
+     {"summary_proj_to_labels", true},
+     {"summary_first_dropout", 0.1}},
 };
 
 const Arch kLlama = {
@@ -145,6 +155,7 @@ const Arch kLlama = {
      {"rms_norm_eps", 1e-6},
      {"rope_theta", 10000.0}},
     {{"hidden_act", {"silu"}}, {"rope_scaling", {nullptr}}, {"attention_bias", {false}}, {"mlp_bias", {false}}},
+    {{"attention_dropout", 0.0}, {"initializer_range", 0.02}, {"pretraining_tp", 1}, {"use_cache", true}},
 };
 
 const Arch& arch_of(const std::string& name) {
@@ -207,6 +218,44 @@ std::string shape_text(const Shape& s) { return nlohmann::json(s).dump(); }
 bool is_hf_architecture(const std::string& arch) { return arch == "gpt2" || arch == "llama"; }
 std::string hf_architecture_names() { return "gpt2 (GPT2LMHeadModel) and llama (LlamaForCausalLM)"; }
 
+std::string arch_from_hf_config(const nlohmann::json& config, const std::string& path) {
+  TRIAD_CHECK(config.is_object() && config.contains("model_type"),
+              "'" << path << "' has no model_type; pass --arch (" << hf_architecture_names() << ")");
+  const nlohmann::json& type = config["model_type"];
+  for (const Arch* a : {&kGpt2, &kLlama})
+    if (type == a->model_type) return a->name;
+  TRIAD_CHECK(false, "'" << path << "': model_type " << type.dump() << " is not one triad converts ("
+                         << hf_architecture_names() << ")");
+  return "";
+}
+
+nlohmann::json hf_config(const nlohmann::json& model, DType dtype, const nlohmann::json& bos,
+                         const nlohmann::json& eos) {
+  const Arch& a = arch_of(model.value("arch", ""));
+  nlohmann::json config = a.exported;
+  config["architectures"] = {a.hf_class};
+  config["model_type"] = a.model_type;
+  for (const ModelField& f : a.fields) config[f.hf] = model.at(f.key);
+  for (const Requirement& r : a.requirements) config[r.hf] = r.allowed.front();
+  config["tie_word_embeddings"] = a.ties_by_default;
+  const char* torch_dtype = dtype == DType::f32    ? "float32"
+                            : dtype == DType::f16  ? "float16"
+                            : dtype == DType::bf16 ? "bfloat16"
+                                                   : "float64";
+  config["torch_dtype"] = config["dtype"] = torch_dtype;
+  config["bos_token_id"] = bos;
+  config["eos_token_id"] = eos;
+  if (a.name == "gpt2") {
+    config["n_ctx"] = model.at("seq_len");
+    const double dropout = model.value("dropout", 0.0);
+    for (const char* key : {"attn_pdrop", "embd_pdrop", "resid_pdrop"}) config[key] = dropout;
+  } else {
+    config["head_dim"] = model.at("d_model").get<int64_t>() / model.at("n_head").get<int64_t>();
+    config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", model.at("rope_theta")}};
+  }
+  return config;
+}
+
 nlohmann::json model_from_hf_config(const std::string& arch, const nlohmann::json& config, const std::string& path) {
   const Arch& a = arch_of(arch);
   TRIAD_CHECK(config.is_object(), "'" << path << "' is not a JSON object");
@@ -220,9 +269,18 @@ nlohmann::json model_from_hf_config(const std::string& arch, const nlohmann::jso
                 "'" << path << "': " << r.hf << " is " << v.dump() << "; triad's " << a.name << " model has "
                     << r.allowed.dump());
   }
+  // transformers 5 keeps RoPE's base in rope_parameters (rope_type "default": no scaling).
+  nlohmann::json flat = config;
+  if (a.name == "llama" && config.contains("rope_parameters") && !config["rope_parameters"].is_null()) {
+    const nlohmann::json& rope = config["rope_parameters"];
+    TRIAD_CHECK(rope.is_object() && rope.value("rope_type", "default") == "default",
+                "'" << path << "': rope_parameters is " << rope.dump()
+                    << "; triad's llama model has rope_type \"default\" (no RoPE scaling)");
+    if (rope.contains("rope_theta")) flat["rope_theta"] = rope["rope_theta"];
+  }
   nlohmann::json model = {{"arch", a.name}};
   for (const ModelField& f : a.fields) {
-    const nlohmann::json& v = config.contains(f.hf) ? config[f.hf] : a.hf_defaults.value(f.hf, nlohmann::json());
+    const nlohmann::json& v = flat.contains(f.hf) ? flat[f.hf] : a.hf_defaults.value(f.hf, nlohmann::json());
     if (v.is_null()) continue;
     TRIAD_CHECK(v.is_number(), "'" << path << "': " << f.hf << " is " << v.dump() << ", not a number");
     model[f.key] = v;

@@ -21,7 +21,8 @@
 //   n_positions, vocab_size); for llama, n_layer, n_head, n_kv_head, d_model,
 //   intermediate_size, seq_len, vocab_size, rms_norm_eps, rope_theta (config.json's
 //   num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size,
-//   intermediate_size, max_position_embeddings, vocab_size, rms_norm_eps, rope_theta).
+//   intermediate_size, max_position_embeddings, vocab_size, rms_norm_eps, rope_theta; or
+//   transformers 5's rope_parameters {"rope_type": "default", "rope_theta": ...}).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,19 @@ namespace triad::io {
 // "gpt2" and "llama"; hf_architecture_names() lists them for messages.
 bool is_hf_architecture(const std::string& arch);
 std::string hf_architecture_names();
+
+// The architecture that config.json's model_type names ("gpt2", "llama"). Throws Error naming
+// `path` when model_type is absent or one triad does not convert ("mistral").
+std::string arch_from_hf_config(const nlohmann::json& config, const std::string& path);
+
+// The config.json of a model of `model`'s config (complete; "arch" names the architecture),
+// keyed as transformers' GPT2Config / LlamaConfig key it, so AutoModelForCausalLM builds
+// the model triad has: architectures, model_type, the shape fields of Note [HF name maps],
+// what triad's model fixes (activation, norms' epsilon, no RoPE scaling, no biases, ...),
+// tie_word_embeddings (gpt2 true; llama false: triad's Llama has its own head), torch_dtype
+// of `dtype`, bos_token_id and eos_token_id (null where the tokenizer is not known).
+nlohmann::json hf_config(const nlohmann::json& model, DType dtype, const nlohmann::json& bos,
+                         const nlohmann::json& eos);
 
 // The model fields config.json gives (HF's defaults where HF has one and the file is
 // silent). Throws Error naming config.json's path and key when the file describes a model

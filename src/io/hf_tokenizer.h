@@ -40,9 +40,10 @@
 
 namespace triad::io {
 
-// The files of a Hugging Face tokenizer, as a model folder holds them.
+// The files of a Hugging Face tokenizer, as a model folder holds them (chat_template.jinja:
+// the chat template, io/chat_template.h, as transformers 5 saves it).
 inline constexpr const char* kHfTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json",
-                                                    "special_tokens_map.json"};
+                                                    "special_tokens_map.json", "chat_template.jinja"};
 
 class HfTokenizer final : public Tokenizer {
  public:

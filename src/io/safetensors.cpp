@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -195,8 +196,12 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
                 "safetensors index '" << file << "' maps '" << name << "' to " << shard.dump() << ", not a file name");
     const std::string shard_name = shard.get<std::string>();
     if (!shard_index.count(shard_name)) {
+      const fs::path shard_path = fs::path(c.folder_) / shard_name;
+      TRIAD_CHECK(fs::is_regular_file(shard_path), "safetensors index '" << file << "' puts tensor '" << name
+                                                                         << "' in shard '" << shard_name
+                                                                         << "', which is missing");
       shard_index[shard_name] = c.files_.size();
-      c.files_.push_back(SafetensorsFile::open((fs::path(c.folder_) / shard_name).string()));
+      c.files_.push_back(SafetensorsFile::open(shard_path.string()));
     }
     const size_t k = shard_index[shard_name];
     TRIAD_CHECK(c.files_[k].has(name), "safetensors index '" << file << "' puts tensor '" << name << "' in '"
@@ -244,6 +249,40 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   std::vector<std::pair<const void*, size_t>> parts = {{&n, 8}, {text.data(), text.size()}};
   for (const Tensor& t : data) parts.emplace_back(t.raw_data(), t.nbytes());
   write_file_atomically(path, parts, "safetensors file");
+}
+
+std::vector<std::string> write_safetensors_shards(const std::string& folder, const NamedTensors& tensors,
+                                                  const std::map<std::string, std::string>& metadata,
+                                                  int64_t max_shard_bytes) {
+  TRIAD_CHECK(max_shard_bytes > 0, "safetensors shards: the shard size " << max_shard_bytes << " is not positive");
+  std::vector<NamedTensors> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const auto& [name, t] : tensors) {
+    const int64_t bytes = int64_t(t.nbytes());
+    if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) shards.emplace_back(), in_shard = 0;
+    shards.back().emplace_back(name, t);
+    in_shard += bytes;
+    total += bytes;
+  }
+  if (shards.size() == 1) {
+    write_safetensors((fs::path(folder) / "model.safetensors").string(), tensors, metadata);
+    return {"model.safetensors"};
+  }
+  std::vector<std::string> files;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    write_safetensors((fs::path(folder) / file).string(), shards[i], metadata);
+    for (const auto& [name, t] : shards[i]) weight_map[name] = file;
+    files.push_back(file);
+  }
+  const std::string index =
+      nlohmann::json({{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}).dump(2) + "\n";
+  write_file_atomically((fs::path(folder) / "model.safetensors.index.json").string(), {{index.data(), index.size()}},
+                        "safetensors index");
+  files.push_back("model.safetensors.index.json");
+  return files;
 }
 
 }  // namespace triad::io

@@ -94,4 +94,14 @@ DType dtype_from_safetensors(const std::string& name);
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// Writes the tensors into `folder` as save_pretrained does: model.safetensors when their data
+// fits in max_shard_bytes; else shards model-00001-of-0000N.safetensors, ..., filled in order,
+// a shard closed when the next tensor would take it past max_shard_bytes (a larger tensor
+// alone in its shard), then model.safetensors.index.json {"metadata": {"total_size": the bytes
+// of all tensors}, "weight_map": {name: shard}}. Every file carries `metadata`. Returns the
+// file names written (the index last).
+std::vector<std::string> write_safetensors_shards(const std::string& folder, const NamedTensors& tensors,
+                                                  const std::map<std::string, std::string>& metadata,
+                                                  int64_t max_shard_bytes);
+
 }  // namespace triad::io

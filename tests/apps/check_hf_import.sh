@@ -2,13 +2,15 @@
 # triad-ckpt import/export through the command line, with the programs that use its output:
 #  - the GPT-2 reference file (tests/data/safetensors/gpt2) imports into a checkpoint that
 #    verifies, and exports back to the same tensors (the mask buffers left out);
-#  - a model trained by triad-train, exported to safetensors and imported again (no
-#    config.json: --n-head is asked for by name, then given), samples the same greedy text in
-#    triad-generate as the trained model, and triad-train resumes from the import (lr 0: its
-#    weights come out unchanged, the same tensors as the first export);
+#  - a model trained by triad-train, exported to a Hugging Face folder and imported again
+#    (by its config.json alone, no --arch or flags; its model.safetensors without config.json:
+#    --n-head is asked for by name), samples the same greedy text in triad-generate as the
+#    trained model, and triad-train resumes from the import (lr 0: its weights come out
+#    unchanged, the same tensors as the first export);
 #  - an import over an existing checkpoint folder is refused and leaves it as it was;
-#  - a Hugging Face tokenizer.json encodes a JSONL corpus, and travels with an import to
-#    triad-generate.
+#  - a Hugging Face tokenizer.json encodes a JSONL corpus, travels with the export of a model
+#    trained on it (its data.tokenizer) and with the import of that folder to triad-generate;
+#  - --max-shard-size shards the export as save_pretrained does, and the shards import.
 #   check_hf_import.sh BIN_DIR DATA_DIR CONFIG
 set -euo pipefail
 bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd) config=$3
@@ -50,8 +52,8 @@ run import_ref "$bin/triad-ckpt" import --from "$data/gpt2" --arch gpt2 --out "$
 run verify_ref "$bin/triad-ckpt" verify "$work/ref"
 run inspect_ref "$bin/triad-ckpt" inspect "$work/ref"
 grep -q '^/model/blocks.1.attn.qkv.weight  *(192, 64) ' "$work/inspect_ref" || fail "inspect lacks the qkv weight"
-run export_ref "$bin/triad-ckpt" export "$work/ref" --format safetensors --out "$work/ref.safetensors"
-same_tensors "$data/gpt2/model.safetensors" "$work/ref.safetensors" 'transformer\.h\.[0-9]+\.attn\.(masked_)?bias'
+run export_ref "$bin/triad-ckpt" export "$work/ref" --format safetensors --out "$work/ref_hf"
+same_tensors "$data/gpt2/model.safetensors" "$work/ref_hf/model.safetensors" 'transformer\.h\.[0-9]+\.attn\.(masked_)?bias'
 
 # A model trained by triad, out to safetensors and back in.
 "$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
@@ -59,13 +61,15 @@ same_tensors "$data/gpt2/model.safetensors" "$work/ref.safetensors" 'transformer
 train=("$bin/triad-train" --config "$config" --set data.corpus="$work/tokens.bin" --set data.tokenizer="$work/tok.json"
   --set model.vocab_size=300 --set eval_iters=1 --set log_interval=1000)
 run train "${train[@]}" --steps 3 --set output_dir="$work/trained"
-run export_trained "$bin/triad-ckpt" export "$work/trained/model.h5" --format safetensors --out "$work/trained.safetensors"
-if "$bin/triad-ckpt" import --from "$work/trained.safetensors" --arch gpt2 --out "$work/imported" >"$work/no_heads" 2>&1; then
+run export_trained "$bin/triad-ckpt" export "$work/trained/model.h5" --format safetensors --out "$work/trained_hf"
+mkdir "$work/bare"
+cp "$work/trained_hf/model.safetensors" "$work/bare/"
+if "$bin/triad-ckpt" import --from "$work/bare/model.safetensors" --arch gpt2 --out "$work/imported" >"$work/no_heads" 2>&1; then
   fail "an import without config.json or --n-head succeeded"
 fi
 grep -q "needs n_head (--n-head), which no config.json beside it" "$work/no_heads" || { cat "$work/no_heads"; fail "no_heads"; }
 [[ ! -e $work/imported ]] || fail "the failed import left $work/imported behind"
-run import "$bin/triad-ckpt" import --from "$work/trained.safetensors" --arch gpt2 --out "$work/imported" --n-head 2
+run import "$bin/triad-ckpt" import --from "$work/trained_hf" --out "$work/imported"
 
 generate=(--tokenizer "$work/tok.json" --prompt "The licence" --max-new-tokens 12 --temperature 0 --threads 1)
 run gen_trained "$bin/triad-generate" --checkpoint "$work/trained/model.h5" "${generate[@]}"
@@ -75,8 +79,18 @@ cmp -s "$work/gen_trained" "$work/gen_imported" || { diff "$work/gen_trained" "$
 
 run resume "${train[@]}" --steps 1 --resume "$work/imported" --set optimizer.params.lr=0 --set output_dir="$work/resumed"
 grep -q "resumed from $work/imported/step-00000000.h5 at step 0" "$work/resume" || { cat "$work/resume"; fail "resume"; }
-run export_resumed "$bin/triad-ckpt" export "$work/resumed/model.h5" --format safetensors --out "$work/resumed.safetensors"
-same_tensors "$work/trained.safetensors" "$work/resumed.safetensors"
+run export_resumed "$bin/triad-ckpt" export "$work/resumed/model.h5" --format safetensors --out "$work/resumed_hf"
+same_tensors "$work/trained_hf/model.safetensors" "$work/resumed_hf/model.safetensors"
+# Sharded: 100 kB shards, the index names them all, and they import to the same weights.
+run export_sharded "$bin/triad-ckpt" export "$work/resumed/model.h5" --format safetensors --out "$work/sharded" \
+  --max-shard-size 100kB
+shards=$(ls "$work/sharded" | grep -c '^model-0000[0-9]-of-0000[0-9].safetensors$' || true)
+[[ $shards -gt 1 && -e $work/sharded/model.safetensors.index.json && ! -e $work/sharded/model.safetensors ]] ||
+  { ls "$work/sharded"; fail "no shards and index in $work/sharded"; }
+run import_sharded "$bin/triad-ckpt" import --from "$work/sharded" --out "$work/imported_sharded"
+run export_unsharded "$bin/triad-ckpt" export "$work/imported_sharded" --format safetensors --out "$work/sharded"
+[[ $(ls "$work/sharded" | grep -c '^model') -eq 1 ]] || { ls "$work/sharded"; fail "the shards outlived a one-file export"; }
+same_tensors "$work/trained_hf/model.safetensors" "$work/sharded/model.safetensors"
 
 # Nothing saved is overwritten.
 before=$(md5sum "$work/imported/step-00000000.h5")
@@ -88,7 +102,7 @@ grep -q "already holds checkpoints" "$work/again" || { cat "$work/again"; fail "
 # A Hugging Face tokenizer.json through the programs: a JSONL corpus encoded with it (given as
 # its folder), a model trained on those tokens, exported with the tokenizer beside it and
 # imported: the import copies it, and triad-generate finds it there by itself.
-mkdir "$work/hf" "$work/hf_export"
+mkdir "$work/hf"
 cp "$data/../io/hf_gpt2_tokenizer.json" "$work/hf/tokenizer.json"
 python3 - "$work/docs.jsonl" <<'PY'
 import json, os, sys
@@ -108,9 +122,9 @@ grep -q "^documents:   $docs ($((docs - 1)) end-of-text tokens)" "$work/inspect_
 hf_train=("$bin/triad-train" --config "$config" --set data.corpus="$work/hf_tokens.bin" --set data.tokenizer="$work/hf"
   --set model.vocab_size=512 --set eval_iters=1 --set log_interval=1000)
 run train_hf "${hf_train[@]}" --steps 3 --set output_dir="$work/hf_trained"
-run export_hf "$bin/triad-ckpt" export "$work/hf_trained/model.h5" --format safetensors --out "$work/hf_export/model.safetensors"
-cp "$work/hf/tokenizer.json" "$work/hf_export/"
-run import_hf "$bin/triad-ckpt" import --from "$work/hf_export" --arch gpt2 --out "$work/hf_imported" --n-head 2
+run export_hf "$bin/triad-ckpt" export "$work/hf_trained/model.h5" --format safetensors --out "$work/hf_export"
+cmp -s "$work/hf/tokenizer.json" "$work/hf_export/tokenizer.json" || fail "the export did not copy tokenizer.json"
+run import_hf "$bin/triad-ckpt" import --from "$work/hf_export" --out "$work/hf_imported"
 grep -q "copied tokenizer.json into $work/hf_imported" "$work/import_hf" || { cat "$work/import_hf"; fail "import_hf"; }
 cmp -s "$work/hf/tokenizer.json" "$work/hf_imported/tokenizer.json" || fail "the imported tokenizer.json differs"
 hf_generate=(--prompt "The licence" --max-new-tokens 12 --temperature 0 --threads 1)

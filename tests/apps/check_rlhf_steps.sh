@@ -126,9 +126,9 @@ for x, y in zip(a, b):
 print("ok   PPO resumed at step 2 equals the uninterrupted run (kl_coef %.6f at step 4)" % b[-1]["kl_coef"])
 PY
 for m in actor actor_ema; do  # the actor and its EMA (read back from ckpt/ema-step-00000002.h5) bit for bit
-  "$bin/triad-ckpt" export "ppo/$m.h5" --format safetensors --out "$m-straight.safetensors" >/dev/null
-  "$bin/triad-ckpt" export "ppo_resumed/$m.h5" --format safetensors --out "$m-resumed.safetensors" >/dev/null
-  cmp -s "$m-straight.safetensors" "$m-resumed.safetensors" || { echo "FAIL: resumed $m.h5 differs"; exit 1; }
+  "$bin/triad-ckpt" export "ppo/$m.h5" --format safetensors --out "$m-straight" >/dev/null
+  "$bin/triad-ckpt" export "ppo_resumed/$m.h5" --format safetensors --out "$m-resumed" >/dev/null
+  cmp -s "$m-straight/model.safetensors" "$m-resumed/model.safetensors" || { echo "FAIL: resumed $m.h5 differs"; exit 1; }
 done
 echo "ok   the resumed actor and its EMA equal the uninterrupted run's bit for bit"
 

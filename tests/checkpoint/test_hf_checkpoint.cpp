@@ -5,7 +5,14 @@
 // the names and shapes a triad Llama has, and loaded into nn::Llama gives the logits of
 // transformers' LlamaForCausalLM; ties, flags and bad input behave as documented,
 // the tokenizer files beside a model are copied with it, and nothing saved is overwritten by
+<<<<<<< HEAD
 // a failed import.
+=======
+// a failed import. Tiny models saved by transformers (hf_roundtrip_reference.py) import by
+// their config.json alone and give transformers' greedy text and loss, before and after an
+// export (config.json, generation_config.json, tokenizer files, shards) and a re-import; the
+// Llama's chat template gives apply_chat_template's prompt ids and transformers' greedy reply.
+>>>>>>> hfexport
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>
@@ -15,9 +22,12 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_checkpoint.h"
+#include "engine/generate.h"
+#include "io/chat_template.h"
 #include "io/h5file.h"
 #include "io/safetensors.h"
 #include "io/tensor_file.h"
+#include "io/tokenizer.h"
 #include "support/check.h"
 #include "support/files.h"
 
@@ -70,7 +80,158 @@ void write_llama(const TempDir& dir, const std::function<void(io::NamedTensors&,
   dir.write("config.json", config.dump());
 }
 
+const std::string kRoundTrip = test::data_path("hf_roundtrip");
+
+nlohmann::json round_trip_reference() {
+  std::ifstream in(kRoundTrip + "/reference.json");
+  return nlohmann::json::parse(in);
+}
+
+// The checkpoint (with its tokenizer beside it) does what transformers did with the model of
+// `ref` (hf_roundtrip_reference.py): the same prompt ids, the same 32 greedy tokens and text,
+// the same loss on the stored batch (targets: the batch shifted by one, the last ignored).
+void check_like_transformers(const std::string& checkpoint, const nlohmann::json& ref, const std::string& what) {
+  BOOST_TEST_CONTEXT(what) {
+    const engine::LoadedModel loaded = engine::load_model(checkpoint);
+    const std::unique_ptr<const io::Tokenizer> tok =
+        io::load_tokenizer((fs::path(checkpoint).parent_path() / "tokenizer.json").string());
+    const std::vector<int32_t> prompt = io::encode_prompt(*tok, ref["prompt"].get<std::string>());
+    BOOST_TEST(prompt == ref["prompt_ids"].get<std::vector<int32_t>>(), boost::test_tools::per_element());
+    const engine::SamplingOptions greedy{
+        .temperature = 0, .top_k = 0, .top_p = 1, .max_new_tokens = 32, .stop_token = tok->eot()};
+    const std::vector<int32_t> generated = engine::generate(*loaded.model, prompt, greedy);
+    BOOST_TEST(generated == ref["generated_ids"].get<std::vector<int32_t>>(), boost::test_tools::per_element());
+    BOOST_TEST(tok->decode(generated) == ref["text"].get<std::string>());
+
+    const auto rows = ref["batch"].get<std::vector<std::vector<int64_t>>>();
+    const int64_t B = int64_t(rows.size()), T = int64_t(rows[0].size());
+    Tensor idx = Tensor::empty({B, T}, DType::i64), targets = Tensor::empty({B, T}, DType::i64);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        idx.data<int64_t>()[b * T + t] = rows[size_t(b)][size_t(t)];
+        targets.data<int64_t>()[b * T + t] = t + 1 < T ? rows[size_t(b)][size_t(t + 1)] : -100;
+      }
+    const double loss = loaded.model->loss(idx, targets).item();
+    BOOST_TEST(std::abs(loss - ref["loss"].get<double>()) < 1e-5, "loss " << loss << ", transformers' " << ref["loss"]);
+
+    // The chat template beside the tokenizer makes apply_chat_template's ids (what
+    // triad-generate --chat continues), and greedy generation from them is transformers'.
+    if (ref.contains("chat")) {
+      const nlohmann::json& chat = ref["chat"];
+      const io::ChatTemplateConfig config = io::read_chat_template_config(fs::path(checkpoint).parent_path().string());
+      BOOST_TEST(config.where.ends_with("chat_template.jinja'"));
+      const std::string text = io::ChatTemplate(config.template_source, config.where)
+                                   .render({{"messages", chat["messages"]},
+                                            {"add_generation_prompt", true},
+                                            {"bos_token", config.bos_token},
+                                            {"eos_token", config.eos_token}});
+      const std::vector<int32_t> ids = tok->encode(text);
+      BOOST_TEST(ids == chat["prompt_ids"].get<std::vector<int32_t>>(), boost::test_tools::per_element());
+      engine::SamplingOptions options = greedy;
+      options.max_new_tokens = chat["max_new_tokens"].get<int64_t>();
+      BOOST_TEST(engine::generate(*loaded.model, ids, options) == chat["generated_ids"].get<std::vector<int32_t>>(),
+                 boost::test_tools::per_element());
+    }
+  }
+}
+
 }  // namespace
+
+// The Hugging Face round trip: tiny models saved by transformers' save_pretrained (config.json,
+// tokenizer files) import with nothing but their folder, and generate and score as
+// transformers does; exported (config.json, generation_config.json, tokenizer files; sharded
+// too) and imported again, the same. That transformers loads the exported folder with
+// AutoModelForCausalLM / AutoTokenizer and gets this loss is checked by
+// `hf_roundtrip_reference.py --check`, where transformers is installed.
+BOOST_AUTO_TEST_CASE(transformers_models_round_trip) {
+  const nlohmann::json reference = round_trip_reference();
+  for (const std::string arch : {"gpt2", "llama"}) {
+    TempDir dir;
+    const std::string path = import(kRoundTrip + "/" + arch, "", dir.file("ckpt"));
+    BOOST_TEST(engine::read_summary(path).config["model"]["arch"] == arch);
+    check_like_transformers(path, reference[arch], arch + " imported");
+
+    engine::export_hf({path, dir.file("hf"), DType::f32});
+    const nlohmann::json config = nlohmann::json::parse(test::read_bytes(dir.file("hf/config.json")));
+    const nlohmann::json original = nlohmann::json::parse(test::read_bytes(kRoundTrip + "/" + arch + "/config.json"));
+    // What transformers wrote, triad writes too (but the init's spread, which triad's model
+    // does not keep, and the keys a default stands for).
+    for (const auto& [key, value] : original.items())
+      if (key != "transformers_version" && key != "pad_token_id" && key != "initializer_range")
+        BOOST_TEST(config[key] == value, arch << " config.json " << key << ": " << config[key] << " vs " << value);
+    BOOST_TEST(config["torch_dtype"] == "float32");
+    BOOST_TEST(
+        nlohmann::json::parse(test::read_bytes(dir.file("hf/generation_config.json"))) ==
+        nlohmann::json({{"bos_token_id", original["bos_token_id"]}, {"eos_token_id", original["eos_token_id"]}}));
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+      if (fs::exists(kRoundTrip + "/" + arch + "/" + file))
+        BOOST_TEST(test::read_bytes(dir.file(std::string("hf/") + file)) ==
+                   test::read_bytes(kRoundTrip + "/" + arch + "/" + file));
+    BOOST_TEST(fs::exists(kRoundTrip + "/llama/chat_template.jinja"));
+    BOOST_TEST(reference["llama"].contains("chat"));
+    check_same_tensors(io::SafetensorsCheckpoint::open(kRoundTrip + "/" + arch), dir.file("hf/model.safetensors"));
+    check_like_transformers(import(dir.file("hf"), "", dir.file("again")), reference[arch], arch + " re-imported");
+
+    // Sharded at 20 kB: every shard but a lone large tensor's within the limit, and the
+    // shards import to the same model.
+    engine::export_hf({path, dir.file("sharded"), DType::f32, 20'000});
+    const nlohmann::json index =
+        nlohmann::json::parse(test::read_bytes(dir.file("sharded/model.safetensors.index.json")));
+    std::set<std::string> shards;
+    for (const auto& [name, shard] : index["weight_map"].items()) shards.insert(shard.get<std::string>());
+    int64_t total = 0;
+    for (const std::string& shard : shards) {
+      const io::SafetensorsFile f = io::SafetensorsFile::open(dir.file("sharded/" + shard));
+      int64_t bytes = 0;
+      for (const io::SafetensorsEntry& e : f.entries()) bytes += e.end - e.begin;
+      BOOST_TEST((bytes <= 20'000 || f.entries().size() == 1u), shard << ": " << bytes << " bytes");
+      total += bytes;
+    }
+    BOOST_TEST(shards.size() > 2u);
+    BOOST_TEST(index["metadata"]["total_size"] == total);
+    BOOST_TEST(!fs::exists(dir.file("sharded/model.safetensors")));
+    check_like_transformers(import(dir.file("sharded"), "", dir.file("from_shards")), reference[arch],
+                            arch + " from shards");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(what_config_json_names_is_checked) {
+  TempDir dir;
+  // A model_type triad does not convert, or none (then --arch is asked for).
+  write_llama(dir, [](io::NamedTensors&, nlohmann::json& c) { c["model_type"] = "mistral"; });
+  check_error([&] { import(dir.path().string(), "", dir.file("a")); },
+              {dir.file("config.json"), "model_type \"mistral\" is not one triad converts (gpt2 (GPT2LMHeadModel)"});
+  write_llama(dir, [](io::NamedTensors&, nlohmann::json& c) { c.erase("model_type"); });
+  check_error([&] { import(dir.path().string(), "", dir.file("a")); }, {"has no model_type; pass --arch"});
+  fs::remove(dir.file("config.json"));
+  check_error([&] { import(dir.path().string(), "", dir.file("a")); },
+              {"no config.json beside", "names the model_type; pass --arch"});
+  // transformers 5's rope_parameters: its rope_theta is taken, a scaled RoPE refused.
+  write_llama(dir, [](io::NamedTensors&, nlohmann::json& c) {
+    c.erase("rope_theta");
+    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+  });
+  BOOST_TEST(engine::read_summary(import(dir.path().string(), "", dir.file("b"))).config["model"]["rope_theta"] ==
+             500000.0);
+  write_llama(dir, [](io::NamedTensors&, nlohmann::json& c) {
+    c["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
+  });
+  check_error([&] { import(dir.path().string(), "", dir.file("c")); },
+              {"rope_parameters is", "triad's llama model has rope_type \"default\" (no RoPE scaling)"});
+  BOOST_TEST(!fs::exists(dir.file("a")));
+  BOOST_TEST(!fs::exists(dir.file("c")));
+}
+
+BOOST_AUTO_TEST_CASE(shard_sizes_read_as_save_pretrained_reads_them) {
+  BOOST_TEST(engine::parse_shard_size("5GB") == 5'000'000'000);
+  BOOST_TEST(engine::parse_shard_size("500MB") == 500'000'000);
+  BOOST_TEST(engine::parse_shard_size("100kB") == 100'000);
+  BOOST_TEST(engine::parse_shard_size("2GiB") == int64_t(2) << 30);
+  BOOST_TEST(engine::parse_shard_size("1.5MiB") == 1572864);
+  BOOST_TEST(engine::parse_shard_size("4096") == 4096);
+  for (const std::string bad : {"", "GB", "5XB", "-1GB", "0"})
+    check_error([&] { engine::parse_shard_size(bad); }, {"--max-shard-size '" + bad + "' is not a positive size"});
+}
 
 BOOST_AUTO_TEST_CASE(imported_gpt2_gives_the_reference_logits) {
   TempDir dir;
@@ -99,11 +260,11 @@ BOOST_AUTO_TEST_CASE(gpt2_export_gives_back_the_original_tensors) {
   TempDir dir;
   const std::string path = import(kDir + "/gpt2", "gpt2", dir.file("ckpt"));
   const io::SafetensorsCheckpoint original = io::SafetensorsCheckpoint::open(kDir + "/gpt2");
-  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
-  check_same_tensors(original, dir.file("out.safetensors"), kGpt2Buffers);
+  engine::export_hf({path, dir.file("out"), DType::f32});
+  check_same_tensors(original, dir.file("out/model.safetensors"), kGpt2Buffers);
   // In 16 bits: each tensor rounded from the f32 weights.
-  engine::export_hf(path, dir.file("out16.safetensors"), DType::bf16);
-  const io::SafetensorsFile low = io::SafetensorsFile::open(dir.file("out16.safetensors"));
+  engine::export_hf({path, dir.file("out16"), DType::bf16});
+  const io::SafetensorsFile low = io::SafetensorsFile::open(dir.file("out16/model.safetensors"));
   const std::string w = "transformer.h.1.mlp.c_proj.weight";
   BOOST_TEST(low.entry(w).dtype == "BF16");
   BOOST_TEST(same_bits(low.read(w), ops::to(original.read(w), DType::bf16)));
@@ -151,8 +312,8 @@ BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {
   const io::H5File file = io::H5File::open(path);
   BOOST_TEST(
       same_bits(file.read("/model/blocks.1.mlp.down.weight"), original.read("model.layers.1.mlp.down_proj.weight")));
-  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
-  check_same_tensors(original, dir.file("out.safetensors"));
+  engine::export_hf({path, dir.file("out"), DType::f32});
+  check_same_tensors(original, dir.file("out/model.safetensors"));
 
   // The F16 and BF16 copies (no config.json beside them: the flags give what the tensors
   // cannot) import to the same weights and export back to themselves.
@@ -163,9 +324,9 @@ BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {
     const io::H5File f = io::H5File::open(low);
     for (const auto& [param, shape] : want)
       BOOST_TEST(same_bits(f.read("/model/" + param), file.read("/model/" + param)));
-    engine::export_hf(low, dir.file(std::string(name) + ".out"), dtype);
+    engine::export_hf({low, dir.file(std::string(name) + ".out"), dtype});
     check_same_tensors(io::SafetensorsCheckpoint::open(kDir + "/" + name + ".safetensors"),
-                       dir.file(std::string(name) + ".out"));
+                       dir.file(std::string(name) + ".out/model.safetensors"));
   }
 }
 
@@ -251,11 +412,14 @@ BOOST_AUTO_TEST_CASE(nothing_saved_is_overwritten) {
   BOOST_TEST(test::read_bytes(path) == before);
   // An export that fails (here: in a dtype safetensors export does not write) leaves the
   // file it was to replace as it was.
-  engine::export_hf(path, dir.file("out.safetensors"), DType::f32);
-  const std::string exported = test::read_bytes(dir.file("out.safetensors"));
-  check_error([&] { engine::export_hf(path, dir.file("out.safetensors"), DType::i32); },
-              {"triad writes F64, F32, F16 and BF16, not i32"});
-  BOOST_TEST(test::read_bytes(dir.file("out.safetensors")) == exported);
+  engine::export_hf({path, dir.file("out"), DType::f32});
+  const std::string exported = test::read_bytes(dir.file("out/model.safetensors"));
+  check_error(
+      [&] {
+        engine::export_hf({path, dir.file("out"), DType::i32});
+      },
+      {"triad writes F64, F32, F16 and BF16, not i32"});
+  BOOST_TEST(test::read_bytes(dir.file("out/model.safetensors")) == exported);
 }
 
 BOOST_AUTO_TEST_CASE(import_copies_the_tokenizer_files) {

@@ -5,6 +5,7 @@
 // file and its problem.
 #include <boost/test/unit_test.hpp>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
@@ -132,12 +133,40 @@ BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_reads_through_its_index) {
   check_error([&] { SafetensorsCheckpoint::open(dir.path().string()); },
               {index, "puts tensor 'y' in 'a.safetensors', which has no such tensor"});
   dir.write("model.safetensors.index.json", R"({"weight_map": {"x": "b.safetensors"}})");
-  check_error([&] { SafetensorsCheckpoint::open(index); }, {"cannot open safetensors file", "b.safetensors"});
+  check_error([&] { SafetensorsCheckpoint::open(index); },
+              {index, "puts tensor 'x' in shard 'b.safetensors', which is missing"});
   dir.write("model.safetensors.index.json", R"({"metadata": {}})");
   check_error([&] { SafetensorsCheckpoint::open(index); }, {index, "is not a JSON object with a weight_map"});
   TempDir empty;
   check_error([&] { SafetensorsCheckpoint::open(empty.path().string()); },
               {"holds neither model.safetensors nor model.safetensors.index.json"});
+}
+
+// Shards as save_pretrained cuts them: in order, a shard closed before the tensor that would
+// take it past the limit, a tensor over the limit alone; the index totals the tensors' bytes.
+BOOST_AUTO_TEST_CASE(shards_are_cut_at_the_size_limit) {
+  const io::NamedTensors tensors = {{"a", pattern({10}, DType::f32, 1)},   // 40 bytes
+                                    {"b", pattern({5}, DType::f32, 2)},    // 20
+                                    {"c", pattern({30}, DType::f32, 3)},   // 120: over the limit
+                                    {"d", pattern({4}, DType::bf16, 4)}};  // 8
+  TempDir dir;
+  BOOST_TEST(io::write_safetensors_shards(dir.path().string(), tensors, {{"format", "pt"}}, 200) ==
+             std::vector<std::string>{"model.safetensors"});
+  std::filesystem::create_directories(dir.file("s"));
+  const std::vector<std::string> files = io::write_safetensors_shards(dir.file("s"), tensors, {{"format", "pt"}}, 60);
+  BOOST_TEST(files == (std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                                "model-00003-of-00003.safetensors", "model.safetensors.index.json"}));
+  const nlohmann::json index = nlohmann::json::parse(test::read_bytes(dir.file("s/model.safetensors.index.json")));
+  BOOST_TEST(index["metadata"]["total_size"] == 188);
+  BOOST_TEST(index["weight_map"] == nlohmann::json({{"a", "model-00001-of-00003.safetensors"},
+                                                    {"b", "model-00001-of-00003.safetensors"},
+                                                    {"c", "model-00002-of-00003.safetensors"},
+                                                    {"d", "model-00003-of-00003.safetensors"}}));
+  BOOST_TEST(SafetensorsFile::open(dir.file("s/model-00002-of-00003.safetensors")).metadata().at("format") == "pt");
+  const SafetensorsCheckpoint c = SafetensorsCheckpoint::open(dir.file("s"));
+  for (const auto& [name, t] : tensors) BOOST_TEST(same_bits(c.read(name), t), name);
+  check_error([&] { io::write_safetensors_shards(dir.file("s"), tensors, {}, 0); },
+              {"the shard size 0 is not positive"});
 }
 
 BOOST_AUTO_TEST_CASE(malformed_files_are_errors_naming_the_file_and_problem) {

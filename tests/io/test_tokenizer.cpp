@@ -5,7 +5,9 @@
 // and decoded text of the `tokenizers` library itself for four small tokenizers (GPT-2,
 // Llama-3, Llama-2 and Llama-2 with Metaspace layouts) over a corpus of unicode, whitespace,
 // numbers, contractions and special tokens (tests/reference/hf_tokenizers_reference.py), the
-// split patterns by hand, loading by file or folder, and bad files named.
+// split patterns by hand, loading by file or folder, and bad files named. Chat templates
+// (io/chat_template.h) render what transformers' apply_chat_template renders
+// (tests/reference/chat_template_reference.py), and what they do not support is named.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "io/chat_template.h"
 #include "io/hf_tokenizer.h"
 #include "io/split_pattern.h"
 #include "io/triad_tokenizer.h"
@@ -488,4 +491,52 @@ BOOST_AUTO_TEST_CASE(hf_bad_files_are_named) {
   check_error([&] { io::load_tokenizer(neither); }, {neither, "neither a triad tokenizer", "tokenizer.json"});
   const std::string broken = dir.write("broken.json", "{\"model\": ");
   check_error([&] { io::load_tokenizer(broken); }, {broken, "not valid JSON"});
+}
+
+BOOST_AUTO_TEST_CASE(chat_templates_render_as_transformers_renders_them) {
+  std::ifstream in(test::data_path("io/chat_templates_reference.json"));
+  const nlohmann::json reference = nlohmann::json::parse(in);
+  size_t checked = 0;
+  for (const nlohmann::json& t : reference) {
+    const std::string name = t["name"];
+    const io::ChatTemplate chat(t["template"].get<std::string>(), name);
+    for (const nlohmann::json& c : t["cases"]) {
+      const nlohmann::json context = {{"messages", c["messages"]},
+                                      {"add_generation_prompt", c["add_generation_prompt"]},
+                                      {"bos_token", t["bos_token"]},
+                                      {"eos_token", t["eos_token"]}};
+      if (c.contains("error"))
+        test::check_error([&] { chat.render(context); }, {name + " raised: " + c["error"].get<std::string>()});
+      else
+        BOOST_TEST(chat.render(context) == c["text"].get<std::string>(), name << ": " << c["messages"].dump());
+      ++checked;
+    }
+  }
+  BOOST_TEST(checked == 40u);
+}
+
+BOOST_AUTO_TEST_CASE(chat_template_subset_and_bad_templates) {
+  const nlohmann::json context = {{"xs", {3, 1, 2}}, {"s", "  ab  "}};
+  const auto render = [&](const std::string& source) { return io::ChatTemplate(source, "t").render(context); };
+  BOOST_TEST(render("{{ xs[-1] }}{{ xs[1:] | length }}{{ 7 % 3 }}{{ -2 + 5 * 2 }}") == "2218");
+  BOOST_TEST(render("{{ s.strip() | upper }}|{{ s.lstrip() }}|{{ 'b' in s }}{{ 4 not in xs }}") == "AB|ab  |TrueTrue");
+  BOOST_TEST(render("{{ missing }}{{ 'u' if missing is undefined else 'd' }}{{ none is none }}") == "uTrue");
+  BOOST_TEST(render("{% for x in xs %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}") ==
+             "13,21,32");
+  // trim_blocks and lstrip_blocks, and "-" and "+" inside tags.
+  BOOST_TEST(render("a\n  {% if true %}\nb\n  {% endif %}\nc") == "a\nb\nc");
+  BOOST_TEST(render("a  {%- if true -%}  b  {%- endif %}") == "ab");
+  BOOST_TEST(render("a\n  {%+ if true %}b{% endif %}") == "a\n  b");
+  // A set inside a loop stays inside it; a namespace carries values out.
+  BOOST_TEST(render("{% set n = 0 %}{% for x in xs %}{% set n = n + x %}{% endfor %}{{ n }}") == "0");
+  BOOST_TEST(render("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}") ==
+             "6");
+  test::check_error([&] { render("{% macro m() %}{% endmacro %}"); },
+                    {"t: the statement 'macro' at offset 0 is not supported", "io/chat_template.h"});
+  test::check_error([&] { render("{{ s | title }}"); }, {"the filter 'title' is not supported"});
+  test::check_error([&] { render("{{ s.split() }}"); }, {"the string method 'split' is not supported"});
+  test::check_error([&] { render("ab {{ s "); }, {"a tag opened at offset 3 is not closed"});
+  test::check_error([&] { render("{% for x in xs %}"); }, {"a for loop at offset 0 has no endfor"});
+  test::check_error([&] { render("{% if true %}a"); }, {"an if at offset 0 has no endif"});
+  test::check_error([&] { render("{{ 'a' + 1 }}"); }, {"'+' of a string and a number"});
 }
