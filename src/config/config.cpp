@@ -572,8 +572,6 @@ void check_moe_layout(const TrainConfig& c) {
     TRIAD_CHECK(e % ep == 0, "[config] model.moe.num_experts (" << e << ") must be divisible by "
                                                                 << "model.moe.expert_parallel_size (" << ep << ")");
   }
-  TRIAD_CHECK(ep == 1, "[config] model.moe.expert_parallel_size " << ep << ": training splits no experts over ranks "
-                                                                  << "yet (1: every data-parallel rank holds them all)");
 }
 
 // parse_config's body; `layers` is the model's list, or null for the GPT of the model section.
