@@ -186,10 +186,11 @@ void Engine::join_groups() {
   zero_backend_ =
       resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
   if (pp_->size() > 1) pp_ = pp_comm_ = std::make_shared<parallel::CountingCommunicator>(pp_);
-  TRIAD_CHECK(grid_->ep_size() == config_.expert_parallel,
-              "Engine: the expert-parallel group has " << grid_->ep_size() << " ranks but "
-                                                       << "model.moe.expert_parallel_size is " << config_.expert_parallel
-                                                       << " (engine::process_grid lays a config's grid out)");
+  TRIAD_CHECK(grid_->ep_size() == config_.expert_parallel, "Engine: the expert-parallel group has "
+                                                               << grid_->ep_size() << " ranks but "
+                                                               << "model.moe.expert_parallel_size is "
+                                                               << config_.expert_parallel
+                                                               << " (engine::process_grid lays a config's grid out)");
   // The experts' all-to-alls go over MPI (device tensors staged through host memory).
   ep_ = grid_->ep();
   if (ep_->size() > 1) ep_ = ep_comm_ = std::make_shared<parallel::CountingCommunicator>(ep_);

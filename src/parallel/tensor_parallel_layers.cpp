@@ -263,8 +263,7 @@ std::shared_ptr<const nn::Parallelism> layer_parallelism(const CommunicatorPtr& 
                                                          const CommunicatorPtr& ep) {
   const std::shared_ptr<const nn::ExpertExchange> experts =
       ep && ep->size() > 1 ? std::make_shared<ExpertParallel>(ep) : nn::local_experts();
-  if (!tp || tp->size() == 1)
-    return ep && ep->size() > 1 ? std::make_shared<nn::Parallelism>(experts) : nn::serial();
+  if (!tp || tp->size() == 1) return ep && ep->size() > 1 ? std::make_shared<nn::Parallelism>(experts) : nn::serial();
   return std::make_shared<TensorParallel>(tp, sequence_parallel, experts);
 }
 

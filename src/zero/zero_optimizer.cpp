@@ -563,7 +563,8 @@ double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
   }
   const bool pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
   return optim::global_grad_norm(parts, [&](double sq) {
-    if (config_.stage == 0 && !replicas && !split_model && !pipelined) return sq;  // every rank holds the whole gradient
+    // Every rank holds the whole gradient.
+    if (config_.stage == 0 && !replicas && !split_model && !pipelined) return sq;
     Tensor total = Tensor::full({1}, sq, DType::f64, device_);
     if (config_.stage >= 1 || replicas) dp_->all_reduce(total)->wait();
     if (split_model) tp_->all_reduce(total)->wait();

@@ -143,8 +143,8 @@ class ZeroOptimizer {
   // experts] in zero/expert_placement.h).
   ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
                 double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy = {},
-                parallel::CommunicatorPtr tp = nullptr, PipelinePlacement pipeline = {},
-                ZeroPlusPlusGroups zeropp = {}, ExpertPlacement experts = {});
+                parallel::CommunicatorPtr tp = nullptr, PipelinePlacement pipeline = {}, ZeroPlusPlusGroups zeropp = {},
+                ExpertPlacement experts = {});
 
   // Call before each micro-batch's backward; `last` marks the last micro-batch of the
   // accumulation (stage 0 reduces only then).
