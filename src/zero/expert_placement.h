@@ -30,7 +30,9 @@ struct ExpertPlacement {
   bool spread() const { return edp != nullptr; }
 };
 
-// Throws Error where the config cannot run with `experts` spread over a dp group of dp ranks.
+// Throws Error where `config` cannot run with the experts spread over ep > 1 ranks.
+void check_experts_spread(const ZeroConfig& config);
+// The same, and Error unless `experts` (when spread) has a size dividing a dp group of dp ranks.
 void check_expert_placement(const ExpertPlacement& experts, const ZeroConfig& config, int dp);
 
 }  // namespace triad::zero
