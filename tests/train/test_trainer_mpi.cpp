@@ -132,7 +132,8 @@ BOOST_AUTO_TEST_CASE(moe_training_follows_the_single_process_run) {
 
 // Expert parallelism (ep 2: each rank of an ep pair holds half of every MoE layer's experts,
 // the experts' gradients reduced over the expert-data-parallel group) follows the single
-// process as ep 1 does: the GPT at ZeRO 0, 2 and 3, on two pipeline stages, and the Llama.
+// process as ep 1 does: the GPT at ZeRO 0, 2 and 3, on two pipeline stages, with tensor
+// parallelism, and the Llama.
 // Gradient clipping engages: the norm, which must count every expert once, scales the steps.
 BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
   const parallel::CommunicatorPtr world = parallel::world();
@@ -153,11 +154,13 @@ BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
     std::string name;
     int stage = 0, pp = 1;
     bool llama = false;
+    int tp = 1;
   };
   for (const Layout& l : {Layout{"ep2 zero0"}, Layout{"ep2 zero2", 2}, Layout{"ep2 zero3", 3},
-                          Layout{"ep2 pp2 zero1", 1, 2}, Layout{"llama ep2 zero2", 2, 1, true}}) {
-    const int dp = n / l.pp;
-    if (dp % 2 != 0) continue;  // pp 2 on 2 ranks leaves one data-parallel rank
+                          Layout{"ep2 pp2 zero1", 1, 2}, Layout{"llama ep2 zero2", 2, 1, true},
+                          Layout{"ep2 tp2 zero1", 1, 1, false, 2}}) {
+    const int dp = n / (l.pp * l.tp);
+    if (dp % 2 != 0) continue;  // pp 2 or tp 2 on 2 ranks leaves one data-parallel rank
     BOOST_TEST_CONTEXT(l.name << " on " << n << " ranks") {
       const std::string ref_metrics = dir.file("ep_ref_" + l.name + ".jsonl");
       engine::train(engine::parse_config(moe_config(dp, l.llama)), {.metrics_path = ref_metrics});
@@ -165,6 +168,7 @@ BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
       j["model"]["moe"]["expert_parallel_size"] = 2;
       j["zero_optimization"] = {{"stage", l.stage}, {"stage3_param_persistence_threshold", 0}};
       j["pipeline"] = {{"stages", l.pp}};
+      j["model"]["tensor_parallel"] = l.tp;
       const std::string metrics = dir.file("ep_" + l.name + ".jsonl");
       engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
       if (world->rank() == 0) {
