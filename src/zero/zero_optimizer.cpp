@@ -79,33 +79,32 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       const bool expert = experts_.spread() && splits.at(np.first).expert;
       lists[expert][np.second.dim() >= 2][persistent].push_back(np);
     }
-    for (int expert : {0, 1})
-      for (int decay : {1, 0})
-        for (int persistent : {0, 1}) {
-          Params& list = lists[expert][decay][persistent];
-          if (list.empty()) continue;
-          Group g;
-          g.expert = expert;
-          g.comm = expert ? experts_.edp.get() : dp_.get();
-          g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, g.comm->size(),
-                                               g.comm->rank(), config_.dtype);
-          TRIAD_CHECK(g.flat->device() == device_, "ZeRO: the model's parameters are on "
-                                                       << device_.str() << " and " << g.flat->device().str()
-                                                       << "; they must share one device");
-          for (const auto& [name, _] : g.flat->params()) g.splits.push_back(splits.at(name));
-          g.tie = tie_of(pipeline_, g.flat->params());
-          const Tensor initial = g.flat->take_initial_f32();
-          const Tensor master = config_.dtype == DType::f32 ? Tensor()
-                                : config_.stage == 0        ? initial
-                                                            : ops::clone(g.flat->shard(initial));
-          add_state(g, master);
-          if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device_);
-          if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
-          g.partitioned = config_.stage == 3 && !persistent;
-          if (g.partitioned) g.flat->partition();
-          groups_.push_back(std::move(g));
-          unit_groups_.back().push_back(&groups_.back());
-        }
+    for (int decay : {1, 0})
+      for (int kind = 0; kind < 4; ++kind) {  // dense, dense persistent, expert, expert persistent
+        const int expert = kind / 2, persistent = kind % 2;
+        Params& list = lists[expert][decay][persistent];
+        if (list.empty()) continue;
+        Group g;
+        g.comm = expert ? experts_.edp.get() : dp_.get();
+        g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, g.comm->size(),
+                                             g.comm->rank(), config_.dtype);
+        TRIAD_CHECK(g.flat->device() == device_, "ZeRO: the model's parameters are on "
+                                                     << device_.str() << " and " << g.flat->device().str()
+                                                     << "; they must share one device");
+        for (const auto& [name, _] : g.flat->params()) g.splits.push_back(splits.at(name));
+        g.tie = tie_of(pipeline_, g.flat->params());
+        const Tensor initial = g.flat->take_initial_f32();
+        const Tensor master = config_.dtype == DType::f32 ? Tensor()
+                              : config_.stage == 0        ? initial
+                                                          : ops::clone(g.flat->shard(initial));
+        add_state(g, master);
+        if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device_);
+        if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
+        g.partitioned = config_.stage == 3 && !persistent;
+        if (g.partitioned) g.flat->partition();
+        groups_.push_back(std::move(g));
+        unit_groups_.back().push_back(&groups_.back());
+      }
   }
   for (Group& g : groups_) {
     for (const auto& [_, p] : g.flat->params()) {

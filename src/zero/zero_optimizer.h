@@ -237,8 +237,7 @@ class ZeroOptimizer {
     bool partitioned = false;    // stage 3 and above the persistence threshold
     std::vector<nn::TensorSplit> splits;  // of flat->params()
     parallel::Communicator* tie = nullptr;  // its parameters are tied over this group
-    parallel::Communicator* comm = nullptr;  // the ranks it is reduced and sharded over: dp, or edp for experts
-    bool expert = false;                     // Note [ZeRO with experts]
+    parallel::Communicator* comm = nullptr;  // reduced and sharded over: dp, or edp (Note [ZeRO with experts])
   };
   struct Pending {
     parallel::WorkPtr work;
