@@ -7,6 +7,7 @@
 #include "common/report.h"
 #include "config/config.h"
 #include "engine/engine.h"
+#include "parallel/runtime.h"
 #include "parallel/self_communicator.h"
 #include "train/moe_metrics.h"
 #include "triad.h"
@@ -17,22 +18,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-engine::TrainConfig step_config(const nn::GPTConfig& model, const MoEBenchOptions& o) {
+engine::TrainConfig step_config(const nn::GPTConfig& model, const MoEBenchOptions& o, int ranks) {
   engine::TrainConfig train;
   train.model = model;
-  train.train_batch_size = train.micro_batch_size = o.batch;
+  train.micro_batch_size = o.batch;
+  train.train_batch_size = o.batch * ranks;
+  train.data_parallel = ranks;
   train.gradient_accumulation_steps = 1;
   train.steps = o.warmup + o.steps;
   train.optimizer = {.type = "AdamW", .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1};
   return train;
 }
 
-// Forward, backward and AdamW of one step, in ms.
-double time_step(engine::Engine& engine, const Tensor& x, const Tensor& y) {
+// Forward, backward and AdamW of one step, in ms; the step's expert-parallel bus bytes to `ep_bytes`.
+double time_step(engine::Engine& engine, const Tensor& x, const Tensor& y, double* ep_bytes = nullptr) {
   const auto t0 = Clock::now();
   engine.backward(engine.forward(x, y));
-  engine.step();
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const engine::StepResult r = engine.step();
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (ep_bytes) *ep_bytes = r.comm.contains("ep") ? r.comm["ep"]["bus_bytes"].get<double>() : 0.0;
+  return ms;
 }
 
 // 6 FLOPs per active parameter per token (the experts a token runs, not all of them) plus
@@ -67,11 +72,25 @@ void add_moe_command(CLI::App& app, MoEBenchOptions& o) {
   cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
   cmd->add_option("--steps", o.steps, "timed steps of each model")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ep", o.ep, "expert-parallel ranks (under mpirun -np a multiple of it)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([&o] { run_moe_bench(o); });
 }
 
 int run_moe_bench(const MoEBenchOptions& o) {
-  const int threads = app::set_threads(o.threads);
+  parallel::CommunicatorPtr world = std::make_shared<parallel::SelfCommunicator>();
+  if (o.ep > 1) {
+    TRIAD_CHECK(parallel::launched_by_mpirun(), "--ep " << o.ep << ": run under mpirun -np a multiple of " << o.ep);
+    int argc = 0;
+    char** argv = nullptr;
+    world = parallel::init(argc, argv);
+  }
+  const int n = world->size();
+  const bool leader = world->rank() == 0;
+  TRIAD_CHECK(n % o.ep == 0, "--ep " << o.ep << " must divide the job's " << n << " ranks");
+  TRIAD_CHECK(o.experts % o.ep == 0, "--experts " << o.experts << " must be divisible by --ep " << o.ep);
+  const int threads = app::set_threads(n > 1 ? parallel::threads_per_rank(o.threads) : o.threads);
   const nn::GPTConfig dense = nn::GPTConfig::preset(o.model);
   nn::GPTConfig sparse = dense;
   sparse.moe = {.num_experts = {o.experts},
@@ -79,41 +98,55 @@ int run_moe_bench(const MoEBenchOptions& o) {
                 .layer = {.k = o.top_k, .capacity_factor = o.capacity_factor}};
   sparse.validate();
   TRIAD_CHECK(o.seq <= dense.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << dense.seq_len);
-  const auto world = std::make_shared<parallel::SelfCommunicator>();
-  const engine::TrainConfig dense_train = step_config(dense, o), sparse_train = step_config(sparse, o);
+  const engine::TrainConfig dense_train = step_config(dense, o, n);
+  engine::TrainConfig sparse_train = step_config(sparse, o, n);
+  sparse_train.expert_parallel = o.ep;
   engine::Engine dense_engine(dense_train, engine::process_grid(dense_train, world));
   engine::Engine sparse_engine(sparse_train, engine::process_grid(sparse_train, world));
-  const Tensor all = random_token_ids(o.batch, o.seq + 1, dense.vocab_size, 7);
+  const Tensor all = random_token_ids(o.batch, o.seq + 1, dense.vocab_size, 7 + uint64_t(world->rank()));
   const Tensor x = ops::contiguous(ops::narrow(all, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(all, 1, 1, o.seq));
 
-  std::printf("triad-bench moe: %s, %lld experts top-%lld every %lld blocks (capacity factor %.2f), batch %lld x seq "
-              "%lld, %d threads\n",
-              o.model.c_str(), (long long)o.experts, (long long)o.top_k, (long long)o.every, o.capacity_factor,
-              (long long)o.batch, (long long)o.seq, threads);
-  std::printf("%6s %12s %12s\n", "step", "dense_ms", "moe_ms");
+  if (leader)
+    std::printf("triad-bench moe: %s, %lld experts top-%lld every %lld blocks (capacity factor %.2f), batch %lld x "
+                "seq %lld per rank, %d ranks (ep %d), %d threads\n",
+                o.model.c_str(), (long long)o.experts, (long long)o.top_k, (long long)o.every, o.capacity_factor,
+                (long long)o.batch, (long long)o.seq, n, o.ep, threads);
+  if (leader) std::printf("%6s %12s %12s %14s\n", "step", "dense_ms", "moe_ms", "ep_bus_bytes");
   std::vector<double> dense_ms, moe_ms;
+  double ep_bytes = 0;  // rank 0's, of the last step
   for (int s = 0; s < o.warmup + o.steps; ++s) {  // alternated, so that both see the same machine
-    const double d = time_step(dense_engine, x, y), m = time_step(sparse_engine, x, y);
-    std::printf("%6d %12.1f %12.1f%s\n", s, d, m, s < o.warmup ? "  (warmup)" : "");
+    const double d = time_step(dense_engine, x, y), m = time_step(sparse_engine, x, y, &ep_bytes);
+    if (leader) std::printf("%6d %12.1f %12.1f %14.0f%s\n", s, d, m, ep_bytes, s < o.warmup ? "  (warmup)" : "");
     if (s < o.warmup) continue;
     dense_ms.push_back(d);
     moe_ms.push_back(m);
   }
-  const nlohmann::json moe = engine::moe_metrics(sparse_engine.model(), sparse.moe, sparse.n_layer, nullptr);
+  const nlohmann::json moe =
+      engine::moe_metrics(sparse_engine.model(), sparse.moe, sparse.n_layer, n > 1 ? world.get() : nullptr);
   double imbalance = 0;  // the busiest expert's share of choices over the even share, worst block
   for (const auto& layer : moe["layers"]) {
     double most = 0;
     for (const auto& share : layer["load"]) most = std::max(most, share.get<double>());
     imbalance = std::max(imbalance, most * double(o.experts));
   }
-  const double tokens = double(o.batch * o.seq), d = app::median(dense_ms), m = app::median(moe_ms);
+  // The all-to-alls' closed form (Note [Expert parallelism]): per MoE block, to_experts and
+  // from_experts forward and their adjoints backward, each moving the (E, C, d) f32 slots.
+  const int64_t capacity =
+      nn::expert_capacity(o.batch * o.seq, o.experts, o.top_k, o.capacity_factor, sparse.moe.layer.min_capacity);
+  const double ep_closed = 4.0 * double(sparse.moe.moe_blocks(sparse.n_layer)) *
+                           double(o.experts * capacity * sparse.d_model) * 4.0 * double(o.ep - 1) / double(o.ep);
+  const double tokens = double(o.batch * o.seq * n), d = app::median(dense_ms), m = app::median(moe_ms);
   double dense_params = 0, moe_params = 0;
-  for (const auto& [_, n] : dense.parameter_sizes()) dense_params += double(n);
-  for (const auto& [_, n] : sparse.parameter_sizes()) moe_params += double(n);
+  for (const auto& [_, count] : dense.parameter_sizes()) dense_params += double(count);
+  for (const auto& [_, count] : sparse.parameter_sizes()) moe_params += double(count);
+  if (!leader) return 0;
   std::printf("median: dense %.1f ms/step (%.0f tokens/s), moe %.1f ms/step (%.0f tokens/s): moe/dense %.2fx; "
               "parameters %.2fM vs %.2fM; dropped %.1f%% of choices; busiest expert %.2fx its even share\n",
               d, tokens / (d / 1e3), m, tokens / (m / 1e3), m / d, dense_params / 1e6, moe_params / 1e6,
               100.0 * moe["dropped_fraction"].get<double>(), imbalance);
+  if (o.ep > 1)
+    std::printf("all-to-all bus bytes per step on rank 0: %.0f measured, %.0f closed form (C = %lld slots): %+.3f%%\n",
+                ep_bytes, ep_closed, (long long)capacity, 100.0 * (ep_bytes - ep_closed) / ep_closed);
   app::print_json_line({{"bench", "moe"},
                         {"model", o.model},
                         {"experts", o.experts},
@@ -122,6 +155,8 @@ int run_moe_bench(const MoEBenchOptions& o) {
                         {"capacity_factor", o.capacity_factor},
                         {"batch", o.batch},
                         {"seq", o.seq},
+                        {"ranks", n},
+                        {"ep", o.ep},
                         {"threads", threads},
                         {"steps", o.steps},
                         {"dense_step_ms_median", d},
@@ -135,6 +170,8 @@ int run_moe_bench(const MoEBenchOptions& o) {
                         {"moe_params", int64_t(moe_params)},
                         {"dropped_fraction", moe["dropped_fraction"]},
                         {"busiest_expert_over_even", imbalance},
+                        {"ep_bus_bytes_per_step", ep_bytes},
+                        {"ep_bus_bytes_closed_form", ep_closed},
                         {"moe_loss", moe["loss"]}});
   return 0;
 }

@@ -1,7 +1,11 @@
 // `triad-bench moe`: training steps of a GPT with Mixture-of-Experts blocks against the
 // dense GPT of the same shape, whose active FLOPs per token are the same at top-1 (each
 // token runs one expert of the dense MLP's shape, plus the gate's C x E), timed step by
-// step in alternation on one process; and how the MoE layers spread their tokens.
+// step in alternation; and how the MoE layers spread their tokens. With --ep under mpirun
+// both train data-parallel over the job's ranks (each a batch of its own), the MoE model's
+// experts spread over groups of ep ranks, and the all-to-alls' bus bytes per step are
+// checked against their closed form: per MoE block, 2 all-to-alls in the forward and 2 in
+// the backward, each of the (E, C, d) f32 slots, (ep - 1)/ep of it leaving the rank.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +24,7 @@ struct MoEBenchOptions {
   int threads = 0;
   int steps = 10;
   int warmup = 2;
+  int ep = 1;  // expert-parallel ranks (> 1: under mpirun, a divisor of the ranks)
 };
 
 void add_moe_command(CLI::App& app, MoEBenchOptions& options);

@@ -103,11 +103,34 @@ std::vector<std::string> all_gather_strings(parallel::Communicator& comm, const 
   return out;
 }
 
+// `out` and, after them, those of the other ranks of `group` (by rank) that `out` does not
+// name, with no elements: the same list on every rank of the group. Collective over it.
+std::vector<Param> with_those_of(const std::vector<Param>& out, parallel::Communicator& group) {
+  if (group.size() == 1) return out;
+  nlohmann::json mine = nlohmann::json::array();
+  for (const Param& q : out) mine.push_back({q.name, q.global});
+  std::vector<Param> all;
+  std::set<std::string> named;
+  const std::vector<std::string> ranks = all_gather_strings(group, mine.dump());
+  for (int s = 0; s < int(ranks.size()); ++s)
+    for (const nlohmann::json& entry : nlohmann::json::parse(ranks[size_t(s)])) {
+      const std::string name = entry[0].get<std::string>();
+      if (!named.insert(name).second) continue;
+      const auto it = std::find_if(out.begin(), out.end(), [&](const Param& q) { return q.name == name; });
+      if (it != out.end())
+        all.push_back(*it);
+      else
+        all.push_back({name, Tensor::empty({0}), entry[1].get<Shape>(), {}, false});
+    }
+  return all;
+}
+
 // The parameters of the whole model, in the same order on every rank: this rank's, and
-// with pipeline parallelism every other stage's too (collective over the pipeline group),
-// which this rank neither writes nor reads (no elements) but every rank must name, since
-// the file's datasets are created collectively. A tied parameter is written by the first
-// stage holding it.
+// with pipeline parallelism every other stage's too, and with expert parallelism the
+// experts the other ranks of its ep group hold (collective over the pipeline and ep
+// groups), which this rank neither writes nor reads (no elements) but every rank must name,
+// since the file's datasets are created collectively. A tied parameter is written by the
+// first stage holding it.
 std::vector<Param> params_of(Engine& engine) {
   const auto params = engine.model().named_parameters();
   const auto splits = engine.model().named_splits();
@@ -122,23 +145,7 @@ std::vector<Param> params_of(Engine& engine) {
     const bool writer = (split.is_split() || tp_leader) && !engine.is_tied_copy(name);
     out.push_back({name, p, split.global_shape(p.shape()), std::move(placement), writer});
   }
-  if (engine.pp()->size() == 1) return out;
-  nlohmann::json mine = nlohmann::json::array();
-  for (const Param& q : out) mine.push_back({q.name, q.global});
-  std::vector<Param> all;
-  std::set<std::string> named;
-  const std::vector<std::string> stages = all_gather_strings(*engine.pp(), mine.dump());
-  for (int s = 0; s < int(stages.size()); ++s)
-    for (const nlohmann::json& entry : nlohmann::json::parse(stages[size_t(s)])) {
-      const std::string name = entry[0].get<std::string>();
-      if (!named.insert(name).second) continue;
-      const auto it = std::find_if(out.begin(), out.end(), [&](const Param& q) { return q.name == name; });
-      if (it != out.end())
-        all.push_back(*it);
-      else
-        all.push_back({name, Tensor::empty({0}), entry[1].get<Shape>(), {}, false});
-    }
-  return all;
+  return with_those_of(with_those_of(out, *engine.pp()), *engine.ep());
 }
 
 // HDF5 and the checksums read and write host memory: the optimizer's slices, which live on

@@ -12,6 +12,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "tensor/device.h"
 #include "tensor/error.h"
+#include "zero/expert_placement.h"
 
 namespace triad::engine {
 
@@ -572,8 +573,6 @@ void check_moe_layout(const TrainConfig& c) {
     TRIAD_CHECK(e % ep == 0, "[config] model.moe.num_experts (" << e << ") must be divisible by "
                                                                 << "model.moe.expert_parallel_size (" << ep << ")");
   }
-  TRIAD_CHECK(ep == 1, "[config] model.moe.expert_parallel_size " << ep << ": training splits no experts over ranks "
-                                                                  << "yet (1: every data-parallel rank holds them all)");
 }
 
 // parse_config's body; `layers` is the model's list, or null for the GPT of the model section.
@@ -627,6 +626,7 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
   parse_zero(r.object("zero_optimization"), c.zero, c.notices, host_parameters);
   if (r.has("aio")) parse_aio(r.object("aio"), c.zero.aio);  // (known only when given: no "did you mean aio")
   c.zero.validate(c.data_parallel);
+  if (c.expert_parallel > 1) zero::check_experts_spread(c.zero);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
   c.prescale_gradients = r.boolean("prescale_gradients", false);

@@ -133,6 +133,7 @@ GridPtr process_grid(const TrainConfig& c, parallel::CommunicatorPtr world) {
       std::move(world), parallel::GridLayout{.tp = c.tensor_parallel,
                                              .dp = int(c.data_parallel),
                                              .pp = c.pipeline.stages,
+                                             .ep = int(c.expert_parallel),
                                              .hpz = c.zero.hpz_partition_size,
                                              .ranks_per_node = int(std::min<int64_t>(per_node, n))});
 }
@@ -185,10 +186,18 @@ void Engine::join_groups() {
   zero_backend_ =
       resolve_distributed_backend(config_.distributed_backend, device_, dp_->size(), shared_gpu(dp_.get(), device_));
   if (pp_->size() > 1) pp_ = pp_comm_ = std::make_shared<parallel::CountingCommunicator>(pp_);
+  TRIAD_CHECK(grid_->ep_size() == config_.expert_parallel, "Engine: the expert-parallel group has "
+                                                               << grid_->ep_size() << " ranks but "
+                                                               << "model.moe.expert_parallel_size is "
+                                                               << config_.expert_parallel
+                                                               << " (engine::process_grid lays a config's grid out)");
+  // The experts' all-to-alls go over MPI (device tensors staged through host memory).
+  ep_ = grid_->ep();
+  if (ep_->size() > 1) ep_ = ep_comm_ = std::make_shared<parallel::CountingCommunicator>(ep_);
 }
 
 void Engine::build_model(std::optional<nn::LayerList> user_layers, const ModelBuilder& build) {
-  const std::shared_ptr<const nn::Parallelism> par = parallel::layer_parallelism(tp_, config_.sequence_parallel);
+  const std::shared_ptr<const nn::Parallelism> par = parallel::layer_parallelism(tp_, config_.sequence_parallel, ep_);
   TRIAD_CHECK(!build || pp_->size() == 1, "[config] pipeline.stages " << pp_->size() << ": a built model (RLHF's "
                                          << "models) is held whole by each rank; train it without pipeline stages");
   if (build) {  // Note [Built models]
@@ -247,6 +256,11 @@ void Engine::make_optimizer() {
     comm_ = std::make_shared<parallel::CountingCommunicator>(
         zero_backend_ == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp_, device_.index) : dp_, nodes);
     const zero::ZeroPlusPlusGroups zeropp = zeropp_groups(nodes);
+    zero::ExpertPlacement experts;  // Note [ZeRO with experts]: counted with ZeRO's traffic
+    if (ep_->size() > 1)
+      experts.edp = comm_->counting_alongside(zero_backend_ == DistributedBackend::nccl
+                                                  ? cuda::make_nccl_communicator(grid_->edp(), device_.index)
+                                                  : grid_->edp());
     zero_ = std::make_unique<zero::ZeroOptimizer>(
         model_,
         zero_config(),
@@ -256,7 +270,7 @@ void Engine::make_optimizer() {
                             .eps = o.eps,
                             .adam_w_mode = o.adam_w_mode,
                             .bias_correction = o.bias_correction},
-        o.weight_decay, comm_, wrap_policy(tied_modules), tp_, std::move(placement), zeropp);
+        o.weight_decay, comm_, wrap_policy(tied_modules), tp_, std::move(placement), zeropp, experts);
   } else {
     TRIAD_CHECK(dp_->size() == 1 && tp_->size() == 1 && pp_->size() == 1 && config_.zero.stage == 0 &&
                     config_.precision.dtype == DType::f32,
@@ -421,6 +435,10 @@ StepResult Engine::step() {
     if (pp_comm_) {
       comm["pp"] = pp_comm_->to_json();
       pp_comm_->reset();
+    }
+    if (ep_comm_) {
+      comm["ep"] = ep_comm_->to_json();
+      ep_comm_->reset();
     }
     return {++step_, lr, norm, std::isinf(norm), zero_->loss_scale(), std::move(comm)};
   }

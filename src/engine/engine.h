@@ -101,8 +101,10 @@ struct StepResult {
   bool skipped = false;     // fp16: gradients overflowed on some rank, parameters unchanged
   double loss_scale = 1.0;  // the loss scale after this step
   // This rank's communication since the previous step, as CountingCommunicator::to_json
-  // ({"bus_bytes", "by_collective"}): ZeRO's over the data-parallel group, and with tensor
-  // parallelism under "tp" the same for the tensor-parallel group; null without ZeRO.
+  // ({"bus_bytes", "by_collective"}): ZeRO's over the data-parallel group (and the
+  // experts' expert-data-parallel group), and with tensor parallelism under "tp" the same
+  // for the tensor-parallel group, pipeline stages under "pp", expert parallelism's
+  // all-to-alls under "ep"; null without ZeRO.
   nlohmann::json comm;
 };
 
@@ -199,6 +201,8 @@ class Engine {
   const parallel::CommunicatorPtr& dp() const { return dp_; }
   const parallel::CommunicatorPtr& tp() const { return tp_; }
   const parallel::CommunicatorPtr& pp() const { return pp_; }
+  // The expert-parallel group the MoE layers spread their experts over (one rank: none).
+  const parallel::CommunicatorPtr& ep() const { return ep_; }
   // A tied parameter (nn/layer_list.h) this rank holds as a copy of the first stage's,
   // which checkpoints store once, from that stage.
   bool is_tied_copy(const std::string& name) const { return tied_copies_.count(name) > 0; }
@@ -266,6 +270,8 @@ class Engine {
   parallel::CommunicatorPtr dp_, tp_, pp_;
   std::shared_ptr<parallel::CountingCommunicator> tp_comm_;  // tp_, counted (tp > 1)
   std::shared_ptr<parallel::CountingCommunicator> pp_comm_;  // pp_, counted (pp > 1)
+  parallel::CommunicatorPtr ep_;                             // the experts' all-to-alls,
+  std::shared_ptr<parallel::CountingCommunicator> ep_comm_;  // counted (ep > 1)
   DistributedBackend zero_backend_ = DistributedBackend::mpi;
   nn::ModulePtr model_;
   std::shared_ptr<nn::LanguageModel> lm_;  // the GPT or a built language model, held whole

@@ -97,15 +97,16 @@ GPT::GPT(const GPTConfig& config, std::shared_ptr<const Parallelism> parallelism
   drop = register_module("drop", std::make_shared<Dropout>(config_.dropout, par.residual_generator()));
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < config_.n_layer; ++i)
-    blocks->push_back(std::make_shared<Block>(C, config_.n_head, config_.dropout, par, gpt_block_moe(config_, i)));
+    blocks->push_back(std::make_shared<Block>(C, config_.n_head, config_.dropout, par, gpt_block_moe(config_, i, par)));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(C));
   par.mark_residual_layer(*wpe);
   par.mark_residual_layer(*ln_f);
   init_weights();
 }
 
-std::shared_ptr<MoE> gpt_block_moe(const GPTConfig& config, int64_t block) {
-  return block_moe(config.moe, block, config.d_model, gelu_mlp_expert(config.d_model, config.dropout), config.init_seed);
+std::shared_ptr<MoE> gpt_block_moe(const GPTConfig& config, int64_t block, const Parallelism& par) {
+  return block_moe(config.moe, block, config.d_model, gelu_mlp_expert(config.d_model, config.dropout), config.init_seed,
+                   par.experts());
 }
 
 void init_gpt_parameters(const GPTConfig& config, int tp, Module& model) {

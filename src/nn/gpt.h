@@ -47,8 +47,8 @@ struct GPTConfig {
   static GPTConfig preset(const std::string& name);
 };
 
-// Block `block`'s MoE layer, or null when it is dense.
-std::shared_ptr<MoE> gpt_block_moe(const GPTConfig& config, int64_t block);
+// Block `block`'s MoE layer, or null when it is dense; its experts spread as `par` says.
+std::shared_ptr<MoE> gpt_block_moe(const GPTConfig& config, int64_t block, const Parallelism& par);
 
 // Sets the initial values of the GPT parameters `model` holds, found by name (a GPT, or a
 // pipeline stage holding some of its layers: nn/gpt_layers.h), to exactly those of the

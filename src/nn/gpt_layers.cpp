@@ -74,7 +74,7 @@ LayerList gpt_layers(const GPTConfig& config, std::shared_ptr<const Parallelism>
       if (p.starts_with(name + ".")) params += n;
     list.layers.push_back({name, "Block", params, {}, [config, par, i](const TiedModules&) {
                              return std::make_shared<Block>(config.d_model, config.n_head, config.dropout, *par,
-                                                            gpt_block_moe(config, i));
+                                                            gpt_block_moe(config, i, *par));
                            }});
   }
   list.layers.push_back({"", "GPTHead", V * C + 2 * C, {"wte"}, [config, par](const TiedModules& t) {

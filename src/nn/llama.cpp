@@ -71,9 +71,9 @@ LlamaConfig LlamaConfig::preset(const std::string& name) {
   return c;
 }
 
-std::shared_ptr<MoE> llama_block_moe(const LlamaConfig& config, int64_t block) {
+std::shared_ptr<MoE> llama_block_moe(const LlamaConfig& config, int64_t block, const Parallelism& par) {
   return block_moe(config.moe, block, config.d_model, swiglu_expert(config.d_model, config.intermediate),
-                   config.init_seed);
+                   config.init_seed, par.experts());
 }
 
 void init_llama_parameters(const LlamaConfig& config, Module& model) {
@@ -112,7 +112,7 @@ Llama::Llama(const LlamaConfig& config, std::shared_ptr<const Parallelism> paral
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < config_.n_layer; ++i)
     blocks->push_back(std::make_shared<LlamaBlock>(C, config_.n_head, config_.n_kv_head, config_.intermediate,
-                                                   config_.rms_eps, rope, par, llama_block_moe(config_, i)));
+                                                   config_.rms_eps, rope, par, llama_block_moe(config_, i, par)));
   norm_f = register_module("norm_f", std::make_shared<RMSNorm>(C, config_.rms_eps));
   head = register_module("head", par.column_linear(C, V, 1, false));
   par.mark_residual_layer(*norm_f);

@@ -60,8 +60,8 @@ struct LlamaConfig {
 // shape in the model's order (a split one keeps its part), whatever else the module holds.
 void init_llama_parameters(const LlamaConfig& config, Module& model);
 
-// Block `block`'s MoE layer, or null when it is dense.
-std::shared_ptr<MoE> llama_block_moe(const LlamaConfig& config, int64_t block);
+// Block `block`'s MoE layer, or null when it is dense; its experts spread as `par` says.
+std::shared_ptr<MoE> llama_block_moe(const LlamaConfig& config, int64_t block, const Parallelism& par);
 
 // Built with a Parallelism other than serial(), the Llama holds this rank's part of a model
 // split over tensor-parallel ranks (nn/parallelism.h): the embedding by vocabulary rows, the

@@ -59,7 +59,7 @@ LayerList llama_layers(const LlamaConfig& config, std::shared_ptr<const Parallel
     list.layers.push_back({name, "LlamaBlock", params, {}, [config, par, rope, i](const TiedModules&) {
                              return std::make_shared<LlamaBlock>(config.d_model, config.n_head, config.n_kv_head,
                                                                  config.intermediate, config.rms_eps, rope, *par,
-                                                                 llama_block_moe(config, i));
+                                                                 llama_block_moe(config, i, *par));
                            }});
   }
   list.layers.push_back({"", "LlamaHead", V * C + C, {}, [config, par](const TiedModules&) {

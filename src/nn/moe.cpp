@@ -120,12 +120,13 @@ std::vector<std::pair<std::string, Shape>> moe_parameter_shapes(const MoEConfig&
 }
 
 std::shared_ptr<MoE> block_moe(const MoEModelConfig& config, int64_t block, int64_t d_model,
-                               const ExpertFactory& make_expert, uint64_t seed) {
+                               const ExpertFactory& make_expert, uint64_t seed,
+                               std::shared_ptr<const ExpertExchange> exchange) {
   const MoEConfig layer = config.at(block);
   if (layer.num_experts == 0) return nullptr;
   constexpr uint64_t kMoEStream = 0x4d6f45;  // the streams of MoE layers, apart from the model's other draws
   const SeededDefaultGenerator stream(random_bits(seed ^ kMoEStream, uint64_t(block)));
-  return std::make_shared<MoE>(d_model, layer, make_expert, local_experts(), default_generator());
+  return std::make_shared<MoE>(d_model, layer, make_expert, std::move(exchange), default_generator());
 }
 
 MoETotals MoE::take_totals() {

@@ -90,11 +90,12 @@ std::vector<std::pair<std::string, Shape>> moe_parameter_shapes(const MoEConfig&
                                                                 const std::vector<std::pair<std::string, Shape>>& expert);
 
 // The MoE layer of block `block` of a model (GPT, Llama), or null when that block is dense
-// (MoEModelConfig::at). Its gate and experts are drawn from a stream of their own, of
-// (seed, block), so that a pipeline stage holding the block builds the same layer as the
-// whole model does; in training its draws (random token selection, noise) come from the
-// default generator.
+// (MoEModelConfig::at), its experts spread over `exchange`. Its gate and experts are drawn
+// from a stream of their own, of (seed, block), so that a pipeline stage holding the block
+// builds the same layer as the whole model does; in training its draws (random token
+// selection, noise) come from the default generator.
 std::shared_ptr<MoE> block_moe(const MoEModelConfig& config, int64_t block, int64_t d_model,
-                               const ExpertFactory& make_expert, uint64_t seed);
+                               const ExpertFactory& make_expert, uint64_t seed,
+                               std::shared_ptr<const ExpertExchange> exchange = local_experts());
 
 }  // namespace triad::nn

@@ -19,7 +19,12 @@ Experts::Experts(int64_t first, int64_t count, const ExpertFactory& make, uint64
   TRIAD_CHECK(count >= 1, "Experts: need at least one expert, got " << count);
   for (int64_t e = 0; e < count; ++e) {
     const SeededDefaultGenerator stream(random_bits(seed, uint64_t(first + e)));
-    register_module(std::to_string(e), make());
+    const ModulePtr expert = register_module(std::to_string(first + e), make());
+    for (const auto& [name, module] : expert->named_modules(expert))
+      for (auto [param, split] : module->named_splits(/*recurse=*/false)) {
+        split.expert = true;
+        module->set_split(param, split);
+      }
   }
 }
 

@@ -23,8 +23,9 @@ ExpertFactory gelu_mlp_expert(int64_t d_model, double dropout = 0.0);
 // nn::SwiGLU, the Llama's: down(silu(gate(x)) * up(x)), d -> intermediate -> d.
 ExpertFactory swiglu_expert(int64_t d_model, int64_t intermediate);
 
-// The experts this process holds, the global experts [first, first + count), named "0",
-// "1", ... (local numbering).
+// The experts this process holds, the global experts [first, first + count), named by their
+// global index (first, first + 1, ...), so that a parameter's name means the same expert
+// however the experts are spread; their parameters' TensorSplit says expert.
 class Experts : public Module {
  public:
   // Expert first + i is made while default_generator() draws from the seed

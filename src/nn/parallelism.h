@@ -11,16 +11,23 @@
 // units); a row-parallel layer takes those and returns the residual stream, summed over
 // the ranks. Dropout inside that region draws from region_generator() (a stream per
 // rank); on the residual stream from residual_generator().
+//
+// It also carries how the experts of the model's MoE layers are spread (experts(), Note
+// [Expert parallelism] in nn/expert_exchange.h): every expert in this process unless built
+// with an expert-parallel exchange.
 #pragma once
 
 #include <memory>
 
+#include "nn/expert_exchange.h"
 #include "nn/layers.h"
 
 namespace triad::nn {
 
 class Parallelism {
  public:
+  explicit Parallelism(std::shared_ptr<const ExpertExchange> experts = local_experts())
+      : experts_(std::move(experts)) {}
   virtual ~Parallelism() = default;
 
   virtual int ranks() const { return 1; }
@@ -52,6 +59,11 @@ class Parallelism {
   // Marks the parameters of a layer on the residual stream whose gradients sequence
   // parallelism leaves partial on each rank (TensorSplit::partial_grad).
   virtual void mark_residual_layer(Module&) const {}
+  // The exchange the model's MoE layers spread their experts over.
+  const std::shared_ptr<const ExpertExchange>& experts() const { return experts_; }
+
+ private:
+  std::shared_ptr<const ExpertExchange> experts_;
 };
 
 // The single-process model's.

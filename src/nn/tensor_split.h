@@ -13,6 +13,10 @@
 // A replicated parameter (dim -1) is the same on every rank. partial_grad marks one whose
 // gradient each rank computes from its own part of the tokens (sequence parallelism): the
 // ranks' gradients are summed before the optimizer reads them.
+//
+// expert marks a parameter of an MoE layer's experts (nn/moe_experts.h): under expert
+// parallelism only the ranks of an expert-data-parallel group hold it (Note [Expert
+// parallelism]), so ZeRO reduces and partitions it over that group rather than over dp.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,7 @@ struct TensorSplit {
   int parts = 1;
   int64_t global_size = 0;  // of dim, over all parts; 0 for a replicated parameter
   bool partial_grad = false;
+  bool expert = false;
 
   bool is_split() const { return dim >= 0; }
   // The global shape of a tensor whose local shape is `local`.

@@ -1,8 +1,8 @@
 // Expert parallelism (DeepSpeed-MoE's ep): the ExpertExchange of Note [Expert parallelism]
 // (nn/expert_exchange.h) over an expert-parallel group, ProcessGrid::ep(). Rank r of the
 // group holds the experts [r E/ep, (r+1) E/ep) of every MoE layer built with it; the ranks
-// of an expert-data-parallel group, ProcessGrid::edp(), hold the same experts and must sum
-// their gradients (ZeRO does not yet: that is the next slice of the MoE work).
+// of an expert-data-parallel group, ProcessGrid::edp(), hold the same experts and sum their
+// gradients (ZeRO does, given that group: Note [ZeRO with experts] in zero/expert_placement.h).
 //
 // The exchange is two all-to-alls. With n = ep, block q of a rank's slots (E, C, d), the
 // E/n experts of rank q, goes to rank q:

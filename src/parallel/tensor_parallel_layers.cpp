@@ -6,6 +6,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/record.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel_functions.h"
 #include "tensor/ops.h"
 
@@ -209,8 +210,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 
 // ---- TensorParallel
 
-TensorParallel::TensorParallel(CommunicatorPtr tp, bool sequence_parallel)
-    : tp_(std::move(tp)), sequence_parallel_(sequence_parallel) {
+TensorParallel::TensorParallel(CommunicatorPtr tp, bool sequence_parallel,
+                               std::shared_ptr<const nn::ExpertExchange> experts)
+    : nn::Parallelism(std::move(experts)), tp_(std::move(tp)), sequence_parallel_(sequence_parallel) {
   TRIAD_CHECK(tp_ != nullptr, "TensorParallel: the tensor-parallel communicator is null");
 }
 
@@ -257,9 +259,12 @@ void TensorParallel::mark_residual_layer(nn::Module& layer) const {
   }
 }
 
-std::shared_ptr<const nn::Parallelism> layer_parallelism(const CommunicatorPtr& tp, bool sequence_parallel) {
-  if (!tp || tp->size() == 1) return nn::serial();
-  return std::make_shared<TensorParallel>(tp, sequence_parallel);
+std::shared_ptr<const nn::Parallelism> layer_parallelism(const CommunicatorPtr& tp, bool sequence_parallel,
+                                                         const CommunicatorPtr& ep) {
+  const std::shared_ptr<const nn::ExpertExchange> experts =
+      ep && ep->size() > 1 ? std::make_shared<ExpertParallel>(ep) : nn::local_experts();
+  if (!tp || tp->size() == 1) return ep && ep->size() > 1 ? std::make_shared<nn::Parallelism>(experts) : nn::serial();
+  return std::make_shared<TensorParallel>(tp, sequence_parallel, experts);
 }
 
 }  // namespace triad::parallel

@@ -19,7 +19,9 @@
 //   one all-reduce SUM of each row's Σexp and target logit; padding columns (global index
 //   >= vocab) never count; the backward is local.
 // - TensorParallel: the nn::Parallelism that builds a transformer from these;
-//   layer_parallelism picks it for a group of more than one rank, nn::serial() otherwise.
+//   layer_parallelism picks it for a group of more than one rank, nn::serial() otherwise
+//   (with an expert-parallel group of more than one rank: the model's experts spread over
+//   it, parallel/expert_parallel.h).
 #pragma once
 
 #include "nn/parallelism.h"
@@ -95,7 +97,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 
 class TensorParallel : public nn::Parallelism {
  public:
-  TensorParallel(CommunicatorPtr tp, bool sequence_parallel);
+  // experts: how the model's MoE layers spread their experts (nn::Parallelism::experts()).
+  TensorParallel(CommunicatorPtr tp, bool sequence_parallel,
+                 std::shared_ptr<const nn::ExpertExchange> experts = nn::local_experts());
 
   int ranks() const override { return tp_->size(); }
   bool sequence_parallel() const override { return sequence_parallel_; }
@@ -122,7 +126,9 @@ class TensorParallel : public nn::Parallelism {
 };
 
 // The layers of a model split over `tp`: TensorParallel for a group of more than one rank,
-// nn::serial() for none (null) or a group of one.
-std::shared_ptr<const nn::Parallelism> layer_parallelism(const CommunicatorPtr& tp, bool sequence_parallel);
+// nn::serial() for none (null) or a group of one; the experts of its MoE layers spread over
+// `ep` (an ExpertParallel) when that group has more than one rank.
+std::shared_ptr<const nn::Parallelism> layer_parallelism(const CommunicatorPtr& tp, bool sequence_parallel,
+                                                         const CommunicatorPtr& ep = nullptr);
 
 }  // namespace triad::parallel

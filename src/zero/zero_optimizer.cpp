@@ -42,7 +42,8 @@ Device device_of(const std::vector<Unit>& units) {
 
 ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
                              double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy,
-                             parallel::CommunicatorPtr tp, PipelinePlacement pipeline, ZeroPlusPlusGroups zeropp)
+                             parallel::CommunicatorPtr tp, PipelinePlacement pipeline, ZeroPlusPlusGroups zeropp,
+                             ExpertPlacement experts)
     : config_(config),
       scaler_(config.loss_scale),
       adamw_(adamw),
@@ -50,6 +51,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       tp_(std::move(tp)),
       pipeline_(std::move(pipeline)),
       zeropp_(std::move(zeropp)),
+      experts_(std::move(experts)),
       units_(make_units(model, policy)),
       device_(device_of(units_)) {
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
@@ -63,25 +65,29 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   else  // none, or cpu on the cpu: the state already is in host memory
     store_ = std::make_unique<DeviceShardStore>(device_);
   check_zeropp();
-  const int n = dp_->size(), r = dp_->rank();
+  check_expert_placement(experts_, config_, dp_->size());
   std::map<std::string, nn::TensorSplit> splits;
   for (auto& [name, split] : model->named_splits()) splits.emplace(name, split);
-  groups_.reserve(4 * units_.size());  // hooks hold Group pointers: no reallocation after this
+  groups_.reserve(8 * units_.size());  // hooks hold Group pointers: no reallocation after this
   for (const Unit& u : units_) {
     unit_groups_.emplace_back();
-    // One group per (weight decay, stage-3 persistence) class of the unit's parameters.
+    // One group per (expert, weight decay, stage-3 persistence) class of the unit's parameters.
     using Params = std::vector<std::pair<std::string, Tensor>>;
-    Params lists[2][2];  // [decay][persistent]
+    Params lists[2][2][2];  // [expert][decay][persistent]
     for (const auto& np : u.params) {
       const bool persistent = config_.stage == 3 && np.second.numel() <= config_.stage3_param_persistence_threshold;
-      lists[np.second.dim() >= 2][persistent].push_back(np);
+      const bool expert = experts_.spread() && splits.at(np.first).expert;
+      lists[expert][np.second.dim() >= 2][persistent].push_back(np);
     }
     for (int decay : {1, 0})
-      for (int persistent : {0, 1}) {
-        Params& list = lists[decay][persistent];
+      for (int kind = 0; kind < 4; ++kind) {  // dense, dense persistent, expert, expert persistent
+        const int expert = kind / 2, persistent = kind % 2;
+        Params& list = lists[expert][decay][persistent];
         if (list.empty()) continue;
         Group g;
-        g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, n, r, config_.dtype);
+        g.comm = expert ? experts_.edp.get() : dp_.get();
+        g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, g.comm->size(),
+                                             g.comm->rank(), config_.dtype);
         TRIAD_CHECK(g.flat->device() == device_, "ZeRO: the model's parameters are on "
                                                      << device_.str() << " and " << g.flat->device().str()
                                                      << "; they must share one device");
@@ -185,9 +191,9 @@ void ZeroOptimizer::prefetch_unit(size_t u, Use use) {
     if (use == Use::backward && g->flat->has_secondary())
       g->gather = g->flat->start_secondary_gather(*zeropp_.hpz);
     else if (use == Use::forward && config_.quantized_weights)
-      g->gather = g->flat->start_quantized_gather(*dp_, config_.weight_quantization_block);
+      g->gather = g->flat->start_quantized_gather(*g->comm, config_.weight_quantization_block);
     else
-      g->gather = g->flat->start_gather(*dp_);
+      g->gather = g->flat->start_gather(*g->comm);
   }
 }
 
@@ -290,13 +296,13 @@ void ZeroOptimizer::launch(Group& g) {
   g.launched = true;
   prescale(g.flat->grad());
   if (config_.stage == 0) {
-    pending_.push_back({bucketed_all_reduce(*dp_, g.flat->grad(), config_.reduce_bucket_size), &g, Tensor()});
+    pending_.push_back({bucketed_all_reduce(*g.comm, g.flat->grad(), config_.reduce_bucket_size), &g, Tensor()});
   } else if (config_.quantized_gradients) {
     Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype, g.flat->device());
     pending_.push_back({reducer_->reduce_scatter(g.flat->grad(), out), &g, out});
   } else {
     Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype, g.flat->device());
-    pending_.push_back({bucketed_reduce_scatter(*dp_, g.flat->grad(), out, config_.reduce_bucket_size), &g, out});
+    pending_.push_back({bucketed_reduce_scatter(*g.comm, g.flat->grad(), out, config_.reduce_bucket_size), &g, out});
   }
 }
 
@@ -344,7 +350,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     for (Group& g : groups_) {
       prescale(g.flat->grad());
       pending_.push_back(
-          {bucketed_reduce_scatter(*dp_, g.flat->grad(), g.shard_grad, config_.reduce_bucket_size), &g, Tensor()});
+          {bucketed_reduce_scatter(*g.comm, g.flat->grad(), g.shard_grad, config_.reduce_bucket_size), &g, Tensor()});
     }
     drain(/*wait_all=*/true);
   }
@@ -382,7 +388,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
       if (g.partitioned) continue;
       sends.push_back(ops::clone(g.flat->shard(g.flat->flat())));
       pending_.push_back(
-          {bucketed_all_gather(*dp_, sends.back(), g.flat->flat(), config_.allgather_bucket_size), &g, Tensor()});
+          {bucketed_all_gather(*g.comm, sends.back(), g.flat->flat(), config_.allgather_bucket_size), &g, Tensor()});
     }
     drain(/*wait_all=*/true);
   }
@@ -533,7 +539,13 @@ void ZeroOptimizer::sum_partial_gradients(const std::vector<Tensor>& grads) {
 
 double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
   // A tied parameter counts once: on its tie group's rank 0 (an inf or NaN in it is there too).
-  const auto counted = [&](size_t i) { return !groups_[i].tie || groups_[i].tie->rank() == 0; };
+  // Stage 0 with experts spread: a replica counts on one rank of dp or edp (Note [ZeRO with
+  // experts]).
+  const bool replicas = config_.stage == 0 && experts_.spread();
+  const auto counted = [&](size_t i) {
+    const Group& g = groups_[i];
+    return (!g.tie || g.tie->rank() == 0) && (!replicas || g.comm->rank() == 0);
+  };
   // The host waits for the device once per part here (and once more for the all-reduced
   // sum at stages 1 to 3). The sum is the same on every rank (stage 0's gradients are, and
   // the all-reduce gives every rank the same bits), so every rank reaches the same verdict.
@@ -550,9 +562,10 @@ double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
   }
   const bool pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
   return optim::global_grad_norm(parts, [&](double sq) {
-    if (config_.stage == 0 && !split_model && !pipelined) return sq;  // every rank holds the whole gradient
+    // Every rank holds the whole gradient.
+    if (config_.stage == 0 && !replicas && !split_model && !pipelined) return sq;
     Tensor total = Tensor::full({1}, sq, DType::f64, device_);
-    if (config_.stage >= 1) dp_->all_reduce(total)->wait();
+    if (config_.stage >= 1 || replicas) dp_->all_reduce(total)->wait();
     if (split_model) tp_->all_reduce(total)->wait();
     if (pipelined) pipeline_.pp->all_reduce(total)->wait();
     return total.item();

@@ -56,6 +56,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
+#include "zero/expert_placement.h"
 #include "zero/flat_group.h"
 #include "zero/quantized_collectives.h"
 #include "zero/shard_store.h"
@@ -138,10 +139,12 @@ class ZeroOptimizer {
   // pipeline: the stages the model is cut into (Note [ZeRO in a pipeline stage]). Tied
   // parameters must form units of their own (policy.module_names).
   // zeropp: the groups ZeRO++'s hpZ (hpz) and qgZ (intra, inter) run over, when enabled.
+  // experts: the group the MoE experts are held by under expert parallelism (Note [ZeRO with
+  // experts] in zero/expert_placement.h).
   ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& config, const optim::AdamWOptions& adamw,
                 double weight_decay, parallel::CommunicatorPtr dp, const WrapPolicy& policy = {},
-                parallel::CommunicatorPtr tp = nullptr, PipelinePlacement pipeline = {},
-                ZeroPlusPlusGroups zeropp = {});
+                parallel::CommunicatorPtr tp = nullptr, PipelinePlacement pipeline = {}, ZeroPlusPlusGroups zeropp = {},
+                ExpertPlacement experts = {});
 
   // Call before each micro-batch's backward; `last` marks the last micro-batch of the
   // accumulation (stage 0 reduces only then).
@@ -234,6 +237,7 @@ class ZeroOptimizer {
     bool partitioned = false;    // stage 3 and above the persistence threshold
     std::vector<nn::TensorSplit> splits;  // of flat->params()
     parallel::Communicator* tie = nullptr;  // its parameters are tied over this group
+    parallel::Communicator* comm = nullptr;  // reduced and sharded over: dp, or edp (Note [ZeRO with experts])
   };
   struct Pending {
     parallel::WorkPtr work;
@@ -282,6 +286,7 @@ class ZeroOptimizer {
   parallel::CommunicatorPtr dp_, tp_;
   PipelinePlacement pipeline_;
   ZeroPlusPlusGroups zeropp_;
+  ExpertPlacement experts_;
   std::vector<int> node_order_;  // qgZ: the dp rank at (node, local position), node-major
   std::unique_ptr<HierarchicalReducer> reducer_;  // qgZ
   std::vector<Unit> units_;

@@ -250,6 +250,46 @@ BOOST_AUTO_TEST_CASE(a_pipeline_checkpoint_resumes_on_other_grids) {
   world->barrier();
 }
 
+// Expert parallelism: every expert is stored at its global name and full shape, optimizer
+// state included (Note [ZeRO with experts]). A run at ep 2 (ep 4 from four ranks) resumes
+// bit for bit on its ranks, and continues the uninterrupted run of one process at ep 1 and
+// of half the ranks at ep 2 (n >= 4; on two ranks: both at ep 1) within 1e-5.
+BOOST_AUTO_TEST_CASE(an_expert_parallel_checkpoint_resumes_at_other_expert_parallel_sizes) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world);
+  // The router losses are per micro-batch: every layout takes the writer's micro-batches.
+  const auto moe = [&](int stage, int ep) {
+    nlohmann::json j = config_json(folder, stage);
+    j.erase("gradient_accumulation_steps");
+    j["train_micro_batch_size_per_gpu"] = 16 / n;
+    j["model"]["moe"] = {{"num_experts", 4},         {"every", 1},          {"top_k", 2},
+                         {"drop_tokens", false},     {"top2_2nd_expert_sampling", false},
+                         {"expert_parallel_size", ep}};
+    return j;
+  };
+  const int writer_ep = std::min(n, 4);
+  const std::string saved = save_and_resume(moe(2, writer_ep), folder, "_ep", world);
+  const int half = n / 2;
+  const parallel::CommunicatorPtr halves = world->split(r < half ? 0 : 1, r);
+  resume_on_other_grids({n >= 4 ? OtherGrid{"half the ranks, ep 2, stage 3", "_ep2", moe(3, 2), r < half, halves}
+                                : OtherGrid{"every rank, ep 1, stage 3", "_ep1n", moe(3, 1), true, world},
+                         {"one process, ep 1, stage 0", "_ep1", moe(0, 1), r == 0, nullptr}},
+                        saved, folder, *world);
+  if (r == 0) {
+    const engine::CheckpointSummary s = engine::read_summary(saved);
+    BOOST_TEST(engine::failed_checksums(saved).empty());
+    std::map<std::string, Shape> shapes;
+    for (const auto& d : s.datasets) shapes[d.name] = d.shape;
+    for (int e = 0; e < 4; ++e)
+      for (const std::string& ds : {"/model/blocks.1.moe.experts." + std::to_string(e) + ".fc.weight",
+                                    "/optim/blocks.1.moe.experts." + std::to_string(e) + ".fc.weight/exp_avg_sq"})
+        BOOST_TEST((shapes.count(ds) == 1 && shapes[ds] == Shape{64, 16}), ds);
+  }
+  world->barrier();
+}
+
 // ZeRO++ (Note [ZeRO++]) changes how the collectives move the state, not the state: its
 // checkpoints are ZeRO-3's. On ranks emulating two nodes (one rank each at n = 2, where hpZ
 // stays off), with qwZ, hpZ and qgZ: resumed under ZeRO++, a run continues bit for bit;

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <numeric>
 
 #include "io/tensor_file.h"
@@ -683,6 +684,35 @@ BOOST_AUTO_TEST_CASE(moe_models_count_and_name_their_parameters) {
   // A pipeline stage builds the same layers: the block's list entry counts what it holds.
   const nn::LayerList layers = nn::gpt_layers(g);
   BOOST_TEST(layers.layers[2].parameters == 4 * C * C + 8 * C + 3 * C + 3 * expert);
+}
+
+// Rank 2 of 3 expert-parallel ranks holds expert 2 of each MoE layer (Note [Expert
+// parallelism]): named by its global index, with the weights the one-process model gives
+// it, and marked for ZeRO (TensorSplit::expert); every other parameter as the whole model's.
+BOOST_AUTO_TEST_CASE(a_model_over_expert_parallel_ranks_names_its_experts_by_global_index) {
+  struct ThirdOfThree : nn::ExpertExchange {
+    int ranks() const override { return 3; }
+    int rank() const override { return 2; }
+  };
+  const nn::GPT whole(moe_gpt());
+  const nn::GPT part(moe_gpt(), std::make_shared<nn::Parallelism>(std::make_shared<ThirdOfThree>()));
+  std::map<std::string, Tensor> reference;
+  for (const auto& [name, p] : whole.named_parameters()) reference.emplace(name, p);
+  const auto params = part.named_parameters();
+  const auto splits = part.named_splits();
+  std::vector<std::string> experts;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& name = params[i].first;
+    const bool expert = name.find(".moe.experts.") != std::string::npos;
+    BOOST_TEST(splits[i].second.expert == expert, name);
+    if (expert) experts.push_back(name);
+    BOOST_TEST_REQUIRE(reference.count(name) == 1u, name);
+    BOOST_TEST(ops::max_abs(ops::sub(params[i].second, reference.at(name))) == 0.0, name);
+  }
+  const std::vector<std::string> expected{"blocks.1.moe.experts.2.fc.weight", "blocks.1.moe.experts.2.fc.bias",
+                                          "blocks.1.moe.experts.2.proj.weight", "blocks.1.moe.experts.2.proj.bias"};
+  BOOST_TEST(experts == expected, boost::test_tools::per_element());
+  BOOST_TEST(reference.size() == params.size() + 2 * 4);  // experts 0 and 1 live on the other ranks
 }
 
 BOOST_AUTO_TEST_CASE(training_forwards_add_to_the_totals_once) {

@@ -65,6 +65,14 @@ std::vector<double> moe_metric(const std::string& metrics, const std::string& ke
   return out;
 }
 
+// The figure `key` of every line of a metrics file.
+std::vector<double> metric(const std::string& metrics, const std::string& key) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)[key].get<double>());
+  return out;
+}
+
 }  // namespace
 
 // MoE blocks, dropless top-2 (no sampling): each token's output is then independent of the
@@ -115,6 +123,65 @@ BOOST_AUTO_TEST_CASE(moe_training_follows_the_single_process_run) {
           BOOST_TEST(moe[i] > 0.0);
         }
         BOOST_TEST(moe_metric(metrics, "dropped_fraction").back() == 0.0);
+      }
+    }
+  }
+  world->barrier();
+}
+
+// Expert parallelism (ep 2: each rank of an ep pair holds half of every MoE layer's experts,
+// the experts' gradients reduced over the expert-data-parallel group) follows the single
+// process as ep 1 does: the GPT at ZeRO 0, 2 and 3, on two pipeline stages, with tensor
+// parallelism, and the Llama.
+// Gradient clipping engages: the norm, which must count every expert once, scales the steps.
+BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size();
+  test::TempDir dir;
+  const std::string corpus = test::shared_corpus(dir, *world) + "/tokens.bin";
+  auto moe_config = [&](int dp, bool llama) {
+    nlohmann::json j = config_json(corpus, 16 / (2 * dp));
+    j["steps"] = 4;
+    j["gradient_clipping"] = 0.5;
+    if (llama) j["model"].update({{"arch", "llama"}, {"n_kv_head", 1}, {"intermediate_size", 24}});
+    j["model"]["moe"] = {{"num_experts", 4},        {"every", 1},           {"top_k", 2},
+                         {"drop_tokens", false},    {"aux_loss_coeff", 0.1}, {"z_loss_coeff", 0.01},
+                         {"top2_2nd_expert_sampling", false}};
+    return j;
+  };
+  struct Layout {
+    std::string name;
+    int stage = 0, pp = 1;
+    bool llama = false;
+    int tp = 1;
+  };
+  for (const Layout& l : {Layout{"ep2 zero0"}, Layout{"ep2 zero2", 2}, Layout{"ep2 zero3", 3},
+                          Layout{"ep2 pp2 zero1", 1, 2}, Layout{"llama ep2 zero2", 2, 1, true},
+                          Layout{"ep2 tp2 zero1", 1, 1, false, 2}}) {
+    const int dp = n / (l.pp * l.tp);
+    if (dp % 2 != 0) continue;  // pp 2 or tp 2 on 2 ranks leaves one data-parallel rank
+    BOOST_TEST_CONTEXT(l.name << " on " << n << " ranks") {
+      const std::string ref_metrics = dir.file("ep_ref_" + l.name + ".jsonl");
+      engine::train(engine::parse_config(moe_config(dp, l.llama)), {.metrics_path = ref_metrics});
+      nlohmann::json j = moe_config(dp, l.llama);
+      j["model"]["moe"]["expert_parallel_size"] = 2;
+      j["zero_optimization"] = {{"stage", l.stage}, {"stage3_param_persistence_threshold", 0}};
+      j["pipeline"] = {{"stages", l.pp}};
+      j["model"]["tensor_parallel"] = l.tp;
+      const std::string metrics = dir.file("ep_" + l.name + ".jsonl");
+      engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
+      if (world->rank() == 0) {
+        const std::vector<double> ref = test::metric_losses(ref_metrics), losses = test::metric_losses(metrics);
+        const std::vector<double> ref_moe = moe_metric(ref_metrics, "loss"), moe = moe_metric(metrics, "loss");
+        BOOST_TEST_REQUIRE(losses.size() == ref.size());
+        BOOST_TEST_REQUIRE(moe.size() == ref.size());
+        const std::vector<double> ref_norm = metric(ref_metrics, "grad_norm"), norm = metric(metrics, "grad_norm");
+        for (size_t i = 0; i < ref.size(); ++i) {
+          BOOST_TEST(std::abs(losses[i] - ref[i]) / ref[i] < 1e-5, "step " << i);
+          BOOST_TEST(std::abs(moe[i] - ref_moe[i]) / ref_moe[i] < 1e-5, "step " << i);
+          BOOST_TEST(std::abs(norm[i] - ref_norm[i]) / ref_norm[i] < 1e-5, "step " << i);
+        }
+        BOOST_TEST(ref_norm.front() > 0.5);  // clipped: the norm scales the step
       }
     }
   }
