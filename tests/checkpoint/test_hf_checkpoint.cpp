@@ -5,14 +5,10 @@
 // the names and shapes a triad Llama has, and loaded into nn::Llama gives the logits of
 // transformers' LlamaForCausalLM; ties, flags and bad input behave as documented,
 // the tokenizer files beside a model are copied with it, and nothing saved is overwritten by
-<<<<<<< HEAD
-// a failed import.
-=======
 // a failed import. Tiny models saved by transformers (hf_roundtrip_reference.py) import by
 // their config.json alone and give transformers' greedy text and loss, before and after an
 // export (config.json, generation_config.json, tokenizer files, shards) and a re-import; the
 // Llama's chat template gives apply_chat_template's prompt ids and transformers' greedy reply.
->>>>>>> hfexport
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>
