@@ -4,7 +4,8 @@
 // accumulation, and with DeepSpeed's Adam options and per-step betas
 // (support/zero_trajectory.h). Losses and final parameters agree within 1e-5 relative.
 // With the optimizer's state offloaded to NVMe files, every stage on 1, 2 and 4 ranks
-// follows the same run without offload within 1e-6.
+// follows the same run without offload within 1e-6, and so does stage 3 with the parameter
+// shards in swap files too (ZeRO-Infinity).
 #define BOOST_TEST_MODULE zero
 #include <boost/test/unit_test.hpp>
 
@@ -98,6 +99,38 @@ BOOST_AUTO_TEST_CASE(offloading_to_nvme_follows_the_run_without_it) {
       }
   }
   BOOST_TEST(std::filesystem::is_empty(dir.path()));  // the state files went with their optimizers
+}
+
+// ZeRO-Infinity (Note [Offloaded parameters]): each rank's parameter shards in a swap file,
+// read in before each gather and written back after the step, beside the optimizer's state
+// on NVMe, in f32 with gradient accumulation 2 and clipping at 0.5. Two buffers (every unit's
+// two groups, no prefetch of the next unit) and DeepSpeed's five (the next unit prefetched);
+// the swap asserts that no more shards than buffers are ever in memory.
+BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  for (int ranks : {1, 2, 4}) {
+    if (n % ranks != 0) continue;
+    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+    const test::DataParallelRun plain{.stage = 3, .accumulation = 2};
+    const Trajectory ref = test::data_parallel(comm, plain);
+    for (int64_t buffers : {2, 5}) {
+      BOOST_TEST_CONTEXT(ranks << " ranks, " << buffers << " parameter buffers") {
+        test::DataParallelRun offloaded = plain;
+        offloaded.offload = {.device = zero::OffloadDevice::nvme,
+                             .nvme_path = dir.path().string(),
+                             .pipeline_read = true,
+                             .pipeline_write = true};
+        offloaded.sub_group_size = 300;
+        offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
+                                   .nvme_path = dir.path().string(),
+                                   .buffer_count = buffers};
+        check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+      }
+    }
+  }
+  BOOST_TEST(std::filesystem::is_empty(dir.path()));  // the swap files went with their optimizers
 }
 
 // DeepSpeed's Adam options (L2 weight decay, no bias correction) with betas that change every
