@@ -675,8 +675,8 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
     throw Error(std::string("[config] device: ") + e.what());
   }
   TRIAD_CHECK(!host_parameters || Device::parse(c.device).is_cpu(),
-              "[config] zero_optimization.offload_param: offloading parameters from device \""
-                  << c.device << "\" (ZeRO-Infinity) is not built yet");
+              "[config] zero_optimization.offload_param.device \"cpu\" from device \""
+                  << c.device << "\" is not built yet (\"nvme\" is)");
   c.distributed_backend = r.choice("distributed_backend", c.distributed_backend, {"auto", "mpi", "nccl"});
   c.output_dir = r.string("output_dir", "");
   parse_checkpoint(r.object("checkpoint"), c.checkpoint);
