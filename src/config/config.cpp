@@ -234,10 +234,19 @@ bool parse_offload_param(JsonReader& zero, zero::ParamOffloadConfig& o, std::vec
     r.known("nvme_path");
   else
     o.nvme_path = r.string("nvme_path", o.nvme_path);
-  o.pin_memory = r.boolean("pin_memory", o.pin_memory);
   o.buffer_count = r.integer("buffer_count", o.buffer_count, 1, kMaxInt);
   o.buffer_size = r.integer("buffer_size", o.buffer_size, 1, kMaxInt);
-  o.max_in_cpu = r.integer("max_in_cpu", o.max_in_cpu, 0, kMaxInt);
+  const std::string at = r.dotted("");
+  if (r.has("pin_memory")) {
+    o.pin_memory = r.boolean("pin_memory", o.pin_memory);
+    notices.push_back(at + "pin_memory: triad's swap buffers are page-aligned host memory for direct I/O; they are "
+                           "not registered with a GPU driver");
+  }
+  if (r.has("max_in_cpu")) {
+    o.max_in_cpu = r.integer("max_in_cpu", o.max_in_cpu, 0, kMaxInt);
+    notices.push_back(at + "max_in_cpu: with device \"cpu\" triad keeps every parameter where it is, and with "
+                           "\"nvme\" only buffer_count buffers");
+  }
   r.finish();
   if (o.device == zero::OffloadDevice::cpu)
     notices.push_back("zero_optimization.offload_param: on a CPU training device the parameters already live in host "
