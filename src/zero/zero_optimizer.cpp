@@ -621,12 +621,21 @@ ResidentBytes ZeroOptimizer::memory() const {
   ResidentBytes m;
   const int64_t elt = int64_t(element_size(config_.dtype));
   m.optim_bytes = store_->device_bytes();
+  m.host_bytes = store_->host_bytes();
+  m.nvme_bytes = store_->file_bytes() + (param_swap_ ? param_swap_->file_bytes() : 0);
+  int64_t swapped = 0, largest = 0;  // offloaded parameter shards: all of them, and the largest
   for (const Group& g : groups_) {
     const int64_t full = g.flat->padded(), shard = g.flat->shard_size();
-    m.param_bytes += (g.partitioned ? shard : full) * elt;
+    if (param_swap_ && g.partitioned) {
+      swapped += shard * elt;
+      largest = std::max(largest, shard * elt);
+    } else {
+      m.param_bytes += (g.partitioned ? shard : full) * elt;
+    }
     if (g.partitioned && config_.hpz_partition_size > 1) m.param_bytes += full / config_.hpz_partition_size * elt;
     m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
   }
+  m.param_bytes += std::min(swapped, config_.offload_param.buffer_count * largest);
   return m;
 }
 

@@ -126,9 +126,13 @@ struct PipelinePlacement {
 };
 
 // Bytes resident on this rank for model states (Note: fp32 training keeps no separate
-// master copy; the parameters are their own master weights).
+// master copy; the parameters are their own master weights), on the training device; with
+// offload, host_bytes in host memory apart from the device's (a GPU's swap buffers) and
+// nvme_bytes in swap files. Offloaded parameters count the most their buffers hold at once:
+// buffer_count of the largest shards.
 struct ResidentBytes {
   int64_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0, buffer_bytes = 0;
+  int64_t host_bytes = 0, nvme_bytes = 0;
 };
 
 // It installs hooks on the model's parameters and (stage 3) modules that refer to it: the

@@ -16,6 +16,7 @@
 #include "support/mpi_fixture.h"
 #include "support/zero_trajectory.h"
 #include "triad.h"
+#include "io/swap_file.h"
 #include "zero/buckets.h"
 #include "zero/zero_optimizer.h"
 
@@ -219,7 +220,34 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
     BOOST_TEST(std::abs(m.param_bytes - params) / params < 0.05);
     BOOST_TEST(std::abs(m.grad_bytes - 4 * (stage <= 1 ? psi : shard)) / (4 * (stage <= 1 ? psi : shard)) < 0.05);
     BOOST_TEST(std::abs(m.optim_bytes - 8 * (stage == 0 ? psi : shard)) / (8 * (stage == 0 ? psi : shard)) < 0.05);
+    BOOST_TEST(m.host_bytes == 0);
+    BOOST_TEST(m.nvme_bytes == 0);
   }
+  // ZeRO-Infinity on the CPU: the swap files hold each group's shard of the parameters and of
+  // both moments, each padded to 4096 bytes; the parameters in memory are at most two
+  // buffers of the largest shard; no host memory apart from the device's.
+  test::TempDir dir;
+  auto model = make_model();
+  zero::ZeroOptimizer opt(model,
+                          {.stage = 3,
+                           .stage3_param_persistence_threshold = 0,
+                           .offload_optimizer = {.device = zero::OffloadDevice::nvme, .nvme_path = dir.path().string()},
+                           .offload_param = {.device = zero::OffloadDevice::nvme,
+                                             .nvme_path = dir.path().string(),
+                                             .buffer_count = 2}},
+                          kAdam, kDecay, world);
+  const zero::ResidentBytes m = opt.memory();
+  int64_t files = 0, largest = 0, all = 0;
+  for (const auto& [padded, partitioned] : opt.group_sizes()) {
+    BOOST_TEST(partitioned);
+    const int64_t bytes = 4 * padded / n;
+    files += 3 * io::align_up(bytes);
+    largest = std::max(largest, bytes);
+    all += bytes;
+  }
+  BOOST_TEST(m.nvme_bytes == files);
+  BOOST_TEST(m.param_bytes == std::min(all, 2 * largest));
+  BOOST_TEST(m.host_bytes == 0);
 }
 
 BOOST_AUTO_TEST_CASE(communication_per_step_is_two_psi) {
