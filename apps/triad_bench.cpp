@@ -6,6 +6,7 @@
 #include "bench/collectives.h"
 #include "bench/generate.h"
 #include "bench/moe.h"
+#include "bench/offload.h"
 #include "bench/pipeline.h"
 #include "bench/rlhf.h"
 #include "bench/quantize.h"
@@ -16,7 +17,7 @@
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O, quantization, RLHF, generation and MoE benchmarks"};
+    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O, quantization, RLHF, generation, MoE and NVMe offload benchmarks"};
     app.require_subcommand(1);
     triad::bench::StepOptions step;
     triad::bench::add_step_command(app, step);
@@ -39,6 +40,8 @@ int main(int argc, char** argv) {
     triad::bench::add_generate_command(app, generate);
     triad::bench::MoEBenchOptions moe;
     triad::bench::add_moe_command(app, moe);
+    triad::bench::OffloadBenchOptions offload;
+    triad::bench::add_offload_command(app, offload);
     CLI11_PARSE(app, argc, argv);
     return status;
   });

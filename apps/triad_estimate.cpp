@@ -28,6 +28,7 @@
 #include "estimate/layout_memory.h"
 #include "estimate/layout_time.h"
 #include "estimate/model_states.h"
+#include "estimate/offload_states.h"
 #include "estimate/step_time.h"
 #include "nn/gpt.h"
 #include "tensor/error.h"
@@ -229,9 +230,12 @@ int main(int argc, char** argv) {
     if (tp > 1) header += (header.empty() ? "" : ", ") + std::string("per rank of tp=") + std::to_string(tp);
     // Everything is computed before anything is printed, so a bad value prints only its error.
     std::vector<std::array<estimate::ModelStateBytes, 4>> results;
-    for (int64_t dp : dps)
-      results.push_back(estimate::model_state_bytes_all(
-          {.num_params = params, .dp = dp, .optimizer_bytes = k, .persistent_params = persistent}));
+    std::vector<std::vector<estimate::PlacedStateBytes>> placed;
+    for (int64_t dp : dps) {
+      const estimate::ModelStateInput in{.num_params = params, .dp = dp, .optimizer_bytes = k, .persistent_params = persistent};
+      results.push_back(estimate::model_state_bytes_all(in));
+      placed.push_back(estimate::placed_state_bytes_all(in));
+    }
     time_model.params = params, time_model.persistent_params = persistent;
     estimate::StepTimes times;
     if (time.enabled) times = estimate::compute_step_times(time, time_model, dps);
@@ -273,6 +277,25 @@ int main(int argc, char** argv) {
       }
     }
 
+    // Offload (estimate/offload_states.h), with DeepSpeed's default buffers.
+    nlohmann::json offload = nlohmann::json::array();
+    std::printf("\noffload (NVMe buffers: optimizer 4 x 1e9, parameters 5 x 1e8 elements)\n%6s  %-12s %-9s %-9s %12s "
+                "%12s %12s\n",
+                "dp", "stage", "optimizer", "params", "device GB", "host GB", "NVMe GB");
+    for (size_t i = 0; i < dps.size(); ++i)
+      for (const estimate::PlacedStateBytes& p : placed[i]) {
+        std::printf("%6lld  %-12s %-9s %-9s %12.3f %12.3f %12.3f\n", (long long)dps[i], stage_label(p.stage).c_str(),
+                    estimate::target_name(p.choice.optimizer), estimate::target_name(p.choice.params), p.device / kGB,
+                    p.host / kGB, p.nvme / kGB);
+        offload.push_back({{"dp", dps[i]},
+                           {"stage", p.stage},
+                           {"offload_optimizer", estimate::target_name(p.choice.optimizer)},
+                           {"offload_param", estimate::target_name(p.choice.params)},
+                           {"device_bytes", p.device},
+                           {"host_bytes", p.host},
+                           {"nvme_bytes", p.nvme}});
+      }
+
     nlohmann::json out = {{"program", "triad-estimate"},
                           {"params", count_json(params)},
                           {"k", k},
@@ -281,7 +304,8 @@ int main(int argc, char** argv) {
                           {"persistent_params", count_json(persistent)},
                           {"dp", dps},
                           {"tp", tp},
-                          {"estimates", estimates}};
+                          {"estimates", estimates},
+                          {"offload", offload}};
     if (!model_json.is_null()) {
       out["model"] = model_json;
       out["persistence_threshold"] = count_json(std::floor(threshold));

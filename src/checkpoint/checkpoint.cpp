@@ -539,7 +539,7 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   // weights. Only what is read is checked: `triad-ckpt verify` checks every dataset.
   const DType dtype = engine.config().precision.dtype;
   if (dtype != DType::f32) {
-    const zero::ZeroOptimizer::StateView view = zero.state_view(State::param);  // the parameters themselves
+    zero::ZeroOptimizer::StateView view = zero.state_view(State::param);  // the parameters themselves
     const auto resident = by_name(view.resident_slices());
     const auto owned = by_name(view.owned_slices());
     std::vector<std::string> names;
@@ -558,6 +558,7 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
     }
     read_batch(as_stored);
     read_batch(rounded);  // from_buffer rounds the f32 master weights to the training dtype
+    view.commit();
   }
   // The training state: scalars written by rank 0, and a row of each generator's state per
   // rank that wrote the file.

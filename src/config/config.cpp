@@ -218,26 +218,41 @@ void parse_offload_optimizer(JsonReader& zero, zero::OffloadConfig& o, std::vect
   r.finish();
 }
 
-// DeepSpeed's offload_param section: off (null, device "none"), or device "cpu", which a
-// CPU training device is already (the returned flag asks parse to check the device).
-// Offloading parameters from a GPU, or to NVMe, is not built.
-bool parse_offload_param(JsonReader& zero, std::vector<std::string>& notices) {
+// DeepSpeed's offload_param section (null or device "none": off). Device "cpu" is where a
+// CPU training device keeps the parameters already (the returned flag asks parse to check
+// the device); "nvme" swaps stage 3's parameter shards to files. Which stage takes it, and
+// the folder nvme needs, are ZeroConfig::validate's rules.
+bool parse_offload_param(JsonReader& zero, zero::ParamOffloadConfig& o, std::vector<std::string>& notices) {
   if (!zero.has("offload_param")) return false;
-  const nlohmann::json& v = zero.value("offload_param");
-  if (is_off(v, nullptr) || (v.is_object() && !v.contains("device"))) {  // DeepSpeed's device default: "none"
+  if (zero.value("offload_param").is_null()) {
     zero.known("offload_param");
     return false;
   }
   JsonReader r = zero.object("offload_param");
-  TRIAD_CHECK(r.has("device") && r.value("device") == "cpu",
-              "[config] zero_optimization.offload_param: offloading parameters (ZeRO-Infinity) is not built yet "
-              "beyond device \"cpu\" on a CPU training device (null or device \"none\" leaves it off)");
-  r.string("device", "cpu");
-  r.boolean("pin_memory", false);
+  const std::string device = r.choice("device", "none", {"none", "cpu", "nvme"});
+  o.device = device == "nvme" ? zero::OffloadDevice::nvme : device == "cpu" ? zero::OffloadDevice::cpu : zero::OffloadDevice::none;
+  if (r.has("nvme_path") && r.value("nvme_path").is_null())
+    r.known("nvme_path");
+  else
+    o.nvme_path = r.string("nvme_path", o.nvme_path);
+  o.buffer_count = r.integer("buffer_count", o.buffer_count, 1, kMaxInt);
+  o.buffer_size = r.integer("buffer_size", o.buffer_size, 1, kMaxInt);
+  const std::string at = r.dotted("");
+  if (r.has("pin_memory")) {
+    o.pin_memory = r.boolean("pin_memory", o.pin_memory);
+    notices.push_back(at + "pin_memory: triad's swap buffers are page-aligned host memory for direct I/O; they are "
+                           "not registered with a GPU driver");
+  }
+  if (r.has("max_in_cpu")) {
+    o.max_in_cpu = r.integer("max_in_cpu", o.max_in_cpu, 0, kMaxInt);
+    notices.push_back(at + "max_in_cpu: with device \"cpu\" triad keeps every parameter where it is, and with "
+                           "\"nvme\" only buffer_count buffers");
+  }
   r.finish();
-  notices.push_back("zero_optimization.offload_param: on a CPU training device the parameters already live in host "
-                    "memory");
-  return true;
+  if (o.device == zero::OffloadDevice::cpu)
+    notices.push_back("zero_optimization.offload_param: on a CPU training device the parameters already live in host "
+                      "memory");
+  return o.device == zero::OffloadDevice::cpu;
 }
 
 void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& notices, bool& host_parameters) {
@@ -247,7 +262,7 @@ void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& not
   if (r.has("sub_group_size") && z.offload_optimizer.device != zero::OffloadDevice::nvme)
     notices.push_back("zero_optimization.sub_group_size: the unit in which optimizer state moves to and from NVMe; "
                       "without offload_optimizer.device \"nvme\" each flat group is updated whole");
-  host_parameters = parse_offload_param(r, notices);
+  host_parameters = parse_offload_param(r, z.offload_param, notices);
   for (const auto& [key, why] : kZeroKeysWithoutEffect)
     if (r.has(key)) {
       r.known(key);
@@ -669,8 +684,8 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
     throw Error(std::string("[config] device: ") + e.what());
   }
   TRIAD_CHECK(!host_parameters || Device::parse(c.device).is_cpu(),
-              "[config] zero_optimization.offload_param: offloading parameters from device \""
-                  << c.device << "\" (ZeRO-Infinity) is not built yet");
+              "[config] zero_optimization.offload_param.device \"cpu\" from device \""
+                  << c.device << "\" is not built yet (\"nvme\" is)");
   c.distributed_backend = r.choice("distributed_backend", c.distributed_backend, {"auto", "mpi", "nccl"});
   c.output_dir = r.string("output_dir", "");
   parse_checkpoint(r.object("checkpoint"), c.checkpoint);

@@ -175,11 +175,13 @@ class TrainingRun {
     if (world_) {
       const zero::ResidentBytes m = engine_->memory();
       Tensor v = Tensor::from_vector(std::vector<double>{double(m.param_bytes), double(m.grad_bytes),
-                                                         double(m.optim_bytes), double(m.buffer_bytes)},
-                                     {4});
+                                                         double(m.optim_bytes), double(m.buffer_bytes),
+                                                         double(m.host_bytes), double(m.nvme_bytes)},
+                                     {6});
       world_->all_reduce(v, parallel::ReduceOp::max)->wait();
       const std::vector<double> b = v.to_vector<double>();
-      mem_ = {{"param_bytes", b[0]}, {"grad_bytes", b[1]}, {"optim_bytes", b[2]}, {"buffer_bytes", b[3]}};
+      mem_ = {{"param_bytes", b[0]}, {"grad_bytes", b[1]}, {"optim_bytes", b[2]},
+              {"buffer_bytes", b[3]}, {"host_bytes", b[4]}, {"nvme_bytes", b[5]}};
     }
     start_ = Clock::now();
     if (leader() && c_.csv_monitor.enabled) monitors_.push_back(std::make_unique<CsvMonitor>(c_.csv_monitor));

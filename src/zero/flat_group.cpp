@@ -89,13 +89,13 @@ void FlatGroup::partition() {
 }
 
 std::unique_ptr<parallel::Work> FlatGroup::start_gather(parallel::Communicator& comm) {
-  TRIAD_ASSERT(partitioned_ && !flat_.defined());
+  TRIAD_ASSERT(partitioned_ && !flat_.defined() && owned_shard_.defined());
   flat_ = Tensor::empty({padded_}, dtype_, device_);
   return comm.all_gather(owned_shard_, flat_);
 }
 
 std::unique_ptr<parallel::Work> FlatGroup::start_quantized_gather(parallel::Communicator& comm, int64_t block) {
-  TRIAD_ASSERT(partitioned_ && !flat_.defined());
+  TRIAD_ASSERT(partitioned_ && !flat_.defined() && owned_shard_.defined());
   flat_ = Tensor::empty({padded_}, dtype_, device_);
   return quantized_all_gather(comm, owned_shard_, flat_, block);
 }

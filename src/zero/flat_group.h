@@ -67,6 +67,9 @@ class FlatGroup {
   void partition();
   bool partitioned() const { return partitioned_; }
   const Tensor& owned_shard() const { return owned_shard_; }
+  // Parameter offload (zero/param_swap.h) takes the shard out of memory (undefined) and puts
+  // it back (a tensor of shard_size() elements in dtype on device); gathers need it in.
+  void set_owned_shard(Tensor shard) { owned_shard_ = std::move(shard); }
   std::unique_ptr<parallel::Work> start_gather(parallel::Communicator& comm);
   // The same moving the shards as int8 blocks of `block` elements (ZeRO++ qwZ): each rank's
   // shard reaches every rank, itself included, as its dequantized values.

@@ -222,4 +222,8 @@ int64_t NvmeShardStore::device_bytes() const {
                           : record_bytes_;
 }
 
+int64_t NvmeShardStore::host_bytes() const {
+  return device_.is_cpu() ? 0 : std::min<int64_t>(config_.buffer_count, int64_t(entries_.size())) * record_bytes_;
+}
+
 }  // namespace triad::zero

@@ -51,6 +51,9 @@ class NvmeShardStore : public ShardStore {
   void write_part(size_t entry, ShardPart part, const Tensor& values) override;
   // On the cpu, the buffers; on a GPU, the acquired entry's copy.
   int64_t device_bytes() const override;
+  // On a GPU, the buffers (on the cpu they are device_bytes); the file.
+  int64_t host_bytes() const override;
+  int64_t file_bytes() const override { return file_->size(); }
 
   const std::string& path() const { return file_->path(); }
 

@@ -1,5 +1,5 @@
-// Where ZeRO keeps the optimizer's state: DeepSpeed's zero_optimization.offload_optimizer
-// section, with its defaults. The file store it selects is zero/nvme_shard_store.h; the
+// Where ZeRO keeps the optimizer's state and (stage 3) the parameters' shards: DeepSpeed's
+// zero_optimization.offload_optimizer and offload_param sections, with its defaults. The file store it selects is zero/nvme_shard_store.h; the
 // transfers' knobs are the top-level `aio` section (io::AioConfig, io/swap_file.h).
 #pragma once
 
@@ -23,6 +23,20 @@ struct OffloadConfig {
   double ratio = 1.0;         // the share of the state offloaded: 1.0 only (partial offload is not built)
   bool pipeline_read = false;   // read the next sub-group while the update works on this one
   bool pipeline_write = false;  // write a sub-group back while the update goes on (and into the next step)
+};
+
+// Where stage 3 keeps each rank's shard of the (16-bit or working) parameters between uses
+// (Note [Offloaded parameters] in zero/param_swap.h). none, or cpu on a CPU training device:
+// memory; nvme: a file under nvme_path, each partitioned flat group's shard read in just
+// before its gather and written back after the optimizer step.
+struct ParamOffloadConfig {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path;
+  bool pin_memory = false;  // accepted; the swap buffers are page-aligned host memory
+  // Flat groups' shards in memory at once, each of at most buffer_size elements.
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100000000;
+  int64_t max_in_cpu = 1000000000;  // accepted: DeepSpeed's bound for device cpu, which keeps everything in memory here
 };
 
 }  // namespace triad::zero

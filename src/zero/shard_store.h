@@ -48,6 +48,10 @@ class ShardStore {
   virtual void write_part(size_t entry, ShardPart part, const Tensor& values) = 0;
   // Bytes of state held on the training device (the optimizer's share of its memory).
   virtual int64_t device_bytes() const = 0;
+  // Bytes held in host memory apart from the training device's (a GPU's swap buffers), and
+  // in files.
+  virtual int64_t host_bytes() const { return 0; }
+  virtual int64_t file_bytes() const { return 0; }
 };
 
 // Every entry's state in memory on the training device, where the update reads it:

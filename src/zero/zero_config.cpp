@@ -43,6 +43,16 @@ void ZeroConfig::validate_offload() const {
   TRIAD_CHECK(o.buffer_count >= 1,
               "[config] zero_optimization.offload_optimizer.buffer_count must be at least 1, got " << o.buffer_count);
   TRIAD_CHECK(sub_group_size >= 1, "[config] zero_optimization.sub_group_size must be at least 1, got " << sub_group_size);
+  const ParamOffloadConfig& p = offload_param;
+  TRIAD_CHECK(p.device == OffloadDevice::none || stage == 3,
+              "[config] zero_optimization.offload_param: offloading parameters runs at stage 3, not stage " << stage);
+  TRIAD_CHECK(p.device != OffloadDevice::nvme || !p.nvme_path.empty(),
+              "[config] zero_optimization.offload_param.nvme_path is required with device \"nvme\" (the folder that "
+              "holds each rank's parameter swap file)");
+  TRIAD_CHECK(p.buffer_count >= 1,
+              "[config] zero_optimization.offload_param.buffer_count must be at least 1, got " << p.buffer_count);
+  TRIAD_CHECK(p.buffer_size >= 1,
+              "[config] zero_optimization.offload_param.buffer_size must be at least 1, got " << p.buffer_size);
   io::check_aio(aio);
 }
 

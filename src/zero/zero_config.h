@@ -55,12 +55,14 @@ struct ZeroConfig {
   // sub_group_size elements of a group's shard (Note [Offloaded optimizer state] in
   // zero/nvme_shard_store.h), each transfer as the aio section says.
   OffloadConfig offload_optimizer;
+  // Stage 3: where each rank's parameter shards live between uses (zero/param_swap.h).
+  ParamOffloadConfig offload_param;
   int64_t sub_group_size = 1000000000;
   io::AioConfig aio;
 
   // Error naming the zero_optimization key (or gradient_predivide_factor, or aio key) that
   // is out of range or does not fit the others (ZeRO++ below stage 3; hpZ groups that do not
-  // tile the data_parallel ranks ZeRO runs over; offload at stage 0 or without its folder). The config's parser (config/config.h) and
+  // tile the data_parallel ranks ZeRO runs over; offload at stage 0, parameter offload below stage 3, either without its folder). The config's parser (config/config.h) and
   // ZeroOptimizer both check with it: the one statement of each rule.
   void validate(int64_t data_parallel) const;
 

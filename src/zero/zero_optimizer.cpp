@@ -64,6 +64,11 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
     store_ = std::make_unique<NvmeShardStore>(device_, config_.offload_optimizer, config_.aio);
   else  // none, or cpu on the cpu: the state already is in host memory
     store_ = std::make_unique<DeviceShardStore>(device_);
+  TRIAD_CHECK(config_.offload_param.device != OffloadDevice::cpu || device_.is_cpu(),
+              "[config] zero_optimization.offload_param.device \"cpu\" on a " << device_.str() << " device is not "
+              "built yet; \"nvme\" is, or \"none\"");
+  if (config_.offload_param.device == OffloadDevice::nvme)
+    param_swap_ = std::make_unique<ParamSwap>(config_.offload_param, config_.aio);
   check_zeropp();
   check_expert_placement(experts_, config_, dp_->size());
   std::map<std::string, nn::TensorSplit> splits;
@@ -106,6 +111,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
         unit_groups_.back().push_back(&groups_.back());
       }
   }
+  if (param_swap_) offload_params();
   for (Group& g : groups_) {
     for (const auto& [_, p] : g.flat->params()) {
       Group* group = &g;
@@ -118,6 +124,24 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
     }
   }
   if (config_.stage == 3) install_stage3_hooks();
+}
+
+void ZeroOptimizer::offload_params() {
+  const ParamOffloadConfig& c = config_.offload_param;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    int64_t shards = 0;
+    for (Group* g : unit_groups_[u]) {
+      if (!g->partitioned) continue;
+      ++shards;
+      TRIAD_CHECK(g->flat->shard_size() <= c.buffer_size,
+                  "[config] zero_optimization.offload_param.buffer_size " << c.buffer_size << " is too small: unit '"
+                  << units_[u].name << "' has a parameter shard of " << g->flat->shard_size() << " elements");
+      param_swap_->add(*g->flat);
+    }
+    TRIAD_CHECK(shards <= c.buffer_count, "[config] zero_optimization.offload_param.buffer_count "
+                                              << c.buffer_count << " is too small: unit '" << units_[u].name
+                                              << "' gathers " << shards << " parameter shards at once");
+  }
 }
 
 void ZeroOptimizer::add_state(Group& g, const Tensor& master) {
@@ -188,6 +212,7 @@ void ZeroOptimizer::prefetch_unit(size_t u, Use use) {
   if (u >= units_.size()) return;
   for (Group* g : unit_groups_[u]) {
     if (g->flat->flat().defined() || !g->partitioned) continue;
+    if (param_swap_) param_swap_->bring_in(*g->flat);
     if (use == Use::backward && g->flat->has_secondary())
       g->gather = g->flat->start_secondary_gather(*zeropp_.hpz);
     else if (use == Use::forward && config_.quantized_weights)
@@ -200,14 +225,21 @@ void ZeroOptimizer::prefetch_unit(size_t u, Use use) {
 void ZeroOptimizer::prefetch_ahead(size_t u, int direction) {
   const size_t n = units_.size();
   int64_t budget = config_.stage3_prefetch_bucket_size;
+  int64_t shards_ahead = 0, shards_here = 0;
+  for (Group* g : unit_groups_[u]) shards_here += g->partitioned ? 1 : 0;
   for (size_t k = 1; k < n; ++k) {
     // Forward order is 0, 1, ..., n-1; the backward visits the root unit first, then n-1 down to 1.
     const size_t next = direction > 0 ? u + k : (u >= k ? u - k : u + n - k);
     if (direction > 0 && next >= n) return;
     if (direction < 0 && next == 0 && u != 0) return;
-    int64_t elements = 0;
-    for (Group* g : unit_groups_[next]) elements += g->partitioned ? g->flat->padded() : 0;
+    int64_t elements = 0, shards = 0;
+    for (Group* g : unit_groups_[next]) {
+      elements += g->partitioned ? g->flat->padded() : 0;
+      shards += g->partitioned ? 1 : 0;
+    }
     if (k > 1 && elements > budget) return;
+    // Offloaded parameters: the shards of this unit and the ones prefetched fit the buffers.
+    if (param_swap_ && (shards_ahead += shards) + shards_here > config_.offload_param.buffer_count) return;
     prefetch_unit(next, direction > 0 ? Use::forward : Use::backward);
     budget -= elements;
   }
@@ -220,6 +252,7 @@ void ZeroOptimizer::gather_unit(size_t u, Use use) {
     g->gather->wait();
     g->gather.reset();
     g->flat->finish_gather();
+    if (param_swap_) param_swap_->drop(*g->flat);  // the gathered buffer holds it
     if (config_.hpz_partition_size > 1) {
       // A training forward's gather leaves the secondary shard its backward gathers from;
       // the backward's own gather has used it.
@@ -236,6 +269,7 @@ void ZeroOptimizer::release_group(Group& g) {
   if (g.gather) {  // a prefetch nobody used: let it land before freeing its buffer
     g.gather->wait();
     g.gather.reset();
+    if (param_swap_) param_swap_->drop(*g.flat);
   }
   if (g.flat->flat().defined()) g.flat->release();
 }
@@ -247,7 +281,9 @@ void ZeroOptimizer::release_unit(size_t u) {
 
 void ZeroOptimizer::gather_all() {
   if (config_.stage != 3) return;
-  for (size_t u = 0; u < units_.size(); ++u) prefetch_unit(u, Use::whole);
+  // (Offloaded parameters: one unit's shards in memory at a time.)
+  if (!param_swap_)
+    for (size_t u = 0; u < units_.size(); ++u) prefetch_unit(u, Use::whole);
   for (size_t u = 0; u < units_.size(); ++u) gather_unit(u, Use::whole);
   held_ = true;
 }
@@ -414,6 +450,7 @@ void ZeroOptimizer::update(double lr, const std::vector<Tensor>& grads) {
     if (k + 1 < order.size()) store_->prefetch(order[k + 1].second->entry);
     const AdamWStep s = optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_);
     const bool whole = g.subgroups.size() == 1;
+    if (param_swap_ && g.partitioned) param_swap_->bring_in(*g.flat);
     const Tensor params = whole ? param_view(g) : ops::narrow(param_view(g), 0, sub->first, sub->count);
     const Tensor grad = whole ? grads[i] : ops::narrow(grads[i], 0, sub->first, sub->count);
     // Mixed precision: the update writes the 16-bit parameters from the master weights itself.
@@ -422,6 +459,7 @@ void ZeroOptimizer::update(double lr, const std::vector<Tensor>& grads) {
     else
       ops::adamw_(params, grad, state.exp_avg, state.exp_avg_sq, s);
     store_->release(sub->entry, /*dirty=*/true);
+    if (param_swap_ && g.partitioned && sub == &g.subgroups.back()) param_swap_->store(*g.flat);
   }
   // The next step begins where this one did: its first sub-group can come in during the
   // forward and backward.
@@ -440,8 +478,10 @@ ShardPart part_of(ZeroOptimizer::State state) {
 }  // namespace
 
 std::pair<Tensor, int64_t> ZeroOptimizer::buffer(const Group& g, State state) {
-  if (state == State::param || (state == State::master && config_.dtype == DType::f32))  // f32: the parameters are the master weights
+  if (state == State::param || (state == State::master && config_.dtype == DType::f32)) {  // f32: the parameters are the master weights
+    if (param_swap_ && g.partitioned) param_swap_->bring_in(*g.flat, /*bounded=*/false);
     return g.partitioned ? std::pair(g.flat->owned_shard(), g.flat->shard_begin()) : std::pair(g.flat->flat(), 0l);
+  }
   const int64_t begin = config_.stage == 0 ? 0 : g.flat->shard_begin();
   if (g.subgroups.size() == 1) return {store_->read_part(g.subgroups[0].entry, part_of(state)), begin};
   Tensor whole;  // the sub-groups' parts side by side
@@ -460,8 +500,20 @@ ZeroOptimizer::StateView::StateView(ZeroOptimizer& zero, State state) : zero_(&z
   for (const Group& g : zero.groups_) buffers_.push_back(zero.buffer(g, state));
 }
 
+ZeroOptimizer::StateView::~StateView() {
+  if (!zero_->param_swap_ || !(state_ == State::param || (state_ == State::master && zero_->config_.dtype == DType::f32)))
+    return;
+  for (Group& g : zero_->groups_)
+    if (g.partitioned) zero_->param_swap_->drop(*g.flat);  // what commit() did not store is dropped
+}
+
 void ZeroOptimizer::StateView::commit() {
-  if (state_ == State::param || (state_ == State::master && zero_->config_.dtype == DType::f32)) return;
+  if (state_ == State::param || (state_ == State::master && zero_->config_.dtype == DType::f32)) {
+    if (zero_->param_swap_)
+      for (Group& g : zero_->groups_)
+        if (g.partitioned) zero_->param_swap_->store(*g.flat);
+    return;
+  }
   for (size_t i = 0; i < zero_->groups_.size(); ++i) {
     const Group& g = zero_->groups_[i];
     const Tensor& storage = buffers_[i].first;
@@ -582,12 +634,21 @@ ResidentBytes ZeroOptimizer::memory() const {
   ResidentBytes m;
   const int64_t elt = int64_t(element_size(config_.dtype));
   m.optim_bytes = store_->device_bytes();
+  m.host_bytes = store_->host_bytes();
+  m.nvme_bytes = store_->file_bytes() + (param_swap_ ? param_swap_->file_bytes() : 0);
+  int64_t swapped = 0, largest = 0;  // offloaded parameter shards: all of them, and the largest
   for (const Group& g : groups_) {
     const int64_t full = g.flat->padded(), shard = g.flat->shard_size();
-    m.param_bytes += (g.partitioned ? shard : full) * elt;
+    if (param_swap_ && g.partitioned) {
+      swapped += shard * elt;
+      largest = std::max(largest, shard * elt);
+    } else {
+      m.param_bytes += (g.partitioned ? shard : full) * elt;
+    }
     if (g.partitioned && config_.hpz_partition_size > 1) m.param_bytes += full / config_.hpz_partition_size * elt;
     m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
   }
+  m.param_bytes += std::min(swapped, config_.offload_param.buffer_count * largest);
   return m;
 }
 

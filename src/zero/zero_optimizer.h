@@ -58,6 +58,7 @@
 #include "parallel/communicator.h"
 #include "zero/expert_placement.h"
 #include "zero/flat_group.h"
+#include "zero/param_swap.h"
 #include "zero/quantized_collectives.h"
 #include "zero/shard_store.h"
 #include "zero/units.h"
@@ -126,9 +127,13 @@ struct PipelinePlacement {
 };
 
 // Bytes resident on this rank for model states (Note: fp32 training keeps no separate
-// master copy; the parameters are their own master weights).
+// master copy; the parameters are their own master weights), on the training device; with
+// offload, host_bytes in host memory apart from the device's (a GPU's swap buffers) and
+// nvme_bytes in swap files. Offloaded parameters count the most their buffers hold at once:
+// buffer_count of the largest shards.
 struct ResidentBytes {
   int64_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0, buffer_bytes = 0;
+  int64_t host_bytes = 0, nvme_bytes = 0;
 };
 
 // It installs hooks on the model's parameters and (stage 3) modules that refer to it: the
@@ -193,6 +198,10 @@ class ZeroOptimizer {
     std::vector<Slice> resident_slices() const { return slices(false); }
     // Stores what was written through the slices (a no-op where they are the state itself).
     void commit();
+    // Offloaded parameters (zero/param_swap.h): the shards the view brought in leave memory.
+    ~StateView();
+    StateView(const StateView&) = delete;
+    StateView& operator=(const StateView&) = delete;
 
    private:
     friend class ZeroOptimizer;
@@ -248,6 +257,9 @@ class ZeroOptimizer {
   // The storage holding `state` for g and the first flat element it covers (StateView).
   std::pair<Tensor, int64_t> buffer(const Group& g, State state);
   void add_state(Group& g, const Tensor& master);
+  // offload_param nvme: checks every unit's shards against the buffers and moves them to
+  // param_swap_ (Note [Offloaded parameters] in zero/param_swap.h).
+  void offload_params();
   void update(double lr, const std::vector<Tensor>& grads);  // Adam over every sub-group
   void on_grad_ready(Group& g);
   void install_stage3_hooks();
@@ -292,6 +304,7 @@ class ZeroOptimizer {
   std::vector<Unit> units_;
   Device device_;  // where the parameters and every buffer live
   std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<ParamSwap> param_swap_;  // offload_param nvme: where partitioned groups' shards live
   std::vector<Group> groups_;
   std::vector<std::vector<Group*>> unit_groups_;  // groups of each unit
   std::vector<Pending> pending_;

@@ -339,7 +339,10 @@ BOOST_AUTO_TEST_CASE(zeropp_checkpoints_resume_under_plain_zero3_and_back) {
 // written behind) saves them into the same checkpoint as any run: resumed with offload it
 // continues bit for bit; resumed without offload (stage 2) it continues the run without
 // offload; and a checkpoint of a run without offload (stage 3) resumed with offload
-// continues the offloaded run (both within 1e-5). The state files go with each run.
+// continues the offloaded run (both within 1e-5). ZeRO-Infinity (Note [Offloaded
+// parameters]): a stage-3 f32 run with its parameter shards in swap files as well resumes
+// bit for bit with offload and continues the run without offload within 1e-5. The state
+// and swap files go with each run.
 BOOST_AUTO_TEST_CASE(offloaded_checkpoints_resume_with_and_without_offload) {
   const parallel::CommunicatorPtr world = parallel::world();
   test::TempDir dir;
@@ -362,5 +365,10 @@ BOOST_AUTO_TEST_CASE(offloaded_checkpoints_resume_with_and_without_offload) {
                         folder, *world);
   resume_on_other_grids({{"with offload", "_plain_as_nvme", offloaded(bf16(config_json(folder, 3))), true, world}},
                         save_and_resume(bf16(config_json(folder, 3)), folder, "_plain", world), folder, *world);
+  nlohmann::json infinity = offloaded(config_json(folder, 3));
+  infinity["zero_optimization"]["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme}, {"buffer_count", 2}};
+  resume_on_other_grids({{"parameters offloaded, resumed without offload", "_params_as_plain", config_json(folder, 3),
+                          true, world}},
+                        save_and_resume(infinity, folder, "_params", world), folder, *world);
   BOOST_TEST(std::filesystem::is_empty(nvme));
 }

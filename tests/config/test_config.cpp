@@ -461,22 +461,45 @@ BOOST_AUTO_TEST_CASE(deepspeed_keys_are_implemented_noted_or_refused) {
   BOOST_TEST(std::any_of(c.notices.begin(), c.notices.end(),
                          [](const std::string& n) { return n.find("adam_w_mode") != std::string::npos; }));
   // offload_param: device "cpu" is where a CPU training device keeps the parameters already;
-  // from a GPU, or to NVMe, it is not built.
+  // from a GPU it is not built. Device "nvme" (stage 3) takes DeepSpeed's keys and defaults.
   json offload = j;
+  offload["zero_optimization"]["stage"] = 3;
   offload["zero_optimization"]["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
   c = engine::parse_config(offload);
   BOOST_TEST(std::any_of(c.notices.begin(), c.notices.end(), [](const std::string& n) {
     return n.find("zero_optimization.offload_param: on a CPU training device") == 0;
   }));
+  BOOST_TEST((c.zero.offload_param.device == zero::OffloadDevice::cpu));
   offload["device"] = "cuda";
-  BOOST_TEST(error_of(offload) ==
-             "[config] zero_optimization.offload_param: offloading parameters from device \"cuda\" (ZeRO-Infinity) "
-             "is not built yet");
+  BOOST_TEST(error_of(offload) == "[config] zero_optimization.offload_param.device \"cpu\" from device \"cuda\" is "
+                                  "not built yet (\"nvme\" is)");
   offload.erase("device");
   offload["zero_optimization"]["offload_param"] = {{"device", "nvme"}, {"nvme_path", "/local_nvme"}};
-  BOOST_TEST(error_of(offload) == "[config] zero_optimization.offload_param: offloading parameters (ZeRO-Infinity) "
-                                  "is not built yet beyond device \"cpu\" on a CPU training device (null or device "
-                                  "\"none\" leaves it off)");
+  c = engine::parse_config(offload);
+  const zero::ParamOffloadConfig& p = c.zero.offload_param;
+  BOOST_TEST((p.device == zero::OffloadDevice::nvme));
+  BOOST_TEST(p.nvme_path == "/local_nvme");
+  BOOST_TEST(!p.pin_memory);
+  BOOST_TEST(p.buffer_count == 5);
+  BOOST_TEST(p.buffer_size == 100000000);
+  BOOST_TEST(p.max_in_cpu == 1000000000);
+  offload["zero_optimization"]["offload_param"] = {{"device", "nvme"}, {"nvme_path", "/local_nvme"},
+                                                   {"pin_memory", true}, {"buffer_count", 3},
+                                                   {"buffer_size", 1e6}, {"max_in_cpu", 1e8}};
+  c = engine::parse_config(offload);
+  BOOST_TEST(c.zero.offload_param.pin_memory);
+  BOOST_TEST(c.zero.offload_param.buffer_count == 3);
+  BOOST_TEST(c.zero.offload_param.buffer_size == 1000000);
+  BOOST_TEST(c.zero.offload_param.max_in_cpu == 100000000);
+  offload["zero_optimization"]["offload_param"] = {{"device", "nvme"}};
+  BOOST_TEST(error_of(offload) == "[config] zero_optimization.offload_param.nvme_path is required with device "
+                                  "\"nvme\" (the folder that holds each rank's parameter swap file)");
+  offload["zero_optimization"]["offload_param"] = {{"device", "nvme"}, {"nvme_path", "/local_nvme"}, {"buffer_count", 0}};
+  BOOST_TEST(error_of(offload).find("[config] zero_optimization.offload_param.buffer_count") == 0u);
+  offload["zero_optimization"]["offload_param"] = {{"device", "nvme"}, {"nvme_path", "/local_nvme"}};
+  offload["zero_optimization"]["stage"] = 2;
+  BOOST_TEST(error_of(offload) ==
+             "[config] zero_optimization.offload_param: offloading parameters runs at stage 3, not stage 2");
   offload["zero_optimization"]["offload_param"] = {{"device", "none"}};
   BOOST_CHECK_NO_THROW(engine::parse_config(offload));
   offload["zero_optimization"]["offload_param"] = {{"pin_memory", true}};  // DeepSpeed's device: "none"

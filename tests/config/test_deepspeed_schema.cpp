@@ -85,6 +85,7 @@ json config_for(const Row& row, const json& value, const std::string& type) {
   if (row.key == "gradient_accumulation_steps") j["train_batch_size"] = 8;
   if (row.key.rfind("zero_optimization.zero_", 0) == 0) j["zero_optimization"]["stage"] = 3;  // ZeRO++ keys
   if (row.key.rfind("zero_optimization.offload_optimizer", 0) == 0) j["zero_optimization"]["stage"] = 2;  // stages 1-3
+  if (row.key.rfind("zero_optimization.offload_param", 0) == 0) j["zero_optimization"]["stage"] = 3;
   set(j, row.key, value);
   return j;
 }

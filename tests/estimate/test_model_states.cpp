@@ -1,10 +1,12 @@
 // ZeRO model-state memory estimate: the ZeRO paper's worked example (Ψ = 7.5B, n = 64,
 // K = 12) exactly, the per-stage split, n = 1 collapsing every stage to plain data
-// parallelism, GPT parameter counts against nn::GPT, and the stage 3 persistence threshold.
+// parallelism, GPT parameter counts against nn::GPT, the stage 3 persistence threshold, and
+// the device, host and NVMe bytes of each offload choice.
 #include <boost/test/unit_test.hpp>
 #include <map>
 
 #include "estimate/model_states.h"
+#include "estimate/offload_states.h"
 #include "nn/gpt.h"
 #include "support/check.h"
 
@@ -165,4 +167,44 @@ BOOST_AUTO_TEST_CASE(persistence_threshold_moves_exactly_the_small_parameters) {
   BOOST_TEST(b[3].gradients == a[3].gradients + 2.0 * double(small.elements));
   BOOST_TEST(b[3].optimizer == a[3].optimizer);
   BOOST_TEST(b[3].total() == a[3].total() + 4.0 * double(small.elements));
+}
+
+// Offload (estimate/offload_states.h) on the paper's example: S = 7.5e9 / 64 = 117187500
+// elements per rank, every figure exact in binary. Offloading moves bytes between device,
+// host and NVMe without changing their sum, except the nvme buffers' host copies.
+BOOST_AUTO_TEST_CASE(offload_columns_place_each_state_by_closed_form) {
+  using estimate::OffloadTarget;
+  const estimate::ModelStateInput in = paper_example();
+  const double s = 117187500.0;
+  const auto all = estimate::placed_state_bytes_all(in);
+  BOOST_TEST_REQUIRE(all.size() == 1u + 3u + 3u + 5u);
+  for (const estimate::PlacedStateBytes& p : all) {
+    const estimate::ModelStateBytes b = estimate::model_state_bytes(p.stage, in);
+    const double buffers = (p.choice.optimizer == OffloadTarget::nvme ? b.optimizer : 0.0) +
+                           (p.choice.params == OffloadTarget::nvme ? 2 * s : 0.0);
+    BOOST_TEST(p.device + p.host + p.nvme == b.total() + buffers);
+  }
+  const estimate::PlacedStateBytes z2cpu = all[1 + 3 + 1];  // stage 2, optimizer on cpu
+  BOOST_TEST(z2cpu.stage == 2);
+  BOOST_TEST(z2cpu.device == 2 * 7.5e9 + 2 * s);
+  BOOST_TEST(z2cpu.host == 12 * s);
+  BOOST_TEST(z2cpu.nvme == 0);
+  const estimate::PlacedStateBytes infinity = all.back();  // stage 3, both to nvme
+  BOOST_TEST(infinity.stage == 3);
+  BOOST_TEST(infinity.device == 2 * s);             // the gradients' shard
+  BOOST_TEST(infinity.nvme == 12 * s + 2 * s);
+  BOOST_TEST(infinity.host == 12 * s + 2 * s);      // the default buffers outsize a shard
+  const auto small = estimate::placed_state_bytes(
+      3, {.optimizer = OffloadTarget::nvme, .params = OffloadTarget::nvme}, {.num_params = 7.5e9, .dp = 64,
+      .optimizer_bytes = 12, .persistent_params = 1e6}, {.optimizer_elements = 4e6, .param_elements = 5e6});
+  BOOST_TEST(small.host == 12 * 4e6 + 2 * 5e6);
+  BOOST_TEST(small.device == 2 * s + 2e6 + 2e6);  // gradients' shard and the persistent parameters and gradients
+  BOOST_TEST(small.nvme == 14 * s);
+  const auto z3cpu = estimate::placed_state_bytes(3, {.optimizer = OffloadTarget::cpu, .params = OffloadTarget::cpu}, in);
+  BOOST_TEST(z3cpu.device == 2 * s);
+  BOOST_TEST(z3cpu.host == 14 * s);
+  test::check_error([&] { estimate::placed_state_bytes(2, {.params = OffloadTarget::nvme}, in); },
+                    {"offloading parameters runs at stage 3, not stage 2"});
+  test::check_error([&] { estimate::placed_state_bytes(0, {.optimizer = OffloadTarget::cpu}, in); },
+                    {"stages 1-3, not stage 0"});
 }

@@ -108,6 +108,7 @@ struct DataParallelRun {
   // Where the optimizer's state lives (offload), by sub-groups of this many elements.
   zero::OffloadConfig offload;
   int64_t sub_group_size = 1000000000;
+  zero::ParamOffloadConfig offload_param;  // stage 3
 };
 
 inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const DataParallelRun& run) {
@@ -127,6 +128,7 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
                                 .weight_quantization_block = run.block,
                                 .gradient_quantization_block = run.block,
                                 .offload_optimizer = run.offload,
+                                .offload_param = run.offload_param,
                                 .sub_group_size = run.sub_group_size};
   zero::ZeroOptimizer opt(model, config, run.adam.options, kDecay, comm, {}, nullptr, {}, run.groups);
   const int64_t micro = kGlobalBatch / (run.accumulation * n);

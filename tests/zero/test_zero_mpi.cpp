@@ -4,7 +4,8 @@
 // accumulation, and with DeepSpeed's Adam options and per-step betas
 // (support/zero_trajectory.h). Losses and final parameters agree within 1e-5 relative.
 // With the optimizer's state offloaded to NVMe files, every stage on 1, 2 and 4 ranks
-// follows the same run without offload within 1e-6.
+// follows the same run without offload within 1e-6, and so does stage 3 with the parameter
+// shards in swap files too (ZeRO-Infinity).
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/counting_communicator.h"
@@ -14,6 +15,7 @@
 #include "support/mpi_fixture.h"
 #include "support/zero_trajectory.h"
 #include "triad.h"
+#include "io/swap_file.h"
 #include "zero/buckets.h"
 #include "zero/zero_optimizer.h"
 
@@ -97,6 +99,38 @@ BOOST_AUTO_TEST_CASE(offloading_to_nvme_follows_the_run_without_it) {
       }
   }
   BOOST_TEST(std::filesystem::is_empty(dir.path()));  // the state files went with their optimizers
+}
+
+// ZeRO-Infinity (Note [Offloaded parameters]): each rank's parameter shards in a swap file,
+// read in before each gather and written back after the step, beside the optimizer's state
+// on NVMe, in f32 with gradient accumulation 2 and clipping at 0.5. Two buffers (every unit's
+// two groups, no prefetch of the next unit) and DeepSpeed's five (the next unit prefetched);
+// the swap asserts that no more shards than buffers are ever in memory.
+BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  for (int ranks : {1, 2, 4}) {
+    if (n % ranks != 0) continue;
+    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+    const test::DataParallelRun plain{.stage = 3, .accumulation = 2};
+    const Trajectory ref = test::data_parallel(comm, plain);
+    for (int64_t buffers : {2, 5}) {
+      BOOST_TEST_CONTEXT(ranks << " ranks, " << buffers << " parameter buffers") {
+        test::DataParallelRun offloaded = plain;
+        offloaded.offload = {.device = zero::OffloadDevice::nvme,
+                             .nvme_path = dir.path().string(),
+                             .pipeline_read = true,
+                             .pipeline_write = true};
+        offloaded.sub_group_size = 300;
+        offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
+                                   .nvme_path = dir.path().string(),
+                                   .buffer_count = buffers};
+        check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+      }
+    }
+  }
+  BOOST_TEST(std::filesystem::is_empty(dir.path()));  // the swap files went with their optimizers
 }
 
 // DeepSpeed's Adam options (L2 weight decay, no bias correction) with betas that change every
@@ -185,7 +219,34 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
     BOOST_TEST(std::abs(m.param_bytes - params) / params < 0.05);
     BOOST_TEST(std::abs(m.grad_bytes - 4 * (stage <= 1 ? psi : shard)) / (4 * (stage <= 1 ? psi : shard)) < 0.05);
     BOOST_TEST(std::abs(m.optim_bytes - 8 * (stage == 0 ? psi : shard)) / (8 * (stage == 0 ? psi : shard)) < 0.05);
+    BOOST_TEST(m.host_bytes == 0);
+    BOOST_TEST(m.nvme_bytes == 0);
   }
+  // ZeRO-Infinity on the CPU: the swap files hold each group's shard of the parameters and of
+  // both moments, each padded to 4096 bytes; the parameters in memory are at most two
+  // buffers of the largest shard; no host memory apart from the device's.
+  test::TempDir dir;
+  auto model = make_model();
+  zero::ZeroOptimizer opt(model,
+                          {.stage = 3,
+                           .stage3_param_persistence_threshold = 0,
+                           .offload_optimizer = {.device = zero::OffloadDevice::nvme, .nvme_path = dir.path().string()},
+                           .offload_param = {.device = zero::OffloadDevice::nvme,
+                                             .nvme_path = dir.path().string(),
+                                             .buffer_count = 2}},
+                          kAdam, kDecay, world);
+  const zero::ResidentBytes m = opt.memory();
+  int64_t files = 0, largest = 0, all = 0;
+  for (const auto& [padded, partitioned] : opt.group_sizes()) {
+    BOOST_TEST(partitioned);
+    const int64_t bytes = 4 * padded / n;
+    files += 3 * io::align_up(bytes);
+    largest = std::max(largest, bytes);
+    all += bytes;
+  }
+  BOOST_TEST(m.nvme_bytes == files);
+  BOOST_TEST(m.param_bytes == std::min(all, 2 * largest));
+  BOOST_TEST(m.host_bytes == 0);
 }
 
 BOOST_AUTO_TEST_CASE(communication_per_step_is_two_psi) {

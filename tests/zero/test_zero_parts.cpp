@@ -6,7 +6,10 @@
 // counts their bytes. The NVMe store (Note [Offloaded optimizer state]) hands back exactly
 // what was written, through few buffers, read ahead or not, written behind or not, and by
 // parts for checkpoints; a corrupted byte or a truncated file is an error naming the file,
-// and so is a missing or unwritable nvme_path.
+// and so is a missing or unwritable nvme_path. The parameter swap (Note [Offloaded
+// parameters]) hands back each shard as last stored and names a damaged file; parameter
+// offload below stage 3, without its folder, or with buffers too few or too small for a
+// unit's shards is a named error.
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
@@ -16,9 +19,12 @@
 
 #include "support/check.h"
 #include "support/files.h"
+#include "support/zero_trajectory.h"
+#include "parallel/self_communicator.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 #include "zero/nvme_shard_store.h"
+#include "zero/param_swap.h"
 #include "zero/shard_store.h"
 #include "zero/zero_config.h"
 
@@ -71,6 +77,21 @@ BOOST_AUTO_TEST_CASE(offload_needs_a_stage_a_folder_and_whole_state) {
   BOOST_TEST(error_of({.stage = 2, .sub_group_size = 0}) == "[config] zero_optimization.sub_group_size must be at least 1, got 0");
   BOOST_TEST(error_of({.stage = 2, .aio = {.block_size = 4097}}) ==
              "[config] aio.block_size must be a positive multiple of 4096 bytes (direct I/O moves whole pages), got 4097");
+}
+
+BOOST_AUTO_TEST_CASE(parameter_offload_needs_stage_3_and_a_folder) {
+  const zero::ParamOffloadConfig nvme{.device = zero::OffloadDevice::nvme, .nvme_path = "/tmp"};
+  BOOST_TEST(error_of({.stage = 3, .offload_param = nvme}) == "(no error)");
+  BOOST_TEST(error_of({.stage = 3, .offload_param = {.device = zero::OffloadDevice::cpu}}) == "(no error)");
+  BOOST_TEST(error_of({.stage = 2, .offload_param = nvme}) ==
+             "[config] zero_optimization.offload_param: offloading parameters runs at stage 3, not stage 2");
+  BOOST_TEST(error_of({.stage = 3, .offload_param = {.device = zero::OffloadDevice::nvme}}) ==
+             "[config] zero_optimization.offload_param.nvme_path is required with device \"nvme\" (the folder that "
+             "holds each rank's parameter swap file)");
+  BOOST_TEST(error_of({.stage = 3, .offload_param = {.buffer_count = 0}}) ==
+             "[config] zero_optimization.offload_param.buffer_count must be at least 1, got 0");
+  BOOST_TEST(error_of({.stage = 3, .offload_param = {.buffer_size = 0}}) ==
+             "[config] zero_optimization.offload_param.buffer_size must be at least 1, got 0");
 }
 
 BOOST_AUTO_TEST_CASE(zeropp_needs_stage_3_and_hpz_groups_that_tile_the_ranks) {
@@ -248,4 +269,67 @@ BOOST_AUTO_TEST_CASE(nvme_store_names_a_missing_or_unwritable_folder) {
                           "': cannot create swap file '" + locked + "/triad-optimizer-rank0-") == 0u,
              refused);
   BOOST_TEST(refused.find(".swp': Permission denied") != std::string::npos, refused);
+}
+
+// A partitioned group's shard goes to the file on add (none left in memory), comes back as
+// it was, and as last stored after an update; a changed byte is an error naming the file.
+BOOST_AUTO_TEST_CASE(parameter_swap_hands_back_each_shard_as_last_stored) {
+  test::TempDir dir;
+  zero::ParamSwap swap({.device = zero::OffloadDevice::nvme, .nvme_path = dir.path().string(), .buffer_count = 1,
+                        .buffer_size = 1500},
+                       {});
+  const Tensor w = random_f32(1500, 3);
+  zero::FlatGroup group({{"w", ops::clone(w)}}, 0.0, 1, 0);
+  group.partition();
+  swap.add(group);
+  BOOST_TEST(!group.owned_shard().defined());
+  BOOST_TEST(swap.file_bytes() == 2 * 4096);  // 6000 bytes padded to pages
+  swap.bring_in(group);
+  BOOST_TEST(values(group.owned_shard()) == values(w), boost::test_tools::per_element());
+  BOOST_TEST(swap.resident_bytes() == 6000);
+  ops::fill_(group.owned_shard(), 0.5);
+  swap.store(group);
+  BOOST_TEST(swap.resident_bytes() == 0);
+  swap.bring_in(group);
+  BOOST_TEST(values(group.owned_shard()) == std::vector<float>(1500, 0.5f), boost::test_tools::per_element());
+  swap.drop(group);
+  flip_byte(swap.path(), 4 * 1499);
+  const std::string damaged = test::error_message([&] { swap.bring_in(group); });
+  BOOST_TEST(damaged.find("swap file '" + swap.path() + "': a parameter shard of 6000 bytes at offset 0 read back "
+                          "differs from what was written (CRC-32C ") == 0u, damaged);
+  BOOST_TEST(swap.peak_resident_bytes() == 6000);
+}
+
+// Each unit's shards must fit the buffers: one buffer per flat group of the unit (its
+// matrices and its vectors), each of the largest shard's elements.
+BOOST_AUTO_TEST_CASE(parameter_buffers_too_few_or_too_small_are_named) {
+  test::TempDir dir;
+  const auto comm = std::make_shared<parallel::SelfCommunicator>();
+  const auto error = [&](int64_t count, int64_t size) {
+    return test::error_message([&] {
+      zero::ZeroOptimizer opt(test::make_model(), {.stage = 3,
+                                                   .stage3_param_persistence_threshold = 0,
+                                                   .offload_param = {.device = zero::OffloadDevice::nvme,
+                                                                     .nvme_path = dir.path().string(),
+                                                                     .buffer_count = count,
+                                                                     .buffer_size = size}},
+                              test::kAdam, test::kDecay, comm);
+    });
+  };
+  int64_t largest = 0;
+  {
+    zero::ZeroOptimizer plain(test::make_model(), {.stage = 3, .stage3_param_persistence_threshold = 0}, test::kAdam, test::kDecay, comm);
+    for (const auto& [padded, partitioned] : plain.group_sizes()) largest = std::max(largest, partitioned ? padded : 0);
+  }
+  BOOST_TEST(largest > 0);
+  BOOST_TEST(error(2, largest) == "(no error)");
+  const std::string small = error(2, largest - 1);
+  BOOST_TEST(small.find("[config] zero_optimization.offload_param.buffer_size " + std::to_string(largest - 1) +
+                        " is too small: unit '") == 0u, small);
+  BOOST_TEST(small.find("' has a parameter shard of " + std::to_string(largest) + " elements") != std::string::npos,
+             small);
+  const std::string few = error(1, largest);
+  BOOST_TEST(few.find("[config] zero_optimization.offload_param.buffer_count 1 is too small: unit '") == 0u, few);
+  BOOST_TEST(few.find("' gathers 2 parameter shards at once") != std::string::npos, few);
+  BOOST_TEST(std::filesystem::is_empty(dir.path()));
 }

@@ -1,0 +1,52 @@
+// Where ZeRO's model states sit per data-parallel rank when the optimizer's state and (stage
+// 3) the parameters are offloaded: bytes on the training device, in host memory and on NVMe,
+// for each stage and offload choice, as DeepSpeed's estimate_zero3_model_states_mem_needs
+// splits GPU and CPU memory. Pure arithmetic over estimate/model_states.h's figures.
+//
+// With S = Ψ/n the elements of a rank's shard (stages 1-3; stage 0 keeps no shard and takes
+// no offload), K the optimizer's bytes per parameter, P the persistent elements of stage 3:
+//   optimizer  none: device KS        cpu: host KS        nvme: NVMe KS, host K·min(S, B_o)
+//   parameters none: device 2S + 2P   cpu: host 2S,       nvme: NVMe 2S, host 2·min(S, B_p),
+//                                          device 2P            device 2P
+//   gradients  device, as model_states.h (2Ψ at stage 1, 2Ψ/n + 2P at stage 3 ...)
+// B_o = buffer_count × sub_group_size (offload_optimizer's buffers, each one sub-group's
+// master weights and moments), B_p = buffer_count × buffer_size (offload_param's, each one
+// shard). Parameter offload is stage 3's only. Not counted: the units gathered on the device
+// during a forward or backward (DeepSpeed's largest layer), buckets and activations.
+#pragma once
+
+#include <vector>
+
+#include "estimate/model_states.h"
+
+namespace triad::estimate {
+
+enum class OffloadTarget { none, cpu, nvme };
+const char* target_name(OffloadTarget target);  // "none", "cpu", "nvme"
+
+struct OffloadChoice {
+  OffloadTarget optimizer = OffloadTarget::none;
+  OffloadTarget params = OffloadTarget::none;  // stage 3 only
+};
+
+// Elements the swap buffers hold, DeepSpeed's defaults: 4 × 1e9 and 5 × 1e8.
+struct OffloadBuffers {
+  double optimizer_elements = 4e9;
+  double param_elements = 5e8;
+};
+
+struct PlacedStateBytes {
+  int stage = 0;
+  OffloadChoice choice;
+  double device = 0, host = 0, nvme = 0;
+};
+
+// One stage and choice. Error naming what does not fit: offload at stage 0, parameter
+// offload below stage 3, buffers that are not positive.
+PlacedStateBytes placed_state_bytes(int stage, OffloadChoice choice, const ModelStateInput& input,
+                                    const OffloadBuffers& buffers = {});
+// Every valid pair, stage by stage: no offload; the optimizer to cpu, to nvme (stages 1-3);
+// at stage 3 the optimizer and the parameters both to cpu, both to nvme.
+std::vector<PlacedStateBytes> placed_state_bytes_all(const ModelStateInput& input, const OffloadBuffers& buffers = {});
+
+}  // namespace triad::estimate
