@@ -72,10 +72,10 @@ int run_quantized_bench(const QuantizedOptions& o) {
     for (int64_t m : o.tokens) {
       Tensor x = Tensor::empty({m, k});
       ops::normal_(x, 0.0, 1.0, gen);
-      const std::vector<double> t = median_seconds({[&] { ops::linear(x, w, bias); },
-                                                    [&] { ops::quantized_linear(x, w8, bias, 8); },
-                                                    [&] { ops::quantized_linear(x, w4, bias, 8); }},
-                                                   o.repeats);
+      const std::vector<double> t =
+          median_seconds({[&] { ops::linear(x, w, bias); }, [&] { ops::quantized_linear(x, w8, bias, 8); },
+                          [&] { ops::quantized_linear(x, w4, bias, 8); }},
+                         o.repeats);
       const double ops_count = 2.0 * double(m) * double(n) * double(k);
       std::printf("%6lld %6lld %6lld %10.3f %10.3f %10.3f %9.2f %9.2f\n", (long long)m, (long long)k, (long long)n,
                   ops_count / t[0] / 1e12, ops_count / t[1] / 1e12, ops_count / t[2] / 1e12, t[0] / t[1], t[0] / t[2]);
