@@ -10,6 +10,7 @@
 #include "bench/pipeline.h"
 #include "bench/rlhf.h"
 #include "bench/quantize.h"
+#include "bench/quantized.h"
 #include "bench/scaling.h"
 #include "bench/step.h"
 #include "bench/zero.h"
@@ -34,6 +35,8 @@ int main(int argc, char** argv) {
     triad::bench::add_scaling_command(app, scaling);
     triad::bench::QuantizeOptions quantize;
     triad::bench::add_quantize_command(app, quantize);
+    triad::bench::QuantizedOptions quantized;
+    triad::bench::add_quantized_command(app, quantized);
     triad::bench::RlhfBenchOptions rlhf;
     triad::bench::add_rlhf_command(app, rlhf);
     triad::bench::GenerateOptions generate;

@@ -3,6 +3,7 @@
 // needed. PATH may be a file or a checkpoint folder (its `latest`).
 //
 //   triad-ckpt inspect PATH                    layout, step, every tensor, checksum status
+//                                              (and a quantized model's recipe and bits)
 //   triad-ckpt verify PATH                     recomputes every checksum; exit 1 on damage
 //   triad-ckpt export PATH --out FILE [--dtype f32|bf16]   consolidated weights only
 //   triad-ckpt export PATH --format safetensors --out DIR [--dtype f32|f16|bf16|f64]
@@ -45,6 +46,10 @@ int inspect(const std::string& path) {
   if (s.step >= 0) std::printf("step: %lld\n", (long long)s.step);
   std::printf("written by: %s\n", s.layout.dump().c_str());
   if (s.config.contains("model")) std::printf("model: %s\n", s.config["model"].dump().c_str());
+  if (!s.recipe.is_null())
+    std::printf("quantized: %s, W%dA%d, groups of %lld (%s)\n", s.recipe.value("method", "").c_str(),
+                s.recipe.value("wbits", 0), s.recipe.value("abits", 0), (long long)s.recipe.value("group_size", 0),
+                s.recipe.value("symmetric", true) ? "symmetric" : "asymmetric");
   int64_t bytes = 0;
   std::printf("%-52s %-16s %-5s %-18s %s\n", "dataset", "shape", "dtype", "checksum", "status");
   for (const auto& d : s.datasets) {

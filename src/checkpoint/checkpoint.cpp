@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/quantized_model.h"
 #include "config/model_factory.h"
 #include "io/checksum.h"
 #include "io/h5file.h"
@@ -376,6 +377,9 @@ void check_kind(const H5File& file, const std::string& kind) {
                                                                   << "; this build reads version "
                                                                   << kCheckpointFormatVersion);
   const std::string found = file.get_attr_string("/", "kind");
+  TRIAD_CHECK(kind.empty() || found == kind || found != "quantized",
+              "'" << file.path() << "' is a quantized model (triad-compress): it runs inference only; training "
+                  << "resumes from a full-precision " << kind);
   TRIAD_CHECK(kind.empty() || found == kind,
               "'" << file.path() << "' is a " << found << " file, not a " << kind << " (training state is needed)");
 }
@@ -620,6 +624,7 @@ CheckpointSummary read_summary(const std::string& path) {
   s.config = nlohmann::json::parse(file.get_attr_string("/", "config"));
   s.layout = nlohmann::json::parse(file.get_attr_string("/", "layout"));
   s.step = file.has("/state/step") ? int64_t(file.read("/state/step").item()) : -1;
+  if (file.has_attr("/", "recipe")) s.recipe = nlohmann::json::parse(file.get_attr_string("/", "recipe"));
   for (const std::string& name : file.list_datasets()) {
     const uint64_t sum = file.has_attr(name, "checksum") ? file.get_attr_uint64(name, "checksum") : 0;
     s.datasets.push_back({name, file.shape(name), file.dtype(name), sum});
@@ -765,7 +770,15 @@ LoadedModel load_model(const std::string& path, std::shared_ptr<const nn::Parall
                 "'" << path << "': a model of " << shape.n_kv_head << (c.arch == "llama" ? " key/value" : "")
                     << " heads cannot be split over " << parallelism->ranks()
                     << " tensor-parallel ranks (they must divide the heads)");
+    const bool quantized = file.get_attr_string("/", "kind") == "quantized";
+    TRIAD_CHECK(!quantized || parallelism->ranks() == 1,
+                "'" << path << "' is a quantized model: it runs on one process, not split over "
+                    << parallelism->ranks() << " tensor-parallel ranks");
     m.model = build_model(c, std::move(parallelism));
+    if (quantized) {
+      load_quantized_model(path, m.model);
+      return m;
+    }
   }
   load_parameters(path, *m.model);
   return m;

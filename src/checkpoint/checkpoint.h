@@ -19,7 +19,8 @@
 //   attribute "checksum" of every dataset: io/checksum.h over its elements as stored
 //
 // A weights file (export, or the trained model a run leaves in output_dir) has /model only,
-// in f32 or bf16, and the same attributes with kind "weights".
+// in f32 or bf16, and the same attributes with kind "weights". A quantized model (kind
+// "quantized", checkpoint/quantized_model.h) is read by load_model and the serial tools.
 //
 // Saving writes `<path>.tmp`, flushes and syncs it, and renames it to `path`: a reader sees
 // the previous file or the complete new one. Loading verifies the checksum of every dataset
@@ -77,6 +78,7 @@ struct CheckpointSummary {
   int64_t format_version;  // kCheckpointFormatVersion
   int64_t step;            // -1 for weights files
   nlohmann::json config, layout;
+  nlohmann::json recipe;  // a quantized model's (checkpoint/quantized_model.h); null otherwise
   struct Dataset {
     std::string name;
     Shape shape;

@@ -25,7 +25,18 @@ Linear::Linear(std::string type_name, Tensor weight_, Tensor bias_, const Tensor
   if (bias_.defined()) bias = register_parameter("bias", std::move(bias_), bias_split);
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) {
+  if (!quantized_) return linear(x, weight, bias);
+  return ops::quantized_linear(x, *quantized_, bias.defined() ? ops::to(bias, DType::f32) : Tensor(), abits_);
+}
+
+void Linear::use_quantized(std::shared_ptr<const PackedWeight> w, int abits) {
+  TRIAD_CHECK(w && w->n == weight.size(0) && w->k == weight.size(1),
+              "Linear::use_quantized: expected a packed weight of " << shape_str(weight.shape()));
+  TRIAD_CHECK(abits == 8 || abits == 16, "Linear::use_quantized: activation bits must be 8 or 16, got " << abits);
+  quantized_ = std::move(w);
+  abits_ = abits;
+}
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) : Module("Embedding") {
   TRIAD_CHECK(num_embeddings > 0 && dim > 0,

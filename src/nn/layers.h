@@ -2,7 +2,10 @@
 // PyTorch's defaults; models re-initialize where their architecture says otherwise.
 #pragma once
 
+#include <memory>
+
 #include "nn/module.h"
+#include "tensor/quantized_matmul.h"
 #include "tensor/random.h"
 
 namespace triad::nn {
@@ -13,12 +16,22 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
 
+  // From now on forward runs the integer GEMM (ops::quantized_linear) on w, a packed
+  // quantization of this layer's weight, with activations of `abits` (8 or 16); `weight` is
+  // no longer read. For inference: no gradient flows through a quantized layer. CPU only.
+  void use_quantized(std::shared_ptr<const PackedWeight> w, int abits);
+  const PackedWeight* quantized() const { return quantized_.get(); }
+
   Tensor weight, bias;  // bias undefined when built without one
 
  protected:
   // For layers holding a part of a weight split over ranks (parallel/tensor_parallel_layers.h).
   Linear(std::string type_name, Tensor weight, Tensor bias, const TensorSplit& weight_split,
          const TensorSplit& bias_split);
+
+ private:
+  std::shared_ptr<const PackedWeight> quantized_;
+  int abits_ = 8;
 };
 
 // Rows of a table: weight (num_embeddings, dim), init N(0, 1).

@@ -33,21 +33,24 @@ inline constexpr int64_t kQuantBlock = 4096;
 // block to zero and cost measurable convergence; 256 do not (Note [ZeRO++], block sizes).
 inline constexpr int64_t kGradientQuantBlock = 256;
 
-// The layout of block-wise symmetric quantization (ops::quantize_blocks): a sequence of n
-// values is cut into blocks of `block` elements (the last may be shorter), each stored as
-// integers in [-qmax, qmax] and one f32 scale.
+// The layout of block-wise quantization (ops::quantize_blocks): a sequence of n values is
+// cut into blocks of `block` elements (the last may be shorter), each stored as `bits`-bit
+// integers and one f32 scale (and, asymmetric, one f32 offset). ZeRO++'s collectives use
+// the symmetric 8- and 4-bit formats; compression (ZeroQuant, XTC) all of them.
 struct QuantFormat {
-  int bits = 8;                 // 8: one value per byte; 4: two per byte
-  int64_t block = kQuantBlock;  // elements sharing one scale; even at 4 bits (whole bytes)
-  int qmax() const { return bits == 8 ? 127 : 7; }
-  int64_t bytes(int64_t n) const { return bits == 8 ? n : (n + 1) / 2; }  // i8 elements holding n values
+  int bits = 8;                 // 8, 4, 2 or 1; values packed low bits first into bytes
+  int64_t block = kQuantBlock;  // elements sharing one scale; block bits a multiple of 8 (whole bytes)
+  bool symmetric = true;        // false: a per-block offset too (min/max rather than max |x|)
+  // The largest |q| of a symmetric format: 127, 7, 1 (ternary) or 1 (binary, q = +-1).
+  int qmax() const { return bits == 1 ? 1 : (1 << (bits - 1)) - 1; }
+  int64_t bytes(int64_t n) const { return (n * bits + 7) / 8; }  // i8 elements holding n values
   int64_t blocks(int64_t n) const { return (n + block - 1) / block; }
 };
 
 // A quantized tensor: q i8 (..., bytes(n)) and scales f32 (..., blocks(n)) for a source of
-// shape (..., n).
+// shape (..., n); offsets f32 like scales for an asymmetric format, else undefined.
 struct Quantized {
-  Tensor q, scales;
+  Tensor q, scales, offsets;
 };
 
 }  // namespace triad
@@ -149,25 +152,35 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
             const AdamWStep& step, const Tensor& param_copy = Tensor());
 
-// ---- block-wise quantization (ZeRO++'s quantized collectives) ----
+// ---- block-wise quantization (ZeRO++'s quantized collectives, compression) ----
 // Every row along the last dimension of src (..., n) is quantized on its own, in blocks of
-// format.block elements (the row's last block may be shorter):
-//   scale = max |x| / qmax over the block (qmax 127 at 8 bits, 7 at 4 bits), in f32;
+// format.block elements (the row's last block may be shorter). Symmetric formats:
+//   scale = max |x| / qmax over the block (qmax 127 at 8 bits, 7 at 4, 1 at 2), in f32;
 //   q = x / scale rounded to nearest, ties to even, clamped to [-qmax, qmax].
 // So |x - q scale| <= scale / 2 up to f32 rounding, and values k scale come back exactly.
-// At 4 bits, element 2i of a row is the low nibble of its byte i and element 2i+1 the high
-// one, both two's complement; an odd row's last high nibble is 0.
+// At 1 bit (XTC's binary weights) q = sign(x) in {-1, +1} (+1 for x >= 0) and scale =
+// mean |x| over the block, which minimises the block's squared error.
+// Asymmetric formats (levels L = 2^bits - 1, half H = 2^(bits-1)):
+//   scale = (max x - min x) / L; u = (x - min x) / scale rounded as above, clamped to
+//   [0, L]; stored q = u - H in [-H, H - 1]; offset = min x + H scale,
+// so that x ~ q scale + offset within scale / 2 (a block of equal values: scale 0, q -H,
+// offset its value).
+// Packing: element i of a row is the bits-wide two's complement field at bit (i bits) % 8
+// of byte (i bits) / 8 (at 4 bits element 2i is the low nibble of byte i, 2i+1 the high
+// one); the binary format stores 1 for +1 and 0 for -1. A row's unused last bits are 0.
 // Special blocks, so that overflow checks still see what the source held:
 // - a block holding a NaN or an infinity gets scale NaN and q 0: every value dequantized
 //   from it is NaN;
-// - a block whose max |x| is 0 or below 2^-119 (where scale would leave f32's normal
-//   range) gets scale 0 and q 0: it comes back as zeros.
-// src is f32, bf16 or f16 (16-bit values are read as stored); any device.
+// - a symmetric block whose max |x| is 0 or below 2^-119 (where scale would leave f32's
+//   normal range) gets scale 0 and q 0 (binary: q -1): it comes back as zeros.
+// src is f32, bf16 or f16 (16-bit values are read as stored). The symmetric 8- and 4-bit
+// formats run on any device; the others on the CPU (elsewhere an Error names the format).
 Quantized quantize_blocks(const Tensor& src, const QuantFormat& format = {});
-// out (..., n) = q scale, the inverse of quantize_blocks (q and scales as it made them for
-// a source of out's shape); out contiguous, f32, bf16 or f16 (written rounded to nearest
-// even from f32).
+// out (..., n) = q scale (+ offset), the inverse of quantize_blocks (q and scales as it made
+// them for a source of out's shape); out contiguous, f32, bf16 or f16 (written rounded to
+// nearest even from f32). The first form is for symmetric formats.
 void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, const QuantFormat& format = {});
+void dequantize_blocks(const Quantized& x, const Tensor& out, const QuantFormat& format);
 // out (n) = the sum over k of row k of q (k, bytes(n)) dequantized with scales (k,
 // blocks(n)): k slices quantized on their own (qgZ's all-to-all delivers one per peer),
 // added in f32 in row order, written once in out's dtype (contiguous; f32, bf16 or f16).

@@ -1,7 +1,10 @@
 // Block-wise quantization (ops::quantize_blocks, dequantize_blocks, dequantize_reduce) on
 // the CPU, against values the tests compute themselves: each block's scale is max |x| / qmax
 // in double, q is decoded from the bytes here (nibbles by hand), and the round trip must
-// come within half a scale of every value, up to f32 rounding.
+// come within half a scale of every value, up to f32 rounding. The compression formats (8,
+// 4, 2 and 1 bits, symmetric and asymmetric) against a scalar reference written here, and
+// the integer GEMM (ops::quantized_linear) against the f64 product of the dequantized
+// operands.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +13,7 @@
 
 #include "support/check.h"
 #include "tensor/ops.h"
+#include "tensor/quantized_matmul.h"
 
 using namespace triad;
 
@@ -268,9 +272,13 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_sources_and_outputs) {
 
 BOOST_AUTO_TEST_CASE(bad_arguments_throw) {
   const Tensor x = uniform(100, 8, -1, 1);
-  test::check_error([&] { ops::quantize_blocks(x, QuantFormat{5, 64}); }, {"quantize_blocks", "bits must be 8 or 4"});
+  test::check_error(
+      [&] {
+        ops::quantize_blocks(x, QuantFormat{5, 64});
+      },
+      {"quantize_blocks", "bits must be 8, 4, 2 or 1"});
   test::check_error([&] { ops::quantize_blocks(x, QuantFormat{8, 0}); }, {"quantize_blocks", "block must be positive"});
-  test::check_error([&] { ops::quantize_blocks(x, QuantFormat{4, 63}); }, {"quantize_blocks", "even"});
+  test::check_error([&] { ops::quantize_blocks(x, QuantFormat{4, 63}); }, {"quantize_blocks", "whole bytes"});
   test::check_error([&] { ops::quantize_blocks(ops::to(x, DType::f64), kInt8); }, {"quantize_blocks", "f64"});
   test::check_error([&] { ops::quantize_blocks(Tensor::scalar(1.0), kInt8); }, {"quantize_blocks", "1 dimension"});
   const Quantized r = ops::quantize_blocks(x, kInt4);
@@ -290,4 +298,249 @@ BOOST_AUTO_TEST_CASE(bad_arguments_throw) {
       },
       {"dequantize_blocks", "contiguous"});
   test::check_error([&] { ops::dequantize_reduce(r.q, r.scales, out, kInt4); }, {"dequantize_reduce", "(k, bytes)"});
+}
+
+namespace {
+
+// The field of element i of a row packed at `bits`, decoded by hand (binary: 0 -> -1, 1 -> +1).
+int field(const int8_t* row, int bits, bool binary, int64_t i) {
+  int u = 0;
+  for (int b = 0; b < bits; ++b) {
+    const int64_t bit = i * bits + b;
+    u |= ((uint8_t(row[bit / 8]) >> (bit % 8)) & 1) << b;
+  }
+  if (binary) return 2 * u - 1;
+  return u >= (1 << (bits - 1)) ? u - (1 << bits) : u;
+}
+
+// One block's expected scale, offset and integers, computed here in f32 as documented.
+struct RefBlock {
+  float scale = 0, offset = 0;
+  std::vector<int> q;
+};
+
+RefBlock reference_block(const float* x, int64_t len, const QuantFormat& f) {
+  RefBlock r;
+  float lo = x[0], hi = x[0];
+  double abs_sum = 0;
+  for (int64_t i = 0; i < len; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]), abs_sum += std::fabs(x[i]);
+  if (f.symmetric && f.bits == 1) {
+    r.scale = float(abs_sum / double(len));
+    for (int64_t i = 0; i < len; ++i) r.q.push_back(x[i] >= 0 ? 1 : -1);
+  } else if (f.symmetric) {
+    const float m = std::max(-lo, hi), inv = float(f.qmax()) / m;
+    r.scale = m / float(f.qmax());
+    for (int64_t i = 0; i < len; ++i)
+      r.q.push_back(int(std::clamp(std::nearbyint(x[i] * inv), -float(f.qmax()), float(f.qmax()))));
+  } else {
+    const int levels = (1 << f.bits) - 1, half = 1 << (f.bits - 1);
+    const float inv = float(levels) / (hi - lo);
+    r.scale = (hi - lo) / float(levels);
+    r.offset = lo + float(half) * r.scale;
+    for (int64_t i = 0; i < len; ++i)
+      r.q.push_back(int(std::clamp(std::nearbyint((x[i] - lo) * inv), 0.0f, float(levels))) - half);
+  }
+  return r;
+}
+
+std::string format_str(const QuantFormat& f) {
+  return std::to_string(f.bits) + "-bit " + (f.symmetric ? "symmetric" : "asymmetric") + " groups of " +
+         std::to_string(f.block);
+}
+
+}  // namespace
+
+// Every bit width, both kinds and several group sizes (the last group of a row shorter):
+// integers exact, scales and offsets to f32 rounding, the round trip within half a scale
+// of each value (binary: exactly +-scale).
+BOOST_AUTO_TEST_CASE(compression_formats_against_a_scalar_reference) {
+  const int64_t rows = 3, n = 100;
+  Tensor x = Tensor::empty({rows, n});
+  Generator g(21);
+  ops::uniform_(x, -2.0, 3.0, g);
+  const std::vector<float> xs = x.to_vector<float>();
+  for (int bits : {8, 4, 2, 1})
+    for (bool symmetric : {true, false})
+      for (int64_t block : {8, 16, 64, 128}) {
+        const QuantFormat f{bits, block, symmetric};
+        const std::string what = format_str(f);
+        const Quantized r = ops::quantize_blocks(x, f);
+        BOOST_REQUIRE(r.q.shape() == Shape({rows, f.bytes(n)}));
+        BOOST_REQUIRE(r.offsets.defined() == !symmetric);
+        Tensor back = Tensor::empty({rows, n});
+        ops::dequantize_blocks(r, back, f);
+        const std::vector<float> scales = r.scales.to_vector<float>(), bk = back.to_vector<float>();
+        const std::vector<float> offsets = symmetric ? std::vector<float>() : r.offsets.to_vector<float>();
+        const int8_t* q = r.q.data<int8_t>();
+        int64_t wrong_q = 0, wrong_back = 0;
+        for (int64_t row = 0; row < rows; ++row)
+          for (int64_t b = 0; b < f.blocks(n); ++b) {
+            const int64_t begin = b * block, len = std::min(block, n - begin), at = row * f.blocks(n) + b;
+            const RefBlock ref = reference_block(xs.data() + row * n + begin, len, f);
+            BOOST_TEST(std::fabs(scales[at] - ref.scale) <= ref.scale * 0x1p-23, what << " scale " << at);
+            if (!symmetric)
+              BOOST_TEST(
+                  std::fabs(offsets[at] - ref.offset) <= 4 * ref.scale * 0x1p-23 + std::fabs(ref.offset) * 0x1p-23,
+                  what << " offset " << at);
+            for (int64_t i = 0; i < len; ++i) {
+              const int got = field(q + row * f.bytes(n), bits, symmetric && bits == 1, begin + i);
+              if (got != ref.q[size_t(i)]) ++wrong_q;
+              const double v = xs[size_t(row * n + begin + i)], y = bk[size_t(row * n + begin + i)];
+              const double bound =
+                  symmetric && bits == 1 ? 0 : ref.scale * (0.5 + 4 * (1 << bits) * 0x1p-24) + std::fabs(v) * 0x1p-22;
+              const double expected = symmetric && bits == 1 ? ref.q[size_t(i)] * double(scales[at]) : v;
+              if (!(std::fabs(expected - y) <= bound)) ++wrong_back;
+            }
+          }
+        BOOST_TEST(wrong_q == 0, what << ": " << wrong_q << " integers differ from the reference");
+        BOOST_TEST(wrong_back == 0, what << ": " << wrong_back << " values beyond the round-trip bound");
+      }
+}
+
+// Asymmetric blocks of equal values (scale 0) come back exactly; non-finite ones as NaN.
+BOOST_AUTO_TEST_CASE(compression_formats_special_blocks) {
+  std::vector<float> v(16, 2.5f);
+  v[9] = std::numeric_limits<float>::infinity();
+  const Tensor x = floats(v);
+  for (int bits : {8, 4, 2, 1}) {
+    const QuantFormat f{bits, 8, false};
+    const Quantized r = ops::quantize_blocks(x, f);
+    Tensor back = Tensor::empty({16});
+    ops::dequantize_blocks(r, back, f);
+    const std::vector<float> b = back.to_vector<float>();
+    for (int i = 0; i < 8; ++i) BOOST_TEST(b[size_t(i)] == 2.5f, bits << " bits, value " << i);
+    for (int i = 8; i < 16; ++i) BOOST_TEST(std::isnan(b[size_t(i)]), bits << " bits, value " << i);
+  }
+}
+
+namespace {
+
+// y (m, n) in f64 = the dequantized tokens (abits 8; else x itself) times the dequantized
+// weight, plus bias; `mag` the sum of |a w| + |bias| per output, the scale of f32 rounding.
+void reference_linear(const Tensor& x, const Tensor& w_dq, const std::vector<float>& bias, int abits,
+                      std::vector<double>& y, std::vector<double>& mag) {
+  const int64_t m = x.size(0), k = x.size(1), n = w_dq.size(0);
+  Tensor a = x;
+  if (abits == 8) {
+    const Quantized t = ops::quantize_blocks(x, QuantFormat{8, k});
+    a = Tensor::empty({m, k});
+    ops::dequantize_blocks(t.q, t.scales, a, QuantFormat{8, k});
+  }
+  const std::vector<float> av = a.to_vector<float>(), wv = w_dq.to_vector<float>();
+  y.assign(size_t(m * n), 0);
+  mag.assign(size_t(m * n), 0);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double s = bias.empty() ? 0 : bias[size_t(c)], t = std::fabs(s);
+      for (int64_t i = 0; i < k; ++i) {
+        s += double(av[size_t(r * k + i)]) * wv[size_t(c * k + i)];
+        t += std::fabs(double(av[size_t(r * k + i)]) * wv[size_t(c * k + i)]);
+      }
+      y[size_t(r * n + c)] = s;
+      mag[size_t(r * n + c)] = t;
+    }
+}
+
+}  // namespace
+
+// The integer GEMM (both kernels) equals the f64 GEMM of the same dequantized operands to
+// f32 rounding, for every weight format, token counts around the 4-row register block and
+// column counts around the 32-column one; the A16 path likewise with unquantized tokens.
+BOOST_AUTO_TEST_CASE(quantized_linear_equals_the_dequantized_gemm) {
+  const int64_t k = 128;
+  Generator g(5);
+  for (int64_t n : {1, 17, 40, 70})
+    for (int64_t m : {1, 3, 5, 9}) {
+      Tensor w = Tensor::empty({n, k}), x = Tensor::empty({m, k}), bias = Tensor::empty({n});
+      ops::uniform_(w, -0.5, 0.7, g);
+      ops::uniform_(x, -3.0, 2.0, g);
+      ops::uniform_(bias, -1.0, 1.0, g);
+      for (int bits : {8, 4, 2, 1})
+        for (bool symmetric : {true, false})
+          for (int64_t group : {32, 128}) {
+            const QuantFormat f{bits, group, symmetric};
+            const Quantized q = ops::quantize_blocks(w, f);
+            Tensor w_dq = Tensor::empty({n, k});
+            ops::dequantize_blocks(q, w_dq, f);
+            const PackedWeight packed = ops::pack_weight(q, n, k, f);
+            const bool with_bias = (n + m) % 2 == 0;
+            const std::vector<float> bv = with_bias ? bias.to_vector<float>() : std::vector<float>();
+            for (int abits : {8, 16})
+              for (Int8Kernel kernel : {Int8Kernel::best, Int8Kernel::portable}) {
+                if (abits == 16 && kernel == Int8Kernel::portable) continue;
+                const std::vector<float> y =
+                    ops::quantized_linear(x, packed, with_bias ? bias : Tensor(), abits, kernel).to_vector<float>();
+                std::vector<double> ref, mag;
+                reference_linear(x, w_dq, bv, abits, ref, mag);
+                int64_t wrong = 0;
+                for (size_t i = 0; i < y.size(); ++i)
+                  if (!(std::fabs(y[i] - ref[i]) <= mag[i] * 1e-5 + 1e-6)) ++wrong;
+                BOOST_TEST(wrong == 0, format_str(f) << " W(" << n << ", " << k << ") x (" << m << ") A" << abits
+                                                     << (kernel == Int8Kernel::best ? " best" : " portable") << ": "
+                                                     << wrong << " outputs off");
+              }
+          }
+    }
+}
+
+// The two integer kernels sum the same integers: on operands whose products are exact in
+// f32 (small integers, power-of-two scales) they agree exactly with the f64 reference.
+BOOST_AUTO_TEST_CASE(quantized_linear_integer_sums_are_exact) {
+  const int64_t n = 33, k = 64, m = 6;
+  std::vector<float> wv(size_t(n * k)), xv(size_t(m * k));
+  for (int64_t i = 0; i < n * k; ++i) wv[size_t(i)] = float((i * 7) % 15 - 7);  // in [-7, 7], max 7 in each group
+  for (int64_t i = 0; i < m * k; ++i) xv[size_t(i)] = float((i * 13) % 255 - 127);
+  for (int64_t r = 0; r < m; ++r) xv[size_t(r * k)] = 127;  // every token's scale is 1
+  const Tensor w = Tensor::from_vector(wv, {n, k}), x = Tensor::from_vector(xv, {m, k});
+  const QuantFormat f{4, 32};
+  const PackedWeight packed = ops::pack_weight(ops::quantize_blocks(w, f), n, k, f);
+  for (Int8Kernel kernel : {Int8Kernel::best, Int8Kernel::portable}) {
+    const std::vector<float> y = ops::quantized_linear(x, packed, Tensor(), 8, kernel).to_vector<float>();
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        double s = 0;
+        for (int64_t i = 0; i < k; ++i) s += double(xv[size_t(r * k + i)]) * wv[size_t(c * k + i)];
+        if (y[size_t(r * n + c)] != float(s)) ++wrong;
+      }
+    BOOST_TEST(wrong == 0, (kernel == Int8Kernel::best ? "best" : "portable") << ": " << wrong << " sums differ");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(compression_bad_arguments_throw) {
+  const Tensor w = uniform(96, 3, -1, 1);
+  const Tensor w2 = ops::reshape(w, {2, 48});
+  test::check_error(
+      [&] {
+        ops::quantize_blocks(w, QuantFormat{3, 8});
+      },
+      {"quantize_blocks", "bits must be 8, 4, 2 or 1"});
+  test::check_error(
+      [&] {
+        ops::quantize_blocks(w, QuantFormat{2, 6});
+      },
+      {"quantize_blocks", "2-bit block", "whole bytes"});
+  test::check_error([&] { ops::quantize_blocks(w, QuantFormat{1, 12, false}); }, {"quantize_blocks", "multiple of 8"});
+  const QuantFormat asym{4, 16, false};
+  const Quantized r = ops::quantize_blocks(w2, asym);
+  Tensor out = Tensor::empty({2, 48});
+  test::check_error([&] { ops::dequantize_blocks(r.q, r.scales, out, asym); }, {"dequantize_blocks", "needs offsets"});
+  const QuantFormat g32{8, 32};
+  test::check_error([&] { ops::pack_weight(ops::quantize_blocks(w2, g32), 2, 48, g32); },
+                    {"pack_weight", "group size 32", "divide the input dimension 48"});
+  const QuantFormat g6{8, 6};
+  test::check_error([&] { ops::pack_weight(ops::quantize_blocks(w2, g6), 2, 48, g6); },
+                    {"pack_weight", "multiple of 4"});
+  const QuantFormat g16{8, 16};
+  const PackedWeight p = ops::pack_weight(ops::quantize_blocks(w2, g16), 2, 48, g16);
+  test::check_error(
+      [&] {
+        ops::quantized_linear(Tensor::empty({3, 48}), p, Tensor(), 4);
+      },
+      {"quantized_linear", "activation bits must be 8 or 16, got 4"});
+  test::check_error(
+      [&] {
+        ops::quantized_linear(Tensor::empty({3, 40}), p, Tensor(), 8);
+      },
+      {"quantized_linear", "(..., 48)"});
 }

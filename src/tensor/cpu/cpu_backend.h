@@ -65,4 +65,36 @@ class CpuBackend final : public Backend {
 
 Backend& cpu_backend();
 
+// The block quantization formats the backend interface does not carry (ops::quantize_blocks:
+// 2 and 1 bits, asymmetric formats), on the CPU: src (rows, n) contiguous f32, bf16 or f16;
+// q i8 (rows, format.bytes(n)); scales and offsets f32 (rows, format.blocks(n)), offsets
+// undefined for a symmetric format; out (rows, n) = the sum over j < k of rows r k + j
+// dequantized, as CpuBackend::dequantize_blocks.
+void cpu_quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, const Tensor& offsets, int64_t rows,
+                         int64_t n, const QuantFormat& format);
+// The bits-wide field of element i of a row packed by ops::quantize_blocks, sign-extended
+// (binary, a symmetric 1-bit format: 0 is -1, 1 is +1).
+inline int quant_field(const int8_t* row, int bits, bool binary, int64_t i) {
+  const int64_t bit = i * bits;
+  const int u = (uint8_t(row[bit / 8]) >> (bit % 8)) & ((1 << bits) - 1);
+  if (binary) return 2 * u - 1;
+  return u >= (1 << (bits - 1)) ? u - (1 << bits) : u;
+}
+
+// ops::quantized_linear's kernels (tensor/quantized_matmul.h). a u8 (m, k): the tokens'
+// integers + 128; a_scales f32 (m); a_sums i32 (m, k / group): the integers summed per group
+// (asymmetric weights only, else null); y f32 (m, w.n) = the integer GEMM with the epilogue
+// of ops::quantized_linear, plus bias (f32 (n), or null).
+struct PackedWeight;
+void cpu_int8_gemm(const uint8_t* a, const float* a_scales, const int32_t* a_sums, int64_t m, const PackedWeight& w,
+                   const float* bias, float* y, bool vnni);
+// y f32 (m, w.n) = x f32 (m, k) w^T + bias, w widened a tile at a time.
+void cpu_widened_gemm(const float* x, int64_t m, const PackedWeight& w, const float* bias, float* y);
+// Fills w.data, scales, offsets and sums from q as ops::quantize_blocks made it.
+void cpu_pack_weight(const Quantized& q, PackedWeight& w);
+bool cpu_has_vnni();
+
+void cpu_dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& offsets, const Tensor& out,
+                           int64_t rows, int64_t k, int64_t n, const QuantFormat& format);
+
 }  // namespace triad

@@ -1,8 +1,10 @@
 // Block-wise quantization kernels (ops::quantize_blocks, dequantize_blocks,
-// dequantize_reduce). Memory-bound: OpenMP spreads the blocks over threads and each
-// block's loops are written for the vectorizer (no branches per element, one integer max).
-// Quantizing reads a block twice, for its scale and for its values; at the default block
-// (16 KB of f32) the second read hits L1, so the source crosses the memory bus once.
+// dequantize_reduce). The symmetric 8- and 4-bit formats (ZeRO++'s, on every backend) have
+// vectorized kernels; the compression formats (2 and 1 bits, asymmetric) one generic
+// field-at-a-time kernel, run once per weight when a model is quantized. Memory-bound: OpenMP spreads the blocks over
+// threads and each block's loops are written for the vectorizer (no branches per element, one integer max). Quantizing
+// reads a block twice, for its scale and for its values; at the default block (16 KB of f32) the second read hits L1,
+// so the source crosses the memory bus once.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -199,6 +201,105 @@ void CpuBackend::dequantize_blocks(const Tensor& q, const Tensor& scales, const 
   visit_quantized(out.dtype(), format.bits, [&](auto tag, auto bits) {
     dequantize_rows<decltype(bits)::value>(q.data<int8_t>(), scales.data<float>(), out.data<decltype(tag)>(), rows, k,
                                            n, format);
+  });
+}
+
+namespace {
+
+inline void write_field(int8_t* row, int bits, int64_t i, int v) {
+  const int64_t bit = i * bits;
+  row[bit / 8] = int8_t(uint8_t(row[bit / 8]) | ((v & ((1 << bits) - 1)) << (bit % 8)));
+}
+
+// One block of len values at x into fields begin .. begin + len of the row qr.
+template <class T>
+void quantize_generic_block(const T* x, int8_t* qr, int64_t begin, int64_t len, const QuantFormat& f, float& scale,
+                            float& offset) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  double abs_sum = 0;
+  bool finite = true;
+  for (int64_t i = 0; i < len; ++i) {
+    const float v = load(x[i]);
+    finite = finite && std::isfinite(v);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    abs_sum += std::fabs(v);
+  }
+  offset = 0;
+  if (!finite) {  // q 0 (binary: the 0 field), scale NaN: every value comes back NaN
+    scale = offset = std::numeric_limits<float>::quiet_NaN();
+    if (f.symmetric) offset = 0;
+    return;
+  }
+  if (f.symmetric && f.bits == 1) {
+    scale = float(abs_sum / double(len));
+    if (scale < 0x1p-119f) scale = 0;
+    for (int64_t i = 0; i < len; ++i) write_field(qr, 1, begin + i, scale != 0 && load(x[i]) >= 0);
+    return;
+  }
+  if (f.symmetric) {
+    const float m = std::max(-lo, hi);
+    const BlockScale s = block_scale(abs_bits(m), f.qmax());
+    scale = s.scale;
+    if (s.inv != 0)
+      for (int64_t i = 0; i < len; ++i)
+        write_field(qr, f.bits, begin + i, quantize_one(load(x[i]), s.inv, float(f.qmax())));
+    return;
+  }
+  const int levels = (1 << f.bits) - 1, half = 1 << (f.bits - 1);
+  const float range = hi - lo;
+  const bool flat = !(range >= 0x1p-119f) || !std::isfinite(range);  // equal values, or a range f32 cannot hold
+  scale = flat ? 0.0f : range / float(levels);
+  offset = flat ? lo : lo + float(half) * scale;
+  const float inv = flat ? 0.0f : float(levels) / range;
+  for (int64_t i = 0; i < len; ++i) {
+    const float u = flat ? 0.0f : std::nearbyint((load(x[i]) - lo) * inv);
+    write_field(qr, f.bits, begin + i, int(std::clamp(u, 0.0f, float(levels))) - half);
+  }
+}
+
+}  // namespace
+
+void cpu_quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, const Tensor& offsets, int64_t rows,
+                         int64_t n, const QuantFormat& format) {
+  const int64_t per_row = format.blocks(n), row_bytes = format.bytes(n), total = rows * per_row;
+  std::memset(q.data<int8_t>(), 0, size_t(rows * row_bytes));
+  int8_t* qp = q.data<int8_t>();
+  float* sp = scales.data<float>();
+  float* op = offsets.defined() ? offsets.data<float>() : nullptr;
+  visit_quantized(src.dtype(), 8, [&](auto tag, auto) {
+    using T = decltype(tag);
+    const T* x = src.data<T>();
+#pragma omp parallel for schedule(static) if (rows * n > cpu::kParallelGrain)
+    for (int64_t t = 0; t < total; ++t) {
+      const int64_t r = t / per_row, begin = (t % per_row) * format.block, len = std::min(format.block, n - begin);
+      float offset;
+      quantize_generic_block(x + r * n + begin, qp + r * row_bytes, begin, len, format, sp[t], offset);
+      if (op) op[t] = offset;
+    }
+  });
+}
+
+void cpu_dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& offsets, const Tensor& out,
+                           int64_t rows, int64_t k, int64_t n, const QuantFormat& format) {
+  const int64_t per_row = format.blocks(n), row_bytes = format.bytes(n);
+  const int8_t* qp = q.data<int8_t>();
+  const float* sp = scales.data<float>();
+  const float* op = offsets.defined() ? offsets.data<float>() : nullptr;
+  const bool binary = format.symmetric && format.bits == 1;
+  visit_quantized(out.dtype(), 8, [&](auto tag, auto) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static) if (rows * k * n > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n; ++i) {
+        float acc = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t row = r * k + j, b = row * per_row + i / format.block;
+          acc += float(quant_field(qp + row * row_bytes, format.bits, binary, i)) * sp[b] + (op ? op[b] : 0.0f);
+        }
+        o[r * n + i] = store<T>(acc);
+      }
   });
 }
 

@@ -1,0 +1,56 @@
+// triad-compress: compresses a trained model (docs/compression.md); one process.
+//
+//   triad-compress zeroquant --checkpoint runs/demo/model.h5 --wbits 8 --abits 8 --group-size 64 --out runs/w8a8
+//                                   ZeroQuant post-training quantization: the blocks' linear
+//                                   layers to integers with group-wise scales, written to
+//                                   DIR/model.h5 (triad-generate --checkpoint runs it)
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/quantized_model.h"
+#include "common/main_guard.h"
+#include "common/report.h"
+
+int main(int argc, char** argv) {
+  using namespace triad;
+  return app::guarded_main([&] {
+    CLI::App cli{"triad-compress: compress a trained model"};
+    cli.require_subcommand(1);
+    std::string checkpoint, out;
+    engine::QuantRecipe recipe;
+    int threads = 0;
+    CLI::App* zq = cli.add_subcommand("zeroquant", "post-training quantization (ZeroQuant): W8A8, W4A8, W8A16, W4A16");
+    zq->add_option("--checkpoint", checkpoint, "a checkpoint or weights file, or a checkpoint folder (its latest)")
+        ->required();
+    zq->add_option("--wbits", recipe.wbits, "weight bits")->capture_default_str()->check(CLI::IsMember({8, 4}));
+    zq->add_option("--abits", recipe.abits, "activation bits: 8 (per-token int8) or 16 (full precision)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({8, 16}));
+    zq->add_option("--group-size", recipe.group_size,
+                   "weights sharing one scale along the input dimension (a multiple of 8 dividing every layer's)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    zq->add_option("--out", out, "folder to write model.h5 into")->required();
+    cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");
+    CLI11_PARSE(cli, argc, argv);
+    app::set_threads(threads);
+
+    if (std::filesystem::is_directory(checkpoint)) {
+      const std::string latest = engine::latest_checkpoint(checkpoint);
+      TRIAD_CHECK(!latest.empty(), "'" << checkpoint << "' is a folder without a 'latest' checkpoint pointer");
+      checkpoint = latest;
+    }
+    std::filesystem::create_directories(out);
+    const std::string path = (std::filesystem::path(out) / "model.h5").string();
+    engine::save_quantized_model(checkpoint, path, recipe);
+    const std::filesystem::path tokenizer = std::filesystem::path(checkpoint).parent_path() / "tokenizer.json";
+    if (std::filesystem::exists(tokenizer))
+      std::filesystem::copy_file(tokenizer, std::filesystem::path(out) / "tokenizer.json",
+                                 std::filesystem::copy_options::overwrite_existing);
+    std::printf("wrote %s (%s W%dA%d, groups of %lld, of %s)\n", path.c_str(), recipe.method.c_str(), recipe.wbits,
+                recipe.abits, (long long)recipe.group_size, checkpoint.c_str());
+    return 0;
+  });
+}

@@ -1,0 +1,129 @@
+// Quantized model files (checkpoint/quantized_model.h).
+#include "checkpoint/quantized_model.h"
+
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+#include "io/checksum.h"
+#include "io/h5file.h"
+#include "tensor/ops.h"
+
+namespace triad::engine {
+
+using io::H5File;
+
+void QuantRecipe::validate() const {
+  TRIAD_CHECK(method == "zeroquant", "quantization recipe: method must be zeroquant, got '" << method << "'");
+  TRIAD_CHECK(wbits == 8 || wbits == 4, "quantization recipe: wbits must be 8 or 4, got " << wbits);
+  TRIAD_CHECK(abits == 8 || abits == 16, "quantization recipe: abits must be 8 or 16, got " << abits);
+  TRIAD_CHECK(group_size > 0 && group_size % 8 == 0,
+              "quantization recipe: group_size must be a positive multiple of 8, got " << group_size);
+  TRIAD_CHECK(symmetric, "quantization recipe: only symmetric weights are built");
+}
+
+nlohmann::json QuantRecipe::to_json() const {
+  return {{"method", method}, {"wbits", wbits}, {"abits", abits}, {"group_size", group_size}, {"symmetric", symmetric}};
+}
+
+QuantRecipe QuantRecipe::from_json(const nlohmann::json& j) {
+  QuantRecipe r;
+  r.method = j.at("method").get<std::string>();
+  r.wbits = j.at("wbits").get<int>();
+  r.abits = j.at("abits").get<int>();
+  r.group_size = j.at("group_size").get<int64_t>();
+  r.symmetric = j.at("symmetric").get<bool>();
+  r.validate();
+  return r;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> quantized_linears(
+    const std::shared_ptr<nn::LanguageModel>& model) {
+  std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> out;
+  for (const auto& [name, m] : model->named_modules(model))
+    if (auto linear = std::dynamic_pointer_cast<nn::Linear>(m); linear && name.starts_with("blocks."))
+      out.emplace_back(name, linear);
+  return out;
+}
+
+namespace {
+
+void write(H5File& file, const std::string& name, const Tensor& t) {
+  const Tensor c = ops::contiguous(t);
+  file.create_dataset(name, c.dtype(), c.shape());
+  file.write_range(name, 0, ops::reshape(c, {c.numel()}));
+  file.set_attr_uint64(name, "checksum", io::tensor_checksum(c));
+}
+
+Tensor read_verified(const H5File& file, const std::string& name) {
+  TRIAD_CHECK(file.has(name), "quantized model '" << file.path() << "' has no dataset " << name);
+  const Tensor t = file.read(name);
+  TRIAD_CHECK(
+      file.has_attr(name, "checksum") && io::tensor_checksum(t) == file.get_attr_uint64(name, "checksum"),
+      "quantized model '" << file.path() << "': dataset " << name << " fails its checksum (the file is damaged)");
+  return t;
+}
+
+}  // namespace
+
+void save_quantized_model(const std::string& checkpoint, const std::string& out, const QuantRecipe& recipe) {
+  recipe.validate();
+  const LoadedModel m = load_model(checkpoint);
+  const QuantFormat format = recipe.format();
+  std::vector<std::pair<std::string, Quantized>> quantized;
+  for (const auto& [name, linear] : quantized_linears(m.model)) {
+    const int64_t k = linear->weight.size(1);
+    TRIAD_CHECK(k % recipe.group_size == 0, "zeroquant: the group size "
+                                                << recipe.group_size << " does not divide the input dimension " << k
+                                                << " of " << name << ".weight (" << shape_str(linear->weight.shape())
+                                                << ")");
+    quantized.emplace_back(name + ".weight", ops::quantize_blocks(linear->weight, format));
+  }
+  const std::string tmp = out + ".tmp";
+  {
+    H5File file = H5File::create(tmp);
+    for (const auto& [name, p] : m.model->named_parameters()) {
+      const bool is_quantized =
+          std::any_of(quantized.begin(), quantized.end(), [&](const auto& q) { return q.first == name; });
+      if (!is_quantized) write(file, "/model/" + name, ops::to(p, DType::f32));
+    }
+    for (const auto& [name, q] : quantized) {
+      write(file, "/quantized/" + name + "/q", q.q);
+      write(file, "/quantized/" + name + "/scales", q.scales);
+    }
+    file.set_attr_int64("/", "format_version", kCheckpointFormatVersion);
+    file.set_attr_string("/", "kind", "quantized");
+    file.set_attr_string("/", "config", m.config.dump());
+    file.set_attr_string("/", "layout",
+                         nlohmann::json{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero_stage", 0}, {"dtype", "f32"}}.dump());
+    file.set_attr_string("/", "recipe", recipe.to_json().dump());
+    file.flush();
+  }
+  std::filesystem::rename(tmp, out);
+}
+
+QuantRecipe read_recipe(const std::string& path) {
+  const H5File file = H5File::open(path);
+  TRIAD_CHECK(file.has_attr("/", "recipe"), "'" << path << "' is not a quantized model (no recipe attribute)");
+  return QuantRecipe::from_json(nlohmann::json::parse(file.get_attr_string("/", "recipe")));
+}
+
+void load_quantized_model(const std::string& path, const std::shared_ptr<nn::LanguageModel>& model) {
+  const QuantRecipe recipe = read_recipe(path);
+  const H5File file = H5File::open(path);
+  for (const auto& [name, p] : model->named_parameters()) {
+    if (file.has("/quantized/" + name + "/q")) {
+      ops::fill_(p, 0.0);  // unused: the layer runs on its integers
+      continue;
+    }
+    ops::copy_(p, read_verified(file, "/model/" + name));
+  }
+  const QuantFormat format = recipe.format();
+  for (const auto& [name, linear] : quantized_linears(model)) {
+    const std::string base = "/quantized/" + name + ".weight";
+    const Quantized q{read_verified(file, base + "/q"), read_verified(file, base + "/scales"), Tensor()};
+    const int64_t n = linear->weight.size(0), k = linear->weight.size(1);
+    linear->use_quantized(std::make_shared<const PackedWeight>(ops::pack_weight(q, n, k, format)), recipe.abits);
+  }
+}
+
+}  // namespace triad::engine

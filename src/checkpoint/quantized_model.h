@@ -1,0 +1,63 @@
+// Quantized model files (ZeroQuant post-training quantization, triad-compress zeroquant):
+// the linear layers of a trained model's transformer blocks stored as integers with
+// group-wise scales (ops::quantize_blocks along each weight's input dimension), everything
+// else (embeddings, norms, biases, the output head) in f32, as ZeroQuant keeps them.
+//
+//   /model/<parameter>                  a parameter kept in full precision (f32)
+//   /quantized/<weight>/q               i8 (N, bytes(K)): the integers, packed as
+//                                       ops::quantize_blocks packs them
+//   /quantized/<weight>/scales          f32 (N, K / group_size)
+//   attributes of "/": format_version, kind "quantized", config, layout (one rank, f32),
+//   recipe (JSON: method, wbits, abits, group_size, symmetric)
+//   attribute "checksum" of every dataset (io/checksum.h)
+//
+// engine::load_model reads such a file into a model whose quantized layers run the integer
+// GEMM (nn::Linear::use_quantized); training cannot resume from one (load_checkpoint wants
+// kind "checkpoint").
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/language_model.h"
+#include "nn/layers.h"
+
+namespace triad::engine {
+
+struct QuantRecipe {
+  std::string method = "zeroquant";
+  int wbits = 8;            // weight bits: 8 or 4
+  int abits = 8;            // activation bits: 8 (per-token int8) or 16 (full precision)
+  int64_t group_size = 64;  // weight values sharing one scale, along the input dimension
+  bool symmetric = true;
+
+  // Throws Error naming the field when a value is out of range.
+  void validate() const;
+  QuantFormat format() const { return QuantFormat{wbits, group_size, symmetric}; }
+  nlohmann::json to_json() const;
+  static QuantRecipe from_json(const nlohmann::json& j);
+};
+
+// The layers a recipe quantizes: every nn::Linear inside the model's transformer blocks
+// (named "blocks...."), by module name, in module order.
+std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> quantized_linears(
+    const std::shared_ptr<nn::LanguageModel>& model);
+
+// Serial: quantizes the model of a checkpoint or weights file (its f32 master weights when
+// it has them) by `recipe` and writes `out` (under a temporary name, renamed when
+// complete). Throws Error naming the recipe field or the layer when the recipe does not fit
+// the model (a group size that does not divide a layer's input dimension, say).
+void save_quantized_model(const std::string& checkpoint, const std::string& out, const QuantRecipe& recipe);
+
+// Serial: the parameters and quantized layers of a quantized file into `model` (built from
+// the file's config); each quantized layer then runs nn::Linear::use_quantized. Throws
+// Error naming the file and dataset when one is missing or fails its checksum.
+void load_quantized_model(const std::string& path, const std::shared_ptr<nn::LanguageModel>& model);
+
+// The recipe of a quantized file.
+QuantRecipe read_recipe(const std::string& path);
+
+}  // namespace triad::engine

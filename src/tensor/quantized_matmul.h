@@ -1,0 +1,53 @@
+// Integer GEMM for quantized linear layers (ZeroQuant's W8A8 and W4A8, and weight-only
+// W*A16): a weight quantized along its input dimension in groups by ops::quantize_blocks,
+// packed once into the GEMM's layout, times activations quantized per token on the fly.
+// The products accumulate in int32 per group and the group's scale (and offset) is applied
+// in f32 as the group ends, so a weight is never widened to an f32 copy. CPU only.
+#pragma once
+
+#include "tensor/ops.h"
+
+namespace triad {
+
+// A weight (N, K) laid out for ops::quantized_linear (ops::pack_weight). Columns are padded
+// to a multiple of 32 (zero weights, zero scales) and cut into tiles of 16; a tile's values
+// for inputs 4j .. 4j + 3 are 64 consecutive integers (column c, input i at c 4 + i), the
+// order in which AVX-512 VNNI's vpdpbusd consumes them. At 4 bits each such run is 32 bytes
+// (value v in the low nibble of byte v, value v + 32 in the high one), widened to bytes as
+// the GEMM loads it; 8-, 2- and 1-bit weights are stored one value a byte.
+struct PackedWeight {
+  int64_t n = 0, k = 0;  // the weight's (N, K)
+  QuantFormat format;    // as quantized: bits, group size (format.block), symmetric
+  Tensor data;           // i8, as above
+  Tensor scales;         // f32 (K / group, padded N)
+  Tensor offsets;        // f32 (K / group, padded N); undefined for a symmetric format
+  Tensor sums;           // i32 (K / group, padded N): -128 x the sum of the group's integers
+  int64_t padded_n() const { return (n + 31) / 32 * 32; }
+};
+
+// Which integer kernel ops::quantized_linear runs: the fastest this CPU has (AVX-512 VNNI
+// where present), or the portable one every x86-64 and Arm CPU runs.
+enum class Int8Kernel { best, portable };
+
+namespace ops {
+
+// True when this CPU runs the AVX-512 VNNI kernel.
+bool has_int8_vnni();
+
+// Packs w, the result of ops::quantize_blocks(weight (N, K), format) on the CPU, for the
+// GEMM. The group (format.block) must divide K and be a multiple of 4 (a VNNI step): any
+// other shape throws, naming it.
+PackedWeight pack_weight(const Quantized& w, int64_t n, int64_t k, const QuantFormat& format);
+
+// y (..., N) = x (..., K) w^T + bias, x f32 (or bf16/f16, computed from f32) on the CPU,
+// bias f32 (N) or undefined; y has x's dtype.
+// abits 8: every row of x (a token) is quantized symmetrically to int8 on its own
+// (ops::quantize_blocks with one block a row), the products of integers are summed exactly
+// in int32 per weight group, and y = token scale x sum over groups of (group scale x that
+// sum + group offset x the token's integers summed over the group), in f32.
+// abits 16: x stays in floating point; w is widened a 32-column tile at a time.
+Tensor quantized_linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, int abits,
+                        Int8Kernel kernel = Int8Kernel::best);
+
+}  // namespace ops
+}  // namespace triad

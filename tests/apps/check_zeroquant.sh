@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# triad-compress zeroquant through the command line, with the programs that read its output:
+#  - the reference GPT-2 and Llama files (tests/data/safetensors) import, quantize (W4A8
+#    groups of 32, W8A16 groups of 8), verify, and triad-ckpt inspect shows the recipe and
+#    the integer datasets;
+#  - a model trained by triad-train, quantized W8A8, samples in triad-generate (its
+#    tokenizer found through the recorded config);
+#  - bad bit widths, a group size that does not divide a layer's input dimension, and a
+#    quantized model given to triad-train --resume are refused by name.
+#   check_zeroquant.sh BIN_DIR DATA_DIR CONFIG
+set -euo pipefail
+bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd) config=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+fail() { echo "FAILED: $*"; exit 1; }
+run() {  # run LOG COMMAND...: the command's output into $work/LOG; its failure fails the test
+  local log=$1
+  shift
+  "$@" >"$work/$log" 2>&1 || { cat "$work/$log"; fail "$log: $* exited non-zero"; }
+}
+refused() {  # refused PATTERN COMMAND...: the command fails and says PATTERN
+  local pattern=$1
+  shift
+  if "$@" >"$work/refused" 2>&1; then fail "$* succeeded"; fi
+  grep -Eq -- "$pattern" "$work/refused" || { cat "$work/refused"; fail "$* did not say /$pattern/"; }
+}
+
+run import_gpt2 "$bin/triad-ckpt" import --from "$data/gpt2" --arch gpt2 --out "$work/gpt2"
+run import_llama "$bin/triad-ckpt" import --from "$data/llama" --arch llama --out "$work/llama"
+run zq_gpt2 "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --wbits 4 --abits 8 --group-size 32 \
+  --out "$work/gpt2-w4a8"
+run zq_llama "$bin/triad-compress" zeroquant --checkpoint "$work/llama" --wbits 8 --abits 16 --group-size 8 \
+  --out "$work/llama-w8a16"
+for model in gpt2-w4a8 llama-w8a16; do
+  run "verify_$model" "$bin/triad-ckpt" verify "$work/$model/model.h5"
+  run "inspect_$model" "$bin/triad-ckpt" inspect "$work/$model/model.h5"
+done
+grep -q '^quantized: zeroquant, W4A8, groups of 32 (symmetric)$' "$work/inspect_gpt2-w4a8" || fail "inspect: recipe"
+grep -q '^/quantized/blocks.0.attn.qkv.weight/q  *(192, 32) *i8 ' "$work/inspect_gpt2-w4a8" || fail "inspect: W4 qkv"
+grep -q '^/quantized/blocks.0.attn.qkv.weight/scales  *(192, 2) *f32 ' "$work/inspect_gpt2-w4a8" || fail "inspect: scales"
+grep -q '^/model/wte.weight ' "$work/inspect_gpt2-w4a8" || fail "inspect: the embedding stays f32"
+grep -q '^quantized: zeroquant, W8A16, groups of 8 (symmetric)$' "$work/inspect_llama-w8a16" || fail "inspect: llama"
+grep -q '^/quantized/blocks.1.mlp.down.weight/q  *(16, 40) *i8 ' "$work/inspect_llama-w8a16" || fail "inspect: W8 down"
+
+"$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
+"$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
+train=("$bin/triad-train" --config "$config" --set data.corpus="$work/tokens.bin" --set data.tokenizer="$work/tok.json"
+  --set model.vocab_size=300 --set eval_iters=1 --set log_interval=1000)
+run train "${train[@]}" --steps 3 --set output_dir="$work/trained"
+run zq_trained "$bin/triad-compress" zeroquant --checkpoint "$work/trained/model.h5" --wbits 8 --abits 8 \
+  --group-size 16 --out "$work/trained-w8a8"
+run generate "$bin/triad-generate" --checkpoint "$work/trained-w8a8/model.h5" --prompt "The licence" \
+  --max-new-tokens 12 --temperature 0 --threads 1
+[[ $(wc -c <"$work/generate") -gt 12 ]] || fail "triad-generate printed nothing past the prompt"
+
+refused '--wbits: 3 not in \{8,4\}' "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --wbits 3 --out "$work/x"
+refused '--abits: 4 not in \{8,16\}' "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --abits 4 --out "$work/x"
+refused 'group size 48 does not divide the input dimension 64 of blocks.0.attn.qkv.weight' \
+  "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --group-size 48 --out "$work/x"
+refused 'group_size must be a positive multiple of 8, got 12' \
+  "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --group-size 12 --out "$work/x"
+
+refused "is a quantized model \\(triad-compress\\): it runs inference only; training resumes from a full-precision checkpoint" \
+  "${train[@]}" --steps 1 --resume "$work/trained-w8a8/model.h5" --set output_dir="$work/resumed"
+echo "OK: zeroquant through triad-compress, triad-ckpt, triad-generate and triad-train"
