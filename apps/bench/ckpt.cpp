@@ -547,25 +547,6 @@ int run_parent(const CkptOptions& o) {
 
 }  // namespace
 
-void add_ckpt_command(CLI::App& app, CkptOptions& o) {
-  CLI::App* cmd = app.add_subcommand(
-      "ckpt", "time checkpoint save/load against plain file I/O of the same bytes (launches itself under mpirun)");
-  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
-  add_ranks_option(*cmd, o.ranks);
-  cmd->add_option("--dir", o.dir,
-                  "folder to write in (a fresh subfolder, removed afterwards; default: the system temp dir)");
-  cmd->add_option("--repeats", o.repeats, "timed repeats of each path (medians reported)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o.warmup, "untimed rounds first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks, at least 1)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--cached", o.cached, "keep the files' pages cached before reads (default: drop them, both paths)");
-  cmd->add_flag("--worker", o.worker, "internal: run one rank count under mpirun (--dir is its folder)")->group("");
-  cmd->callback([&o] { run_ckpt_bench(o); });
-}
-
 int run_ckpt_bench(const CkptOptions& o) { return o.worker ? run_worker(o) : run_parent(o); }
 
 }  // namespace triad::bench

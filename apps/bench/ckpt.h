@@ -23,7 +23,7 @@
 // every row and the worst ratio. The folder is removed afterwards.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 #include <vector>
 

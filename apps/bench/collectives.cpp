@@ -636,34 +636,6 @@ void report_summary(const Context& x, const std::vector<const OpInfo*>& ops, con
 
 }  // namespace
 
-void add_collectives_command(CLI::App& app, CollectivesOptions& o, int& status) {
-  CLI::App* cmd = app.add_subcommand(
-      "collectives",
-      "nccl-tests-style sweep of the communicator's collectives beside the raw MPI or NCCL calls (under mpirun)");
-  cmd->add_option("--ops", o.ops,
-                  "comma-separated: all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, sendrecv")
-      ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_option("--min-bytes", o.min_bytes, "smallest size S (K, M, G: powers of 1024)")->capture_default_str();
-  cmd->add_option("--max-bytes", o.max_bytes, "largest size S")->capture_default_str();
-  cmd->add_option("--factor", o.factor, "size multiplier between rows")->capture_default_str();
-  cmd->add_option("--warmup", o.warmup, "untimed calls before each timed block")->capture_default_str();
-  cmd->add_option("--iters", o.iters, "timed calls per block")->capture_default_str();
-  cmd->add_option("--rounds", o.rounds, "timed blocks per case, triad's and the raw call's alternating; median")
-      ->capture_default_str();
-  cmd->add_option("--dtype", o.dtype, "element type: f32, f64, bf16, f16, i64, i32, i8")->capture_default_str();
-  cmd->add_option("--check", o.check, "1: check every result (#wrong); 0: skip the check")->capture_default_str();
-  cmd->add_option("--root", o.root, "broadcast's root rank")->capture_default_str();
-  cmd->add_option("--raw", o.raw,
-                  "--comm mpi's raw calls: nonblocking (MPI_I<coll> + MPI_Wait, MPI's own non-blocking calls, which "
-                  "the communicator makes or replaces by exchanges of messages) or blocking")
-      ->capture_default_str();
-  cmd->add_option("--comm", o.comm,
-                  "communicator under test: mpi (host buffers) or nccl (a GPU per rank; a build with CUDA and NCCL)")
-      ->capture_default_str();
-  cmd->callback([&o, &status] { status = run_collectives_bench(o); });
-}
-
 int run_collectives_bench(const CollectivesOptions& o) {
   int argc = 0;
   char** argv = nullptr;

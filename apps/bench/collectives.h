@@ -24,7 +24,7 @@
 // element was wrong. Bad options throw triad::Error on every rank before any collective.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 #include <vector>
 

@@ -20,28 +20,6 @@ constexpr double kGpuTarget = 50000.0;  // generated tokens/s at batch 32 on a G
 
 }  // namespace
 
-void add_generate_command(CLI::App& app, GenerateOptions& o) {
-  CLI::App* cmd = app.add_subcommand("generate", "batched generation (RLHF's sampling loop): generated tokens/s");
-  cmd->add_option("--model", o.model, "preset: tiny, gpt2-124m, ...")->capture_default_str();
-  cmd->add_option("--config", o.config, "a triad-train config whose model to use");
-  cmd->add_option("--set", o.overrides, "override a key of the preset or --config: dotted.key=value (repeatable)");
-  cmd->add_option("--batch", o.batch, "prompts generated together")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--prompt", o.prompt, "tokens per prompt")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--answer", o.answer, "tokens generated per prompt")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", o.top_k, "top-k (0: no limit)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", o.top_p, "top-p (1: no limit)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--device", o.device, "cpu, cuda (this process's GPU) or cuda:N")->capture_default_str();
-  cmd->add_option("--dtype", o.dtype, "f32, or bf16; default f32 on the cpu, bf16 on a GPU")
-      ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--runs", o.runs, "timed generate calls")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o.warmup, "untimed calls first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
-  cmd->callback([&o] { run_generate_bench(o); });
-}
-
 int run_generate_bench(const GenerateOptions& o) {
   const int threads = app::set_threads(o.threads);
   nlohmann::json json = model_config_json(o.model, o.config, o.overrides);

@@ -9,7 +9,7 @@
 // Target (a GPU): >= 50k generated tokens/s for the demo's actor at batch 32.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 #include <vector>
 

@@ -58,26 +58,6 @@ double flops_per_token(const nn::GPTConfig& c, int64_t top_k, int64_t seq) {
 
 }  // namespace
 
-void add_moe_command(CLI::App& app, MoEBenchOptions& o) {
-  CLI::App* cmd = app.add_subcommand("moe", "time training steps of a GPT with MoE blocks against the dense GPT");
-  cmd->add_option("--model", o.model, "GPT preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
-  cmd->add_option("--experts", o.experts, "experts per MoE block")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--top-k", o.top_k, "experts per token")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--every", o.every, "an MoE block every n-th block")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--capacity-factor", o.capacity_factor, "slots per expert, over tokens x k / experts")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
-  cmd->add_option("--steps", o.steps, "timed steps of each model")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--ep", o.ep, "expert-parallel ranks (under mpirun -np a multiple of it)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->callback([&o] { run_moe_bench(o); });
-}
-
 int run_moe_bench(const MoEBenchOptions& o) {
   parallel::CommunicatorPtr world = std::make_shared<parallel::SelfCommunicator>();
   if (o.ep > 1) {

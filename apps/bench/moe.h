@@ -8,7 +8,7 @@
 // the backward, each of the (E, C, d) f32 slots, (ep - 1)/ep of it leaving the rank.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 
 namespace triad::bench {

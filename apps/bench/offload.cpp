@@ -80,22 +80,6 @@ StepRun time_steps(const OffloadBenchOptions& o, bool offload) {
 
 }  // namespace
 
-void add_offload_command(CLI::App& app, OffloadBenchOptions& o) {
-  CLI::App* cmd = app.add_subcommand("offload", "NVMe swap file throughput against raw O_DIRECT, and a ZeRO-3 step "
-                                                "with parameters and optimizer on NVMe against in memory");
-  cmd->add_option("--dir", o.dir, "folder for the files (nvme_path)");
-  cmd->add_option("--megabytes", o.megabytes, "MiB per transfer")->check(CLI::PositiveNumber);
-  cmd->add_option("--repeats", o.repeats, "timed transfers of each kind (medians)")->check(CLI::PositiveNumber);
-  cmd->add_option("--block-size", o.aio.block_size, "aio block_size, bytes");
-  cmd->add_option("--queue-depth", o.aio.queue_depth, "aio queue_depth");
-  cmd->add_option("--threads-per-transfer", o.aio.intra_op_parallelism, "aio intra_op_parallelism");
-  cmd->add_option("--steps", o.steps, "timed training steps of each run")->check(CLI::PositiveNumber);
-  cmd->add_option("--layers", o.n_layer, "GPT layers of the step's model");
-  cmd->add_option("--d-model", o.d_model, "GPT width of the step's model");
-  cmd->add_option("--threads", o.threads, "OpenMP threads (0: one per core)");
-  cmd->callback([&o] { run_offload_bench(o); });
-}
-
 int run_offload_bench(const OffloadBenchOptions& o) {
   io::check_aio(o.aio);
   const int threads = app::set_threads(o.threads);

@@ -5,7 +5,7 @@
 // with the optimizer's state and the parameters on NVMe against the same step in memory.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <cstdint>
 #include <string>
 

@@ -385,41 +385,6 @@ int run_parent(const PipelineOptions& o) {
 
 }  // namespace
 
-void add_pipeline_command(CLI::App& app, PipelineOptions& o) {
-  CLI::App* cmd = app.add_subcommand(
-      "pipeline", "measure each pipeline schedule's bubble against its closed form (launches itself under mpirun)");
-  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
-  cmd->add_option("--config", o.config, "take model, optimizer and clipping from a triad-train config");
-  cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable; replaces the defaults)")
-      ->capture_default_str();
-  cmd->add_option("--stages", o.stages, "pipeline stages p, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--schedules", o.schedules, "schedules, comma-separated (pipeline.schedule)")
-      ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_option("--micro-factors", o.micro_factors, "micro-batches per step as multiples of p, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--virtual-stages", o.virtual_stages, "chunks per rank of the interleaved schedule")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--partition", o.partition, "pipeline.partition")->capture_default_str();
-  cmd->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", o.steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--out", o.out, "folder for pipeline.csv, pipeline.gp and pipeline.png");
-  cmd->add_flag("--worker", o.worker, "internal: run one measurement under mpirun")->group("");
-  cmd->add_option("--schedule", o.schedule, "internal: the worker's schedule")->group("");
-  cmd->add_option("--micro-batches", o.micro_batches, "internal: the worker's micro-batches per step")->group("");
-  cmd->callback([&o] { run_pipeline_bench(o); });
-}
-
 int run_pipeline_bench(const PipelineOptions& o) { return o.worker ? run_worker(o) : run_parent(o); }
 
 }  // namespace triad::bench

@@ -18,7 +18,7 @@
 // p) under --out, and prints one JSON object as its last line.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 #include <vector>
 

@@ -133,32 +133,6 @@ nlohmann::json quantize_json(const QuantizeOptions& o, const QuantizeFigures& fi
           {"kernels", kernels}};
 }
 
-void add_quantize_command(CLI::App& app, QuantizeOptions& o) {
-  CLI::App* cmd = app.add_subcommand(
-      "quantize", "ZeRO++'s block quantization kernels on the cpu, in GB/s and as a fraction of stream bandwidth");
-  cmd->add_option("--elements", o.elements, "values quantized (and stream array length, in doubles)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--block", o.block, "elements per quantization block (even: 4-bit blocks are whole bytes)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber)
-      ->check(CLI::Validator([](const std::string& v) { return std::stoll(v) % 2 ? v + " is odd" : std::string(); },
-                             "EVEN"));
-  cmd->add_option("--slices", o.slices, "slices summed by dequantize_reduce")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--dtype", o.dtype, "dtype of the values")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
-  cmd->add_option("--threads", o.threads, "OpenMP threads (0: one per core)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--repeats", o.repeats, "timed runs per kernel (medians)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->callback([&o] { run_quantize_bench(o); });
-}
-
 int run_quantize_bench(const QuantizeOptions& o) {
   std::printf("triad-bench quantize: %lld %s values, blocks of %lld, %d slices to reduce\n", (long long)o.elements,
               o.dtype.c_str(), (long long)o.block, o.slices);

@@ -12,7 +12,7 @@
 // figures.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -32,25 +32,6 @@ std::vector<double> median_seconds(const std::vector<std::function<void()>>& cas
 
 }  // namespace
 
-void add_quantized_command(CLI::App& app, QuantizedOptions& o) {
-  CLI::App* cmd = app.add_subcommand(
-      "quantized", "the integer GEMM of quantized linears (W8A8, W4A8) against the f32 GEMM on the cpu, in TOPS");
-  cmd->add_option("--tokens", o.tokens, "token counts M")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--shapes", o.shapes, "(K in, N out) pairs of the weights")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--group-size", o.group_size, "inputs sharing one weight scale (divides every K; a multiple of 4)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o.threads, "OpenMP threads (0: one per core)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--repeats", o.repeats, "timed runs per GEMM (medians)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->callback([&o] { run_quantized_bench(o); });
-}
-
 int run_quantized_bench(const QuantizedOptions& o) {
   TRIAD_CHECK(!o.shapes.empty() && o.shapes.size() % 2 == 0,
               "triad-bench quantized: --shapes takes (K, N) pairs, got " << o.shapes.size() << " numbers");

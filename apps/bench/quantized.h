@@ -5,7 +5,7 @@
 // time; the speedup is the f32 time over the integer one.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <cstdint>
 #include <vector>
 

@@ -223,29 +223,6 @@ int run_parent(RlhfBenchOptions o) {
 
 }  // namespace
 
-void add_rlhf_command(CLI::App& app, RlhfBenchOptions& o) {
-  CLI::App* cmd = app.add_subcommand(
-      "rlhf", "one PPO step split into generation and training, per ZeRO stage and rank count (launches itself under mpirun)");
-  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
-  cmd->add_option("--config", o.config, "take model, optimizer and clipping from a triad-train config");
-  cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable)")->capture_default_str();
-  add_sweep_options(*cmd, o.ranks, o.stages);
-  cmd->add_option("--batch", o.batch, "prompts per step (divisible by every rank count)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--prompt", o.prompt, "tokens per prompt")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--answer", o.answer, "generated tokens at most")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", o.steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks, at least 1)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--worker", o.worker, "internal: run one (ranks, stage) measurement under mpirun")->group("");
-  cmd->add_option("--stage", o.stage, "internal: the worker's stage")->group("");
-  cmd->add_option("--work", o.work, "internal: the folder of inputs")->group("");
-  cmd->callback([&o] { run_rlhf_bench(o); });
-}
-
 int run_rlhf_bench(const RlhfBenchOptions& o) { return o.worker ? run_worker(o) : run_parent(o); }
 
 }  // namespace triad::bench

@@ -20,7 +20,7 @@
 // object with every run and whether the target is met.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 #include <vector>
 

@@ -551,46 +551,6 @@ int run_parent(const ScalingOptions& o) {
 
 }  // namespace
 
-void add_scaling_command(CLI::App& app, ScalingOptions& o) {
-  CLI::App* cmd = app.add_subcommand(
-      "scaling",
-      "weak or strong scaling over 1..n ranks per ZeRO stage, measured beside the performance model's prediction "
-      "(launches itself under mpirun; writes DIR/scaling.csv and DIR/scaling.png)");
-  cmd->add_option("--mode", o.mode, "weak (--batch per rank) or strong (--batch global)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"weak", "strong"}));
-  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
-  cmd->add_option("--config", o.config, "take model, optimizer, zero and cluster keys from a triad-train config");
-  cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable)");
-  add_sweep_options(*cmd, o.ranks, o.stages);
-  cmd->add_option("--tp", o.tp, "tensor-parallel ranks per group: every point is ranks/TP groups of TP ranks")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", o.batch, "sequences: per rank (weak) or global (strong, divisible by every rank count)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o.threads, "OpenMP threads per rank")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", o.steps, "timed steps per point")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--repeats", o.repeats, "runs of every point (and of the compute calibration); medians")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--out", o.out, "folder for scaling.csv, scaling.gp and scaling.png (required)");
-  cmd->add_option("--interconnect", o.interconnect,
-                  "the model's machine: calibrate (measure this one: compute rate, shared-memory link) or config (the "
-                  "config's cluster section)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"calibrate", "config"}));
-  cmd->add_option("--flops", o.flops,
-                  "compute rate per rank for the model, FLOP/s (replaces the measured or "
-                  "configured one)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_flag("--worker", o.worker, "internal: run the collectives calibration under mpirun")->group("");
-  cmd->add_option("--max-bytes", o.max_bytes, "internal: the calibration's largest collective")->group("");
-  cmd->callback([&o] { run_scaling_bench(o); });
-}
-
 int run_scaling_bench(const ScalingOptions& o) { return o.worker ? run_worker(o) : run_parent(o); }
 
 }  // namespace triad::bench

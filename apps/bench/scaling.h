@@ -29,7 +29,7 @@
 // stage, predictions dashed), and ends with one JSON object.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 #include <vector>
 

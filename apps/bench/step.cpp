@@ -33,42 +33,6 @@ double dense_bf16_peak_tflops(const std::string& device_name) {
   return 0.0;
 }
 
-void add_step_command(CLI::App& app, StepOptions& o) {
-  CLI::App* cmd = app.add_subcommand("step", "time full training steps (forward, backward, AdamW) of a GPT");
-  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m (GPU default: gpt2-124m)")
-      ->capture_default_str();
-  cmd->add_option("--config", o.config, "take the model from a triad-train config instead of a preset");
-  cmd->add_option("--set", o.overrides, "override a key of --config: dotted.key=value (repeatable)");
-  cmd->add_option("--batch", o.batch, "sequences per step (GPU default: 16)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", o.seq, "tokens per sequence (GPU default: 1024)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--device", o.device, "cpu, cuda (this rank's GPU) or cuda:N")->capture_default_str();
-  cmd->add_option("--dtype", o.dtype, "f32, or bf16 (mixed precision); default f32 on the cpu, bf16 on a GPU")
-      ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--peak-tflops", o.peak_tflops,
-                  "the device's dense bf16 peak for MFU (default: from the GPU's name, else 989 as H100/H200 SXM)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
-  cmd->add_option("--steps", o.steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--checkpointing", o.checkpointing, "recompute each block in the backward pass");
-  cmd->add_option("--tp", o.tp, "tensor-parallel ranks: split the model over the ranks of mpirun -np TP")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_flag("--sequence-parallel", o.sequence_parallel, "with --tp: split LayerNorm and dropout along the sequence");
-  cmd->callback([&o, cmd] {
-    if (Device::parse(o.device).is_cuda()) {  // the GPU's own default shape, where none was given
-      if (cmd->count("--model") == 0) o.model = kGpuModel;
-      if (cmd->count("--batch") == 0) o.batch = kGpuBatch;
-      if (cmd->count("--seq") == 0) o.seq = kGpuSeq;
-    }
-    run_step_bench(o);
-  });
-}
-
 int run_step_bench(const StepOptions& o) {
   parallel::CommunicatorPtr world = std::make_shared<parallel::SelfCommunicator>();
   if (o.tp > 1) {

@@ -2,7 +2,7 @@
 // the Engine, on the cpu or a GPU, in f32 or bf16 (mixed precision).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 #include <vector>
 

@@ -202,21 +202,6 @@ Tensor random_token_ids(int64_t rows, int64_t cols, int64_t vocab, uint64_t seed
   return Tensor::from_vector(std::vector<int64_t>(raw.begin(), raw.end()), {rows, cols});
 }
 
-void add_ranks_option(CLI::App& cmd, std::vector<int>& ranks) {
-  cmd.add_option("--ranks", ranks, "rank counts, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-}
-
-void add_sweep_options(CLI::App& cmd, std::vector<int>& ranks, std::vector<int>& stages) {
-  add_ranks_option(cmd, ranks);
-  cmd.add_option("--stages", stages, "ZeRO stages, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::Range(0, 3));
-}
-
 nlohmann::json preset_config_json(const std::string& preset) {
   const nn::GPTConfig m = nn::GPTConfig::preset(preset);
   return {{"model",

@@ -5,7 +5,7 @@
 // that fails makes the parent fail with the worker's own error lines.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -364,32 +364,6 @@ int run_parent(const ZeroOptions& o) {
 
 }  // namespace
 
-void add_zero_command(CLI::App& app, ZeroOptions& o) {
-  CLI::App* cmd = app.add_subcommand(
-      "zero", "time training steps under each ZeRO stage on 1..n ranks (launches itself under mpirun)");
-  cmd->add_option("--model", o.model, "model preset: tiny, gpt2-124m, gpt2-350m")->capture_default_str();
-  cmd->add_option("--config", o.config, "take model, optimizer and zero keys from a triad-train config");
-  cmd->add_option("--set", o.overrides, "override a config key: dotted.key=value (repeatable)");
-  add_sweep_options(*cmd, o.ranks, o.stages);
-  cmd->add_option("--batch", o.batch, "global batch, sequences (divisible by every rank count)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks, at least 1)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--steps", o.steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--zeropp", o.zeropp, "ZeRO++ variants over stage 3, comma-separated: qwz, hpz, qgz, all")
-      ->delimiter(',');
-  cmd->add_option("--ranks-per-node", o.ranks_per_node, "with --zeropp: emulated node size (cluster.ranks_per_node)")
-      ->capture_default_str();
-  cmd->add_flag("--worker", o.worker, "internal: run one (ranks, stage) measurement under mpirun")->group("");
-  cmd->add_option("--stage", o.stage, "internal: the worker's stage")->group("");
-  cmd->add_option("--variant", o.variant, "internal: the worker's ZeRO++ variant")->group("");
-  cmd->callback([&o] { run_zero_bench(o); });
-}
-
 int run_zero_bench(const ZeroOptions& o) { return o.worker ? run_worker(o) : run_parent(o); }
 
 }  // namespace triad::bench

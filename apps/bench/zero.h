@@ -18,7 +18,7 @@
 // gradients' block sizes, against this machine's memory bandwidth.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <string>
 #include <vector>
 

@@ -1,5 +1,6 @@
 #include "estimate/step_time.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 

@@ -10,7 +10,7 @@
 //   triad-estimate --params 7.5e9 --dp 64 --time --seq 2048 --micro-batch 1 --step-json step.json
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "common/cli_app.h"
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
