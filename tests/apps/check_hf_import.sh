@@ -14,15 +14,7 @@
 #   check_hf_import.sh BIN_DIR DATA_DIR CONFIG
 set -euo pipefail
 bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd) config=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-fail() { echo "FAILED: $*"; exit 1; }
-run() {  # run LOG COMMAND...: the command's output into $work/LOG; its failure fails the test
-  local log=$1
-  shift
-  "$@" >"$work/$log" 2>&1 || { cat "$work/$log"; fail "$log: $* exited non-zero"; }
-}
+source "$(dirname "$0")/app_steps.sh"
 # same_tensors A B [SKIPPED_REGEX]: the two safetensors files hold the same tensors, bit for
 # bit (read here with the standard library alone), except A's whose names match the regex.
 same_tensors() {

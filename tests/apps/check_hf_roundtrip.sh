@@ -15,15 +15,7 @@ if ! "$python" -c "import torch, transformers" 2>/dev/null; then
   echo "SKIPPED: $python has no torch and transformers (pip install torch transformers; TRIAD_PYTHON picks a python)"
   exit 77
 fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-fail() { echo "FAILED: $*"; exit 1; }
-run() {  # run LOG COMMAND...: the command's output into $work/LOG; its failure fails the test
-  local log=$1
-  shift
-  "$@" >"$work/$log" 2>&1 || { cat "$work/$log"; fail "$log: $* exited non-zero"; }
-}
+source "$(dirname "$0")/app_steps.sh"
 
 run import "$bin/triad-ckpt" import --from "$repo/tests/data/hf_roundtrip/gpt2" --out "$work/ckpt"
 run encode "$bin/triad-data" encode --tokenizer "$work/ckpt" --corpus "$repo/tests/data/io/english.txt" \
