@@ -455,12 +455,6 @@ class WorkFolder {
   std::string path_;
 };
 
-std::string join(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
-
 nlohmann::json run_one(const CkptOptions& o, const WorkerLauncher& launcher, int n, const std::string& folder) {
   std::vector<std::string> args = {"--model",   o.model,
                                    "--dir",     folder,
@@ -482,7 +476,7 @@ void print_header(const CkptOptions& o, const std::string& folder) {
   std::printf(
       "triad-bench ckpt: %s (L%lld C%lld V%lld), /model + /optim master, exp_avg, exp_avg_sq (f32); ranks %s, %d "
       "repeats after %d warm-up, %d cores%s\n",
-      o.model.c_str(), (long long)m.n_layer, (long long)m.d_model, (long long)m.vocab_size, join(o.ranks).c_str(),
+      o.model.c_str(), (long long)m.n_layer, (long long)m.d_model, (long long)m.vocab_size, app::join(o.ranks).c_str(),
       o.repeats, o.warmup, cores,
       *std::max_element(o.ranks.begin(), o.ranks.end()) > cores ? " (ranks beyond the cores are oversubscribed)" : "");
   std::printf("writing in %s; page cache %s\n", folder.c_str(),

@@ -25,8 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
 int chunks_of(const PipelineOptions& o, const std::string& schedule) {
   return schedule == "interleaved" ? o.virtual_stages : 1;
 }
@@ -123,10 +121,10 @@ int run_worker(const PipelineOptions& o) {
         loss += l.item() / m;
       }
     }
-    const double fb = ms_since(t0);
+    const double fb = app::ms_since(t0);
     const double act = double(memory.peak_bytes()) - base;
     engine.step();
-    const double ms = ms_since(t0);
+    const double ms = app::ms_since(t0);
     TRIAD_CHECK(std::isfinite(loss), "triad-bench pipeline: loss " << loss << " at step " << s + 1);
     const StageStep st = engine.pipelined() ? stage_step(engine.pipeline()->timings()) : StageStep{};
     // The slowest rank's step and the longest pipeline phase; every stage's computed time.
@@ -196,13 +194,13 @@ int run_worker(const PipelineOptions& o) {
 // ---------------------------------------------------------------------------------------
 // Parent: launches the workers, reports, checks the targets, plots.
 
-struct Run {
+struct ScheduleRun {
   int p, m;
   std::string schedule;
 };
 
-std::vector<Run> runs_of(const PipelineOptions& o) {
-  std::vector<Run> runs;
+std::vector<ScheduleRun> runs_of(const PipelineOptions& o) {
+  std::vector<ScheduleRun> runs;
   for (int p : o.stages)
     for (const std::string& s : o.schedules) {
       if (p == 1 && s != o.schedules.front()) continue;  // one stage: every schedule is the plain step
@@ -281,8 +279,8 @@ int run_parent(const PipelineOptions& o) {
   TRIAD_CHECK(!o.stages.empty() && !o.schedules.empty() && !o.micro_factors.empty(),
               "triad-bench pipeline: --stages, --schedules and --micro-factors need at least one value");
   for (const std::string& s : o.schedules) parallel::parse_pipe_schedule(s);  // names the bad one
-  const std::vector<Run> runs = runs_of(o);
-  for (const Run& r : runs) make_config(o, r.p, r.schedule, r.m);  // every run's config parses first
+  const std::vector<ScheduleRun> runs = runs_of(o);
+  for (const ScheduleRun& r : runs) make_config(o, r.p, r.schedule, r.m);  // every run's config parses first
   if (!o.out.empty()) {
     TRIAD_CHECK(run_program({"gnuplot", "--version"}, "", true) == 0,
                 "triad-bench pipeline: gnuplot is not on PATH; it draws pipeline.png (Debian: apt-get install "
@@ -314,7 +312,7 @@ int run_parent(const PipelineOptions& o) {
     TRIAD_CHECK(csv.good(), "triad-bench pipeline: cannot write " << csv_path);
     csv << "stages,schedule,micro_batches,step_ms,pipe_ms,bubble,bubble_theory,peak_live,peak_activation_bytes\n";
   }
-  for (const Run& r : runs) {
+  for (const ScheduleRun& r : runs) {
     std::vector<std::string> args = {
         "--model", o.model, "--schedule", r.schedule, "--micro-batches", std::to_string(r.m),
         "--virtual-stages", std::to_string(o.virtual_stages), "--partition", o.partition, "--micro-batch",

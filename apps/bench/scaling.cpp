@@ -84,12 +84,6 @@ estimate::StepModelInput model_input(const ScalingOptions& o, const engine::Trai
   return in;
 }
 
-std::string join(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
-
 // ---------------------------------------------------------------------------------------
 // Worker: the collectives sweep of the calibration, under mpirun.
 

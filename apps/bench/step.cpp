@@ -18,8 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
 constexpr double kDefaultPeakTflops = 989.0;  // H100/H200 SXM, dense bf16
 
 }  // namespace
@@ -108,15 +106,15 @@ int run_step_bench(const StepOptions& o) {
     const auto t0 = Clock::now();
     const Tensor loss = engine.forward(x, y);
     finish();
-    const double f = ms_since(t0);
+    const double f = app::ms_since(t0);
     const auto t1 = Clock::now();
     engine.backward(loss);
     finish();
-    const double b = ms_since(t1);
+    const double b = app::ms_since(t1);
     const auto t2 = Clock::now();
     const engine::StepResult r = engine.step();
     finish();
-    const double u = ms_since(t2), total = ms_since(t0);
+    const double u = app::ms_since(t2), total = app::ms_since(t0);
     if (r.comm.contains("tp")) tp_bus_bytes = r.comm["tp"]["bus_bytes"].get<double>();
     if (leader)
       std::printf("%6d %10.1f %10.1f %10.1f %10.1f %10.4f%s\n", s, f, b, u, total, loss.item(),

@@ -22,14 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-std::string join(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
-
 // The ZeRO++ variants --zeropp accepts, as zero_optimization keys over stage 3; hpZ
 // partitions over an emulated node.
 const std::vector<std::string> kVariants = {"qwz", "hpz", "qgz", "all"};
@@ -112,13 +104,13 @@ int run_worker(const ZeroOptions& o) {
     world->barrier();  // every rank starts the step together: the max over ranks is the step's time
     const auto t0 = Clock::now();
     const Tensor loss = engine.forward(x, y);
-    const double f = ms_since(t0);
+    const double f = app::ms_since(t0);
     const auto t1 = Clock::now();
     engine.backward(loss);
-    const double b = ms_since(t1);
+    const double b = app::ms_since(t1);
     const auto t2 = Clock::now();
     const engine::StepResult r = engine.step();
-    const double u = ms_since(t2), total = ms_since(t0);
+    const double u = app::ms_since(t2), total = app::ms_since(t0);
     step_ms.push_back(total), fwd_ms.push_back(f), bwd_ms.push_back(b), opt_ms.push_back(u);
     comm = r.comm;
     if (r.comm.contains("tp")) tp_bus = r.comm["tp"]["bus_bytes"].get<double>();
@@ -215,18 +207,18 @@ nlohmann::json run_one(const ZeroOptions& o, const WorkerLauncher& launcher, int
 }
 
 // One worker run of the sweep: a stage, or a ZeRO++ variant over stage 3.
-struct Run {
+struct SweepRun {
   int stage;
   std::string variant;
 };
 
 // Stage 0 first (the other rows show their step time over it); with --zeropp, stage 3
 // (added when --stages lacks it) and then each variant (rows over stage 3's inter-node bytes).
-std::vector<Run> sweep(const ZeroOptions& o) {
+std::vector<SweepRun> sweep(const ZeroOptions& o) {
   std::vector<int> stages = o.stages;
   if (!o.zeropp.empty() && std::find(stages.begin(), stages.end(), 3) == stages.end()) stages.push_back(3);
   std::stable_partition(stages.begin(), stages.end(), [](int s) { return s == 0; });
-  std::vector<Run> runs;
+  std::vector<SweepRun> runs;
   for (int s : stages) runs.push_back({s, ""});
   for (const std::string& v : o.zeropp) runs.push_back({3, v});
   return runs;
@@ -243,7 +235,7 @@ void check_zeropp_options(const ZeroOptions& o) {
                                                         << o.ranks_per_node << " ranks (--ranks-per-node)");
 }
 
-std::string run_label(const Run& r) { return std::to_string(r.stage) + (r.variant.empty() ? "" : "+" + r.variant); }
+std::string run_label(const SweepRun& r) { return std::to_string(r.stage) + (r.variant.empty() ? "" : "+" + r.variant); }
 
 std::string ratio_text(double ratio) {
   if (ratio <= 0) return "-";
@@ -261,10 +253,10 @@ int run_parent(const ZeroOptions& o) {
     TRIAD_CHECK(o.batch % n == 0, "--batch " << o.batch << " is not divisible by " << n << " ranks (--ranks)");
   }
   check_zeropp_options(o);
-  const std::vector<Run> runs = sweep(o);
+  const std::vector<SweepRun> runs = sweep(o);
   // Every run's config must parse before anything runs (e.g. a stage not built yet).
   for (int n : o.ranks)
-    for (const Run& r : runs) make_config(o, r.stage, n, r.variant);
+    for (const SweepRun& r : runs) make_config(o, r.stage, n, r.variant);
   const engine::TrainConfig c0 = make_config(o, o.stages.front(), o.ranks.front());
   const WorkerLauncher launcher("zero");
   const int cores = int(std::thread::hardware_concurrency());
@@ -309,7 +301,7 @@ int run_parent(const ZeroOptions& o) {
   const double MB = 1e6;
   for (int n : o.ranks) {
     double stage0_ms = 0, stage3_inter = 0;
-    for (const Run& run : runs) {
+    for (const SweepRun& run : runs) {
       nlohmann::json row = run_one(o, launcher, n, run.stage, run.variant);
       const double ms = row["step_ms_median"].get<double>(), inter = row["inter_node_bus_bytes"].get<double>();
       if (run.stage == 0) stage0_ms = ms;

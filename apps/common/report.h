@@ -2,6 +2,7 @@
 // last-line JSON object benchmarks end with.
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -11,6 +12,10 @@ namespace triad::app {
 // Peak resident set size of this process so far, in MiB.
 double peak_rss_mb();
 double median(std::vector<double> values);
+// Milliseconds from t0 to now.
+double ms_since(std::chrono::steady_clock::time_point t0);
+// The values with commas between them ("1,2,4"), as the options that take lists read them.
+std::string join(const std::vector<int>& values);
 // Prints `j` compactly on one line: the machine-readable last line of a benchmark.
 void print_json_line(const nlohmann::json& j);
 // Sets the OpenMP thread count (0 keeps the default) and returns the count in effect.

@@ -17,6 +17,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "io/bpe_merges.h"
 #include "io/split_pattern.h"
 #include "io/unicode_class.h"
 #include "tensor/error.h"
@@ -28,12 +29,9 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxCacheEntries = size_t(1) << 20;
 constexpr size_t kMaxCachedWordBytes = 256;   // longer words (whole texts, with no pre-tokenizer) are not kept
 constexpr int64_t kMaxId = int64_t(1) << 24;  // ids stay far inside int32
 constexpr const char* kEndOfTextNames[] = {"<|endoftext|>", "</s>", "<|end_of_text|>"};
-
-uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
 // GPT-2's map of the 256 bytes to printable characters: the printable Latin-1 bytes stand for
 // themselves, the others for U+0100 on, in byte order.
@@ -288,7 +286,7 @@ struct HfTokenizer::Impl {
     const auto consider = [&](int64_t pos) {
       if (pos < 0 || next[size_t(pos)] < 0) return;
       const int32_t a = ids[size_t(pos)], b = ids[size_t(next[size_t(pos)])];
-      const auto it = merges.find(pair_key(a, b));
+      const auto it = merges.find(merge_pair_key(a, b));
       if (it != merges.end()) heap.push({it->second.first, pos, a, b, it->second.second});
     };
     for (int64_t i = 0; i + 1 < n; ++i) consider(i);
@@ -322,7 +320,7 @@ struct HfTokenizer::Impl {
     out.insert(out.end(), ids.begin(), ids.end());
     if (word.size() > kMaxCachedWordBytes) return;
     std::lock_guard<std::mutex> lock(mutex);
-    if (cache.size() >= kMaxCacheEntries) cache.clear();
+    if (cache.size() >= kMaxCachedWords) cache.clear();
     cache.emplace(word, std::move(ids));
   }
 
@@ -649,7 +647,7 @@ struct HfTokenizer::Impl {
         if (it == vocab.end())
           fail("model.merges[" + std::to_string(r) + "] (\"" + a + "\", \"" + b + "\"): \"" + t +
                "\" is not in model.vocab");
-      merges.try_emplace(pair_key(ia->second, ib->second), int32_t(r), iz->second);
+      merges.try_emplace(merge_pair_key(ia->second, ib->second), int32_t(r), iz->second);
     }
   }
 

@@ -10,8 +10,8 @@ namespace triad::io {
 
 namespace {
 
-constexpr char kMagic[8] = {'T', 'R', 'I', 'A', 'D', 'T', 'N', 'S'};
-constexpr uint32_t kVersion = 1;
+constexpr char kTensorFileMagic[8] = {'T', 'R', 'I', 'A', 'D', 'T', 'N', 'S'};
+constexpr uint32_t kTensorFileVersion = 1;
 constexpr uint32_t kMaxDims = 16;
 
 class Reader {
@@ -41,9 +41,9 @@ NamedTensors read_tensor_file(const std::string& path) {
   Reader r(path);
   char magic[8];
   r.bytes(magic, 8, "the header");
-  TRIAD_CHECK(std::memcmp(magic, kMagic, 8) == 0, "'" << path << "' is not a triad tensor file (bad magic)");
+  TRIAD_CHECK(std::memcmp(magic, kTensorFileMagic, 8) == 0, "'" << path << "' is not a triad tensor file (bad magic)");
   const auto version = r.pod<uint32_t>("the header");
-  TRIAD_CHECK(version == kVersion, "tensor file '" << path << "' has version " << version << ", expected " << kVersion);
+  TRIAD_CHECK(version == kTensorFileVersion, "tensor file '" << path << "' has version " << version << ", expected " << kTensorFileVersion);
   const auto count = r.pod<uint32_t>("the header");
   NamedTensors out;
   for (uint32_t i = 0; i < count; ++i) {
@@ -75,8 +75,8 @@ void write_tensor_file(const std::string& path, const NamedTensors& tensors) {
   std::vector<std::string> headers(tensors.size() + 1);
   std::vector<Tensor> contiguous_data;
   auto pod = [](std::string& out, const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  headers[0].append(kMagic, 8);
-  pod(headers[0], kVersion);
+  headers[0].append(kTensorFileMagic, 8);
+  pod(headers[0], kTensorFileVersion);
   pod(headers[0], uint32_t(tensors.size()));
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];

@@ -21,7 +21,7 @@ static_assert(std::endian::native == std::endian::little, "token files are read 
 
 namespace {
 
-constexpr char kMagic[8] = {'T', 'R', 'I', 'A', 'D', 'T', 'O', 'K'};
+constexpr char kTokenFileMagic[8] = {'T', 'R', 'I', 'A', 'D', 'T', 'O', 'K'};
 
 struct Header {
   uint32_t version, dtype, vocab_size;
@@ -60,7 +60,7 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   const size_t data_bytes = tokens.size() * dtype;
   const Header h{TokenFile::kVersion, dtype, vocab_size, uint64_t(tokens.size()), fnv1a64(data, data_bytes)};
   std::string header;
-  put(header, kMagic, 8);
+  put(header, kTokenFileMagic, 8);
   put(header, &h.version, 4);
   put(header, &h.dtype, 4);
   put(header, &h.vocab_size, 4);
@@ -94,7 +94,7 @@ TokenFile TokenFile::open(const std::string& path) {
   f.map_bytes_ = file_bytes;  // owned from here: the destructor unmaps on any error below
 
   const unsigned char* p = f.map_;
-  TRIAD_CHECK(std::memcmp(p, kMagic, 8) == 0, "'" << path << "' is not a triad token file (bad magic)");
+  TRIAD_CHECK(std::memcmp(p, kTokenFileMagic, 8) == 0, "'" << path << "' is not a triad token file (bad magic)");
   const auto version = get<uint32_t>(p + 8);
   TRIAD_CHECK(version == kVersion, "token file '" << path << "' has version " << version << ", expected " << kVersion);
   f.dtype_ = get<uint32_t>(p + 12);

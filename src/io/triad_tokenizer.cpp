@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "io/atomic_file.h"
+#include "io/bpe_merges.h"
 #include "tensor/error.h"
 
 namespace triad::io {
@@ -27,11 +28,8 @@ namespace triad::io {
 namespace {
 
 constexpr const char* kFormat = "triad-bpe";
-constexpr int kVersion = 1;
+constexpr int kFormatVersion = 1;
 constexpr const char* kPretokenizer = "gpt2-bytes-128";  // Note [Pre-tokenization], kMaxChunkBytes = 128
-constexpr size_t kMaxCacheEntries = size_t(1) << 20;
-
-uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
 enum class ByteClass : uint8_t { space, letter, digit, other };
 
@@ -110,7 +108,7 @@ void check_vocab_size(int vocab_size) {
 }  // namespace
 
 struct TriadTokenizer::State {
-  std::unordered_map<uint64_t, int32_t> ranks;  // pair_key(left, right) -> merged id
+  std::unordered_map<uint64_t, int32_t> ranks;  // merge_pair_key(left, right) -> merged id
   std::mutex mutex;
   std::unordered_map<std::string, std::vector<int32_t>> cache;  // chunk -> ids
 };
@@ -130,7 +128,7 @@ TriadTokenizer::TriadTokenizer(std::vector<std::pair<int32_t, int32_t>> merges)
     const auto z = int32_t(pieces_.size());
     TRIAD_ASSERT(a >= 0 && a < z && b >= 0 && b < z);
     pieces_.push_back(pieces_[size_t(a)] + pieces_[size_t(b)]);
-    state_->ranks.emplace(pair_key(a, b), z);
+    state_->ranks.emplace(merge_pair_key(a, b), z);
   }
 }
 
@@ -167,7 +165,7 @@ TriadTokenizer TriadTokenizer::train(const std::vector<std::string_view>& docume
   for (size_t w = 0; w < words.size(); ++w) {
     const auto& ids = words[w];
     for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      const uint64_t k = pair_key(ids[i], ids[i + 1]);
+      const uint64_t k = merge_pair_key(ids[i], ids[i + 1]);
       counts[k] += freq[w];
       auto& list = where[k];
       if (list.empty() || list.back() != int32_t(w)) list.push_back(int32_t(w));
@@ -209,10 +207,10 @@ TriadTokenizer TriadTokenizer::train(const std::vector<std::string_view>& docume
       seen[size_t(w)] = step;
       auto& ids = words[size_t(w)];
       const int64_t f = freq[size_t(w)];
-      for (size_t i = 0; i + 1 < ids.size(); ++i) delta[pair_key(ids[i], ids[i + 1])] -= f;
+      for (size_t i = 0; i + 1 < ids.size(); ++i) delta[merge_pair_key(ids[i], ids[i + 1])] -= f;
       merge_pair(ids, a, b, z);
       for (size_t i = 0; i + 1 < ids.size(); ++i) {
-        const uint64_t k = pair_key(ids[i], ids[i + 1]);
+        const uint64_t k = merge_pair_key(ids[i], ids[i + 1]);
         delta[k] += f;
         if (ids[i] == z || ids[i + 1] == z) {
           auto& list = where[k];
@@ -247,7 +245,7 @@ std::vector<int32_t> TriadTokenizer::encode_chunk(std::string_view chunk) const 
   while (ids.size() >= 2) {
     int32_t best = INT32_MAX, a = 0, b = 0;
     for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      const auto it = ranks.find(pair_key(ids[i], ids[i + 1]));
+      const auto it = ranks.find(merge_pair_key(ids[i], ids[i + 1]));
       if (it != ranks.end() && it->second < best) {
         best = it->second;
         a = ids[i];
@@ -277,7 +275,7 @@ std::vector<int32_t> TriadTokenizer::encode(std::string_view text) const {
     std::vector<int32_t> ids = encode_chunk(chunk);
     out.insert(out.end(), ids.begin(), ids.end());
     std::lock_guard<std::mutex> lock(state_->mutex);
-    if (state_->cache.size() >= kMaxCacheEntries) state_->cache.clear();
+    if (state_->cache.size() >= kMaxCachedWords) state_->cache.clear();
     state_->cache.emplace(key, std::move(ids));
   });
   return out;
@@ -300,7 +298,7 @@ void TriadTokenizer::save(const std::string& path) const {
   nlohmann::json merges = nlohmann::json::array();
   for (const auto& [a, b] : merges_) merges.push_back({a, b});
   const nlohmann::json j = {
-      {"format", kFormat}, {"version", kVersion},        {"vocab_size", vocab_size()}, {"pretokenizer", kPretokenizer},
+      {"format", kFormat}, {"version", kFormatVersion},        {"vocab_size", vocab_size()}, {"pretokenizer", kPretokenizer},
       {"eot", eot()},      {"merges", std::move(merges)}};
   const std::string text = j.dump() + "\n";
   write_file_atomically(path, {{text.data(), text.size()}}, "tokenizer file");
@@ -320,7 +318,7 @@ TriadTokenizer TriadTokenizer::load(const std::string& path) {
     if (!j.is_object() || j.value("format", "") != kFormat)
       bad("not a triad tokenizer (expected \"format\": \"triad-bpe\")");
     const int version = j.at("version").get<int>();
-    if (version != kVersion) bad("version " + std::to_string(version) + ", expected " + std::to_string(kVersion));
+    if (version != kFormatVersion) bad("version " + std::to_string(version) + ", expected " + std::to_string(kFormatVersion));
     const std::string pre = j.at("pretokenizer").get<std::string>();
     if (pre != kPretokenizer) bad("pretokenizer \"" + pre + "\", expected \"" + kPretokenizer + "\"");
     const auto& list = j.at("merges");

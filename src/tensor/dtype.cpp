@@ -46,6 +46,8 @@ const char* dtype_name(DType t) {
 
 bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16; }
 
+bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
+
 DType dtype_from_name(const std::string& name) {
   for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::i32, DType::i8})
     if (name == dtype_name(t)) return t;

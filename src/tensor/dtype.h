@@ -16,6 +16,7 @@ enum class DType : uint8_t { f32 = 0, f64 = 1, bf16 = 2, f16 = 3, i64 = 4, i32 =
 size_t element_size(DType t);
 const char* dtype_name(DType t);
 bool is_floating(DType t);
+bool is_16bit(DType t);  // bf16 or f16
 DType dtype_from_name(const std::string& name);  // "f32", "bf16", ... ; throws Error
 
 // bfloat16: the upper half of an IEEE float. Conversion rounds to nearest even; NaN stays NaN

@@ -4,21 +4,20 @@
 
 #include "tensor/backend.h"
 #include "tensor/ops.h"
+#include "tensor/ops_checks.h"
 
 namespace triad::ops {
-
-namespace {
 
 void check_float(const Tensor& t, const char* op) {
   TRIAD_CHECK(is_floating(t.dtype()), op << ": expected a floating tensor (f32, f64, bf16 or f16), got " << t.str());
 }
 
+namespace {
+
 void check_same(const Tensor& a, const Tensor& b, const char* op) {
   TRIAD_CHECK(a.dtype() == b.dtype(), op << ": dtypes differ: " << a.str() << " and " << b.str());
   TRIAD_CHECK(a.device() == b.device(), op << ": devices differ: " << a.str() << " and " << b.str());
 }
-
-bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
 
 // The dtype of an elementwise result of floating a and b on one device: their dtype when
 // they share one; an f32 operand beside a 16-bit one gives the 16-bit dtype (Note [16-bit

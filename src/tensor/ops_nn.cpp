@@ -6,16 +6,11 @@
 
 #include "tensor/backend.h"
 #include "tensor/ops.h"
+#include "tensor/ops_checks.h"
 
 namespace triad::ops {
 
 namespace {
-
-void check_float(const Tensor& t, const char* op) {
-  TRIAD_CHECK(is_floating(t.dtype()), op << ": expected a floating tensor (f32, f64, bf16 or f16), got " << t.str());
-}
-
-bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
 
 // What f32 and 16-bit values compute in, and what statistics (norms' mean and rstd,
 // cross-entropy's lse and loss) are kept in: f64 for f64, else f32.

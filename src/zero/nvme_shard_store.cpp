@@ -1,24 +1,15 @@
 #include "zero/nvme_shard_store.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <utility>
+#include <algorithm>
 
 #include "io/crc32c.h"
-#include "parallel/runtime.h"
 #include "tensor/ops.h"
 #include "tensor/storage.h"
+#include "zero/nvme_swap_file.h"
 
 namespace triad::zero {
 
 namespace {
-
-std::atomic<int> stores_made{0};
 
 // A host f32 tensor over `bytes` of memory aligned for direct I/O.
 Tensor aligned_host(int64_t bytes) {
@@ -26,10 +17,6 @@ Tensor aligned_host(int64_t bytes) {
   auto storage = std::make_shared<Storage>(block.get(), size_t(bytes), Device::cpu(), [](void* p) { std::free(p); });
   block.release();  // the storage frees it
   return Tensor::from_storage(storage, {bytes / 4}, {1}, 0, DType::f32);
-}
-
-std::string key_error(const std::string& folder, const std::string& what) {
-  return "[config] zero_optimization.offload_optimizer.nvme_path '" + folder + "'" + what;
 }
 
 const char* part_name(ShardPart part) {
@@ -40,17 +27,7 @@ const char* part_name(ShardPart part) {
 
 NvmeShardStore::NvmeShardStore(Device device, const OffloadConfig& config, const io::AioConfig& aio)
     : device_(device), config_(config) {
-  const std::string& folder = config.nvme_path;
-  struct stat st{};
-  if (::stat(folder.c_str(), &st) != 0) throw Error(key_error(folder, std::string(": ") + std::strerror(errno)));
-  TRIAD_CHECK(S_ISDIR(st.st_mode), key_error(folder, " is not a folder"));
-  const std::string name = "triad-optimizer-rank" + std::to_string(parallel::world_rank()) + "-" +
-                           std::to_string(stores_made++) + ".swp";
-  try {
-    file_ = std::make_unique<io::SwapFile>((std::filesystem::path(folder) / name).string(), 0, aio);
-  } catch (const Error& e) {
-    throw Error(key_error(folder, std::string(": ") + e.what()));
-  }
+  file_ = open_nvme_swap_file("zero_optimization.offload_optimizer.nvme_path", config.nvme_path, "optimizer", aio);
 }
 
 NvmeShardStore::~NvmeShardStore() {

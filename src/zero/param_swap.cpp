@@ -1,41 +1,16 @@
 #include "zero/param_swap.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "io/crc32c.h"
-#include "parallel/runtime.h"
 #include "tensor/ops.h"
+#include "zero/nvme_swap_file.h"
 
 namespace triad::zero {
 
-namespace {
-
-std::atomic<int> swaps_made{0};
-
-std::string key_error(const std::string& folder, const std::string& what) {
-  return "[config] zero_optimization.offload_param.nvme_path '" + folder + "'" + what;
-}
-
-}  // namespace
-
 ParamSwap::ParamSwap(const ParamOffloadConfig& config, const io::AioConfig& aio) : config_(config) {
-  const std::string& folder = config.nvme_path;
-  struct stat st{};
-  if (::stat(folder.c_str(), &st) != 0) throw Error(key_error(folder, std::string(": ") + std::strerror(errno)));
-  TRIAD_CHECK(S_ISDIR(st.st_mode), key_error(folder, " is not a folder"));
-  const std::string name =
-      "triad-params-rank" + std::to_string(parallel::world_rank()) + "-" + std::to_string(swaps_made++) + ".swp";
-  try {
-    file_ = std::make_unique<io::SwapFile>((std::filesystem::path(folder) / name).string(), 0, aio);
-  } catch (const Error& e) {
-    throw Error(key_error(folder, std::string(": ") + e.what()));
-  }
+  file_ = open_nvme_swap_file("zero_optimization.offload_param.nvme_path", config.nvme_path, "params", aio);
 }
 
 ParamSwap::Slot& ParamSwap::slot(const FlatGroup& group) {

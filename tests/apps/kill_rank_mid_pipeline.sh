@@ -18,19 +18,19 @@ stop_job() {  # on a failure: mpirun takes its ranks down on SIGTERM; whatever i
 make_corpus "$bin"
 
 # A step of 8 micro-batches through a 13M-parameter model: seconds here, so that a kill
-# right after a step is logged lands inside the next one (checked below).
+# right after the first step is logged lands inside the second (checked below).
 "$mpiexec" -np 4 --oversubscribe --bind-to none "$bin/triad-train" --config "$config" \
   --set data.corpus="$work/tokens.bin" --set data.tokenizer="$work/tok.json" --set model.vocab_size=300 \
   --set model.d_model=512 --set model.n_layer=4 --set model.n_head=4 --set model.seq_len=128 \
   --set pipeline.stages=2 --set train_batch_size=32 --set train_micro_batch_size_per_gpu=2 \
   --set eval_interval=0 --set log_interval=1 --steps 1000 >"$work/log" 2>&1 &
 job=$!
-for _ in $(seq 3000); do  # up to 150 s to start and finish step 2, however loaded the machine
-  grep -Eq "^step +2/" "$work/log" && break
+for _ in $(seq 3000); do  # up to 150 s to start and finish step 1, however loaded the machine
+  grep -Eq "^step +1/" "$work/log" && break
   running "$job" || fail "the run stopped by itself"
   sleep 0.05
 done
-grep -Eq "^step +2/" "$work/log" || fail "step 2 was not logged within 150 s"
+grep -Eq "^step +1/" "$work/log" || fail "step 1 was not logged within 150 s"
 
 # The ranks are mpirun's children; each knows its rank from Open MPI's environment.
 for pid in $(pgrep -P "$job"); do
@@ -60,7 +60,7 @@ ranks_ms=$(elapsed_ms)
 
 ((status != 0)) || fail "mpirun exited 0 after rank 2 died"
 grep -Eq "process rank 2 .* exited on signal 9" "$work/log" || fail "no message names rank 2's death"
-if grep -Eq "^step +3/" "$work/log"; then fail "step 3 completed: the kill did not land inside a step"; fi
-echo "rank 2 killed inside step 3: mpirun exited with status $status after ${job_ms} ms, the last rank was gone" \
+if grep -Eq "^step +2/" "$work/log"; then fail "step 2 completed: the kill did not land inside a step"; fi
+echo "rank 2 killed inside step 2: mpirun exited with status $status after ${job_ms} ms, the last rank was gone" \
   "after ${ranks_ms} ms"
 grep -E "process rank 2 .* exited on signal 9" "$work/log"

@@ -204,8 +204,6 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   }
 }
 
-bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
-
 // t as a new contiguous f32 tensor.
 Tensor widened(Backend& backend, const Tensor& t) {
   Tensor w = Tensor::empty(t.shape(), DType::f32);
