@@ -129,7 +129,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 # cred_expire also delays the restart of a requeued job (default 120 s).
-AuthInfo=socket=$socket,cred_expire=10
+AuthInfo=socket=$socket,cred_expire=5
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid

@@ -213,13 +213,26 @@ assert s["total_wrong"] == 0 and s["total_raw_wrong"] == 0, "wrong elements: %s"
 print("collectives: %d rows on 8 ranks, 0 wrong" % len(j["rows"]))
 EOF
 
-# ---- zero-compare: every stage on the job's ranks ----
-step "zero-compare: 2 ranks"
-if ! out=$(submit zero-compare --wait); then
-  show "$runs"/zero-compare/*/job.log
-  fail "the zero-compare job failed: $out"
+# ---- zero-compare and scaling (weak, strong): submitted together, on the node's 8 CPUs ----
+modes=(weak strong)
+if ! "$bin/triad-bench" scaling --help >/dev/null 2>&1; then
+  echo "NOTE: this triad-bench has no scaling subcommand; scaling-weak and scaling-strong not run"
+  modes=()
 fi
-id=$(job_id_of "$out")
+step "zero-compare (2 ranks) and scaling ${modes[*]} (ranks 1,2, stages 0,3), submitted together"
+declare -A id_of  # job -> id
+for job in zero-compare "${modes[@]/#/scaling-}"; do
+  out=$(submit "$job")
+  id_of[$job]=$(job_id_of "$out")
+  [[ -n ${id_of[$job]} ]] || fail "submit.sh $job printed no job id: $out"
+done
+for job in "${!id_of[@]}"; do wait_until_gone "${id_of[$job]}" 180; done
+
+id=${id_of[zero-compare]}
+[[ -f $runs/zero-compare/$id/zero.json ]] || {
+  show "$runs/zero-compare/$id/job.log"
+  fail "the zero-compare job wrote no zero.json"
+}
 python3 - "$runs/zero-compare/$id/zero.json" <<'EOF' || fail "zero-compare's results are incomplete (above)"
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -229,20 +242,13 @@ assert all(r["step_ms_median"] > 0 for r in j["rows"])
 print("zero-compare: stages 0-3 on 2 ranks")
 EOF
 
-# ---- scaling: weak and strong over 1 and 2 ranks ----
-modes=(weak strong)
-if ! "$bin/triad-bench" scaling --help >/dev/null 2>&1; then
-  echo "NOTE: this triad-bench has no scaling subcommand; scaling-weak and scaling-strong not run"
-  modes=()
-fi
 for mode in "${modes[@]}"; do
-  step "scaling-$mode: ranks 1,2, stages 0,3"
-  if ! out=$(submit "scaling-$mode" --wait); then
-    show "$runs/scaling-$mode"/*/job.log
-    fail "the scaling-$mode job failed: $out"
-  fi
-  id=$(job_id_of "$out")
+  id=${id_of[scaling-$mode]}
   dir=$runs/scaling-$mode/$id
+  [[ -f $dir/scaling.csv ]] || {
+    show "$dir/job.log"
+    fail "the scaling-$mode job wrote no scaling.csv"
+  }
   rows=$(($(wc -l <"$dir/scaling.csv") - 1))
   ((rows == 4)) || fail "scaling-$mode: $dir/scaling.csv has $rows rows, expected 4 (ranks 1,2 x stages 0,3)"
   [[ $(head -c 4 "$dir/scaling.png" | od -An -c | tr -d ' ') == 211PNG ]] || fail "scaling-$mode: no PNG in $dir/scaling.png"
