@@ -11,6 +11,8 @@
 #  - a Hugging Face tokenizer.json encodes a JSONL corpus, travels with the export of a model
 #    trained on it (its data.tokenizer) and with the import of that folder to triad-generate;
 #  - --max-shard-size shards the export as save_pretrained does, and the shards import.
+#  - triad-generate --chat on an imported transformers Llama answers as transformers' own chat
+#    loop does (tests/data/hf_roundtrip/reference.json, "chat_loop").
 #   check_hf_import.sh BIN_DIR DATA_DIR CONFIG
 set -euo pipefail
 bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd) config=$3
@@ -124,4 +126,26 @@ run gen_hf_trained "$bin/triad-generate" --checkpoint "$work/hf_trained/model.h5
 run gen_hf_imported "$bin/triad-generate" --checkpoint "$work/hf_imported/step-00000000.h5" "${hf_generate[@]}"
 cmp -s "$work/gen_hf_trained" "$work/gen_hf_imported" || { diff "$work/gen_hf_trained" "$work/gen_hf_imported"; fail "HF samples differ"; }
 [[ $(wc -c <"$work/gen_hf_imported") -gt 12 ]] || fail "triad-generate printed nothing past the prompt (HF tokenizer)"
-echo "OK: import/export round trips, generate and resume from an import, refusals, a Hugging Face tokenizer"
+# triad-generate --chat on a transformers Llama imported with its tokenizer and chat template:
+# fed the reference's turns on stdin, it answers each with the reply transformers' own chat
+# loop gives (tests/reference/hf_roundtrip_reference.py, "chat_loop"), the second turn
+# templated over the first reply.
+roundtrip=$data/../hf_roundtrip
+run import_llama "$bin/triad-ckpt" import --from "$roundtrip/llama" --out "$work/llama"
+python3 -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["llama"]["chat_loop"]["turns"]))' \
+  "$roundtrip/reference.json" >"$work/chat_turns"
+new_tokens=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["llama"]["chat_loop"]["max_new_tokens"])' \
+  "$roundtrip/reference.json")
+"$bin/triad-generate" --checkpoint "$work/llama/step-00000000.h5" --chat --temperature 0 \
+  --max-new-tokens "$new_tokens" --threads 1 <"$work/chat_turns" >"$work/chat" 2>"$work/chat_errors" ||
+  { cat "$work/chat_errors"; fail "triad-generate --chat exited non-zero"; }
+python3 - "$roundtrip/reference.json" "$work/chat" <<'PY' || fail "triad-generate --chat's replies are not transformers'"
+import json, sys
+replies = json.load(open(sys.argv[1], encoding="utf-8"))["llama"]["chat_loop"]["replies"]
+got = open(sys.argv[2], encoding="utf-8").read()
+want = "Human: " + "".join(f"Assistant: {r}\nHuman: " for r in replies) + "\n"
+if got != want:
+    sys.exit(f"FAILED: --chat printed {got!r}, want {want!r}")
+print(f"OK: --chat answered {len(replies)} turns as transformers does: {replies}")
+PY
+echo "OK: import/export round trips, generate and resume from an import, refusals, a Hugging Face tokenizer, a chat loop"

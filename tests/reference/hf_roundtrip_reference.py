@@ -7,6 +7,7 @@ a check that a folder triad exported loads in `transformers` with the same resul
     python3 tests/reference/hf_roundtrip_reference.py            (from the repository root)
     python3 tests/reference/hf_roundtrip_reference.py --check gpt2 DIR [llama DIR]
     python3 tests/reference/hf_roundtrip_reference.py --window-loss DIR TOKENS
+    python3 tests/reference/hf_roundtrip_reference.py --chat-loop
 
 Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
     gpt2/   GPT2LMHeadModel (2 layers, d 16, 2 heads, n_positions 64) with the byte-level BPE
@@ -35,7 +36,13 @@ Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
         llama only: "chat": {"messages", "prompt_ids": apply_chat_template(messages,
             add_generation_prompt=True) (the ids triad-generate --chat continues), and the greedy
             "generated_ids", "text", "min_margin" from them as above, "max_new_tokens" of them:
-            as many as fill max_position_embeddings}}
+            as many as fill max_position_embeddings},
+        llama only: "chat_loop": {"turns": the user's lines, "max_new_tokens", "replies": what a
+            chat loop in transformers answers them with: each turn's messages so far through
+            apply_chat_template(add_generation_prompt=True), generate(do_sample=False) up to
+            max_new_tokens (stopping at eos), the decoded reply (eos left out) appended as the
+            assistant's message; "min_margin" over every step (triad-generate --chat, fed the
+            turns on stdin, prints the same replies: tests/apps/check_hf_import.sh)}}
     The models are made, saved and read back from the folder before anything is recorded.
 
 --check reads folders that `triad-ckpt export --format safetensors` wrote (of models imported
@@ -43,6 +50,9 @@ from the reference folders, or trained from them) with AutoModelForCausalLM.from
 AutoTokenizer.from_pretrained, prints the loss on the stored batch and the greedy text, and
 fails unless they equal the reference's (loss within 1e-5) when the weights are the
 reference's; with --trained it only prints them, for a model trained since.
+
+--chat-loop adds "chat_loop" to reference.json from the stored Llama folder (the models and the
+rest of the file unchanged).
 
 --window-loss prints the loss transformers computes with the folder DIR on the last
 max_position_embeddings + 1 tokens of a triad token file (io/token_file.h): the inputs are
@@ -72,6 +82,10 @@ LLAMA_CHAT_TEMPLATE = (
     "message['content'] | trim + ' [/INST]' }}{% else %}{{ ' ' + message['content'] | trim + ' ' + eos_token }}"
     "{% endif %}{% endfor %}"
 )
+# The user's lines a chat loop is fed, tried in turn for two whose replies are clear-cut and
+# whole UTF-8.
+CHAT_LINES = ["Hi.", "Why?", "Tell me a story.", "Who are you?", "Thanks!", "What is a fox?", "Go on.", "Yes."]
+CHAT_LOOP_TOKENS = 8
 CHAT = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Why?"}]
 NEW_TOKENS = 32
 
@@ -128,6 +142,48 @@ def greedy(model, tok, ids, new_tokens=NEW_TOKENS):
     return new, tok.decode(new, skip_special_tokens=False), margin
 
 
+def chat_loop(model, tok, turns):
+    """The replies of a chat loop to `turns`, and the smallest top-2 logit gap over them."""
+    messages, replies, margins = [], [], []
+    for line in turns:
+        messages.append({"role": "user", "content": line})
+        ids = list(tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"])
+        new, _, margin = greedy(model, tok, ids, CHAT_LOOP_TOKENS)
+        if new and new[-1] == tok.eos_token_id:
+            new = new[:-1]
+        reply = tok.decode(new, skip_special_tokens=False)
+        messages.append({"role": "assistant", "content": reply})
+        replies.append(reply)
+        margins.append(margin)
+    return replies, min(margins)
+
+
+def add_chat_loop():
+    torch.set_num_threads(1)
+    path = os.path.join(OUT, "reference.json")
+    with open(path, encoding="utf-8") as f:
+        reference = json.load(f)
+    folder = os.path.join(OUT, "llama")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    for first in CHAT_LINES:
+        for second in CHAT_LINES:
+            replies, margin = chat_loop(model, tok, [first, second])
+            if margin > 1e-3 and all(r and "\ufffd" not in r for r in replies):
+                break
+        else:
+            continue
+        break
+    else:
+        sys.exit("no two lines gave clear-cut replies of whole UTF-8")
+    print(f"chat loop: {[first, second]} -> {replies} (min margin {margin:.4f})")
+    reference["llama"]["chat_loop"] = {"turns": [first, second], "max_new_tokens": CHAT_LOOP_TOKENS,
+                                       "replies": replies, "min_margin": margin}
+    with open(path, "w") as f:
+        json.dump(reference, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
 def loss_of(model, batch):
     with torch.no_grad():
         return float(model(input_ids=batch, labels=batch).loss)
@@ -165,6 +221,7 @@ def make():
     with open(os.path.join(OUT, "reference.json"), "w") as f:
         json.dump(reference, f, indent=1, ensure_ascii=False)
         f.write("\n")
+    add_chat_loop()
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
 
 
@@ -206,10 +263,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", nargs="+", metavar="ARCH DIR", help="gpt2|llama and a triad-exported folder")
     parser.add_argument("--trained", action="store_true", help="print only: the weights were trained since")
+    parser.add_argument("--chat-loop", action="store_true", help="add the chat loop's replies to reference.json")
     parser.add_argument("--window-loss", nargs=2, metavar=("DIR", "TOKENS"), help="loss on a token file's last window")
     args = parser.parse_args()
     if args.window_loss:
         window_loss(*args.window_loss)
+    elif args.chat_loop:
+        add_chat_loop()
     elif not args.check:
         make()
     else:
