@@ -314,14 +314,46 @@ void commit(const std::string& tmp, const std::string& path, parallel::Communica
   TRIAD_CHECK(failed.item() == 0.0, "[checkpoint] saving '" << path << "' failed on rank 0 (its message says why)");
 }
 
-// Creates `path` through a temporary file: `write` fills it, then it is committed.
+// Creates `path` through a temporary file: `write` fills it, then it is committed. When
+// writing fails on any rank (a full disk, an I/O error), every rank throws (this rank's
+// message, or one saying which file failed elsewhere) and rank 0 removes the temporary file.
 template <typename Write>
 void write_file(const std::string& path, parallel::Communicator& world, Write write) {
   const std::string tmp = path + ".tmp";
-  H5File file = H5File::create(tmp, world);
-  write(file);
-  file.flush();
-  file.close();
+  std::string error;
+  try {
+    H5File file = H5File::create(tmp, world);
+    try {
+      write(file);
+      file.flush();
+      file.close();
+    } catch (...) {
+      try {
+        file.close();
+      } catch (const std::exception&) {
+        // The first failure is the one reported.
+      }
+      throw;
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // The lowest failing rank's message goes to every rank, so that each names the cause.
+  Tensor first = Tensor::full({1}, error.empty() ? double(world.size()) : double(world.rank()), DType::f64);
+  world.all_reduce(first, parallel::ReduceOp::min)->wait();
+  const int failed = int(first.item());
+  if (failed < world.size()) {
+    if (world.rank() == 0) std::remove(tmp.c_str());
+    Tensor size = Tensor::from_vector(std::vector<int64_t>{int64_t(error.size())}, {1});
+    world.broadcast(size, failed)->wait();
+    Tensor bytes = Tensor::zeros({int64_t(size.item())}, DType::i8);
+    if (world.rank() == failed) std::copy(error.begin(), error.end(), reinterpret_cast<char*>(bytes.data<int8_t>()));
+    if (bytes.numel() > 0) world.broadcast(bytes, failed)->wait();
+    const char* p = reinterpret_cast<const char*>(bytes.data<int8_t>());
+    TRIAD_CHECK(false, "[checkpoint] saving '" << path << "' failed"
+                                               << (world.rank() == failed ? "" : " on rank " + std::to_string(failed))
+                                               << ": " << std::string(p, p + bytes.numel()));
+  }
   commit(tmp, path, world);
 }
 

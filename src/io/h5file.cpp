@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <sstream>
@@ -235,15 +236,17 @@ Digest names_digest(const std::vector<std::string>& names) {
 
 // Checks an HDF5 return value (negative: failure) and throws Error naming the file, the
 // operation and object (`what`, streamed), file:line, the rank and HDF5's innermost message.
-#define TRIAD_H5(state, call, what)                         \
-  [&] {                                                     \
-    const auto triad_h5_rc_ = (call);                       \
-    if (triad_h5_rc_ < 0) {                                 \
-      std::ostringstream triad_h5_os_;                      \
-      triad_h5_os_ << what;                                 \
-      (state).fail(triad_h5_os_.str(), __FILE__, __LINE__); \
-    }                                                       \
-    return triad_h5_rc_;                                    \
+#define TRIAD_H5(state, call, what)                                          \
+  [&] {                                                                      \
+    errno = 0;                                                               \
+    const auto triad_h5_rc_ = (call);                                        \
+    if (triad_h5_rc_ < 0) {                                                  \
+      const int triad_h5_errno_ = errno;                                     \
+      std::ostringstream triad_h5_os_;                                       \
+      triad_h5_os_ << what;                                                  \
+      (state).fail(triad_h5_os_.str(), __FILE__, __LINE__, triad_h5_errno_); \
+    }                                                                        \
+    return triad_h5_rc_;                                                     \
   }()
 
 namespace detail {
@@ -259,8 +262,11 @@ struct H5State {
 
   bool parallel() const { return comm != MPI_COMM_NULL; }
 
-  [[noreturn]] void fail(const std::string& what, const char* src, int line) const {
-    const std::string hdf5 = innermost_hdf5_message();
+  // `err`: errno after the failed call (0: none), named when HDF5's message does not say it.
+  [[noreturn]] void fail(const std::string& what, const char* src, int line, int err = 0) const {
+    std::string hdf5 = innermost_hdf5_message();
+    if (err != 0 && hdf5.find(std::strerror(err)) == std::string::npos)
+      hdf5 += std::string(" (") + std::strerror(err) + ")";
     const char* in_src = std::strstr(src, "/src/");  // io/h5file.cpp, not the build machine's path
     std::ostringstream os;
     os << "HDF5 file '" << path << "': " << what << " failed at " << (in_src ? in_src + 5 : src) << ":" << line;
@@ -1031,10 +1037,14 @@ void H5File::close() {
   if (!s_ || s_->file < 0) return;
   H5State& s = *s_;
   s.dxpl.reset();
+  errno = 0;
   const herr_t rc = H5Fclose(std::exchange(s.file, H5I_INVALID_HID));
+  const int err = errno;
   s.free_comm();
   if (rc < 0) {
-    const std::string hdf5 = innermost_hdf5_message();
+    std::string hdf5 = innermost_hdf5_message();
+    if (err != 0 && hdf5.find(std::strerror(err)) == std::string::npos)
+      hdf5 += std::string(" (") + std::strerror(err) + ")";
     TRIAD_CHECK(false, "HDF5 file '" << s.path << "': closing the file failed: " << hdf5);
   }
 }
