@@ -259,6 +259,10 @@ struct H5State {
   int rank = 0;
   int64_t max_transfer_bytes = kDefaultMaxTransferBytes;
   Hid dxpl;  // the transfer property list (independent in parallel mode)
+  // A write or flush failed. HDF5 1.10 cannot close such a file: the close retries the
+  // write-back, and when that fails it leaves a half-freed file that crashes the next use
+  // of the library (another close, or its own clean-up at exit). So it is abandoned.
+  mutable bool write_failed = false;
 
   bool parallel() const { return comm != MPI_COMM_NULL; }
 
@@ -502,7 +506,10 @@ struct H5State {
     }
     agree_on(op, object, layout, local.str());
 
-    for (size_t i = 0; i < ranges.size(); ++i) {
+    // A failed transfer stops this rank's transfers; the ranks then agree on the outcome, so
+    // that all of them throw together (not one leaving while the others wait in a collective).
+    std::string failed;
+    for (size_t i = 0; i < ranges.size() && failed.empty(); ++i) try {
       const H5File::TensorRange& r = ranges[i];
       const hid_t dset = dsets[i].get();
       const DType dt = r.data.dtype();
@@ -534,7 +541,11 @@ struct H5State {
       }
       TRIAD_H5(*this, H5Dclose(dsets[i].release()), "closing dataset '" << r.name << "'");
       if (done) done(i);
+    } catch (const Error& e) {
+      failed = e.what();
+      write_failed = write_failed || write;
     }
+    agree_on(op, object, Digest(), failed);
   }
 
   // Creates the dataset, once the ranks agree on it.
@@ -680,6 +691,9 @@ std::unique_ptr<H5State> start_file(const std::string& path, MPI_Comm parent, St
   // and writes, not one small one beside each dataset, and the datasets created together
   // lie back to back, so reading them in order reads the file sequentially.
   TRIAD_H5(s, H5Pset_meta_block_size(fapl.get(), kMetaBlockBytes), op);
+  // No sieve buffer: a write that fails (a full disk, an I/O error) fails in H5Dwrite, where
+  // its dataset and elements are known, not later when the buffer is flushed.
+  TRIAD_H5(s, H5Pset_sieve_buf_size(fapl.get(), 0), op);
   s.dxpl = Hid(TRIAD_H5(s, H5Pcreate(H5P_DATASET_XFER), op), H5Pclose);
   if (s.parallel()) {
     TRIAD_H5(s, H5Pset_fapl_mpio(fapl.get(), s.comm, MPI_INFO_NULL), op);
@@ -721,9 +735,8 @@ H5File::~H5File() {
   if (!s_ || s_->file < 0) return;
   // Closing a parallel file is collective: while an exception unwinds the stack on this
   // rank alone, the others may never join, so the file is abandoned (as MPI's Work is).
-  if (s_->parallel() && (std::uncaught_exceptions() > 0 || !mpi_usable())) {
-    s_->file = H5I_INVALID_HID;
-    s_->comm = MPI_COMM_NULL;  // its duplicate stays with the abandoned file
+  if (s_->write_failed || (s_->parallel() && (std::uncaught_exceptions() > 0 || !mpi_usable()))) {
+    abandon();
     return;
   }
   if (H5Fclose(std::exchange(s_->file, H5I_INVALID_HID)) < 0) innermost_hdf5_message();
@@ -1030,12 +1043,23 @@ std::vector<std::string> H5File::list_attrs(const std::string& object) const {
 void H5File::flush() {
   H5State& s = state();
   s.check_open("flush");
-  TRIAD_H5(s, H5Fflush(s.file, H5F_SCOPE_GLOBAL), "flushing");
+  std::string failed;
+  try {
+    TRIAD_H5(s, H5Fflush(s.file, H5F_SCOPE_GLOBAL), "flushing");
+  } catch (const Error& e) {
+    failed = e.what();
+    s.write_failed = s.writable;
+  }
+  s.agree_on("flush", "", Digest(), failed);
 }
 
 void H5File::close() {
   if (!s_ || s_->file < 0) return;
   H5State& s = *s_;
+  if (s.write_failed) {
+    abandon();
+    return;
+  }
   s.dxpl.reset();
   errno = 0;
   const herr_t rc = H5Fclose(std::exchange(s.file, H5I_INVALID_HID));
@@ -1047,6 +1071,12 @@ void H5File::close() {
       hdf5 += std::string(" (") + std::strerror(err) + ")";
     TRIAD_CHECK(false, "HDF5 file '" << s.path << "': closing the file failed: " << hdf5);
   }
+}
+
+void H5File::abandon() {
+  if (!s_ || s_->file < 0) return;
+  s_->file = H5I_INVALID_HID;
+  s_->comm = MPI_COMM_NULL;  // its duplicate stays with the abandoned file
 }
 
 }  // namespace triad::io

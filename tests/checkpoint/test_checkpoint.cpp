@@ -162,10 +162,11 @@ BOOST_AUTO_TEST_CASE(a_failed_save_keeps_the_previous_checkpoint_and_stops_or_co
   nlohmann::json j = tiny_config(dir.file("tokens.bin"), 15);
   j["checkpoint"] = {{"dir", ckpt}, {"every", 5}, {"keep", 0}};
 
-  // Stop (the default): an error naming the file and the cause.
+  // Stop (the default): an error naming the file and the cause. A limit below the datasets'
+  // bytes refuses the save before the file is created.
   std::string message;
   {
-    FileSizeLimit full(size / 2);
+    FileSizeLimit full(4096);
     try {
       train(j, {.resume = "auto"});
     } catch (const Error& e) {
@@ -174,9 +175,12 @@ BOOST_AUTO_TEST_CASE(a_failed_save_keeps_the_previous_checkpoint_and_stops_or_co
   }
   BOOST_TEST(contains(message, "step-00000015.h5"), message);
   BOOST_TEST(contains(message, efbig), message);
+  BOOST_TEST(contains(message, "file size limit (4096 bytes"), message);
   check_folder();
 
-  // Continue: training reaches its end, the failure is in the step's metrics line.
+  // Continue: training reaches its end, the failure is in the step's metrics line. Half the
+  // previous file's size holds the datasets but not the whole file: the write fails part-way
+  // (and the abandoned file does not disturb the library: the process goes on and exits).
   j["checkpoint"]["on_error"] = "continue";
   {
     FileSizeLimit full(size / 2);
@@ -192,6 +196,12 @@ BOOST_AUTO_TEST_CASE(a_failed_save_keeps_the_previous_checkpoint_and_stops_or_co
   const std::string recorded = lines[4]["checkpoint_error"].get<std::string>();
   BOOST_TEST(contains(recorded, "step-00000015.h5"), recorded);
   BOOST_TEST(contains(recorded, efbig), recorded);
+  BOOST_TEST(contains(recorded, "writing elements"), recorded);
+  // The next save of the run, with room again, succeeds.
+  j["steps"] = 20;
+  train(j, {.resume = "auto"});
+  BOOST_TEST(engine::latest_checkpoint(ckpt) == ckpt + "/step-00000020.h5");
+  BOOST_TEST(engine::failed_checksums(ckpt + "/step-00000020.h5").empty());
 }
 
 BOOST_AUTO_TEST_CASE(damage_is_an_error_naming_the_file_and_dataset) {
