@@ -299,7 +299,8 @@ struct H5State {
     uint64_t v[4] = {digest, ~digest, error.empty() ? 0u : 1u, uint64_t(rounds)};
     TRIAD_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
     if (v[2] != 0) {
-      if (!error.empty()) throw Error(error + " (rank " + std::to_string(rank) + ")");
+      const std::string here = " (rank " + std::to_string(rank) + ")";
+      if (!error.empty()) throw Error(error.find(here) == std::string::npos ? error + here : error);
       TRIAD_CHECK(false, "HDF5 file '" << path << "': " << op << " '" << object << "' failed on another rank (rank "
                                        << rank << " waits for it)");
     }
