@@ -328,8 +328,9 @@ std::string no_room_for(const std::string& tmp, uint64_t bytes) {
     return "cannot write to the folder '" + folder + "': " + std::strerror(errno);
   rlimit limit{};
   if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && bytes > limit.rlim_cur)
-    return "'" + tmp + "' needs at least " + std::to_string(bytes) + " bytes, more than this process's file size limit (" +
-           std::to_string(limit.rlim_cur) + " bytes, ulimit -f): " + std::strerror(EFBIG);
+    return "'" + tmp + "' needs at least " + std::to_string(bytes) +
+           " bytes, more than this process's file size limit (" + std::to_string(limit.rlim_cur) +
+           " bytes, ulimit -f): " + std::strerror(EFBIG);
   struct statvfs fs {};
   if (::statvfs(folder.c_str(), &fs) != 0)
     return "cannot read the free space of '" + folder + "': " + std::strerror(errno);

@@ -507,10 +507,8 @@ struct H5State {
     }
     agree_on(op, object, layout, local.str());
 
-    // A failed transfer stops this rank's transfers; the ranks then agree on the outcome, so
-    // that all of them throw together (not one leaving while the others wait in a collective).
-    std::string failed;
-    for (size_t i = 0; i < ranges.size() && failed.empty(); ++i) try {
+    // Range i's transfer, then done(i).
+    auto move = [&](size_t i) {
       const H5File::TensorRange& r = ranges[i];
       const hid_t dset = dsets[i].get();
       const DType dt = r.data.dtype();
@@ -542,9 +540,17 @@ struct H5State {
       }
       TRIAD_H5(*this, H5Dclose(dsets[i].release()), "closing dataset '" << r.name << "'");
       if (done) done(i);
-    } catch (const Error& e) {
-      failed = e.what();
-      write_failed = write_failed || write;
+    };
+    // A failed transfer stops this rank's transfers; the ranks then agree on the outcome, so
+    // that all of them throw together (not one leaving while the others wait in a collective).
+    std::string failed;
+    for (size_t i = 0; i < ranges.size() && failed.empty(); ++i) {
+      try {
+        move(i);
+      } catch (const Error& e) {
+        failed = e.what();
+        write_failed = write_failed || write;
+      }
     }
     agree_on(op, object, Digest(), failed);
   }
@@ -692,9 +698,9 @@ std::unique_ptr<H5State> start_file(const std::string& path, MPI_Comm parent, St
   // and writes, not one small one beside each dataset, and the datasets created together
   // lie back to back, so reading them in order reads the file sequentially.
   TRIAD_H5(s, H5Pset_meta_block_size(fapl.get(), kMetaBlockBytes), op);
-  // No sieve buffer: a write that fails (a full disk, an I/O error) fails in H5Dwrite, where
-  // its dataset and elements are known, not later when the buffer is flushed.
-  TRIAD_H5(s, H5Pset_sieve_buf_size(fapl.get(), 0), op);
+  // No sieve buffer when writing: a write that fails (a full disk, an I/O error) fails in
+  // H5Dwrite, where its dataset and elements are known, not later when the buffer is flushed.
+  if (s.writable) TRIAD_H5(s, H5Pset_sieve_buf_size(fapl.get(), 0), op);
   s.dxpl = Hid(TRIAD_H5(s, H5Pcreate(H5P_DATASET_XFER), op), H5Pclose);
   if (s.parallel()) {
     TRIAD_H5(s, H5Pset_fapl_mpio(fapl.get(), s.comm, MPI_INFO_NULL), op);
