@@ -1,6 +1,8 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -314,15 +316,91 @@ void commit(const std::string& tmp, const std::string& path, parallel::Communica
   TRIAD_CHECK(failed.item() == 0.0, "[checkpoint] saving '" << path << "' failed on rank 0 (its message says why)");
 }
 
-// Creates `path` through a temporary file: `write` fills it, then it is committed.
+// Why a file of at least `bytes` cannot be written at `tmp` ("" when it can): its folder is
+// not writable (EACCES, EROFS), the bytes exceed this process's file size limit (EFBIG) or
+// the free space of the file system (ENOSPC; a stale `tmp`, which the save replaces, counts
+// as free). Checked before the save starts, since a write failing part-way through parallel
+// HDF5's collective calls can leave the ranks waiting on each other.
+std::string no_room_for(const std::string& tmp, uint64_t bytes) {
+  const std::string dir = std::filesystem::path(tmp).parent_path().string();
+  const std::string folder = dir.empty() ? "." : dir;
+  if (::access(folder.c_str(), W_OK) != 0)
+    return "cannot write to the folder '" + folder + "': " + std::strerror(errno);
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && bytes > limit.rlim_cur)
+    return "'" + tmp + "' needs at least " + std::to_string(bytes) +
+           " bytes, more than this process's file size limit (" + std::to_string(limit.rlim_cur) +
+           " bytes, ulimit -f): " + std::strerror(EFBIG);
+  struct statvfs fs {};
+  if (::statvfs(folder.c_str(), &fs) != 0)
+    return "cannot read the free space of '" + folder + "': " + std::strerror(errno);
+  std::error_code ec;
+  const uintmax_t stale = std::filesystem::file_size(tmp, ec);
+  const uint64_t free = uint64_t(fs.f_bavail) * fs.f_frsize + (ec ? 0 : stale);
+  if (free < bytes)
+    return "'" + tmp + "' needs at least " + std::to_string(bytes) + " bytes, the file system of '" + folder +
+           "' has " + std::to_string(free) + " free: " + std::strerror(ENOSPC);
+  return "";
+}
+
+// Throws on every rank when `error` is set on any: the lowest failing rank's message goes to
+// every rank, so that each names the cause, and rank 0 removes the temporary file `tmp`
+// (emptied first: a rank may still hold it open). Collective over `world`.
+void throw_if_failed_anywhere(const std::string& path, const std::string& tmp, const std::string& error,
+                              parallel::Communicator& world) {
+  Tensor first = Tensor::full({1}, error.empty() ? double(world.size()) : double(world.rank()), DType::f64);
+  world.all_reduce(first, parallel::ReduceOp::min)->wait();
+  const int failed = int(first.item());
+  if (failed == world.size()) return;
+  if (world.rank() == 0 && ::truncate(tmp.c_str(), 0) == 0) std::remove(tmp.c_str());
+  Tensor size = Tensor::from_vector(std::vector<int64_t>{int64_t(error.size())}, {1});
+  world.broadcast(size, failed)->wait();
+  Tensor bytes = Tensor::zeros({int64_t(size.item())}, DType::i8);
+  if (world.rank() == failed) std::copy(error.begin(), error.end(), reinterpret_cast<char*>(bytes.data<int8_t>()));
+  if (bytes.numel() > 0) world.broadcast(bytes, failed)->wait();
+  const char* p = reinterpret_cast<const char*>(bytes.data<int8_t>());
+  TRIAD_CHECK(false, "[checkpoint] saving '" << path << "' failed"
+                                             << (world.rank() == failed ? "" : " on rank " + std::to_string(failed))
+                                             << ": " << std::string(p, p + bytes.numel()));
+}
+
+// Creates `path` (at least `bytes` long: its datasets' bytes) through a temporary file:
+// `write` fills it, then it is committed. When the folder has no room for it (no_room_for)
+// or writing fails on any rank (a full disk, an I/O error), every rank throws naming the
+// file and the cause, the temporary file is removed and no other file changes.
 template <typename Write>
-void write_file(const std::string& path, parallel::Communicator& world, Write write) {
+void write_file(const std::string& path, uint64_t bytes, parallel::Communicator& world, Write write) {
   const std::string tmp = path + ".tmp";
-  H5File file = H5File::create(tmp, world);
-  write(file);
-  file.flush();
-  file.close();
+  throw_if_failed_anywhere(path, tmp, no_room_for(tmp, bytes), world);
+  std::string error;
+  try {
+    H5File file = H5File::create(tmp, world);
+    try {
+      write(file);
+      file.flush();
+      file.close();
+    } catch (...) {
+      try {
+        file.close();  // abandons a file whose write failed (io/h5file.h)
+      } catch (const std::exception&) {
+        // The first failure is the one reported.
+      }
+      throw;
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_failed_anywhere(path, tmp, error, world);
   commit(tmp, path, world);
+}
+
+// The bytes of the datasets of `params` stored in `dtypes` each.
+uint64_t dataset_bytes(const std::vector<Param>& params, std::initializer_list<DType> dtypes) {
+  uint64_t per_element = 0;
+  for (DType dt : dtypes) per_element += element_size(dt);
+  uint64_t n = 0;
+  for (const Param& q : params) n += uint64_t(numel(q.global));
+  return n * per_element;
 }
 
 // This rank's part of the f32 weights: its shard of the master weights, or, without ZeRO
@@ -400,7 +478,7 @@ void save_weights_of(const std::string& path, Engine& engine, parallel::Communic
   TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
               "weights are saved in f32 or bf16, not " << dtype_name(dtype));
   const std::vector<Param> params = params_of(engine);
-  write_file(path, world, [&](H5File& file) {
+  write_file(path, dataset_bytes(params, {dtype}), world, [&](H5File& file) {
     Checksums sums;
     std::vector<H5File::DatasetSpec> specs;
     std::vector<H5File::TensorRange> writes;
@@ -422,7 +500,7 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   zero::ZeroOptimizer& zero = zero_of(engine);
   const DType dtype = engine.config().precision.dtype;
   const std::vector<Param> params = params_of(engine);
-  write_file(path, world, [&](H5File& file) {
+  write_file(path, dataset_bytes(params, {dtype, DType::f32, DType::f32, DType::f32}), world, [&](H5File& file) {
     Checksums sums;
     // A batch per state: what one batch stages on the host is a quarter of this rank's share
     // (and what an offloading store reads in, a third of the optimizer's state).
@@ -647,7 +725,9 @@ void save_initial_checkpoint(const std::string& path, const nlohmann::json& conf
   const uint64_t seed = config.value("seed", uint64_t(1234));
   const PrecisionConfig fresh;  // the loss scale a run of the default fp16 section starts with
   parallel::SelfCommunicator self;
-  write_file(path, self, [&](H5File& file) {
+  uint64_t bytes = 0;
+  for (const auto& entry : weights) bytes += uint64_t(entry.second.numel()) * 4 * sizeof(float);  // f32 x 4 states
+  write_file(path, bytes, self, [&](H5File& file) {
     Checksums sums;
     std::vector<H5File::DatasetSpec> specs;
     std::vector<H5File::TensorRange> writes;

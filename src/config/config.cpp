@@ -363,6 +363,7 @@ void parse_checkpoint(JsonReader r, CheckpointConfig& k) {
   k.dir = r.string("dir", k.dir);
   k.every = r.integer("every", k.every, 0, kMaxInt);
   k.keep = r.integer("keep", k.keep, 0, kMaxInt);
+  k.on_error = r.choice("on_error", k.on_error, {"stop", "continue"});
   r.finish();
 }
 

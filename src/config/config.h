@@ -112,11 +112,14 @@ struct PrecisionConfig {
 };
 
 // Checkpoints (checkpoint/checkpoint_dir.h): dir/step-<N>.h5 every `every` steps and at the end,
-// the newest `keep` kept (0: all). --save-dir overrides dir.
+// the newest `keep` kept (0: all). --save-dir overrides dir. A save that fails (full disk,
+// I/O error, no permission) stops the run (`on_error` "stop") or is logged and recorded in
+// the metrics while training goes on ("continue"); the previous checkpoint stays `latest`.
 struct CheckpointConfig {
   std::string dir;    // "" : no checkpoints
   int64_t every = 0;  // 0: only at the end
   int64_t keep = 3;
+  std::string on_error = "stop";  // "stop" | "continue"
 };
 
 struct DataConfig {

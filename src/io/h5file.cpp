@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <sstream>
@@ -235,15 +236,17 @@ Digest names_digest(const std::vector<std::string>& names) {
 
 // Checks an HDF5 return value (negative: failure) and throws Error naming the file, the
 // operation and object (`what`, streamed), file:line, the rank and HDF5's innermost message.
-#define TRIAD_H5(state, call, what)                         \
-  [&] {                                                     \
-    const auto triad_h5_rc_ = (call);                       \
-    if (triad_h5_rc_ < 0) {                                 \
-      std::ostringstream triad_h5_os_;                      \
-      triad_h5_os_ << what;                                 \
-      (state).fail(triad_h5_os_.str(), __FILE__, __LINE__); \
-    }                                                       \
-    return triad_h5_rc_;                                    \
+#define TRIAD_H5(state, call, what)                                          \
+  [&] {                                                                      \
+    errno = 0;                                                               \
+    const auto triad_h5_rc_ = (call);                                        \
+    if (triad_h5_rc_ < 0) {                                                  \
+      const int triad_h5_errno_ = errno;                                     \
+      std::ostringstream triad_h5_os_;                                       \
+      triad_h5_os_ << what;                                                  \
+      (state).fail(triad_h5_os_.str(), __FILE__, __LINE__, triad_h5_errno_); \
+    }                                                                        \
+    return triad_h5_rc_;                                                     \
   }()
 
 namespace detail {
@@ -256,11 +259,18 @@ struct H5State {
   int rank = 0;
   int64_t max_transfer_bytes = kDefaultMaxTransferBytes;
   Hid dxpl;  // the transfer property list (independent in parallel mode)
+  // A write or flush failed. HDF5 1.10 cannot close such a file: the close retries the
+  // write-back, and when that fails it leaves a half-freed file that crashes the next use
+  // of the library (another close, or its own clean-up at exit). So it is abandoned.
+  mutable bool write_failed = false;
 
   bool parallel() const { return comm != MPI_COMM_NULL; }
 
-  [[noreturn]] void fail(const std::string& what, const char* src, int line) const {
-    const std::string hdf5 = innermost_hdf5_message();
+  // `err`: errno after the failed call (0: none), named when HDF5's message does not say it.
+  [[noreturn]] void fail(const std::string& what, const char* src, int line, int err = 0) const {
+    std::string hdf5 = innermost_hdf5_message();
+    if (err != 0 && hdf5.find(std::strerror(err)) == std::string::npos)
+      hdf5 += std::string(" (") + std::strerror(err) + ")";
     const char* in_src = std::strstr(src, "/src/");  // io/h5file.cpp, not the build machine's path
     std::ostringstream os;
     os << "HDF5 file '" << path << "': " << what << " failed at " << (in_src ? in_src + 5 : src) << ":" << line;
@@ -289,7 +299,8 @@ struct H5State {
     uint64_t v[4] = {digest, ~digest, error.empty() ? 0u : 1u, uint64_t(rounds)};
     TRIAD_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
     if (v[2] != 0) {
-      if (!error.empty()) throw Error(error + " (rank " + std::to_string(rank) + ")");
+      const std::string here = " (rank " + std::to_string(rank) + ")";
+      if (!error.empty()) throw Error(error.find(here) == std::string::npos ? error + here : error);
       TRIAD_CHECK(false, "HDF5 file '" << path << "': " << op << " '" << object << "' failed on another rank (rank "
                                        << rank << " waits for it)");
     }
@@ -496,7 +507,8 @@ struct H5State {
     }
     agree_on(op, object, layout, local.str());
 
-    for (size_t i = 0; i < ranges.size(); ++i) {
+    // Range i's transfer, then done(i).
+    auto move = [&](size_t i) {
       const H5File::TensorRange& r = ranges[i];
       const hid_t dset = dsets[i].get();
       const DType dt = r.data.dtype();
@@ -528,7 +540,19 @@ struct H5State {
       }
       TRIAD_H5(*this, H5Dclose(dsets[i].release()), "closing dataset '" << r.name << "'");
       if (done) done(i);
+    };
+    // A failed transfer stops this rank's transfers; the ranks then agree on the outcome, so
+    // that all of them throw together (not one leaving while the others wait in a collective).
+    std::string failed;
+    for (size_t i = 0; i < ranges.size() && failed.empty(); ++i) {
+      try {
+        move(i);
+      } catch (const Error& e) {
+        failed = e.what();
+        write_failed = write_failed || write;
+      }
     }
+    agree_on(op, object, Digest(), failed);
   }
 
   // Creates the dataset, once the ranks agree on it.
@@ -674,6 +698,9 @@ std::unique_ptr<H5State> start_file(const std::string& path, MPI_Comm parent, St
   // and writes, not one small one beside each dataset, and the datasets created together
   // lie back to back, so reading them in order reads the file sequentially.
   TRIAD_H5(s, H5Pset_meta_block_size(fapl.get(), kMetaBlockBytes), op);
+  // No sieve buffer when writing: a write that fails (a full disk, an I/O error) fails in
+  // H5Dwrite, where its dataset and elements are known, not later when the buffer is flushed.
+  if (s.writable) TRIAD_H5(s, H5Pset_sieve_buf_size(fapl.get(), 0), op);
   s.dxpl = Hid(TRIAD_H5(s, H5Pcreate(H5P_DATASET_XFER), op), H5Pclose);
   if (s.parallel()) {
     TRIAD_H5(s, H5Pset_fapl_mpio(fapl.get(), s.comm, MPI_INFO_NULL), op);
@@ -715,9 +742,8 @@ H5File::~H5File() {
   if (!s_ || s_->file < 0) return;
   // Closing a parallel file is collective: while an exception unwinds the stack on this
   // rank alone, the others may never join, so the file is abandoned (as MPI's Work is).
-  if (s_->parallel() && (std::uncaught_exceptions() > 0 || !mpi_usable())) {
-    s_->file = H5I_INVALID_HID;
-    s_->comm = MPI_COMM_NULL;  // its duplicate stays with the abandoned file
+  if (s_->write_failed || (s_->parallel() && (std::uncaught_exceptions() > 0 || !mpi_usable()))) {
+    abandon();
     return;
   }
   if (H5Fclose(std::exchange(s_->file, H5I_INVALID_HID)) < 0) innermost_hdf5_message();
@@ -1024,19 +1050,40 @@ std::vector<std::string> H5File::list_attrs(const std::string& object) const {
 void H5File::flush() {
   H5State& s = state();
   s.check_open("flush");
-  TRIAD_H5(s, H5Fflush(s.file, H5F_SCOPE_GLOBAL), "flushing");
+  std::string failed;
+  try {
+    TRIAD_H5(s, H5Fflush(s.file, H5F_SCOPE_GLOBAL), "flushing");
+  } catch (const Error& e) {
+    failed = e.what();
+    s.write_failed = s.writable;
+  }
+  s.agree_on("flush", "", Digest(), failed);
 }
 
 void H5File::close() {
   if (!s_ || s_->file < 0) return;
   H5State& s = *s_;
+  if (s.write_failed) {
+    abandon();
+    return;
+  }
   s.dxpl.reset();
+  errno = 0;
   const herr_t rc = H5Fclose(std::exchange(s.file, H5I_INVALID_HID));
+  const int err = errno;
   s.free_comm();
   if (rc < 0) {
-    const std::string hdf5 = innermost_hdf5_message();
+    std::string hdf5 = innermost_hdf5_message();
+    if (err != 0 && hdf5.find(std::strerror(err)) == std::string::npos)
+      hdf5 += std::string(" (") + std::strerror(err) + ")";
     TRIAD_CHECK(false, "HDF5 file '" << s.path << "': closing the file failed: " << hdf5);
   }
+}
+
+void H5File::abandon() {
+  if (!s_ || s_->file < 0) return;
+  s_->file = H5I_INVALID_HID;
+  s_->comm = MPI_COMM_NULL;  // its duplicate stays with the abandoned file
 }
 
 }  // namespace triad::io

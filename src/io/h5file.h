@@ -49,6 +49,9 @@
 //   in parallel mode while an exception unwinds the stack: then the file is abandoned
 //   (closing is collective and the other ranks may never join; see DESIGN.md, a failing
 //   job aborts). After catching an error that every rank saw, call close() explicitly.
+// - A failed write (write_range(s), flush) throws on every rank of a parallel file together
+//   (the ranks agree on each batch's outcome), and the file can then only be abandoned
+//   (close() and the destructor do so): remove it.
 #pragma once
 
 #include <cstdint>
@@ -182,11 +185,18 @@ class H5File {
 
   // --- file
 
-  // Pushes HDF5's buffers to the file (H5Fflush, global scope).
+  // Pushes HDF5's buffers to the file (H5Fflush, global scope). In parallel mode a failure
+  // on any rank throws on every rank.
   void flush();
   // Closes the file, throwing Error when HDF5 reports a failure (e.g. a failed write-back).
-  // Idempotent. Any other method of a closed file throws Error.
+  // Idempotent. Any other method of a closed file throws Error. A file whose write or flush
+  // failed is abandoned instead (below).
   void close();
+  // Gives the file up without closing it: HDF5 keeps its handle (and descriptor) until the
+  // process exits. What a file whose write failed comes to, since HDF5 1.10 cannot close
+  // one (the close retries the failed write-back and leaves a half-freed file behind that
+  // crashes the library later); the caller removes it. Idempotent; the file reads as closed.
+  void abandon();
 
  private:
   explicit H5File(std::unique_ptr<detail::H5State> state);

@@ -241,13 +241,15 @@ class TrainingRun {
     if ((c_.eval_interval > 0 && r.step % c_.eval_interval == 0) || r.step == c_.steps)
       line["val_loss"] = last_val_ = evaluate(r.step);
     write_monitors(r, loss, step_forward_ms, step_backward_ms, s_ms);
+    if (!checkpoint_dir().empty() &&
+        ((c_.checkpoint.every > 0 && r.step % c_.checkpoint.every == 0) || r.step == c_.steps)) {
+      const std::string error = save_checkpoint_or_continue();
+      if (!error.empty()) line["checkpoint_error"] = error;
+    }
     if (metrics_.is_open()) {
       metrics_ << line.dump() << "\n";
       metrics_.flush();
     }
-    if (!checkpoint_dir().empty() &&
-        ((c_.checkpoint.every > 0 && r.step % c_.checkpoint.every == 0) || r.step == c_.steps))
-      save_checkpoint();
   }
 
   // The step's micro-batches through the engine, its pipeline schedule or one by one. The
@@ -406,6 +408,26 @@ class TrainingRun {
     saved_step_ = engine_->global_step();
     saved_path_ = path;
     return path;
+  }
+
+  // A scheduled save; with checkpoint.on_error "continue", a failed save is printed on rank 0
+  // and its message returned (every rank failed it together: checkpoint_dir.h) while training
+  // goes on. "" when the save succeeded.
+  std::string save_checkpoint_or_continue() {
+    if (c_.checkpoint.on_error != "continue") {
+      save_checkpoint();
+      return "";
+    }
+    try {
+      save_checkpoint();
+      return "";
+    } catch (const Error& e) {
+      if (leader())
+        std::printf("step %6lld | checkpoint failed, training continues (checkpoint.on_error): %s\n",
+                    (long long)engine_->global_step(), e.what());
+      std::fflush(stdout);
+      return e.what();
+    }
   }
 
   // Whether any rank caught a preemption signal (Note [Preemption]); the same answer on

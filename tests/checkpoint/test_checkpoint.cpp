@@ -1,16 +1,22 @@
 // Checkpoints in one process: resuming continues the run bit for bit (f32, bf16, fp16 with
 // its loss scale, dropout), and every kind of damage is an error naming the file and the
 // dataset, with --resume auto falling back to the newest checkpoint that loads.
+#include <sys/resource.h>
+
 #include <boost/test/unit_test.hpp>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
-#include "train/trainer.h"
 #include "io/h5file.h"
 #include "io/token_file.h"
 #include "support/check.h"
 #include "support/files.h"
 #include "support/training.h"
+#include "train/trainer.h"
 #include "triad.h"
 
 using namespace triad;
@@ -117,6 +123,85 @@ BOOST_AUTO_TEST_CASE(saves_keep_the_newest_and_point_latest_at_the_last) {
   BOOST_TEST(s.config["steps"] == 12);
   // Model, master and two moments for each of the 28 parameters, and 7 state datasets.
   BOOST_TEST(s.datasets.size() == 4u * 28u + 7u);
+}
+
+// Files this process writes are limited to `bytes` while it lives (a full disk that works as
+// root, where a read-only folder does not stop writes): a write past it fails with EFBIG.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    BOOST_REQUIRE(getrlimit(RLIMIT_FSIZE, &saved_) == 0);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    BOOST_REQUIRE(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, SIG_DFL);
+  }
+
+ private:
+  rlimit saved_{};
+};
+
+BOOST_AUTO_TEST_CASE(a_failed_save_keeps_the_previous_checkpoint_and_stops_or_continues) {
+  TempDir dir;
+  const std::string ckpt = two_checkpoints(dir);
+  const std::string previous = ckpt + "/step-00000010.h5";
+  const auto size = std::filesystem::file_size(previous);
+  const std::string efbig = std::strerror(EFBIG);
+  auto check_folder = [&] {
+    BOOST_TEST(engine::latest_checkpoint(ckpt) == previous);
+    BOOST_TEST(engine::failed_checksums(previous).empty());
+    BOOST_TEST(
+        (engine::checkpoints_newest_first(ckpt) == std::vector<std::string>{previous, ckpt + "/step-00000005.h5"}));
+    for (const auto& entry : std::filesystem::directory_iterator(ckpt))
+      BOOST_TEST(entry.path().extension() != ".tmp", entry.path());
+  };
+  nlohmann::json j = tiny_config(dir.file("tokens.bin"), 15);
+  j["checkpoint"] = {{"dir", ckpt}, {"every", 5}, {"keep", 0}};
+
+  // Stop (the default): an error naming the file and the cause. A limit below the datasets'
+  // bytes refuses the save before the file is created.
+  std::string message;
+  {
+    FileSizeLimit full(4096);
+    try {
+      train(j, {.resume = "auto"});
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }
+  BOOST_TEST(contains(message, "step-00000015.h5"), message);
+  BOOST_TEST(contains(message, efbig), message);
+  BOOST_TEST(contains(message, "file size limit (4096 bytes"), message);
+  check_folder();
+
+  // Continue: training reaches its end, the failure is in the step's metrics line. Half the
+  // previous file's size holds the datasets but not the whole file: the write fails part-way
+  // (and the abandoned file does not disturb the library: the process goes on and exits).
+  j["checkpoint"]["on_error"] = "continue";
+  {
+    FileSizeLimit full(size / 2);
+    train(j, {.metrics_path = dir.file("m.jsonl"), .resume = "auto"});
+  }
+  check_folder();
+  std::ifstream in(dir.file("m.jsonl"));
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  BOOST_TEST_REQUIRE(lines.size() == 5u);  // steps 11 to 15
+  BOOST_TEST(!lines[3].contains("checkpoint_error"));
+  BOOST_TEST_REQUIRE(lines[4].contains("checkpoint_error"));
+  const std::string recorded = lines[4]["checkpoint_error"].get<std::string>();
+  BOOST_TEST(contains(recorded, "step-00000015.h5"), recorded);
+  BOOST_TEST(contains(recorded, efbig), recorded);
+  BOOST_TEST(contains(recorded, "writing elements"), recorded);
+  // The next save of the run, with room again, succeeds.
+  j["steps"] = 20;
+  train(j, {.resume = "auto"});
+  BOOST_TEST(engine::latest_checkpoint(ckpt) == ckpt + "/step-00000020.h5");
+  BOOST_TEST(engine::failed_checksums(ckpt + "/step-00000020.h5").empty());
 }
 
 BOOST_AUTO_TEST_CASE(damage_is_an_error_naming_the_file_and_dataset) {
