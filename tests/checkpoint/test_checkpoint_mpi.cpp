@@ -370,5 +370,8 @@ BOOST_AUTO_TEST_CASE(offloaded_checkpoints_resume_with_and_without_offload) {
   resume_on_other_grids({{"parameters offloaded, resumed without offload", "_params_as_plain", config_json(folder, 3),
                           true, world}},
                         save_and_resume(infinity, folder, "_params", world), folder, *world);
-  BOOST_TEST(std::filesystem::is_empty(nvme));
+  world->barrier();  // every rank's runs have removed their swap files
+  const bool swap_files_removed = std::filesystem::is_empty(nvme);
+  world->barrier();  // before rank 0's folder goes
+  BOOST_TEST(swap_files_removed);
 }
