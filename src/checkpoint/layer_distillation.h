@@ -33,7 +33,8 @@ Tensor distillation_mse(const Tensor& student, const Tensor& teacher);
 // block's input and output over `batches` (token ids (B, T) each) with the model as it is,
 // then distils block 0, 1, ... in order under recipe.format(), leaving the trained
 // full-precision weights in the model (no layer left fake-quantized) for
-// save_quantized_model to quantize. options.steps == 0 measures only. Throws Error when
+// save_quantized_model to quantize. The recording hooks stay registered on the model's
+// embedding path and blocks, inactive. options.steps == 0 measures only. Throws Error when
 // batches is empty or options.lr is not positive.
 std::vector<BlockDistillation> distill_blocks(const std::shared_ptr<nn::LanguageModel>& model,
                                               const QuantRecipe& recipe, const std::vector<Tensor>& batches,

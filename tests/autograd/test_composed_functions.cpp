@@ -93,7 +93,8 @@ BOOST_AUTO_TEST_CASE(fake_quantize_binary_has_a_scale_per_row_and_ternary_three_
                                        {2, 8});
   // Binary, one group per row (XTC): sign(w) * mean |w| of the row (1.25 and 3).
   const std::vector<float> b = fake_quantize(w, QuantFormat{1, 8, true}).to_vector<float>();
-  const std::vector<float> b_expected = {1.25f, -1.25f, 1.25f, -1.25f, 1.25f, -1.25f, 1.25f, -1.25f, 3, 3, -3, 3, 3, 3, -3, 3};
+  const std::vector<float> b_expected = {1.25f, -1.25f, 1.25f, -1.25f, 1.25f, -1.25f, 1.25f, -1.25f,
+                                         3,     3,      -3,    3,      3,     3,      -3,    3};
   for (size_t i = 0; i < b.size(); ++i) BOOST_TEST(b[i] == b_expected[i]);
   // Ternary: q in {-1, 0, 1} times the group's max |w|; |w| below half of it rounds to 0.
   const std::vector<float> t = fake_quantize(w, QuantFormat{2, 8, true}).to_vector<float>();

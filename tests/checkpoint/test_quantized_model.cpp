@@ -152,7 +152,8 @@ BOOST_AUTO_TEST_CASE(layer_distillation_lowers_every_blocks_loss_below_post_trai
     const std::vector<engine::BlockDistillation> r = engine::distill_blocks(m.model, recipe, batches, {60, 1e-4});
     BOOST_TEST_REQUIRE(r.size() == 2u);
     for (const engine::BlockDistillation& b : r) {
-      BOOST_TEST_MESSAGE(arch << " block " << b.block << ": MSE " << b.mse_ptq << " (PTQ) -> " << b.mse_lkd << " (LKD)");
+      BOOST_TEST_MESSAGE(arch << " block " << b.block << ": MSE " << b.mse_ptq << " (PTQ) -> " << b.mse_lkd
+                              << " (LKD)");
       BOOST_TEST(b.mse_ptq > 0.0);
       BOOST_TEST(b.mse_lkd < 0.8 * b.mse_ptq, arch << " block " << b.block);
     }
