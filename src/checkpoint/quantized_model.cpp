@@ -67,7 +67,11 @@ Tensor read_verified(const H5File& file, const std::string& name) {
 
 void save_quantized_model(const std::string& checkpoint, const std::string& out, const QuantRecipe& recipe) {
   recipe.validate();
-  const LoadedModel m = load_model(checkpoint);
+  save_quantized_model(load_model(checkpoint), out, recipe);
+}
+
+void save_quantized_model(const LoadedModel& m, const std::string& out, const QuantRecipe& recipe) {
+  recipe.validate();
   const QuantFormat format = recipe.format();
   std::vector<std::pair<std::string, Quantized>> quantized;
   for (const auto& [name, linear] : quantized_linears(m.model)) {

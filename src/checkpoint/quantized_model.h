@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "nn/language_model.h"
 #include "nn/layers.h"
 
@@ -51,6 +52,8 @@ std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> quantized_linea
 // complete). Throws Error naming the recipe field or the layer when the recipe does not fit
 // the model (a group size that does not divide a layer's input dimension, say).
 void save_quantized_model(const std::string& checkpoint, const std::string& out, const QuantRecipe& recipe);
+// As above, of a model in memory (load_model's, after distill_blocks, say).
+void save_quantized_model(const LoadedModel& m, const std::string& out, const QuantRecipe& recipe);
 
 // Serial: the parameters and quantized layers of a quantized file into `model` (built from
 // the file's config); each quantized layer then runs nn::Linear::use_quantized. Throws

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/fake_quantize.h"
 #include "autograd/functions.h"
 
 namespace triad::nn {
@@ -26,6 +27,7 @@ Linear::Linear(std::string type_name, Tensor weight_, Tensor bias_, const Tensor
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  if (fake_quantization_) return linear(x, fake_quantize(weight, *fake_quantization_), bias);
   if (!quantized_) return linear(x, weight, bias);
   return ops::quantized_linear(x, *quantized_, bias.defined() ? ops::to(bias, DType::f32) : Tensor(), abits_);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "nn/module.h"
 #include "tensor/quantized_matmul.h"
@@ -21,6 +22,10 @@ class Linear : public Module {
   // no longer read. For inference: no gradient flows through a quantized layer. CPU only.
   void use_quantized(std::shared_ptr<const PackedWeight> w, int abits);
   const PackedWeight* quantized() const { return quantized_.get(); }
+  // With a format, forward multiplies by fake_quantize(weight, format) (autograd/fake_quantize.h):
+  // the quantized values, with the gradient passed straight through to `weight` (quantization-
+  // aware training); without one, by `weight` again.
+  void use_fake_quantization(std::optional<QuantFormat> format) { fake_quantization_ = format; }
 
   Tensor weight, bias;  // bias undefined when built without one
 
@@ -31,6 +36,7 @@ class Linear : public Module {
 
  private:
   std::shared_ptr<const PackedWeight> quantized_;
+  std::optional<QuantFormat> fake_quantization_;
   int abits_ = 8;
 };
 

@@ -4,7 +4,8 @@
 #    groups of 32, W8A16 groups of 8), verify, and triad-ckpt inspect shows the recipe and
 #    the integer datasets;
 #  - a model trained by triad-train, quantized W8A8, samples in triad-generate (its
-#    tokenizer found through the recorded config);
+#    tokenizer found through the recorded config); quantized W4A8 after layer-by-layer
+#    distillation on its corpus, it prints each block's loss, lower after LKD than after PTQ;
 #  - bad bit widths, a group size that does not divide a layer's input dimension, and a
 #    quantized model given to triad-train --resume are refused by name.
 #   check_zeroquant.sh BIN_DIR DATA_DIR CONFIG
@@ -45,11 +46,18 @@ run zq_trained "$bin/triad-compress" zeroquant --checkpoint "$work/trained/model
 run generate "$bin/triad-generate" --checkpoint "$work/trained-w8a8/model.h5" --prompt "The licence" \
   --max-new-tokens 12 --temperature 0 --threads 1
 [[ $(wc -c <"$work/generate") -gt 12 ]] || fail "triad-generate printed nothing past the prompt"
+run lkd "$bin/triad-compress" zeroquant --checkpoint "$work/trained/model.h5" --wbits 4 --abits 8 --group-size 16 \
+  --lkd-steps 20 --data "$work/tokens.bin" --lkd-batches 2 --batch-size 2 --seq-len 32 --out "$work/trained-lkd"
+awk '/^LKD block/ { n++; if (!($9 < $6)) bad = 1 } END { exit !(n > 0 && !bad) }' "$work/lkd" \
+  || { cat "$work/lkd"; fail "LKD did not lower every block's distillation loss"; }
+run verify_lkd "$bin/triad-ckpt" verify "$work/trained-lkd/model.h5"
 
 refused '--wbits: 3 not in \{8,4\}' "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --wbits 3 --out "$work/x"
 refused '--abits: 4 not in \{8,16\}' "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --abits 4 --out "$work/x"
 refused 'group size 48 does not divide the input dimension 64 of blocks.0.attn.qkv.weight' \
   "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --group-size 48 --out "$work/x"
+refused '--lkd-steps 5 needs --data' \
+  "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --lkd-steps 5 --out "$work/x"
 refused 'group_size must be a positive multiple of 8, got 12' \
   "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --group-size 12 --out "$work/x"
 

@@ -1,11 +1,12 @@
 // The composed functions of autograd/functions.h (log_sigmoid, clamp, maximum,
-// masked_mean) on small hand-made tensors, against their formulas: values, the gradients
+// masked_mean, fake_quantize) on small hand-made tensors, against their formulas: values, the gradients
 // PyTorch gives at their kinks, and the errors a bad mask gets. Their finite-difference
 // checks are test_gradcheck's.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
 #include "autograd/engine.h"
+#include "autograd/fake_quantize.h"
 #include "autograd/functions.h"
 #include "autograd/meta.h"
 #include "support/check.h"
@@ -65,4 +66,44 @@ BOOST_AUTO_TEST_CASE(masked_mean_divides_by_the_mask_sum) {
   for (size_t i = 0; i < g.size(); ++i) BOOST_TEST(std::fabs(g[i] - expected[i]) <= 1e-15, "element " << i);
   test::check_error([&] { masked_mean(x, f64({0, 0, 0, 0}, {2, 2}), "test"); }, {"test", "selects no token"});
   test::check_error([&] { masked_mean(x, f64({1, 1}, {2}), "test"); }, {"test", "(2, 2)", "(2,)"});
+}
+
+BOOST_AUTO_TEST_CASE(fake_quantize_rounds_to_the_format_and_passes_the_gradient_straight_through) {
+  // Row 0 in two groups of 4 at 4 bits: scales 7/7 = 1 and 3.5/7 = 0.5.
+  // Row 1: group max 14 (scale 2), then 0.7 (scale 0.1).
+  Tensor w = Tensor::from_vector(std::vector<float>{7.0f, -2.4f, 0.5f, 3.6f, 3.5f, 0.2f, -1.3f, 0.74f,  //
+                                                    14.0f, 5.0f, -3.1f, 0.9f, -0.7f, 0.26f, 0.04f, 0.33f},
+                                 {2, 8});
+  set_requires_grad(w);
+  const std::vector<float> expected = {7, -2, 0, 4, 3.5f, 0, -1.5f, 0.5f, 14, 4, -4, 0, -0.7f, 0.3f, 0, 0.3f};
+  const Tensor y = fake_quantize(w, QuantFormat{4, 4, true});
+  const std::vector<float> got = y.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == expected[i], boost::test_tools::tolerance(1e-6f));
+  // d/dw sum(c * fq(w)) = c under the straight-through estimator, rounding or not.
+  std::vector<float> c(16);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = 0.25f * float(i) - 1.5f;
+  backward(sum(mul(y, Tensor::from_vector(c, {2, 8}))));
+  const std::vector<float> g = grad(w).to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) BOOST_TEST(g[i] == c[i]);
+}
+
+BOOST_AUTO_TEST_CASE(fake_quantize_binary_has_a_scale_per_row_and_ternary_three_levels) {
+  const Tensor w = Tensor::from_vector(std::vector<float>{1.0f, -3.0f, 0.5f, -0.5f, 1.0f, -3.0f, 0.5f, -0.5f,  //
+                                                          2.0f, 2.0f, -2.0f, 6.0f, 2.0f, 2.0f, -2.0f, 6.0f},
+                                       {2, 8});
+  // Binary, one group per row (XTC): sign(w) * mean |w| of the row (1.25 and 3).
+  const std::vector<float> b = fake_quantize(w, QuantFormat{1, 8, true}).to_vector<float>();
+  const std::vector<float> b_expected = {1.25f, -1.25f, 1.25f, -1.25f, 1.25f, -1.25f, 1.25f, -1.25f,
+                                         3,     3,      -3,    3,      3,     3,      -3,    3};
+  for (size_t i = 0; i < b.size(); ++i) BOOST_TEST(b[i] == b_expected[i]);
+  // Ternary: q in {-1, 0, 1} times the group's max |w|; |w| below half of it rounds to 0.
+  const std::vector<float> t = fake_quantize(w, QuantFormat{2, 8, true}).to_vector<float>();
+  const std::vector<float> t_expected = {0, -3, 0, 0, 0, -3, 0, 0, 0, 0, 0, 6, 0, 0, 0, 6};
+  for (size_t i = 0; i < t.size(); ++i) BOOST_TEST(t[i] == t_expected[i]);
+}
+
+BOOST_AUTO_TEST_CASE(fake_quantize_names_a_bad_format) {
+  const Tensor w = Tensor::zeros({2, 8});
+  test::check_error([&] { fake_quantize(w, QuantFormat{3, 8, true}); }, {"fake_quantize", "bits 3", "8, 4, 2 or 1"});
+  test::check_error([&] { fake_quantize(w, QuantFormat{8, 3, true}); }, {"group size 3", "does not divide", "8"});
 }
