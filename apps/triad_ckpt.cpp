@@ -46,10 +46,13 @@ int inspect(const std::string& path) {
   if (s.step >= 0) std::printf("step: %lld\n", (long long)s.step);
   std::printf("written by: %s\n", s.layout.dump().c_str());
   if (s.config.contains("model")) std::printf("model: %s\n", s.config["model"].dump().c_str());
-  if (!s.recipe.is_null())
+  if (!s.recipe.is_null()) {
     std::printf("quantized: %s, W%dA%d, groups of %lld (%s)\n", s.recipe.value("method", "").c_str(),
                 s.recipe.value("wbits", 0), s.recipe.value("abits", 0), (long long)s.recipe.value("group_size", 0),
                 s.recipe.value("symmetric", true) ? "symmetric" : "asymmetric");
+    const int64_t lkd_steps = s.recipe.value("lkd_steps", int64_t(0));
+    if (lkd_steps > 0) std::printf("layer-by-layer distillation: %lld steps per block\n", (long long)lkd_steps);
+  }
   int64_t bytes = 0;
   std::printf("%-52s %-16s %-5s %-18s %s\n", "dataset", "shape", "dtype", "checksum", "status");
   for (const auto& d : s.datasets) {

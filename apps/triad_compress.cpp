@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
       for (const engine::BlockDistillation& r : engine::distill_blocks(m.model, recipe, batches, lkd))
         std::printf("LKD block %lld: distillation MSE %.6g after PTQ, %.6g after %lld steps\n", (long long)r.block,
                     r.mse_ptq, r.mse_lkd, (long long)lkd.steps);
+      recipe.lkd_steps = lkd.steps;
       engine::save_quantized_model(m, path, recipe);
     }
     const std::filesystem::path tokenizer = std::filesystem::path(checkpoint).parent_path() / "tokenizer.json";

@@ -19,10 +19,11 @@ void QuantRecipe::validate() const {
   TRIAD_CHECK(group_size > 0 && group_size % 8 == 0,
               "quantization recipe: group_size must be a positive multiple of 8, got " << group_size);
   TRIAD_CHECK(symmetric, "quantization recipe: only symmetric weights are built");
+  TRIAD_CHECK(lkd_steps >= 0, "quantization recipe: lkd_steps must be 0 or more, got " << lkd_steps);
 }
 
 nlohmann::json QuantRecipe::to_json() const {
-  return {{"method", method}, {"wbits", wbits}, {"abits", abits}, {"group_size", group_size}, {"symmetric", symmetric}};
+  return {{"method", method}, {"wbits", wbits}, {"abits", abits}, {"group_size", group_size}, {"symmetric", symmetric}, {"lkd_steps", lkd_steps}};
 }
 
 QuantRecipe QuantRecipe::from_json(const nlohmann::json& j) {
@@ -32,6 +33,7 @@ QuantRecipe QuantRecipe::from_json(const nlohmann::json& j) {
   r.abits = j.at("abits").get<int>();
   r.group_size = j.at("group_size").get<int64_t>();
   r.symmetric = j.at("symmetric").get<bool>();
+  r.lkd_steps = j.value("lkd_steps", int64_t(0));  // absent in files written before distillation existed
   r.validate();
   return r;
 }

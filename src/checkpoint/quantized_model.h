@@ -8,7 +8,7 @@
 //                                       ops::quantize_blocks packs them
 //   /quantized/<weight>/scales          f32 (N, K / group_size)
 //   attributes of "/": format_version, kind "quantized", config, layout (one rank, f32),
-//   recipe (JSON: method, wbits, abits, group_size, symmetric)
+//   recipe (JSON: method, wbits, abits, group_size, symmetric, lkd_steps)
 //   attribute "checksum" of every dataset (io/checksum.h)
 //
 // engine::load_model reads such a file into a model whose quantized layers run the integer
@@ -34,6 +34,7 @@ struct QuantRecipe {
   int abits = 8;            // activation bits: 8 (per-token int8) or 16 (full precision)
   int64_t group_size = 64;  // weight values sharing one scale, along the input dimension
   bool symmetric = true;
+  int64_t lkd_steps = 0;  // layer-by-layer distillation's AdamW steps per block before quantizing (0: none)
 
   // Throws Error naming the field when a value is out of range.
   void validate() const;

@@ -51,6 +51,9 @@ run lkd "$bin/triad-compress" zeroquant --checkpoint "$work/trained/model.h5" --
 awk '/^LKD block/ { n++; if (!($9 < $6)) bad = 1 } END { exit !(n > 0 && !bad) }' "$work/lkd" \
   || { cat "$work/lkd"; fail "LKD did not lower every block's distillation loss"; }
 run verify_lkd "$bin/triad-ckpt" verify "$work/trained-lkd/model.h5"
+run inspect_lkd "$bin/triad-ckpt" inspect "$work/trained-lkd/model.h5"
+grep -q '^layer-by-layer distillation: 20 steps per block$' "$work/inspect_lkd" || fail "inspect: the recipe lacks LKD"
+if grep -q '^layer-by-layer distillation' "$work/inspect_gpt2-w4a8"; then fail "inspect: LKD shown for PTQ alone"; fi
 
 refused '--wbits: 3 not in \{8,4\}' "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --wbits 3 --out "$work/x"
 refused '--abits: 4 not in \{8,16\}' "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --abits 4 --out "$work/x"
