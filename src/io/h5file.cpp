@@ -44,6 +44,15 @@ std::string innermost_hdf5_message() {
   return found.empty() ? "(no HDF5 error message)" : found;
 }
 
+// The same, with errno's text after it (`err`: errno after the failed call; 0: none) when
+// HDF5's message does not already say it.
+std::string hdf5_message_with(int err) {
+  std::string hdf5 = innermost_hdf5_message();
+  if (err != 0 && hdf5.find(std::strerror(err)) == std::string::npos)
+    hdf5 += std::string(" (") + std::strerror(err) + ")";
+  return hdf5;
+}
+
 // HDF5 prints its error stack to stderr by default; triad reports errors as exceptions.
 // Set at every file start: HDF5 restores the default if the library is shut down and
 // started again (as at MPI_Finalize).
@@ -268,9 +277,7 @@ struct H5State {
 
   // `err`: errno after the failed call (0: none), named when HDF5's message does not say it.
   [[noreturn]] void fail(const std::string& what, const char* src, int line, int err = 0) const {
-    std::string hdf5 = innermost_hdf5_message();
-    if (err != 0 && hdf5.find(std::strerror(err)) == std::string::npos)
-      hdf5 += std::string(" (") + std::strerror(err) + ")";
+    const std::string hdf5 = hdf5_message_with(err);
     const char* in_src = std::strstr(src, "/src/");  // io/h5file.cpp, not the build machine's path
     std::ostringstream os;
     os << "HDF5 file '" << path << "': " << what << " failed at " << (in_src ? in_src + 5 : src) << ":" << line;
@@ -1073,10 +1080,7 @@ void H5File::close() {
   const int err = errno;
   s.free_comm();
   if (rc < 0) {
-    std::string hdf5 = innermost_hdf5_message();
-    if (err != 0 && hdf5.find(std::strerror(err)) == std::string::npos)
-      hdf5 += std::string(" (") + std::strerror(err) + ")";
-    TRIAD_CHECK(false, "HDF5 file '" << s.path << "': closing the file failed: " << hdf5);
+    TRIAD_CHECK(false, "HDF5 file '" << s.path << "': closing the file failed: " << hdf5_message_with(err));
   }
 }
 
