@@ -5,7 +5,8 @@
 // State shared by a communicator and its Works: the NCCL communicator itself (destroyed
 // when the last of them goes), and the batch of point-to-point operations not yet issued.
 // Each issued operation (a collective, or a batch of sends and receives) records one
-// event on the communication stream; its Works wait on that event.
+// event on the communication stream; its Works wait on that event, and while comm_timeout
+// is on the watchdog polls it (Note [Collective deadline], parallel/watchdog.h).
 #include <nccl.h>
 
 #include <cstring>
@@ -24,6 +25,7 @@
 #include "cuda/stream.h"
 #include "parallel/collective_checks.h"
 #include "parallel/runtime.h"
+#include "parallel/watchdog.h"
 
 namespace triad::cuda {
 
@@ -68,13 +70,26 @@ using parallel::ReduceOp;
 using parallel::Work;
 using parallel::WorkPtr;
 
-// One issued operation: its completion event and the storages it reads or writes.
+// One issued operation: its completion event (shared with the watchdog, which must not
+// keep the storages alive) and the storages it reads or writes.
 struct Issued {
-  explicit Issued(int device) : done(device) {}
-  Event done;
+  explicit Issued(int device) : done(std::make_shared<Event>(device)) {}
+  std::shared_ptr<Event> done;
   std::vector<std::shared_ptr<Storage>> keep;
   bool enqueued = false;
 };
+
+// The world rank of each rank of `group`, in group order (for comm_timeout's report).
+std::vector<int> world_ranks(parallel::Communicator& group) {
+  Tensor ranks = Tensor::empty({int64_t(group.size())}, DType::i32);
+  Tensor mine = Tensor::empty({1}, DType::i32);
+  const int32_t me = parallel::world_rank();
+  std::memcpy(mine.raw_data(), &me, sizeof me);
+  group.all_gather(mine, ranks)->wait();
+  std::vector<int> out(size_t(group.size()));
+  std::memcpy(out.data(), ranks.raw_data(), out.size() * sizeof(int32_t));
+  return out;
+}
 
 struct P2P {
   bool send;
@@ -82,10 +97,12 @@ struct P2P {
   int peer;
 };
 
-struct State {
+struct State : std::enable_shared_from_this<State> {
   ncclComm_t comm = nullptr;
   int device = 0, rank = 0, size = 1;
   cudaStream_t stream = nullptr;
+  std::shared_ptr<parallel::WatchedGroup> watched = std::make_shared<parallel::WatchedGroup>();
+  uint64_t calls = 0;  // operations issued on this communicator
   std::vector<P2P> pending;               // sends and receives not yet issued
   std::shared_ptr<Issued> pending_batch;  // the Issued they will share
 
@@ -122,9 +139,29 @@ struct State {
     }
   }
 
-  void finish(Issued& op) {
-    op.done.record(stream);
+  // `call` (a literal) names the operation in comm_timeout's report.
+  void finish(Issued& op, const char* call) {
+    op.done->record(stream);
     op.enqueued = true;
+    ++calls;
+    if (parallel::comm_timeout() <= 0) return;
+    parallel::watch_device_call({
+        .group = watched,
+        .call = call,
+        .seq = calls,
+        .done =
+            [done = op.done] {
+              try {
+                return done->query();
+              } catch (const std::exception&) {
+                return true;  // the error shows at the caller's next check
+              }
+            },
+        .abort =
+            [self = weak_from_this()] {
+              if (const std::shared_ptr<State> s = self.lock()) ncclCommAbort(s->comm);
+            },
+    });
   }
 
   // Issues the held sends and receives as one NCCL group.
@@ -146,7 +183,7 @@ struct State {
         check(ncclRecv(p.t.raw_data(), count, type, p.peer, comm, stream), "ncclRecv");
     }
     check(ncclGroupEnd(), "ncclGroupEnd");
-    finish(*batch);
+    finish(*batch, "send/recv");
   }
 };
 
@@ -166,14 +203,14 @@ class NcclWork final : public Work {
   void wait() override {
     DeviceGuard guard(state_->device);
     if (!op_->enqueued) state_->flush();
-    op_->done.block(current_stream(state_->device));
+    op_->done->block(current_stream(state_->device));
     waited_ = true;
   }
 
   bool test() override {
     DeviceGuard guard(state_->device);
     if (!op_->enqueued) state_->flush();
-    if (op_->done.query()) return true;
+    if (op_->done->query()) return true;
     state_->check_async();
     return false;
   }
@@ -207,6 +244,9 @@ class NcclCommunicator final : public parallel::Communicator {
     host_->broadcast(bytes, 0)->wait();
     std::memcpy(&id, bytes.raw_data(), sizeof id);
     TRIAD_NCCL_CHECK(ncclCommInitRank(&s.comm, s.size, id, s.rank));
+    s.watched->axis = host_->axis();
+    s.watched->rank = s.rank;
+    s.watched->world_ranks = world_ranks(*host_);
   }
 
   ~NcclCommunicator() override {
@@ -220,6 +260,11 @@ class NcclCommunicator final : public parallel::Communicator {
   int rank() const override { return state_->rank; }
   int size() const override { return state_->size; }
   std::string name() const override { return "nccl"; }
+  void set_axis(const std::string& axis) override {
+    Communicator::set_axis(axis);
+    host_->set_axis(axis);
+    state_->watched->axis = axis;
+  }
 
   CommunicatorPtr split(int color, int key) override {
     {
@@ -232,7 +277,7 @@ class NcclCommunicator final : public parallel::Communicator {
 
   WorkPtr all_reduce(const Tensor& t, ReduceOp op) override {
     checks_.all_reduce(t);
-    return issue({t}, [&](State& s) {
+    return issue("ncclAllReduce", {t}, [&](State& s) {
       s.check(ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), s.comm,
                             s.stream),
               "ncclAllReduce");
@@ -242,7 +287,7 @@ class NcclCommunicator final : public parallel::Communicator {
   WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     checks_.reduce_scatter(input, output);  // NCCL takes the in-place form as it is
     const int64_t k = output.numel();
-    return issue({input, output}, [&](State& s) {
+    return issue("ncclReduceScatter", {input, output}, [&](State& s) {
       s.check(ncclReduceScatter(input.raw_data(), output.raw_data(), size_t(k), nccl_type(input.dtype()), nccl_op(op),
                                 s.comm, s.stream),
               "ncclReduceScatter");
@@ -252,7 +297,7 @@ class NcclCommunicator final : public parallel::Communicator {
   WorkPtr all_gather(const Tensor& input, const Tensor& output) override {
     checks_.all_gather(input, output);  // NCCL takes the in-place form as it is
     const int64_t k = input.numel();
-    return issue({input, output}, [&](State& s) {
+    return issue("ncclAllGather", {input, output}, [&](State& s) {
       s.check(ncclAllGather(input.raw_data(), output.raw_data(), size_t(k), nccl_type(input.dtype()), s.comm, s.stream),
               "ncclAllGather");
     });
@@ -266,7 +311,7 @@ class NcclCommunicator final : public parallel::Communicator {
       send = Tensor::empty(input.shape(), input.dtype(), input.device());
     }
     const size_t chunk = size_t(input.numel() / size()), bytes = chunk * element_size(input.dtype());
-    return issue({input, send, output}, [&](State& s) {
+    return issue("all_to_all (ncclSend/ncclRecv)", {input, send, output}, [&](State& s) {
       if (!send.is_same(input))
         TRIAD_CUDA_CHECK(
             cudaMemcpyAsync(send.raw_data(), input.raw_data(), input.nbytes(), cudaMemcpyDeviceToDevice, s.stream));
@@ -284,7 +329,7 @@ class NcclCommunicator final : public parallel::Communicator {
 
   WorkPtr broadcast(const Tensor& t, int root) override {
     checks_.broadcast(t, root);
-    return issue({t}, [&](State& s) {
+    return issue("ncclBroadcast", {t}, [&](State& s) {
       s.check(
           ncclBroadcast(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), root, s.comm, s.stream),
           "ncclBroadcast");
@@ -322,10 +367,10 @@ class NcclCommunicator final : public parallel::Communicator {
     state_->check(
         ncclAllReduce(token_.raw_data(), token_.raw_data(), 1, ncclFloat32, ncclSum, state_->comm, state_->stream),
         "ncclAllReduce (barrier)");
-    state_->finish(*op);
+    state_->finish(*op, "barrier");
     // Poll rather than block in cudaEventSynchronize: an asynchronous NCCL error (a rank
     // gone) then surfaces as an Error instead of a hang.
-    while (!op->done.query()) {
+    while (!op->done->query()) {
       state_->check_async();
       std::this_thread::yield();
     }
@@ -335,13 +380,13 @@ class NcclCommunicator final : public parallel::Communicator {
   // Issues a collective after the held point-to-point operations (issue order is the
   // order every rank calls in).
   template <class F>
-  WorkPtr issue(const std::vector<Tensor>& tensors, F&& enqueue) {
+  WorkPtr issue(const char* call, const std::vector<Tensor>& tensors, F&& enqueue) {
     DeviceGuard guard(state_->device);
     state_->flush();
     auto op = std::make_shared<Issued>(state_->device);
     state_->prepare(*op, tensors);
     enqueue(*state_);
-    state_->finish(*op);
+    state_->finish(*op, call);
     return std::make_unique<NcclWork>(state_, std::move(op));
   }
 

@@ -36,10 +36,13 @@ std::atomic<double> g_timeout{0.0};
 thread_local int t_depth = 0;       // watched waits nested on this thread (a staged call's inner one)
 thread_local int64_t t_waited = 0;  // ns this thread spent in its outermost watched waits
 
-std::string report(const WatchedGroup& group, const char* call, uint64_t seq, int peer, double waited) {
+// `state`: "has waited" (a host wait) or "has been in flight on the device".
+std::string report(const WatchedGroup& group, const char* call, uint64_t seq, int peer, const char* state,
+                   double waited, double timeout) {
   std::ostringstream os;
-  os << std::fixed << std::setprecision(1) << "rank " << world_rank() << ": error: [comm_timeout] " << call << " #" << seq << " on the " << group.axis
-     << " group has waited " << waited << " s (comm_timeout " << g_timeout.load() << " s). The group: "
+  os << std::fixed << std::setprecision(1) << "rank " << world_rank() << ": error: [comm_timeout] " << call << " #"
+     << seq << " on the " << group.axis << " group " << state << " " << waited << " s (comm_timeout " << timeout
+     << " s). The group: "
      << group.world_ranks.size() << " ranks, world ranks";
   for (int r : group.world_ranks) os << " " << r;
   os << "; this is its rank " << group.rank << ".";
@@ -50,12 +53,27 @@ std::string report(const WatchedGroup& group, const char* call, uint64_t seq, in
   return os.str();
 }
 
+// Device calls registered since the last poll, and the poll's own list of those in
+// flight (oldest first), which only the polling thread touches.
+struct InFlight {
+  DeviceCall c;
+  int64_t since;
+};
+std::mutex g_enqueued_mutex;
+std::vector<InFlight> g_enqueued;
+std::mutex g_poll_mutex;
+std::vector<InFlight> g_in_flight;
+
 void watch() {
   for (;;) {
     const double timeout = g_timeout.load(std::memory_order_relaxed);
     const double tick = timeout > 0 ? std::clamp(timeout / 20, 0.01, 0.5) : 0.5;
     std::this_thread::sleep_for(std::chrono::duration<double>(tick));
     if (timeout <= 0) continue;
+    if (const std::string overdue = poll_device_calls(timeout); !overdue.empty()) {
+      std::fputs(overdue.c_str(), stderr);
+      abort_job(1);
+    }
     const int64_t since = g_slot.since.load(std::memory_order_acquire);
     if (since == 0) continue;
     const double waited = double(now_ns() - since) * 1e-9;
@@ -65,7 +83,7 @@ void watch() {
     const uint64_t seq = g_slot.seq.load(std::memory_order_relaxed);
     const int peer = g_slot.peer.load(std::memory_order_relaxed);
     if (g_slot.since.load(std::memory_order_acquire) != since) continue;  // it ended meanwhile
-    std::fputs(report(*group, call, seq, peer, waited).c_str(), stderr);
+    std::fputs(report(*group, call, seq, peer, "has waited", waited, timeout).c_str(), stderr);
     abort_job(1);
   }
 }
@@ -102,6 +120,29 @@ double comm_timeout() { return g_timeout.load(std::memory_order_relaxed); }
 WorkPtr watched(WorkPtr inner, const WatchedGroup& group, const char* call, uint64_t seq) {
   if (comm_timeout() <= 0) return inner;
   return std::make_unique<WatchedWork>(std::move(inner), group, call, seq);
+}
+
+void watch_device_call(DeviceCall c) {
+  const int64_t since = now_ns();
+  const std::lock_guard<std::mutex> lock(g_enqueued_mutex);
+  g_enqueued.push_back({std::move(c), since});
+}
+
+std::string poll_device_calls(double timeout) {
+  const std::lock_guard<std::mutex> poll(g_poll_mutex);
+  {
+    const std::lock_guard<std::mutex> lock(g_enqueued_mutex);
+    for (InFlight& f : g_enqueued) g_in_flight.push_back(std::move(f));
+    g_enqueued.clear();
+  }
+  std::erase_if(g_in_flight, [](const InFlight& f) { return f.c.done(); });
+  if (g_in_flight.empty()) return "";
+  const InFlight& oldest = g_in_flight.front();
+  const double waited = double(now_ns() - oldest.since) * 1e-9;
+  if (waited < timeout) return "";
+  oldest.c.abort();
+  return report(*oldest.c.group, oldest.c.call, oldest.c.seq, -1, "has been in flight on the device", waited,
+                timeout);
 }
 
 void awaiting_peer(int group_rank) {

@@ -11,9 +11,20 @@
 // With the timeout off (0) nothing is watched and a wait costs what it did. On, a wait
 // costs one allocation when its call starts and two clock reads and a few relaxed atomic
 // stores when it blocks.
+//
+// Calls that complete on a device (NCCL's) return to the host once enqueued, and the host
+// never blocks inside them, so no wait holds the slot while a peer is missing: the device
+// spins in the collective's kernel, and the host blocks later, in whatever synchronizes
+// next. So each such call is registered as it is enqueued (watch_device_call), with a test
+// of its completion and the abort of its communicator. The watchdog polls the calls in
+// flight; one older than the timeout is reported as a wait is, its communicator is
+// aborted (ncclCommAbort, so that its kernels return) and the job aborted. PyTorch's
+// NCCL watchdog polls its works' end events the same way.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +58,27 @@ void awaiting_peer(int group_rank);
 // off): what a step spent waiting for other ranks, which the trainer subtracts from the
 // step's time to tell a slow rank from one that waits for it (the straggler report).
 double waited_seconds();
+
+// A call enqueued on a device, in flight until `done` says it completed. `done` and
+// `abort` are called on the watchdog's thread: `done` must not block (an event query; an
+// error counts as done, for the caller's next check to raise), and `abort` makes the
+// group's pending operations return.
+struct DeviceCall {
+  std::shared_ptr<const WatchedGroup> group;
+  const char* call = "";  // a literal
+  uint64_t seq = 0;
+  std::function<bool()> done;
+  std::function<void()> abort;
+};
+
+// Registers `c` as enqueued now. The caller registers only while watching is on
+// (comm_timeout() > 0); registering costs a lock and a push.
+void watch_device_call(DeviceCall c);
+
+// One look at the registered device calls, as the watchdog takes it a few times a second:
+// drops those that completed and, when one has been in flight longer than `timeout`
+// seconds, runs its abort and returns its report (the oldest one's); "" otherwise.
+std::string poll_device_calls(double timeout);
 
 // The slot, held while a blocking call runs (what watched() works use; barrier uses it
 // directly). Does nothing when watching is off.

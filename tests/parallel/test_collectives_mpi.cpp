@@ -8,13 +8,16 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "parallel/exchange_thresholds.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/runtime.h"
+#include "parallel/watchdog.h"
 #include "support/check.h"
 #include "support/collective_values.h"
 #include "support/mpi_fixture.h"
@@ -819,4 +822,42 @@ BOOST_AUTO_TEST_CASE(send_and_recv_keep_their_storages_until_complete) {
   BOOST_TEST(sent_released);
   check_values<float>("send_recv into borrowed bytes", Tensor::from_vector(received, {7}),
                       [&](int64_t) { return prev; });
+}
+
+// Note [Collective deadline] for calls that complete on a device (NCCL's): completed calls
+// are dropped, and the oldest still in flight past the timeout is aborted and reported.
+BOOST_AUTO_TEST_CASE(device_calls_past_the_deadline_are_aborted_and_named) {
+  auto group = std::make_shared<parallel::WatchedGroup>();
+  group->axis = "dp";
+  group->world_ranks = {3, 5};
+  group->rank = 1;
+  bool first_done = false, second_done = false;
+  int first_aborts = 0, second_aborts = 0;
+  parallel::watch_device_call({.group = group,
+                               .call = "ncclAllReduce",
+                               .seq = 7,
+                               .done = [&] { return first_done; },
+                               .abort = [&] { ++first_aborts; }});
+  parallel::watch_device_call(
+      {.group = group, .call = "ncclAllGather", .seq = 8, .done = [&] { return second_done; }, .abort = [&] { ++second_aborts; }});
+
+  BOOST_TEST(parallel::poll_device_calls(3600.0) == "");  // in flight, not yet overdue
+  BOOST_TEST(first_aborts + second_aborts == 0);
+  first_done = true;
+  const std::string report = parallel::poll_device_calls(0.0);  // the first is dropped, the second overdue
+  BOOST_TEST(first_aborts == 0);
+  BOOST_TEST(second_aborts == 1);
+  const std::string rank = "rank " + std::to_string(parallel::world_rank()) + ": ";
+  BOOST_TEST(report.starts_with(rank + "error: [comm_timeout] ncclAllGather #8 on the dp group has been in flight on "
+                                       "the device 0.0 s (comm_timeout 0.0 s). The group: 2 ranks, world ranks 3 5; "
+                                       "this is its rank 1."),
+             report);
+  BOOST_TEST(report.ends_with("aborting the job.\n"), report);
+
+  parallel::watch_device_call(
+      {.group = group, .call = "ncclBroadcast", .seq = 9, .done = [] { return true; }, .abort = [] {}});
+  BOOST_TEST(parallel::poll_device_calls(3600.0) == "");  // the overdue one is still there, but not past an hour
+  second_done = true;
+  BOOST_TEST(parallel::poll_device_calls(0.0) == "");  // none left
+  BOOST_TEST(second_aborts == 1);
 }
