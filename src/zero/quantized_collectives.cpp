@@ -17,7 +17,8 @@ using parallel::WorkPtr;
 // scales k·blocks(per).
 Quantized quantize_chunks(const Tensor& x, int64_t k, const QuantFormat& format) {
   const Quantized rows = ops::quantize_blocks(ops::view(x, {k, x.numel() / k}), format);
-  return {ops::view(rows.q, {rows.q.numel()}), ops::view(rows.scales, {rows.scales.numel()})};
+  return {.q = ops::view(rows.q, {rows.q.numel()}), .scales = ops::view(rows.scales, {rows.scales.numel()}),
+          .offsets = {}};  // symmetric: no offsets
 }
 
 // The k chunks of flat q and scales as quantize_blocks' rows of `per` elements.
@@ -70,8 +71,9 @@ struct Hop {
     ranks = comm.size();
     per = x.numel() / ranks;
     sent = quantize_chunks(x, ranks, {4, block});
-    received = {Tensor::empty(sent.q.shape(), DType::i8, sent.q.device()),
-                Tensor::empty(sent.scales.shape(), DType::f32, sent.q.device())};
+    received = {.q = Tensor::empty(sent.q.shape(), DType::i8, sent.q.device()),
+                .scales = Tensor::empty(sent.scales.shape(), DType::f32, sent.q.device()),
+                .offsets = {}};
     data = comm.all_to_all(sent.q, received.q);
     scales = comm.all_to_all(sent.scales, received.scales);
   }
