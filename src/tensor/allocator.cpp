@@ -72,7 +72,7 @@ class CpuAllocator final : public Allocator {
 
   Device device() const override { return Device::cpu(); }
 
-  void empty_cache() {
+  void empty_cache() override {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [_, blocks] : bins_)
       for (void* p : blocks) std::free(p);

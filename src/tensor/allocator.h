@@ -22,6 +22,8 @@ class Allocator {
   virtual void* allocate(size_t nbytes) = 0;
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
   virtual Device device() const = 0;
+  // Gives the blocks a caching allocator keeps back to the system (none by default).
+  virtual void empty_cache() {}
 
   size_t bytes_in_use() const { return in_use_.load(); }  // live bytes, not counting caches
   size_t peak_bytes() const { return peak_.load(); }

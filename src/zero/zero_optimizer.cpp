@@ -8,6 +8,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "optim/clip.h"
+#include "tensor/allocator.h"
 #include "tensor/ops.h"
 #include "zero/buckets.h"
 #include "zero/nvme_shard_store.h"
@@ -110,8 +111,12 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
         groups_.push_back(std::move(g));
         unit_groups_.back().push_back(&groups_.back());
       }
+    // Unit by unit, so that the model never needs its parameters in memory twice: its shards
+    // go to their file, and the storage the flat groups replaced goes back to the system
+    // rather than to the CPU allocator's cache (Note [Caching CPU allocator]).
+    if (param_swap_) offload_params(unit_groups_.size() - 1);
+    if (device_.is_cpu()) cpu_allocator().empty_cache();
   }
-  if (param_swap_) offload_params();
   for (Group& g : groups_) {
     for (const auto& [_, p] : g.flat->params()) {
       Group* group = &g;
@@ -126,22 +131,20 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   if (config_.stage == 3) install_stage3_hooks();
 }
 
-void ZeroOptimizer::offload_params() {
+void ZeroOptimizer::offload_params(size_t u) {
   const ParamOffloadConfig& c = config_.offload_param;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    int64_t shards = 0;
-    for (Group* g : unit_groups_[u]) {
-      if (!g->partitioned) continue;
-      ++shards;
-      TRIAD_CHECK(g->flat->shard_size() <= c.buffer_size,
-                  "[config] zero_optimization.offload_param.buffer_size " << c.buffer_size << " is too small: unit '"
-                  << units_[u].name << "' has a parameter shard of " << g->flat->shard_size() << " elements");
-      param_swap_->add(*g->flat);
-    }
-    TRIAD_CHECK(shards <= c.buffer_count, "[config] zero_optimization.offload_param.buffer_count "
-                                              << c.buffer_count << " is too small: unit '" << units_[u].name
-                                              << "' gathers " << shards << " parameter shards at once");
+  int64_t shards = 0;
+  for (Group* g : unit_groups_[u]) {
+    if (!g->partitioned) continue;
+    ++shards;
+    TRIAD_CHECK(g->flat->shard_size() <= c.buffer_size,
+                "[config] zero_optimization.offload_param.buffer_size " << c.buffer_size << " is too small: unit '"
+                << units_[u].name << "' has a parameter shard of " << g->flat->shard_size() << " elements");
+    param_swap_->add(*g->flat);
   }
+  TRIAD_CHECK(shards <= c.buffer_count, "[config] zero_optimization.offload_param.buffer_count "
+                                            << c.buffer_count << " is too small: unit '" << units_[u].name
+                                            << "' gathers " << shards << " parameter shards at once");
 }
 
 void ZeroOptimizer::add_state(Group& g, const Tensor& master) {

@@ -257,9 +257,9 @@ class ZeroOptimizer {
   // The storage holding `state` for g and the first flat element it covers (StateView).
   std::pair<Tensor, int64_t> buffer(const Group& g, State state);
   void add_state(Group& g, const Tensor& master);
-  // offload_param nvme: checks every unit's shards against the buffers and moves them to
+  // offload_param nvme: checks unit u's shards against the buffers and moves them to
   // param_swap_ (Note [Offloaded parameters] in zero/param_swap.h).
-  void offload_params();
+  void offload_params(size_t u);
   void update(double lr, const std::vector<Tensor>& grads);  // Adam over every sub-group
   void on_grad_ready(Group& g);
   void install_stage3_hooks();

@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # Sourced by the tests that watch a triad-train job under mpirun (stuck_rank.sh,
-# preempt_resume.sh, kill_rank_mid_pipeline.sh, save_fails.sh, soak.sh): a scratch folder
-# $work removed at exit (cleanup), with the job ($job, mpirun or the subshell that runs it)
-# and its ranks killed first; fail, running and make_corpus. A script may redefine stop_job
-# before the exit.
+# preempt_resume.sh, kill_rank_mid_pipeline.sh, save_fails.sh, soak.sh; larger_than_memory.sh
+# for its folder and corpus): a scratch folder $work removed at exit (cleanup), with the job
+# ($job, mpirun or the subshell that runs it) and its ranks killed first; fail, running and
+# make_corpus. A script may redefine stop_job before the exit.
 set -euo pipefail
 work=$(mktemp -d)
 job=
