@@ -52,11 +52,14 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.grid);
   auto& policy = dynamic_cast<nn::LanguageModel&>(engine->model());
   const auto policy_logits = [&](const Tensor& ids) { return full_vocabulary(engine->model()(ids), layout.tp); };
-  const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, engine->device(), layout.tp);
+  const Frozen<nn::LanguageModel> reference = frozen_policy(
+      sc.model.init, engine->device(), {.tp = layout.tp, .dp = layout.dp, .zero = c.zero});  // Note [Frozen models]
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the DPO policy");
+  const nlohmann::json mem = model_memory({{"policy", engine->memory()}, {"reference", reference.memory()}}, comm);
   StepLog log(options.metrics_path, layout.leader, first, c.steps, c.log_interval);
   log.print("DPO: " + std::to_string(ex.train.size()) + " training pairs, " + std::to_string(ex.held_out.size()) +
             " held out; beta " + std::to_string(sc.dpo.beta) + "; policy and reference from " + sc.model.init);
+  log.print(memory_line(mem));
 
   const auto reference_log_probs = [&](const RewardBatch& b) {
     NoGradGuard no_grad;
@@ -112,7 +115,8 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
         {"margin", sums[2] / parts},
         {"lr", s.lr},
         {"grad_norm", s.grad_norm},
-        {"step_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
+        {"step_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()},
+        {"mem", mem}};
     std::vector<std::string> shown = {"loss", "accuracy", "margin"};
     if ((c.eval_interval > 0 && s.step % c.eval_interval == 0) || s.step == c.steps) {
       const auto [mv, av] = evaluate();

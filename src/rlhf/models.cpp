@@ -22,6 +22,18 @@ engine::TrainConfig file_config(const std::string& path) {
                                             s.layout.value("pp", int64_t(1)));
 }
 
+// The loaded model on `device`, in eval mode, partitioned as `where` says (Note [Frozen models]).
+template <class M>
+Frozen<M> freeze(std::shared_ptr<M> m, Device device, const FrozenPlacement& where) {
+  m->to(device);
+  m->eval();
+  Frozen<M> out{std::move(m), nullptr};
+  if (where.zero.stage == 3 && where.dp && where.dp->size() > 1)
+    out.partition = std::make_unique<zero::FrozenPartition>(out.model, where.zero, where.dp,
+                                                            zero::WrapPolicy{.module_types = {"Block", "LlamaBlock"}});
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, engine::GridPtr grid) {
@@ -70,27 +82,21 @@ void check_init_shape(const ModelRun& run, const std::string& key) {
                           << b.summary << " (" << b.parameters << " parameters): set the model keys to the file's");
 }
 
-std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device,
-                                                 const parallel::CommunicatorPtr& tp) {
+Frozen<nn::LanguageModel> frozen_policy(const std::string& path, Device device, const FrozenPlacement& where) {
   TRIAD_CHECK(!holds_value_model(path), "'" << path << "' holds a value model (a reward model or critic), not a "
                                             << "language model");
   std::shared_ptr<nn::LanguageModel> m =
-      engine::load_model(path, parallel::layer_parallelism(tp, /*sequence_parallel=*/false)).model;
-  m->to(device);
-  m->eval();
-  return m;
+      engine::load_model(path, parallel::layer_parallelism(where.tp, /*sequence_parallel=*/false)).model;
+  return freeze(std::move(m), device, where);
 }
 
-std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Device device,
-                                                   const parallel::CommunicatorPtr& tp) {
+Frozen<nn::ValueModel> frozen_value_model(const std::string& path, Device device, const FrozenPlacement& where) {
   TRIAD_CHECK(holds_value_model(path), "'" << path << "' holds a language model, not a reward model (it has no "
                                            << "v_head.weight; train one with triad-rlhf reward)");
   std::shared_ptr<nn::ValueModel> m =
-      value_model(file_config(path), parallel::layer_parallelism(tp, /*sequence_parallel=*/false));
+      value_model(file_config(path), parallel::layer_parallelism(where.tp, /*sequence_parallel=*/false));
   engine::load_parameters(path, *m);
-  m->to(device);
-  m->eval();
-  return m;
+  return freeze(std::move(m), device, where);
 }
 
 }  // namespace triad::rlhf

@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "nn/value_model.h"
 #include "rlhf/rlhf_config.h"
+#include "zero/frozen_partition.h"
 
 namespace triad::rlhf {
 
@@ -29,13 +30,46 @@ bool holds_value_model(const std::string& path);
 // one rank's failure ends the job.
 void check_init_shape(const ModelRun& run, const std::string& key);
 
-// Frozen models in f32 on `device`, in eval mode, with the shape the file's own config
-// gives: a language model, and a value model (Error unless the file holds one). With a
-// tensor-parallel group `tp` each rank holds its part, as the trained models do (a language
-// model's logits are then this rank's columns: full_vocabulary, rlhf/step_run.h); else whole.
-std::shared_ptr<nn::LanguageModel> frozen_policy(const std::string& path, Device device,
-                                                 const parallel::CommunicatorPtr& tp = nullptr);
-std::shared_ptr<nn::ValueModel> frozen_value_model(const std::string& path, Device device,
-                                                   const parallel::CommunicatorPtr& tp = nullptr);
+// Note [Frozen models]: the models the loops never train (PPO's and GRPO's reference and
+// reward models, DPO's reference) are held in f32 on the training device, in eval mode,
+// with the shape their file's own config gives. With a tensor-parallel group each rank holds
+// its part, as the trained models do (a language model's logits are then this rank's
+// columns: full_vocabulary, rlhf/step_run.h). At ZeRO stage 3 over more than one
+// data-parallel rank they are partitioned over those ranks too (zero/frozen_partition.h,
+// Note [Frozen partition]): each rank keeps a shard, each unit is gathered for its forward
+// (quantized with zero_quantized_weights) and freed after, and no gradient or optimizer
+// state is ever made for them. Stages 0-2 keep them whole on every rank. A file is read
+// whole on each rank before being partitioned.
+struct FrozenPlacement {
+  parallel::CommunicatorPtr tp;  // null or one rank: whole over tensor parallelism
+  parallel::CommunicatorPtr dp;  // the ranks stage 3 partitions over
+  zero::ZeroConfig zero;         // the trained models' zero_optimization section
+};
+
+// A frozen model and, when partitioned, what holds its shards (the model must not run a
+// forward once this is gone).
+template <class M>
+struct Frozen {
+  std::shared_ptr<M> model;
+  std::unique_ptr<zero::FrozenPartition> partition;  // null: whole on every data-parallel rank
+
+  M& operator*() const { return *model; }
+  M* operator->() const { return model.get(); }
+  // Parameter bytes resident on this rank between forwards (grad_bytes and optim_bytes 0).
+  zero::ResidentBytes memory() const {
+    zero::ResidentBytes m;
+    if (partition)
+      m.param_bytes = partition->resident_bytes();
+    else
+      for (const auto& [_, p] : model->named_parameters())
+        m.param_bytes += p.numel() * int64_t(element_size(p.dtype()));
+    return m;
+  }
+};
+
+// A frozen language model, and a value model (Error unless the file holds one), placed as
+// `where` says (Note [Frozen models]).
+Frozen<nn::LanguageModel> frozen_policy(const std::string& path, Device device, const FrozenPlacement& where = {});
+Frozen<nn::ValueModel> frozen_value_model(const std::string& path, Device device, const FrozenPlacement& where = {});
 
 }  // namespace triad::rlhf

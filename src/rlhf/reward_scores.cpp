@@ -51,7 +51,7 @@ std::vector<double> chosen_scores(nn::ValueModel& reward, const std::vector<Pref
                                   const std::vector<int64_t>& select, const SequenceLimits& limits, int32_t eot,
                                   Device device) {
   const RewardBatch b = make_reward_batch(data, select, limits, eot, eot);
-  const std::vector<double> v = host_values(reward.forward(ops::to(b.chosen, device)));
+  const std::vector<double> v = host_values(reward(ops::to(b.chosen, device)));  // through its hooks (ZeRO-3)
   const size_t L = size_t(b.chosen.size(1));
   std::vector<double> out;
   for (size_t i = 0; i < select.size(); ++i) out.push_back(v[i * L + size_t(b.chosen_lengths[i]) - 1]);

@@ -130,8 +130,10 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   auto& actor_model = dynamic_cast<nn::LanguageModel&>(actor->model());
   nn::ValueModel* critic_model = critic ? &dynamic_cast<nn::ValueModel&>(critic->model()) : nullptr;
   const int64_t vocab = actor_model.vocab_size();
-  const std::shared_ptr<nn::LanguageModel> reference = frozen_policy(sc.model.init, device, layout.tp);
-  const std::shared_ptr<nn::ValueModel> reward = frozen_value_model(o.reward_model, device, layout.tp);
+  // Note [Frozen models]: partitioned over dp at ZeRO-3, as the actor is.
+  const FrozenPlacement placement{.tp = layout.tp, .dp = layout.dp, .zero = c.zero};
+  const Frozen<nn::LanguageModel> reference = frozen_policy(sc.model.init, device, placement);
+  const Frozen<nn::ValueModel> reward = frozen_value_model(o.reward_model, device, placement);
   TRIAD_CHECK(reward->base->vocab_size() == vocab, "the reward model '" << o.reward_model << "' has a vocabulary of "
                                                                        << reward->base->vocab_size()
                                                                        << " tokens, the actor " << vocab);
@@ -158,10 +160,16 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   std::unique_ptr<ActorEma> ema = o.enable_ema ? std::make_unique<ActorEma>(*actor, o.ema_beta) : nullptr;
   if (ema && resumed > 0) ema->load_checkpoint(resumed, *comm);
 
+  std::vector<std::pair<std::string, zero::ResidentBytes>> models = {{"actor", actor->memory()}};
+  if (critic) models.emplace_back("critic", critic->memory());
+  models.insert(models.end(), {{"reference", reference.memory()}, {"reward", reward.memory()}});
+  const nlohmann::json mem = model_memory(models, comm);
+
   StepLog log(options.metrics_path, layout.leader, first, steps, c.log_interval);
   log.print(sc.step + ": " + std::to_string(prompts.train.size()) + " prompts; actor " + engine::model_shape(c).summary +
             " from " + sc.model.init + (ppo ? ", critic from " + sc.critic.init : "") + ", reward model " +
             o.reward_model);
+  log.print(memory_line(mem));
 
   const int64_t B = c.train_batch_size, R = c.micro_batch_size * c.gradient_accumulation_steps;
   const int64_t micro = c.micro_batch_size, prompts_per_step = B / G;
@@ -300,7 +308,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
         {"generation_s", gen_s},
         {"experience_s", experience_s},
         {"training_s", train_s},
-        {"generation_fraction", gen_s / (gen_s + experience_s + train_s)}};
+        {"generation_fraction", gen_s / (gen_s + experience_s + train_s)},
+        {"mem", mem}};
     std::vector<std::string> shown = {"reward",  "reward_std",      "chosen_reward",
                                       "kl",      "entropy",         "response_length", "clip_fraction"};
     if (ppo) {

@@ -55,6 +55,36 @@ std::vector<double> sum_over(const parallel::CommunicatorPtr& comm, std::vector<
   return t.to_vector<double>();
 }
 
+nlohmann::json model_memory(const std::vector<std::pair<std::string, zero::ResidentBytes>>& models,
+                            const parallel::CommunicatorPtr& world) {
+  std::vector<double> v;
+  for (const auto& [_, m] : models)
+    v.insert(v.end(), {double(m.param_bytes), double(m.grad_bytes), double(m.optim_bytes)});
+  if (world && world->size() > 1 && !v.empty()) {
+    Tensor t = Tensor::from_vector(v, {int64_t(v.size())});
+    world->all_reduce(t, parallel::ReduceOp::max)->wait();
+    v = t.to_vector<double>();
+  }
+  nlohmann::json mem = nlohmann::json::object();
+  for (size_t i = 0; i < models.size(); ++i)
+    mem[models[i].first] = {{"param_bytes", int64_t(v[3 * i])},
+                            {"grad_bytes", int64_t(v[3 * i + 1])},
+                            {"optim_bytes", int64_t(v[3 * i + 2])}};
+  return mem;
+}
+
+std::string memory_line(const nlohmann::json& mem) {
+  std::string text = "resident per rank (MB of parameters/gradients/optimizer state):";
+  char buf[160];
+  for (const auto& [name, m] : mem.items()) {
+    std::snprintf(buf, sizeof buf, "%s %s %.3g/%.3g/%.3g", text.back() == ':' ? "" : ",", name.c_str(),
+                  m.at("param_bytes").get<double>() / 1e6, m.at("grad_bytes").get<double>() / 1e6,
+                  m.at("optim_bytes").get<double>() / 1e6);
+    text += buf;
+  }
+  return text;
+}
+
 StepLog::StepLog(const std::string& metrics_path, bool leader, int64_t first_step, int64_t steps,
                  int64_t log_interval)
     : leader_(leader),

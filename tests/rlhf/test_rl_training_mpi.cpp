@@ -4,15 +4,20 @@
 // equal those averaged over the ranks. Two steps of two PPO epochs each, with ptx and the
 // actor's EMA, so that the second step's generation runs on the updated actor: the trained
 // actor, its EMA (sharded at ZeRO-3), the critic and the metrics agree within 1e-5; and so
-// they do with the models split over tensor-parallel pairs of ranks.
+// they do with the models split over tensor-parallel pairs of ranks. The frozen reference
+// and reward models (DPO's reference too) are partitioned over the data-parallel ranks at
+// ZeRO-3 (Note [Frozen models] in rlhf/models.h), and the runs' "mem" shows it.
 #include <boost/test/unit_test.hpp>
+#include <fstream>
 
+#include "autograd/grad_mode.h"
 #include "checkpoint/checkpoint.h"
 #include "io/triad_tokenizer.h"
 #include "nn/gpt.h"
 #include "nn/value_model.h"
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
+#include "rlhf/dpo_training.h"
 #include "rlhf/models.h"
 #include "rlhf/rl_training.h"
 #include "rlhf/step_run.h"
@@ -100,8 +105,30 @@ double max_weight_diff(const std::string& a, const std::string& b) {
   return d;
 }
 
-// PPO and GRPO on every rank of `world` (model.tensor_parallel `tp`, ZeRO-3) against one
-// process on rank 0.
+// The bytes of model `name` resident per rank, from a run's "mem".
+double resident(const nlohmann::json& metrics, const std::string& name) {
+  return metrics.at("mem").at(name).at("param_bytes").get<double>();
+}
+
+// The frozen models of a run on `ranks` ranks (model.tensor_parallel `tp`, ZeRO-3) are
+// partitioned over its data-parallel ranks: each rank holds about 1/dp of the single
+// process's bytes (at most 0.3 of them on 4 ranks), and never a gradient or optimizer state.
+void check_frozen_memory(const nlohmann::json& mine, const nlohmann::json& alone, int ranks, int tp,
+                         const std::vector<std::string>& frozen) {
+  const double dp = double(ranks / tp);
+  for (const std::string& name : frozen) {
+    BOOST_TEST(resident(mine, name) <= 1.2 / dp * resident(alone, name),
+               name << ": " << resident(mine, name) << " bytes per rank, " << resident(alone, name) << " alone");
+    if (ranks == 4 && tp == 1) BOOST_TEST(resident(mine, name) <= 0.3 * resident(alone, name));
+    BOOST_TEST(resident(alone, name) > 0);
+    BOOST_TEST(mine["mem"][name]["grad_bytes"].get<int64_t>() == 0);
+    BOOST_TEST(mine["mem"][name]["optim_bytes"].get<int64_t>() == 0);
+  }
+}
+
+// PPO and GRPO on every rank of `world` (model.tensor_parallel `tp`, ZeRO-3, the frozen
+// reference and reward models partitioned over the data-parallel ranks) against one process
+// on rank 0.
 void check_against_one_process(parallel::Communicator& world, const parallel::CommunicatorPtr& all,
                                const std::string& dir, int tp) {
   for (const std::string algorithm : {"ppo", "grpo"}) {
@@ -117,6 +144,7 @@ void check_against_one_process(parallel::Communicator& world, const parallel::Co
         for (const char* key : {"reward", "chosen_reward", "kl", "entropy", "response_length", "actor_loss"})
           BOOST_TEST(std::abs(mine[key].get<double>() - alone[key].get<double>()) < 1e-5, key);
         BOOST_TEST(alone["kl"].get<double>() != 0.0);  // the second step's actor has moved
+        check_frozen_memory(mine, alone, world.size(), tp, {"reference", "reward"});
         BOOST_TEST(max_weight_diff(one + "/actor.h5", many + "/actor.h5") < 1e-5);
         if (algorithm == "ppo") {
           BOOST_TEST(std::abs(mine["value_loss"].get<double>() - alone["value_loss"].get<double>()) < 1e-5);
@@ -129,6 +157,31 @@ void check_against_one_process(parallel::Communicator& world, const parallel::Co
         BOOST_TEST(max_weight_diff(dir + "/actor.h5", one + "/actor.h5") > 1e-4);
       }
       world.barrier();
+    }
+  }
+}
+
+// Sets `model`'s weights to what qwZ's gathers over n ranks deliver (zero/frozen_partition.h):
+// each unit's parameters, in order, padded to n equal shards, each shard quantized to int8
+// in blocks of `block` elements from its start, and dequantized.
+void quantize_as_gathered(const nn::ModulePtr& model, int64_t n, int64_t block) {
+  for (const zero::Unit& u : zero::make_units(model, {.module_types = {"Block", "LlamaBlock"}})) {
+    std::vector<float> flat;
+    for (const auto& [_, p] : u.params) {
+      const std::vector<float> v = p.to_vector<float>();
+      flat.insert(flat.end(), v.begin(), v.end());
+    }
+    flat.resize((flat.size() + size_t(n) - 1) / size_t(n) * size_t(n), 0.0f);
+    const Tensor shards = Tensor::from_vector(flat, {n, int64_t(flat.size()) / n});
+    const Quantized q = ops::quantize_blocks(shards, {.bits = 8, .block = block});
+    const Tensor back = Tensor::empty(shards.shape());
+    ops::dequantize_blocks(q.q, q.scales, back, {.bits = 8, .block = block});
+    const std::vector<float> b = back.to_vector<float>();
+    size_t at = 0;
+    for (const auto& [_, p] : u.params) {
+      ops::copy_(p, Tensor::from_vector(std::vector<float>(b.begin() + long(at), b.begin() + long(at) + p.numel()),
+                                        p.shape()));
+      at += size_t(p.numel());
     }
   }
 }
@@ -167,15 +220,100 @@ BOOST_AUTO_TEST_CASE(frozen_models_split_over_tensor_parallel_ranks) {
     return n;
   };
   const auto whole = rlhf::frozen_policy(dir + "/actor.h5", Device::cpu());
-  const auto part = rlhf::frozen_policy(dir + "/actor.h5", Device::cpu(), grid.tp());
+  const auto part = rlhf::frozen_policy(dir + "/actor.h5", Device::cpu(), {.tp = grid.tp()});
   BOOST_TEST(numel(*part) < 3 * numel(*whole) / 4);
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 80, 12, 200, 7, 7, 150, 9}, {2, 4});
   const Tensor full = rlhf::full_vocabulary((*part)(ids), grid.tp());
   BOOST_TEST(test::max_abs_diff(ops::narrow(full, 2, 0, 257), (*whole)(ids)) < 1e-5);
   const auto reward_whole = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu());
-  const auto reward_part = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu(), grid.tp());
+  const auto reward_part = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu(), {.tp = grid.tp()});
   BOOST_TEST(numel(*reward_part) < 3 * numel(*reward_whole) / 4);
   BOOST_TEST(test::max_abs_diff(reward_part->forward(ids), reward_whole->forward(ids)) < 1e-5);
   world->barrier();
 }
 
+// DPO's reference partitioned over the data-parallel ranks at ZeRO-3: each step's loss,
+// accuracy and margin, the held-out margin and the trained policy equal one process's.
+BOOST_AUTO_TEST_CASE(dpo_at_zero3_equals_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  const auto config = [&](int ranks, const std::string& out) {
+    nlohmann::json j = rl_config(dir, "dpo", ranks, out);
+    j.erase("grpo");
+    j["data"]["data_split"] = "1,1,1";
+    j["data"]["val_fraction"] = 0.25;
+    j["dpo"] = {{"init", dir + "/actor.h5"}, {"steps", 2}, {"output_dir", out}};
+    return rlhf::parse_rlhf_config(j, "dpo", ranks);
+  };
+  double alone = 0;
+  if (world->rank() == 0)
+    alone = rlhf::train_dpo(config(1, dir + "/one-dpo"), {.metrics_path = dir + "/one-dpo.jsonl"}, nullptr);
+  world->barrier();
+  const double mine =
+      rlhf::train_dpo(config(world->size(), dir + "/many-dpo"), {.metrics_path = dir + "/many-dpo.jsonl"}, world);
+  if (world->rank() == 0) {
+    BOOST_TEST(std::isfinite(alone));
+    BOOST_TEST(std::abs(mine - alone) < 1e-5);
+    const auto lines = [](const std::string& path) {
+      std::vector<nlohmann::json> out;
+      std::ifstream in(path);
+      for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+      return out;
+    };
+    const std::vector<nlohmann::json> a = lines(dir + "/one-dpo.jsonl"), b = lines(dir + "/many-dpo.jsonl");
+    BOOST_TEST_REQUIRE(a.size() == 2u);
+    BOOST_TEST_REQUIRE(b.size() == 2u);
+    for (size_t i = 0; i < a.size(); ++i)
+      for (const char* key : {"loss", "accuracy", "margin"})
+        BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
+    BOOST_TEST(max_weight_diff(dir + "/one-dpo/model.h5", dir + "/many-dpo/model.h5") < 1e-5);
+    BOOST_TEST(max_weight_diff(dir + "/actor.h5", dir + "/one-dpo/model.h5") > 1e-4);  // the policy moved
+    check_frozen_memory(b.back(), a.back(), world->size(), 1, {"reference"});
+  }
+  world->barrier();
+}
+
+// A frozen model partitioned at ZeRO-3 (zero/frozen_partition.h) computes what the whole
+// one does, holds its shard alone between forwards (each unit freed after its forward), and
+// with zero_quantized_weights computes what the whole model does with each rank's shards
+// rounded to int8 blocks (quantize_as_gathered); at ZeRO 0-2 it stays whole on every rank.
+BOOST_AUTO_TEST_CASE(frozen_models_partitioned_at_zero3_alone) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{3, 80, 12, 200, 7, 7, 150, 9}, {2, 4});
+  const auto whole = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu());
+  NoGradGuard no_grad;
+  const Tensor expected = (*whole)(ids);
+  const double full = double(whole.memory().param_bytes);
+  for (int stage : {0, 1, 2}) {
+    const auto kept =
+        rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu(), {.dp = world, .zero = {.stage = stage}});
+    BOOST_TEST(!kept.partition);
+    BOOST_TEST(double(kept.memory().param_bytes) == full);
+  }
+  const zero::ZeroConfig z3{.stage = 3, .stage3_param_persistence_threshold = 0};
+  const auto part = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu(), {.dp = world, .zero = z3});
+  BOOST_TEST_REQUIRE(part.partition != nullptr);
+  const double n = world->size();
+  BOOST_TEST(double(part.memory().param_bytes) <= full / n + 4.0 * n * double(part.partition->group_sizes().size()));
+  BOOST_TEST(test::max_abs_diff((*part)(ids), expected) == 0.0);
+  for (const auto& [name, p] : part->named_parameters())  // released after the forward
+    BOOST_TEST(!p.impl().storage, name);
+  zero::ZeroConfig qwz = z3;
+  qwz.quantized_weights = true;
+  qwz.weight_quantization_block = 64;
+  const auto quantized = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu(), {.dp = world, .zero = qwz});
+  const Tensor read = (*quantized)(ids);
+  BOOST_TEST(test::max_abs_diff(read, expected) > 0.0);
+  quantize_as_gathered(whole.model, world->size(), 64);
+  BOOST_TEST(test::max_abs_diff(read, (*whole)(ids)) == 0.0);
+  test::check_error(
+      [&] {
+        EnableGradGuard recording;
+        (*part)(ids);
+      },
+      {"without gradients"});
+  world->barrier();
+}

@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "rlhf/rlhf_config.h"
+#include "rlhf/step_run.h"
 #include "support/check.h"
 
 using namespace triad;
@@ -104,4 +105,23 @@ BOOST_AUTO_TEST_CASE(bad_configs_name_the_key) {
   fails([](auto& j) { j["ppo"]["kl_ctll"] = 0.1; }, "ppo", {"kl_ctll"});
   fails([](auto& j) { j["ppo"]["critic"]["optimzer"] = nlohmann::json::object(); }, "ppo", {"optimzer"});
   test::check_error([] { parse_rlhf_config(base(), "sftt", 1); }, {"unknown step 'sftt'"});
+}
+
+// The reward model, DPO, PPO and GRPO refuse pipeline stages and sequence parallelism, naming
+// the key (docs/rlhf.md says why).
+BOOST_AUTO_TEST_CASE(layouts_the_loops_refuse_are_named) {
+  nlohmann::json j = base();
+  j["model"]["n_layer"] = 2;
+  for (const std::string step : {"reward", "dpo", "ppo", "grpo"}) {
+    BOOST_TEST_CONTEXT(step) {
+      nlohmann::json staged = j, sequence = j;
+      staged["pipeline"] = {{"stages", 2}};
+      test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(staged, step, 2).model.train, step); },
+                        {"[config] " + step + ": pipeline.stages must be 1"});
+      sequence["model"]["tensor_parallel"] = 2;
+      sequence["model"]["sequence_parallel"] = true;
+      test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(sequence, step, 2).model.train, step); },
+                        {"[config] " + step + ": model.sequence_parallel must be false"});
+    }
+  }
 }

@@ -5,7 +5,8 @@
 // (support/zero_trajectory.h). Losses and final parameters agree within 1e-5 relative.
 // With the optimizer's state offloaded to NVMe files, every stage on 1, 2 and 4 ranks
 // follows the same run without offload within 1e-6, and so does stage 3 with the parameter
-// shards in swap files too (ZeRO-Infinity).
+// shards in swap files too (ZeRO-Infinity). A frozen model partitioned as stage 3 partitions
+// (zero/frozen_partition.h) computes the whole model's forward.
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/counting_communicator.h"
@@ -17,6 +18,7 @@
 #include "triad.h"
 #include "io/swap_file.h"
 #include "zero/buckets.h"
+#include "zero/frozen_partition.h"
 #include "zero/zero_optimizer.h"
 
 using namespace triad;
@@ -247,6 +249,39 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
   BOOST_TEST(m.nvme_bytes == files);
   BOOST_TEST(m.param_bytes == std::min(all, 2 * largest));
   BOOST_TEST(m.host_bytes == 0);
+}
+
+// A frozen partition (zero/frozen_partition.h): each rank holds its shard of every unit
+// (4Ψ/n bytes, padding aside), a forward without gradients gathers each unit once (Ψ(n−1)/n
+// elements of bus traffic, 4 bytes each) and frees it after, and computes the whole model's
+// logits bit for bit; parameters of at most stage3_param_persistence_threshold elements stay
+// whole and are never gathered.
+BOOST_AUTO_TEST_CASE(a_frozen_partition_forwards_as_the_whole_model) {
+  const auto counting = std::make_shared<parallel::CountingCommunicator>(parallel::world());
+  const double n = counting->size();
+  const Tensor tokens = ops::contiguous(ops::narrow(global_tokens(0), 1, 0, kSeq));
+  NoGradGuard no_grad;
+  const Tensor expected = (*make_model())(tokens);
+  for (int64_t persist : {int64_t(0), int64_t(1000)}) {
+    BOOST_TEST_CONTEXT("persistence threshold " << persist) {
+      auto model = make_model();
+      int64_t psi = 0, kept = 0;
+      for (const auto& [_, p] : model->named_parameters()) (p.numel() <= persist ? kept : psi) += p.numel();
+      zero::FrozenPartition frozen(model, {.stage = 3, .stage3_param_persistence_threshold = persist}, counting);
+      int64_t resident = 0;
+      for (const auto& [padded, partitioned] : frozen.group_sizes())
+        resident += 4 * (partitioned ? padded / int64_t(n) : padded);
+      BOOST_TEST(frozen.resident_bytes() == resident);
+      BOOST_TEST(std::abs(double(resident) - 4.0 * (double(psi) / n + double(kept))) <= 4.0 * 8 * n);
+      counting->reset();
+      BOOST_TEST(test::max_abs_diff((*model)(tokens), expected) == 0.0);
+      const double bus = 4.0 * double(psi) * (n - 1.0) / n;
+      BOOST_TEST(std::abs(counting->bus_bytes() - bus) <= 4.0 * 8 * n, counting->bus_bytes()
+                                                                           << " bus bytes, expected " << bus);
+      for (const auto& [name, p] : model->named_parameters())  // freed after the forward, but the kept ones
+        BOOST_TEST(bool(p.impl().storage) == (p.numel() <= persist), name);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(communication_per_step_is_two_psi) {
