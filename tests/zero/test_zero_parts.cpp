@@ -9,7 +9,8 @@
 // and so is a missing or unwritable nvme_path. The parameter swap (Note [Offloaded
 // parameters]) hands back each shard as last stored and names a damaged file; parameter
 // offload below stage 3, without its folder, or with buffers too few or too small for a
-// unit's shards is a named error.
+// unit's shards is a named error. A delayed update with a negative warm-up, with parameter
+// offload or in pipeline stages is a named error.
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
@@ -92,6 +93,25 @@ BOOST_AUTO_TEST_CASE(parameter_offload_needs_stage_3_and_a_folder) {
              "[config] zero_optimization.offload_param.buffer_count must be at least 1, got 0");
   BOOST_TEST(error_of({.stage = 3, .offload_param = {.buffer_size = 0}}) ==
              "[config] zero_optimization.offload_param.buffer_size must be at least 1, got 0");
+}
+
+BOOST_AUTO_TEST_CASE(a_delayed_update_needs_a_warmup_of_at_least_0_and_no_parameter_offload_or_pipeline) {
+  const zero::ZeroConfig::DelayedUpdate on{.enabled = true, .warmup_steps = 0};
+  for (int stage : {0, 1, 2, 3}) BOOST_TEST(error_of({.stage = stage, .delayed_update = on}) == "(no error)");
+  BOOST_TEST(error_of({.stage = 2,
+                       .offload_optimizer = {.device = zero::OffloadDevice::nvme, .nvme_path = "/tmp"},
+                       .delayed_update = on}) == "(no error)");
+  BOOST_TEST(error_of({.stage = 1, .delayed_update = {.enabled = true, .warmup_steps = -1}}) ==
+             "[config] zero_optimization.delayed_update.warmup_steps must be at least 0, got -1");
+  BOOST_TEST(error_of({.stage = 1, .delayed_update = {.enabled = false, .warmup_steps = -1}}) ==
+             "[config] zero_optimization.delayed_update.warmup_steps must be at least 0, got -1");
+  BOOST_TEST(error_of({.stage = 3,
+                       .offload_param = {.device = zero::OffloadDevice::nvme, .nvme_path = "/tmp"},
+                       .delayed_update = on}) ==
+             "[config] zero_optimization.delayed_update does not run with offload_param.device \"nvme\" (the pending "
+             "update would hold every parameter shard in memory); turn one of them off");
+  BOOST_TEST(error_of({.stage = 1, .defer_reduction = true, .delayed_update = on}) ==
+             "[config] zero_optimization.delayed_update does not run in pipeline stages (pipeline.stages > 1)");
 }
 
 BOOST_AUTO_TEST_CASE(zeropp_needs_stage_3_and_hpz_groups_that_tile_the_ranks) {
