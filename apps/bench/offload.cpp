@@ -42,6 +42,7 @@ void raw_transfer(int fd, bool write, char* data, int64_t bytes, int64_t block, 
 struct StepRun {
   double seconds = 0;  // median step
   double loss = 0;     // the last step's
+  zero::ParamSwap::ReadTimes reads;  // the parameter shards' (offloaded), over the timed steps
 };
 
 // Where the step's state lives: memory; parameters and optimizer state on NVMe; the
@@ -68,7 +69,9 @@ StepRun time_steps(const OffloadBenchOptions& o, Placement placement) {
   const Tensor x = ops::contiguous(ops::narrow(tokens, 1, 0, seq)), y = ops::contiguous(ops::narrow(tokens, 1, 1, seq));
   StepRun run;
   std::vector<double> times;
+  zero::ParamSwap::ReadTimes untimed;
   for (int s = 0; s <= o.steps; ++s) {
+    if (s == 1 && opt.param_swap()) untimed = opt.param_swap()->read_times();
     const double t = seconds_of([&] {
       const Tensor loss = model->loss(x, y);
       run.loss = loss.item();
@@ -79,6 +82,12 @@ StepRun time_steps(const OffloadBenchOptions& o, Placement placement) {
     if (s > 0) times.push_back(t);
   }
   run.seconds = app::median(times);
+  if (opt.param_swap()) {
+    run.reads = opt.param_swap()->read_times();
+    run.reads.reads -= untimed.reads;
+    run.reads.read_seconds -= untimed.read_seconds;
+    run.reads.waited_seconds -= untimed.waited_seconds;
+  }
   return run;
 }
 
@@ -124,6 +133,11 @@ int run_offload_bench(const OffloadBenchOptions& o) {
               "last losses %.6f and %.6f\n",
               (long long)o.n_layer, (long long)o.d_model, memory.seconds, nvme.seconds, nvme.seconds / memory.seconds,
               memory.loss, nvme.loss);
+  const zero::ParamSwap::ReadTimes& r = nvme.reads;
+  const double hidden = r.read_seconds > 0 ? 1.0 - r.waited_seconds / r.read_seconds : 0.0;
+  std::printf("parameter shards: %lld reads over %d steps, %.4f s reading, %.4f s of it waited for on the training "
+              "thread (%.0f%% hidden behind compute)\n",
+              (long long)r.reads, o.steps, r.read_seconds, r.waited_seconds, 100.0 * hidden);
   std::printf("optimizer on NVMe alone %.4f s, with the delayed parameter update %.4f s (x%.3f)\n", optimizer.seconds,
               delayed.seconds, delayed.seconds / optimizer.seconds);
   app::print_json_line({{"bench", "offload"},
@@ -141,6 +155,10 @@ int run_offload_bench(const OffloadBenchOptions& o) {
                         {"step_seconds_memory", memory.seconds},
                         {"step_seconds_nvme", nvme.seconds},
                         {"step_ratio", nvme.seconds / memory.seconds},
+                        {"param_reads", r.reads},
+                        {"param_read_seconds", r.read_seconds},
+                        {"param_read_waited_seconds", r.waited_seconds},
+                        {"param_read_hidden", hidden},
                         {"step_seconds_optimizer_nvme", optimizer.seconds},
                         {"step_seconds_delayed_update", delayed.seconds},
                         {"loss_memory", memory.loss},

@@ -211,11 +211,18 @@ void ZeroOptimizer::install_stage3_hooks() {
   }
 }
 
-void ZeroOptimizer::prefetch_unit(size_t u, Use use) {
+void ZeroOptimizer::prefetch_unit(size_t u, Use use, bool wait) {
   if (u >= units_.size()) return;
   for (Group* g : unit_groups_[u]) {
     if (g->flat->flat().defined() || !g->partitioned) continue;
-    if (param_swap_) param_swap_->bring_in(*g->flat);
+    if (param_swap_) {
+      // Offloaded: the shard is read on the I/O thread; the gather starts once it is in.
+      if (!wait && !param_swap_->ready(*g->flat)) {
+        param_swap_->start_read(*g->flat);
+        continue;
+      }
+      param_swap_->bring_in(*g->flat);
+    }
     if (use == Use::backward && g->flat->has_secondary())
       g->gather = g->flat->start_secondary_gather(*zeropp_.hpz);
     else if (use == Use::forward && config_.quantized_weights)
@@ -249,7 +256,7 @@ void ZeroOptimizer::prefetch_ahead(size_t u, int direction) {
 }
 
 void ZeroOptimizer::gather_unit(size_t u, Use use) {
-  prefetch_unit(u, use);
+  prefetch_unit(u, use, /*wait=*/true);
   for (Group* g : unit_groups_[u]) {
     if (!g->gather) continue;
     g->gather->wait();
@@ -272,8 +279,8 @@ void ZeroOptimizer::release_group(Group& g) {
   if (g.gather) {  // a prefetch nobody used: let it land before freeing its buffer
     g.gather->wait();
     g.gather.reset();
-    if (param_swap_) param_swap_->drop(*g.flat);
   }
+  if (param_swap_) param_swap_->drop(*g.flat);  // (or its read)
   if (g.flat->flat().defined()) g.flat->release();
 }
 
@@ -491,7 +498,15 @@ void ZeroOptimizer::update(const Update& u) {
     if (k + 1 < order.size()) store_->prefetch(order[k + 1].second->entry);
     const AdamWStep s = optim::adamw_step(u.adamw, u.lr, g.flat->weight_decay(), u.step);
     const bool whole = g.subgroups.size() == 1;
-    if (param_swap_ && g.partitioned) param_swap_->bring_in(*g.flat);
+    if (param_swap_ && g.partitioned && sub == &g.subgroups.front()) {
+      param_swap_->bring_in(*g.flat);
+      // The next offloaded shard comes in on the I/O thread while this group is updated.
+      for (size_t j = i + 1; j < groups_.size(); ++j)
+        if (groups_[j].partitioned) {
+          param_swap_->start_read(*groups_[j].flat);
+          break;
+        }
+    }
     const Tensor target = u.params.empty() ? param_view(g) : u.params[i];
     const Tensor params = whole ? target : ops::narrow(target, 0, sub->first, sub->count);
     const Tensor grad = whole ? u.grads[i] : ops::narrow(u.grads[i], 0, sub->first, sub->count);

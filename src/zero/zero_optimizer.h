@@ -199,6 +199,8 @@ class ZeroOptimizer {
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   ResidentBytes memory() const;
+  // The parameters' swap (offload_param nvme; null without it).
+  const ParamSwap* param_swap() const { return param_swap_.get(); }
   // The flat groups' padded sizes and whether each is partitioned (stage 3), in order: what
   // a closed form of the step's traffic sums over.
   std::vector<std::pair<int64_t, bool>> group_sizes() const;
@@ -312,7 +314,10 @@ class ZeroOptimizer {
   // backward (hpZ gathers from the secondary shards), or the whole model (exact).
   enum class Use { forward, backward, whole };
   void gather_unit(size_t u, Use use);    // blocks until the unit's parameters are gathered
-  void prefetch_unit(size_t u, Use use);  // starts gathering (no-op when gathered or out of range)
+  // Starts gathering (no-op when gathered or out of range). Offloaded parameters: a shard
+  // not in memory yet is read on the I/O thread, and its gather starts at a later call
+  // once it is in, or (wait) when it has been read here.
+  void prefetch_unit(size_t u, Use use, bool wait = false);
   // Prefetches the units after u in the given direction (+1 forward, -1 backward, wrapping
   // from the root unit to the last) within stage3_prefetch_bucket_size elements.
   void prefetch_ahead(size_t u, int direction);
