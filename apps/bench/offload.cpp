@@ -135,9 +135,10 @@ int run_offload_bench(const OffloadBenchOptions& o) {
               memory.loss, nvme.loss);
   const zero::ParamSwap::ReadTimes& r = nvme.reads;
   const double hidden = r.read_seconds > 0 ? 1.0 - r.waited_seconds / r.read_seconds : 0.0;
-  std::printf("parameter shards: %lld reads over %d steps, %.4f s reading, %.4f s of it waited for on the training "
-              "thread (%.0f%% hidden behind compute)\n",
-              (long long)r.reads, o.steps, r.read_seconds, r.waited_seconds, 100.0 * hidden);
+  std::printf(
+      "parameter shards: %lld reads over %d steps, %.4f s reading, %.4f s of it waited for on the training "
+      "thread (%.0f%% hidden behind compute)\n",
+      (long long)r.reads, o.steps, r.read_seconds, r.waited_seconds, 100.0 * hidden);
   std::printf("optimizer on NVMe alone %.4f s, with the delayed parameter update %.4f s (x%.3f)\n", optimizer.seconds,
               delayed.seconds, delayed.seconds / optimizer.seconds);
   app::print_json_line({{"bench", "offload"},

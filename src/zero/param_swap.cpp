@@ -44,8 +44,9 @@ io::AlignedBuffer ParamSwap::read_checked(int64_t offset, int64_t bytes, uint32_
   ++reads_;
   read_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   const uint32_t crc = io::crc32c(block.get(), size_t(bytes));
-  TRIAD_CHECK(crc == expected, "swap file '" << file_->path() << "': a parameter shard of " << bytes << " bytes at offset "
-                                             << offset << " read back differs from what was written (CRC-32C " << crc
+  TRIAD_CHECK(crc == expected, "swap file '" << file_->path() << "': a parameter shard of " << bytes
+                                             << " bytes at offset " << offset
+                                             << " read back differs from what was written (CRC-32C " << crc
                                              << ", expected " << expected << "): the file is damaged");
   return block;
 }

@@ -59,14 +59,15 @@ void ZeroConfig::validate_offload() const {
 
 void ZeroConfig::validate_delayed_update() const {
   const DelayedUpdate& d = delayed_update;
-  TRIAD_CHECK(d.warmup_steps >= 0, "[config] zero_optimization.delayed_update.warmup_steps must be at least 0, got "
-                                       << d.warmup_steps);
+  TRIAD_CHECK(d.warmup_steps >= 0,
+              "[config] zero_optimization.delayed_update.warmup_steps must be at least 0, got " << d.warmup_steps);
   if (!d.enabled) return;
   TRIAD_CHECK(offload_param.device != OffloadDevice::nvme,
               "[config] zero_optimization.delayed_update does not run with offload_param.device \"nvme\" (the pending "
               "update would hold every parameter shard in memory); turn one of them off");
-  TRIAD_CHECK(!defer_reduction, "[config] zero_optimization.delayed_update does not run in pipeline stages "
-                                "(pipeline.stages > 1)");
+  TRIAD_CHECK(!defer_reduction,
+              "[config] zero_optimization.delayed_update does not run in pipeline stages "
+              "(pipeline.stages > 1)");
 }
 
 }  // namespace triad::zero

@@ -395,7 +395,8 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_checkpoint_resumes_on_the_same_trajectory)
       nlohmann::json j = config_json(folder, stage);
       j["zero_optimization"]["delayed_update"] = {{"enabled", true}, {"warmup_steps", 3}};
       if (stage == 2)
-        j["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"}, {"nvme_path", nvme}, {"pipeline_write", true}};
+        j["zero_optimization"]["offload_optimizer"] = {
+            {"device", "nvme"}, {"nvme_path", nvme}, {"pipeline_write", true}};
       j["checkpoint"] = {{"dir", folder + "/ckpt_straight" + tag}, {"every", 10}};
       run(j, {.metrics_path = folder + "/straight" + tag + ".jsonl"}, world);
       j["checkpoint"] = {{"dir", folder + "/ckpt" + tag}};

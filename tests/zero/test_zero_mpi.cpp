@@ -224,12 +224,11 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_follows_the_run_delayed_by_hand) {
       check_same(test::data_parallel(comm, {.stage = 2, .delayed = {.enabled = true, .warmup_steps = 0}}), at_once);
     }
     BOOST_TEST_CONTEXT(ranks << " ranks, stage 3, step 7 skipped, the update pending after step 4 applied") {
-      check_same(test::data_parallel(comm, {.stage = 3,
-                                            .accumulation = 2,
-                                            .delayed = {.enabled = true, .warmup_steps = 1},
-                                            .skip = 6,
-                                            .flush = 3}),
-                 skipped);
+      check_same(
+          test::data_parallel(
+              comm,
+              {.stage = 3, .accumulation = 2, .delayed = {.enabled = true, .warmup_steps = 1}, .skip = 6, .flush = 3}),
+          skipped);
     }
   }
   BOOST_TEST(std::filesystem::is_empty(dir.path()));

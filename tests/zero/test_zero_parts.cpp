@@ -327,9 +327,9 @@ BOOST_AUTO_TEST_CASE(parameter_swap_hands_back_each_shard_as_last_stored) {
 // unused gives its buffer back. Every read is counted and timed.
 BOOST_AUTO_TEST_CASE(parameter_swap_reads_ahead_on_its_thread) {
   test::TempDir dir;
-  zero::ParamSwap swap({.device = zero::OffloadDevice::nvme, .nvme_path = dir.path().string(), .buffer_count = 2,
-                        .buffer_size = 1500},
-                       {});
+  zero::ParamSwap swap(
+      {.device = zero::OffloadDevice::nvme, .nvme_path = dir.path().string(), .buffer_count = 2, .buffer_size = 1500},
+      {});
   const Tensor a = random_f32(1500, 4), b = random_f32(1000, 5), c = random_f32(700, 6);
   zero::FlatGroup ga({{"a", ops::clone(a)}}, 0.0, 1, 0), gb({{"b", ops::clone(b)}}, 0.0, 1, 0),
       gc({{"c", ops::clone(c)}}, 0.0, 1, 0);
@@ -357,8 +357,10 @@ BOOST_AUTO_TEST_CASE(parameter_swap_reads_ahead_on_its_thread) {
   flip_byte(swap.path(), 4096 * 2 + 4 * 10);  // b's slot follows a's two pages
   swap.start_read(gb);
   const std::string damaged = test::error_message([&] { swap.bring_in(gb); });
-  BOOST_TEST(damaged.find("swap file '" + swap.path() + "': a parameter shard of 4000 bytes at offset 8192 read back "
-                          "differs from what was written (CRC-32C ") == 0u, damaged);
+  BOOST_TEST(damaged.find("swap file '" + swap.path() +
+                          "': a parameter shard of 4000 bytes at offset 8192 read back "
+                          "differs from what was written (CRC-32C ") == 0u,
+             damaged);
   BOOST_TEST(swap.resident_bytes() == 0);
   BOOST_TEST(swap.peak_resident_bytes() == 10000);
   const zero::ParamSwap::ReadTimes times = swap.read_times();
