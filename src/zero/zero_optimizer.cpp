@@ -708,6 +708,9 @@ ResidentBytes ZeroOptimizer::memory() const {
     }
     if (g.partitioned && config_.hpz_partition_size > 1) m.param_bytes += full / config_.hpz_partition_size * elt;
     m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
+    // Note [Delayed parameter update]: the pending update's copies of the parameters it
+    // updates and of their f32 gradient.
+    if (config_.delayed_update.enabled) m.buffer_bytes += (config_.stage == 0 ? full : shard) * (elt + 4);
   }
   m.param_bytes += std::min(swapped, config_.offload_param.buffer_count * largest);
   return m;

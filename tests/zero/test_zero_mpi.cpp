@@ -234,7 +234,8 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_follows_the_run_delayed_by_hand) {
   BOOST_TEST(std::filesystem::is_empty(dir.path()));
 }
 
-// The update runs on its thread after step() returns; the next step() applies it.
+// The update runs on its thread after step() returns; the next step() applies it. memory()
+// counts the copies it works on as buffer_bytes.
 BOOST_AUTO_TEST_CASE(a_delayed_update_is_pending_between_steps) {
   const parallel::CommunicatorPtr world = parallel::world();
   auto model = make_model();
@@ -257,6 +258,10 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_is_pending_between_steps) {
   opt.apply_pending_update();
   BOOST_TEST(!opt.update_pending());
   BOOST_TEST(opt.counters().steps == 3);
+  // Its copies: the rank's f32 parameter shard and gradient shard, 8 bytes per element.
+  int64_t shards = 0;
+  for (const auto& [padded, _] : opt.group_sizes()) shards += padded / world->size();
+  BOOST_TEST(opt.memory().buffer_bytes == 8 * shards);
 }
 
 // DeepSpeed's Adam options (L2 weight decay, no bias correction) with betas that change every
