@@ -42,19 +42,24 @@ void raw_transfer(int fd, bool write, char* data, int64_t bytes, int64_t block, 
 struct StepRun {
   double seconds = 0;  // median step
   double loss = 0;     // the last step's
+  zero::ParamSwap::ReadTimes reads;  // the parameter shards' (offloaded), over the timed steps
 };
 
+// Where the step's state lives: memory; parameters and optimizer state on NVMe; the
+// optimizer state alone, with and without the delayed parameter update.
+enum class Placement { memory, nvme, optimizer_nvme, optimizer_nvme_delayed };
+
 // Stage 3 on one rank: `steps` timed steps (after one untimed) of a GPT on fixed tokens.
-StepRun time_steps(const OffloadBenchOptions& o, bool offload) {
+StepRun time_steps(const OffloadBenchOptions& o, Placement placement) {
   const int64_t seq = 64, batch = 8, vocab = 512;
   auto model = std::make_shared<nn::GPT>(nn::GPTConfig{.n_layer = o.n_layer, .n_head = 4, .d_model = o.d_model,
                                                        .seq_len = seq, .vocab_size = vocab, .init_seed = 5});
   zero::ZeroConfig config{.stage = 3, .stage3_param_persistence_threshold = 0, .aio = o.aio};
-  if (offload) {
+  if (placement != Placement::memory)
     config.offload_optimizer = {.device = zero::OffloadDevice::nvme, .nvme_path = o.dir, .pipeline_read = true,
                                 .pipeline_write = true};
-    config.offload_param = {.device = zero::OffloadDevice::nvme, .nvme_path = o.dir};
-  }
+  if (placement == Placement::nvme) config.offload_param = {.device = zero::OffloadDevice::nvme, .nvme_path = o.dir};
+  config.delayed_update = {.enabled = placement == Placement::optimizer_nvme_delayed, .warmup_steps = 0};
   zero::ZeroOptimizer opt(model, config, {.lr = 1e-3}, 0.1, std::make_shared<parallel::SelfCommunicator>());
   Generator gen(7);
   Tensor u = Tensor::empty({batch, seq + 1});
@@ -64,7 +69,9 @@ StepRun time_steps(const OffloadBenchOptions& o, bool offload) {
   const Tensor x = ops::contiguous(ops::narrow(tokens, 1, 0, seq)), y = ops::contiguous(ops::narrow(tokens, 1, 1, seq));
   StepRun run;
   std::vector<double> times;
+  zero::ParamSwap::ReadTimes untimed;
   for (int s = 0; s <= o.steps; ++s) {
+    if (s == 1 && opt.param_swap()) untimed = opt.param_swap()->read_times();
     const double t = seconds_of([&] {
       const Tensor loss = model->loss(x, y);
       run.loss = loss.item();
@@ -75,6 +82,12 @@ StepRun time_steps(const OffloadBenchOptions& o, bool offload) {
     if (s > 0) times.push_back(t);
   }
   run.seconds = app::median(times);
+  if (opt.param_swap()) {
+    run.reads = opt.param_swap()->read_times();
+    run.reads.reads -= untimed.reads;
+    run.reads.read_seconds -= untimed.read_seconds;
+    run.reads.waited_seconds -= untimed.waited_seconds;
+  }
   return run;
 }
 
@@ -105,7 +118,9 @@ int run_offload_bench(const OffloadBenchOptions& o) {
   const double gb = double(bytes) / 1e9;
   const double sw = gb / app::median(swap_w), sr = gb / app::median(swap_r), rw = gb / app::median(raw_w),
                rr = gb / app::median(raw_r);
-  const StepRun memory = time_steps(o, false), nvme = time_steps(o, true);
+  const StepRun memory = time_steps(o, Placement::memory), nvme = time_steps(o, Placement::nvme);
+  const StepRun optimizer = time_steps(o, Placement::optimizer_nvme),
+                delayed = time_steps(o, Placement::optimizer_nvme_delayed);
 
   std::printf("triad-bench offload: %s, %.0f MiB per transfer, block %lld, queue depth %lld, %lld thread(s) per "
               "transfer; %d OpenMP threads\n",
@@ -118,6 +133,14 @@ int run_offload_bench(const OffloadBenchOptions& o) {
               "last losses %.6f and %.6f\n",
               (long long)o.n_layer, (long long)o.d_model, memory.seconds, nvme.seconds, nvme.seconds / memory.seconds,
               memory.loss, nvme.loss);
+  const zero::ParamSwap::ReadTimes& r = nvme.reads;
+  const double hidden = r.read_seconds > 0 ? 1.0 - r.waited_seconds / r.read_seconds : 0.0;
+  std::printf(
+      "parameter shards: %lld reads over %d steps, %.4f s reading, %.4f s of it waited for on the training "
+      "thread (%.0f%% hidden behind compute)\n",
+      (long long)r.reads, o.steps, r.read_seconds, r.waited_seconds, 100.0 * hidden);
+  std::printf("optimizer on NVMe alone %.4f s, with the delayed parameter update %.4f s (x%.3f)\n", optimizer.seconds,
+              delayed.seconds, delayed.seconds / optimizer.seconds);
   app::print_json_line({{"bench", "offload"},
                         {"dir", o.dir},
                         {"bytes", bytes},
@@ -133,6 +156,12 @@ int run_offload_bench(const OffloadBenchOptions& o) {
                         {"step_seconds_memory", memory.seconds},
                         {"step_seconds_nvme", nvme.seconds},
                         {"step_ratio", nvme.seconds / memory.seconds},
+                        {"param_reads", r.reads},
+                        {"param_read_seconds", r.read_seconds},
+                        {"param_read_waited_seconds", r.waited_seconds},
+                        {"param_read_hidden", hidden},
+                        {"step_seconds_optimizer_nvme", optimizer.seconds},
+                        {"step_seconds_delayed_update", delayed.seconds},
                         {"loss_memory", memory.loss},
                         {"loss_nvme", nvme.loss}});
   return 0;

@@ -2,7 +2,9 @@
 // machine. The swap file's whole-buffer write and read (io/swap_file.h, the aio settings
 // given) against a raw O_DIRECT pwrite/pread of the same bytes, in blocks of block_size, in
 // the same folder and run; then the time of a training step of a small GPT at ZeRO stage 3
-// with the optimizer's state and the parameters on NVMe against the same step in memory.
+// with the optimizer's state and the parameters on NVMe against the same step in memory,
+// and with the optimizer's state alone on NVMe, with and without the delayed parameter
+// update (Note [Delayed parameter update]), which overlaps the update with the next step.
 #pragma once
 
 #include "common/cli_app.h"

@@ -263,6 +263,12 @@ void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& not
     notices.push_back("zero_optimization.sub_group_size: the unit in which optimizer state moves to and from NVMe; "
                       "without offload_optimizer.device \"nvme\" each flat group is updated whole");
   host_parameters = parse_offload_param(r, z.offload_param, notices);
+  if (r.has("delayed_update")) {  // triad's (Note [Delayed parameter update] in zero/zero_optimizer.h)
+    JsonReader d = r.object("delayed_update");
+    z.delayed_update.enabled = d.boolean("enabled", z.delayed_update.enabled);
+    z.delayed_update.warmup_steps = d.integer("warmup_steps", z.delayed_update.warmup_steps, 0, kMaxInt);
+    d.finish();
+  }
   for (const auto& [key, why] : kZeroKeysWithoutEffect)
     if (r.has(key)) {
       r.known(key);

@@ -165,7 +165,9 @@ struct TrainConfig {
   // zero_quantized_weights, zero_hpz_partition_size and zero_quantized_gradients, and
   // triad's zeropp_quantization_block and zeropp_gradient_quantization_block, fill
   // quantized_weights, hpz_partition_size, quantized_gradients and the two blocks;
-  // contiguous_gradients is accepted at its default, true. Its dtype, loss_scale,
+  // triad's delayed_update {enabled, warmup_steps} fills delayed_update (Note [Delayed
+  // parameter update] in zero/zero_optimizer.h); contiguous_gradients is accepted at its
+  // default, true. Its dtype, loss_scale,
   // gradient_predivide_factor and defer_reduction are not read from the section: the Engine
   // sets them from precision, the gradient keys below and the pipeline (Engine::zero_config).
   zero::ZeroConfig zero;

@@ -215,6 +215,11 @@ class Engine {
   void release_parameters() {
     if (zero_) zero_->release_all();
   }
+  // Applies the update ZeRO left running (Note [Delayed parameter update] in
+  // zero/zero_optimizer.h; collective, every rank calls it); a no-op when none is pending.
+  void apply_pending_update() {
+    if (zero_) zero_->apply_pending_update();
+  }
   // Model-state bytes resident on this rank (ZeRO's accounting; empty without ZeRO).
   zero::ResidentBytes memory() const { return zero_ ? zero_->memory() : zero::ResidentBytes{}; }
   const TrainConfig& config() const { return config_; }

@@ -238,6 +238,7 @@ class TrainingRun {
         line["moe"] = std::move(moe);
     line["mem"]["activation_peak_bytes"] = passes.activation_peak;
     if (c_.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
+    if (r.step == c_.steps) engine_->apply_pending_update();  // the trained model is complete
     if ((c_.eval_interval > 0 && r.step % c_.eval_interval == 0) || r.step == c_.steps)
       line["val_loss"] = last_val_ = evaluate(r.step);
     write_monitors(r, loss, step_forward_ms, step_backward_ms, s_ms);

@@ -1,6 +1,7 @@
 #include "zero/param_swap.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "io/crc32c.h"
@@ -13,7 +14,18 @@ ParamSwap::ParamSwap(const ParamOffloadConfig& config, const io::AioConfig& aio)
   file_ = open_nvme_swap_file("zero_optimization.offload_param.nvme_path", config.nvme_path, "params", aio);
 }
 
+ParamSwap::~ParamSwap() {
+  for (auto& [_, s] : slots_)
+    if (s.reading.valid()) s.reading.wait();  // a read nobody needs: its error goes with it
+}
+
 ParamSwap::Slot& ParamSwap::slot(const FlatGroup& group) {
+  const auto it = slots_.find(&group);
+  TRIAD_ASSERT(it != slots_.end());
+  return it->second;
+}
+
+const ParamSwap::Slot& ParamSwap::slot(const FlatGroup& group) const {
   const auto it = slots_.find(&group);
   TRIAD_ASSERT(it != slots_.end());
   return it->second;
@@ -25,33 +37,79 @@ void ParamSwap::write(const Slot& s, const Tensor& shard) {
   file_->write(s.offset, block.get(), io::align_up(s.bytes));
 }
 
+io::AlignedBuffer ParamSwap::read_checked(int64_t offset, int64_t bytes, uint32_t expected) {
+  const auto start = std::chrono::steady_clock::now();
+  io::AlignedBuffer block = io::aligned_buffer(io::align_up(bytes));
+  file_->read(offset, block.get(), io::align_up(bytes));
+  ++reads_;
+  read_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  const uint32_t crc = io::crc32c(block.get(), size_t(bytes));
+  TRIAD_CHECK(crc == expected, "swap file '" << file_->path() << "': a parameter shard of " << bytes
+                                             << " bytes at offset " << offset
+                                             << " read back differs from what was written (CRC-32C " << crc
+                                             << ", expected " << expected << "): the file is damaged");
+  return block;
+}
+
+void ParamSwap::take_buffer(const Slot& s) {
+  ++resident_;
+  resident_bytes_ += s.bytes;
+  peak_bytes_ = std::max(peak_bytes_, resident_bytes_);
+}
+
+void ParamSwap::give_back(const Slot& s) {
+  --resident_;
+  resident_bytes_ -= s.bytes;
+}
+
 void ParamSwap::add(FlatGroup& group) {
   TRIAD_ASSERT(group.partitioned() && group.owned_shard().defined() && !slots_.count(&group));
-  Slot s{.offset = file_->size(), .bytes = int64_t(group.owned_shard().nbytes())};
+  Slot s;
+  s.offset = file_->size();
+  s.bytes = int64_t(group.owned_shard().nbytes());
   file_->grow(s.offset + io::align_up(s.bytes));
   const Tensor shard = ops::contiguous(group.owned_shard());
   s.crc = io::crc32c(ops::to(shard, Device::cpu()).raw_data(), size_t(s.bytes));
   write(s, shard);
-  slots_.emplace(&group, s);
+  slots_.emplace(&group, std::move(s));
   group.set_owned_shard(Tensor());
+}
+
+void ParamSwap::start_read(FlatGroup& group) {
+  Slot& s = slot(group);
+  if (s.resident || s.reading.valid() || resident_ >= config_.buffer_count) return;
+  take_buffer(s);
+  s.reading = std::async(std::launch::async, [this, offset = s.offset, bytes = s.bytes, crc = s.crc] {
+    return read_checked(offset, bytes, crc);
+  });
+}
+
+bool ParamSwap::ready(const FlatGroup& group) const {
+  const Slot& s = slot(group);
+  return s.resident || (s.reading.valid() && s.reading.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
 }
 
 void ParamSwap::bring_in(FlatGroup& group, bool bounded) {
   Slot& s = slot(group);
   if (s.resident) return;
-  const io::AlignedBuffer block = io::aligned_buffer(io::align_up(s.bytes));
-  file_->read(s.offset, block.get(), io::align_up(s.bytes));
-  const uint32_t crc = io::crc32c(block.get(), size_t(s.bytes));
-  TRIAD_CHECK(crc == s.crc, "swap file '" << file_->path() << "': a parameter shard of " << s.bytes << " bytes at offset "
-                                          << s.offset << " read back differs from what was written (CRC-32C " << crc
-                                          << ", expected " << s.crc << "): the file is damaged");
+  const auto start = std::chrono::steady_clock::now();
+  io::AlignedBuffer block;
+  if (s.reading.valid()) {
+    try {
+      block = s.reading.get();
+    } catch (...) {
+      give_back(s);
+      throw;
+    }
+  } else {
+    block = read_checked(s.offset, s.bytes, s.crc);
+    take_buffer(s);
+  }
+  waited_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Tensor host = Tensor::empty({group.shard_size()}, group.dtype(), Device::cpu());
   std::memcpy(host.raw_data(), block.get(), size_t(s.bytes));
   group.set_owned_shard(ops::to(host, group.device()));
   s.resident = true;
-  ++resident_;
-  resident_bytes_ += s.bytes;
-  peak_bytes_ = std::max(peak_bytes_, resident_bytes_);
   TRIAD_ASSERT(!bounded ||
                (resident_ <= config_.buffer_count &&
                 resident_bytes_ <= config_.buffer_count * config_.buffer_size * int64_t(element_size(group.dtype()))));
@@ -59,11 +117,16 @@ void ParamSwap::bring_in(FlatGroup& group, bool bounded) {
 
 void ParamSwap::drop(FlatGroup& group) {
   Slot& s = slot(group);
+  if (s.reading.valid()) {  // read ahead for nothing
+    s.reading.wait();
+    s.reading = {};
+    give_back(s);
+    return;
+  }
   if (!s.resident) return;
   group.set_owned_shard(Tensor());
   s.resident = false;
-  --resident_;
-  resident_bytes_ -= s.bytes;
+  give_back(s);
 }
 
 void ParamSwap::store(FlatGroup& group) {

@@ -20,6 +20,7 @@ void ZeroConfig::validate(int64_t data_parallel) const {
               "(int4 packs two per byte), got "
                   << gradient_quantization_block);
   validate_offload();
+  validate_delayed_update();
   if (!quantized_weights && !quantized_gradients && hpz_partition_size == 1) return;
   TRIAD_CHECK(stage == 3, "[config] zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
                           "zero_quantized_gradients) runs at stage 3, not stage "
@@ -54,6 +55,19 @@ void ZeroConfig::validate_offload() const {
   TRIAD_CHECK(p.buffer_size >= 1,
               "[config] zero_optimization.offload_param.buffer_size must be at least 1, got " << p.buffer_size);
   io::check_aio(aio);
+}
+
+void ZeroConfig::validate_delayed_update() const {
+  const DelayedUpdate& d = delayed_update;
+  TRIAD_CHECK(d.warmup_steps >= 0,
+              "[config] zero_optimization.delayed_update.warmup_steps must be at least 0, got " << d.warmup_steps);
+  if (!d.enabled) return;
+  TRIAD_CHECK(offload_param.device != OffloadDevice::nvme,
+              "[config] zero_optimization.delayed_update does not run with offload_param.device \"nvme\" (the pending "
+              "update would hold every parameter shard in memory); turn one of them off");
+  TRIAD_CHECK(!defer_reduction,
+              "[config] zero_optimization.delayed_update does not run in pipeline stages "
+              "(pipeline.stages > 1)");
 }
 
 }  // namespace triad::zero

@@ -59,15 +59,25 @@ struct ZeroConfig {
   ParamOffloadConfig offload_param;
   int64_t sub_group_size = 1000000000;
   io::AioConfig aio;
+  // The ZeRO-Offload paper's delayed parameter update (Note [Delayed parameter update] in
+  // zero/zero_optimizer.h): from step warmup_steps on, each step's update runs on a thread
+  // while the next step's forward and backward run on the weights before it.
+  struct DelayedUpdate {
+    bool enabled = false;
+    int64_t warmup_steps = 40;  // steps taken the ordinary way first
+  };
+  DelayedUpdate delayed_update;
 
   // Error naming the zero_optimization key (or gradient_predivide_factor, or aio key) that
   // is out of range or does not fit the others (ZeRO++ below stage 3; hpZ groups that do not
-  // tile the data_parallel ranks ZeRO runs over; offload at stage 0, parameter offload below stage 3, either without its folder). The config's parser (config/config.h) and
-  // ZeroOptimizer both check with it: the one statement of each rule.
+  // tile the data_parallel ranks ZeRO runs over; offload at stage 0, parameter offload below stage 3, either without
+  // its folder; a delayed update with a negative warm-up, with parameter offload or in a pipeline stage). The config's
+  // parser (config/config.h) and ZeroOptimizer both check with it: the one statement of each rule.
   void validate(int64_t data_parallel) const;
 
  private:
   void validate_offload() const;
+  void validate_delayed_update() const;
 };
 
 }  // namespace triad::zero

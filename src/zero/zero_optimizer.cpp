@@ -70,6 +70,9 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
               "built yet; \"nvme\" is, or \"none\"");
   if (config_.offload_param.device == OffloadDevice::nvme)
     param_swap_ = std::make_unique<ParamSwap>(config_.offload_param, config_.aio);
+  TRIAD_CHECK(!config_.delayed_update.enabled || device_.is_cpu(),
+              "[config] zero_optimization.delayed_update runs with the training on device \"cpu\" in this build, not "
+                  << device_.str());
   check_zeropp();
   check_expert_placement(experts_, config_, dp_->size());
   std::map<std::string, nn::TensorSplit> splits;
@@ -211,11 +214,18 @@ void ZeroOptimizer::install_stage3_hooks() {
   }
 }
 
-void ZeroOptimizer::prefetch_unit(size_t u, Use use) {
+void ZeroOptimizer::prefetch_unit(size_t u, Use use, bool wait) {
   if (u >= units_.size()) return;
   for (Group* g : unit_groups_[u]) {
     if (g->flat->flat().defined() || !g->partitioned) continue;
-    if (param_swap_) param_swap_->bring_in(*g->flat);
+    if (param_swap_) {
+      // Offloaded: the shard is read on the I/O thread; the gather starts once it is in.
+      if (!wait && !param_swap_->ready(*g->flat)) {
+        param_swap_->start_read(*g->flat);
+        continue;
+      }
+      param_swap_->bring_in(*g->flat);
+    }
     if (use == Use::backward && g->flat->has_secondary())
       g->gather = g->flat->start_secondary_gather(*zeropp_.hpz);
     else if (use == Use::forward && config_.quantized_weights)
@@ -249,7 +259,7 @@ void ZeroOptimizer::prefetch_ahead(size_t u, int direction) {
 }
 
 void ZeroOptimizer::gather_unit(size_t u, Use use) {
-  prefetch_unit(u, use);
+  prefetch_unit(u, use, /*wait=*/true);
   for (Group* g : unit_groups_[u]) {
     if (!g->gather) continue;
     g->gather->wait();
@@ -272,8 +282,8 @@ void ZeroOptimizer::release_group(Group& g) {
   if (g.gather) {  // a prefetch nobody used: let it land before freeing its buffer
     g.gather->wait();
     g.gather.reset();
-    if (param_swap_) param_swap_->drop(*g.flat);
   }
+  if (param_swap_) param_swap_->drop(*g.flat);  // (or its read)
   if (g.flat->flat().defined()) g.flat->release();
 }
 
@@ -283,6 +293,7 @@ void ZeroOptimizer::release_unit(size_t u) {
 }
 
 void ZeroOptimizer::gather_all() {
+  apply_pending_update();
   if (config_.stage != 3) return;
   // (Offloaded parameters: one unit's shards in memory at a time.)
   if (!param_swap_)
@@ -414,22 +425,30 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     scaler_.update(overflow);
     if (overflow) {
       for (Group& g : groups_) ops::zero_(config_.stage <= 1 ? g.flat->grad() : g.shard_grad);
+      apply_pending_update();  // Note [Delayed parameter update]: a skipped step ends the delay
       return std::numeric_limits<double>::infinity();
     }
   }
   optim::clip_grads(grads, norm, max_norm);
 
-  ++steps_;
-  update(lr, grads);
-  if (config_.stage >= 1) {  // whole parameters again: every group but partitioned ones
-    std::vector<Tensor> sends;
-    for (Group& g : groups_) {
-      if (g.partitioned) continue;
-      sends.push_back(ops::clone(g.flat->shard(g.flat->flat())));
-      pending_.push_back(
-          {bucketed_all_gather(*g.comm, sends.back(), g.flat->flat(), config_.allgather_bucket_size), &g, Tensor()});
+  Update u{.lr = lr, .adamw = adamw_, .step = ++steps_, .grads = std::move(grads), .params = {}};
+  if (config_.delayed_update.enabled && u.step > config_.delayed_update.warmup_steps) {
+    apply_pending_update();
+    // The thread's own copies: the backward accumulates into the gradients, the forward
+    // reads the parameters.
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      u.params.push_back(ops::clone(param_view(groups_[i])));
+      if (u.grads[i].is_same(config_.stage == 0 ? groups_[i].flat->grad() : groups_[i].shard_grad))
+        u.grads[i] = ops::clone(u.grads[i]);
     }
-    drain(/*wait_all=*/true);
+    delayed_.update = std::move(u);
+    delayed_.running = std::async(std::launch::async, [this] {
+      NoGradGuard no_grad;  // (grad mode is the thread's own)
+      update(delayed_.update);
+    });
+  } else {
+    update(u);
+    gather_updated();
   }
   for (Group& g : groups_) {
     if (config_.stage <= 1)
@@ -440,7 +459,36 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   return norm;
 }
 
-void ZeroOptimizer::update(double lr, const std::vector<Tensor>& grads) {
+void ZeroOptimizer::gather_updated() {
+  if (config_.stage == 0) return;
+  std::vector<Tensor> sends;
+  for (Group& g : groups_) {
+    if (g.partitioned) continue;
+    sends.push_back(ops::clone(g.flat->shard(g.flat->flat())));
+    pending_.push_back(
+        {bucketed_all_gather(*g.comm, sends.back(), g.flat->flat(), config_.allgather_bucket_size), &g, Tensor()});
+  }
+  drain(/*wait_all=*/true);
+}
+
+void ZeroOptimizer::apply_pending_update() {
+  if (!delayed_.running.valid()) return;
+  try {
+    delayed_.running.get();
+  } catch (...) {
+    delayed_.update = {};
+    throw;
+  }
+  for (size_t i = 0; i < groups_.size(); ++i) ops::copy_(param_view(groups_[i]), delayed_.update.params[i]);
+  delayed_.update = {};
+  gather_updated();
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  if (delayed_.running.valid()) delayed_.running.wait();
+}
+
+void ZeroOptimizer::update(const Update& u) {
   // Sub-group by sub-group in order: the store may read the next one while this one is
   // updated, and write it back while the next is (Note [Offloaded optimizer state]).
   std::vector<std::pair<size_t, const Group::SubGroup*>> order;
@@ -451,11 +499,20 @@ void ZeroOptimizer::update(double lr, const std::vector<Tensor>& grads) {
     Group& g = groups_[i];
     const ShardState& state = store_->acquire(sub->entry);
     if (k + 1 < order.size()) store_->prefetch(order[k + 1].second->entry);
-    const AdamWStep s = optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_);
+    const AdamWStep s = optim::adamw_step(u.adamw, u.lr, g.flat->weight_decay(), u.step);
     const bool whole = g.subgroups.size() == 1;
-    if (param_swap_ && g.partitioned) param_swap_->bring_in(*g.flat);
-    const Tensor params = whole ? param_view(g) : ops::narrow(param_view(g), 0, sub->first, sub->count);
-    const Tensor grad = whole ? grads[i] : ops::narrow(grads[i], 0, sub->first, sub->count);
+    if (param_swap_ && g.partitioned && sub == &g.subgroups.front()) {
+      param_swap_->bring_in(*g.flat);
+      // The next offloaded shard comes in on the I/O thread while this group is updated.
+      for (size_t j = i + 1; j < groups_.size(); ++j)
+        if (groups_[j].partitioned) {
+          param_swap_->start_read(*groups_[j].flat);
+          break;
+        }
+    }
+    const Tensor target = u.params.empty() ? param_view(g) : u.params[i];
+    const Tensor params = whole ? target : ops::narrow(target, 0, sub->first, sub->count);
+    const Tensor grad = whole ? u.grads[i] : ops::narrow(u.grads[i], 0, sub->first, sub->count);
     // Mixed precision: the update writes the 16-bit parameters from the master weights itself.
     if (state.master.defined())
       ops::adamw_(state.master, grad, state.exp_avg, state.exp_avg_sq, s, params);
@@ -497,7 +554,10 @@ std::pair<Tensor, int64_t> ZeroOptimizer::buffer(const Group& g, State state) {
   return {whole, begin};
 }
 
-ZeroOptimizer::StateView ZeroOptimizer::state_view(State state) { return StateView(*this, state); }
+ZeroOptimizer::StateView ZeroOptimizer::state_view(State state) {
+  apply_pending_update();
+  return StateView(*this, state);
+}
 
 ZeroOptimizer::StateView::StateView(ZeroOptimizer& zero, State state) : zero_(&zero), state_(state) {
   for (const Group& g : zero.groups_) buffers_.push_back(zero.buffer(g, state));
@@ -551,6 +611,7 @@ void ZeroOptimizer::set_betas(double beta1, double beta2) {
 
 void ZeroOptimizer::set_counters(const Counters& c) {
   TRIAD_CHECK(c.steps >= 0, "ZeRO: invalid optimizer counters (steps " << c.steps << ")");
+  apply_pending_update();
   scaler_.set_state(c.loss_scale);
   steps_ = c.steps;
 }
@@ -650,6 +711,9 @@ ResidentBytes ZeroOptimizer::memory() const {
     }
     if (g.partitioned && config_.hpz_partition_size > 1) m.param_bytes += full / config_.hpz_partition_size * elt;
     m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
+    // Note [Delayed parameter update]: the pending update's copies of the parameters it
+    // updates and of their f32 gradient.
+    if (config_.delayed_update.enabled) m.buffer_bytes += (config_.stage == 0 ? full : shard) * (elt + 4);
   }
   m.param_bytes += std::min(swapped, config_.offload_param.buffer_count * largest);
   return m;

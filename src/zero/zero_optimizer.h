@@ -45,8 +45,28 @@
 // tp, and the norm counts every element of the global model once: the split parameters'
 // squares on every tp rank, the replicated ones' on tp rank 0 only, summed over tp. An
 // inf/NaN anywhere in the grid makes every rank's norm non-finite (one verdict).
+//
+// Note [Delayed parameter update] (the ZeRO-Offload paper's DPU, arXiv 2101.06840;
+// zero_optimization.delayed_update): step() of step i >= warmup_steps (counting the steps
+// taken, counters().steps) reduces, unscales, measures and clips the gradients as always,
+// then hands the update to a thread and returns: step i+1's forward and backward run
+// while Adam (and the NVMe swap of its state) works, on the weights before update i.
+// step() of step i+1 first waits for update i and applies it, so the gradient of step
+// i+1 is taken at the weights before update i, one step stale, and the updates apply in
+// order; the steps before warmup_steps are ordinary. The thread writes the new
+// parameters into a copy (the rank's shard, or the whole group at stage 0) and its own
+// copy of the gradients: what the forward reads never changes under it; the all-gather
+// of the new parameters (stages 1-3) is the training thread's, when the update applies.
+// A pending update is applied (apply_pending_update) before anything reads the state
+// whole: a checkpoint's state_view, gather_all, a skipped step (fp16 overflow: the step
+// applies the pending update and starts none). Such a point ends the staleness once: the
+// next step's gradient is taken at the updated weights, in a run that goes on as in one
+// resumed from a checkpoint written there, which therefore follow the same trajectory.
+// Costs: a copy of the rank's gradient and parameter shards. CPU training device only;
+// not with offload_param nvme or in pipeline stages (ZeroConfig::validate).
 #pragma once
 
+#include <future>
 #include <memory>
 #include <string>
 #include <utility>
@@ -163,12 +183,24 @@ class ZeroOptimizer {
   // updates with lr, gathers the parameters, clears the gradients. Returns the norm before
   // clipping, or +inf for a step skipped on overflow (fp16).
   double step(double lr, double max_norm);
+  // Waits for the update of the last step, if it is pending (Note [Delayed parameter
+  // update]), and applies it; collective over dp at stages 1-3 (the new parameters are
+  // gathered), so every rank calls it at the same point. A no-op when none is pending.
+  void apply_pending_update();
+  bool update_pending() const { return delayed_.running.valid(); }
   // Adam's betas from the next step on (a schedule's: DeepSpeed's OneCycle cycles beta1).
   void set_betas(double beta1, double beta2);
   // The factor the loss's gradient must be multiplied by before the backward.
   double loss_scale() const { return scaler_.scale(); }
 
+  // Waits for a pending update without applying it (its errors are lost with it).
+  ~ZeroOptimizer();
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
+
   ResidentBytes memory() const;
+  // The parameters' swap (offload_param nvme; null without it).
+  const ParamSwap* param_swap() const { return param_swap_.get(); }
   // The flat groups' padded sizes and whether each is partitioned (stage 3), in order: what
   // a closed form of the step's traffic sums over.
   std::vector<std::pair<int64_t, bool>> group_sizes() const;
@@ -260,14 +292,32 @@ class ZeroOptimizer {
   // offload_param nvme: checks unit u's shards against the buffers and moves them to
   // param_swap_ (Note [Offloaded parameters] in zero/param_swap.h).
   void offload_params(size_t u);
-  void update(double lr, const std::vector<Tensor>& grads);  // Adam over every sub-group
+  // One step's update: its rate, Adam's options and step count, the gradients it reads
+  // and, per group, where the new parameters go (empty: the parameters themselves).
+  struct Update {
+    double lr = 0;
+    optim::AdamWOptions adamw;
+    int64_t step = 0;
+    std::vector<Tensor> grads, params;
+  };
+  void update(const Update& u);  // Adam over every sub-group
+  // Stages 1-3: all-gathers the groups that are not partitioned from the rank's shards.
+  void gather_updated();
+  // Note [Delayed parameter update]: the update running on its thread, and its copies.
+  struct Delayed {
+    std::future<void> running;
+    Update update;
+  };
   void on_grad_ready(Group& g);
   void install_stage3_hooks();
   // What a gather is for: a forward (qwZ quantizes it, hpZ keeps secondary shards of it), a
   // backward (hpZ gathers from the secondary shards), or the whole model (exact).
   enum class Use { forward, backward, whole };
   void gather_unit(size_t u, Use use);    // blocks until the unit's parameters are gathered
-  void prefetch_unit(size_t u, Use use);  // starts gathering (no-op when gathered or out of range)
+  // Starts gathering (no-op when gathered or out of range). Offloaded parameters: a shard
+  // not in memory yet is read on the I/O thread, and its gather starts at a later call
+  // once it is in, or (wait) when it has been read here.
+  void prefetch_unit(size_t u, Use use, bool wait = false);
   // Prefetches the units after u in the given direction (+1 forward, -1 backward, wrapping
   // from the root unit to the last) within stage3_prefetch_bucket_size elements.
   void prefetch_ahead(size_t u, int direction);
@@ -311,6 +361,7 @@ class ZeroOptimizer {
   bool last_micro_ = true;
   bool held_ = false;  // stage 3: gather_all() holds every unit gathered until release_all()
   int64_t steps_ = 0;
+  Delayed delayed_;
 };
 
 }  // namespace triad::zero

@@ -506,6 +506,30 @@ BOOST_AUTO_TEST_CASE(deepspeed_keys_are_implemented_noted_or_refused) {
   BOOST_CHECK_NO_THROW(engine::parse_config(offload));
 }
 
+// triad's zero_optimization.delayed_update: off with a warm-up of 40 by default; a negative
+// warm-up, an unknown key, and a delayed update beside parameter offload are errors naming
+// the key.
+BOOST_AUTO_TEST_CASE(delayed_update_keys) {
+  const engine::TrainConfig plain = engine::parse_config(with("zero_optimization.stage=2"));
+  BOOST_TEST(!plain.zero.delayed_update.enabled);
+  BOOST_TEST(plain.zero.delayed_update.warmup_steps == 40);
+  json j = with("zero_optimization.stage=2");
+  j["zero_optimization"]["delayed_update"] = {{"enabled", true}, {"warmup_steps", 5}};
+  const engine::TrainConfig c = engine::parse_config(j);
+  BOOST_TEST(c.zero.delayed_update.enabled);
+  BOOST_TEST(c.zero.delayed_update.warmup_steps == 5);
+  j["zero_optimization"]["delayed_update"]["warmup_steps"] = -1;
+  BOOST_TEST(error_of(j).find("zero_optimization.delayed_update.warmup_steps") != std::string::npos, error_of(j));
+  j["zero_optimization"]["delayed_update"] = {{"enabled", true}, {"warmup", 5}};
+  BOOST_TEST(error_of(j).find("zero_optimization.delayed_update.warmup") != std::string::npos, error_of(j));
+  j["zero_optimization"]["delayed_update"] = {{"enabled", true}};
+  j["zero_optimization"]["stage"] = 3;
+  j["zero_optimization"]["offload_param"] = {{"device", "nvme"}, {"nvme_path", "/local_nvme"}};
+  BOOST_TEST(error_of(j) == "[config] zero_optimization.delayed_update does not run with offload_param.device "
+                            "\"nvme\" (the pending update would hold every parameter shard in memory); turn one of "
+                            "them off");
+}
+
 // DeepSpeed's offload_optimizer and aio sections, with its defaults; each wrong value is an
 // error naming the key.
 BOOST_AUTO_TEST_CASE(offload_optimizer_and_aio_keys) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/test/unit_test.hpp>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -109,6 +110,11 @@ struct DataParallelRun {
   zero::OffloadConfig offload;
   int64_t sub_group_size = 1000000000;
   zero::ParamOffloadConfig offload_param;  // stage 3
+  // Note [Delayed parameter update]; `skip`: the step whose gradients are made infinite
+  // (overflow checks on: f32 at a static loss scale of 1), `flush`: the step after which
+  // the pending update is applied (as a checkpoint does); -1: none.
+  zero::ZeroConfig::DelayedUpdate delayed;
+  int64_t skip = -1, flush = -1;
 };
 
 inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const DataParallelRun& run) {
@@ -116,7 +122,9 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
   auto model = make_model(run.device);
   const zero::ZeroConfig config{.stage = run.stage,
                                 .dtype = run.dtype,
-                                .loss_scale = {.dynamic = run.dtype == DType::f16, .initial_scale = 1024.0},
+                                .loss_scale = {.dynamic = run.dtype == DType::f16,
+                                               .static_scale = run.skip >= 0 ? 1.0 : 0.0,
+                                               .initial_scale = 1024.0},
                                 .reduce_bucket_size = run.bucket,
                                 .allgather_bucket_size = run.bucket,
                                 .stage3_param_persistence_threshold = run.persist,
@@ -129,7 +137,8 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
                                 .gradient_quantization_block = run.block,
                                 .offload_optimizer = run.offload,
                                 .offload_param = run.offload_param,
-                                .sub_group_size = run.sub_group_size};
+                                .sub_group_size = run.sub_group_size,
+                                .delayed_update = run.delayed};
   zero::ZeroOptimizer opt(model, config, run.adam.options, kDecay, comm, {}, nullptr, {}, run.groups);
   const int64_t micro = kGlobalBatch / (run.accumulation * n);
   Trajectory t;
@@ -140,10 +149,12 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
       const Tensor l = loss_of(*model, tokens, (m * n + r) * micro, micro, run.device);
       local += l.item();
       opt.begin_backward(m == run.accumulation - 1);
-      backward(l, Tensor::full({}, opt.loss_scale() / double(run.accumulation), DType::f32, l.device()));
+      const double overflow = step == run.skip ? std::numeric_limits<double>::infinity() : 1.0;
+      backward(l, Tensor::full({}, overflow * opt.loss_scale() / double(run.accumulation), DType::f32, l.device()));
     }
     if (run.adam.scheduled_betas) opt.set_betas(betas_of(step).beta1, betas_of(step).beta2);
     opt.step(kLr, kClip);
+    if (step == run.flush) opt.apply_pending_update();
     Tensor sum = Tensor::full({1}, local, DType::f64);
     comm->all_reduce(sum)->wait();
     t.losses.push_back(sum.item() / double(n * run.accumulation));

@@ -135,6 +135,137 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
   BOOST_TEST(std::filesystem::is_empty(dir.path()));  // the swap files went with their optimizers
 }
 
+namespace {
+
+// The single-process run with the delay applied by hand (Note [Delayed parameter update]):
+// the step after a delayed one takes its gradient at the weights before that one's update,
+// which then applies; step `skip` is not taken (no update, none left pending) and the
+// update pending after step `flush` is applied then.
+Trajectory delayed_single_process(int64_t accumulation, int64_t warmup, int64_t skip = -1, int64_t flush = -1) {
+  auto model = make_model();
+  const std::vector<Tensor> params = model->parameters();
+  optim::AdamW opt(optim::decay_groups(params, kDecay), kAdam);
+  const auto weights = [&] {
+    std::vector<Tensor> w;
+    for (const Tensor& p : params) w.push_back(ops::clone(p));
+    return w;
+  };
+  const auto set_weights = [&](const std::vector<Tensor>& w) {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) ops::copy_(params[i], w[i]);
+  };
+  std::vector<Tensor> stale;  // the weights before the pending update (empty: none pending)
+  int64_t taken = 0;
+  Trajectory t;
+  const int64_t rows = kGlobalBatch / accumulation;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    std::vector<Tensor> current;
+    if (!stale.empty()) current = weights(), set_weights(stale);
+    double loss = 0;
+    for (int64_t m = 0; m < accumulation; ++m) {
+      const Tensor l = loss_of(*model, global_tokens(step), m * rows, rows);
+      loss += l.item() / double(accumulation);
+      backward(l, Tensor::full({}, 1.0 / double(accumulation)));
+    }
+    t.losses.push_back(loss);
+    if (!stale.empty()) set_weights(current);  // the gradients stay where they are
+    stale.clear();
+    if (step == skip) {
+      opt.zero_grad();
+      continue;
+    }
+    optim::clip_grad_norm(params, kClip);
+    if (taken++ >= warmup) stale = weights();
+    opt.step();
+    opt.zero_grad();
+    if (step == flush) stale.clear();
+  }
+  for (const auto& [name, p] : model->named_parameters()) t.params.emplace_back(name, host_f32(p));
+  return t;
+}
+
+}  // namespace
+
+// The delayed parameter update (Note [Delayed parameter update]) after 3 ordinary steps
+// follows the single-process run that delays by hand, at every stage on 1 and 2 ranks, with
+// the optimizer's state in memory and on NVMe, with gradient accumulation 2 and clipping at
+// 0.5 (within 1e-5 as any layout); with no warm-up; with an overflowing step skipped
+// (which applies the pending update and starts none) and the pending update applied
+// mid-run, as a checkpoint does. The final parameters hold every update (gather_all applies
+// the last). The delay changes the run: one step after the warm-up its loss differs from
+// the run without it.
+BOOST_AUTO_TEST_CASE(a_delayed_update_follows_the_run_delayed_by_hand) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  test::TempDir dir;
+  const Trajectory ref = delayed_single_process(2, 3);
+  const Trajectory plain = single_process(2);
+  BOOST_TEST(std::abs(ref.losses[4] - plain.losses[4]) > 1e-4 * plain.losses[4]);
+  BOOST_TEST(std::abs(ref.losses[3] - plain.losses[3]) < 1e-6 * plain.losses[3]);  // the 4th gradient is not yet stale
+  const Trajectory at_once = delayed_single_process(1, 0), skipped = delayed_single_process(2, 1, 6, 3);
+  for (int ranks : {1, 2}) {
+    if (n % ranks != 0) continue;
+    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+    for (int stage : {0, 1, 2, 3})
+      for (bool nvme : {false, true}) {
+        if (nvme && stage == 0) continue;  // offload runs at stages 1-3
+        BOOST_TEST_CONTEXT(ranks << " ranks, stage " << stage << (nvme ? ", state on NVMe" : "")) {
+          test::DataParallelRun run{.stage = stage, .accumulation = 2, .delayed = {.enabled = true, .warmup_steps = 3}};
+          if (nvme) {
+            run.offload = {.device = zero::OffloadDevice::nvme,
+                           .nvme_path = dir.path().string(),
+                           .buffer_count = 2,
+                           .pipeline_read = true,
+                           .pipeline_write = true};
+            run.sub_group_size = 300;
+          }
+          check_same(test::data_parallel(comm, run), ref);
+        }
+      }
+    BOOST_TEST_CONTEXT(ranks << " ranks, stage 2, no warm-up") {
+      check_same(test::data_parallel(comm, {.stage = 2, .delayed = {.enabled = true, .warmup_steps = 0}}), at_once);
+    }
+    BOOST_TEST_CONTEXT(ranks << " ranks, stage 3, step 7 skipped, the update pending after step 4 applied") {
+      check_same(
+          test::data_parallel(
+              comm,
+              {.stage = 3, .accumulation = 2, .delayed = {.enabled = true, .warmup_steps = 1}, .skip = 6, .flush = 3}),
+          skipped);
+    }
+  }
+  BOOST_TEST(std::filesystem::is_empty(dir.path()));
+}
+
+// The update runs on its thread after step() returns; the next step() applies it. memory()
+// counts the copies it works on as buffer_bytes.
+BOOST_AUTO_TEST_CASE(a_delayed_update_is_pending_between_steps) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  auto model = make_model();
+  zero::ZeroOptimizer opt(model, {.stage = 1, .delayed_update = {.enabled = true, .warmup_steps = 1}}, kAdam, kDecay,
+                          world);
+  const int64_t micro = kGlobalBatch / world->size();
+  for (int64_t step = 0; step < 3; ++step) {
+    opt.begin_backward(true);
+    backward(loss_of(*model, global_tokens(step), world->rank() * micro, micro), Tensor::full({}, 1.0));
+    const std::vector<Tensor> before = model->parameters();
+    std::vector<Tensor> copies;
+    for (const Tensor& p : before) copies.push_back(ops::clone(p));
+    opt.step(kLr, kClip);
+    BOOST_TEST(opt.update_pending() == (step >= 1), "step " << step);
+    // Step 2 applied step 1's update: the parameters moved; step 1's left them as they were.
+    double moved = 0;
+    for (size_t i = 0; i < before.size(); ++i) moved = std::max(moved, test::max_abs_diff(before[i], copies[i]));
+    BOOST_TEST((moved > 0) == (step != 1), "step " << step);
+  }
+  opt.apply_pending_update();
+  BOOST_TEST(!opt.update_pending());
+  BOOST_TEST(opt.counters().steps == 3);
+  // Its copies: the rank's f32 parameter shard and gradient shard, 8 bytes per element.
+  int64_t shards = 0;
+  for (const auto& [padded, _] : opt.group_sizes()) shards += padded / world->size();
+  BOOST_TEST(opt.memory().buffer_bytes == 8 * shards);
+}
+
 // DeepSpeed's Adam options (L2 weight decay, no bias correction) with betas that change every
 // step (OneCycle's momentum) reproduce optim::AdamW's trajectory with the same options.
 BOOST_AUTO_TEST_CASE(adam_modes_and_scheduled_betas_reproduce_the_single_process_trajectory) {

@@ -7,9 +7,11 @@
 // what was written, through few buffers, read ahead or not, written behind or not, and by
 // parts for checkpoints; a corrupted byte or a truncated file is an error naming the file,
 // and so is a missing or unwritable nvme_path. The parameter swap (Note [Offloaded
-// parameters]) hands back each shard as last stored and names a damaged file; parameter
+// parameters]) hands back each shard as last stored, read on its thread or not, within its
+// buffers, and names a damaged file; parameter
 // offload below stage 3, without its folder, or with buffers too few or too small for a
-// unit's shards is a named error.
+// unit's shards is a named error. A delayed update with a negative warm-up, with parameter
+// offload or in pipeline stages is a named error.
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
@@ -92,6 +94,25 @@ BOOST_AUTO_TEST_CASE(parameter_offload_needs_stage_3_and_a_folder) {
              "[config] zero_optimization.offload_param.buffer_count must be at least 1, got 0");
   BOOST_TEST(error_of({.stage = 3, .offload_param = {.buffer_size = 0}}) ==
              "[config] zero_optimization.offload_param.buffer_size must be at least 1, got 0");
+}
+
+BOOST_AUTO_TEST_CASE(a_delayed_update_needs_a_warmup_of_at_least_0_and_no_parameter_offload_or_pipeline) {
+  const zero::ZeroConfig::DelayedUpdate on{.enabled = true, .warmup_steps = 0};
+  for (int stage : {0, 1, 2, 3}) BOOST_TEST(error_of({.stage = stage, .delayed_update = on}) == "(no error)");
+  BOOST_TEST(error_of({.stage = 2,
+                       .offload_optimizer = {.device = zero::OffloadDevice::nvme, .nvme_path = "/tmp"},
+                       .delayed_update = on}) == "(no error)");
+  BOOST_TEST(error_of({.stage = 1, .delayed_update = {.enabled = true, .warmup_steps = -1}}) ==
+             "[config] zero_optimization.delayed_update.warmup_steps must be at least 0, got -1");
+  BOOST_TEST(error_of({.stage = 1, .delayed_update = {.enabled = false, .warmup_steps = -1}}) ==
+             "[config] zero_optimization.delayed_update.warmup_steps must be at least 0, got -1");
+  BOOST_TEST(error_of({.stage = 3,
+                       .offload_param = {.device = zero::OffloadDevice::nvme, .nvme_path = "/tmp"},
+                       .delayed_update = on}) ==
+             "[config] zero_optimization.delayed_update does not run with offload_param.device \"nvme\" (the pending "
+             "update would hold every parameter shard in memory); turn one of them off");
+  BOOST_TEST(error_of({.stage = 1, .defer_reduction = true, .delayed_update = on}) ==
+             "[config] zero_optimization.delayed_update does not run in pipeline stages (pipeline.stages > 1)");
 }
 
 BOOST_AUTO_TEST_CASE(zeropp_needs_stage_3_and_hpz_groups_that_tile_the_ranks) {
@@ -298,6 +319,54 @@ BOOST_AUTO_TEST_CASE(parameter_swap_hands_back_each_shard_as_last_stored) {
   BOOST_TEST(damaged.find("swap file '" + swap.path() + "': a parameter shard of 6000 bytes at offset 0 read back "
                           "differs from what was written (CRC-32C ") == 0u, damaged);
   BOOST_TEST(swap.peak_resident_bytes() == 6000);
+}
+
+// start_read reads a shard on the I/O thread: bring_in hands back what was stored, within
+// buffer_count shards (a read with every buffer taken is not started); a changed byte is
+// an error naming the file, raised by the bring_in that needs the shard; a read dropped
+// unused gives its buffer back. Every read is counted and timed.
+BOOST_AUTO_TEST_CASE(parameter_swap_reads_ahead_on_its_thread) {
+  test::TempDir dir;
+  zero::ParamSwap swap(
+      {.device = zero::OffloadDevice::nvme, .nvme_path = dir.path().string(), .buffer_count = 2, .buffer_size = 1500},
+      {});
+  const Tensor a = random_f32(1500, 4), b = random_f32(1000, 5), c = random_f32(700, 6);
+  zero::FlatGroup ga({{"a", ops::clone(a)}}, 0.0, 1, 0), gb({{"b", ops::clone(b)}}, 0.0, 1, 0),
+      gc({{"c", ops::clone(c)}}, 0.0, 1, 0);
+  for (zero::FlatGroup* g : {&ga, &gb, &gc}) {
+    g->partition();
+    swap.add(*g);
+  }
+  swap.start_read(ga);
+  swap.start_read(gb);
+  BOOST_TEST(swap.resident_bytes() == 10000);
+  swap.start_read(gc);  // both buffers taken: not started
+  BOOST_TEST(swap.resident_bytes() == 10000);
+  BOOST_TEST(!swap.ready(gc));
+  swap.bring_in(gb);
+  BOOST_TEST(swap.ready(gb));
+  BOOST_TEST(values(gb.owned_shard()) == values(b), boost::test_tools::per_element());
+  swap.bring_in(ga);
+  BOOST_TEST(values(ga.owned_shard()) == values(a), boost::test_tools::per_element());
+  swap.drop(ga);
+  swap.drop(gb);
+  swap.start_read(gc);
+  swap.drop(gc);  // read for nothing
+  BOOST_TEST(swap.resident_bytes() == 0);
+  BOOST_TEST(!gc.owned_shard().defined());
+  flip_byte(swap.path(), 4096 * 2 + 4 * 10);  // b's slot follows a's two pages
+  swap.start_read(gb);
+  const std::string damaged = test::error_message([&] { swap.bring_in(gb); });
+  BOOST_TEST(damaged.find("swap file '" + swap.path() +
+                          "': a parameter shard of 4000 bytes at offset 8192 read back "
+                          "differs from what was written (CRC-32C ") == 0u,
+             damaged);
+  BOOST_TEST(swap.resident_bytes() == 0);
+  BOOST_TEST(swap.peak_resident_bytes() == 10000);
+  const zero::ParamSwap::ReadTimes times = swap.read_times();
+  BOOST_TEST(times.reads == 4);  // a, b, c once started, and b damaged
+  BOOST_TEST(times.read_seconds > 0);
+  BOOST_TEST(times.waited_seconds > 0);
 }
 
 // Each unit's shards must fit the buffers: one buffer per flat group of the unit (its
