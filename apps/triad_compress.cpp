@@ -123,9 +123,10 @@ int main(int argc, char** argv) {
       });
       if (first) {
         copy_tokenizer();
-        std::printf("wrote %s (xtc W%dA%d, blocks %s of the teacher, %lld steps, of %s)\n", path.c_str(),
-                    xo.recipe.wbits, xo.recipe.abits, nlohmann::json(xo.recipe.keep_layers).dump().c_str(),
-                    (long long)xo.steps, checkpoint.c_str());
+        const engine::QuantRecipe r = engine::read_recipe(path);
+        std::printf("wrote %s (xtc W%dA%d, blocks %s of the teacher's %lld, %lld steps, of %s)\n", path.c_str(),
+                    r.wbits, r.abits, nlohmann::json(r.keep_layers).dump().c_str(), (long long)r.teacher_layers,
+                    (long long)r.steps, checkpoint.c_str());
       }
       return 0;
     }

@@ -122,7 +122,7 @@ nlohmann::json student_config(const nlohmann::json& teacher_config, const XtcOpt
   model["n_layer"] = int64_t(o.recipe.keep_layers.size());
   if (model.value("arch", "gpt2") != "llama") model["dropout"] = 0.0;  // (the Llama has none)
   model.erase("tensor_parallel");
-  return {{"model", model},
+  nlohmann::json c = {{"model", model},
           {"train_batch_size", o.batch_size},
           {"train_micro_batch_size_per_gpu", o.batch_size / ranks},
           {"gradient_accumulation_steps", 1},
@@ -131,6 +131,8 @@ nlohmann::json student_config(const nlohmann::json& teacher_config, const XtcOpt
           {"zero_optimization", {{"stage", o.zero_stage}}},
           {"seed", o.seed},
           {"device", "cpu"}};
+  if (teacher_config.contains("data")) c["data"] = teacher_config["data"];  // names the tokenizer for generation
+  return c;
 }
 
 void init_student(nn::LanguageModel& student, const nn::LanguageModel& teacher,

@@ -59,7 +59,7 @@ std::vector<int64_t> parse_keep_layers(const std::string& spec, int64_t n_layer)
 Tensor distillation_kl(const Tensor& student, const Tensor& teacher, double temperature);
 
 // The training config of the student: the teacher's model section with n_layer the kept
-// blocks' count and no dropout, and the options' batch (over `ranks` data-parallel ranks),
+// blocks' count and no dropout, its data section (the tokenizer), and the options' batch (over `ranks` data-parallel ranks),
 // steps, AdamW rate and ZeRO stage, on the CPU (the ternary and binary formats are CPU
 // kernels).
 nlohmann::json student_config(const nlohmann::json& teacher_config, const XtcOptions& options, int64_t ranks);
