@@ -93,7 +93,7 @@ void save_quantized_model(const LoadedModel& m, const std::string& out, const Qu
                 recipe.method << ": the group size " << recipe.format(k).block
                               << " does not divide the input dimension " << k << " of " << name << ".weight ("
                               << shape_str(linear->weight.shape()) << "), or that is not a multiple of 8");
-    quantized.emplace_back(name + ".weight", ops::quantize_blocks(ops::to(linear->weight, DType::f32), recipe.format(k)));
+    quantized.emplace_back(name + ".weight", ops::quantize_blocks(linear->weight, recipe.format(k)));
   }
   const std::string tmp = out + ".tmp";
   {
