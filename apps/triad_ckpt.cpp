@@ -56,7 +56,8 @@ int inspect(const std::string& path) {
     if (lkd_steps > 0) std::printf("layer-by-layer distillation: %lld steps per block\n", (long long)lkd_steps);
     if (s.recipe.value("method", "") == "xtc")
       std::printf("xtc: %lld steps of distillation; kept blocks %s of the teacher's %lld\n",
-                  (long long)s.recipe.value("steps", int64_t(0)), s.recipe.value("keep_layers", nlohmann::json::array()).dump().c_str(),
+                  (long long)s.recipe.value("steps", int64_t(0)),
+                  s.recipe.value("keep_layers", nlohmann::json::array()).dump().c_str(),
                   (long long)s.recipe.value("teacher_layers", int64_t(0)));
   }
   int64_t bytes = 0;

@@ -90,8 +90,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     xtc->add_option("--hidden-weight", xo.hidden_weight, "weight of the blocks' hidden-state MSE")
         ->capture_default_str();
-    xtc->add_option("--label-weight", xo.label_weight, "weight of the next-token cross-entropy")
-        ->capture_default_str();
+    xtc->add_option("--label-weight", xo.label_weight, "weight of the next-token cross-entropy")->capture_default_str();
     xtc->add_option("--seed", xo.seed, "the student's seed")->capture_default_str();
     xtc->add_option("--out", out, "folder to write model.h5 into")->required();
     cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");

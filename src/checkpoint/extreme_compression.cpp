@@ -97,10 +97,9 @@ std::vector<int64_t> parse_keep_layers(const std::string& spec, int64_t n_layer)
 }
 
 Tensor distillation_kl(const Tensor& student, const Tensor& teacher, double temperature) {
-  TRIAD_CHECK(student.shape() == teacher.shape(), "distillation_kl: student logits " << shape_str(student.shape())
-                                                                                       << " and teacher logits "
-                                                                                       << shape_str(teacher.shape())
-                                                                                       << " differ in shape");
+  TRIAD_CHECK(student.shape() == teacher.shape(), "distillation_kl: student logits "
+                                                      << shape_str(student.shape()) << " and teacher logits "
+                                                      << shape_str(teacher.shape()) << " differ in shape");
   TRIAD_CHECK(temperature > 0, "distillation_kl: the temperature must be positive, got " << temperature);
   const int64_t v = student.shape().back();
   const Tensor s = mul(reshape(student, {-1, v}), 1.0 / temperature);
@@ -123,14 +122,14 @@ nlohmann::json student_config(const nlohmann::json& teacher_config, const XtcOpt
   if (model.value("arch", "gpt2") != "llama") model["dropout"] = 0.0;  // (the Llama has none)
   model.erase("tensor_parallel");
   nlohmann::json c = {{"model", model},
-          {"train_batch_size", o.batch_size},
-          {"train_micro_batch_size_per_gpu", o.batch_size / ranks},
-          {"gradient_accumulation_steps", 1},
-          {"steps", std::max<int64_t>(o.steps, 1)},
-          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", o.lr}, {"weight_decay", 0.0}}}}},
-          {"zero_optimization", {{"stage", o.zero_stage}}},
-          {"seed", o.seed},
-          {"device", "cpu"}};
+                      {"train_batch_size", o.batch_size},
+                      {"train_micro_batch_size_per_gpu", o.batch_size / ranks},
+                      {"gradient_accumulation_steps", 1},
+                      {"steps", std::max<int64_t>(o.steps, 1)},
+                      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", o.lr}, {"weight_decay", 0.0}}}}},
+                      {"zero_optimization", {{"stage", o.zero_stage}}},
+                      {"seed", o.seed},
+                      {"device", "cpu"}};
   if (teacher_config.contains("data")) c["data"] = teacher_config["data"];  // names the tokenizer for generation
   return c;
 }
@@ -168,9 +167,8 @@ void train_xtc(const std::string& teacher_path, const io::TokenFile& tokens, Xtc
               "xtc: --batch-size " << o.batch_size << " must be a positive multiple of the " << ranks << " ranks");
   TRIAD_CHECK(o.logit_weight >= 0 && o.hidden_weight >= 0 && o.label_weight >= 0 &&
                   o.logit_weight + o.hidden_weight + o.label_weight > 0,
-              "xtc: the loss weights must be 0 or more and not all 0, got logit " << o.logit_weight << ", hidden "
-                                                                                  << o.hidden_weight << ", label "
-                                                                                  << o.label_weight);
+              "xtc: the loss weights must be 0 or more and not all 0, got logit "
+                  << o.logit_weight << ", hidden " << o.hidden_weight << ", label " << o.label_weight);
   TRIAD_CHECK(read_summary(teacher_path).kind != "quantized",
               "xtc: the teacher '" << teacher_path << "' is a quantized model; the teacher is the full-precision one");
   const LoadedModel teacher = load_model(teacher_path);

@@ -30,9 +30,9 @@ struct XtcOptions {
   std::string keep_layers;  // the teacher's blocks the student keeps, as parse_keep_layers reads them
   int64_t steps = 0;        // optimizer steps (AdamW, constant rate, no weight decay)
   double lr = 1e-4;
-  int64_t batch_size = 8;   // sequences per step over all ranks (each rank takes batch_size / ranks)
-  int64_t seq_len = 0;      // tokens per sequence (0: the teacher's seq_len)
-  int zero_stage = 0;       // ZeRO stage 0-3 of the student
+  int64_t batch_size = 8;    // sequences per step over all ranks (each rank takes batch_size / ranks)
+  int64_t seq_len = 0;       // tokens per sequence (0: the teacher's seq_len)
+  int zero_stage = 0;        // ZeRO stage 0-3 of the student
   double temperature = 1.0;  // of the logit distillation
   double logit_weight = 1.0, hidden_weight = 1.0, label_weight = 0.0;  // the loss's terms
   uint64_t seed = 1234;
@@ -59,9 +59,9 @@ std::vector<int64_t> parse_keep_layers(const std::string& spec, int64_t n_layer)
 Tensor distillation_kl(const Tensor& student, const Tensor& teacher, double temperature);
 
 // The training config of the student: the teacher's model section with n_layer the kept
-// blocks' count and no dropout, its data section (the tokenizer), and the options' batch (over `ranks` data-parallel ranks),
-// steps, AdamW rate and ZeRO stage, on the CPU (the ternary and binary formats are CPU
-// kernels).
+// blocks' count and no dropout, its data section (the tokenizer), and the options' batch
+// (over `ranks` data-parallel ranks), steps, AdamW rate and ZeRO stage, on the CPU (the
+// ternary and binary formats are CPU kernels).
 nlohmann::json student_config(const nlohmann::json& teacher_config, const XtcOptions& options, int64_t ranks);
 
 // Copies the teacher's parameters into the student by name, student block i from teacher

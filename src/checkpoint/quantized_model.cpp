@@ -29,7 +29,7 @@ void QuantRecipe::validate() const {
 }
 
 nlohmann::json QuantRecipe::to_json() const {
-  nlohmann::json j = {{"method", method},       {"wbits", wbits},         {"abits", abits},
+  nlohmann::json j = {{"method", method},         {"wbits", wbits},         {"abits", abits},
                       {"group_size", group_size}, {"symmetric", symmetric}, {"lkd_steps", lkd_steps}};
   if (method == "xtc") j.update({{"steps", steps}, {"keep_layers", keep_layers}, {"teacher_layers", teacher_layers}});
   return j;

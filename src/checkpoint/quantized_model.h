@@ -31,9 +31,9 @@ namespace triad::engine {
 
 struct QuantRecipe {
   std::string method = "zeroquant";  // zeroquant (post-training) or xtc (quantization-aware training)
-  int wbits = 8;            // weight bits: 8 or 4 (zeroquant), 2 (ternary) or 1 (binary) (xtc)
-  int abits = 8;            // activation bits: 8 (per-token int8) or 16 (full precision)
-  int64_t group_size = 64;  // weight values sharing one scale, along the input dimension; 0: one per row
+  int wbits = 8;                     // weight bits: 8 or 4 (zeroquant), 2 (ternary) or 1 (binary) (xtc)
+  int abits = 8;                     // activation bits: 8 (per-token int8) or 16 (full precision)
+  int64_t group_size = 64;           // weight values sharing one scale, along the input dimension; 0: one per row
   bool symmetric = true;
   int64_t lkd_steps = 0;  // layer-by-layer distillation's AdamW steps per block before quantizing (0: none)
   // xtc: the training steps, and the teacher's blocks the student kept (in order) of its

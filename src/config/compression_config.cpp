@@ -52,8 +52,9 @@ void parse_weights(JsonReader r, CompressionConfig::Weights& w, std::vector<std:
   w.symmetric = shared.choice("quantization_type", "symmetric", {"symmetric", "asymmetric"}) == "symmetric";
   if (shared.has("quantize_weight_in_forward")) {
     shared.boolean("quantize_weight_in_forward", false);
-    notices.push_back("quantize_weight_in_forward: triad quantizes the weights in the forward either way (the "
-                      "full-precision weights train through the straight-through estimator)");
+    notices.push_back(
+        "quantize_weight_in_forward: triad quantizes the weights in the forward either way (the "
+        "full-precision weights train through the straight-through estimator)");
   }
   if (shared.choice("rounding", "nearest", {"nearest", "stochastic"}) == "stochastic")
     shared.fail("rounding", "nearest (stochastic rounding is not available in triad)");
@@ -78,7 +79,8 @@ void parse_weights(JsonReader r, CompressionConfig::Weights& w, std::vector<std:
       JsonReader params = g.object("params");
       q.start_bits = compression_width(params, "start_bits", 8);
       q.target_bits = compression_width(params, "target_bits", q.start_bits);
-      if (q.target_bits > q.start_bits) params.fail("target_bits", "at most start_bits " + std::to_string(q.start_bits));
+      if (q.target_bits > q.start_bits)
+        params.fail("target_bits", "at most start_bits " + std::to_string(q.start_bits));
       q.quantization_period = params.integer("quantization_period", 1, 1, INT64_MAX);
       params.finish();
       q.modules = module_patterns(g);
@@ -151,8 +153,8 @@ void parse_layer_reduction(JsonReader r, CompressionConfig::LayerReduction& l, i
     if (l.teacher_layer.empty())
       for (int64_t i = 0; i < l.keep_number_layer; ++i) l.teacher_layer.push_back(i);
     if (int64_t(l.teacher_layer.size()) != l.keep_number_layer)
-      r.fail("teacher_layer", "one block index of the --init model per kept block (" +
-                                  std::to_string(l.keep_number_layer) + ")");
+      r.fail("teacher_layer",
+             "one block index of the --init model per kept block (" + std::to_string(l.keep_number_layer) + ")");
   }
   r.finish();
 }
@@ -169,9 +171,8 @@ int scheduled_weight_bits(const WeightQuantGroup& g, int64_t schedule_offset, in
 }
 
 bool matches_modules(const std::string& name, const std::vector<std::string>& patterns) {
-  return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) {
-    return p == "*" || std::regex_search(name, std::regex(p));
-  });
+  return std::any_of(patterns.begin(), patterns.end(),
+                     [&](const std::string& p) { return p == "*" || std::regex_search(name, std::regex(p)); });
 }
 
 CompressionConfig parse_compression(JsonReader r, int64_t n_layer, std::vector<std::string>& notices) {
@@ -180,8 +181,8 @@ CompressionConfig parse_compression(JsonReader r, int64_t n_layer, std::vector<s
     if (r.has(pruning)) {
       const nlohmann::json& v = r.value(pruning);
       r.known(pruning);
-      const bool enabled = v.is_object() && v.contains("shared_parameters") &&
-                           v["shared_parameters"].value("enabled", false);
+      const bool enabled =
+          v.is_object() && v.contains("shared_parameters") && v["shared_parameters"].value("enabled", false);
       if (enabled) r.fail(pruning, "disabled: DeepSpeed's " + std::string(pruning) + " is not available in triad");
     }
   if (r.has("weight_quantization")) parse_weights(r.object("weight_quantization"), c.weights, notices);

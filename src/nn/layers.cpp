@@ -39,7 +39,8 @@ Tensor Linear::forward(const Tensor& x) {
 }
 
 void Linear::use_fake_quantization(std::optional<QuantFormat> format, int abits) {
-  TRIAD_CHECK(abits == 8 || abits == 16, "Linear::use_fake_quantization: activation bits must be 8 or 16, got " << abits);
+  TRIAD_CHECK(abits == 8 || abits == 16,
+              "Linear::use_fake_quantization: activation bits must be 8 or 16, got " << abits);
   fake_quantization_ = format;
   fake_abits_ = abits;
 }

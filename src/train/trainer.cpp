@@ -137,19 +137,18 @@ class TrainingRun {
     TRIAD_CHECK(!reduction.enabled || !options_.init.empty(),
                 "[config] compression_training.layer_reduction needs --init, the model whose blocks teacher_layer "
                 "names");
-    engine_ = options_.init.empty()
-                  ? std::make_unique<Engine>(c_, grid_)
-                  : std::make_unique<Engine>(
-                        c_,
-                        [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
-                          std::shared_ptr<nn::LanguageModel> m = build_model(c_, std::move(par));
-                          if (reduction.enabled)
-                            reduce_layers(*m, options_.init, reduction);
-                          else
-                            load_parameters(options_.init, *m);
-                          return m;
-                        },
-                        grid_);
+    engine_ = options_.init.empty() ? std::make_unique<Engine>(c_, grid_)
+                                    : std::make_unique<Engine>(
+                                          c_,
+                                          [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
+                                            std::shared_ptr<nn::LanguageModel> m = build_model(c_, std::move(par));
+                                            if (reduction.enabled)
+                                              reduce_layers(*m, options_.init, reduction);
+                                            else
+                                              load_parameters(options_.init, *m);
+                                            return m;
+                                          },
+                                          grid_);
     if (leader() && !options_.init.empty())
       std::printf("initialized from %s%s\n", options_.init.c_str(),
                   reduction.enabled ? (", blocks " + nlohmann::json(reduction.teacher_layer).dump()).c_str() : "");

@@ -30,8 +30,8 @@ using namespace triad;
 namespace {
 
 nlohmann::json config(const std::string& arch, int64_t n_layer = 2) {
-  nlohmann::json model = {{"arch", arch},  {"n_layer", n_layer},  {"n_head", 4},
-                          {"d_model", 64}, {"seq_len", 96}, {"vocab_size", 97}};
+  nlohmann::json model = {{"arch", arch},  {"n_layer", n_layer}, {"n_head", 4},
+                          {"d_model", 64}, {"seq_len", 96},      {"vocab_size", 97}};
   if (arch == "llama") model["n_kv_head"] = 2, model["intermediate_size"] = 192;
   return {{"model", model}, {"train_batch_size", 1}, {"steps", 1}};
 }
@@ -264,8 +264,11 @@ BOOST_AUTO_TEST_CASE(logit_distillation_gradient_matches_f64_finite_differences_
     }
   }
   test::check_error([&] { engine::distillation_kl(student, teacher, 0.0); }, {"temperature must be positive"});
-  test::check_error([&] { engine::distillation_kl(student, Tensor::zeros({2, 3, 4}, DType::f64), 1.0); },
-                    {"distillation_kl", "differ in shape"});
+  test::check_error(
+      [&] {
+        engine::distillation_kl(student, Tensor::zeros({2, 3, 4}, DType::f64), 1.0);
+      },
+      {"distillation_kl", "differ in shape"});
 }
 
 BOOST_AUTO_TEST_CASE(keep_layers_are_parsed_and_bad_ones_named) {
@@ -392,8 +395,7 @@ BOOST_AUTO_TEST_CASE(xtc_bad_input_is_named) {
   test::check_error([&] { engine::train_xtc(path, tokens, o, nullptr, dir.file("x.h5")); },
                     {"--keep-layers '0,2'", "block 2 is out of range", "the teacher has 2 blocks"});
   o.keep_layers = "";
-  test::check_error([&] { engine::train_xtc(dir.file("none.h5"), tokens, o, nullptr, dir.file("x.h5")); },
-                    {"none.h5"});
+  test::check_error([&] { engine::train_xtc(dir.file("none.h5"), tokens, o, nullptr, dir.file("x.h5")); }, {"none.h5"});
   o.recipe.group_size = 12;
   test::check_error([&] { engine::train_xtc(path, tokens, o, nullptr, dir.file("x.h5")); },
                     {"group_size must be a positive multiple of 8 or 0 (one scale per row), got 12"});

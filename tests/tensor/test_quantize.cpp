@@ -397,8 +397,7 @@ BOOST_AUTO_TEST_CASE(compression_formats_against_a_scalar_reference) {
               if (got != ref.q[size_t(i)]) ++wrong_q;
               const double v = xs[size_t(row * n + begin + i)], y = bk[size_t(row * n + begin + i)];
               const bool levels = symmetric && bits <= 2;  // binary and ternary: exactly q scale
-              const double bound =
-                  levels ? 0 : ref.scale * (0.5 + 4 * (1 << bits) * 0x1p-24) + std::fabs(v) * 0x1p-22;
+              const double bound = levels ? 0 : ref.scale * (0.5 + 4 * (1 << bits) * 0x1p-24) + std::fabs(v) * 0x1p-22;
               const double expected = levels ? ref.q[size_t(i)] * double(scales[at]) : v;
               if (!(std::fabs(expected - y) <= bound)) ++wrong_back;
             }

@@ -4,14 +4,14 @@
 #include <boost/test/unit_test.hpp>
 #include <fstream>
 
-#include "checkpoint/checkpoint.h"
 #include "autograd/fake_quantize.h"
+#include "checkpoint/checkpoint.h"
 #include "config/model_factory.h"
-#include "train/compression_training.h"
-#include "train/trainer.h"
 #include "io/token_file.h"
 #include "support/check.h"
 #include "support/files.h"
+#include "train/compression_training.h"
+#include "train/trainer.h"
 #include "triad.h"
 
 using namespace triad;
@@ -182,8 +182,7 @@ BOOST_AUTO_TEST_CASE(compression_training_quantizes_the_groups_layers_on_schedul
 
   j["compression_training"]["weight_quantization"]["shared_parameters"]["quantize_groups"] = 3;
   engine::QuantizationSchedule bad(engine::parse_config(j).compression);
-  test::check_error([&] { bad.apply(module, 1); },
-                    {"quantize_groups 3", "input dimension 32", "blocks.0.attn.qkv"});
+  test::check_error([&] { bad.apply(module, 1); }, {"quantize_groups 3", "input dimension 32", "blocks.0.attn.qkv"});
 }
 
 // layer_reduction: the student (1 block) starts from block 1 of the --init model, and
