@@ -47,11 +47,18 @@ int inspect(const std::string& path) {
   std::printf("written by: %s\n", s.layout.dump().c_str());
   if (s.config.contains("model")) std::printf("model: %s\n", s.config["model"].dump().c_str());
   if (!s.recipe.is_null()) {
-    std::printf("quantized: %s, W%dA%d, groups of %lld (%s)\n", s.recipe.value("method", "").c_str(),
-                s.recipe.value("wbits", 0), s.recipe.value("abits", 0), (long long)s.recipe.value("group_size", 0),
+    const int64_t group = s.recipe.value("group_size", int64_t(0));
+    std::printf("quantized: %s, W%dA%d, %s (%s)\n", s.recipe.value("method", "").c_str(), s.recipe.value("wbits", 0),
+                s.recipe.value("abits", 0),
+                group > 0 ? ("groups of " + std::to_string(group)).c_str() : "a scale per row",
                 s.recipe.value("symmetric", true) ? "symmetric" : "asymmetric");
     const int64_t lkd_steps = s.recipe.value("lkd_steps", int64_t(0));
     if (lkd_steps > 0) std::printf("layer-by-layer distillation: %lld steps per block\n", (long long)lkd_steps);
+    if (s.recipe.value("method", "") == "xtc")
+      std::printf("xtc: %lld steps of distillation; kept blocks %s of the teacher's %lld\n",
+                  (long long)s.recipe.value("steps", int64_t(0)),
+                  s.recipe.value("keep_layers", nlohmann::json::array()).dump().c_str(),
+                  (long long)s.recipe.value("teacher_layers", int64_t(0)));
   }
   int64_t bytes = 0;
   std::printf("%-52s %-16s %-5s %-18s %s\n", "dataset", "shape", "dtype", "checksum", "status");

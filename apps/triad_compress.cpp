@@ -1,4 +1,5 @@
-// triad-compress: compresses a trained model (docs/compression.md); one process.
+// triad-compress: compresses a trained model (docs/compression.md); zeroquant on one
+// process, xtc on one or under mpirun.
 //
 //   triad-compress zeroquant --checkpoint runs/demo/model.h5 --wbits 8 --abits 8 --group-size 64 --out runs/w8a8
 //                                   ZeroQuant post-training quantization: the blocks' linear
@@ -7,19 +8,26 @@
 //   triad-compress zeroquant ... --lkd-steps 200 --data data/train.bin
 //                                   the same after layer-by-layer distillation of each
 //                                   block on batches of the token file
+//   triad-compress xtc --teacher runs/demo/model.h5 --wbits 2 --keep-layers every:2 --steps 500 \
+//       --data data/train.bin --out runs/xtc
+//                                   XTC: a ternary (or binary) student, optionally with fewer
+//                                   blocks, distilled from the teacher at any ZeRO stage
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/extreme_compression.h"
 #include "checkpoint/layer_distillation.h"
 #include "checkpoint/quantized_model.h"
 #include "common/main_guard.h"
 #include "common/report.h"
 #include "io/token_file.h"
+#include "parallel/runtime.h"
 
 int main(int argc, char** argv) {
   using namespace triad;
+  app::wait_passively_when_oversubscribed(argv);
   return app::guarded_main([&] {
     CLI::App cli{"triad-compress: compress a trained model"};
     cli.require_subcommand(1);
@@ -56,9 +64,40 @@ int main(int argc, char** argv) {
     zq->add_option("--seq-len", seq_len, "tokens per distillation sequence (default: the model's seq_len)")
         ->check(CLI::PositiveNumber);
     zq->add_option("--out", out, "folder to write model.h5 into")->required();
+
+    engine::XtcOptions xo;
+    CLI::App* xtc = cli.add_subcommand("xtc", "extreme compression (XTC): ternary or binary weights by distillation");
+    xtc->add_option("--teacher", checkpoint, "the full-precision model: a checkpoint or weights file, or a folder")
+        ->required();
+    xtc->add_option("--wbits", xo.recipe.wbits, "weight bits: 2 (ternary) or 1 (binary)")->capture_default_str();
+    xtc->add_option("--abits", xo.recipe.abits, "activation bits: 8 (per-token int8) or 16 (full precision)")
+        ->capture_default_str();
+    xtc->add_option("--group-size", xo.recipe.group_size, "weights sharing one scale (0: one scale per output row)")
+        ->capture_default_str();
+    xtc->add_option("--keep-layers", xo.keep_layers,
+                    "the teacher's blocks the student keeps: every:K (K-1, 2K-1, ...) or a list such as 1,3 "
+                    "(default: all)");
+    xtc->add_option("--steps", xo.steps, "optimizer steps")->required()->check(CLI::NonNegativeNumber);
+    xtc->add_option("--data", data, "token file (triad-data encode) to distil on")->required();
+    xtc->add_option("--lr", xo.lr, "AdamW learning rate (constant, no weight decay)")->capture_default_str();
+    xtc->add_option("--batch-size", xo.batch_size, "sequences per step over all ranks")->capture_default_str();
+    xtc->add_option("--seq-len", xo.seq_len, "tokens per sequence (default: the teacher's seq_len)");
+    xtc->add_option("--zero-stage", xo.zero_stage, "ZeRO stage of the student")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 3));
+    xtc->add_option("--temperature", xo.temperature, "logit distillation's temperature")->capture_default_str();
+    xtc->add_option("--logit-weight", xo.logit_weight, "weight of the logit distillation (KL) loss")
+        ->capture_default_str();
+    xtc->add_option("--hidden-weight", xo.hidden_weight, "weight of the blocks' hidden-state MSE")
+        ->capture_default_str();
+    xtc->add_option("--label-weight", xo.label_weight, "weight of the next-token cross-entropy")->capture_default_str();
+    xtc->add_option("--seed", xo.seed, "the student's seed")->capture_default_str();
+    xtc->add_option("--out", out, "folder to write model.h5 into")->required();
     cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");
     CLI11_PARSE(cli, argc, argv);
-    app::set_threads(threads);
+    parallel::CommunicatorPtr world;
+    if (*xtc && parallel::launched_by_mpirun()) world = parallel::init(argc, argv);
+    app::set_threads(parallel::threads_per_rank(threads));
 
     if (std::filesystem::is_directory(checkpoint)) {
       const std::string latest = engine::latest_checkpoint(checkpoint);
@@ -67,6 +106,29 @@ int main(int argc, char** argv) {
     }
     std::filesystem::create_directories(out);
     const std::string path = (std::filesystem::path(out) / "model.h5").string();
+    const auto copy_tokenizer = [&] {
+      const std::filesystem::path tokenizer = std::filesystem::path(checkpoint).parent_path() / "tokenizer.json";
+      if (std::filesystem::exists(tokenizer))
+        std::filesystem::copy_file(tokenizer, std::filesystem::path(out) / "tokenizer.json",
+                                   std::filesystem::copy_options::overwrite_existing);
+    };
+    if (*xtc) {
+      const bool first = parallel::world_rank() == 0;
+      const io::TokenFile tokens = io::TokenFile::open(data);
+      engine::train_xtc(checkpoint, tokens, xo, world, path, [&](const engine::XtcStep& s) {
+        if (first)
+          std::printf("step %lld: loss %.9g (logit KL %.9g, hidden MSE %.9g, label CE %.9g)\n", (long long)s.step,
+                      s.loss, s.logit, s.hidden, s.label);
+      });
+      if (first) {
+        copy_tokenizer();
+        const engine::QuantRecipe r = engine::read_recipe(path);
+        std::printf("wrote %s (xtc W%dA%d, blocks %s of the teacher's %lld, %lld steps, of %s)\n", path.c_str(),
+                    r.wbits, r.abits, nlohmann::json(r.keep_layers).dump().c_str(), (long long)r.teacher_layers,
+                    (long long)r.steps, checkpoint.c_str());
+      }
+      return 0;
+    }
     if (lkd.steps == 0) {
       engine::save_quantized_model(checkpoint, path, recipe);
     } else {
@@ -89,10 +151,7 @@ int main(int argc, char** argv) {
       recipe.lkd_steps = lkd.steps;
       engine::save_quantized_model(m, path, recipe);
     }
-    const std::filesystem::path tokenizer = std::filesystem::path(checkpoint).parent_path() / "tokenizer.json";
-    if (std::filesystem::exists(tokenizer))
-      std::filesystem::copy_file(tokenizer, std::filesystem::path(out) / "tokenizer.json",
-                                 std::filesystem::copy_options::overwrite_existing);
+    copy_tokenizer();
     std::printf("wrote %s (%s W%dA%d, groups of %lld, of %s)\n", path.c_str(), recipe.method.c_str(), recipe.wbits,
                 recipe.abits, (long long)recipe.group_size, checkpoint.c_str());
     return 0;

@@ -13,9 +13,11 @@ namespace triad {
 // gradient with respect to w is the incoming gradient unchanged (identity STE: no value is
 // clipped by a max-|x| or min/max scale, so no mask applies). XTC's formats are the library's
 // own: 1 bit (symmetric) is sign(w) times the block's mean |w| (XTC's binary weights, one
-// scale per row when format.block >= K); 2 bits symmetric is ternary {-1, 0, 1} times
-// max |w| of the block. Throws Error naming the format when bits is not 8, 4, 2 or 1, or
-// when format.block does not divide K (a group would straddle two rows' worth of scales).
+// scale per row when format.block == K); 2 bits symmetric is XTC's ternary (TWN): sign(w)
+// where |w| > 0.7 mean |w| of the block, else 0, times the mean |w| above that threshold.
+// Activations quantized per token are the same call on x (M, K) with QuantFormat{8, K}.
+// Throws Error naming the format when bits is not 8, 4, 2 or 1, or when format.block does
+// not divide K (a group would straddle two rows' worth of scales).
 Tensor fake_quantize(const Tensor& w, const QuantFormat& format);
 
 }  // namespace triad

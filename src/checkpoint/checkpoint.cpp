@@ -759,6 +759,9 @@ void save_initial_checkpoint(const std::string& path, const nlohmann::json& conf
 ModelWeights read_weights(const std::string& path) {
   const H5File in = H5File::open(path);
   check_kind(in, "");
+  TRIAD_CHECK(in.get_attr_string("/", "kind") != "quantized",
+              "'" << path << "' is a quantized model (triad-compress): its linear layers are integers with scales, "
+                  << "not weights to export; export the full-precision checkpoint it was made from");
   const std::vector<std::string> bad = failed_checksums(path);
   TRIAD_CHECK(bad.empty(), "checkpoint '" << path << "': dataset " << bad.front() << " fails its checksum");
   ModelWeights w;

@@ -93,7 +93,8 @@ CheckpointSummary read_summary(const std::string& path);
 std::vector<std::string> failed_checksums(const std::string& path);
 // The model's weights in a checkpoint or weights file, in f32, by parameter name (the master
 // weights when the file has them), once every dataset of the file verifies its checksum;
-// with the config it was trained with.
+// with the config it was trained with. A quantized model (checkpoint/quantized_model.h) is
+// an Error naming the file: its integers are not weights to export.
 struct ModelWeights {
   io::NamedTensors weights;
   nlohmann::json config;

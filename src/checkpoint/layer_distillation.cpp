@@ -14,9 +14,10 @@ namespace triad::engine {
 
 namespace {
 
-void set_fake_quantization(const nn::ModulePtr& block, std::optional<QuantFormat> format) {
+void set_fake_quantization(const nn::ModulePtr& block, const std::optional<QuantRecipe>& recipe) {
   for (const auto& [name, m] : block->named_modules(block))
-    if (auto* linear = dynamic_cast<nn::Linear*>(m.get())) linear->use_fake_quantization(format);
+    if (auto* linear = dynamic_cast<nn::Linear*>(m.get()))
+      linear->use_fake_quantization(recipe ? std::optional(recipe->format(linear->weight.size(1))) : std::nullopt);
 }
 
 double mean_mse(nn::Module& block, const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {
@@ -68,7 +69,7 @@ std::vector<BlockDistillation> distill_blocks(const std::shared_ptr<nn::Language
     const nn::ModulePtr& ptr = (*blocks)[i];
     nn::Module& block = *ptr;
     const std::vector<Tensor>&x = (*inputs)[i], &y = (*inputs)[i + 1];
-    set_fake_quantization(ptr, recipe.format());
+    set_fake_quantization(ptr, recipe);
     BlockDistillation r{int64_t(i), mean_mse(block, x, y), 0.0};
     if (options.steps > 0) {
       optim::AdamWOptions o;

@@ -13,17 +13,26 @@ namespace triad::engine {
 using io::H5File;
 
 void QuantRecipe::validate() const {
-  TRIAD_CHECK(method == "zeroquant", "quantization recipe: method must be zeroquant, got '" << method << "'");
-  TRIAD_CHECK(wbits == 8 || wbits == 4, "quantization recipe: wbits must be 8 or 4, got " << wbits);
+  TRIAD_CHECK(method == "zeroquant" || method == "xtc",
+              "quantization recipe: method must be zeroquant or xtc, got '" << method << "'");
+  if (method == "zeroquant")
+    TRIAD_CHECK(wbits == 8 || wbits == 4, "quantization recipe: zeroquant's wbits must be 8 or 4, got " << wbits);
+  else
+    TRIAD_CHECK(wbits == 2 || wbits == 1, "quantization recipe: xtc's wbits must be 2 or 1, got " << wbits);
   TRIAD_CHECK(abits == 8 || abits == 16, "quantization recipe: abits must be 8 or 16, got " << abits);
-  TRIAD_CHECK(group_size > 0 && group_size % 8 == 0,
-              "quantization recipe: group_size must be a positive multiple of 8, got " << group_size);
+  TRIAD_CHECK((group_size > 0 || (method == "xtc" && group_size == 0)) && group_size % 8 == 0,
+              "quantization recipe: group_size must be a positive multiple of 8"
+                  << (method == "xtc" ? " or 0 (one scale per row)" : "") << ", got " << group_size);
   TRIAD_CHECK(symmetric, "quantization recipe: only symmetric weights are built");
   TRIAD_CHECK(lkd_steps >= 0, "quantization recipe: lkd_steps must be 0 or more, got " << lkd_steps);
+  TRIAD_CHECK(steps >= 0, "quantization recipe: steps must be 0 or more, got " << steps);
 }
 
 nlohmann::json QuantRecipe::to_json() const {
-  return {{"method", method}, {"wbits", wbits}, {"abits", abits}, {"group_size", group_size}, {"symmetric", symmetric}, {"lkd_steps", lkd_steps}};
+  nlohmann::json j = {{"method", method},         {"wbits", wbits},         {"abits", abits},
+                      {"group_size", group_size}, {"symmetric", symmetric}, {"lkd_steps", lkd_steps}};
+  if (method == "xtc") j.update({{"steps", steps}, {"keep_layers", keep_layers}, {"teacher_layers", teacher_layers}});
+  return j;
 }
 
 QuantRecipe QuantRecipe::from_json(const nlohmann::json& j) {
@@ -34,6 +43,9 @@ QuantRecipe QuantRecipe::from_json(const nlohmann::json& j) {
   r.group_size = j.at("group_size").get<int64_t>();
   r.symmetric = j.at("symmetric").get<bool>();
   r.lkd_steps = j.value("lkd_steps", int64_t(0));  // absent in files written before distillation existed
+  r.steps = j.value("steps", int64_t(0));
+  r.keep_layers = j.value("keep_layers", std::vector<int64_t>{});
+  r.teacher_layers = j.value("teacher_layers", int64_t(0));
   r.validate();
   return r;
 }
@@ -74,15 +86,14 @@ void save_quantized_model(const std::string& checkpoint, const std::string& out,
 
 void save_quantized_model(const LoadedModel& m, const std::string& out, const QuantRecipe& recipe) {
   recipe.validate();
-  const QuantFormat format = recipe.format();
   std::vector<std::pair<std::string, Quantized>> quantized;
   for (const auto& [name, linear] : quantized_linears(m.model)) {
     const int64_t k = linear->weight.size(1);
-    TRIAD_CHECK(k % recipe.group_size == 0, "zeroquant: the group size "
-                                                << recipe.group_size << " does not divide the input dimension " << k
-                                                << " of " << name << ".weight (" << shape_str(linear->weight.shape())
-                                                << ")");
-    quantized.emplace_back(name + ".weight", ops::quantize_blocks(linear->weight, format));
+    TRIAD_CHECK(k % recipe.format(k).block == 0 && k % 8 == 0,
+                recipe.method << ": the group size " << recipe.format(k).block
+                              << " does not divide the input dimension " << k << " of " << name << ".weight ("
+                              << shape_str(linear->weight.shape()) << "), or that is not a multiple of 8");
+    quantized.emplace_back(name + ".weight", ops::quantize_blocks(linear->weight, recipe.format(k)));
   }
   const std::string tmp = out + ".tmp";
   {
@@ -123,12 +134,12 @@ void load_quantized_model(const std::string& path, const std::shared_ptr<nn::Lan
     }
     ops::copy_(p, read_verified(file, "/model/" + name));
   }
-  const QuantFormat format = recipe.format();
   for (const auto& [name, linear] : quantized_linears(model)) {
     const std::string base = "/quantized/" + name + ".weight";
     const Quantized q{read_verified(file, base + "/q"), read_verified(file, base + "/scales"), Tensor()};
     const int64_t n = linear->weight.size(0), k = linear->weight.size(1);
-    linear->use_quantized(std::make_shared<const PackedWeight>(ops::pack_weight(q, n, k, format)), recipe.abits);
+    linear->use_quantized(std::make_shared<const PackedWeight>(ops::pack_weight(q, n, k, recipe.format(k))),
+                          recipe.abits);
   }
 }
 

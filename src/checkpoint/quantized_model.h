@@ -6,9 +6,10 @@
 //   /model/<parameter>                  a parameter kept in full precision (f32)
 //   /quantized/<weight>/q               i8 (N, bytes(K)): the integers, packed as
 //                                       ops::quantize_blocks packs them
-//   /quantized/<weight>/scales          f32 (N, K / group_size)
+//   /quantized/<weight>/scales          f32 (N, K / group_size), (N, 1) for group_size 0
 //   attributes of "/": format_version, kind "quantized", config, layout (one rank, f32),
-//   recipe (JSON: method, wbits, abits, group_size, symmetric, lkd_steps)
+//   recipe (JSON: method, wbits, abits, group_size, symmetric, lkd_steps; xtc also steps,
+//   keep_layers, teacher_layers)
 //   attribute "checksum" of every dataset (io/checksum.h)
 //
 // engine::load_model reads such a file into a model whose quantized layers run the integer
@@ -29,16 +30,22 @@
 namespace triad::engine {
 
 struct QuantRecipe {
-  std::string method = "zeroquant";
-  int wbits = 8;            // weight bits: 8 or 4
-  int abits = 8;            // activation bits: 8 (per-token int8) or 16 (full precision)
-  int64_t group_size = 64;  // weight values sharing one scale, along the input dimension
+  std::string method = "zeroquant";  // zeroquant (post-training) or xtc (quantization-aware training)
+  int wbits = 8;                     // weight bits: 8 or 4 (zeroquant), 2 (ternary) or 1 (binary) (xtc)
+  int abits = 8;                     // activation bits: 8 (per-token int8) or 16 (full precision)
+  int64_t group_size = 64;           // weight values sharing one scale, along the input dimension; 0: one per row
   bool symmetric = true;
   int64_t lkd_steps = 0;  // layer-by-layer distillation's AdamW steps per block before quantizing (0: none)
+  // xtc: the training steps, and the teacher's blocks the student kept (in order) of its
+  // teacher_layers (empty: all of them).
+  int64_t steps = 0;
+  std::vector<int64_t> keep_layers;
+  int64_t teacher_layers = 0;
 
   // Throws Error naming the field when a value is out of range.
   void validate() const;
-  QuantFormat format() const { return QuantFormat{wbits, group_size, symmetric}; }
+  // The format of a layer of input dimension k (group_size 0: one group of k).
+  QuantFormat format(int64_t k) const { return QuantFormat{wbits, group_size > 0 ? group_size : k, symmetric}; }
   nlohmann::json to_json() const;
   static QuantRecipe from_json(const nlohmann::json& j);
 };

@@ -302,7 +302,6 @@ void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& not
 const std::vector<std::pair<std::string, std::string>> kDeepSpeedFeaturesNotAvailable = {
     {"wandb", "Weights & Biases monitor (csv_monitor and tensorboard are)"},
     {"comet", "Comet monitor (csv_monitor and tensorboard are)"},
-    {"compression_training", "compression"},
     {"sparse_attention", "sparse attention"},
     {"elasticity", "elastic training"},
     {"autotuning", "autotuner"},
@@ -672,6 +671,15 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
     const nlohmann::json& v = r.value("moe");
     TRIAD_CHECK(v.is_object() && v.contains("enabled") && v["enabled"] == false,
                 "[config] moe: Mixture-of-Experts blocks are given in the model section, model.moe (docs/models.md)");
+  }
+  if (r.has("compression_training")) {
+    c.compression = parse_compression(r.object("compression_training"),
+                                      c.arch == "llama" ? c.llama.n_layer : c.model.n_layer, c.notices);
+    TRIAD_CHECK(!(c.compression.quantizes() || c.compression.layer_reduction.enabled) ||
+                    (c.tensor_parallel == 1 && c.pipeline.stages == 1),
+                "[config] compression_training: quantization-aware training and layer reduction run on models held "
+                "whole by each rank (tensor_parallel and pipeline.stages 1), got tensor_parallel "
+                    << c.tensor_parallel << ", pipeline.stages " << c.pipeline.stages);
   }
   for (const auto& [key, what] : kDeepSpeedFeaturesNotAvailable) {
     if (!r.has(key)) continue;

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "config/compression_config.h"
 #include "profiler/flops_profiler.h"
 #include "monitor/monitor.h"
 #include "nn/gpt.h"
@@ -192,6 +193,7 @@ struct TrainConfig {
   MonitorConfig csv_monitor;          // DeepSpeed's csv_monitor (monitor/csv_monitor.h)
   MonitorConfig tensorboard;          // DeepSpeed's tensorboard (monitor/tensorboard_monitor.h)
   FlopsProfilerConfig flops_profiler;  // DeepSpeed's flops_profiler (profiler/flops_profiler.h)
+  CompressionConfig compression;       // DeepSpeed's compression_training (config/compression_config.h)
   // One line each for keys accepted that change nothing in triad (and why); printed by
   // train() on rank 0.
   std::vector<std::string> notices;

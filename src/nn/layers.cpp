@@ -27,9 +27,22 @@ Linear::Linear(std::string type_name, Tensor weight_, Tensor bias_, const Tensor
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  if (fake_quantization_) return linear(x, fake_quantize(weight, *fake_quantization_), bias);
+  if (fake_quantization_ || fake_abits_ == 8) {
+    const Tensor w = fake_quantization_ ? fake_quantize(weight, *fake_quantization_) : weight;
+    if (fake_abits_ == 16) return linear(x, w, bias);
+    const int64_t k = x.shape().back();
+    const Tensor xq = reshape(fake_quantize(reshape(x, {x.numel() / k, k}), QuantFormat{8, k}), x.shape());
+    return linear(xq, w, bias);
+  }
   if (!quantized_) return linear(x, weight, bias);
   return ops::quantized_linear(x, *quantized_, bias.defined() ? ops::to(bias, DType::f32) : Tensor(), abits_);
+}
+
+void Linear::use_fake_quantization(std::optional<QuantFormat> format, int abits) {
+  TRIAD_CHECK(abits == 8 || abits == 16,
+              "Linear::use_fake_quantization: activation bits must be 8 or 16, got " << abits);
+  fake_quantization_ = format;
+  fake_abits_ = abits;
 }
 
 void Linear::use_quantized(std::shared_ptr<const PackedWeight> w, int abits) {

@@ -24,8 +24,11 @@ class Linear : public Module {
   const PackedWeight* quantized() const { return quantized_.get(); }
   // With a format, forward multiplies by fake_quantize(weight, format) (autograd/fake_quantize.h):
   // the quantized values, with the gradient passed straight through to `weight` (quantization-
-  // aware training); without one, by `weight` again.
-  void use_fake_quantization(std::optional<QuantFormat> format) { fake_quantization_ = format; }
+  // aware training); without one, by `weight` again. abits 8 also (or, without a format,
+  // alone) fake-quantizes each token of the input (its last dimension, symmetric 8 bits, one
+  // scale: what ops::quantized_linear does at abits 8), straight through as well; 16 leaves
+  // the input as it is.
+  void use_fake_quantization(std::optional<QuantFormat> format, int abits = 16);
 
   Tensor weight, bias;  // bias undefined when built without one
 
@@ -37,6 +40,7 @@ class Linear : public Module {
  private:
   std::shared_ptr<const PackedWeight> quantized_;
   std::optional<QuantFormat> fake_quantization_;
+  int fake_abits_ = 16;
   int abits_ = 8;
 };
 

@@ -155,11 +155,13 @@ void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, cons
 // ---- block-wise quantization (ZeRO++'s quantized collectives, compression) ----
 // Every row along the last dimension of src (..., n) is quantized on its own, in blocks of
 // format.block elements (the row's last block may be shorter). Symmetric formats:
-//   scale = max |x| / qmax over the block (qmax 127 at 8 bits, 7 at 4, 1 at 2), in f32;
+//   scale = max |x| / qmax over the block (qmax 127 at 8 bits, 7 at 4), in f32;
 //   q = x / scale rounded to nearest, ties to even, clamped to [-qmax, qmax].
 // So |x - q scale| <= scale / 2 up to f32 rounding, and values k scale come back exactly.
-// At 1 bit (XTC's binary weights) q = sign(x) in {-1, +1} (+1 for x >= 0) and scale =
-// mean |x| over the block, which minimises the block's squared error.
+// At 2 bits (ternary, TWN's rule as XTC uses it) q = sign(x) where |x| > 0.7 mean |x| of
+// the block and 0 elsewhere, scale = mean |x| of the values above that threshold. At 1 bit
+// (XTC's binary weights) q = sign(x) in {-1, +1} (+1 for x >= 0) and scale = mean |x| over
+// the block, which minimises the block's squared error.
 // Asymmetric formats (levels L = 2^bits - 1, half H = 2^(bits-1)):
 //   scale = (max x - min x) / L; u = (x - min x) / scale rounded as above, clamped to
 //   [0, L]; stored q = u - H in [-H, H - 1]; offset = min x + H scale,
@@ -171,8 +173,8 @@ void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, cons
 // Special blocks, so that overflow checks still see what the source held:
 // - a block holding a NaN or an infinity gets scale NaN and q 0: every value dequantized
 //   from it is NaN;
-// - a symmetric block whose max |x| is 0 or below 2^-119 (where scale would leave f32's
-//   normal range) gets scale 0 and q 0 (binary: q -1): it comes back as zeros.
+// - a symmetric block whose scale would be 0 or below 2^-119 (leaving f32's normal range)
+//   gets scale 0 and q 0 (binary: q -1): it comes back as zeros.
 // src is f32, bf16 or f16 (16-bit values are read as stored). The symmetric 8- and 4-bit
 // formats run on any device; the others on the CPU (elsewhere an Error names the format).
 Quantized quantize_blocks(const Tensor& src, const QuantFormat& format = {});

@@ -20,6 +20,7 @@
 #include "tensor/ops.h"
 #include "train/moe_metrics.h"
 #include "train/preemption.h"
+#include "train/compression_training.h"
 #include "train/stall_hook.h"
 
 namespace triad::engine {
@@ -132,16 +133,26 @@ class TrainingRun {
     TRIAD_CHECK(options_.init.empty() || c_.pipeline.stages == 1,
                 "--init loads a model held whole by each rank; start pipeline-parallel runs from a checkpoint "
                 "(triad-ckpt import makes one) with --resume");
+    const CompressionConfig::LayerReduction& reduction = c_.compression.layer_reduction;
+    TRIAD_CHECK(!reduction.enabled || !options_.init.empty(),
+                "[config] compression_training.layer_reduction needs --init, the model whose blocks teacher_layer "
+                "names");
     engine_ = options_.init.empty() ? std::make_unique<Engine>(c_, grid_)
                                     : std::make_unique<Engine>(
                                           c_,
                                           [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
                                             std::shared_ptr<nn::LanguageModel> m = build_model(c_, std::move(par));
-                                            load_parameters(options_.init, *m);
+                                            if (reduction.enabled)
+                                              reduce_layers(*m, options_.init, reduction);
+                                            else
+                                              load_parameters(options_.init, *m);
                                             return m;
                                           },
                                           grid_);
-    if (leader() && !options_.init.empty()) std::printf("initialized from %s\n", options_.init.c_str());
+    if (leader() && !options_.init.empty())
+      std::printf("initialized from %s%s\n", options_.init.c_str(),
+                  reduction.enabled ? (", blocks " + nlohmann::json(reduction.teacher_layer).dump()).c_str() : "");
+    if (c_.compression.quantizes()) quantization_ = std::make_unique<QuantizationSchedule>(c_.compression);
   }
 
   void resume_from_checkpoint() {
@@ -198,6 +209,9 @@ class TrainingRun {
 
   void run_step(int64_t step) {
     stall_if_asked(step);
+    if (quantization_)
+      for (const std::string& line : quantization_->apply(engine_->model_ptr(), step))
+        if (leader()) std::printf("%s\n", line.c_str());
     const auto t0 = Clock::now();
     const double waited_before = parallel::waited_seconds();
     const bool profiling = profiler_ && step == c_.flops_profiler.profile_step;
@@ -469,6 +483,7 @@ class TrainingRun {
   int n_ = 1, rank_ = 0;  // data-parallel
   std::vector<std::pair<Tensor, Tensor>> val_batches_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<QuantizationSchedule> quantization_;  // compression_training's quantization-aware training
   int64_t first_step_ = 0;
   std::ofstream metrics_;
   nlohmann::json mem_;

@@ -96,10 +96,23 @@ BOOST_AUTO_TEST_CASE(fake_quantize_binary_has_a_scale_per_row_and_ternary_three_
   const std::vector<float> b_expected = {1.25f, -1.25f, 1.25f, -1.25f, 1.25f, -1.25f, 1.25f, -1.25f,
                                          3,     3,      -3,    3,      3,     3,      -3,    3};
   for (size_t i = 0; i < b.size(); ++i) BOOST_TEST(b[i] == b_expected[i]);
-  // Ternary: q in {-1, 0, 1} times the group's max |w|; |w| below half of it rounds to 0.
-  const std::vector<float> t = fake_quantize(w, QuantFormat{2, 8, true}).to_vector<float>();
-  const std::vector<float> t_expected = {0, -3, 0, 0, 0, -3, 0, 0, 0, 0, 0, 6, 0, 0, 0, 6};
+  // Ternary (TWN, XTC's): |w| above 0.7 mean |w| (0.875 and 2.1) keeps its sign, times the
+  // mean |w| of those (2 and 6); the rest is 0.
+  Tensor leaf = ops::clone(w);
+  set_requires_grad(leaf);
+  const Tensor ty = fake_quantize(leaf, QuantFormat{2, 8, true});
+  const std::vector<float> t = ty.to_vector<float>();
+  const std::vector<float> t_expected = {2, -2, 0, 0, 2, -2, 0, 0, 0, 0, 0, 6, 0, 0, 0, 6};
   for (size_t i = 0; i < t.size(); ++i) BOOST_TEST(t[i] == t_expected[i]);
+  // Straight through, at zeros and at levels alike: d/dw sum(c * fq(w)) = c, both formats.
+  std::vector<float> c(16);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = 0.5f * float(i) - 3.0f;
+  const Tensor cw = Tensor::from_vector(c, {2, 8});
+  Tensor bleaf = ops::clone(w);
+  set_requires_grad(bleaf);
+  backward(add(sum(mul(ty, cw)), sum(mul(fake_quantize(bleaf, QuantFormat{1, 8, true}), cw))));
+  const std::vector<float> g = grad(leaf).to_vector<float>(), gb = grad(bleaf).to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) BOOST_TEST((g[i] == c[i] && gb[i] == c[i]), "element " << i);
 }
 
 BOOST_AUTO_TEST_CASE(fake_quantize_names_a_bad_format) {

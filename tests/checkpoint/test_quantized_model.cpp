@@ -5,14 +5,21 @@
 // activations); the file records the recipe; bad recipes and resuming training from a
 // quantized model are errors naming the problem. Layer-by-layer distillation lowers every
 // block's distillation loss below post-training quantization's; that loss's gradient
-// matches f64 finite differences.
+// matches f64 finite differences. XTC: the logit distillation loss against f64 finite
+// differences and its closed form; kept blocks parsed and copied from the right teacher
+// blocks; a ternary or binary student file generates the text of the f32 model on its
+// dequantized weights, and at A8 its logits equal that model's fake-quantized forward (the
+// one it trained with); bad input named.
 #include <boost/test/unit_test.hpp>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/extreme_compression.h"
 #include "checkpoint/layer_distillation.h"
 #include "checkpoint/quantized_model.h"
 #include "config/model_factory.h"
 #include "engine/generate.h"
+#include "io/h5file.h"
+#include "io/token_file.h"
 #include "parallel/self_communicator.h"
 #include "support/check.h"
 #include "support/files.h"
@@ -22,19 +29,44 @@ using namespace triad;
 
 namespace {
 
-nlohmann::json config(const std::string& arch) {
-  nlohmann::json model = {{"arch", arch},  {"n_layer", 2},  {"n_head", 4},
-                          {"d_model", 64}, {"seq_len", 96}, {"vocab_size", 97}};
+nlohmann::json config(const std::string& arch, int64_t n_layer = 2) {
+  nlohmann::json model = {{"arch", arch},  {"n_layer", n_layer}, {"n_head", 4},
+                          {"d_model", 64}, {"seq_len", 96},      {"vocab_size", 97}};
   if (arch == "llama") model["n_kv_head"] = 2, model["intermediate_size"] = 192;
   return {{"model", model}, {"train_batch_size", 1}, {"steps", 1}};
 }
 
-// A checkpoint of a freshly initialised model of `arch` at dir/f32.h5.
-std::string write_checkpoint(const test::TempDir& dir, const std::string& arch) {
-  const std::shared_ptr<nn::LanguageModel> model = engine::build_model(engine::parse_config(config(arch)));
-  const std::string path = dir.file(arch + "-f32.h5");
-  engine::save_initial_checkpoint(path, config(arch), model->named_parameters());
+// A checkpoint of a freshly initialised model of `arch` at dir/<arch>-f32.h5.
+std::string write_checkpoint(const test::TempDir& dir, const std::string& arch, int64_t n_layer = 2) {
+  const std::shared_ptr<nn::LanguageModel> model = engine::build_model(engine::parse_config(config(arch, n_layer)));
+  const std::string path = dir.file(arch + "-" + std::to_string(n_layer) + "-f32.h5");
+  engine::save_initial_checkpoint(path, config(arch, n_layer), model->named_parameters());
   return path;
+}
+
+// The f32 model of a quantized file: its full-precision parameters, and each quantized
+// weight dequantized.
+std::shared_ptr<nn::LanguageModel> dequantized_file(const std::string& path) {
+  const io::H5File file = io::H5File::open(path);
+  const std::shared_ptr<nn::LanguageModel> model =
+      engine::build_model(engine::parse_config(nlohmann::json::parse(file.get_attr_string("/", "config"))));
+  const engine::QuantRecipe recipe = engine::read_recipe(path);
+  for (const auto& [name, p] : model->named_parameters())
+    if (file.has("/model/" + name)) ops::copy_(p, file.read("/model/" + name));
+  for (const auto& [name, linear] : engine::quantized_linears(model)) {
+    const std::string base = "/quantized/" + name + ".weight";
+    ops::dequantize_blocks(file.read(base + "/q"), file.read(base + "/scales"), linear->weight,
+                           recipe.format(linear->weight.size(1)));
+  }
+  return model;
+}
+
+// A token file of n tokens of the 97-token vocabulary at dir/tokens.bin.
+std::string write_tokens(const test::TempDir& dir, int64_t n = 4000) {
+  std::vector<uint32_t> tokens;
+  for (int64_t i = 0; i < n; ++i) tokens.push_back(uint32_t((i * 37 + i / 7 + 5) % 97));
+  io::write_token_file(dir.file("tokens.bin"), tokens, 97);
+  return dir.file("tokens.bin");
 }
 
 // The f32 model of `path` with each quantized layer's weight replaced by its quantization
@@ -42,8 +74,9 @@ std::string write_checkpoint(const test::TempDir& dir, const std::string& arch) 
 std::shared_ptr<nn::LanguageModel> dequantized_model(const std::string& path, const engine::QuantRecipe& recipe) {
   const engine::LoadedModel m = engine::load_model(path);
   for (const auto& [name, linear] : engine::quantized_linears(m.model)) {
-    const Quantized q = ops::quantize_blocks(linear->weight, recipe.format());
-    ops::dequantize_blocks(q.q, q.scales, linear->weight, recipe.format());
+    const QuantFormat format = recipe.format(linear->weight.size(1));
+    const Quantized q = ops::quantize_blocks(linear->weight, format);
+    ops::dequantize_blocks(q.q, q.scales, linear->weight, format);
   }
   return m.model;
 }
@@ -185,4 +218,191 @@ BOOST_AUTO_TEST_CASE(distillation_loss_gradient_matches_f64_finite_differences) 
     BOOST_TEST(g[i] == (loss(up) - loss(down)) / (2 * h), boost::test_tools::tolerance(1e-7));
     BOOST_TEST(g[i] == 2.0 * (s[i] - t[i]) / 12.0, boost::test_tools::tolerance(1e-12));
   }
+}
+
+BOOST_AUTO_TEST_CASE(logit_distillation_gradient_matches_f64_finite_differences_and_its_closed_form) {
+  const int64_t rows = 6, v = 5;
+  const double temperature = 2.0;
+  std::vector<double> s(size_t(rows * v)), t(s.size());
+  for (size_t i = 0; i < s.size(); ++i) s[i] = 3 * std::sin(0.7 * double(i)), t[i] = 2 * std::cos(0.3 * double(i));
+  Tensor student = Tensor::from_vector(s, {2, 3, v});
+  const Tensor teacher = Tensor::from_vector(t, {2, 3, v});
+  set_requires_grad(student);
+  const Tensor kl = engine::distillation_kl(student, teacher, temperature);
+  // T^2 / rows * sum_r sum_j pt (log pt - log ps), softmaxes at temperature T, in f64 here.
+  const auto softmax_row = [&](const std::vector<double>& x, int64_t r) {
+    std::vector<double> p(static_cast<size_t>(v));
+    double z = 0;
+    for (int64_t j = 0; j < v; ++j) z += p[size_t(j)] = std::exp(x[size_t(r * v + j)] / temperature);
+    for (double& e : p) e /= z;
+    return p;
+  };
+  double want = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<double> ps = softmax_row(s, r), pt = softmax_row(t, r);
+    for (int64_t j = 0; j < v; ++j) want += pt[size_t(j)] * std::log(pt[size_t(j)] / ps[size_t(j)]);
+  }
+  want *= temperature * temperature / double(rows);
+  BOOST_TEST(kl.item() == want, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(want > 0.01);
+  backward(kl);
+  const std::vector<double> g = grad(student).to_vector<double>();
+  const auto loss = [&](const std::vector<double>& x) {
+    NoGradGuard no_grad;
+    return engine::distillation_kl(Tensor::from_vector(x, {2, 3, v}), teacher, temperature).item();
+  };
+  const double h = 1e-6;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<double> ps = softmax_row(s, r), pt = softmax_row(t, r);
+    for (int64_t j = 0; j < v; ++j) {
+      const size_t i = size_t(r * v + j);
+      std::vector<double> up = s, down = s;
+      up[i] += h, down[i] -= h;
+      BOOST_TEST(g[i] == (loss(up) - loss(down)) / (2 * h), boost::test_tools::tolerance(1e-6));
+      BOOST_TEST(g[i] == temperature * (ps[size_t(j)] - pt[size_t(j)]) / double(rows),
+                 boost::test_tools::tolerance(1e-10));
+    }
+  }
+  test::check_error([&] { engine::distillation_kl(student, teacher, 0.0); }, {"temperature must be positive"});
+  test::check_error(
+      [&] {
+        engine::distillation_kl(student, Tensor::zeros({2, 3, 4}, DType::f64), 1.0);
+      },
+      {"distillation_kl", "differ in shape"});
+}
+
+BOOST_AUTO_TEST_CASE(keep_layers_are_parsed_and_bad_ones_named) {
+  BOOST_TEST(engine::parse_keep_layers("", 3) == std::vector<int64_t>({0, 1, 2}));
+  BOOST_TEST(engine::parse_keep_layers("every:2", 6) == std::vector<int64_t>({1, 3, 5}));
+  BOOST_TEST(engine::parse_keep_layers("every:3", 7) == std::vector<int64_t>({2, 5}));
+  BOOST_TEST(engine::parse_keep_layers("every:1", 2) == std::vector<int64_t>({0, 1}));
+  BOOST_TEST(engine::parse_keep_layers("0,2,5", 6) == std::vector<int64_t>({0, 2, 5}));
+  test::check_error([] { engine::parse_keep_layers("0,6", 6); },
+                    {"--keep-layers '0,6'", "block 6 is out of range", "the teacher has 6 blocks"});
+  test::check_error([] { engine::parse_keep_layers("2,1", 6); }, {"increasing order"});
+  test::check_error([] { engine::parse_keep_layers("every:0", 6); }, {"K must be in [1, 6]"});
+  test::check_error([] { engine::parse_keep_layers("every:x", 6); }, {"K is not a whole number"});
+  test::check_error([] { engine::parse_keep_layers("1,a", 6); }, {"'a' is not a block index"});
+}
+
+// XTC's layer reduction: student block i starts as teacher block keep[i]; the rest (the
+// embeddings, the final norm) as the teacher's. With 0 steps the file holds exactly that,
+// the kept blocks' weights quantized with a scale per row.
+BOOST_AUTO_TEST_CASE(xtc_student_starts_from_the_chosen_teacher_blocks) {
+  for (const std::string arch : {"gpt2", "llama"}) {
+    test::TempDir dir;
+    const std::string path = write_checkpoint(dir, arch, 4);
+    const engine::LoadedModel teacher = engine::load_model(path);
+    engine::XtcOptions o;
+    o.recipe.keep_layers = {1, 3};
+    const std::shared_ptr<nn::LanguageModel> student =
+        engine::build_model(engine::parse_config(engine::student_config(teacher.config, o, 1)));
+    engine::init_student(*student, *teacher.model, {1, 3});
+    std::map<std::string, Tensor> t;
+    for (const auto& [name, p] : teacher.model->named_parameters()) t.emplace(name, p);
+    int64_t compared = 0;
+    for (const auto& [name, p] : student->named_parameters()) {
+      std::string from = name;
+      if (name.starts_with("blocks.0.")) from = "blocks.1." + name.substr(9);
+      if (name.starts_with("blocks.1.")) from = "blocks.3." + name.substr(9);
+      BOOST_TEST(test::max_abs_diff(p, t.at(from)) == 0.0, arch << ": " << name << " from " << from);
+      compared += name.starts_with("blocks.") ? 1 : 0;
+    }
+    BOOST_TEST(compared > 0);
+
+    o.keep_layers = "1,3";
+    o.steps = 0;
+    o.recipe.wbits = 1;
+    o.recipe.group_size = 0;
+    const io::TokenFile tokens = io::TokenFile::open(write_tokens(dir));
+    engine::train_xtc(path, tokens, o, nullptr, dir.file("xtc.h5"));
+    const engine::QuantRecipe r = engine::read_recipe(dir.file("xtc.h5"));
+    BOOST_TEST(r.method == "xtc");
+    BOOST_TEST(r.keep_layers == std::vector<int64_t>({1, 3}));
+    BOOST_TEST(r.teacher_layers == 4);
+    const io::H5File file = io::H5File::open(dir.file("xtc.h5"));
+    for (const auto& [name, linear] : engine::quantized_linears(teacher.model)) {
+      if (!name.starts_with("blocks.3.")) continue;
+      const int64_t k = linear->weight.size(1);
+      const Quantized q = ops::quantize_blocks(linear->weight, QuantFormat{1, k, true});
+      const std::string base = "/quantized/blocks.1." + name.substr(9) + ".weight";
+      BOOST_TEST(test::max_abs_diff(file.read(base + "/q"), q.q) == 0.0, arch << ": " << base);
+      BOOST_TEST(test::max_abs_diff(file.read(base + "/scales"), q.scales) == 0.0, arch << ": " << base);
+    }
+    for (const engine::CheckpointSummary::Dataset& d : engine::read_summary(dir.file("xtc.h5")).datasets)
+      BOOST_TEST(!(d.name.starts_with("/model/blocks.2.") || d.name.starts_with("/quantized/blocks.2.")), d.name);
+  }
+}
+
+// The student file runs the integer GEMM: at A16 it generates the same 64 greedy tokens as
+// the f32 model on its dequantized weights; at A8 its logits equal that model's forward with
+// the linear layers fake-quantized (weights and per-token activations: what training saw)
+// up to f32 rounding, where an activation on a rounding boundary may land on either side:
+// measured 3e-7 to 1.3e-4 of the largest logit, bound 1e-3.
+BOOST_AUTO_TEST_CASE(xtc_student_generates_the_dequantized_models_text) {
+  for (const std::string arch : {"gpt2", "llama"}) {
+    test::TempDir dir;
+    const std::string path = write_checkpoint(dir, arch, 2);
+    const io::TokenFile tokens = io::TokenFile::open(write_tokens(dir));
+    for (int wbits : {2, 1})
+      for (int abits : {16, 8}) {
+        engine::XtcOptions o;
+        o.recipe.wbits = wbits;
+        o.recipe.abits = abits;
+        o.recipe.group_size = 0;
+        o.steps = 3;
+        o.batch_size = 2;
+        o.seq_len = 24;
+        o.lr = 1e-3;
+        o.label_weight = 0.5;
+        std::vector<engine::XtcStep> steps;
+        const std::string out = dir.file("xtc-w" + std::to_string(wbits) + "a" + std::to_string(abits) + ".h5");
+        engine::train_xtc(path, tokens, o, nullptr, out, [&](const engine::XtcStep& s) { steps.push_back(s); });
+        const std::string what = arch + " W" + std::to_string(wbits) + "A" + std::to_string(abits);
+        BOOST_TEST_REQUIRE(steps.size() == 3u);
+        for (const engine::XtcStep& s : steps) {
+          BOOST_TEST(s.loss == s.logit + s.hidden + 0.5 * s.label, boost::test_tools::tolerance(1e-5));
+          BOOST_TEST(s.logit > 0.0, what);
+          BOOST_TEST(s.hidden > 0.0, what);
+        }
+        const std::shared_ptr<nn::LanguageModel> q = engine::load_model(out).model;
+        const std::shared_ptr<nn::LanguageModel> f = dequantized_file(out);
+        if (abits == 16) {
+          BOOST_TEST(greedy(*q) == greedy(*f), what << ": the student's 64 greedy tokens differ");
+          continue;
+        }
+        for (const auto& [name, linear] : engine::quantized_linears(f))
+          linear->use_fake_quantization(engine::read_recipe(out).format(linear->weight.size(1)), 8);
+        const Tensor got = logits(*q), want = logits(*f);
+        const double diff = test::max_abs_diff(got, want), top = ops::max_abs(want);
+        BOOST_TEST_MESSAGE(what << ": max |logit difference| to the fake-quantized model " << diff << " of " << top);
+        BOOST_TEST(diff <= 1e-3 * top, what << ": " << diff << " > 1e-3 of " << top);
+      }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(xtc_bad_input_is_named) {
+  test::TempDir dir;
+  const std::string path = write_checkpoint(dir, "gpt2", 2);
+  const io::TokenFile tokens = io::TokenFile::open(write_tokens(dir));
+  engine::XtcOptions o;
+  o.steps = 1;
+  o.recipe.wbits = 3;
+  test::check_error([&] { engine::train_xtc(path, tokens, o, nullptr, dir.file("x.h5")); },
+                    {"xtc's wbits must be 2 or 1, got 3"});
+  o.recipe.wbits = 2;
+  o.keep_layers = "0,2";
+  test::check_error([&] { engine::train_xtc(path, tokens, o, nullptr, dir.file("x.h5")); },
+                    {"--keep-layers '0,2'", "block 2 is out of range", "the teacher has 2 blocks"});
+  o.keep_layers = "";
+  test::check_error([&] { engine::train_xtc(dir.file("none.h5"), tokens, o, nullptr, dir.file("x.h5")); }, {"none.h5"});
+  o.recipe.group_size = 12;
+  test::check_error([&] { engine::train_xtc(path, tokens, o, nullptr, dir.file("x.h5")); },
+                    {"group_size must be a positive multiple of 8 or 0 (one scale per row), got 12"});
+  o.recipe.group_size = 0;
+  engine::save_quantized_model(path, dir.file("w8.h5"), {});
+  test::check_error([&] { engine::train_xtc(dir.file("w8.h5"), tokens, o, nullptr, dir.file("x.h5")); },
+                    {"the teacher", "w8.h5", "is a quantized model"});
+  test::check_error([&] { engine::export_weights(dir.file("w8.h5"), dir.file("e.h5"), DType::f32); },
+                    {"w8.h5", "is a quantized model (triad-compress)", "not weights to export"});
 }

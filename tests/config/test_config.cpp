@@ -676,3 +676,82 @@ BOOST_AUTO_TEST_CASE(flops_profiler_keys) {
   j["flops_profiler"]["top_modules"] = 0;
   test::check_error([&] { engine::parse_config(j); }, {"flops_profiler.top_modules", "0"});
 }
+
+// compression_training: the weight bits follow DeepSpeed's schedule (nothing before
+// schedule_offset, start_bits, then a drop to the next width after quantization_period
+// steps, each later drop after twice as long, down to target_bits), groups and modules are
+// read, and what triad does not take is refused by the dotted key.
+BOOST_AUTO_TEST_CASE(compression_training_schedule_and_refusals) {
+  engine::WeightQuantGroup g;
+  g.start_bits = 8, g.target_bits = 1, g.quantization_period = 10;
+  const std::vector<std::pair<int64_t, int>> expected = {{0, 0},  {4, 0},  {5, 8},  {14, 8}, {15, 4},
+                                                         {24, 4}, {25, 2}, {44, 2}, {45, 1}, {1000, 1}};
+  for (const auto& [step, bits] : expected)
+    BOOST_TEST(engine::scheduled_weight_bits(g, 5, step) == bits, "step " << step);
+  g.target_bits = 4;
+  BOOST_TEST(engine::scheduled_weight_bits(g, 0, 1000) == 4);
+  g.start_bits = g.target_bits = 2;
+  BOOST_TEST(engine::scheduled_weight_bits(g, 0, 1000) == 2);
+  BOOST_TEST(engine::matches_modules("blocks.0.attn.qkv", {"attn"}));
+  BOOST_TEST(engine::matches_modules("blocks.1.mlp.fc", {"*"}));
+  BOOST_TEST(!engine::matches_modules("blocks.1.mlp.fc", {"attn", "^mlp"}));
+
+  json j = base();
+  j["compression_training"] = json::parse(R"({
+    "weight_quantization": {
+      "shared_parameters": {"enabled": true, "schedule_offset": 3, "quantize_groups": 2,
+                            "quantization_type": "asymmetric", "rounding": "nearest"},
+      "different_groups": {"wq1": {"params": {"start_bits": 8, "target_bits": 2, "quantization_period": 4},
+                                   "modules": ["attn"]},
+                           "wq2": {"params": {"start_bits": 4}}}},
+    "activation_quantization": {
+      "shared_parameters": {"enabled": true, "schedule_offset": 1},
+      "different_groups": {"aq1": {"params": {"bits": 8}, "modules": ["mlp"]}}},
+    "layer_reduction": {"enabled": true, "keep_number_layer": 2, "teacher_layer": [1, 3]},
+    "sparse_pruning": {"shared_parameters": {"enabled": false}}
+  })");
+  const engine::CompressionConfig c = engine::parse_config(j).compression;
+  BOOST_TEST(c.weights.enabled);
+  BOOST_TEST(c.weights.schedule_offset == 3);
+  BOOST_TEST(c.weights.quantize_groups == 2);
+  BOOST_TEST(!c.weights.symmetric);
+  BOOST_TEST_REQUIRE(c.weights.groups.size() == 2u);
+  BOOST_TEST(c.weights.groups[0].name == "wq1");
+  BOOST_TEST(c.weights.groups[0].target_bits == 2);
+  BOOST_TEST(c.weights.groups[0].modules == std::vector<std::string>({"attn"}));
+  BOOST_TEST(c.weights.groups[1].target_bits == 4);  // target_bits defaults to start_bits
+  BOOST_TEST(c.weights.groups[1].modules == std::vector<std::string>({"*"}));
+  BOOST_TEST(c.activations.enabled);
+  BOOST_TEST(c.activations.groups.at(0).modules == std::vector<std::string>({"mlp"}));
+  BOOST_TEST(c.layer_reduction.teacher_layer == std::vector<int64_t>({1, 3}));
+
+  const auto refused = [](const std::string& assignment, std::vector<std::string> fragments) {
+    test::check_error([&] { engine::parse_config(with(assignment)); }, fragments);
+  };
+  const std::string w = "compression_training.weight_quantization.";
+  refused(w + "shared_parameters.rounding=\"stochastic\"",
+          {w + "shared_parameters.rounding", "stochastic rounding is not available"});
+  refused(w + "different_groups.g.params.start_bits=3", {w + "different_groups.g.params.start_bits", "8, 4, 2 or 1"});
+  json up = with(w + "different_groups.g.params.start_bits=4");
+  engine::apply_override(up, w + "different_groups.g.params.target_bits=8");
+  test::check_error([&] { engine::parse_config(up); },
+                    {w + "different_groups.g.params.target_bits", "at most start_bits 4"});
+  refused(w + "shared_parameters.quantizer_kernel=true", {"quantizer_kernel"});
+  const std::string a = "compression_training.activation_quantization.";
+  refused(a + "shared_parameters.quantization_type=\"asymmetric\"", {a + "shared_parameters.quantization_type"});
+  refused(a + "shared_parameters.range_calibration=\"static\"", {"range_calibration", "static ranges"});
+  refused(a + "different_groups.g.params.bits=4", {a + "different_groups.g.params.bits", "8"});
+  for (const std::string pruning : {"sparse_pruning", "row_pruning", "head_pruning", "channel_pruning"})
+    refused("compression_training." + pruning + ".shared_parameters.enabled=true",
+            {"compression_training." + pruning, "is not available in triad"});
+  const std::string l = "compression_training.layer_reduction.";
+  json r = with(l + "enabled=true");
+  engine::apply_override(r, l + "teacher_layer=[0, 2, 4]");
+  test::check_error([&] { engine::parse_config(r); }, {l + "teacher_layer", "one block index", "(2)"});
+  r = with(l + "enabled=true");
+  engine::apply_override(r, l + "keep_number_layer=3");
+  test::check_error([&] { engine::parse_config(r); }, {l + "keep_number_layer", "n_layer 2"});
+  refused(l + "module_name_prefix=\"bert.encoder.layer\"", {l + "module_name_prefix", "\"blocks\""});
+  refused(l + "teacher_layer=[3, 1]", {l + "teacher_layer", "increasing"});
+  BOOST_CHECK_NO_THROW(engine::parse_config(with(w + "shared_parameters.enabled=true")));  // no groups: nothing
+}

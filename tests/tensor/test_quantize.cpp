@@ -327,6 +327,16 @@ RefBlock reference_block(const float* x, int64_t len, const QuantFormat& f) {
   if (f.symmetric && f.bits == 1) {
     r.scale = float(abs_sum / double(len));
     for (int64_t i = 0; i < len; ++i) r.q.push_back(x[i] >= 0 ? 1 : -1);
+  } else if (f.symmetric && f.bits == 2) {
+    const float threshold = float(0.7 * abs_sum / double(len));
+    double above_sum = 0;
+    int above = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      const bool big = std::fabs(x[i]) > threshold;
+      r.q.push_back(big ? (x[i] > 0 ? 1 : -1) : 0);
+      if (big) above_sum += std::fabs(x[i]), ++above;
+    }
+    r.scale = float(above_sum / above);
   } else if (f.symmetric) {
     const float m = std::max(-lo, hi), inv = float(f.qmax()) / m;
     r.scale = m / float(f.qmax());
@@ -352,7 +362,7 @@ std::string format_str(const QuantFormat& f) {
 
 // Every bit width, both kinds and several group sizes (the last group of a row shorter):
 // integers exact, scales and offsets to f32 rounding, the round trip within half a scale
-// of each value (binary: exactly +-scale).
+// of each value (binary and ternary: exactly q scale).
 BOOST_AUTO_TEST_CASE(compression_formats_against_a_scalar_reference) {
   const int64_t rows = 3, n = 100;
   Tensor x = Tensor::empty({rows, n});
@@ -386,9 +396,9 @@ BOOST_AUTO_TEST_CASE(compression_formats_against_a_scalar_reference) {
               const int got = field(q + row * f.bytes(n), bits, symmetric && bits == 1, begin + i);
               if (got != ref.q[size_t(i)]) ++wrong_q;
               const double v = xs[size_t(row * n + begin + i)], y = bk[size_t(row * n + begin + i)];
-              const double bound =
-                  symmetric && bits == 1 ? 0 : ref.scale * (0.5 + 4 * (1 << bits) * 0x1p-24) + std::fabs(v) * 0x1p-22;
-              const double expected = symmetric && bits == 1 ? ref.q[size_t(i)] * double(scales[at]) : v;
+              const bool levels = symmetric && bits <= 2;  // binary and ternary: exactly q scale
+              const double bound = levels ? 0 : ref.scale * (0.5 + 4 * (1 << bits) * 0x1p-24) + std::fabs(v) * 0x1p-22;
+              const double expected = levels ? ref.q[size_t(i)] * double(scales[at]) : v;
               if (!(std::fabs(expected - y) <= bound)) ++wrong_back;
             }
           }

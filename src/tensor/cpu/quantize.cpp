@@ -237,6 +237,21 @@ void quantize_generic_block(const T* x, int8_t* qr, int64_t begin, int64_t len, 
     for (int64_t i = 0; i < len; ++i) write_field(qr, 1, begin + i, scale != 0 && load(x[i]) >= 0);
     return;
   }
+  if (f.symmetric && f.bits == 2) {  // ternary weight networks: threshold 0.7 mean |x|
+    const float threshold = float(0.7 * abs_sum / double(len));
+    double above_sum = 0;
+    int64_t above = 0;
+    for (int64_t i = 0; i < len; ++i)
+      if (std::fabs(load(x[i])) > threshold) above_sum += std::fabs(load(x[i])), ++above;
+    scale = above > 0 ? float(above_sum / double(above)) : 0.0f;
+    if (scale < 0x1p-119f) scale = 0;
+    if (scale != 0)
+      for (int64_t i = 0; i < len; ++i) {
+        const float v = load(x[i]);
+        if (std::fabs(v) > threshold) write_field(qr, 2, begin + i, v > 0 ? 1 : -1);
+      }
+    return;
+  }
   if (f.symmetric) {
     const float m = std::max(-lo, hi);
     const BlockScale s = block_scale(abs_bits(m), f.qmax());
