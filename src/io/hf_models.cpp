@@ -235,7 +235,8 @@ nlohmann::json mixtral_moe(int64_t experts, int64_t k, double aux_loss_coef) {
           {"drop_tokens", false},
           {"top2_2nd_expert_sampling", false},
           {"aux_loss", "megatron"},
-          {"aux_loss_coeff", aux_loss_coef * double(k)}};
+          {"aux_loss_coeff", aux_loss_coef * double(k)},
+          {"norm_topk_prob", true}};
 }
 
 // `pattern` with `layer` for its "{i}" and `expert` for its "{e}".
@@ -328,10 +329,11 @@ std::string hf_architecture(const nlohmann::json& model) {
               "model.moe.num_experts is " << experts.dump() << "; MixtralForCausalLM has one expert count");
   TRIAD_CHECK(!moe.value("use_residual", false),
               "model.moe.use_residual is true; MixtralForCausalLM has no dense MLP beside the experts");
-  TRIAD_CHECK(k.is_number_integer() && k.get<int64_t>() >= 2,
-              "model.moe.top_k is " << k.dump()
-                                    << "; MixtralForCausalLM weighs a single choice by 1 (its top-k probabilities "
-                                       "renormalised), triad's MoE by its probability: top_k must be at least 2");
+  const bool renormalized = moe.value("norm_topk_prob", k.is_number_integer() && k.get<int64_t>() >= 2);
+  TRIAD_CHECK(renormalized, "model.moe.norm_topk_prob is "
+                                << moe.value("norm_topk_prob", nlohmann::json()).dump() << " at top_k " << k.dump()
+                                << "; MixtralForCausalLM renormalises a token's top-k probabilities to sum 1 "
+                                   "(norm_topk_prob true)");
   return "mixtral";
 }
 
@@ -426,10 +428,8 @@ nlohmann::json model_from_hf_config(const std::string& arch, const nlohmann::jso
     };
     const int64_t experts = integer("num_local_experts", 8, 1);
     const int64_t k = integer("num_experts_per_tok", 2, 1);
-    TRIAD_CHECK(k >= 2 && k <= experts,
-                "'" << path << "': num_experts_per_tok is " << k << "; triad imports Mixtral's routing for 2 to "
-                    << "num_local_experts (" << experts << ") experts per token (a single choice weighs 1 in "
-                    << "Mixtral, its probability in triad's MoE)");
+    TRIAD_CHECK(k <= experts, "'" << path << "': num_experts_per_tok is " << k << ", more than num_local_experts ("
+                                  << experts << ")");
     const nlohmann::json coef = config.value("router_aux_loss_coef", nlohmann::json(0.001));
     TRIAD_CHECK(coef.is_number() && coef.get<double>() >= 0,
                 "'" << path << "': router_aux_loss_coef is " << coef.dump() << ", not a number >= 0");

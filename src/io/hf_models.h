@@ -24,10 +24,9 @@
 //   too, though its module fuses the experts). Mixtral's router (softmax over the experts,
 //   the top k, their weights renormalised to sum 1, no capacity) is triad's gate with
 //   {"every": 1, "top_k": num_experts_per_tok, "drop_tokens": false,
-//   "top2_2nd_expert_sampling": false}; its load-balancing loss (E sum_e f_e P_e, over all k
-//   choices) is aux_loss "megatron" with aux_loss_coeff = router_aux_loss_coef x k, written
-//   back as aux_loss_coeff / k. num_experts_per_tok must be >= 2 (Mixtral weighs a single
-//   choice by 1, triad's gate by its probability). router_jitter_noise, noise on the MoE
+//   "top2_2nd_expert_sampling": false, "norm_topk_prob": true}; its load-balancing loss
+//   (E sum_e f_e P_e, over all k choices) is aux_loss "megatron" with aux_loss_coeff =
+//   router_aux_loss_coef x k, written back as aux_loss_coeff / k. router_jitter_noise, noise on the MoE
 //   input in training only, is not carried (an import trains without it; inference has none
 //   either way); a sliding_window shorter than max_position_embeddings is refused (triad's
 //   attention has no window).
@@ -58,7 +57,8 @@ std::string arch_from_hf_config(const nlohmann::json& config, const std::string&
 
 // The HF architecture of a model of `model`'s config: its arch, or "mixtral" for a llama with
 // model.moe. Throws Error naming the model.moe key when MixtralForCausalLM cannot hold its
-// MoE blocks (not every block, a pyramid of expert counts, a residual MLP, top_k 1) or the
+// MoE blocks (not every block, a pyramid of expert counts, a residual MLP, weights not
+// renormalised: nn::MoEConfig::norm_topk_prob) or the
 // arch has no MoE form in transformers.
 std::string hf_architecture(const nlohmann::json& model);
 

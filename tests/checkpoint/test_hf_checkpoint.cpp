@@ -306,7 +306,8 @@ BOOST_AUTO_TEST_CASE(imported_mixtral_gives_the_transformers_logits) {
                               {"drop_tokens", false},
                               {"aux_loss", "megatron"},
                               {"aux_loss_coeff", 0.002},
-                              {"top2_2nd_expert_sampling", false}};
+                              {"top2_2nd_expert_sampling", false},
+                              {"norm_topk_prob", true}};
   BOOST_TEST(model == nlohmann::json({{"arch", "llama"},
                                       {"n_layer", 2},
                                       {"n_head", 4},
@@ -341,21 +342,28 @@ BOOST_AUTO_TEST_CASE(imported_mixtral_gives_the_transformers_logits) {
   const nlohmann::json flags = {{"n_head", 4}, {"seq_len", 64}, {"rope_theta", 10000.0}, {"rms_norm_eps", 1e-6}};
   const std::string from_tensors = import(bare.file("model.safetensors"), "mixtral", bare.file("ckpt"), flags);
   BOOST_TEST(engine::read_summary(from_tensors).config["model"] == model);
+
+  // One expert per token: Mixtral weighs it by 1 (norm_topk_prob true), and so does triad.
+  TempDir top1;
+  write_mixtral(top1, [](io::NamedTensors&, nlohmann::json& c) { c["num_experts_per_tok"] = 1; });
+  const engine::LoadedModel one = engine::load_model(import(top1.path().string(), "", top1.file("ckpt")));
+  const Tensor logits_top1 = (*one.model)(io::find_tensor(ref, "batch", "mixtral_logits.tns"));
+  const Tensor want_top1 = io::find_tensor(ref, "logits_top1", "mixtral_logits.tns");
+  BOOST_TEST(test::relative_error(logits_top1, want_top1) < 1e-5);
+  BOOST_TEST(ops::max_abs(ops::sub(logits_top1, want_top1)) < 1e-4);
 }
 
 // What MixtralForCausalLM and triad's MoE do not share is named: on import, a sliding window
-// shorter than the sequence and a single expert per token (a window as long as the sequence
-// imports); on export, MoE blocks Mixtral cannot hold.
+// shorter than the sequence (a window as long as the sequence imports) and more experts per
+// token than there are; on export, MoE blocks Mixtral cannot hold.
 BOOST_AUTO_TEST_CASE(mixtral_features_triad_lacks_are_named) {
   TempDir dir;
   write_mixtral(dir, [](io::NamedTensors&, nlohmann::json& c) { c["sliding_window"] = 16; });
   check_error([&] { import(dir.path().string(), "", dir.file("a")); },
               {dir.file("config.json"), "sliding_window is 16, shorter than max_position_embeddings 64"});
-  write_mixtral(dir, [](io::NamedTensors&, nlohmann::json& c) { c["num_experts_per_tok"] = 1; });
-  check_error([&] { import(dir.path().string(), "", dir.file("a")); },
-              {"num_experts_per_tok is 1; triad imports Mixtral's routing for 2 to num_local_experts (4)"});
   write_mixtral(dir, [](io::NamedTensors&, nlohmann::json& c) { c["num_experts_per_tok"] = 5; });
-  check_error([&] { import(dir.path().string(), "", dir.file("a")); }, {"num_experts_per_tok is 5"});
+  check_error([&] { import(dir.path().string(), "", dir.file("a")); },
+              {"num_experts_per_tok is 5, more than num_local_experts (4)"});
   write_mixtral(dir, [](io::NamedTensors& t, nlohmann::json&) {
     std::erase_if(t, [](const auto& p) { return p.first == "model.layers.1.block_sparse_moe.experts.3.w1.weight"; });
   });
@@ -378,7 +386,11 @@ BOOST_AUTO_TEST_CASE(mixtral_features_triad_lacks_are_named) {
   refused({{"moe", {{"num_experts", {4, 8}}}}},
           "model.moe.num_experts is [4,8]; MixtralForCausalLM has one expert count");
   refused({{"moe", {{"use_residual", true}}}}, "model.moe.use_residual is true");
-  refused({{"moe", {{"top_k", 1}}}}, "model.moe.top_k is 1; MixtralForCausalLM weighs a single choice by 1");
+  refused({{"moe", {{"top_k", 1}}}}, "model.moe.norm_topk_prob is null at top_k 1; MixtralForCausalLM renormalises");
+  refused({{"moe", {{"norm_topk_prob", false}}}}, "model.moe.norm_topk_prob is false at top_k 2");
+  nlohmann::json top1 = mixtral;
+  top1["moe"].update({{"top_k", 1}, {"norm_topk_prob", true}});
+  BOOST_TEST(io::hf_architecture(top1) == "mixtral");
   refused({{"arch", "gpt2"}}, "a gpt2 model with MoE blocks (model.moe) has no transformers class");
 }
 

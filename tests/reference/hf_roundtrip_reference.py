@@ -52,7 +52,9 @@ Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
             turns on stdin, prints the same replies: tests/apps/check_hf_import.sh)}}
     The models are made, saved and read back from the folder before anything is recorded.
     mixtral_logits.tns: "batch" (int64 (2, 24)) and "logits" (float32 (2, 24, 600)), the
-    Mixtral's logits on the stored batch.
+    Mixtral's logits on the stored batch, and "logits_top1", the same model's with
+    num_experts_per_tok 1 (one expert per token, weighing 1), whose router keeps each token's
+    first and second experts apart by more than 1e-4 too ("min_router_margin_top1").
 
 --check reads folders that `triad-ckpt export --format safetensors` wrote (of models imported
 from the reference folders, or trained from them) with AutoModelForCausalLM.from_pretrained and
@@ -269,8 +271,14 @@ def make_model(arch):
         print(f"mixtral: min router margin {routed:.6f}")
         with torch.no_grad():
             logits = model(input_ids=batch).logits
+        top1 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, num_experts_per_tok=1).eval()
+        entry["min_router_margin_top1"] = router_margin(top1, [batch])
+        assert entry["min_router_margin_top1"] > 1e-4, entry["min_router_margin_top1"]
+        with torch.no_grad():
+            logits_top1 = top1(input_ids=batch).logits
         write_tns(os.path.join(OUT, "mixtral_logits.tns"),
-                  [("batch", batch.numpy().astype("<i8")), ("logits", logits.numpy().astype("<f4"))])
+                  [("batch", batch.numpy().astype("<i8")), ("logits", logits.numpy().astype("<f4")),
+                   ("logits_top1", logits_top1.numpy().astype("<f4"))])
     return entry
 
 
