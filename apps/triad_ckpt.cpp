@@ -7,10 +7,10 @@
 //   triad-ckpt verify PATH                     recomputes every checksum; exit 1 on damage
 //   triad-ckpt export PATH --out FILE [--dtype f32|bf16]   consolidated weights only
 //   triad-ckpt export PATH --format safetensors --out DIR [--dtype f32|f16|bf16|f64]
-//                     [--max-shard-size 5GB]   a folder transformers loads (gpt2, llama):
+//                     [--max-shard-size 5GB]   a folder transformers loads (gpt2, llama, mixtral):
 //                                              weights in HF's names, config.json,
 //                                              generation_config.json, tokenizer files
-//   triad-ckpt import --from model.safetensors|DIR [--arch gpt2|llama] --out DIR
+//   triad-ckpt import --from model.safetensors|DIR [--arch gpt2|llama|mixtral] --out DIR
 //                     [--n-head N] [--seq-len T] [--rope-theta X] [--rms-eps X]
 //                                              a new checkpoint folder (step 0) to train
 //                                              from (triad-train --resume DIR) or sample
@@ -113,8 +113,9 @@ int main(int argc, char** argv) {
         ->required();
     import_cmd
         ->add_option("--arch", import.arch,
-                     "gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM); default: config.json's model_type")
-        ->check(CLI::IsMember({"gpt2", "llama"}));
+                     "gpt2 (GPT2LMHeadModel), llama (LlamaForCausalLM) or mixtral (MixtralForCausalLM); default: "
+                     "config.json's model_type")
+        ->check(CLI::IsMember({"gpt2", "llama", "mixtral"}));
     import_cmd->add_option("--out", import.out, "the checkpoint folder to create (it must hold no checkpoint)")
         ->required();
     int64_t n_head = 0, seq_len = 0;
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
         "DIR/step-00000000.h5 samples it with that tokenizer.");
     cli.footer(
         "Hugging Face models:\n"
-        "  triad-ckpt import --from model.safetensors|index.json|DIR [--arch gpt2|llama] --out DIR\n"
+        "  triad-ckpt import --from model.safetensors|index.json|DIR [--arch gpt2|llama|mixtral] --out DIR\n"
         "  triad-ckpt export PATH --format safetensors --out DIR [--dtype f32|f16|bf16|f64] [--max-shard-size 5GB]\n"
         "(docs/checkpoints.md)");
     CLI11_PARSE(cli, argc, argv);

@@ -98,7 +98,7 @@ std::string import_hf(const HfImport& import) {
 void export_hf(const HfExport& exp) {
   const ModelWeights w = read_weights(exp.checkpoint);
   const nlohmann::json model = w.config.value("model", nlohmann::json::object());
-  const std::string arch = model.value("arch", "gpt2");
+  const std::string arch = io::hf_architecture(model);
   TRIAD_CHECK(io::is_hf_architecture(arch), "export: '" << exp.checkpoint << "' holds a " << arch
                                                         << " model; safetensors export converts "
                                                         << io::hf_architecture_names());

@@ -578,12 +578,11 @@ namespace {
 
 // Mixture-of-Experts blocks over the grid: experts split over ep ranks of each data-parallel
 // group, every layer's experts divisible by them; under tensor parallelism each tp rank
-// holds the MoE layers whole and routes the same tokens (not yet with sequence parallelism).
+// holds the MoE layers whole and routes the same tokens (with sequence parallelism, the
+// whole sequence gathered: nn::Parallelism::on_whole_sequence).
 void check_moe_layout(const TrainConfig& c) {
   const nn::MoEModelConfig& moe = c.arch == "llama" ? c.llama.moe : c.model.moe;
   if (!moe.enabled()) return;
-  TRIAD_CHECK(!c.sequence_parallel, "[config] model.moe: MoE blocks do not take sequence parallelism yet (each "
-                                    "tensor-parallel rank routes the whole sequence)");
   const int64_t ep = c.expert_parallel;
   TRIAD_CHECK(c.data_parallel % ep == 0, "[config] model.moe.expert_parallel_size (" << ep << ") must divide the "
                                                                                       << c.data_parallel

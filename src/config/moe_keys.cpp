@@ -34,6 +34,7 @@ nn::MoEModelConfig parse_moe(JsonReader r, int64_t& expert_parallel_size) {
                    : nn::AuxLossNormalization::deepspeed;
   l.aux_loss_coeff = r.number("aux_loss_coeff", l.aux_loss_coeff, 0.0, 1e9);
   l.z_loss_coeff = r.number("z_loss_coeff", l.z_loss_coeff, 0.0, 1e9);
+  if (r.has("norm_topk_prob")) l.norm_topk_prob = r.boolean("norm_topk_prob", true);
   expert_parallel_size = r.integer("expert_parallel_size", 1, 1, 1 << 16);
   r.finish();
   return m;

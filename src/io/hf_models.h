@@ -1,7 +1,8 @@
 // The Hugging Face models triad imports and exports (triad-ckpt import/export,
 // checkpoint/hf_checkpoint.h): how the tensor names, layouts and config.json keys of HF's
-// GPT2LMHeadModel ("gpt2") and LlamaForCausalLM ("llama") map onto triad's parameter names
-// and model config section. One table per architecture (hf_models.cpp).
+// GPT2LMHeadModel ("gpt2"), LlamaForCausalLM ("llama") and MixtralForCausalLM ("mixtral")
+// map onto triad's parameter names and model config section. One table per architecture
+// (hf_models.cpp).
 //
 // Note [HF name maps]
 // - GPT-2: HF's names, with an optional "transformer." prefix (written on export, as
@@ -16,6 +17,19 @@
 //   model.norm -> norm_f, lm_head -> head (absent with tie_word_embeddings: a copy of the
 //   embedding). The same (out, in) layout and RoPE convention (rotate_half): no transposes,
 //   no q/k permutation.
+// - Mixtral: triad's Llama with model.moe, an MoE block in every layer: the Llama's names but
+//   model.layers.{i}.block_sparse_moe.gate -> blocks.{i}.moe.gate.wg and
+//   block_sparse_moe.experts.{e}.{w1,w3,w2} -> blocks.{i}.moe.experts.{e}.{gate,up,down}
+//   (the names of the Hub's Mixtral checkpoints, which transformers' save_pretrained writes
+//   too, though its module fuses the experts). Mixtral's router (softmax over the experts,
+//   the top k, their weights renormalised to sum 1, no capacity) is triad's gate with
+//   {"every": 1, "top_k": num_experts_per_tok, "drop_tokens": false,
+//   "top2_2nd_expert_sampling": false, "norm_topk_prob": true}; its load-balancing loss
+//   (E sum_e f_e P_e, over all k choices) is aux_loss "megatron" with aux_loss_coeff =
+//   router_aux_loss_coef x k, written back as aux_loss_coeff / k. router_jitter_noise, noise on the MoE
+//   input in training only, is not carried (an import trains without it; inference has none
+//   either way); a sliding_window shorter than max_position_embeddings is refused (triad's
+//   attention has no window).
 // - triad's config of an imported model is its "model" section: arch plus, for gpt2,
 //   n_layer, n_head, d_model, seq_len, vocab_size (config.json's n_layer, n_head, n_embd,
 //   n_positions, vocab_size); for llama, n_layer, n_head, n_kv_head, d_model,
@@ -33,16 +47,23 @@
 
 namespace triad::io {
 
-// "gpt2" and "llama"; hf_architecture_names() lists them for messages.
+// "gpt2", "llama" and "mixtral"; hf_architecture_names() lists them for messages.
 bool is_hf_architecture(const std::string& arch);
 std::string hf_architecture_names();
 
-// The architecture that config.json's model_type names ("gpt2", "llama"). Throws Error naming
+// The architecture that config.json's model_type names ("gpt2", "llama", "mixtral"). Throws Error naming
 // `path` when model_type is absent or one triad does not convert ("mistral").
 std::string arch_from_hf_config(const nlohmann::json& config, const std::string& path);
 
+// The HF architecture of a model of `model`'s config: its arch, or "mixtral" for a llama with
+// model.moe. Throws Error naming the model.moe key when MixtralForCausalLM cannot hold its
+// MoE blocks (not every block, a pyramid of expert counts, a residual MLP, weights not
+// renormalised: nn::MoEConfig::norm_topk_prob) or the
+// arch has no MoE form in transformers.
+std::string hf_architecture(const nlohmann::json& model);
+
 // The config.json of a model of `model`'s config (complete; "arch" names the architecture),
-// keyed as transformers' GPT2Config / LlamaConfig key it, so AutoModelForCausalLM builds
+// keyed as transformers' GPT2Config / LlamaConfig / MixtralConfig key it, so AutoModelForCausalLM builds
 // the model triad has: architectures, model_type, the shape fields of Note [HF name maps],
 // what triad's model fixes (activation, norms' epsilon, no RoPE scaling, no biases, ...),
 // tie_word_embeddings (gpt2 true; llama false: triad's Llama has its own head), torch_dtype

@@ -99,9 +99,8 @@ SwiGLU::SwiGLU(int64_t d_model, int64_t intermediate, const Parallelism& par) : 
 Tensor SwiGLU::forward(const Tensor& x) { return (*down)(mul(silu((*gate)(x)), (*up)(x))); }
 
 LlamaBlock::LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64_t intermediate, double rms_eps,
-                       std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par,
-                       std::shared_ptr<MoE> moe_)
-    : Module("LlamaBlock") {
+                       std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par, std::shared_ptr<MoE> moe_)
+    : Module("LlamaBlock"), par_(par.shared_from_this()) {
   norm1 = register_module("norm1", std::make_shared<RMSNorm>(d_model, rms_eps));
   attn = register_module("attn", std::make_shared<GroupedQueryAttention>(d_model, n_head, n_kv_head, std::move(rope), par));
   norm2 = register_module("norm2", std::make_shared<RMSNorm>(d_model, rms_eps));
@@ -113,7 +112,7 @@ LlamaBlock::LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64
   par.mark_residual_layer(*norm2);
 }
 
-Tensor LlamaBlock::feed_forward(const Tensor& x) { return mlp ? (*mlp)(x) : (*moe)(x); }
+Tensor LlamaBlock::feed_forward(const Tensor& x) { return mlp ? (*mlp)(x) : par_->on_whole_sequence(*moe, x); }
 
 Tensor LlamaBlock::forward(const Tensor& x) {
   const Tensor h = add(x, (*attn)((*norm1)(x)));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace triad::nn {
@@ -30,10 +31,17 @@ struct MoEConfig {
   AuxLossNormalization aux_loss = AuxLossNormalization::deepspeed;
   double aux_loss_coeff = 0.01;  // Megatron-DeepSpeed's scale of DeepSpeed's l_aux
   double z_loss_coeff = 0.0;     // router z-loss (ST-MoE), off by default
+  // Whether a token's weights are its kept choices' probabilities renormalised to sum 1.
+  // Unset: DeepSpeed's, for k >= 2 and not for top-1 (a single choice weighs its
+  // probability); true for every k (Mixtral's, and Megatron's softmax over the top k: a
+  // single choice weighs 1); false for every k (each weight its probability, as HF's
+  // norm_topk_prob false). The key of Hugging Face's MoE configs.
+  std::optional<bool> norm_topk_prob;
 
   // Throws triad::Error naming the field ("[moe] k must be in [1, num_experts] ...").
   void validate() const;
   double capacity_factor_for(bool training) const { return training ? capacity_factor : eval_capacity_factor; }
+  bool renormalizes() const { return norm_topk_prob.value_or(k > 1); }
 };
 
 // Which blocks of a transformer (the GPT, the Llama) are MoE layers, and how: the config

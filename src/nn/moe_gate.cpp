@@ -58,7 +58,7 @@ GateOutput gate_tokens(const Tensor& logits, const MoEConfig& config, bool train
   }
   const Tensor chosen = view(embedding(view(probs, {S * E, 1}), constant(index, {S, K}, DType::i64, device)), {S, K});
   g.weights = mul(chosen, constant(kept, {S, K}, dtype, device));
-  if (K > 1) {
+  if (config.renormalizes()) {
     const double eps =
         dtype == DType::f64 ? std::numeric_limits<double>::epsilon() : double(std::numeric_limits<float>::epsilon());
     // No upper bound binds (a sum of probabilities); FLT_MAX stays finite in f32.

@@ -30,9 +30,10 @@ struct GateOutput {
 };
 
 // What the gate makes of logits (S, E) (f32, or f64): probabilities, routing, weights and
-// losses. A choice's weight is its expert's probability (top-1), or for k >= 2 that divided
-// by the sum over the token's kept choices, clamped below by the dtype's epsilon as
-// DeepSpeed does (a token with no kept choice gets weights 0). training picks the capacity
+// losses. A choice's weight is its expert's probability, divided when config.renormalizes()
+// (k >= 2 unless norm_topk_prob says otherwise) by the sum over the token's kept choices,
+// clamped below by the dtype's epsilon as DeepSpeed does (a token with no kept choice gets
+// weights 0). training picks the capacity
 // factor; noise holds the draws (TopKGate::route draws them; tests give their own).
 GateOutput gate_tokens(const Tensor& logits, const MoEConfig& config, bool training, const RoutingNoise& noise = {});
 

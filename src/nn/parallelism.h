@@ -15,6 +15,8 @@
 // It also carries how the experts of the model's MoE layers are spread (experts(), Note
 // [Expert parallelism] in nn/expert_exchange.h): every expert in this process unless built
 // with an expert-parallel exchange.
+//
+// A Parallelism is made by std::make_shared: the blocks keep the one they were built with.
 #pragma once
 
 #include <memory>
@@ -24,7 +26,7 @@
 
 namespace triad::nn {
 
-class Parallelism {
+class Parallelism : public std::enable_shared_from_this<Parallelism> {
  public:
   explicit Parallelism(std::shared_ptr<const ExpertExchange> experts = local_experts())
       : experts_(std::move(experts)) {}
@@ -56,6 +58,11 @@ class Parallelism {
   virtual Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const;
   // The full (B, T, vocab) logits from such logits (no gradient; generation).
   virtual Tensor full_logits(const Tensor& logits, int64_t vocab) const;
+  // `layer` (a module every rank of the group holds whole, e.g. an MoE layer) on the tokens
+  // of the residual stream x: with sequence parallelism, run on the whole sequence gathered
+  // from the ranks, the same on each (its gradient too), of which this rank keeps its own
+  // tokens' part; otherwise layer(x).
+  virtual Tensor on_whole_sequence(Module& layer, const Tensor& x) const { return layer(x); }
   // Marks the parameters of a layer on the residual stream whose gradients sequence
   // parallelism leaves partial on each rank (TensorSplit::partial_grad).
   virtual void mark_residual_layer(Module&) const {}

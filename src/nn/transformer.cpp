@@ -67,7 +67,7 @@ MLP::MLP(int64_t d_model, double dropout, const Parallelism& par) : Module("MLP"
 Tensor MLP::forward(const Tensor& x) { return (*drop)((*proj)((*act)((*fc)(x)))); }
 
 Block::Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par, std::shared_ptr<MoE> moe_)
-    : Module("Block") {
+    : Module("Block"), par_(par.shared_from_this()) {
   ln1 = register_module("ln1", std::make_shared<LayerNorm>(d_model));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(d_model, n_head, dropout, par));
   ln2 = register_module("ln2", std::make_shared<LayerNorm>(d_model));
@@ -79,7 +79,7 @@ Block::Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism&
   par.mark_residual_layer(*ln2);
 }
 
-Tensor Block::feed_forward(const Tensor& x) { return mlp ? (*mlp)(x) : (*moe)(x); }
+Tensor Block::feed_forward(const Tensor& x) { return mlp ? (*mlp)(x) : par_->on_whole_sequence(*moe, x); }
 
 Tensor Block::forward(const Tensor& x) {
   const Tensor h = add(x, (*attn)((*ln1)(x)));

@@ -59,7 +59,8 @@ class Block : public Module {
   std::shared_ptr<MoE> moe;  // null in a dense block
 
  private:
-  Tensor feed_forward(const Tensor& x);  // (*mlp)(x) or (*moe)(x)
+  Tensor feed_forward(const Tensor& x);  // (*mlp)(x) or the MoE on the whole sequence (Parallelism::on_whole_sequence)
+  std::shared_ptr<const Parallelism> par_;
 };
 
 }  // namespace triad::nn

@@ -118,5 +118,8 @@ Tensor gather_from_sequence_region(const Tensor& x, const CommunicatorPtr& tp) {
 Tensor reduce_scatter_to_sequence_region(const Tensor& x, const CommunicatorPtr& tp) {
   return conjugate("reduce_scatter_to_sequence_region", x, tp, tp_ops::reduce_scatter_seq, tp_ops::all_gather_seq);
 }
+Tensor gather_to_replicated_sequence(const Tensor& x, const CommunicatorPtr& tp) {
+  return conjugate("gather_to_replicated_sequence", x, tp, tp_ops::all_gather_seq, tp_ops::slice_seq);
+}
 
 }  // namespace triad::parallel

@@ -11,6 +11,11 @@
 //   scatter_to_sequence_region    forward: own slice of T     backward: all-gather T
 //   gather_from_sequence_region   forward: all-gather T       backward: reduce-scatter T
 //   reduce_scatter_to_sequence_region  forward: reduce-scatter T  backward: all-gather T
+//   gather_to_replicated_sequence forward: all-gather T       backward: own slice of T
+//
+// The last is scatter_to_sequence_region's conjugate for a region where every rank computes
+// the same thing on the whole sequence (MoE layers under sequence parallelism): its gradient
+// comes back whole and equal on every rank, so each keeps its own tokens' part of it.
 //
 // T is dimension 1 of (B, T, ...) activations; rank r holds tokens [r·T/n, (r+1)·T/n).
 // The last dimension's slices are likewise contiguous per rank. Every rank of the group
@@ -31,6 +36,7 @@ Tensor gather_from_tp_region(const Tensor& x, const CommunicatorPtr& tp);
 Tensor scatter_to_sequence_region(const Tensor& x, const CommunicatorPtr& tp);
 Tensor gather_from_sequence_region(const Tensor& x, const CommunicatorPtr& tp);
 Tensor reduce_scatter_to_sequence_region(const Tensor& x, const CommunicatorPtr& tp);
+Tensor gather_to_replicated_sequence(const Tensor& x, const CommunicatorPtr& tp);
 
 // The raw collectives they are made of (no gradient), on any tensor.
 namespace tp_ops {

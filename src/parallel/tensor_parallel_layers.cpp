@@ -238,6 +238,11 @@ std::pair<int64_t, int64_t> TensorParallel::sequence_part(int64_t T) const {
   return {int64_t(tp_->rank()) * (T / n), T / n};
 }
 
+Tensor TensorParallel::on_whole_sequence(nn::Module& layer, const Tensor& x) const {
+  if (!sequence_parallel_) return layer(x);
+  return scatter_to_sequence_region(layer(gather_to_replicated_sequence(x, tp_)), tp_);
+}
+
 Tensor TensorParallel::tied_logits(const Tensor& x, const Tensor& table) const {
   return linear(sequence_parallel_ ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_), table);
 }

@@ -113,6 +113,7 @@ class TensorParallel : public nn::Parallelism {
     return sequence_parallel_ ? tensor_parallel_generator() : default_generator();
   }
   std::pair<int64_t, int64_t> sequence_part(int64_t T) const override;
+  Tensor on_whole_sequence(nn::Module& layer, const Tensor& x) const override;
   Tensor tied_logits(const Tensor& x, const Tensor& table) const override;
   Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const override;
   Tensor full_logits(const Tensor& logits, int64_t vocab) const override;

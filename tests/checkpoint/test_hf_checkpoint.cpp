@@ -9,6 +9,8 @@
 // their config.json alone and give transformers' greedy text and loss, before and after an
 // export (config.json, generation_config.json, tokenizer files, shards) and a re-import; the
 // Llama's chat template gives apply_chat_template's prompt ids and transformers' greedy reply.
+// The Mixtral (MoE blocks) imports as a Llama with model.moe and gives MixtralForCausalLM's
+// logits; what triad's MoE cannot hold is named, on import and on export.
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +23,7 @@
 #include "engine/generate.h"
 #include "io/chat_template.h"
 #include "io/h5file.h"
+#include "io/hf_models.h"
 #include "io/safetensors.h"
 #include "io/tensor_file.h"
 #include "io/tokenizer.h"
@@ -77,6 +80,17 @@ void write_llama(const TempDir& dir, const std::function<void(io::NamedTensors&,
 }
 
 const std::string kRoundTrip = test::data_path("hf_roundtrip");
+
+// The round trip's Mixtral's tensors and config.json copied to `dir`, changed by `edit`.
+void write_mixtral(const TempDir& dir, const std::function<void(io::NamedTensors&, nlohmann::json&)>& edit) {
+  const io::SafetensorsCheckpoint src = io::SafetensorsCheckpoint::open(kRoundTrip + "/mixtral");
+  io::NamedTensors tensors;
+  for (const std::string& name : src.names()) tensors.emplace_back(name, src.read(name));
+  nlohmann::json config = nlohmann::json::parse(test::read_bytes(kRoundTrip + "/mixtral/config.json"));
+  edit(tensors, config);
+  io::write_safetensors(dir.file("model.safetensors"), tensors);
+  dir.write("config.json", config.dump());
+}
 
 nlohmann::json round_trip_reference() {
   std::ifstream in(kRoundTrip + "/reference.json");
@@ -141,10 +155,10 @@ void check_like_transformers(const std::string& checkpoint, const nlohmann::json
 // `hf_roundtrip_reference.py --check`, where transformers is installed.
 BOOST_AUTO_TEST_CASE(transformers_models_round_trip) {
   const nlohmann::json reference = round_trip_reference();
-  for (const std::string arch : {"gpt2", "llama"}) {
+  for (const std::string arch : {"gpt2", "llama", "mixtral"}) {
     TempDir dir;
     const std::string path = import(kRoundTrip + "/" + arch, "", dir.file("ckpt"));
-    BOOST_TEST(engine::read_summary(path).config["model"]["arch"] == arch);
+    BOOST_TEST(engine::read_summary(path).config["model"]["arch"] == (arch == "mixtral" ? "llama" : arch));
     check_like_transformers(path, reference[arch], arch + " imported");
 
     engine::export_hf({path, dir.file("hf"), DType::f32});
@@ -275,6 +289,109 @@ BOOST_AUTO_TEST_CASE(imported_llama_gives_the_transformers_logits) {
   const io::NamedTensors ref = io::read_tensor_file(kDir + "/llama_logits.tns");
   const Tensor logits = (*loaded.model)(io::find_tensor(ref, "idx", "llama_logits.tns"));
   BOOST_TEST(test::relative_error(logits, io::find_tensor(ref, "logits", "llama_logits.tns")) < 1e-5);
+}
+
+// The Mixtral of the round trip (MixtralForCausalLM saved by transformers) imports as triad's
+// Llama with an MoE block in every layer, Mixtral's routing (dropless top-2, renormalised, no
+// sampling) and its experts at their triad names; loaded, it gives transformers' logits.
+// Without config.json (--arch mixtral and the flags) the tensors give the expert count and
+// the routing is HF's default, the same model.
+BOOST_AUTO_TEST_CASE(imported_mixtral_gives_the_transformers_logits) {
+  TempDir dir;
+  const std::string path = import(kRoundTrip + "/mixtral", "", dir.file("ckpt"));
+  const nlohmann::json model = engine::read_summary(path).config["model"];
+  const nlohmann::json moe = {{"num_experts", 4},
+                              {"every", 1},
+                              {"top_k", 2},
+                              {"drop_tokens", false},
+                              {"aux_loss", "megatron"},
+                              {"aux_loss_coeff", 0.002},
+                              {"top2_2nd_expert_sampling", false},
+                              {"norm_topk_prob", true}};
+  BOOST_TEST(model == nlohmann::json({{"arch", "llama"},
+                                      {"n_layer", 2},
+                                      {"n_head", 4},
+                                      {"n_kv_head", 2},
+                                      {"d_model", 16},
+                                      {"intermediate_size", 24},
+                                      {"seq_len", 64},
+                                      {"vocab_size", 600},
+                                      {"rms_norm_eps", 1e-6},
+                                      {"rope_theta", 10000.0},
+                                      {"moe", moe}}));
+  const io::SafetensorsCheckpoint original = io::SafetensorsCheckpoint::open(kRoundTrip + "/mixtral");
+  const io::H5File file = io::H5File::open(path);
+  BOOST_TEST(same_bits(file.read("/model/blocks.1.moe.experts.3.down.weight"),
+                       original.read("model.layers.1.block_sparse_moe.experts.3.w2.weight")));
+  BOOST_TEST(same_bits(file.read("/model/blocks.0.moe.experts.2.up.weight"),
+                       original.read("model.layers.0.block_sparse_moe.experts.2.w3.weight")));
+  BOOST_TEST(same_bits(file.read("/model/blocks.0.moe.gate.wg.weight"),
+                       original.read("model.layers.0.block_sparse_moe.gate.weight")));
+
+  const engine::LoadedModel loaded = engine::load_model(path);
+  const io::NamedTensors ref = io::read_tensor_file(kRoundTrip + "/mixtral_logits.tns");
+  const Tensor logits = (*loaded.model)(io::find_tensor(ref, "batch", "mixtral_logits.tns"));
+  const Tensor want = io::find_tensor(ref, "logits", "mixtral_logits.tns");
+  BOOST_TEST(test::relative_error(logits, want) < 1e-5);
+  BOOST_TEST(ops::max_abs(ops::sub(logits, want)) < 1e-4);
+
+  TempDir bare;
+  io::NamedTensors tensors;
+  for (const std::string& name : original.names()) tensors.emplace_back(name, original.read(name));
+  io::write_safetensors(bare.file("model.safetensors"), tensors);
+  const nlohmann::json flags = {{"n_head", 4}, {"seq_len", 64}, {"rope_theta", 10000.0}, {"rms_norm_eps", 1e-6}};
+  const std::string from_tensors = import(bare.file("model.safetensors"), "mixtral", bare.file("ckpt"), flags);
+  BOOST_TEST(engine::read_summary(from_tensors).config["model"] == model);
+
+  // One expert per token: Mixtral weighs it by 1 (norm_topk_prob true), and so does triad.
+  TempDir top1;
+  write_mixtral(top1, [](io::NamedTensors&, nlohmann::json& c) { c["num_experts_per_tok"] = 1; });
+  const engine::LoadedModel one = engine::load_model(import(top1.path().string(), "", top1.file("ckpt")));
+  const Tensor logits_top1 = (*one.model)(io::find_tensor(ref, "batch", "mixtral_logits.tns"));
+  const Tensor want_top1 = io::find_tensor(ref, "logits_top1", "mixtral_logits.tns");
+  BOOST_TEST(test::relative_error(logits_top1, want_top1) < 1e-5);
+  BOOST_TEST(ops::max_abs(ops::sub(logits_top1, want_top1)) < 1e-4);
+}
+
+// What MixtralForCausalLM and triad's MoE do not share is named: on import, a sliding window
+// shorter than the sequence (a window as long as the sequence imports) and more experts per
+// token than there are; on export, MoE blocks Mixtral cannot hold.
+BOOST_AUTO_TEST_CASE(mixtral_features_triad_lacks_are_named) {
+  TempDir dir;
+  write_mixtral(dir, [](io::NamedTensors&, nlohmann::json& c) { c["sliding_window"] = 16; });
+  check_error([&] { import(dir.path().string(), "", dir.file("a")); },
+              {dir.file("config.json"), "sliding_window is 16, shorter than max_position_embeddings 64"});
+  write_mixtral(dir, [](io::NamedTensors&, nlohmann::json& c) { c["num_experts_per_tok"] = 5; });
+  check_error([&] { import(dir.path().string(), "", dir.file("a")); },
+              {"num_experts_per_tok is 5, more than num_local_experts (4)"});
+  write_mixtral(dir, [](io::NamedTensors& t, nlohmann::json&) {
+    std::erase_if(t, [](const auto& p) { return p.first == "model.layers.1.block_sparse_moe.experts.3.w1.weight"; });
+  });
+  check_error(
+      [&] { import(dir.path().string(), "", dir.file("a")); },
+      {"has no tensor 'model.layers.1.block_sparse_moe.experts.3.w1.weight', which a mixtral model of 2 layers"});
+  BOOST_TEST(!fs::exists(dir.file("a")));
+  write_mixtral(dir, [](io::NamedTensors&, nlohmann::json& c) { c["sliding_window"] = 4096; });
+  BOOST_TEST(engine::read_summary(import(dir.path().string(), "", dir.file("b"))).config["model"]["moe"]["top_k"] == 2);
+
+  const nlohmann::json mixtral = {{"arch", "llama"}, {"moe", {{"num_experts", 4}, {"every", 1}, {"top_k", 2}}}};
+  BOOST_TEST(io::hf_architecture(mixtral) == "mixtral");
+  BOOST_TEST(io::hf_architecture({{"arch", "llama"}}) == "llama");
+  const auto refused = [&](const nlohmann::json& change, const std::string& message) {
+    nlohmann::json m = mixtral;
+    m.merge_patch(change);
+    check_error([&] { io::hf_architecture(m); }, {message});
+  };
+  refused({{"moe", {{"every", 2}}}}, "model.moe.every is 2; MixtralForCausalLM has an MoE block in every layer");
+  refused({{"moe", {{"num_experts", {4, 8}}}}},
+          "model.moe.num_experts is [4,8]; MixtralForCausalLM has one expert count");
+  refused({{"moe", {{"use_residual", true}}}}, "model.moe.use_residual is true");
+  refused({{"moe", {{"top_k", 1}}}}, "model.moe.norm_topk_prob is null at top_k 1; MixtralForCausalLM renormalises");
+  refused({{"moe", {{"norm_topk_prob", false}}}}, "model.moe.norm_topk_prob is false at top_k 2");
+  nlohmann::json top1 = mixtral;
+  top1["moe"].update({{"top_k", 1}, {"norm_topk_prob", true}});
+  BOOST_TEST(io::hf_architecture(top1) == "mixtral");
+  refused({{"arch", "gpt2"}}, "a gpt2 model with MoE blocks (model.moe) has no transformers class");
 }
 
 BOOST_AUTO_TEST_CASE(llama_round_trips_with_triad_names) {

@@ -239,6 +239,30 @@ BOOST_AUTO_TEST_CASE(top2_places_second_choices_after_all_first_choices) {
   for (size_t c = 0; c < expected.size(); ++c) BOOST_TEST(std::fabs(weights[c] - expected[c]) < 1e-6);
 }
 
+// norm_topk_prob: true renormalises a single choice to weigh 1 (Mixtral's top-1), false
+// leaves top-2's weights at the probabilities; unset is DeepSpeed's (k >= 2 only).
+BOOST_AUTO_TEST_CASE(norm_topk_prob_chooses_whether_the_weights_sum_to_one) {
+  const Tensor logits = Tensor::from_vector(std::vector<float>{3, 2, 0, 3, 2, 0, 2, 3, 0}, {3, 3});
+  const double e = std::exp(3.0) + std::exp(2.0) + 1.0, p0 = std::exp(3.0) / e, p1 = std::exp(2.0) / e;
+  MoEConfig config{.num_experts = 3, .k = 1, .min_capacity = 0, .drop_tokens = false};
+  std::vector<double> w = vec(nn::gate_tokens(logits, config, true).weights);
+  for (double x : w) BOOST_TEST(x == p0, boost::test_tools::tolerance(1e-6));
+  config.norm_topk_prob = true;
+  w = vec(nn::gate_tokens(logits, config, true).weights);
+  for (double x : w) BOOST_TEST(x == 1.0, boost::test_tools::tolerance(1e-6));
+  // Capacity 1 (cf 1: ceil(3 / 3)): expert 0's second token is dropped and weighs 0.
+  config.drop_tokens = true;
+  w = vec(nn::gate_tokens(logits, config, true).weights);
+  BOOST_TEST(w[1] == 0.0);
+  config = {.num_experts = 3, .k = 2, .min_capacity = 0, .drop_tokens = false, .norm_topk_prob = false};
+  w = vec(nn::gate_tokens(logits, config, true).weights);
+  const std::vector<double> expected = {p0, p1, p0, p1, p0, p1};
+  for (size_t c = 0; c < expected.size(); ++c) BOOST_TEST(w[c] == expected[c], boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(config.renormalizes() == false);
+  BOOST_TEST((MoEConfig{.k = 1}.renormalizes()) == false);
+  BOOST_TEST((MoEConfig{.num_experts = 2, .k = 2}.renormalizes()) == true);
+}
+
 BOOST_AUTO_TEST_CASE(dropless_layer_is_a_dense_per_token_mixture) {
   for (int64_t k : {1, 2, 3}) {
     BOOST_TEST_CONTEXT("k " << k) {

@@ -102,6 +102,13 @@ BOOST_AUTO_TEST_CASE(conjugate_functions_match_their_closed_forms) {
     backward(weighted(y, w_mine));  // reduce-scatter: Σ_q (q + 1) wbase, this rank's tokens
     BOOST_TEST(relative_error(grad(x), ops::mul(seq_part(wbase, r, n), ranks_sum)) < kTol);
   }
+  {  // to the replicated sequence: forward all-gather, backward own slice (no sum)
+    Tensor x = leaf(seq_part(base, r, n));
+    Tensor y = gather_to_replicated_sequence(x, tp);
+    BOOST_TEST(relative_error(y, base) == 0.0);
+    backward(weighted(y, w_mine));
+    BOOST_TEST(relative_error(grad(x), seq_part(w_mine, r, n)) == 0.0);
+  }
   {
     Tensor x = leaf(mine);
     Tensor y = reduce_scatter_to_sequence_region(x, tp);

@@ -8,6 +8,7 @@ a check that a folder triad exported loads in `transformers` with the same resul
     python3 tests/reference/hf_roundtrip_reference.py --check gpt2 DIR [llama DIR]
     python3 tests/reference/hf_roundtrip_reference.py --window-loss DIR TOKENS
     python3 tests/reference/hf_roundtrip_reference.py --chat-loop
+    python3 tests/reference/hf_roundtrip_reference.py --mixtral
 
 Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
     gpt2/   GPT2LMHeadModel (2 layers, d 16, 2 heads, n_positions 64) with the byte-level BPE
@@ -17,6 +18,12 @@ Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
             max_position_embeddings 64, rope_theta 10000, rms_norm_eps 1e-6, untied head) with
             the SentencePiece-style tokenizer tests/data/io/hf_llama2_tokenizer.json (600
             tokens, <s> bos, </s> eos)
+    mixtral/ MixtralForCausalLM (the Llama's shape and tokenizer, intermediate 24, 4 experts, 2
+            per token, the router's sliding_window null), whose MoE blocks save_pretrained writes
+            as block_sparse_moe.gate and block_sparse_moe.experts.{e}.w1/w2/w3 (the names of the
+            Mixtral checkpoints on the Hub); its seed also keeps every token's second and third
+            experts apart (router "min_router_margin" > 1e-4 in probability, over the batch and
+            the greedy sequence), so that no rounding changes a routing
     each as save_pretrained writes it: model.safetensors, config.json, generation_config.json,
     and the tokenizer's save_pretrained files (tokenizer.json, tokenizer_config.json; the
     Llama's chat template, Llama-2's [INST] turns, as chat_template.jinja). The
@@ -44,12 +51,19 @@ Making the reference (no arguments) writes under tests/data/hf_roundtrip/:
             assistant's message; "min_margin" over every step (triad-generate --chat, fed the
             turns on stdin, prints the same replies: tests/apps/check_hf_import.sh)}}
     The models are made, saved and read back from the folder before anything is recorded.
+    mixtral_logits.tns: "batch" (int64 (2, 24)) and "logits" (float32 (2, 24, 600)), the
+    Mixtral's logits on the stored batch, and "logits_top1", the same model's with
+    num_experts_per_tok 1 (one expert per token, weighing 1), whose router keeps each token's
+    first and second experts apart by more than 1e-4 too ("min_router_margin_top1").
 
 --check reads folders that `triad-ckpt export --format safetensors` wrote (of models imported
 from the reference folders, or trained from them) with AutoModelForCausalLM.from_pretrained and
 AutoTokenizer.from_pretrained, prints the loss on the stored batch and the greedy text, and
 fails unless they equal the reference's (loss within 1e-5) when the weights are the
 reference's; with --trained it only prints them, for a model trained since.
+
+--mixtral makes mixtral/, its entry in reference.json and mixtral_logits.tns alone (the other
+models and entries unchanged).
 
 --chat-loop adds "chat_loop" to reference.json from the stored Llama folder (the models and the
 rest of the file unchanged).
@@ -70,12 +84,15 @@ import sys
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM, PreTrainedTokenizerFast)
+                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, PreTrainedTokenizerFast)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference_common import write_tns  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
 OUT = os.path.join(DATA, "hf_roundtrip")
-PROMPTS = {"gpt2": "The quick brown fox", "llama": "Once upon a time"}
+PROMPTS = {"gpt2": "The quick brown fox", "llama": "Once upon a time", "mixtral": "Once upon a time"}
 # The Llama's chat template (Llama-2's [INST] turns), saved with its tokenizer.
 LLAMA_CHAT_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
@@ -102,6 +119,32 @@ def llama_model():
                          rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                          initializer_range=0.5)
     return LlamaForCausalLM(config)
+
+
+def mixtral_model():
+    config = MixtralConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=16,
+                           intermediate_size=24, max_position_embeddings=64, vocab_size=600, rms_norm_eps=1e-6,
+                           rope_theta=10000.0, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False,
+                           bos_token_id=1, eos_token_id=2, initializer_range=0.5)
+    return MixtralForCausalLM(config)
+
+
+def router_margin(model, sequences):
+    """The smallest gap, over every token of `sequences` and every MoE block, between the
+    router's k-th and (k+1)-th largest probabilities (a routing that rounding could change
+    would show here)."""
+    k, gaps, hooks = model.config.num_experts_per_tok, [], []
+    for layer in model.model.layers:
+        def hook(module, inputs, output):
+            probs = torch.softmax(output[0].float(), dim=-1).sort(dim=-1, descending=True).values
+            gaps.append(float((probs[:, k - 1] - probs[:, k]).min()))
+        hooks.append(layer.mlp.gate.register_forward_hook(hook))
+    with torch.no_grad():
+        for x in sequences:
+            model(input_ids=x)
+    for h in hooks:
+        h.remove()
+    return min(gaps)
 
 
 def tokenizer_of(arch):
@@ -189,39 +232,75 @@ def loss_of(model, batch):
         return float(model(input_ids=batch, labels=batch).loss)
 
 
-def make():
-    torch.set_num_threads(1)
-    reference = {}
-    for arch, build in (("gpt2", gpt2_model), ("llama", llama_model)):
-        folder = os.path.join(OUT, arch)
-        for seed in range(1, 200):  # the first seed whose greedy text is clear-cut and whole UTF-8
-            torch.manual_seed(seed)
-            build().save_pretrained(folder)
-            tokenizer_of(arch).save_pretrained(folder)
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-            tok = AutoTokenizer.from_pretrained(folder)
-            ids = prompt_ids(arch, tok)
-            new, text, margin = greedy(model, tok, ids)
-            if margin > 1e-3 and "\ufffd" not in text:
-                break
-        else:
-            sys.exit(f"{arch}: no seed gave a clear-cut greedy text of whole UTF-8")
-        batch = batch_of(tok)
-        print(f"{arch}: seed {seed}, {text!r} (min margin {margin:.4f}), loss {loss_of(model, batch):.6f}")
-        reference[arch] = {"seed": seed, "prompt": PROMPTS[arch], "prompt_ids": ids, "generated_ids": new,
-                           "text": text, "min_margin": margin, "batch": batch.tolist(), "loss": loss_of(model, batch)}
-        if arch == "llama":
-            ids = chat_ids(tok)
-            new_tokens = model.config.max_position_embeddings - len(ids)  # the sequence within the positions
-            new, text, margin = greedy(model, tok, ids, new_tokens)
-            assert new_tokens >= 8 and margin > 1e-3, (new_tokens, margin)
-            reference[arch]["chat"] = {"messages": CHAT, "prompt_ids": ids, "max_new_tokens": new_tokens,
-                                       "generated_ids": new, "text": text, "min_margin": margin}
+BUILDERS = {"gpt2": gpt2_model, "llama": llama_model, "mixtral": mixtral_model}
 
+
+def make_model(arch):
+    """Saves `arch`'s model and tokenizer under OUT and returns its reference entry."""
+    folder = os.path.join(OUT, arch)
+    for seed in range(1, 200):  # the first seed whose greedy text is clear-cut, whole UTF-8 and all 32 tokens
+        torch.manual_seed(seed)
+        BUILDERS[arch]().save_pretrained(folder)
+        tokenizer_of(arch).save_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        tok = AutoTokenizer.from_pretrained(folder)
+        ids = prompt_ids(arch, tok)
+        new, text, margin = greedy(model, tok, ids)
+        if margin <= 1e-3 or "\ufffd" in text or len(new) < NEW_TOKENS:
+            continue
+        if arch == "mixtral":
+            routed = router_margin(model, [batch_of(tok), torch.tensor([ids + new])])
+            if routed <= 1e-4:
+                continue
+        break
+    else:
+        sys.exit(f"{arch}: no seed gave a clear-cut greedy text of whole UTF-8 and {NEW_TOKENS} tokens")
+    batch = batch_of(tok)
+    print(f"{arch}: seed {seed}, {text!r} (min margin {margin:.4f}), loss {loss_of(model, batch):.6f}")
+    entry = {"seed": seed, "prompt": PROMPTS[arch], "prompt_ids": ids, "generated_ids": new, "text": text,
+             "min_margin": margin, "batch": batch.tolist(), "loss": loss_of(model, batch)}
+    if arch == "llama":
+        ids = chat_ids(tok)
+        new_tokens = model.config.max_position_embeddings - len(ids)  # the sequence within the positions
+        new, text, margin = greedy(model, tok, ids, new_tokens)
+        assert new_tokens >= 8 and margin > 1e-3, (new_tokens, margin)
+        entry["chat"] = {"messages": CHAT, "prompt_ids": ids, "max_new_tokens": new_tokens, "generated_ids": new,
+                         "text": text, "min_margin": margin}
+    if arch == "mixtral":
+        entry["min_router_margin"] = routed
+        print(f"mixtral: min router margin {routed:.6f}")
+        with torch.no_grad():
+            logits = model(input_ids=batch).logits
+        top1 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, num_experts_per_tok=1).eval()
+        entry["min_router_margin_top1"] = router_margin(top1, [batch])
+        assert entry["min_router_margin_top1"] > 1e-4, entry["min_router_margin_top1"]
+        with torch.no_grad():
+            logits_top1 = top1(input_ids=batch).logits
+        write_tns(os.path.join(OUT, "mixtral_logits.tns"),
+                  [("batch", batch.numpy().astype("<i8")), ("logits", logits.numpy().astype("<f4")),
+                   ("logits_top1", logits_top1.numpy().astype("<f4"))])
+    return entry
+
+
+def write_reference(reference):
     with open(os.path.join(OUT, "reference.json"), "w") as f:
         json.dump(reference, f, indent=1, ensure_ascii=False)
         f.write("\n")
+
+
+def make():
+    torch.set_num_threads(1)
+    write_reference({arch: make_model(arch) for arch in BUILDERS})
     add_chat_loop()
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+
+
+def add_mixtral():
+    torch.set_num_threads(1)
+    with open(os.path.join(OUT, "reference.json"), encoding="utf-8") as f:
+        reference = json.load(f)
+    reference["mixtral"] = make_model("mixtral")
+    write_reference(reference)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
 
 
@@ -261,15 +340,18 @@ def window_loss(folder, tokens_path):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--check", nargs="+", metavar="ARCH DIR", help="gpt2|llama and a triad-exported folder")
+    parser.add_argument("--check", nargs="+", metavar="ARCH DIR", help="gpt2|llama|mixtral and a triad-exported folder")
     parser.add_argument("--trained", action="store_true", help="print only: the weights were trained since")
     parser.add_argument("--chat-loop", action="store_true", help="add the chat loop's replies to reference.json")
+    parser.add_argument("--mixtral", action="store_true", help="make the Mixtral and its reference alone")
     parser.add_argument("--window-loss", nargs=2, metavar=("DIR", "TOKENS"), help="loss on a token file's last window")
     args = parser.parse_args()
     if args.window_loss:
         window_loss(*args.window_loss)
     elif args.chat_loop:
         add_chat_loop()
+    elif args.mixtral:
+        add_mixtral()
     elif not args.check:
         make()
     else:

@@ -6,14 +6,16 @@
 #include <boost/test/unit_test.hpp>
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
+#include "config/model_factory.h"
 #include "engine/engine.h"
-#include "train/trainer.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
 #include "support/mpi_fixture.h"
 #include "support/shared_corpus.h"
 #include "support/training.h"
+#include "train/trainer.h"
 
 using namespace triad;
 using test::MpiFixture;
@@ -79,14 +81,17 @@ std::vector<double> metric(const std::string& metrics, const std::string& key) {
 // other tokens, and a layout's losses equal the single process's given the same
 // micro-batches (the router losses are per micro-batch: the reference accumulates the
 // ranks' micro-batches; its validation rows differ, micro x ranks, so they are not compared).
+// With sequence parallelism each tp rank runs the MoE blocks on the whole sequence gathered
+// from the group, the GPT's and the Llama's.
 BOOST_AUTO_TEST_CASE(moe_training_follows_the_single_process_run) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size();
   test::TempDir dir;
   const std::string corpus = test::shared_corpus(dir, *world) + "/tokens.bin";
-  auto moe_config = [&](int dp) {
+  auto moe_config = [&](int dp, bool llama) {
     nlohmann::json j = config_json(corpus, 16 / (2 * dp));
     j["steps"] = 6;
+    if (llama) j["model"].update({{"arch", "llama"}, {"n_kv_head", 2}, {"intermediate_size", 24}});
     j["model"]["moe"] = {{"num_experts", 4},        {"every", 1},           {"top_k", 2},
                          {"drop_tokens", false},    {"aux_loss_coeff", 0.1}, {"z_loss_coeff", 0.01},
                          {"top2_2nd_expert_sampling", false}};
@@ -97,20 +102,24 @@ BOOST_AUTO_TEST_CASE(moe_training_follows_the_single_process_run) {
     int pp = 1, stage = 0;
     bool recompute = false;
     int tp = 1;
+    bool sp = false, llama = false;
   };
-  for (const Layout& l : {Layout{"zero0"}, Layout{"zero3", 1, 3}, Layout{"zero2 recomputed", 1, 2, true},
-                          Layout{"pp2 zero1", 2, 1}, Layout{"tp2 zero1", 1, 1, false, 2}}) {
+  for (const Layout& l :
+       {Layout{"zero0"}, Layout{"zero3", 1, 3}, Layout{"zero2 recomputed", 1, 2, true}, Layout{"pp2 zero1", 2, 1},
+        Layout{"tp2 zero1", 1, 1, false, 2}, Layout{"tp2 sp zero0", 1, 0, false, 2, true},
+        Layout{"tp2 sp zero3", 1, 3, false, 2, true}, Layout{"llama tp2 sp zero1", 1, 1, false, 2, true, true}}) {
     BOOST_TEST_CONTEXT(l.name << " on " << n << " ranks") {
       const int dp = n / (l.pp * l.tp);
-      const std::string ref_metrics = dir.file("moe_ref_dp" + std::to_string(dp) + ".jsonl");
-      engine::train(engine::parse_config(moe_config(dp)), {.metrics_path = ref_metrics});
-      nlohmann::json j = moe_config(dp);
+      const std::string ref_metrics =
+          dir.file("moe_ref_dp" + std::to_string(dp) + (l.llama ? "_llama" : "") + ".jsonl");
+      engine::train(engine::parse_config(moe_config(dp, l.llama)), {.metrics_path = ref_metrics});
+      nlohmann::json j = moe_config(dp, l.llama);
       j["zero_optimization"] = {{"stage", l.stage}, {"stage3_param_persistence_threshold", 0}};
       j["pipeline"] = {{"stages", l.pp}};
-      j["model"]["activation_checkpointing"] = l.recompute;
+      if (l.recompute) j["model"]["activation_checkpointing"] = true;
       j["model"]["tensor_parallel"] = l.tp;
-      const std::string metrics = dir.file("moe_" + std::to_string(l.stage) + std::to_string(l.pp) +
-                                           std::to_string(l.tp) + ".jsonl");
+      j["model"]["sequence_parallel"] = l.sp;
+      const std::string metrics = dir.file("moe_" + l.name + ".jsonl");
       engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
       if (world->rank() == 0) {
         const std::vector<double> ref = test::metric_losses(ref_metrics), losses = test::metric_losses(metrics);
@@ -184,6 +193,74 @@ BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
         BOOST_TEST(ref_norm.front() > 0.5);  // clipped: the norm scales the step
       }
     }
+  }
+  world->barrier();
+}
+
+// A layout where one rank's experts receive no tokens at all: the run starts from weights
+// whose MoE blocks send every token to experts 0 and 1, rank 0's of an ep pair (ln2 makes
+// feature 0 of the gate's input 8 for every token; the gate rows weigh it +2 for experts 0
+// and 1, -2 for 2 and 3). At ep 2 the exchanges to and from rank 1's experts carry no token
+// in any step; the run does not hang and follows the single process, and the load metrics
+// show experts 2 and 3 idle.
+BOOST_AUTO_TEST_CASE(ranks_whose_experts_get_no_tokens_train_with_the_others) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size();
+  test::TempDir dir;
+  const std::string shared = test::shared_corpus(dir, *world), corpus = shared + "/tokens.bin";
+  auto moe_config = [&](int dp) {
+    nlohmann::json j = config_json(corpus, 16 / (2 * dp));
+    j["steps"] = 4;
+    j["model"]["moe"] = {{"num_experts", 4},
+                         {"every", 1},
+                         {"top_k", 2},
+                         {"drop_tokens", false},
+                         {"aux_loss_coeff", 0.1},
+                         {"z_loss_coeff", 0.01},
+                         {"top2_2nd_expert_sampling", false}};
+    return j;
+  };
+  const std::string init = shared + "/forced.h5";
+  if (world->rank() == 0) {
+    const std::shared_ptr<nn::LanguageModel> model = engine::build_model(engine::parse_config(moe_config(n)));
+    io::NamedTensors weights;
+    for (const auto& [name, p] : model->named_parameters()) {
+      Tensor t = ops::clone(p);
+      float* v = t.data<float>();
+      if (name.ends_with(".ln2.weight")) v[0] = 0;
+      if (name.ends_with(".ln2.bias")) v[0] = 8;
+      if (name.ends_with(".moe.gate.wg.weight"))
+        for (int64_t e = 0; e < 4; ++e) v[e * t.size(1)] = e < 2 ? 2.0f : -2.0f;
+      weights.emplace_back(name, t);
+    }
+    engine::save_initial_checkpoint(init, moe_config(n), weights);
+  }
+  world->barrier();
+  const std::string ref_metrics = dir.file("forced_ref.jsonl"), metrics = dir.file("forced_ep2.jsonl");
+  engine::train(engine::parse_config(moe_config(n)), {.metrics_path = ref_metrics, .init = init});
+  nlohmann::json j = moe_config(n);
+  j["model"]["moe"]["expert_parallel_size"] = 2;
+  j["zero_optimization"] = {{"stage", 2}};
+  engine::train(engine::parse_config(j, n), {.metrics_path = metrics, .init = init}, world);
+  if (world->rank() == 0) {
+    const std::vector<double> ref = test::metric_losses(ref_metrics), losses = test::metric_losses(metrics);
+    const std::vector<double> ref_moe = moe_metric(ref_metrics, "loss"), moe = moe_metric(metrics, "loss");
+    BOOST_TEST_REQUIRE(losses.size() == 4u);
+    BOOST_TEST_REQUIRE(losses.size() == ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      BOOST_TEST(std::abs(losses[i] - ref[i]) / ref[i] < 1e-5, "step " << i);
+      BOOST_TEST(std::abs(moe[i] - ref_moe[i]) / ref_moe[i] < 1e-5, "step " << i);
+    }
+    std::ifstream in(metrics);
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines)
+      for (const nlohmann::json& layer : nlohmann::json::parse(line)["moe"]["layers"]) {
+        const std::vector<double> load = layer["load"].get<std::vector<double>>();
+        BOOST_TEST(load[0] + load[1] == 1.0);
+        BOOST_TEST(load[2] == 0.0);
+        BOOST_TEST(load[3] == 0.0);
+      }
+    BOOST_TEST(lines == 4);
   }
   world->barrier();
 }
