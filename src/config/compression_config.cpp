@@ -38,6 +38,28 @@ std::vector<std::string> module_patterns(JsonReader& r) {
   return out;
 }
 
+// The entries of r's "different_groups", each named by its key, its "params" read by
+// `parse` and its module patterns; every reader is finished, so an unknown key is named.
+template <class Group, class F>
+std::vector<Group> parse_groups(JsonReader& r, F&& parse) {
+  std::vector<Group> out;
+  if (!r.has("different_groups")) return out;
+  const nlohmann::json& groups = r.value("different_groups");
+  JsonReader all = r.object("different_groups");
+  for (const auto& [name, _] : groups.items()) {
+    JsonReader g = all.object(name);
+    JsonReader params = g.object("params");
+    Group q = parse(params);
+    q.name = name;
+    params.finish();
+    q.modules = module_patterns(g);
+    g.finish();
+    out.push_back(std::move(q));
+  }
+  all.finish();
+  return out;
+}
+
 void parse_weights(JsonReader r, CompressionConfig::Weights& w, std::vector<std::string>& notices) {
   JsonReader shared = r.object("shared_parameters");
   w.enabled = shared.boolean("enabled", false);
@@ -69,26 +91,14 @@ void parse_weights(JsonReader r, CompressionConfig::Weights& w, std::vector<std:
     mixed.finish();
   }
   shared.finish();
-  if (r.has("different_groups")) {
-    const nlohmann::json& groups = r.value("different_groups");
-    JsonReader all = r.object("different_groups");
-    for (const auto& [name, body] : groups.items()) {
-      JsonReader g = all.object(name);
-      WeightQuantGroup q;
-      q.name = name;
-      JsonReader params = g.object("params");
-      q.start_bits = compression_width(params, "start_bits", 8);
-      q.target_bits = compression_width(params, "target_bits", q.start_bits);
-      if (q.target_bits > q.start_bits)
-        params.fail("target_bits", "at most start_bits " + std::to_string(q.start_bits));
-      q.quantization_period = params.integer("quantization_period", 1, 1, INT64_MAX);
-      params.finish();
-      q.modules = module_patterns(g);
-      g.finish();
-      w.groups.push_back(q);
-    }
-    all.finish();
-  }
+  w.groups = parse_groups<WeightQuantGroup>(r, [](JsonReader& params) {
+    WeightQuantGroup q;
+    q.start_bits = compression_width(params, "start_bits", 8);
+    q.target_bits = compression_width(params, "target_bits", q.start_bits);
+    if (q.target_bits > q.start_bits) params.fail("target_bits", "at most start_bits " + std::to_string(q.start_bits));
+    q.quantization_period = params.integer("quantization_period", 1, 1, INT64_MAX);
+    return q;
+  });
   r.finish();
 }
 
@@ -101,23 +111,12 @@ void parse_activations(JsonReader r, CompressionConfig::Activations& a) {
     shared.fail("range_calibration", "dynamic (each token's own range; static ranges are not available in triad)");
   a.schedule_offset = shared.integer("schedule_offset", 0, 0, INT64_MAX);
   shared.finish();
-  if (r.has("different_groups")) {
-    const nlohmann::json& groups = r.value("different_groups");
-    JsonReader all = r.object("different_groups");
-    for (const auto& [name, body] : groups.items()) {
-      JsonReader g = all.object(name);
-      ActivationQuantGroup q;
-      q.name = name;
-      JsonReader params = g.object("params");
-      q.bits = int(params.integer("bits", 8, 1, 32));
-      if (q.bits != 8) params.fail("bits", "8 (triad's activation quantization)");
-      params.finish();
-      q.modules = module_patterns(g);
-      g.finish();
-      a.groups.push_back(q);
-    }
-    all.finish();
-  }
+  a.groups = parse_groups<ActivationQuantGroup>(r, [](JsonReader& params) {
+    ActivationQuantGroup q;
+    q.bits = int(params.integer("bits", 8, 1, 32));
+    if (q.bits != 8) params.fail("bits", "8 (triad's activation quantization)");
+    return q;
+  });
   r.finish();
 }
 
