@@ -12,7 +12,6 @@
 #include "parallel/pipeline_schedule.h"
 #include "tensor/device.h"
 #include "tensor/error.h"
-#include "zero/expert_placement.h"
 
 namespace triad::engine {
 
@@ -646,7 +645,6 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
   parse_zero(r.object("zero_optimization"), c.zero, c.notices, host_parameters);
   if (r.has("aio")) parse_aio(r.object("aio"), c.zero.aio);  // (known only when given: no "did you mean aio")
   c.zero.validate(c.data_parallel);
-  if (c.expert_parallel > 1) zero::check_experts_spread(c.zero);
   parse_precision(r.object("bf16"), r.object("fp16"), c.precision, c.notices);
   c.gradient_clipping = r.number("gradient_clipping", 0.0, 0.0, kInf);
   c.prescale_gradients = r.boolean("prescale_gradients", false);

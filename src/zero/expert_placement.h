@@ -15,7 +15,11 @@
 // stage 0, where edp replicates experts and dp the rest, the dense squares count on dp rank
 // 0 and the experts' on edp rank 0, summed over dp. Checkpoints see the experts' slices by
 // their global names like any other parameter's (owned_slices: each element on one rank).
-// ZeRO++'s hpZ and qgZ run over dp's node groups and are refused with experts spread.
+// ZeRO++ with experts spread: qwZ quantizes the experts' forward gathers over edp as it does
+// the dense ones over dp; hpZ's secondary shards and qgZ's two-hop reduction run over dp's
+// hpZ and node groups, so they apply to the dense groups only, and the expert groups gather
+// from their primary shards and reduce-scatter exactly over edp (a group of dp / ep ranks,
+// the size hpZ's groups shrink the dense gathers to when ep is the ranks per node).
 #pragma once
 
 #include "parallel/communicator.h"
@@ -30,9 +34,7 @@ struct ExpertPlacement {
   bool spread() const { return edp != nullptr; }
 };
 
-// Throws Error where `config` cannot run with the experts spread over ep > 1 ranks.
-void check_experts_spread(const ZeroConfig& config);
-// The same, and Error unless `experts` (when spread) has a size dividing a dp group of dp ranks.
-void check_expert_placement(const ExpertPlacement& experts, const ZeroConfig& config, int dp);
+// Error unless `experts` (when spread) has a size dividing a dp group of dp ranks.
+void check_expert_placement(const ExpertPlacement& experts, int dp);
 
 }  // namespace triad::zero

@@ -74,7 +74,7 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
               "[config] zero_optimization.delayed_update runs with the training on device \"cpu\" in this build, not "
                   << device_.str());
   check_zeropp();
-  check_expert_placement(experts_, config_, dp_->size());
+  check_expert_placement(experts_, dp_->size());
   std::map<std::string, nn::TensorSplit> splits;
   for (auto& [name, split] : model->named_splits()) splits.emplace(name, split);
   groups_.reserve(8 * units_.size());  // hooks hold Group pointers: no reallocation after this
@@ -266,9 +266,10 @@ void ZeroOptimizer::gather_unit(size_t u, Use use) {
     g->gather.reset();
     g->flat->finish_gather();
     if (param_swap_) param_swap_->drop(*g->flat);  // the gathered buffer holds it
-    if (config_.hpz_partition_size > 1) {
+    if (config_.hpz_partition_size > 1 && g->comm == dp_.get()) {
       // A training forward's gather leaves the secondary shard its backward gathers from;
-      // the backward's own gather has used it.
+      // the backward's own gather has used it. (Expert groups gather over edp: Note [ZeRO
+      // with experts].)
       if (use == Use::forward && GradMode::enabled())
         g->flat->keep_secondary(zeropp_.hpz->rank(), zeropp_.hpz->size());
       else
@@ -347,7 +348,7 @@ void ZeroOptimizer::launch(Group& g) {
   prescale(g.flat->grad());
   if (config_.stage == 0) {
     pending_.push_back({bucketed_all_reduce(*g.comm, g.flat->grad(), config_.reduce_bucket_size), &g, Tensor()});
-  } else if (config_.quantized_gradients) {
+  } else if (config_.quantized_gradients && g.comm == dp_.get()) {
     Tensor out = Tensor::empty({g.flat->shard_size()}, config_.dtype, g.flat->device());
     pending_.push_back({reducer_->reduce_scatter(g.flat->grad(), out), &g, out});
   } else {
@@ -709,7 +710,7 @@ ResidentBytes ZeroOptimizer::memory() const {
     } else {
       m.param_bytes += (g.partitioned ? shard : full) * elt;
     }
-    if (g.partitioned && config_.hpz_partition_size > 1) m.param_bytes += full / config_.hpz_partition_size * elt;
+    if (g.partitioned && config_.hpz_partition_size > 1 && g.comm == dp_.get()) m.param_bytes += full / config_.hpz_partition_size * elt;
     m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
     // Note [Delayed parameter update]: the pending update's copies of the parameters it
     // updates and of their f32 gradient.

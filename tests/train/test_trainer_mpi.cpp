@@ -141,7 +141,9 @@ BOOST_AUTO_TEST_CASE(moe_training_follows_the_single_process_run) {
 // Expert parallelism (ep 2: each rank of an ep pair holds half of every MoE layer's experts,
 // the experts' gradients reduced over the expert-data-parallel group) follows the single
 // process as ep 1 does: the GPT at ZeRO 0, 2 and 3, on two pipeline stages, with tensor
-// parallelism, and the Llama.
+// parallelism, and the Llama. With ZeRO++ (Note [ZeRO with experts]): hpZ alone is exact
+// (within 1e-5); qwZ + hpZ + qgZ quantize, so their losses stay within 2% (as
+// test_zeropp_mpi bounds them without experts).
 // Gradient clipping engages: the norm, which must count every expert once, scales the steps.
 BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
   const parallel::CommunicatorPtr world = parallel::world();
@@ -163,10 +165,12 @@ BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
     int stage = 0, pp = 1;
     bool llama = false;
     int tp = 1;
+    enum { none, hpz, all } zeropp = none;
   };
   for (const Layout& l : {Layout{"ep2 zero0"}, Layout{"ep2 zero2", 2}, Layout{"ep2 zero3", 3},
                           Layout{"ep2 pp2 zero1", 1, 2}, Layout{"llama ep2 zero2", 2, 1, true},
-                          Layout{"ep2 tp2 zero1", 1, 1, false, 2}}) {
+                          Layout{"ep2 tp2 zero1", 1, 1, false, 2}, Layout{"ep2 zero3 hpz2", 3, 1, false, 1, Layout::hpz},
+                          Layout{"ep2 zero3 qwz hpz2 qgz", 3, 1, false, 1, Layout::all}}) {
     const int dp = n / (l.pp * l.tp);
     if (dp % 2 != 0) continue;  // pp 2 or tp 2 on 2 ranks leaves one data-parallel rank
     BOOST_TEST_CONTEXT(l.name << " on " << n << " ranks") {
@@ -175,6 +179,9 @@ BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
       nlohmann::json j = moe_config(dp, l.llama);
       j["model"]["moe"]["expert_parallel_size"] = 2;
       j["zero_optimization"] = {{"stage", l.stage}, {"stage3_param_persistence_threshold", 0}};
+      if (l.zeropp != Layout::none) j["zero_optimization"]["zero_hpz_partition_size"] = 2;
+      if (l.zeropp == Layout::all)
+        j["zero_optimization"].update({{"zero_quantized_weights", true}, {"zero_quantized_gradients", true}});
       j["pipeline"] = {{"stages", l.pp}};
       j["model"]["tensor_parallel"] = l.tp;
       const std::string metrics = dir.file("ep_" + l.name + ".jsonl");
@@ -185,10 +192,11 @@ BOOST_AUTO_TEST_CASE(expert_parallel_training_follows_the_single_process_run) {
         BOOST_TEST_REQUIRE(losses.size() == ref.size());
         BOOST_TEST_REQUIRE(moe.size() == ref.size());
         const std::vector<double> ref_norm = metric(ref_metrics, "grad_norm"), norm = metric(metrics, "grad_norm");
+        const double bound = l.zeropp == Layout::all ? 0.02 : 1e-5;
         for (size_t i = 0; i < ref.size(); ++i) {
-          BOOST_TEST(std::abs(losses[i] - ref[i]) / ref[i] < 1e-5, "step " << i);
-          BOOST_TEST(std::abs(moe[i] - ref_moe[i]) / ref_moe[i] < 1e-5, "step " << i);
-          BOOST_TEST(std::abs(norm[i] - ref_norm[i]) / ref_norm[i] < 1e-5, "step " << i);
+          BOOST_TEST(std::abs(losses[i] - ref[i]) / ref[i] < bound, "step " << i);
+          BOOST_TEST(std::abs(moe[i] - ref_moe[i]) / ref_moe[i] < bound, "step " << i);
+          if (l.zeropp != Layout::all) BOOST_TEST(std::abs(norm[i] - ref_norm[i]) / ref_norm[i] < 1e-5, "step " << i);
         }
         BOOST_TEST(ref_norm.front() > 0.5);  // clipped: the norm scales the step
       }
