@@ -17,8 +17,9 @@
 // SequenceParallelPause lives on a thread, a model built with sequence parallelism runs there
 // as one built without it (the weights are the same; only where activations live differs):
 // sequence_parallel() is false, and the layers keep the residual stream whole on every rank.
-// For forwards without gradients only (a paused forward marks no gradient partial); the
-// language models' forward_cached holds one.
+// For forwards without gradients only (the gradients of parameters marked partial_grad
+// would come back whole on every rank, then be summed over them); the language models'
+// forward_cached holds one.
 //
 // It also carries how the experts of the model's MoE layers are spread (experts(), Note
 // [Expert parallelism] in nn/expert_exchange.h): every expert in this process unless built

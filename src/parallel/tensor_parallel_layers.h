@@ -6,8 +6,9 @@
 // - ColumnParallelLinear (in -> out): weight (out/n, in), bias (out/n); rank r computes
 //   output features [r·out/n, (r+1)·out/n) (of each of `parts` blocks: a fused q|k|v).
 //   Input: whole on every rank (copy_to_tp_region), or with sequence_parallel the rank's
-//   tokens, all-gathered along T (while paused, Note [Sequence parallelism paused] in
-//   nn/parallelism.h, the layers with sequence_parallel run as those without). gather_output all-gathers the output features.
+//   tokens, all-gathered along T. gather_output all-gathers the output features. While
+//   sequence parallelism is paused (Note [Sequence parallelism paused] in nn/parallelism.h)
+//   the layers built with sequence_parallel run as those built without.
 // - RowParallelLinear (in -> out): weight (out, in/n), bias (out) replicated, added once
 //   after the sum over ranks (all-reduce; with sequence_parallel a reduce-scatter along T,
 //   leaving each rank its tokens). input_is_parallel: the input already holds the rank's

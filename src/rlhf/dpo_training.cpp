@@ -54,9 +54,9 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.grid);
   auto& policy = dynamic_cast<nn::LanguageModel&>(engine->model());
   const auto policy_logits = [&](const Tensor& ids) { return full_vocabulary(engine->model()(ids), layout.tp); };
-  const Frozen<nn::LanguageModel> reference = frozen_policy(
-      sc.model.init, engine->device(),
-      {.tp = layout.tp, .sequence_parallel = c.sequence_parallel, .dp = layout.dp, .zero = c.zero});  // Note [Frozen models]
+  const Frozen<nn::LanguageModel> reference =  // Note [Frozen models]
+      frozen_policy(sc.model.init, engine->device(),
+                    {.tp = layout.tp, .sequence_parallel = c.sequence_parallel, .dp = layout.dp, .zero = c.zero});
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the DPO policy");
   const nlohmann::json mem = model_memory({{"policy", engine->memory()}, {"reference", reference.memory()}}, comm);
   StepLog log(options.metrics_path, layout.leader, first, c.steps, c.log_interval);

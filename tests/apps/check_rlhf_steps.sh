@@ -2,9 +2,10 @@
 # triad-rlhf end to end on a tiny GPT and 600 fortune pairs: every step runs (SFT, reward
 # model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO), with a
 # Llama, and the reward model and DPO at tensor-parallel 2 as in one process; a PPO run
-# stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad input (a row without "chosen", prompts all longer than the limit,
-# sequence parallelism without tensor parallelism, pipeline stages, a critic initialized
-# from a reward model of another hidden size, under mpirun on 2 ranks)
+# stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad
+# input (a row without "chosen", prompts all longer than the limit, sequence parallelism
+# without tensor parallelism, pipeline stages, a critic initialized from a reward model of
+# another hidden size, under mpirun on 2 ranks)
 # fails on every rank with an error that names the problem, and leaves what earlier runs
 # saved untouched.
 #   check_rlhf_steps.sh BIN_DIR
