@@ -15,6 +15,9 @@
 // nothing is gathered. Sampling draws per global sample (Note [Batched generation]), so a
 // rank passes the global index of its first prompt and every layout gives the same samples.
 // Generation needs the whole model in memory on each rank while it runs, as DeepSpeed's does.
+// A model trained with sequence parallelism generates with it paused (Note [Sequence
+// parallelism paused] in nn/parallelism.h): the ranks of its tensor-parallel group pass the
+// same rows and run the whole columns, as without it.
 #pragma once
 
 #include "engine/engine.h"

@@ -148,7 +148,6 @@ Tensor GPT::forward(const Tensor& indices) { return logits(indices, nullptr); }
 Tensor GPT::forward(const Tensor& indices, const LeftPadding& padding) {
   TRIAD_CHECK(indices.dim() == 2, "GPT: expected indices (B, T), got " << shape_str(indices.shape()));
   check_padding(padding, indices, config_.seq_len, "GPT");
-  TRIAD_CHECK(!par_->sequence_parallel(), "GPT: sequence parallelism does not take left-padded batches");
   return call([&] { return logits(indices, &padding); });
 }
 
@@ -161,8 +160,9 @@ Tensor GPT::hidden_states(const Tensor& indices, const LeftPadding* padding) {
   const int64_t T = indices.size(1);
   TRIAD_CHECK(T <= config_.seq_len, "GPT: sequence length " << T << " exceeds the model's seq_len " << config_.seq_len);
   const auto [first, count] = par_->sequence_part(T);
-  const Tensor position_rows =
-      padding ? embedding(wpe->weight, padding->positions) : narrow(wpe->weight, 0, first, count);
+  const Tensor position_rows =  // with sequence parallelism, of this rank's columns
+      padding ? embedding(wpe->weight, ops::contiguous(ops::narrow(padding->positions, 1, first, count)))
+              : narrow(wpe->weight, 0, first, count);
   Tensor x = add((*wte)(indices), position_rows);
   x = (*drop)(x);
   const Tensor key_start = padding ? padding->key_start : Tensor();
@@ -194,10 +194,10 @@ Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache, const Tensor& 
               "GPT: " << pos + T << " positions exceed the model's seq_len " << config_.seq_len);
   TRIAD_CHECK(!cache.k.empty() && cache.k[0].size(0) == indices.size(0),
               "GPT: the cache was made for another batch size");
-  TRIAD_CHECK(!par_->sequence_parallel(), "GPT: generation runs without sequence parallelism");
   if (positions.defined()) check_positions(positions, indices, config_.seq_len, "GPT");
   if (cache.key_start.defined()) check_key_start(cache.key_start, indices, "GPT");
   NoGradGuard no_grad;
+  const SequenceParallelPause whole;  // Note [Sequence parallelism paused]
   return call([&] {
     Tensor x = ops::add((*wte)(indices), positions.defined() ? embedding(wpe->weight, positions)
                                                              : ops::narrow(wpe->weight, 0, pos, T));

@@ -69,10 +69,10 @@ class GPT : public LanguageModel {
   // columns past vocab_size are padding).
   Tensor forward(const Tensor& indices) override;
   // A left-padded batch (Note [Left-padded batches]): position rows gathered per token, each
-  // row's attention from its key_start; not with sequence parallelism.
+  // row's attention from its key_start (with sequence parallelism: the rank's columns).
   Tensor forward(const Tensor& indices, const LeftPadding& padding) override;
-  // Generation (LanguageModel's), over all vocab_size tokens on every rank; not with
-  // sequence parallelism.
+  // Generation (LanguageModel's), over all vocab_size tokens on every rank; with sequence
+  // parallelism, paused (Note [Sequence parallelism paused] in nn/parallelism.h).
   KVCache make_cache(int64_t batch) const override;
   Tensor forward_cached(const Tensor& indices, KVCache& cache, const Tensor& positions = Tensor()) override;
   Tensor loss(const Tensor& indices, const Tensor& targets) override;

@@ -12,7 +12,8 @@
 // gradient, so each real token's logits, and the gradients through them, are those of its row
 // run alone without padding (up to rounding). The cache (KVCache::key_start) keeps key_start
 // for generation, which appends one column to every row per step (engine/generate.h).
-// Sequence parallelism does not take padding (its ranks hold parts of the sequence).
+// With sequence parallelism every rank is given the whole batch and its padding, and its
+// residual stream holds its own part of the columns (T a multiple of the ranks).
 #pragma once
 
 #include <vector>
@@ -65,6 +66,7 @@ class LanguageModel : public Module {
   virtual Tensor loss(const Tensor& indices, const Tensor& targets) = 0;
   // The hidden states (B, T, d_model) the output head reads (after the final norm), of a
   // batch left-padded when `padding` is given: what a value head reads (nn/value_model.h).
+  // With sequence parallelism, (B, T / ranks, d_model): this rank's columns.
   // Runs no hooks of this module: call it from the forward of a module holding this one.
   virtual Tensor hidden_states(const Tensor& indices, const LeftPadding* padding = nullptr) = 0;
   // Generation: an empty cache for `batch` sequences of up to seq_len() tokens, and the
@@ -72,7 +74,9 @@ class LanguageModel : public Module {
   // equal to the last T_new positions of forward() on the whole sequence. Inference only.
   // positions (B, T_new) i64: each new token's position (a left-padded batch: Note
   // [Left-padded batches], with the cache's key_start set); undefined: the shared range
-  // [cache.length, cache.length + T_new).
+  // [cache.length, cache.length + T_new). With sequence parallelism it runs paused (Note
+  // [Sequence parallelism paused] in nn/parallelism.h): every rank of the group passes the
+  // same tokens.
   virtual KVCache make_cache(int64_t batch) const = 0;
   virtual Tensor forward_cached(const Tensor& indices, KVCache& cache, const Tensor& positions = Tensor()) = 0;
 

@@ -124,7 +124,6 @@ Tensor Llama::forward(const Tensor& indices) { return logits(indices, nullptr); 
 Tensor Llama::forward(const Tensor& indices, const LeftPadding& padding) {
   TRIAD_CHECK(indices.dim() == 2, "Llama: expected indices (B, T), got " << shape_str(indices.shape()));
   check_padding(padding, indices, config_.seq_len, "Llama");
-  TRIAD_CHECK(!par_->sequence_parallel(), "Llama: sequence parallelism does not take left-padded batches");
   return call([&] { return logits(indices, &padding); });
 }
 
@@ -164,10 +163,10 @@ Tensor Llama::forward_cached(const Tensor& indices, KVCache& cache, const Tensor
               "Llama: " << pos + T << " positions exceed the model's seq_len " << config_.seq_len);
   TRIAD_CHECK(!cache.k.empty() && cache.k[0].size(0) == indices.size(0),
               "Llama: the cache was made for another batch size");
-  TRIAD_CHECK(!par_->sequence_parallel(), "Llama: generation runs without sequence parallelism");
   if (positions.defined()) check_positions(positions, indices, config_.seq_len, "Llama");
   if (cache.key_start.defined()) check_key_start(cache.key_start, indices, "Llama");
   NoGradGuard no_grad;
+  const SequenceParallelPause whole;  // Note [Sequence parallelism paused]
   return call([&] {
     Tensor x = (*embed)(indices);
     for (size_t i = 0; i < blocks->size(); ++i)

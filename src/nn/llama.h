@@ -75,12 +75,13 @@ class Llama : public LanguageModel {
   // this rank's head holds (vocab_size on one process).
   Tensor forward(const Tensor& indices) override;
   // A left-padded batch (Note [Left-padded batches]): rotary angles per token, each row's
-  // attention from its key_start; not with sequence parallelism.
+  // attention from its key_start (with sequence parallelism: the rank's columns).
   Tensor forward(const Tensor& indices, const LeftPadding& padding) override;
   Tensor loss(const Tensor& indices, const Tensor& targets) override;
   Tensor hidden_states(const Tensor& indices, const LeftPadding* padding = nullptr) override;
   // Generation (LanguageModel's): the cache holds per layer n_kv_head / ranks heads of keys
-  // (rotated) and values. Not with sequence parallelism.
+  // (rotated) and values. With sequence parallelism, paused (Note [Sequence parallelism
+  // paused] in nn/parallelism.h).
   KVCache make_cache(int64_t batch) const override;
   Tensor forward_cached(const Tensor& indices, KVCache& cache, const Tensor& positions = Tensor()) override;
   int64_t seq_len() const override { return config_.seq_len; }

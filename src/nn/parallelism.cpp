@@ -5,6 +5,14 @@
 
 namespace triad::nn {
 
+namespace {
+thread_local bool paused = false;
+}  // namespace
+
+SequenceParallelPause::SequenceParallelPause() : was_paused_(paused) { paused = true; }
+SequenceParallelPause::~SequenceParallelPause() { paused = was_paused_; }
+bool sequence_parallel_paused() { return paused; }
+
 std::shared_ptr<Linear> Parallelism::column_linear(int64_t in_features, int64_t out_features, int, bool bias) const {
   return std::make_shared<Linear>(in_features, out_features, bias);
 }

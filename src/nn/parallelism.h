@@ -12,6 +12,15 @@
 // the ranks. Dropout inside that region draws from region_generator() (a stream per
 // rank); on the residual stream from residual_generator().
 //
+// Note [Sequence parallelism paused]: generation gives every rank of a tensor-parallel group
+// the same tokens, a column at a time, which no split of the sequence fits. While a
+// SequenceParallelPause lives on a thread, a model built with sequence parallelism runs there
+// as one built without it (the weights are the same; only where activations live differs):
+// sequence_parallel() is false, and the layers keep the residual stream whole on every rank.
+// For forwards without gradients only (the gradients of parameters marked partial_grad
+// would come back whole on every rank, then be summed over them); the language models'
+// forward_cached holds one.
+//
 // It also carries how the experts of the model's MoE layers are spread (experts(), Note
 // [Expert parallelism] in nn/expert_exchange.h): every expert in this process unless built
 // with an expert-parallel exchange.
@@ -33,6 +42,7 @@ class Parallelism : public std::enable_shared_from_this<Parallelism> {
   virtual ~Parallelism() = default;
 
   virtual int ranks() const { return 1; }
+  // Whether the residual stream is split along the sequence now (false while paused).
   virtual bool sequence_parallel() const { return false; }
 
   // Output features split over the ranks; `parts` blocks of out_features (q|k|v: 3) each
@@ -63,6 +73,12 @@ class Parallelism : public std::enable_shared_from_this<Parallelism> {
   // from the ranks, the same on each (its gradient too), of which this rank keeps its own
   // tokens' part; otherwise layer(x).
   virtual Tensor on_whole_sequence(Module& layer, const Tensor& x) const { return layer(x); }
+  // Values x (B, t, ...) of this rank's tokens of the residual stream, as the whole sequence
+  // (B, T, ...) on every rank, the same on each: what a computation every rank runs alike on
+  // the whole sequence reads (a value head's loss, a score read at one token). Its backward
+  // keeps this rank's tokens' part of the gradient, which such a computation leaves whole and
+  // the same on every rank. Without sequence parallelism: x.
+  virtual Tensor whole_sequence(const Tensor& x) const { return x; }
   // Marks the parameters of a layer on the residual stream whose gradients sequence
   // parallelism leaves partial on each rank (TensorSplit::partial_grad).
   virtual void mark_residual_layer(Module&) const {}
@@ -75,5 +91,19 @@ class Parallelism : public std::enable_shared_from_this<Parallelism> {
 
 // The single-process model's.
 const std::shared_ptr<const Parallelism>& serial();
+
+// Note [Sequence parallelism paused]: pauses it on this thread while it lives (nests).
+class SequenceParallelPause {
+ public:
+  SequenceParallelPause();
+  ~SequenceParallelPause();
+  SequenceParallelPause(const SequenceParallelPause&) = delete;
+  SequenceParallelPause& operator=(const SequenceParallelPause&) = delete;
+
+ private:
+  bool was_paused_;
+};
+// Whether a SequenceParallelPause lives on this thread.
+bool sequence_parallel_paused();
 
 }  // namespace triad::nn

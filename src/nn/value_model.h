@@ -7,7 +7,9 @@
 // loading its names under "base." (engine::load_parameters, checkpoint/checkpoint.h).
 //
 // Under tensor parallelism every rank holds the whole head and computes the same values.
-// Sequence parallelism is refused (its ranks hold parts of the hidden states).
+// With sequence parallelism each rank runs the head on its own columns' hidden states, and
+// the values are gathered whole on every rank (Parallelism::whole_sequence); the head's
+// gradient is then partial per rank and summed over them (mark_residual_layer).
 #pragma once
 
 #include <memory>
@@ -26,7 +28,7 @@ class ValueModel : public Module {
   ValueModel(std::shared_ptr<LanguageModel> base, int64_t d_model, const Parallelism& parallelism,
              uint64_t seed = 0);
 
-  // indices (B, T) -> values (B, T), one per token (in the head's dtype).
+  // indices (B, T) -> values (B, T), one per token (in the head's dtype), whole on every rank.
   Tensor forward(const Tensor& indices) override;
   // The same for a left-padded batch (Note [Left-padded batches]); runs this module's hooks
   // as operator() does.
@@ -36,6 +38,7 @@ class ValueModel : public Module {
   std::shared_ptr<Linear> v_head;
 
  private:
+  std::shared_ptr<const Parallelism> par_;
   Tensor values(const Tensor& indices, const LeftPadding* padding);
 };
 

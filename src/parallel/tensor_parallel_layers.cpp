@@ -75,7 +75,8 @@ ColumnParallelLinear::ColumnParallelLinear(LinearPart p, CommunicatorPtr tp, con
       tp_(std::move(tp)) {}
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  const Tensor input = options.sequence_parallel ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
+  const bool sp = options.sequence_parallel && !nn::sequence_parallel_paused();
+  const Tensor input = sp ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
   const Tensor y = linear(input, weight, bias);
   return options.gather_output ? gather_from_tp_region(y, tp_) : y;
 }
@@ -92,8 +93,9 @@ RowParallelLinear::RowParallelLinear(LinearPart p, CommunicatorPtr tp, const Row
 Tensor RowParallelLinear::forward(const Tensor& x) {
   const Tensor input = options.input_is_parallel ? x : split_to_tp_region(x, tp_);
   const Tensor partial = linear(input, weight);
-  const Tensor y = options.sequence_parallel ? reduce_scatter_to_sequence_region(partial, tp_)
-                                             : reduce_from_tp_region(partial, tp_);
+  const Tensor y = options.sequence_parallel && !nn::sequence_parallel_paused()
+                       ? reduce_scatter_to_sequence_region(partial, tp_)
+                       : reduce_from_tp_region(partial, tp_);
   return bias.defined() ? add(y, bias) : y;
 }
 
@@ -143,7 +145,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
   const Device device = weight.device();
   const Tensor looked_up = embedding(weight, ops::to(Tensor::from_vector(local, indices.shape()), device));
   const Tensor partial = mul(looked_up, ops::to(Tensor::from_vector(mask, mask_shape), device));
-  return sequence_parallel ? reduce_scatter_to_sequence_region(partial, tp_) : reduce_from_tp_region(partial, tp_);
+  return sequence_parallel && !nn::sequence_parallel_paused() ? reduce_scatter_to_sequence_region(partial, tp_)
+                                                              : reduce_from_tp_region(partial, tp_);
 }
 
 // ---- vocab-parallel cross-entropy
@@ -231,7 +234,7 @@ std::shared_ptr<nn::Embedding> TensorParallel::token_embedding(int64_t vocab, in
 }
 
 std::pair<int64_t, int64_t> TensorParallel::sequence_part(int64_t T) const {
-  if (!sequence_parallel_) return {0, T};
+  if (!sequence_parallel()) return {0, T};
   const int n = tp_->size();
   TRIAD_CHECK(T % n == 0, "sequence parallelism: the sequence length " << T << " is not divisible by the " << n
                                                                        << " tensor-parallel ranks");
@@ -239,12 +242,16 @@ std::pair<int64_t, int64_t> TensorParallel::sequence_part(int64_t T) const {
 }
 
 Tensor TensorParallel::on_whole_sequence(nn::Module& layer, const Tensor& x) const {
-  if (!sequence_parallel_) return layer(x);
+  if (!sequence_parallel()) return layer(x);
   return scatter_to_sequence_region(layer(gather_to_replicated_sequence(x, tp_)), tp_);
 }
 
 Tensor TensorParallel::tied_logits(const Tensor& x, const Tensor& table) const {
-  return linear(sequence_parallel_ ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_), table);
+  return linear(sequence_parallel() ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_), table);
+}
+
+Tensor TensorParallel::whole_sequence(const Tensor& x) const {
+  return sequence_parallel() ? gather_to_replicated_sequence(x, tp_) : x;
 }
 
 Tensor TensorParallel::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const {

@@ -6,7 +6,9 @@
 // - ColumnParallelLinear (in -> out): weight (out/n, in), bias (out/n); rank r computes
 //   output features [r·out/n, (r+1)·out/n) (of each of `parts` blocks: a fused q|k|v).
 //   Input: whole on every rank (copy_to_tp_region), or with sequence_parallel the rank's
-//   tokens, all-gathered along T. gather_output all-gathers the output features.
+//   tokens, all-gathered along T. gather_output all-gathers the output features. While
+//   sequence parallelism is paused (Note [Sequence parallelism paused] in nn/parallelism.h)
+//   the layers built with sequence_parallel run as those built without.
 // - RowParallelLinear (in -> out): weight (out, in/n), bias (out) replicated, added once
 //   after the sum over ranks (all-reduce; with sequence_parallel a reduce-scatter along T,
 //   leaving each rank its tokens). input_is_parallel: the input already holds the rank's
@@ -102,7 +104,7 @@ class TensorParallel : public nn::Parallelism {
                  std::shared_ptr<const nn::ExpertExchange> experts = nn::local_experts());
 
   int ranks() const override { return tp_->size(); }
-  bool sequence_parallel() const override { return sequence_parallel_; }
+  bool sequence_parallel() const override { return sequence_parallel_ && !nn::sequence_parallel_paused(); }
   std::shared_ptr<nn::Linear> column_linear(int64_t in_features, int64_t out_features, int parts,
                                             bool bias) const override;
   std::shared_ptr<nn::Linear> row_linear(int64_t in_features, int64_t out_features, bool bias) const override;
@@ -114,6 +116,7 @@ class TensorParallel : public nn::Parallelism {
   }
   std::pair<int64_t, int64_t> sequence_part(int64_t T) const override;
   Tensor on_whole_sequence(nn::Module& layer, const Tensor& x) const override;
+  Tensor whole_sequence(const Tensor& x) const override;
   Tensor tied_logits(const Tensor& x, const Tensor& table) const override;
   Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const override;
   Tensor full_logits(const Tensor& logits, int64_t vocab) const override;

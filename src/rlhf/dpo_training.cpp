@@ -34,6 +34,8 @@ std::pair<Tensor, Tensor> pair_log_probs(const std::function<Tensor(const Tensor
 
 double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
+  SequenceLimits limits = sc.data.limits;
+  limits.column_multiple = column_multiple(c);  // Note [Sequence-parallel steps]
   int32_t eot = 0;
   StepExamples ex;
   check_on_every_rank(
@@ -52,8 +54,9 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.grid);
   auto& policy = dynamic_cast<nn::LanguageModel&>(engine->model());
   const auto policy_logits = [&](const Tensor& ids) { return full_vocabulary(engine->model()(ids), layout.tp); };
-  const Frozen<nn::LanguageModel> reference = frozen_policy(
-      sc.model.init, engine->device(), {.tp = layout.tp, .dp = layout.dp, .zero = c.zero});  // Note [Frozen models]
+  const Frozen<nn::LanguageModel> reference =  // Note [Frozen models]
+      frozen_policy(sc.model.init, engine->device(),
+                    {.tp = layout.tp, .sequence_parallel = c.sequence_parallel, .dp = layout.dp, .zero = c.zero});
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the DPO policy");
   const nlohmann::json mem = model_memory({{"policy", engine->memory()}, {"reference", reference.memory()}}, comm);
   StepLog log(options.metrics_path, layout.leader, first, c.steps, c.log_interval);
@@ -75,7 +78,7 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
     NoGradGuard no_grad;
     double margin = 0, correct = 0;
     for (const HeldOutRound& round : held_out_rounds(v, c.micro_batch_size, rank, n)) {
-      const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, sc.data.limits, eot, eot);
+      const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, limits, eot, eot);
       const auto [pc, pr] = pair_log_probs(policy_logits, policy.vocab_size(), b, engine->device());
       const auto [rc, rr] = reference_log_probs(b);
       const DpoLoss d = dpo_loss(pc, pr, rc, rr, sc.dpo.beta);
@@ -97,7 +100,7 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
     double loss = 0, accuracy = 0, margin = 0;
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
       const RewardBatch b =
-          make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), sc.data.limits, eot, eot);
+          make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), limits, eot, eot);
       const auto [rc, rr] = reference_log_probs(b);
       const auto [pc, pr] = pair_log_probs(policy_logits, policy.vocab_size(), b, engine->device());
       const DpoLoss d = dpo_loss(pc, pr, rc, rr, sc.dpo.beta);

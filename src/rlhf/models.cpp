@@ -86,7 +86,7 @@ Frozen<nn::LanguageModel> frozen_policy(const std::string& path, Device device, 
   TRIAD_CHECK(!holds_value_model(path), "'" << path << "' holds a value model (a reward model or critic), not a "
                                             << "language model");
   std::shared_ptr<nn::LanguageModel> m =
-      engine::load_model(path, parallel::layer_parallelism(where.tp, /*sequence_parallel=*/false)).model;
+      engine::load_model(path, parallel::layer_parallelism(where.tp, where.sequence_parallel)).model;
   return freeze(std::move(m), device, where);
 }
 
@@ -94,7 +94,7 @@ Frozen<nn::ValueModel> frozen_value_model(const std::string& path, Device device
   TRIAD_CHECK(holds_value_model(path), "'" << path << "' holds a language model, not a reward model (it has no "
                                            << "v_head.weight; train one with triad-rlhf reward)");
   std::shared_ptr<nn::ValueModel> m =
-      value_model(file_config(path), parallel::layer_parallelism(where.tp, /*sequence_parallel=*/false));
+      value_model(file_config(path), parallel::layer_parallelism(where.tp, where.sequence_parallel));
   engine::load_parameters(path, *m);
   return freeze(std::move(m), device, where);
 }

@@ -34,7 +34,8 @@ void check_init_shape(const ModelRun& run, const std::string& key);
 // reward models, DPO's reference) are held in f32 on the training device, in eval mode,
 // with the shape their file's own config gives. With a tensor-parallel group each rank holds
 // its part, as the trained models do (a language model's logits are then this rank's
-// columns: full_vocabulary, rlhf/step_run.h). At ZeRO stage 3 over more than one
+// columns: full_vocabulary, rlhf/step_run.h), with sequence parallelism when they have it
+// (Note [Sequence-parallel steps] in rlhf/step_run.h). At ZeRO stage 3 over more than one
 // data-parallel rank they are partitioned over those ranks too (zero/frozen_partition.h,
 // Note [Frozen partition]): each rank keeps a shard, each unit is gathered for its forward
 // (quantized with zero_quantized_weights) and freed after, and no gradient or optimizer
@@ -42,6 +43,7 @@ void check_init_shape(const ModelRun& run, const std::string& key);
 // whole on each rank before being partitioned.
 struct FrozenPlacement {
   parallel::CommunicatorPtr tp;  // null or one rank: whole over tensor parallelism
+  bool sequence_parallel = false;  // over tp (more than one rank)
   parallel::CommunicatorPtr dp;  // the ranks stage 3 partitions over
   zero::ZeroConfig zero;         // the trained models' zero_optimization section
 };

@@ -49,6 +49,12 @@ std::vector<int64_t> sequence(const std::vector<int32_t>& prompt, const std::vec
   return s;
 }
 
+// The columns of a batch whose longest row has `length` tokens (SequenceLimits::column_multiple).
+int64_t batch_columns(size_t length, const SequenceLimits& limits) {
+  const int64_t m = limits.column_multiple;
+  return (int64_t(length) + m - 1) / m * m;
+}
+
 Tensor padded(const std::vector<std::vector<int64_t>>& rows, int64_t length, int64_t pad) {
   std::vector<int64_t> flat;
   for (const auto& r : rows) {
@@ -98,6 +104,7 @@ void SequenceLimits::validate() const {
   TRIAD_CHECK(max_prompt_seq_len >= 1, "max_prompt_seq_len must be >= 1, got " << max_prompt_seq_len);
   TRIAD_CHECK(max_seq_len > max_prompt_seq_len,
               "max_seq_len (" << max_seq_len << ") must exceed max_prompt_seq_len (" << max_prompt_seq_len << ")");
+  TRIAD_CHECK(column_multiple >= 1, "column_multiple must be >= 1, got " << column_multiple);
 }
 
 std::vector<PreferenceExample> tokenize_preferences(const std::vector<PreferenceRow>& rows,
@@ -133,7 +140,8 @@ SftBatch make_sft_batch(const std::vector<PreferenceExample>& examples, const st
     targets.push_back(std::move(t));
     length = std::max(length, inputs.back().size());
   }
-  return {padded(inputs, int64_t(length), pad_id), padded(targets, int64_t(length), -100)};
+  const int64_t columns = batch_columns(length, limits);
+  return {padded(inputs, columns, pad_id), padded(targets, columns, -100)};
 }
 
 RewardBatch make_reward_batch(const std::vector<PreferenceExample>& examples, const std::vector<int64_t>& select,
@@ -152,8 +160,8 @@ RewardBatch make_reward_batch(const std::vector<PreferenceExample>& examples, co
     batch.rejected_lengths.push_back(int64_t(rejected.back().size()));
     length = std::max({length, chosen.back().size(), rejected.back().size()});
   }
-  batch.chosen = padded(chosen, int64_t(length), pad_id);
-  batch.rejected = padded(rejected, int64_t(length), pad_id);
+  batch.chosen = padded(chosen, batch_columns(length, limits), pad_id);
+  batch.rejected = padded(rejected, batch_columns(length, limits), pad_id);
   return batch;
 }
 

@@ -12,8 +12,9 @@
 // (DeepSpeed-Chat drops them in step 3 and truncates the joined text in steps 1 and 2).
 //
 // Batches are padded with pad_id, <|endoftext|> by default (the tokenizer's one special
-// token). SFT and reward batches are right-padded to their longest row; step 3's prompts
-// are left-padded (Note [Left-padded prompts]).
+// token). SFT and reward batches are right-padded to their longest row, rounded up to a
+// multiple of column_multiple (the ranks that split each sequence under sequence
+// parallelism); step 3's prompts are left-padded (Note [Left-padded prompts]).
 //
 // Note [SFT loss mask]: inputs[b, t] = s[t], targets[b, t] = s[t + 1] where s[t + 1] is an
 // answer token (or its <|endoftext|>), else -100 (ignored by cross_entropy). With
@@ -72,7 +73,8 @@ struct PreferenceExample {
 struct SequenceLimits {
   int64_t max_prompt_seq_len = 256;
   int64_t max_seq_len = 512;  // prompt + answer + <|endoftext|>; > max_prompt_seq_len
-  void validate() const;      // Error naming the bad limit
+  int64_t column_multiple = 1;  // SFT and reward batches' columns: a multiple of it (>= 1)
+  void validate() const;        // Error naming the bad limit
 };
 
 // The rows in `rows` order, tokenized; those with too long a prompt dropped (Note

@@ -13,6 +13,8 @@ namespace triad::rlhf {
 
 double train_reward(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
+  SequenceLimits limits = sc.data.limits;
+  limits.column_multiple = column_multiple(c);  // Note [Sequence-parallel steps]
   int32_t eot = 0;
   StepExamples ex;
   check_on_every_rank(
@@ -44,7 +46,7 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
     NoGradGuard no_grad;
     double correct = 0;
     for (const HeldOutRound& round : held_out_rounds(v, c.micro_batch_size, rank, n)) {
-      const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, sc.data.limits, eot, eot);
+      const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, limits, eot, eot);
       const RewardLoss r = reward_batch_loss(engine->model(), b, engine->device());
       const std::vector<double> sc_c = r.chosen_scores.to_vector<double>(), sc_r = r.rejected_scores.to_vector<double>();
       for (int64_t i = 0; i < round.counted; ++i) correct += sc_c[size_t(i)] > sc_r[size_t(i)];
@@ -60,7 +62,7 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
     double loss = 0, acc = 0, chosen = 0, rejected = 0;
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
       const RewardBatch b =
-          make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), sc.data.limits, eot, eot);
+          make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), limits, eot, eot);
       const RewardLoss r = reward_batch_loss(engine->model(), b, engine->device());
       engine->backward(r.loss);
       loss += r.loss.item(), acc += r.accuracy;

@@ -46,6 +46,17 @@ TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t 
   return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
 }
 
+// gen's rows left-padded with `pad` to a multiple of `multiple` columns (Note
+// [Sequence-parallel steps]): more pad columns before each prompt, the answers unmoved.
+engine::BatchGeneration pad_columns(engine::BatchGeneration gen, int64_t multiple, int32_t pad) {
+  const int64_t B = gen.tokens.size(0), extra = (multiple - gen.tokens.size(1) % multiple) % multiple;
+  if (extra == 0) return gen;
+  gen.tokens = cat({Tensor::full({B, extra}, double(pad), DType::i64, gen.tokens.device()), gen.tokens}, 1);
+  for (int64_t& p : gen.pads) p += extra;
+  gen.prompt_columns += extra;
+  return gen;
+}
+
 // rl_state.json in the actor's checkpoint folder: the KL coefficient at each saved
 // checkpoint, by its optimizer step.
 std::string state_path(const engine::TrainConfig& actor) { return actor.checkpoint.dir + "/rl_state.json"; }
@@ -92,10 +103,11 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
           check_init_shape(sc.critic, "ppo.critic.init");
           TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
                           sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
-                          sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel,
+                          sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel &&
+                          sc.critic.train.sequence_parallel == c.sequence_parallel,
                       "[config] ppo: the actor and the critic must share train_batch_size, "
-                      "train_micro_batch_size_per_gpu, steps and model.tensor_parallel (they train on the same "
-                      "experience)");
+                      "train_micro_batch_size_per_gpu, steps, model.tensor_parallel and model.sequence_parallel "
+                      "(they train on the same experience)");
         }
         TRIAD_CHECK(c.micro_batch_size % G == 0, "[config] grpo: train_micro_batch_size_per_gpu "
                                                      << c.micro_batch_size << " must be a multiple of grpo.group_size "
@@ -131,7 +143,10 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   nn::ValueModel* critic_model = critic ? &dynamic_cast<nn::ValueModel&>(critic->model()) : nullptr;
   const int64_t vocab = actor_model.vocab_size();
   // Note [Frozen models]: partitioned over dp at ZeRO-3, as the actor is.
-  const FrozenPlacement placement{.tp = layout.tp, .dp = layout.dp, .zero = c.zero};
+  const FrozenPlacement placement{
+      .tp = layout.tp, .sequence_parallel = c.sequence_parallel, .dp = layout.dp, .zero = c.zero};
+  SequenceLimits limits = sc.data.limits;
+  limits.column_multiple = column_multiple(c);  // Note [Sequence-parallel steps]
   const Frozen<nn::LanguageModel> reference = frozen_policy(sc.model.init, device, placement);
   const Frozen<nn::ValueModel> reward = frozen_value_model(o.reward_model, device, placement);
   TRIAD_CHECK(reward->base->vocab_size() == vocab, "the reward model '" << o.reward_model << "' has a vocabulary of "
@@ -191,7 +206,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
                                            .max_new_tokens = o.max_answer_seq_len,
                                            .seed = c.seed,
                                            .stop_token = eot};
-    const engine::BatchGeneration gen = engine::generate_batch(*actor, rows, sampling, eot, step * B + rank * R);
+    const engine::BatchGeneration gen = pad_columns(
+        engine::generate_batch(*actor, rows, sampling, eot, step * B + rank * R), column_multiple(c), eot);
     const double gen_s = seconds_since(g0);
 
     // Experience, per micro-batch (Note [RL step]).
@@ -223,7 +239,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
       for (const double s :
            chosen_scores(*reward, prompts.train, {examples.begin() + m * micro, examples.begin() + (m + 1) * micro},
-                         sc.data.limits, eot, device))
+                         limits, eot, device))
         chosen_sum += s;
       kl_sum += ops::sum(ops::sub(e.old_logp, e.ref_logp)).item();
       entropy_sum += ops::sum(ops::mul(own.entropy, e.mask)).item();
@@ -264,7 +280,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
           std::vector<int64_t> select;
           for (int64_t i = 0; i < micro; ++i)
             select.push_back(ptx_order.at(((step * o.ppo_epochs + epoch) * n + rank) * R + m * micro + i));
-          const SftBatch u = make_sft_batch(ptx.train, select, sc.data.limits, eot, eot);
+          const SftBatch u = make_sft_batch(ptx.train, select, limits, eot, eot);
           const Tensor loss = actor->forward(u.inputs, u.targets);
           ptx_loss += loss.item();
           actor->backward(mul(loss, o.unsup_coef));

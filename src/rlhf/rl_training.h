@@ -9,6 +9,8 @@
 // group: StepLayout) holds the contiguous rows [r R, (r + 1) R), R = micro x accumulation, and
 // generates them in one call (one gather at ZeRO-3), sample g = k B + r R + i drawing its
 // tokens by (seed, g) (Note [Batched generation]): every layout makes the same samples.
+// With sequence parallelism the rows are then left-padded to a multiple of the
+// tensor-parallel ranks (Note [Sequence-parallel steps] in rlhf/step_run.h).
 // Then, per micro-batch of the rank's rows, without gradients:
 //   old_logp, ref_logp  the actor's and the reference's log-probs of the answer tokens
 //                       (training forwards on the left-padded prompt + answer rows);

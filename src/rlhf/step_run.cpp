@@ -10,11 +10,17 @@
 namespace triad::rlhf {
 
 void check_model_split(const engine::TrainConfig& c, const std::string& step) {
-  TRIAD_CHECK(c.pipeline.stages == 1, "[config] " << step << ": pipeline.stages must be 1 (triad-rlhf " << step
-                                                  << " splits models by tensor parallelism only; SFT takes both)");
-  TRIAD_CHECK(!c.sequence_parallel, "[config] " << step << ": model.sequence_parallel must be false (the left-padded "
-                                                << "batches of triad-rlhf " << step << " keep every token on each rank)");
+  TRIAD_CHECK(c.pipeline.stages == 1,
+              "[config] " << step << ": pipeline.stages must be 1, got " << c.pipeline.stages << " (triad-rlhf " << step
+                          << " does not run its models in pipeline stages: its generation, scoring and frozen models "
+                          << "need each model whole on a rank or split by model.tensor_parallel; SFT takes stages)");
+  TRIAD_CHECK(!c.sequence_parallel || c.tensor_parallel > 1,
+              "[config] " << step << ": model.sequence_parallel needs model.tensor_parallel > 1 (it splits each "
+                          << "sequence over the tensor-parallel ranks), got model.tensor_parallel "
+                          << c.tensor_parallel);
 }
+
+int64_t column_multiple(const engine::TrainConfig& c) { return c.sequence_parallel ? c.tensor_parallel : 1; }
 
 StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step) {
   check_model_split(c, step);

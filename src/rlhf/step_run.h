@@ -48,13 +48,28 @@ struct StepLayout {
   int rank = 0, ranks = 1;           // data-parallel
   bool leader = true;                // world rank 0: prints, writes the metrics
 };
-// Error naming the key for pipeline or sequence parallelism (check_model_split), and for a
+// Error naming the key for a split the loops do not take (check_model_split), and for a
 // train_batch_size that is not micro x accumulation x data-parallel ranks.
 StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step);
 
-// Error naming the key when `c` splits a model by pipeline or sequence parallelism, which
-// the loops do not take.
+// Note [Sequence-parallel steps]: with model.sequence_parallel each rank of a
+// tensor-parallel group holds its part of every batch's columns in the models' residual
+// streams (the trained and the frozen ones alike); every rank is given the whole batch, and
+// what the losses read comes back whole on each: the logits gathered over the sequence by
+// the output head (then over the vocabulary: full_vocabulary), a value model's values by
+// nn::ValueModel, so log-probs, scores at the end-of-text column and losses are computed as
+// without it. A batch's columns are a multiple of the ranks: SFT and reward batches are
+// right-padded up to one (SequenceLimits::column_multiple), PPO's and GRPO's generated rows
+// left-padded (which moves no token's position: Note [Left-padded batches]). Generation
+// runs with the sequence whole on every rank (Note [Sequence parallelism paused]), so it
+// samples as one process does.
+//
+// Error naming the key when `c` splits a model in pipeline stages (which the loops do not
+// take), or asks for sequence parallelism without model.tensor_parallel > 1.
 void check_model_split(const engine::TrainConfig& c, const std::string& step);
+// The multiple a batch's columns must be (Note [Sequence-parallel steps]): the
+// tensor-parallel ranks with sequence parallelism, else 1.
+int64_t column_multiple(const engine::TrainConfig& c);
 
 // A language model's logits over its whole vocabulary: split over a tensor-parallel group
 // `tp`, each rank holds a slice of the vocabulary's columns, gathered here (differentiably:

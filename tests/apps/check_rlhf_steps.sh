@@ -2,8 +2,10 @@
 # triad-rlhf end to end on a tiny GPT and 600 fortune pairs: every step runs (SFT, reward
 # model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO), with a
 # Llama, and the reward model and DPO at tensor-parallel 2 as in one process; a PPO run
-# stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad input (a row without "chosen", prompts all longer than the limit, a
-# critic initialized from a reward model of another hidden size, under mpirun on 2 ranks)
+# stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad
+# input (a row without "chosen", prompts all longer than the limit, sequence parallelism
+# without tensor parallelism, pipeline stages, a critic initialized from a reward model of
+# another hidden size, under mpirun on 2 ranks)
 # fails on every rank with an error that names the problem, and leaves what earlier runs
 # saved untouched.
 #   check_rlhf_steps.sh BIN_DIR
@@ -157,8 +159,10 @@ expect "a row without chosen" 'no_chosen.jsonl:4: .*"chosen"' \
   "${mpi[@]}" "${rlhf[@]}" reward --config rlhf.json --set data.path=no_chosen.jsonl
 expect "prompts all longer than the limit" 'max_prompt_seq_len' \
   "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set data.max_prompt_seq_len=1 --set data.max_seq_len=20
-expect "sequence parallelism" 'model.sequence_parallel must be false' \
-  "${mpi[@]}" "${rlhf[@]}" reward --config rlhf.json --set model.tensor_parallel=2 --set model.sequence_parallel=true
+expect "sequence parallelism without tensor parallelism" 'model.sequence_parallel needs model.tensor_parallel > 1' \
+  "${mpi[@]}" "${rlhf[@]}" reward --config rlhf.json --set model.sequence_parallel=true
+expect "pipeline stages" 'ppo: pipeline.stages must be 1, got 2' \
+  "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set pipeline.stages=2 --set model.n_layer=2
 # A reward model of hidden size 48 (its own SFT start), then a critic configured at 32 from it.
 run sft48 "${rlhf[@]}" sft --config rlhf.json --set model.d_model=48 --set sft.steps=1 --set sft.output_dir=sft48
 run reward48 "${rlhf[@]}" reward --config rlhf.json --set model.d_model=48 --set reward.steps=1 \

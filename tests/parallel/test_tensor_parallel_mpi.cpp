@@ -1,8 +1,9 @@
 // Tensor parallelism on tp = every rank of the world (2, 4 and 8): each conjugate function
 // against its closed form, forward and backward; each parallel layer, the vocab-parallel
 // cross-entropy and a whole GPT (with and without sequence parallelism, a vocabulary that
-// needs padding) against the single-process layer built from the same generator: outputs
-// equal, and each rank's parameter gradients equal its part of the single-process ones.
+// needs padding; its generation and left-padded batches too) against the single-process
+// layer built from the same generator: outputs equal, and each rank's parameter gradients
+// equal its part of the single-process ones.
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/checkpoint.h"
@@ -304,16 +305,46 @@ BOOST_AUTO_TEST_CASE(gpt_on_tp_ranks_equals_the_single_process_gpt) {
     }
     // wpe, ln_f's two and per block ln1's, ln2's and both row-parallel biases.
     BOOST_TEST(partial == (sp ? 1 + 2 + 2 * 6 : 0));
-    if (!sp) {  // generation: each rank caches its heads; the logits come back whole
-      nn::KVCache cache = model.make_cache(3), serial_cache = serial.make_cache(3);
-      BOOST_TEST(cache.k[0].size(1) == config.n_head / n);
-      const Tensor prompt = ops::contiguous(ops::narrow(inputs, 1, 0, 3));
-      BOOST_TEST(relative_error(model.forward_cached(prompt, cache), serial.forward_cached(prompt, serial_cache)) <
-                 kTol);
-      const Tensor next = ops::contiguous(ops::narrow(inputs, 1, 3, 1));
-      BOOST_TEST(relative_error(model.forward_cached(next, cache), serial.forward_cached(next, serial_cache)) < kTol);
-    }
+    // Generation (with sequence parallelism paused: every rank runs the whole columns): each
+    // rank caches its heads; the logits come back whole.
+    nn::KVCache cache = model.make_cache(3), serial_cache = serial.make_cache(3);
+    BOOST_TEST(cache.k[0].size(1) == config.n_head / n);
+    const Tensor prompt = ops::contiguous(ops::narrow(inputs, 1, 0, 3));
+    BOOST_TEST(relative_error(model.forward_cached(prompt, cache), serial.forward_cached(prompt, serial_cache)) < kTol,
+               "sequence_parallel " << sp);
+    const Tensor next = ops::contiguous(ops::narrow(inputs, 1, 3, 1));
+    BOOST_TEST(relative_error(model.forward_cached(next, cache), serial.forward_cached(next, serial_cache)) < kTol,
+               "sequence_parallel " << sp);
+    BOOST_TEST(model.parallelism().sequence_parallel() == sp);  // the pause ended with the call
+    // A left-padded batch: with sequence parallelism each rank's residual stream holds its
+    // columns (their positions read from the whole batch's); the logits are one process's.
+    const nn::LeftPadding padding = nn::left_padding({0, 2, 5}, 4 * n);
+    NoGradGuard no_grad;
+    const Tensor padded = model.parallelism().full_logits(model.forward(inputs, padding), config.vocab_size);
+    const Tensor whole = ops::contiguous(ops::narrow(serial.forward(inputs, padding), 2, 0, config.vocab_size));
+    BOOST_TEST(relative_error(padded, whole) < kTol, "sequence_parallel " << sp);
   }
+}
+
+// A Llama with sequence parallelism (its q, k and v read the gathered columns with the
+// whole batch's rotary positions): a left-padded batch's logits, and generation (sequence
+// parallelism paused), are one process's.
+BOOST_AUTO_TEST_CASE(llama_with_sequence_parallelism_pads_and_generates_as_one_process) {
+  const CommunicatorPtr tp = world();
+  const int n = tp->size();
+  const nn::LlamaConfig config{
+      .n_layer = 2, .n_head = 8, .n_kv_head = 8, .d_model = 32, .intermediate = 64, .seq_len = 4 * n, .vocab_size = 64};
+  nn::Llama serial(config), model(config, std::make_shared<TensorParallel>(tp, true));
+  const Tensor inputs = token_batch(3, 4 * n, 64, 3);
+  NoGradGuard no_grad;
+  const nn::LeftPadding padding = nn::left_padding({0, 2, 5}, 4 * n);
+  BOOST_TEST(relative_error(tp_ops::all_gather_last(model.forward(inputs, padding), *tp),
+                            serial.forward(inputs, padding)) < kTol);
+  nn::KVCache cache = model.make_cache(3), serial_cache = serial.make_cache(3);
+  const Tensor prompt = ops::contiguous(ops::narrow(inputs, 1, 0, 3));
+  const Tensor next = ops::contiguous(ops::narrow(inputs, 1, 3, 1));
+  BOOST_TEST(relative_error(model.forward_cached(prompt, cache), serial.forward_cached(prompt, serial_cache)) < kTol);
+  BOOST_TEST(relative_error(model.forward_cached(next, cache), serial.forward_cached(next, serial_cache)) < kTol);
 }
 
 // Dropout inside the tensor-parallel region draws a stream per rank, outside it the same

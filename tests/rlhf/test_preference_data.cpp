@@ -190,6 +190,13 @@ BOOST_AUTO_TEST_CASE(sft_batch_targets_the_answer_and_its_end_of_text) {
   const SftBatch with_prompt = make_sft_batch(ex, {0}, {4, 10}, eot, pad, true);
   BOOST_TEST(row(with_prompt.targets, 0) == cat(bytes("b xy"), {eot}), boost::test_tools::per_element());
   test::check_error([&] { make_sft_batch(ex, {2}, {4, 10}, eot, pad); }, {"example 2 is outside the 2 examples"});
+  // Columns rounded up to a multiple of 4 (sequence parallelism over 4 ranks): more padding.
+  const SftBatch four = make_sft_batch(ex, {0, 1}, {4, 10, 4}, eot, pad);
+  BOOST_TEST((four.inputs.shape() == Shape{2, 12}));
+  BOOST_TEST(row(four.inputs, 1) == cat(bytes("abc longe"), {pad, pad, pad}), boost::test_tools::per_element());
+  BOOST_TEST(row(four.targets, 1) == cat(cat({-100, -100}, bytes(" longer")), {-100, -100, -100}),
+             boost::test_tools::per_element());
+  test::check_error([&] { make_sft_batch(ex, {0}, {4, 10, 0}, eot, pad); }, {"column_multiple must be >= 1, got 0"});
 }
 
 BOOST_AUTO_TEST_CASE(reward_batch_pairs_are_right_padded_to_one_length) {
@@ -203,6 +210,10 @@ BOOST_AUTO_TEST_CASE(reward_batch_pairs_are_right_padded_to_one_length) {
   BOOST_TEST(row(b.chosen, 1) == cat(bytes("ab x"), {eot, pad, pad, pad, pad}), boost::test_tools::per_element());
   BOOST_TEST(row(b.rejected, 1) == cat(bytes("ab yz"), {eot, pad, pad, pad}), boost::test_tools::per_element());
   BOOST_TEST(b.prompt_lengths == std::vector<int64_t>({1, 2}), boost::test_tools::per_element());
+  const RewardBatch even = make_reward_batch(ex, {1, 0}, {4, 10, 2}, eot, pad);  // columns a multiple of 2
+  BOOST_TEST((even.chosen.shape() == Shape{2, 10}));
+  BOOST_TEST(row(even.chosen, 0) == cat(bytes("c longer"), {eot, pad}), boost::test_tools::per_element());
+  BOOST_TEST(even.chosen_lengths == b.chosen_lengths, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(generation_batch_left_pads_prompts_with_masks_and_positions) {

@@ -4,7 +4,9 @@
 // equal those averaged over the ranks. Two steps of two PPO epochs each, with ptx and the
 // actor's EMA, so that the second step's generation runs on the updated actor: the trained
 // actor, its EMA (sharded at ZeRO-3), the critic and the metrics agree within 1e-5; and so
-// they do with the models split over tensor-parallel pairs of ranks. The frozen reference
+// they do with the models split over tensor-parallel pairs of ranks, with and without
+// sequence parallelism (Note [Sequence-parallel steps] in rlhf/step_run.h; the reward model's
+// and DPO's training too). The frozen reference
 // and reward models (DPO's reference too) are partitioned over the data-parallel ranks at
 // ZeRO-3 (Note [Frozen models] in rlhf/models.h), and the runs' "mem" shows it.
 #include <boost/test/unit_test.hpp>
@@ -19,6 +21,7 @@
 #include "parallel/runtime.h"
 #include "rlhf/dpo_training.h"
 #include "rlhf/models.h"
+#include "rlhf/reward_training.h"
 #include "rlhf/rl_training.h"
 #include "rlhf/step_run.h"
 #include "support/check.h"
@@ -64,9 +67,10 @@ std::string shared_inputs(const test::TempDir& own, parallel::Communicator& worl
 }
 
 nlohmann::json rl_config(const std::string& dir, const std::string& algorithm, int64_t ranks,
-                         const std::string& out, int tp = 1) {
+                         const std::string& out, int tp = 1, bool sp = false) {
   nlohmann::json j = model_config();
   j["model"]["tensor_parallel"] = tp;
+  j["model"]["sequence_parallel"] = sp;
   j["data"] = {{"path", dir + "/pairs.jsonl"},  {"tokenizer", dir + "/tokenizer.json"},
                {"data_split", "1,0,1"},          {"max_prompt_seq_len", 8},
                {"max_seq_len", 16},              {"val_fraction", 0.0}};
@@ -126,20 +130,22 @@ void check_frozen_memory(const nlohmann::json& mine, const nlohmann::json& alone
   }
 }
 
-// PPO and GRPO on every rank of `world` (model.tensor_parallel `tp`, ZeRO-3, the frozen
-// reference and reward models partitioned over the data-parallel ranks) against one process
-// on rank 0.
+// PPO and GRPO on every rank of `world` (model.tensor_parallel `tp`, with sequence
+// parallelism when `sp`, ZeRO-3, the frozen reference and reward models partitioned over the
+// data-parallel ranks) against one process on rank 0.
 void check_against_one_process(parallel::Communicator& world, const parallel::CommunicatorPtr& all,
-                               const std::string& dir, int tp) {
+                               const std::string& dir, int tp, bool sp = false) {
   for (const std::string algorithm : {"ppo", "grpo"}) {
-    BOOST_TEST_CONTEXT(algorithm << ", tp " << tp) {
-      const std::string one = dir + "/one-" + algorithm, many = dir + "/many-" + algorithm + "-tp" + std::to_string(tp);
+    BOOST_TEST_CONTEXT(algorithm << ", tp " << tp << (sp ? " with sequence parallelism" : "")) {
+      const std::string one = dir + "/one-" + algorithm,
+                        many = dir + "/many-" + algorithm + "-tp" + std::to_string(tp) + (sp ? "-sp" : "");
       nlohmann::json alone;
       if (world.rank() == 0)
         alone = rlhf::train_rl(rlhf::parse_rlhf_config(rl_config(dir, algorithm, 1, one), algorithm, 1), {}, nullptr);
       world.barrier();
       const nlohmann::json mine = rlhf::train_rl(
-          rlhf::parse_rlhf_config(rl_config(dir, algorithm, world.size(), many, tp), algorithm, world.size()), {}, all);
+          rlhf::parse_rlhf_config(rl_config(dir, algorithm, world.size(), many, tp, sp), algorithm, world.size()), {},
+          all);
       if (world.rank() == 0) {
         for (const char* key : {"reward", "chosen_reward", "kl", "entropy", "response_length", "actor_loss"})
           BOOST_TEST(std::abs(mine[key].get<double>() - alone[key].get<double>()) < 1e-5, key);
@@ -159,6 +165,27 @@ void check_against_one_process(parallel::Communicator& world, const parallel::Co
       world.barrier();
     }
   }
+}
+
+// The reward model's or DPO's run (`step`) on `ranks` ranks (model.tensor_parallel `tp`, with
+// sequence parallelism when `sp`): two steps from the actor's weights, a quarter of the
+// pairs held out.
+rlhf::StepConfig pair_step_config(const std::string& dir, const std::string& step, int ranks, const std::string& out,
+                                  int tp = 1, bool sp = false) {
+  nlohmann::json j = rl_config(dir, step, ranks, out, tp, sp);
+  j.erase("grpo");
+  j["data"]["data_split"] = "1,1,1";
+  j["data"]["val_fraction"] = 0.25;
+  j[step] = {{"init", dir + "/actor.h5"}, {"steps", 2}, {"output_dir", out}};
+  return rlhf::parse_rlhf_config(j, step, ranks);
+}
+
+// A metrics file's lines.
+std::vector<nlohmann::json> metric_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 // Sets `model`'s weights to what qwZ's gathers over n ranks deliver (zero/frozen_partition.h):
@@ -205,6 +232,17 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_steps_equal_one_process) {
   check_against_one_process(*world, world, dir, 2);
 }
 
+// The same with sequence parallelism over the pairs: each rank holds half of every row's
+// columns (rows padded to an even count), generation runs on the whole rows, and the
+// log-probs, values and scores are read from them gathered.
+BOOST_AUTO_TEST_CASE(sequence_parallel_steps_equal_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  BOOST_TEST_REQUIRE(world->size() % 2 == 0, "tensor parallelism over pairs needs an even rank count");
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  check_against_one_process(*world, world, dir, 2, /*sp=*/true);
+}
+
 // PPO's frozen models split over a tensor-parallel pair as the trained ones are: each rank
 // holds part of the reference, whose logits gathered over the pair are the whole model's,
 // and the reward model's values are the whole model's.
@@ -229,6 +267,17 @@ BOOST_AUTO_TEST_CASE(frozen_models_split_over_tensor_parallel_ranks) {
   const auto reward_part = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu(), {.tp = grid.tp()});
   BOOST_TEST(numel(*reward_part) < 3 * numel(*reward_whole) / 4);
   BOOST_TEST(test::max_abs_diff(reward_part->forward(ids), reward_whole->forward(ids)) < 1e-5);
+  // With sequence parallelism each rank's residual stream holds half of each row's columns:
+  // a left-padded batch's logits (gathered over the pair) and values are the whole model's.
+  const nn::LeftPadding padding = nn::left_padding({1, 0}, 4);
+  const rlhf::FrozenPlacement sequence{.tp = grid.tp(), .sequence_parallel = true};
+  const auto sp = rlhf::frozen_policy(dir + "/actor.h5", Device::cpu(), sequence);
+  BOOST_TEST(test::max_abs_diff(ops::narrow(rlhf::full_vocabulary(sp->forward(ids, padding), grid.tp()), 2, 0, 257),
+                                whole->forward(ids, padding)) < 1e-5);
+  const auto reward_sp = rlhf::frozen_value_model(dir + "/reward.h5", Device::cpu(), sequence);
+  const Tensor values = reward_sp->forward(ids, padding);
+  BOOST_TEST(values.shape() == Shape({2, 4}));
+  BOOST_TEST(test::max_abs_diff(values, reward_whole->forward(ids, padding)) < 1e-5);
   world->barrier();
 }
 
@@ -238,30 +287,18 @@ BOOST_AUTO_TEST_CASE(dpo_at_zero3_equals_one_process) {
   const parallel::CommunicatorPtr world = parallel::world();
   test::TempDir own;
   const std::string dir = shared_inputs(own, *world);
-  const auto config = [&](int ranks, const std::string& out) {
-    nlohmann::json j = rl_config(dir, "dpo", ranks, out);
-    j.erase("grpo");
-    j["data"]["data_split"] = "1,1,1";
-    j["data"]["val_fraction"] = 0.25;
-    j["dpo"] = {{"init", dir + "/actor.h5"}, {"steps", 2}, {"output_dir", out}};
-    return rlhf::parse_rlhf_config(j, "dpo", ranks);
-  };
   double alone = 0;
   if (world->rank() == 0)
-    alone = rlhf::train_dpo(config(1, dir + "/one-dpo"), {.metrics_path = dir + "/one-dpo.jsonl"}, nullptr);
+    alone = rlhf::train_dpo(pair_step_config(dir, "dpo", 1, dir + "/one-dpo"),
+                            {.metrics_path = dir + "/one-dpo.jsonl"}, nullptr);
   world->barrier();
-  const double mine =
-      rlhf::train_dpo(config(world->size(), dir + "/many-dpo"), {.metrics_path = dir + "/many-dpo.jsonl"}, world);
+  const double mine = rlhf::train_dpo(pair_step_config(dir, "dpo", world->size(), dir + "/many-dpo"),
+                                      {.metrics_path = dir + "/many-dpo.jsonl"}, world);
   if (world->rank() == 0) {
     BOOST_TEST(std::isfinite(alone));
     BOOST_TEST(std::abs(mine - alone) < 1e-5);
-    const auto lines = [](const std::string& path) {
-      std::vector<nlohmann::json> out;
-      std::ifstream in(path);
-      for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-      return out;
-    };
-    const std::vector<nlohmann::json> a = lines(dir + "/one-dpo.jsonl"), b = lines(dir + "/many-dpo.jsonl");
+    const std::vector<nlohmann::json> a = metric_lines(dir + "/one-dpo.jsonl"),
+                                      b = metric_lines(dir + "/many-dpo.jsonl");
     BOOST_TEST_REQUIRE(a.size() == 2u);
     BOOST_TEST_REQUIRE(b.size() == 2u);
     for (size_t i = 0; i < a.size(); ++i)
@@ -272,6 +309,46 @@ BOOST_AUTO_TEST_CASE(dpo_at_zero3_equals_one_process) {
     check_frozen_memory(b.back(), a.back(), world->size(), 1, {"reference"});
   }
   world->barrier();
+}
+
+// The reward model and DPO with the models split over tensor-parallel pairs with sequence
+// parallelism (each batch right-padded to an even column count): each step's metrics, the
+// held-out figure and the trained weights equal one process's.
+BOOST_AUTO_TEST_CASE(reward_and_dpo_with_sequence_parallelism_equal_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  BOOST_TEST_REQUIRE(world->size() % 2 == 0, "tensor parallelism over pairs needs an even rank count");
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  for (const std::string step : {"reward", "dpo"}) {
+    BOOST_TEST_CONTEXT(step) {
+      const auto run = [&](int ranks, int tp, const std::string& out, const parallel::CommunicatorPtr& on) {
+        const rlhf::StepConfig c = pair_step_config(dir, step, ranks, out, tp, /*sp=*/tp > 1);
+        const rlhf::RunOptions o{.metrics_path = out + ".jsonl"};
+        return step == "reward" ? rlhf::train_reward(c, o, on) : rlhf::train_dpo(c, o, on);
+      };
+      const std::string one = dir + "/one-" + step, many = dir + "/many-" + step + "-sp";
+      double alone = 0;
+      if (world->rank() == 0) alone = run(1, 1, one, nullptr);
+      world->barrier();
+      const double mine = run(world->size(), 2, many, world);
+      if (world->rank() == 0) {
+        BOOST_TEST(std::isfinite(alone));
+        BOOST_TEST(std::abs(mine - alone) < 1e-5);
+        const std::vector<nlohmann::json> a = metric_lines(one + ".jsonl"), b = metric_lines(many + ".jsonl");
+        BOOST_TEST_REQUIRE(a.size() == 2u);
+        BOOST_TEST_REQUIRE(b.size() == 2u);
+        const std::vector<std::string> keys = step == "reward"
+                                                  ? std::vector<std::string>{"loss", "accuracy", "chosen_score",
+                                                                             "rejected_score"}
+                                                  : std::vector<std::string>{"loss", "accuracy", "margin"};
+        for (size_t i = 0; i < a.size(); ++i)
+          for (const std::string& key : keys)
+            BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
+        BOOST_TEST(max_weight_diff(one + "/model.h5", many + "/model.h5") < 1e-5);
+      }
+      world->barrier();
+    }
+  }
 }
 
 // A frozen model partitioned at ZeRO-3 (zero/frozen_partition.h) computes what the whole

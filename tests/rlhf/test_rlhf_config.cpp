@@ -107,21 +107,28 @@ BOOST_AUTO_TEST_CASE(bad_configs_name_the_key) {
   test::check_error([] { parse_rlhf_config(base(), "sftt", 1); }, {"unknown step 'sftt'"});
 }
 
-// The reward model, DPO, PPO and GRPO refuse pipeline stages and sequence parallelism, naming
-// the key (docs/rlhf.md says why).
+// The reward model, DPO, PPO and GRPO refuse pipeline stages, and sequence parallelism
+// without tensor parallelism, naming the key and the layout (docs/rlhf.md says why); they
+// take sequence parallelism over tensor-parallel ranks.
 BOOST_AUTO_TEST_CASE(layouts_the_loops_refuse_are_named) {
   nlohmann::json j = base();
   j["model"]["n_layer"] = 2;
   for (const std::string step : {"reward", "dpo", "ppo", "grpo"}) {
     BOOST_TEST_CONTEXT(step) {
-      nlohmann::json staged = j, sequence = j;
+      nlohmann::json staged = j, alone = j, sequence = j;
       staged["pipeline"] = {{"stages", 2}};
       test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(staged, step, 2).model.train, step); },
-                        {"[config] " + step + ": pipeline.stages must be 1"});
+                        {"[config] " + step + ": pipeline.stages must be 1, got 2", "pipeline stages"});
+      alone["model"]["sequence_parallel"] = true;
+      test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(alone, step, 2).model.train, step); },
+                        {"[config] " + step + ": model.sequence_parallel needs model.tensor_parallel > 1",
+                         "got model.tensor_parallel 1"});
       sequence["model"]["tensor_parallel"] = 2;
       sequence["model"]["sequence_parallel"] = true;
-      test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(sequence, step, 2).model.train, step); },
-                        {"[config] " + step + ": model.sequence_parallel must be false"});
+      const engine::TrainConfig split = parse_rlhf_config(sequence, step, 2).model.train;
+      rlhf::check_model_split(split, step);
+      BOOST_TEST(rlhf::column_multiple(split) == 2);
+      BOOST_TEST(rlhf::column_multiple(parse_rlhf_config(j, step, 2).model.train) == 1);
     }
   }
 }
