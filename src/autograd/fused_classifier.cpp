@@ -33,7 +33,7 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
   const int64_t W = weight.size(0), C = weight.size(1), N = targets.numel();
   const int64_t first = part.first, classes = part.classes < 0 ? W : part.classes;
   const int64_t vocab = part.vocab < 0 ? first + classes : part.vocab;
-  TRIAD_CHECK(first >= 0 && classes <= W && first + classes <= vocab,
+  TRIAD_CHECK(first >= 0 && classes <= W && (classes == 0 || first + classes <= vocab),
               "linear_cross_entropy: the weight's " << W << " rows cannot hold classes [" << first << ", "
                                                     << first + classes << ") of a vocabulary of " << vocab);
   const Tensor x = input.dtype() != weight.dtype() && is_16bit(weight.dtype()) ? to(input, weight.dtype()) : input;

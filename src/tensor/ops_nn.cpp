@@ -271,7 +271,7 @@ void check_classifier_chunk(const Tensor& logits, const Tensor& targets, int64_t
   TRIAD_CHECK(logits.dim() == 2 && logits.is_contiguous() && targets.shape() == Shape{logits.size(0)},
               op << ": expected contiguous logits (n, W) and targets (n,), got " << logits.str() << " and "
                  << shape_str(targets.shape()));
-  TRIAD_CHECK(classes >= 0 && classes <= logits.size(1) && first >= 0 && first + classes <= vocab,
+  TRIAD_CHECK(classes >= 0 && classes <= logits.size(1) && first >= 0 && (classes == 0 || first + classes <= vocab),
               op << ": classes [" << first << ", " << first + classes << ") must lie in the vocabulary [0, " << vocab
                  << ") and number at most the logits' " << logits.size(1) << " columns");
   for (const Tensor* t : stats)
