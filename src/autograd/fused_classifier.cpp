@@ -11,8 +11,6 @@ namespace triad {
 
 namespace {
 
-bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
-
 // The rows of one chunk: chunk_rows, or those whose logits take about kClassifierChunkBytes.
 int64_t rows_per_chunk(int64_t chunk_rows, const Tensor& weight) {
   if (chunk_rows > 0) return chunk_rows;

@@ -149,8 +149,9 @@ LossAndGrads classifier_loss(DType dt, int64_t chunk_rows) {
 }  // namespace
 
 // f32: the same per-row log-sum-exp and target logit summed in f64 give the same loss; the
-// gradients differ only in the order d(weight) sums its rows. bf16 (Note [16-bit
-// activations]): each chunk's d(weight) is rounded to bf16 once more before the f32 sum.
+// gradients differ only in the order d(weight) sums its rows (within 4 ulps). bf16 (Note
+// [16-bit activations]): the same loss; d(x) rounded once as before, d(weight) once per
+// chunk (half a bf16 ulp, 2^-9, each) before the f32 sum, and once at the end.
 BOOST_AUTO_TEST_CASE(linear_cross_entropy_equals_linear_and_cross_entropy) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const LossAndGrads want = classifier_loss(dt, -1);
@@ -159,7 +160,8 @@ BOOST_AUTO_TEST_CASE(linear_cross_entropy_equals_linear_and_cross_entropy) {
         const LossAndGrads got = classifier_loss(dt, chunk);
         BOOST_TEST((got.loss.dtype() == DType::f32 && got.dx.dtype() == dt && got.dw.dtype() == dt));
         BOOST_TEST(got.loss.item() == want.loss.item());
-        const double tol = dt == DType::f32 ? 4 * 0x1p-23 : 0x1p-8;
+        const int64_t chunks = chunk == 0 ? 1 : (13 + chunk - 1) / chunk;
+        const double tol = dt == DType::f32 ? 4 * 0x1p-23 : 0x1p-9 * double(chunks + 1);
         BOOST_TEST(test::relative_error(got.dx, want.dx) <= tol);
         BOOST_TEST(test::relative_error(got.dw, want.dw) <= tol);
         // Ignored rows pass no gradient, padding rows of the weight get none.
@@ -174,7 +176,7 @@ BOOST_AUTO_TEST_CASE(linear_cross_entropy_names_bad_arguments) {
   const Tensor x = Tensor::zeros({4, 3}), w = Tensor::zeros({5, 3});
   const Tensor t = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3}, {4});
   test::check_error([&] { linear_cross_entropy(x, Tensor::zeros({5, 2}), t); },
-                    {"linear_cross_entropy", "[4, 3]", "[5, 2]"});
+                    {"linear_cross_entropy", "(4, 3)", "(5, 2)"});
   test::check_error([&] { linear_cross_entropy(x, w, t, -100, {.classes = 6}); },
                     {"linear_cross_entropy", "5 rows", "[0, 6)"});
   test::check_error([&] { linear_cross_entropy(x, w, Tensor::from_vector(std::vector<int64_t>{0, 1, 7, 3}, {4})); },

@@ -179,7 +179,7 @@ __global__ void classifier_grad_kernel(Floats logits, const int64_t* targets, in
   const float l = lse[r];
   for (int64_t j = threadIdx.x; j < w; j += blockDim.x) {
     const float p = j < v ? expf(logits.load(row + j) - l) * scale : 0.0f;
-    logits.store(row + j, j == t - first ? p - scale : p);
+    logits.store(row + j, j < v && j == t - first ? p - scale : p);
   }
 }
 
