@@ -56,10 +56,7 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
   return record("linear_cross_entropy", {x, weight}, r.loss, [=, count = r.count](const Grads& g) {
     const Tensor xs = ops::reshape(x, {N, C});
     const Tensor dx = gx ? Tensor::empty({N, C}, x.dtype(), x.device()) : Tensor();
-    // d(weight) sums the chunks in f32 beside a 16-bit weight, rounded once at the end.
-    const Tensor dw = gw ? Tensor::zeros({W, C}, is_16bit(weight.dtype()) ? DType::f32 : weight.dtype(),
-                                         weight.device())
-                         : Tensor();
+    Tensor dw;  // the first chunk's, then each chunk's added to it, in the weight's dtype
     for (int64_t s = 0; s < N; s += chunk) {
       const int64_t n = std::min(chunk, N - s);
       const Tensor xc = ops::narrow(xs, 0, s, n);
@@ -67,9 +64,16 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
       ops::classifier_grad_(dlogits, ops::narrow(t1, 0, s, n), first, classes, vocab, ignore_index,
                             ops::narrow(lse, 0, s, n), g[0], count);
       if (gx) ops::copy_(ops::narrow(dx, 0, s, n), ops::matmul(dlogits, weight));
-      if (gw) ops::add_(dw, ops::matmul(dlogits, xc, true, false));
+      if (gw) {
+        const Tensor part = ops::matmul(dlogits, xc, true, false);
+        if (dw.defined())
+          ops::add_(dw, part);
+        else
+          dw = part;
+      }
     }
-    return Grads{gx ? ops::reshape(dx, x.shape()) : Tensor(), gw ? ops::to(dw, weight.dtype()) : Tensor()};
+    if (gw && !dw.defined()) dw = Tensor::zeros({W, C}, weight.dtype(), weight.device());  // no rows
+    return Grads{gx ? ops::reshape(dx, x.shape()) : Tensor(), dw};
   });
 }
 

@@ -30,11 +30,12 @@ namespace triad {
 // one GEMM of 2·rows·C·V flops: a third more than the head's 6·rows·C·V, about 10% of a
 // GPT-2 124M step's flops.
 //
-// The f32 loss equals cross_entropy's: the same per-row log-sum-exp and target logit,
-// summed in f64. The gradients equal linear + cross_entropy's up to the order in which
-// d(weight) sums its rows (per chunk, then over chunks); with 16-bit weights each chunk's
-// d(weight) is rounded to the weight's dtype and the chunks are summed in f32, rounded once
-// (Note [16-bit activations] in functions.cpp).
+// The loss equals cross_entropy's: the same per-row log-sum-exp and target logit, summed in
+// f64. The gradients equal linear + cross_entropy's up to the order in which d(weight) sums
+// its rows (per chunk, then over chunks); with 16-bit weights each chunk's d(weight) is
+// rounded to the weight's dtype and added in it (computed in f32, rounded once per add),
+// so that a step converts nothing (Note [16-bit activations] in functions.cpp): two
+// roundings of half a ulp per chunk where linear's backward rounds once.
 //
 // A tensor-parallel head (parallel/tensor_parallel_layers.h) holds a part of the
 // vocabulary's rows on each rank: each rank makes its part's per-row log-sum-exp and target
