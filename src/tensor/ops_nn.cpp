@@ -265,8 +265,8 @@ namespace {
 
 // logits (n, W) of a float dtype, contiguous, with `classes` <= W class columns from `first`
 // of a vocabulary of `vocab`; stats (n,) of its compute dtype on its device, contiguous.
-void check_classifier_chunk(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes,
-                            int64_t vocab, const std::vector<const Tensor*>& stats, const char* op) {
+void check_classifier_chunk(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
+                            const std::vector<const Tensor*>& stats, const char* op) {
   check_float(logits, op);
   TRIAD_CHECK(logits.dim() == 2 && logits.is_contiguous() && targets.shape() == Shape{logits.size(0)},
               op << ": expected contiguous logits (n, W) and targets (n,), got " << logits.str() << " and "
@@ -277,9 +277,8 @@ void check_classifier_chunk(const Tensor& logits, const Tensor& targets, int64_t
   for (const Tensor* t : stats)
     TRIAD_CHECK(t->shape() == Shape{logits.size(0)} && t->dtype() == compute_dtype(logits.dtype()) &&
                     t->device() == logits.device() && t->is_contiguous(),
-                op << ": expected contiguous (" << logits.size(0) << ",) "
-                   << dtype_name(compute_dtype(logits.dtype())) << " stats on " << logits.device().str() << ", got "
-                   << t->str());
+                op << ": expected contiguous (" << logits.size(0) << ",) " << dtype_name(compute_dtype(logits.dtype()))
+                   << " stats on " << logits.device().str() << ", got " << t->str());
 }
 
 }  // namespace

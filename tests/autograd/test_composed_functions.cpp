@@ -8,8 +8,8 @@
 
 #include "autograd/engine.h"
 #include "autograd/fake_quantize.h"
-#include "autograd/fused_classifier.h"
 #include "autograd/functions.h"
+#include "autograd/fused_classifier.h"
 #include "autograd/meta.h"
 #include "support/check.h"
 

@@ -145,8 +145,7 @@ __global__ void classifier_rows_kernel(Floats logits, const int64_t* targets, in
 // One block: the mean of lse - target_logit over the rows that count, summed in double in a
 // fixed order (the same every run), and their count.
 __global__ void classifier_loss_kernel(const float* lse, const float* target_logit, const int64_t* targets,
-                                       int64_t rows, int64_t vocab, int64_t ignore_index, float* mean,
-                                       int64_t* count) {
+                                       int64_t rows, int64_t vocab, int64_t ignore_index, float* mean, int64_t* count) {
   double sum = 0.0;
   long long n = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {

@@ -368,8 +368,8 @@ void CpuBackend::classifier_loss(const Tensor& lse, const Tensor& target_logit, 
   });
 }
 
-void CpuBackend::classifier_grad(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes,
-                                 int64_t, int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss,
+void CpuBackend::classifier_grad(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t,
+                                 int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss,
                                  const Tensor& count) {
   if (cpu::is_16bit(logits)) {
     const cpu::WideOut o(logits, /*initial=*/true);
