@@ -38,7 +38,7 @@ ChunkEstimate chunk_estimate(const std::vector<nn::LayerSpec>& layers, const Act
   const double resid = residual_bytes(s);
   const auto of = [&](int i) { return gpt_layer_activations(s, layers[size_t(i)].type); };
   ChunkEstimate e;
-  if (last_vs) e.bytes.saved += loss_activations(s).saved;
+  if (last_vs) e.bytes.saved += (pipelined ? loss_activations(s) : fused_loss_activations(s)).saved;
   if (!last_vs) e.bytes.saved += resid;  // the output, held for the backward
   int i = first;
   if (first_vs) {  // the embedding: its input (token ids) needs no gradient, so it is never recomputed

@@ -84,6 +84,11 @@ LayerActivations loss_activations(const ActivationShape& s) {
   return {logits + 28 * d.B * d.T, 0};
 }
 
+LayerActivations fused_loss_activations(const ActivationShape& s) {
+  const Dims d = dims(s);
+  return {kF32 * d.B * d.T + kIndex, 0};
+}
+
 LayerActivations gpt_layer_activations(const ActivationShape& s, const std::string& type) {
   if (type == "GPTEmbedding") return embedding_activations(s);
   if (type == "Block") return block_activations(s);

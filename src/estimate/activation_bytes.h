@@ -38,7 +38,10 @@
 // Loss: the logits (4BT·V_r, V_r the vocabulary rows on the rank) and the log-sum-exp
 // (4BT) and count (8 bytes); vocab-parallel, the logits (on a rank holding padding columns
 // a copy with them masked, the original then freed) and per row the max, the two sums,
-// two masks and a flat index (28BT).
+// two masks and a flat index (28BT). That is the pipeline stages' loss; without stages the
+// model's loss is fused with the head (Note [Fused classifier] in
+// autograd/fused_classifier.h), which keeps only each row's log-sum-exp (4BT) and the
+// count (8 bytes) on any tp: the logits exist a chunk of rows at a time, never kept.
 //
 // Deferred weight gradients (ZB-H1, Note [Split backward]): after a micro-batch's
 // input-gradient pass, each deferred linear keeps its input and its output's gradient
@@ -84,6 +87,7 @@ LayerActivations embedding_activations(const ActivationShape&);
 LayerActivations block_activations(const ActivationShape&);
 LayerActivations head_activations(const ActivationShape&);  // ln_f and the logits' projection
 LayerActivations loss_activations(const ActivationShape&);  // the cross-entropy
+LayerActivations fused_loss_activations(const ActivationShape&);  // the fused head's loss (no stages)
 // By the layer's type in gpt_layers(): "GPTEmbedding", "Block", "GPTHead".
 LayerActivations gpt_layer_activations(const ActivationShape&, const std::string& type);
 

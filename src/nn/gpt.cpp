@@ -209,7 +209,8 @@ Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache, const Tensor& 
 }
 
 Tensor GPT::loss(const Tensor& indices, const Tensor& targets) {
-  return par_->cross_entropy((*this)(indices), targets, config_.vocab_size);
+  return call(
+      [&] { return par_->head_loss(hidden_states(indices, nullptr), wte->weight, targets, config_.vocab_size); });
 }
 
 }  // namespace triad::nn

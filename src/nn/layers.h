@@ -29,6 +29,9 @@ class Linear : public Module {
   // scale: what ops::quantized_linear does at abits 8), straight through as well; 16 leaves
   // the input as it is.
   void use_fake_quantization(std::optional<QuantFormat> format, int abits = 16);
+  // Whether forward is linear(x, weight, bias), neither quantization on: what a fused head
+  // (Parallelism::head_loss) may compute in its place.
+  bool plain() const { return !quantized_ && !fake_quantization_ && fake_abits_ == 16; }
 
   Tensor weight, bias;  // bias undefined when built without one
 

@@ -142,7 +142,11 @@ Tensor Llama::hidden_states(const Tensor& indices, const LeftPadding* padding) {
 }
 
 Tensor Llama::loss(const Tensor& indices, const Tensor& targets) {
-  return par_->cross_entropy((*this)(indices), targets, config_.vocab_size);
+  if (!head->plain()) return par_->cross_entropy((*this)(indices), targets, config_.vocab_size);
+  return call([&] {
+    const Tensor x = hidden_states(indices, nullptr);
+    return head->call([&] { return par_->head_loss(x, head->weight, targets, config_.vocab_size); });
+  });
 }
 
 KVCache Llama::make_cache(int64_t batch) const {

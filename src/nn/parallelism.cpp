@@ -1,6 +1,7 @@
 #include "nn/parallelism.h"
 
 #include "autograd/functions.h"
+#include "autograd/fused_classifier.h"
 #include "tensor/ops.h"
 
 namespace triad::nn {
@@ -43,6 +44,10 @@ Tensor Parallelism::tied_logits(const Tensor& x, const Tensor& table) const { re
 
 Tensor Parallelism::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const {
   return triad::cross_entropy(logits, targets, -100, vocab);  // padding columns are no classes
+}
+
+Tensor Parallelism::head_loss(const Tensor& x, const Tensor& table, const Tensor& targets, int64_t vocab) const {
+  return linear_cross_entropy(x, table, targets, -100, {.classes = vocab});
 }
 
 Tensor Parallelism::full_logits(const Tensor& logits, int64_t vocab) const {

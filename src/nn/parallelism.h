@@ -66,6 +66,11 @@ class Parallelism : public std::enable_shared_from_this<Parallelism> {
   // Mean cross-entropy of such logits against targets (B, T) over a vocabulary of `vocab`
   // (padding rows excluded), skipping -100.
   virtual Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const;
+  // The same loss of the logits tied_logits(x, table) would make, fused (Note [Fused
+  // classifier] in autograd/fused_classifier.h): made a chunk of rows at a time, never held
+  // whole, for training. table: this rank's rows of a tied token table or of a column-split
+  // head's weight.
+  virtual Tensor head_loss(const Tensor& x, const Tensor& table, const Tensor& targets, int64_t vocab) const;
   // The full (B, T, vocab) logits from such logits (no gradient; generation).
   virtual Tensor full_logits(const Tensor& logits, int64_t vocab) const;
   // `layer` (a module every rank of the group holds whole, e.g. an MoE layer) on the tokens

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "autograd/functions.h"
+#include "autograd/fused_classifier.h"
 #include "autograd/record.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel_functions.h"
@@ -211,6 +212,30 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                 });
 }
 
+Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& table, const Tensor& targets,
+                                           const CommunicatorPtr& tp, int64_t first_row, int64_t vocab,
+                                           int64_t ignore_index, int64_t chunk_rows) {
+  TRIAD_CHECK(table.dim() == 2 && first_row >= 0,
+              "vocab_parallel_linear_cross_entropy: expected a table (rows, C) from row "
+                  << first_row << " of a vocabulary of " << vocab << ", got " << shape_str(table.shape()));
+  ClassifierPart part{.first = first_row,
+                      .classes = std::clamp<int64_t>(vocab - first_row, 0, table.size(0)),
+                      .vocab = vocab};
+  // Each rank's lse_r and target logit (0 off the rank) become lse = M + log Σ_r exp(lse_r - M),
+  // M = max_r lse_r, and the sum of the target logits.
+  part.combine = [tp](const Tensor& lse, const Tensor& target_logit) {
+    const Tensor m = ops::clone(lse);
+    tp->all_reduce(m, ReduceOp::max)->wait();
+    const Tensor sums = Tensor::empty({2, lse.numel()}, lse.dtype(), lse.device());
+    ops::copy_(ops::select(sums, 0, 0), ops::exp(ops::sub(lse, m)));
+    ops::copy_(ops::select(sums, 0, 1), target_logit);
+    tp->all_reduce(sums)->wait();
+    ops::copy_(lse, ops::add(m, ops::log(ops::select(sums, 0, 0))));
+    ops::copy_(target_logit, ops::select(sums, 0, 1));
+  };
+  return linear_cross_entropy(x, table, targets, ignore_index, part, chunk_rows);
+}
+
 // ---- TensorParallel
 
 TensorParallel::TensorParallel(CommunicatorPtr tp, bool sequence_parallel,
@@ -256,6 +281,12 @@ Tensor TensorParallel::whole_sequence(const Tensor& x) const {
 
 Tensor TensorParallel::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const {
   return vocab_parallel_cross_entropy(logits, targets, tp_, int64_t(tp_->rank()) * logits.size(-1), vocab);
+}
+
+Tensor TensorParallel::head_loss(const Tensor& x, const Tensor& table, const Tensor& targets, int64_t vocab) const {
+  return vocab_parallel_linear_cross_entropy(
+      sequence_parallel_ ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_), table, targets, tp_,
+      int64_t(tp_->rank()) * table.size(0), vocab);
 }
 
 Tensor TensorParallel::full_logits(const Tensor& logits, int64_t vocab) const {

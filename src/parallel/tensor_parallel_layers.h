@@ -19,7 +19,8 @@
 // - vocab_parallel_cross_entropy: the mean cross-entropy of logits whose vocabulary is
 //   split over the ranks, without gathering them: all-reduce MAX of each row's maximum,
 //   one all-reduce SUM of each row's Σexp and target logit; padding columns (global index
-//   >= vocab) never count; the backward is local.
+//   >= vocab) never count; the backward is local. vocab_parallel_linear_cross_entropy: the
+//   same loss fused with the head's projection, never holding the logits whole.
 // - TensorParallel: the nn::Parallelism that builds a transformer from these;
 //   layer_parallelism picks it for a group of more than one rank, nn::serial() otherwise
 //   (with an expert-parallel group of more than one rank: the model's experts spread over
@@ -96,6 +97,14 @@ class VocabParallelEmbedding : public nn::Embedding {
 // vocabulary of `vocab` tokens; targets (...) global ids or ignore_index.
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const CommunicatorPtr& tp,
                                     int64_t first_row, int64_t vocab, int64_t ignore_index = -100);
+// The same loss of the logits x table^T, table (rows, C) this rank's vocabulary rows, fused
+// (Note [Fused classifier] in autograd/fused_classifier.h): each rank makes its rows' per-row
+// log-sum-exp and target logit a chunk of rows at a time, one all-reduce MAX and one SUM of
+// (N,) vectors make the whole vocabulary's, and the backward is local. x: the same on every
+// rank (its gradient is this rank's part; copy_to_tp_region sums them).
+Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& table, const Tensor& targets,
+                                           const CommunicatorPtr& tp, int64_t first_row, int64_t vocab,
+                                           int64_t ignore_index = -100, int64_t chunk_rows = 0);
 
 class TensorParallel : public nn::Parallelism {
  public:
@@ -119,6 +128,7 @@ class TensorParallel : public nn::Parallelism {
   Tensor whole_sequence(const Tensor& x) const override;
   Tensor tied_logits(const Tensor& x, const Tensor& table) const override;
   Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab) const override;
+  Tensor head_loss(const Tensor& x, const Tensor& table, const Tensor& targets, int64_t vocab) const override;
   Tensor full_logits(const Tensor& logits, int64_t vocab) const override;
   void mark_residual_layer(nn::Module& layer) const override;
 

@@ -116,6 +116,26 @@ class Backend {
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                       const Tensor& grad_loss, const Tensor& count, int64_t ignore_index,
                                       int64_t classes, const Tensor& grad_logits) = 0;
+  // The fused classifier (ops::classifier_rows_, ops::classifier_loss, ops::classifier_grad_,
+  // Note [Fused classifier] in autograd/fused_classifier.h) works on chunks of rows of logits
+  // (n, W) contiguous whose column j is class first + j for j < classes <= W (a part of a
+  // vocabulary of `vocab` classes; the W - classes columns after them are padding), with
+  // targets (n,) i64 in [0, vocab) or ignore_index. classifier_rows writes each row's lse
+  // over those columns (-inf when classes is 0) and target_logit: the target's logit when it
+  // is one of them, else 0; both (n,) in f32 (f64 for f64 logits), contiguous.
+  virtual void classifier_rows(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes,
+                               int64_t vocab, int64_t ignore_index, const Tensor& lse, const Tensor& target_logit) = 0;
+  // loss () = the mean of lse - target_logit over the rows that count (target !=
+  // ignore_index), 0 when none do, summed in f64 in a fixed order; count () i64: those rows.
+  virtual void classifier_loss(const Tensor& lse, const Tensor& target_logit, const Tensor& targets, int64_t vocab,
+                               int64_t ignore_index, const Tensor& loss, const Tensor& count) = 0;
+  // Overwrites logits with (exp(logit - lse) - onehot(target)) * grad_loss / count over the
+  // classes, zero in the padding columns and in the rows that do not count; lse (n,) is the
+  // log-sum-exp over the whole vocabulary; grad_loss () in lse's dtype and count () are read
+  // on the device.
+  virtual void classifier_grad(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes,
+                               int64_t vocab, int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss,
+                               const Tensor& count) = 0;
 
   // One step of batched generation, as ops::sample_tokens_ checked it.
   virtual void sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,

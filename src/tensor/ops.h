@@ -246,6 +246,26 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
                               const Tensor& count, int64_t ignore_index, int64_t classes = -1);
 
+// The fused classifier's pieces (Note [Fused classifier] in autograd/fused_classifier.h),
+// for a chunk of rows of logits (n, W) holding the classes [first, first + classes) of a
+// vocabulary of `vocab` (classes <= W; the columns after them are padding), targets (n,)
+// of i64/i32 in [0, vocab) or == ignore_index. Stats are f32 (f64 for f64 logits), on
+// logits' device; nothing here makes the host wait for a device.
+// classifier_rows_ writes each row's log-sum-exp over its classes (-inf when there are
+// none) into lse (n,) and the target's logit (0 when it is not one of them, or ignored)
+// into target_logit (n,), both contiguous (views of a whole batch's stats).
+void classifier_rows_(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
+                      int64_t ignore_index, const Tensor& lse, const Tensor& target_logit);
+// The mean of lse - target_logit over the N rows whose target != ignore_index (0 when
+// none), and their count, as cross_entropy returns them (its lse is these lse).
+CrossEntropyOut classifier_loss(const Tensor& lse, const Tensor& target_logit, const Tensor& targets, int64_t vocab,
+                                int64_t ignore_index);
+// In place: logits become d(loss)/d(logits) scaled by grad_loss as cross_entropy_backward
+// computes it, given the whole vocabulary's lse (n,) and count as classifier_loss returned
+// it: zero in the padding columns and the ignored rows.
+void classifier_grad_(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
+                      int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss, const Tensor& count);
+
 // One step of batched generation (Note [Token sampling] in tensor/sampling.h): logits (B, W)
 // f32 with stride 1 along W (rows any stride apart), of which the first `vocab` columns are
 // the vocabulary; done (B,) f32 (1: the row has stopped), updated; tokens (B,) i64,

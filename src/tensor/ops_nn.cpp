@@ -261,6 +261,62 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   return g;
 }
 
+namespace {
+
+// logits (n, W) of a float dtype, contiguous, with `classes` <= W class columns from `first`
+// of a vocabulary of `vocab`; stats (n,) of its compute dtype on its device, contiguous.
+void check_classifier_chunk(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
+                            const std::vector<const Tensor*>& stats, const char* op) {
+  check_float(logits, op);
+  TRIAD_CHECK(logits.dim() == 2 && logits.is_contiguous() && targets.shape() == Shape{logits.size(0)},
+              op << ": expected contiguous logits (n, W) and targets (n,), got " << logits.str() << " and "
+                 << shape_str(targets.shape()));
+  TRIAD_CHECK(classes >= 0 && classes <= logits.size(1) && first >= 0 && (classes == 0 || first + classes <= vocab),
+              op << ": classes [" << first << ", " << first + classes << ") must lie in the vocabulary [0, " << vocab
+                 << ") and number at most the logits' " << logits.size(1) << " columns");
+  for (const Tensor* t : stats)
+    TRIAD_CHECK(t->shape() == Shape{logits.size(0)} && t->dtype() == compute_dtype(logits.dtype()) &&
+                    t->device() == logits.device() && t->is_contiguous(),
+                op << ": expected contiguous (" << logits.size(0) << ",) " << dtype_name(compute_dtype(logits.dtype()))
+                   << " stats on " << logits.device().str() << ", got " << t->str());
+}
+
+}  // namespace
+
+void classifier_rows_(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
+                      int64_t ignore_index, const Tensor& lse, const Tensor& target_logit) {
+  check_classifier_chunk(logits, targets, first, classes, vocab, {&lse, &target_logit}, "classifier_rows");
+  const Tensor t = check_indices(targets, logits.device(), vocab, ignore_index, true, "classifier_rows");
+  backend_for(logits.device()).classifier_rows(logits, t, first, classes, vocab, ignore_index, lse, target_logit);
+}
+
+CrossEntropyOut classifier_loss(const Tensor& lse, const Tensor& target_logit, const Tensor& targets, int64_t vocab,
+                                int64_t ignore_index) {
+  TRIAD_CHECK(lse.dim() == 1 && (lse.dtype() == DType::f32 || lse.dtype() == DType::f64) && lse.is_contiguous() &&
+                  target_logit.shape() == lse.shape() && target_logit.dtype() == lse.dtype() &&
+                  target_logit.is_contiguous() && target_logit.device() == lse.device() &&
+                  targets.shape() == lse.shape(),
+              "classifier_loss: expected contiguous lse and target_logit (N,) of one of f32, f64 and targets (N,), got "
+                  << lse.str() << ", " << target_logit.str() << " and " << shape_str(targets.shape()));
+  const Tensor t = check_indices(targets, lse.device(), vocab, ignore_index, true, "classifier_loss");
+  CrossEntropyOut r{Tensor::empty({}, lse.dtype(), lse.device()), lse, Tensor::empty({}, DType::i64, lse.device())};
+  backend_for(lse.device()).classifier_loss(lse, target_logit, t, vocab, ignore_index, r.loss, r.count);
+  return r;
+}
+
+void classifier_grad_(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
+                      int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss, const Tensor& count) {
+  check_classifier_chunk(logits, targets, first, classes, vocab, {&lse}, "classifier_grad");
+  TRIAD_CHECK(grad_loss.numel() == 1 && grad_loss.device() == logits.device() && count.numel() == 1 &&
+                  count.dtype() == DType::i64 && count.device() == logits.device(),
+              "classifier_grad: expected one grad_loss value and an i64 count on "
+                  << logits.device().str() << ", got " << grad_loss.str() << " and " << count.str());
+  const Tensor t = check_indices(targets, logits.device(), vocab, ignore_index, true, "classifier_grad");
+  backend_for(logits.device())
+      .classifier_grad(logits, t, first, classes, vocab, ignore_index, lse, contiguous(to(grad_loss, lse.dtype())),
+                       count);
+}
+
 AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                               const Tensor& key_start) {
   check_attention(q, k, v, "causal_attention");

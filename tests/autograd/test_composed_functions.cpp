@@ -1,13 +1,15 @@
 // The composed functions of autograd/functions.h (log_sigmoid, clamp, maximum,
 // masked_mean, fake_quantize) on small hand-made tensors, against their formulas: values, the gradients
-// PyTorch gives at their kinks, and the errors a bad mask gets. Their finite-difference
-// checks are test_gradcheck's.
+// PyTorch gives at their kinks, and the errors a bad mask gets; the fused classifier
+// (autograd/fused_classifier.h) against the linear + cross_entropy it fuses. Their
+// finite-difference checks are test_gradcheck's.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
 #include "autograd/engine.h"
 #include "autograd/fake_quantize.h"
 #include "autograd/functions.h"
+#include "autograd/fused_classifier.h"
 #include "autograd/meta.h"
 #include "support/check.h"
 
@@ -119,4 +121,64 @@ BOOST_AUTO_TEST_CASE(fake_quantize_names_a_bad_format) {
   const Tensor w = Tensor::zeros({2, 8});
   test::check_error([&] { fake_quantize(w, QuantFormat{3, 8, true}); }, {"fake_quantize", "bits 3", "8, 4, 2 or 1"});
   test::check_error([&] { fake_quantize(w, QuantFormat{8, 3, true}); }, {"group size 3", "does not divide", "8"});
+}
+
+namespace {
+
+struct LossAndGrads {
+  Tensor loss, dx, dw;
+};
+
+// The loss of x (13, 6) and w (11, 6) against 13 targets, two of them ignored, over the 9
+// classes of w's rows (2 padding rows), and its gradients when the loss is scaled by 0.75;
+// fused in chunks of chunk_rows, or as linear + cross_entropy when chunk_rows < 0.
+LossAndGrads classifier_loss(DType dt, int64_t chunk_rows) {
+  Generator gen(7);
+  Tensor x = Tensor::empty({13, 6}), w = Tensor::empty({11, 6});
+  ops::normal_(x, 0.0, 1.0, gen);
+  ops::normal_(w, 0.0, 1.0, gen);
+  x = ops::to(x, dt), w = ops::to(w, dt);
+  set_requires_grad(x), set_requires_grad(w);
+  const Tensor targets = Tensor::from_vector(std::vector<int64_t>{3, 8, -100, 0, 5, 1, 7, 2, -100, 6, 4, 8, 0}, {13});
+  const Tensor loss = chunk_rows < 0 ? cross_entropy(linear(x, w), targets, -100, 9)
+                                     : linear_cross_entropy(x, w, targets, -100, {.classes = 9}, chunk_rows);
+  backward(mul(loss, 0.75));
+  return {loss, grad(x), grad(w)};
+}
+
+}  // namespace
+
+// f32: the same per-row log-sum-exp and target logit summed in f64 give the same loss; the
+// gradients differ only in the order d(weight) sums its rows (within 4 ulps). bf16 (Note
+// [16-bit activations]): the same loss; d(x) rounded once as before, d(weight) twice per
+// chunk (half a bf16 ulp, 2^-9, each): its product, and its add to the others' sum.
+BOOST_AUTO_TEST_CASE(linear_cross_entropy_equals_linear_and_cross_entropy) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const LossAndGrads want = classifier_loss(dt, -1);
+    for (int64_t chunk : {4, 1, 0}) {  // 4 does not divide 13; 0: one chunk of all rows
+      BOOST_TEST_CONTEXT(dtype_name(dt) << ", chunks of " << chunk << " rows") {
+        const LossAndGrads got = classifier_loss(dt, chunk);
+        BOOST_TEST((got.loss.dtype() == DType::f32 && got.dx.dtype() == dt && got.dw.dtype() == dt));
+        BOOST_TEST(got.loss.item() == want.loss.item());
+        const int64_t chunks = chunk == 0 ? 1 : (13 + chunk - 1) / chunk;
+        const double tol = dt == DType::f32 ? 4 * 0x1p-23 : 0x1p-9 * double(2 * chunks);
+        BOOST_TEST(test::relative_error(got.dx, want.dx) <= tol);
+        BOOST_TEST(test::relative_error(got.dw, want.dw) <= tol);
+        // Ignored rows pass no gradient, padding rows of the weight get none.
+        for (int64_t row : {2, 8}) BOOST_TEST(ops::max_abs(ops::select(got.dx, 0, row)) == 0.0);
+        BOOST_TEST(ops::max_abs(ops::narrow(got.dw, 0, 9, 2)) == 0.0);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(linear_cross_entropy_names_bad_arguments) {
+  const Tensor x = Tensor::zeros({4, 3}), w = Tensor::zeros({5, 3});
+  const Tensor t = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3}, {4});
+  test::check_error([&] { linear_cross_entropy(x, Tensor::zeros({5, 2}), t); },
+                    {"linear_cross_entropy", "(4, 3)", "(5, 2)"});
+  test::check_error([&] { linear_cross_entropy(x, w, t, -100, {.classes = 6}); },
+                    {"linear_cross_entropy", "5 rows", "[0, 6)"});
+  test::check_error([&] { linear_cross_entropy(x, w, Tensor::from_vector(std::vector<int64_t>{0, 1, 7, 3}, {4})); },
+                    {"classifier_rows", "index 7", "[0, 5)"});
 }

@@ -9,6 +9,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/functions.h"
+#include "autograd/fused_classifier.h"
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "nn/gpt.h"
@@ -352,6 +353,21 @@ BOOST_AUTO_TEST_CASE(nn_functions) {
   const Tensor logits = leaf({2, 3, 5}, 134);
   backward(cross_entropy(logits, targets));
   for (int64_t v = 0; v < 5; ++v) BOOST_TEST(grad(logits).at({0, 2, v}) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(linear_cross_entropy_function) {
+  // x (2, 4, 3) and a weight of 7 rows, 5 of them classes; 8 rows in chunks of 3.
+  const Tensor targets = idx({1, 4, -100, 0, 3, 3, 2, -100}, {2, 4});
+  gradcheck("linear_cross_entropy",
+            [&](auto& in) { return linear_cross_entropy(in[0], in[1], targets, -100, {.classes = 5}, 3); },
+            {leaf({2, 4, 3}, 135), leaf({7, 3}, 136)});
+  // A tensor-parallel rank's part: rows [3, 7) of a vocabulary of 6 (rows 3, 4, 5 classes).
+  gradcheck("linear_cross_entropy part",
+            [&](auto& in) {
+              return linear_cross_entropy(in[0], in[1], idx({5, 3, 0, -100}, {4}), -100,
+                                          {.first = 3, .classes = 3, .vocab = 6}, 3);
+            },
+            {leaf({4, 3}, 137), leaf({4, 3}, 138)});
 }
 
 BOOST_AUTO_TEST_CASE(causal_attention_function) {

@@ -474,6 +474,37 @@ void cross_entropy_case() {
   }
 }
 
+// The fused classifier's methods (Note [Fused classifier]): GPT-2's padded vocabulary whole,
+// and a tensor-parallel rank's part of one (classes [1000, 4000) of 4000 in 3072 columns of
+// which 3000 are classes); rows with targets on and off the part and ignored ones; the
+// gradient written in place over the logits.
+void classifier_case() {
+  struct Part {
+    int64_t rows, first, classes, w, vocab;
+  };
+  for (auto [rows, first, classes, w, vocab] : {Part{64, 0, 50257, 50304, 50257}, Part{301, 1000, 3000, 3072, 4000}}) {
+    const Pair logits = pair(random({rows, w}, 42, -6, 6));
+    Tensor t = random({rows}, 43, 0, double(vocab), DType::i64);
+    for (int64_t r = 0; r < rows; r += 7) t.data<int64_t>()[r] = -100;
+    const Pair targets = pair(t);
+    Pair lse = empty_pair({rows}), z = empty_pair({rows}), loss = empty_pair({});
+    Pair count = pair(Tensor::empty({}, DType::i64));
+    cpu().classifier_rows(logits.c, targets.c, first, classes, vocab, -100, lse.c, z.c);
+    gpu().classifier_rows(logits.g, targets.g, first, classes, vocab, -100, lse.g, z.g);
+    expect_close("classifier_rows lse", lse.g, lse.c, threshold(DType::f32));
+    expect_equal("classifier_rows target_logit", z.g, z.c);
+    cpu().classifier_loss(lse.c, z.c, targets.c, vocab, -100, loss.c, count.c);
+    gpu().classifier_loss(dev(lse.c), z.g, targets.g, vocab, -100, loss.g, count.g);
+    expect_close("classifier_loss", loss.g, loss.c, threshold(DType::f32));
+    BOOST_TEST(ops::to(count.g, Device::cpu()).item() == count.c.item());
+    const Pair grad_loss = pair(Tensor::scalar(3.0, DType::f32));
+    Pair grad = pair(ops::clone(logits.c));
+    cpu().classifier_grad(grad.c, targets.c, first, classes, vocab, -100, lse.c, grad_loss.c, count.c);
+    gpu().classifier_grad(grad.g, targets.g, first, classes, vocab, -100, dev(lse.c), grad_loss.g, dev(count.c));
+    expect_close("classifier_grad", grad.g, grad.c, threshold(DType::f32));
+  }
+}
+
 // Token sampling (Note [Token sampling]) on GPT-2's vocabulary, rows of a padded width:
 // the kernel's greedy, top-k and untruncated paths, and the host path the backend takes for
 // more candidates than a block sorts (top_k 0 with top_p < 1), each picking the CPU's tokens.
@@ -666,6 +697,7 @@ const Case kCases[] = {
     {"layer_norm", layer_norm_case},
     {"embedding", embedding_case},
     {"cross_entropy", cross_entropy_case},
+    {"classifier", classifier_case},
     {"sample_tokens", sample_tokens_case},
     {"attention", attention_case},
     {"sixteen_bit_activations", sixteen_bit_case},

@@ -1,4 +1,5 @@
-// The CUDA backend's index kernels (cuda/backend/index_kernels.cuh: embedding, cross-entropy)
+// The CUDA backend's index kernels (cuda/backend/index_kernels.cuh: embedding, cross-entropy,
+// the fused classifier's)
 // run on the CPU under an emulation of CUDA (cuda/cuda_emulation.h): their values against
 // the CPU backend or closed forms, and what they do with an index out of range (skip it,
 // record it once for the next wait: Note [Deferred device errors]). The host side of the
@@ -34,6 +35,11 @@ std::vector<int64_t> random_indices(int64_t n, int64_t limit, uint64_t seed) {
 
 // t as a kernel operand (the backend's floats() without its dtype check).
 cuda::Floats floats(const Tensor& t) { return {t.raw_data(), t.dtype()}; }
+
+// max |a - b| in f32.
+double test_max_diff(const Tensor& a, const Tensor& b) {
+  return ops::max_abs(ops::sub(ops::to(a, DType::f32), ops::to(b, DType::f32)));
+}
 
 // A device's claim flag and record, in host memory.
 struct Sink {
@@ -155,6 +161,71 @@ BOOST_AUTO_TEST_CASE(cross_entropy_matches_the_cpu) {
     if (w > v) BOOST_TEST(ops::max_abs(ops::narrow(grad, 1, v, w - v)) == 0.0, what << " padding gradient");
     check_record(sb, cuda::IndexOp::cross_entropy_backward, {{v, 1}, {-7, 23}}, rows, v, what + " backward");
   }
+}
+
+// The fused classifier's kernels (its rows' lse and target logit, their mean, the gradient
+// in place) against the CPU backend, on parts of a vocabulary: the classes [first, first +
+// v) of `vocab` in the first v of w columns, none on the last part. Targets on and off the
+// part, ignored ones, and a bad one (vocab, recorded once; the CPU gets it ignored). f32
+// and bf16 logits, the gradient of bf16 within one bf16 ulp of the CPU's.
+BOOST_AUTO_TEST_CASE(classifier_kernels_match_the_cpu) {
+  Backend& cpu = backend_for(Device::cpu());
+  struct Part {
+    int64_t rows, first, v, w, vocab;
+  };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [rows, first, v, w, vocab] :
+         {Part{37, 0, 29, 29, 29}, Part{37, 20, 29, 40, 60}, Part{3, 1000, 3000, 3072, 4000}, Part{5, 64, 0, 16, 50}}) {
+      const std::string what = std::string("classifier ") + dtype_name(dt) + " " + std::to_string(rows) + " x [" +
+                               std::to_string(first) + ", +" + std::to_string(v) + ") of " + std::to_string(w);
+      const Tensor logits = ops::to(uniform({rows, w}, 4, -6, 6), dt);
+      std::vector<int64_t> t = random_indices(rows, vocab, 5), sane;
+      for (int64_t r = 0; r < rows; r += 5) t[size_t(r)] = -100;
+      t[1] = vocab;
+      for (int64_t x : t) sane.push_back(x >= 0 && x < vocab ? x : -100);
+      const Tensor targets = Tensor::from_vector(t, {rows}), sane_targets = Tensor::from_vector(sane, {rows});
+
+      Sink s;
+      Tensor lse = Tensor::empty({rows}), z = Tensor::empty({rows}), mean = Tensor::empty({});
+      Tensor count = Tensor::empty({}, DType::i64);
+      emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(std::max<int64_t>(v, 1))), [&] {
+        cuda::classifier_rows_kernel(floats(logits), targets.data<int64_t>(), first, v, w, vocab, -100,
+                                     lse.data<float>(), z.data<float>(), rows, s.sink());
+      });
+      emulation::launch(1, 1, 1024, [&] {
+        cuda::classifier_loss_kernel(lse.data<float>(), z.data<float>(), targets.data<int64_t>(), rows, vocab, -100,
+                                     mean.data<float>(), count.data<int64_t>());
+      });
+      Tensor want_lse = Tensor::empty({rows}), want_z = Tensor::empty({rows}), want_mean = Tensor::empty({});
+      Tensor want_count = Tensor::empty({}, DType::i64);
+      cpu.classifier_rows(logits, sane_targets, first, v, vocab, -100, want_lse, want_z);
+      cpu.classifier_loss(want_lse, want_z, sane_targets, vocab, -100, want_mean, want_count);
+      if (v == 0) {
+        for (float l : lse.to_vector<float>()) BOOST_TEST((std::isinf(l) && l < 0), what << ": lse " << l);
+      } else {
+        BOOST_TEST(ops::max_abs(ops::sub(lse, want_lse)) < 1e-5, what << " lse");
+        BOOST_TEST(std::fabs(mean.item() - want_mean.item()) <= 1e-6 * std::fabs(want_mean.item()), what << " mean");
+      }
+      BOOST_TEST(ops::max_abs(ops::sub(z, want_z)) == 0.0, what << " target logits");
+      BOOST_TEST(count.item() == want_count.item(), what << " count");
+      check_record(s, cuda::IndexOp::cross_entropy, {{vocab, 1}}, rows, vocab, what);
+
+      // The gradient against a whole vocabulary's lse: this part's (or 0) plus up to 1.
+      const Tensor whole_lse = ops::add(uniform({rows}, 6, 0, 1), v ? want_lse : Tensor::zeros({rows}));
+      Sink sb;
+      const Tensor grad_loss = Tensor::scalar(3.0, DType::f32);
+      Tensor grad = ops::clone(logits), want = ops::clone(logits);
+      emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(w)), [&] {
+        cuda::classifier_grad_kernel(floats(grad), targets.data<int64_t>(), first, v, w, vocab, -100,
+                                     whole_lse.data<float>(), grad_loss.data<float>(), count.data<int64_t>(), rows,
+                                     sb.sink());
+      });
+      cpu.classifier_grad(want, sane_targets, first, v, vocab, -100, whole_lse, grad_loss, want_count);
+      const double tol = dt == DType::f32 ? 1e-6 : 0x1p-8 * ops::max_abs(want);
+      BOOST_TEST(test_max_diff(grad, want) <= tol, what << " grad");
+      if (w > v) BOOST_TEST(ops::max_abs(ops::narrow(grad, 1, v, w - v)) == 0.0, what << " padding gradient");
+      check_record(sb, cuda::IndexOp::cross_entropy_backward, {{vocab, 1}}, rows, vocab, what + " grad");
+    }
 }
 
 // bf16 logits (Note [16-bit activations]): the kernels load them as f32, so lse and the

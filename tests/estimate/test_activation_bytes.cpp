@@ -11,6 +11,7 @@
 #include "autograd/meta.h"
 #include "autograd/weight_grad.h"
 #include "estimate/activation_bytes.h"
+#include "nn/gpt.h"
 #include "nn/gpt_layers.h"
 #include "nn/transformer.h"
 #include "support/activation_probe.h"
@@ -114,6 +115,24 @@ BOOST_AUTO_TEST_CASE(head_and_loss_keep_the_logits_once) {
   BOOST_TEST(measured == estimate::head_activations(s).saved + estimate::loss_activations(s).saved);
   // ln_f's input and statistics, the projection's input, the (B, T, 64) logits, lse, count.
   BOOST_TEST(measured == double(2 * 4 * B * T * C + 2 * 4 * B * T + 4 * B * T * 64 + 4 * B * T + 8));
+}
+
+// Without pipeline stages the loss is fused with the head (GPT::loss): ln_f's input and
+// statistics, its output (the fused loss's input), each row's log-sum-exp and the count.
+BOOST_AUTO_TEST_CASE(fused_head_loss_keeps_no_logits) {
+  const nn::GPTConfig c = config();
+  nn::GPT model(c);
+  model.train();
+  const Tensor x = random_leaf({B, T, C}, 9);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < B * T; ++i) ids.push_back((i * 7) % c.vocab_size);
+  const Tensor targets = Tensor::from_vector(ids, {B, T});
+  const double before = in_use();
+  const Tensor loss = model.parallelism().head_loss((*model.ln_f)(x), model.wte->weight, targets, c.vocab_size);
+  const double measured = in_use() - before - double(loss.nbytes()) + double(x.nbytes());
+  const estimate::ActivationShape s = shape();
+  BOOST_TEST(measured == estimate::head_activations(s).saved + estimate::fused_loss_activations(s).saved);
+  BOOST_TEST(measured == double(2 * 4 * B * T * C + 2 * 4 * B * T + 4 * B * T + 8));
 }
 
 BOOST_AUTO_TEST_CASE(embedding_keeps_nothing_new_on_one_rank) {

@@ -1,5 +1,5 @@
 // The kernels of the CUDA backend that read indices: embedding and its backward,
-// cross-entropy (its rows, their mean, its backward). nn.cu launches them; they live in a
+// cross-entropy (its rows, their mean, its backward) and the fused classifier's. nn.cu launches them; they live in a
 // header of their own so that tests/cuda/test_index_kernels_emulated.cpp can run them on
 // the CPU under an emulation of CUDA. Values and logits are f32, bf16 or f16 (Floats);
 // lse and the summed embedding gradient f32. Indices out of range are skipped and reported (Note
@@ -115,6 +115,70 @@ __global__ void cross_entropy_backward_kernel(Floats logits, const int64_t* targ
   for (int64_t j = threadIdx.x; j < w; j += blockDim.x) {
     const float p = j < v ? expf(logits.load(row + j) - l) * scale : 0.0f;
     grad.store(row + j, j == t ? p - scale : p);
+  }
+}
+
+// ---- the fused classifier (Note [Fused classifier] in autograd/fused_classifier.h) ----
+// A chunk's logits hold the classes [first, first + v) of a vocabulary of `vocab` in the
+// first v of each row's w columns (the rest: padding); targets are ids in [0, vocab).
+
+// lse[r] over the row's v classes (-inf when v is 0) and the target's logit (0 when the
+// target is not one of them or the row does not count).
+__global__ void classifier_rows_kernel(Floats logits, const int64_t* targets, int64_t first, int64_t v, int64_t w,
+                                       int64_t vocab, int64_t ignore_index, float* lse, float* target_logit,
+                                       int64_t rows, BadIndexSink sink) {
+  const int64_t r = blockIdx.x, row = r * w;
+  float mx = -kInf;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, logits.load(row + j));
+  mx = block_reduce(mx, MaxFloat{}, -kInf);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(logits.load(row + j) - mx);
+  s = block_reduce(s, SumOp{}, 0.0f);
+  if (threadIdx.x == 0) {
+    lse[r] = v > 0 ? mx + logf(s) : -kInf;
+    const int64_t t = targets[r];
+    const bool counts = target_counts(t, r, rows, vocab, ignore_index, IndexOp::cross_entropy, sink);
+    target_logit[r] = counts && t >= first && t < first + v ? logits.load(row + t - first) : 0.0f;
+  }
+}
+
+// One block: the mean of lse - target_logit over the rows that count, summed in double in a
+// fixed order (the same every run), and their count.
+__global__ void classifier_loss_kernel(const float* lse, const float* target_logit, const int64_t* targets,
+                                       int64_t rows, int64_t vocab, int64_t ignore_index, float* mean, int64_t* count) {
+  double sum = 0.0;
+  long long n = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int64_t t = targets[r];
+    if (t == ignore_index || t < 0 || t >= vocab) continue;
+    sum += double(lse[r]) - double(target_logit[r]);
+    ++n;
+  }
+  sum = block_reduce(sum, SumOp{}, 0.0);
+  n = block_reduce(n, SumOp{}, 0ll);
+  if (threadIdx.x == 0) {
+    *mean = n ? float(sum / double(n)) : 0.0f;
+    *count = n;
+  }
+}
+
+// In place: logits = (exp(logit - lse) - onehot) * grad_loss / count over the v classes,
+// zero in the padding columns and in rows that do not count. Each element is read and then
+// written by one thread.
+__global__ void classifier_grad_kernel(Floats logits, const int64_t* targets, int64_t first, int64_t v, int64_t w,
+                                       int64_t vocab, int64_t ignore_index, const float* lse, const float* grad_loss,
+                                       const int64_t* count, int64_t rows, BadIndexSink sink) {
+  const int64_t r = blockIdx.x, row = r * w;
+  const int64_t t = targets[r];
+  if (!target_counts(t, r, rows, vocab, ignore_index, IndexOp::cross_entropy_backward, sink)) {
+    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) logits.store(row + j, 0.0f);
+    return;
+  }
+  const float scale = *grad_loss / float(*count);
+  const float l = lse[r];
+  for (int64_t j = threadIdx.x; j < w; j += blockDim.x) {
+    const float p = j < v ? expf(logits.load(row + j) - l) * scale : 0.0f;
+    logits.store(row + j, j < v && j == t - first ? p - scale : p);
   }
 }
 

@@ -295,4 +295,39 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
+void CudaBackend::classifier_rows(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes,
+                                  int64_t vocab, int64_t ignore_index, const Tensor& lse, const Tensor& target_logit) {
+  const Floats fl = floats(logits, "classifier_rows");
+  const int64_t rows = logits.size(0), w = logits.size(1);
+  if (rows == 0) return;
+  OnDevice on(logits);
+  classifier_rows_kernel<<<unsigned(rows), row_threads(std::max<int64_t>(classes, 1)), 0, on.stream()>>>(
+      fl, ptr<const int64_t>(targets), first, classes, w, vocab, ignore_index, ptr<float>(lse),
+      ptr<float>(target_logit), rows, bad_index_sink(logits.device().index));
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::classifier_loss(const Tensor& lse, const Tensor& target_logit, const Tensor& targets, int64_t vocab,
+                                  int64_t ignore_index, const Tensor& loss, const Tensor& count) {
+  require_floating(lse, "classifier_loss");
+  OnDevice on(lse);
+  classifier_loss_kernel<<<1, 1024, 0, on.stream()>>>(ptr<const float>(lse), ptr<const float>(target_logit),
+                                                      ptr<const int64_t>(targets), lse.numel(), vocab, ignore_index,
+                                                      ptr<float>(loss), ptr<int64_t>(count));
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::classifier_grad(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes,
+                                  int64_t vocab, int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss,
+                                  const Tensor& count) {
+  const Floats fl = floats(logits, "classifier_grad");
+  const int64_t rows = logits.size(0), w = logits.size(1);
+  if (rows == 0 || w == 0) return;
+  OnDevice on(logits);
+  classifier_grad_kernel<<<unsigned(rows), row_threads(w), 0, on.stream()>>>(
+      fl, ptr<const int64_t>(targets), first, classes, w, vocab, ignore_index, ptr<const float>(lse),
+      ptr<const float>(grad_loss), ptr<const int64_t>(count), rows, bad_index_sink(logits.device().index));
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace triad::cuda

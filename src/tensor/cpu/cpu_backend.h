@@ -54,6 +54,12 @@ class CpuBackend final : public Backend {
                      const Tensor& count, int64_t ignore_index, int64_t classes) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
                               const Tensor& count, int64_t ignore_index, int64_t classes, const Tensor& grad_logits) override;
+  void classifier_rows(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
+                       int64_t ignore_index, const Tensor& lse, const Tensor& target_logit) override;
+  void classifier_loss(const Tensor& lse, const Tensor& target_logit, const Tensor& targets, int64_t vocab,
+                       int64_t ignore_index, const Tensor& loss, const Tensor& count) override;
+  void classifier_grad(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
+                       int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss, const Tensor& count) override;
   void sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
                      const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,

@@ -324,4 +324,81 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   });
 }
 
+void CpuBackend::classifier_rows(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes,
+                                 int64_t vocab, int64_t ignore_index, const Tensor& lse, const Tensor& target_logit) {
+  if (cpu::is_16bit(logits))
+    return classifier_rows(cpu::widen(logits), targets, first, classes, vocab, ignore_index, lse, target_logit);
+  cpu::visit_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t rows = logits.size(0), w = logits.size(1), v = classes;
+    const T* pl = logits.data<T>();
+    const int64_t* pt = targets.data<int64_t>();
+    T *ps = lse.data<T>(), *pz = target_logit.data<T>();
+#pragma omp parallel for if (rows * v > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = pl + r * w;
+      T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < v; ++j) s += cpu::vexp(row[j] - mx);
+      ps[r] = v ? mx + std::log(s) : mx;
+      const int64_t j = pt[r] - first;
+      pz[r] = pt[r] != ignore_index && j >= 0 && j < v ? row[j] : T(0);
+    }
+  });
+}
+
+void CpuBackend::classifier_loss(const Tensor& lse, const Tensor& target_logit, const Tensor& targets, int64_t,
+                                 int64_t ignore_index, const Tensor& loss, const Tensor& count) {
+  cpu::visit_float(lse.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T *ps = lse.data<T>(), *pz = target_logit.data<T>();
+    const int64_t* pt = targets.data<int64_t>();
+    double sum = 0;
+    int64_t counted = 0;
+    for (int64_t r = 0; r < lse.numel(); ++r) {
+      if (pt[r] == ignore_index) continue;
+      sum += double(ps[r]) - double(pz[r]);
+      ++counted;
+    }
+    loss.data<T>()[0] = T(counted ? sum / double(counted) : 0.0);
+    count.data<int64_t>()[0] = counted;
+  });
+}
+
+void CpuBackend::classifier_grad(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t,
+                                 int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss,
+                                 const Tensor& count) {
+  if (cpu::is_16bit(logits)) {
+    const cpu::WideOut o(logits, /*initial=*/true);
+    classifier_grad(o.get(), targets, first, classes, 0, ignore_index, lse, grad_loss, count);
+    return o.store();
+  }
+  cpu::visit_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t rows = logits.size(0), w = logits.size(1), v = classes;
+    const T* ps = lse.data<T>();
+    const int64_t* pt = targets.data<int64_t>();
+    T* pl = logits.data<T>();
+    const int64_t counted = count.data<int64_t>()[0];
+    const T sc = T(counted ? double(grad_loss.data<T>()[0]) / double(counted) : 0.0);
+#pragma omp parallel for if (rows * w > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      T* g = pl + r * w;
+      if (pt[r] == ignore_index) {
+        std::fill(g, g + w, T(0));
+        continue;
+      }
+      const T l = ps[r];
+#pragma omp simd
+      for (int64_t j = 0; j < v; ++j) g[j] = cpu::vexp(g[j] - l) * sc;
+      std::fill(g + v, g + w, T(0));  // padding
+      const int64_t j = pt[r] - first;
+      if (j >= 0 && j < v) g[j] -= sc;
+    }
+  });
+}
+
 }  // namespace triad
