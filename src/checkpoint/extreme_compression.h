@@ -7,6 +7,7 @@
 // (checkpoint/quantized_model.h, recipe method "xtc").
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -36,12 +37,25 @@ struct XtcOptions {
   double temperature = 1.0;  // of the logit distillation
   double logit_weight = 1.0, hidden_weight = 1.0, label_weight = 0.0;  // the loss's terms
   uint64_t seed = 1234;
+  // Held-out evaluation (checkpoint/held_out_loss.h): eval_batches validation batches of
+  // batch_size windows (0: none), the student's loss measured every eval_interval steps
+  // (0: at the end only) and the written model's by its integer GEMM at the end.
+  int64_t eval_batches = 0;
+  int64_t eval_interval = 0;
 };
 
 // One step's losses, averaged over the global batch: the weighted total and its terms.
 struct XtcStep {
   int64_t step = 0;
   double loss = 0, logit = 0, hidden = 0, label = 0;
+  double val_loss = NAN;  // the (fake-quantized) student's held-out loss after this step, when measured
+};
+
+// The held-out losses of a run with eval_batches: the teacher's, and the written student's
+// (loaded back, running the integer GEMM); NaN without evaluation and on ranks but 0.
+struct XtcResult {
+  double teacher_val_loss = NAN, val_loss = NAN;
+  int64_t seq_len = 0;  // tokens per sequence trained and evaluated on
 };
 
 // The teacher blocks `spec` names among n_layer: "" (all), "every:K" (K-1, 2K-1, ...: the
@@ -71,9 +85,9 @@ void init_student(nn::LanguageModel& student, const nn::LanguageModel& teacher,
                   const std::vector<int64_t>& keep_layers);
 
 // Trains the student of the teacher file `teacher` (a full-precision checkpoint or weights
-// file; a quantized one is an Error naming it) for
-// options.steps steps on consecutive windows of `tokens` and writes the quantized student
-// to `out` (rank 0). The loss of a batch is
+// file; a quantized one is an Error naming it) for options.steps steps on consecutive
+// windows of the training part of `tokens` (held_out_split by the teacher's config) and
+// writes the quantized student to `out` (rank 0). The loss of a batch is
 //   logit_weight distillation_kl(student logits, teacher logits, T)
 //   + hidden_weight mean over student blocks i of distillation_mse(its output, teacher block keep_layers[i]'s)
 //   + label_weight cross_entropy(student logits, next tokens)
@@ -81,7 +95,9 @@ void init_student(nn::LanguageModel& student, const nn::LanguageModel& teacher,
 // activations per token at abits 8). Collective over `world` (null: one process); the
 // global batch is the same whatever the number of ranks, so runs on 1 and on R ranks follow
 // each other up to rounding. on_step (rank 0 and every other) sees each step's losses.
-void train_xtc(const std::string& teacher, const io::TokenFile& tokens, XtcOptions options,
+// With options.eval_batches, the teacher's and the student's held-out losses as XtcResult
+// says (the student's during training in XtcStep::val_loss, on every rank).
+XtcResult train_xtc(const std::string& teacher, const io::TokenFile& tokens, XtcOptions options,
                const parallel::CommunicatorPtr& world, const std::string& out,
                const std::function<void(const XtcStep&)>& on_step = nullptr);
 

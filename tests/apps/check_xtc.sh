@@ -3,6 +3,7 @@
 #  - a model trained by triad-train is distilled into a ternary student with half its blocks
 #    on 1 process, and on 2 ranks under mpirun at ZeRO-3 and ZeRO-1: every step's losses of
 #    the 2-rank runs equal the 1-process run's within 1e-5 (relative);
+#  - with --eval-batches the teacher's and the student's held-out losses, the same on 2 ranks;
 #  - the student file verifies, triad-ckpt inspect shows the recipe, triad-generate samples
 #    from it, and triad-ckpt export refuses it;
 #  - bad bit widths, kept blocks out of range and a missing teacher are refused by name.
@@ -34,6 +35,20 @@ for run in xtc_z3 xtc_z1; do
         if (d > 1e-5 * (a < 0 ? -a : a) + 1e-7) { print "step " $2 ": " a " vs " b; bad = 1 } } }
     END { exit !(n == 4 && !bad) }' || { cat "$work/xtc1" "$work/$run"; fail "$run: the losses differ from 1 process"; }
 done
+# Held-out evaluation: the teacher's and the written student's losses, the same on 2 ranks.
+run eval1 "$bin/triad-compress" "${xtc[@]}" --eval-batches 2 --eval-interval 2 --out "$work/eval1"
+run eval_z3 "${mpi[@]}" "$bin/triad-compress" "${xtc[@]}" --eval-batches 2 --eval-interval 2 --zero-stage 3 \
+  --out "$work/eval_z3"
+python3 - "$work" <<'PY' || fail "xtc --eval-batches"
+import json, sys
+work = sys.argv[1]
+one, two = (open(f"{work}/{r}").read().splitlines() for r in ("eval1", "eval_z3"))
+a, b = json.loads(one[-1]), json.loads(two[-1])
+for k in ("val_loss", "baseline_val_loss"):
+    assert abs(a[k] - b[k]) <= 1e-5 * a[k], (k, a, b)
+assert a["recipe"]["method"] == "xtc" and a["eval_tokens"] == 2 * 4 * 32, a
+assert [l.split(":")[0] for l in one if "val loss" in l and l.startswith("step")] == ["step 2", "step 4"], one
+PY
 awk '/^step 1:/ { first = $4 } /^step 4:/ { last = $4 } END { exit !(last < first) }' "$work/xtc1" \
   || { cat "$work/xtc1"; fail "xtc did not lower the loss in 4 steps"; }
 
