@@ -36,9 +36,9 @@ for run in xtc_z3 xtc_z1; do
     END { exit !(n == 4 && !bad) }' || { cat "$work/xtc1" "$work/$run"; fail "$run: the losses differ from 1 process"; }
 done
 # Held-out evaluation: the teacher's and the written student's losses, the same on 2 ranks.
-run eval1 "$bin/triad-compress" "${xtc[@]}" --eval-batches 2 --eval-interval 2 --out "$work/eval1"
+run eval1 "$bin/triad-compress" "${xtc[@]}" --eval-batches 2 --eval-interval 2 --out "$work/out_eval1"
 run eval_z3 "${mpi[@]}" "$bin/triad-compress" "${xtc[@]}" --eval-batches 2 --eval-interval 2 --zero-stage 3 \
-  --out "$work/eval_z3"
+  --out "$work/out_eval_z3"
 python3 - "$work" <<'PY' || fail "xtc --eval-batches"
 import json, sys
 work = sys.argv[1]
