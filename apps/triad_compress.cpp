@@ -12,6 +12,8 @@
 //       --data data/train.bin --out runs/xtc
 //                                   XTC: a ternary (or binary) student, optionally with fewer
 //                                   blocks, distilled from the teacher at any ZeRO stage
+//   triad-compress xtc --teacher runs/demo/model.h5 --config xtc.json --steps 500 --data data/train.bin --out runs/xtc
+//                                   the recipe from the config's compression_training section
 //   triad-compress zeroquant|xtc ... --data data/train.bin --eval-batches 8
 //                                   also the held-out validation loss of the compressed
 //                                   model and of the full-precision one, the last line JSON
@@ -28,6 +30,7 @@
 #include "checkpoint/quantized_model.h"
 #include "common/main_guard.h"
 #include "common/report.h"
+#include "config/config.h"
 #include "io/token_file.h"
 #include "parallel/runtime.h"
 
@@ -104,6 +107,11 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     xtc->add_option("--group-size", xo.recipe.group_size, "weights sharing one scale (0: one scale per output row)")
         ->capture_default_str();
+    std::string xtc_config;
+    CLI::Option* xtc_config_option =
+        xtc->add_option("--config", xtc_config,
+                        "a JSON config whose compression_training section (DeepSpeed's keys) gives the bits, "
+                        "activation bits and kept blocks, instead of --wbits, --abits, --group-size, --keep-layers");
     xtc->add_option("--keep-layers", xo.keep_layers,
                     "the teacher's blocks the student keeps: every:K (K-1, 2K-1, ...) or a list such as 1,3 "
                     "(default: all)");
@@ -132,6 +140,8 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     xtc->add_option("--out", out, "folder to write model.h5 into")->required();
+    for (const char* recipe_option : {"--wbits", "--abits", "--group-size", "--keep-layers"})
+      xtc_config_option->excludes(xtc->get_option(recipe_option));
     cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");
     CLI11_PARSE(cli, argc, argv);
     parallel::CommunicatorPtr world;
@@ -154,6 +164,7 @@ int main(int argc, char** argv) {
     if (*xtc) {
       const bool first = parallel::world_rank() == 0;
       const io::TokenFile tokens = io::TokenFile::open(data);
+      if (!xtc_config.empty()) xo.config = engine::load_config_file(xtc_config);
       const auto on_step = [&](const engine::XtcStep& s) {
         if (!first) return;
         std::printf("step %lld: loss %.9g (logit KL %.9g, hidden MSE %.9g, label CE %.9g)", (long long)s.step, s.loss,

@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/held_out_loss.h"
 #include "checkpoint/layer_distillation.h"
+#include "config/compression_config.h"
 #include "config/model_factory.h"
 #include "engine/engine.h"
 #include "nn/gpt.h"
@@ -96,6 +97,56 @@ std::vector<int64_t> parse_keep_layers(const std::string& spec, int64_t n_layer)
   return keep;
 }
 
+void apply_compression_config(const nlohmann::json& config, int64_t teacher_layers, XtcOptions& o) {
+  const std::string key = "[config] compression_training";
+  TRIAD_CHECK(config.contains("compression_training") && config["compression_training"].is_object(),
+              key << " is missing: xtc --config reads its recipe from that section");
+  const nlohmann::json& section = config["compression_training"];
+  int64_t student_layers = teacher_layers;
+  if (section.contains("layer_reduction") && section["layer_reduction"].value("enabled", false))
+    student_layers = section["layer_reduction"].value("keep_number_layer", teacher_layers);
+  std::vector<std::string> notices;
+  const CompressionConfig c =
+      parse_compression(JsonReader(section, "config", "compression_training"), student_layers, notices);
+  const auto weights = key + ".weight_quantization";
+  TRIAD_CHECK(c.weights.enabled && !c.weights.groups.empty(),
+              weights << ".shared_parameters.enabled must be true with a group in different_groups for xtc");
+  TRIAD_CHECK(c.weights.schedule_offset == 0, weights << ".shared_parameters.schedule_offset must be 0 for xtc (the "
+                                                      << "student is quantized from the first step), got "
+                                                      << c.weights.schedule_offset);
+  TRIAD_CHECK(c.weights.quantize_groups == 1,
+              weights << ".shared_parameters.quantize_groups must be 1 for xtc (a scale per row), got "
+                      << c.weights.quantize_groups);
+  TRIAD_CHECK(c.weights.symmetric, weights << ".shared_parameters.quantization_type must be symmetric for xtc");
+  const int bits = c.weights.groups.front().target_bits;
+  for (const WeightQuantGroup& g : c.weights.groups) {
+    const std::string group = weights + ".different_groups." + g.name;
+    TRIAD_CHECK(g.target_bits == 2 || g.target_bits == 1,
+                group << ".params.target_bits must be 2 or 1 for xtc, got " << g.target_bits);
+    TRIAD_CHECK(g.start_bits == g.target_bits, group << ".params.start_bits must equal target_bits "
+                                                     << g.target_bits << " for xtc, got " << g.start_bits);
+    TRIAD_CHECK(g.target_bits == bits, group << ".params.target_bits " << g.target_bits
+                                             << " differs from another group's " << bits
+                                             << " (xtc quantizes every layer alike)");
+    TRIAD_CHECK(g.modules == std::vector<std::string>{"*"},
+                group << ".modules must be [\"*\"] for xtc (every linear layer of the blocks)");
+  }
+  for (const ActivationQuantGroup& g : c.activations.groups)
+    TRIAD_CHECK(!c.activations.enabled || g.modules == std::vector<std::string>{"*"},
+                key << ".activation_quantization.different_groups." << g.name
+                    << ".modules must be [\"*\"] for xtc (every linear layer of the blocks)");
+  TRIAD_CHECK(c.activations.schedule_offset == 0,
+              key << ".activation_quantization.shared_parameters.schedule_offset must be 0 for xtc, got "
+                  << c.activations.schedule_offset);
+  o.recipe.wbits = bits;
+  o.recipe.group_size = 0;
+  o.recipe.abits = c.activations.enabled ? 8 : 16;
+  o.keep_layers.clear();
+  if (c.layer_reduction.enabled)
+    for (const int64_t i : c.layer_reduction.teacher_layer)
+      o.keep_layers += (o.keep_layers.empty() ? "" : ",") + std::to_string(i);
+}
+
 Tensor distillation_kl(const Tensor& student, const Tensor& teacher, double temperature) {
   TRIAD_CHECK(student.shape() == teacher.shape(), "distillation_kl: student logits "
                                                       << shape_str(student.shape()) << " and teacher logits "
@@ -176,6 +227,10 @@ XtcResult train_xtc(const std::string& teacher_path, const io::TokenFile& tokens
               "xtc: the teacher '" << teacher_path << "' is a quantized model; the teacher is the full-precision one");
   const LoadedModel teacher = load_model(teacher_path);
   const int64_t n_teacher = int64_t(xtc_blocks(*teacher.model)->size());
+  if (!o.config.is_null()) {
+    apply_compression_config(o.config, n_teacher, o);
+    o.recipe.validate();
+  }
   o.recipe.keep_layers = parse_keep_layers(o.keep_layers, n_teacher);
   o.recipe.teacher_layers = n_teacher;
   const int64_t t = o.seq_len > 0 ? o.seq_len : teacher.model->seq_len();

@@ -42,6 +42,9 @@ struct XtcOptions {
   // (0: at the end only) and the written model's by its integer GEMM at the end.
   int64_t eval_batches = 0;
   int64_t eval_interval = 0;
+  // A config whose compression_training section sets the recipe's bits and the kept blocks
+  // (apply_compression_config, once the teacher's blocks are known); null: none.
+  nlohmann::json config;
 };
 
 // One step's losses, averaged over the global batch: the weighted total and its terms.
@@ -64,6 +67,17 @@ struct XtcResult {
 // naming --keep-layers and the value when an index is out of [0, n_layer), the list is not
 // increasing, K is not in [1, n_layer], or the spec is neither form.
 std::vector<int64_t> parse_keep_layers(const std::string& spec, int64_t n_layer);
+
+// The recipe of `config`'s compression_training section (DeepSpeed's keys, read by
+// parse_compression, config/compression_config.h) into `options` for a teacher of
+// teacher_layers blocks: weight_quantization's bits (its groups' target_bits, 2 or 1, the
+// same for all, every linear layer: modules "*"), quantize_groups 1 (a scale per row) and
+// symmetric; activation_quantization enabled: 8 bits, else 16; layer_reduction enabled: its
+// teacher_layer as the kept blocks (keep_number_layer of them). Throws Error naming the
+// dotted key when the section is missing, weight_quantization is not enabled, or a value
+// asks for what XTC does not do (start_bits other than target_bits, a schedule_offset, more
+// than one group of rows, groups of other bits or of some modules only, asymmetric weights).
+void apply_compression_config(const nlohmann::json& config, int64_t teacher_layers, XtcOptions& options);
 
 // Logit distillation: T^2 times the mean over rows (every dimension but the last) of
 // KL(softmax(teacher / T) || softmax(student / T)) over the last dimension, the soft

@@ -6,6 +6,7 @@
 #  - with --eval-batches the teacher's and the student's held-out losses, the same on 2 ranks;
 #  - the student file verifies, triad-ckpt inspect shows the recipe, triad-generate samples
 #    from it, and triad-ckpt export refuses it;
+#  - --config takes the recipe from a compression_training section;
 #  - bad bit widths, kept blocks out of range and a missing teacher are refused by name.
 #   check_xtc.sh BIN_DIR CONFIG
 set -euo pipefail
@@ -65,6 +66,26 @@ refused "is a quantized model \\(triad-compress\\).*not weights to export" \
   "$bin/triad-ckpt" export "$work/out1/model.h5" --out "$work/x.h5"
 refused "is a quantized model \\(triad-compress\\).*not weights to export" \
   "$bin/triad-ckpt" export "$work/out1/model.h5" --format safetensors --out "$work/x"
+
+# --config: the recipe from a compression_training section (binary, 8-bit activations, block 1 kept).
+cat >"$work/xtc.json" <<'JSON'
+{"compression_training": {
+  "weight_quantization": {"shared_parameters": {"enabled": true, "quantize_groups": 1},
+                          "different_groups": {"wq1": {"params": {"start_bits": 1, "target_bits": 1}}}},
+  "activation_quantization": {"shared_parameters": {"enabled": true}, "different_groups": {"aq1": {"params": {"bits": 8}}}},
+  "layer_reduction": {"enabled": true, "keep_number_layer": 1, "teacher_layer": [1]}}}
+JSON
+run xtc_config "$bin/triad-compress" "${base[@]}" --teacher "$work/teacher/model.h5" --config "$work/xtc.json" \
+  --out "$work/out_config"
+run inspect_config "$bin/triad-ckpt" inspect "$work/out_config/model.h5"
+grep -q '^quantized: xtc, W1A8, a scale per row (symmetric)$' "$work/inspect_config" || fail "inspect: --config's recipe"
+grep -q '^xtc: 4 steps of distillation; kept blocks \[1\] of the teacher.s 2$' "$work/inspect_config" \
+  || fail "inspect: --config's kept blocks"
+refused "--wbits excludes --config" \
+  "$bin/triad-compress" "${base[@]}" --teacher "$work/teacher/model.h5" --config "$work/xtc.json" --wbits 2 --out "$work/x"
+sed -i 's/"target_bits": 1/"target_bits": 4/; s/"start_bits": 1/"start_bits": 4/' "$work/xtc.json"
+refused "compression_training.weight_quantization.different_groups.wq1.params.target_bits must be 2 or 1 for xtc, got 4" \
+  "$bin/triad-compress" "${base[@]}" --teacher "$work/teacher/model.h5" --config "$work/xtc.json" --out "$work/x"
 
 teacher=(--teacher "$work/teacher/model.h5")
 refused "xtc's wbits must be 2 or 1, got 3" "$bin/triad-compress" "${base[@]}" "${teacher[@]}" --wbits 3 --out "$work/x"

@@ -520,3 +520,51 @@ BOOST_AUTO_TEST_CASE(xtc_bad_input_is_named) {
   test::check_error([&] { engine::export_weights(dir.file("w8.h5"), dir.file("e.h5"), DType::f32); },
                     {"w8.h5", "is a quantized model (triad-compress)", "not weights to export"});
 }
+
+// xtc --config: the recipe from DeepSpeed's compression_training keys, and what XTC does not
+// do named by its key.
+BOOST_AUTO_TEST_CASE(xtc_recipe_from_a_compression_training_section) {
+  const auto weights = [](int start, int target, const nlohmann::json& shared) {
+    return nlohmann::json{{"shared_parameters", shared},
+                          {"different_groups",
+                           {{"wq1", {{"params", {{"start_bits", start}, {"target_bits", target}}}, {"modules", {"*"}}}}}}};
+  };
+  const nlohmann::json on = {{"enabled", true}, {"quantize_groups", 1}};
+  nlohmann::json c = {
+      {"compression_training",
+       {{"weight_quantization", weights(1, 1, on)},
+        {"activation_quantization",
+         {{"shared_parameters", {{"enabled", true}}}, {"different_groups", {{"aq1", {{"params", {{"bits", 8}}}}}}}}},
+        {"layer_reduction", {{"enabled", true}, {"keep_number_layer", 2}, {"teacher_layer", {1, 3}}}}}}};
+  engine::XtcOptions o;
+  engine::apply_compression_config(c, 4, o);
+  BOOST_TEST(o.recipe.wbits == 1);
+  BOOST_TEST(o.recipe.abits == 8);
+  BOOST_TEST(o.recipe.group_size == 0);
+  BOOST_TEST(o.keep_layers == "1,3");
+  BOOST_TEST(engine::parse_keep_layers(o.keep_layers, 4) == std::vector<int64_t>({1, 3}));
+
+  c["compression_training"]["weight_quantization"] = weights(2, 2, on);
+  c["compression_training"]["activation_quantization"]["shared_parameters"]["enabled"] = false;
+  c["compression_training"].erase("layer_reduction");
+  engine::apply_compression_config(c, 4, o);
+  BOOST_TEST(o.recipe.wbits == 2);
+  BOOST_TEST(o.recipe.abits == 16);
+  BOOST_TEST(o.keep_layers == "");
+
+  const std::string key = "[config] compression_training.weight_quantization.";
+  c["compression_training"]["weight_quantization"] = weights(4, 4, on);
+  test::check_error([&] { engine::apply_compression_config(c, 4, o); },
+                    {key + "different_groups.wq1.params.target_bits must be 2 or 1 for xtc, got 4"});
+  c["compression_training"]["weight_quantization"] = weights(8, 2, on);
+  test::check_error([&] { engine::apply_compression_config(c, 4, o); },
+                    {"start_bits must equal target_bits 2 for xtc, got 8"});
+  c["compression_training"]["weight_quantization"] = weights(2, 2, {{"enabled", true}, {"quantize_groups", 4}});
+  test::check_error([&] { engine::apply_compression_config(c, 4, o); },
+                    {key + "shared_parameters.quantize_groups must be 1 for xtc (a scale per row), got 4"});
+  c["compression_training"]["weight_quantization"] = weights(2, 2, {{"enabled", false}});
+  test::check_error([&] { engine::apply_compression_config(c, 4, o); },
+                    {key + "shared_parameters.enabled must be true"});
+  test::check_error([&] { engine::apply_compression_config({{"steps", 1}}, 4, o); },
+                    {"[config] compression_training is missing"});
+}
