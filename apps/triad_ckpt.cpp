@@ -72,10 +72,11 @@ int inspect(const std::string& path) {
   std::printf("%zu datasets, %.1f MB; %zu fail their checksum\n", s.datasets.size(), double(bytes) / 1e6, bad.size());
   if (!s.recipe.is_null() && bad.empty()) {
     const engine::ModelBytes b = engine::model_bytes(engine::load_model(path).model);
-    std::printf("in memory: %lld bytes, %lld in full precision (%.2fx); quantized layers %lld bytes, %lld in f32 "
-                "(%.2fx)\n",
-                (long long)b.resident, (long long)b.full_precision, double(b.full_precision) / double(b.resident),
-                (long long)b.packed, (long long)b.packed_f32, double(b.packed_f32) / double(b.packed));
+    std::printf(
+        "in memory: %lld bytes, %lld in full precision (%.2fx); quantized layers %lld bytes, %lld in f32 "
+        "(%.2fx)\n",
+        (long long)b.resident, (long long)b.full_precision, double(b.full_precision) / double(b.resident),
+        (long long)b.packed, (long long)b.packed_f32, double(b.packed_f32) / double(b.packed));
   }
   return bad.empty() ? 0 : 1;
 }

@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
     zq->add_option("--batch-size", batch_size, "sequences per distillation batch")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    zq->add_option("--seq-len", seq_len, "tokens per distillation and evaluation sequence (default: the model's seq_len)")
+    zq->add_option("--seq-len", seq_len,
+                   "tokens per distillation and evaluation sequence (default: the model's seq_len)")
         ->check(CLI::PositiveNumber);
     zq->add_option("--eval-batches", eval_batches,
                    "batches of --batch-size sequences of --data's held-out part to measure the validation loss of "
@@ -186,7 +187,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     recipe.validate();
-    TRIAD_CHECK(lkd.steps == 0 || !data.empty(), "--lkd-steps " << lkd.steps << " needs --data, a token file to distil on");
+    TRIAD_CHECK(lkd.steps == 0 || !data.empty(),
+                "--lkd-steps " << lkd.steps << " needs --data, a token file to distil on");
     TRIAD_CHECK(eval_batches == 0 || !data.empty(),
                 "--eval-batches " << eval_batches << " needs --data, the token file the model was trained on");
     const engine::LoadedModel m = engine::load_model(checkpoint);

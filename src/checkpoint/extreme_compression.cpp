@@ -123,8 +123,8 @@ void apply_compression_config(const nlohmann::json& config, int64_t teacher_laye
     const std::string group = weights + ".different_groups." + g.name;
     TRIAD_CHECK(g.target_bits == 2 || g.target_bits == 1,
                 group << ".params.target_bits must be 2 or 1 for xtc, got " << g.target_bits);
-    TRIAD_CHECK(g.start_bits == g.target_bits, group << ".params.start_bits must equal target_bits "
-                                                     << g.target_bits << " for xtc, got " << g.start_bits);
+    TRIAD_CHECK(g.start_bits == g.target_bits, group << ".params.start_bits must equal target_bits " << g.target_bits
+                                                     << " for xtc, got " << g.start_bits);
     TRIAD_CHECK(g.target_bits == bits, group << ".params.target_bits " << g.target_bits
                                              << " differs from another group's " << bits
                                              << " (xtc quantizes every layer alike)");

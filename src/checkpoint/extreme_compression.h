@@ -112,7 +112,7 @@ void init_student(nn::LanguageModel& student, const nn::LanguageModel& teacher,
 // With options.eval_batches, the teacher's and the student's held-out losses as XtcResult
 // says (the student's during training in XtcStep::val_loss, on every rank).
 XtcResult train_xtc(const std::string& teacher, const io::TokenFile& tokens, XtcOptions options,
-               const parallel::CommunicatorPtr& world, const std::string& out,
-               const std::function<void(const XtcStep&)>& on_step = nullptr);
+                    const parallel::CommunicatorPtr& world, const std::string& out,
+                    const std::function<void(const XtcStep&)>& on_step = nullptr);
 
 }  // namespace triad::engine

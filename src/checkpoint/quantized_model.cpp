@@ -129,8 +129,7 @@ namespace {
 // Linear layers built without weights (quantized_layout).
 class WithoutLinearWeights : public nn::Parallelism {
  public:
-  std::shared_ptr<nn::Linear> column_linear(int64_t in_features, int64_t out_features, int,
-                                            bool bias) const override {
+  std::shared_ptr<nn::Linear> column_linear(int64_t in_features, int64_t out_features, int, bool bias) const override {
     return std::make_shared<nn::Linear>(in_features, out_features, bias, nn::Linear::WithoutWeight{});
   }
   std::shared_ptr<nn::Linear> row_linear(int64_t in_features, int64_t out_features, bool bias) const override {

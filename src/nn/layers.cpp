@@ -59,9 +59,9 @@ void Linear::use_fake_quantization(std::optional<QuantFormat> format, int abits)
 
 void Linear::set_weight(Tensor w) {
   TRIAD_CHECK(!weight.defined(), "Linear::set_weight: the layer has a weight");
-  TRIAD_CHECK(w.shape() == Shape({out_features_, in_features_}),
-              "Linear::set_weight: expected a weight of (" << out_features_ << ", " << in_features_ << "), got "
-                                                           << shape_str(w.shape()));
+  TRIAD_CHECK(w.shape() == Shape({out_features_, in_features_}), "Linear::set_weight: expected a weight of ("
+                                                                     << out_features_ << ", " << in_features_
+                                                                     << "), got " << shape_str(w.shape()));
   weight = register_parameter("weight", std::move(w));
 }
 

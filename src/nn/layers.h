@@ -32,7 +32,8 @@ class Linear : public Module {
 
   // From now on forward runs the integer GEMM (ops::quantized_linear) on w, a packed
   // quantization of this layer's weight (out_features, in_features), with activations of
-  // `abits` (8 or 16); `weight` is no longer read. For inference: no gradient flows through a quantized layer. CPU only.
+  // `abits` (8 or 16); `weight` is no longer read. For inference: no gradient flows through
+  // a quantized layer. CPU only.
   void use_quantized(std::shared_ptr<const PackedWeight> w, int abits);
   const PackedWeight* quantized() const { return quantized_.get(); }
   // With a format, forward multiplies by fake_quantize(weight, format) (autograd/fake_quantize.h):

@@ -525,9 +525,10 @@ BOOST_AUTO_TEST_CASE(xtc_bad_input_is_named) {
 // do named by its key.
 BOOST_AUTO_TEST_CASE(xtc_recipe_from_a_compression_training_section) {
   const auto weights = [](int start, int target, const nlohmann::json& shared) {
-    return nlohmann::json{{"shared_parameters", shared},
-                          {"different_groups",
-                           {{"wq1", {{"params", {{"start_bits", start}, {"target_bits", target}}}, {"modules", {"*"}}}}}}};
+    return nlohmann::json{
+        {"shared_parameters", shared},
+        {"different_groups",
+         {{"wq1", {{"params", {{"start_bits", start}, {"target_bits", target}}}, {"modules", {"*"}}}}}}};
   };
   const nlohmann::json on = {{"enabled", true}, {"quantize_groups", 1}};
   nlohmann::json c = {
@@ -565,6 +566,9 @@ BOOST_AUTO_TEST_CASE(xtc_recipe_from_a_compression_training_section) {
   c["compression_training"]["weight_quantization"] = weights(2, 2, {{"enabled", false}});
   test::check_error([&] { engine::apply_compression_config(c, 4, o); },
                     {key + "shared_parameters.enabled must be true"});
-  test::check_error([&] { engine::apply_compression_config({{"steps", 1}}, 4, o); },
-                    {"[config] compression_training is missing"});
+  test::check_error(
+      [&] {
+        engine::apply_compression_config({{"steps", 1}}, 4, o);
+      },
+      {"[config] compression_training is missing"});
 }
