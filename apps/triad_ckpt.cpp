@@ -3,7 +3,8 @@
 // needed. PATH may be a file or a checkpoint folder (its `latest`).
 //
 //   triad-ckpt inspect PATH                    layout, step, every tensor, checksum status
-//                                              (and a quantized model's recipe and bits)
+//                                              (and a quantized model's recipe and bits,
+//                                              and the bytes it holds in memory)
 //   triad-ckpt verify PATH                     recomputes every checksum; exit 1 on damage
 //   triad-ckpt export PATH --out FILE [--dtype f32|bf16]   consolidated weights only
 //   triad-ckpt export PATH --format safetensors --out DIR [--dtype f32|f16|bf16|f64]
@@ -25,6 +26,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/hf_checkpoint.h"
+#include "checkpoint/quantized_model.h"
 #include "io/hf_tokenizer.h"
 
 namespace {
@@ -68,6 +70,14 @@ int inspect(const std::string& path) {
                 (unsigned long long)d.stored_checksum, bad.count(d.name) ? "BAD" : "ok");
   }
   std::printf("%zu datasets, %.1f MB; %zu fail their checksum\n", s.datasets.size(), double(bytes) / 1e6, bad.size());
+  if (!s.recipe.is_null() && bad.empty()) {
+    const engine::ModelBytes b = engine::model_bytes(engine::load_model(path).model);
+    std::printf(
+        "in memory: %lld bytes, %lld in full precision (%.2fx); quantized layers %lld bytes, %lld in f32 "
+        "(%.2fx)\n",
+        (long long)b.resident, (long long)b.full_precision, double(b.full_precision) / double(b.resident),
+        (long long)b.packed, (long long)b.packed_f32, double(b.packed_f32) / double(b.packed));
+  }
   return bad.empty() ? 0 : 1;
 }
 

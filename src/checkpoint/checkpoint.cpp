@@ -857,7 +857,7 @@ LoadedModel load_model(const std::string& path, std::shared_ptr<const nn::Parall
     TRIAD_CHECK(!quantized || parallelism->ranks() == 1,
                 "'" << path << "' is a quantized model: it runs on one process, not split over "
                     << parallelism->ranks() << " tensor-parallel ranks");
-    m.model = build_model(c, std::move(parallelism));
+    m.model = build_model(c, quantized ? quantized_layout() : std::move(parallelism));
     if (quantized) {
       load_quantized_model(path, m.model);
       return m;

@@ -9,7 +9,9 @@
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/held_out_loss.h"
 #include "checkpoint/layer_distillation.h"
+#include "config/compression_config.h"
 #include "config/model_factory.h"
 #include "engine/engine.h"
 #include "nn/gpt.h"
@@ -35,17 +37,16 @@ void record_block_outputs(const nn::Module& model, const std::shared_ptr<std::ve
 }
 
 // Rows [first, first + count) of the global batch of `step`: consecutive windows of t + 1
-// tokens (inputs and next-token targets) cycling through the file.
-std::pair<Tensor, Tensor> batch_rows(const io::TokenFile& tokens, int64_t step, int64_t batch, int64_t first,
-                                     int64_t count, int64_t t) {
-  const int64_t windows = (tokens.size() - 1) / t;
-  TRIAD_CHECK(windows > 0, "xtc: the token file holds " << tokens.size() << " tokens, fewer than a sequence of " << t
-                                                        << " and its next token");
+// tokens (inputs and next-token targets) cycling through `train` (held_out_split's, which
+// holds at least one).
+std::pair<Tensor, Tensor> batch_rows(const io::TokenFile& tokens, const io::TokenRange& train, int64_t step,
+                                     int64_t batch, int64_t first, int64_t count, int64_t t) {
+  const int64_t windows = (train.size() - 1) / t;
   Tensor ids = Tensor::empty({count, t}, DType::i64), targets = Tensor::empty({count, t}, DType::i64);
   std::vector<int64_t> window(size_t(t + 1));
   for (int64_t r = 0; r < count; ++r) {
     const int64_t w = (step * batch + first + r) % windows;
-    tokens.read(w * t, t + 1, window.data());
+    tokens.read(train.begin + w * t, t + 1, window.data());
     std::copy(window.begin(), window.end() - 1, ids.data<int64_t>() + r * t);
     std::copy(window.begin() + 1, window.end(), targets.data<int64_t>() + r * t);
   }
@@ -94,6 +95,56 @@ std::vector<int64_t> parse_keep_layers(const std::string& spec, int64_t n_layer)
   }
   if (keep.empty()) bad("no blocks");
   return keep;
+}
+
+void apply_compression_config(const nlohmann::json& config, int64_t teacher_layers, XtcOptions& o) {
+  const std::string key = "[config] compression_training";
+  TRIAD_CHECK(config.contains("compression_training") && config["compression_training"].is_object(),
+              key << " is missing: xtc --config reads its recipe from that section");
+  const nlohmann::json& section = config["compression_training"];
+  int64_t student_layers = teacher_layers;
+  if (section.contains("layer_reduction") && section["layer_reduction"].value("enabled", false))
+    student_layers = section["layer_reduction"].value("keep_number_layer", teacher_layers);
+  std::vector<std::string> notices;
+  const CompressionConfig c =
+      parse_compression(JsonReader(section, "config", "compression_training"), student_layers, notices);
+  const auto weights = key + ".weight_quantization";
+  TRIAD_CHECK(c.weights.enabled && !c.weights.groups.empty(),
+              weights << ".shared_parameters.enabled must be true with a group in different_groups for xtc");
+  TRIAD_CHECK(c.weights.schedule_offset == 0, weights << ".shared_parameters.schedule_offset must be 0 for xtc (the "
+                                                      << "student is quantized from the first step), got "
+                                                      << c.weights.schedule_offset);
+  TRIAD_CHECK(c.weights.quantize_groups == 1,
+              weights << ".shared_parameters.quantize_groups must be 1 for xtc (a scale per row), got "
+                      << c.weights.quantize_groups);
+  TRIAD_CHECK(c.weights.symmetric, weights << ".shared_parameters.quantization_type must be symmetric for xtc");
+  const int bits = c.weights.groups.front().target_bits;
+  for (const WeightQuantGroup& g : c.weights.groups) {
+    const std::string group = weights + ".different_groups." + g.name;
+    TRIAD_CHECK(g.target_bits == 2 || g.target_bits == 1,
+                group << ".params.target_bits must be 2 or 1 for xtc, got " << g.target_bits);
+    TRIAD_CHECK(g.start_bits == g.target_bits, group << ".params.start_bits must equal target_bits " << g.target_bits
+                                                     << " for xtc, got " << g.start_bits);
+    TRIAD_CHECK(g.target_bits == bits, group << ".params.target_bits " << g.target_bits
+                                             << " differs from another group's " << bits
+                                             << " (xtc quantizes every layer alike)");
+    TRIAD_CHECK(g.modules == std::vector<std::string>{"*"},
+                group << ".modules must be [\"*\"] for xtc (every linear layer of the blocks)");
+  }
+  for (const ActivationQuantGroup& g : c.activations.groups)
+    TRIAD_CHECK(!c.activations.enabled || g.modules == std::vector<std::string>{"*"},
+                key << ".activation_quantization.different_groups." << g.name
+                    << ".modules must be [\"*\"] for xtc (every linear layer of the blocks)");
+  TRIAD_CHECK(c.activations.schedule_offset == 0,
+              key << ".activation_quantization.shared_parameters.schedule_offset must be 0 for xtc, got "
+                  << c.activations.schedule_offset);
+  o.recipe.wbits = bits;
+  o.recipe.group_size = 0;
+  o.recipe.abits = c.activations.enabled ? 8 : 16;
+  o.keep_layers.clear();
+  if (c.layer_reduction.enabled)
+    for (const int64_t i : c.layer_reduction.teacher_layer)
+      o.keep_layers += (o.keep_layers.empty() ? "" : ",") + std::to_string(i);
 }
 
 Tensor distillation_kl(const Tensor& student, const Tensor& teacher, double temperature) {
@@ -154,9 +205,9 @@ void init_student(nn::LanguageModel& student, const nn::LanguageModel& teacher,
   }
 }
 
-void train_xtc(const std::string& teacher_path, const io::TokenFile& tokens, XtcOptions o,
-               const parallel::CommunicatorPtr& world, const std::string& out,
-               const std::function<void(const XtcStep&)>& on_step) {
+XtcResult train_xtc(const std::string& teacher_path, const io::TokenFile& tokens, XtcOptions o,
+                    const parallel::CommunicatorPtr& world, const std::string& out,
+                    const std::function<void(const XtcStep&)>& on_step) {
   const int64_t ranks = world ? world->size() : 1;
   const int rank = world ? world->rank() : 0;
   o.recipe.method = "xtc";
@@ -169,10 +220,17 @@ void train_xtc(const std::string& teacher_path, const io::TokenFile& tokens, Xtc
                   o.logit_weight + o.hidden_weight + o.label_weight > 0,
               "xtc: the loss weights must be 0 or more and not all 0, got logit "
                   << o.logit_weight << ", hidden " << o.hidden_weight << ", label " << o.label_weight);
+  TRIAD_CHECK(o.eval_batches >= 0 && o.eval_interval >= 0,
+              "xtc: --eval-batches and --eval-interval must be 0 or more, got " << o.eval_batches << " and "
+                                                                                << o.eval_interval);
   TRIAD_CHECK(read_summary(teacher_path).kind != "quantized",
               "xtc: the teacher '" << teacher_path << "' is a quantized model; the teacher is the full-precision one");
   const LoadedModel teacher = load_model(teacher_path);
   const int64_t n_teacher = int64_t(xtc_blocks(*teacher.model)->size());
+  if (!o.config.is_null()) {
+    apply_compression_config(o.config, n_teacher, o);
+    o.recipe.validate();
+  }
   o.recipe.keep_layers = parse_keep_layers(o.keep_layers, n_teacher);
   o.recipe.teacher_layers = n_teacher;
   const int64_t t = o.seq_len > 0 ? o.seq_len : teacher.model->seq_len();
@@ -182,6 +240,17 @@ void train_xtc(const std::string& teacher_path, const io::TokenFile& tokens, Xtc
               "xtc: the token file's vocabulary of " << tokens.vocab_size() << " exceeds the teacher's "
                                                      << teacher.model->vocab_size());
   teacher.model->eval();
+  const HeldOutSplit split = held_out_split(tokens, teacher.config, t);
+  const int64_t rows = o.batch_size / ranks, vocab = teacher.model->vocab_size();
+  // Each rank evaluates its rows of every validation batch; the mean over ranks is the global one.
+  std::vector<std::pair<Tensor, Tensor>> val, val_rows;
+  if (o.eval_batches > 0) val = validation_batches(tokens, split, teacher.config, o.eval_batches, o.batch_size, t);
+  for (const auto& [x, y] : val)
+    val_rows.emplace_back(ops::contiguous(ops::narrow(x, 0, rank * rows, rows)),
+                          ops::contiguous(ops::narrow(y, 0, rank * rows, rows)));
+  XtcResult result;
+  result.seq_len = t;
+  if (rank == 0 && !val.empty()) result.teacher_val_loss = validation_loss(*teacher.model, val);
 
   const TrainConfig config = parse_config(student_config(teacher.config, o, ranks), ranks);
   Engine engine(
@@ -199,9 +268,13 @@ void train_xtc(const std::string& teacher_path, const io::TokenFile& tokens, Xtc
   record_block_outputs(*teacher.model, teacher_out);
   record_block_outputs(*student, student_out);
 
-  const int64_t rows = o.batch_size / ranks, vocab = teacher.model->vocab_size();
+  const auto student_val_loss = [&] {
+    const Tensor sum = Tensor::full({1}, engine.evaluate(val_rows), DType::f64);
+    if (world && ranks > 1) world->all_reduce(sum)->wait();
+    return sum.item() / double(ranks);
+  };
   for (int64_t step = 0; step < o.steps; ++step) {
-    const auto [ids, targets] = batch_rows(tokens, step, o.batch_size, rank * rows, rows, t);
+    const auto [ids, targets] = batch_rows(tokens, split.train, step, o.batch_size, rank * rows, rows, t);
     teacher_out->clear();
     student_out->clear();
     Tensor teacher_logits;
@@ -226,16 +299,21 @@ void train_xtc(const std::string& teacher_path, const io::TokenFile& tokens, Xtc
       parts = sums.to_vector<double>();
       for (double& p : parts) p /= double(ranks);
     }
-    if (on_step) on_step(XtcStep{step + 1, parts[0], parts[1], parts[2], parts[3]});
+    XtcStep s{step + 1, parts[0], parts[1], parts[2], parts[3]};
+    if (!val.empty() && ((o.eval_interval > 0 && s.step % o.eval_interval == 0) || s.step == o.steps))
+      s.val_loss = student_val_loss();
+    if (on_step) on_step(s);
   }
 
   engine.gather_parameters();
   if (rank == 0) {
     for (const auto& [name, linear] : quantized_linears(student)) linear->use_fake_quantization(std::nullopt);
     save_quantized_model(LoadedModel{student, student_config(teacher.config, o, 1)}, out, o.recipe);
+    if (!val.empty()) result.val_loss = validation_loss(*load_model(out).model, val);
   }
   engine.release_parameters();
   if (world) world->barrier();
+  return result;
 }
 
 }  // namespace triad::engine

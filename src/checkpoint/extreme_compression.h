@@ -7,6 +7,7 @@
 // (checkpoint/quantized_model.h, recipe method "xtc").
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -36,12 +37,28 @@ struct XtcOptions {
   double temperature = 1.0;  // of the logit distillation
   double logit_weight = 1.0, hidden_weight = 1.0, label_weight = 0.0;  // the loss's terms
   uint64_t seed = 1234;
+  // Held-out evaluation (checkpoint/held_out_loss.h): eval_batches validation batches of
+  // batch_size windows (0: none), the student's loss measured every eval_interval steps
+  // (0: at the end only) and the written model's by its integer GEMM at the end.
+  int64_t eval_batches = 0;
+  int64_t eval_interval = 0;
+  // A config whose compression_training section sets the recipe's bits and the kept blocks
+  // (apply_compression_config, once the teacher's blocks are known); null: none.
+  nlohmann::json config;
 };
 
 // One step's losses, averaged over the global batch: the weighted total and its terms.
 struct XtcStep {
   int64_t step = 0;
   double loss = 0, logit = 0, hidden = 0, label = 0;
+  double val_loss = NAN;  // the (fake-quantized) student's held-out loss after this step, when measured
+};
+
+// The held-out losses of a run with eval_batches: the teacher's, and the written student's
+// (loaded back, running the integer GEMM); NaN without evaluation and on ranks but 0.
+struct XtcResult {
+  double teacher_val_loss = NAN, val_loss = NAN;
+  int64_t seq_len = 0;  // tokens per sequence trained and evaluated on
 };
 
 // The teacher blocks `spec` names among n_layer: "" (all), "every:K" (K-1, 2K-1, ...: the
@@ -50,6 +67,17 @@ struct XtcStep {
 // naming --keep-layers and the value when an index is out of [0, n_layer), the list is not
 // increasing, K is not in [1, n_layer], or the spec is neither form.
 std::vector<int64_t> parse_keep_layers(const std::string& spec, int64_t n_layer);
+
+// The recipe of `config`'s compression_training section (DeepSpeed's keys, read by
+// parse_compression, config/compression_config.h) into `options` for a teacher of
+// teacher_layers blocks: weight_quantization's bits (its groups' target_bits, 2 or 1, the
+// same for all, every linear layer: modules "*"), quantize_groups 1 (a scale per row) and
+// symmetric; activation_quantization enabled: 8 bits, else 16; layer_reduction enabled: its
+// teacher_layer as the kept blocks (keep_number_layer of them). Throws Error naming the
+// dotted key when the section is missing, weight_quantization is not enabled, or a value
+// asks for what XTC does not do (start_bits other than target_bits, a schedule_offset, more
+// than one group of rows, groups of other bits or of some modules only, asymmetric weights).
+void apply_compression_config(const nlohmann::json& config, int64_t teacher_layers, XtcOptions& options);
 
 // Logit distillation: T^2 times the mean over rows (every dimension but the last) of
 // KL(softmax(teacher / T) || softmax(student / T)) over the last dimension, the soft
@@ -71,9 +99,9 @@ void init_student(nn::LanguageModel& student, const nn::LanguageModel& teacher,
                   const std::vector<int64_t>& keep_layers);
 
 // Trains the student of the teacher file `teacher` (a full-precision checkpoint or weights
-// file; a quantized one is an Error naming it) for
-// options.steps steps on consecutive windows of `tokens` and writes the quantized student
-// to `out` (rank 0). The loss of a batch is
+// file; a quantized one is an Error naming it) for options.steps steps on consecutive
+// windows of the training part of `tokens` (held_out_split by the teacher's config) and
+// writes the quantized student to `out` (rank 0). The loss of a batch is
 //   logit_weight distillation_kl(student logits, teacher logits, T)
 //   + hidden_weight mean over student blocks i of distillation_mse(its output, teacher block keep_layers[i]'s)
 //   + label_weight cross_entropy(student logits, next tokens)
@@ -81,8 +109,10 @@ void init_student(nn::LanguageModel& student, const nn::LanguageModel& teacher,
 // activations per token at abits 8). Collective over `world` (null: one process); the
 // global batch is the same whatever the number of ranks, so runs on 1 and on R ranks follow
 // each other up to rounding. on_step (rank 0 and every other) sees each step's losses.
-void train_xtc(const std::string& teacher, const io::TokenFile& tokens, XtcOptions options,
-               const parallel::CommunicatorPtr& world, const std::string& out,
-               const std::function<void(const XtcStep&)>& on_step = nullptr);
+// With options.eval_batches, the teacher's and the student's held-out losses as XtcResult
+// says (the student's during training in XtcStep::val_loss, on every rank).
+XtcResult train_xtc(const std::string& teacher, const io::TokenFile& tokens, XtcOptions options,
+                    const parallel::CommunicatorPtr& world, const std::string& out,
+                    const std::function<void(const XtcStep&)>& on_step = nullptr);
 
 }  // namespace triad::engine

@@ -124,9 +124,52 @@ QuantRecipe read_recipe(const std::string& path) {
   return QuantRecipe::from_json(nlohmann::json::parse(file.get_attr_string("/", "recipe")));
 }
 
+namespace {
+
+// Linear layers built without weights (quantized_layout).
+class WithoutLinearWeights : public nn::Parallelism {
+ public:
+  std::shared_ptr<nn::Linear> column_linear(int64_t in_features, int64_t out_features, int, bool bias) const override {
+    return std::make_shared<nn::Linear>(in_features, out_features, bias, nn::Linear::WithoutWeight{});
+  }
+  std::shared_ptr<nn::Linear> row_linear(int64_t in_features, int64_t out_features, bool bias) const override {
+    return std::make_shared<nn::Linear>(in_features, out_features, bias, nn::Linear::WithoutWeight{});
+  }
+};
+
+int64_t nbytes(const Tensor& t) { return t.defined() ? t.numel() * int64_t(element_size(t.dtype())) : 0; }
+
+}  // namespace
+
+std::shared_ptr<const nn::Parallelism> quantized_layout() {
+  static const std::shared_ptr<const nn::Parallelism> p = std::make_shared<WithoutLinearWeights>();
+  return p;
+}
+
+ModelBytes model_bytes(const std::shared_ptr<nn::LanguageModel>& model) {
+  ModelBytes b;
+  for (const auto& [name, p] : model->named_parameters()) b.resident += nbytes(p);
+  for (const auto& [name, t] : model->named_buffers()) b.resident += nbytes(t);
+  b.full_precision = b.resident;
+  for (const auto& [name, m] : model->named_modules(model)) {
+    const auto linear = std::dynamic_pointer_cast<nn::Linear>(m);
+    if (!linear || !linear->quantized()) continue;
+    const PackedWeight& w = *linear->quantized();
+    b.packed += nbytes(w.data) + nbytes(w.scales) + nbytes(w.offsets) + nbytes(w.sums);
+    b.packed_f32 += w.n * w.k * int64_t(sizeof(float));
+    if (!linear->weight.defined()) b.full_precision += w.n * w.k * int64_t(sizeof(float));
+  }
+  b.resident += b.packed;
+  return b;
+}
+
 void load_quantized_model(const std::string& path, const std::shared_ptr<nn::LanguageModel>& model) {
   const QuantRecipe recipe = read_recipe(path);
   const H5File file = H5File::open(path);
+  for (const auto& [name, m] : model->named_modules(model))
+    if (auto linear = std::dynamic_pointer_cast<nn::Linear>(m);
+        linear && !linear->weight.defined() && !file.has("/quantized/" + name + ".weight/q"))
+      linear->set_weight(Tensor::empty({linear->out_features(), linear->in_features()}));
   for (const auto& [name, p] : model->named_parameters()) {
     if (file.has("/quantized/" + name + "/q")) {
       ops::fill_(p, 0.0);  // unused: the layer runs on its integers
@@ -137,7 +180,7 @@ void load_quantized_model(const std::string& path, const std::shared_ptr<nn::Lan
   for (const auto& [name, linear] : quantized_linears(model)) {
     const std::string base = "/quantized/" + name + ".weight";
     const Quantized q{read_verified(file, base + "/q"), read_verified(file, base + "/scales"), Tensor()};
-    const int64_t n = linear->weight.size(0), k = linear->weight.size(1);
+    const int64_t n = linear->out_features(), k = linear->in_features();
     linear->use_quantized(std::make_shared<const PackedWeight>(ops::pack_weight(q, n, k, recipe.format(k))),
                           recipe.abits);
   }

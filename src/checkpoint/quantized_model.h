@@ -13,8 +13,10 @@
 //   attribute "checksum" of every dataset (io/checksum.h)
 //
 // engine::load_model reads such a file into a model whose quantized layers run the integer
-// GEMM (nn::Linear::use_quantized); training cannot resume from one (load_checkpoint wants
-// kind "checkpoint").
+// GEMM (nn::Linear::use_quantized) and hold only their integers and scales: the model is
+// built by quantized_layout(), so no f32 weight of theirs is ever allocated (model_bytes
+// counts what it holds). Training cannot resume from one (load_checkpoint wants kind
+// "checkpoint").
 #pragma once
 
 #include <memory>
@@ -26,6 +28,7 @@
 #include "checkpoint/checkpoint.h"
 #include "nn/language_model.h"
 #include "nn/layers.h"
+#include "nn/parallelism.h"
 
 namespace triad::engine {
 
@@ -63,10 +66,28 @@ void save_quantized_model(const std::string& checkpoint, const std::string& out,
 // As above, of a model in memory (load_model's, after distill_blocks, say).
 void save_quantized_model(const LoadedModel& m, const std::string& out, const QuantRecipe& recipe);
 
+// The single-process layout a quantized model is built with for load_quantized_model: every
+// column- and row-parallel linear layer (those of the blocks, and a Llama's output head)
+// built nn::Linear::WithoutWeight.
+std::shared_ptr<const nn::Parallelism> quantized_layout();
+
 // Serial: the parameters and quantized layers of a quantized file into `model` (built from
-// the file's config); each quantized layer then runs nn::Linear::use_quantized. Throws
-// Error naming the file and dataset when one is missing or fails its checksum.
+// the file's config, by quantized_layout() or with every weight); each quantized layer then
+// runs nn::Linear::use_quantized, and a layer built without a weight that the file keeps in
+// full precision (a Llama's head) is given one (nn::Linear::set_weight). Throws Error naming
+// the file and dataset when one is missing or fails its checksum.
 void load_quantized_model(const std::string& path, const std::shared_ptr<nn::LanguageModel>& model);
+
+// The bytes a model's tensors hold: `resident`, every parameter and buffer it holds and each
+// quantized layer's packed weight (PackedWeight's data, scales, offsets and sums);
+// `full_precision`, the same with each quantized layer's weight in f32 instead (the model
+// before quantization). `packed` and `packed_f32`: the quantized layers' packed weights
+// alone, and their weights in f32.
+struct ModelBytes {
+  int64_t resident = 0, full_precision = 0;
+  int64_t packed = 0, packed_f32 = 0;
+};
+ModelBytes model_bytes(const std::shared_ptr<nn::LanguageModel>& model);
 
 // The recipe of a quantized file.
 QuantRecipe read_recipe(const std::string& path);

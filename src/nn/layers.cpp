@@ -7,7 +7,8 @@
 
 namespace triad::nn {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Generator& gen) : Module("Linear") {
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Generator& gen)
+    : Module("Linear"), in_features_(in_features), out_features_(out_features) {
   TRIAD_CHECK(in_features > 0 && out_features > 0,
               "Linear: features must be positive, got in " << in_features << ", out " << out_features);
   const double bound = 1.0 / std::sqrt(double(in_features));
@@ -19,9 +20,16 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Genera
   }
 }
 
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, WithoutWeight)
+    : Module("Linear"), in_features_(in_features), out_features_(out_features) {
+  TRIAD_CHECK(in_features > 0 && out_features > 0,
+              "Linear: features must be positive, got in " << in_features << ", out " << out_features);
+  if (with_bias) bias = register_parameter("bias", Tensor::zeros({out_features}));
+}
+
 Linear::Linear(std::string type_name, Tensor weight_, Tensor bias_, const TensorSplit& weight_split,
                const TensorSplit& bias_split)
-    : Module(std::move(type_name)) {
+    : Module(std::move(type_name)), in_features_(weight_.size(1)), out_features_(weight_.size(0)) {
   weight = register_parameter("weight", std::move(weight_), weight_split);
   if (bias_.defined()) bias = register_parameter("bias", std::move(bias_), bias_split);
 }
@@ -34,7 +42,11 @@ Tensor Linear::forward(const Tensor& x) {
     const Tensor xq = reshape(fake_quantize(reshape(x, {x.numel() / k, k}), QuantFormat{8, k}), x.shape());
     return linear(xq, w, bias);
   }
-  if (!quantized_) return linear(x, weight, bias);
+  if (!quantized_) {
+    TRIAD_CHECK(weight.defined(), "Linear (" << out_features_ << ", " << in_features_
+                                             << "): built without a weight, it runs after use_quantized or set_weight");
+    return linear(x, weight, bias);
+  }
   return ops::quantized_linear(x, *quantized_, bias.defined() ? ops::to(bias, DType::f32) : Tensor(), abits_);
 }
 
@@ -45,9 +57,17 @@ void Linear::use_fake_quantization(std::optional<QuantFormat> format, int abits)
   fake_abits_ = abits;
 }
 
+void Linear::set_weight(Tensor w) {
+  TRIAD_CHECK(!weight.defined(), "Linear::set_weight: the layer has a weight");
+  TRIAD_CHECK(w.shape() == Shape({out_features_, in_features_}), "Linear::set_weight: expected a weight of ("
+                                                                     << out_features_ << ", " << in_features_
+                                                                     << "), got " << shape_str(w.shape()));
+  weight = register_parameter("weight", std::move(w));
+}
+
 void Linear::use_quantized(std::shared_ptr<const PackedWeight> w, int abits) {
-  TRIAD_CHECK(w && w->n == weight.size(0) && w->k == weight.size(1),
-              "Linear::use_quantized: expected a packed weight of " << shape_str(weight.shape()));
+  TRIAD_CHECK(w && w->n == out_features_ && w->k == in_features_,
+              "Linear::use_quantized: expected a packed weight of (" << out_features_ << ", " << in_features_ << ")");
   TRIAD_CHECK(abits == 8 || abits == 16, "Linear::use_quantized: activation bits must be 8 or 16, got " << abits);
   quantized_ = std::move(w);
   abits_ = abits;

@@ -15,11 +15,25 @@ namespace triad::nn {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
+  // A layer that holds no weight (its bias, if any, zero): `weight` stays undefined and is no
+  // parameter until use_quantized gives the layer its integers or set_weight a weight, and
+  // forward before either throws Error. A quantized model loaded for inference is built so
+  // (checkpoint/quantized_model.h): its f32 weights are never allocated.
+  struct WithoutWeight {};
+  Linear(int64_t in_features, int64_t out_features, bool bias, WithoutWeight);
   Tensor forward(const Tensor& x) override;
 
+  int64_t in_features() const { return in_features_; }
+  int64_t out_features() const { return out_features_; }
+  // Registers w (out_features, in_features) as the parameter "weight" of a layer built
+  // WithoutWeight (after its bias in parameter order). Throws Error when the layer has a
+  // weight or w's shape differs.
+  void set_weight(Tensor w);
+
   // From now on forward runs the integer GEMM (ops::quantized_linear) on w, a packed
-  // quantization of this layer's weight, with activations of `abits` (8 or 16); `weight` is
-  // no longer read. For inference: no gradient flows through a quantized layer. CPU only.
+  // quantization of this layer's weight (out_features, in_features), with activations of
+  // `abits` (8 or 16); `weight` is no longer read. For inference: no gradient flows through
+  // a quantized layer. CPU only.
   void use_quantized(std::shared_ptr<const PackedWeight> w, int abits);
   const PackedWeight* quantized() const { return quantized_.get(); }
   // With a format, forward multiplies by fake_quantize(weight, format) (autograd/fake_quantize.h):
@@ -41,6 +55,7 @@ class Linear : public Module {
          const TensorSplit& bias_split);
 
  private:
+  int64_t in_features_ = 0, out_features_ = 0;
   std::shared_ptr<const PackedWeight> quantized_;
   std::optional<QuantFormat> fake_quantization_;
   int fake_abits_ = 16;

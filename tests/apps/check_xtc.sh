@@ -3,8 +3,10 @@
 #  - a model trained by triad-train is distilled into a ternary student with half its blocks
 #    on 1 process, and on 2 ranks under mpirun at ZeRO-3 and ZeRO-1: every step's losses of
 #    the 2-rank runs equal the 1-process run's within 1e-5 (relative);
+#  - with --eval-batches the teacher's and the student's held-out losses, the same on 2 ranks;
 #  - the student file verifies, triad-ckpt inspect shows the recipe, triad-generate samples
 #    from it, and triad-ckpt export refuses it;
+#  - --config takes the recipe from a compression_training section;
 #  - bad bit widths, kept blocks out of range and a missing teacher are refused by name.
 #   check_xtc.sh BIN_DIR CONFIG
 set -euo pipefail
@@ -34,6 +36,20 @@ for run in xtc_z3 xtc_z1; do
         if (d > 1e-5 * (a < 0 ? -a : a) + 1e-7) { print "step " $2 ": " a " vs " b; bad = 1 } } }
     END { exit !(n == 4 && !bad) }' || { cat "$work/xtc1" "$work/$run"; fail "$run: the losses differ from 1 process"; }
 done
+# Held-out evaluation: the teacher's and the written student's losses, the same on 2 ranks.
+run eval1 "$bin/triad-compress" "${xtc[@]}" --eval-batches 2 --eval-interval 2 --out "$work/out_eval1"
+run eval_z3 "${mpi[@]}" "$bin/triad-compress" "${xtc[@]}" --eval-batches 2 --eval-interval 2 --zero-stage 3 \
+  --out "$work/out_eval_z3"
+python3 - "$work" <<'PY' || fail "xtc --eval-batches"
+import json, sys
+work = sys.argv[1]
+one, two = (open(f"{work}/{r}").read().splitlines() for r in ("eval1", "eval_z3"))
+a, b = json.loads(one[-1]), json.loads(two[-1])
+for k in ("val_loss", "baseline_val_loss"):
+    assert abs(a[k] - b[k]) <= 1e-5 * a[k], (k, a, b)
+assert a["recipe"]["method"] == "xtc" and a["eval_tokens"] == 2 * 4 * 32, a
+assert [l.split(":")[0] for l in one if "val loss" in l and l.startswith("step")] == ["step 2", "step 4"], one
+PY
 awk '/^step 1:/ { first = $4 } /^step 4:/ { last = $4 } END { exit !(last < first) }' "$work/xtc1" \
   || { cat "$work/xtc1"; fail "xtc did not lower the loss in 4 steps"; }
 
@@ -50,6 +66,26 @@ refused "is a quantized model \\(triad-compress\\).*not weights to export" \
   "$bin/triad-ckpt" export "$work/out1/model.h5" --out "$work/x.h5"
 refused "is a quantized model \\(triad-compress\\).*not weights to export" \
   "$bin/triad-ckpt" export "$work/out1/model.h5" --format safetensors --out "$work/x"
+
+# --config: the recipe from a compression_training section (binary, 8-bit activations, block 1 kept).
+cat >"$work/xtc.json" <<'JSON'
+{"compression_training": {
+  "weight_quantization": {"shared_parameters": {"enabled": true, "quantize_groups": 1},
+                          "different_groups": {"wq1": {"params": {"start_bits": 1, "target_bits": 1}}}},
+  "activation_quantization": {"shared_parameters": {"enabled": true}, "different_groups": {"aq1": {"params": {"bits": 8}}}},
+  "layer_reduction": {"enabled": true, "keep_number_layer": 1, "teacher_layer": [1]}}}
+JSON
+run xtc_config "$bin/triad-compress" "${base[@]}" --teacher "$work/teacher/model.h5" --config "$work/xtc.json" \
+  --out "$work/out_config"
+run inspect_config "$bin/triad-ckpt" inspect "$work/out_config/model.h5"
+grep -q '^quantized: xtc, W1A8, a scale per row (symmetric)$' "$work/inspect_config" || fail "inspect: --config's recipe"
+grep -q '^xtc: 4 steps of distillation; kept blocks \[1\] of the teacher.s 2$' "$work/inspect_config" \
+  || fail "inspect: --config's kept blocks"
+refused "--wbits excludes --config" \
+  "$bin/triad-compress" "${base[@]}" --teacher "$work/teacher/model.h5" --config "$work/xtc.json" --wbits 2 --out "$work/x"
+sed -i 's/"target_bits": 1/"target_bits": 4/; s/"start_bits": 1/"start_bits": 4/' "$work/xtc.json"
+refused "compression_training.weight_quantization.different_groups.wq1.params.target_bits must be 2 or 1 for xtc, got 4" \
+  "$bin/triad-compress" "${base[@]}" --teacher "$work/teacher/model.h5" --config "$work/xtc.json" --out "$work/x"
 
 teacher=(--teacher "$work/teacher/model.h5")
 refused "xtc's wbits must be 2 or 1, got 3" "$bin/triad-compress" "${base[@]}" "${teacher[@]}" --wbits 3 --out "$work/x"

@@ -4,7 +4,8 @@
 #    groups of 32, W8A16 groups of 8), verify, and triad-ckpt inspect shows the recipe and
 #    the integer datasets;
 #  - a model trained by triad-train, quantized W8A8, samples in triad-generate (its
-#    tokenizer found through the recorded config); quantized W4A8 after layer-by-layer
+#    tokenizer found through the recorded config), reports its held-out loss beside
+#    triad-train's, and inspect shows its bytes in memory; quantized W4A8 after layer-by-layer
 #    distillation on its corpus, it prints each block's loss, lower after LKD than after PTQ;
 #  - bad bit widths, a group size that does not divide a layer's input dimension, and a
 #    quantized model given to triad-train --resume are refused by name.
@@ -42,7 +43,25 @@ train=("$bin/triad-train" --config "$config" --set data.corpus="$work/tokens.bin
   --set model.vocab_size=300 --set eval_iters=1 --set log_interval=1000)
 run train "${train[@]}" --steps 3 --set output_dir="$work/trained"
 run zq_trained "$bin/triad-compress" zeroquant --checkpoint "$work/trained/model.h5" --wbits 8 --abits 8 \
-  --group-size 16 --out "$work/trained-w8a8"
+  --group-size 16 --data "$work/tokens.bin" --eval-batches 1 --batch-size 4 --out "$work/trained-w8a8"
+# --eval-batches 1 --batch-size 4 at the model's seq_len: triad-train's validation batch
+# (eval_iters 1 of train_micro_batch_size_per_gpu 4), so the full-precision loss is its last one.
+# In memory: 8-bit integers and an f32 scale and i32 sum per 16 = 1.5 bytes a weight, 4/1.5 of f32.
+python3 - "$work" <<'PY' || fail "zeroquant --eval-batches"
+import json, re, sys
+work = sys.argv[1]
+lines = open(f"{work}/zq_trained").read().splitlines()
+j = json.loads(lines[-1])
+trained = float(re.findall(r"val loss ([0-9.]+)", open(f"{work}/train").read())[-1])
+assert j["recipe"]["wbits"] == 8 and j["eval_batches"] == 1, j
+assert abs(j["baseline_val_loss"] - trained) <= 6e-5, (j, trained)
+assert abs(j["val_loss"] / j["baseline_val_loss"] - 1 - j["relative"]) < 1e-12, j
+assert 0 < abs(j["relative"]) < 0.05, j
+assert any(l.startswith("val loss: W8A8 ") for l in lines), lines
+PY
+run inspect_trained "$bin/triad-ckpt" inspect "$work/trained-w8a8/model.h5"
+grep -Eq '^in memory: [0-9]+ bytes, [0-9]+ in full precision .*quantized layers [0-9]+ bytes, [0-9]+ in f32 \(2\.67x\)$' \
+  "$work/inspect_trained" || { cat "$work/inspect_trained"; fail "inspect: the bytes in memory"; }
 run generate "$bin/triad-generate" --checkpoint "$work/trained-w8a8/model.h5" --prompt "The licence" \
   --max-new-tokens 12 --temperature 0 --threads 1
 [[ $(wc -c <"$work/generate") -gt 12 ]] || fail "triad-generate printed nothing past the prompt"
@@ -59,6 +78,8 @@ refused '--wbits: 3 not in \{8,4\}' "$bin/triad-compress" zeroquant --checkpoint
 refused '--abits: 4 not in \{8,16\}' "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --abits 4 --out "$work/x"
 refused 'group size 48 does not divide the input dimension 64 of blocks.0.attn.qkv.weight' \
   "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --group-size 48 --out "$work/x"
+refused '--eval-batches 2 needs --data' \
+  "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --eval-batches 2 --out "$work/x"
 refused '--lkd-steps 5 needs --data' \
   "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --lkd-steps 5 --out "$work/x"
 refused 'group_size must be a positive multiple of 8, got 12' \

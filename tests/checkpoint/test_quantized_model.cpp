@@ -11,9 +11,12 @@
 // dequantized weights, and at A8 its logits equal that model's fake-quantized forward (the
 // one it trained with); bad input named.
 #include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <set>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/extreme_compression.h"
+#include "checkpoint/held_out_loss.h"
 #include "checkpoint/layer_distillation.h"
 #include "checkpoint/quantized_model.h"
 #include "config/model_factory.h"
@@ -23,6 +26,8 @@
 #include "parallel/self_communicator.h"
 #include "support/check.h"
 #include "support/files.h"
+#include "tensor/allocator.h"
+#include "train/training_data.h"
 #include "triad.h"
 
 using namespace triad;
@@ -144,6 +149,100 @@ BOOST_AUTO_TEST_CASE(w8a8_and_w4a8_logits_within_a_bound_of_the_dequantized_mode
       BOOST_TEST(diff > 0.0);
     }
   }
+}
+
+// A quantized model loaded for inference holds its full-precision parameters and, for each
+// quantized layer, only its packed integers, scales and sums: the closed form below, which
+// the allocator's live bytes after loading equal (with a Llama's rotary tables). No f32 weight of those layers is
+// allocated: the load's peak stays below the f32 model's bytes, which it would pass if
+// they were (the packed weights come on top of them).
+BOOST_AUTO_TEST_CASE(quantized_models_hold_their_integers_and_no_f32_weights) {
+  test::TempDir dir;
+  for (const std::string arch : {"gpt2", "llama"}) {
+    const std::string f32 = write_checkpoint(dir, arch);
+    const engine::LoadedModel full = engine::load_model(f32);
+    for (int wbits : {8, 4}) {
+      engine::QuantRecipe recipe;
+      recipe.wbits = wbits;
+      recipe.group_size = 32;
+      const std::string out = dir.file(arch + "-bytes-w" + std::to_string(wbits) + ".h5");
+      engine::save_quantized_model(f32, out, recipe);
+      // f32 parameters other than the quantized weights; per quantized (N, K) weight,
+      // rows padded to 32: N' K wbits / 8 bytes of integers and N' K / 32 f32 scales and i32 sums.
+      int64_t kept = 0, packed = 0, f32_weights = 0;
+      std::set<std::string> quantized;
+      for (const auto& [name, linear] : engine::quantized_linears(full.model)) {
+        const int64_t n = linear->weight.size(0), k = linear->weight.size(1), padded = (n + 31) / 32 * 32;
+        packed += padded * k * wbits / 8 + 2 * padded * (k / 32) * 4;
+        f32_weights += n * k * 4;
+        quantized.insert(name + ".weight");
+      }
+      for (const auto& [name, p] : full.model->named_parameters())
+        if (!quantized.count(name)) kept += p.numel() * 4;
+      for (const auto& [name, b] : full.model->named_buffers()) kept += b.numel() * int64_t(element_size(b.dtype()));
+
+      const size_t before = cpu_allocator().bytes_in_use();
+      cpu_allocator().reset_peak();
+      const engine::LoadedModel q = engine::load_model(out);
+      const int64_t live = int64_t(cpu_allocator().bytes_in_use() - before);
+      const int64_t peak = int64_t(cpu_allocator().peak_bytes() - before);
+      const engine::ModelBytes b = engine::model_bytes(q.model);
+      const std::string what = arch + " W" + std::to_string(wbits);
+      BOOST_TEST_MESSAGE(what << ": " << b.resident << " bytes in memory, " << b.full_precision
+                              << " in full precision; load peak " << peak);
+      BOOST_TEST(b.packed == packed, what);
+      BOOST_TEST(b.packed_f32 == f32_weights, what);
+      BOOST_TEST(b.resident == kept + packed, what);
+      BOOST_TEST(b.full_precision == kept + f32_weights, what);
+      // The Llama also holds its rotary tables, no module tensors: f64 cos and sin of
+      // (seq_len, head_dim) = (96, 16).
+      const int64_t rotary = arch == "llama" ? 2 * 96 * 16 * 8 : 0;
+      BOOST_TEST(live == kept + packed + rotary, what << ": the allocator holds " << live << " bytes after loading");
+      BOOST_TEST(peak < kept + f32_weights, what << ": loading peaked at " << peak << " bytes");
+      for (const auto& [name, linear] : engine::quantized_linears(q.model))
+        BOOST_TEST(!linear->weight.defined(), what << ": " << name << " has an f32 weight");
+      for (const auto& [name, p] : q.model->named_parameters()) BOOST_TEST(!quantized.count(name), name);
+    }
+  }
+  nn::Linear bare(8, 4, true, nn::Linear::WithoutWeight{});
+  test::check_error([&] { bare(Tensor::zeros({2, 8})); }, {"Linear (4, 8): built without a weight"});
+  test::check_error([&] { bare.set_weight(Tensor::zeros({8, 4})); }, {"expected a weight of (4, 8), got (8, 4)"});
+  bare.set_weight(Tensor::zeros({4, 8}));
+  test::check_error([&] { bare.set_weight(Tensor::zeros({4, 8})); }, {"set_weight: the layer has a weight"});
+}
+
+// The held-out loss is measured on triad-train's validation batches (the same rows of the
+// token file's last val_fraction) and is the mean of the model's loss over them.
+BOOST_AUTO_TEST_CASE(validation_loss_is_the_mean_loss_on_triad_trains_validation_batches) {
+  test::TempDir dir;
+  nlohmann::json c = config("gpt2");
+  c["seed"] = 7;
+  c["data"] = {{"corpus", write_tokens(dir)}, {"val_fraction", 0.1}};
+  const std::shared_ptr<nn::LanguageModel> model = engine::build_model(engine::parse_config(c));
+  const io::TokenFile tokens = io::TokenFile::open(dir.file("tokens.bin"));
+  const engine::HeldOutSplit split = engine::held_out_split(tokens, c, 96);
+  BOOST_TEST(split.train.end == 3600);
+  BOOST_TEST(split.val.begin == 3600);
+  BOOST_TEST(split.val.end == 4000);
+  const auto batches = engine::validation_batches(tokens, split, c, 3, 2, 96);
+  const std::unique_ptr<engine::TrainingData> data = engine::corpus_data(engine::parse_config(c));
+  double sum = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    const io::Batch want = data->validation(i, 2, 0, 2);
+    BOOST_TEST(test::max_abs_diff(batches[size_t(i)].first, want.inputs) == 0.0);
+    BOOST_TEST(test::max_abs_diff(batches[size_t(i)].second, want.targets) == 0.0);
+    NoGradGuard no_grad;
+    sum += model->loss(want.inputs, want.targets).item();
+  }
+  BOOST_TEST(model->is_training());
+  BOOST_TEST(engine::validation_loss(*model, batches) == sum / 3, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(model->is_training());
+
+  c["data"]["val_fraction"] = 0.0;
+  test::check_error([&] { engine::validation_batches(tokens, engine::held_out_split(tokens, c, 96), c, 3, 2, 96); },
+                    {"tokens.bin", "held-out part (data.val_fraction 0", "holds 0 tokens"});
+  test::check_error([&] { engine::validation_batches(tokens, split, c, 0, 2, 96); }, {"positive count and rows"});
+  test::check_error([&] { engine::validation_loss(*model, {}); }, {"no batches"});
 }
 
 BOOST_AUTO_TEST_CASE(bad_recipes_and_resuming_training_are_errors) {
@@ -355,11 +454,26 @@ BOOST_AUTO_TEST_CASE(xtc_student_generates_the_dequantized_models_text) {
         o.seq_len = 24;
         o.lr = 1e-3;
         o.label_weight = 0.5;
+        o.eval_batches = 2;
+        o.eval_interval = 2;
         std::vector<engine::XtcStep> steps;
         const std::string out = dir.file("xtc-w" + std::to_string(wbits) + "a" + std::to_string(abits) + ".h5");
-        engine::train_xtc(path, tokens, o, nullptr, out, [&](const engine::XtcStep& s) { steps.push_back(s); });
+        const engine::XtcResult r =
+            engine::train_xtc(path, tokens, o, nullptr, out, [&](const engine::XtcStep& s) { steps.push_back(s); });
         const std::string what = arch + " W" + std::to_string(wbits) + "A" + std::to_string(abits);
         BOOST_TEST_REQUIRE(steps.size() == 3u);
+        // Held-out losses after steps 2 and 3 (the last); the teacher's and the written
+        // student's on the same batches, the student's by its integer GEMM: at A16 equal to the
+        // fake-quantized one of the last step up to f32 rounding.
+        BOOST_TEST(std::isnan(steps[0].val_loss));
+        BOOST_TEST(std::isfinite(steps[1].val_loss));
+        const engine::LoadedModel teacher = engine::load_model(path);
+        const auto val = engine::validation_batches(tokens, engine::held_out_split(tokens, teacher.config, 24),
+                                                    teacher.config, 2, 2, 24);
+        BOOST_TEST(r.seq_len == 24);
+        BOOST_TEST(r.teacher_val_loss == engine::validation_loss(*teacher.model, val));
+        BOOST_TEST(r.val_loss == engine::validation_loss(*engine::load_model(out).model, val));
+        BOOST_TEST(r.val_loss == steps[2].val_loss, boost::test_tools::tolerance(abits == 16 ? 1e-5 : 1e-3));
         for (const engine::XtcStep& s : steps) {
           BOOST_TEST(s.loss == s.logit + s.hidden + 0.5 * s.label, boost::test_tools::tolerance(1e-5));
           BOOST_TEST(s.logit > 0.0, what);
@@ -405,4 +519,56 @@ BOOST_AUTO_TEST_CASE(xtc_bad_input_is_named) {
                     {"the teacher", "w8.h5", "is a quantized model"});
   test::check_error([&] { engine::export_weights(dir.file("w8.h5"), dir.file("e.h5"), DType::f32); },
                     {"w8.h5", "is a quantized model (triad-compress)", "not weights to export"});
+}
+
+// xtc --config: the recipe from DeepSpeed's compression_training keys, and what XTC does not
+// do named by its key.
+BOOST_AUTO_TEST_CASE(xtc_recipe_from_a_compression_training_section) {
+  const auto weights = [](int start, int target, const nlohmann::json& shared) {
+    return nlohmann::json{
+        {"shared_parameters", shared},
+        {"different_groups",
+         {{"wq1", {{"params", {{"start_bits", start}, {"target_bits", target}}}, {"modules", {"*"}}}}}}};
+  };
+  const nlohmann::json on = {{"enabled", true}, {"quantize_groups", 1}};
+  nlohmann::json c = {
+      {"compression_training",
+       {{"weight_quantization", weights(1, 1, on)},
+        {"activation_quantization",
+         {{"shared_parameters", {{"enabled", true}}}, {"different_groups", {{"aq1", {{"params", {{"bits", 8}}}}}}}}},
+        {"layer_reduction", {{"enabled", true}, {"keep_number_layer", 2}, {"teacher_layer", {1, 3}}}}}}};
+  engine::XtcOptions o;
+  engine::apply_compression_config(c, 4, o);
+  BOOST_TEST(o.recipe.wbits == 1);
+  BOOST_TEST(o.recipe.abits == 8);
+  BOOST_TEST(o.recipe.group_size == 0);
+  BOOST_TEST(o.keep_layers == "1,3");
+  BOOST_TEST(engine::parse_keep_layers(o.keep_layers, 4) == std::vector<int64_t>({1, 3}));
+
+  c["compression_training"]["weight_quantization"] = weights(2, 2, on);
+  c["compression_training"]["activation_quantization"]["shared_parameters"]["enabled"] = false;
+  c["compression_training"].erase("layer_reduction");
+  engine::apply_compression_config(c, 4, o);
+  BOOST_TEST(o.recipe.wbits == 2);
+  BOOST_TEST(o.recipe.abits == 16);
+  BOOST_TEST(o.keep_layers == "");
+
+  const std::string key = "[config] compression_training.weight_quantization.";
+  c["compression_training"]["weight_quantization"] = weights(4, 4, on);
+  test::check_error([&] { engine::apply_compression_config(c, 4, o); },
+                    {key + "different_groups.wq1.params.target_bits must be 2 or 1 for xtc, got 4"});
+  c["compression_training"]["weight_quantization"] = weights(8, 2, on);
+  test::check_error([&] { engine::apply_compression_config(c, 4, o); },
+                    {"start_bits must equal target_bits 2 for xtc, got 8"});
+  c["compression_training"]["weight_quantization"] = weights(2, 2, {{"enabled", true}, {"quantize_groups", 4}});
+  test::check_error([&] { engine::apply_compression_config(c, 4, o); },
+                    {key + "shared_parameters.quantize_groups must be 1 for xtc (a scale per row), got 4"});
+  c["compression_training"]["weight_quantization"] = weights(2, 2, {{"enabled", false}});
+  test::check_error([&] { engine::apply_compression_config(c, 4, o); },
+                    {key + "shared_parameters.enabled must be true"});
+  test::check_error(
+      [&] {
+        engine::apply_compression_config({{"steps", 1}}, 4, o);
+      },
+      {"[config] compression_training is missing"});
 }
