@@ -54,7 +54,8 @@ std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> quantized_linea
     const std::shared_ptr<nn::LanguageModel>& model) {
   std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> out;
   for (const auto& [name, m] : model->named_modules(model))
-    if (auto linear = std::dynamic_pointer_cast<nn::Linear>(m); linear && name.starts_with("blocks."))
+    if (auto linear = std::dynamic_pointer_cast<nn::Linear>(m);
+        linear && name.starts_with("blocks.") && !name.ends_with(".moe.gate.wg"))
       out.emplace_back(name, linear);
   return out;
 }

@@ -54,7 +54,9 @@ struct QuantRecipe {
 };
 
 // The layers a recipe quantizes: every nn::Linear inside the model's transformer blocks
-// (named "blocks...."), by module name, in module order.
+// (named "blocks...."), by module name, in module order, except the MoE gates'
+// ("...moe.gate.wg"): a router computes its logits from its f32 weight itself (nn/moe_gate.h)
+// and is E x d, a sliver of its block.
 std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> quantized_linears(
     const std::shared_ptr<nn::LanguageModel>& model);
 

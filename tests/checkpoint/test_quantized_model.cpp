@@ -35,9 +35,14 @@ using namespace triad;
 namespace {
 
 nlohmann::json config(const std::string& arch, int64_t n_layer = 2) {
-  nlohmann::json model = {{"arch", arch},  {"n_layer", n_layer}, {"n_head", 4},
-                          {"d_model", 64}, {"seq_len", 96},      {"vocab_size", 97}};
+  nlohmann::json model = {{"arch", arch == "gpt2-moe" ? "gpt2" : arch},
+                          {"n_layer", n_layer},
+                          {"n_head", 4},
+                          {"d_model", 64},
+                          {"seq_len", 96},
+                          {"vocab_size", 97}};
   if (arch == "llama") model["n_kv_head"] = 2, model["intermediate_size"] = 192;
+  if (arch == "gpt2-moe") model["moe"] = {{"num_experts", 4}, {"every", 1}, {"top_k", 2}, {"drop_tokens", false}};
   return {{"model", model}, {"train_batch_size", 1}, {"steps", 1}};
 }
 
@@ -102,9 +107,10 @@ Tensor logits(nn::LanguageModel& model) {
 
 }  // namespace
 
+// The MoE GPT's gates stay f32 (quantized_linears); its experts' layers are quantized.
 BOOST_AUTO_TEST_CASE(weight_only_models_generate_the_dequantized_models_text) {
   test::TempDir dir;
-  for (const std::string arch : {"gpt2", "llama"}) {
+  for (const std::string arch : {"gpt2", "llama", "gpt2-moe"}) {
     const std::string f32 = write_checkpoint(dir, arch);
     for (int wbits : {8, 4}) {
       engine::QuantRecipe recipe;
@@ -115,7 +121,7 @@ BOOST_AUTO_TEST_CASE(weight_only_models_generate_the_dequantized_models_text) {
       engine::save_quantized_model(f32, out, recipe);
       const engine::LoadedModel q = engine::load_model(out);
       const auto linears = engine::quantized_linears(q.model);
-      BOOST_TEST(linears.size() == (arch == "gpt2" ? 8u : 14u));
+      BOOST_TEST(linears.size() == (arch == "gpt2" ? 8u : arch == "llama" ? 14u : 20u));
       for (const auto& [name, linear] : linears) BOOST_TEST(linear->quantized() != nullptr, name);
       const std::vector<int32_t> got = greedy(*q.model), want = greedy(*dequantized_model(f32, recipe));
       BOOST_TEST(got == want, arch << " W" << wbits << "A16: the quantized model's 64 greedy tokens differ");
