@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -412,8 +413,8 @@ void write_file(const std::string& path, uint64_t bytes, parallel::Communicator&
 // of every parameter, on every rank alike (no agreement needed).
 struct Plan {
   std::vector<zero::ZeroOptimizer::ViewBatch> views;  // this rank's view of each batch (no groups where it has none)
-  std::vector<std::vector<size_t>> batches;            // each batch's parameters, as indices into params
-  bool offloaded = false;                              // the state is in swap files: views read it in
+  std::vector<std::vector<size_t>> batches;           // each batch's parameters, as indices into params
+  bool offloaded = false;                             // the state is in swap files: views read it in
 };
 
 // Every parameter in one batch, viewed through `view`.
@@ -502,29 +503,37 @@ class PageCache {
 // (collective over `world`).
 void throw_if_any(const std::string& error, parallel::Communicator& world) {
   const auto [failed, message] = first_failure(error, world);
-  TRIAD_CHECK(failed == world.size(), message << (world.rank() == failed ? "" : " (rank " + std::to_string(failed) + ")"));
+  TRIAD_CHECK(failed == world.size(),
+              message << (world.rank() == failed ? "" : " (rank " + std::to_string(failed) + ")"));
+}
+
+// f()'s result. With offload, where f reads the swap files (a view), which can fail on one
+// rank (a damaged or truncated file), every rank learns of a failure before the next
+// collective transfer and throws it (collective over `world`).
+template <typename F>
+auto agreed(const Plan& plan, parallel::Communicator& world, F f) -> decltype(f()) {
+  if (!plan.offloaded) return f();
+  std::optional<decltype(f())> out;
+  std::string error;
+  try {
+    out.emplace(f());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_any(error, world);
+  return std::move(*out);
 }
 
 // Writes the datasets of `state` (created here) batch by batch: batch k's values are
 // this rank's slices of `owned(k)` (an empty map where it writes none); `stored` the datasets' dtype.
 template <typename Owned>
-void write_streamed(H5File& file, Checksums& sums, PageCache& pages, const std::vector<Param>& params,
-                    const Plan& plan, State state, DType stored, Owned owned, parallel::Communicator& world) {
+void write_streamed(H5File& file, Checksums& sums, PageCache& pages, const std::vector<Param>& params, const Plan& plan,
+                    State state, DType stored, Owned owned, parallel::Communicator& world) {
   std::vector<H5File::DatasetSpec> specs;
   for (const Param& q : params) specs.push_back({dataset_of(state, q.name), stored, q.global});
   file.create_datasets(specs);
   for (size_t k = 0; k < plan.batches.size(); ++k) {
-    // With offload a view reads the swap files, which can fail on one rank (a damaged or
-    // truncated file): every rank learns it before the next collective transfer.
-    std::map<std::string, Slice> mine;
-    std::string error;
-    try {
-      mine = owned(k);
-    } catch (const std::exception& e) {
-      if (!plan.offloaded) throw;
-      error = e.what();
-    }
-    if (plan.offloaded) throw_if_any(error, world);
+    const std::map<std::string, Slice> mine = agreed(plan, world, [&] { return owned(k); });
     std::vector<H5File::TensorRange> writes;
     std::vector<Shape> arrays;
     for (size_t i : plan.batches[k]) {
@@ -637,9 +646,10 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
     // A state at a time, a batch of it at a time (Note [Streamed checkpoints]): what one
     // batch stages on the host is a quarter of this rank's share without offload, and with
     // it a batch of one state.
-    for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq})
-      write_streamed(file, sums, pages, params, plan, state, state == State::param ? dtype : DType::f32,
-                     [&](size_t k) { return by_name(zero.state_view(state, plan.views[k]).owned_slices()); }, world);
+    for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq}) {
+      const auto owned = [&](size_t k) { return by_name(zero.state_view(state, plan.views[k]).owned_slices()); };
+      write_streamed(file, sums, pages, params, plan, state, state == State::param ? dtype : DType::f32, owned, world);
+    }
     throw_if_any(pages.error(), world);
     const zero::ZeroOptimizer::Counters counters = zero.counters();
     write_scalars(file, sums,
@@ -744,7 +754,7 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   };
   for (State state : kOptimStates)
     for (size_t k = 0; k < plan.batches.size(); ++k) {  // Note [Streamed checkpoints]
-      zero::ZeroOptimizer::StateView view = zero.state_view(state, plan.views[k]);
+      zero::ZeroOptimizer::StateView view = agreed(plan, world, [&] { return zero.state_view(state, plan.views[k]); });
       const auto resident = by_name(view.resident_slices());
       const auto owned = by_name(view.owned_slices());
       std::vector<Read> batch;
@@ -755,7 +765,10 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
         batch.push_back({&q, dataset_of(state, q.name), first, values, host_buffer(values), owned_first, owned_values});
       }
       read_batch(batch);
-      view.commit();
+      agreed(plan, world, [&] {  // with offload, writes the swap files
+        view.commit();
+        return true;
+      });
       pages.drop(false);
     }
   // Parameters: f32 training keeps no other copy than the master weights just read (the
@@ -768,7 +781,8 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
     for (const Param& q : params) names.push_back(dataset_of(State::param, q.name));
     const std::vector<DType> stored = file.dtypes(names);
     for (size_t k = 0; k < plan.batches.size(); ++k) {
-      zero::ZeroOptimizer::StateView view = zero.state_view(State::param, plan.views[k]);  // the parameters themselves
+      zero::ZeroOptimizer::StateView view =  // the parameters themselves
+          agreed(plan, world, [&] { return zero.state_view(State::param, plan.views[k]); });
       const auto resident = by_name(view.resident_slices());
       const auto owned = by_name(view.owned_slices());
       std::vector<Read> as_stored, rounded;
@@ -785,7 +799,10 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
       }
       read_batch(as_stored);
       read_batch(rounded);  // from_buffer rounds the f32 master weights to the training dtype
-      view.commit();
+      agreed(plan, world, [&] {  // with offload, writes the swap files
+        view.commit();
+        return true;
+      });
       pages.drop(false);
     }
   }

@@ -590,6 +590,11 @@ ZeroOptimizer::StateView::StateView(ZeroOptimizer& zero, State state, size_t fir
   for (size_t i = first; i < end; ++i) buffers_.push_back(zero.buffer(zero.groups_[i], state));
 }
 
+ZeroOptimizer::StateView::StateView(StateView&& other) noexcept
+    : zero_(other.zero_), state_(other.state_), first_group_(other.first_group_), buffers_(std::move(other.buffers_)) {
+  other.buffers_.clear();
+}
+
 ZeroOptimizer::StateView::~StateView() {
   if (!zero_->param_swap_ || !(state_ == State::param || (state_ == State::master && zero_->config_.dtype == DType::f32)))
     return;

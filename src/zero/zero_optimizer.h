@@ -235,6 +235,8 @@ class ZeroOptimizer {
     ~StateView();
     StateView(const StateView&) = delete;
     StateView& operator=(const StateView&) = delete;
+    // The moved-from view holds nothing (commits and drops nothing).
+    StateView(StateView&& other) noexcept;
 
    private:
     friend class ZeroOptimizer;
@@ -243,7 +245,7 @@ class ZeroOptimizer {
 
     ZeroOptimizer* zero_;
     State state_;
-    size_t first_group_;                               // the groups it views: [first_group_, first_group_ + buffers_.size())
+    size_t first_group_;  // the groups it views: [first_group_, first_group_ + buffers_.size())
     std::vector<std::pair<Tensor, int64_t>> buffers_;  // per group: the storage and the first flat element it covers
   };
   // Every group's state.
@@ -257,8 +259,8 @@ class ZeroOptimizer {
   // Every rank has its own batches (the groups of its pipeline stage); each names its
   // groups' parameters, which the checkpoint agrees on over the ranks.
   struct ViewBatch {
-    size_t first = 0, end = 0;         // the groups [first, end)
-    std::vector<std::string> params;   // their parameters, in the groups' order
+    size_t first = 0, end = 0;        // the groups [first, end)
+    std::vector<std::string> params;  // their parameters, in the groups' order
   };
   std::vector<ViewBatch> view_batches() const;
   StateView state_view(State state, const ViewBatch& batch);

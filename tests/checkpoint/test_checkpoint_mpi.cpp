@@ -423,7 +423,8 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_checkpoint_resumes_on_the_same_trajectory)
 // the parameter shards in memory at once never exceed the largest group's shard (they were
 // the whole model's). On all ranks and on one. A streamed save whose swap file is truncated
 // underneath (on the last rank) fails on every rank naming that file, and the folder's
-// earlier checkpoint stays `latest`, verifies, and no temporary file is left.
+// earlier checkpoint stays `latest`, verifies, and no temporary file is left; a load into
+// that engine fails on every rank naming the file too.
 BOOST_AUTO_TEST_CASE(a_streamed_save_of_offloaded_state_writes_what_a_save_in_memory_writes) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int r = world->rank();
@@ -460,8 +461,10 @@ BOOST_AUTO_TEST_CASE(a_streamed_save_of_offloaded_state_writes_what_a_save_in_me
         run(plain, {}, ranks);
         const std::string saved = folder + "/ckpt_streamed_" + tag + "/" + engine::checkpoint_file_name(4);
         nlohmann::json offloaded = plain;
-        offloaded["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"}, {"nvme_path", nvme}, {"buffer_count", 2}};
-        offloaded["zero_optimization"]["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme}, {"buffer_count", 2}};
+        offloaded["zero_optimization"]["offload_optimizer"] = {
+            {"device", "nvme"}, {"nvme_path", nvme}, {"buffer_count", 2}};
+        offloaded["zero_optimization"]["offload_param"] = {
+            {"device", "nvme"}, {"nvme_path", nvme}, {"buffer_count", 2}};
         offloaded["zero_optimization"]["sub_group_size"] = 500;
         const engine::TrainConfig pc = engine::parse_config(plain, n), oc = engine::parse_config(offloaded, n);
         const std::string resaved = folder + "/resaved_" + tag + ".h5", weights = folder + "/weights_" + tag + ".h5",
@@ -496,6 +499,9 @@ BOOST_AUTO_TEST_CASE(a_streamed_save_of_offloaded_state_writes_what_a_save_in_me
         BOOST_TEST(m.find("triad-params-rank" + std::to_string(last) + "-") != std::string::npos, m);
         BOOST_TEST((m.find(swap.path()) != std::string::npos || ranks->rank() != n - 1), m);
         BOOST_TEST(m.find(engine::checkpoint_file_name(4)) != std::string::npos, m);
+        // So does a load, which reads the shards in to replace them.
+        const std::string l = test::error_message([&] { engine::load_checkpoint(saved, e, *ranks); });
+        BOOST_TEST(l.find("triad-params-rank" + std::to_string(last) + "-") != std::string::npos, l);
         ranks->barrier();
         if (ranks->rank() == 0) {
           BOOST_TEST(engine::latest_checkpoint(ckpt) == saved);
