@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -343,25 +344,33 @@ std::string no_room_for(const std::string& tmp, uint64_t bytes) {
   return "";
 }
 
-// Throws on every rank when `error` is set on any: the lowest failing rank's message goes to
-// every rank, so that each names the cause, and rank 0 removes the temporary file `tmp`
-// (emptied first: a rank may still hold it open). Collective over `world`.
-void throw_if_failed_anywhere(const std::string& path, const std::string& tmp, const std::string& error,
-                              parallel::Communicator& world) {
+// The lowest failing rank and its `error` ("" on every rank when none failed), the same on
+// every rank. Collective over `world`.
+std::pair<int, std::string> first_failure(const std::string& error, parallel::Communicator& world) {
   Tensor first = Tensor::full({1}, error.empty() ? double(world.size()) : double(world.rank()), DType::f64);
   world.all_reduce(first, parallel::ReduceOp::min)->wait();
   const int failed = int(first.item());
-  if (failed == world.size()) return;
-  if (world.rank() == 0 && ::truncate(tmp.c_str(), 0) == 0) std::remove(tmp.c_str());
+  if (failed == world.size()) return {failed, ""};
   Tensor size = Tensor::from_vector(std::vector<int64_t>{int64_t(error.size())}, {1});
   world.broadcast(size, failed)->wait();
   Tensor bytes = Tensor::zeros({int64_t(size.item())}, DType::i8);
   if (world.rank() == failed) std::copy(error.begin(), error.end(), reinterpret_cast<char*>(bytes.data<int8_t>()));
   if (bytes.numel() > 0) world.broadcast(bytes, failed)->wait();
   const char* p = reinterpret_cast<const char*>(bytes.data<int8_t>());
+  return {failed, std::string(p, p + bytes.numel())};
+}
+
+// Throws on every rank when `error` is set on any: the lowest failing rank's message goes to
+// every rank, so that each names the cause, and rank 0 removes the temporary file `tmp`
+// (emptied first: a rank may still hold it open). Collective over `world`.
+void throw_if_failed_anywhere(const std::string& path, const std::string& tmp, const std::string& error,
+                              parallel::Communicator& world) {
+  const auto [failed, message] = first_failure(error, world);
+  if (failed == world.size()) return;
+  if (world.rank() == 0 && ::truncate(tmp.c_str(), 0) == 0) std::remove(tmp.c_str());
   TRIAD_CHECK(false, "[checkpoint] saving '" << path << "' failed"
                                              << (world.rank() == failed ? "" : " on rank " + std::to_string(failed))
-                                             << ": " << std::string(p, p + bytes.numel()));
+                                             << ": " << message);
 }
 
 // Creates `path` (at least `bytes` long: its datasets' bytes) through a temporary file:
@@ -394,6 +403,152 @@ void write_file(const std::string& path, uint64_t bytes, parallel::Communicator&
   commit(tmp, path, world);
 }
 
+// Note [Streamed checkpoints] (zero/zero_optimizer.h), the file's side. Each state's
+// datasets are transferred in batches: batch k holds the parameters of every rank's k-th view
+// batch (their union, in the order of params), the same list on every rank since H5File's
+// transfers are collective; a rank with fewer view batches (another pipeline stage) takes
+// part in the rest with no elements, and a last batch names the parameters no rank's view
+// batches hold (transferred by none). A rank holds one batch of its state at a time (and
+// its checksum, taken behind the next batch's transfer). Without offload there is one batch
+// of every parameter, on every rank alike (no agreement needed).
+struct Plan {
+  std::vector<zero::ZeroOptimizer::ViewBatch> views;  // this rank's view of each batch (no groups where it has none)
+  std::vector<std::vector<size_t>> batches;           // each batch's parameters, as indices into params
+  bool offloaded = false;                             // the state is in swap files: views read it in
+};
+
+// Every parameter in one batch, viewed through `view`.
+Plan one_batch(const std::vector<Param>& params, zero::ZeroOptimizer::ViewBatch view) {
+  Plan plan;
+  plan.views = {std::move(view)};
+  plan.batches.emplace_back(params.size());
+  for (size_t i = 0; i < params.size(); ++i) plan.batches[0][i] = i;
+  return plan;
+}
+
+// Collective over `world` with offload.
+Plan plan_of(Engine& engine, const std::vector<Param>& params, parallel::Communicator& world) {
+  Plan plan;
+  zero::ZeroOptimizer* zero = engine.zero();
+  const zero::ZeroConfig& c = engine.config().zero;
+  plan.offloaded = zero != nullptr && (c.offload_optimizer.device == zero::OffloadDevice::nvme ||
+                                       c.offload_param.device == zero::OffloadDevice::nvme);
+  if (!plan.offloaded) {
+    const std::vector<zero::ZeroOptimizer::ViewBatch> views =
+        zero ? zero->view_batches() : std::vector<zero::ZeroOptimizer::ViewBatch>{};
+    TRIAD_ASSERT(views.size() <= 1);
+    return one_batch(params, views.empty() ? zero::ZeroOptimizer::ViewBatch{} : views.front());
+  }
+  plan.views = zero->view_batches();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index.emplace(params[i].name, i);
+  nlohmann::json mine = nlohmann::json::array();
+  for (const zero::ZeroOptimizer::ViewBatch& v : plan.views) {
+    std::vector<size_t> ids;
+    for (const std::string& name : v.params) ids.push_back(index.at(name));
+    mine.push_back(ids);
+  }
+  std::vector<std::set<size_t>> batches;
+  for (const std::string& rank : all_gather_strings(world, mine.dump())) {
+    const nlohmann::json theirs = nlohmann::json::parse(rank);
+    if (batches.size() < theirs.size()) batches.resize(theirs.size());
+    for (size_t k = 0; k < theirs.size(); ++k)
+      for (const nlohmann::json& id : theirs[k]) batches[k].insert(id.get<size_t>());
+  }
+  std::vector<bool> named(params.size(), false);
+  for (const std::set<size_t>& b : batches) {
+    plan.batches.emplace_back(b.begin(), b.end());
+    for (size_t i : b) named[i] = true;
+  }
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!named[i]) rest.push_back(i);
+  if (!rest.empty()) plan.batches.push_back(std::move(rest));
+  plan.views.resize(plan.batches.size());
+  return plan;
+}
+
+// A streamed checkpoint's pages leave the page cache as it goes: the file's cached pages
+// count in the memory of the process's cgroup like any other, and a checkpoint larger than
+// memory would otherwise fill it. After each batch, each rank syncs what it wrote (drop(true))
+// and tells the kernel to drop the file's cached pages (what a load read too, drop(false)),
+// so a save or load holds about a batch. A sync that fails is remembered (error()): the save
+// reports it on every rank together (first_failure). Does nothing when not enabled.
+class PageCache {
+ public:
+  PageCache(const std::string& path, bool enabled) : path_(path), fd_(enabled ? ::open(path.c_str(), O_RDONLY) : -1) {
+    if (enabled && fd_ < 0) error_ = "cannot open '" + path + "' to sync it: " + std::strerror(errno);
+  }
+  ~PageCache() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PageCache(const PageCache&) = delete;
+  PageCache& operator=(const PageCache&) = delete;
+
+  void drop(bool written) {
+    if (fd_ < 0) return;
+    if (written && ::fdatasync(fd_) != 0 && error_.empty())
+      error_ = "cannot sync '" + path_ + "': " + std::strerror(errno);
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);  // advice: a page still dirty stays
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  int fd_;
+  std::string error_;
+};
+
+// Throws on every rank when `error` is set on any, with the lowest failing rank's message
+// (collective over `world`).
+void throw_if_any(const std::string& error, parallel::Communicator& world) {
+  const auto [failed, message] = first_failure(error, world);
+  TRIAD_CHECK(failed == world.size(),
+              message << (world.rank() == failed ? "" : " (rank " + std::to_string(failed) + ")"));
+}
+
+// f()'s result. With offload, where f reads the swap files (a view), which can fail on one
+// rank (a damaged or truncated file), every rank learns of a failure before the next
+// collective transfer and throws it (collective over `world`).
+template <typename F>
+auto agreed(const Plan& plan, parallel::Communicator& world, F f) -> decltype(f()) {
+  if (!plan.offloaded) return f();
+  std::optional<decltype(f())> out;
+  std::string error;
+  try {
+    out.emplace(f());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_any(error, world);
+  return std::move(*out);
+}
+
+// Writes the datasets of `state` (created here) batch by batch: batch k's values are
+// this rank's slices of `owned(k)` (an empty map where it writes none); `stored` the datasets' dtype.
+template <typename Owned>
+void write_streamed(H5File& file, Checksums& sums, PageCache& pages, const std::vector<Param>& params, const Plan& plan,
+                    State state, DType stored, Owned owned, parallel::Communicator& world) {
+  std::vector<H5File::DatasetSpec> specs;
+  for (const Param& q : params) specs.push_back({dataset_of(state, q.name), stored, q.global});
+  file.create_datasets(specs);
+  for (size_t k = 0; k < plan.batches.size(); ++k) {
+    const std::map<std::string, Slice> mine = agreed(plan, world, [&] { return owned(k); });
+    std::vector<H5File::TensorRange> writes;
+    std::vector<Shape> arrays;
+    for (size_t i : plan.batches[k]) {
+      const Param& q = params[i];
+      const std::string ds = dataset_of(state, q.name);
+      const auto [first, values] = q.writer ? range_of(mine, q.name, stored) : range_of({}, q.name, stored);
+      writes.push_back(q.range(ds, first, on_host(ops::to(values, stored))));
+      arrays.push_back(q.global);
+    }
+    sums.add(writes, arrays);
+    file.write_ranges(writes);
+    pages.drop(true);
+  }
+}
+
 // The bytes of the datasets of `params` stored in `dtypes` each.
 uint64_t dataset_bytes(const std::vector<Param>& params, std::initializer_list<DType> dtypes) {
   uint64_t per_element = 0;
@@ -401,17 +556,6 @@ uint64_t dataset_bytes(const std::vector<Param>& params, std::initializer_list<D
   uint64_t n = 0;
   for (const Param& q : params) n += uint64_t(numel(q.global));
   return n * per_element;
-}
-
-// This rank's part of the f32 weights: its shard of the master weights, or, without ZeRO
-// (SGD), the whole parameters on data-parallel rank 0.
-std::map<std::string, Slice> weights_owned(Engine& engine) {
-  if (engine.zero()) return by_name(engine.zero()->state_view(State::master).owned_slices());
-  std::map<std::string, Slice> out;
-  if (engine.dp()->rank() != 0) return out;
-  for (const auto& [name, p] : engine.model().named_parameters())
-    out.emplace(name, Slice{name, p.shape(), 0, ops::reshape(p, {p.numel()})});
-  return out;
 }
 
 Tensor scalar_i64(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}, {}); }
@@ -472,23 +616,18 @@ void write_generator(H5File& file, Checksums& sums, const std::string& name, con
   sums.add(name, row, 2 * world.rank());
 }
 
-// The weights file of `mine` (this rank's owned elements, by parameter name).
+// The weights file: batch k of `plan` (over `params`, params_of(engine)) from `owned(k)`,
+// this rank's owned f32 elements of it by parameter name.
+template <typename Owned>
 void save_weights_of(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
-                     const std::map<std::string, Slice>& mine) {
+                     const std::vector<Param>& params, const Plan& plan, Owned owned) {
   TRIAD_CHECK(dtype == DType::f32 || dtype == DType::bf16,
               "weights are saved in f32 or bf16, not " << dtype_name(dtype));
-  const std::vector<Param> params = params_of(engine);
   write_file(path, dataset_bytes(params, {dtype}), world, [&](H5File& file) {
     Checksums sums;
-    std::vector<H5File::DatasetSpec> specs;
-    std::vector<H5File::TensorRange> writes;
-    for (const Param& q : params) {
-      const std::string ds = "/model/" + q.name;
-      specs.push_back({ds, dtype, q.global});
-      const auto [first, values] = q.writer ? range_of(mine, q.name, DType::f32) : range_of({}, q.name, DType::f32);
-      writes.push_back(q.range(ds, first, ops::to(on_host(values), dtype)));
-    }
-    write_batch(file, sums, specs, writes);
+    PageCache pages(file.path(), plan.offloaded);
+    write_streamed(file, sums, pages, params, plan, State::param, dtype, owned, world);
+    throw_if_any(pages.error(), world);
     sums.store(file, world);
     write_root_attrs(file, "weights", engine);
   });
@@ -500,23 +639,18 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   zero::ZeroOptimizer& zero = zero_of(engine);
   const DType dtype = engine.config().precision.dtype;
   const std::vector<Param> params = params_of(engine);
+  const Plan plan = plan_of(engine, params, world);
   write_file(path, dataset_bytes(params, {dtype, DType::f32, DType::f32, DType::f32}), world, [&](H5File& file) {
     Checksums sums;
-    // A batch per state: what one batch stages on the host is a quarter of this rank's share
-    // (and what an offloading store reads in, a third of the optimizer's state).
+    PageCache pages(file.path(), plan.offloaded);
+    // A state at a time, a batch of it at a time (Note [Streamed checkpoints]): what one
+    // batch stages on the host is a quarter of this rank's share without offload, and with
+    // it a batch of one state.
     for (State state : {State::param, State::master, State::exp_avg, State::exp_avg_sq}) {
-      const auto mine = by_name(zero.state_view(state).owned_slices());
-      const DType stored = state == State::param ? dtype : DType::f32;
-      std::vector<H5File::DatasetSpec> specs;
-      std::vector<H5File::TensorRange> writes;
-      for (const Param& q : params) {
-        const std::string ds = dataset_of(state, q.name);
-        specs.push_back({ds, stored, q.global});
-        const auto [first, values] = q.writer ? range_of(mine, q.name, stored) : range_of({}, q.name, stored);
-        writes.push_back(q.range(ds, first, on_host(values)));
-      }
-      write_batch(file, sums, specs, writes);
+      const auto owned = [&](size_t k) { return by_name(zero.state_view(state, plan.views[k]).owned_slices()); };
+      write_streamed(file, sums, pages, params, plan, state, state == State::param ? dtype : DType::f32, owned, world);
     }
+    throw_if_any(pages.error(), world);
     const zero::ZeroOptimizer::Counters counters = zero.counters();
     write_scalars(file, sums,
                   {{"/state/step", scalar_i64(engine.global_step())},
@@ -533,12 +667,26 @@ void save_checkpoint(const std::string& path, Engine& engine, parallel::Communic
 }
 
 void save_weights(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype) {
-  save_weights_of(path, engine, world, dtype, weights_owned(engine));
+  const std::vector<Param> params = params_of(engine);
+  const Plan plan = plan_of(engine, params, world);
+  // This rank's part of the f32 weights: its shard of the master weights, or, without ZeRO
+  // (SGD), the whole parameters on data-parallel rank 0.
+  save_weights_of(path, engine, world, dtype, params, plan, [&](size_t k) {
+    if (engine.zero()) return by_name(engine.zero()->state_view(State::master, plan.views[k]).owned_slices());
+    std::map<std::string, Slice> out;
+    if (engine.dp()->rank() != 0) return out;
+    for (const auto& [name, p] : engine.model().named_parameters())
+      out.emplace(name, Slice{name, p.shape(), 0, ops::reshape(p, {p.numel()})});
+    return out;
+  });
 }
 
 void save_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
                         const std::vector<Slice>& owned) {
-  save_weights_of(path, engine, world, dtype, by_name(owned));
+  const std::vector<Param> params = params_of(engine);
+  const Plan plan = one_batch(params, {});  // the slices are in memory
+  const std::map<std::string, Slice> mine = by_name(owned);
+  save_weights_of(path, engine, world, dtype, params, plan, [&](size_t) { return mine; });
 }
 
 void load_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world,
@@ -570,6 +718,8 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   check_kind(file, "checkpoint");
   const std::vector<Param> params = params_of(engine);
   check_same_model(file, engine, params);
+  const Plan plan = plan_of(engine, params, world);
+  PageCache pages(path, plan.offloaded);
   Checksums sums;
   // A batch of reads: each range lands in `buffer` (on the host), moves to `values` (on the
   // training device) and its `owned` part is checksummed as soon as it is read, while the
@@ -602,45 +752,59 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
   const auto owned_of = [](const Param& q, const std::map<std::string, Slice>& owned, DType dtype) {
     return q.writer ? range_of(owned, q.name, dtype) : range_of({}, q.name, dtype);  // every rank sums each
   };
-  for (State state : kOptimStates) {
-    zero::ZeroOptimizer::StateView view = zero.state_view(state);
-    const auto resident = by_name(view.resident_slices());
-    const auto owned = by_name(view.owned_slices());
-    std::vector<Read> batch;
-    for (const Param& q : params) {
-      const auto [first, values] = range_of(resident, q.name, DType::f32);
-      const auto [owned_first, owned_values] = owned_of(q, owned, DType::f32);
-      batch.push_back({&q, dataset_of(state, q.name), first, values, host_buffer(values), owned_first, owned_values});
+  for (State state : kOptimStates)
+    for (size_t k = 0; k < plan.batches.size(); ++k) {  // Note [Streamed checkpoints]
+      zero::ZeroOptimizer::StateView view = agreed(plan, world, [&] { return zero.state_view(state, plan.views[k]); });
+      const auto resident = by_name(view.resident_slices());
+      const auto owned = by_name(view.owned_slices());
+      std::vector<Read> batch;
+      for (size_t i : plan.batches[k]) {
+        const Param& q = params[i];
+        const auto [first, values] = range_of(resident, q.name, DType::f32);
+        const auto [owned_first, owned_values] = owned_of(q, owned, DType::f32);
+        batch.push_back({&q, dataset_of(state, q.name), first, values, host_buffer(values), owned_first, owned_values});
+      }
+      read_batch(batch);
+      agreed(plan, world, [&] {  // with offload, writes the swap files
+        view.commit();
+        return true;
+      });
+      pages.drop(false);
     }
-    read_batch(batch);
-    view.commit();
-  }
   // Parameters: f32 training keeps no other copy than the master weights just read (the
   // file's /model repeats them and is not read, so not checksummed either); mixed precision
   // reads them as stored when the file has the training dtype, else rounds the master
   // weights. Only what is read is checked: `triad-ckpt verify` checks every dataset.
   const DType dtype = engine.config().precision.dtype;
   if (dtype != DType::f32) {
-    zero::ZeroOptimizer::StateView view = zero.state_view(State::param);  // the parameters themselves
-    const auto resident = by_name(view.resident_slices());
-    const auto owned = by_name(view.owned_slices());
     std::vector<std::string> names;
     for (const Param& q : params) names.push_back(dataset_of(State::param, q.name));
     const std::vector<DType> stored = file.dtypes(names);
-    std::vector<Read> as_stored, rounded;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const Param& q = params[i];
-      const auto [first, values] = range_of(resident, q.name, dtype);
-      if (stored[i] == dtype) {
-        const auto [owned_first, owned_values] = owned_of(q, owned, dtype);
-        as_stored.push_back({&q, names[i], first, values, host_buffer(values), owned_first, owned_values});
-      } else {
-        rounded.push_back({&q, dataset_of(State::master, q.name), first, values, Tensor::zeros({values.numel()}), 0, {}});
+    for (size_t k = 0; k < plan.batches.size(); ++k) {
+      zero::ZeroOptimizer::StateView view =  // the parameters themselves
+          agreed(plan, world, [&] { return zero.state_view(State::param, plan.views[k]); });
+      const auto resident = by_name(view.resident_slices());
+      const auto owned = by_name(view.owned_slices());
+      std::vector<Read> as_stored, rounded;
+      for (size_t i : plan.batches[k]) {
+        const Param& q = params[i];
+        const auto [first, values] = range_of(resident, q.name, dtype);
+        if (stored[i] == dtype) {
+          const auto [owned_first, owned_values] = owned_of(q, owned, dtype);
+          as_stored.push_back({&q, names[i], first, values, host_buffer(values), owned_first, owned_values});
+        } else {
+          rounded.push_back(
+              {&q, dataset_of(State::master, q.name), first, values, Tensor::zeros({values.numel()}), 0, {}});
+        }
       }
+      read_batch(as_stored);
+      read_batch(rounded);  // from_buffer rounds the f32 master weights to the training dtype
+      agreed(plan, world, [&] {  // with offload, writes the swap files
+        view.commit();
+        return true;
+      });
+      pages.drop(false);
     }
-    read_batch(as_stored);
-    read_batch(rounded);  // from_buffer rounds the f32 master weights to the training dtype
-    view.commit();
   }
   // The training state: scalars written by rank 0, and a row of each generator's state per
   // rank that wrote the file.

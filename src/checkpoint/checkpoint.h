@@ -22,6 +22,13 @@
 // in f32 or bf16, and the same attributes with kind "weights". A quantized model (kind
 // "quantized", checkpoint/quantized_model.h) is read by load_model and the serial tools.
 //
+// With offload to NVMe (zero_optimization.offload_optimizer / offload_param device "nvme"),
+// saving and loading stream (Note [Streamed checkpoints] in zero/zero_optimizer.h): each
+// state goes between the swap files and the file a batch of flat groups at a time, and each
+// rank syncs what it wrote and drops the file's pages from the page cache after every batch,
+// so that a checkpoint of a model larger than memory is written and read through memory of
+// about one group's state, in the same format (any layout resumes it).
+//
 // Saving writes `<path>.tmp`, flushes and syncs it, and renames it to `path`: a reader sees
 // the previous file or the complete new one. Loading verifies the checksum of every dataset
 // it restores (each rank checksums the elements its shard covers; the sums must match the

@@ -157,9 +157,11 @@ class TrainingRun {
 
   void resume_from_checkpoint() {
     if (!options_.resume.empty()) {
+      const auto t0 = Clock::now();
       const std::string from = resume(options_.resume, checkpoint_dir(), *engine_, *grid_->world());
       if (leader() && !from.empty())
-        std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)engine_->global_step());
+        std::printf("resumed from %s at step %lld in %.2f s\n", from.c_str(), (long long)engine_->global_step(),
+                    std::chrono::duration<double>(Clock::now() - t0).count());
       TRIAD_CHECK(engine_->global_step() <= c_.steps,
                   "the checkpoint is at step " << engine_->global_step() << ", beyond the run's steps " << c_.steps);
     }
@@ -466,8 +468,10 @@ class TrainingRun {
     if (c_.output_dir.empty()) return;
     create_folder(c_.output_dir, *grid_->world());
     const std::string path = c_.output_dir + "/model.h5";
+    const auto t0 = Clock::now();
     save_weights(path, *engine_, *grid_->world(), DType::f32);
-    if (leader()) std::printf("saved %s\n", path.c_str());
+    if (leader())
+      std::printf("saved %s in %.2f s\n", path.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
   }
 
   bool leader() const { return !world_ || world_->rank() == 0; }

@@ -557,29 +557,65 @@ std::pair<Tensor, int64_t> ZeroOptimizer::buffer(const Group& g, State state) {
 
 ZeroOptimizer::StateView ZeroOptimizer::state_view(State state) {
   apply_pending_update();
-  return StateView(*this, state);
+  return StateView(*this, state, 0, groups_.size());
 }
 
-ZeroOptimizer::StateView::StateView(ZeroOptimizer& zero, State state) : zero_(&zero), state_(state) {
-  for (const Group& g : zero.groups_) buffers_.push_back(zero.buffer(g, state));
+std::vector<ZeroOptimizer::ViewBatch> ZeroOptimizer::view_batches() const {
+  std::vector<ViewBatch> out;
+  const bool offloaded = param_swap_ || config_.offload_optimizer.device == OffloadDevice::nvme;
+  const auto elements = [&](const Group& g) { return config_.stage == 0 ? g.flat->padded() : g.flat->shard_size(); };
+  int64_t largest = 0;
+  for (const Group& g : groups_) largest = std::max(largest, elements(g));
+  int64_t in_batch = 0;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const int64_t n = elements(groups_[i]);
+    if (out.empty() || (offloaded && in_batch + n > largest)) {
+      out.push_back({i, i, {}});
+      in_batch = 0;
+    }
+    out.back().end = i + 1;
+    in_batch += n;
+    for (const auto& [name, _] : groups_[i].flat->params()) out.back().params.push_back(name);
+  }
+  return out;
+}
+
+ZeroOptimizer::StateView ZeroOptimizer::state_view(State state, const ViewBatch& batch) {
+  TRIAD_ASSERT(batch.first <= batch.end && batch.end <= groups_.size());
+  apply_pending_update();
+  return StateView(*this, state, batch.first, batch.end);
+}
+
+ZeroOptimizer::StateView::StateView(ZeroOptimizer& zero, State state, size_t first, size_t end)
+    : zero_(&zero), state_(state), first_group_(first) {
+  for (size_t i = first; i < end; ++i) buffers_.push_back(zero.buffer(zero.groups_[i], state));
+}
+
+ZeroOptimizer::StateView::StateView(StateView&& other) noexcept
+    : zero_(other.zero_), state_(other.state_), first_group_(other.first_group_), buffers_(std::move(other.buffers_)) {
+  other.buffers_.clear();
 }
 
 ZeroOptimizer::StateView::~StateView() {
   if (!zero_->param_swap_ || !(state_ == State::param || (state_ == State::master && zero_->config_.dtype == DType::f32)))
     return;
-  for (Group& g : zero_->groups_)
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    Group& g = zero_->groups_[first_group_ + i];
     if (g.partitioned) zero_->param_swap_->drop(*g.flat);  // what commit() did not store is dropped
+  }
 }
 
 void ZeroOptimizer::StateView::commit() {
   if (state_ == State::param || (state_ == State::master && zero_->config_.dtype == DType::f32)) {
     if (zero_->param_swap_)
-      for (Group& g : zero_->groups_)
+      for (size_t i = 0; i < buffers_.size(); ++i) {
+        Group& g = zero_->groups_[first_group_ + i];
         if (g.partitioned) zero_->param_swap_->store(*g.flat);
+      }
     return;
   }
-  for (size_t i = 0; i < zero_->groups_.size(); ++i) {
-    const Group& g = zero_->groups_[i];
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const Group& g = zero_->groups_[first_group_ + i];
     const Tensor& storage = buffers_[i].first;
     for (const Group::SubGroup& sub : g.subgroups)
       zero_->store_->write_part(sub.entry, part_of(state_),
@@ -589,8 +625,8 @@ void ZeroOptimizer::StateView::commit() {
 
 std::vector<ZeroOptimizer::Slice> ZeroOptimizer::StateView::slices(bool owned) const {
   std::vector<Slice> out;
-  for (size_t i = 0; i < zero_->groups_.size(); ++i) {
-    const Group& g = zero_->groups_[i];
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const Group& g = zero_->groups_[first_group_ + i];
     const auto& [storage, storage_begin] = buffers_[i];
     TRIAD_CHECK(storage.defined(), "ZeRO: the parameters are released; checkpoints read them between steps");
     const int64_t begin = owned ? g.flat->shard_begin() : storage_begin;

@@ -216,10 +216,11 @@ class ZeroOptimizer {
     int64_t first;
     Tensor values;
   };
-  // One state of every group, in memory while the view lives: the optimizer's own tensors,
-  // or, where the shard store keeps the state in files (offload), copies read in (one
-  // state at a time: a third of the optimizer's state in host memory). Writes through the
-  // slices reach the stored state once commit() is called. Take no view across a step.
+  // One state of every group (or of a batch of groups, Note [Streamed checkpoints]), in
+  // memory while the view lives: the optimizer's own tensors, or, where the state is kept in
+  // files (offload), copies read in (of every group: a third of the optimizer's state in
+  // host memory; of a batch: the batch's). Writes through the slices reach the stored state
+  // once commit() is called. Take no view across a step.
   class StateView {
    public:
     // The elements of this rank's shard: every element of every parameter belongs to
@@ -234,17 +235,35 @@ class ZeroOptimizer {
     ~StateView();
     StateView(const StateView&) = delete;
     StateView& operator=(const StateView&) = delete;
+    // The moved-from view holds nothing (commits and drops nothing).
+    StateView(StateView&& other) noexcept;
 
    private:
     friend class ZeroOptimizer;
-    StateView(ZeroOptimizer& zero, State state);
+    StateView(ZeroOptimizer& zero, State state, size_t first, size_t end);
     std::vector<Slice> slices(bool owned) const;
 
     ZeroOptimizer* zero_;
     State state_;
+    size_t first_group_;  // the groups it views: [first_group_, first_group_ + buffers_.size())
     std::vector<std::pair<Tensor, int64_t>> buffers_;  // per group: the storage and the first flat element it covers
   };
+  // Every group's state.
   StateView state_view(State state);
+  // Note [Streamed checkpoints]: a checkpoint goes through the state batch by batch, each a
+  // run of consecutive groups viewed on its own (state_view(state, batch)), so that with
+  // offload (optimizer state or parameters in swap files) what a view reads in is bounded by
+  // a batch, not the model: a batch holds one group, or several whose elements (this rank's
+  // part of the state) add up to at most the largest group's. Without offload there is one
+  // batch of every group: a view is then the optimizer's own tensors and reads nothing in.
+  // Every rank has its own batches (the groups of its pipeline stage); each names its
+  // groups' parameters, which the checkpoint agrees on over the ranks.
+  struct ViewBatch {
+    size_t first = 0, end = 0;        // the groups [first, end)
+    std::vector<std::string> params;  // their parameters, in the groups' order
+  };
+  std::vector<ViewBatch> view_batches() const;
+  StateView state_view(State state, const ViewBatch& batch);
   // The scalar state: steps taken (bias correction) and the loss scale's (optim/loss_scaler.h).
   struct Counters {
     int64_t steps = 0;

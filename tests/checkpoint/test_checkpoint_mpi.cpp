@@ -8,10 +8,14 @@
 // plain ZeRO-3 and back, and so do checkpoints of runs with the optimizer's state on NVMe
 // under runs without offload. Under the delayed parameter update, a checkpoint applies the
 // pending update before it saves, and a run resumed from it continues bit for bit the run
-// that wrote it and went on.
+// that wrote it and went on. With offload to NVMe, a checkpoint streams through memory and
+// writes what a save in memory writes, bit for bit.
 #include <boost/test/unit_test.hpp>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -409,4 +413,104 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_checkpoint_resumes_on_the_same_trajectory)
     }
     world->barrier();
   }
+}
+
+// Note [Streamed checkpoints]: with the parameters and the optimizer's state in NVMe swap
+// files (ZeRO-3, f32 and bf16, sub-groups of 500 elements), a checkpoint is loaded and saved a
+// batch of flat groups at a time. Loading the checkpoint of a run without offload into the
+// offloaded engine and saving it again writes every dataset bit for bit as the file holds it
+// (the checksums too), and its weights file is the one the engine without offload writes;
+// the parameter shards in memory at once never exceed the largest group's shard (they were
+// the whole model's). On all ranks and on one. A streamed save whose swap file is truncated
+// underneath (on the last rank) fails on every rank naming that file, and the folder's
+// earlier checkpoint stays `latest`, verifies, and no temporary file is left; a load into
+// that engine fails on every rank naming the file too.
+BOOST_AUTO_TEST_CASE(a_streamed_save_of_offloaded_state_writes_what_a_save_in_memory_writes) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int r = world->rank();
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world), nvme = folder + "/nvme_streamed";
+  if (r == 0) std::filesystem::create_directory(nvme);
+  world->barrier();
+  const parallel::CommunicatorPtr alone = world->split(r == 0 ? 0 : 1, r);
+  const auto same_datasets = [](const std::string& a, const std::string& b) {
+    const engine::CheckpointSummary sa = engine::read_summary(a), sb = engine::read_summary(b);
+    BOOST_TEST_REQUIRE(sa.datasets.size() == sb.datasets.size());
+    const io::H5File fa = io::H5File::open(a), fb = io::H5File::open(b);
+    for (size_t i = 0; i < sa.datasets.size(); ++i) {
+      const auto &da = sa.datasets[i], &db = sb.datasets[i];
+      BOOST_TEST_REQUIRE(da.name == db.name);
+      BOOST_TEST((da.shape == db.shape && da.dtype == db.dtype), da.name);
+      BOOST_TEST(da.stored_checksum == db.stored_checksum, da.name);
+      const Tensor va = fa.read(da.name), vb = fb.read(db.name);
+      BOOST_TEST(std::memcmp(va.raw_data(), vb.raw_data(), va.nbytes()) == 0, da.name);
+    }
+    BOOST_TEST(engine::failed_checksums(b).empty());
+  };
+  for (const bool bf16 : {false, true})
+    for (const bool everyone : {true, false}) {
+      const std::string tag = std::string(bf16 ? "bf16" : "f32") + (everyone ? "_all" : "_one");
+      const parallel::CommunicatorPtr ranks = everyone ? world : alone;
+      if (!everyone && r != 0) continue;
+      BOOST_TEST_CONTEXT(tag) {
+        const int n = ranks->size();
+        nlohmann::json plain = config_json(folder, 3);
+        if (bf16) plain["bf16"] = {{"enabled", true}};
+        plain["steps"] = 4;
+        plain["checkpoint"] = {{"dir", folder + "/ckpt_streamed_" + tag}};
+        run(plain, {}, ranks);
+        const std::string saved = folder + "/ckpt_streamed_" + tag + "/" + engine::checkpoint_file_name(4);
+        nlohmann::json offloaded = plain;
+        offloaded["zero_optimization"]["offload_optimizer"] = {
+            {"device", "nvme"}, {"nvme_path", nvme}, {"buffer_count", 2}};
+        offloaded["zero_optimization"]["offload_param"] = {
+            {"device", "nvme"}, {"nvme_path", nvme}, {"buffer_count", 2}};
+        offloaded["zero_optimization"]["sub_group_size"] = 500;
+        const engine::TrainConfig pc = engine::parse_config(plain, n), oc = engine::parse_config(offloaded, n);
+        const std::string resaved = folder + "/resaved_" + tag + ".h5", weights = folder + "/weights_" + tag + ".h5",
+                          plain_weights = folder + "/plain_weights_" + tag + ".h5";
+        {
+          engine::Engine e(pc, engine::process_grid(pc, ranks));
+          engine::load_checkpoint(saved, e, *ranks);
+          engine::save_weights(plain_weights, e, *ranks, DType::f32);
+        }
+        engine::Engine e(oc, engine::process_grid(oc, ranks));
+        engine::load_checkpoint(saved, e, *ranks);
+        engine::save_checkpoint(resaved, e, *ranks);
+        engine::save_weights(weights, e, *ranks, DType::f32);
+        int64_t largest = 0;  // the largest group's shard, in bytes
+        for (const auto& [padded, partitioned] : e.zero()->group_sizes())
+          if (partitioned) largest = std::max(largest, padded / n * int64_t(element_size(pc.precision.dtype)));
+        const zero::ParamSwap& swap = *e.zero()->param_swap();
+        BOOST_TEST(swap.peak_resident_bytes() > 0);
+        BOOST_TEST(swap.peak_resident_bytes() <= largest);
+        if (ranks->rank() == 0) {
+          same_datasets(saved, resaved);
+          same_datasets(plain_weights, weights);
+        }
+        ranks->barrier();
+
+        // A save into the checkpoint folder, with the last rank's parameter swap file cut short.
+        const std::string ckpt = folder + "/ckpt_streamed_" + tag;
+        if (ranks->rank() == n - 1) BOOST_TEST_REQUIRE(::truncate(swap.path().c_str(), 0) == 0);
+        ranks->barrier();
+        const std::string m = test::error_message([&] { engine::save_to_dir(ckpt, 0, e, *ranks); });
+        const int last = everyone ? world->size() - 1 : 0;  // its world rank names its file
+        BOOST_TEST(m.find("triad-params-rank" + std::to_string(last) + "-") != std::string::npos, m);
+        BOOST_TEST((m.find(swap.path()) != std::string::npos || ranks->rank() != n - 1), m);
+        BOOST_TEST(m.find(engine::checkpoint_file_name(4)) != std::string::npos, m);
+        // So does a load, which reads the shards in to replace them.
+        const std::string l = test::error_message([&] { engine::load_checkpoint(saved, e, *ranks); });
+        BOOST_TEST(l.find("triad-params-rank" + std::to_string(last) + "-") != std::string::npos, l);
+        ranks->barrier();
+        if (ranks->rank() == 0) {
+          BOOST_TEST(engine::latest_checkpoint(ckpt) == saved);
+          BOOST_TEST(engine::failed_checksums(saved).empty());
+          for (const auto& entry : std::filesystem::directory_iterator(ckpt))
+            BOOST_TEST(entry.path().extension() != ".tmp", entry.path());
+        }
+        ranks->barrier();
+      }
+    }
+  world->barrier();
 }
