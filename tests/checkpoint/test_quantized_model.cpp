@@ -42,7 +42,8 @@ nlohmann::json config(const std::string& arch, int64_t n_layer = 2) {
                           {"seq_len", 96},
                           {"vocab_size", 97}};
   if (arch == "llama") model["n_kv_head"] = 2, model["intermediate_size"] = 192;
-  if (arch == "gpt2-moe") model["moe"] = {{"num_experts", 4}, {"every", 1}, {"top_k", 2}, {"drop_tokens", false}};
+  if (arch == "gpt2-moe")  // (no sampled second choice: both models route alike)
+    model["moe"] = {{"num_experts", 4}, {"every", 1}, {"top_k", 2}, {"drop_tokens", false}, {"top2_2nd_expert_sampling", false}};
   return {{"model", model}, {"train_batch_size", 1}, {"steps", 1}};
 }
 
