@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "autograd/functions.h"
 #include "nn/module.h"
 #include "tensor/quantized_matmul.h"
 #include "tensor/random.h"
@@ -16,6 +17,10 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  // gelu(forward(x)); a layer that multiplies by its own weight as it stands (not
+  // quantized, no fake quantization) runs it as one fused op (triad::linear_gelu). Layers
+  // whose forward does more than the product say how GELU follows it.
+  virtual Tensor forward_gelu(const Tensor& x);
 
   // From now on forward runs the integer GEMM (ops::quantized_linear) on w, a packed
   // quantization of this layer's weight, with activations of `abits` (8 or 16); `weight` is
@@ -61,6 +66,8 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5);
   Tensor forward(const Tensor& x) override;
+  // The residual add before the norm, fused: {x + r, forward(x + r)} (triad::add_layer_norm).
+  AddNorm forward_add(const Tensor& x, const Tensor& r);
 
   Tensor weight, bias;
   double eps;
