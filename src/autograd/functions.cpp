@@ -382,9 +382,6 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 
 namespace {
 
-// The gradients of {x, weight, bias} of x weight^T + bias given g2 (rows, out), the gradient
-// of that sum in weight's dtype; fused_db: the bias gradient when the caller's kernel summed
-// it already (ops::gelu_bias_backward), else summed from g2 here.
 struct LinearNeeds {
   bool x, weight, bias;  // which inputs want gradients, as the forward saw them
 };
@@ -392,28 +389,34 @@ LinearNeeds linear_needs(const Tensor& x, const Tensor& weight, const Tensor& bi
   return {requires_grad(x), requires_grad(weight), bias.defined() && requires_grad(bias)};
 }
 
+// The gradients of {x, weight, bias} of x weight^T + bias given g2 (rows, out), the gradient
+// of that sum in weight's dtype; fused_db: the bias gradient when the caller's kernel summed
+// it already (ops::gelu_bias_backward), else summed from g2 here.
 Grads linear_grads(const Tensor& x, const Tensor& weight, const Tensor& bias, LinearNeeds needs, const Tensor& g2,
                    const Tensor& fused_db) {
-  const bool gx = needs.x, gw = needs.weight, gbias = needs.bias;
+  const bool gx = needs.x, gw = needs.weight;
+  const Tensor db_ready = needs.bias && fused_db.defined() ? like(fused_db, bias) : Tensor();
+  const bool sum_db = needs.bias && !db_ready.defined();
   const Tensor& w = weight;
   const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
   Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
   const auto weight_grads = [=] {
     return std::pair(gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor(),
-                     gbias ? like(fused_db.defined() ? fused_db : ops::sum(g2, 0), bias) : Tensor());
+                     sum_db ? like(ops::sum(g2, 0), bias) : Tensor());
   };
-  // Note [Split backward]: a leaf weight's gradients wait in the queue, delivered later.
+  // Note [Split backward]: a leaf weight's gradients wait in the queue, delivered later; a
+  // bias gradient already summed goes on at once, so the queue does not hold it.
   WeightGradQueue* queue = deferred_weight_grads();
-  if (queue && gw && is_leaf(weight) && (!gbias || is_leaf(bias))) {
-    queue->push([weight_grads, w_edge = gradient_edge(weight), b_edge = gbias ? gradient_edge(bias) : Edge{}] {
+  if (queue && gw && is_leaf(weight) && (!sum_db || is_leaf(bias))) {
+    queue->push([weight_grads, w_edge = gradient_edge(weight), b_edge = sum_db ? gradient_edge(bias) : Edge{}] {
       const auto [dw, db] = weight_grads();
       w_edge.node->apply({dw});
       if (b_edge.node) b_edge.node->apply({db});
     });
-    return Grads{dx, Tensor(), Tensor()};
+    return Grads{dx, Tensor(), db_ready};
   }
   auto [dw, db] = weight_grads();
-  return Grads{dx, dw, db};
+  return Grads{dx, dw, sum_db ? db : db_ready};
 }
 
 }  // namespace
