@@ -248,6 +248,13 @@ Tensor silu(const Tensor& x) {
                 [x](const Grads& g) { return Grads{ops::silu_backward(x, g[0])}; });
 }
 
+Tensor swiglu(const Tensor& a, const Tensor& b) {
+  return record("swiglu", {a, b}, counted(ops::swiglu(a, b), 5), [a, b](const Grads& g) {
+    ops::SwigluGrads d = ops::swiglu_backward(a, b, ops::to(g[0], a.dtype()));
+    return Grads{d.da, d.db};
+  });
+}
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
   const uint64_t seed = gen.state().seed, first = gen.advance(uint64_t(x.numel()));
@@ -373,31 +380,67 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   });
 }
 
+namespace {
+
+struct LinearNeeds {
+  bool x, weight, bias;  // which inputs want gradients, as the forward saw them
+};
+LinearNeeds linear_needs(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return {requires_grad(x), requires_grad(weight), bias.defined() && requires_grad(bias)};
+}
+
+// The gradients of {x, weight, bias} of x weight^T + bias given g2 (rows, out), the gradient
+// of that sum in weight's dtype; fused_db: the bias gradient when the caller's kernel summed
+// it already (ops::gelu_bias_backward), else summed from g2 here.
+Grads linear_grads(const Tensor& x, const Tensor& weight, const Tensor& bias, LinearNeeds needs, const Tensor& g2,
+                   const Tensor& fused_db) {
+  const bool gx = needs.x, gw = needs.weight;
+  const Tensor db_ready = needs.bias && fused_db.defined() ? like(fused_db, bias) : Tensor();
+  const bool sum_db = needs.bias && !db_ready.defined();
+  const Tensor& w = weight;
+  const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
+  Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
+  const auto weight_grads = [=] {
+    return std::pair(gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor(),
+                     sum_db ? like(ops::sum(g2, 0), bias) : Tensor());
+  };
+  // Note [Split backward]: a leaf weight's gradients wait in the queue, delivered later; a
+  // bias gradient already summed goes on at once, so the queue does not hold it.
+  WeightGradQueue* queue = deferred_weight_grads();
+  if (queue && gw && is_leaf(weight) && (!sum_db || is_leaf(bias))) {
+    queue->push([weight_grads, w_edge = gradient_edge(weight), b_edge = sum_db ? gradient_edge(bias) : Edge{}] {
+      const auto [dw, db] = weight_grads();
+      w_edge.node->apply({dw});
+      if (b_edge.node) b_edge.node->apply({db});
+    });
+    return Grads{dx, Tensor(), db_ready};
+  }
+  auto [dw, db] = weight_grads();
+  return Grads{dx, dw, sum_db ? db : db_ready};
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
   const Tensor x = product_operand(input, weight);
-  const bool gx = requires_grad(x), gw = requires_grad(weight), gbias = bias.defined() && requires_grad(bias);
-  return record("linear", {x, weight, bias}, counted_linear(ops::linear(x, weight, bias), weight, bias),
-                [=](const Grads& g) {
-    const Tensor& w = weight;
-    const Tensor g2 = like(ops::reshape(g[0], {-1, w.size(0)}), w);
-    const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
-    Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
-    const auto weight_grads = [=] {
-      return std::pair(gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor(),
-                       gbias ? like(ops::sum(g2, 0), bias) : Tensor());
-    };
-    // Note [Split backward]: a leaf weight's gradients wait in the queue, delivered later.
-    WeightGradQueue* queue = deferred_weight_grads();
-    if (queue && gw && is_leaf(weight) && (!gbias || is_leaf(bias))) {
-      queue->push([weight_grads, w_edge = gradient_edge(weight), b_edge = gbias ? gradient_edge(bias) : Edge{}] {
-        const auto [dw, db] = weight_grads();
-        w_edge.node->apply({dw});
-        if (b_edge.node) b_edge.node->apply({db});
+  const LinearNeeds needs = linear_needs(x, weight, bias);
+  return record(
+      "linear", {x, weight, bias}, counted_linear(ops::linear(x, weight, bias), weight, bias), [=](const Grads& g) {
+        return linear_grads(x, weight, bias, needs, like(ops::reshape(g[0], {-1, weight.size(0)}), weight), Tensor());
       });
-      return Grads{dx, Tensor(), Tensor()};
-    }
-    auto [dw, db] = weight_grads();
-    return Grads{dx, dw, db};
+}
+
+// pre is an intermediate, saved by handle; the GELU's input gradient and the bias gradient
+// come from one kernel.
+Tensor linear_gelu(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  const Tensor x = product_operand(input, weight);
+  const LinearNeeds needs = linear_needs(x, weight, bias);
+  ops::LinearGeluOut r = ops::linear_gelu(x, weight, bias);
+  counted(counted_linear(r.y, weight, bias));
+  return record("linear_gelu", {x, weight, bias}, r.y, [=, pre = r.pre](const Grads& g) {
+    ops::GeluBiasGrads d = ops::gelu_bias_backward(pre, ops::to(g[0], pre.dtype()), needs.bias);
+    return linear_grads(x, weight, bias, needs, like(ops::reshape(d.grad_pre, {-1, weight.size(0)}), weight),
+                        d.grad_bias);
   });
 }
 
@@ -428,6 +471,37 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
     ops::RmsNormGrads d = ops::rms_norm_backward(ops::contiguous(g[0]), x, weight, rstd);
     return Grads{like(d.dx, x), like(d.dweight, weight)};
   });
+}
+
+// sum is saved through detach (Note [Saved outputs]); the norm's input gradient and the
+// gradient sum receives along the residual stream meet inside the norm's backward kernel.
+AddNorm add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps) {
+  ops::AddLayerNormOut o = ops::add_layer_norm(x, r, weight, bias, eps);
+  counted(o.sum);
+  counted(o.y, 5);
+  const std::vector<Tensor> out =
+      record("add_layer_norm", {x, r, weight, bias}, {o.sum, o.y},
+             [=, sum = detach(o.sum), mean = o.mean, rstd = o.rstd](const Grads& g) {
+               if (!g[1].defined()) return Grads{g[0], g[0], Tensor(), Tensor()};
+               ops::LayerNormGrads d = ops::layer_norm_backward(ops::contiguous(g[1]), sum, weight, mean, rstd, g[0]);
+               const Tensor dx = like(d.dx, x);
+               return Grads{dx, dx, like(d.dweight, weight), like(d.dbias, bias)};
+             });
+  return {out[0], out[1]};
+}
+
+AddNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps) {
+  ops::AddRmsNormOut o = ops::add_rms_norm(x, r, weight, eps);
+  counted(o.sum);
+  counted(o.y, 4);
+  const std::vector<Tensor> out =
+      record("add_rms_norm", {x, r, weight}, {o.sum, o.y}, [=, sum = detach(o.sum), rstd = o.rstd](const Grads& g) {
+        if (!g[1].defined()) return Grads{g[0], g[0], Tensor()};
+        ops::RmsNormGrads d = ops::rms_norm_backward(ops::contiguous(g[1]), sum, weight, rstd, g[0]);
+        const Tensor dx = like(d.dx, x);
+        return Grads{dx, dx, like(d.dweight, weight)};
+      });
+  return {out[0], out[1]};
 }
 
 namespace {

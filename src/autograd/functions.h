@@ -46,6 +46,9 @@ Tensor gelu(const Tensor& x);  // tanh approximation
 // SiLU (swish): x sigmoid(x), the gate of a SwiGLU MLP; sigmoid is computed as
 // (1 + tanh(x/2)) / 2, finite for every x.
 Tensor silu(const Tensor& x);
+// silu(a) * b fused (ops::swiglu): one kernel forward and one backward; a 16-bit result is
+// rounded once where the composition rounds silu(a) too.
+Tensor swiglu(const Tensor& a, const Tensor& b);
 // Inverted dropout with probability p; identity when !training or p == 0. The mask is
 // drawn from `gen` and replayed exactly in the backward.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
@@ -92,6 +95,11 @@ Tensor mask_like(const Tensor& mask, const Tensor& x, const char* what);
 // activations]). linear narrows an input of another dtype to a 16-bit weight's.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias)) fused (ops::linear_gelu): keeps the pre-activation for the
+// backward, which fuses GELU's backward with the bias gradient (ops::gelu_bias_backward);
+// a 16-bit result is GELU of the unrounded sum, rounded once. The weight's gradients wait
+// in the split-backward queue as linear's do (Note [Split backward]).
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- neural-network functions ----
 // Every function here keeps its input's dtype (Note [16-bit activations] in functions.cpp):
@@ -104,6 +112,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // f32 (f64 for f64 x) whatever the dtypes x and weight are stored in; y and the gradients
 // come back in the dtypes of x and weight.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+// A pre-norm block's residual add fused into its norm: sum = x + r (the next residual
+// stream) and y = the norm of sum, bit for bit add then layer_norm / rms_norm
+// (ops::add_layer_norm). The backward adds the norm's input gradient into the gradient
+// sum receives along the residual stream in the norm's own kernel.
+struct AddNorm {
+  Tensor sum, y;
+};
+AddNorm add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+AddNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps = 1e-5);
 // Rotary position embedding in the rotate_half convention (GPT-NeoX, Hugging Face Llama):
 // x (..., T, D), D even, and tables cos, sin (T, D) (nn/rotary.h), or (B, 1, T, D) for
 // x (B, n, T, D) (each row's own positions) ->

@@ -34,6 +34,11 @@ Linear::Linear(std::string type_name, Tensor weight_, Tensor bias_, const Tensor
   if (bias_.defined()) bias = register_parameter("bias", std::move(bias_), bias_split);
 }
 
+Tensor Linear::forward_gelu(const Tensor& x) {
+  if (fake_quantization_ || fake_abits_ == 8 || quantized_) return gelu(forward(x));
+  return linear_gelu(x, weight, bias);
+}
+
 Tensor Linear::forward(const Tensor& x) {
   if (fake_quantization_ || fake_abits_ == 8) {
     const Tensor w = fake_quantization_ ? fake_quantize(weight, *fake_quantization_) : weight;
@@ -93,6 +98,8 @@ LayerNorm::LayerNorm(int64_t dim, double eps_) : Module("LayerNorm"), eps(eps_) 
 }
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
+
+AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& r) { return add_layer_norm(x, r, weight, bias, eps); }
 
 Dropout::Dropout(double p_, Generator& gen_) : Module("Dropout"), p(p_), gen(&gen_) {
   TRIAD_CHECK(p >= 0.0 && p < 1.0, "Dropout: probability must be in [0, 1), got " << p);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "autograd/functions.h"
 #include "nn/module.h"
 #include "tensor/quantized_matmul.h"
 #include "tensor/random.h"
@@ -22,6 +23,10 @@ class Linear : public Module {
   struct WithoutWeight {};
   Linear(int64_t in_features, int64_t out_features, bool bias, WithoutWeight);
   Tensor forward(const Tensor& x) override;
+  // gelu(forward(x)); a layer that multiplies by its own weight as it stands (not
+  // quantized, no fake quantization) runs it as one fused op (triad::linear_gelu). Layers
+  // whose forward does more than the product say how GELU follows it.
+  virtual Tensor forward_gelu(const Tensor& x);
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
@@ -79,6 +84,8 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5);
   Tensor forward(const Tensor& x) override;
+  // The residual add before the norm, fused: {x + r, forward(x + r)} (triad::add_layer_norm).
+  AddNorm forward_add(const Tensor& x, const Tensor& r);
 
   Tensor weight, bias;
   double eps;

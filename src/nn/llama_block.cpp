@@ -14,6 +14,8 @@ RMSNorm::RMSNorm(int64_t dim, double eps_) : Module("RMSNorm"), eps(eps_) {
 
 Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, weight, eps); }
 
+AddNorm RMSNorm::forward_add(const Tensor& x, const Tensor& r) { return add_rms_norm(x, r, weight, eps); }
+
 GroupedQueryAttention::GroupedQueryAttention(int64_t d_model, int64_t n_head_, int64_t n_kv_head_,
                                              std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par)
     : Module("GroupedQueryAttention"),
@@ -96,7 +98,7 @@ SwiGLU::SwiGLU(int64_t d_model, int64_t intermediate, const Parallelism& par) : 
   down = register_module("down", par.row_linear(intermediate, d_model, false));
 }
 
-Tensor SwiGLU::forward(const Tensor& x) { return (*down)(mul(silu((*gate)(x)), (*up)(x))); }
+Tensor SwiGLU::forward(const Tensor& x) { return (*down)(swiglu((*gate)(x), (*up)(x))); }
 
 LlamaBlock::LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64_t intermediate, double rms_eps,
                        std::shared_ptr<const RotaryEmbedding> rope, const Parallelism& par, std::shared_ptr<MoE> moe_)
@@ -114,23 +116,22 @@ LlamaBlock::LlamaBlock(int64_t d_model, int64_t n_head, int64_t n_kv_head, int64
 
 Tensor LlamaBlock::feed_forward(const Tensor& x) { return mlp ? (*mlp)(x) : par_->on_whole_sequence(*moe, x); }
 
-Tensor LlamaBlock::forward(const Tensor& x) {
-  const Tensor h = add(x, (*attn)((*norm1)(x)));
-  return add(h, feed_forward((*norm2)(h)));
+Tensor LlamaBlock::residual_feed_forward(const Tensor& x, const Tensor& attn_out) {
+  const AddNorm h = norm2->call([&] { return norm2->forward_add(x, attn_out); });
+  return add(h.sum, feed_forward(h.y));
 }
 
+Tensor LlamaBlock::forward(const Tensor& x) { return residual_feed_forward(x, (*attn)((*norm1)(x))); }
+
 Tensor LlamaBlock::forward_padded(const Tensor& x, const LeftPadding& padding) {
-  return call([&] {
-    const Tensor h = add(x, attn->call([&] { return attn->forward((*norm1)(x), padding); }));
-    return add(h, feed_forward((*norm2)(h)));
-  });
+  return call(
+      [&] { return residual_feed_forward(x, attn->call([&] { return attn->forward((*norm1)(x), padding); })); });
 }
 
 Tensor LlamaBlock::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
                                   const Tensor& positions, const Tensor& key_start) {
   return call([&] {
-    const Tensor h = add(x, attn->forward_cached((*norm1)(x), k_cache, v_cache, pos, positions, key_start));
-    return add(h, feed_forward((*norm2)(h)));
+    return residual_feed_forward(x, attn->forward_cached((*norm1)(x), k_cache, v_cache, pos, positions, key_start));
   });
 }
 

@@ -18,6 +18,8 @@ class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-5);
   Tensor forward(const Tensor& x) override;
+  // The residual add before the norm, fused: {x + r, forward(x + r)} (triad::add_rms_norm).
+  AddNorm forward_add(const Tensor& x, const Tensor& r);
 
   Tensor weight;
   double eps;
@@ -52,7 +54,8 @@ class GroupedQueryAttention : public Module {
   std::shared_ptr<const RotaryEmbedding> rope_;
 };
 
-// down(silu(gate(x)) * up(x)): gate, up (C -> I), down (I -> C).
+// down(silu(gate(x)) * up(x)): gate, up (C -> I), down (I -> C); silu and the product run
+// as one fused op (triad::swiglu).
 class SwiGLU : public Module {
  public:
   SwiGLU(int64_t d_model, int64_t intermediate, const Parallelism& par = *serial());
@@ -61,7 +64,8 @@ class SwiGLU : public Module {
   std::shared_ptr<Linear> gate, up, down;
 };
 
-// x + attn(norm1(x)), then x + mlp(norm2(x)).
+// x + attn(norm1(x)), then x + mlp(norm2(x)), the first residual add fused into norm2
+// (RMSNorm::forward_add).
 class LlamaBlock : public Module {
  public:
   // With `moe`, the block's feed-forward is that MoE layer (SwiGLU experts, Mixtral's shape)
@@ -82,6 +86,8 @@ class LlamaBlock : public Module {
 
  private:
   Tensor feed_forward(const Tensor& x);  // (*mlp)(x) or the MoE on the whole sequence (Parallelism::on_whole_sequence)
+  // h + feed_forward(norm2(h)) for h = x + attn_out, the add fused into norm2.
+  Tensor residual_feed_forward(const Tensor& x, const Tensor& attn_out);
   std::shared_ptr<const Parallelism> par_;
 };
 

@@ -64,7 +64,11 @@ MLP::MLP(int64_t d_model, double dropout, const Parallelism& par) : Module("MLP"
   drop = register_module("drop", std::make_shared<Dropout>(dropout, par.residual_generator()));
 }
 
-Tensor MLP::forward(const Tensor& x) { return (*drop)((*proj)((*act)((*fc)(x)))); }
+// fc and act run as one fused op, through fc's hooks.
+Tensor MLP::forward(const Tensor& x) {
+  const Tensor h = fc->call([&] { return fc->forward_gelu(x); });
+  return (*drop)((*proj)(h));
+}
 
 Block::Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism& par, std::shared_ptr<MoE> moe_)
     : Module("Block"), par_(par.shared_from_this()) {
@@ -81,24 +85,24 @@ Block::Block(int64_t d_model, int64_t n_head, double dropout, const Parallelism&
 
 Tensor Block::feed_forward(const Tensor& x) { return mlp ? (*mlp)(x) : par_->on_whole_sequence(*moe, x); }
 
-Tensor Block::forward(const Tensor& x) {
-  const Tensor h = add(x, (*attn)((*ln1)(x)));
-  return add(h, feed_forward((*ln2)(h)));
+// The residual add after attention runs inside ln2 (LayerNorm::forward_add, through ln2's
+// hooks): h = x + attn and ln2(h) from one kernel.
+Tensor Block::residual_feed_forward(const Tensor& x, const Tensor& attn_out) {
+  const AddNorm h = ln2->call([&] { return ln2->forward_add(x, attn_out); });
+  return add(h.sum, feed_forward(h.y));
 }
 
+Tensor Block::forward(const Tensor& x) { return residual_feed_forward(x, (*attn)((*ln1)(x))); }
+
 Tensor Block::forward_padded(const Tensor& x, const Tensor& key_start) {
-  return call([&] {
-    const Tensor h = add(x, attn->call([&] { return attn->forward((*ln1)(x), key_start); }));
-    return add(h, feed_forward((*ln2)(h)));
-  });
+  return call(
+      [&] { return residual_feed_forward(x, attn->call([&] { return attn->forward((*ln1)(x), key_start); })); });
 }
 
 Tensor Block::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
                              const Tensor& key_start) {
-  return call([&] {
-    const Tensor h = ops::add(x, attn->forward_cached((*ln1)(x), k_cache, v_cache, pos, key_start));
-    return ops::add(h, feed_forward((*ln2)(h)));
-  });
+  return call(
+      [&] { return residual_feed_forward(x, attn->forward_cached((*ln1)(x), k_cache, v_cache, pos, key_start)); });
 }
 
 }  // namespace triad::nn

@@ -30,7 +30,8 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Dropout> attn_drop, resid_drop;
 };
 
-// fc (C -> 4C, column-parallel), GELU, proj (4C -> C, row-parallel), dropout.
+// fc (C -> 4C, column-parallel), GELU, proj (4C -> C, row-parallel), dropout. fc and GELU
+// run fused (Linear::forward_gelu); `act` stays for the module tree (its hooks do not run).
 class MLP : public Module {
  public:
   MLP(int64_t d_model, double dropout, const Parallelism& par = *serial());
@@ -41,7 +42,8 @@ class MLP : public Module {
   std::shared_ptr<Dropout> drop;
 };
 
-// x + attn(ln1(x)), then x + mlp(ln2(x)); in an MoE block (given `moe`), x + moe(ln2(x)),
+// x + attn(ln1(x)), then x + mlp(ln2(x)), the first residual add fused into ln2
+// (LayerNorm::forward_add); in an MoE block (given `moe`), x + moe(ln2(x)),
 // the layer's router loss riding on its output (nn/router_loss.h).
 class Block : public Module {
  public:
@@ -60,6 +62,8 @@ class Block : public Module {
 
  private:
   Tensor feed_forward(const Tensor& x);  // (*mlp)(x) or the MoE on the whole sequence (Parallelism::on_whole_sequence)
+  // h + feed_forward(ln2(h)) for h = x + attn_out, the add fused into ln2.
+  Tensor residual_feed_forward(const Tensor& x, const Tensor& attn_out);
   std::shared_ptr<const Parallelism> par_;
 };
 

@@ -82,6 +82,12 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) {
   return options.gather_output ? gather_from_tp_region(y, tp_) : y;
 }
 
+Tensor ColumnParallelLinear::forward_gelu(const Tensor& x) {
+  const Tensor input = options.sequence_parallel ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
+  const Tensor y = linear_gelu(input, weight, bias);
+  return options.gather_output ? gather_from_tp_region(y, tp_) : y;
+}
+
 // ---- RowParallelLinear
 
 RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, CommunicatorPtr tp, const RowParallelOptions& o,
@@ -99,6 +105,8 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
                        : reduce_from_tp_region(partial, tp_);
   return bias.defined() ? add(y, bias) : y;
 }
+
+Tensor RowParallelLinear::forward_gelu(const Tensor& x) { return gelu(forward(x)); }
 
 // ---- VocabParallelEmbedding
 

@@ -50,6 +50,9 @@ class ColumnParallelLinear : public nn::Linear {
   ColumnParallelLinear(int64_t in_features, int64_t out_features, CommunicatorPtr tp,
                        const ColumnParallelOptions& options = {}, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  // The rank's product, its bias and GELU fused (triad::linear_gelu) between the same
+  // collectives as forward's: GELU acts on each output feature alone.
+  Tensor forward_gelu(const Tensor& x) override;
 
   ColumnParallelOptions options;
 
@@ -69,6 +72,8 @@ class RowParallelLinear : public nn::Linear {
   RowParallelLinear(int64_t in_features, int64_t out_features, CommunicatorPtr tp,
                     const RowParallelOptions& options = {}, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  // gelu(forward(x)): the GELU needs the sum over the ranks.
+  Tensor forward_gelu(const Tensor& x) override;
 
   RowParallelOptions options;
 

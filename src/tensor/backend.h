@@ -62,6 +62,16 @@ class Backend {
   // contiguous; x, weight and out of one dtype; bias undefined, of that dtype or f32. 16-bit
   // operands accumulate in f32, the bias is added in f32, and the sum is rounded once.
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) = 0;
+  // ops::linear_gelu: pre = x weight^T + bias as linear writes it, out = GELU of that sum
+  // before it is rounded (a 16-bit out is GELU of the f32 pre-activation, rounded once);
+  // pre and out (rows, N), of x's dtype.
+  virtual void linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre,
+                           const Tensor& out) = 0;
+  // ops::gelu_bias_backward: grad_pre (rows, N) = GELU'(pre) grad_y (pre, grad_y, grad_pre
+  // of one shape, contiguous), rounded once; grad_bias (N), when defined, = the sum over rows
+  // of grad_pre as stored, added in f32 in row order (the order of sum_dim), rounded once.
+  virtual void gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, const Tensor& grad_pre,
+                                  const Tensor& grad_bias) = 0;
 
   // One fused AdamW update of a contiguous parameter: see ops::adamw_. param_copy, when
   // defined: bf16 or f16 of param's shape, contiguous, written with the updated parameter
@@ -88,14 +98,29 @@ class Backend {
   // (C) of one dtype.
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                           const Tensor& mean, const Tensor& rstd) = 0;
+  // grad_residual, when defined (contiguous, x's shape, of dx's dtype or f32 beside a
+  // 16-bit dx), is added to dx in f32 before dx is rounded (ops::add_layer_norm's backward).
   virtual void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                   const Tensor& dbias) = 0;
+                                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                   const Tensor& grad_residual) = 0;
+  // ops::add_layer_norm: sum = x + r (x, r, sum (rows, C) contiguous, of one dtype),
+  // rounded to its dtype, then layer_norm of that stored sum into y, mean, rstd.
+  virtual void add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                              const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
   // RMS normalisation (ops::rms_norm): x, y (rows, C); weight (C); rstd (rows) in f32 (f64
   // for f64 x). The backward writes dx (rows, C) and dweight (C), of weight's dtype.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) = 0;
+  // grad_residual as layer_norm_backward's.
   virtual void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                 const Tensor& dx, const Tensor& dweight) = 0;
+                                 const Tensor& dx, const Tensor& dweight, const Tensor& grad_residual) = 0;
+  // ops::add_rms_norm: sum = x + r rounded to its dtype, then rms_norm of the stored sum.
+  virtual void add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps, const Tensor& sum,
+                            const Tensor& y, const Tensor& rstd) = 0;
+  // ops::swiglu: out = silu(a) b; its backward da = grad_y b silu'(a), db = grad_y silu(a).
+  // All of one shape, contiguous, of one dtype; each result computed in f32 and rounded once.
+  virtual void swiglu(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y, const Tensor& da,
+                               const Tensor& db) = 0;
   // Indices are contiguous. On the CPU the op has checked them in range. Other backends
   // get them unchecked (checking on the host would make it wait for the device): their
   // kernels must never touch memory for an index out of range, and must report it at the

@@ -112,6 +112,16 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
 // and its backward: grad_y sigmoid(x) (1 + x (1 - sigmoid(x))).
 Tensor silu(const Tensor& x);
 Tensor silu_backward(const Tensor& x, const Tensor& grad_y);
+// SwiGLU's product, fused: silu(a) b for a and b of one shape and dtype, computed in f32
+// (f64 for f64) and rounded once, where silu(a) and mul would round silu(a) first (so a
+// 16-bit result may differ from that composition in its last bit; f32 and f64 results are
+// the composition's bit for bit). The backward: da = grad_y b silu'(a), db = grad_y silu(a),
+// each rounded once (grad_y of a's shape and dtype).
+Tensor swiglu(const Tensor& a, const Tensor& b);
+struct SwigluGrads {
+  Tensor da, db;
+};
+SwigluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y);
 // Bernoulli(1-p) mask scaled by 1/(1-p): draws from counters first..first+numel-1 of seed,
 // so the mask of a given (seed, first) can be replayed (backward, recomputation).
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t first);
@@ -139,6 +149,23 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 // x (..., in), weight (out, in) of x's dtype, bias (out) of that dtype (or f32 beside a
 // 16-bit one) or undefined -> x weight^T + bias, (..., out), added in f32 before rounding.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// A GPT MLP's first layer, fused: y = GELU(x weight^T + bias) (arguments as linear's; bias
+// may be undefined), and pre = x weight^T + bias, the GELU's input the backward needs. pre
+// is linear's result bit for bit; y is GELU of the sum before it is rounded, so a 16-bit y
+// is the f32 composition rounded once (gelu(linear(...)) rounds pre first and may differ in
+// the last bit); f32 and f64 y equal gelu(linear(...)) on the CPU. On a CUDA device the GELU
+// runs in cuBLASLt's epilogue (cuda/gemm.h), within a few f32 ulps of the CPU's.
+struct LinearGeluOut {
+  Tensor y, pre;  // (..., out) in x's dtype
+};
+LinearGeluOut linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// The backward through that GELU and bias: grad_pre = gelu_backward(pre, grad_y) (the same
+// bits), and, when `with_bias`, grad_bias (out) = sum(grad_pre, 0 .. -2) of the stored
+// grad_pre (the same bits as ops::sum over the rows on the CPU) in pre's dtype, in one pass.
+struct GeluBiasGrads {
+  Tensor grad_pre, grad_bias;
+};
+GeluBiasGrads gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, bool with_bias);
 
 // ---- optimizer kernels ----
 // Fused in-place Adam on one parameter (PyTorch's arithmetic, in this order):
@@ -204,8 +231,19 @@ struct LayerNormGrads {
 // x's dtype or f32 beside a 16-bit x. The backward's dx has grad_y's dtype (grad_y of x's,
 // or f32), dweight and dbias weight's.
 LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// grad_residual, when given (x's shape, of grad_y's dtype or f32 beside a 16-bit one), is
+// added to dx in f32 before dx is rounded: the gradient the sum of add_layer_norm receives
+// along the residual stream, so the backward needs no add of its own.
 LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& rstd);
+                                   const Tensor& rstd, const Tensor& grad_residual = Tensor());
+// The residual add of a pre-norm block fused into the norm: sum = x + r (one shape and
+// dtype; the next residual stream), rounded to that dtype as ops::add rounds it, and y,
+// mean, rstd = layer_norm(sum) of the stored sum: every result equals add then layer_norm
+// bit for bit.
+struct AddLayerNormOut {
+  Tensor sum, y, mean, rstd;
+};
+AddLayerNormOut add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps);
 
 struct RmsNormOut {
   Tensor y, rstd;  // y in x's dtype; rstd (rows,) in f32 (f64 for f64 x)
@@ -218,7 +256,14 @@ struct RmsNormGrads {
 // of weight's): dx = rstd (g w - x^ mean(g w x^)), dweight = the sum over rows of g x^,
 // x^ = x rstd.
 RmsNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps);
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
+// grad_residual as layer_norm_backward's.
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               const Tensor& grad_residual = Tensor());
+// add_layer_norm for RMSNorm: sum = x + r, then rms_norm of the stored sum, bit for bit.
+struct AddRmsNormOut {
+  Tensor sum, y, rstd;
+};
+AddRmsNormOut add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps);
 
 // weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C). An index out of range
 // throws Error: here on the CPU; on a GPU at the next wait for the device (Note [Deferred

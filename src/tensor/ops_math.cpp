@@ -77,6 +77,28 @@ Tensor silu_backward(const Tensor& x, const Tensor& grad_y) {
   return binary(BinaryOp::silu_backward, x, grad_y, "silu_backward");
 }
 
+Tensor swiglu(const Tensor& a, const Tensor& b) {
+  check_float(a, "swiglu");
+  check_same(a, b, "swiglu");
+  TRIAD_CHECK(a.shape() == b.shape(),
+              "swiglu: shapes " << shape_str(a.shape()) << " and " << shape_str(b.shape()) << " differ");
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  backend_for(a.device()).swiglu(contiguous(a), contiguous(b), out);
+  return out;
+}
+
+SwigluGrads swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y) {
+  check_float(a, "swiglu_backward");
+  check_same(a, b, "swiglu_backward");
+  check_same(a, grad_y, "swiglu_backward");
+  TRIAD_CHECK(a.shape() == b.shape() && a.shape() == grad_y.shape(),
+              "swiglu_backward: shapes " << shape_str(a.shape()) << ", " << shape_str(b.shape()) << " and "
+                                         << shape_str(grad_y.shape()) << " differ");
+  SwigluGrads g{Tensor::empty(a.shape(), a.dtype(), a.device()), Tensor::empty(a.shape(), a.dtype(), a.device())};
+  backend_for(a.device()).swiglu_backward(contiguous(a), contiguous(b), contiguous(grad_y), g.da, g.db);
+  return g;
+}
+
 void add_(const Tensor& dst, const Tensor& src, double alpha) {
   result_dtype(dst, src, "add_");
   TRIAD_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(),
@@ -216,26 +238,57 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
   TRIAD_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
-              "linear: input " << shape_str(x.shape()) << " does not match weight " << shape_str(weight.shape())
-                               << " (expected input (..., " << (weight.dim() == 2 ? weight.size(1) : -1) << "))");
-  check_float(x, "linear");
-  check_same(x, weight, "linear");
+              op << ": input " << shape_str(x.shape()) << " does not match weight " << shape_str(weight.shape())
+                 << " (expected input (..., " << (weight.dim() == 2 ? weight.size(1) : -1) << "))");
+  check_float(x, op);
+  check_same(x, weight, op);
   if (bias.defined()) {
     TRIAD_CHECK(bias.device() == x.device() &&
                     (bias.dtype() == x.dtype() || (bias.dtype() == DType::f32 && is_16bit(x.dtype()))),
-                "linear: bias " << bias.str() << " must be on " << x.device().str() << " in " << dtype_name(x.dtype())
-                                << (is_16bit(x.dtype()) ? " or f32" : ""));
+                op << ": bias " << bias.str() << " must be on " << x.device().str() << " in " << dtype_name(x.dtype())
+                   << (is_16bit(x.dtype()) ? " or f32" : ""));
     TRIAD_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0),
-                "linear: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(weight.shape()));
+                op << ": bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(weight.shape()));
   }
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear(x, weight, bias, "linear");
   const Tensor x2 = contiguous(reshape(x, {-1, x.size(-1)}));
   const Tensor y = Tensor::empty({x2.size(0), weight.size(0)}, x.dtype(), x.device());
   backend_for(x.device()).linear(x2, contiguous(weight), bias.defined() ? contiguous(bias) : bias, y);
   Shape shape = x.shape();
   shape.back() = weight.size(0);
   return view(y, shape);
+}
+
+LinearGeluOut linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear(x, weight, bias, "linear_gelu");
+  const Tensor x2 = contiguous(reshape(x, {-1, x.size(-1)}));
+  const Shape shape2{x2.size(0), weight.size(0)};
+  LinearGeluOut r{Tensor::empty(shape2, x.dtype(), x.device()), Tensor::empty(shape2, x.dtype(), x.device())};
+  backend_for(x.device()).linear_gelu(x2, contiguous(weight), bias.defined() ? contiguous(bias) : bias, r.pre, r.y);
+  Shape shape = x.shape();
+  shape.back() = weight.size(0);
+  return {view(r.y, shape), view(r.pre, shape)};
+}
+
+GeluBiasGrads gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, bool with_bias) {
+  check_float(pre, "gelu_bias_backward");
+  check_same(pre, grad_y, "gelu_bias_backward");
+  TRIAD_CHECK(pre.dim() >= 1 && pre.shape() == grad_y.shape(),
+              "gelu_bias_backward: pre " << shape_str(pre.shape()) << " and grad_y " << shape_str(grad_y.shape())
+                                         << " must have one shape (..., out)");
+  GeluBiasGrads g{Tensor::empty(pre.shape(), pre.dtype(), pre.device()),
+                  with_bias ? Tensor::empty({pre.size(-1)}, pre.dtype(), pre.device()) : Tensor()};
+  backend_for(pre.device()).gelu_bias_backward(contiguous(pre), contiguous(grad_y), g.grad_pre, g.grad_bias);
+  return g;
 }
 
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,

@@ -123,8 +123,61 @@ LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bia
   return r;
 }
 
+namespace {
+
+// A norm's input gradient's residual addend: of x's shape, beside grad_y, contiguous.
+Tensor residual_grad(const Tensor& grad_residual, const Tensor& x, const Tensor& grad_y, const char* op) {
+  if (!grad_residual.defined()) return grad_residual;
+  check_beside(grad_residual, grad_y, op, "grad_residual");
+  TRIAD_CHECK(grad_residual.shape() == x.shape(), op << ": grad_residual " << shape_str(grad_residual.shape())
+                                                     << " differs from input " << shape_str(x.shape()));
+  return contiguous(grad_residual);
+}
+
+// x and r of one shape, dtype and device: the two terms of a residual add.
+void check_residual(const Tensor& x, const Tensor& r, const char* op) {
+  check_float(x, op);
+  check_like(r, x, op, "r");
+  TRIAD_CHECK(x.shape() == r.shape(),
+              op << ": x " << shape_str(x.shape()) << " and r " << shape_str(r.shape()) << " differ");
+}
+
+}  // namespace
+
+AddLayerNormOut add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps) {
+  check_residual(x, r, "add_layer_norm");
+  check_beside(weight, x, "add_layer_norm", "weight");
+  check_like(bias, weight, "add_layer_norm", "bias");
+  const int64_t c = x.size(-1);
+  TRIAD_CHECK(weight.shape() == Shape{c} && bias.shape() == Shape{c},
+              "add_layer_norm: input " << shape_str(x.shape()) << " needs weight and bias of shape (" << c << ",), got "
+                                       << shape_str(weight.shape()) << " and " << shape_str(bias.shape()));
+  const int64_t rows = c ? x.numel() / c : 0;
+  const DType stats = compute_dtype(x.dtype());
+  AddLayerNormOut o{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty(x.shape(), x.dtype(), x.device()),
+                    Tensor::empty({rows}, stats, x.device()), Tensor::empty({rows}, stats, x.device())};
+  backend_for(x.device())
+      .add_layer_norm(contiguous(x), contiguous(r), contiguous(weight), contiguous(bias), eps, o.sum, o.y, o.mean,
+                      o.rstd);
+  return o;
+}
+
+AddRmsNormOut add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps) {
+  check_residual(x, r, "add_rms_norm");
+  check_beside(weight, x, "add_rms_norm", "weight");
+  TRIAD_CHECK(x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
+              "add_rms_norm: weight " << shape_str(weight.shape()) << " does not match the last dimension of x "
+                                      << shape_str(x.shape()));
+  TRIAD_CHECK(eps > 0.0, "add_rms_norm: eps must be positive, got " << eps);
+  const int64_t c = x.size(-1), rows = c ? x.numel() / c : 0;
+  AddRmsNormOut o{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty(x.shape(), x.dtype(), x.device()),
+                  Tensor::empty({rows}, compute_dtype(x.dtype()), x.device())};
+  backend_for(x.device()).add_rms_norm(contiguous(x), contiguous(r), contiguous(weight), eps, o.sum, o.y, o.rstd);
+  return o;
+}
+
 LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& rstd) {
+                                   const Tensor& rstd, const Tensor& grad_residual) {
   check_float(x, "layer_norm_backward");
   check_beside(grad_y, x, "layer_norm_backward", "grad_y");
   check_beside(weight, x, "layer_norm_backward", "weight");
@@ -135,7 +188,8 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   LayerNormGrads g{Tensor::empty(x.shape(), grad_y.dtype(), x.device()), Tensor::empty({c}, weight.dtype(), x.device()),
                    Tensor::empty({c}, weight.dtype(), x.device())};
   backend_for(x.device())
-      .layer_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), mean, rstd, g.dx, g.dweight, g.dbias);
+      .layer_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), mean, rstd, g.dx, g.dweight, g.dbias,
+                           residual_grad(grad_residual, x, grad_y, "layer_norm_backward"));
   return g;
 }
 
@@ -153,7 +207,8 @@ RmsNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   return r;
 }
 
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               const Tensor& grad_residual) {
   check_float(x, "rms_norm_backward");
   check_beside(grad_y, x, "rms_norm_backward", "grad_y");
   check_beside(weight, x, "rms_norm_backward", "weight");
@@ -166,7 +221,8 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
                                           << shape_str(weight.shape()) << ", rstd " << rstd.str());
   RmsNormGrads g{Tensor::empty(x.shape(), grad_y.dtype(), x.device()), Tensor::empty({c}, weight.dtype(), x.device())};
   backend_for(x.device())
-      .rms_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), contiguous(rstd), g.dx, g.dweight);
+      .rms_norm_backward(contiguous(grad_y), contiguous(x), contiguous(weight), contiguous(rstd), g.dx, g.dweight,
+                         residual_grad(grad_residual, x, grad_y, "rms_norm_backward"));
   return g;
 }
 

@@ -311,6 +311,44 @@ BOOST_AUTO_TEST_CASE(linear_function) {
   check_no_grad(w);
 }
 
+// The fused ops of the transformer block (ops::linear_gelu, swiglu, add_layer_norm,
+// add_rms_norm): their backwards, including the residual's gradient added inside the norm's.
+BOOST_AUTO_TEST_CASE(fused_block_functions) {
+  gradcheck("linear_gelu", [](auto& in) { return linear_gelu(in[0], in[1], in[2]); },
+            {leaf({2, 3, 4}, 140), leaf({5, 4}, 141), leaf({5}, 142)});
+  gradcheck("linear_gelu no bias", [](auto& in) { return linear_gelu(in[0], in[1]); },
+            {leaf({2, 3, 4}, 143), leaf({5, 4}, 144)});
+  gradcheck("linear_gelu strided input", [](auto& in) { return linear_gelu(transpose(in[0], 0, 1), in[1], in[2]); },
+            {leaf({3, 2, 4}, 145), leaf({5, 4}, 146), leaf({5}, 147)});
+  gradcheck("swiglu", [](auto& in) { return swiglu(in[0], in[1]); }, {leaf({2, 3, 5}, 148, 2.0), leaf({2, 3, 5}, 149)});
+
+  const Tensor x = leaf({2, 3, 6}, 150, 2.0), r = leaf({2, 3, 6}, 151), w = leaf(ops::add(randn({6}, 152, 0.3), 1.0)),
+               b = leaf({6}, 153);
+  // Both outputs used (the sum nonlinearly, so its gradient is not constant), then each alone.
+  gradcheck("add_layer_norm",
+            [](auto& in) {
+              const AddNorm o = add_layer_norm(in[0], in[1], in[2], in[3]);
+              return add(mul(o.sum, o.sum), o.y);
+            },
+            {x, r, w, b});
+  gradcheck("add_layer_norm y only", [](auto& in) { return add_layer_norm(in[0], in[1], in[2], in[3]).y; },
+            {x, r, w, b});
+  const Tensor wc = randn({6}, 154), bc = randn({6}, 155);  // constants: the norm's output is unused
+  gradcheck("add_layer_norm sum only",
+            [&](auto& in) {
+              const Tensor s = add_layer_norm(in[0], in[1], wc, bc).sum;
+              return mul(s, s);
+            },
+            {x, r});
+  gradcheck("add_rms_norm",
+            [](auto& in) {
+              const AddNorm o = add_rms_norm(in[0], in[1], in[2], 0.1);
+              return add(mul(o.sum, o.sum), o.y);
+            },
+            {x, r, w});
+  gradcheck("add_rms_norm y only", [](auto& in) { return add_rms_norm(in[0], in[1], in[2]).y; }, {x, r, w});
+}
+
 BOOST_AUTO_TEST_CASE(nn_functions) {
   gradcheck("softmax", [](auto& in) { return softmax(in[0]); }, {leaf({2, 3, 5}, 100, 2.0)});
   gradcheck("softmax causal Tq < Tk", [](auto& in) { return softmax(in[0], true); }, {leaf({2, 3, 5}, 101, 2.0)});

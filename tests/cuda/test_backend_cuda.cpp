@@ -404,8 +404,8 @@ void layer_norm_case() {
     const Pair g = pair(random({rows, c}, 35));
     Pair dx = empty_pair({rows, c}), dw = empty_pair({c}), db = empty_pair({c});
     const Tensor gm = dev(mean.c), gr = dev(rstd.c);  // the backward of the same statistics
-    cpu().layer_norm_backward(g.c, x.c, w.c, mean.c, rstd.c, dx.c, dw.c, db.c);
-    gpu().layer_norm_backward(g.g, x.g, w.g, gm, gr, dx.g, dw.g, db.g);
+    cpu().layer_norm_backward(g.c, x.c, w.c, mean.c, rstd.c, dx.c, dw.c, db.c, Tensor());
+    gpu().layer_norm_backward(g.g, x.g, w.g, gm, gr, dx.g, dw.g, db.g, Tensor());
     expect_close("layer_norm_backward dx", dx.g, dx.c, threshold(DType::f32));
     expect_close("layer_norm_backward dweight", dw.g, dw.c, threshold(DType::f32));
     expect_close("layer_norm_backward dbias", db.g, db.c, threshold(DType::f32));
@@ -675,6 +675,54 @@ void sixteen_bit_case() {
   expect_close("rms_norm f32 dweight", dg.dweight, dc.dweight, threshold(DType::f32));
 }
 
+// The fused ops of the transformer block on the GPU against the CPU's: linear + GELU in
+// cuBLASLt's epilogue (N a multiple of 8) and in the kernel after a plain product (an f32
+// bias beside a 16-bit product; N = 36), GELU's backward with the bias gradient, SwiGLU, the
+// residual add fused into the norms, and their backwards adding the residual's gradient.
+void fused_block_case() {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const std::string d = std::string(" ") + dtype_name(dt);
+    const Tensor x = random({6, 3, 40}, 91, -2, 2, dt), r = random({6, 3, 40}, 92, -2, 2, dt);
+    const Tensor gy = random({6, 3, 40}, 93, -1, 1, dt), gres = random({6, 3, 40}, 94, -1, 1, dt);
+    const Tensor w = random({40}, 95, -1, 1, dt), b = random({40}, 96, -1, 1, dt);
+    const Tensor lin = random({24, 40}, 97, -1, 1, dt), lin36 = random({36, 40}, 98, -1, 1, dt);
+    const auto on = [](bool g, const Tensor& t) { return g ? dev(t) : t; };
+    const auto same = [&](const std::string& what, auto op) {
+      const Tensor got = op(true), want = op(false);
+      BOOST_TEST((got.dtype() == want.dtype() && got.device() == kGpu && want.device() == Device::cpu()), what);
+      expect_close(what + d, got, want, threshold(want.dtype()));
+    };
+    same("linear_gelu (epilogue)",
+         [&](bool g) { return ops::linear_gelu(on(g, x), on(g, lin), on(g, ops::narrow(b, 0, 0, 24))).y; });
+    same("linear_gelu pre (epilogue)",
+         [&](bool g) { return ops::linear_gelu(on(g, x), on(g, lin), on(g, ops::narrow(b, 0, 0, 24))).pre; });
+    same("linear_gelu no bias", [&](bool g) { return ops::linear_gelu(on(g, x), on(g, lin), Tensor()).y; });
+    same("linear_gelu (kernel)", [&](bool g) {
+      return ops::linear_gelu(on(g, x), on(g, lin36), on(g, ops::to(ops::narrow(b, 0, 0, 36), DType::f32))).y;
+    });
+    same("gelu_bias_backward grad_pre",
+         [&](bool g) { return ops::gelu_bias_backward(on(g, x), on(g, gy), true).grad_pre; });
+    same("gelu_bias_backward grad_bias",
+         [&](bool g) { return ops::gelu_bias_backward(on(g, x), on(g, gy), true).grad_bias; });
+    same("swiglu", [&](bool g) { return ops::swiglu(on(g, x), on(g, r)); });
+    same("swiglu da", [&](bool g) { return ops::swiglu_backward(on(g, x), on(g, r), on(g, gy)).da; });
+    same("swiglu db", [&](bool g) { return ops::swiglu_backward(on(g, x), on(g, r), on(g, gy)).db; });
+    same("add_layer_norm sum",
+         [&](bool g) { return ops::add_layer_norm(on(g, x), on(g, r), on(g, w), on(g, b), 1e-5).sum; });
+    same("add_layer_norm y",
+         [&](bool g) { return ops::add_layer_norm(on(g, x), on(g, r), on(g, w), on(g, b), 1e-5).y; });
+    same("add_rms_norm y", [&](bool g) { return ops::add_rms_norm(on(g, x), on(g, r), on(g, w), 1e-5).y; });
+    same("layer_norm dx + residual", [&](bool g) {
+      const ops::LayerNormOut n = ops::layer_norm(on(g, x), on(g, w), on(g, b), 1e-5);
+      return ops::layer_norm_backward(on(g, gy), on(g, x), on(g, w), n.mean, n.rstd, on(g, gres)).dx;
+    });
+    same("rms_norm dx + residual", [&](bool g) {
+      const ops::RmsNormOut n = ops::rms_norm(on(g, x), on(g, w), 1e-5);
+      return ops::rms_norm_backward(on(g, gy), on(g, x), on(g, w), n.rstd, on(g, gres)).dx;
+    });
+  }
+}
+
 struct Case {
   const char* name;
   void (*run)();
@@ -701,6 +749,7 @@ const Case kCases[] = {
     {"sample_tokens", sample_tokens_case},
     {"attention", attention_case},
     {"sixteen_bit_activations", sixteen_bit_case},
+    {"fused_block_ops", fused_block_case},
 };
 
 std::vector<std::string> case_names() {

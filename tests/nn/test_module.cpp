@@ -1,8 +1,10 @@
 // The layer API: Module traversal (names, order, counts), registration rules, train/eval,
-// forward hooks, zero_grad; the basic layers on hand-checked inputs and their inits;
-// GPTConfig validation, GPT's sequence-length check, and causality of attention.
+// forward hooks, zero_grad; the fused blocks against their unfused compositions; the basic
+// layers on hand-checked inputs and their inits; GPTConfig validation, GPT's
+// sequence-length check, and causality of attention.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -308,6 +310,54 @@ BOOST_AUTO_TEST_CASE(gpt_block_hooks_fire_once_per_forward_in_order) {
   BOOST_TEST(
       events == (std::vector<std::string>{"gpt.pre", "pre0", "post0", "pre1", "post1", "pre2", "post2", "gpt.post"}),
       boost::test_tools::per_element());
+}
+
+// The blocks run fused ops (Linear::forward_gelu, LayerNorm/RMSNorm::forward_add, swiglu):
+// in f32 the output and every gradient equal the unfused composition's bit for bit.
+BOOST_AUTO_TEST_CASE(fused_blocks_equal_their_unfused_compositions) {
+  const auto compare = [](nn::Module& block, const std::function<Tensor(const Tensor&)>& unfused,
+                          const std::string& what) {
+    Generator gen(5);
+    Tensor x = Tensor::empty({2, 5, 16});
+    ops::uniform_(x, -1, 1, gen);
+    set_requires_grad(x);
+    Tensor w = Tensor::empty({2, 5, 16});
+    ops::uniform_(w, -1, 1, gen);
+    const auto run = [&](const std::function<Tensor(const Tensor&)>& f) {
+      block.zero_grad();
+      set_grad(x, Tensor());
+      const Tensor y = f(x);
+      backward(sum(mul(y, w)));
+      std::vector<Tensor> out{detach(y), grad(x)};
+      for (const Tensor& p : block.parameters()) out.push_back(grad(p));
+      return out;
+    };
+    const std::vector<Tensor> fused = run([&](const Tensor&t) { return block(t); }), plain = run(unfused);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      BOOST_TEST_REQUIRE((fused[i].defined() && plain[i].defined()), what << " result " << i);
+      BOOST_TEST(test::max_abs_diff(fused[i], plain[i]) == 0.0, what << " result " << i);
+    }
+  };
+  nn::Block gpt(16, 2, 0.0);
+  compare(
+      gpt,
+      [&](const Tensor& x) {
+        const Tensor h = add(x, (*gpt.attn)((*gpt.ln1)(x)));
+        const nn::MLP& m = *gpt.mlp;
+        const Tensor n = layer_norm(h, gpt.ln2->weight, gpt.ln2->bias);
+        return add(h, linear(gelu(linear(n, m.fc->weight, m.fc->bias)), m.proj->weight, m.proj->bias));
+      },
+      "gpt block");
+  nn::LlamaBlock llama(16, 4, 2, 24, 1e-5, std::make_shared<nn::RotaryEmbedding>(4, 8));
+  compare(
+      llama,
+      [&](const Tensor& x) {
+        const Tensor h = add(x, (*llama.attn)((*llama.norm1)(x)));
+        const nn::SwiGLU& m = *llama.mlp;
+        const Tensor n = rms_norm(h, llama.norm2->weight, 1e-5);
+        return add(h, linear(mul(silu(linear(n, m.gate->weight)), linear(n, m.up->weight)), m.down->weight));
+      },
+      "llama block");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // Forward values of the raw ops on small cases with hand-computed or closed-form results, in
-// f32 and f64; random fills and dropout masks checked for their distribution, replay and
-// independence from the OpenMP thread count.
+// f32 and f64; the fused ops against the compositions they replace; random fills and dropout
+// masks checked for their distribution, replay and independence from the OpenMP thread count.
 #include <omp.h>
 
 #include <boost/test/unit_test.hpp>
@@ -623,4 +623,116 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_ops_are_the_f32_ops_rounded_once) {
       same(ag.dv, agw.dv, "attention dv");
     }
   }
+}
+
+// The fused ops of the transformer block against the unfused ops they replace (Note [16-bit
+// activations]): in f32 and f64 the same bits (the rounding points are the same); in bf16
+// and f16, where a fusion drops a rounding (GELU of the unrounded pre-activation, SwiGLU's
+// silu, the residual gradient added before dx is rounded), the f32 composition rounded
+// once, and elsewhere the unfused 16-bit ops' bits. Shapes large enough to take the
+// kernels' multi-threaded paths as well as small ones.
+BOOST_AUTO_TEST_CASE(fused_block_ops_match_their_compositions) {
+  const auto bits_equal = [](const Tensor& got, const Tensor& want, const std::string& what) {
+    BOOST_TEST_REQUIRE((got.dtype() == want.dtype() && got.shape() == want.shape()),
+                       what << ": " << got.str() << " vs " << want.str());
+    BOOST_TEST(test::max_abs_diff(got, want) == 0.0, what);
+  };
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    const bool half = dt == DType::bf16 || dt == DType::f16;
+    const DType wide_dt = half ? DType::f32 : dt;
+    for (const Shape& shape : {Shape{2, 3, 8}, Shape{4, 64, 160}}) {
+      BOOST_TEST_CONTEXT(dtype_name(dt) << " " << shape_str(shape)) {
+        Generator gen(11);
+        auto random = [&](const Shape& s, double scale = 1.0) {
+          Tensor t = Tensor::empty(s, wide_dt);
+          ops::uniform_(t, -scale, scale, gen);
+          return ops::to(t, dt);
+        };
+        const auto wide = [&](const Tensor& t) { return ops::to(t, wide_dt); };
+        // A 16-bit result against the f32 composition rounded once; a wide one bit for bit.
+        const auto rounded_once = [&](const Tensor& got, const Tensor& want_wide, const std::string& what) {
+          bits_equal(got, ops::to(want_wide, dt), what);
+        };
+        const int64_t c = shape.back(), rows = numel(shape) / c;
+        const Tensor x = random(shape, 2.0), r = random(shape, 2.0), g = random(shape), gres = random(shape);
+
+        // linear + GELU, and GELU's backward with the bias gradient.
+        const Tensor w = random({c, c}, 0.5), bias = random({c});
+        const ops::LinearGeluOut lg = ops::linear_gelu(x, w, bias);
+        const Tensor pre = ops::linear(x, w, bias);
+        bits_equal(lg.pre, pre, "linear_gelu pre");
+        if (half)
+          rounded_once(lg.y, ops::gelu(ops::linear(wide(x), wide(w), wide(bias))), "linear_gelu");
+        else
+          bits_equal(lg.y, ops::gelu(pre), "linear_gelu");
+        bits_equal(ops::linear_gelu(x, w, Tensor()).pre, ops::linear(x, w, Tensor()), "linear_gelu without bias");
+        const ops::GeluBiasGrads gb = ops::gelu_bias_backward(lg.pre, g, true);
+        const Tensor grad_pre = ops::gelu_backward(lg.pre, g);
+        bits_equal(gb.grad_pre, grad_pre, "gelu_bias_backward grad_pre");
+        bits_equal(gb.grad_bias, ops::sum(ops::reshape(grad_pre, {rows, c}), 0), "gelu_bias_backward grad_bias");
+        BOOST_TEST(!ops::gelu_bias_backward(lg.pre, g, false).grad_bias.defined());
+
+        // SwiGLU's product and its backward.
+        if (half) {
+          const Tensor aw = wide(x), bw = wide(r), gw = wide(g);
+          rounded_once(ops::swiglu(x, r), ops::mul(ops::silu(aw), bw), "swiglu");
+          const ops::SwigluGrads sg = ops::swiglu_backward(x, r, g);
+          rounded_once(sg.da, ops::silu_backward(aw, ops::mul(gw, bw)), "swiglu da");
+          rounded_once(sg.db, ops::mul(gw, ops::silu(aw)), "swiglu db");
+        } else {
+          bits_equal(ops::swiglu(x, r), ops::mul(ops::silu(x), r), "swiglu");
+          const ops::SwigluGrads sg = ops::swiglu_backward(x, r, g);
+          bits_equal(sg.da, ops::silu_backward(x, ops::mul(g, r)), "swiglu da");
+          bits_equal(sg.db, ops::mul(g, ops::silu(x)), "swiglu db");
+        }
+
+        // The residual add fused into the norms: the same bits in every dtype.
+        const Tensor lw = random({c}), lb = random({c});
+        const Tensor h = ops::add(x, r);
+        const ops::AddLayerNormOut aln = ops::add_layer_norm(x, r, lw, lb, 1e-5);
+        const ops::LayerNormOut ln = ops::layer_norm(h, lw, lb, 1e-5);
+        bits_equal(aln.sum, h, "add_layer_norm sum");
+        bits_equal(aln.y, ln.y, "add_layer_norm y");
+        bits_equal(aln.mean, ln.mean, "add_layer_norm mean");
+        bits_equal(aln.rstd, ln.rstd, "add_layer_norm rstd");
+        const ops::AddRmsNormOut arn = ops::add_rms_norm(x, r, lw, 1e-5);
+        const ops::RmsNormOut rn = ops::rms_norm(h, lw, 1e-5);
+        bits_equal(arn.sum, h, "add_rms_norm sum");
+        bits_equal(arn.y, rn.y, "add_rms_norm y");
+        bits_equal(arn.rstd, rn.rstd, "add_rms_norm rstd");
+
+        // Their backwards add the residual's gradient into dx.
+        const ops::LayerNormGrads lgr = ops::layer_norm_backward(g, h, lw, ln.mean, ln.rstd, gres);
+        const ops::LayerNormGrads lg0 = ops::layer_norm_backward(g, h, lw, ln.mean, ln.rstd);
+        bits_equal(lgr.dweight, lg0.dweight, "layer_norm dweight beside a residual");
+        bits_equal(lgr.dbias, lg0.dbias, "layer_norm dbias beside a residual");
+        const ops::RmsNormGrads rgr = ops::rms_norm_backward(g, h, lw, rn.rstd, gres);
+        const ops::RmsNormGrads rg0 = ops::rms_norm_backward(g, h, lw, rn.rstd);
+        bits_equal(rgr.dweight, rg0.dweight, "rms_norm dweight beside a residual");
+        if (half) {
+          const Tensor lnw = ops::layer_norm_backward(wide(g), wide(h), wide(lw), ln.mean, ln.rstd).dx;
+          rounded_once(lgr.dx, ops::add(lnw, wide(gres)), "layer_norm dx + residual");
+          const Tensor rnw = ops::rms_norm_backward(wide(g), wide(h), wide(lw), rn.rstd).dx;
+          rounded_once(rgr.dx, ops::add(rnw, wide(gres)), "rms_norm dx + residual");
+        } else {
+          bits_equal(lgr.dx, ops::add(lg0.dx, gres), "layer_norm dx + residual");
+          bits_equal(rgr.dx, ops::add(rg0.dx, gres), "rms_norm dx + residual");
+        }
+      }
+    }
+  }
+  // Arguments that do not fit name the op and what was expected.
+  const Tensor x = Tensor::zeros({2, 4}), w = Tensor::zeros({4}), b = Tensor::zeros({4});
+  test::check_error([&] { ops::add_layer_norm(x, Tensor::zeros({2, 3}), w, b, 1e-5); }, {"add_layer_norm", "(2, 3)"});
+  test::check_error([&] { ops::add_rms_norm(x, ops::to(x, DType::f64), w, 1e-5); }, {"add_rms_norm", "r"});
+  test::check_error([&] { ops::add_rms_norm(x, x, w, 0.0); }, {"add_rms_norm", "eps"});
+  test::check_error([&] { ops::linear_gelu(x, Tensor::zeros({5, 3}), Tensor()); }, {"linear_gelu", "weight"});
+  test::check_error([&] { ops::swiglu(x, Tensor::zeros({4, 2})); }, {"swiglu", "differ"});
+  test::check_error([&] { ops::gelu_bias_backward(x, Tensor::zeros({2, 5}), true); }, {"gelu_bias_backward"});
+  const Tensor stats = Tensor::ones({2});
+  test::check_error(
+      [&] {
+        ops::layer_norm_backward(x, x, w, stats, stats, Tensor::zeros({4, 2}));
+      },
+      {"layer_norm_backward", "grad_residual"});
 }

@@ -1,7 +1,7 @@
 // The CUDA backend: every method of tensor/backend.h as kernels on the tensors' device,
 // enqueued on the calling thread's current stream there (Note [Streams]). The methods are
 // spread over files by kind as the CPU backend's are (copy.cu, elementwise.cu, reduce.cu,
-// matmul.cu, nn.cu, optim.cu, quantize.cu, sample.cu, attention.cu and attention_mma.cu), and so are
+// matmul.cu, fused.cu, nn.cu, optim.cu, quantize.cu, sample.cu, attention.cu and attention_mma.cu), and so are
 // their semantics: each kernel follows the CPU kernel of the same method (tensor/cpu/), which is
 // the reference the GPU tests compare against.
 //
@@ -46,6 +46,10 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
               int64_t n, int64_t k) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+  void linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre,
+                   const Tensor& out) override;
+  void gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, const Tensor& grad_pre,
+                          const Tensor& grad_bias) override;
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
              const AdamWStep& step, const Tensor& param_copy) override;
@@ -58,10 +62,18 @@ class CudaBackend final : public Backend {
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                   const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
+                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                           const Tensor& grad_residual) override;
+  void add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                      const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) override;
   void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                         const Tensor& dx, const Tensor& dweight) override;
+                         const Tensor& dx, const Tensor& dweight, const Tensor& grad_residual) override;
+  void add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps, const Tensor& sum,
+                    const Tensor& y, const Tensor& rstd) override;
+  void swiglu(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y, const Tensor& da,
+                       const Tensor& db) override;
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,

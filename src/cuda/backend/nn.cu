@@ -1,9 +1,10 @@
 // Fused neural-network kernels: softmax (optionally causal) and its backward, layer norm
 // and its backward, embedding and its backward, cross-entropy and its backward
-// (tensor/cpu/nn.cpp on the GPU), and RMS norm and its backward. Row kernels run one block
-// per row, its threads striding over the row and meeting in block reductions. Activations,
-// gradients and parameters are f32, bf16 or f16 (Floats), computed on in f32; norms'
-// statistics and cross-entropy's lse are f32.
+// (tensor/cpu/nn.cpp on the GPU), and RMS norm and its backward; the norms' backwards add
+// the residual's gradient into dx when given (the fused residual add's, fused.cu). Row
+// kernels run one block per row, its threads striding over the row and meeting in block
+// reductions. Activations, gradients and parameters are f32, bf16 or f16 (Floats),
+// computed on in f32; norms' statistics and cross-entropy's lse are f32.
 // - Layer-norm weight gradients reduce over rows: blocks of columns sum chunks of rows
 //   into partials, a second pass sums the chunks, so the result does not depend on
 //   scheduling.
@@ -70,8 +71,9 @@ __global__ void layer_norm_kernel(Floats x, Floats w, Floats b, float eps, Float
   }
 }
 
+// res (data null: none): the residual's gradient, added to dx before it is rounded.
 __global__ void layer_norm_dx_kernel(Floats g, Floats x, Floats w, const float* mean, const float* rstd, Floats dx,
-                                     int64_t c) {
+                                     Floats res, int64_t c) {
   const int64_t r = blockIdx.x, row = r * c;
   const float mu = mean[r], rs = rstd[r];
   float sum_g = 0.0f, sum_gx = 0.0f;  // sums of (g w) and of (g w xhat)
@@ -82,8 +84,10 @@ __global__ void layer_norm_dx_kernel(Floats g, Floats x, Floats w, const float* 
   }
   const float a = block_reduce(sum_g, SumOp{}, 0.0f) / float(c);
   const float bb = block_reduce(sum_gx, SumOp{}, 0.0f) / float(c);
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
-    dx.store(row + j, rs * (g.load(row + j) * w.load(j) - a - (x.load(row + j) - mu) * rs * bb));
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+    const float d = rs * (g.load(row + j) * w.load(j) - a - (x.load(row + j) - mu) * rs * bb);
+    dx.store(row + j, res.data ? d + res.load(row + j) : d);
+  }
 }
 
 // partial (2, chunks, c): sums of g xhat and of g over rows [chunk len, (chunk+1) len); mean
@@ -132,14 +136,16 @@ __global__ void rms_norm_kernel(Floats x, Floats w, float eps, Floats y, float* 
 }
 
 // dx = rstd (g w - x^ mean(g w x^)), x^ = x rstd.
-__global__ void rms_norm_dx_kernel(Floats g, Floats x, Floats w, const float* rstd, Floats dx, int64_t c) {
+__global__ void rms_norm_dx_kernel(Floats g, Floats x, Floats w, const float* rstd, Floats dx, Floats res, int64_t c) {
   const int64_t r = blockIdx.x, row = r * c;
   const float rs = rstd[r];
   float dot = 0.0f;
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) dot += g.load(row + j) * w.load(j) * x.load(row + j) * rs;
   const float m = block_reduce(dot, SumOp{}, 0.0f) / float(c);
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
-    dx.store(row + j, rs * (g.load(row + j) * w.load(j) - x.load(row + j) * rs * m));
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+    const float d = rs * (g.load(row + j) * w.load(j) - x.load(row + j) * rs * m);
+    dx.store(row + j, res.data ? d + res.load(row + j) : d);
+  }
 }
 
 // The parameter gradients of a norm over (rows, c): the partial sums over chunks of rows,
@@ -192,11 +198,12 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
 }
 
 void CudaBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                      const Tensor& dbias) {
+                                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                      const Tensor& grad_residual) {
   const char* m = "layer_norm_backward";
   const Floats fg = floats(grad_y, m), fx = floats(x, m), fw = floats(weight, m), fdx = floats(dx, m),
                fdw = floats(dweight, m), fdb = floats(dbias, m);
+  const Floats fres = grad_residual.defined() ? floats(grad_residual, m) : Floats{};
   const int64_t c = x.size(-1), rows = mean.numel();
   if (c == 0) return;
   OnDevice on(x);
@@ -206,7 +213,7 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, con
     return;
   }
   layer_norm_dx_kernel<<<unsigned(rows), row_threads(c), 0, on.stream()>>>(fg, fx, fw, ptr<const float>(mean),
-                                                                           ptr<const float>(rstd), fdx, c);
+                                                                           ptr<const float>(rstd), fdx, fres, c);
   TRIAD_CUDA_CHECK_LAUNCH();
   norm_params_backward(fg, fx, ptr<const float>(mean), ptr<const float>(rstd), fdw, fdb, rows, c, x.device(),
                        on.stream());
@@ -223,10 +230,11 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, co
 }
 
 void CudaBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                    const Tensor& dx, const Tensor& dweight) {
+                                    const Tensor& dx, const Tensor& dweight, const Tensor& grad_residual) {
   const char* m = "rms_norm_backward";
   const Floats fg = floats(grad_y, m), fx = floats(x, m), fw = floats(weight, m), fdx = floats(dx, m),
                fdw = floats(dweight, m);
+  const Floats fres = grad_residual.defined() ? floats(grad_residual, m) : Floats{};
   const int64_t c = x.size(-1), rows = rstd.numel();
   if (c == 0) return;
   OnDevice on(x);
@@ -234,7 +242,8 @@ void CudaBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const
     TRIAD_CUDA_CHECK(cudaMemsetAsync(dweight.raw_data(), 0, dweight.nbytes(), on.stream()));
     return;
   }
-  rms_norm_dx_kernel<<<unsigned(rows), row_threads(c), 0, on.stream()>>>(fg, fx, fw, ptr<const float>(rstd), fdx, c);
+  rms_norm_dx_kernel<<<unsigned(rows), row_threads(c), 0, on.stream()>>>(fg, fx, fw, ptr<const float>(rstd), fdx, fres,
+                                                                         c);
   TRIAD_CUDA_CHECK_LAUNCH();
   norm_params_backward(fg, fx, nullptr, ptr<const float>(rstd), fdw, Floats{}, rows, c, x.device(), on.stream());
 }

@@ -32,6 +32,10 @@ class CpuBackend final : public Backend {
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
               int64_t n, int64_t k) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+  void linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre,
+                   const Tensor& out) override;
+  void gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, const Tensor& grad_pre,
+                          const Tensor& grad_bias) override;
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
              const AdamWStep& step, const Tensor& param_copy) override;
@@ -44,10 +48,18 @@ class CpuBackend final : public Backend {
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                   const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
+                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                           const Tensor& grad_residual) override;
+  void add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                      const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) override;
   void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                         const Tensor& dx, const Tensor& dweight) override;
+                         const Tensor& dx, const Tensor& dweight, const Tensor& grad_residual) override;
+  void add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps, const Tensor& sum,
+                    const Tensor& y, const Tensor& rstd) override;
+  void swiglu(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y, const Tensor& da,
+                       const Tensor& db) override;
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,

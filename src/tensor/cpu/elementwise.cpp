@@ -1,5 +1,8 @@
-// Elementwise kernels: binary ops over broadcast operands, unary maps, axpy, GELU, SiLU,
-// dropout. bf16/f16 operands go through f32 copies (tensor/cpu/widen.h).
+// Elementwise kernels: binary ops over broadcast operands, unary maps, axpy, GELU (with the
+// fused bias gradient), SiLU, SwiGLU's product, dropout. bf16/f16 operands go through f32 copies (tensor/cpu/widen.h).
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
@@ -7,6 +10,7 @@
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cpu/visit_float.h"
 #include "tensor/cpu/widen.h"
+#include "tensor/float16.h"
 #include "tensor/random.h"
 
 namespace triad {
@@ -47,11 +51,6 @@ void map1(const Tensor& a, const Tensor& out, F&& f) {
                        });
 }
 
-template <class T>
-constexpr T kGeluScale = T(0.7978845608028654);  // sqrt(2/pi)
-template <class T>
-constexpr T kGeluCubic = T(0.044715);
-
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -74,10 +73,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
       case BinaryOp::relu_backward:
         return map2<T>(a, b, out, [](T y, T g) { return y > T(0) ? g : T(0); });
       case BinaryOp::silu_backward:
-        return map2<T>(a, b, out, [](T x, T g) {
-          const T s = T(0.5) * (T(1) + cpu::vtanh(T(0.5) * x));  // sigmoid(x)
-          return g * (s * (T(1) + x * (T(1) - s)));
-        });
+        return map2<T>(a, b, out, [](T x, T g) { return cpu::silu_grad(x, g); });
     }
   });
 }
@@ -111,11 +107,9 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double sc
       case UnaryOp::add_scalar:
         return map1<T>(a, out, [s](T x) { return x + s; });
       case UnaryOp::gelu:
-        return map1<T>(a, out, [](T x) {
-          return T(0.5) * x * (T(1) + cpu::vtanh(kGeluScale<T> * (x + kGeluCubic<T> * x * x * x)));
-        });
+        return map1<T>(a, out, [](T x) { return cpu::gelu(x); });
       case UnaryOp::silu:
-        return map1<T>(a, out, [](T x) { return x * (T(0.5) * (T(1) + cpu::vtanh(T(0.5) * x))); });
+        return map1<T>(a, out, [](T x) { return cpu::silu(x); });
     }
   });
 }
@@ -144,12 +138,111 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& grad_y, const Tens
   }
   cpu::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    map2<T>(x, grad_y, grad_x, [](T v, T g) {
-      const T u = kGeluScale<T> * (v + kGeluCubic<T> * v * v * v);
-      const T t = cpu::vtanh(u);
-      const T du = kGeluScale<T> * (T(1) + T(3) * kGeluCubic<T> * v * v);
-      return g * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
-    });
+    map2<T>(x, grad_y, grad_x, [](T v, T g) { return cpu::gelu_grad(v, g); });
+  });
+}
+
+namespace {
+
+// v as a `stored` value reads back (the rounding a 16-bit result gets), in f32.
+float as_stored(float v, DType stored) {
+  if (stored == DType::bf16) return bf16_to_float(float_to_bf16(v));
+  if (stored == DType::f16) return f16_to_float(float_to_f16(v));
+  return v;
+}
+double as_stored(double v, DType) { return v; }
+
+}  // namespace
+
+// One pass: each thread owns a band of columns and walks every row, so each bias sum runs
+// over the rows in order (sum_dim's order) without partials.
+void CpuBackend::gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, const Tensor& grad_pre,
+                                    const Tensor& grad_bias) {
+  if (cpu::any_16bit({&pre, &grad_y, &grad_pre, &grad_bias})) {
+    const cpu::WideOut og(grad_pre), ob(grad_bias);
+    const DType stored = grad_pre.dtype();
+    const Tensor p = cpu::widen(pre), g = cpu::widen(grad_y);
+    const int64_t n = pre.size(-1), rows = n ? pre.numel() / n : 0;
+    const float* pp = p.data<float>();
+    const float* pg = g.data<float>();
+    float* pd = og.get().data<float>();
+    float* pb = grad_bias.defined() ? ob.get().data<float>() : nullptr;
+#pragma omp parallel if (rows * n > cpu::kParallelGrain)
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+      if (pb) std::fill(pb + lo, pb + hi, 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = lo; j < hi; ++j) {
+          const float v = as_stored(cpu::gelu_grad(pp[r * n + j], pg[r * n + j]), stored);
+          pd[r * n + j] = v;
+          if (pb) pb[j] += v;
+        }
+    }
+    og.store();
+    return ob.store();
+  }
+  cpu::visit_float(pre.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = pre.size(-1), rows = n ? pre.numel() / n : 0;
+    const T* pp = pre.data<T>();
+    const T* pg = grad_y.data<T>();
+    T* pd = grad_pre.data<T>();
+    T* pb = grad_bias.defined() ? grad_bias.data<T>() : nullptr;
+#pragma omp parallel if (rows * n > cpu::kParallelGrain)
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+      if (pb) {
+        std::fill(pb + lo, pb + hi, T(0));
+        for (int64_t r = 0; r < rows; ++r) {
+#pragma omp simd
+          for (int64_t j = lo; j < hi; ++j) {
+            const T v = cpu::gelu_grad(pp[r * n + j], pg[r * n + j]);
+            pd[r * n + j] = v;
+            pb[j] += v;
+          }
+        }
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+#pragma omp simd
+          for (int64_t j = lo; j < hi; ++j) pd[r * n + j] = cpu::gelu_grad(pp[r * n + j], pg[r * n + j]);
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::swiglu(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (cpu::any_16bit({&a, &b, &out})) {
+    const cpu::WideOut o(out);
+    swiglu(cpu::widen(a), cpu::widen(b), o.get());
+    return o.store();
+  }
+  cpu::visit_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    map2<T>(a, b, out, [](T x, T y) { return cpu::silu(x) * y; });
+  });
+}
+
+void CpuBackend::swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y, const Tensor& da,
+                                 const Tensor& db) {
+  if (cpu::any_16bit({&a, &b, &grad_y, &da, &db})) {
+    const cpu::WideOut oa(da), ob(db);
+    swiglu_backward(cpu::widen(a), cpu::widen(b), cpu::widen(grad_y), oa.get(), ob.get());
+    oa.store();
+    return ob.store();
+  }
+  cpu::visit_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = a.numel();
+    const T *pa = a.data<T>(), *pb = b.data<T>(), *pg = grad_y.data<T>();
+    T *pda = da.data<T>(), *pdb = db.data<T>();
+#pragma omp parallel for simd if (n > cpu::kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      pda[i] = cpu::silu_grad(pa[i], pg[i] * pb[i]);
+      pdb[i] = pg[i] * cpu::silu(pa[i]);
+    }
   });
 }
 

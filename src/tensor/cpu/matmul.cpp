@@ -1,4 +1,4 @@
-// GEMM through Eigen, and linear layers (a GEMM and its bias). With EIGEN_USE_BLAS (set
+// GEMM through Eigen, and linear layers (a GEMM and its bias; with a GELU after it). With EIGEN_USE_BLAS (set
 // for this library) Eigen forwards large products to the OpenMP build of OpenBLAS; small
 // ones stay in Eigen's own kernels. Batched products run their batch in parallel when the
 // batch is large and each product small (attention), and one product at a time, each
@@ -9,6 +9,8 @@
 #include <Eigen/Core>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/strided.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/cpu/visit_float.h"
 #include "tensor/cpu/widen.h"
 
@@ -85,6 +87,26 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
     }
   };
   cpu::visit_float(out.dtype(), run);
+}
+
+// The GELU reads the f32 (f64) sum before pre is rounded to a 16-bit dtype.
+void CpuBackend::linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre,
+                             const Tensor& out) {
+  if (cpu::any_16bit({&x, &weight, &bias, &pre, &out})) {
+    const cpu::WideOut opre(pre), oout(out);
+    linear_gelu(cpu::widen(x), cpu::widen(weight), cpu::widen(bias), opre.get(), oout.get());
+    opre.store();
+    return oout.store();
+  }
+  linear(x, weight, bias, pre);
+  cpu::visit_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = out.numel();
+    const T* pp = pre.data<T>();
+    T* po = out.data<T>();
+#pragma omp parallel for simd if (n > cpu::kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) po[i] = cpu::gelu(pp[i]);
+  });
 }
 
 }  // namespace triad

@@ -1,5 +1,6 @@
-// Fused neural-network kernels: softmax (optionally causal), layer norm, RMS norm, embedding,
-// cross-entropy. One row per loop iteration, rows spread over threads; reductions that
+// Fused neural-network kernels: softmax (optionally causal), layer norm, RMS norm (each
+// also after a residual add, and adding the residual's gradient in its backward),
+// embedding, cross-entropy. One row per loop iteration, rows spread over threads; reductions that
 // cross rows (norm weight gradients, embedding scatter) are split by column so every
 // thread owns what it writes and results do not depend on the schedule. bf16/f16 operands
 // go through f32 copies (tensor/cpu/widen.h); the embedding copies rows as stored.
@@ -23,6 +24,42 @@ namespace {
 
 int64_t index_at(const Tensor& idx, int64_t i) {
   return idx.dtype() == DType::i64 ? idx.data<int64_t>()[i] : idx.data<int32_t>()[i];
+}
+
+template <class T>
+inline void layer_norm_row(const T* in, const T* w, const T* b, T eps, int64_t c, T* out, T& mean, T& rstd) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < c; ++j) s += in[j];
+  const T mu = s / T(c);
+  T v = 0;
+#pragma omp simd reduction(+ : v)
+  for (int64_t j = 0; j < c; ++j) v += (in[j] - mu) * (in[j] - mu);
+  const T rs = T(1) / std::sqrt(v / T(c) + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < c; ++j) out[j] = (in[j] - mu) * rs * w[j] + b[j];
+  mean = mu;
+  rstd = rs;
+}
+
+template <class T>
+inline void rms_norm_row(const T* in, const T* w, T eps, int64_t c, T* out, T& rstd) {
+  T ss = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t j = 0; j < c; ++j) ss += in[j] * in[j];
+  const T rs = T(1) / std::sqrt(ss / T(c) + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < c; ++j) out[j] = in[j] * rs * w[j];
+  rstd = rs;
+}
+
+// dx += the residual's gradient, row by row after dx is complete (kept out of dx's own
+// expression, so dx rounds as the unfused backward's does before the add).
+template <class T>
+inline void add_row(T* dx, const T* residual, int64_t c) {
+  if (!residual) return;
+#pragma omp simd
+  for (int64_t j = 0; j < c; ++j) dx[j] += residual[j];
 }
 
 }  // namespace
@@ -98,31 +135,40 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
     const T *px = x.data<T>(), *pw = weight.data<T>(), *pb = bias.data<T>();
     T *py = y.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
 #pragma omp parallel for if (rows * c > cpu::kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* in = px + r * c;
-      T s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < c; ++j) s += in[j];
-      const T mu = s / T(c);
-      T v = 0;
-#pragma omp simd reduction(+ : v)
-      for (int64_t j = 0; j < c; ++j) v += (in[j] - mu) * (in[j] - mu);
-      const T rs = T(1) / std::sqrt(v / T(c) + T(eps));
-      T* out = py + r * c;
+    for (int64_t r = 0; r < rows; ++r) layer_norm_row(px + r * c, pw, pb, T(eps), c, py + r * c, pm[r], pr[r]);
+  });
+}
+
+// A 16-bit sum is rounded before the norm reads it: the add and the norm run as the
+// unfused ops do, on f32 copies.
+void CpuBackend::add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                                const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  if (cpu::any_16bit({&x, &r, &weight, &bias, &sum, &y})) {
+    binary(BinaryOp::add, x, r, sum);
+    return layer_norm(sum, weight, bias, eps, y, mean, rstd);
+  }
+  cpu::visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t c = x.size(-1), rows = mean.numel();
+    const T *px = x.data<T>(), *pr = r.data<T>(), *pw = weight.data<T>(), *pb = bias.data<T>();
+    T *ps = sum.data<T>(), *py = y.data<T>(), *pm = mean.data<T>(), *prs = rstd.data<T>();
+#pragma omp parallel for if (rows * c > cpu::kParallelGrain)
+    for (int64_t i = 0; i < rows; ++i) {
+      T* s = ps + i * c;
 #pragma omp simd
-      for (int64_t j = 0; j < c; ++j) out[j] = (in[j] - mu) * rs * pw[j] + pb[j];
-      pm[r] = mu;
-      pr[r] = rs;
+      for (int64_t j = 0; j < c; ++j) s[j] = px[i * c + j] + pr[i * c + j];
+      layer_norm_row(s, pw, pb, T(eps), c, py + i * c, pm[i], prs[i]);
     }
   });
 }
 
 void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
-  if (cpu::any_16bit({&grad_y, &x, &weight, &dx, &dweight})) {
+                                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                     const Tensor& grad_residual) {
+  if (cpu::any_16bit({&grad_y, &x, &weight, &dx, &dweight, &grad_residual})) {
     const cpu::WideOut odx(dx), odw(dweight), odb(dbias);
     layer_norm_backward(cpu::widen(grad_y), cpu::widen(x), cpu::widen(weight), mean, rstd, odx.get(), odw.get(),
-                        odb.get());
+                        odb.get(), cpu::widen(grad_residual));
     odx.store();
     odw.store();
     return odb.store();
@@ -133,6 +179,7 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, cons
     const T *pg = grad_y.data<T>(), *px = x.data<T>(), *pw = weight.data<T>();
     const T *pm = mean.data<T>(), *pr = rstd.data<T>();
     T *pdx = dx.data<T>(), *pdw = dweight.data<T>(), *pdb = dbias.data<T>();
+    const T* pres = grad_residual.defined() ? grad_residual.data<T>() : nullptr;
 #pragma omp parallel for if (rows * c > cpu::kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
       const T *g = pg + r * c, *in = px + r * c;
@@ -148,6 +195,7 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x, cons
       T* out = pdx + r * c;
 #pragma omp simd
       for (int64_t j = 0; j < c; ++j) out[j] = rs * (g[j] * pw[j] - a - (in[j] - mu) * rs * b);
+      add_row(out, pres ? pres + r * c : nullptr, c);
     }
     // Parameter gradients: columns split across threads, rows summed in order.
 #pragma omp parallel for if (rows * c > cpu::kParallelGrain)
@@ -176,25 +224,37 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, con
     const T *px = x.data<T>(), *pw = weight.data<T>();
     T *py = y.data<T>(), *pr = rstd.data<T>();
 #pragma omp parallel for if (rows * c > cpu::kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* in = px + r * c;
-      T ss = 0;
-#pragma omp simd reduction(+ : ss)
-      for (int64_t j = 0; j < c; ++j) ss += in[j] * in[j];
-      const T rs = T(1) / std::sqrt(ss / T(c) + T(eps));
-      T* out = py + r * c;
+    for (int64_t r = 0; r < rows; ++r) rms_norm_row(px + r * c, pw, T(eps), c, py + r * c, pr[r]);
+  });
+}
+
+void CpuBackend::add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps, const Tensor& sum,
+                              const Tensor& y, const Tensor& rstd) {
+  if (cpu::any_16bit({&x, &r, &weight, &sum, &y})) {
+    binary(BinaryOp::add, x, r, sum);
+    return rms_norm(sum, weight, eps, y, rstd);
+  }
+  cpu::visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t c = x.size(-1), rows = rstd.numel();
+    const T *px = x.data<T>(), *pr = r.data<T>(), *pw = weight.data<T>();
+    T *ps = sum.data<T>(), *py = y.data<T>(), *prs = rstd.data<T>();
+#pragma omp parallel for if (rows * c > cpu::kParallelGrain)
+    for (int64_t i = 0; i < rows; ++i) {
+      T* s = ps + i * c;
 #pragma omp simd
-      for (int64_t j = 0; j < c; ++j) out[j] = in[j] * rs * pw[j];
-      pr[r] = rs;
+      for (int64_t j = 0; j < c; ++j) s[j] = px[i * c + j] + pr[i * c + j];
+      rms_norm_row(s, pw, T(eps), c, py + i * c, prs[i]);
     }
   });
 }
 
 void CpuBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                   const Tensor& dx, const Tensor& dweight) {
-  if (cpu::any_16bit({&grad_y, &x, &weight, &dx, &dweight})) {
+                                   const Tensor& dx, const Tensor& dweight, const Tensor& grad_residual) {
+  if (cpu::any_16bit({&grad_y, &x, &weight, &dx, &dweight, &grad_residual})) {
     const cpu::WideOut odx(dx), odw(dweight);
-    rms_norm_backward(cpu::widen(grad_y), cpu::widen(x), cpu::widen(weight), rstd, odx.get(), odw.get());
+    rms_norm_backward(cpu::widen(grad_y), cpu::widen(x), cpu::widen(weight), rstd, odx.get(), odw.get(),
+                      cpu::widen(grad_residual));
     odx.store();
     return odw.store();
   }
@@ -203,6 +263,7 @@ void CpuBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const 
     const int64_t c = x.size(-1), rows = rstd.numel();
     const T *pg = grad_y.data<T>(), *px = x.data<T>(), *pw = weight.data<T>(), *pr = rstd.data<T>();
     T *pdx = dx.data<T>(), *pdw = dweight.data<T>();
+    const T* pres = grad_residual.defined() ? grad_residual.data<T>() : nullptr;
     // x^ = x rstd, y = x^ w: dx = rstd (g w - x^ mean(g w x^)), dweight = the sum over rows of g x^.
 #pragma omp parallel for if (rows * c > cpu::kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
@@ -215,6 +276,7 @@ void CpuBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const 
       T* out = pdx + r * c;
 #pragma omp simd
       for (int64_t j = 0; j < c; ++j) out[j] = rs * (g[j] * pw[j] - in[j] * rs * m);
+      add_row(out, pres ? pres + r * c : nullptr, c);
     }
 #pragma omp parallel for if (rows * c > cpu::kParallelGrain)
     for (int64_t j = 0; j < c; ++j) {

@@ -2,7 +2,7 @@
 // vectorizer cannot widen (its vector variants are only declared under -ffast-math), and
 // softmax, cross-entropy and GELU spend most of their time in them. These are branch-free
 // inline versions for float, accurate to a few ulp; double keeps the C library (it only
-// serves gradient checks).
+// serves gradient checks). The activations built on them follow.
 #pragma once
 
 #include <cmath>
@@ -39,5 +39,33 @@ inline float vtanh(float x) {
 
 inline double vexp(double x) { return std::exp(x); }
 inline double vtanh(double x) { return std::tanh(x); }
+
+// The activations on them, one expression each for every kernel that computes them (the
+// fused kernels give the unfused ones' bits): GELU (tanh form), its derivative times g,
+// sigmoid as (1 + tanh(x/2)) / 2 (finite for every x), SiLU and its derivative times g.
+template <class T>
+inline T gelu(T x) {
+  return T(0.5) * x * (T(1) + vtanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)));
+}
+template <class T>
+inline T gelu_grad(T v, T g) {
+  const T u = T(0.7978845608028654) * (v + T(0.044715) * v * v * v);
+  const T t = vtanh(u);
+  const T du = T(0.7978845608028654) * (T(1) + T(3) * T(0.044715) * v * v);
+  return g * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
+}
+template <class T>
+inline T sigmoid(T x) {
+  return T(0.5) * (T(1) + vtanh(T(0.5) * x));
+}
+template <class T>
+inline T silu(T x) {
+  return x * sigmoid(x);
+}
+template <class T>
+inline T silu_grad(T x, T g) {
+  const T s = sigmoid(x);
+  return g * (s * (T(1) + x * (T(1) - s)));
+}
 
 }  // namespace triad::cpu

@@ -1,0 +1,145 @@
+// The kernels of the CUDA backend's fused transformer-block ops (fused.cu launches them;
+// tensor/cpu/ holds the CPU versions they follow): bias and GELU after a product whose
+// epilogue cuBLASLt cannot take, GELU's backward with the bias gradient, SwiGLU's product
+// and its backward, and the residual add fused into layer norm and RMS norm. They live in
+// a header of their own so that tests/cuda/test_fused_kernels_emulated.cpp runs them on the
+// CPU under an emulation of CUDA. Operands are f32, bf16 or f16 (Floats), computed on in
+// f32; each result is rounded once as its dtype stores it.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/backend/launch.cuh"
+
+namespace triad::cuda {
+
+namespace {
+
+// The activations as the CPU computes them (tensor/cpu/vec_math.h), in f32.
+__device__ inline float fused_gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ inline float fused_gelu_grad(float v, float g) {
+  const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+  const float t = tanhf(u);
+  const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * v * v);
+  return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+}
+__device__ inline float fused_sigmoid(float x) { return 0.5f * (1.0f + tanhf(0.5f * x)); }
+__device__ inline float fused_silu(float x) { return x * fused_sigmoid(x); }
+__device__ inline float fused_silu_grad(float x, float g) {
+  const float s = fused_sigmoid(x);
+  return g * (s * (1.0f + x * (1.0f - s)));
+}
+
+// v as f's dtype stores it, read back as f32.
+__device__ inline float as_stored(const Floats& f, float v) {
+  switch (f.dtype) {
+    case DType::bf16:
+      return bf16_to_float(float_to_bf16(v));
+    case DType::f16:
+      return f16_to_float(float_to_f16(v));
+    default:
+      return v;
+  }
+}
+
+// ---- linear + GELU ----
+
+// product (total = rows n) f32: pre = product + bias (bias.data null: none), out =
+// GELU(product + bias) of the unrounded sum.
+__global__ void bias_gelu_kernel(const float* product, Floats bias, Floats pre, Floats out, int64_t total, int64_t n) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const float s = bias.data ? product[t] + bias.load(t % n) : product[t];
+    pre.store(t, s);
+    out.store(t, fused_gelu(s));
+  }
+}
+
+// grad_pre = GELU'(pre) g over rows [chunk len, (chunk + 1) len) of (rows, n), one column a
+// thread; partial (chunks, n), when not null, receives the column sums of grad_pre as
+// stored, in row order.
+__global__ void gelu_bias_backward_kernel(Floats pre, Floats g, Floats grad_pre, float* partial, int64_t rows,
+                                          int64_t n, int64_t len) {
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  const int64_t chunk = blockIdx.y;
+  const int64_t begin = chunk * len, end = begin + len < rows ? begin + len : rows;
+  float s = 0.0f;
+  for (int64_t r = begin; r < end; ++r) {
+    const float v = as_stored(grad_pre, fused_gelu_grad(pre.load(r * n + j), g.load(r * n + j)));
+    grad_pre.store(r * n + j, v);
+    s += v;
+  }
+  if (partial) partial[chunk * n + j] = s;
+}
+
+// out (n) = the sums over chunks of partial (chunks, n), in chunk order.
+__global__ void column_sum_kernel(const float* partial, Floats out, int64_t chunks, int64_t n) {
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  float s = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) s += partial[k * n + j];
+  out.store(j, s);
+}
+
+// ---- SwiGLU ----
+
+__global__ void swiglu_kernel(Floats a, Floats b, Floats out, int64_t total) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x)
+    out.store(t, fused_silu(a.load(t)) * b.load(t));
+}
+
+__global__ void swiglu_backward_kernel(Floats a, Floats b, Floats g, Floats da, Floats db, int64_t total) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const float av = a.load(t), gv = g.load(t);
+    da.store(t, fused_silu_grad(av, gv * b.load(t)));
+    db.store(t, gv * fused_silu(av));
+  }
+}
+
+// ---- residual add + norm: one block a row, as layer_norm_kernel and rms_norm_kernel ----
+
+// sum = x + r rounded to sum's dtype; y, mean, rstd: layer norm of the stored sum. Each
+// thread reads back only what it wrote.
+__global__ void add_layer_norm_kernel(Floats x, Floats r, Floats w, Floats b, float eps, Floats sum, Floats y,
+                                      float* mean, float* rstd, int64_t c) {
+  const int64_t i = blockIdx.x, row = i * c;
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+    const float v = as_stored(sum, x.load(row + j) + r.load(row + j));
+    sum.store(row + j, v);
+    s += v;
+  }
+  const float mu = block_reduce(s, SumOp{}, 0.0f) / float(c);
+  float var = 0.0f;
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+    const float d = sum.load(row + j) - mu;
+    var += d * d;
+  }
+  const float rs = 1.0f / sqrtf(block_reduce(var, SumOp{}, 0.0f) / float(c) + eps);
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+    y.store(row + j, (sum.load(row + j) - mu) * rs * w.load(j) + b.load(j));
+  if (threadIdx.x == 0) {
+    mean[i] = mu;
+    rstd[i] = rs;
+  }
+}
+
+__global__ void add_rms_norm_kernel(Floats x, Floats r, Floats w, float eps, Floats sum, Floats y, float* rstd,
+                                    int64_t c) {
+  const int64_t i = blockIdx.x, row = i * c;
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+    const float v = as_stored(sum, x.load(row + j) + r.load(row + j));
+    sum.store(row + j, v);
+    ss += v * v;
+  }
+  const float rs = 1.0f / sqrtf(block_reduce(ss, SumOp{}, 0.0f) / float(c) + eps);
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) y.store(row + j, sum.load(row + j) * rs * w.load(j));
+  if (threadIdx.x == 0) rstd[i] = rs;
+}
+
+}  // namespace
+
+}  // namespace triad::cuda
