@@ -75,18 +75,18 @@ ColumnParallelLinear::ColumnParallelLinear(LinearPart p, CommunicatorPtr tp, con
       options(o),
       tp_(std::move(tp)) {}
 
-Tensor ColumnParallelLinear::forward(const Tensor& x) {
+Tensor ColumnParallelLinear::whole_input(const Tensor& x) const {
   const bool sp = options.sequence_parallel && !nn::sequence_parallel_paused();
-  const Tensor input = sp ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
-  const Tensor y = linear(input, weight, bias);
+  return sp ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
+}
+
+Tensor ColumnParallelLinear::output(const Tensor& y) const {
   return options.gather_output ? gather_from_tp_region(y, tp_) : y;
 }
 
-Tensor ColumnParallelLinear::forward_gelu(const Tensor& x) {
-  const Tensor input = options.sequence_parallel ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
-  const Tensor y = linear_gelu(input, weight, bias);
-  return options.gather_output ? gather_from_tp_region(y, tp_) : y;
-}
+Tensor ColumnParallelLinear::forward(const Tensor& x) { return output(linear(whole_input(x), weight, bias)); }
+
+Tensor ColumnParallelLinear::forward_gelu(const Tensor& x) { return output(linear_gelu(whole_input(x), weight, bias)); }
 
 // ---- RowParallelLinear
 

@@ -58,6 +58,10 @@ class ColumnParallelLinear : public nn::Linear {
 
  private:
   ColumnParallelLinear(LinearPart part, CommunicatorPtr tp, const ColumnParallelOptions& options);
+  // The collectives around the rank's product: its whole input (gathered over the sequence
+  // under sequence parallelism, unless paused), and its output (gathered when gather_output).
+  Tensor whole_input(const Tensor& x) const;
+  Tensor output(const Tensor& y) const;
   CommunicatorPtr tp_;
 };
 

@@ -152,9 +152,9 @@ BOOST_AUTO_TEST_CASE(cross_entropy_matches_the_cpu) {
     const Tensor grad_loss = Tensor::scalar(3.0, DType::f32);
     Tensor grad = Tensor::full({rows, w}, 7.0), want_grad = Tensor::full({rows, w}, 9.0);
     emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(v)), [&] {
-      cuda::cross_entropy_backward_kernel(floats(logits), targets.data<int64_t>(), want_lse.data<float>(),
-                                          grad_loss.data<float>(), count.data<int64_t>(), -100, floats(grad), rows, v,
-                                          w, sb.sink());
+      cuda::classifier_grad_kernel(floats(logits), floats(grad), targets.data<int64_t>(), 0, v, w, v, -100,
+                                 want_lse.data<float>(), grad_loss.data<float>(), count.data<int64_t>(), rows,
+                                 sb.sink());
     });
     cpu.cross_entropy_backward(logits, sane_targets, want_lse, grad_loss, want_count, -100, v, want_grad);
     BOOST_TEST(ops::max_abs(ops::sub(grad, want_grad)) < 1e-6, what << " backward");
@@ -216,7 +216,7 @@ BOOST_AUTO_TEST_CASE(classifier_kernels_match_the_cpu) {
       const Tensor grad_loss = Tensor::scalar(3.0, DType::f32);
       Tensor grad = ops::clone(logits), want = ops::clone(logits);
       emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(w)), [&] {
-        cuda::classifier_grad_kernel(floats(grad), targets.data<int64_t>(), first, v, w, vocab, -100,
+        cuda::classifier_grad_kernel(floats(grad), floats(grad), targets.data<int64_t>(), first, v, w, vocab, -100,
                                      whole_lse.data<float>(), grad_loss.data<float>(), count.data<int64_t>(), rows,
                                      sb.sink());
       });
@@ -260,9 +260,9 @@ BOOST_AUTO_TEST_CASE(bf16_logits_and_rows_match_the_cpu) {
   const Tensor grad_loss = Tensor::scalar(3.0, DType::f32);
   Tensor grad = Tensor::full({rows, w}, 7.0, DType::bf16), want = Tensor::full({rows, w}, 9.0, DType::bf16);
   emulation::launch(unsigned(rows), 1, 64, [&] {
-    cuda::cross_entropy_backward_kernel(floats(logits), targets.data<int64_t>(), want_lse.data<float>(),
-                                        grad_loss.data<float>(), count.data<int64_t>(), -100, floats(grad), rows, v, w,
-                                        s.sink());
+    cuda::classifier_grad_kernel(floats(logits), floats(grad), targets.data<int64_t>(), 0, v, w, v, -100,
+                                 want_lse.data<float>(), grad_loss.data<float>(), count.data<int64_t>(), rows,
+                                 s.sink());
   });
   cpu.cross_entropy_backward(logits, targets, want_lse, grad_loss, want_count, -100, v, want);
   const std::vector<float> g = ops::to(grad, DType::f32).to_vector<float>();
@@ -304,9 +304,9 @@ BOOST_AUTO_TEST_CASE(cross_entropy_with_every_row_ignored) {
   const Tensor grad_loss = Tensor::scalar(1.0, DType::f32);
   Tensor grad = Tensor::full({rows, v}, 7.0);
   emulation::launch(unsigned(rows), 1, 64, [&] {
-    cuda::cross_entropy_backward_kernel(floats(logits), targets.data<int64_t>(), lse.data<float>(),
-                                        grad_loss.data<float>(), count.data<int64_t>(), -100, floats(grad), rows, v, v,
-                                        s.sink());
+    cuda::classifier_grad_kernel(floats(logits), floats(grad), targets.data<int64_t>(), 0, v, v, v, -100,
+                                 lse.data<float>(), grad_loss.data<float>(), count.data<int64_t>(), rows,
+                                 s.sink());
   });
   BOOST_TEST(ops::max_abs(grad) == 0.0);
   BOOST_TEST(s.record.found == 0);

@@ -151,7 +151,7 @@ if ! out=$(submit train --job-name resume --wait); then
 fi
 second=$(job_id_of "$out")
 log=$runs/resume/$second/job.log
-k=$(sed -n 's/^resumed from .* at step \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+k=$(sed -n 's/^resumed from .* at step \([0-9]*\)\( in [0-9.]* s\)\{0,1\}$/\1/p' "$log" | tail -n 1)
 [[ -n $k ]] || {
   show "$log"
   fail "job $second did not say 'resumed from ... at step K'"
@@ -185,7 +185,7 @@ log=$runs/requeue/$id/job.log
 }
 [[ $info == *Restarts=1* ]] || fail "job $id was not restarted once: $info"
 grep -q "preempted: requeueing job $id" "$log" || fail "job $id's log does not show the requeue"
-k=$(sed -n 's/^resumed from .* at step \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+k=$(sed -n 's/^resumed from .* at step \([0-9]*\)\( in [0-9.]* s\)\{0,1\}$/\1/p' "$log" | tail -n 1)
 if [[ -z $k ]] || ((k == 0)); then
   show "$log"
   fail "requeued job $id did not resume from a checkpoint"

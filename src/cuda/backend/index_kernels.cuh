@@ -99,25 +99,6 @@ __global__ void cross_entropy_mean_kernel(const double* loss, const int64_t* tar
   }
 }
 
-// grad = (softmax - onehot) * grad_loss / count over the first v of each row's w columns,
-// zero in the padding columns and in rows where the target does not count.
-__global__ void cross_entropy_backward_kernel(Floats logits, const int64_t* targets, const float* lse,
-                                              const float* grad_loss, const int64_t* count, int64_t ignore_index,
-                                              Floats grad, int64_t rows, int64_t v, int64_t w, BadIndexSink sink) {
-  const int64_t r = blockIdx.x, row = r * w;
-  const int64_t t = targets[r];
-  if (!target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy_backward, sink)) {
-    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) grad.store(row + j, 0.0f);
-    return;
-  }
-  const float scale = *grad_loss / float(*count);
-  const float l = lse[r];
-  for (int64_t j = threadIdx.x; j < w; j += blockDim.x) {
-    const float p = j < v ? expf(logits.load(row + j) - l) * scale : 0.0f;
-    grad.store(row + j, j == t ? p - scale : p);
-  }
-}
-
 // ---- the fused classifier (Note [Fused classifier] in autograd/fused_classifier.h) ----
 // A chunk's logits hold the classes [first, first + v) of a vocabulary of `vocab` in the
 // first v of each row's w columns (the rest: padding); targets are ids in [0, vocab).
@@ -162,23 +143,25 @@ __global__ void classifier_loss_kernel(const float* lse, const float* target_log
   }
 }
 
-// In place: logits = (exp(logit - lse) - onehot) * grad_loss / count over the v classes,
-// zero in the padding columns and in rows that do not count. Each element is read and then
-// written by one thread.
-__global__ void classifier_grad_kernel(Floats logits, const int64_t* targets, int64_t first, int64_t v, int64_t w,
-                                       int64_t vocab, int64_t ignore_index, const float* lse, const float* grad_loss,
-                                       const int64_t* count, int64_t rows, BadIndexSink sink) {
+// The loss gradient of the loss over rows of logits: grad = (exp(logit - lse) - onehot(t -
+// first)) * grad_loss / count over the v classes, zero in the padding columns and in rows
+// that do not count; a target outside [first, first + v) (another rank's part of the
+// vocabulary) puts no onehot here. grad may be logits (in place: each element is read and
+// then written by one thread).
+__global__ void classifier_grad_kernel(Floats logits, Floats grad, const int64_t* targets, int64_t first, int64_t v,
+                                       int64_t w, int64_t vocab, int64_t ignore_index, const float* lse,
+                                       const float* grad_loss, const int64_t* count, int64_t rows, BadIndexSink sink) {
   const int64_t r = blockIdx.x, row = r * w;
   const int64_t t = targets[r];
   if (!target_counts(t, r, rows, vocab, ignore_index, IndexOp::cross_entropy_backward, sink)) {
-    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) logits.store(row + j, 0.0f);
+    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) grad.store(row + j, 0.0f);
     return;
   }
   const float scale = *grad_loss / float(*count);
   const float l = lse[r];
   for (int64_t j = threadIdx.x; j < w; j += blockDim.x) {
     const float p = j < v ? expf(logits.load(row + j) - l) * scale : 0.0f;
-    logits.store(row + j, j < v && j == t - first ? p - scale : p);
+    grad.store(row + j, j < v && j == t - first ? p - scale : p);
   }
 }
 

@@ -298,9 +298,9 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   const int64_t rows = logits.size(0), v = classes, w = logits.size(1);
   if (rows == 0 || w == 0) return;
   OnDevice on(logits);
-  cross_entropy_backward_kernel<<<unsigned(rows), row_threads(w), 0, on.stream()>>>(
-      fl, ptr<const int64_t>(targets), ptr<const float>(lse), ptr<const float>(grad_loss), ptr<const int64_t>(count),
-      ignore_index, fg, rows, v, w, bad_index_sink(logits.device().index));
+  classifier_grad_kernel<<<unsigned(rows), row_threads(w), 0, on.stream()>>>(
+      fl, fg, ptr<const int64_t>(targets), 0, v, w, v, ignore_index, ptr<const float>(lse), ptr<const float>(grad_loss),
+      ptr<const int64_t>(count), rows, bad_index_sink(logits.device().index));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -334,7 +334,7 @@ void CudaBackend::classifier_grad(const Tensor& logits, const Tensor& targets, i
   if (rows == 0 || w == 0) return;
   OnDevice on(logits);
   classifier_grad_kernel<<<unsigned(rows), row_threads(w), 0, on.stream()>>>(
-      fl, ptr<const int64_t>(targets), first, classes, w, vocab, ignore_index, ptr<const float>(lse),
+      fl, fl, ptr<const int64_t>(targets), first, classes, w, vocab, ignore_index, ptr<const float>(lse),
       ptr<const float>(grad_loss), ptr<const int64_t>(count), rows, bad_index_sink(logits.device().index));
   TRIAD_CUDA_CHECK_LAUNCH();
 }

@@ -62,6 +62,29 @@ inline void add_row(T* dx, const T* residual, int64_t c) {
   for (int64_t j = 0; j < c; ++j) dx[j] += residual[j];
 }
 
+// The loss gradient of a row of logits: (softmax(in) - onehot(target - first)) * sc into
+// out (may be in), zero for an ignored row and past the first v columns (padding); a target
+// outside [first, first + v) (another rank's part of the vocabulary) puts no -sc here.
+template <class T>
+void softmax_grad_rows(const T* in, T* out, int64_t rows, int64_t w, int64_t v, const int64_t* targets, int64_t first,
+                       int64_t ignore_index, const T* lse, T sc) {
+#pragma omp parallel for if (rows * w > cpu::kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* g = out + r * w;
+    if (targets[r] == ignore_index) {
+      std::fill(g, g + w, T(0));
+      continue;
+    }
+    const T* row = in + r * w;
+    const T l = lse[r];
+#pragma omp simd
+    for (int64_t j = 0; j < v; ++j) g[j] = cpu::vexp(row[j] - l) * sc;
+    std::fill(g + v, g + w, T(0));  // padding
+    const int64_t j = targets[r] - first;
+    if (j >= 0 && j < v) g[j] -= sc;
+  }
+}
+
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) {
@@ -363,26 +386,10 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   }
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const int64_t rows = logits.size(0), w = logits.size(1), v = classes;
-    const T *pl = logits.data<T>(), *ps = lse.data<T>();
-    const int64_t* pt = targets.data<int64_t>();
-    T* pg = grad_logits.data<T>();
     const int64_t counted = count.data<int64_t>()[0];
     const T sc = T(counted ? double(grad_loss.data<T>()[0]) / double(counted) : 0.0);
-#pragma omp parallel for if (rows * v > cpu::kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      T* g = pg + r * w;
-      if (pt[r] == ignore_index) {
-        std::fill(g, g + w, T(0));
-        continue;
-      }
-      const T* row = pl + r * w;
-      const T l = ps[r];
-#pragma omp simd
-      for (int64_t j = 0; j < v; ++j) g[j] = cpu::vexp(row[j] - l) * sc;
-      std::fill(g + v, g + w, T(0));  // padding
-      g[pt[r]] -= sc;
-    }
+    softmax_grad_rows(logits.data<T>(), grad_logits.data<T>(), logits.size(0), logits.size(1), classes,
+                      targets.data<int64_t>(), 0, ignore_index, lse.data<T>(), sc);
   });
 }
 
@@ -440,26 +447,10 @@ void CpuBackend::classifier_grad(const Tensor& logits, const Tensor& targets, in
   }
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const int64_t rows = logits.size(0), w = logits.size(1), v = classes;
-    const T* ps = lse.data<T>();
-    const int64_t* pt = targets.data<int64_t>();
-    T* pl = logits.data<T>();
     const int64_t counted = count.data<int64_t>()[0];
     const T sc = T(counted ? double(grad_loss.data<T>()[0]) / double(counted) : 0.0);
-#pragma omp parallel for if (rows * w > cpu::kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      T* g = pl + r * w;
-      if (pt[r] == ignore_index) {
-        std::fill(g, g + w, T(0));
-        continue;
-      }
-      const T l = ps[r];
-#pragma omp simd
-      for (int64_t j = 0; j < v; ++j) g[j] = cpu::vexp(g[j] - l) * sc;
-      std::fill(g + v, g + w, T(0));  // padding
-      const int64_t j = pt[r] - first;
-      if (j >= 0 && j < v) g[j] -= sc;
-    }
+    softmax_grad_rows(logits.data<T>(), logits.data<T>(), logits.size(0), logits.size(1), classes,
+                      targets.data<int64_t>(), first, ignore_index, lse.data<T>(), sc);
   });
 }
 
