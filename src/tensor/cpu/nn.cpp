@@ -62,12 +62,15 @@ inline void add_row(T* dx, const T* residual, int64_t c) {
   for (int64_t j = 0; j < c; ++j) dx[j] += residual[j];
 }
 
-// The loss gradient of a row of logits: (softmax(in) - onehot(target - first)) * sc into
-// out (may be in), zero for an ignored row and past the first v columns (padding); a target
-// outside [first, first + v) (another rank's part of the vocabulary) puts no -sc here.
+// The loss gradient of rows of logits: (softmax(in) - onehot(target - first)) * sc into out
+// (may be in), sc = grad_loss / count (0 when nothing counts), zero for an ignored row and
+// past the first v columns (padding); a target outside [first, first + v) (another rank's
+// part of the vocabulary) puts no -sc here.
 template <class T>
 void softmax_grad_rows(const T* in, T* out, int64_t rows, int64_t w, int64_t v, const int64_t* targets, int64_t first,
-                       int64_t ignore_index, const T* lse, T sc) {
+                       int64_t ignore_index, const T* lse, const Tensor& grad_loss, const Tensor& count) {
+  const int64_t counted = count.data<int64_t>()[0];
+  const T sc = T(counted ? double(grad_loss.data<T>()[0]) / double(counted) : 0.0);
 #pragma omp parallel for if (rows * w > cpu::kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
     T* g = out + r * w;
@@ -386,10 +389,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   }
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const int64_t counted = count.data<int64_t>()[0];
-    const T sc = T(counted ? double(grad_loss.data<T>()[0]) / double(counted) : 0.0);
     softmax_grad_rows(logits.data<T>(), grad_logits.data<T>(), logits.size(0), logits.size(1), classes,
-                      targets.data<int64_t>(), 0, ignore_index, lse.data<T>(), sc);
+                      targets.data<int64_t>(), 0, ignore_index, lse.data<T>(), grad_loss, count);
   });
 }
 
@@ -447,10 +448,8 @@ void CpuBackend::classifier_grad(const Tensor& logits, const Tensor& targets, in
   }
   cpu::visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const int64_t counted = count.data<int64_t>()[0];
-    const T sc = T(counted ? double(grad_loss.data<T>()[0]) / double(counted) : 0.0);
     softmax_grad_rows(logits.data<T>(), logits.data<T>(), logits.size(0), logits.size(1), classes,
-                      targets.data<int64_t>(), first, ignore_index, lse.data<T>(), sc);
+                      targets.data<int64_t>(), first, ignore_index, lse.data<T>(), grad_loss, count);
   });
 }
 
