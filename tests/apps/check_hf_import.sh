@@ -50,8 +50,7 @@ run export_ref "$bin/triad-ckpt" export "$work/ref" --format safetensors --out "
 same_tensors "$data/gpt2/model.safetensors" "$work/ref_hf/model.safetensors" 'transformer\.h\.[0-9]+\.attn\.(masked_)?bias'
 
 # A model trained by triad, out to safetensors and back in.
-"$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
-"$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
+corpus "$bin" 300
 train=("$bin/triad-train" --config "$config" --set data.corpus="$work/tokens.bin" --set data.tokenizer="$work/tok.json"
   --set model.vocab_size=300 --set eval_iters=1 --set log_interval=1000)
 run train "${train[@]}" --steps 3 --set output_dir="$work/trained"

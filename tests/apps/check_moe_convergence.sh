@@ -7,12 +7,9 @@
 #   check_moe_convergence.sh BIN_DIR REPO_DIR [STEPS]
 set -euo pipefail
 bin=$1 repo=$2 steps=${3:-1000}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
-corpus=/usr/share/games/fortunes
-"$bin/triad-data" tokenizer --corpus "$corpus" --separator % --vocab-size 2048 --out "$work/tok.json" >/dev/null
-"$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus "$corpus" --separator % --out "$work/tokens.bin" >/dev/null
+source "$(dirname "$0")/app_steps.sh"
+export OMP_NUM_THREADS=2
+corpus "$bin" 2048 /usr/share/games/fortunes %
 
 train() {  # name, extra flags...
   local name=$1

@@ -20,8 +20,7 @@ refused() {  # refused PATTERN COMMAND...: the command fails and says PATTERN
 }
 mpi=(mpirun -np 2 --oversubscribe --bind-to none)
 
-"$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
-"$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
+corpus "$bin" 300
 run train "$bin/triad-train" --config "$config" --set data.corpus="$work/tokens.bin" --set data.tokenizer="$work/tok.json" \
   --set model.vocab_size=300 --set eval_iters=1 --set log_interval=1000 --steps 3 --set output_dir="$work/teacher"
 base=(--threads 1 xtc --steps 4 --data "$work/tokens.bin" --batch-size 4 --seq-len 32 --lr 1e-3 --label-weight 0.5)

@@ -37,8 +37,7 @@ grep -q '^/model/wte.weight ' "$work/inspect_gpt2-w4a8" || fail "inspect: the em
 grep -q '^quantized: zeroquant, W8A16, groups of 8 (symmetric)$' "$work/inspect_llama-w8a16" || fail "inspect: llama"
 grep -q '^/quantized/blocks.1.mlp.down.weight/q  *(16, 40) *i8 ' "$work/inspect_llama-w8a16" || fail "inspect: W8 down"
 
-"$bin/triad-data" tokenizer --corpus /usr/share/common-licenses --vocab-size 300 --out "$work/tok.json" >/dev/null
-"$bin/triad-data" encode --tokenizer "$work/tok.json" --corpus /usr/share/common-licenses --out "$work/tokens.bin" >/dev/null
+corpus "$bin" 300
 train=("$bin/triad-train" --config "$config" --set data.corpus="$work/tokens.bin" --set data.tokenizer="$work/tok.json"
   --set model.vocab_size=300 --set eval_iters=1 --set log_interval=1000)
 run train "${train[@]}" --steps 3 --set output_dir="$work/trained"
