@@ -18,7 +18,8 @@ beside its figure (MFU >= 45% at one of the batches; faster than torch.compile);
 OUT/kernels.json exists (the profile_kernels step), the share of each kernel family in
 triad's batch-16 step. Writes OUT/speed.md; the last line is one JSON object. Keeps to
 --budget seconds (default: GPU_KIT_STEP_LIMIT, else 330): the PyTorch runs that would start
-too late are reported as not run. Fails only when a run fails for another reason than memory.
+too late are reported as not run (and all of them as timed out if the budget ends inside
+PyTorch's process). Fails only when a run fails for another reason than memory or time.
 """
 import argparse
 import json
@@ -85,12 +86,16 @@ def find_torch_python(env, log):
     return None
 
 
-def run_torch(kit, python, env, batches, steps, warmup, time_limit, log):
+def run_torch(kit, python, env, batches, steps, warmup, time_limit, timeout, log):
     cmd = [python, os.path.join(kit, "torch_gpt2_step.py"), "--device", "cuda", "--mode", "eager,compile",
            "--batch", ",".join(map(str, batches)), "--steps", str(steps), "--warmup", str(warmup),
            "--time-limit", "%.0f" % max(time_limit, 1)]
     log.write("$ %s\n" % " ".join(cmd))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=max(timeout, 1))
+    except subprocess.TimeoutExpired as e:
+        log.write("%s%s\ntimed out after %.0f s\n" % (e.stdout or "", e.stderr or "", timeout))
+        return None, "timed out after %.0f s (the runs it finished are in speed.log)" % timeout
     log.write(p.stdout + p.stderr)
     figures = last_json(p.stdout)
     if not figures:
@@ -125,8 +130,9 @@ def main():
     if python is None:
         torch_note = "not run: no torch"
     else:
-        left = a.budget - (time.monotonic() - t0) - LAST_RUN_MARGIN
-        figures, torch_note = run_torch(a.kit, python, env, batches, a.steps, a.torch_warmup, left, log)
+        left = a.budget - (time.monotonic() - t0)
+        figures, torch_note = run_torch(a.kit, python, env, batches, a.steps, a.torch_warmup, left - LAST_RUN_MARGIN,
+                                        left - 10, log)
         if figures:
             torch_version = figures.get("torch")
             card = card or figures.get("device_name")
@@ -189,7 +195,7 @@ def main():
     text = "\n".join(table) + "\n"
     open(os.path.join(a.out, "speed.md"), "w").write(text)
     print(text)
-    ok = all(r[k].get("status", "").startswith(("ok", "did not fit", "not run")) for r in rows
+    ok = all(r[k].get("status", "").startswith(("ok", "did not fit", "not run", "timed out")) for r in rows
              for k in ("triad", "eager", "compile"))
     print(json.dumps({"check": "speed_step", "device_name": card, "torch": torch_version,
                       "triad_mfu_max": max(mfus) if mfus else None, "mfu_target": MFU_TARGET,
