@@ -19,7 +19,8 @@ OUT/kernels.json exists (the profile_kernels step), the share of each kernel fam
 triad's batch-16 step. Writes OUT/speed.md; the last line is one JSON object. Keeps to
 --budget seconds (default: GPU_KIT_STEP_LIMIT, else 330): the PyTorch runs that would start
 too late are reported as not run (and all of them as timed out if the budget ends inside
-PyTorch's process). Fails only when a run fails for another reason than memory or time.
+PyTorch's process). Fails only when one of triad's runs fails for another reason than
+memory; PyTorch's failures are reported in the table's notes.
 """
 import argparse
 import json
@@ -195,8 +196,7 @@ def main():
     text = "\n".join(table) + "\n"
     open(os.path.join(a.out, "speed.md"), "w").write(text)
     print(text)
-    ok = all(r[k].get("status", "").startswith(("ok", "did not fit", "not run", "timed out")) for r in rows
-             for k in ("triad", "eager", "compile"))
+    ok = all(r["triad"].get("status", "").startswith(("ok", "did not fit")) for r in rows)
     print(json.dumps({"check": "speed_step", "device_name": card, "torch": torch_version,
                       "triad_mfu_max": max(mfus) if mfus else None, "mfu_target": MFU_TARGET,
                       "triad_vs_compile_best": best_vs_compile, "compile_target": COMPILE_TARGET,
