@@ -2,6 +2,7 @@
 // line, one JSON object with its figures.
 #include <CLI/CLI.hpp>
 
+#include "bench/attention.h"
 #include "bench/ckpt.h"
 #include "bench/collectives.h"
 #include "bench/generate.h"
@@ -18,7 +19,7 @@
 
 int main(int argc, char** argv) {
   return triad::app::guarded_main([&] {
-    CLI::App app{"triad-bench: training-step, ZeRO, pipeline, collective, checkpoint I/O, quantization, RLHF, generation, MoE and NVMe offload benchmarks"};
+    CLI::App app{"triad-bench: training-step, attention, ZeRO, pipeline, collective, checkpoint I/O, quantization, RLHF, generation, MoE and NVMe offload benchmarks"};
     app.require_subcommand(1);
     triad::bench::StepOptions step;
     triad::bench::add_step_command(app, step);
@@ -27,8 +28,10 @@ int main(int argc, char** argv) {
     triad::bench::CkptOptions ckpt;
     triad::bench::add_ckpt_command(app, ckpt);
     triad::bench::CollectivesOptions collectives;
-    int status = 0;  // the collectives subcommand fails when a result was wrong
+    int status = 0;  // the collectives and attention subcommands fail when a result was wrong
     triad::bench::add_collectives_command(app, collectives, status);
+    triad::bench::AttentionOptions attention;
+    triad::bench::add_attention_command(app, attention, status);
     triad::bench::PipelineOptions pipeline;
     triad::bench::add_pipeline_command(app, pipeline);
     triad::bench::ScalingOptions scaling;

@@ -4,6 +4,7 @@
 // their options structs.
 #include <CLI/CLI.hpp>
 
+#include "bench/attention.h"
 #include "bench/ckpt.h"
 #include "bench/collectives.h"
 #include "bench/generate.h"
@@ -19,6 +20,24 @@
 #include "bench/zero.h"
 
 namespace triad::bench {
+
+void add_attention_command(CLI::App& app, AttentionOptions& o, int& status) {
+  CLI::App* cmd = app.add_subcommand(
+      "attention", "the fused causal attention, forward and backward, in TFLOP/s beside a GEMM in the same run");
+  cmd->add_option("--device", o.device, "cpu, cuda (this process's GPU) or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "bf16, f16 or f32; default bf16 on a GPU, f32 on the cpu")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  cmd->add_option("--batch", o.batch, "B (default: 16 on a GPU, 2 on the cpu)")->check(CLI::PositiveNumber);
+  cmd->add_option("--heads", o.heads, "NH (default: 12 on a GPU, 4 on the cpu)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", o.seq, "T (default: 1024 on a GPU, 128 on the cpu)")->check(CLI::PositiveNumber);
+  cmd->add_option("--head-size", o.head_size, "hs (default: 64)")->check(CLI::PositiveNumber);
+  cmd->add_option("--gemm", o.gemm, "the GEMM's M = N = K (default: 8192 on a GPU, 256 on the cpu)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--iters", o.iters, "timed calls of each kernel")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o.warmup, "untimed calls first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->callback([&o, &status] { status = run_attention_bench(o); });
+}
 
 void add_ckpt_command(CLI::App& app, CkptOptions& o) {
   CLI::App* cmd = app.add_subcommand(

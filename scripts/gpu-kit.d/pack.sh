@@ -25,7 +25,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIAD_CUDA=ON -DCMAKE_
   { cat "$kit/configure.log" >&2; exit 1; }
 grep -q "NCCL communicator ON" "$kit/configure.log" ||
   { echo "gpu-kit pack: NCCL not found at configure time (set NCCL_HOME); the kit needs it" >&2; exit 1; }
-programs=(triad-train triad-bench triad-generate triad-data triad-ckpt triad-rlhf bench-cublaslt bench-attention)
+programs=(triad-train triad-bench triad-generate triad-data triad-ckpt triad-rlhf bench-cublaslt)
 mapfile -t gpu_tests < <(cd "$root/tests/cuda" && ls test_*_cuda.cpp test_*_cuda_mpi.cpp | sed 's/\.cpp$//')
 cmake --build "$build" -j "$jobs" --target "${programs[@]}" "${gpu_tests[@]}"
 
@@ -46,6 +46,7 @@ done >"$stage/tests/gpu-tests.txt"
 cp "$root/tests/apps/check_collectives.sh" "$stage/tests/"
 cp "$root"/configs/*.json "$stage/configs/"
 cp "$here/run.sh" "$here/env.sh" "$here/compare_curves.py" "$here/profile_kernels.py" "$here/tp_curves.py" "$here/pp_curves.py" "$here/rlhf_curves.py" "$here/README.md" "$stage/"
+cp "$here/speed_step.py" "$here/targets.py" "$root/benchmarks/peers/torch_gpt2_step.py" "$stage/"
 
 # The demo corpus, tokenized by the kit's own triad-data, and its preference pairs (rlhf_curves).
 corpus=/usr/share/games/fortunes

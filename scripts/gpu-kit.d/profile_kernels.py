@@ -4,20 +4,60 @@ reading only each kernel's duration (gpu__time_duration.sum), summed per kernel 
 
     profile_kernels.py OUT_MD [triad-bench step arguments...]
 
-Writes OUT_MD: a table of kernels by total time (launches, total ms, mean us, share of the
-summed kernel time), and prints it; the last line printed is one JSON object with the summed
-kernel time and the step's wall time measured without the profiler (the bench's median), so
-the gap between them is time the GPU sat idle (launch overhead, host synchronization).
-Exit 77 (skip) when ncu is not installed.
+Writes OUT_MD: the kernels grouped by family (gemm, attention, norm, elementwise, convert,
+copy, optimizer, loss, other: FAMILIES, by the kernel's name) and a table of kernels by total
+time (launches, total ms, mean us, share of the summed kernel time), and prints both; beside
+OUT_MD, the same stem with .json holds the figures and the families. The last line printed
+is one JSON object with the summed kernel time, each family's share and the step's wall
+time measured without the profiler (the bench's median), so the gap between them is time
+the GPU sat idle (launch overhead, host synchronization). Exit 77 (skip) when ncu is not
+installed.
 """
 import csv
 import glob
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+
+# A kernel's family: the first whose pattern its name matches (case-insensitive), else other.
+FAMILIES = (
+    ("attention", r"attention|flash|fmha|sdpa"),
+    ("gemm", r"nvjet|gemm|cutlass|xmma|cublas|splitkreduce|matmul"),
+    ("loss", r"cross_entropy|classifier|nll"),
+    ("norm", r"layer_norm|layernorm|rms_norm|rmsnorm"),
+    ("optimizer", r"adam|sgd|lamb|multi_tensor|optim"),
+    ("convert", r"convert|cast"),
+    ("copy", r"copy|memcpy|transpose|contiguous|gather|scatter|concat|\bcat_"),
+    ("elementwise", r"map1|map2|elementwise|add_row_vector|gelu|silu|dropout|fill|bias|scale|pointwise|unary|binary"),
+)
+
+
+def family(name):
+    for fam, pattern in FAMILIES:
+        if re.search(pattern, name, re.IGNORECASE):
+            return fam
+    return "other"
+
+
+def families(by_name):
+    """{family: (launches, ns)} over by_name's {kernel: (launches, ns)}, every family listed."""
+    out = {fam: (0, 0.0) for fam, _ in FAMILIES + (("other", ""),)}
+    for name, (n, t) in by_name.items():
+        fn, ft = out[family(name)]
+        out[family(name)] = (fn + n, ft + t)
+    return out
+
+
+def family_table(fams):
+    total = sum(t for _, t in fams.values())
+    lines = ["| family | launches | total ms | share |", "|---|---|---|---|"]
+    for fam, (n, t) in sorted(fams.items(), key=lambda kv: -kv[1][1]):
+        lines.append("| %s | %d | %.3f | %.1f%% |" % (fam, n, t / 1e6, 100 * t / max(total, 1)))
+    return lines
 
 
 def find_ncu():
@@ -66,13 +106,22 @@ def main():
     lines = ["| kernel | launches | total ms | mean us | share |", "|---|---|---|---|---|"]
     for name, (n, t) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
         lines.append("| %s | %d | %.3f | %.1f | %.1f%% |" % (name, n, t / 1e6, t / n / 1e3, 100 * t / max(total, 1)))
+    fams = families(by_name)
+    by_family = family_table(fams)
     with open(out_md, "w") as f:
         f.write("# Kernels of one step (%s)\n\n" % " ".join(step))
-        f.write("\n".join(lines) + "\n")
+        f.write("## By family\n\n" + "\n".join(by_family) + "\n\n## By kernel\n\n" + "\n".join(lines) + "\n")
+    print("\n".join(by_family) + "\n")
     print("\n".join(lines[:40]))
-    print(json.dumps({"kernel_ms_per_step": total / 1e6, "launches_per_step": sum(n for n, _ in by_name.values()),
-                      "step_ms_median": timing.get("step_ms_median"), "fwd_ms_median": timing.get("fwd_ms_median"),
-                      "bwd_ms_median": timing.get("bwd_ms_median")}))
+    figures = {"kernel_ms_per_step": total / 1e6, "launches_per_step": sum(n for n, _ in by_name.values()),
+               "step_ms_median": timing.get("step_ms_median"), "fwd_ms_median": timing.get("fwd_ms_median"),
+               "bwd_ms_median": timing.get("bwd_ms_median"), "batch": timing.get("batch"),
+               "device_name": timing.get("device_name"),
+               "family_share": {fam: t / max(total, 1) for fam, (_, t) in fams.items()}}
+    with open(os.path.splitext(out_md)[0] + ".json", "w") as f:
+        json.dump(dict(figures, families={fam: {"launches": n, "ms": t / 1e6} for fam, (n, t) in fams.items()}), f,
+                  indent=1)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

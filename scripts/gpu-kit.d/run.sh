@@ -10,6 +10,8 @@
 #   run.sh [OUT]     OUT defaults to $OUT, else ./gpu-kit-out
 #   GPU_KIT_BUDGET   seconds for all the steps (default 540: one device call may run 600);
 #                    a step that would start later is reported as not run
+#   GPU_KIT_ONLY     a regular expression (bash =~): run only the steps whose names match
+#                    (e.g. '^(bench_attention|bench_generate_cuda|profile_kernels|speed_step)$')
 set -uo pipefail
 kit=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${OUT:-$PWD/gpu-kit-out}}
@@ -19,6 +21,8 @@ work=$kit/work
 mkdir -p "$out" "$logs" "$work"
 cores=$(nproc)
 
+# The machine's own library path, for the programs that are not the kit's (PyTorch's peer).
+export TRIAD_MACHINE_LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}
 . "$kit/env.sh"
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -37,10 +41,12 @@ start=$SECONDS
 passed=0 failed=0 skipped=0
 
 # step NAME TIMEOUT gpu|any COMMAND...: runs COMMAND with its output in logs/NAME.log. Exit 0
-# passes, 77 is a skip the program explains on its last line, anything else fails.
+# passes, 77 is a skip the program explains on its last line, anything else fails. COMMAND
+# finds its time limit in GPU_KIT_STEP_LIMIT.
 step() {
   local name=$1 limit=$2 needs=$3
   shift 3
+  [[ -z ${GPU_KIT_ONLY:-} || $name =~ $GPU_KIT_ONLY ]] || return 0
   local log=$logs/$name.log result note=""
   if [[ $needs == gpu ]] && ((gpus == 0)); then
     echo "SKIP $name: no GPU on this machine (nvidia-smi lists none)"
@@ -58,7 +64,7 @@ step() {
   ((limit > left)) && limit=$left
   local t0=$SECONDS
   if declare -F "$1" >/dev/null; then set -- bash -c '"$@"' bash "$@"; fi  # a function of this script
-  timeout -k 10 "$limit" "$@" >"$log" 2>&1 </dev/null
+  GPU_KIT_STEP_LIMIT=$limit timeout -k 10 "$limit" "$@" >"$log" 2>&1 </dev/null
   local rc=$? seconds=$((SECONDS - t0))
   case $rc in
     0) result=passed passed=$((passed + 1)) ;;
@@ -102,7 +108,7 @@ done <"$kit/tests/gpu-tests.txt"
 step bench_step_cuda 240 gpu triad-bench step --device cuda
 step bench_generate_cuda 120 gpu triad-bench generate --device cuda --runs 5
 step bench_cublaslt 180 gpu bench-cublaslt
-step bench_attention 180 gpu bench-attention
+step bench_attention 120 gpu triad-bench attention --device cuda
 step train_curves 300 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/curves" --steps 50
 step llama_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/llama_curves" \
   --config llama-demo.json --steps 50
@@ -113,6 +119,9 @@ step bench_step_cuda_tp2 240 gpu env OMP_NUM_THREADS=$((cores / 2)) "${mpi[@]}" 
 step bench_rlhf_cuda 240 gpu env OMP_NUM_THREADS=$((cores < 8 ? cores : 8)) triad-bench rlhf --set device=cuda --ranks 1 \
   --stages 0,3
 step profile_kernels 240 gpu "$kit/profile_kernels.py" "$out/kernels.md"
+# triad's step at batch 16, 32 and 64 beside PyTorch's (eager, torch.compile) on this card;
+# reads the kernel families profile_kernels wrote (OUT/kernels.json). speed.md in OUT.
+step speed_step 330 gpu "$kit/speed_step.py" --kit "$kit" --out "$out"
 step collectives_nccl 180 gpu "$kit/tests/check_collectives.sh" nccl 1 "${mpi[@]}" -np 1 \
   triad-bench collectives --comm nccl --min-bytes 8 --max-bytes 256M --warmup 5 --iters 20
 
@@ -143,6 +152,7 @@ with open(os.path.join(out, "summary.md"), "w") as f:
     f.write("# GPU kit on %s\n\n| step | result | s | note |\n|---|---|---|---|\n" % device)
     f.write("\n".join(rows) + "\n")
 EOF
+python3 "$kit/targets.py" "$out/results.json" "$out/summary.md" >/dev/null
 cp "$logs/machine.log" "$out/machine.log"
 tar -C "$kit" -czf "$out/logs.tar.gz" logs
 echo

@@ -19,7 +19,7 @@ archive=$root/.gpu-kit/triad-gpu-kit.tar.xz
 manifest=$root/.gpu-kit/MANIFEST.txt
 size=$(stat -c %s "$archive")
 ((size < 40 * 1024 * 1024)) || { echo "FAIL: the archive is $size bytes, over 40 MiB"; exit 1; }
-for f in bin/triad-train bin/triad-bench bin/bench-cublaslt bin/bench-attention tests/test_train_cuda \
+for f in bin/triad-train bin/triad-bench bin/bench-cublaslt speed_step.py torch_gpt2_step.py tests/test_train_cuda \
   tests/test_zero_cuda_mpi tests/gpu-tests.txt ompi/bin/orterun lib/libmpi.so.40 lib/libhdf5_openmpi.so.103 \
   lib/libopenblas.so.0 lib/libgfortran.so.5 data/tokens.bin run.sh env.sh; do
   grep -q "^  triad-gpu-kit/$f " "$manifest" || { echo "FAIL: the manifest does not list $f"; exit 1; }

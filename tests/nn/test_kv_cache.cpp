@@ -41,3 +41,30 @@ BOOST_AUTO_TEST_CASE(cache_rejects_overflow_and_batch_mismatch) {
   nn::KVCache other = model.make_cache(2);
   BOOST_CHECK_THROW(model.forward_cached(tokens({1}), other), Error);
 }
+
+// The cache is static: make_cache allocates its whole capacity once, and each step writes
+// its positions into that storage and frees whatever else it made, so decoding holds no
+// more bytes per token (a cache grown by concatenation would hold a copy more per step).
+BOOST_AUTO_TEST_CASE(cache_is_allocated_once_and_written_in_place) {
+  nn::GPT model = small_gpt();
+  model.eval();
+  const Allocator& cpu = cpu_allocator();
+  const size_t before = cpu.bytes_in_use();
+  nn::KVCache cache = model.make_cache(3);
+  // 2 (k, v) x 2 layers x (B 3, NH 2, seq_len 12, hs 8) f32.
+  BOOST_TEST(cpu.bytes_in_use() - before == size_t(2 * 2 * 3 * 2 * 12 * 8 * 4));
+  std::vector<const void*> storage;
+  for (size_t i = 0; i < cache.k.size(); ++i) storage.insert(storage.end(), {cache.k[i].raw_data(), cache.v[i].raw_data()});
+  model.forward_cached(Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {3, 2}), cache);
+  const size_t held = cpu.bytes_in_use();
+  for (int64_t t = 2; t < 12; ++t) {
+    const Tensor logits = model.forward_cached(Tensor::from_vector(std::vector<int64_t>{t, t + 1, t + 2}, {3, 1}), cache);
+    BOOST_TEST(logits.size(1) == 1);
+  }
+  BOOST_TEST(cache.length == 12);
+  BOOST_TEST(cpu.bytes_in_use() == held);
+  for (size_t i = 0; i < cache.k.size(); ++i) {
+    BOOST_TEST(cache.k[i].raw_data() == storage[2 * i]);
+    BOOST_TEST(cache.v[i].raw_data() == storage[2 * i + 1]);
+  }
+}
