@@ -129,7 +129,10 @@ void ParamSwap::bring_in(FlatGroup& group, bool bounded) {
     }
   } else {
     finish_write(s);
-    if (bounded) make_room();
+    if (bounded)
+      make_room();
+    else  // a checkpoint's view: the shards of one batch in memory at a time, those of the last written first
+      finish_writes(/*wait_all=*/true);
     block = read_checked(s.offset, s.bytes, s.crc);
     take_buffer(s);
   }

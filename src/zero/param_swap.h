@@ -62,8 +62,8 @@ class ParamSwap {
   // Whether bring_in would not wait: the shard is in memory or its read has completed.
   bool ready(const FlatGroup& group) const;
   // Reads the group's shard into memory (no-op when it is in), waiting for a started read.
-  // bounded: the training path, which asserts the buffer bound; a checkpoint's view brings
-  // every shard in.
+  // bounded: the training path, which asserts the buffer bound (waiting for writes to free
+  // one); a checkpoint's view brings every shard of its batch in, once every write is done.
   void bring_in(FlatGroup& group, bool bounded = true);
   // Drops the in-memory shard, or the read in flight, without writing it (it is what the
   // file holds).

@@ -6,9 +6,10 @@
 // counts their bytes. The NVMe store (Note [Offloaded optimizer state]) hands back exactly
 // what was written, through few buffers, read ahead or not, written behind or not, and by
 // parts for checkpoints; a corrupted byte or a truncated file is an error naming the file,
-// and so is a missing or unwritable nvme_path. The parameter swap (Note [Offloaded
-// parameters]) hands back each shard as last stored, read on its thread or not, within its
-// buffers, and names a damaged file; parameter
+// and so is a missing or unwritable nvme_path; gradients kept in the store (Note [Offloaded
+// gradients]) come back as their running sum in the training dtype. The parameter swap
+// (Note [Offloaded parameters]) hands back each shard as last stored, read on its thread or
+// not, written behind, within its buffers, and names a damaged file; parameter
 // offload below stage 3, without its folder, or with buffers too few or too small for a
 // unit's shards is a named error. A delayed update with a negative warm-up, with parameter
 // offload or in pipeline stages is a named error.
