@@ -30,7 +30,8 @@
 // are on when the optimizer is made, and so do the master weights and moments, which the
 // shard store keeps (zero/shard_store.h; with offload_optimizer.device "nvme" they live in
 // files and come in by sub-groups: Note [Offloaded optimizer state] in
-// zero/nvme_shard_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
+// zero/nvme_shard_store.h; at stages 2 and 3 the rank's reduced gradients go there too, Note
+// [Offloaded gradients]); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
 // norms and overflow flags reduced over ranks included: an NCCL communicator takes its
 // GPU's tensors only.
 //
