@@ -29,6 +29,11 @@ PlacedStateBytes placed_state_bytes(int stage, OffloadChoice choice, const Model
     case OffloadTarget::nvme:
       p.nvme += b.optimizer;
       p.host += k * std::min(shard, buffers.optimizer_elements);
+      if (stage >= 2) {  // the gradients' shard goes to the swap file too, in f32 (Note [Offloaded gradients])
+        p.device -= kGradBytes * shard;
+        p.nvme += 4 * shard;
+        p.host += 4 * std::min(shard, buffers.optimizer_elements);
+      }
       break;
   }
   const double persistent = stage == 3 ? kParamBytes * in.persistent_params : 0.0;

@@ -10,19 +10,36 @@ namespace triad::rlhf {
 
 using State = zero::ZeroOptimizer::State;
 
+namespace {
+
+// Calls f with the owned slices of the master weights, batch by batch (Note [Streamed
+// checkpoints]): with offload, what is read in at once is one batch's.
+template <class F>
+void for_each_master_batch(zero::ZeroOptimizer& zero, F&& f) {
+  for (const zero::ZeroOptimizer::ViewBatch& batch : zero.view_batches()) f(zero.state_view(State::master, batch).owned_slices());
+}
+
+}  // namespace
+
 ActorEma::ActorEma(engine::Engine& actor, double beta) : actor_(actor), beta_(beta) {
   TRIAD_CHECK(actor.zero() != nullptr, "enable_ema: the actor's optimizer must be AdamW or Adam (ZeRO's), not SGD");
-  for (const zero::ZeroOptimizer::Slice& s : actor.zero()->state_view(State::master).owned_slices())
-    average_.push_back({s.name, s.shape, s.first, ops::clone(s.values)});
+  for_each_master_batch(*actor.zero(), [&](const std::vector<zero::ZeroOptimizer::Slice>& master) {
+    for (const zero::ZeroOptimizer::Slice& s : master) average_.push_back({s.name, s.shape, s.first, ops::clone(s.values)});
+  });
 }
 
 void ActorEma::update() {
-  // A view of the master weights as they are after the step (with offload, read back in).
-  const std::vector<zero::ZeroOptimizer::Slice> master = actor_.zero()->state_view(State::master).owned_slices();
-  for (size_t i = 0; i < master.size(); ++i) {
-    ops::mul_(average_[i].values, beta_);
-    ops::add_(average_[i].values, master[i].values, 1.0 - beta_);
-  }
+  // The master weights as they are after the step (with offload, read back in).
+  size_t i = 0;
+  for_each_master_batch(*actor_.zero(), [&](const std::vector<zero::ZeroOptimizer::Slice>& master) {
+    for (const zero::ZeroOptimizer::Slice& s : master) {
+      zero::ZeroOptimizer::Slice& a = average_.at(i++);
+      TRIAD_ASSERT(a.name == s.name && a.first == s.first);
+      ops::mul_(a.values, beta_);
+      ops::add_(a.values, s.values, 1.0 - beta_);
+    }
+  });
+  TRIAD_ASSERT(i == average_.size());
 }
 
 void ActorEma::save(const std::string& path, parallel::Communicator& world) const {

@@ -5,7 +5,9 @@
 // the f32 master weights (β = ema_beta, 0.992), starting from the actor's initial weights.
 // It is kept sharded as the master weights are: each rank averages the elements of its own
 // ZeRO shard (ZeroOptimizer::StateView::owned_slices), so it costs 4 bytes per parameter over the
-// data-parallel ranks and no communication. PPO and GRPO save it as output_dir/actor_ema.h5
+// data-parallel ranks and no communication. The master weights are read batch by batch
+// (ZeroOptimizer::view_batches, Note [Streamed checkpoints]): with the optimizer's state or
+// the parameters offloaded, what an update reads in at once is one batch's, not the shard's. PPO and GRPO save it as output_dir/actor_ema.h5
 // (a weights file: triad-generate samples from it) and, at every actor checkpoint
 // step-N.h5, as ema-step-N.h5 beside it, which resuming at step N reads back (those of
 // checkpoints that checkpoint.keep removed go with them).

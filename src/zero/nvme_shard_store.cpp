@@ -25,26 +25,29 @@ const char* part_name(ShardPart part) {
 
 }  // namespace
 
-NvmeShardStore::NvmeShardStore(Device device, const OffloadConfig& config, const io::AioConfig& aio)
-    : device_(device), config_(config) {
+NvmeShardStore::NvmeShardStore(Device device, const OffloadConfig& config, const io::AioConfig& aio, bool gradients)
+    : device_(device), config_(config), gradients_(gradients) {
   file_ = open_nvme_swap_file("zero_optimization.offload_optimizer.nvme_path", config.nvme_path, "optimizer", aio);
 }
 
 NvmeShardStore::~NvmeShardStore() {
   for (const std::unique_ptr<Buffer>& b : buffers_)
     if (b->io.valid()) b->io.wait();  // its error, if any, is lost with the state
+  for (GradBuffer& g : grad_buffers_)
+    if (g.io.valid()) g.io.wait();
 }
 
 size_t NvmeShardStore::add(Tensor master, int64_t elements) {
   TRIAD_ASSERT(!sealed_ && (!master.defined() || (master.numel() == elements && master.dtype() == DType::f32)));
   Entry e{.elements = elements, .offset = file_->size(), .parts = master.defined() ? 3 : 2};
-  file_->grow(e.offset + e.record_bytes());
+  file_->grow(e.offset + e.record_bytes() + (gradients_ ? e.part_bytes() : 0));
   const Tensor record = aligned_host(e.record_bytes());
   ops::zero_(record);
   if (master.defined()) ops::copy_(part_view(record, e, 0), ops::to(master, Device::cpu()));
   for (int i = 0; i < e.parts; ++i) e.crc[size_t(i)] = io::crc32c(part_view(record, e, i).raw_data(), size_t(elements) * 4);
   file_->write(e.offset, record.raw_data(), e.record_bytes());
   record_bytes_ = std::max(record_bytes_, e.record_bytes());
+  part_bytes_ = std::max(part_bytes_, e.part_bytes());
   entries_.push_back(e);
   return entries_.size() - 1;
 }
@@ -61,6 +64,75 @@ void NvmeShardStore::check(const float* data, size_t entry, ShardPart part) cons
                                              << ", expected " << expected << "): the file is damaged");
 }
 
+void NvmeShardStore::read_gradient(const Entry& e, size_t entry, bool has, uint32_t crc, const Tensor& out) const {
+  if (!has) return ops::zero_(out);
+  file_->read(e.offset + e.record_bytes(), out.raw_data(), e.part_bytes());
+  const uint32_t got = io::crc32c(out.raw_data(), size_t(e.elements) * 4);
+  TRIAD_CHECK(got == crc, "swap file '" << file_->path() << "': the gradient of sub-group " << entry
+                                        << " read back differs from what was written (CRC-32C " << got
+                                        << ", expected " << crc << "): the file is damaged");
+}
+
+void NvmeShardStore::finish(GradBuffer& g) {
+  if (!g.io.valid()) return;
+  try {
+    g.io.get();
+  } catch (...) {
+    g.entry = -1;
+    throw;
+  }
+}
+
+NvmeShardStore::GradBuffer* NvmeShardStore::gradient_holding(size_t entry) {
+  for (GradBuffer& g : grad_buffers_)
+    if (g.entry == int64_t(entry)) return &g;
+  return nullptr;
+}
+
+Tensor NvmeShardStore::accumulate_gradient(size_t entry, const Tensor& values) {
+  TRIAD_ASSERT(gradients_ && held_ < 0 && values.numel() == entries_.at(entry).elements);
+  sealed_ = true;
+  Entry& e = entries_[entry];
+  if (Buffer* b = holding(entry); b && b->stage == Stage::reading) finish(*b);  // it may be reading the gradient
+  GradBuffer* g = gradient_holding(entry);  // the sum so far, from its last write
+  if (g) {
+    finish(*g);
+  } else {
+    g = &grad_buffers_[next_grad_buffer_];
+    next_grad_buffer_ = (next_grad_buffer_ + 1) % grad_buffers_.size();
+    finish(*g);
+    g->entry = -1;
+    if (!g->host.defined()) g->host = aligned_host(part_bytes_);
+    read_gradient(e, entry, e.has_grad, e.grad_crc, ops::narrow(g->host, 0, 0, e.elements));
+  }
+  const Tensor sum = ops::narrow(g->host, 0, 0, e.elements);
+  const Tensor added = ops::to(values, Device::cpu());
+  if (added.dtype() == DType::f32) {
+    ops::add_(sum, added);
+  } else {  // rounded to the training dtype, as the in-memory shard is (the f32 sum holds such values exactly)
+    const Tensor narrow_sum = ops::to(sum, added.dtype());
+    ops::add_(narrow_sum, added);
+    ops::copy_(sum, narrow_sum);
+  }
+  g->entry = int64_t(entry);
+  e.has_grad = true;
+  ++e.grad_version;
+  e.grad_crc = io::crc32c(sum.raw_data(), size_t(e.elements) * 4);
+  g->io = std::async(std::launch::async, [this, g, offset = e.offset + e.record_bytes(), bytes = e.part_bytes()] {
+    file_->write(offset, g->host.raw_data(), bytes);
+  });
+  if (!config_.pipeline_write) finish(*g);
+  return sum;
+}
+
+void NvmeShardStore::clear_gradients() {
+  for (Entry& e : entries_) {
+    e.has_grad = false;
+    ++e.grad_version;
+  }
+  for (GradBuffer& g : grad_buffers_) g.entry = -1;  // (its write, if any, is waited for before the buffer is reused)
+}
+
 NvmeShardStore::Buffer* NvmeShardStore::holding(size_t entry) {
   for (const std::unique_ptr<Buffer>& b : buffers_)
     if (b->entry == int64_t(entry)) return b.get();
@@ -71,6 +143,7 @@ NvmeShardStore::Buffer* NvmeShardStore::free_buffer(bool wait) {
   if (int64_t(buffers_.size()) < config_.buffer_count) {
     buffers_.push_back(std::make_unique<Buffer>());
     buffers_.back()->host = aligned_host(record_bytes_);
+    if (gradients_) buffers_.back()->grad = aligned_host(part_bytes_);
     return buffers_.back().get();
   }
   Buffer* oldest = nullptr;
@@ -105,11 +178,17 @@ void NvmeShardStore::start_read(Buffer& b, size_t entry) {
   b.entry = int64_t(entry);
   b.stage = Stage::reading;
   b.used = ++clock_;
-  b.io = std::async(std::launch::async, [this, &b, entry] {
+  const Entry& now = entries_[entry];
+  if (gradients_) {  // with its gradient as it is now (its write done first)
+    if (GradBuffer* g = gradient_holding(entry)) finish(*g);
+    b.grad_version = now.grad_version;
+  }
+  b.io = std::async(std::launch::async, [this, &b, entry, has = now.has_grad, crc = now.grad_crc] {
     const Entry& e = entries_[entry];
     file_->read(e.offset, b.host.raw_data(), e.record_bytes());
     for (ShardPart p : {ShardPart::master, ShardPart::exp_avg, ShardPart::exp_avg_sq})
       if (p != ShardPart::master || e.parts == 3) check(part_view(b.host, e, e.index(p)).data<float>(), entry, p);
+    if (gradients_) read_gradient(e, entry, has, crc, ops::narrow(b.grad, 0, 0, e.elements));
   });
 }
 
@@ -141,7 +220,17 @@ const ShardState& NvmeShardStore::acquire(size_t entry) {
   const Entry& e = entries_[entry];
   Tensor parts[3];
   for (int i = 0; i < e.parts; ++i) parts[i] = ops::to(part_view(b->host, e, i), device_);  // the view itself on the cpu
-  b->state = e.parts == 3 ? ShardState{parts[0], parts[1], parts[2]} : ShardState{Tensor(), parts[0], parts[1]};
+  b->state = e.parts == 3 ? ShardState{parts[0], parts[1], parts[2], Tensor()}
+                          : ShardState{Tensor(), parts[0], parts[1], Tensor()};
+  if (gradients_) {
+    const Tensor grad = ops::narrow(b->grad, 0, 0, e.elements);
+    if (b->grad_version != e.grad_version) {  // it changed since this buffer's read started
+      if (GradBuffer* g = gradient_holding(entry)) finish(*g);
+      read_gradient(e, entry, e.has_grad, e.grad_crc, grad);
+      b->grad_version = e.grad_version;
+    }
+    b->state.grad = ops::to(grad, device_);
+  }
   return b->state;
 }
 
@@ -195,12 +284,15 @@ void NvmeShardStore::write_part(size_t entry, ShardPart part, const Tensor& valu
 }
 
 int64_t NvmeShardStore::device_bytes() const {
-  return device_.is_cpu() ? std::min<int64_t>(config_.buffer_count, int64_t(entries_.size())) * record_bytes_
-                          : record_bytes_;
+  const int64_t grad = gradients_ ? part_bytes_ : 0;
+  return device_.is_cpu() ? host_buffer_bytes() : record_bytes_ + grad;
 }
 
-int64_t NvmeShardStore::host_bytes() const {
-  return device_.is_cpu() ? 0 : std::min<int64_t>(config_.buffer_count, int64_t(entries_.size())) * record_bytes_;
+int64_t NvmeShardStore::host_bytes() const { return device_.is_cpu() ? 0 : host_buffer_bytes(); }
+
+int64_t NvmeShardStore::host_buffer_bytes() const {
+  const int64_t records = std::min<int64_t>(config_.buffer_count, int64_t(entries_.size()));
+  return records * record_bytes_ + (gradients_ ? (records + int64_t(grad_buffers_.size())) * part_bytes_ : 0);
 }
 
 }  // namespace triad::zero

@@ -15,8 +15,10 @@ ParamSwap::ParamSwap(const ParamOffloadConfig& config, const io::AioConfig& aio)
 }
 
 ParamSwap::~ParamSwap() {
-  for (auto& [_, s] : slots_)
+  for (auto& [_, s] : slots_) {
     if (s.reading.valid()) s.reading.wait();  // a read nobody needs: its error goes with it
+    if (s.writing.valid()) s.writing.wait();  // the file goes with the swap
+  }
 }
 
 ParamSwap::Slot& ParamSwap::slot(const FlatGroup& group) {
@@ -31,11 +33,32 @@ const ParamSwap::Slot& ParamSwap::slot(const FlatGroup& group) const {
   return it->second;
 }
 
-void ParamSwap::write(const Slot& s, const Tensor& shard) {
-  const io::AlignedBuffer block = io::aligned_buffer(io::align_up(s.bytes));
-  std::memcpy(block.get(), ops::to(shard, Device::cpu()).raw_data(), size_t(s.bytes));
-  file_->write(s.offset, block.get(), io::align_up(s.bytes));
+io::AlignedBuffer ParamSwap::block_of(const Slot& s, const Tensor& shard) {
+  io::AlignedBuffer block = io::aligned_buffer(io::align_up(s.bytes));
+  std::memcpy(block.get(), ops::to(ops::contiguous(shard), Device::cpu()).raw_data(), size_t(s.bytes));
+  return block;
 }
+
+void ParamSwap::finish_write(Slot& s) {
+  if (!s.writing.valid()) return;
+  give_back(s);  // (a failed write's buffer too: what it held is lost with the error)
+  s.writing.get();
+}
+
+void ParamSwap::finish_writes(bool wait_all) {
+  for (auto& [_, s] : slots_)
+    if (s.writing.valid() &&
+        (wait_all || s.writing.wait_for(std::chrono::seconds(0)) == std::future_status::ready))
+      finish_write(s);
+}
+
+void ParamSwap::make_room() {
+  finish_writes(/*wait_all=*/false);
+  for (auto it = slots_.begin(); it != slots_.end() && resident_ >= config_.buffer_count; ++it)
+    finish_write(it->second);
+}
+
+void ParamSwap::flush() { finish_writes(/*wait_all=*/true); }
 
 io::AlignedBuffer ParamSwap::read_checked(int64_t offset, int64_t bytes, uint32_t expected) {
   const auto start = std::chrono::steady_clock::now();
@@ -68,16 +91,19 @@ void ParamSwap::add(FlatGroup& group) {
   s.offset = file_->size();
   s.bytes = int64_t(group.owned_shard().nbytes());
   file_->grow(s.offset + io::align_up(s.bytes));
-  const Tensor shard = ops::contiguous(group.owned_shard());
-  s.crc = io::crc32c(ops::to(shard, Device::cpu()).raw_data(), size_t(s.bytes));
-  write(s, shard);
+  const io::AlignedBuffer block = block_of(s, group.owned_shard());
+  s.crc = io::crc32c(block.get(), size_t(s.bytes));
+  file_->write(s.offset, block.get(), io::align_up(s.bytes));
   slots_.emplace(&group, std::move(s));
   group.set_owned_shard(Tensor());
 }
 
 void ParamSwap::start_read(FlatGroup& group) {
   Slot& s = slot(group);
-  if (s.resident || s.reading.valid() || resident_ >= config_.buffer_count) return;
+  finish_writes(/*wait_all=*/false);
+  if (s.resident || s.reading.valid()) return;
+  finish_write(s);  // what the file is to hold first
+  if (resident_ >= config_.buffer_count) return;
   take_buffer(s);
   s.reading = std::async(std::launch::async, [this, offset = s.offset, bytes = s.bytes, crc = s.crc] {
     return read_checked(offset, bytes, crc);
@@ -102,6 +128,11 @@ void ParamSwap::bring_in(FlatGroup& group, bool bounded) {
       throw;
     }
   } else {
+    finish_write(s);
+    if (bounded)
+      make_room();
+    else  // a checkpoint's view: the shards of one batch in memory at a time, those of the last written first
+      finish_writes(/*wait_all=*/true);
     block = read_checked(s.offset, s.bytes, s.crc);
     take_buffer(s);
   }
@@ -132,10 +163,13 @@ void ParamSwap::drop(FlatGroup& group) {
 void ParamSwap::store(FlatGroup& group) {
   Slot& s = slot(group);
   if (!s.resident) return;
-  const Tensor shard = ops::contiguous(ops::to(group.owned_shard(), Device::cpu()));
-  s.crc = io::crc32c(shard.raw_data(), size_t(s.bytes));
-  write(s, shard);
-  drop(group);
+  io::AlignedBuffer block = block_of(s, group.owned_shard());
+  s.crc = io::crc32c(block.get(), size_t(s.bytes));
+  group.set_owned_shard(Tensor());
+  s.resident = false;  // its buffer stays taken until the write is done
+  s.writing = std::async(std::launch::async, [this, offset = s.offset, bytes = s.bytes, block = std::move(block)] {
+    file_->write(offset, block.get(), io::align_up(bytes));
+  });
 }
 
 }  // namespace triad::zero

@@ -18,11 +18,16 @@ const Tensor& part_of(const ShardState& state, ShardPart part) {
   TRIAD_ASSERT(false);
 }
 
+Tensor ShardStore::accumulate_gradient(size_t, const Tensor&) {
+  TRIAD_ASSERT(false && "a store that keeps no gradients was handed one");
+  return {};
+}
+
 size_t DeviceShardStore::add(Tensor master, int64_t elements) {
   TRIAD_ASSERT(!master.defined() || (master.numel() == elements && master.dtype() == DType::f32 &&
                                      master.device() == device_));
   states_.push_back({std::move(master), Tensor::zeros({elements}, DType::f32, device_),
-                     Tensor::zeros({elements}, DType::f32, device_)});
+                     Tensor::zeros({elements}, DType::f32, device_), Tensor()});
   return states_.size() - 1;
 }
 

@@ -24,6 +24,7 @@ namespace triad::zero {
 struct ShardState {
   Tensor master;               // mixed precision's f32 weights; undefined in f32 training (the parameters are their own)
   Tensor exp_avg, exp_avg_sq;  // Adam's moments
+  Tensor grad;                 // a store that keeps gradients: the entry's gradient as accumulated (zeros when none came); else undefined
 };
 enum class ShardPart { master, exp_avg, exp_avg_sq };
 
@@ -46,6 +47,15 @@ class ShardStore {
   // own tensor, which write_part then leaves as it is.
   virtual Tensor read_part(size_t entry, ShardPart part) = 0;
   virtual void write_part(size_t entry, ShardPart part, const Tensor& values) = 0;
+  // Note [Offloaded gradients] (zero/nvme_shard_store.h): a store may keep each entry's
+  // reduced gradient beside its state, so that the rank's gradient shard is never in memory
+  // whole. accumulate_gradient adds `values` (the entry's elements, in the training dtype) to
+  // the entry's gradient, rounding the sum to that dtype as an in-memory shard of that dtype
+  // would, and returns the sum in f32 (a tensor valid until the next call on the store);
+  // acquire hands it out as ShardState::grad; clear_gradients makes every entry's zero.
+  virtual bool keeps_gradients() const { return false; }
+  virtual Tensor accumulate_gradient(size_t entry, const Tensor& values);
+  virtual void clear_gradients() {}
   // Bytes of state held on the training device (the optimizer's share of its memory).
   virtual int64_t device_bytes() const = 0;
   // Bytes held in host memory apart from the training device's (a GPU's swap buffers), and

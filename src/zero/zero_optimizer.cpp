@@ -61,8 +61,12 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   TRIAD_CHECK(offload != OffloadDevice::cpu || device_.is_cpu(),
               "[config] zero_optimization.offload_optimizer.device \"cpu\" on a " << device_.str() << " device is not "
               "built yet (it needs the optimizer step on the host); \"nvme\" is, or \"none\"");
+  // Note [Offloaded gradients]: where nothing needs the rank's gradient shard whole.
+  const bool gradients = config_.stage >= 2 && !config_.defer_reduction && !config_.delayed_update.enabled &&
+                         (!tp_ || tp_->size() == 1) && pipeline_.ties.empty() &&
+                         (!pipeline_.pp || pipeline_.pp->size() == 1);
   if (offload == OffloadDevice::nvme)
-    store_ = std::make_unique<NvmeShardStore>(device_, config_.offload_optimizer, config_.aio);
+    store_ = std::make_unique<NvmeShardStore>(device_, config_.offload_optimizer, config_.aio, gradients);
   else  // none, or cpu on the cpu: the state already is in host memory
     store_ = std::make_unique<DeviceShardStore>(device_);
   TRIAD_CHECK(config_.offload_param.device != OffloadDevice::cpu || device_.is_cpu(),
@@ -107,7 +111,8 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
                               : config_.stage == 0        ? initial
                                                           : ops::clone(g.flat->shard(initial));
         add_state(g, master);
-        if (config_.stage >= 1) g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device_);
+        if (config_.stage >= 1 && !store_->keeps_gradients())
+          g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device_);
         if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
         g.partitioned = config_.stage == 3 && !persistent;
         if (g.partitioned) g.flat->partition();
@@ -366,10 +371,22 @@ void ZeroOptimizer::prescale(const Tensor& grad) {
 }
 
 void ZeroOptimizer::complete(Pending& p) {
-  if (p.result.defined()) {  // a stage-2 gradient reduce-scatter
+  if (!p.result.defined()) return;
+  // A stage-2 or -3 gradient reduce-scatter: added to the shard, or to its sub-groups in the
+  // store (Note [Offloaded gradients]), which keep the squares of the sums for the norm.
+  if (!store_->keeps_gradients()) {
     ops::add_(p.group->shard_grad, p.result);
-    p.group->flat->release_grad();
+  } else {
+    const bool whole = p.group->subgroups.size() == 1;
+    for (Group::SubGroup& sub : p.group->subgroups) {
+      const Tensor sum =
+          store_->accumulate_gradient(sub.entry, whole ? p.result : ops::narrow(p.result, 0, sub.first, sub.count));
+      Tensor unscaled = sum;  // as step() unscales gradients in memory
+      if (const double unscale = gradient_unscale(); unscale != 1.0) ops::mul_(unscaled = ops::clone(sum), unscale);
+      sub.grad_squares = ops::sum_squares({unscaled});
+    }
   }
+  p.group->flat->release_grad();
 }
 
 void ZeroOptimizer::drain(bool wait_all) {
@@ -411,21 +428,22 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   sum_tied_gradients();
   // Average over ranks (what prescale() left of it) and undo the loss scale, in f32; then
   // the global norm.
-  const double unscale = config_.gradient_predivide_factor / (double(dp_->size()) * scaler_.scale());
+  const double unscale = gradient_unscale();
   std::vector<Tensor> grads;
   for (Group& g : groups_) {
+    if (store_->keeps_gradients()) break;  // they stay there (Note [Offloaded gradients])
     const Tensor& stored = config_.stage == 0 ? g.flat->grad() : g.shard_grad;
     Tensor grad = stored.dtype() == DType::f32 ? stored : ops::to(stored, DType::f32);
     if (unscale != 1.0) ops::mul_(grad, unscale);
     grads.push_back(grad);
   }
   sum_partial_gradients(grads);
-  const double norm = grad_norm(grads);
+  const double norm = store_->keeps_gradients() ? stored_grad_norm() : grad_norm(grads);
   if (config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0) {
     const bool overflow = !std::isfinite(norm);
     scaler_.update(overflow);
     if (overflow) {
-      for (Group& g : groups_) ops::zero_(config_.stage <= 1 ? g.flat->grad() : g.shard_grad);
+      clear_gradients();
       apply_pending_update();  // Note [Delayed parameter update]: a skipped step ends the delay
       return std::numeric_limits<double>::infinity();
     }
@@ -433,6 +451,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   optim::clip_grads(grads, norm, max_norm);
 
   Update u{.lr = lr, .adamw = adamw_, .step = ++steps_, .grads = std::move(grads), .params = {}};
+  if (store_->keeps_gradients()) u.unscale = unscale, u.clip = optim::clip_coefficient(norm, max_norm);
   if (config_.delayed_update.enabled && u.step > config_.delayed_update.warmup_steps) {
     apply_pending_update();
     // The thread's own copies: the backward accumulates into the gradients, the forward
@@ -451,13 +470,22 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     update(u);
     gather_updated();
   }
-  for (Group& g : groups_) {
-    if (config_.stage <= 1)
-      ops::zero_(g.flat->grad());
-    else
-      ops::zero_(g.shard_grad);
-  }
+  clear_gradients();
   return norm;
+}
+
+double ZeroOptimizer::gradient_unscale() const {
+  return config_.gradient_predivide_factor / (double(dp_->size()) * scaler_.scale());
+}
+
+void ZeroOptimizer::clear_gradients() {
+  if (store_->keeps_gradients()) {
+    store_->clear_gradients();
+    for (Group& g : groups_)
+      for (Group::SubGroup& sub : g.subgroups) sub.grad_squares = 0;
+    return;
+  }
+  for (Group& g : groups_) ops::zero_(config_.stage <= 1 ? g.flat->grad() : g.shard_grad);
 }
 
 void ZeroOptimizer::gather_updated() {
@@ -513,7 +541,14 @@ void ZeroOptimizer::update(const Update& u) {
     }
     const Tensor target = u.params.empty() ? param_view(g) : u.params[i];
     const Tensor params = whole ? target : ops::narrow(target, 0, sub->first, sub->count);
-    const Tensor grad = whole ? u.grads[i] : ops::narrow(u.grads[i], 0, sub->first, sub->count);
+    Tensor grad;
+    if (store_->keeps_gradients()) {  // scaled here as step() scales gradients in memory
+      grad = state.grad;
+      if (u.unscale != 1.0) ops::mul_(grad, u.unscale);
+      if (u.clip < 1.0) ops::mul_(grad, u.clip);
+    } else {
+      grad = whole ? u.grads[i] : ops::narrow(u.grads[i], 0, sub->first, sub->count);
+    }
     // Mixed precision: the update writes the 16-bit parameters from the master weights itself.
     if (state.master.defined())
       ops::adamw_(state.master, grad, state.exp_avg, state.exp_avg_sq, s, params);
@@ -713,16 +748,27 @@ double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
     for (const GradPiece& p : grad_pieces(grads))
       if (counted(p.group)) parts[p.split.is_split() ? 0 : 1].grads.push_back(p.grad);
   }
-  const bool pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
-  return optim::global_grad_norm(parts, [&](double sq) {
-    // Every rank holds the whole gradient.
-    if (config_.stage == 0 && !replicas && !split_model && !pipelined) return sq;
-    Tensor total = Tensor::full({1}, sq, DType::f64, device_);
-    if (config_.stage >= 1 || replicas) dp_->all_reduce(total)->wait();
-    if (split_model) tp_->all_reduce(total)->wait();
-    if (pipelined) pipeline_.pp->all_reduce(total)->wait();
-    return total.item();
-  });
+  return optim::global_grad_norm(parts, [&](double sq) { return sum_squares_over_ranks(sq); });
+}
+
+double ZeroOptimizer::sum_squares_over_ranks(double sq) const {
+  const bool replicas = config_.stage == 0 && experts_.spread();
+  const bool split_model = tp_ && tp_->size() > 1, pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
+  // Every rank holds the whole gradient.
+  if (config_.stage == 0 && !replicas && !split_model && !pipelined) return sq;
+  Tensor total = Tensor::full({1}, sq, DType::f64, device_);
+  if (config_.stage >= 1 || replicas) dp_->all_reduce(total)->wait();
+  if (split_model) tp_->all_reduce(total)->wait();
+  if (pipelined) pipeline_.pp->all_reduce(total)->wait();
+  return total.item();
+}
+
+double ZeroOptimizer::stored_grad_norm() const {
+  // No tied, partial or replicated gradients here: each rank counts all of its own.
+  double sq = 0;
+  for (const Group& g : groups_)
+    for (const Group::SubGroup& sub : g.subgroups) sq += sub.grad_squares;
+  return std::sqrt(sum_squares_over_ranks(sq));
 }
 
 std::vector<std::pair<int64_t, bool>> ZeroOptimizer::group_sizes() const {
@@ -747,7 +793,8 @@ ResidentBytes ZeroOptimizer::memory() const {
       m.param_bytes += (g.partitioned ? shard : full) * elt;
     }
     if (g.partitioned && config_.hpz_partition_size > 1 && g.comm == dp_.get()) m.param_bytes += full / config_.hpz_partition_size * elt;
-    m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
+    if (!store_->keeps_gradients())  // else they are in the store (Note [Offloaded gradients])
+      m.grad_bytes += (config_.stage <= 1 || config_.defer_reduction ? full : shard) * elt;
     // Note [Delayed parameter update]: the pending update's copies of the parameters it
     // updates and of their f32 gradient.
     if (config_.delayed_update.enabled) m.buffer_bytes += (config_.stage == 0 ? full : shard) * (elt + 4);

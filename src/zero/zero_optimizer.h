@@ -30,7 +30,8 @@
 // are on when the optimizer is made, and so do the master weights and moments, which the
 // shard store keeps (zero/shard_store.h; with offload_optimizer.device "nvme" they live in
 // files and come in by sub-groups: Note [Offloaded optimizer state] in
-// zero/nvme_shard_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
+// zero/nvme_shard_store.h; at stages 2 and 3 the rank's reduced gradients go there too, Note
+// [Offloaded gradients]); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
 // norms and overflow flags reduced over ranks included: an NCCL communicator takes its
 // GPU's tensors only.
 //
@@ -288,6 +289,7 @@ class ZeroOptimizer {
     struct SubGroup {
       size_t entry;
       int64_t first, count;
+      double grad_squares = 0;  // its gradient's, unscaled, when the store keeps it (Note [Offloaded gradients])
     };
     std::vector<SubGroup> subgroups;
     int ready = 0;               // parameters whose gradient this backward has completed
@@ -318,6 +320,9 @@ class ZeroOptimizer {
     optim::AdamWOptions adamw;
     int64_t step = 0;
     std::vector<Tensor> grads, params;
+    // Gradients kept by the store (Note [Offloaded gradients]): the factors step() applies
+    // to gradients in memory, applied to each sub-group's as it is updated.
+    double unscale = 1.0, clip = 1.0;
   };
   void update(const Update& u);  // Adam over every sub-group
   // Stages 1-3: all-gathers the groups that are not partitioned from the rank's shards.
@@ -355,6 +360,10 @@ class ZeroOptimizer {
   std::vector<GradPiece> grad_pieces(const std::vector<Tensor>& grads) const;
   void sum_partial_gradients(const std::vector<Tensor>& grads);
   double grad_norm(const std::vector<Tensor>& grads) const;
+  double sum_squares_over_ranks(double sq) const;  // a rank's partial sum of squares summed over the ranks holding the rest
+  double stored_grad_norm() const;                 // the norm of gradients the store keeps
+  double gradient_unscale() const;  // what averages the reduced gradients and undoes the loss scale
+  void clear_gradients();
   void sum_tied_gradients();
   void launch(Group& g);
   void prescale(const Tensor& grad);  // by 1/gradient_predivide_factor, before a reduction

@@ -103,6 +103,53 @@ BOOST_AUTO_TEST_CASE(offloading_to_nvme_follows_the_run_without_it) {
   BOOST_TEST(std::filesystem::is_empty(dir.path()));  // the state files went with their optimizers
 }
 
+// Note [Offloaded gradients]: at stages 2 and 3 with the optimizer's state on NVMe, the
+// rank's reduced gradient goes to the swap file sub-group by sub-group, so what a step leaves
+// in the CPU allocator's live bytes beyond the model's parameters (memory().param_bytes) is the store's buffers
+// (memory().optim_bytes) and a few pages: less than the f32 gradient shard alone (and the
+// moments), which a run with the state in memory keeps, as its live bytes show.
+BOOST_AUTO_TEST_CASE(offloaded_gradients_leave_a_steps_memory_bounded_by_the_buffers) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir dir;
+  for (int stage : {2, 3}) {
+    int64_t resident[2] = {0, 0}, optim_bytes = 0, shard_bytes = 0;
+    for (bool offloaded : {false, true}) {
+      const Tensor tokens = global_tokens(0);
+      cpu_allocator().empty_cache();
+      const auto before = int64_t(cpu_allocator().bytes_in_use());
+      auto model = std::make_shared<nn::GPT>(
+          nn::GPTConfig{.n_layer = 2, .n_head = 2, .d_model = 64, .seq_len = kSeq, .vocab_size = 512, .init_seed = 11});
+      zero::ZeroConfig config{.stage = stage, .sub_group_size = 4096};
+      if (offloaded)
+        config.offload_optimizer = {.device = zero::OffloadDevice::nvme, .nvme_path = dir.path().string(),
+                                    .buffer_count = 2};
+      zero::ZeroOptimizer opt(model, config, kAdam, kDecay, world);
+      const int64_t rows = kGlobalBatch / (2 * world->size());
+      for (int64_t m = 0; m < 2; ++m) {
+        const Tensor l = loss_of(*model, tokens, (m * world->size() + world->rank()) * rows, rows);
+        opt.begin_backward(m == 1);
+        backward(l, Tensor::full({}, 0.5));
+      }
+      opt.step(kLr, kClip);
+      cpu_allocator().empty_cache();
+      const zero::ResidentBytes mem = opt.memory();
+      resident[offloaded] = int64_t(cpu_allocator().bytes_in_use()) - before - mem.param_bytes;
+      if (offloaded) {
+        optim_bytes = mem.optim_bytes;
+        BOOST_TEST(mem.grad_bytes == 0);
+        for (const auto& [padded, _] : opt.group_sizes()) shard_bytes += padded / world->size() * 4;
+      }
+    }
+    BOOST_TEST_CONTEXT("stage " << stage << ": " << resident[1] << " bytes live with offload (buffers "
+                                << optim_bytes << "), " << resident[0] << " without; gradient shard "
+                                << shard_bytes) {
+      BOOST_TEST(resident[1] <= optim_bytes + 16 * 1024);
+      BOOST_TEST(resident[1] - optim_bytes < shard_bytes / 4);
+      BOOST_TEST(resident[0] >= 3 * shard_bytes);  // in memory: the gradient shard and the two moments
+    }
+  }
+}
+
 // ZeRO-Infinity (Note [Offloaded parameters]): each rank's parameter shards in a swap file,
 // read in before each gather and written back after the step, beside the optimizer's state
 // on NVMe, in f32 with gradient accumulation 2 and clipping at 0.5. Two buffers (every unit's
@@ -355,9 +402,10 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
     BOOST_TEST(m.host_bytes == 0);
     BOOST_TEST(m.nvme_bytes == 0);
   }
-  // ZeRO-Infinity on the CPU: the swap files hold each group's shard of the parameters and of
-  // both moments, each padded to 4096 bytes; the parameters in memory are at most two
-  // buffers of the largest shard; no host memory apart from the device's.
+  // ZeRO-Infinity on the CPU: the swap files hold each group's shard of the parameters, of
+  // both moments and of the gradient (Note [Offloaded gradients]), each padded to 4096 bytes;
+  // the parameters in memory are at most two buffers of the largest shard, the gradients
+  // none; no host memory apart from the device's.
   test::TempDir dir;
   auto model = make_model();
   zero::ZeroOptimizer opt(model,
@@ -373,12 +421,13 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
   for (const auto& [padded, partitioned] : opt.group_sizes()) {
     BOOST_TEST(partitioned);
     const int64_t bytes = 4 * padded / n;
-    files += 3 * io::align_up(bytes);
+    files += 4 * io::align_up(bytes);
     largest = std::max(largest, bytes);
     all += bytes;
   }
   BOOST_TEST(m.nvme_bytes == files);
   BOOST_TEST(m.param_bytes == std::min(all, 2 * largest));
+  BOOST_TEST(m.grad_bytes == 0);
   BOOST_TEST(m.host_bytes == 0);
 }
 

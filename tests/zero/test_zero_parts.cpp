@@ -6,9 +6,10 @@
 // counts their bytes. The NVMe store (Note [Offloaded optimizer state]) hands back exactly
 // what was written, through few buffers, read ahead or not, written behind or not, and by
 // parts for checkpoints; a corrupted byte or a truncated file is an error naming the file,
-// and so is a missing or unwritable nvme_path. The parameter swap (Note [Offloaded
-// parameters]) hands back each shard as last stored, read on its thread or not, within its
-// buffers, and names a damaged file; parameter
+// and so is a missing or unwritable nvme_path; gradients kept in the store (Note [Offloaded
+// gradients]) come back as their running sum in the training dtype. The parameter swap
+// (Note [Offloaded parameters]) hands back each shard as last stored, read on its thread or
+// not, written behind, within its buffers, and names a damaged file; parameter
 // offload below stage 3, without its folder, or with buffers too few or too small for a
 // unit's shards is a named error. A delayed update with a negative warm-up, with parameter
 // offload or in pipeline stages is a named error.
@@ -268,6 +269,58 @@ BOOST_AUTO_TEST_CASE(nvme_store_names_a_damaged_or_truncated_file) {
              "bytes; the file is shorter than it was written)");
 }
 
+// Note [Offloaded gradients]: gradients accumulated into the store come back with the state
+// as their sum, rounded to the training dtype after each addition as an in-memory shard of
+// that dtype is; a read ahead started before the last addition is read again; cleared
+// gradients are zeros; the file and the buffers grow by a gradient part; a changed byte of
+// a gradient is an error naming the file.
+BOOST_AUTO_TEST_CASE(nvme_store_keeps_gradients_as_their_running_sum) {
+  test::TempDir dir;
+  const std::vector<int64_t> sizes = {1000, 3000, 777};
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    BOOST_TEST_CONTEXT(dtype_name(dtype)) {
+      zero::NvmeShardStore store(Device::cpu(), nvme_at(dir, 2, true), {}, /*gradients=*/true);
+      BOOST_TEST(store.keeps_gradients());
+      for (size_t e = 0; e < sizes.size(); ++e) store.add(random_f32(sizes[e], e), sizes[e]);
+      BOOST_TEST(std::filesystem::file_size(store.path()) == uint64_t((4 + 12 + 4) * 4096));  // 3 parts and a gradient
+      BOOST_TEST(store.device_bytes() == 2 * 9 * 4096 + (2 + 2) * 3 * 4096);  // 2 records, 4 gradient parts
+      for (int step = 0; step < 2; ++step) {
+        store.prefetch(0);  // before the backward: its gradient is read again on acquire
+        std::vector<Tensor> expect;
+        for (size_t e = 0; e < sizes.size(); ++e) expect.push_back(Tensor::zeros({sizes[e]}, dtype));
+        for (int micro = 0; micro < 3; ++micro)
+          for (size_t e = 0; e < sizes.size(); ++e) {
+            if (e == 2 && micro == 1) continue;  // no gradient this time
+            const Tensor g = ops::to(random_f32(sizes[e], 100 * uint64_t(step) + 10 * uint64_t(micro) + e), dtype);
+            ops::add_(expect[e], g);
+            BOOST_TEST(values(store.accumulate_gradient(e, g)) == values(ops::to(expect[e], DType::f32)),
+                       boost::test_tools::per_element());
+          }
+        for (size_t e = 0; e < sizes.size(); ++e) {
+          const zero::ShardState& s = store.acquire(e);
+          if (e + 1 < sizes.size()) store.prefetch(e + 1);
+          BOOST_TEST(values(s.grad) == values(ops::to(expect[e], DType::f32)), boost::test_tools::per_element());
+          ops::mul_(s.grad, 0.5);  // the update scales it in place
+          store.release(e, true);
+        }
+        store.clear_gradients();
+        BOOST_TEST(values(store.acquire(1).grad) == std::vector<float>(3000, 0.0f), boost::test_tools::per_element());
+        store.release(1, false);
+      }
+    }
+  }
+  zero::NvmeShardStore store(Device::cpu(), nvme_at(dir, 1, false), {}, /*gradients=*/true);
+  for (int64_t n : {2000, 10, 10}) store.add(Tensor(), n);  // entry 0: 2 parts of 2 pages, then its gradient's 2
+  store.accumulate_gradient(0, random_f32(2000, 7));
+  store.accumulate_gradient(1, random_f32(10, 8));
+  store.accumulate_gradient(2, random_f32(10, 9));  // entry 0's gradient buffer taken: it is in the file alone
+  flip_byte(store.path(), 4 * 4096 + 4 * 1999);
+  const std::string damaged = test::error_message([&] { store.acquire(0); });
+  BOOST_TEST(damaged.find("swap file '" + store.path() + "': the gradient of sub-group 0 read back differs from what "
+                          "was written (CRC-32C ") == 0u, damaged);
+  BOOST_TEST(test::error_message([&] { store.accumulate_gradient(0, random_f32(2000, 10)); }) == damaged);
+}
+
 BOOST_AUTO_TEST_CASE(nvme_store_names_a_missing_or_unwritable_folder) {
   const auto error = [](const std::string& folder) {
     return test::error_message([&] {
@@ -310,6 +363,7 @@ BOOST_AUTO_TEST_CASE(parameter_swap_hands_back_each_shard_as_last_stored) {
   BOOST_TEST(swap.resident_bytes() == 6000);
   ops::fill_(group.owned_shard(), 0.5);
   swap.store(group);
+  swap.flush();
   BOOST_TEST(swap.resident_bytes() == 0);
   swap.bring_in(group);
   BOOST_TEST(values(group.owned_shard()) == std::vector<float>(1500, 0.5f), boost::test_tools::per_element());
@@ -367,6 +421,43 @@ BOOST_AUTO_TEST_CASE(parameter_swap_reads_ahead_on_its_thread) {
   BOOST_TEST(times.reads == 4);  // a, b, c once started, and b damaged
   BOOST_TEST(times.read_seconds > 0);
   BOOST_TEST(times.waited_seconds > 0);
+}
+
+// store writes a shard behind on a thread: its buffer stays taken until the write is done,
+// so with one buffer the next bring_in waits for it; what comes back is what was stored,
+// also when read again while its write may still be in flight.
+BOOST_AUTO_TEST_CASE(parameter_swap_writes_behind_within_its_buffers) {
+  test::TempDir dir;
+  zero::ParamSwap swap(
+      {.device = zero::OffloadDevice::nvme, .nvme_path = dir.path().string(), .buffer_count = 1, .buffer_size = 3000},
+      {});
+  const Tensor a = random_f32(3000, 11), b = random_f32(1000, 12);
+  zero::FlatGroup ga({{"a", ops::clone(a)}}, 0.0, 1, 0), gb({{"b", ops::clone(b)}}, 0.0, 1, 0);
+  for (zero::FlatGroup* g : {&ga, &gb}) {
+    g->partition();
+    swap.add(*g);
+  }
+  const Tensor expect = ops::clone(a);
+  for (int round = 0; round < 3; ++round) {
+    swap.bring_in(ga);
+    ops::copy_(ga.owned_shard(), ops::add(ga.owned_shard(), 1.0));
+    ops::copy_(expect, ops::add(expect, 1.0));
+    swap.store(ga);
+    BOOST_TEST(!ga.owned_shard().defined());
+    BOOST_TEST(swap.resident_bytes() == 12000);  // being written
+    swap.start_read(gb);  // every buffer taken: nothing starts
+    BOOST_TEST(!swap.ready(gb));
+    swap.bring_in(gb);  // waits for a's write
+    BOOST_TEST(swap.resident_bytes() == 4000);
+    BOOST_TEST(values(gb.owned_shard()) == values(b), boost::test_tools::per_element());
+    swap.store(gb);
+  }
+  swap.bring_in(ga);  // b's write done first
+  BOOST_TEST(values(ga.owned_shard()) == values(expect), boost::test_tools::per_element());
+  swap.drop(ga);
+  swap.flush();
+  BOOST_TEST(swap.resident_bytes() == 0);
+  BOOST_TEST(swap.peak_resident_bytes() == 12000);
 }
 
 // Each unit's shards must fit the buffers: one buffer per flat group of the unit (its
