@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "tensor/ops.h"
+#include "tensor/optimizer_ops.h"
 
 namespace triad {
 
@@ -73,11 +73,13 @@ class Backend {
   virtual void gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, const Tensor& grad_pre,
                                   const Tensor& grad_bias) = 0;
 
-  // One fused AdamW update of a contiguous parameter: see ops::adamw_. param_copy, when
-  // defined: bf16 or f16 of param's shape, contiguous, written with the updated parameter
-  // rounded to nearest even in the same pass.
-  virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                     const AdamWStep& step, const Tensor& param_copy) = 0;
+  // Fused AdamW updates of contiguous parameters (ops::adamw_, checked there), all on one
+  // device: param_copy, when defined, bf16 or f16 of param's shape, contiguous, written with
+  // the updated parameter rounded to nearest even in the same pass. The CUDA backend runs
+  // them all in one launch (Note [Multi-tensor optimizer]).
+  virtual void adamw(const std::vector<AdamWTensors>& updates) = 0;
+  // Fused SGD updates (ops::sgd_, checked there), all on one device; one launch on a GPU.
+  virtual void sgd(const std::vector<SGDTensors>& updates, const SGDStep& step) = 0;
 
   // Block-wise quantization (ops::quantize_blocks) of each of the rows of src (rows, n),
   // contiguous, f32, bf16 or f16, none empty: q i8 (rows, format.bytes(n)), scales f32

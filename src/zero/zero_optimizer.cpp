@@ -10,6 +10,7 @@
 #include "optim/clip.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
+#include "tensor/optimizer_ops.h"
 #include "zero/buckets.h"
 #include "zero/nvme_shard_store.h"
 
@@ -491,7 +492,11 @@ ZeroOptimizer::~ZeroOptimizer() {
 
 void ZeroOptimizer::update(const Update& u) {
   // Sub-group by sub-group in order: the store may read the next one while this one is
-  // updated, and write it back while the next is (Note [Offloaded optimizer state]).
+  // updated, and write it back while the next is (Note [Offloaded optimizer state]). A
+  // store whose state stays on the device takes every sub-group in one call instead (Note
+  // [Multi-tensor optimizer]: one launch on a GPU).
+  const bool at_once = store_->resident() && !param_swap_;
+  std::vector<AdamWTensors> batch;
   std::vector<std::pair<size_t, const Group::SubGroup*>> order;
   for (size_t i = 0; i < groups_.size(); ++i)
     for (const Group::SubGroup& sub : groups_[i].subgroups) order.emplace_back(i, &sub);
@@ -515,13 +520,17 @@ void ZeroOptimizer::update(const Update& u) {
     const Tensor params = whole ? target : ops::narrow(target, 0, sub->first, sub->count);
     const Tensor grad = whole ? u.grads[i] : ops::narrow(u.grads[i], 0, sub->first, sub->count);
     // Mixed precision: the update writes the 16-bit parameters from the master weights itself.
-    if (state.master.defined())
-      ops::adamw_(state.master, grad, state.exp_avg, state.exp_avg_sq, s, params);
+    const AdamWTensors update = state.master.defined()
+                                    ? AdamWTensors{state.master, grad, state.exp_avg, state.exp_avg_sq, params, s}
+                                    : AdamWTensors{params, grad, state.exp_avg, state.exp_avg_sq, Tensor(), s};
+    if (at_once)
+      batch.push_back(update);  // its tensors outlive the release (ShardStore::resident)
     else
-      ops::adamw_(params, grad, state.exp_avg, state.exp_avg_sq, s);
+      ops::adamw_({update});
     store_->release(sub->entry, /*dirty=*/true);
     if (param_swap_ && g.partitioned && sub == &g.subgroups.back()) param_swap_->store(*g.flat);
   }
+  if (at_once) ops::adamw_(batch);
   // The next step begins where this one did: its first sub-group can come in during the
   // forward and backward.
   if (!order.empty()) store_->prefetch(order.front().second->entry);
@@ -700,8 +709,9 @@ double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
     return (!g.tie || g.tie->rank() == 0) && (!replicas || g.comm->rank() == 0);
   };
   // The host waits for the device once per part here (and once more for the all-reduced
-  // sum at stages 1 to 3). The sum is the same on every rank (stage 0's gradients are, and
-  // the all-reduce gives every rank the same bits), so every rank reaches the same verdict.
+  // sum at stages 1 to 3; Note [Host synchronisation in a step] in train/trainer.cpp). The
+  // sum is the same on every rank (stage 0's gradients are, and the all-reduce gives every
+  // rank the same bits), so every rank reaches the same verdict.
   const bool split_model = tp_ && tp_->size() > 1;
   std::vector<optim::NormPart> parts;
   if (!split_model) {
