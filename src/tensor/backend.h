@@ -80,6 +80,12 @@ class Backend {
   virtual void adamw(const std::vector<AdamWTensors>& updates) = 0;
   // Fused SGD updates (ops::sgd_, checked there), all on one device; one launch on a GPU.
   virtual void sgd(const std::vector<SGDTensors>& updates, const SGDStep& step) = 0;
+  // ops::squared_norm: out (one f64 element on the tensors' device) = sum_squares(tensors),
+  // the same sum in the same order, written where it is without the host waiting.
+  virtual void sum_squares_to(const std::vector<Tensor>& tensors, const Tensor& out) = 0;
+  // ops::clip_to_norm_: each f32 gradient multiplied by clip_coefficient(sqrt(squared[0]),
+  // max_norm) (optim/clip.h) when that is below 1, squared read where it is.
+  virtual void clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) = 0;
 
   // Block-wise quantization (ops::quantize_blocks) of each of the rows of src (rows, n),
   // contiguous, f32, bf16 or f16, none empty: q i8 (rows, format.bytes(n)), scales f32

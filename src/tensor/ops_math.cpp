@@ -325,6 +325,30 @@ void adamw_(const std::vector<AdamWTensors>& updates) {
   if (!checked.empty()) backend_for(checked[0].param.device()).adamw(checked);
 }
 
+Tensor squared_norm(const std::vector<Tensor>& tensors, Device device) {
+  Tensor out = Tensor::empty({1}, DType::f64, device);
+  std::vector<Tensor> c;
+  c.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    check_float(t, "squared_norm");
+    TRIAD_CHECK(t.device() == device, "squared_norm: a tensor on " << t.device().str() << ", expected " << device.str());
+    c.push_back(contiguous(t));
+  }
+  backend_for(device).sum_squares_to(c, out);
+  return out;
+}
+
+void clip_to_norm_(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) {
+  TRIAD_CHECK(squared.dtype() == DType::f64 && squared.numel() == 1,
+              "clip_to_norm_: the squared norm must be one f64 element, got " << squared.str());
+  TRIAD_CHECK(max_norm > 0.0, "clip_to_norm_: max norm must be positive, got " << max_norm);
+  for (const Tensor& g : grads)
+    TRIAD_CHECK(g.dtype() == DType::f32 && g.is_contiguous() && g.device() == squared.device(),
+                "clip_to_norm_: expected contiguous f32 gradients on " << squared.device().str() << ", got "
+                                                                        << g.str());
+  backend_for(squared.device()).clip_to_norm(grads, squared, max_norm);
+}
+
 void sgd_(const std::vector<SGDTensors>& updates, const SGDStep& step) {
   std::vector<SGDTensors> checked;
   checked.reserve(updates.size());

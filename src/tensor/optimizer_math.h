@@ -73,4 +73,11 @@ TRIAD_HOST_DEVICE inline T sgd_element(T& p, T* buf, T g, const SGDConstants<T>&
   return p;
 }
 
+// optim::clip_coefficient's rule: the factor that clips gradients of norm `norm` to
+// max_norm (> 0), max_norm / (norm + 1e-6) when that is below 1, else 1 (a NaN norm: 1).
+TRIAD_HOST_DEVICE inline double clip_factor(double norm, double max_norm) {
+  const double coef = max_norm / (norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
 }  // namespace triad

@@ -43,4 +43,14 @@ void adamw_(const std::vector<AdamWTensors>& updates);
 // contiguous. One backend call.
 void sgd_(const std::vector<SGDTensors>& updates, const SGDStep& step);
 
+// The gradient norm kept on the device (Note [Host synchronisation in a step] in
+// train/trainer.cpp): the sum of squares of every element of the tensors (floating, one
+// device), as sum_squares (tensor/ops.h) adds them, in a one-element f64 tensor on their
+// device, which the host reads only when it asks (item()).
+Tensor squared_norm(const std::vector<Tensor>& tensors, Device device);
+// Multiplies the f32 gradients (contiguous, on squared's device) by max_norm / (norm + 1e-6)
+// when that is below 1, norm = sqrt(squared[0]) (optim::clip_coefficient's rule, max_norm
+// > 0), reading squared where it is.
+void clip_to_norm_(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm);
+
 }  // namespace triad::ops

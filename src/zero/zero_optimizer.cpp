@@ -421,8 +421,13 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     grads.push_back(grad);
   }
   sum_partial_gradients(grads);
-  const double norm = grad_norm(grads);
-  if (config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0) {
+  // Without loss scaling nothing before the update needs the norm on the host: its square
+  // stays on the device, clipping reads it there, and the host reads it once the step is
+  // queued (Note [Host synchronisation in a step] in train/trainer.cpp).
+  const bool scaled = config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0;
+  const Tensor squared = scaled ? Tensor() : squared_grad_norm(grads);
+  double norm = squared.defined() ? NAN : grad_norm(grads);
+  if (scaled) {
     const bool overflow = !std::isfinite(norm);
     scaler_.update(overflow);
     if (overflow) {
@@ -431,7 +436,10 @@ double ZeroOptimizer::step(double lr, double max_norm) {
       return std::numeric_limits<double>::infinity();
     }
   }
-  optim::clip_grads(grads, norm, max_norm);
+  if (!squared.defined())
+    optim::clip_grads(grads, norm, max_norm);
+  else if (max_norm > 0)
+    ops::clip_to_norm_(grads, squared, max_norm);
 
   Update u{.lr = lr, .adamw = adamw_, .step = ++steps_, .grads = std::move(grads), .params = {}};
   if (config_.delayed_update.enabled && u.step > config_.delayed_update.warmup_steps) {
@@ -458,6 +466,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     else
       ops::zero_(g.shard_grad);
   }
+  if (squared.defined()) norm = std::sqrt(squared.item());
   return norm;
 }
 
@@ -699,40 +708,40 @@ void ZeroOptimizer::sum_partial_gradients(const std::vector<Tensor>& grads) {
   for (const Tensor& t : partial) ops::copy_(t, ops::narrow(packed, 0, at, t.numel())), at += t.numel();
 }
 
+bool ZeroOptimizer::counted_in_norm(size_t group) const {
+  const Group& g = groups_[group];
+  return (!g.tie || g.tie->rank() == 0) && (!replicated_experts() || g.comm->rank() == 0);
+}
+
 double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
-  // A tied parameter counts once: on its tie group's rank 0 (an inf or NaN in it is there too).
-  // Stage 0 with experts spread: a replica counts on one rank of dp or edp (Note [ZeRO with
-  // experts]).
-  const bool replicas = config_.stage == 0 && experts_.spread();
-  const auto counted = [&](size_t i) {
-    const Group& g = groups_[i];
-    return (!g.tie || g.tie->rank() == 0) && (!replicas || g.comm->rank() == 0);
-  };
-  // The host waits for the device once per part here (and once more for the all-reduced
-  // sum at stages 1 to 3; Note [Host synchronisation in a step] in train/trainer.cpp). The
-  // sum is the same on every rank (stage 0's gradients are, and the all-reduce gives every
-  // rank the same bits), so every rank reaches the same verdict.
-  const bool split_model = tp_ && tp_->size() > 1;
-  std::vector<optim::NormPart> parts;
-  if (!split_model) {
-    parts.emplace_back();
-    for (size_t i = 0; i < groups_.size(); ++i)
-      if (counted(i)) parts[0].grads.push_back(grads[i]);
-  } else {  // split parameters count on every tp rank, replicated ones on tp rank 0
-    parts = {{.grads = {}, .counted = true}, {.grads = {}, .counted = tp_->rank() == 0}};
-    for (const GradPiece& p : grad_pieces(grads))
-      if (counted(p.group)) parts[p.split.is_split() ? 0 : 1].grads.push_back(p.grad);
-  }
-  const bool pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
+  // The host waits for the device here (Note [Host synchronisation in a step] in
+  // train/trainer.cpp). The sum is the same on every rank (stage 0's gradients are, and the
+  // all-reduce gives every rank the same bits), so every rank reaches the same verdict.
+  if (const Tensor squared = squared_grad_norm(grads); squared.defined()) return std::sqrt(squared.item());
+  // Split parameters count on every tp rank, replicated ones on tp rank 0.
+  std::vector<optim::NormPart> parts = {{.grads = {}, .counted = true}, {.grads = {}, .counted = tp_->rank() == 0}};
+  for (const GradPiece& p : grad_pieces(grads))
+    if (counted_in_norm(p.group)) parts[p.split.is_split() ? 0 : 1].grads.push_back(p.grad);
   return optim::global_grad_norm(parts, [&](double sq) {
-    // Every rank holds the whole gradient.
-    if (config_.stage == 0 && !replicas && !split_model && !pipelined) return sq;
     Tensor total = Tensor::full({1}, sq, DType::f64, device_);
-    if (config_.stage >= 1 || replicas) dp_->all_reduce(total)->wait();
-    if (split_model) tp_->all_reduce(total)->wait();
-    if (pipelined) pipeline_.pp->all_reduce(total)->wait();
+    if (config_.stage >= 1 || replicated_experts()) dp_->all_reduce(total)->wait();
+    tp_->all_reduce(total)->wait();
+    if (pipeline_.pp && pipeline_.pp->size() > 1) pipeline_.pp->all_reduce(total)->wait();
     return total.item();
   });
+}
+
+Tensor ZeroOptimizer::squared_grad_norm(const std::vector<Tensor>& grads) const {
+  if (tp_ && tp_->size() > 1) return Tensor();
+  std::vector<Tensor> counted;
+  for (size_t i = 0; i < groups_.size(); ++i)
+    if (counted_in_norm(i)) counted.push_back(grads[i]);
+  Tensor total = ops::squared_norm(counted, device_);
+  // Every rank holds the whole gradient at stage 0 (without experts spread); otherwise the
+  // ranks' sums add up.
+  if (config_.stage >= 1 || replicated_experts()) dp_->all_reduce(total)->wait();
+  if (pipeline_.pp && pipeline_.pp->size() > 1) pipeline_.pp->all_reduce(total)->wait();
+  return total;
 }
 
 std::vector<std::pair<int64_t, bool>> ZeroOptimizer::group_sizes() const {

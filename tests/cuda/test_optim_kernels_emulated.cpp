@@ -6,7 +6,8 @@
 // momentum, dampening and nesterov, and write the bf16/f16 copy of mixed precision. The
 // kernel against the same element arithmetic run here is compared bit for bit; against the
 // library's CPU optimizer (built -march=native, where the compiler may fuse a multiply and
-// an add into one FMA that this program's build does not) within a few f32 ulps.
+// an add into one FMA that this program's build does not) within a few f32 ulps. Clipping
+// to a norm read on the device matches optim::clip_grads bit for bit.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -209,5 +210,29 @@ BOOST_AUTO_TEST_CASE(sgd_matches_the_cpu_optimizer) {
       if (momentum) optim_same(buf[i], here_buf[i], at + " buffer, kernel and element");
       optim_close(p[i], ref[i], at + " param against optim::SGD");
     }
+  }
+}
+
+// Clipping to a norm read on the device: the kernel multiplies as optim::clip_grads does,
+// bit for bit, for a norm above max_norm (clipped), below it (unchanged) and not finite
+// (NaN: unchanged; inf: zeroed).
+BOOST_AUTO_TEST_CASE(clip_matches_the_cpu_clipping) {
+  const std::vector<int64_t> sizes = optim_sizes();
+  for (double norm : {3.7, 0.4, double(NAN), double(INFINITY)}) {
+    const double max_norm = 1.0;
+    std::vector<Tensor> grads, want;
+    std::vector<cuda::ClipEntry> entries;
+    const Tensor squared = Tensor::full({1}, norm * norm, DType::f64);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      grads.push_back(optim_uniform(sizes[i], 30 + i, -1, 1));
+      want.push_back(ops::clone(grads.back()));
+      entries.push_back({grads.back().data<float>(), sizes[i], squared.data<double>(), max_norm});
+    }
+    optim_run(entries);
+    optim::clip_grads(want, std::sqrt(norm * norm), max_norm);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      BOOST_TEST(test::max_abs_diff(grads[i], want[i]) == 0.0, "norm " << norm << " tensor " << i);
+    if (norm == 3.7)  // clipped: the factor 1 / 3.7 reached every tensor
+      BOOST_TEST(ops::max_abs(grads.back()) < 0.3);
   }
 }

@@ -101,6 +101,20 @@ struct SGDEntry {
   __device__ void update(int64_t i) const { sgd_element(p[i], buf ? buf + i : nullptr, g[i], k); }
 };
 
+// One f32 gradient clipped to max_norm (ops::clip_to_norm_) by the norm whose square lies
+// at `squared` in device memory, multiplied as the CPU's mul_ does (by the factor in f32).
+struct ClipEntry {
+  float* g;
+  int64_t n;
+  const double* squared;
+  double max_norm;
+
+  __device__ void update(int64_t i) const {
+    const double coef = clip_factor(sqrt(*squared), max_norm);
+    if (coef < 1.0) g[i] *= float(coef);
+  }
+};
+
 static_assert(sizeof(TensorTable<AdamWEntry>) <= 4000 && sizeof(TensorTable<SGDEntry>) <= 4000,
               "a table travels as a kernel argument: at most 4 KiB with the rest");
 

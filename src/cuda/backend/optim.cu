@@ -44,4 +44,12 @@ void CudaBackend::sgd(const std::vector<SGDTensors>& updates, const SGDStep& ste
   launch_tables(updates.front().param, entries);
 }
 
+void CudaBackend::clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) {
+  std::vector<ClipEntry> entries;
+  entries.reserve(grads.size());
+  for (const Tensor& g : grads)
+    if (g.numel() > 0) entries.push_back({ptr<float>(g), g.numel(), ptr<const double>(squared), max_norm});
+  if (!entries.empty()) launch_tables(squared, entries);
+}
+
 }  // namespace triad::cuda

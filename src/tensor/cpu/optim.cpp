@@ -1,7 +1,10 @@
 // Optimizer kernels: one pass over parameter, gradient and state (memory-bound), writing a
 // 16-bit copy of the parameter in the same pass when asked; the elements' arithmetic is
 // tensor/optimizer_math.h's, which the CUDA backend runs too. Tensor by tensor: the
-// parallel loop is inside each.
+// parallel loop is inside each. Also the gradient norm's forms that stay on the device
+// (ops::squared_norm, ops::clip_to_norm_).
+#include <cmath>
+
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/visit_float.h"
@@ -42,6 +45,22 @@ void CpuBackend::sgd(const std::vector<SGDTensors>& updates, const SGDStep& step
 #pragma omp parallel for if (n > cpu::kParallelGrain)
       for (int64_t i = 0; i < n; ++i) sgd_element(p[i], buf ? buf + i : nullptr, g[i], k);
     });
+}
+
+void CpuBackend::sum_squares_to(const std::vector<Tensor>& tensors, const Tensor& out) {
+  out.data<double>()[0] = sum_squares(tensors);
+}
+
+void CpuBackend::clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) {
+  const double coef = clip_factor(std::sqrt(squared.data<double>()[0]), max_norm);
+  if (coef >= 1.0) return;
+  const float f = float(coef);  // as mul_ multiplies an f32 tensor
+  for (const Tensor& g : grads) {
+    float* p = g.data<float>();
+    const int64_t n = g.numel();
+#pragma omp parallel for simd if (n > cpu::kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) p[i] *= f;
+  }
 }
 
 }  // namespace triad
