@@ -125,6 +125,14 @@ step speed_step 330 gpu "$kit/speed_step.py" --kit "$kit" --out "$out"
 step collectives_nccl 180 gpu "$kit/tests/check_collectives.sh" nccl 1 "${mpi[@]}" -np 1 \
   triad-bench collectives --comm nccl --min-bytes 8 --max-bytes 256M --warmup 5 --iters 20
 
+# --- the training step's features on the GPU against the CPU (step_checks.py)
+step zeropp_cuda 240 gpu env OMP_NUM_THREADS=$((cores / 4 > 0 ? cores / 4 : 1)) "$kit/step_checks.py" zeropp \
+  --kit "$kit" --work "$work/step_checks" --steps 30
+step adam_l2_curves 180 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" adam_l2 --kit "$kit" \
+  --work "$work/step_checks" --steps 30
+step flops_profiler_cuda 120 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" flops_profiler --kit "$kit" \
+  --work "$work/step_checks"
+
 # --- summary
 python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys
@@ -133,6 +141,7 @@ FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib",
            "kernel_ms_per_step", "launches_per_step", "tp2_vs_tp1", "tp2_sp_vs_tp1", "model_state_mib_per_rank", "pp2_vs_pp1",
            "sft_cuda_vs_cpu", "reward_cuda_vs_cpu", "ppo_generation_fraction", "ppo_generation_tokens_per_s",
            "ppo_training_tokens_per_s", "generation_vs_training_per_token_max")
+FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu")  # step_checks.py
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")

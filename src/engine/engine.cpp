@@ -284,15 +284,17 @@ zero::ZeroPlusPlusGroups Engine::zeropp_groups(const std::vector<int>& nodes) {
   const zero::ZeroConfig& z = config_.zero;
   zero::ZeroPlusPlusGroups g;
   if (!z.quantized_weights && !z.quantized_gradients && z.hpz_partition_size == 1) return g;
-  TRIAD_CHECK(device_.is_cpu(), "[config] zero_optimization: ZeRO++ runs on the CPU in this build (its GPU path has "
-                                "not been checked on a GPU yet); train on device \"cpu\" or turn ZeRO++ off");
+  // ZeRO++'s groups carry what ZeRO's own group does: over NCCL when ZeRO's is.
+  const auto on_backend = [&](const parallel::CommunicatorPtr& group) {
+    return zero_backend_ == DistributedBackend::nccl ? cuda::make_nccl_communicator(group, device_.index) : group;
+  };
   const int d = grid_->dp_rank(), h = grid_->hpz_size();
   std::vector<int> hpz_nodes(nodes.begin() + (d / h) * h, nodes.begin() + (d / h + 1) * h);
-  g.hpz = comm_->counting_alongside(grid_->hpz(), hpz_nodes);
-  g.intra = comm_->counting_alongside(grid_->intra_node());  // one node
+  g.hpz = comm_->counting_alongside(on_backend(grid_->hpz()), hpz_nodes);
+  g.intra = comm_->counting_alongside(on_backend(grid_->intra_node()));  // one node
   std::vector<int> distinct(size_t(grid_->inter_node()->size()));
   for (size_t i = 0; i < distinct.size(); ++i) distinct[i] = int(i);
-  g.inter = comm_->counting_alongside(grid_->inter_node(), distinct);  // one rank per node
+  g.inter = comm_->counting_alongside(on_backend(grid_->inter_node()), distinct);  // one rank per node
   return g;
 }
 

@@ -4,6 +4,7 @@
 
 #include "autograd/meta.h"
 #include "tensor/ops.h"
+#include "tensor/optimizer_math.h"
 
 namespace triad::optim {
 
@@ -18,10 +19,7 @@ double global_grad_norm(const std::vector<NormPart>& parts, const SumOverRanks& 
   return std::sqrt(sq);
 }
 
-double clip_coefficient(double norm, double max_norm) {
-  const double coef = max_norm / (norm + 1e-6);
-  return max_norm > 0.0 && coef < 1.0 ? coef : 1.0;
-}
+double clip_coefficient(double norm, double max_norm) { return max_norm > 0.0 ? clip_factor(norm, max_norm) : 1.0; }
 
 void clip_grads(const std::vector<Tensor>& grads, double norm, double max_norm) {
   const double coef = clip_coefficient(norm, max_norm);

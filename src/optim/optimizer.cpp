@@ -6,6 +6,7 @@
 #include "autograd/meta.h"
 #include "tensor/backend.h"
 #include "tensor/ops.h"
+#include "tensor/optimizer_ops.h"
 
 namespace triad::optim {
 
@@ -59,17 +60,23 @@ void AdamW::step() {
   ++step_count_;
   size_t i = 0;
   for (const ParamGroup& g : groups_) {
+    std::vector<AdamWTensors> updates;  // the group's, in one call (one launch on a GPU)
     for (const Tensor& p : g.params) {
       if (exp_avg_.size() <= i) {
         exp_avg_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
         exp_avg_sq_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
         param_steps_.push_back(0);
       }
-      const Tensor gp = grad(p);
-      if (gp.defined())
-        ops::adamw_(p, gp, exp_avg_[i], exp_avg_sq_[i], adamw_step(options_, lr_, g.weight_decay, ++param_steps_[i]));
+      if (const Tensor gp = grad(p); gp.defined())
+        updates.push_back({.param = p,
+                           .grad = gp,
+                           .exp_avg = exp_avg_[i],
+                           .exp_avg_sq = exp_avg_sq_[i],
+                           .param_copy = Tensor(),
+                           .step = adamw_step(options_, lr_, g.weight_decay, ++param_steps_[i])});
       ++i;
     }
+    ops::adamw_(updates);
   }
 }
 
@@ -81,37 +88,25 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o) : Optimizer(std::m
 
 void SGD::step() {
   NoGradGuard no_grad;
+  const bool momentum = options_.momentum != 0.0;
   size_t i = 0;
   for (const ParamGroup& g : groups_) {
+    std::vector<SGDTensors> updates;  // the group's, in one call (one launch on a GPU)
     for (const Tensor& p : g.params) {
       if (momentum_.size() <= i) momentum_.emplace_back();
-      Tensor d = grad(p);
-      if (!d.defined()) {
-        ++i;
-        continue;
-      }
-      if (g.weight_decay != 0.0) {
-        d = ops::clone(d);
-        ops::add_(d, p, g.weight_decay);
-      }
-      if (options_.momentum != 0.0) {
+      if (const Tensor d = grad(p); d.defined()) {
         Tensor& buf = momentum_[i];
-        if (!buf.defined()) {
-          buf = ops::clone(d);
-        } else {
-          ops::mul_(buf, options_.momentum);
-          ops::add_(buf, d, 1.0 - options_.dampening);
-        }
-        if (options_.nesterov) {
-          d = ops::clone(d);
-          ops::add_(d, buf, options_.momentum);
-        } else {
-          d = buf;
-        }
+        const bool first = momentum && !buf.defined();
+        if (first) buf = Tensor::empty(p.shape(), p.dtype(), p.device());
+        updates.push_back({.param = p, .grad = d, .momentum_buffer = buf, .first = first});
       }
-      ops::add_(p, d, -lr_);
       ++i;
     }
+    ops::sgd_(updates, {.lr = lr_,
+                        .momentum = options_.momentum,
+                        .dampening = options_.dampening,
+                        .weight_decay = g.weight_decay,
+                        .nesterov = options_.nesterov});
   }
 }
 

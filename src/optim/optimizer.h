@@ -52,8 +52,8 @@ void check_betas(double beta1, double beta2);
 AdamWStep adamw_step(const AdamWOptions& options, double lr, double weight_decay, int64_t t);
 
 // Adam with decoupled weight decay (Loshchilov & Hutter) or, adam_w_mode false, L2
-// regularization; bias-corrected unless bias_correction is false; one fused in-place kernel
-// per parameter (ops::adamw_).
+// regularization; bias-corrected unless bias_correction is false; one fused in-place update
+// per group (ops::adamw_ on the group's parameters: one launch on a GPU).
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options);
@@ -83,7 +83,8 @@ struct SGDOptions {
 };
 
 // SGD with optional momentum: buf = momentum buf + (1 - dampening) g; p -= lr buf
-// (nesterov: p -= lr (g + momentum buf)). Weight decay is L2, added to the gradient.
+// (nesterov: p -= lr (g + momentum buf)). Weight decay is L2, added to the gradient. One
+// fused in-place update per group (ops::sgd_: one launch on a GPU).
 class SGD : public Optimizer {
  public:
   SGD(std::vector<ParamGroup> groups, const SGDOptions& options);

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "tensor/ops.h"
+#include "tensor/optimizer_ops.h"
 
 namespace triad {
 
@@ -73,11 +73,19 @@ class Backend {
   virtual void gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, const Tensor& grad_pre,
                                   const Tensor& grad_bias) = 0;
 
-  // One fused AdamW update of a contiguous parameter: see ops::adamw_. param_copy, when
-  // defined: bf16 or f16 of param's shape, contiguous, written with the updated parameter
-  // rounded to nearest even in the same pass.
-  virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                     const AdamWStep& step, const Tensor& param_copy) = 0;
+  // Fused AdamW updates of contiguous parameters (ops::adamw_, checked there), all on one
+  // device: param_copy, when defined, bf16 or f16 of param's shape, contiguous, written with
+  // the updated parameter rounded to nearest even in the same pass. The CUDA backend runs
+  // them all in one launch (Note [Multi-tensor optimizer]).
+  virtual void adamw(const std::vector<AdamWTensors>& updates) = 0;
+  // Fused SGD updates (ops::sgd_, checked there), all on one device; one launch on a GPU.
+  virtual void sgd(const std::vector<SGDTensors>& updates, const SGDStep& step) = 0;
+  // ops::squared_norm: out (one f64 element on the tensors' device) = sum_squares(tensors),
+  // the same sum in the same order, written where it is without the host waiting.
+  virtual void sum_squares_to(const std::vector<Tensor>& tensors, const Tensor& out) = 0;
+  // ops::clip_to_norm_: each f32 gradient multiplied by clip_coefficient(sqrt(squared[0]),
+  // max_norm) (optim/clip.h) when that is below 1, squared read where it is.
+  virtual void clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) = 0;
 
   // Block-wise quantization (ops::quantize_blocks) of each of the rows of src (rows, n),
   // contiguous, f32, bf16 or f16, none empty: q i8 (rows, format.bytes(n)), scales f32

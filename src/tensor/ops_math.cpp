@@ -5,6 +5,7 @@
 #include "tensor/backend.h"
 #include "tensor/ops.h"
 #include "tensor/ops_checks.h"
+#include "tensor/optimizer_ops.h"
 
 namespace triad::ops {
 
@@ -293,20 +294,83 @@ GeluBiasGrads gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, bool w
 
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
             const AdamWStep& step, const Tensor& param_copy) {
-  TRIAD_CHECK(param.dtype() == DType::f32 || param.dtype() == DType::f64,
-              "adamw_: expected an f32 or f64 parameter (master weights), got " << param.str());
-  for (const Tensor* t : {&grad, &exp_avg, &exp_avg_sq}) {
-    check_same(param, *t, "adamw_");
-    TRIAD_CHECK(t->shape() == param.shape(), "adamw_: " << t->str() << " does not match parameter " << param.str());
+  adamw_({AdamWTensors{param, grad, exp_avg, exp_avg_sq, param_copy, step}});
+}
+
+void adamw_(const std::vector<AdamWTensors>& updates) {
+  if (updates.empty()) return;
+  std::vector<AdamWTensors> checked;
+  checked.reserve(updates.size());
+  for (const AdamWTensors& u : updates) {
+    const Tensor& param = u.param;
+    TRIAD_CHECK(param.dtype() == DType::f32 || param.dtype() == DType::f64,
+                "adamw_: expected an f32 or f64 parameter (master weights), got " << param.str());
+    check_same(updates[0].param, param, "adamw_");
+    for (const Tensor* t : {&u.grad, &u.exp_avg, &u.exp_avg_sq}) {
+      check_same(param, *t, "adamw_");
+      TRIAD_CHECK(t->shape() == param.shape(), "adamw_: " << t->str() << " does not match parameter " << param.str());
+    }
+    TRIAD_CHECK(param.is_contiguous() && u.exp_avg.is_contiguous() && u.exp_avg_sq.is_contiguous(),
+                "adamw_: parameter and state must be contiguous");
+    if (u.param_copy.defined())
+      TRIAD_CHECK(is_16bit(u.param_copy.dtype()) && param.dtype() == DType::f32 &&
+                      u.param_copy.shape() == param.shape() && u.param_copy.is_contiguous() &&
+                      u.param_copy.device() == param.device(),
+                  "adamw_: the parameter's copy must be a contiguous bf16 or f16 tensor shaped as the f32 parameter "
+                      << param.str() << ", got " << u.param_copy.str());
+    if (param.numel() == 0) continue;
+    checked.push_back(u);
+    checked.back().grad = contiguous(u.grad);
   }
-  TRIAD_CHECK(param.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous(),
-              "adamw_: parameter and state must be contiguous");
-  if (param_copy.defined())
-    TRIAD_CHECK(is_16bit(param_copy.dtype()) && param.dtype() == DType::f32 && param_copy.shape() == param.shape() &&
-                    param_copy.is_contiguous() && param_copy.device() == param.device(),
-                "adamw_: the parameter's copy must be a contiguous bf16 or f16 tensor shaped as the f32 parameter "
-                    << param.str() << ", got " << param_copy.str());
-  backend_for(param.device()).adamw(param, contiguous(grad), exp_avg, exp_avg_sq, step, param_copy);
+  if (!checked.empty()) backend_for(checked[0].param.device()).adamw(checked);
+}
+
+Tensor squared_norm(const std::vector<Tensor>& tensors, Device device) {
+  Tensor out = Tensor::empty({1}, DType::f64, device);
+  std::vector<Tensor> c;
+  c.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    check_float(t, "squared_norm");
+    TRIAD_CHECK(t.device() == device, "squared_norm: a tensor on " << t.device().str() << ", expected " << device.str());
+    c.push_back(contiguous(t));
+  }
+  backend_for(device).sum_squares_to(c, out);
+  return out;
+}
+
+void clip_to_norm_(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) {
+  TRIAD_CHECK(squared.dtype() == DType::f64 && squared.numel() == 1,
+              "clip_to_norm_: the squared norm must be one f64 element, got " << squared.str());
+  TRIAD_CHECK(max_norm > 0.0, "clip_to_norm_: max norm must be positive, got " << max_norm);
+  for (const Tensor& g : grads)
+    TRIAD_CHECK(g.dtype() == DType::f32 && g.is_contiguous() && g.device() == squared.device(),
+                "clip_to_norm_: expected contiguous f32 gradients on " << squared.device().str() << ", got "
+                                                                        << g.str());
+  backend_for(squared.device()).clip_to_norm(grads, squared, max_norm);
+}
+
+void sgd_(const std::vector<SGDTensors>& updates, const SGDStep& step) {
+  std::vector<SGDTensors> checked;
+  checked.reserve(updates.size());
+  for (const SGDTensors& u : updates) {
+    const Tensor& param = u.param;
+    TRIAD_CHECK(param.dtype() == DType::f32 || param.dtype() == DType::f64,
+                "sgd_: expected an f32 or f64 parameter, got " << param.str());
+    check_same(updates[0].param, param, "sgd_");
+    check_same(param, u.grad, "sgd_");
+    TRIAD_CHECK(u.grad.shape() == param.shape(), "sgd_: " << u.grad.str() << " does not match parameter " << param.str());
+    TRIAD_CHECK(param.is_contiguous(), "sgd_: the parameter must be contiguous");
+    if (u.momentum_buffer.defined()) {
+      check_same(param, u.momentum_buffer, "sgd_");
+      TRIAD_CHECK(u.momentum_buffer.shape() == param.shape() && u.momentum_buffer.is_contiguous(),
+                  "sgd_: the momentum buffer " << u.momentum_buffer.str() << " must be contiguous, shaped as "
+                                               << param.str());
+    }
+    if (param.numel() == 0) continue;
+    checked.push_back(u);
+    checked.back().grad = contiguous(u.grad);
+  }
+  if (!checked.empty()) backend_for(checked[0].param.device()).sgd(checked, step);
 }
 
 }  // namespace triad::ops

@@ -69,6 +69,30 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
                                << world.rank() << " holds another one); give every rank the same config and --set flags");
 }
 
+// Note [Host synchronisation in a step]
+// On a GPU the host queues a step's kernels and runs ahead of the device; it waits for the
+// device only where it needs a value the device computes. In a step of one process
+// (forward, backward and ZeRO's step per micro-batch) it waits:
+// - for the gradient norm, in ZeroOptimizer::step. Without loss scaling, once the update is
+//   queued: the norm's square stays on the device (ops::squared_norm), clipping reads it
+//   there (ops::clip_to_norm_), and StepResult's norm is read after the step's last launch.
+//   With fp16's loss scaling, before the update (grad_norm): the overflow verdict decides on
+//   the host whether the step is skipped and how the scale changes. Keeping that on the
+//   device too (the update skipped by the kernel on a found-inf flag, as Megatron and Apex
+//   do) needs the loss scale on the device and StepResult's figures read lazily: not done;
+//   under tensor parallelism the norm's counted and uncounted parts are summed on the host
+//   before the update as well;
+// - for the micro-batches' losses, at the step's end (mean_loss): they stay on the device
+//   until the step is queued and come back in one copy; every step's loss is checked for a
+//   non-finite value and written to the metrics line, so it is read every step;
+// - with wall_clock_breakdown or at the flops profiler's step, at every phase's end
+//   (phase_end): those time the device's phases, which a wait alone makes measurable.
+// Batches go to the device through pinned staging buffers without a wait (cuda/transfer.cu)
+// and the optimizer is one launch (Note [Multi-tensor optimizer]). Ranks that share a GPU
+// reach each other through host memory (MPI), and each such collective waits for its copy
+// to the host; over NCCL the collectives are queued on the device. A CUDA graph of the
+// whole step needs the two reads at the step's end moved out of it.
+
 // This rank's forward and backward passes of one step.
 struct Passes {
   Tensor losses;               // the micro-batches' losses (gradient_accumulation_steps,), where computed
@@ -326,7 +350,7 @@ class TrainingRun {
   }
 
   // wall_clock_breakdown: the host waits for the device at each phase's end, so that the
-  // phases' wall times are theirs.
+  // phases' wall times are theirs (Note [Host synchronisation in a step]).
   double phase_end(Clock::time_point since) const {
     if (engine_->device().is_cuda()) cuda::synchronize(engine_->device().index);
     return std::chrono::duration<double, std::milli>(Clock::now() - since).count();

@@ -62,6 +62,9 @@ class ShardStore {
   // in files.
   virtual int64_t host_bytes() const { return 0; }
   virtual int64_t file_bytes() const { return 0; }
+  // Whether acquire hands out tensors that stay on the training device after release (the
+  // device store's): the update may then run every entry in one call (one launch on a GPU).
+  virtual bool resident() const { return false; }
 };
 
 // Every entry's state in memory on the training device, where the update reads it:
@@ -77,6 +80,7 @@ class DeviceShardStore : public ShardStore {
   Tensor read_part(size_t entry, ShardPart part) override;
   void write_part(size_t entry, ShardPart part, const Tensor& values) override;
   int64_t device_bytes() const override;
+  bool resident() const override { return true; }
 
  private:
   Device device_;

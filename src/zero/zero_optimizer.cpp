@@ -10,6 +10,7 @@
 #include "optim/clip.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
+#include "tensor/optimizer_ops.h"
 #include "zero/buckets.h"
 #include "zero/nvme_shard_store.h"
 
@@ -438,8 +439,15 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     grads.push_back(grad);
   }
   sum_partial_gradients(grads);
-  const double norm = store_->keeps_gradients() ? stored_grad_norm() : grad_norm(grads);
-  if (config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0) {
+  // Without loss scaling nothing before the update needs the norm on the host: its square
+  // stays on the device, clipping reads it there, and the host reads it once the step is
+  // queued (Note [Host synchronisation in a step] in train/trainer.cpp). Gradients kept by
+  // the store have their norm from the sub-groups' squares (Note [Offloaded gradients]).
+  const bool scaled = config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0;
+  const bool stored = store_->keeps_gradients();
+  const Tensor squared = scaled || stored ? Tensor() : squared_grad_norm(grads);
+  double norm = squared.defined() ? NAN : stored ? stored_grad_norm() : grad_norm(grads);
+  if (scaled) {
     const bool overflow = !std::isfinite(norm);
     scaler_.update(overflow);
     if (overflow) {
@@ -448,7 +456,10 @@ double ZeroOptimizer::step(double lr, double max_norm) {
       return std::numeric_limits<double>::infinity();
     }
   }
-  optim::clip_grads(grads, norm, max_norm);
+  if (!squared.defined())
+    optim::clip_grads(grads, norm, max_norm);
+  else if (max_norm > 0)
+    ops::clip_to_norm_(grads, squared, max_norm);
 
   Update u{.lr = lr, .adamw = adamw_, .step = ++steps_, .grads = std::move(grads), .params = {}};
   if (store_->keeps_gradients()) u.unscale = unscale, u.clip = optim::clip_coefficient(norm, max_norm);
@@ -471,6 +482,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     gather_updated();
   }
   clear_gradients();
+  if (squared.defined()) norm = std::sqrt(squared.item());
   return norm;
 }
 
@@ -519,7 +531,11 @@ ZeroOptimizer::~ZeroOptimizer() {
 
 void ZeroOptimizer::update(const Update& u) {
   // Sub-group by sub-group in order: the store may read the next one while this one is
-  // updated, and write it back while the next is (Note [Offloaded optimizer state]).
+  // updated, and write it back while the next is (Note [Offloaded optimizer state]). A
+  // store whose state stays on the device takes every sub-group in one call instead (Note
+  // [Multi-tensor optimizer]: one launch on a GPU).
+  const bool at_once = store_->resident() && !param_swap_;
+  std::vector<AdamWTensors> batch;
   std::vector<std::pair<size_t, const Group::SubGroup*>> order;
   for (size_t i = 0; i < groups_.size(); ++i)
     for (const Group::SubGroup& sub : groups_[i].subgroups) order.emplace_back(i, &sub);
@@ -550,13 +566,17 @@ void ZeroOptimizer::update(const Update& u) {
       grad = whole ? u.grads[i] : ops::narrow(u.grads[i], 0, sub->first, sub->count);
     }
     // Mixed precision: the update writes the 16-bit parameters from the master weights itself.
-    if (state.master.defined())
-      ops::adamw_(state.master, grad, state.exp_avg, state.exp_avg_sq, s, params);
+    const AdamWTensors update = state.master.defined()
+                                    ? AdamWTensors{state.master, grad, state.exp_avg, state.exp_avg_sq, params, s}
+                                    : AdamWTensors{params, grad, state.exp_avg, state.exp_avg_sq, Tensor(), s};
+    if (at_once)
+      batch.push_back(update);  // its tensors outlive the release (ShardStore::resident)
     else
-      ops::adamw_(params, grad, state.exp_avg, state.exp_avg_sq, s);
+      ops::adamw_({update});
     store_->release(sub->entry, /*dirty=*/true);
     if (param_swap_ && g.partitioned && sub == &g.subgroups.back()) param_swap_->store(*g.flat);
   }
+  if (at_once) ops::adamw_(batch);
   // The next step begins where this one did: its first sub-group can come in during the
   // forward and backward.
   if (!order.empty()) store_->prefetch(order.front().second->entry);
@@ -725,39 +745,29 @@ void ZeroOptimizer::sum_partial_gradients(const std::vector<Tensor>& grads) {
   for (const Tensor& t : partial) ops::copy_(t, ops::narrow(packed, 0, at, t.numel())), at += t.numel();
 }
 
+bool ZeroOptimizer::counted_in_norm(size_t group) const {
+  const Group& g = groups_[group];
+  return (!g.tie || g.tie->rank() == 0) && (!replicated_experts() || g.comm->rank() == 0);
+}
+
 double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
-  // A tied parameter counts once: on its tie group's rank 0 (an inf or NaN in it is there too).
-  // Stage 0 with experts spread: a replica counts on one rank of dp or edp (Note [ZeRO with
-  // experts]).
-  const bool replicas = config_.stage == 0 && experts_.spread();
-  const auto counted = [&](size_t i) {
-    const Group& g = groups_[i];
-    return (!g.tie || g.tie->rank() == 0) && (!replicas || g.comm->rank() == 0);
-  };
-  // The host waits for the device once per part here (and once more for the all-reduced
-  // sum at stages 1 to 3). The sum is the same on every rank (stage 0's gradients are, and
-  // the all-reduce gives every rank the same bits), so every rank reaches the same verdict.
-  const bool split_model = tp_ && tp_->size() > 1;
-  std::vector<optim::NormPart> parts;
-  if (!split_model) {
-    parts.emplace_back();
-    for (size_t i = 0; i < groups_.size(); ++i)
-      if (counted(i)) parts[0].grads.push_back(grads[i]);
-  } else {  // split parameters count on every tp rank, replicated ones on tp rank 0
-    parts = {{.grads = {}, .counted = true}, {.grads = {}, .counted = tp_->rank() == 0}};
-    for (const GradPiece& p : grad_pieces(grads))
-      if (counted(p.group)) parts[p.split.is_split() ? 0 : 1].grads.push_back(p.grad);
-  }
+  // The host waits for the device here (Note [Host synchronisation in a step] in
+  // train/trainer.cpp). The sum is the same on every rank (stage 0's gradients are, and the
+  // all-reduce gives every rank the same bits), so every rank reaches the same verdict.
+  if (const Tensor squared = squared_grad_norm(grads); squared.defined()) return std::sqrt(squared.item());
+  // Split parameters count on every tp rank, replicated ones on tp rank 0.
+  std::vector<optim::NormPart> parts = {{.grads = {}, .counted = true}, {.grads = {}, .counted = tp_->rank() == 0}};
+  for (const GradPiece& p : grad_pieces(grads))
+    if (counted_in_norm(p.group)) parts[p.split.is_split() ? 0 : 1].grads.push_back(p.grad);
   return optim::global_grad_norm(parts, [&](double sq) { return sum_squares_over_ranks(sq); });
 }
 
 double ZeroOptimizer::sum_squares_over_ranks(double sq) const {
-  const bool replicas = config_.stage == 0 && experts_.spread();
   const bool split_model = tp_ && tp_->size() > 1, pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
   // Every rank holds the whole gradient.
-  if (config_.stage == 0 && !replicas && !split_model && !pipelined) return sq;
+  if (config_.stage == 0 && !replicated_experts() && !split_model && !pipelined) return sq;
   Tensor total = Tensor::full({1}, sq, DType::f64, device_);
-  if (config_.stage >= 1 || replicas) dp_->all_reduce(total)->wait();
+  if (config_.stage >= 1 || replicated_experts()) dp_->all_reduce(total)->wait();
   if (split_model) tp_->all_reduce(total)->wait();
   if (pipelined) pipeline_.pp->all_reduce(total)->wait();
   return total.item();
@@ -769,6 +779,19 @@ double ZeroOptimizer::stored_grad_norm() const {
   for (const Group& g : groups_)
     for (const Group::SubGroup& sub : g.subgroups) sq += sub.grad_squares;
   return std::sqrt(sum_squares_over_ranks(sq));
+}
+
+Tensor ZeroOptimizer::squared_grad_norm(const std::vector<Tensor>& grads) const {
+  if (tp_ && tp_->size() > 1) return Tensor();
+  std::vector<Tensor> counted;
+  for (size_t i = 0; i < groups_.size(); ++i)
+    if (counted_in_norm(i)) counted.push_back(grads[i]);
+  Tensor total = ops::squared_norm(counted, device_);
+  // Every rank holds the whole gradient at stage 0 (without experts spread); otherwise the
+  // ranks' sums add up.
+  if (config_.stage >= 1 || replicated_experts()) dp_->all_reduce(total)->wait();
+  if (pipeline_.pp && pipeline_.pp->size() > 1) pipeline_.pp->all_reduce(total)->wait();
+  return total;
 }
 
 std::vector<std::pair<int64_t, bool>> ZeroOptimizer::group_sizes() const {

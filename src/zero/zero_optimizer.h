@@ -364,6 +364,14 @@ class ZeroOptimizer {
   double stored_grad_norm() const;                 // the norm of gradients the store keeps
   double gradient_unscale() const;  // what averages the reduced gradients and undoes the loss scale
   void clear_gradients();
+  // The squared norm left on the device, all-reduced where grad_norm's is; undefined under
+  // tensor parallelism, whose norm sums counted and uncounted parts on the host.
+  Tensor squared_grad_norm(const std::vector<Tensor>& grads) const;
+  // Whether group i's gradient counts in the norm: a tied parameter once, on its tie
+  // group's rank 0 (an inf or NaN in it is there too); stage 0 with experts spread, a
+  // replica on one rank of dp or edp (Note [ZeRO with experts]).
+  bool counted_in_norm(size_t group) const;
+  bool replicated_experts() const { return config_.stage == 0 && experts_.spread(); }
   void sum_tied_gradients();
   void launch(Group& g);
   void prescale(const Tensor& grad);  // by 1/gradient_predivide_factor, before a reduction

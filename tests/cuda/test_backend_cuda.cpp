@@ -320,23 +320,68 @@ void linear_case() {
       }
 }
 
-// Decoupled decay, L2 decay (adam_w_mode false), and no bias correction (corrections 1).
+// Decoupled decay, L2 decay (adam_w_mode false), and no bias correction (corrections 1),
+// over 40 tensors of odd sizes in one call (two tables of the multi-tensor kernel; the
+// emulated test cuts a tensor across tables), each with its own step and weight decay and
+// the bf16 copy of mixed precision.
 void adamw_case() {
-  const double bc1 = 1 - std::pow(0.9, 3), bc2 = 1 - std::pow(0.95, 3);
-  for (const AdamWStep& step : {AdamWStep{1e-3, 0.9, 0.95, 1e-8, 0.1, bc1, bc2},
-                                AdamWStep{1e-3, 0.9, 0.95, 1e-8, 0.1, bc1, bc2, /*adam_w_mode=*/false},
-                                AdamWStep{1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, 1.0}}) {
-    Pair p = pair(random({10007}, 26)), m = pair(random({10007}, 27, -0.1, 0.1)),
-         v = pair(random({10007}, 28, 0, 0.01));
-    const Pair g = pair(random({10007}, 29));
-    Pair copy = empty_pair({10007}, DType::bf16);  // the 16-bit parameters of mixed precision
-    cpu().adamw(p.c, g.c, m.c, v.c, step, copy.c);
-    gpu().adamw(p.g, g.g, m.g, v.g, step, copy.g);
-    expect_close("adamw param", p.g, p.c, threshold(DType::f32));
-    expect_close("adamw exp_avg", m.g, m.c, threshold(DType::f32));
-    expect_close("adamw exp_avg_sq", v.g, v.c, threshold(DType::f32));
-    expect_close("adamw bf16 copy", copy.g, copy.c, threshold(DType::bf16));
-  }
+  const int64_t sizes[] = {10007, 1, 65537, 333, 131073, 7, 4097};
+  for (bool adam_w_mode : {true, false})
+    for (bool bias_correction : {true, false}) {
+      const std::string what = std::string("adamw") + (adam_w_mode ? "" : " L2") + (bias_correction ? "" : " no bc");
+      std::vector<Pair> p, m, v, g, copy;
+      std::vector<AdamWTensors> c_updates, g_updates;
+      for (int i = 0; i < 40; ++i) {
+        const int64_t n = sizes[i % 7] + i;
+        const uint64_t seed = 100 + 5 * uint64_t(i);
+        p.push_back(pair(random({n}, seed))), m.push_back(pair(random({n}, seed + 1, -0.1, 0.1)));
+        v.push_back(pair(random({n}, seed + 2, 0, 0.01))), g.push_back(pair(random({n}, seed + 3)));
+        copy.push_back(empty_pair({n}, DType::bf16));  // the 16-bit parameters of mixed precision
+        const int t = 1 + i % 4;
+        const AdamWStep step{1e-3,
+                             0.9,
+                             0.95,
+                             1e-8,
+                             0.1 * (i % 2),
+                             bias_correction ? 1 - std::pow(0.9, t) : 1.0,
+                             bias_correction ? 1 - std::pow(0.95, t) : 1.0,
+                             adam_w_mode};
+        c_updates.push_back({p[i].c, g[i].c, m[i].c, v[i].c, copy[i].c, step});
+        g_updates.push_back({p[i].g, g[i].g, m[i].g, v[i].g, copy[i].g, step});
+      }
+      cpu().adamw(c_updates);
+      gpu().adamw(g_updates);
+      for (size_t i = 0; i < p.size(); ++i) {
+        expect_close(what + " param", p[i].g, p[i].c, threshold(DType::f32));
+        expect_close(what + " exp_avg", m[i].g, m[i].c, threshold(DType::f32));
+        expect_close(what + " exp_avg_sq", v[i].g, v[i].c, threshold(DType::f32));
+        expect_close(what + " bf16 copy", copy[i].g, copy[i].c, threshold(DType::bf16));
+      }
+    }
+}
+
+// SGD with momentum and dampening, nesterov, L2 decay, and a buffer's first step, over
+// tensors of odd sizes in one call.
+void sgd_case() {
+  for (const SGDStep& step : {SGDStep{0.1, 0.9, 0.1, 0.01, false}, SGDStep{0.1, 0.9, 0.0, 0.0, true},
+                              SGDStep{0.1, 0.0, 0.0, 0.01, false}})
+    for (bool first : {true, false}) {
+      std::vector<Pair> p, g, buf;
+      std::vector<SGDTensors> c_updates, g_updates;
+      for (int i = 0; i < 30; ++i) {
+        const int64_t n = 1 + 4099 * i;
+        p.push_back(pair(random({n}, 300 + uint64_t(i)))), g.push_back(pair(random({n}, 400 + uint64_t(i))));
+        buf.push_back(step.momentum != 0 ? pair(random({n}, 500 + uint64_t(i))) : Pair{});
+        c_updates.push_back({p[i].c, g[i].c, buf[i].c, first});
+        g_updates.push_back({p[i].g, g[i].g, buf[i].g, first});
+      }
+      cpu().sgd(c_updates, step);
+      gpu().sgd(g_updates, step);
+      for (size_t i = 0; i < p.size(); ++i) {
+        expect_close("sgd param", p[i].g, p[i].c, threshold(DType::f32));
+        if (step.momentum != 0) expect_close("sgd buffer", buf[i].g, buf[i].c, threshold(DType::f32));
+      }
+    }
 }
 
 // Block quantization of f32, bf16 and f16 rows at 8 and 4 bits (an odd row: a half byte),
@@ -740,6 +785,7 @@ const Case kCases[] = {
     {"matmul", matmul_case},
     {"linear", linear_case},
     {"adamw", adamw_case},
+    {"sgd", sgd_case},
     {"quantize_blocks_dequantize_blocks", quantize_case},
     {"softmax", softmax_case},
     {"layer_norm", layer_norm_case},

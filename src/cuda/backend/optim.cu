@@ -1,52 +1,55 @@
-// Optimizer kernels (tensor/cpu/optim.cpp on the GPU): one pass over parameter, gradient
-// and moments, memory-bound, in the CPU's arithmetic and order; with a 16-bit copy of the
-// parameter (mixed precision) written in the same pass.
-#include <cmath>
-
+// Optimizer updates (tensor/cpu/optim.cpp on the GPU): every parameter of a call in one
+// launch of the multi-tensor kernels (Note [Multi-tensor optimizer] in
+// cuda/backend/multi_tensor_kernels.cuh), in the CPU's arithmetic and order, with a
+// 16-bit copy of the parameter (mixed precision) written in the same pass.
 #include "cuda/backend/cuda_backend.h"
-#include "cuda/backend/launch.cuh"
+#include "cuda/backend/multi_tensor_kernels.cuh"
 
 namespace triad::cuda {
 
 namespace {
 
-struct AdamWConstants {
-  float decay, l2, b1, b2, step_size, bc2_sqrt, eps;
-};
-
-// copy.data null: no copy.
-__global__ void adamw_kernel(int64_t n, float* p, const float* g, float* m, float* v, AdamWConstants k, Floats copy) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = g[i] + k.l2 * p[i];
-    const float mi = m[i] + (gi - m[i]) * (1.0f - k.b1);
-    const float vi = v[i] * k.b2 + gi * gi * (1.0f - k.b2);
-    m[i] = mi;
-    v[i] = vi;
-    const float pi = p[i] * k.decay - k.step_size * mi / (sqrtf(vi) / k.bc2_sqrt + k.eps);
-    p[i] = pi;
-    if (copy.data) copy.store(i, pi);
-  }
+template <class Entry>
+void launch_tables(const Tensor& on_device, const std::vector<Entry>& entries) {
+  OnDevice on(on_device);
+  for_each_table(entries, [&](const TensorTable<Entry>& table, int blocks) {
+    multi_tensor_kernel<<<unsigned(blocks), kTableThreads, 0, on.stream()>>>(table);
+    TRIAD_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace
 
-void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                        const AdamWStep& s, const Tensor& param_copy) {
-  require_f32(param, "adamw");
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  OnDevice on(param);
-  const AdamWConstants k{float(s.adam_w_mode ? 1.0 - s.lr * s.weight_decay : 1.0),
-                         float(s.adam_w_mode ? 0.0 : s.weight_decay),
-                         float(s.beta1),
-                         float(s.beta2),
-                         float(s.lr / s.bias_correction1),
-                         float(std::sqrt(s.bias_correction2)),
-                         float(s.eps)};
-  const Floats copy = param_copy.defined() ? floats(param_copy, "adamw") : Floats{};
-  adamw_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, ptr<float>(param), ptr<const float>(grad),
-                                                            ptr<float>(exp_avg), ptr<float>(exp_avg_sq), k, copy);
-  TRIAD_CUDA_CHECK_LAUNCH();
+void CudaBackend::adamw(const std::vector<AdamWTensors>& updates) {
+  std::vector<AdamWEntry> entries;
+  entries.reserve(updates.size());
+  for (const AdamWTensors& u : updates) {
+    require_f32(u.param, "adamw");
+    entries.push_back({ptr<float>(u.param), ptr<const float>(u.grad), ptr<float>(u.exp_avg), ptr<float>(u.exp_avg_sq),
+                       u.param_copy.defined() ? floats(u.param_copy, "adamw") : Floats{}, u.param.numel(),
+                       AdamWConstants<float>::of(u.step)});
+  }
+  launch_tables(updates.front().param, entries);
+}
+
+void CudaBackend::sgd(const std::vector<SGDTensors>& updates, const SGDStep& step) {
+  std::vector<SGDEntry> entries;
+  entries.reserve(updates.size());
+  for (const SGDTensors& u : updates) {
+    require_f32(u.param, "sgd");
+    entries.push_back({ptr<float>(u.param), ptr<const float>(u.grad),
+                       u.momentum_buffer.defined() ? ptr<float>(u.momentum_buffer) : nullptr, u.param.numel(),
+                       SGDConstants<float>::of(step, u.first)});
+  }
+  launch_tables(updates.front().param, entries);
+}
+
+void CudaBackend::clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) {
+  std::vector<ClipEntry> entries;
+  entries.reserve(grads.size());
+  for (const Tensor& g : grads)
+    if (g.numel() > 0) entries.push_back({ptr<float>(g), g.numel(), ptr<const double>(squared), max_norm});
+  if (!entries.empty()) launch_tables(squared, entries);
 }
 
 }  // namespace triad::cuda

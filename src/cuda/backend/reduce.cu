@@ -103,20 +103,20 @@ __global__ void reduce_all_kernel(Floats a, int64_t n, double* partial, F f, Com
   if (threadIdx.x == 0) partial[blockIdx.x] = r;
 }
 
+// out[0] = the combination of partial[0, count).
 template <class Combine>
-__global__ void combine_partials_kernel(double* partial, int count, Combine combine) {
+__global__ void combine_partials_kernel(const double* partial, int count, double* out, Combine combine) {
   double r = 0.0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) r = combine(r, partial[i]);
   r = block_reduce(r, combine, 0.0);
-  if (threadIdx.x == 0) partial[count] = r;
+  if (threadIdx.x == 0) out[0] = r;
 }
 
-// The reduction of f over every element of the tensors (f32, bf16 or f16, contiguous, on
-// one device):
-// each tensor's blocks write their own partials, one block combines them all, and the host
-// waits once.
+// Queues the reduction of f over every element of the tensors (f32, bf16 or f16,
+// contiguous, on one device) into out[0] (device memory): each tensor's blocks write their
+// own partials, one block combines them all. No tensor or no element: 0.
 template <class F, class Combine>
-double reduce_all(const std::vector<Tensor>& tensors, F f, Combine combine) {
+void reduce_all_to(const std::vector<Tensor>& tensors, F f, Combine combine, Device device, double* out) {
   std::vector<int> blocks;
   int total = 0;
   for (const Tensor& t : tensors) {
@@ -124,11 +124,13 @@ double reduce_all(const std::vector<Tensor>& tensors, F f, Combine combine) {
     blocks.push_back(n ? int(std::min<int64_t>(kAllBlocks, (n + kThreads * 4 - 1) / (kThreads * 4))) : 0);
     total += blocks.back();
   }
-  if (total == 0) return 0.0;
-  const Device device = tensors[0].device();
   DeviceGuard guard(device.index);
-  Tensor partial = Tensor::empty({total + 1}, DType::f64, device);
   const cudaStream_t stream = current_stream(device.index);
+  if (total == 0) {
+    TRIAD_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream));
+    return;
+  }
+  Tensor partial = Tensor::empty({total}, DType::f64, device);
   double* p = ptr<double>(partial);
   for (size_t i = 0, first = 0; i < tensors.size(); first += blocks[i], ++i) {
     if (!blocks[i]) continue;
@@ -136,10 +138,21 @@ double reduce_all(const std::vector<Tensor>& tensors, F f, Combine combine) {
                                                           p + first, f, combine);
     TRIAD_CUDA_CHECK_LAUNCH();
   }
-  combine_partials_kernel<<<1, kThreads * 2, 0, stream>>>(p, total, combine);
+  combine_partials_kernel<<<1, kThreads * 2, 0, stream>>>(p, total, out, combine);
   TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+// reduce_all_to, then the host waits once for the result.
+template <class F, class Combine>
+double reduce_all(const std::vector<Tensor>& tensors, F f, Combine combine) {
+  if (tensors.empty()) return 0.0;
+  const Device device = tensors[0].device();
+  const Tensor out = Tensor::empty({1}, DType::f64, device);
+  reduce_all_to(tensors, f, combine, device, ptr<double>(out));
+  DeviceGuard guard(device.index);
+  const cudaStream_t stream = current_stream(device.index);
   double result = 0.0;
-  TRIAD_CUDA_CHECK(cudaMemcpyAsync(&result, p + total, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  TRIAD_CUDA_CHECK(cudaMemcpyAsync(&result, ptr<double>(out), sizeof(double), cudaMemcpyDeviceToHost, stream));
   TRIAD_CUDA_CHECK(cudaStreamSynchronize(stream));
   raise_deferred_errors(device.index);
   return result;
@@ -160,6 +173,11 @@ double CudaBackend::sum_all(const Tensor& a) { return reduce_all({a}, Identity{}
 double CudaBackend::sum_squares(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) require_floating(t, "sum_squares");
   return reduce_all(tensors, Square{}, SumOp{});
+}
+
+void CudaBackend::sum_squares_to(const std::vector<Tensor>& tensors, const Tensor& out) {
+  for (const Tensor& t : tensors) require_floating(t, "sum_squares");
+  reduce_all_to(tensors, Square{}, SumOp{}, out.device(), ptr<double>(out));
 }
 
 double CudaBackend::max_abs(const Tensor& a) { return reduce_all({a}, Abs{}, MaxIgnoringNaN{}); }

@@ -37,8 +37,10 @@ class CpuBackend final : public Backend {
   void gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, const Tensor& grad_pre,
                           const Tensor& grad_bias) override;
 
-  void adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-             const AdamWStep& step, const Tensor& param_copy) override;
+  void adamw(const std::vector<AdamWTensors>& updates) override;
+  void sgd(const std::vector<SGDTensors>& updates, const SGDStep& step) override;
+  void sum_squares_to(const std::vector<Tensor>& tensors, const Tensor& out) override;
+  void clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) override;
   void quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, int64_t rows, int64_t n,
                        const QuantFormat& format) override;
   void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k, int64_t n,

@@ -1,39 +1,66 @@
 // Optimizer kernels: one pass over parameter, gradient and state (memory-bound), writing a
-// 16-bit copy of the parameter in the same pass when asked.
+// 16-bit copy of the parameter in the same pass when asked; the elements' arithmetic is
+// tensor/optimizer_math.h's, which the CUDA backend runs too. Tensor by tensor: the
+// parallel loop is inside each. Also the gradient norm's forms that stay on the device
+// (ops::squared_norm, ops::clip_to_norm_).
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/visit_float.h"
+#include "tensor/optimizer_math.h"
 
 namespace triad {
 
-void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                       const AdamWStep& s, const Tensor& param_copy) {
-  uint16_t* copy = param_copy.defined() ? static_cast<uint16_t*>(param_copy.raw_data()) : nullptr;
-  const bool copy_bf16 = param_copy.defined() && param_copy.dtype() == DType::bf16;
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    T* p = param.data<T>();
-    const T* g = grad.data<T>();
-    T* m = exp_avg.data<T>();
-    T* v = exp_avg_sq.data<T>();
-    const T decay = T(s.adam_w_mode ? 1.0 - s.lr * s.weight_decay : 1.0), l2 = T(s.adam_w_mode ? 0.0 : s.weight_decay);
-    const T b1 = T(s.beta1), b2 = T(s.beta2);
-    const T step_size = T(s.lr / s.bias_correction1), bc2_sqrt = T(std::sqrt(s.bias_correction2)), eps = T(s.eps);
-    const int64_t n = param.numel();
+void CpuBackend::adamw(const std::vector<AdamWTensors>& updates) {
+  for (const AdamWTensors& u : updates) {
+    uint16_t* copy = u.param_copy.defined() ? static_cast<uint16_t*>(u.param_copy.raw_data()) : nullptr;
+    const bool copy_bf16 = u.param_copy.defined() && u.param_copy.dtype() == DType::bf16;
+    cpu::visit_float(u.param.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* p = u.param.data<T>();
+      const T* g = u.grad.data<T>();
+      T* m = u.exp_avg.data<T>();
+      T* v = u.exp_avg_sq.data<T>();
+      const AdamWConstants<T> k = AdamWConstants<T>::of(u.step);
+      const int64_t n = u.param.numel();
 #pragma omp parallel for simd if (n > cpu::kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      const T gi = g[i] + l2 * p[i];
-      const T mi = m[i] + (gi - m[i]) * (T(1) - b1);
-      const T vi = v[i] * b2 + gi * gi * (T(1) - b2);
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
-      if (copy) copy[i] = copy_bf16 ? float_to_bf16(float(p[i])) : float_to_f16(float(p[i]));
-    }
-  };
-  cpu::visit_float(param.dtype(), run);
+      for (int64_t i = 0; i < n; ++i) {
+        const T pi = adamw_element(p[i], m[i], v[i], g[i], k);
+        if (copy) copy[i] = copy_bf16 ? float_to_bf16(float(pi)) : float_to_f16(float(pi));
+      }
+    });
+  }
+}
+
+void CpuBackend::sgd(const std::vector<SGDTensors>& updates, const SGDStep& step) {
+  for (const SGDTensors& u : updates)
+    cpu::visit_float(u.param.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* p = u.param.data<T>();
+      const T* g = u.grad.data<T>();
+      T* buf = u.momentum_buffer.defined() ? u.momentum_buffer.data<T>() : nullptr;
+      const SGDConstants<T> k = SGDConstants<T>::of(step, u.first);
+      const int64_t n = u.param.numel();
+#pragma omp parallel for if (n > cpu::kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) sgd_element(p[i], buf ? buf + i : nullptr, g[i], k);
+    });
+}
+
+void CpuBackend::sum_squares_to(const std::vector<Tensor>& tensors, const Tensor& out) {
+  out.data<double>()[0] = sum_squares(tensors);
+}
+
+void CpuBackend::clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) {
+  const double coef = clip_factor(std::sqrt(squared.data<double>()[0]), max_norm);
+  if (coef >= 1.0) return;
+  const float f = float(coef);  // as mul_ multiplies an f32 tensor
+  for (const Tensor& g : grads) {
+    float* p = g.data<float>();
+    const int64_t n = g.numel();
+#pragma omp parallel for simd if (n > cpu::kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) p[i] *= f;
+  }
 }
 
 }  // namespace triad

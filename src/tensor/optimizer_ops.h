@@ -1,0 +1,56 @@
+// The optimizer updates of many parameters at once (ops::adamw_ over a list, ops::sgd_):
+// what optim/ and zero/ call, one backend call per list, which the CUDA backend runs as one
+// launch (Note [Multi-tensor optimizer] in cuda/backend/multi_tensor_kernels.cuh).
+#pragma once
+
+#include <vector>
+
+#include "tensor/ops.h"
+
+namespace triad {
+
+// One parameter's Adam update (ops::adamw_).
+struct AdamWTensors {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+  Tensor param_copy;  // undefined: none
+  AdamWStep step;
+};
+
+// Hyper-parameters of one SGD update (ops::sgd_).
+struct SGDStep {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov = false;
+};
+
+// One parameter's SGD update.
+struct SGDTensors {
+  Tensor param, grad;
+  Tensor momentum_buffer;  // undefined: no momentum
+  bool first = false;      // the buffer's first step: it starts as the gradient (its contents unread)
+};
+
+}  // namespace triad
+
+namespace triad::ops {
+
+// The updates of many parameters, each as the one-parameter adamw_ (tensor/ops.h) with its
+// own step, all on one device: one backend call. Parameters of no element are skipped.
+void adamw_(const std::vector<AdamWTensors>& updates);
+// In-place SGD on many parameters of one device (PyTorch's arithmetic, in this order):
+//   d = g + wd p;  buf = momentum buf + (1 - dampening) d (the first step: buf = d);
+//   d = buf, or with nesterov d + momentum buf;  p -= lr d.
+// param, grad and momentum_buffer: f32 or f64, one shape and dtype, param and buffer
+// contiguous. One backend call.
+void sgd_(const std::vector<SGDTensors>& updates, const SGDStep& step);
+
+// The gradient norm kept on the device (Note [Host synchronisation in a step] in
+// train/trainer.cpp): the sum of squares of every element of the tensors (floating, one
+// device), as sum_squares (tensor/ops.h) adds them, in a one-element f64 tensor on their
+// device, which the host reads only when it asks (item()).
+Tensor squared_norm(const std::vector<Tensor>& tensors, Device device);
+// Multiplies the f32 gradients (contiguous, on squared's device) by max_norm / (norm + 1e-6)
+// when that is below 1, norm = sqrt(squared[0]) (optim::clip_coefficient's rule, max_norm
+// > 0), reading squared where it is.
+void clip_to_norm_(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm);
+
+}  // namespace triad::ops
