@@ -80,6 +80,7 @@ Tensor MoE::forward(const Tensor& x) {
     ++totals_.forwards;
     totals_.choices += r.stats.choices;
     routed_.push_back(r.stats);
+    if (routed_.size() == kFoldEvery) fold_routed();  // bounded, when nothing takes the totals
     const Tensor losses[3] = {r.loss, r.l_aux, r.z_loss};
     for (int i = 0; i < 3; ++i)
       loss_sums_[i] = loss_sums_[i].defined() ? ops::add(loss_sums_[i], detach(losses[i])) : detach(losses[i]);
@@ -110,23 +111,26 @@ std::shared_ptr<MoE> block_moe(const MoEModelConfig& config, int64_t block, int6
   return std::make_shared<MoE>(d_model, layer, make_expert, std::move(exchange), default_generator());
 }
 
+void MoE::fold_routed() {
+  if (routed_.empty()) return;
+  std::vector<Tensor> loads;  // one read of every forward's loads
+  for (const MoEStats& s : routed_) loads.push_back(s.load);
+  const std::vector<int64_t> all = cat(loads, 0).to_vector<int64_t>();
+  const size_t E = all.size() / routed_.size();
+  if (totals_.load.empty()) totals_.load.assign(E, 0);
+  for (size_t f = 0; f < routed_.size(); ++f)
+    for (size_t e = 0; e < E; ++e) {
+      const int64_t n = all[f * E + e];
+      totals_.load[e] += n;
+      totals_.dropped += std::max<int64_t>(n - routed_[f].capacity, 0);
+    }
+  routed_.clear();
+}
+
 MoETotals MoE::take_totals() {
+  fold_routed();
   MoETotals t = std::move(totals_);
   totals_ = MoETotals{};
-  if (!routed_.empty()) {  // one read of every forward's loads
-    std::vector<Tensor> loads;
-    for (const MoEStats& s : routed_) loads.push_back(s.load);
-    const std::vector<int64_t> all = cat(loads, 0).to_vector<int64_t>();
-    const size_t E = all.size() / routed_.size();
-    t.load.assign(E, 0);
-    for (size_t f = 0; f < routed_.size(); ++f)
-      for (size_t e = 0; e < E; ++e) {
-        const int64_t n = all[f * E + e];
-        t.load[e] += n;
-        t.dropped += std::max<int64_t>(n - routed_[f].capacity, 0);
-      }
-    routed_.clear();
-  }
   double* sums[3] = {&t.loss, &t.l_aux, &t.z_loss};
   for (int i = 0; i < 3; ++i)
     if (loss_sums_[i].defined()) {

@@ -84,7 +84,11 @@ class MoE : public Module {
  private:
   std::shared_ptr<const ExpertExchange> exchange_;
   MoETotals totals_;            // the counts known on the host
-  std::vector<MoEStats> routed_;  // the training forwards' loads, read by take_totals()
+  // The training forwards' loads, kept on the device and read (a sync) by take_totals() or
+  // every kFoldEvery forwards into totals_.
+  static constexpr size_t kFoldEvery = 256;
+  void fold_routed();
+  std::vector<MoEStats> routed_;
   Tensor loss_sums_[3];  // loss, l_aux, z_loss summed on the device until take_totals()
 };
 

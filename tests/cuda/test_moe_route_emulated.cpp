@@ -78,6 +78,7 @@ BOOST_AUTO_TEST_CASE(moe_kernels_route_every_token_as_the_cpu) {
       {40, 4, 1, 6, false, false, false, 32},    // top-1 over capacity, first tokens kept
       {40, 4, 1, 6, false, true, false, 32},     // random token selection, drawn priorities
       {40, 2, 1, 7, true, false, true, 64},      // RSample noise, tied priorities given, two warps
+      {300, 2, 1, 90, false, false, true, 32},   // many ties at the capacity-th priority, many chunks
       {300, 3, 1, 90, false, true, false, 32},   // more choices per expert than threads
       {37, 4, 1, -1, false, false, false, 32},   // dropless
       {40, 4, 2, 9, false, false, false, 32},    // top-2 positional, second choices after the first
@@ -99,8 +100,9 @@ BOOST_AUTO_TEST_CASE(moe_kernels_route_every_token_as_the_cpu) {
       if (c.priority) r.priority = {.drawn = true, .seed = seed + 1, .first = 77};
       Tensor priority;
       if (c.given_priority) {
-        const std::vector<float> tied = moe_tied(c.S, c.E, seed + 2, 0, 1);
-        priority = Tensor::from_vector(std::vector<double>(tied.begin(), tied.end()), {c.S, c.E});
+        std::vector<double> tied;  // 0, 0.5 or 1
+        for (float x : moe_tied(c.S, c.E, seed + 2, 0, 1)) tied.push_back(std::round(x * 2) / 2);
+        priority = Tensor::from_vector(tied, {c.S, c.E});
       }
       const ops::MoERouteOut cpu = ops::moe_route(probs, logits, r, Tensor(), priority);
       const MoERouted gpu = moe_emulated(probs, logits, priority, r, c.threads);

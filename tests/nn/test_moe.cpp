@@ -767,3 +767,21 @@ BOOST_AUTO_TEST_CASE(training_forwards_add_to_the_totals_once) {
   BOOST_TEST(t.l_aux > 0);
   BOOST_TEST(moe.take_totals().forwards == 0);
 }
+
+// The loads stay on the device between reads; past 256 forwards they are folded into the
+// totals, so a run that never takes them holds a bounded number, and nothing is lost.
+BOOST_AUTO_TEST_CASE(totals_count_every_forward_across_folds) {
+  Generator gen(91);
+  nn::MoE moe(4, {.num_experts = 2, .min_capacity = 0, .use_rts = false}, nn::gelu_mlp_expert(4), nn::local_experts(),
+              gen);
+  ops::fill_(moe.gate->wg->weight, 0.0);
+  ops::copy_(ops::narrow(moe.gate->wg->weight, 0, 0, 1), Tensor::full({1, 4}, 5.0));  // every token to expert 0
+  const Tensor x = ops::add(ops::mul(randn({8, 4}, 92), 0.1), 1.0);
+  moe.train();
+  for (int i = 0; i < 300; ++i) moe(x);  // C = 4 of 8 tokens each time
+  const nn::MoETotals t = moe.take_totals();
+  BOOST_TEST(t.forwards == 300);
+  BOOST_TEST(t.choices == 300 * 8);
+  BOOST_TEST(t.load == (std::vector<int64_t>{300 * 8, 0}), boost::test_tools::per_element());
+  BOOST_TEST(t.dropped == 300 * 4);
+}
