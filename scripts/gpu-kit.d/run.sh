@@ -115,9 +115,10 @@ step bench_rlhf_cuda 240 gpu env OMP_NUM_THREADS=$((cores < 8 ? cores : 8)) tria
 step profile_kernels 240 gpu "$kit/profile_kernels.py" "$out/kernels.md"
 step collectives_nccl 180 gpu "$kit/tests/check_collectives.sh" nccl 1 "${mpi[@]}" -np 1 \
   triad-bench collectives --comm nccl --min-bytes 8 --max-bytes 256M --warmup 5 --iters 20
+
 # The MoE GPT (configs/moe-demo.json: top-2 of 4 experts every second block, capacity factor
-# 1.25) with its routing, token permutation and experts on the GPU, against the CPU; then its
-# step time against the dense GPT's.
+# 1, some choices dropped) with its routing, token permutation and experts on the GPU,
+# against the CPU; then its step time against the dense GPT's.
 step moe_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/moe_curves" \
   --config moe-demo.json --steps 50
 step bench_moe_cuda 150 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024
