@@ -125,6 +125,7 @@ void add_moe_command(CLI::App& app, MoEBenchOptions& o) {
   cmd->add_option("--ep", o.ep, "expert-parallel ranks (under mpirun -np a multiple of it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--device", o.device, "cpu, cuda (this rank's GPU) or cuda:N")->capture_default_str();
   cmd->callback([&o] { run_moe_bench(o); });
 }
 

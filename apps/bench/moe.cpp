@@ -5,6 +5,7 @@
 
 #include "bench/workers.h"
 #include "common/report.h"
+#include "cuda/runtime.h"
 #include "config/config.h"
 #include "engine/engine.h"
 #include "parallel/runtime.h"
@@ -27,14 +28,17 @@ engine::TrainConfig step_config(const nn::GPTConfig& model, const MoEBenchOption
   train.gradient_accumulation_steps = 1;
   train.steps = o.warmup + o.steps;
   train.optimizer = {.type = "AdamW", .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1};
+  train.device = o.device;
   return train;
 }
 
-// Forward, backward and AdamW of one step, in ms; the step's expert-parallel bus bytes to `ep_bytes`.
+// Forward, backward and AdamW of one step, in ms, until the device has finished it; the
+// step's expert-parallel bus bytes to `ep_bytes`.
 double time_step(engine::Engine& engine, const Tensor& x, const Tensor& y, double* ep_bytes = nullptr) {
   const auto t0 = Clock::now();
   engine.backward(engine.forward(x, y));
   const engine::StepResult r = engine.step();
+  if (engine.device().is_cuda()) cuda::synchronize(engine.device().index);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   if (ep_bytes) *ep_bytes = r.comm.contains("ep") ? r.comm["ep"]["bus_bytes"].get<double>() : 0.0;
   return ms;
@@ -88,9 +92,9 @@ int run_moe_bench(const MoEBenchOptions& o) {
 
   if (leader)
     std::printf("triad-bench moe: %s, %lld experts top-%lld every %lld blocks (capacity factor %.2f), batch %lld x "
-                "seq %lld per rank, %d ranks (ep %d), %d threads\n",
+                "seq %lld per rank, %d ranks (ep %d), %d threads, on %s\n",
                 o.model.c_str(), (long long)o.experts, (long long)o.top_k, (long long)o.every, o.capacity_factor,
-                (long long)o.batch, (long long)o.seq, n, o.ep, threads);
+                (long long)o.batch, (long long)o.seq, n, o.ep, threads, o.device.c_str());
   if (leader) std::printf("%6s %12s %12s %14s\n", "step", "dense_ms", "moe_ms", "ep_bus_bytes");
   std::vector<double> dense_ms, moe_ms;
   double ep_bytes = 0;  // rank 0's, of the last step
@@ -137,6 +141,7 @@ int run_moe_bench(const MoEBenchOptions& o) {
                         {"seq", o.seq},
                         {"ranks", n},
                         {"ep", o.ep},
+                        {"device", o.device},
                         {"threads", threads},
                         {"steps", o.steps},
                         {"dense_step_ms_median", d},

@@ -133,6 +133,13 @@ step adam_l2_curves 180 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" a
 step flops_profiler_cuda 120 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" flops_profiler --kit "$kit" \
   --work "$work/step_checks"
 
+# The MoE GPT (configs/moe-demo.json: top-2 of 4 experts every second block, capacity factor
+# 1, some choices dropped) with its routing, token permutation and experts on the GPU,
+# against the CPU; then its step time against the dense GPT's.
+step moe_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/moe_curves" \
+  --config moe-demo.json --steps 50
+step bench_moe_cuda 150 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024
+
 # --- summary
 python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys

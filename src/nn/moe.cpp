@@ -1,5 +1,7 @@
 #include "nn/moe.h"
 
+#include <algorithm>
+
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
@@ -7,20 +9,15 @@
 
 namespace triad::nn {
 
-namespace {
+std::vector<int64_t> MoEStats::loads() const { return load.to_vector<int64_t>(); }
 
-Tensor indices(const std::vector<int64_t>& values, const Shape& shape, Device device) {
-  return ops::to(Tensor::from_vector(values, shape), device);
+int64_t MoEStats::dropped() const {
+  int64_t d = 0;
+  for (int64_t n : loads()) d += std::max<int64_t>(n - capacity, 0);  // an expert keeps min(load, capacity)
+  return d;
 }
 
-// rows (n, d) followed by a zero row n: the source of empty slots and dropped choices, so
-// that dispatch and combine are single gathers (embedding is a row gather whose backward
-// scatter-adds).
-Tensor with_zero_row(const Tensor& rows) {
-  return cat({rows, Tensor::zeros({1, rows.size(1)}, rows.dtype(), rows.device())}, 0);
-}
-
-}  // namespace
+double MoEStats::dropped_fraction() const { return double(dropped()) / double(choices); }
 
 MoE::MoE(int64_t d_model, const MoEConfig& config, const ExpertFactory& make_expert,
          std::shared_ptr<const ExpertExchange> exchange, Generator& gen)
@@ -42,25 +39,12 @@ MoE::MoE(int64_t d_model, const MoEConfig& config, const ExpertFactory& make_exp
   }
 }
 
-Tensor MoE::dispatch(const Tensor& tokens, const Routing& routing) const {
-  const int64_t S = routing.tokens, E = routing.experts, C = routing.capacity;
-  std::vector<int64_t> source(size_t(E * C), S);
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t j = 0; j < routing.k; ++j)
-      if (const int64_t slot = routing.slot(s, j); slot >= 0) source[size_t(slot)] = s;
-  return embedding(with_zero_row(tokens), indices(source, {E, C}, tokens.device()));
+Tensor MoE::dispatch(const Tensor& tokens, const ops::MoEIndices& at) const {
+  return embedding(with_zero_row(tokens), at.source);
 }
 
-Tensor MoE::combine(const Tensor& outputs, const Routing& routing, const Tensor& weights) const {
-  const int64_t S = routing.tokens, E = routing.experts, C = routing.capacity, K = routing.k;
-  std::vector<int64_t> slot(static_cast<size_t>(S * K));
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t j = 0; j < K; ++j) {
-      const int64_t at = routing.slot(s, j);
-      slot[size_t(s * K + j)] = at >= 0 ? at : E * C;
-    }
-  const Tensor routed = embedding(with_zero_row(reshape(outputs, {E * C, outputs.size(-1)})),
-                                  indices(slot, {S, K}, outputs.device()));  // (S, K, d)
+Tensor MoE::combine(const Tensor& outputs, const ops::MoEIndices& at, const Tensor& weights) const {
+  const Tensor routed = embedding(with_zero_row(reshape(outputs, {-1, outputs.size(-1)})), at.slot);  // (S, K, d)
   return sum(mul(routed, unsqueeze(weights, 2)), 1);
 }
 
@@ -72,9 +56,10 @@ MoEOutput MoE::apply(const Tensor& x) {
     GateOutput g = gate->route(tokens);
     Routing& routing = g.routing;
     if (!config.drop_tokens) routing.capacity = exchange_->agree_capacity(routing.capacity);
-    const Tensor slots = exchange_->to_experts(dispatch(tokens, routing));
+    const ops::MoEIndices at = ops::moe_indices(routing.expert, routing.location, routing.experts, routing.capacity);
+    const Tensor slots = exchange_->to_experts(dispatch(tokens, at));
     const Tensor outputs = exchange_->from_experts((*experts)(slots));
-    Tensor out = combine(outputs, routing, g.weights);
+    Tensor out = combine(outputs, at, g.weights);
     if (config.use_residual) {
       const Tensor c = softmax((*coefficient)(tokens));
       out = add(mul(out, narrow(c, 1, 0, 1)), mul((*mlp)(tokens), narrow(c, 1, 1, 1)));
@@ -84,10 +69,7 @@ MoEOutput MoE::apply(const Tensor& x) {
     r.l_aux = g.l_aux;
     r.z_loss = g.z_loss;
     r.loss = add(mul(g.l_aux, config.aux_loss_coeff), mul(g.z_loss, config.z_loss_coeff));
-    r.stats.load = routing.load;
-    r.stats.capacity = routing.capacity;
-    r.stats.dropped = routing.dropped();
-    r.stats.dropped_fraction = double(r.stats.dropped) / double(routing.tokens * routing.k);
+    r.stats = {.load = routing.load, .capacity = routing.capacity, .choices = routing.tokens * routing.k};
     return r;
   });
 }
@@ -96,9 +78,9 @@ Tensor MoE::forward(const Tensor& x) {
   MoEOutput r = apply(x);
   if (is_training() && GradMode::enabled()) {
     ++totals_.forwards;
-    totals_.dropped += r.stats.dropped;
-    if (totals_.load.empty()) totals_.load.assign(r.stats.load.size(), 0);
-    for (size_t e = 0; e < r.stats.load.size(); ++e) totals_.load[e] += r.stats.load[e], totals_.choices += r.stats.load[e];
+    totals_.choices += r.stats.choices;
+    routed_.push_back(r.stats);
+    if (routed_.size() == kFoldEvery) fold_routed();  // bounded, when nothing takes the totals
     const Tensor losses[3] = {r.loss, r.l_aux, r.z_loss};
     for (int i = 0; i < 3; ++i)
       loss_sums_[i] = loss_sums_[i].defined() ? ops::add(loss_sums_[i], detach(losses[i])) : detach(losses[i]);
@@ -129,7 +111,24 @@ std::shared_ptr<MoE> block_moe(const MoEModelConfig& config, int64_t block, int6
   return std::make_shared<MoE>(d_model, layer, make_expert, std::move(exchange), default_generator());
 }
 
+void MoE::fold_routed() {
+  if (routed_.empty()) return;
+  std::vector<Tensor> loads;  // one read of every forward's loads
+  for (const MoEStats& s : routed_) loads.push_back(s.load);
+  const std::vector<int64_t> all = cat(loads, 0).to_vector<int64_t>();
+  const size_t E = all.size() / routed_.size();
+  if (totals_.load.empty()) totals_.load.assign(E, 0);
+  for (size_t f = 0; f < routed_.size(); ++f)
+    for (size_t e = 0; e < E; ++e) {
+      const int64_t n = all[f * E + e];
+      totals_.load[e] += n;
+      totals_.dropped += std::max<int64_t>(n - routed_[f].capacity, 0);
+    }
+  routed_.clear();
+}
+
 MoETotals MoE::take_totals() {
+  fold_routed();
   MoETotals t = std::move(totals_);
   totals_ = MoETotals{};
   double* sums[3] = {&t.loss, &t.l_aux, &t.z_loss};

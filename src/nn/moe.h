@@ -17,15 +17,19 @@
 #include "nn/expert_exchange.h"
 #include "nn/moe_experts.h"
 #include "nn/moe_gate.h"
+#include "tensor/ops.h"
 
 namespace triad::nn {
 
-// What a forward reports for metrics.
+// What a forward reports for metrics: the loads stay on the device until read.
 struct MoEStats {
-  std::vector<int64_t> load;    // (E): choices routed to each expert before capacity (DeepSpeed's exp_counts)
-  int64_t capacity = 0;         // slots per expert
-  int64_t dropped = 0;          // choices dropped for capacity
-  double dropped_fraction = 0;  // dropped / (tokens k): for top-1, the share of tokens dropped
+  Tensor load;               // (E) i64: choices routed to each expert before capacity (DeepSpeed's exp_counts)
+  int64_t capacity = 0;      // slots per expert
+  int64_t choices = 0;       // tokens k
+  // What the host reads back (a device sync).
+  std::vector<int64_t> loads() const;
+  int64_t dropped() const;          // choices dropped for capacity
+  double dropped_fraction() const;  // dropped / (tokens k): for top-1, the share of tokens dropped
 };
 
 // What the training forwards of a layer routed since the last take_totals(), for metrics.
@@ -63,12 +67,13 @@ class MoE : public Module {
   // The totals since the previous call (Tensor::item() reads the losses: a device sync).
   MoETotals take_totals();
 
-  // The stages, for the exchange and for tests. tokens (S, d) -> slots (E, C, d), a
-  // slot holding its token or zeros when empty.
-  Tensor dispatch(const Tensor& tokens, const Routing& routing) const;
+  // The stages, for the exchange and for tests, through the gather indices of a routing
+  // (ops::moe_indices). tokens (S, d) -> slots (E, C, d), a slot holding its token or zeros
+  // when empty.
+  Tensor dispatch(const Tensor& tokens, const ops::MoEIndices& at) const;
   // The experts' outputs (E, C, d) -> tokens (S, d): the sum over each token's kept choices
   // of weights (S, k) times its slot's output.
-  Tensor combine(const Tensor& outputs, const Routing& routing, const Tensor& weights) const;
+  Tensor combine(const Tensor& outputs, const ops::MoEIndices& at, const Tensor& weights) const;
 
   const MoEConfig config;
   std::shared_ptr<TopKGate> gate;
@@ -78,7 +83,12 @@ class MoE : public Module {
 
  private:
   std::shared_ptr<const ExpertExchange> exchange_;
-  MoETotals totals_;
+  MoETotals totals_;            // the counts known on the host
+  // The training forwards' loads, kept on the device and read (a sync) by take_totals() or
+  // every kFoldEvery forwards into totals_.
+  static constexpr size_t kFoldEvery = 256;
+  void fold_routed();
+  std::vector<MoEStats> routed_;
   Tensor loss_sums_[3];  // loss, l_aux, z_loss summed on the device until take_totals()
 };
 

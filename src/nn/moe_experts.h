@@ -4,6 +4,12 @@
 // usual ones. Each expert is made (and initialised) on its own, as Megatron-core does;
 // DeepSpeed deep-copies one module, so its experts start equal.
 //
+// On a GPU the experts run one after another on the calling thread's stream: each expert's
+// GEMMs are cuBLASLt calls of their own (for the GELU MLP, linear_gelu then linear), with no
+// host wait between them, since their slot counts are the capacity, known on the host. One
+// grouped or strided-batched GEMM over the experts would need their weights at one stride
+// in one buffer and a gradient that lands in each expert's own parameters: not built.
+//
 // Expert e is initialised from a stream of its own, seeded from the layer's seed and e's
 // global index, so that it starts with the same weights whichever process holds it, and a
 // layer spread over ep processes can be compared with the one-process layer.

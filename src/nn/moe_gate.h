@@ -41,9 +41,9 @@ class TopKGate : public Module {
  public:
   // wg (d -> E, no bias) initialised from gen, which the routing's draws also come from.
   TopKGate(int64_t d_model, const MoEConfig& config, Generator& gen = default_generator());
-  // x (S, d). Draws as DeepSpeed does: Jitter and RSample in training only; random token
-  // selection (top-1, when dropping) and second-expert sampling (top-2) in eval mode too:
-  // turn those off for a deterministic evaluation.
+  // x (S, d). Draws as DeepSpeed does: Jitter, RSample and second-expert sampling (top-2) in
+  // training only; random token selection (top-1, when dropping) in eval mode too: turn it
+  // off for a deterministic evaluation.
   GateOutput route(const Tensor& x);
 
   std::shared_ptr<Linear> wg;

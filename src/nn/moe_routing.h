@@ -2,15 +2,18 @@
 // token's choices take. DeepSpeed's top1gating, top2gating and topkgating
 // (deepspeed/moe/sharded_moe.py) as integer bookkeeping over the gate's probabilities.
 //
-// It runs on the host: routing is argmax, counts and running sums over S x E numbers, and
-// its result sizes the dispatch buffer (in dropless mode the capacity is the largest
-// count), so the host has to know it anyway, as DeepSpeed reads the capacity back every
-// step. The differentiable part, the gate weights, stays on the tensors' device
-// (nn/moe_gate.h).
+// It runs on the probabilities' device (ops::moe_route: kernels on a GPU, equal to the CPU
+// backend's choice for choice), so a step routes without waiting for the device. The host
+// waits only where it must know a count: dropless mode sizes the dispatch buffer by the
+// largest load (DeepSpeed reads that capacity back too), and reading a Routing's counts
+// (dropped(), kept(), MoEStats) for tests and metrics.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "tensor/expert_routing.h"
+#include "tensor/tensor.h"
 
 namespace triad::nn {
 
@@ -30,7 +33,11 @@ namespace triad::nn {
 //   the expert received, kept or not; a location >= capacity is dropped.
 // - k >= 3: the k largest probabilities (ties to the lower expert). Over capacity an
 //   expert keeps the choices of largest probability (ties to the earlier token).
-// For k = 1 and k >= 3 the kept choices of an expert take its slots in token order.
+// For k = 1 and k >= 3 the kept choices of an expert take its slots in token order. In
+// every mode an expert keeps min(load, capacity) of the choices it received.
+// Draws are counter-based (tensor/random.h): (token s, expert e) takes counter
+// first + s E + e of the gate generator's seed, the generator advanced by S E per draw, so
+// both backends draw the same numbers.
 // DeepSpeed keeps top-1 tokens over capacity with torch.topk over a 0/1 mask when RTS is
 // off, which leaves the choice among ties unspecified; here it is the first tokens.
 struct RoutingOptions {
@@ -40,33 +47,42 @@ struct RoutingOptions {
   bool drop_tokens = true;
 };
 
-// The random inputs of one routing, each (S, E) row-major; empty when not drawn.
+// The random inputs of one routing: given values, (S, E) row-major (tests give DeepSpeed's
+// own), or else draws on the device (tensor/expert_routing.h), or none.
 struct RoutingNoise {
   std::vector<double> logits;    // added to the logits that pick the sampled choice (k 1 or 2)
   std::vector<double> priority;  // k = 1: random token selection's priorities
+  RouteDraws logit_draws;        // Gumbel noise for `logits` when it is empty
+  RouteDraws priority_draws;     // uniform priorities when `priority` is empty
 };
 
+// A routing, as tensors on the device of the probabilities it came from.
 struct Routing {
   int64_t tokens = 0, experts = 0, k = 0, capacity = 0;
-  std::vector<int64_t> expert;      // (S, k): the expert of choice j of token s
-  std::vector<int64_t> location;    // (S, k): its slot in that expert, -1 when dropped
-  std::vector<int64_t> load;        // (E): choices each expert received, before capacity
-  std::vector<int64_t> first_load;  // (E): first choices each expert received
+  Tensor expert;      // (S, k) i64: the expert of choice j of token s
+  Tensor location;    // (S, k) i64: its slot in that expert, -1 when dropped
+  Tensor load;        // (E) i64: choices each expert received, before capacity
+  Tensor first_load;  // (E) i64: first choices each expert received
 
-  // The flat slot e * capacity + location of a kept choice in an (E, capacity) buffer; -1
-  // when dropped.
-  int64_t slot(int64_t s, int64_t j) const;
+  // What the host reads back (a device sync). An expert keeps min(load, capacity) choices
+  // in every mode (Note [MoE routing]).
   int64_t dropped() const;            // choices dropped
   std::vector<int64_t> kept() const;  // (E): choices each expert keeps
 };
+
+// rows (n, d) followed by a zero row n: what the gather indices of ops::moe_indices read, so
+// that the gate weights, dispatch and combine are single gathers (embedding, whose backward
+// scatter-adds), a dropped choice or an empty slot reading the zero row.
+Tensor with_zero_row(const Tensor& rows);
 
 // max(ceil(S / E * capacity_factor * k), min_capacity), with the product rounded to f32 as
 // DeepSpeed's torch arithmetic does (a Python float times a 0-d f32 tensor): at E = 2, k = 1
 // that is 16 for S = 25, cf = 1.2 (exactly 15) and 55 for S = 50, cf = 2.2 (56 in double).
 int64_t expert_capacity(int64_t tokens, int64_t experts, int64_t k, double capacity_factor, int64_t min_capacity);
 
-// probs and logits (S, E) row-major: the gate's softmax and the logits it came from.
-Routing route_tokens(const std::vector<double>& probs, const std::vector<double>& logits, int64_t tokens,
-                     int64_t experts, const RoutingOptions& options, const RoutingNoise& noise = {});
+// probs and logits (S, E): the gate's softmax and the logits it came from, f32 or f64 (on a
+// GPU, f32), on one device. Dropless, the capacity is read back from the loads.
+Routing route_tokens(const Tensor& probs, const Tensor& logits, const RoutingOptions& options,
+                     const RoutingNoise& noise = {});
 
 }  // namespace triad::nn

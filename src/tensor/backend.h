@@ -174,6 +174,14 @@ class Backend {
   virtual void sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
                              const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) = 0;
 
+  // Mixture-of-Experts routing and its gather indices, as ops::moe_route and
+  // ops::moe_indices checked them (noise and priority may be undefined).
+  virtual void moe_route(const Tensor& probs, const Tensor& logits, const Tensor& noise, const Tensor& priority,
+                         const MoERouting& routing, const Tensor& expert, const Tensor& location, const Tensor& load,
+                         const Tensor& first_load) = 0;
+  virtual void moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity,
+                           const Tensor& choice, const Tensor& slot, const Tensor& source) = 0;
+
   // Fused causal attention (ops::causal_attention): out = softmax(scale q k^T, causal) v with
   // the scores made tile by tile and never stored whole. q (B, NH, Tq, hs); k, v
   // (B, NH, Tk, hs), none empty, Tq <= Tk; query i sees keys j <= i + Tk - Tq. q, k, v and

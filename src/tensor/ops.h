@@ -10,6 +10,7 @@
 // The differentiable versions a model uses are in autograd/functions.h (namespace triad).
 #pragma once
 
+#include "tensor/expert_routing.h"
 #include "tensor/random.h"
 #include "tensor/sampling.h"
 #include "tensor/tensor.h"
@@ -318,6 +319,28 @@ void classifier_grad_(const Tensor& logits, const Tensor& targets, int64_t first
 // Nothing here makes the host wait for a device.
 void sample_tokens_(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
                     const Tensor& tokens, const Tensor& logprobs, const Tensor& mask);
+
+// Mixture-of-Experts routing (tensor/expert_routing.h, Note [MoE routing] in
+// nn/moe_routing.h): probs and logits (S, E) f32 or f64 (the CUDA backend: f32), contiguous,
+// on one device; noise and priority, when given, (S, E) f64 there (they replace the draws
+// of `routing`). All results on that device, i64: expert and location (S, k), a choice's
+// expert and its slot there (-1 when dropped); load and first_load (E), the choices and the
+// first choices each expert received before capacity. Nothing here makes the host wait.
+struct MoERouteOut {
+  Tensor expert, location, load, first_load;
+};
+MoERouteOut moe_route(const Tensor& probs, const Tensor& logits, const MoERouting& routing,
+                      const Tensor& noise = Tensor(), const Tensor& priority = Tensor());
+// The gather indices of a routing (expert and location as moe_route made them, capacity
+// slots per expert), i64 on their device: choice (S, k), s E + expert of a kept choice and
+// S E when dropped (rows of the gate's probabilities viewed (S E, 1), a zero row appended);
+// slot (S, k), expert C + location, E C when dropped (rows of the experts' outputs (E C, d),
+// a zero row appended); source (E, C), the token in each slot, S when empty (rows of the
+// tokens (S, d), a zero row appended).
+struct MoEIndices {
+  Tensor choice, slot, source;
+};
+MoEIndices moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity);
 
 struct AttentionOut {
   Tensor out;  // (B, NH, Tq, hs) in q's dtype

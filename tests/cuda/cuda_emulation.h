@@ -1,5 +1,5 @@
 // An emulation, on the CPU, of the CUDA pieces the backend's emulated kernels use (the
-// tensor-core attention, the index, quantization and sampling kernels), so that their code
+// tensor-core attention, the index, quantization, sampling and MoE routing kernels), so that their code
 // compiles with the host compiler and runs here (include this first, then the kernels'
 // header). A block runs as blockDim.x fibers (ucontext) on the calling thread, switched at
 // the barriers, so a barrier costs two context switches per thread and no system's thread:
@@ -111,6 +111,11 @@ inline float __uint_as_float(uint32_t u) {
 inline uint32_t __float_as_uint(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
+  return u;
+}
+inline long long __double_as_longlong(double d) {
+  long long u;
+  std::memcpy(&u, &d, 8);
   return u;
 }
 

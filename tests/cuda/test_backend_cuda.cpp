@@ -574,6 +574,43 @@ void sample_tokens_case() {
   }
 }
 
+// Mixture-of-Experts routing (Note [MoE routing]) at a training size, 8192 tokens over 64
+// experts: the CPU's experts, slots and loads for top-1 with drawn priorities or RSample
+// noise, top-2 with its sampled second expert, top-4 by probability, over capacity and
+// dropless; then the gather indices.
+void moe_route_case() {
+  const int64_t S = 8192, E = 64;
+  const Tensor l = random({S, E}, 51, -2, 2);
+  const Pair logits = pair(l), probs = pair(ops::softmax(l));
+  struct Routing {
+    int64_t k, capacity;
+    bool noise, priority;
+  };
+  for (const Routing c : {Routing{1, 120, false, true}, Routing{1, 120, true, false}, Routing{2, 240, true, false},
+                          Routing{2, -1, true, false}, Routing{4, 480, false, false}, Routing{4, -1, false, false}}) {
+    MoERouting r{.k = c.k, .capacity = c.capacity};
+    if (c.noise) r.noise = {.drawn = true, .seed = 9, .first = 100};
+    if (c.priority) r.priority = {.drawn = true, .seed = 9, .first = 7};
+    const Pair expert = empty_pair({S, c.k}, DType::i64), location = empty_pair({S, c.k}, DType::i64),
+               load = empty_pair({E}, DType::i64), first = empty_pair({E}, DType::i64);
+    cpu().moe_route(probs.c, logits.c, Tensor(), Tensor(), r, expert.c, location.c, load.c, first.c);
+    gpu().moe_route(probs.g, logits.g, Tensor(), Tensor(), r, expert.g, location.g, load.g, first.g);
+    const std::string what = "moe_route k " + std::to_string(c.k) + " capacity " + std::to_string(c.capacity);
+    expect_equal(what + " expert", expert.g, expert.c);
+    expect_equal(what + " location", location.g, location.c);
+    expect_equal(what + " load", load.g, load.c);
+    expect_equal(what + " first_load", first.g, first.c);
+    if (c.capacity < 0) continue;
+    const Pair choice = empty_pair({S, c.k}, DType::i64), slot = empty_pair({S, c.k}, DType::i64),
+               source = empty_pair({E, c.capacity}, DType::i64);
+    cpu().moe_indices(expert.c, location.c, E, c.capacity, choice.c, slot.c, source.c);
+    gpu().moe_indices(expert.g, location.g, E, c.capacity, choice.g, slot.g, source.g);
+    expect_equal(what + " choice", choice.g, choice.c);
+    expect_equal(what + " slot", slot.g, slot.c);
+    expect_equal(what + " source", source.g, source.c);
+  }
+}
+
 // Fused attention in f32, bf16 and f16 against the CPU's f32 on the same (rounded) values
 // (bf16 and f16 run on tensor cores, which also round P and dS to the dtype):
 // head sizes at and between the kernel's instantiations (32, 64, 128), one position, fewer
@@ -793,6 +830,7 @@ const Case kCases[] = {
     {"cross_entropy", cross_entropy_case},
     {"classifier", classifier_case},
     {"sample_tokens", sample_tokens_case},
+    {"moe_route_moe_indices", moe_route_case},
     {"attention", attention_case},
     {"sixteen_bit_activations", sixteen_bit_case},
     {"fused_block_ops", fused_block_case},

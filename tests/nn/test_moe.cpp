@@ -54,15 +54,17 @@ Tensor randn(const Shape& shape, uint64_t seed, double scale = 1.0, DType dtype 
 Tensor combine_tensor(const nn::GateOutput& g) {
   const nn::Routing& r = g.routing;
   const std::vector<double> w = g.weights.to_vector<double>();
+  const std::vector<int64_t> expert = r.expert.to_vector<int64_t>(), location = r.location.to_vector<int64_t>();
   std::vector<double> c(size_t(r.tokens * r.experts * r.capacity), 0.0);
   for (int64_t s = 0; s < r.tokens; ++s)
     for (int64_t j = 0; j < r.k; ++j)
-      if (const int64_t slot = r.slot(s, j); slot >= 0)
-        c[size_t(s * r.experts * r.capacity + slot)] = w[size_t(s * r.k + j)];
+      if (const size_t at = size_t(s * r.k + j); location[at] >= 0)
+        c[size_t(s * r.experts * r.capacity + expert[at] * r.capacity + location[at])] = w[at];
   return Tensor::from_vector(c, {r.tokens, r.experts, r.capacity});
 }
 
 std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<int64_t> ints(const Tensor& t) { return t.to_vector<int64_t>(); }
 
 // One dense evaluation per token: sum over its choices j of weight_j * expert_{e_j}(x_s),
 // every expert run on every token (no capacity, no dispatch).
@@ -127,18 +129,19 @@ BOOST_AUTO_TEST_CASE(gate_matches_deepspeeds_gating_functions) {
       const nn::Routing& r = g.routing;
 
       BOOST_TEST(r.capacity == ref[p + "capacity"].to_vector<int64_t>()[0]);
-      BOOST_TEST(r.expert == ref[p + "expert"].to_vector<int64_t>(), boost::test_tools::per_element());
-      BOOST_TEST(r.location == ref[p + "location"].to_vector<int64_t>(), boost::test_tools::per_element());
-      BOOST_TEST(r.load == ref[p + "exp_counts"].to_vector<int64_t>(), boost::test_tools::per_element());
+      BOOST_TEST(ints(r.expert) == ref[p + "expert"].to_vector<int64_t>(), boost::test_tools::per_element());
+      BOOST_TEST(ints(r.location) == ref[p + "location"].to_vector<int64_t>(), boost::test_tools::per_element());
+      BOOST_TEST(ints(r.load) == ref[p + "exp_counts"].to_vector<int64_t>(), boost::test_tools::per_element());
       BOOST_TEST(test::max_abs_diff(combine_tensor(g), ref[p + "combine"]) < 1e-6);
       BOOST_TEST(g.l_aux.item() == ref[p + "l_aux"].item(), boost::test_tools::tolerance(1e-6));
       BOOST_TEST(g.z_loss.item() == ref[p + "z_loss"].item(), boost::test_tools::tolerance(1e-6));
 
       // d/d logits of sum(combine.sum(-1) * probe) + 0.5 l_aux + 0.25 z_loss.
       const std::vector<double> probe = vec(ref[p + "probe"]);
-      std::vector<double> picked(r.expert.size());
+      const std::vector<int64_t> expert = ints(r.expert);
+      std::vector<double> picked(expert.size());
       for (size_t c = 0; c < picked.size(); ++c)
-        picked[c] = probe[size_t((int64_t(c) / r.k) * r.experts + r.expert[c])];
+        picked[c] = probe[size_t((int64_t(c) / r.k) * r.experts + expert[c])];
       const Tensor loss =
           add(add(sum(mul(g.weights,
                           Tensor::from_vector(std::vector<float>(picked.begin(), picked.end()), g.weights.shape()))),
@@ -175,11 +178,11 @@ BOOST_AUTO_TEST_CASE(over_capacity_choices_are_dropped_and_counted) {
   MoEConfig config{.num_experts = 2, .min_capacity = 0, .use_rts = false};
   nn::Routing r = nn::gate_tokens(logits, config, true).routing;
   BOOST_TEST(r.capacity == 4);
-  BOOST_TEST(r.load == (std::vector<int64_t>{8, 0}), boost::test_tools::per_element());
+  BOOST_TEST(ints(r.load) == (std::vector<int64_t>{8, 0}), boost::test_tools::per_element());
   BOOST_TEST(r.kept() == (std::vector<int64_t>{4, 0}), boost::test_tools::per_element());
   BOOST_TEST(r.dropped() == 4);
   // Without RTS the first tokens keep their places, in token order.
-  BOOST_TEST(r.location == (std::vector<int64_t>{0, 1, 2, 3, -1, -1, -1, -1}), boost::test_tools::per_element());
+  BOOST_TEST(ints(r.location) == (std::vector<int64_t>{0, 1, 2, 3, -1, -1, -1, -1}), boost::test_tools::per_element());
   config.min_capacity = 6;
   BOOST_TEST(nn::gate_tokens(logits, config, true).routing.dropped() == 2);
   config.eval_capacity_factor = 2.0;  // eval mode: C = 8
@@ -195,7 +198,7 @@ BOOST_AUTO_TEST_CASE(over_capacity_choices_are_dropped_and_counted) {
   noise.priority.assign(16, 0.0);
   for (int s : {6, 1, 7, 3}) noise.priority[size_t(2 * s)] = 0.5 + 0.01 * s;
   r = nn::gate_tokens(logits, config, true, noise).routing;
-  BOOST_TEST(r.location == (std::vector<int64_t>{-1, 0, -1, 1, -1, -1, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(ints(r.location) == (std::vector<int64_t>{-1, 0, -1, 1, -1, -1, 2, 3}), boost::test_tools::per_element());
 
   // The layer: dropped tokens get exactly 0 from the experts, and the stats say so.
   Generator gen(3);
@@ -205,10 +208,10 @@ BOOST_AUTO_TEST_CASE(over_capacity_choices_are_dropped_and_counted) {
   ops::copy_(ops::narrow(moe.gate->wg->weight, 0, 0, 1), Tensor::full({1, 4}, 5.0));  // x . (5,5,5,5) for expert 0
   const Tensor x = ops::add(ops::mul(randn({8, 4}, 11), 0.1), 1.0);                   // positive: expert 0
   const nn::MoEOutput out = moe.apply(x);
-  BOOST_TEST(out.stats.load == (std::vector<int64_t>{8, 0}), boost::test_tools::per_element());
+  BOOST_TEST(out.stats.loads() == (std::vector<int64_t>{8, 0}), boost::test_tools::per_element());
   BOOST_TEST(out.stats.capacity == 4);
-  BOOST_TEST(out.stats.dropped == 4);
-  BOOST_TEST(out.stats.dropped_fraction == 0.5);
+  BOOST_TEST(out.stats.dropped() == 4);
+  BOOST_TEST(out.stats.dropped_fraction() == 0.5);
   BOOST_TEST(ops::max_abs(ops::narrow(out.out, 0, 4, 4)) == 0.0);
   BOOST_TEST(ops::max_abs(ops::narrow(out.out, 0, 0, 4)) > 0.0);
 }
@@ -221,8 +224,8 @@ BOOST_AUTO_TEST_CASE(top2_places_second_choices_after_all_first_choices) {
   const Tensor logits = Tensor::from_vector(std::vector<float>{3, 2, 0, 3, 2, 0, 2, 3, 0}, {3, 3});
   MoEConfig config{.num_experts = 3, .k = 2, .min_capacity = 0, .drop_tokens = false};
   nn::GateOutput g = nn::gate_tokens(logits, config, true);
-  BOOST_TEST(g.routing.expert == (std::vector<int64_t>{0, 1, 0, 1, 1, 0}), boost::test_tools::per_element());
-  BOOST_TEST(g.routing.location == (std::vector<int64_t>{0, 1, 1, 2, 0, 2}), boost::test_tools::per_element());
+  BOOST_TEST(ints(g.routing.expert) == (std::vector<int64_t>{0, 1, 0, 1, 1, 0}), boost::test_tools::per_element());
+  BOOST_TEST(ints(g.routing.location) == (std::vector<int64_t>{0, 1, 1, 2, 0, 2}), boost::test_tools::per_element());
   BOOST_TEST(g.routing.capacity == 3);
   // The two weights are the two probabilities renormalised: e^3 / (e^3 + e^2) and the rest.
   const double w0 = std::exp(3.0) / (std::exp(3.0) + std::exp(2.0));
@@ -234,7 +237,7 @@ BOOST_AUTO_TEST_CASE(top2_places_second_choices_after_all_first_choices) {
   config.drop_tokens = true;
   g = nn::gate_tokens(logits, config, true);
   BOOST_TEST(g.routing.capacity == 2);
-  BOOST_TEST(g.routing.location == (std::vector<int64_t>{0, 1, 1, -1, 0, -1}), boost::test_tools::per_element());
+  BOOST_TEST(ints(g.routing.location) == (std::vector<int64_t>{0, 1, 1, -1, 0, -1}), boost::test_tools::per_element());
   const std::vector<double> expected = {w0, 1 - w0, 1, 0, 1, 0}, weights = vec(g.weights);
   for (size_t c = 0; c < expected.size(); ++c) BOOST_TEST(std::fabs(weights[c] - expected[c]) < 1e-6);
 }
@@ -271,7 +274,7 @@ BOOST_AUTO_TEST_CASE(dropless_layer_is_a_dense_per_token_mixture) {
       nn::MoE moe(6, config, nn::swiglu_expert(6, 10), nn::local_experts(), gen);
       const Tensor x = randn({2, 9, 6}, 22);
       const nn::MoEOutput out = moe.apply(x);
-      BOOST_TEST(out.stats.dropped == 0);
+      BOOST_TEST(out.stats.dropped() == 0);
       BOOST_TEST(out.out.shape() == x.shape());
       // The top-k experts of each token by probability (k = 2: the second by logit, the same
       // order), weights renormalised for k >= 2.
@@ -304,7 +307,7 @@ BOOST_AUTO_TEST_CASE(top_k_of_all_experts_is_the_softmax_mixture) {
                   nn::local_experts(), gen);
       const Tensor x = randn({12, 5}, 32);
       const nn::MoEOutput out = moe.apply(x);
-      BOOST_TEST(out.stats.dropped == 0);  // C = ceil(12 / E * E) = 12: room for every token
+      BOOST_TEST(out.stats.dropped() == 0);  // C = ceil(12 / E * E) = 12: room for every token
       const std::vector<double> p = gate_probs(moe, x);
       std::vector<int64_t> experts;
       for (int64_t s = 0; s < 12; ++s)
@@ -351,7 +354,7 @@ BOOST_AUTO_TEST_CASE(losses_are_scaled_and_returned) {
   BOOST_TEST(out.l_aux.item() == 1.0, boost::test_tools::tolerance(1e-6));
   BOOST_TEST(out.z_loss.item() == std::log(4.0) * std::log(4.0), boost::test_tools::tolerance(1e-6));
   BOOST_TEST(out.loss.item() == 0.5 + 0.1 * std::log(4.0) * std::log(4.0), boost::test_tools::tolerance(1e-6));
-  BOOST_TEST(out.stats.load == (std::vector<int64_t>{8, 0, 0, 0}), boost::test_tools::per_element());
+  BOOST_TEST(out.stats.loads() == (std::vector<int64_t>{8, 0, 0, 0}), boost::test_tools::per_element());
 }
 
 // ---------------------------------------------------------------- draws
@@ -375,7 +378,8 @@ BOOST_AUTO_TEST_CASE(routing_draws_come_from_the_generator) {
   BOOST_TEST(offset_after({.num_experts = 3, .noisy_gate_policy = nn::NoisyGatePolicy::rsample}, false) == 30u);
   BOOST_TEST(offset_after({.num_experts = 3, .use_rts = false, .noisy_gate_policy = nn::NoisyGatePolicy::jitter},
                           true) == 40u);
-  BOOST_TEST(offset_after({.num_experts = 3, .k = 2}, false) == 30u);  // second-expert sampling
+  BOOST_TEST(offset_after({.num_experts = 3, .k = 2}, true) == 30u);  // second-expert sampling
+  BOOST_TEST(offset_after({.num_experts = 3, .k = 2}, false) == 0u);  // in training only
   BOOST_TEST(offset_after({.num_experts = 3, .k = 2, .top2_2nd_expert_sampling = false}, true) == 0u);
 
   // The same seed routes the same way; RTS keeps the top-C priorities the generator drew.
@@ -386,14 +390,14 @@ BOOST_AUTO_TEST_CASE(routing_draws_come_from_the_generator) {
   ops::fill_(gb.wg->weight, 0.0);
   const GeneratorState state = a.state();
   const nn::Routing ra = ga.route(x).routing, rb = gb.route(x).routing;
-  BOOST_TEST(ra.location == rb.location, boost::test_tools::per_element());
+  BOOST_TEST(ints(ra.location) == ints(rb.location), boost::test_tools::per_element());
   a.set_state(state);
   nn::RoutingNoise noise;
   const uint64_t first = a.advance(20);
   for (uint64_t i = 0; i < 20; ++i) noise.priority.push_back(random_uniform(a.state().seed, first + i));
-  std::vector<double> probs(20, 0.5), logits(20, 0.0);
-  const nn::Routing expected = nn::route_tokens(probs, logits, 10, 2, {.k = 1, .min_capacity = 0}, noise);
-  BOOST_TEST(ra.location == expected.location, boost::test_tools::per_element());
+  const Tensor probs = Tensor::full({10, 2}, 0.5), logits = Tensor::zeros({10, 2});
+  const nn::Routing expected = nn::route_tokens(probs, logits, {.k = 1, .min_capacity = 0}, noise);
+  BOOST_TEST(ints(ra.location) == ints(expected.location), boost::test_tools::per_element());
   BOOST_TEST(ra.dropped() == 5);
 }
 
@@ -432,7 +436,7 @@ BOOST_AUTO_TEST_CASE(a_wider_agreed_capacity_leaves_the_output_unchanged) {
   const nn::GateOutput g = widened.gate->route(x);
   nn::Routing r = g.routing;
   r.capacity += 3;
-  const Tensor slots = widened.dispatch(x, r);
+  const Tensor slots = widened.dispatch(x, ops::moe_indices(r.expert, r.location, r.experts, r.capacity));
   BOOST_TEST(ops::max_abs(ops::narrow(slots, 1, r.capacity - 3, 3)) == 0.0);
 }
 
@@ -499,7 +503,7 @@ BOOST_AUTO_TEST_CASE(layer_gradients_match_finite_differences) {
                 nn::gelu_mlp_expert(4), nn::local_experts(), gen);
     Tensor x = randn({6, 4}, 102, 1.0, DType::f64);
     set_requires_grad(x);
-    BOOST_TEST(check_layer_gradients("top-2 GELU", moe, x, gen).dropped > 0);
+    BOOST_TEST(check_layer_gradients("top-2 GELU", moe, x, gen).dropped() > 0);
   }
   {  // top-1 with random token selection, SwiGLU experts, Residual MoE
     Generator gen(111);
@@ -508,7 +512,7 @@ BOOST_AUTO_TEST_CASE(layer_gradients_match_finite_differences) {
         nn::swiglu_expert(4, 6), nn::local_experts(), gen);
     Tensor x = randn({2, 4, 4}, 112, 1.0, DType::f64);
     set_requires_grad(x);
-    BOOST_TEST(check_layer_gradients("top-1 RTS SwiGLU residual", moe, x, gen).dropped > 0);
+    BOOST_TEST(check_layer_gradients("top-1 RTS SwiGLU residual", moe, x, gen).dropped() > 0);
   }
   {  // top-3 of 4, dropping by probability, Megatron's loss
     Generator gen(121);
@@ -521,7 +525,7 @@ BOOST_AUTO_TEST_CASE(layer_gradients_match_finite_differences) {
                 nn::gelu_mlp_expert(4), nn::local_experts(), gen);
     Tensor x = randn({6, 4}, 122, 1.0, DType::f64);
     set_requires_grad(x);
-    BOOST_TEST(check_layer_gradients("top-3 GELU", moe, x, gen).dropped > 0);
+    BOOST_TEST(check_layer_gradients("top-3 GELU", moe, x, gen).dropped() > 0);
   }
 }
 
@@ -762,4 +766,22 @@ BOOST_AUTO_TEST_CASE(training_forwards_add_to_the_totals_once) {
   BOOST_TEST(t.loss == 0.3 * t.l_aux + 0.2 * t.z_loss, boost::test_tools::tolerance(1e-6));
   BOOST_TEST(t.l_aux > 0);
   BOOST_TEST(moe.take_totals().forwards == 0);
+}
+
+// The loads stay on the device between reads; past 256 forwards they are folded into the
+// totals, so a run that never takes them holds a bounded number, and nothing is lost.
+BOOST_AUTO_TEST_CASE(totals_count_every_forward_across_folds) {
+  Generator gen(91);
+  nn::MoE moe(4, {.num_experts = 2, .min_capacity = 0, .use_rts = false}, nn::gelu_mlp_expert(4), nn::local_experts(),
+              gen);
+  ops::fill_(moe.gate->wg->weight, 0.0);
+  ops::copy_(ops::narrow(moe.gate->wg->weight, 0, 0, 1), Tensor::full({1, 4}, 5.0));  // every token to expert 0
+  const Tensor x = ops::add(ops::mul(randn({8, 4}, 92), 0.1), 1.0);
+  moe.train();
+  for (int i = 0; i < 300; ++i) moe(x);  // C = 4 of 8 tokens each time
+  const nn::MoETotals t = moe.take_totals();
+  BOOST_TEST(t.forwards == 300);
+  BOOST_TEST(t.choices == 300 * 8);
+  BOOST_TEST(t.load == (std::vector<int64_t>{300 * 8, 0}), boost::test_tools::per_element());
+  BOOST_TEST(t.dropped == 300 * 4);
 }

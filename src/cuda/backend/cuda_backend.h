@@ -90,6 +90,11 @@ class CudaBackend final : public Backend {
                        int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss, const Tensor& count) override;
   void sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
                      const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) override;
+  void moe_route(const Tensor& probs, const Tensor& logits, const Tensor& noise, const Tensor& priority,
+                 const MoERouting& routing, const Tensor& expert, const Tensor& location, const Tensor& load,
+                 const Tensor& first_load) override;
+  void moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity,
+                   const Tensor& choice, const Tensor& slot, const Tensor& source) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                  double scale, const Tensor& key_start = Tensor()) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
