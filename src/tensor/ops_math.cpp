@@ -228,7 +228,7 @@ MatmulShape matmul_shape(const Tensor& a, const Tensor& b, bool trans_a, bool tr
   check_float(a, op);
   check_same(a, b, op);
   TRIAD_CHECK(a.dim() >= 2 && b.dim() >= 2, op << ": expected operands with at least 2 dimensions, got "
-                                                << shape_str(a.shape()) << " and " << shape_str(b.shape()));
+                                               << shape_str(a.shape()) << " and " << shape_str(b.shape()));
   const int64_t m = trans_a ? a.size(-1) : a.size(-2), ka = trans_a ? a.size(-2) : a.size(-1);
   const int64_t kb = trans_b ? b.size(-1) : b.size(-2), n = trans_b ? b.size(-2) : b.size(-1);
   TRIAD_CHECK(ka == kb, op << ": inner dimensions differ: " << shape_str(a.shape()) << (trans_a ? "^T" : "") << " @ "
