@@ -82,7 +82,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     // input the segment ignores) passes none on; it still counts as done for its inputs.
     bool any_grad = false;
     for (const Tensor& g : grads) any_grad = any_grad || g.defined();
-    std::vector<Tensor> input_grads = any_grad ? node->apply(grads) : std::vector<Tensor>();
+    std::vector<Tensor> input_grads =
+        any_grad || node->runs_without_gradients() ? node->apply(grads) : std::vector<Tensor>();
     if (!retain_graph) node->release();
     grads.clear();
     for (size_t i = 0; i < node->next.size(); ++i) {

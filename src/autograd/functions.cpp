@@ -400,22 +400,29 @@ Grads linear_grads(const Tensor& x, const Tensor& weight, const Tensor& bias, Li
   const Tensor& w = weight;
   const Tensor x2 = ops::reshape(x, {-1, w.size(1)});
   Tensor dx = gx ? ops::reshape(ops::matmul(g2, w), x.shape()) : Tensor();
-  const auto weight_grads = [=] {
-    return std::pair(gw ? like(ops::matmul(g2, x2, true, false), weight) : Tensor(),
-                     sum_db ? like(ops::sum(g2, 0), bias) : Tensor());
+  // dw undefined when added into the weight's .grad (Note [Gradients added in place]).
+  const auto weight_grads = [=](bool in_pass) {
+    Tensor dw;
+    if (const Tensor into = gw ? grad_to_add_into(weight, g2.dtype()) : Tensor(); into.defined()) {
+      ops::add_matmul_(into, g2, x2, true, false);
+      grad_added_in_place(weight, in_pass);
+    } else if (gw) {
+      dw = like(ops::matmul(g2, x2, true, false), weight);
+    }
+    return std::pair(dw, sum_db ? like(ops::sum(g2, 0), bias) : Tensor());
   };
   // Note [Split backward]: a leaf weight's gradients wait in the queue, delivered later; a
   // bias gradient already summed goes on at once, so the queue does not hold it.
   WeightGradQueue* queue = deferred_weight_grads();
   if (queue && gw && is_leaf(weight) && (!sum_db || is_leaf(bias))) {
     queue->push([weight_grads, w_edge = gradient_edge(weight), b_edge = sum_db ? gradient_edge(bias) : Edge{}] {
-      const auto [dw, db] = weight_grads();
-      w_edge.node->apply({dw});
+      const auto [dw, db] = weight_grads(/*in_pass=*/false);
+      if (dw.defined()) w_edge.node->apply({dw});
       if (b_edge.node) b_edge.node->apply({db});
     });
     return Grads{dx, Tensor(), db_ready};
   }
-  auto [dw, db] = weight_grads();
+  auto [dw, db] = weight_grads(/*in_pass=*/true);
   return Grads{dx, dw, sum_db ? db : db_ready};
 }
 

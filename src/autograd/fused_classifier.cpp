@@ -5,6 +5,7 @@
 #include "autograd/flop_count.h"
 #include "autograd/functions.h"
 #include "autograd/record.h"
+#include "autograd/weight_grad.h"
 #include "tensor/ops.h"
 
 namespace triad {
@@ -56,7 +57,10 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
   return record("linear_cross_entropy", {x, weight}, r.loss, [=, count = r.count](const Grads& g) {
     const Tensor xs = ops::reshape(x, {N, C});
     const Tensor dx = gx ? Tensor::empty({N, C}, x.dtype(), x.device()) : Tensor();
-    Tensor dw;  // the first chunk's, then each chunk's added to it, in the weight's dtype
+    // d(weight): added into the weight's .grad when it can take it (Note [Gradients added in
+    // place]), else the first chunk's product with each later chunk's added to it.
+    const Tensor into = gw ? grad_to_add_into(weight, weight.dtype()) : Tensor();
+    Tensor dw = into;
     for (int64_t s = 0; s < N; s += chunk) {
       const int64_t n = std::min(chunk, N - s);
       const Tensor xc = ops::narrow(xs, 0, s, n);
@@ -64,15 +68,17 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
       ops::classifier_grad_(dlogits, ops::narrow(t1, 0, s, n), first, classes, vocab, ignore_index,
                             ops::narrow(lse, 0, s, n), g[0], count);
       if (gx) ops::copy_(ops::narrow(dx, 0, s, n), ops::matmul(dlogits, weight));
-      if (gw) {
-        const Tensor part = ops::matmul(dlogits, xc, true, false);
-        if (dw.defined())
-          ops::add_(dw, part);
-        else
-          dw = part;
-      }
+      if (gw && dw.defined())
+        ops::add_matmul_(dw, dlogits, xc, true, false);
+      else if (gw)
+        dw = ops::matmul(dlogits, xc, true, false);
     }
-    if (gw && !dw.defined()) dw = Tensor::zeros({W, C}, weight.dtype(), weight.device());  // no rows
+    if (into.defined()) {
+      grad_added_in_place(weight, /*in_pass=*/true);
+      dw = Tensor();
+    } else if (gw && !dw.defined()) {
+      dw = Tensor::zeros({W, C}, weight.dtype(), weight.device());  // no rows
+    }
     return Grads{gx ? ops::reshape(dx, x.shape()) : Tensor(), dw};
   });
 }

@@ -32,10 +32,12 @@ namespace triad {
 //
 // The loss equals cross_entropy's: the same per-row log-sum-exp and target logit, summed in
 // f64. The gradients equal linear + cross_entropy's up to the order in which d(weight) sums
-// its rows (per chunk, then over chunks); with 16-bit weights each chunk's d(weight) is
-// rounded to the weight's dtype and added in it (computed in f32, rounded once per add),
-// so that a step converts nothing (Note [16-bit activations] in functions.cpp): two
-// roundings of half a ulp per chunk where linear's backward rounds once.
+// its rows (per chunk, then over chunks). Each chunk's d(weight) is added into the sum of
+// the chunks before it by one accumulating GEMM (ops::add_matmul_), and into the weight's
+// .grad itself when it has one (Note [Gradients added in place] in autograd/weight_grad.h);
+// with 16-bit weights the sum is kept in the weight's dtype, so that a step converts nothing
+// (Note [16-bit activations] in functions.cpp): one rounding of half a ulp per chunk where
+// linear's backward rounds once.
 //
 // A tensor-parallel head (parallel/tensor_parallel_layers.h) holds a part of the
 // vocabulary's rows on each rank: each rank makes its part's per-row log-sum-exp and target

@@ -68,6 +68,12 @@ void register_hook(const Tensor& t, GradHook hook) {
   }
 }
 
+void register_pre_accumulate_grad_hook(const Tensor& t, PreAccumulateHook hook) {
+  TRIAD_CHECK(requires_grad(t) && is_leaf(t),
+              "register_pre_accumulate_grad_hook: expected a leaf that requires grad, got " << t.str());
+  meta(t)->pre_accumulate_hooks.push_back(std::move(hook));
+}
+
 void register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateHook hook) {
   TRIAD_CHECK(requires_grad(t) && is_leaf(t),
               "register_post_accumulate_grad_hook: expected a leaf that requires grad, got " << t.str());

@@ -16,6 +16,7 @@ struct AutogradMeta {
   int output_nr = 0;              // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;
   std::vector<GradHook> hooks;  // leaves: run before accumulation
+  std::vector<PreAccumulateHook> pre_accumulate_hooks;
   std::vector<PostAccumulateHook> post_accumulate_hooks;
 };
 
@@ -31,6 +32,8 @@ Tensor detach(const Tensor& t);
 
 // Registers a hook on the gradient that flows into t (leaf or not).
 void register_hook(const Tensor& t, GradHook hook);
+// Registers a hook that runs before the leaf t's .grad is updated (PreAccumulateHook).
+void register_pre_accumulate_grad_hook(const Tensor& t, PreAccumulateHook hook);
 // Registers a hook that runs each time the leaf t's .grad has been updated.
 void register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateHook hook);
 

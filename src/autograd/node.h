@@ -35,6 +35,10 @@ struct Edge {
 using GradHook = std::function<Tensor(const Tensor& grad)>;
 // Runs after a leaf's .grad has absorbed a new contribution.
 using PostAccumulateHook = std::function<void(const Tensor& leaf)>;
+// Runs before a leaf's .grad absorbs a contribution, and before a backward asks for the
+// leaf's .grad to add into (Note [Gradients added in place]); it may set .grad, and must
+// give the same result when run again.
+using PreAccumulateHook = std::function<void(const Tensor& leaf)>;
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
 
 struct Node {
@@ -45,6 +49,9 @@ struct Node {
   virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
   // Drops what the backward saved, once it has run (unless the graph is retained).
   virtual void release() {}
+  // Whether the node must run even when no gradient reached it (an AccumulateGrad whose
+  // leaf's gradient was added in place during the pass).
+  virtual bool runs_without_gradients() const { return false; }
 
   std::string name;
   int num_outputs;
@@ -63,12 +70,23 @@ struct FunctionNode final : Node {
   BackwardFn backward;
 };
 
-// The sink of a leaf: adds the incoming gradient into the leaf's .grad.
+// The sink of a leaf: adds the incoming gradient into the leaf's .grad, then runs the
+// leaf's post-accumulate hooks, once per pass however the gradient arrived.
 struct AccumulateGrad final : Node {
   explicit AccumulateGrad(Tensor leaf) : Node("AccumulateGrad", 1), leaf(std::move(leaf)) {}
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
+  bool runs_without_gradients() const override { return added_in_place_; }
+
+  // Note [Gradients added in place] (autograd/weight_grad.h): the leaf's .grad when a
+  // backward may add a contribution of `dtype` into it in place, else undefined; then
+  // added_in_place() once the backward has added it.
+  Tensor grad_to_add_into(DType dtype);
+  void added_in_place(bool in_pass);
 
   Tensor leaf;
+
+ private:
+  bool added_in_place_ = false;  // this pass added into .grad; the hooks run when the node does
 };
 
 }  // namespace triad

@@ -1,5 +1,7 @@
 #include "autograd/weight_grad.h"
 
+#include "autograd/meta.h"
+
 namespace triad {
 
 namespace {
@@ -16,5 +18,23 @@ DeferWeightGrads::DeferWeightGrads(WeightGradQueue& queue) : previous_(active) {
 DeferWeightGrads::~DeferWeightGrads() { active = previous_; }
 
 WeightGradQueue* deferred_weight_grads() { return active; }
+
+namespace {
+AccumulateGrad* accumulator(const Tensor& weight) {
+  return requires_grad(weight) && is_leaf(weight) ? static_cast<AccumulateGrad*>(gradient_edge(weight).node.get())
+                                                  : nullptr;
+}
+}  // namespace
+
+Tensor grad_to_add_into(const Tensor& weight, DType dtype) {
+  AccumulateGrad* acc = accumulator(weight);
+  return acc ? acc->grad_to_add_into(dtype) : Tensor();
+}
+
+void grad_added_in_place(const Tensor& weight, bool in_pass) {
+  AccumulateGrad* acc = accumulator(weight);
+  TRIAD_ASSERT(acc != nullptr);
+  acc->added_in_place(in_pass);
+}
 
 }  // namespace triad

@@ -208,8 +208,9 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, boo
   DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
   if (k == 0) {  // an empty sum: beta out, then the epilogue of zero
-    TRIAD_CHECK(ep == Epilogue::none && options.beta == 0.0, "gemm: K = 0 with an epilogue or beta");
-    TRIAD_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream));
+    TRIAD_CHECK(ep == Epilogue::none && (options.beta == 0.0 || options.beta == 1.0),
+                "gemm: K = 0 with an epilogue or a beta other than 0 and 1");
+    if (options.beta == 0.0) TRIAD_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream));
     return;
   }
   PlanKey key{device,
@@ -245,12 +246,22 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, boo
                                     p.workspace ? workspace(device, stream) : nullptr, p.workspace, stream));
 }
 
+Tensor linear_product(const Tensor& x, const Tensor& weight, const Tensor& out, const GemmOptions& options, bool fits) {
+  const int64_t in = weight.size(1), n = weight.size(0), rows = in ? x.numel() / in : 0;
+  if (fits) {
+    gemm(x, weight, out, false, true, 1, rows, n, in, options);
+    return Tensor();
+  }
+  const Tensor product = Tensor::empty(out.shape(), DType::f32, out.device());
+  gemm(x, weight, product, false, true, 1, rows, n, in);
+  return product;
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu, Tensor* pre_gelu) {
   TRIAD_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
               "cuda::linear: input " << x.str() << " does not match weight " << weight.str());
-  const int64_t in = weight.size(1), out_features = weight.size(0), rows = in ? x.numel() / in : 0;
   Shape shape = x.shape();
-  shape.back() = out_features;
+  shape.back() = weight.size(0);
   Tensor y = Tensor::empty(shape, x.dtype(), x.device());
   GemmOptions o;
   o.bias = bias;
@@ -260,7 +271,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool ge
     *pre_gelu = Tensor::empty(shape, x.dtype(), x.device());
     o.pre_gelu = *pre_gelu;
   }
-  gemm(x, weight, y, false, true, 1, rows, out_features, in, o);
+  linear_product(x, weight, y, o, /*fits=*/true);
   return y;
 }
 

@@ -49,6 +49,12 @@ struct GemmOptions {
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
           int64_t n, int64_t k, const GemmOptions& options = {});
 
+// ops::linear's product x (rows, K) @ weight (N, K)^T into out (rows, N) with the epilogue
+// of `options` when `fits` (returning an undefined tensor); else the bare product, as f32
+// of out's shape, which the caller's kernel finishes (an f32 bias beside a 16-bit product,
+// a width the GELU's auxiliary output does not take). The backends' linear and linear_gelu.
+Tensor linear_product(const Tensor& x, const Tensor& weight, const Tensor& out, const GemmOptions& options, bool fits);
+
 // ops::linear with fused epilogues: x (..., in) @ weight (out, in)^T + bias (out,) (bias may
 // be undefined), then GELU when `gelu`. With pre_gelu (and gelu), *pre_gelu receives the
 // GELU's input. x, weight, bias: contiguous, one device, one dtype (f32, bf16 or f16).

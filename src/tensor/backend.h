@@ -54,10 +54,11 @@ class Backend {
   virtual bool all_finite(const Tensor& a) = 0;
 
   // a (batch_a, M, K) or (batch_a, K, M) when trans_a; b likewise (batch_b is 1 or batch);
-  // out (batch, M, N) = a' b'. All contiguous; a and b of one dtype, out of theirs (16-bit
-  // operands accumulate in f32 and round once).
+  // out (batch, M, N) = a' b', or with `accumulate` out += a' b' (ops::add_matmul_). All
+  // contiguous; a and b of one dtype, out of theirs or f32 beside 16-bit operands (which
+  // accumulate in f32; a 16-bit out, read as f32 when accumulating, is rounded once).
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
-                      int64_t m, int64_t n, int64_t k) = 0;
+                      int64_t m, int64_t n, int64_t k, bool accumulate) = 0;
   // ops::linear: out (rows, N) = x (rows, K) weight (N, K)^T + bias (N) on every row, all
   // contiguous; x, weight and out of one dtype; bias undefined, of that dtype or f32. 16-bit
   // operands accumulate in f32, the bias is added in f32, and the sum is rounded once.

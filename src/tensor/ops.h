@@ -147,6 +147,14 @@ bool all_finite(const Tensor& a);
 // a and b share a floating dtype, the result's; bf16/f16 operands accumulate in f32 (on a
 // CUDA device on tensor cores) and round once.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// out += matmul(a, b, trans_a, trans_b) in one accumulating GEMM (cuBLASLt's beta = 1), the
+// form a backward uses to add a weight's gradient into a buffer that holds one already
+// (Note [Gradients added in place] in autograd/weight_grad.h). out: contiguous, matmul's
+// shape, of a's dtype or f32 beside 16-bit operands. A 16-bit out is read as f32, the
+// product added to it in f32 and the sum rounded once (matmul then add_ rounds twice). In
+// f32 and f64 the sum may differ from matmul then add_ in its order only (a GEMM adds its
+// blocks of K into out as it goes): by a few ulps of the sum of the magnitudes.
+void add_matmul_(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // x (..., in), weight (out, in) of x's dtype, bias (out) of that dtype (or f32 beside a
 // 16-bit one) or undefined -> x weight^T + bias, (..., out), added in f32 before rounding.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);

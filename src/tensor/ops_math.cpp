@@ -218,25 +218,49 @@ bool all_finite(const Tensor& a) {
 
 // ---- linear algebra ----
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  check_float(a, "matmul");
-  check_same(a, b, "matmul");
-  TRIAD_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected operands with at least 2 dimensions, got "
-                                                << shape_str(a.shape()) << " and " << shape_str(b.shape()));
+namespace {
+
+// The shape of matmul(a, b, trans_a, trans_b), checked, with its batch, M, N and K.
+struct MatmulShape {
+  Shape out;
+  int64_t batch, m, n, k;
+};
+MatmulShape matmul_shape(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const char* op) {
+  check_float(a, op);
+  check_same(a, b, op);
+  TRIAD_CHECK(a.dim() >= 2 && b.dim() >= 2, op << ": expected operands with at least 2 dimensions, got "
+                                               << shape_str(a.shape()) << " and " << shape_str(b.shape()));
   const int64_t m = trans_a ? a.size(-1) : a.size(-2), ka = trans_a ? a.size(-2) : a.size(-1);
   const int64_t kb = trans_b ? b.size(-1) : b.size(-2), n = trans_b ? b.size(-2) : b.size(-1);
-  TRIAD_CHECK(ka == kb, "matmul: inner dimensions differ: " << shape_str(a.shape()) << (trans_a ? "^T" : "") << " @ "
-                                                            << shape_str(b.shape()) << (trans_b ? "^T" : ""));
+  TRIAD_CHECK(ka == kb, op << ": inner dimensions differ: " << shape_str(a.shape()) << (trans_a ? "^T" : "") << " @ "
+                           << shape_str(b.shape()) << (trans_b ? "^T" : ""));
   const Shape batch_shape(a.shape().begin(), a.shape().end() - 2);
   const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
   TRIAD_CHECK(b.dim() == 2 || b_batch == batch_shape,
-              "matmul: batch dimensions differ: " << shape_str(a.shape()) << " @ " << shape_str(b.shape()));
-  Shape out_shape = batch_shape;
-  out_shape.push_back(m);
-  out_shape.push_back(n);
-  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
-  backend_for(a.device()).matmul(contiguous(a), contiguous(b), out, trans_a, trans_b, numel(batch_shape), m, n, ka);
+              op << ": batch dimensions differ: " << shape_str(a.shape()) << " @ " << shape_str(b.shape()));
+  Shape out = batch_shape;
+  out.push_back(m);
+  out.push_back(n);
+  return {out, numel(batch_shape), m, n, ka};
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const MatmulShape s = matmul_shape(a, b, trans_a, trans_b, "matmul");
+  Tensor out = Tensor::empty(s.out, a.dtype(), a.device());
+  backend_for(a.device()).matmul(contiguous(a), contiguous(b), out, trans_a, trans_b, s.batch, s.m, s.n, s.k, false);
   return out;
+}
+
+void add_matmul_(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const MatmulShape s = matmul_shape(a, b, trans_a, trans_b, "add_matmul_");
+  TRIAD_CHECK(out.shape() == s.out && out.device() == a.device() && out.is_contiguous() &&
+                  (out.dtype() == a.dtype() || (out.dtype() == DType::f32 && is_16bit(a.dtype()))),
+              "add_matmul_: out " << out.str() << " must be contiguous, " << shape_str(s.out) << ", on "
+                                  << a.device().str() << " in " << dtype_name(a.dtype())
+                                  << (is_16bit(a.dtype()) ? " or f32" : ""));
+  backend_for(a.device()).matmul(contiguous(a), contiguous(b), out, trans_a, trans_b, s.batch, s.m, s.n, s.k, true);
 }
 
 namespace {

@@ -129,11 +129,10 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   for (Group& g : groups_) {
     for (const auto& [_, p] : g.flat->params()) {
       Group* group = &g;
-      // Stages 2 and 3 allocate a group's flat gradient when its first gradient arrives.
-      register_hook(p, [group](const Tensor& grad) {
-        group->flat->grad();
-        return grad;
-      });
+      // Stages 2 and 3 allocate a group's flat gradient when its first gradient arrives
+      // (before it is added: a linear's backward may add into it, Note [Gradients added in
+      // place] in autograd/weight_grad.h).
+      register_pre_accumulate_grad_hook(p, [group](const Tensor&) { group->flat->grad(); });
       register_post_accumulate_grad_hook(p, [this, group](const Tensor&) { on_grad_ready(*group); });
     }
   }

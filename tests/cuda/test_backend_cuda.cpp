@@ -289,17 +289,19 @@ void matmul_case() {
         Shape bshape = bs;
         if (s.b_batched) bshape.insert(bshape.begin(), s.batch);
         const Pair b = pair(random(bshape, 21));
-        Pair out = empty_pair({s.batch, s.m, s.n});
-        cpu().matmul(a.c, b.c, out.c, ta, tb, s.batch, s.m, s.n, s.k);
-        gpu().matmul(a.g, b.g, out.g, ta, tb, s.batch, s.m, s.n, s.k);
-        expect_close("matmul batch " + std::to_string(s.batch) + (ta ? " a^T" : "") + (tb ? " b^T" : "") +
-                         (s.b_batched ? "" : " shared b"),
-                     out.g, out.c, threshold(DType::f32));
+        for (bool accumulate : {false, true}) {  // out = a' b', out += a' b' (cuBLASLt's beta = 1)
+          Pair out = accumulate ? pair(random({s.batch, s.m, s.n}, 24)) : empty_pair({s.batch, s.m, s.n});
+          cpu().matmul(a.c, b.c, out.c, ta, tb, s.batch, s.m, s.n, s.k, accumulate);
+          gpu().matmul(a.g, b.g, out.g, ta, tb, s.batch, s.m, s.n, s.k, accumulate);
+          expect_close("matmul batch " + std::to_string(s.batch) + (ta ? " a^T" : "") + (tb ? " b^T" : "") +
+                           (s.b_batched ? "" : " shared b") + (accumulate ? " accumulated" : ""),
+                       out.g, out.c, threshold(DType::f32));
+        }
       }
   const size_t plans = cuda::gemm_plan_count();
   Pair out = empty_pair({1, 33, 65});
   const Pair a = pair(random({1, 33, 17}, 22)), b = pair(random({17, 65}, 23));
-  gpu().matmul(a.g, b.g, out.g, false, false, 1, 33, 65, 17);
+  gpu().matmul(a.g, b.g, out.g, false, false, 1, 33, 65, 17, false);
   BOOST_TEST(cuda::gemm_plan_count() == plans, "a repeated shape reuses its cached plan");
 }
 
@@ -879,10 +881,16 @@ BOOST_AUTO_TEST_CASE(gemm_16_bit) {
   for (DType dt : {DType::bf16, DType::f16}) {
     const Tensor a = random({2, 128, 96}, 41, -1, 1, dt), b = random({160, 96}, 42, -1, 1, dt);
     Tensor want = Tensor::empty({2, 128, 160});
-    cpu().matmul(ops::to(a, DType::f32), ops::to(b, DType::f32), want, false, true, 2, 128, 160, 96);
+    cpu().matmul(ops::to(a, DType::f32), ops::to(b, DType::f32), want, false, true, 2, 128, 160, 96, false);
     Tensor out = Tensor::empty({2, 128, 160}, dt, kGpu);
     cuda::gemm(dev(a), dev(b), out, false, true, 2, 128, 160, 96);
     expect_close(std::string("gemm ") + dtype_name(dt), out, want, threshold(dt));
+    // Accumulated into a 16-bit out (ops::add_matmul_): the f32 sum rounded once, as the CPU's.
+    const Tensor out0 = random({2, 128, 160}, 43, -1, 1, dt);
+    const Tensor sum = ops::clone(out0), dev_sum = dev(out0);
+    ops::add_matmul_(sum, a, b, false, true);
+    ops::add_matmul_(dev_sum, dev(a), dev(b), false, true);
+    expect_close(std::string("add_matmul_ ") + dtype_name(dt), dev_sum, sum, threshold(dt));
   }
 }
 

@@ -191,6 +191,69 @@ BOOST_AUTO_TEST_CASE(matmul_and_linear) {
   }
 }
 
+// ops::add_matmul_ (out += a' b', one accumulating GEMM): in f32 and f64 matmul then add_
+// up to the order of the sum (a few ulps of the sum of the magnitudes |out| + |a'| |b'|,
+// here with K = 300, more than one block of K); a 16-bit out is the f32 composition rounded
+// once, and an f32 out beside bf16 operands the f32 composition itself; K = 0 adds nothing.
+BOOST_AUTO_TEST_CASE(add_matmul_adds_the_product_into_out) {
+  Generator gen(11);
+  const auto random = [&](const Shape& s) {
+    Tensor t = Tensor::empty(s, DType::f64);
+    ops::uniform_(t, -1, 1, gen);
+    return t;
+  };
+  for (DType dt : kFloat) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool ta = variant & 1, tb = variant & 2;
+      BOOST_TEST_CONTEXT(dtype_name(dt) << (ta ? " a^T" : "") << (tb ? " b^T" : "")) {
+        const Tensor a = ops::to(random(ta ? Shape{2, 300, 40} : Shape{2, 40, 300}), dt);
+        const Tensor b = ops::to(random(tb ? Shape{24, 300} : Shape{300, 24}), dt);
+        const Tensor out0 = ops::to(random({2, 40, 24}), dt);
+        const Tensor out = ops::clone(out0);
+        ops::add_matmul_(out, a, b, ta, tb);
+        const Tensor want = ops::add(out0, ops::matmul(a, b, ta, tb));
+        // The sum of the magnitudes, from |out0| and |a| |b| on the host.
+        const auto host = [](const Tensor& t) { return ops::to(t, DType::f64).to_vector<double>(); };
+        const auto magnitudes = [&](const Tensor& t) {
+          std::vector<double> v = host(t);
+          for (double& x : v) x = std::fabs(x);
+          return Tensor::from_vector(v, t.shape());
+        };
+        const std::vector<double> scale =
+            host(ops::add(magnitudes(out0), ops::matmul(magnitudes(a), magnitudes(b), ta, tb)));
+        const std::vector<double> got = host(out), expected = host(want);
+        const double ulp = dt == DType::f64 ? 0x1p-52 : 0x1p-23;
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i) bad += std::fabs(got[i] - expected[i]) > 8 * ulp * scale[i];
+        BOOST_TEST(bad == 0u);
+      }
+    }
+  }
+  for (DType dt : {DType::bf16, DType::f16}) {
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      const Tensor a = ops::to(random({300, 40}), dt), b = ops::to(random({300, 24}), dt);
+      const Tensor out0 = ops::to(random({40, 24}), dt);
+      const Tensor out = ops::clone(out0);
+      ops::add_matmul_(out, a, b, true, false);
+      const Tensor wide = ops::to(out0, DType::f32);
+      ops::add_matmul_(wide, ops::to(a, DType::f32), ops::to(b, DType::f32), true, false);
+      BOOST_TEST(test::max_abs_diff(out, ops::to(wide, dt)) == 0.0);
+      // An f32 out beside the 16-bit operands is never rounded.
+      const Tensor out32 = ops::to(out0, DType::f32);
+      ops::add_matmul_(out32, a, b, true, false);
+      BOOST_TEST(test::max_abs_diff(out32, wide) == 0.0);
+    }
+  }
+  const Tensor out = make({1, 2, 3, 4}, {2, 2}, DType::f32);
+  ops::add_matmul_(out, Tensor::zeros({2, 0}), Tensor::zeros({0, 2}));
+  check_values(out, {2, 2}, {1, 2, 3, 4}, 0.0, "K = 0");
+  const Tensor a = Tensor::zeros({2, 4}), b = Tensor::zeros({4, 2});
+  test::check_error([&] { ops::add_matmul_(Tensor::zeros({2, 3}), a, b); }, {"add_matmul_", "(2, 3)", "(2, 2)"});
+  const Tensor transposed = ops::transpose(Tensor::zeros({2, 2}), 0, 1);
+  test::check_error([&] { ops::add_matmul_(transposed, a, b); }, {"add_matmul_", "contiguous"});
+  test::check_error([&] { ops::add_matmul_(Tensor::zeros({2, 2}, DType::f64), a, b); }, {"add_matmul_", "f64", "f32"});
+}
+
 BOOST_AUTO_TEST_CASE(softmax_plain_and_causal) {
   for (DType dt : kFloat) {
     const std::string d = dtype_name(dt);

@@ -15,19 +15,14 @@ void CudaBackend::linear_gelu(const Tensor& x, const Tensor& weight, const Tenso
                               const Tensor& out) {
   const char* m = "linear_gelu";
   require_floating(x, m);
-  const int64_t rows = x.size(0), n = weight.size(0), k = x.size(1);
-  if ((!bias.defined() || bias.dtype() == out.dtype()) && n % 8 == 0) {
-    GemmOptions o;
-    o.epilogue = bias.defined() ? Epilogue::bias_gelu : Epilogue::gelu;
-    o.bias = bias;
-    o.pre_gelu = pre;
-    gemm(x, weight, out, false, true, 1, rows, n, k, o);
-    return;
-  }
-  const Tensor product = Tensor::empty(out.shape(), DType::f32, out.device());
-  gemm(x, weight, product, false, true, 1, rows, n, k);
-  const int64_t total = out.numel();
-  if (total == 0) return;
+  const int64_t n = weight.size(0), total = out.numel();
+  GemmOptions o;
+  o.epilogue = bias.defined() ? Epilogue::bias_gelu : Epilogue::gelu;
+  o.bias = bias;
+  o.pre_gelu = pre;
+  const bool fits = (!bias.defined() || bias.dtype() == out.dtype()) && n % 8 == 0;  // the epilogue's limits
+  const Tensor product = linear_product(x, weight, out, o, fits);
+  if (!product.defined() || total == 0) return;
   OnDevice on(out);
   bias_gelu_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(
       ptr<const float>(product), bias.defined() ? floats(bias, m) : Floats{}, floats(pre, m), floats(out, m), total, n);

@@ -20,24 +20,20 @@ __global__ void add_row_vector_kernel(const float* product, Floats bias, Floats 
 }  // namespace
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
-                         int64_t m, int64_t n, int64_t k) {
+                         int64_t m, int64_t n, int64_t k, bool accumulate) {
   require_floating(a, "matmul");
-  gemm(a, b, out, trans_a, trans_b, batch, m, n, k);
+  GemmOptions o;
+  o.beta = accumulate ? 1.0 : 0.0;
+  gemm(a, b, out, trans_a, trans_b, batch, m, n, k, o);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   require_floating(x, "linear");
-  const int64_t rows = x.size(0), n = weight.size(0), k = x.size(1);
-  if (!bias.defined() || bias.dtype() == out.dtype()) {
-    GemmOptions o;
-    if (bias.defined()) o.epilogue = Epilogue::bias, o.bias = bias;
-    gemm(x, weight, out, false, true, 1, rows, n, k, o);
-    return;
-  }
-  const Tensor product = Tensor::empty(out.shape(), DType::f32, out.device());
-  gemm(x, weight, product, false, true, 1, rows, n, k);
-  const int64_t total = out.numel();
-  if (total == 0) return;
+  GemmOptions o;
+  if (bias.defined()) o.epilogue = Epilogue::bias, o.bias = bias;
+  const Tensor product = linear_product(x, weight, out, o, !bias.defined() || bias.dtype() == out.dtype());
+  const int64_t total = out.numel(), n = weight.size(0);
+  if (!product.defined() || total == 0) return;
   OnDevice on(out);
   add_row_vector_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(
       ptr<const float>(product), floats(bias, "linear"), floats(out, "linear"), total, n);

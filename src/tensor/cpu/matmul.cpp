@@ -25,28 +25,35 @@ using ConstMap = Eigen::Map<const RowMajor<T>>;
 template <class T>
 using Map = Eigen::Map<RowMajor<T>>;
 
+// c = op(a) op(b), or c += op(a) op(b) when accumulating (BLAS's beta = 1).
 template <class T>
-void gemm(const T* a, const T* b, T* c, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+void gemm(const T* a, const T* b, T* c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, bool accumulate) {
   Map<T> C(c, m, n);
   const ConstMap<T> A(a, ta ? k : m, ta ? m : k);
   const ConstMap<T> B(b, tb ? n : k, tb ? k : n);
+  const auto put = [&](const auto& product) {
+    if (accumulate)
+      C.noalias() += product;
+    else
+      C.noalias() = product;
+  };
   if (!ta && !tb)
-    C.noalias() = A * B;
+    put(A * B);
   else if (!ta && tb)
-    C.noalias() = A * B.transpose();
+    put(A * B.transpose());
   else if (ta && !tb)
-    C.noalias() = A.transpose() * B;
+    put(A.transpose() * B);
   else
-    C.noalias() = A.transpose() * B.transpose();
+    put(A.transpose() * B.transpose());
 }
 
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
-                        int64_t m, int64_t n, int64_t k) {
+                        int64_t m, int64_t n, int64_t k, bool accumulate) {
   if (cpu::any_16bit({&a, &b, &out})) {
-    const cpu::WideOut o(out);
-    matmul(cpu::widen(a), cpu::widen(b), o.get(), trans_a, trans_b, batch, m, n, k);
+    const cpu::WideOut o(out, /*initial=*/accumulate);
+    matmul(cpu::widen(a), cpu::widen(b), o.get(), trans_a, trans_b, batch, m, n, k, accumulate);
     return o.store();
   }
   auto run = [&](auto tag) {
@@ -56,13 +63,13 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
     T* pc = out.data<T>();
     const int64_t b_step = b.dim() == 2 ? 0 : k * n;
     if (batch == 1) {
-      gemm(pa, pb, pc, trans_a, trans_b, m, n, k);
+      gemm(pa, pb, pc, trans_a, trans_b, m, n, k, accumulate);
       return;
     }
     const bool parallel_batch = batch >= omp_get_max_threads() && m * n * k < (int64_t(1) << 21);
 #pragma omp parallel for if (parallel_batch) schedule(static)
     for (int64_t i = 0; i < batch; ++i)
-      gemm(pa + i * m * k, pb + i * b_step, pc + i * m * n, trans_a, trans_b, m, n, k);
+      gemm(pa + i * m * k, pb + i * b_step, pc + i * m * n, trans_a, trans_b, m, n, k, accumulate);
   };
   cpu::visit_float(a.dtype(), run);
 }
@@ -73,7 +80,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
     linear(cpu::widen(x), cpu::widen(weight), cpu::widen(bias), o.get());
     return o.store();
   }
-  matmul(x, weight, out, false, true, 1, x.size(0), weight.size(0), x.size(1));
+  matmul(x, weight, out, false, true, 1, x.size(0), weight.size(0), x.size(1), false);
   if (!bias.defined()) return;
   auto run = [&](auto tag) {
     using T = decltype(tag);
