@@ -1,7 +1,6 @@
 #include "rlhf/dpo_training.h"
 
 #include <cmath>
-#include <functional>
 
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
@@ -96,32 +95,29 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
       NoGradGuard no_grad;
       for (const PairIds& r : rows) ref.push_back(pair_log_probs(full_vocabulary((*reference)(r.ids), layout.tp), r, vocab));
     }
-    const auto loss_of = [&](const Tensor& logits, size_t m, std::vector<std::vector<double>>& figures) {
+    std::vector<std::vector<double>> figures(batches.size());
+    const auto loss_of = [&](const Tensor& logits, size_t m) {
       const auto [pc, pr] = pair_log_probs(full_vocabulary(logits, layout.tp), rows[m], vocab);
       const DpoLoss d = dpo_loss(pc, pr, ref[m].first, ref[m].second, sc.dpo.beta);
       figures[m] = dpo_figures(d);
       return d.loss;
     };
-    std::vector<std::vector<double>> figures(batches.size());
     if (!engine->pipelined()) {
       for (size_t m = 0; m < rows.size(); ++m) {
-        const Tensor loss = loss_of(engine->model()(rows[m].ids), m, figures);
+        const Tensor loss = loss_of(engine->model()(rows[m].ids), m);
         if (train) engine->backward(loss);
       }
       return figures;
     }
-    // Note [Pipeline losses]: each micro-batch's target is its index.
-    std::vector<Tensor> targets;
-    for (size_t m = 0; m < rows.size(); ++m) targets.push_back(Tensor::from_vector(std::vector<int64_t>{int64_t(m)}, {1}));
     std::vector<Tensor> inputs;
     for (const PairIds& r : rows) inputs.push_back(r.ids);
     const engine::Engine::PipelineLoss loss = [&](const Tensor& logits, const Tensor& target) {
-      return loss_of(logits, size_t(ops::to(target, Device::cpu()).to_vector<int64_t>()[0]), figures);
+      return loss_of(logits, target_index(target));
     };
     if (train)
-      engine->forward_backward(inputs, targets, loss);
+      engine->forward_backward(inputs, index_targets(rows.size()), loss);
     else
-      engine->forward_only(inputs, targets, loss);
+      engine->forward_only(inputs, index_targets(rows.size()), loss);
     return last_stage_rows(figures, 3 + 2 * batches.front().chosen.size(0), *engine->pp());
   };
   // Held-out margin and accuracy: every rank runs the same number of forwards (ZeRO-3

@@ -56,23 +56,20 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
       }
       return figures;
     }
-    // Note [RLHF pipeline stages]: each micro-batch's target is its index.
+    // Note [RLHF pipeline stages]: the loss on the last stage, each micro-batch's target its index.
     figures.resize(batches.size());
-    std::vector<Tensor> inputs, targets;
-    for (size_t m = 0; m < batches.size(); ++m) {
-      inputs.push_back(cat({batches[m].chosen, batches[m].rejected}, 0));
-      targets.push_back(Tensor::from_vector(std::vector<int64_t>{int64_t(m)}, {1}));
-    }
+    std::vector<Tensor> inputs;
+    for (const RewardBatch& b : batches) inputs.push_back(cat({b.chosen, b.rejected}, 0));
     const engine::Engine::PipelineLoss loss = [&](const Tensor& values, const Tensor& target) {
-      const size_t m = size_t(ops::to(target, Device::cpu()).to_vector<int64_t>()[0]);
+      const size_t m = target_index(target);
       const RewardLoss r = reward_values_loss(values, batches[m]);
       figures[m] = figures_of(r);
       return r.loss;
     };
     if (train)
-      engine->forward_backward(inputs, targets, loss);
+      engine->forward_backward(inputs, index_targets(batches.size()), loss);
     else
-      engine->forward_only(inputs, targets, loss);
+      engine->forward_only(inputs, index_targets(batches.size()), loss);
     return last_stage_rows(figures, 2 + 2 * batches.front().chosen.size(0), *engine->pp());
   };
   // Held-out accuracy: every rank runs the same number of forwards (ZeRO-3 gathers in each),

@@ -6,6 +6,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "parallel/self_communicator.h"
 #include "parallel/tensor_parallel_functions.h"
+#include "tensor/ops.h"
 
 namespace triad::rlhf {
 
@@ -30,6 +31,14 @@ int64_t pair_column_multiple(const engine::TrainConfig& c, const SequenceLimits&
                                            << "(every batch has data.max_seq_len columns)");
   return limits.max_seq_len;
 }
+
+std::vector<Tensor> index_targets(size_t micro_batches) {
+  std::vector<Tensor> targets;
+  for (size_t m = 0; m < micro_batches; ++m) targets.push_back(Tensor::from_vector(std::vector<int64_t>{int64_t(m)}, {1}));
+  return targets;
+}
+
+size_t target_index(const Tensor& target) { return size_t(ops::to(target, Device::cpu()).to_vector<int64_t>()[0]); }
 
 std::vector<std::vector<double>> last_stage_rows(const std::vector<std::vector<double>>& rows, int64_t width,
                                                  parallel::Communicator& pp) {

@@ -89,6 +89,11 @@ int64_t pair_column_multiple(const engine::TrainConfig& c, const SequenceLimits&
 // KV cache per layer, runs the whole actor on each rank (the hybrid engine), and their
 // experience passes read the actor, critic, reference and reward models at every position.
 //
+// The targets the loops give a pipeline: micro-batch m's is its index m (an i64 tensor of
+// one element), which target_index reads back in the loss.
+std::vector<Tensor> index_targets(size_t micro_batches);
+size_t target_index(const Tensor& target);
+
 // Rows of `width` figures per micro-batch, filled on the last rank of `pp` (elsewhere the
 // rows may be empty), as every rank of pp receives them (collective over pp).
 std::vector<std::vector<double>> last_stage_rows(const std::vector<std::vector<double>>& rows, int64_t width,
