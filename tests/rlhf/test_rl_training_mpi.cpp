@@ -6,7 +6,8 @@
 // actor, its EMA (sharded at ZeRO-3), the critic and the metrics agree within 1e-5; and so
 // they do with the models split over tensor-parallel pairs of ranks, with and without
 // sequence parallelism (Note [Sequence-parallel steps] in rlhf/step_run.h; the reward model's
-// and DPO's training too). The frozen reference
+// and DPO's training too). The reward model and DPO also train in two pipeline stages as in
+// one process (PPO and GRPO refuse stages: test_rlhf_config). The frozen reference
 // and reward models (DPO's reference too) are partitioned over the data-parallel ranks at
 // ZeRO-3 (Note [Frozen models] in rlhf/models.h), and the runs' "mem" shows it.
 #include <boost/test/unit_test.hpp>
