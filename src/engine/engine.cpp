@@ -373,6 +373,11 @@ Tensor Engine::loss_of(const Tensor& inputs, const Tensor& targets) {
 }
 
 Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {
+  return forward_backward(inputs, targets, layers_.loss);
+}
+
+Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
+                                const PipelineLoss& loss) {
   TRIAD_CHECK(pipe_, "Engine::forward_backward runs a pipeline (pipeline.stages > 1); in one stage a step is "
                      "forward() and backward() per micro-batch");
   TRIAD_CHECK(int64_t(inputs.size()) == config_.gradient_accumulation_steps && targets.size() == inputs.size(),
@@ -384,7 +389,7 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
     s.inputs.push_back(ops::to(inputs[m], device_));
     s.targets.push_back(ops::to(targets[m], device_));
   }
-  s.loss = layers_.loss;
+  s.loss = loss;
   s.loss_gradient = (zero_ ? zero_->loss_scale() : 1.0) / double(config_.gradient_accumulation_steps);
   s.before_backward = [this](int chunk, bool final) {
     if (!zero_) return;
@@ -397,12 +402,27 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
       zero_->begin_backward(false);
   };
   const nn::RouterLossGradient router(s.loss_gradient);  // Note [Router losses in the backward]
-  return pipeline_losses(pipe_->run(s));
+  return pipeline_losses(pipe_->run(s), int64_t(inputs.size()));
 }
 
-Tensor Engine::pipeline_losses(const std::vector<Tensor>& losses) {
+Tensor Engine::forward_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
+                            const PipelineLoss& loss) {
+  TRIAD_CHECK(pipe_, "Engine::forward_only runs a pipeline (pipeline.stages > 1)");
+  TRIAD_CHECK(!inputs.empty() && targets.size() == inputs.size(),
+              "Engine::forward_only: " << inputs.size() << " inputs, " << targets.size() << " targets");
+  NoGradGuard no_grad;
+  stage_->eval();
+  parallel::PipelineExecutor::Step s;
+  for (size_t m = 0; m < inputs.size(); ++m)
+    s.inputs.push_back(ops::to(inputs[m], device_)), s.targets.push_back(ops::to(targets[m], device_));
+  s.loss = loss;
+  const Tensor losses = pipeline_losses(pipe_->forward_only(s), int64_t(inputs.size()));
+  stage_->train();
+  return losses;
+}
+
+Tensor Engine::pipeline_losses(const std::vector<Tensor>& losses, int64_t m) {
   // The last stage's losses, sent to every rank of the pipeline group.
-  const int64_t m = config_.gradient_accumulation_steps;
   Tensor all = Tensor::zeros({m}, DType::f64, Device::cpu());
   if (!losses.empty())
     for (int64_t i = 0; i < m; ++i) ops::copy_(ops::select(all, 0, i), ops::to(losses[size_t(i)], Device::cpu()));
@@ -459,16 +479,12 @@ double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {
   TRIAD_CHECK(!batches.empty(), "evaluate: no batches");
   NoGradGuard no_grad;
   if (pipe_) {
-    stage_->eval();
-    parallel::PipelineExecutor::Step s;
-    for (const auto& [x, y] : batches) s.inputs.push_back(ops::to(x, device_)), s.targets.push_back(ops::to(y, device_));
-    s.loss = layers_.loss;
-    const std::vector<Tensor> losses = pipe_->forward_only(s);
-    Tensor sum = Tensor::zeros({1}, DType::f64);
-    for (const Tensor& l : losses) ops::add_(sum, ops::reshape(ops::to(ops::to(l, Device::cpu()), DType::f64), {1}));
-    pp_->broadcast(sum, pp_->size() - 1)->wait();
-    stage_->train();
-    return sum.item() / double(batches.size());
+    std::vector<Tensor> inputs, targets;
+    for (const auto& [x, y] : batches) inputs.push_back(x), targets.push_back(y);
+    const std::vector<double> losses = forward_only(inputs, targets, layers_.loss).to_vector<double>();
+    double sum = 0;
+    for (const double l : losses) sum += l;
+    return sum / double(batches.size());
   }
   model_->eval();
   double total = 0;

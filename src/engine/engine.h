@@ -185,6 +185,16 @@ class Engine {
   // orders them. Returns their losses (m,) on every rank of the pipeline group (sent from
   // the last stage). Collective over the pipeline group.
   Tensor forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
+  // Note [Pipeline losses]: the same with the caller's loss in place of the list's, run on
+  // the last stage with each micro-batch's output and targets (RLHF's losses: the targets
+  // may be anything the loss reads, such as the micro-batch's index into the caller's data).
+  using PipelineLoss = std::function<Tensor(const Tensor& output, const Tensor& targets)>;
+  Tensor forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
+                          const PipelineLoss& loss);
+  // The forwards alone through the pipeline (any number of micro-batches, no gradients, eval
+  // mode): their losses under `loss`, (m,) on every rank of the pipeline group.
+  Tensor forward_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
+                      const PipelineLoss& loss);
   StepResult step();
   // Mean loss over (inputs, targets) pairs without recording gradients (eval mode); with
   // pipeline parallelism collective over the pipeline group, the same on each of its ranks.
@@ -267,7 +277,7 @@ class Engine {
   zero::ZeroPlusPlusGroups zeropp_groups(const std::vector<int>& nodes);
 
   Tensor loss_of(const Tensor& inputs, const Tensor& targets);  // one micro-batch, one process
-  Tensor pipeline_losses(const std::vector<Tensor>& losses);
+  Tensor pipeline_losses(const std::vector<Tensor>& losses, int64_t micro_batches);
 
   TrainConfig config_;
   Device device_;

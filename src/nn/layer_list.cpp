@@ -1,6 +1,7 @@
 #include "nn/layer_list.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "autograd/checkpoint.h"
@@ -37,13 +38,31 @@ PipelineStage::PipelineStage(const LayerList& list, std::vector<LayerRange> chun
                                                << list.layers.size() << " layers");
     for (int i = r.first; i < r.last; ++i) keys.insert(list.layers[size_t(i)].ties.begin(), list.layers[size_t(i)].ties.end());
   }
+  // Modules at dotted paths ("blocks.3", "base.blocks.3") sit in namespaces made for their
+  // outer parts, one per path ("base", "base.blocks").
+  std::map<std::string, std::shared_ptr<Namespace>> spaces;
+  std::function<void(const std::string&, ModulePtr)> place = [&](const std::string& path, ModulePtr m) {
+    const size_t dot = path.rfind('.');
+    if (dot == std::string::npos) {
+      register_module(path, std::move(m));
+      return;
+    }
+    const std::string outer = path.substr(0, dot);
+    std::shared_ptr<Namespace>& space = spaces[outer];
+    if (!space) {
+      space = std::make_shared<Namespace>();
+      place(outer, space);
+    }
+    space->add(path.substr(dot + 1), std::move(m));
+  };
   // Tied modules first, each at its key (Note [Tied layers]).
   for (const TiedSpec& t : list.tied)
-    if (keys.count(t.key)) tied_[t.key] = register_module(t.key, t.build());
+    if (keys.count(t.key)) {
+      tied_[t.key] = t.build();
+      place(t.key, tied_[t.key]);
+    }
   for (const std::string& k : keys)
     TRIAD_CHECK(tied_.count(k), "PipelineStage: a layer uses tied module '" << k << "', which the list does not declare");
-  // Root-level namespaces created for dotted layer names ("blocks").
-  std::map<std::string, std::shared_ptr<Namespace>> spaces;
   for (const LayerRange& r : chunks_) {
     layers_.emplace_back();
     for (int i = r.first; i < r.last; ++i) {
@@ -53,21 +72,11 @@ PipelineStage::PipelineStage(const LayerList& list, std::vector<LayerRange> chun
       ModulePtr layer = spec.build(given);
       TRIAD_CHECK(layer, "PipelineStage: layer " << i << " (" << spec.type << ") built nothing");
       layers_.back().push_back(layer);
-      if (spec.name.empty()) {  // its children at the root
-        for (const auto& [n, child] : layer->children()) register_module(n, child);
+      if (spec.name.empty() || spec.name.ends_with('.')) {  // its children at the root, or in the namespace
+        for (const auto& [n, child] : layer->children()) place(spec.name + n, child);
         continue;
       }
-      const size_t dot = spec.name.find('.');
-      if (dot == std::string::npos) {
-        register_module(spec.name, layer);
-        continue;
-      }
-      TRIAD_CHECK(spec.name.find('.', dot + 1) == std::string::npos,
-                  "PipelineStage: layer name '" << spec.name << "' has more than two parts");
-      const std::string outer = spec.name.substr(0, dot), inner = spec.name.substr(dot + 1);
-      auto& space = spaces[outer];
-      if (!space) space = register_module(outer, std::make_shared<Namespace>());
-      space->add(inner, layer);
+      place(spec.name, layer);
     }
   }
   if (list.init) list.init(*this);

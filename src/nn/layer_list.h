@@ -7,8 +7,10 @@
 //
 // Note [Layer names]: a stage holds only its own layers, yet names its parameters as the
 // whole model does, so checkpoints and ZeRO's units see the same names in every layout. A
-// layer says where its modules live: under `name` ("blocks.3" gives blocks.3.ln1.weight),
-// or, with an empty name, its children directly at the root ("wpe" gives wpe.weight).
+// layer says where its modules live: under `name` ("blocks.3" gives blocks.3.ln1.weight;
+// any number of parts), or, with an empty name, its children directly at the root ("wpe"
+// gives wpe.weight), or with a name ending in '.', its children directly in that namespace
+// ("base." gives base.wpe.weight). A tied module's key is its path the same way.
 //
 // Note [Tied layers]: a module two layers share (the GPT's token table: the first stage's
 // embedding and the last stage's output head) is declared once as a TiedSpec. Every stage

@@ -1,10 +1,10 @@
 #include "rlhf/dpo_training.h"
 
 #include <cmath>
-#include <functional>
 
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
+#include "config/model_factory.h"
 #include "rlhf/dpo.h"
 #include "rlhf/log_probs.h"
 #include "rlhf/models.h"
@@ -15,19 +15,35 @@ namespace triad::rlhf {
 
 namespace {
 
-// The summed answer log-probs of a pair batch's chosen and rejected rows, run as one batch
-// through `logits_of` (ids -> logits over the whole vocabulary of `vocab` tokens).
-std::pair<Tensor, Tensor> pair_log_probs(const std::function<Tensor(const Tensor&)>& logits_of, int64_t vocab,
-                                         const RewardBatch& b, Device device) {
-  const int64_t B = b.chosen.size(0), L = b.chosen.size(1);
+// A pair batch's chosen and rejected rows as one batch on `device`, and the mask of their
+// answer tokens' log-probs.
+struct PairIds {
+  Tensor ids;   // (2B, L): the chosen rows, then the rejected
+  Tensor mask;  // (2B, L - 1)
+};
+PairIds pair_ids(const RewardBatch& b, Device device) {
+  const int64_t L = b.chosen.size(1);
   std::vector<int64_t> prompts = b.prompt_lengths, lengths = b.chosen_lengths;
   prompts.insert(prompts.end(), b.prompt_lengths.begin(), b.prompt_lengths.end());
   lengths.insert(lengths.end(), b.rejected_lengths.begin(), b.rejected_lengths.end());
-  const Tensor ids = ops::to(cat({b.chosen, b.rejected}, 0), device);
-  const Tensor mask = ops::to(answer_mask(prompts, lengths, L), device);
-  const Tensor logp = next_token_log_probs(logits_of(ids), ids, mask, vocab).logp;
-  const Tensor seq = sequence_log_probs(logp, mask);
+  return {ops::to(cat({b.chosen, b.rejected}, 0), device), ops::to(answer_mask(prompts, lengths, L), device)};
+}
+
+// The summed answer log-probs of the chosen and rejected rows from their logits over the
+// whole vocabulary of `vocab` tokens.
+std::pair<Tensor, Tensor> pair_log_probs(const Tensor& logits, const PairIds& rows, int64_t vocab) {
+  const int64_t B = rows.ids.size(0) / 2;
+  const Tensor seq = sequence_log_probs(next_token_log_probs(logits, rows.ids, rows.mask, vocab).logp, rows.mask);
   return {narrow(seq, 0, 0, B), narrow(seq, 0, B, B)};
+}
+
+// One micro-batch's figures: the loss, accuracy and margin, then the B chosen and B
+// rejected rewards (what every rank of a pipeline receives from its last stage).
+std::vector<double> dpo_figures(const DpoLoss& d) {
+  std::vector<double> v = {d.loss.item(), d.accuracy, d.margin};
+  for (const Tensor& r : {d.chosen_rewards, d.rejected_rewards})
+    for (const double x : r.to_vector<double>()) v.push_back(x);
+  return v;
 }
 
 }  // namespace
@@ -35,12 +51,12 @@ std::pair<Tensor, Tensor> pair_log_probs(const std::function<Tensor(const Tensor
 double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
   SequenceLimits limits = sc.data.limits;
-  limits.column_multiple = column_multiple(c);  // Note [Sequence-parallel steps]
   int32_t eot = 0;
   StepExamples ex;
   check_on_every_rank(
       [&] {  // Note [Checks on every rank]
         check_model_split(c, "dpo");
+        limits.column_multiple = pair_column_multiple(c, limits);  // Note [Sequence-parallel steps]
         check_init_shape(sc.model, "dpo.init");
         const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
         const io::Tokenizer& tokenizer = *tokenizer_file;
@@ -52,22 +68,57 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   const int n = layout.ranks, rank = layout.rank;
   const parallel::CommunicatorPtr& comm = layout.world;
   std::unique_ptr<engine::Engine> engine = policy_engine(sc.model, layout.grid);
-  auto& policy = dynamic_cast<nn::LanguageModel&>(engine->model());
-  const auto policy_logits = [&](const Tensor& ids) { return full_vocabulary(engine->model()(ids), layout.tp); };
-  const Frozen<nn::LanguageModel> reference =  // Note [Frozen models]
-      frozen_policy(sc.model.init, engine->device(),
-                    {.tp = layout.tp, .sequence_parallel = c.sequence_parallel, .dp = layout.dp, .zero = c.zero});
+  const int64_t vocab = engine::model_shape(c).vocab_size;
+  // Note [RLHF pipeline stages]: the reference runs where the loss is computed, on the last
+  // stage (placed there as Note [Frozen models] says, over that stage's data-parallel ranks).
+  const bool loss_stage = engine->pp()->rank() == engine->pp()->size() - 1;
+  const Frozen<nn::LanguageModel> reference =
+      loss_stage ? frozen_policy(sc.model.init, engine->device(),
+                                 {.tp = layout.tp, .sequence_parallel = c.sequence_parallel, .dp = layout.dp,
+                                  .zero = c.zero})
+                 : Frozen<nn::LanguageModel>{};
   const int64_t first = resume_engine(options.resume, *engine, *comm, "the DPO policy");
-  const nlohmann::json mem = model_memory({{"policy", engine->memory()}, {"reference", reference.memory()}}, comm);
+  const nlohmann::json mem = model_memory(
+      {{"policy", engine->memory()}, {"reference", loss_stage ? reference.memory() : zero::ResidentBytes{}}}, comm);
   StepLog log(options.metrics_path, layout.leader, first, c.steps, c.log_interval);
   log.print("DPO: " + std::to_string(ex.train.size()) + " training pairs, " + std::to_string(ex.held_out.size()) +
             " held out; beta " + std::to_string(sc.dpo.beta) + "; policy and reference from " + sc.model.init);
   log.print(memory_line(mem));
 
-  const auto reference_log_probs = [&](const RewardBatch& b) {
-    NoGradGuard no_grad;
-    return pair_log_probs([&](const Tensor& ids) { return full_vocabulary((*reference)(ids), layout.tp); },
-                          reference->vocab_size(), b, engine->device());
+  // The figures (dpo_figures) of each batch, back-propagating its loss when `train` (then
+  // the batches are the step's micro-batches).
+  const auto run_batches = [&](const std::vector<RewardBatch>& batches, bool train) {
+    std::vector<PairIds> rows;
+    for (const RewardBatch& b : batches) rows.push_back(pair_ids(b, engine->device()));
+    std::vector<std::pair<Tensor, Tensor>> ref;
+    if (loss_stage) {
+      NoGradGuard no_grad;
+      for (const PairIds& r : rows) ref.push_back(pair_log_probs(full_vocabulary((*reference)(r.ids), layout.tp), r, vocab));
+    }
+    std::vector<std::vector<double>> figures(batches.size());
+    const auto loss_of = [&](const Tensor& logits, size_t m) {
+      const auto [pc, pr] = pair_log_probs(full_vocabulary(logits, layout.tp), rows[m], vocab);
+      const DpoLoss d = dpo_loss(pc, pr, ref[m].first, ref[m].second, sc.dpo.beta);
+      figures[m] = dpo_figures(d);
+      return d.loss;
+    };
+    if (!engine->pipelined()) {
+      for (size_t m = 0; m < rows.size(); ++m) {
+        const Tensor loss = loss_of(engine->model()(rows[m].ids), m);
+        if (train) engine->backward(loss);
+      }
+      return figures;
+    }
+    std::vector<Tensor> inputs;
+    for (const PairIds& r : rows) inputs.push_back(r.ids);
+    const engine::Engine::PipelineLoss loss = [&](const Tensor& logits, const Tensor& target) {
+      return loss_of(logits, target_index(target));
+    };
+    if (train)
+      engine->forward_backward(inputs, index_targets(rows.size()), loss);
+    else
+      engine->forward_only(inputs, index_targets(rows.size()), loss);
+    return last_stage_rows(figures, 3 + 2 * batches.front().chosen.size(0), *engine->pp());
   };
   // Held-out margin and accuracy: every rank runs the same number of forwards (ZeRO-3
   // gathers in each); rows past the end repeat pair 0 and are not counted.
@@ -77,15 +128,16 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
     engine->model().eval();
     NoGradGuard no_grad;
     double margin = 0, correct = 0;
-    for (const HeldOutRound& round : held_out_rounds(v, c.micro_batch_size, rank, n)) {
-      const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, limits, eot, eot);
-      const auto [pc, pr] = pair_log_probs(policy_logits, policy.vocab_size(), b, engine->device());
-      const auto [rc, rr] = reference_log_probs(b);
-      const DpoLoss d = dpo_loss(pc, pr, rc, rr, sc.dpo.beta);
-      const std::vector<double> cr = d.chosen_rewards.to_vector<double>(), rr_ = d.rejected_rewards.to_vector<double>();
-      for (int64_t i = 0; i < round.counted; ++i) {
-        margin += cr[size_t(i)] - rr_[size_t(i)];
-        correct += cr[size_t(i)] > rr_[size_t(i)];
+    const std::vector<HeldOutRound> rounds = held_out_rounds(v, c.micro_batch_size, rank, n);
+    std::vector<RewardBatch> batches;
+    for (const HeldOutRound& round : rounds) batches.push_back(make_reward_batch(ex.held_out, round.pairs, limits, eot, eot));
+    const std::vector<std::vector<double>> figures = run_batches(batches, false);
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      const size_t B = size_t(c.micro_batch_size);
+      for (size_t i = 0; i < size_t(rounds[k].counted); ++i) {
+        const double cr = figures[k][3 + i], rr = figures[k][3 + B + i];
+        margin += cr - rr;
+        correct += cr > rr;
       }
     }
     engine->model().train();
@@ -97,16 +149,11 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   double held_margin = NAN;
   for (int64_t step = first; step < c.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    std::vector<RewardBatch> batches;
+    for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m)
+      batches.push_back(make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), limits, eot, eot));
     double loss = 0, accuracy = 0, margin = 0;
-    for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
-      const RewardBatch b =
-          make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), limits, eot, eot);
-      const auto [rc, rr] = reference_log_probs(b);
-      const auto [pc, pr] = pair_log_probs(policy_logits, policy.vocab_size(), b, engine->device());
-      const DpoLoss d = dpo_loss(pc, pr, rc, rr, sc.dpo.beta);
-      engine->backward(d.loss);
-      loss += d.loss.item(), accuracy += d.accuracy, margin += d.margin;
-    }
+    for (const std::vector<double>& f : run_batches(batches, true)) loss += f[0], accuracy += f[1], margin += f[2];
     const engine::StepResult s = engine->step();
     const double parts = double(c.gradient_accumulation_steps * n);
     const std::vector<double> sums = sum_over(layout.dp, {loss, accuracy, margin});

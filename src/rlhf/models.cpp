@@ -4,6 +4,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "config/model_factory.h"
+#include "nn/value_layers.h"
 #include "parallel/tensor_parallel_layers.h"
 
 namespace triad::rlhf {
@@ -41,6 +42,15 @@ std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, engine::GridP
               "'" << run.init << "' holds a value model (a reward model or critic), not a language model to "
                   << "generate with; start the policy from the SFT model");
   const engine::TrainConfig& c = run.train;
+  if (c.pipeline.stages > 1) {  // Note [RLHF pipeline stages]: the model's layer list, each rank its stage
+    nn::LayerList layers = engine::model_layers(c, parallel::layer_parallelism(grid->tp(), c.sequence_parallel));
+    if (!run.init.empty())
+      layers.init = [init = layers.init, path = run.init](nn::Module& stage) {
+        if (init) init(stage);
+        engine::load_parameters(path, stage);
+      };
+    return std::make_unique<engine::Engine>(c, std::move(layers), std::move(grid));
+  }
   return std::make_unique<engine::Engine>(
       c,
       [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {
@@ -54,6 +64,18 @@ std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, engine::GridP
 std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, engine::GridPtr grid) {
   const engine::TrainConfig& c = run.train;
   const bool whole = !run.init.empty() && holds_value_model(run.init);
+  if (c.pipeline.stages > 1) {  // Note [RLHF pipeline stages]: the value model's layer list, each rank its stage
+    TRIAD_CHECK(c.arch != "llama", "[config] model.arch llama: a value model (the reward model) trains in pipeline "
+                                   "stages as a GPT only; set pipeline.stages to 1");
+    nn::LayerList layers =
+        nn::gpt_value_layers(c.model, c.seed, parallel::layer_parallelism(grid->tp(), c.sequence_parallel));
+    if (!run.init.empty())
+      layers.init = [init = layers.init, path = run.init, whole](nn::Module& stage) {
+        init(stage);
+        engine::load_parameters(path, stage, whole ? "" : "base.");
+      };
+    return std::make_unique<engine::Engine>(c, std::move(layers), std::move(grid));
+  }
   return std::make_unique<engine::Engine>(
       c,
       [&](std::shared_ptr<const nn::Parallelism> par) -> nn::ModulePtr {

@@ -23,8 +23,11 @@ Tensor marked_padding(const Tensor& ids, const std::vector<int64_t>& lengths) {
 }  // namespace
 
 RewardLoss reward_batch_loss(nn::Module& model, const RewardBatch& batch, Device device) {
+  return reward_values_loss(model(ops::to(cat({batch.chosen, batch.rejected}, 0), device)), batch);
+}
+
+RewardLoss reward_values_loss(const Tensor& values, const RewardBatch& batch) {
   const int64_t B = batch.chosen.size(0);
-  const Tensor values = model(ops::to(cat({batch.chosen, batch.rejected}, 0), device));
   return reward_loss(narrow(values, 0, 0, B), narrow(values, 0, B, B),
                      marked_padding(batch.chosen, batch.chosen_lengths),
                      marked_padding(batch.rejected, batch.rejected_lengths), kPadMark);

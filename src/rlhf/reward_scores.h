@@ -35,6 +35,9 @@ namespace triad::rlhf {
 // value model, or the Engine's module holding it) as one batch on `device`, then reward_loss
 // with each row's padding found from its length (Note [Score position]).
 RewardLoss reward_batch_loss(nn::Module& model, const RewardBatch& batch, Device device);
+// The same from the values (2B, L) a model gave the batch's chosen, then rejected rows (on a
+// pipeline's last stage: Note [RLHF pipeline stages] in rlhf/step_run.h).
+RewardLoss reward_values_loss(const Tensor& values, const RewardBatch& batch);
 
 // The scores of generated rows: values (R, P + N) from the reward model on the left-padded
 // prompt + answer rows, answer_mask (R, N) as engine::BatchGeneration gives it (1 at each

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/functions.h"
 #include "autograd/grad_mode.h"
 #include "config/model_factory.h"
 #include "rlhf/models.h"
@@ -14,12 +15,12 @@ namespace triad::rlhf {
 double train_reward(const StepConfig& sc, const RunOptions& options, parallel::CommunicatorPtr world) {
   const engine::TrainConfig& c = sc.model.train;
   SequenceLimits limits = sc.data.limits;
-  limits.column_multiple = column_multiple(c);  // Note [Sequence-parallel steps]
   int32_t eot = 0;
   StepExamples ex;
   check_on_every_rank(
       [&] {  // Note [Checks on every rank]
         check_model_split(c, "reward");
+        limits.column_multiple = pair_column_multiple(c, limits);  // Note [Sequence-parallel steps]
         check_init_shape(sc.model, "reward.init");
         const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
         const io::Tokenizer& tokenizer = *tokenizer_file;
@@ -37,6 +38,40 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
                 std::to_string(ex.held_out.size()) + " held out; " + engine::model_shape(c).summary +
                 (sc.model.init.empty() ? "" : ", from " + sc.model.init));
 
+  // The figures of each batch: its loss, accuracy, then its B chosen and B rejected scores;
+  // back-propagating the loss when `train` (then the batches are the step's micro-batches).
+  const auto run_batches = [&](const std::vector<RewardBatch>& batches, bool train) {
+    const auto figures_of = [](const RewardLoss& r) {
+      std::vector<double> v = {r.loss.item(), r.accuracy};
+      for (const Tensor& s : {r.chosen_scores, r.rejected_scores})
+        for (const double x : s.to_vector<double>()) v.push_back(x);
+      return v;
+    };
+    std::vector<std::vector<double>> figures;
+    if (!engine->pipelined()) {
+      for (const RewardBatch& b : batches) {
+        const RewardLoss r = reward_batch_loss(engine->model(), b, engine->device());
+        if (train) engine->backward(r.loss);
+        figures.push_back(figures_of(r));
+      }
+      return figures;
+    }
+    // Note [RLHF pipeline stages]: the loss on the last stage, each micro-batch's target its index.
+    figures.resize(batches.size());
+    std::vector<Tensor> inputs;
+    for (const RewardBatch& b : batches) inputs.push_back(cat({b.chosen, b.rejected}, 0));
+    const engine::Engine::PipelineLoss loss = [&](const Tensor& values, const Tensor& target) {
+      const size_t m = target_index(target);
+      const RewardLoss r = reward_values_loss(values, batches[m]);
+      figures[m] = figures_of(r);
+      return r.loss;
+    };
+    if (train)
+      engine->forward_backward(inputs, index_targets(batches.size()), loss);
+    else
+      engine->forward_only(inputs, index_targets(batches.size()), loss);
+    return last_stage_rows(figures, 2 + 2 * batches.front().chosen.size(0), *engine->pp());
+  };
   // Held-out accuracy: every rank runs the same number of forwards (ZeRO-3 gathers in each),
   // taking pairs rank, rank + n, ...; rows past the end repeat pair 0 and are not counted.
   const auto evaluate = [&]() -> double {
@@ -44,13 +79,14 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
     if (v == 0) return NAN;
     engine->model().eval();
     NoGradGuard no_grad;
+    const std::vector<HeldOutRound> rounds = held_out_rounds(v, c.micro_batch_size, rank, n);
+    std::vector<RewardBatch> batches;
+    for (const HeldOutRound& round : rounds) batches.push_back(make_reward_batch(ex.held_out, round.pairs, limits, eot, eot));
+    const std::vector<std::vector<double>> figures = run_batches(batches, false);
+    const size_t B = size_t(c.micro_batch_size);
     double correct = 0;
-    for (const HeldOutRound& round : held_out_rounds(v, c.micro_batch_size, rank, n)) {
-      const RewardBatch b = make_reward_batch(ex.held_out, round.pairs, limits, eot, eot);
-      const RewardLoss r = reward_batch_loss(engine->model(), b, engine->device());
-      const std::vector<double> sc_c = r.chosen_scores.to_vector<double>(), sc_r = r.rejected_scores.to_vector<double>();
-      for (int64_t i = 0; i < round.counted; ++i) correct += sc_c[size_t(i)] > sc_r[size_t(i)];
-    }
+    for (size_t k = 0; k < rounds.size(); ++k)
+      for (size_t i = 0; i < size_t(rounds[k].counted); ++i) correct += figures[k][2 + i] > figures[k][2 + B + i];
     engine->model().train();
     return sum_over(layout.dp, {correct})[0] / double(v);
   };
@@ -59,14 +95,14 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
   double accuracy = NAN;
   for (int64_t step = first; step < c.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    std::vector<RewardBatch> batches;
+    for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m)
+      batches.push_back(make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), limits, eot, eot));
+    const size_t B = size_t(c.micro_batch_size);
     double loss = 0, acc = 0, chosen = 0, rejected = 0;
-    for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
-      const RewardBatch b =
-          make_reward_batch(ex.train, micro_batch_pairs(order, c, step, m, rank, n), limits, eot, eot);
-      const RewardLoss r = reward_batch_loss(engine->model(), b, engine->device());
-      engine->backward(r.loss);
-      loss += r.loss.item(), acc += r.accuracy;
-      chosen += ops::mean(r.chosen_scores).item(), rejected += ops::mean(r.rejected_scores).item();
+    for (const std::vector<double>& f : run_batches(batches, true)) {
+      loss += f[0], acc += f[1];
+      for (size_t i = 0; i < B; ++i) chosen += f[2 + i] / double(B), rejected += f[2 + B + i] / double(B);
     }
     const engine::StepResult s = engine->step();
     const double parts = double(c.gradient_accumulation_steps * n);

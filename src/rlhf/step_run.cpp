@@ -6,14 +6,15 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "parallel/self_communicator.h"
 #include "parallel/tensor_parallel_functions.h"
+#include "tensor/ops.h"
 
 namespace triad::rlhf {
 
 void check_model_split(const engine::TrainConfig& c, const std::string& step) {
-  TRIAD_CHECK(c.pipeline.stages == 1,
+  TRIAD_CHECK(c.pipeline.stages == 1 || (step != "ppo" && step != "grpo"),
               "[config] " << step << ": pipeline.stages must be 1, got " << c.pipeline.stages << " (triad-rlhf " << step
-                          << " does not run its models in pipeline stages: its generation, scoring and frozen models "
-                          << "need each model whole on a rank or split by model.tensor_parallel; SFT takes stages)");
+                          << " does not run its models in pipeline stages: its generation and experience need the "
+                          << "actor whole on a rank or split by model.tensor_parallel; sft, reward and dpo take stages)");
   TRIAD_CHECK(!c.sequence_parallel || c.tensor_parallel > 1,
               "[config] " << step << ": model.sequence_parallel needs model.tensor_parallel > 1 (it splits each "
                           << "sequence over the tensor-parallel ranks), got model.tensor_parallel "
@@ -21,6 +22,42 @@ void check_model_split(const engine::TrainConfig& c, const std::string& step) {
 }
 
 int64_t column_multiple(const engine::TrainConfig& c) { return c.sequence_parallel ? c.tensor_parallel : 1; }
+
+int64_t pair_column_multiple(const engine::TrainConfig& c, const SequenceLimits& limits) {
+  if (c.pipeline.stages == 1) return column_multiple(c);
+  TRIAD_CHECK(limits.max_seq_len % column_multiple(c) == 0,
+              "[config] data.max_seq_len " << limits.max_seq_len << " must be a multiple of model.tensor_parallel "
+                                           << c.tensor_parallel << " with sequence parallelism in pipeline stages "
+                                           << "(every batch has data.max_seq_len columns)");
+  return limits.max_seq_len;
+}
+
+std::vector<Tensor> index_targets(size_t micro_batches) {
+  std::vector<Tensor> targets;
+  for (size_t m = 0; m < micro_batches; ++m) targets.push_back(Tensor::from_vector(std::vector<int64_t>{int64_t(m)}, {1}));
+  return targets;
+}
+
+size_t target_index(const Tensor& target) { return size_t(ops::to(target, Device::cpu()).to_vector<int64_t>()[0]); }
+
+std::vector<std::vector<double>> last_stage_rows(const std::vector<std::vector<double>>& rows, int64_t width,
+                                                 parallel::Communicator& pp) {
+  const int64_t m = int64_t(rows.size());
+  std::vector<double> flat(size_t(m * width), 0.0);
+  if (pp.rank() == pp.size() - 1)
+    for (int64_t i = 0; i < m; ++i) {
+      TRIAD_ASSERT_MSG(int64_t(rows[size_t(i)].size()) == width, "last_stage_rows: row " << i << " has "
+                                                                   << rows[size_t(i)].size() << " figures, not "
+                                                                   << width);
+      std::copy(rows[size_t(i)].begin(), rows[size_t(i)].end(), flat.begin() + i * width);
+    }
+  Tensor t = Tensor::from_vector(flat, {m * width});
+  if (pp.size() > 1) pp.broadcast(t, pp.size() - 1)->wait();
+  const std::vector<double> v = t.to_vector<double>();
+  std::vector<std::vector<double>> out;
+  for (int64_t i = 0; i < m; ++i) out.emplace_back(v.begin() + i * width, v.begin() + (i + 1) * width);
+  return out;
+}
 
 StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step) {
   check_model_split(c, step);

@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "parallel/communicator.h"
 #include "parallel/process_grid.h"
+#include "rlhf/preference_data.h"
 
 namespace triad::rlhf {
 
@@ -64,12 +65,39 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
 // runs with the sequence whole on every rank (Note [Sequence parallelism paused]), so it
 // samples as one process does.
 //
-// Error naming the key when `c` splits a model in pipeline stages (which the loops do not
-// take), or asks for sequence parallelism without model.tensor_parallel > 1.
+// Error naming the key when `c` splits PPO's or GRPO's models in pipeline stages (Note
+// [RLHF pipeline stages]), or asks for sequence parallelism without model.tensor_parallel > 1.
 void check_model_split(const engine::TrainConfig& c, const std::string& step);
 // The multiple a batch's columns must be (Note [Sequence-parallel steps]): the
 // tensor-parallel ranks with sequence parallelism, else 1.
 int64_t column_multiple(const engine::TrainConfig& c);
+// The same for the reward model's and DPO's pair batches: with pipeline stages every batch
+// has data.max_seq_len columns (a pipeline agrees on one activation shape for its whole run:
+// Note [Pipeline messages]); Error naming the keys when that is not a multiple of
+// column_multiple(c).
+int64_t pair_column_multiple(const engine::TrainConfig& c, const SequenceLimits& limits);
+
+// Note [RLHF pipeline stages]: with pipeline.stages > 1 the reward model and DPO's policy
+// train as their model's list of layers, each rank holding its stage (nn/layer_list.h; the
+// reward model's list ends in the value head: nn/value_layers.h), and a step's micro-batches
+// run through the schedule with the loop's own loss on the last stage (Note [Pipeline
+// losses] in engine/engine.h): each micro-batch's target is its index into the loop's
+// batches, from which the loss reads what it needs (the rows' lengths and masks; DPO's
+// reference log-probs, computed on the last stage, where the reference is held). What the
+// loss records (the scores, the rewards) goes from the last stage to every rank of the
+// pipeline (last_stage_rows). PPO and GRPO refuse pipeline stages: their generation, with a
+// KV cache per layer, runs the whole actor on each rank (the hybrid engine), and their
+// experience passes read the actor, critic, reference and reward models at every position.
+//
+// The targets the loops give a pipeline: micro-batch m's is its index m (an i64 tensor of
+// one element), which target_index reads back in the loss.
+std::vector<Tensor> index_targets(size_t micro_batches);
+size_t target_index(const Tensor& target);
+
+// Rows of `width` figures per micro-batch, filled on the last rank of `pp` (elsewhere the
+// rows may be empty), as every rank of pp receives them (collective over pp).
+std::vector<std::vector<double>> last_stage_rows(const std::vector<std::vector<double>>& rows, int64_t width,
+                                                 parallel::Communicator& pp);
 
 // A language model's logits over its whole vocabulary: split over a tensor-parallel group
 // `tp`, each rank holds a slice of the vocabulary's columns, gathered here (differentiably:

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # triad-rlhf end to end on a tiny GPT and 600 fortune pairs: every step runs (SFT, reward
 # model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO), with a
-# Llama, and the reward model and DPO at tensor-parallel 2 as in one process; a PPO run
+# Llama, and the reward model and DPO at tensor-parallel 2 and in two pipeline stages as in
+# one process; a PPO run
 # stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad
 # input (a row without "chosen", prompts all longer than the limit, sequence parallelism
-# without tensor parallelism, pipeline stages, a critic initialized from a reward model of
+# without tensor parallelism, PPO in pipeline stages, a critic initialized from a reward model of
 # another hidden size, under mpirun on 2 ranks)
 # fails on every rank with an error that names the problem, and leaves what earlier runs
 # saved untouched.
@@ -55,24 +56,29 @@ for f in sft/model.h5 reward/model.h5 ppo/actor.h5 ppo/critic.h5 ppo/actor_ema.h
 done
 echo "ok   every step ran and saved its model"
 
-# The reward model and DPO with their models split over a tensor-parallel pair of ranks: the
-# single process's losses, scores and margins at every step (PPO and GRPO:
-# test_rl_training_mpi). Adam's eps is 1e-4 in this config so that gradients at rounding
-# level, whose rounding differs with the layout, move their weights by lr·g/eps, not by lr.
+# The reward model and DPO with their models split over a tensor-parallel pair of ranks, and
+# in two pipeline stages: the single process's losses, scores and margins at every step (PPO
+# and GRPO: test_rl_training_mpi). Adam's eps is 1e-4 in this config so that gradients at
+# rounding level, whose rounding differs with the layout, move their weights by lr·g/eps, not
+# by lr.
 mpi=(mpirun -np 2 --oversubscribe --bind-to none)
-for s in reward dpo; do
-  run "tp-$s" "${mpi[@]}" "${rlhf[@]}" "$s" --config rlhf.json --set model.tensor_parallel=2 \
-    --set "$s.output_dir=tp-$s" --metrics "tp-$s.jsonl"
+for layout in tp:model.tensor_parallel pp:pipeline.stages; do
+  for s in reward dpo; do
+    run "${layout%%:*}-$s" "${mpi[@]}" "${rlhf[@]}" "$s" --config rlhf.json --set "${layout#*:}=2" \
+      --set "$s.output_dir=${layout%%:*}-$s" --metrics "${layout%%:*}-$s.jsonl"
+  done
 done
 python3 - <<'PY'
 import json
-for step, keys in (("reward", ("loss", "chosen_score", "rejected_score")), ("dpo", ("loss", "margin"))):
-    a, b = ([json.loads(l) for l in open(p)] for p in (f"{step}.jsonl", f"tp-{step}.jsonl"))
-    assert len(a) == len(b), (step, len(a), len(b))
-    for x, y in zip(a, b):
-        for k in keys:
-            assert abs(x[k] - y[k]) <= 1e-4 * max(1.0, abs(x[k])), f"{step} step {x['step']} {k}: {x[k]} alone, {y[k]} at tp 2"
-print("ok   the reward model and DPO at tensor-parallel 2 follow the single process")
+for layout in ("tp", "pp"):
+    for step, keys in (("reward", ("loss", "chosen_score", "rejected_score")), ("dpo", ("loss", "margin"))):
+        a, b = ([json.loads(l) for l in open(p)] for p in (f"{step}.jsonl", f"{layout}-{step}.jsonl"))
+        assert len(a) == len(b), (layout, step, len(a), len(b))
+        for x, y in zip(a, b):
+            for k in keys:
+                assert abs(x[k] - y[k]) <= 1e-4 * max(1.0, abs(x[k])), \
+                    f"{step} step {x['step']} {k}: {x[k]} alone, {y[k]} at {layout} 2"
+print("ok   the reward model and DPO at tensor-parallel 2 and in two pipeline stages follow the single process")
 PY
 
 # The same five steps with a Llama (RMSNorm, rotary embedding, SwiGLU, grouped-query attention).

@@ -6,7 +6,8 @@
 // actor, its EMA (sharded at ZeRO-3), the critic and the metrics agree within 1e-5; and so
 // they do with the models split over tensor-parallel pairs of ranks, with and without
 // sequence parallelism (Note [Sequence-parallel steps] in rlhf/step_run.h; the reward model's
-// and DPO's training too). The frozen reference
+// and DPO's training too). The reward model and DPO also train in two pipeline stages as in
+// one process (PPO and GRPO refuse stages: test_rlhf_config). The frozen reference
 // and reward models (DPO's reference too) are partitioned over the data-parallel ranks at
 // ZeRO-3 (Note [Frozen models] in rlhf/models.h), and the runs' "mem" shows it.
 #include <boost/test/unit_test.hpp>
@@ -100,7 +101,12 @@ nlohmann::json rl_config(const std::string& dir, const std::string& algorithm, i
 
 double max_weight_diff(const std::string& a, const std::string& b) {
   const io::NamedTensors wa = engine::read_weights(a).weights, wb = engine::read_weights(b).weights;
-  BOOST_REQUIRE_EQUAL(wa.size(), wb.size());
+  const auto names = [](const io::NamedTensors& w) {
+    std::string text;
+    for (const auto& [name, _] : w) text += " " + name;
+    return text;
+  };
+  BOOST_REQUIRE_MESSAGE(wa.size() == wb.size(), a << ":" << names(wa) << "\n" << b << ":" << names(wb));
   double d = 0;
   for (size_t i = 0; i < wa.size(); ++i) {
     BOOST_REQUIRE_EQUAL(wa[i].first, wb[i].first);
@@ -171,9 +177,10 @@ void check_against_one_process(parallel::Communicator& world, const parallel::Co
 // sequence parallelism when `sp`): two steps from the actor's weights, a quarter of the
 // pairs held out.
 rlhf::StepConfig pair_step_config(const std::string& dir, const std::string& step, int ranks, const std::string& out,
-                                  int tp = 1, bool sp = false) {
+                                  int tp = 1, bool sp = false, int pp = 1) {
   nlohmann::json j = rl_config(dir, step, ranks, out, tp, sp);
   j.erase("grpo");
+  j["pipeline"] = {{"stages", pp}};
   j["data"]["data_split"] = "1,1,1";
   j["data"]["val_fraction"] = 0.25;
   j[step] = {{"init", dir + "/actor.h5"}, {"steps", 2}, {"output_dir", out}};
@@ -345,6 +352,50 @@ BOOST_AUTO_TEST_CASE(reward_and_dpo_with_sequence_parallelism_equal_one_process)
           for (const std::string& key : keys)
             BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
         BOOST_TEST(max_weight_diff(one + "/model.h5", many + "/model.h5") < 1e-5);
+      }
+      world->barrier();
+    }
+  }
+}
+
+// The reward model and DPO in two pipeline stages (the rest of the ranks data-parallel, at
+// ZeRO-3; Note [RLHF pipeline stages] in rlhf/step_run.h): each step's metrics, the held-out
+// figure and the trained weights equal one process's, whose batches are not padded to
+// data.max_seq_len as the pipeline's are.
+BOOST_AUTO_TEST_CASE(reward_and_dpo_in_pipeline_stages_equal_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  BOOST_TEST_REQUIRE(world->size() % 2 == 0, "two pipeline stages need an even rank count");
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  for (const std::string step : {"reward", "dpo"}) {
+    BOOST_TEST_CONTEXT(step) {
+      const auto run = [&](int ranks, int pp, const std::string& out, const parallel::CommunicatorPtr& on) {
+        const rlhf::StepConfig c = pair_step_config(dir, step, ranks, out, 1, false, pp);
+        const rlhf::RunOptions o{.metrics_path = out + ".jsonl"};
+        return step == "reward" ? rlhf::train_reward(c, o, on) : rlhf::train_dpo(c, o, on);
+      };
+      const std::string one = dir + "/one-" + step, many = dir + "/many-" + step + "-pp";
+      double alone = 0;
+      if (world->rank() == 0) alone = run(1, 1, one, nullptr);
+      world->barrier();
+      const double mine = run(world->size(), 2, many, world);
+      // Every rank returns the held-out figure (sent from the last stage).
+      BOOST_TEST(std::abs(rlhf::sum_over(world, {mine})[0] / world->size() - mine) < 1e-12);
+      if (world->rank() == 0) {
+        BOOST_TEST(std::isfinite(alone));
+        BOOST_TEST(std::abs(mine - alone) < 1e-5);
+        const std::vector<nlohmann::json> a = metric_lines(one + ".jsonl"), b = metric_lines(many + ".jsonl");
+        BOOST_TEST_REQUIRE(a.size() == 2u);
+        BOOST_TEST_REQUIRE(b.size() == 2u);
+        const std::vector<std::string> keys = step == "reward"
+                                                  ? std::vector<std::string>{"loss", "accuracy", "chosen_score",
+                                                                             "rejected_score"}
+                                                  : std::vector<std::string>{"loss", "accuracy", "margin"};
+        for (size_t i = 0; i < a.size(); ++i)
+          for (const std::string& key : keys)
+            BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
+        BOOST_TEST(max_weight_diff(one + "/model.h5", many + "/model.h5") < 1e-5);
+        if (step == "dpo") BOOST_TEST(max_weight_diff(dir + "/actor.h5", one + "/model.h5") > 1e-4);  // it moved
       }
       world->barrier();
     }

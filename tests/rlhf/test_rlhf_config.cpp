@@ -107,9 +107,11 @@ BOOST_AUTO_TEST_CASE(bad_configs_name_the_key) {
   test::check_error([] { parse_rlhf_config(base(), "sftt", 1); }, {"unknown step 'sftt'"});
 }
 
-// The reward model, DPO, PPO and GRPO refuse pipeline stages, and sequence parallelism
-// without tensor parallelism, naming the key and the layout (docs/rlhf.md says why); they
-// take sequence parallelism over tensor-parallel ranks.
+// PPO and GRPO refuse pipeline stages, and every loop sequence parallelism without tensor
+// parallelism, naming the key and the layout (docs/rlhf.md says why); they take sequence
+// parallelism over tensor-parallel ranks. The reward model and DPO take pipeline stages,
+// with every pair batch data.max_seq_len columns (a multiple of the tensor-parallel ranks
+// under sequence parallelism, or an error naming the keys).
 BOOST_AUTO_TEST_CASE(layouts_the_loops_refuse_are_named) {
   nlohmann::json j = base();
   j["model"]["n_layer"] = 2;
@@ -117,8 +119,21 @@ BOOST_AUTO_TEST_CASE(layouts_the_loops_refuse_are_named) {
     BOOST_TEST_CONTEXT(step) {
       nlohmann::json staged = j, alone = j, sequence = j;
       staged["pipeline"] = {{"stages", 2}};
-      test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(staged, step, 2).model.train, step); },
-                        {"[config] " + step + ": pipeline.stages must be 1, got 2", "pipeline stages"});
+      if (step == "reward" || step == "dpo") {
+        const rlhf::StepConfig c = parse_rlhf_config(staged, step, 2);
+        rlhf::check_model_split(c.model.train, step);
+        BOOST_TEST(rlhf::pair_column_multiple(c.model.train, c.data.limits) == c.data.limits.max_seq_len);
+        staged["model"]["tensor_parallel"] = 2;
+        staged["model"]["sequence_parallel"] = true;
+        staged["data"]["max_seq_len"] = c.data.limits.max_seq_len - 1;
+        const rlhf::StepConfig odd = parse_rlhf_config(staged, step, 4);
+        test::check_error([&] { rlhf::pair_column_multiple(odd.model.train, odd.data.limits); },
+                          {"[config] data.max_seq_len " + std::to_string(c.data.limits.max_seq_len - 1) +
+                               " must be a multiple of model.tensor_parallel 2"});
+      } else {
+        test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(staged, step, 2).model.train, step); },
+                          {"[config] " + step + ": pipeline.stages must be 1, got 2", "pipeline stages"});
+      }
       alone["model"]["sequence_parallel"] = true;
       test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(alone, step, 2).model.train, step); },
                         {"[config] " + step + ": model.sequence_parallel needs model.tensor_parallel > 1",
