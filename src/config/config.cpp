@@ -518,7 +518,8 @@ void apply_override(nlohmann::json& config, const std::string& assignment) {
 // tensor_parallel.autotp_size (one of them, or both equal); it must divide the job's ranks
 // and split the model section's model (GPT: heads, 4C; Llama: key/value heads, the MLP's
 // hidden units, the head's vocabulary rows; sequence parallelism: the sequence too) when
-// `builtin` (a model given as a list of layers splits its own).
+// `builtin` (a model given as a list of layers splits its own). Sequence parallelism needs
+// more than one tensor-parallel rank.
 void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t ranks, bool builtin) {
   const bool in_model = c.json.contains("model") && c.json["model"].contains("tensor_parallel");
   const int64_t autotp = tp_section.integer("autotp_size", c.tensor_parallel, 1, 1 << 16);
@@ -532,6 +533,10 @@ void resolve_tensor_parallel(JsonReader tp_section, TrainConfig& c, int64_t rank
                                                                  << " ranks (data-parallel ranks = ranks / "
                                                                  << "tensor_parallel)");
   c.data_parallel = ranks / tp;
+  TRIAD_CHECK(!c.sequence_parallel || tp > 1,
+              "[config] model.sequence_parallel needs model.tensor_parallel > 1 (it splits each sequence over the "
+              "tensor-parallel ranks), got model.tensor_parallel "
+                  << tp);
   if (!builtin) return;
   const auto must_divide = [tp](const char* key, int64_t value) {
     TRIAD_CHECK(value % tp == 0, "[config] model.tensor_parallel " << tp << " must divide model." << key << " ("

@@ -15,10 +15,6 @@ void check_model_split(const engine::TrainConfig& c, const std::string& step) {
               "[config] " << step << ": pipeline.stages must be 1, got " << c.pipeline.stages << " (triad-rlhf " << step
                           << " does not run its models in pipeline stages: its generation and experience need the "
                           << "actor whole on a rank or split by model.tensor_parallel; sft, reward and dpo take stages)");
-  TRIAD_CHECK(!c.sequence_parallel || c.tensor_parallel > 1,
-              "[config] " << step << ": model.sequence_parallel needs model.tensor_parallel > 1 (it splits each "
-                          << "sequence over the tensor-parallel ranks), got model.tensor_parallel "
-                          << c.tensor_parallel);
 }
 
 int64_t column_multiple(const engine::TrainConfig& c) { return c.sequence_parallel ? c.tensor_parallel : 1; }

@@ -66,7 +66,8 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
 // samples as one process does.
 //
 // Error naming the key when `c` splits PPO's or GRPO's models in pipeline stages (Note
-// [RLHF pipeline stages]), or asks for sequence parallelism without model.tensor_parallel > 1.
+// [RLHF pipeline stages]). (Sequence parallelism without model.tensor_parallel > 1 is the
+// config parser's error, for every program.)
 void check_model_split(const engine::TrainConfig& c, const std::string& step);
 // The multiple a batch's columns must be (Note [Sequence-parallel steps]): the
 // tensor-parallel ranks with sequence parallelism, else 1.

@@ -225,6 +225,20 @@ BOOST_AUTO_TEST_CASE(llama_keys) {
   BOOST_TEST(error_of(with("model.arch=gpt3")).find("model.arch") != std::string::npos);
 }
 
+// Sequence parallelism splits each sequence over the tensor-parallel ranks: it needs more
+// than one, and the sequence must divide among them.
+BOOST_AUTO_TEST_CASE(sequence_parallelism_needs_tensor_parallel_ranks) {
+  BOOST_TEST(error_of(with("model.sequence_parallel=true")) ==
+             "[config] model.sequence_parallel needs model.tensor_parallel > 1 (it splits each sequence over the "
+             "tensor-parallel ranks), got model.tensor_parallel 1");
+  json j = with("model.sequence_parallel=true");
+  j["model"]["tensor_parallel"] = 2;
+  BOOST_TEST(engine::parse_config(j, 2).sequence_parallel);
+  j["model"]["seq_len"] = 33;
+  BOOST_TEST(error_of(j, 2) ==
+             "[config] model.sequence_parallel: model.seq_len (33) must be divisible by model.tensor_parallel (2)");
+}
+
 BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_with_a_suggestion) {
   BOOST_TEST(error_of(with("model.n_layers=4")) == "[config] unknown key model.n_layers (did you mean model.n_layer?)");
   BOOST_TEST(error_of(with("gradient_cliping=1.0")) ==

@@ -136,7 +136,7 @@ BOOST_AUTO_TEST_CASE(layouts_the_loops_refuse_are_named) {
       }
       alone["model"]["sequence_parallel"] = true;
       test::check_error([&] { rlhf::check_model_split(parse_rlhf_config(alone, step, 2).model.train, step); },
-                        {"[config] " + step + ": model.sequence_parallel needs model.tensor_parallel > 1",
+                        {"[config] model.sequence_parallel needs model.tensor_parallel > 1",
                          "got model.tensor_parallel 1"});
       sequence["model"]["tensor_parallel"] = 2;
       sequence["model"]["sequence_parallel"] = true;
