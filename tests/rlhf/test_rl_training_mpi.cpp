@@ -220,6 +220,26 @@ void quantize_as_gathered(const nn::ModulePtr& model, int64_t n, int64_t block) 
   }
 }
 
+// A pair step (reward or dpo) run in some layout (`many`, returning `mine`) against one
+// process (`one`, returning `alone`): the held-out figures, both steps' metrics and the
+// trained weights within 1e-5.
+void check_pair_runs_agree(const std::string& step, double alone, double mine, const std::string& one,
+                           const std::string& many) {
+  BOOST_TEST(std::isfinite(alone));
+  BOOST_TEST(std::abs(mine - alone) < 1e-5);
+  const std::vector<nlohmann::json> a = metric_lines(one + ".jsonl"), b = metric_lines(many + ".jsonl");
+  BOOST_TEST_REQUIRE(a.size() == 2u);
+  BOOST_TEST_REQUIRE(b.size() == 2u);
+  const std::vector<std::string> keys = step == "reward"
+                                            ? std::vector<std::string>{"loss", "accuracy", "chosen_score",
+                                                                       "rejected_score"}
+                                            : std::vector<std::string>{"loss", "accuracy", "margin"};
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const std::string& key : keys)
+      BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
+  BOOST_TEST(max_weight_diff(one + "/model.h5", many + "/model.h5") < 1e-5);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(zero3_steps_equal_one_process) {
@@ -339,19 +359,7 @@ BOOST_AUTO_TEST_CASE(reward_and_dpo_with_sequence_parallelism_equal_one_process)
       world->barrier();
       const double mine = run(world->size(), 2, many, world);
       if (world->rank() == 0) {
-        BOOST_TEST(std::isfinite(alone));
-        BOOST_TEST(std::abs(mine - alone) < 1e-5);
-        const std::vector<nlohmann::json> a = metric_lines(one + ".jsonl"), b = metric_lines(many + ".jsonl");
-        BOOST_TEST_REQUIRE(a.size() == 2u);
-        BOOST_TEST_REQUIRE(b.size() == 2u);
-        const std::vector<std::string> keys = step == "reward"
-                                                  ? std::vector<std::string>{"loss", "accuracy", "chosen_score",
-                                                                             "rejected_score"}
-                                                  : std::vector<std::string>{"loss", "accuracy", "margin"};
-        for (size_t i = 0; i < a.size(); ++i)
-          for (const std::string& key : keys)
-            BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
-        BOOST_TEST(max_weight_diff(one + "/model.h5", many + "/model.h5") < 1e-5);
+        check_pair_runs_agree(step, alone, mine, one, many);
       }
       world->barrier();
     }
@@ -382,19 +390,7 @@ BOOST_AUTO_TEST_CASE(reward_and_dpo_in_pipeline_stages_equal_one_process) {
       // Every rank returns the held-out figure (sent from the last stage).
       BOOST_TEST(std::abs(rlhf::sum_over(world, {mine})[0] / world->size() - mine) < 1e-12);
       if (world->rank() == 0) {
-        BOOST_TEST(std::isfinite(alone));
-        BOOST_TEST(std::abs(mine - alone) < 1e-5);
-        const std::vector<nlohmann::json> a = metric_lines(one + ".jsonl"), b = metric_lines(many + ".jsonl");
-        BOOST_TEST_REQUIRE(a.size() == 2u);
-        BOOST_TEST_REQUIRE(b.size() == 2u);
-        const std::vector<std::string> keys = step == "reward"
-                                                  ? std::vector<std::string>{"loss", "accuracy", "chosen_score",
-                                                                             "rejected_score"}
-                                                  : std::vector<std::string>{"loss", "accuracy", "margin"};
-        for (size_t i = 0; i < a.size(); ++i)
-          for (const std::string& key : keys)
-            BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
-        BOOST_TEST(max_weight_diff(one + "/model.h5", many + "/model.h5") < 1e-5);
+        check_pair_runs_agree(step, alone, mine, one, many);
         if (step == "dpo") BOOST_TEST(max_weight_diff(dir + "/actor.h5", one + "/model.h5") > 1e-4);  // it moved
       }
       world->barrier();
