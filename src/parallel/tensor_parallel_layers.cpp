@@ -226,12 +226,9 @@ Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& table,
   TRIAD_CHECK(table.dim() == 2 && first_row >= 0,
               "vocab_parallel_linear_cross_entropy: expected a table (rows, C) from row "
                   << first_row << " of a vocabulary of " << vocab << ", got " << shape_str(table.shape()));
-  ClassifierPart part{.first = first_row,
-                      .classes = std::clamp<int64_t>(vocab - first_row, 0, table.size(0)),
-                      .vocab = vocab};
   // Each rank's lse_r and target logit (0 off the rank) become lse = M + log Σ_r exp(lse_r - M),
   // M = max_r lse_r, and the sum of the target logits.
-  part.combine = [tp](const Tensor& lse, const Tensor& target_logit) {
+  const auto combine = [tp](const Tensor& lse, const Tensor& target_logit) {
     const Tensor m = ops::clone(lse);
     tp->all_reduce(m, ReduceOp::max)->wait();
     const Tensor sums = Tensor::empty({2, lse.numel()}, lse.dtype(), lse.device());
@@ -241,6 +238,10 @@ Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& table,
     ops::copy_(lse, ops::add(m, ops::log(ops::select(sums, 0, 0))));
     ops::copy_(target_logit, ops::select(sums, 0, 1));
   };
+  const ClassifierPart part{.first = first_row,
+                            .classes = std::clamp<int64_t>(vocab - first_row, 0, table.size(0)),
+                            .vocab = vocab,
+                            .combine = combine};
   return linear_cross_entropy(x, table, targets, ignore_index, part, chunk_rows);
 }
 
