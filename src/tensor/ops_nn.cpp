@@ -107,14 +107,33 @@ Tensor softmax_backward(const Tensor& y, const Tensor& grad_y) {
   return dx;
 }
 
-LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  check_float(x, "layer_norm");
-  check_beside(weight, x, "layer_norm", "weight");
-  check_like(bias, weight, "layer_norm", "bias");
+namespace {
+
+// A LayerNorm's weight and bias beside x, each of shape (C,) for x's last dimension C.
+void check_layer_norm_params(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  check_beside(weight, x, op, "weight");
+  check_like(bias, weight, op, "bias");
   const int64_t c = x.size(-1);
   TRIAD_CHECK(weight.shape() == Shape{c} && bias.shape() == Shape{c},
-              "layer_norm: input " << shape_str(x.shape()) << " needs weight and bias of shape (" << c << ",), got "
-                                   << shape_str(weight.shape()) << " and " << shape_str(bias.shape()));
+              op << ": input " << shape_str(x.shape()) << " needs weight and bias of shape (" << c << ",), got "
+                 << shape_str(weight.shape()) << " and " << shape_str(bias.shape()));
+}
+
+// An RMSNorm's weight beside x, of shape (C,) for x's last dimension C, and a positive eps.
+void check_rms_norm_params(const Tensor& x, const Tensor& weight, double eps, const char* op) {
+  check_beside(weight, x, op, "weight");
+  TRIAD_CHECK(x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
+              op << ": weight " << shape_str(weight.shape()) << " does not match the last dimension of x "
+                 << shape_str(x.shape()));
+  TRIAD_CHECK(eps > 0.0, op << ": eps must be positive, got " << eps);
+}
+
+}  // namespace
+
+LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_float(x, "layer_norm");
+  check_layer_norm_params(x, weight, bias, "layer_norm");
+  const int64_t c = x.size(-1);
   const int64_t rows = c ? x.numel() / c : 0;
   const DType stats = compute_dtype(x.dtype());
   LayerNormOut r{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({rows}, stats, x.device()),
@@ -146,12 +165,8 @@ void check_residual(const Tensor& x, const Tensor& r, const char* op) {
 
 AddLayerNormOut add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps) {
   check_residual(x, r, "add_layer_norm");
-  check_beside(weight, x, "add_layer_norm", "weight");
-  check_like(bias, weight, "add_layer_norm", "bias");
+  check_layer_norm_params(x, weight, bias, "add_layer_norm");
   const int64_t c = x.size(-1);
-  TRIAD_CHECK(weight.shape() == Shape{c} && bias.shape() == Shape{c},
-              "add_layer_norm: input " << shape_str(x.shape()) << " needs weight and bias of shape (" << c << ",), got "
-                                       << shape_str(weight.shape()) << " and " << shape_str(bias.shape()));
   const int64_t rows = c ? x.numel() / c : 0;
   const DType stats = compute_dtype(x.dtype());
   AddLayerNormOut o{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty(x.shape(), x.dtype(), x.device()),
@@ -164,11 +179,7 @@ AddLayerNormOut add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& w
 
 AddRmsNormOut add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps) {
   check_residual(x, r, "add_rms_norm");
-  check_beside(weight, x, "add_rms_norm", "weight");
-  TRIAD_CHECK(x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
-              "add_rms_norm: weight " << shape_str(weight.shape()) << " does not match the last dimension of x "
-                                      << shape_str(x.shape()));
-  TRIAD_CHECK(eps > 0.0, "add_rms_norm: eps must be positive, got " << eps);
+  check_rms_norm_params(x, weight, eps, "add_rms_norm");
   const int64_t c = x.size(-1), rows = c ? x.numel() / c : 0;
   AddRmsNormOut o{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty(x.shape(), x.dtype(), x.device()),
                   Tensor::empty({rows}, compute_dtype(x.dtype()), x.device())};
@@ -195,11 +206,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
 
 RmsNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   check_float(x, "rms_norm");
-  check_beside(weight, x, "rms_norm", "weight");
-  TRIAD_CHECK(x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
-              "rms_norm: weight " << shape_str(weight.shape()) << " does not match the last dimension of x "
-                                  << shape_str(x.shape()));
-  TRIAD_CHECK(eps > 0.0, "rms_norm: eps must be positive, got " << eps);
+  check_rms_norm_params(x, weight, eps, "rms_norm");
   const int64_t c = x.size(-1), rows = c ? x.numel() / c : 0;
   RmsNormOut r{Tensor::empty(x.shape(), x.dtype(), x.device()),
                Tensor::empty({rows}, compute_dtype(x.dtype()), x.device())};
