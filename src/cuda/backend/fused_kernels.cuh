@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/backend/launch.cuh"
+#include "cuda/backend/norm_rows.cuh"
 
 namespace triad::cuda {
 
@@ -111,19 +112,7 @@ __global__ void add_layer_norm_kernel(Floats x, Floats r, Floats w, Floats b, fl
     sum.store(row + j, v);
     s += v;
   }
-  const float mu = block_reduce(s, SumOp{}, 0.0f) / float(c);
-  float var = 0.0f;
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-    const float d = sum.load(row + j) - mu;
-    var += d * d;
-  }
-  const float rs = 1.0f / sqrtf(block_reduce(var, SumOp{}, 0.0f) / float(c) + eps);
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
-    y.store(row + j, (sum.load(row + j) - mu) * rs * w.load(j) + b.load(j));
-  if (threadIdx.x == 0) {
-    mean[i] = mu;
-    rstd[i] = rs;
-  }
+  layer_norm_row(sum, w, b, eps, y, mean, rstd, i, c, s);
 }
 
 __global__ void add_rms_norm_kernel(Floats x, Floats r, Floats w, float eps, Floats sum, Floats y, float* rstd,
@@ -135,9 +124,7 @@ __global__ void add_rms_norm_kernel(Floats x, Floats r, Floats w, float eps, Flo
     sum.store(row + j, v);
     ss += v * v;
   }
-  const float rs = 1.0f / sqrtf(block_reduce(ss, SumOp{}, 0.0f) / float(c) + eps);
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) y.store(row + j, sum.load(row + j) * rs * w.load(j));
-  if (threadIdx.x == 0) rstd[i] = rs;
+  rms_norm_row(sum, w, eps, y, rstd, i, c, ss);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/index_kernels.cuh"
 #include "cuda/backend/launch.cuh"
+#include "cuda/backend/norm_rows.cuh"
 
 namespace triad::cuda {
 
@@ -56,19 +57,7 @@ __global__ void layer_norm_kernel(Floats x, Floats w, Floats b, float eps, Float
   const int64_t r = blockIdx.x, row = r * c;
   float s = 0.0f;
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += x.load(row + j);
-  const float mu = block_reduce(s, SumOp{}, 0.0f) / float(c);
-  float v = 0.0f;
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-    const float d = x.load(row + j) - mu;
-    v += d * d;
-  }
-  const float rs = 1.0f / sqrtf(block_reduce(v, SumOp{}, 0.0f) / float(c) + eps);
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
-    y.store(row + j, (x.load(row + j) - mu) * rs * w.load(j) + b.load(j));
-  if (threadIdx.x == 0) {
-    mean[r] = mu;
-    rstd[r] = rs;
-  }
+  layer_norm_row(x, w, b, eps, y, mean, rstd, r, c, s);
 }
 
 // res (data null: none): the residual's gradient, added to dx before it is rounded.
@@ -130,9 +119,7 @@ __global__ void rms_norm_kernel(Floats x, Floats w, float eps, Floats y, float* 
     const float v = x.load(row + j);
     ss += v * v;
   }
-  const float rs = 1.0f / sqrtf(block_reduce(ss, SumOp{}, 0.0f) / float(c) + eps);
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) y.store(row + j, x.load(row + j) * rs * w.load(j));
-  if (threadIdx.x == 0) rstd[r] = rs;
+  rms_norm_row(x, w, eps, y, rstd, r, c, ss);
 }
 
 // dx = rstd (g w - x^ mean(g w x^)), x^ = x rstd.
