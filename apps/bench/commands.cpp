@@ -105,6 +105,9 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--runs", o.runs, "timed generate calls")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o.warmup, "untimed calls first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->add_flag("!--no-cuda-graph", o.cuda_graph, "launch every kernel of every decode step (no CUDA graph)");
+  cmd->add_flag("--check-eager", o.check_eager,
+                "also time the calls without CUDA graphs and fail unless they generate the same tokens");
   cmd->callback([&o] { run_generate_bench(o); });
 }
 

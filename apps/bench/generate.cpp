@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "bench/workers.h"
 #include "common/report.h"
@@ -48,29 +49,62 @@ int run_generate_bench(const GenerateOptions& o) {
   std::printf("triad-bench generate: %.2fM parameters, %lld prompts of %lld tokens + %lld, %s on %s (%s), %d threads\n",
               n_params / 1e6, (long long)o.batch, (long long)o.prompt, (long long)o.answer, dtype_name(dtype),
               device.str().c_str(), device_name.c_str(), threads);
-  std::printf("%5s %10s %12s %10s\n", "run", "ms", "tokens/s", "ms/step");
-  std::vector<double> ms, tps, step_ms;
-  for (int r = 0; r < o.warmup + o.runs; ++r) {
-    if (device.is_cuda()) cuda::synchronize(device.index);
-    const auto start = std::chrono::steady_clock::now();
-    const engine::BatchGeneration g = engine::generate_batch(engine, prompts, sampling, 0, 0);
-    if (device.is_cuda()) cuda::synchronize(device.index);
-    const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    const int64_t steps = g.logprobs.size(1);
-    TRIAD_CHECK(steps == o.answer, "generation stopped after " << steps << " of " << o.answer << " steps");
-    const double tokens = double(o.batch * steps);
-    if (r < o.warmup) continue;
-    ms.push_back(t);
-    tps.push_back(tokens / (t / 1e3));
-    step_ms.push_back(t / double(steps));
-    std::printf("%5d %10.2f %12.0f %10.3f\n", r - o.warmup, t, tps.back(), step_ms.back());
-  }
+  // Times --warmup + --runs calls with graphs on or off; keeps the first call's result.
+  struct Timed {
+    std::vector<double> ms, tps, step_ms;
+    engine::BatchGeneration first;
+  };
+  auto time_calls = [&](bool graph) {
+    engine::SamplingOptions options = sampling;
+    options.cuda_graph = graph;
+    Timed timed;
+    if (device.is_cuda()) std::printf("%s CUDA graphs:\n", graph ? "with" : "without");
+    std::printf("%5s %10s %12s %10s\n", "run", "ms", "tokens/s", "ms/step");
+    for (int r = 0; r < o.warmup + o.runs; ++r) {
+      if (device.is_cuda()) cuda::synchronize(device.index);
+      const auto start = std::chrono::steady_clock::now();
+      engine::BatchGeneration g = engine::generate_batch(engine, prompts, options, 0, 0);
+      if (device.is_cuda()) cuda::synchronize(device.index);
+      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      const int64_t steps = g.logprobs.size(1);
+      TRIAD_CHECK(steps == o.answer, "generation stopped after " << steps << " of " << o.answer << " steps");
+      const double tokens = double(o.batch * steps);
+      if (r == 0) timed.first = std::move(g);
+      if (r < o.warmup) continue;
+      timed.ms.push_back(t);
+      timed.tps.push_back(tokens / (t / 1e3));
+      timed.step_ms.push_back(t / double(steps));
+      std::printf("%5d %10.2f %12.0f %10.3f\n", r - o.warmup, t, timed.tps.back(), timed.step_ms.back());
+    }
+    return timed;
+  };
+  const Timed timed = time_calls(o.cuda_graph);
+  const std::vector<double>&ms = timed.ms, &tps = timed.tps, &step_ms = timed.step_ms;
   const double med_tps = app::median(tps);
   std::printf("median: %.2f ms per call, %.0f generated tokens/s, %.3f ms per step", app::median(ms), med_tps,
               app::median(step_ms));
   if (device.is_cuda()) std::printf(" (target %.0f: %s)", kGpuTarget, med_tps >= kGpuTarget ? "met" : "not met");
   std::printf("\n");
-  app::print_json_line({{"bench", "generate"},
+  nlohmann::json eager_json;  // --check-eager's figures
+  bool equal = true;
+  if (o.check_eager) {
+    const Timed eager = time_calls(false);
+    auto same = [](const Tensor& a, const Tensor& b) {
+      return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+             std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+    };
+    equal = same(timed.first.tokens, eager.first.tokens) && same(timed.first.logprobs, eager.first.logprobs) &&
+            same(timed.first.answer_mask, eager.first.answer_mask);
+    const double eager_tps = app::median(eager.tps);
+    std::printf("without CUDA graphs: median %.0f generated tokens/s; graphs/eager %.2f; tokens, log-probabilities "
+                "and masks %s\n",
+                eager_tps, med_tps / eager_tps, equal ? "equal" : "DIFFER");
+    eager_json = {{"eager_tokens_per_s_median", eager_tps},
+                  {"eager_step_ms_median", app::median(eager.step_ms)},
+                  {"graph_vs_eager", med_tps / eager_tps},
+                  {"graph_equals_eager", equal}};
+  }
+  nlohmann::json line = {{"bench", "generate"},
                         {"device", device.str()},
                         {"device_name", device_name},
                         {"dtype", dtype_name(dtype)},
@@ -87,7 +121,11 @@ int run_generate_bench(const GenerateOptions& o) {
                         {"step_ms_median", app::median(step_ms)},
                         {"tokens_per_s_median", med_tps},
                         {"target_tokens_per_s", device.is_cuda() ? nlohmann::json(kGpuTarget) : nlohmann::json()},
-                        {"target_met", device.is_cuda() ? nlohmann::json(med_tps >= kGpuTarget) : nlohmann::json()}});
+                        {"target_met", device.is_cuda() ? nlohmann::json(med_tps >= kGpuTarget) : nlohmann::json()},
+                        {"cuda_graph", o.cuda_graph}};
+  if (o.check_eager) line.update(eager_json);
+  app::print_json_line(line);
+  TRIAD_CHECK(equal, "generation with CUDA graphs differs from generation without");
   return 0;
 }
 

@@ -6,6 +6,11 @@
 // generate call's wall time (the device finished), generated tokens/s and ms per step;
 // medians over --runs after --warmup. The last line is one JSON object.
 //
+// On a GPU the decode step replays as a CUDA graph (Note [Decode graphs] in
+// engine/generate.h) unless --no-cuda-graph; --check-eager also times the same calls without
+// graphs, checks that they generate the same tokens, log-probabilities and masks bit for bit,
+// and reports both figures and their ratio (the command fails when they differ).
+//
 // Target (a GPU): >= 50k generated tokens/s for the demo's actor at batch 32.
 #pragma once
 
@@ -32,6 +37,8 @@ struct GenerateOptions {
   int runs = 5;
   int warmup = 1;
   int threads = 0;
+  bool cuda_graph = true;    // SamplingOptions::cuda_graph
+  bool check_eager = false;  // also run without graphs; the results must be equal
 };
 
 void add_generate_command(CLI::App& app, GenerateOptions& options);

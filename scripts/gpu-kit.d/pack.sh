@@ -47,6 +47,7 @@ cp "$root/tests/apps/check_collectives.sh" "$stage/tests/"
 cp "$root"/configs/*.json "$stage/configs/"
 cp "$here/run.sh" "$here/env.sh" "$here/compare_curves.py" "$here/profile_kernels.py" "$here/tp_curves.py" "$here/pp_curves.py" "$here/rlhf_curves.py" "$here/README.md" "$stage/"
 cp "$here/speed_step.py" "$here/targets.py" "$here/step_checks.py" "$root/benchmarks/peers/torch_gpt2_step.py" "$stage/"
+cp "$here/decode_graphs.py" "$stage/"
 
 # The demo corpus, tokenized by the kit's own triad-data, and its preference pairs (rlhf_curves).
 corpus=/usr/share/games/fortunes

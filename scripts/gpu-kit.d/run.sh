@@ -140,6 +140,10 @@ step moe_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --
   --config moe-demo.json --steps 50
 step bench_moe_cuda 150 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024
 
+# Decoding with CUDA graphs against plain launches (Note [Decode graphs]): GPT-2 124M at
+# batch 1 and 16, greedy and sampled with a fixed seed: equal tokens, and tokens/s of both.
+step decode_graphs 240 gpu "$kit/decode_graphs.py"
+
 # --- summary
 python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys
@@ -149,6 +153,8 @@ FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib",
            "sft_cuda_vs_cpu", "reward_cuda_vs_cpu", "ppo_generation_fraction", "ppo_generation_tokens_per_s",
            "ppo_training_tokens_per_s", "generation_vs_training_per_token_max")
 FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu")  # step_checks.py
+FIGURES += ("graph_tokens_per_s_b1_greedy", "eager_tokens_per_s_b1_greedy", "graph_tokens_per_s_b16_sampled",
+            "eager_tokens_per_s_b16_sampled")  # decode_graphs.py
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")

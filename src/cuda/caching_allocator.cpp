@@ -68,29 +68,36 @@ size_t CachingAllocator::segment_size(size_t rounded) {
   return (rounded + kLargeRounding - 1) / kLargeRounding * kLargeRounding;
 }
 
+StreamId CachingAllocator::serving(StreamId stream) const {
+  const auto it = recording_.find(stream);
+  return it == recording_.end() ? stream : it->second;
+}
+
 void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
-  process_events();
+  const bool recording = !recording_.empty();  // Note [Graph pools]: no event queries, no releases
+  if (!recording) process_events();
   const size_t rounded = round_size(nbytes);
+  const StreamId key = serving(stream);
   ++stats_.allocations;
-  if (Block* b = find_free(rounded, stream)) {
+  if (Block* b = find_free(rounded, key)) {
     ++stats_.cache_hits;
     return hand_out(b, rounded, nbytes);
   }
-  Block* b = new_segment(rounded, stream);
-  if (!b) {
+  Block* b = new_segment(rounded, key);
+  if (!b && !recording) {
     // Give the cache back to the provider (other streams' blocks included) and try again.
     wait_all_events();
     release_free_segments();
-    b = new_segment(rounded, stream);
+    b = new_segment(rounded, key);
     if (b) ++stats_.retries_after_release;
   }
   if (!b) {
     std::ostringstream os;
     os << "out of memory on " << provider_->where() << ": allocating " << nbytes << " bytes (" << mib(nbytes)
        << ") failed; triad's caching allocator holds " << mib(stats_.allocated_bytes) << " in use and "
-       << mib(stats_.reserved_bytes) << " reserved in total";
+       << mib(stats_.reserved_bytes) << " reserved in total" << (recording ? " (while recording a graph)" : "");
     throw Error(os.str());
   }
   return hand_out(b, rounded, nbytes);
@@ -177,9 +184,40 @@ bool CachingAllocator::record_stream(void* ptr, StreamId stream) {
   auto it = in_use_.find(ptr);
   if (it == in_use_.end()) return false;
   Block* b = it->second;
-  if (stream != b->stream && std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end())
+  const auto pool = pools_.find(b->stream);  // a pool's block belongs to the pool's stream
+  const StreamId owner = pool == pools_.end() ? b->stream : pool->second;
+  if (stream != owner && std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end())
     b->uses.push_back(stream);
   return true;
+}
+
+CachingAllocator::PoolId CachingAllocator::begin_pool(StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TRIAD_CHECK(!recording_.count(stream), provider_->where() << ": a stream records into one graph pool at a time");
+  const PoolId pool = next_pool_;
+  next_pool_ += 2;
+  recording_.emplace(stream, pool);
+  pools_.emplace(pool, stream);
+  return pool;
+}
+
+void CachingAllocator::end_pool(StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  recording_.erase(stream);
+}
+
+void CachingAllocator::release_pool(PoolId pool, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TRIAD_ASSERT_MSG(pools_.erase(pool) == 1, "release_pool of pool " << pool << ", which is not held");
+  for (Block* head : segments_) {
+    if (head->stream != pool) continue;
+    for (Block* b = head; b; b = b->next) {
+      const bool cached = !b->allocated && b->pending_events == 0;  // in its free set, keyed by the pool
+      if (cached) b->pool->erase(b);
+      b->stream = stream;
+      if (cached) b->pool->insert(b);
+    }
+  }
 }
 
 // Back into its pool, merged with free neighbours (free: in a set, not waiting on events).

@@ -26,6 +26,20 @@
 // - Nothing is returned to the driver during a step. empty_cache() releases every segment
 //   with no block in use (after waiting for pending events), and an allocation the
 //   provider cannot satisfy first does the same and retries.
+//
+// Note [Graph pools]: a CUDA graph replays its kernels on the addresses they had when it
+// was recorded, so memory allocated while recording must stay the graph's as long as the
+// graph may replay, whoever frees it on the host (as PyTorch's graph pools do). While a
+// stream records (begin_pool .. end_pool), its requests are served from a private pool:
+// segments of their own, keyed by the pool's id (odd, so never a stream's bits) where other
+// blocks are keyed by their stream, so no other request ever receives them. Blocks freed
+// during the recording are reused by later requests of the same recording, which the graph
+// orders as the stream did; blocks freed after it go back to the pool, unused until
+// release_pool, called once the graph is gone and its last replay enqueued on the stream,
+// makes the pool's segments the stream's ordinary cache (its blocks still in use return
+// there when freed). While any stream records, the allocator neither queries events nor
+// returns memory to the provider (CUDA forbids both during a capture): a request it cannot
+// serve from the pool or a new segment fails, and the recording with it.
 #pragma once
 
 #include <cstddef>
@@ -103,6 +117,16 @@ class CachingAllocator {
   // Waits for pending frees and returns every segment without a block in use.
   void empty_cache();
 
+  // Note [Graph pools]. PoolId: the key of a pool's blocks.
+  using PoolId = StreamId;
+  // Until end_pool(stream), requests on `stream` are served from a new private pool, whose id
+  // is returned. Throws Error when `stream` records already.
+  PoolId begin_pool(StreamId stream);
+  void end_pool(StreamId stream);
+  // The pool's segments become `stream`'s ordinary cache (the graph that used them is gone,
+  // its last replay enqueued on `stream`).
+  void release_pool(PoolId pool, StreamId stream);
+
   MemoryStats stats() const;
   void reset_peak();  // peaks restart from the current values
 
@@ -124,6 +148,7 @@ class CachingAllocator {
   };
 
   FreeSet& pool_for(size_t rounded) { return rounded <= kSmallRequest ? small_ : large_; }
+  StreamId serving(StreamId stream) const;  // the key requests on stream take: its pool's while it records
   Block* find_free(size_t rounded, StreamId stream);
   Block* new_segment(size_t rounded, StreamId stream);
   void* hand_out(Block* block, size_t rounded, size_t requested);
@@ -139,6 +164,9 @@ class CachingAllocator {
   std::unordered_map<void*, Block*> in_use_;
   std::deque<PendingEvent> pending_;
   std::vector<Block*> segments_;  // the first block of every segment held
+  std::unordered_map<StreamId, PoolId> recording_;  // stream -> the pool it records into
+  std::unordered_map<PoolId, StreamId> pools_;      // every pool not yet released -> its stream
+  PoolId next_pool_ = 1;                            // odd: never a stream's (aligned) bits
   MemoryStats stats_;
 };
 

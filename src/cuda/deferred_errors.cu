@@ -33,6 +33,8 @@ const char* op_name(int op) {
       return "cross_entropy";
     case IndexOp::cross_entropy_backward:
       return "cross_entropy_backward";
+    case IndexOp::copy_at:
+      return "copy_at_";
   }
   return "an indexing kernel";
 }

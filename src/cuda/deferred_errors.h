@@ -18,7 +18,7 @@
 
 namespace triad::cuda {
 
-enum class IndexOp : int { embedding, embedding_backward, cross_entropy, cross_entropy_backward };
+enum class IndexOp : int { embedding, embedding_backward, cross_entropy, cross_entropy_backward, copy_at };
 
 // What a kernel writes: plain stores by the one thread that claimed the device's flag
 // (an atomic in device memory; host memory takes no atomics), `found` last.

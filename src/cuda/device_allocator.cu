@@ -21,7 +21,13 @@ class DeviceMemory final : public MemoryProvider {
   void* allocate(size_t nbytes) override {
     DeviceGuard guard(device_);
     void* p = nullptr;
+    // A new segment of a graph pool is allocated while this thread captures, whose mode
+    // forbids cudaMalloc: relaxed for this call, as PyTorch's allocator does (Note [Graph
+    // pools] in caching_allocator.h).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    TRIAD_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t e = cudaMalloc(&p, nbytes);
+    TRIAD_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // clear it: running out is an answer here, not a failure
       return nullptr;

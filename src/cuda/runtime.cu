@@ -6,6 +6,7 @@
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
+#include "cuda/graph.h"
 #include "cuda/runtime.h"
 #include "cuda/staging.h"
 #include "cuda/stream.h"
@@ -64,6 +65,9 @@ class CudaRuntime final : public DeviceRuntime {
   }
   Tensor to_device(const Tensor& t, Device device) override { return cuda::to_device(t, device); }
   Tensor to_host(const Tensor& t) override { return cuda::to_host(t); }
+  std::unique_ptr<DeviceGraph> record(Device device, const std::function<void()>& work) override {
+    return record_graph(device.index, work);
+  }
 
  private:
   std::once_flag once_;

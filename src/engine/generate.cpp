@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
 #include <numeric>
 
 #include "autograd/grad_mode.h"
+#include "tensor/device_runtime.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 #include "tensor/sampling.h"
@@ -17,6 +23,25 @@ void SamplingOptions::validate() const {
   TRIAD_CHECK(top_p > 0.0 && top_p <= 1.0, "top_p must be in (0, 1], got " << top_p);
   TRIAD_CHECK(max_new_tokens >= 0, "max_new_tokens must be >= 0, got " << max_new_tokens);
 }
+
+namespace {
+
+// Whether TRIAD_CUDA_GRAPH leaves decode graphs on (Note [Decode graphs]): unset or any value
+// but 0, off and false.
+bool cuda_graphs_allowed() {
+  const char* v = std::getenv("TRIAD_CUDA_GRAPH");
+  return !v || (std::strcmp(v, "0") != 0 && std::strcmp(v, "off") != 0 && std::strcmp(v, "false") != 0);
+}
+
+// Once per process: why decode steps run without a graph.
+void warn_no_graph(const std::string& why) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr, "triad: warning: generation runs without CUDA graphs: %s\n", why.c_str());
+  });
+}
+
+}  // namespace
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, double u) {
   return triad::sample_token(logits, vocab, o.temperature, o.top_k, o.top_p, u);
@@ -96,34 +121,66 @@ BatchGeneration generate_batch(nn::LanguageModel& model, const std::vector<std::
   auto last_logits = [](const Tensor& logits) { return ops::to(ops::select(logits, 1, logits.size(1) - 1), DType::f32); };
   std::vector<int64_t> full;
   for (const auto& row : rows) full.insert(full.end(), row.begin(), row.end());
-  Tensor last = last_logits(
+  const Tensor prompt_logits = last_logits(
       model.forward_cached(ops::to(Tensor::from_vector(full, {B, P}), device), cache, padding.positions));
 
   // Every step's draws, stop tests and log-probabilities stay on the device (Note [Token
   // sampling]); the host looks at `done` only every `check_every` steps, and the steps run
-  // past the last row's stop (all masked) are cut off at the end.
+  // past the last row's stop (all masked) are cut off at the end. A step reads and writes
+  // only the buffers below and the counters (Note [Decode graphs]).
   const int64_t N = o.max_new_tokens;
   const Tensor answers = Tensor::zeros({N, B}, DType::i64, device), logprobs = Tensor::zeros({N, B}, DType::f32, device),
                mask = Tensor::zeros({N, B}, DType::f32, device), done = Tensor::zeros({B}, DType::f32, device);
-  std::vector<int64_t> positions(static_cast<size_t>(N * B));  // (N, B): each row's position at each step
-  for (int64_t s = 0; s < N; ++s)
-    for (int64_t b = 0; b < B; ++b) positions[size_t(s * B + b)] = P - r.pads[size_t(b)] + s;
-  const Tensor step_positions = ops::to(Tensor::from_vector(positions, {N, B}), device);
+  const Tensor tokens = Tensor::zeros({B}, DType::i64, device), step_logprobs = Tensor::zeros({B}, DType::f32, device),
+               step_mask = Tensor::zeros({B}, DType::f32, device);
+  std::vector<int64_t> start{P, 0};  // the cache's length, the step; then each row's next position
+  for (int64_t b = 0; b < B; ++b) start.push_back(P - r.pads[size_t(b)]);
+  const Tensor counters = ops::to(Tensor::from_vector(start, {B + 2}), device);
+  const Tensor step = ops::narrow(counters, 0, 1, 1), positions = ops::view(ops::narrow(counters, 0, 2, B), {B, 1});
+  cache.device_length = ops::narrow(counters, 0, 0, 1);
+  const TokenSampling sampling{.temperature = o.temperature,
+                               .top_k = o.top_k,
+                               .top_p = o.top_p,
+                               .seed = o.seed,
+                               .first_sample = first_sample,
+                               .stop_token = o.stop_token,
+                               .pad_token = pad_token};
+  // Samples the step's tokens from `logits` and copies them into the step's row.
+  auto sample = [&](const Tensor& logits) {
+    ops::sample_tokens_(logits, vocab, sampling, done, tokens, step_logprobs, step_mask, step);
+    ops::copy_at_(answers, 0, step, ops::view(tokens, {1, B}));
+    ops::copy_at_(logprobs, 0, step, ops::view(step_logprobs, {1, B}));
+    ops::copy_at_(mask, 0, step, ops::view(step_mask, {1, B}));
+  };
+  // One column: the tokens just sampled through the model, then the next step's sampled.
+  auto decode = [&] {
+    const Tensor logits = last_logits(model.forward_cached(ops::view(tokens, {B, 1}), cache, positions));
+    ops::increment_(counters, 1);
+    sample(logits);
+  };
+  std::unique_ptr<DeviceGraph> graph;
+  bool record = device.is_cuda() && o.cuda_graph && cuda_graphs_allowed();
   const int64_t check_every = device.is_cpu() ? 1 : 8;  // a look at `done` makes the host wait for a GPU
-  TokenSampling sampling{.temperature = o.temperature,
-                         .top_k = o.top_k,
-                         .top_p = o.top_p,
-                         .seed = o.seed,
-                         .first_sample = first_sample,
-                         .stop_token = o.stop_token,
-                         .pad_token = pad_token};
   for (int64_t s = 0; s < N; ++s) {
-    sampling.step = s;
-    const Tensor next = ops::select(answers, 0, s);
-    ops::sample_tokens_(last, vocab, sampling, done, next, ops::select(logprobs, 0, s), ops::select(mask, 0, s));
+    cache.length = P + s - 1;  // what step s feeds the cache: the column sampled at s - 1
+    if (s == 0) {
+      sample(prompt_logits);
+    } else if (graph) {
+      graph->replay();
+    } else if (record) {
+      try {
+        graph = device_runtime(device).record(device, decode);
+        graph->replay();
+      } catch (const Error& e) {
+        warn_no_graph(e.what());
+        record = false;
+        cache.length = P + s - 1;
+        decode();
+      }
+    } else {
+      decode();
+    }
     if (s + 1 == N || ((s + 1) % check_every == 0 && ops::sum(done).item() == double(B))) break;
-    last = last_logits(
-        model.forward_cached(ops::view(next, {B, 1}), cache, ops::view(ops::select(step_positions, 0, s), {B, 1})));
   }
   // The columns up to the last one where some row generated.
   const Tensor host_mask = ops::to(mask, Device::cpu());

@@ -16,6 +16,24 @@
 // samples on the model's device (ops::sample_tokens_, Note [Token sampling] in
 // tensor/sampling.h): the next tokens feed the next forward where they are, and on a GPU the
 // host reads only whether every row has stopped, every few steps.
+//
+// Note [Decode graphs]: a decode step (one column for every row: the forward of the tokens
+// just sampled over the cache, then the next sampling) is many small kernels, and on a GPU
+// launching them costs more than running them. So generate_batch makes the step's every
+// launch the same from one column to the next: what changes per column lives in device
+// memory (Note [Positions on the device] in tensor/ops.h) — a counter tensor holding the
+// cache's length (KVCache::device_length), the sampling step and each row's next position,
+// advanced by one kernel per step — and the step reads and writes only buffers made once per
+// call: its input tokens, its sampled tokens, log-probabilities and mask, `done`, and the
+// (N, B) answers they are copied into at the step's row. On a CUDA device the first decode
+// step is recorded as a CUDA graph (DeviceRuntime::record) and every step replays it: one
+// launch per token. The host side of the step (module hooks included) runs once, at the
+// recording. Where the step cannot be recorded (sampling that goes through the host: top_k
+// over kMaxDeviceTopK; a model whose step makes the host wait or talks to other ranks) the
+// steps run as plain launches, after one warning; the tokens are the same either way, as
+// they are on the CPU, where the same step runs without a graph. SamplingOptions::cuda_graph
+// false, or the environment variable TRIAD_CUDA_GRAPH=0, turns graphs off (DeepSpeed's
+// enable_cuda_graph, vLLM's enforce_eager).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +51,10 @@ struct SamplingOptions {
   int64_t max_new_tokens = 200;
   uint64_t seed = 0;
   int32_t stop_token = -1;  // generation ends after emitting it (-1: never)
+  // generate_batch on a CUDA device: replay the decode step as a CUDA graph (Note [Decode
+  // graphs]); false, or TRIAD_CUDA_GRAPH=0 in the environment: launch every kernel of every
+  // step.
+  bool cuda_graph = true;
 
   void validate() const;  // Error naming the bad option
 };

@@ -202,7 +202,8 @@ Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache, const Tensor& 
     Tensor x = ops::add((*wte)(indices), positions.defined() ? embedding(wpe->weight, positions)
                                                              : ops::narrow(wpe->weight, 0, pos, T));
     for (size_t i = 0; i < blocks->size(); ++i)
-      x = static_cast<Block&>(*(*blocks)[i]).forward_cached(x, cache.k[i], cache.v[i], pos, cache.key_start);
+      x = static_cast<Block&>(*(*blocks)[i])
+              .forward_cached(x, cache.k[i], cache.v[i], pos, cache.key_start, cache.device_length);
     cache.length = pos + T;
     return par_->full_logits(par_->tied_logits((*ln_f)(x), wte->weight), config_.vocab_size);
   });

@@ -44,11 +44,17 @@ void check_padding(const LeftPadding& padding, const Tensor& indices, int64_t ma
 // layer k, v (B, heads, capacity, hs), of which the first `length` positions are filled
 // (heads: the key/value heads this rank holds). key_start, when defined, (B,) i64 on the
 // model's device: row b's queries see cached columns from key_start[b] on (Note [Left-padded
-// batches]); undefined, every column.
+// batches]); undefined, every column. device_length, when defined, (1,) i64 on the model's
+// device holding `length` (Note [Positions on the device] in tensor/ops.h): forward_cached
+// then writes the new keys at, and attends up to, the length the kernels read there, so one
+// recorded step replays at a moving length (Note [Decode graphs] in engine/generate.h); it
+// still checks and advances `length` on the host, and the caller advances device_length (and
+// passes positions: without them the positions come from the host's `length`).
 struct KVCache {
   std::vector<Tensor> k, v;
   int64_t length = 0;
   Tensor key_start;
+  Tensor device_length;
   int64_t capacity() const { return k.empty() ? 0 : k[0].size(2); }
 };
 

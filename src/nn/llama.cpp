@@ -175,7 +175,7 @@ Tensor Llama::forward_cached(const Tensor& indices, KVCache& cache, const Tensor
     Tensor x = (*embed)(indices);
     for (size_t i = 0; i < blocks->size(); ++i)
       x = static_cast<LlamaBlock&>(*(*blocks)[i])
-              .forward_cached(x, cache.k[i], cache.v[i], pos, positions, cache.key_start);
+              .forward_cached(x, cache.k[i], cache.v[i], pos, positions, cache.key_start, cache.device_length);
     cache.length = pos + T;
     return par_->full_logits((*head)((*norm_f)(x)), config_.vocab_size);
   });

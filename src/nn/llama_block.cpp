@@ -54,12 +54,14 @@ Tensor repeat_heads(const Tensor& t, int64_t g) {
 
 }  // namespace
 
-Tensor GroupedQueryAttention::attend(const Tensor& qh, const Tensor& kh, const Tensor& vh,
-                                     const Tensor& key_start) const {
+Tensor GroupedQueryAttention::attend(const Tensor& qh, const Tensor& kh, const Tensor& vh, const Tensor& key_start,
+                                     const Tensor& cached) const {
   const int64_t g = n_head / n_kv_head;
   const Tensor kr = repeat_heads(kh, g), vr = repeat_heads(vh, g);
   const double scale = 1.0 / std::sqrt(double(head_dim));
-  const Tensor y = causal_attention(qh, kr, vr, scale, key_start);  // (B, NH, T, hd)
+  // (B, NH, T, hd); the tape's op, or the plain op with cached (inference only)
+  const Tensor y = cached.defined() ? ops::causal_attention(qh, kr, vr, scale, key_start, cached).out
+                                    : causal_attention(qh, kr, vr, scale, key_start);
   return reshape(transpose(y, 1, 2), {y.size(0), y.size(2), n_head * head_dim});
 }
 
@@ -80,15 +82,22 @@ Tensor GroupedQueryAttention::forward(const Tensor& x, const LeftPadding& paddin
 }
 
 Tensor GroupedQueryAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache,
-                                             int64_t pos, const Tensor& positions, const Tensor& key_start) {
+                                             int64_t pos, const Tensor& positions, const Tensor& key_start,
+                                             const Tensor& device_pos) {
   const int64_t T = x.size(1);
   TRIAD_CHECK(pos + T <= k_cache.size(2), "GroupedQueryAttention: positions " << pos << ".." << pos + T
                                                                               << " exceed the cache capacity "
                                                                               << k_cache.size(2));
   auto rotate = [&](const Tensor& h) { return positions.defined() ? rope_->apply(h, positions) : rope_->apply(h, pos); };
-  ops::copy_(ops::narrow(k_cache, 2, pos, T), rotate(split_heads((*k)(x), n_kv_head, head_dim)));
-  ops::copy_(ops::narrow(v_cache, 2, pos, T), split_heads((*v)(x), n_kv_head, head_dim));
+  const Tensor kh = rotate(split_heads((*k)(x), n_kv_head, head_dim)), vh = split_heads((*v)(x), n_kv_head, head_dim);
   const Tensor qh = rotate(split_heads((*q)(x), n_head, head_dim));
+  if (device_pos.defined()) {  // Note [Positions on the device]: one launch for every pos
+    ops::copy_at_(k_cache, 2, device_pos, kh);
+    ops::copy_at_(v_cache, 2, device_pos, vh);
+    return (*o)(attend(qh, k_cache, v_cache, key_start, device_pos));
+  }
+  ops::copy_(ops::narrow(k_cache, 2, pos, T), kh);
+  ops::copy_(ops::narrow(v_cache, 2, pos, T), vh);
   return (*o)(attend(qh, ops::narrow(k_cache, 2, 0, pos + T), ops::narrow(v_cache, 2, 0, pos + T), key_start));
 }
 
@@ -129,9 +138,10 @@ Tensor LlamaBlock::forward_padded(const Tensor& x, const LeftPadding& padding) {
 }
 
 Tensor LlamaBlock::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
-                                  const Tensor& positions, const Tensor& key_start) {
+                                  const Tensor& positions, const Tensor& key_start, const Tensor& device_pos) {
   return call([&] {
-    return residual_feed_forward(x, attn->forward_cached((*norm1)(x), k_cache, v_cache, pos, positions, key_start));
+    return residual_feed_forward(
+        x, attn->forward_cached((*norm1)(x), k_cache, v_cache, pos, positions, key_start, device_pos));
   });
 }
 

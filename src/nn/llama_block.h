@@ -40,17 +40,20 @@ class GroupedQueryAttention : public Module {
   Tensor forward(const Tensor& x, const LeftPadding& padding);
   // x (B, T_new, C) at columns pos.. of a sequence whose keys (rotated) and values before
   // pos are in k_cache/v_cache (B, n_kv_head, capacity, hd); appends this step's there.
-  // positions (B, T_new), or undefined: pos..; key_start as the cache's (nn::KVCache).
-  // Inference only (no gradients).
+  // positions (B, T_new), or undefined: pos..; key_start as the cache's (nn::KVCache);
+  // device_pos, when defined, (1,) i64 on x's device holding pos, which the kernels read
+  // (nn::KVCache::device_length). Inference only (no gradients).
   Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
-                        const Tensor& positions = Tensor(), const Tensor& key_start = Tensor());
+                        const Tensor& positions = Tensor(), const Tensor& key_start = Tensor(),
+                        const Tensor& device_pos = Tensor());
 
   int64_t n_head, n_kv_head, head_dim;  // the heads this rank computes
   std::shared_ptr<Linear> q, k, v, o;
 
  private:
-  // (B, NH, T, hd) -> (B, T, NH·hd); key_start as causal_attention's
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_start) const;
+  // (B, NH, T, hd) -> (B, T, NH·hd); key_start and cached as ops::causal_attention's
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_start,
+                const Tensor& cached = Tensor()) const;
   std::shared_ptr<const RotaryEmbedding> rope_;
 };
 
@@ -77,7 +80,8 @@ class LlamaBlock : public Module {
   // A left-padded batch (Note [Left-padded batches]); runs the hooks.
   Tensor forward_padded(const Tensor& x, const LeftPadding& padding);
   Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
-                        const Tensor& positions = Tensor(), const Tensor& key_start = Tensor());
+                        const Tensor& positions = Tensor(), const Tensor& key_start = Tensor(),
+                        const Tensor& device_pos = Tensor());
 
   std::shared_ptr<RMSNorm> norm1, norm2;
   std::shared_ptr<GroupedQueryAttention> attn;

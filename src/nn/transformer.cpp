@@ -40,7 +40,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& key_start) {
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
-                                           const Tensor& key_start) {
+                                           const Tensor& key_start, const Tensor& device_pos) {
   const Tensor qkv_out = (*qkv)(x);
   const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3, hs = C / n_head;
   TRIAD_CHECK(pos + T <= k_cache.size(2), "CausalSelfAttention: positions " << pos << ".." << pos + T
@@ -49,10 +49,19 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, const Tensor& k_cach
   auto heads = [&](int64_t part) {
     return ops::transpose(ops::reshape(ops::narrow(qkv_out, 2, part * C, C), {B, T, n_head, hs}), 1, 2);
   };
-  ops::copy_(ops::narrow(k_cache, 2, pos, T), heads(1));
-  ops::copy_(ops::narrow(v_cache, 2, pos, T), heads(2));
-  const Tensor k = ops::narrow(k_cache, 2, 0, pos + T), v = ops::narrow(v_cache, 2, 0, pos + T);
-  const Tensor att = ops::causal_attention(heads(0), k, v, 1.0 / std::sqrt(double(hs)), key_start).out;  // (B, NH, T, hs)
+  const double scale = 1.0 / std::sqrt(double(hs));
+  Tensor att;  // (B, NH, T, hs)
+  if (device_pos.defined()) {  // Note [Positions on the device]: one launch for every pos
+    ops::copy_at_(k_cache, 2, device_pos, heads(1));
+    ops::copy_at_(v_cache, 2, device_pos, heads(2));
+    att = ops::causal_attention(heads(0), k_cache, v_cache, scale, key_start, device_pos).out;
+  } else {
+    ops::copy_(ops::narrow(k_cache, 2, pos, T), heads(1));
+    ops::copy_(ops::narrow(v_cache, 2, pos, T), heads(2));
+    att = ops::causal_attention(heads(0), ops::narrow(k_cache, 2, 0, pos + T), ops::narrow(v_cache, 2, 0, pos + T),
+                                scale, key_start)
+              .out;
+  }
   const Tensor y = ops::reshape(ops::transpose(att, 1, 2), {B, T, C});
   return (*proj)(y);
 }
@@ -100,9 +109,10 @@ Tensor Block::forward_padded(const Tensor& x, const Tensor& key_start) {
 }
 
 Tensor Block::forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
-                             const Tensor& key_start) {
-  return call(
-      [&] { return residual_feed_forward(x, attn->forward_cached((*ln1)(x), k_cache, v_cache, pos, key_start)); });
+                             const Tensor& key_start, const Tensor& device_pos) {
+  return call([&] {
+    return residual_feed_forward(x, attn->forward_cached((*ln1)(x), k_cache, v_cache, pos, key_start, device_pos));
+  });
 }
 
 }  // namespace triad::nn

@@ -21,9 +21,10 @@ class CausalSelfAttention : public Module {
   Tensor forward(const Tensor& x, const Tensor& key_start);
   // x (B, T_new, C) at columns pos.. of a sequence whose keys and values before pos are in
   // k_cache/v_cache (B, NH, capacity, hs); appends this step's keys and values there.
-  // Inference only (no gradients).
+  // device_pos, when defined, (1,) i64 on x's device holding pos, which the kernels read
+  // (nn::KVCache::device_length). Inference only (no gradients).
   Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
-                        const Tensor& key_start = Tensor());
+                        const Tensor& key_start = Tensor(), const Tensor& device_pos = Tensor());
 
   int64_t n_head;  // the heads this rank computes
   std::shared_ptr<Linear> qkv, proj;
@@ -53,7 +54,7 @@ class Block : public Module {
   // A left-padded batch: the rows' first keys (Note [Left-padded batches]); runs the hooks.
   Tensor forward_padded(const Tensor& x, const Tensor& key_start);
   Tensor forward_cached(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
-                        const Tensor& key_start = Tensor());
+                        const Tensor& key_start = Tensor(), const Tensor& device_pos = Tensor());
 
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;

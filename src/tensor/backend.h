@@ -31,6 +31,9 @@ class Backend {
   // dst and src have the same shape (src may have 0 strides), any strides, any dtypes.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
   virtual void fill(const Tensor& dst, double value) = 0;  // dst any strides
+  // ops::copy_at_ and ops::increment_ as they checked their operands (index's range aside).
+  virtual void copy_at(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) = 0;
+  virtual void increment(const Tensor& dst, int64_t value) = 0;
   // dst contiguous; element i uses counter first + i of seed.
   virtual void normal(const Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t first) = 0;
   virtual void uniform(const Tensor& dst, double low, double high, uint64_t seed, uint64_t first) = 0;
@@ -171,9 +174,9 @@ class Backend {
                                int64_t vocab, int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss,
                                const Tensor& count) = 0;
 
-  // One step of batched generation, as ops::sample_tokens_ checked it.
+  // One step of batched generation, as ops::sample_tokens_ checked it (step may be undefined).
   virtual void sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
-                             const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) = 0;
+                             const Tensor& tokens, const Tensor& logprobs, const Tensor& mask, const Tensor& step) = 0;
 
   // Mixture-of-Experts routing and its gather indices, as ops::moe_route and
   // ops::moe_indices checked them (noise and priority may be undefined).
@@ -193,9 +196,10 @@ class Backend {
   // 16-bit values read and written as stored and computed in f32. key_start, when defined,
   // (B,) i64 on q's device: row b's queries also see only keys j >= key_start[b], and a
   // query that sees none outputs 0 with lse +inf (its gradients, and its part of dk and dv,
-  // are 0).
+  // are 0). cached, when defined, as ops::causal_attention's (checked there: (1,) i64; its
+  // value, read where the kernel runs, is the backend's to check against Tk - Tq).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                         double scale, const Tensor& key_start = Tensor()) = 0;
+                         double scale, const Tensor& key_start = Tensor(), const Tensor& cached = Tensor()) = 0;
   // The gradients of attention: out and lse as it returned them; dq, dk, dv shaped as q, k, v.
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,

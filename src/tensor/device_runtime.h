@@ -6,9 +6,23 @@
 // through it. With none registered, the build has no such backend, and asking says so.
 #pragma once
 
+#include <functional>
+#include <memory>
+
 #include "tensor/tensor.h"
 
 namespace triad {
+
+// Device work recorded once and replayed (a CUDA graph): every launch with the arguments it
+// had when recorded, so whatever changes between replays lives in device memory (Note
+// [Positions on the device] in tensor/ops.h). Memory the recording allocated is its own while
+// the graph lives; memory it reads that was allocated before must outlive it.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Enqueues the recorded work on the stream it was recorded from; the host does not wait.
+  virtual void replay() = 0;
+};
 
 class DeviceRuntime {
  public:
@@ -19,6 +33,11 @@ class DeviceRuntime {
   // A contiguous copy of host tensor t on `device`, and of device tensor t on the host.
   virtual Tensor to_device(const Tensor& t, Device device) = 0;
   virtual Tensor to_host(const Tensor& t) = 0;
+  // Records what `work` enqueues on `device`'s current stream into a graph, without running
+  // it: the host side of `work` runs (once, now), its device work only when replayed. Throws
+  // Error saying why when the work cannot be recorded (it throws, makes the host wait for
+  // the device, ...): then nothing of its device work ran, and the caller runs it plainly.
+  virtual std::unique_ptr<DeviceGraph> record(Device device, const std::function<void()>& work) = 0;
 };
 
 // Registers the runtime of a non-CPU device type (done once, by the runtime itself).

@@ -83,6 +83,17 @@ void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's sha
 uint64_t conversion_count();
 void fill_(const Tensor& dst, double value);
 inline void zero_(const Tensor& dst) { fill_(dst, 0.0); }
+// Note [Positions on the device]: the ops below take a position as a (1,) i64 tensor on the
+// device, read where the kernel runs, instead of a host integer baked into the launch, so
+// that one recorded decode step replays at a moving position (Note [Decode graphs] in
+// engine/generate.h); increment_ advances such counters on the device.
+// dst.narrow(dim, i, src.size(dim)) = src with i = index[0]: dst and src of one dtype and
+// device, of one shape but along dim (any strides); index (1,) i64 on their device. An i
+// outside [0, dst.size(dim) - src.size(dim)] is an Error (on a GPU raised at the next wait,
+// Note [Deferred device errors] in cuda/deferred_errors.h, nothing written).
+void copy_at_(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src);
+// dst += value, elementwise, for a contiguous i64 dst (Note [Positions on the device]).
+void increment_(const Tensor& dst, int64_t value);
 
 // ---- random fills (counter-based, see tensor/random.h) ----
 void normal_(const Tensor& dst, double mean, double stddev, Generator& gen = default_generator());
@@ -324,9 +335,10 @@ void classifier_grad_(const Tensor& logits, const Tensor& targets, int64_t first
 // f32 with stride 1 along W (rows any stride apart), of which the first `vocab` columns are
 // the vocabulary; done (B,) f32 (1: the row has stopped), updated; tokens (B,) i64,
 // logprobs (B,) f32 and mask (B,) f32 written; all contiguous but logits, on logits' device.
-// Nothing here makes the host wait for a device.
+// Nothing here makes the host wait for a device. step, when defined, (1,) i64 on logits'
+// device: the step the draws use instead of sampling.step (Note [Positions on the device]).
 void sample_tokens_(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
-                    const Tensor& tokens, const Tensor& logprobs, const Tensor& mask);
+                    const Tensor& tokens, const Tensor& logprobs, const Tensor& mask, const Tensor& step = Tensor());
 
 // Mixture-of-Experts routing (tensor/expert_routing.h, Note [MoE routing] in
 // nn/moe_routing.h): probs and logits (S, E) f32 or f64 (the CUDA backend: f32), contiguous,
@@ -367,8 +379,12 @@ struct AttentionGrads {
 // key_start, when given, (B,) i64 on q's device (Note [Left-padded batches] in
 // nn/language_model.h): query i of row b sees keys key_start[b] <= j <= i + Tk - Tq; a
 // query that sees no key (a pad) outputs 0, lse +inf, and passes no gradient.
+// cached, when given, (1,) i64 on q's device (Note [Positions on the device]): only k's and
+// v's first cached[0] + Tq keys count, the queries following cached[0] cached ones (query i
+// sees keys j <= i + cached[0]); the rest of k and v (a cache's unfilled capacity) is never
+// read. Forward only: causal_attention_backward takes no cached.
 AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                              const Tensor& key_start = Tensor());
+                              const Tensor& key_start = Tensor(), const Tensor& cached = Tensor());
 // Gradients for q, k, v (contiguous, in their dtype) given the forward's out and lse and
 // grad_out (shaped as out).
 AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

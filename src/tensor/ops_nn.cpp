@@ -279,7 +279,7 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
 }
 
 void sample_tokens_(const Tensor& logits, int64_t vocab, const TokenSampling& s, const Tensor& done,
-                    const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) {
+                    const Tensor& tokens, const Tensor& logprobs, const Tensor& mask, const Tensor& step) {
   TRIAD_CHECK(logits.dim() == 2 && logits.dtype() == DType::f32 && logits.stride(1) == 1,
               "sample_tokens: expected f32 logits (B, W) with stride 1 along W, got " << logits.str());
   const int64_t B = logits.size(0);
@@ -297,7 +297,8 @@ void sample_tokens_(const Tensor& logits, int64_t vocab, const TokenSampling& s,
     TRIAD_CHECK(t->shape() == Shape{B} && t->dtype() == dtype && t->is_contiguous() && t->device() == logits.device(),
                 "sample_tokens: expected (" << B << ") " << dtype_name(dtype) << " on " << logits.device().str()
                                             << ", got " << t->str());
-  backend_for(logits.device()).sample_tokens(logits, vocab, s, done, tokens, logprobs, mask);
+  if (step.defined()) check_device_position(step, logits.device(), "sample_tokens", "step");
+  backend_for(logits.device()).sample_tokens(logits, vocab, s, done, tokens, logprobs, mask, step);
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
@@ -381,15 +382,16 @@ void classifier_grad_(const Tensor& logits, const Tensor& targets, int64_t first
 }
 
 AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                              const Tensor& key_start) {
+                              const Tensor& key_start, const Tensor& cached) {
   check_attention(q, k, v, "causal_attention");
   const Tensor first = check_key_start(key_start, q, "causal_attention");
+  if (cached.defined()) check_device_position(cached, q.device(), "causal_attention", "cached");
   const DType lse_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   AttentionOut r{Tensor::empty(q.shape(), q.dtype(), q.device()),
                  Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype, q.device())};
   if (q.numel() == 0) return r;
   backend_for(q.device())
-      .attention(attention_operand(q), attention_operand(k), attention_operand(v), r.out, r.lse, scale, first);
+      .attention(attention_operand(q), attention_operand(k), attention_operand(v), r.out, r.lse, scale, first, cached);
   return r;
 }
 

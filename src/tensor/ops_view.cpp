@@ -6,6 +6,7 @@
 #include "tensor/backend.h"
 #include "tensor/device_runtime.h"
 #include "tensor/ops.h"
+#include "tensor/ops_checks.h"
 
 namespace triad::ops {
 
@@ -222,6 +223,31 @@ void copy_(const Tensor& dst, const Tensor& src) {
 }
 
 void fill_(const Tensor& dst, double value) { backend_for(dst.device()).fill(dst, value); }
+
+void check_device_position(const Tensor& t, Device device, const char* op, const char* name) {
+  TRIAD_CHECK(t.defined() && t.dtype() == DType::i64 && t.shape() == Shape{1} && t.device() == device,
+              op << ": " << name << " must be (1,) i64 on " << device.str() << ", got "
+                 << (t.defined() ? t.str() : std::string("an undefined tensor")));
+}
+
+void copy_at_(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  TRIAD_CHECK(dst.dtype() == src.dtype() && dst.device() == src.device(),
+              "copy_at_: source " << src.str() << " and destination " << dst.str() << " differ in dtype or device");
+  TRIAD_CHECK(dst.dim() == src.dim() && dim >= 0 && dim < dst.dim(),
+              "copy_at_: dimension " << dim << " of " << dst.str() << " and " << src.str());
+  for (int64_t d = 0; d < dst.dim(); ++d)
+    TRIAD_CHECK(d == dim ? src.size(d) <= dst.size(d) : src.size(d) == dst.size(d),
+                "copy_at_: source " << shape_str(src.shape()) << " does not fit destination " << shape_str(dst.shape())
+                                    << " along dimension " << dim);
+  check_device_position(index, dst.device(), "copy_at_", "index");
+  if (src.numel() > 0) backend_for(dst.device()).copy_at(dst, dim, index, src);
+}
+
+void increment_(const Tensor& dst, int64_t value) {
+  TRIAD_CHECK(dst.dtype() == DType::i64 && dst.is_contiguous(),
+              "increment_: expected a contiguous i64 tensor, got " << dst.str());
+  if (dst.numel() > 0) backend_for(dst.device()).increment(dst, value);
+}
 
 void normal_(const Tensor& dst, double mean, double stddev, Generator& gen) {
   TRIAD_CHECK(is_floating(dst.dtype()) && dst.is_contiguous(),

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <map>
 #include <random>
+#include <vector>
 
 #include "cuda/caching_allocator.h"
 #include "support/check.h"
@@ -315,4 +316,66 @@ BOOST_AUTO_TEST_CASE(random_workload_keeps_blocks_disjoint) {
   BOOST_TEST(f.mem->live_events() == 0u);
   BOOST_TEST(s.provider_allocations == s.provider_releases);
   BOOST_TEST(s.cache_hits > s.allocations / 2);
+}
+
+// Note [Graph pools]: while s1 records, its requests come from segments of their own that
+// neither s1 before or after the recording nor s2 ever receive, also once freed; blocks freed
+// during the recording serve its later requests; release_pool hands the pool's segments,
+// free blocks and blocks still in use alike, to s1's ordinary cache.
+BOOST_AUTO_TEST_CASE(a_graph_pool_is_private_until_released) {
+  Fixture f;
+  void* before = f.alloc->allocate(1000, s1);
+  f.alloc->deallocate(before);  // cached on s1
+  const CachingAllocator::PoolId pool = f.alloc->begin_pool(s1);
+  BOOST_TEST(pool % 2 == 1u);
+  test::check_error([&] { f.alloc->begin_pool(s1); }, {"fake:0", "one graph pool at a time"});
+  void* a = f.alloc->allocate(1000, s1);
+  BOOST_TEST(addr(a) != addr(before));  // not s1's cached block
+  void* other = f.alloc->allocate(1000, s2);  // s2 does not record: its own cache
+  f.alloc->deallocate(a);
+  void* b = f.alloc->allocate(1000, s1);  // reused inside the recording
+  BOOST_TEST(addr(b) == addr(a));
+  void* held = f.alloc->allocate(3000, s1);
+  f.alloc->end_pool(s1);
+  BOOST_TEST(f.alloc->stats().provider_allocations == 3u);  // s1's, the pool's, s2's segments
+
+  f.alloc->deallocate(b);  // back into the pool: no one else receives it
+  for (StreamId s : {s1, s2}) {
+    void* p = f.alloc->allocate(1000, s);
+    BOOST_TEST(addr(p) != addr(b));
+    BOOST_TEST(addr(p) != addr(held));
+    f.alloc->deallocate(p);
+  }
+  f.alloc->release_pool(pool, s1);
+  f.alloc->deallocate(held);  // after the release: s1's now, its segment merged whole again
+  // Three MiB on s1: two from s1's own segment, the third from the pool's, none from the
+  // provider.
+  std::vector<void*> mib;
+  for (int i = 0; i < 3; ++i) mib.push_back(f.alloc->allocate(1 * MiB, s1));
+  BOOST_TEST(addr(mib[2]) == addr(b));
+  BOOST_TEST(f.alloc->stats().provider_allocations == 3u);
+  for (void* p : mib) f.alloc->deallocate(p);
+  f.alloc->deallocate(other);
+  f.alloc->empty_cache();
+  BOOST_TEST(f.mem->used() == 0u);
+}
+
+// While a stream records, a request the provider cannot serve fails at once: no events are
+// waited for and nothing is returned to the provider (CUDA forbids both during a capture).
+BOOST_AUTO_TEST_CASE(a_recording_never_releases_the_cache) {
+  Fixture f(30 * MiB);
+  void* a = f.alloc->allocate(20 * MiB, s1);
+  f.alloc->record_stream(a, s2);
+  f.alloc->deallocate(a);  // pending on s2's event
+  const CachingAllocator::PoolId pool = f.alloc->begin_pool(s1);
+  test::check_error([&] { f.alloc->allocate(12 * MiB, s1); }, {"out of memory on fake:0", "recording a graph"});
+  BOOST_TEST(f.mem->host_waits == 0);
+  BOOST_TEST(f.alloc->stats().retries_after_release == 0u);
+  BOOST_TEST(f.alloc->stats().pending_free_bytes == 20 * MiB);  // no event was queried
+  f.alloc->end_pool(s1);
+  f.alloc->release_pool(pool, s1);
+  void* b = f.alloc->allocate(12 * MiB, s1);  // now the cache goes back, and it fits
+  BOOST_TEST(b != nullptr);
+  BOOST_TEST(f.alloc->stats().retries_after_release == 1u);
+  f.alloc->deallocate(b);
 }

@@ -5,6 +5,7 @@
 // synchronization are checked where no GPU is; their speed and the hardware's own rules
 // are not.
 #include <boost/test/unit_test.hpp>
+#include <tuple>
 
 #include "cuda/cuda_emulation.h"
 // The emulation comes first: the kernels' header takes nvcuda::wmma and the builtins from it.
@@ -161,4 +162,46 @@ BOOST_AUTO_TEST_CASE(key_start_matches_the_cpu) {
 BOOST_AUTO_TEST_CASE(f16_matches_the_cpu) {
   check_geometry<cuda::F16>(DType::f16, kGeometries[0]);
   check_geometry<cuda::F16>(DType::f16, kGeometries[3]);
+}
+
+// A decode step over a whole cache (ops::causal_attention's cached: Note [Positions on the
+// device] in tensor/ops.h): of k and v's 160 positions only the first cached + Tq count, read
+// from memory; the rest hold 50, which would dominate any score or output that read them.
+// Against the CPU on k and v narrowed to the keys that count, with and without key_start.
+BOOST_AUTO_TEST_CASE(cached_keys_match_the_cpu) {
+  const int64_t B = 2, NH = 2, cap = 160, hs = 64;
+  for (const auto& [tq, cached, step] : {std::tuple<int64_t, int64_t, int64_t>{1, 70, 0}, {1, 127, 30}, {3, 64, 20}}) {
+    const std::string what = "Tq " + std::to_string(tq) + " after " + std::to_string(cached) + " cached keys" +
+                             (step ? ", key_start step " + std::to_string(step) : "");
+    const Tensor q = random({B, NH, tq, hs}, 71, DType::bf16);
+    Tensor k = random({B, NH, cap, hs}, 72, DType::bf16), v = random({B, NH, cap, hs}, 73, DType::bf16);
+    const int64_t keys = cached + tq;
+    ops::fill_(ops::narrow(k, 2, keys, cap - keys), 50.0);
+    ops::fill_(ops::narrow(v, 2, keys, cap - keys), 50.0);
+    std::vector<int64_t> starts;
+    for (int64_t b = 0; b < B; ++b) starts.push_back(b * step);
+    const Tensor key_start = step ? Tensor::from_vector(starts, {B}) : Tensor();
+    const Tensor at = Tensor::from_vector(std::vector<int64_t>{cached}, {1});
+    const double scale = 1.0 / std::sqrt(double(hs));
+    const cuda::Geometry g{int(NH), int(hs), tq, cap, float(scale * 1.4426950408889634),
+                           step ? key_start.data<int64_t>() : nullptr, at.data<int64_t>()};
+    Tensor out = Tensor::empty({B, NH, tq, hs}, DType::bf16), lse = Tensor::empty({B, NH, tq});
+    emulation::launch(unsigned(B * NH), 1, 128, [&] {
+      cuda::mma_attention_kernel<cuda::BF16, 64>(Operand(q), Operand(k), Operand(v),
+                                                 static_cast<uint16_t*>(out.raw_data()),
+                                                 static_cast<float*>(lse.raw_data()), g,
+                                                 cuda::whole_rows<64>({&q, &k, &v}));
+    });
+    auto f32 = [](const Tensor& t) { return ops::to(t, DType::f32); };
+    Tensor want = Tensor::empty({B, NH, tq, hs}), want_lse = Tensor::empty({B, NH, tq});
+    cpu_backend().attention(f32(q), f32(ops::narrow(k, 2, 0, keys)), f32(ops::narrow(v, 2, 0, keys)), want, want_lse,
+                            scale, key_start);
+    BOOST_TEST(nmse(out, want) < threshold(DType::bf16), what << " out: nmse " << nmse(out, want));
+    BOOST_TEST(nmse(lse, want_lse) < 1e-10, what << " lse: nmse " << nmse(lse, want_lse));
+    // The CPU backend's own cached path narrows as above.
+    Tensor cpu_out = Tensor::empty({B, NH, tq, hs}), cpu_lse = Tensor::empty({B, NH, tq});
+    cpu_backend().attention(f32(q), f32(k), f32(v), cpu_out, cpu_lse, scale, key_start, at);
+    BOOST_TEST(ops::max_abs(ops::sub(cpu_out, want)) == 0.0, what);
+    BOOST_TEST(ops::max_abs(ops::sub(cpu_lse, want_lse)) == 0.0, what);
+  }
 }

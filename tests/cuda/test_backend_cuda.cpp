@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "cuda/device_allocator.h"
@@ -27,6 +28,7 @@
 #include "support/check.h"
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/device_runtime.h"
 #include "tensor/ops.h"
 
 TRIAD_GPU_TEST_MAIN()
@@ -566,8 +568,8 @@ void sample_tokens_case() {
     d.data<float>()[3] = 1.0f;
     Pair done = pair(d), tokens = empty_pair({rows}, DType::i64), logprobs = empty_pair({rows}),
          mask = empty_pair({rows});
-    cpu().sample_tokens(logits.c, v, s, done.c, tokens.c, logprobs.c, mask.c);
-    gpu().sample_tokens(logits.g, v, s, done.g, tokens.g, logprobs.g, mask.g);
+    cpu().sample_tokens(logits.c, v, s, done.c, tokens.c, logprobs.c, mask.c, Tensor());
+    gpu().sample_tokens(logits.g, v, s, done.g, tokens.g, logprobs.g, mask.g, Tensor());
     const std::string what = "sample_tokens top_k " + std::to_string(s.top_k);
     expect_equal(what + " tokens", tokens.g, tokens.c);
     expect_equal(what + " mask", mask.g, mask.c);
@@ -983,4 +985,76 @@ BOOST_AUTO_TEST_CASE(ops_on_device) {
   expect_close("softmax(a b + c)", got, want, threshold(DType::f32));
   BOOST_TEST(std::fabs(host(ops::sum(got)).item() - 17.0) < 1e-4);  // rows of probabilities
   test::check_error([&] { ops::exp(dev(random({3}, 52, -1, 1, DType::f64))); }, {"computes in f32", "f64"});
+}
+
+// Note [Positions on the device] on the GPU against the CPU: copy_at_ into a cache at the
+// position in device memory (every element width), increment_, sampling at a step in device
+// memory, and attention over a whole cache of which only the first cached + Tq keys count
+// (the rest holding 50, which any read of them would show). Then the same launches recorded
+// once as a CUDA graph (DeviceRuntime::record) and replayed while the counters advance: each
+// replay writes where the counters say, and the graph's pool returns to the cache after it.
+BOOST_AUTO_TEST_CASE(positions_in_device_memory_and_a_replayed_graph) {
+  for (DType dt : {DType::f32, DType::bf16, DType::i64, DType::i8}) {
+    const Tensor src = ops::transpose(random({2, 3, 4, 5}, 80, -9, 9, dt), 1, 2);  // (2, 4, 3, 5), strided
+    const Tensor at = Tensor::from_vector(std::vector<int64_t>{6}, {1});
+    const Tensor src_g = ops::transpose(dev(ops::transpose(src, 1, 2)), 1, 2);  // the same strides on the GPU
+    Pair dst = pair(random({2, 4, 10, 5}, 81, -9, 9, dt));
+    ops::copy_at_(dst.c, 2, at, src);
+    ops::copy_at_(dst.g, 2, dev(at), src_g);
+    expect_equal(std::string("copy_at_ ") + dtype_name(dt), dst.g, dst.c);
+  }
+  Pair counters = pair(Tensor::from_vector(std::vector<int64_t>{3, -1, 40}, {3}));
+  ops::increment_(counters.c, 2);
+  ops::increment_(counters.g, 2);
+  expect_equal("increment_", counters.g, counters.c);
+
+  const int64_t rows = 5, v = 300;
+  const Pair logits = pair(random({rows, v}, 82, -4, 4));
+  const TokenSampling s{.temperature = 0.9, .top_k = 40, .top_p = 0.95, .seed = 3, .step = 99};
+  Pair step = pair(Tensor::from_vector(std::vector<int64_t>{4}, {1})), done = pair(Tensor::zeros({rows})),
+       tokens = empty_pair({rows}, DType::i64), logprobs = empty_pair({rows}), mask = empty_pair({rows});
+  cpu().sample_tokens(logits.c, v, s, done.c, tokens.c, logprobs.c, mask.c, step.c);
+  gpu().sample_tokens(logits.g, v, s, done.g, tokens.g, logprobs.g, mask.g, step.g);
+  expect_equal("sample_tokens at a step in memory", tokens.g, tokens.c);
+
+  const int64_t cap = 150, tq = 1, cached = 97, keys = cached + tq;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor q = random({2, 3, tq, 64}, 83, -1, 1, dt);
+    Tensor k = random({2, 3, cap, 64}, 84, -1, 1, dt), vv = random({2, 3, cap, 64}, 85, -1, 1, dt);
+    ops::fill_(ops::narrow(k, 2, keys, cap - keys), 50.0);
+    ops::fill_(ops::narrow(vv, 2, keys, cap - keys), 50.0);
+    const Tensor where = Tensor::from_vector(std::vector<int64_t>{cached}, {1});
+    const ops::AttentionOut want = ops::causal_attention(ops::to(q, DType::f32), ops::to(ops::narrow(k, 2, 0, keys), DType::f32),
+                                                         ops::to(ops::narrow(vv, 2, 0, keys), DType::f32), 0.125);
+    const ops::AttentionOut got = ops::causal_attention(dev(q), dev(k), dev(vv), 0.125, Tensor(), dev(where));
+    expect_close(std::string("attention over a cache ") + dtype_name(dt), ops::to(got.out, DType::f32), want.out,
+                 threshold(dt));
+    expect_close(std::string("attention lse over a cache ") + dtype_name(dt), got.lse, want.lse, 1e-10);
+  }
+
+  // Recorded once, replayed 4 times: row `counter` of the table gets the counter's value
+  // plus 10, then the counter advances.
+  const Tensor table = Tensor::zeros({6, 1}, DType::i64, kGpu), counter = dev(Tensor::from_vector(std::vector<int64_t>{1}, {1}));
+  const size_t before = cuda::memory_stats(0).allocated_bytes;
+  {
+    const std::unique_ptr<DeviceGraph> graph = device_runtime(kGpu).record(kGpu, [&] {
+      const Tensor value = ops::clone(ops::view(counter, {1, 1}));  // allocated while recording
+      ops::increment_(value, 10);
+      ops::copy_at_(table, 0, counter, value);
+      ops::increment_(counter, 1);
+    });
+    expect_equal("nothing runs while recording", table, Tensor::zeros({6, 1}, DType::i64));
+    for (int i = 0; i < 4; ++i) graph->replay();
+  }
+  expect_equal("replays", table, Tensor::from_vector(std::vector<int64_t>{0, 11, 12, 13, 14, 0}, {6, 1}));
+  BOOST_TEST(cuda::memory_stats(0).allocated_bytes == before);
+  // What cannot be recorded (a copy to the host waits for the device) throws, having run
+  // nothing.
+  BOOST_CHECK_THROW(device_runtime(kGpu).record(kGpu,
+                                                [&] {
+                                                  ops::increment_(counter, 1);
+                                                  host(counter);
+                                                }),
+                    Error);
+  expect_equal("a failed recording runs nothing", counter, Tensor::from_vector(std::vector<int64_t>{5}, {1}));
 }

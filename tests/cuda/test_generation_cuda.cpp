@@ -1,11 +1,13 @@
 // Batched generation (engine/generate.h) on a GPU: the log-probs recorded while sampling
 // equal those the training forward recomputes on the GPU within 1e-5 (f32), and the GPU
 // samples the same tokens as the CPU from the same weights and seed (the draws belong to the
-// global sample, whatever the device), GPT and Llama. Needs a GPU; without one the program
-// reports itself skipped (gpu_test_main.h).
+// global sample, whatever the device), GPT and Llama; decode steps replayed as a CUDA graph
+// (Note [Decode graphs]) give bit for bit what plain launches give, and hold no memory after
+// the call. Needs a GPU; without one the program reports itself skipped (gpu_test_main.h).
 #define BOOST_TEST_MODULE generation_cuda
 #define BOOST_TEST_NO_MAIN  // main() is TRIAD_GPU_TEST_MAIN's
 #include "cuda/gpu_test_main.h"
+#include "cuda/runtime.h"
 #include "engine/generate.h"
 #include "rlhf/log_probs.h"
 #include "support/check.h"
@@ -58,4 +60,32 @@ BOOST_AUTO_TEST_CASE(gpt_on_the_gpu_samples_as_the_cpu_and_as_training_computes)
 BOOST_AUTO_TEST_CASE(llama_on_the_gpu_samples_as_the_cpu_and_as_training_computes) {
   nn::Llama gpu(kLlama), cpu(kLlama);
   check_device_agreement(gpu, cpu);
+}
+
+// With and without CUDA graphs, greedy and sampled (f32 here; the GPU kit's decode_graphs
+// checks bf16 GPT-2): the same tokens, log-probabilities and masks bit for bit; the graph's
+// memory pool goes back to the ordinary cache (what tensors hold after the call is what they
+// held before).
+BOOST_AUTO_TEST_CASE(cuda_graphs_generate_what_plain_launches_generate) {
+  nn::GPT gpt(kGpt);
+  nn::Llama llama(kLlama);
+  for (nn::LanguageModel* model : std::initializer_list<nn::LanguageModel*>{&gpt, &llama}) {
+    model->to(Device::cuda());
+    for (double temperature : {0.0, 0.9}) {
+      engine::SamplingOptions o = kSampling;
+      o.temperature = temperature;
+      o.stop_token = -1;  // every row runs all steps: every replay counts
+      o.cuda_graph = false;
+      const engine::BatchGeneration eager = engine::generate_batch(*model, kPrompts, o, 0, 3);
+      const size_t before = cuda::memory_stats(0).allocated_bytes;
+      o.cuda_graph = true;
+      const engine::BatchGeneration graph = engine::generate_batch(*model, kPrompts, o, 0, 3);
+      const std::string what = model->type_name() + " temperature " + std::to_string(temperature);
+      BOOST_TEST(test::max_abs_diff(graph.tokens, eager.tokens) == 0.0, what);
+      BOOST_TEST(test::max_abs_diff(graph.logprobs, eager.logprobs) == 0.0, what);
+      BOOST_TEST(test::max_abs_diff(graph.answer_mask, eager.answer_mask) == 0.0, what);
+      BOOST_TEST(graph.logprobs.size(1) == o.max_new_tokens, what);
+      BOOST_TEST(cuda::memory_stats(0).allocated_bytes == before, what);
+    }
+  }
 }

@@ -1,5 +1,5 @@
 // The CUDA backend's index kernels (cuda/backend/index_kernels.cuh: embedding, cross-entropy,
-// the fused classifier's)
+// the fused classifier's; cuda/backend/position_kernels.cuh: copy_at_ and increment_)
 // run on the CPU under an emulation of CUDA (cuda/cuda_emulation.h): their values against
 // the CPU backend or closed forms, and what they do with an index out of range (skip it,
 // record it once for the next wait: Note [Deferred device errors]). The host side of the
@@ -10,6 +10,7 @@
 #include "cuda/cuda_emulation.h"
 // The emulation comes first: the kernels' header takes the builtins from it.
 #include "cuda/backend/index_kernels.cuh"
+#include "cuda/backend/position_kernels.cuh"
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/ops.h"
@@ -310,4 +311,40 @@ BOOST_AUTO_TEST_CASE(cross_entropy_with_every_row_ignored) {
   });
   BOOST_TEST(ops::max_abs(grad) == 0.0);
   BOOST_TEST(s.record.found == 0);
+}
+
+// copy_at_ (Note [Positions on the device] in tensor/ops.h): a (B, NH, T, hs)-shaped key
+// slice written into a cache at the position read from memory, as the CPU backend writes
+// it, for positions 0, the middle and the last that fits, from a transposed (strided)
+// source; a position past the last that fits, or negative, writes nothing and is recorded.
+// increment_ adds to every counter.
+BOOST_AUTO_TEST_CASE(copy_at_writes_at_the_position_in_memory) {
+  const int64_t B = 2, NH = 3, cap = 9, T = 2, hs = 5;
+  const Tensor src = ops::transpose(uniform({B, T, NH, hs}, 8, -1, 1), 1, 2);  // (B, NH, T, hs), strided
+  for (const int64_t at : {int64_t(0), int64_t(4), cap - T, cap - T + 1, int64_t(-1)}) {
+    const std::string what = "copy_at_ position " + std::to_string(at);
+    const Tensor index = Tensor::from_vector(std::vector<int64_t>{at}, {1});
+    Tensor got = Tensor::full({B, NH, cap, hs}, 3.0), want = Tensor::full({B, NH, cap, hs}, 3.0);
+    const Tensor first = ops::narrow(got, 2, 0, T);
+    const cuda::Strided<2> g = cuda::make_strided<2>(src.shape(), {&first.strides(), &src.strides()}, "copy_at");
+    Sink s;
+    emulation::launch(2, 1, 32, [&] {
+      cuda::copy_at_kernel<uint32_t>(src.numel(), g, static_cast<uint32_t*>(got.raw_data()),
+                                     static_cast<const uint32_t*>(src.raw_data()), index.data<int64_t>(),
+                                     got.stride(2), cap - T, s.sink());
+    });
+    if (at >= 0 && at <= cap - T) {
+      cpu_backend().copy_at(want, 2, index, src);
+      BOOST_TEST(test_max_diff(got, want) == 0.0, what);
+      BOOST_TEST(test_max_diff(ops::narrow(got, 2, at, T), src) == 0.0, what);
+      BOOST_TEST(s.record.found == 0, what);
+    } else {
+      BOOST_TEST(test_max_diff(got, want) == 0.0, what << ": nothing written");
+      check_record(s, cuda::IndexOp::copy_at, {{at, 0}}, 1, cap - T + 1, what);
+      BOOST_CHECK_THROW(cpu_backend().copy_at(want, 2, index, src), Error);
+    }
+  }
+  Tensor counters = Tensor::from_vector(std::vector<int64_t>{5, 0, -2, 7, 1000}, {5});
+  emulation::launch(2, 1, 32, [&] { cuda::increment_kernel(counters.numel(), counters.data<int64_t>(), 3); });
+  BOOST_TEST(counters.to_vector<int64_t>() == (std::vector<int64_t>{8, 3, 1, 10, 1003}), boost::test_tools::per_element());
 }

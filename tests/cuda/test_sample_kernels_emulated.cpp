@@ -41,19 +41,22 @@ struct Sampled {
   std::vector<float> logprobs, mask, done;
 };
 
-Sampled on_cpu(const Tensor& logits, const TokenSampling& s, const std::vector<float>& done) {
+// step, when defined, the step the draws use instead of s.step (as ops::sample_tokens_'s).
+Sampled on_cpu(const Tensor& logits, const TokenSampling& s, const std::vector<float>& done,
+               const Tensor& step = Tensor()) {
   const Tensor rows = ops::narrow(logits, 1, 0, kWidth);
   Tensor d = Tensor::from_vector(done, {kRows}), t = Tensor::empty({kRows}, DType::i64);
   Tensor lp = Tensor::empty({kRows}), m = Tensor::empty({kRows});
-  backend_for(Device::cpu()).sample_tokens(rows, kVocab, s, d, t, lp, m);
+  backend_for(Device::cpu()).sample_tokens(rows, kVocab, s, d, t, lp, m, step);
   return {t.to_vector<int64_t>(), lp.to_vector<float>(), m.to_vector<float>(), d.to_vector<float>()};
 }
 
-Sampled emulated(const Tensor& logits, const TokenSampling& s, const std::vector<float>& done) {
+Sampled emulated(const Tensor& logits, const TokenSampling& s, const std::vector<float>& done,
+                 const Tensor& step = Tensor()) {
   Sampled r{std::vector<int64_t>(kRows, -1), std::vector<float>(kRows, -1), std::vector<float>(kRows, -1), done};
   emulation::launch(unsigned(kRows), 1, 64, [&] {
-    cuda::sample_kernel(logits.data<float>(), kStride, kVocab, s, r.done.data(), r.tokens.data(), r.logprobs.data(),
-                        r.mask.data());
+    cuda::sample_kernel(logits.data<float>(), kStride, kVocab, s, step.defined() ? step.data<int64_t>() : nullptr,
+                        r.done.data(), r.tokens.data(), r.logprobs.data(), r.mask.data());
   });
   return r;
 }
@@ -136,4 +139,26 @@ BOOST_AUTO_TEST_CASE(done_rows_and_the_stop_test) {
   BOOST_TEST(got.done[3] == 1.0f);
   BOOST_TEST(got.tokens[3] == s.stop_token);
   for (int64_t b : {0, 2, 5}) BOOST_TEST(got.done[b] == float(got.tokens[b] == s.stop_token));
+}
+
+// A step read from memory (a decode step replayed as a CUDA graph: Note [Positions on the
+// device] in tensor/ops.h) draws what that step given in the launch draws, on the kernel and
+// on the CPU, whatever the launch's own step says; different steps draw differently.
+BOOST_AUTO_TEST_CASE(a_step_read_from_memory_draws_as_that_step) {
+  const Tensor logits = tied_logits(23);
+  const std::vector<float> done(kRows, 0.0f);
+  TokenSampling s{.temperature = 1.2, .top_k = 0, .top_p = 1.0, .seed = 31, .first_sample = 4, .step = 99};
+  int differ = 0;
+  std::vector<int64_t> first;
+  for (int64_t step : {0, 1, 7}) {
+    const Tensor at = Tensor::from_vector(std::vector<int64_t>{step}, {1});
+    TokenSampling fixed = s;
+    fixed.step = step;
+    const Sampled want = on_cpu(logits, fixed, done);
+    check_same(on_cpu(logits, s, done, at), want, "cpu, step " + std::to_string(step) + " from memory");
+    check_same(emulated(logits, s, done, at), want, "kernel, step " + std::to_string(step) + " from memory");
+    if (step == 0) first = want.tokens;
+    else differ += want.tokens != first;
+  }
+  BOOST_TEST(differ == 2);
 }

@@ -68,3 +68,37 @@ BOOST_AUTO_TEST_CASE(cache_is_allocated_once_and_written_in_place) {
     BOOST_TEST(cache.v[i].raw_data() == storage[2 * i + 1]);
   }
 }
+
+// A cache whose length the kernels read from device memory (KVCache::device_length, Note
+// [Positions on the device]) gives, bit for bit, the logits of the host's length: a
+// left-padded prompt chunk, then one column at a time with the caller advancing the length
+// and the positions, for the GPT and the Llama (grouped-query attention); the host's length
+// advances as before.
+BOOST_AUTO_TEST_CASE(a_length_in_device_memory_gives_the_same_logits) {
+  nn::GPT gpt = small_gpt();
+  nn::Llama llama({.n_layer = 2, .n_head = 4, .n_kv_head = 2, .d_model = 16, .intermediate = 24, .seq_len = 12,
+                   .vocab_size = 23, .init_seed = 5});
+  const std::vector<int64_t> pads = {2, 0};
+  const nn::LeftPadding padding = nn::left_padding(pads, 4);
+  const Tensor prompt = Tensor::from_vector(std::vector<int64_t>{0, 0, 7, 1, 3, 17, 4, 9}, {2, 4});
+  for (nn::LanguageModel* model : std::initializer_list<nn::LanguageModel*>{&gpt, &llama}) {
+    model->eval();
+    nn::KVCache host = model->make_cache(2), device = model->make_cache(2);
+    host.key_start = device.key_start = padding.key_start;
+    const Tensor length = Tensor::from_vector(std::vector<int64_t>{0}, {1});
+    device.device_length = length;
+    BOOST_TEST(test::max_abs_diff(model->forward_cached(prompt, device, padding.positions),
+                                  model->forward_cached(prompt, host, padding.positions)) == 0.0);
+    Tensor positions = Tensor::from_vector(std::vector<int64_t>{2, 4}, {2, 1});
+    for (int64_t t = 0; t < 6; ++t) {
+      ops::increment_(length, t == 0 ? 4 : 1);
+      const Tensor ids = Tensor::from_vector(std::vector<int64_t>{t + 1, 20 - t}, {2, 1});
+      const Tensor want = model->forward_cached(ids, host, positions);
+      BOOST_TEST(test::max_abs_diff(model->forward_cached(ids, device, positions), want) == 0.0, "column " << t);
+      ops::increment_(positions, 1);
+    }
+    BOOST_TEST(device.length == 10);
+    BOOST_TEST(length.item() == 9.0);  // the caller advances it before each column
+    for (size_t i = 0; i < host.k.size(); ++i) BOOST_TEST(test::max_abs_diff(device.k[i], host.k[i]) == 0.0);
+  }
+}

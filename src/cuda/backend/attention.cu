@@ -19,7 +19,9 @@
 // through it. Online softmax per row in base 2 (scores times scale log2 e, exp2f): the
 // output accumulators are rescaled when the running max grows. Every row sees key 0, so
 // the max is finite after the first tile and no -inf - -inf arises. out in the input dtype,
-// lse (natural log) in f32.
+// lse (natural log) in f32. With ops::causal_attention's cached the kernel reads how many
+// keys count from device memory (Geometry::keys()): a decode step over a whole cache runs one
+// launch whatever the cache's length (Note [Positions on the device] in tensor/ops.h).
 //
 // Backward: D = rowsum(dO o O) first (a warp per row). Then one block per (batch x head,
 // key tile) keeps its K and V tiles in shared memory and its dK, dV in registers while the
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t bh = blockIdx.x;
   const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * kTile;
   const int grp = threadIdx.x / 16, col = threadIdx.x % 16;
-  const int64_t offset = g.tk - g.tq;
+  const int64_t tk = g.keys(), offset = tk - g.tq;
   const T* kp = k.head<T>(bh, g.heads);
   const T* vp = v.head<T>(bh, g.heads);
   load_tile<E, HS>(sq, q.head<T>(bh, g.heads), q.stride_t, q0, g.tq, g.hs);
@@ -101,8 +103,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset, first_key = g.first_key(bh);
   for (int64_t k0 = (first_key < k_end ? first_key : k_end) / kTile * kTile; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous tile's readers of sk, sv, sp are done
-    load_tile<E, HS>(sk, kp, k.stride_t, k0, g.tk, g.hs);
-    load_tile<E, HS>(sv, vp, v.stride_t, k0, g.tk, g.hs);
+    load_tile<E, HS>(sk, kp, k.stride_t, k0, tk, g.hs);
+    load_tile<E, HS>(sv, vp, v.stride_t, k0, tk, g.hs);
     __syncthreads();
 
     float s[4][4] = {};  // rows 4 grp + i, keys col + 16 j
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t key = k0 + col + 16 * j;
-        s[i][j] = key >= first_key && key <= row + offset && key < g.tk ? s[i][j] * g.scale_log2 : -INFINITY;
+        s[i][j] = key >= first_key && key <= row + offset && key < tk ? s[i][j] * g.scale_log2 : -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
       mx = row_group_reduce(mx, MaxF{});
@@ -337,12 +339,12 @@ constexpr size_t backward_smem() {
 
 template <class E, int HS>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
-             const Tensor& key_start, cudaStream_t stream) {
+             const Tensor& key_start, const Tensor& cached, cudaStream_t stream) {
   auto* kernel = attention_kernel<E, HS>;
   allow_shared_memory(kernel, forward_smem<HS>(), q.device().index, q.size(3));
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(q.size(2)));
   kernel<<<grid, kAttnThreads, forward_smem<HS>(), stream>>>(
-      Operand(q), Operand(k), Operand(v), ptr<typename E::type>(out), ptr<float>(lse), geometry(q, k, scale, key_start));
+      Operand(q), Operand(k), Operand(v), ptr<typename E::type>(out), ptr<float>(lse), geometry(q, k, scale, key_start, cached));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -365,8 +367,8 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
 struct Forward {
   template <class E, int HS>
   static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
-                  const Tensor& key_start, cudaStream_t stream) {
-    forward<E, HS>(q, k, v, out, lse, scale, key_start, stream);
+                  const Tensor& key_start, const Tensor& cached, cudaStream_t stream) {
+    forward<E, HS>(q, k, v, out, lse, scale, key_start, cached, stream);
   }
 };
 struct Backward {
@@ -409,12 +411,12 @@ void dispatch(const Tensor& q, const char* method, Args&&... args) {
 // bf16 and f16 go to the tensor-core kernels where they fit (attention_mma.cu), the rest
 // to the FMA kernels here.
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                            double scale, const Tensor& key_start) {
+                            double scale, const Tensor& key_start, const Tensor& cached) {
   OnDevice on(q);
   if (mma_attention_fits(q, /*backward=*/false))
-    mma_attention(q, k, v, out, lse, scale, key_start, on.stream());
+    mma_attention(q, k, v, out, lse, scale, key_start, cached, on.stream());
   else
-    dispatch<Forward>(q, "attention", q, k, v, out, lse, scale, key_start, on.stream());
+    dispatch<Forward>(q, "attention", q, k, v, out, lse, scale, key_start, cached, on.stream());
 }
 
 void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

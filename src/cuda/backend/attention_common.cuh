@@ -57,8 +57,17 @@ struct Geometry {
   // (B,) on the device, or nullptr: row b's queries also see only keys j >= key_start[b]
   // (ops::causal_attention); a query that sees none outputs 0 with lse +inf.
   const int64_t* key_start = nullptr;
+  // (1,) on the device, or nullptr: only the first cached[0] + tq of the tk keys count
+  // (ops::causal_attention's cached; forward only).
+  const int64_t* cached = nullptr;
   // The first key that head bh's queries see.
   __host__ __device__ int64_t first_key(int64_t bh) const { return key_start ? key_start[bh / heads] : 0; }
+  // The keys that count: query i sees keys j <= i + keys() - tq (never past tk).
+  __host__ __device__ int64_t keys() const {
+    if (!cached) return tk;
+    const int64_t n = *cached + tq;
+    return n < tk ? n : tk;
+  }
 };
 
 // dsum[r] = sum over hs of dO o O for row r of (B NH Tq); a warp per row.
@@ -95,9 +104,11 @@ void allow_shared_memory(Kernel* kernel, size_t bytes, int device, int64_t hs) {
   TRIAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-inline Geometry geometry(const Tensor& q, const Tensor& k, double scale, const Tensor& key_start = Tensor()) {
+inline Geometry geometry(const Tensor& q, const Tensor& k, double scale, const Tensor& key_start = Tensor(),
+                         const Tensor& cached = Tensor()) {
   return Geometry{int(q.size(1)), int(q.size(3)), q.size(2), k.size(2), float(scale * 1.4426950408889634),
-                  key_start.defined() ? static_cast<const int64_t*>(key_start.raw_data()) : nullptr};
+                  key_start.defined() ? static_cast<const int64_t*>(key_start.raw_data()) : nullptr,
+                  cached.defined() ? static_cast<const int64_t*>(cached.raw_data()) : nullptr};
 }
 
 // Grid dimension y counts tiles of one head.
@@ -130,7 +141,7 @@ bool mma_attention_fits(const Tensor& q, bool backward);
 // The passes of CudaBackend::attention and attention_backward on tensor cores; dq32 is
 // an f32 buffer of dq's shape, zeroed, that dQ is summed into.
 void mma_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                   double scale, const Tensor& key_start, cudaStream_t stream);
+                   double scale, const Tensor& key_start, const Tensor& cached, cudaStream_t stream);
 void mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                             const Tensor& grad_out, const Tensor& dq32, const Tensor& dk, const Tensor& dv,
                             double scale, const Tensor& key_start, cudaStream_t stream);

@@ -44,13 +44,14 @@ namespace {
 
 template <class E, int HS>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
-             const Tensor& key_start, cudaStream_t stream) {
+             const Tensor& key_start, const Tensor& cached, cudaStream_t stream) {
   auto* kernel = mma_attention_kernel<E, HS>;
   constexpr size_t bytes = Layout<HS>::forward;
   allow_shared_memory(kernel, bytes, q.device().index, q.size(3));
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(q.size(2)));
   kernel<<<grid, kMmaThreads, bytes, stream>>>(Operand(q), Operand(k), Operand(v), ptr<uint16_t>(out),
-                                                ptr<float>(lse), geometry(q, k, scale, key_start), whole_rows<HS>({&q, &k, &v}));
+                                                ptr<float>(lse), geometry(q, k, scale, key_start, cached),
+                                                whole_rows<HS>({&q, &k, &v}));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -106,8 +107,8 @@ bool mma_attention_fits(const Tensor& q, bool backward) {
 }
 
 void mma_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                   double scale, const Tensor& key_start, cudaStream_t stream) {
-  with_kernel(q, [&]<class E, int HS>() { forward<E, HS>(q, k, v, out, lse, scale, key_start, stream); });
+                   double scale, const Tensor& key_start, const Tensor& cached, cudaStream_t stream) {
+  with_kernel(q, [&]<class E, int HS>() { forward<E, HS>(q, k, v, out, lse, scale, key_start, cached, stream); });
 }
 
 void mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,

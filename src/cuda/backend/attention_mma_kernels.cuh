@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * kTile;  // heaviest tiles first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = 16 * warp + lane / 2, half = lane % 2;  // the row this lane pair softmaxes
-  const int64_t row = q0 + r, offset = g.tk - g.tq, first_key = g.first_key(bh);
+  const int64_t row = q0 + r, tk = g.keys(), offset = tk - g.tq, first_key = g.first_key(bh);
   const uint16_t* kp = k.head<uint16_t>(bh, g.heads);
   const uint16_t* vp = v.head<uint16_t>(bh, g.heads);
   load_tile16<HS>(sq, L::kLd16, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs, whole & 1u);
@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset;  // keys the last row sees
   for (int64_t k0 = (first_key < k_end ? first_key : k_end) / kTile * kTile; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous tile's readers of sk, sv are done
-    load_tile16<HS>(sk, L::kLd16, kp, k.stride_t, k0, g.tk, g.hs, whole & 2u);
-    load_tile16<HS>(sv, L::kLd16, vp, v.stride_t, k0, g.tk, g.hs, whole & 4u);
+    load_tile16<HS>(sk, L::kLd16, kp, k.stride_t, k0, tk, g.hs, whole & 2u);
+    load_tile16<HS>(sv, L::kLd16, vp, v.stride_t, k0, tk, g.hs, whole & 4u);
     __syncthreads();
 
     scores<W, HS>(ss + 16 * warp * L::kLdS, L::kLdS, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     for (int i = 0; i < 32; ++i) {
       const int c = staggered(half, i, lane);
       const int64_t key = k0 + c;
-      if (key >= first_key && key <= row + offset && key < g.tk) mx = fmaxf(mx, srow[c] * g.scale_log2);
+      if (key >= first_key && key <= row + offset && key < tk) mx = fmaxf(mx, srow[c] * g.scale_log2);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     const float base = mx == -INFINITY ? 0.0f : mx;
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       const int c = staggered(half, i, lane);
       const int64_t key = k0 + c;
       const float p =
-          key >= first_key && key <= row + offset && key < g.tk ? exp2f(srow[c] * g.scale_log2 - base) : 0.0f;
+          key >= first_key && key <= row + offset && key < tk ? exp2f(srow[c] * g.scale_log2 - base) : 0.0f;
       sum += p;
       E::store(prow, c, p);
     }

@@ -1,4 +1,5 @@
-// Copies with dtype conversion, fills, and random fills (tensor/cpu/copy.cpp on the GPU).
+// Copies with dtype conversion, copies at a position on the device and counters, fills,
+// and random fills (tensor/cpu/copy.cpp on the GPU).
 // Copies between tensors of one dtype move raw elements of its width (dense ones are one
 // cudaMemcpyAsync); conversions go through double exactly as the CPU's do.
 #include <cstring>
@@ -6,6 +7,8 @@
 #include "cuda/backend/convert.cuh"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
+#include "cuda/backend/position_kernels.cuh"
+#include "tensor/ops.h"
 
 namespace triad::cuda {
 
@@ -65,6 +68,18 @@ void launch_copy(const Tensor& dst, const Tensor& src, const Strided<2>& g, cuda
 }
 
 template <class T>
+void launch_copy_at(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src, cudaStream_t stream) {
+  const int64_t n = src.numel();
+  const Tensor first = ops::narrow(dst, dim, 0, src.size(dim));  // dst at position 0
+  const Strided<2> g = make_strided<2>(src.shape(), {&first.strides(), &src.strides()}, "copy_at");
+  copy_at_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(n, g, ptr<T>(first), ptr<const T>(src),
+                                                            ptr<const int64_t>(index), dst.stride(dim),
+                                                            dst.size(dim) - src.size(dim),
+                                                            bad_index_sink(dst.device().index));
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
 void launch_fill(const Tensor& dst, const Strided<1>& g, T value, cudaStream_t stream) {
   const int64_t n = dst.numel();
   fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(n, g, ptr<T>(dst), value);
@@ -101,6 +116,27 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
     default:
       return launch_copy<uint64_t>(dst, src, g, on.stream());
   }
+}
+
+void CudaBackend::copy_at(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  OnDevice on(dst);
+  switch (element_size(dst.dtype())) {
+    case 1:
+      return launch_copy_at<uint8_t>(dst, dim, index, src, on.stream());
+    case 2:
+      return launch_copy_at<uint16_t>(dst, dim, index, src, on.stream());
+    case 4:
+      return launch_copy_at<uint32_t>(dst, dim, index, src, on.stream());
+    default:
+      return launch_copy_at<uint64_t>(dst, dim, index, src, on.stream());
+  }
+}
+
+void CudaBackend::increment(const Tensor& dst, int64_t value) {
+  OnDevice on(dst);
+  const int64_t n = dst.numel();
+  increment_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, ptr<int64_t>(dst), value);
+  TRIAD_CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::fill(const Tensor& dst, double value) {

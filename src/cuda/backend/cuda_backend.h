@@ -27,6 +27,8 @@ class CudaBackend final : public Backend {
  public:
   void copy(const Tensor& dst, const Tensor& src) override;
   void fill(const Tensor& dst, double value) override;
+  void copy_at(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) override;
+  void increment(const Tensor& dst, int64_t value) override;
   void normal(const Tensor& dst, double mean, double stddev, uint64_t seed, uint64_t first) override;
   void uniform(const Tensor& dst, double low, double high, uint64_t seed, uint64_t first) override;
 
@@ -89,14 +91,14 @@ class CudaBackend final : public Backend {
   void classifier_grad(const Tensor& logits, const Tensor& targets, int64_t first, int64_t classes, int64_t vocab,
                        int64_t ignore_index, const Tensor& lse, const Tensor& grad_loss, const Tensor& count) override;
   void sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& sampling, const Tensor& done,
-                     const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) override;
+                     const Tensor& tokens, const Tensor& logprobs, const Tensor& mask, const Tensor& step) override;
   void moe_route(const Tensor& probs, const Tensor& logits, const Tensor& noise, const Tensor& priority,
                  const MoERouting& routing, const Tensor& expert, const Tensor& location, const Tensor& load,
                  const Tensor& first_load) override;
   void moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity,
                    const Tensor& choice, const Tensor& slot, const Tensor& source) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                 double scale, const Tensor& key_start = Tensor()) override;
+                 double scale, const Tensor& key_start = Tensor(), const Tensor& cached = Tensor()) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                           const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                           double scale, const Tensor& key_start = Tensor()) override;

@@ -33,10 +33,11 @@ __device__ inline uint64_t candidate_key(float logit, int64_t token) {
 __device__ inline int64_t candidate_token(uint64_t key) { return int64_t(0xffffffffu - uint32_t(key)); }
 
 // Row b of logits (rows `row_stride` elements apart; the first `vocab` columns count). done,
-// tokens, logprobs and mask as ops::sample_tokens_ describes them.
+// tokens, logprobs and mask as ops::sample_tokens_ describes them; step, when not null, the
+// step the draws use instead of s.step (Note [Positions on the device] in tensor/ops.h).
 __global__ void __launch_bounds__(kSampleThreads)
-    sample_kernel(const float* logits, int64_t row_stride, int64_t vocab, TokenSampling s, float* done,
-                  int64_t* tokens, float* logprobs, float* mask) {
+    sample_kernel(const float* logits, int64_t row_stride, int64_t vocab, TokenSampling s, const int64_t* step,
+                  float* done, int64_t* tokens, float* logprobs, float* mask) {
   static __shared__ float s_logit[kMaxDeviceTopK];
   static __shared__ int64_t s_token[kMaxDeviceTopK];
   static __shared__ double s_mass[kSamplingChunks];
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   total = block_reduce(total, SumOp{}, 0.0);
 
   int64_t token = candidate_token(best);  // greedy
-  const double u = sampling_draw(s.seed, s.first_sample + b, s.step);
+  const double u = sampling_draw(s.seed, s.first_sample + b, step ? *step : s.step);
   if (s.temperature != 0.0 && untruncated(vocab, s.top_k, s.top_p)) {
     for (int64_t c = threadIdx.x; c < kSamplingChunks; c += blockDim.x)
       s_mass[c] = chunk_mass(row, c, vocab, top, s.temperature);

@@ -17,7 +17,7 @@
 // With key_start (Note [Left-padded batches] in nn/language_model.h) row b's queries see keys
 // j >= key_start[b] only: key blocks wholly before it are skipped, the rest masked; a query
 // that sees no key outputs 0 with lse = +inf, so the backward gives it and through it
-// nothing.
+// nothing. With cached (ops::causal_attention) k and v are narrowed to the keys that count.
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -30,6 +30,7 @@
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cpu/visit_float.h"
+#include "tensor/ops.h"
 
 namespace triad {
 
@@ -214,7 +215,14 @@ Tensor widened(Backend& backend, const Tensor& t) {
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                           double scale, const Tensor& key_start) {
+                           double scale, const Tensor& key_start, const Tensor& cached) {
+  if (cached.defined()) {  // the keys that count, as a narrower k and v
+    const int64_t keys = cached.data<int64_t>()[0] + q.size(2);
+    TRIAD_CHECK(keys >= q.size(2) && keys <= k.size(2), "causal_attention: " << keys - q.size(2) << " cached keys and "
+                                                        << q.size(2) << " queries exceed the " << k.size(2) << " keys");
+    attention(q, ops::narrow(k, 2, 0, keys), ops::narrow(v, 2, 0, keys), out, lse, scale, key_start);
+    return;
+  }
   if (is_16bit(q.dtype())) {
     const Tensor o = Tensor::empty(out.shape(), DType::f32);
     attention(widened(*this, q), widened(*this, k), widened(*this, v), o, lse, scale, key_start);

@@ -1,8 +1,10 @@
-// Copies with dtype conversion, fills, and random fills.
+// Copies with dtype conversion, copies at a position on the device and counters
+// (Note [Positions on the device] in tensor/ops.h), fills, and random fills.
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
+#include "tensor/ops.h"
 #include "tensor/random.h"
 
 namespace triad {
@@ -32,6 +34,18 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
                            });
     });
   });
+}
+
+void CpuBackend::copy_at(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  const int64_t i = index.data<int64_t>()[0], last = dst.size(dim) - src.size(dim);
+  TRIAD_CHECK(i >= 0 && i <= last, "copy_at_: index " << i << " outside [0, " << last << "] (" << src.size(dim)
+                                                      << " of " << dst.size(dim) << " along dimension " << dim << ")");
+  copy(ops::narrow(dst, dim, i, src.size(dim)), src);
+}
+
+void CpuBackend::increment(const Tensor& dst, int64_t value) {
+  int64_t* d = dst.data<int64_t>();
+  for (int64_t i = 0; i < dst.numel(); ++i) d[i] += value;
 }
 
 void CpuBackend::fill(const Tensor& dst, double value) {

@@ -8,8 +8,8 @@
 namespace triad {
 
 void CpuBackend::sample_tokens(const Tensor& logits, int64_t vocab, const TokenSampling& s, const Tensor& done,
-                               const Tensor& tokens, const Tensor& logprobs, const Tensor& mask) {
-  const int64_t B = logits.size(0);
+                               const Tensor& tokens, const Tensor& logprobs, const Tensor& mask, const Tensor& step) {
+  const int64_t B = logits.size(0), at = step.defined() ? step.data<int64_t>()[0] : s.step;
   const float* base = logits.data<float>();
   float* finished = done.data<float>();
   int64_t* token = tokens.data<int64_t>();
@@ -22,7 +22,7 @@ void CpuBackend::sample_tokens(const Tensor& logits, int64_t vocab, const TokenS
       continue;
     }
     const float* row = base + b * logits.stride(0);
-    const double u = sampling_draw(s.seed, s.first_sample + b, s.step);
+    const double u = sampling_draw(s.seed, s.first_sample + b, at);
     const int32_t t = sample_token(row, vocab, s.temperature, s.top_k, s.top_p, u);
     const double top = *std::max_element(row, row + vocab);
     double total = 0;
