@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # triad-rlhf end to end on a tiny GPT and 600 fortune pairs: every step runs (SFT, reward
 # model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO), with a
-# Llama, and the reward model and DPO at tensor-parallel 2 and in two pipeline stages as in
-# one process; a PPO run
+# Llama, the reward model and DPO at tensor-parallel 2 and in two pipeline stages and PPO in
+# two pipeline stages as in one process; a PPO run
 # stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad
 # input (a row without "chosen", prompts all longer than the limit, sequence parallelism
-# without tensor parallelism, PPO in pipeline stages, a critic initialized from a reward model of
+# without tensor parallelism, PPO with a Llama in pipeline stages, a critic initialized from a reward model of
 # another hidden size, under mpirun on 2 ranks)
 # fails on every rank with an error that names the problem, and leaves what earlier runs
 # saved untouched.
@@ -57,10 +57,10 @@ done
 echo "ok   every step ran and saved its model"
 
 # The reward model and DPO with their models split over a tensor-parallel pair of ranks, and
-# in two pipeline stages: the single process's losses, scores and margins at every step (PPO
-# and GRPO: test_rl_training_mpi). Adam's eps is 1e-4 in this config so that gradients at
-# rounding level, whose rounding differs with the layout, move their weights by lr·g/eps, not
-# by lr.
+# in two pipeline stages, and PPO (adaptive KL, ptx, EMA) in two pipeline stages: the single
+# process's losses, scores, margins and rewards at every step (more layouts:
+# test_rl_training_mpi). Adam's eps is 1e-4 in this config so that gradients at rounding
+# level, whose rounding differs with the layout, move their weights by lr·g/eps, not by lr.
 mpi=(mpirun -np 2 --oversubscribe --bind-to none)
 for layout in tp:model.tensor_parallel pp:pipeline.stages; do
   for s in reward dpo; do
@@ -68,17 +68,22 @@ for layout in tp:model.tensor_parallel pp:pipeline.stages; do
       --set "$s.output_dir=${layout%%:*}-$s" --metrics "${layout%%:*}-$s.jsonl"
   done
 done
+run pp-ppo "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set pipeline.stages=2 --set ppo.output_dir=pp-ppo \
+  --metrics pp-ppo.jsonl
 python3 - <<'PY'
 import json
-for layout in ("tp", "pp"):
-    for step, keys in (("reward", ("loss", "chosen_score", "rejected_score")), ("dpo", ("loss", "margin"))):
-        a, b = ([json.loads(l) for l in open(p)] for p in (f"{step}.jsonl", f"{layout}-{step}.jsonl"))
-        assert len(a) == len(b), (layout, step, len(a), len(b))
-        for x, y in zip(a, b):
-            for k in keys:
-                assert abs(x[k] - y[k]) <= 1e-4 * max(1.0, abs(x[k])), \
-                    f"{step} step {x['step']} {k}: {x[k]} alone, {y[k]} at {layout} 2"
-print("ok   the reward model and DPO at tensor-parallel 2 and in two pipeline stages follow the single process")
+ppo = ("reward", "chosen_reward", "kl", "kl_coef", "entropy", "actor_loss", "value_loss", "ptx_loss")
+for layout, step, keys in [(l, s, k) for l in ("tp", "pp")
+                           for s, k in (("reward", ("loss", "chosen_score", "rejected_score")),
+                                        ("dpo", ("loss", "margin")))] + [("pp", "ppo", ppo)]:
+    a, b = ([json.loads(l) for l in open(p)] for p in (f"{step}.jsonl", f"{layout}-{step}.jsonl"))
+    assert len(a) == len(b), (layout, step, len(a), len(b))
+    for x, y in zip(a, b):
+        for k in keys:
+            assert abs(x[k] - y[k]) <= 1e-4 * max(1.0, abs(x[k])), \
+                f"{step} step {x['step']} {k}: {x[k]} alone, {y[k]} at {layout} 2"
+print("ok   the reward model and DPO at tensor-parallel 2 and in two pipeline stages, and PPO in two pipeline "
+      "stages, follow the single process")
 PY
 
 # The same five steps with a Llama (RMSNorm, rotary embedding, SwiGLU, grouped-query attention).
@@ -167,8 +172,8 @@ expect "prompts all longer than the limit" 'max_prompt_seq_len' \
   "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set data.max_prompt_seq_len=1 --set data.max_seq_len=20
 expect "sequence parallelism without tensor parallelism" 'model.sequence_parallel needs model.tensor_parallel > 1' \
   "${mpi[@]}" "${rlhf[@]}" reward --config rlhf.json --set model.sequence_parallel=true
-expect "pipeline stages" 'ppo: pipeline.stages must be 1, got 2' \
-  "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set pipeline.stages=2 --set model.n_layer=2
+expect "a Llama in pipeline stages" 'ppo: model.arch llama with pipeline.stages 2' \
+  "${mpi[@]}" "${rlhf[@]}" ppo --config llama.json --set pipeline.stages=2
 # A reward model of hidden size 48 (its own SFT start), then a critic configured at 32 from it.
 run sft48 "${rlhf[@]}" sft --config rlhf.json --set model.d_model=48 --set sft.steps=1 --set sft.output_dir=sft48
 run reward48 "${rlhf[@]}" reward --config rlhf.json --set model.d_model=48 --set reward.steps=1 \
