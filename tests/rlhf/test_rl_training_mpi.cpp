@@ -424,6 +424,17 @@ BOOST_AUTO_TEST_CASE(ppo_and_grpo_in_pipeline_stages_equal_one_process) {
   check_against_one_process(*world, world, dir, 1, false, /*pp=*/2);
 }
 
+// The same with the stages split over tensor-parallel pairs with sequence parallelism (on 4
+// ranks: tp 2 × pp 2; the rows right-padded to an even width): the whole models are gathered
+// per tensor-parallel rank, each holding its part of every layer.
+BOOST_AUTO_TEST_CASE(ppo_and_grpo_in_tensor_parallel_pipeline_stages_equal_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  if (world->size() != 4) return;  // run on 4 ranks only, to keep the test's time modest
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  check_against_one_process(*world, world, dir, 2, /*sp=*/true, /*pp=*/2);
+}
+
 // A frozen model partitioned at ZeRO-3 (zero/frozen_partition.h) computes what the whole
 // one does, holds its shard alone between forwards (each unit freed after its forward), and
 // with zero_quantized_weights computes what the whole model does with each rank's shards
