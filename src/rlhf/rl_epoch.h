@@ -3,26 +3,28 @@
 // their optimizer steps, with the models held whole or in pipeline stages.
 //
 // Note [RL in pipeline stages]: with pipeline.stages > 1 the actor trains as its model's
-// list of layers and the critic as a value model's (nn/value_layers.h), each rank holding its
-// stage (Note [RLHF pipeline stages] in rlhf/step_run.h). Generation and the experience run
-// on the whole models, gathered from the stages on every rank of the pipeline (Note [Stages
-// gathered whole] in rlhf/gathered_stages.h), so every rank of a pipeline holds the same
-// samples and experience, which are one process's; the frozen reference and reward models
-// are held on every rank, as without stages (Note [Frozen models] in rlhf/models.h:
-// partitioned over the stage's data-parallel ranks at ZeRO-3). An epoch then runs the step's
-// micro-batches through each engine's schedule (Engine::forward_backward) with the loss on
-// the last stage (Note [Pipeline losses] in engine/engine.h). A pipeline agrees on one
-// activation shape for its whole run, and the stages pass one tensor, with no padding
-// positions beside it, so each sequence goes in right-padded to `width` columns, the same
-// at every step: a left-padded row's prompt and answer moved to its start, the pad token
-// after them. A causal model computes at a row's tokens what it computes there left-padded
-// (the row's positions count from its first token either way), so the losses read the
-// log-probs and values of the answer tokens at each row's own columns. With ptx, a
-// micro-batch's ptx rows (right-padded to the same width) follow its experience rows in the
-// same input, and the loss adds unsup_coef times their language-model loss. The figures the
-// losses record go from the last stage to every rank of the pipeline. The actor's EMA (Note
-// [Actor EMA]) needs nothing more: each rank averages its ZeRO shard of its stage's layers,
-// which are named as the whole model's (Note [Layer names]).
+// list of layers and the critic as a value model's (nn/value_layers.h), each rank holding
+// its stage (Note [RLHF pipeline stages] in rlhf/step_run.h). Generation and the experience
+// run on the whole models, gathered from the stages on every rank of the pipeline (Note
+// [Stages gathered whole] in rlhf/gathered_stages.h), so every rank of a pipeline holds the
+// same samples and experience, which are one process's; the frozen reference and reward
+// models are held on every rank, as without stages (Note [Frozen models] in rlhf/models.h:
+// partitioned over the stage's data-parallel ranks at ZeRO-3). The stages of a pipeline
+// thus repeat the generation and scoring of their rows rather than split it. An epoch then
+// runs the step's micro-batches through each engine's schedule (Engine::forward_backward)
+// with the loss on the last stage (Note [Pipeline losses] in engine/engine.h). A pipeline
+// agrees on one activation shape for its whole run, and the stages pass one tensor, with no
+// padding positions beside it, so each sequence goes in right-padded to `width` columns,
+// the same at every step: a left-padded row's prompt and answer moved to its start, the pad
+// token after them. A causal model computes at a row's tokens what it computes there
+// left-padded (the row's positions count from its first token either way; equal up to
+// rounding), so the losses read the log-probs and values of the answer tokens at each row's
+// own columns. With ptx, a micro-batch's ptx rows (right-padded to the same width) follow
+// its experience rows in the same input, and the loss adds unsup_coef times their
+// language-model loss. The figures the losses record go from the last stage to every rank
+// of the pipeline. The actor's EMA (Note [Actor EMA]) needs nothing more: each rank
+// averages its ZeRO shard of its stage's layers, which are named as the whole model's (Note
+// [Layer names]).
 #pragma once
 
 #include <vector>
