@@ -11,11 +11,10 @@
 namespace triad::rlhf {
 
 void check_model_split(const engine::TrainConfig& c, const std::string& step) {
-  const bool rl = step == "ppo" || step == "ppo.critic" || step == "grpo";
-  TRIAD_CHECK(c.pipeline.stages == 1 || c.arch != "llama" || !rl,
+  TRIAD_CHECK(c.pipeline.stages == 1 || c.arch != "llama" || (step != "ppo" && step != "ppo.critic"),
               "[config] " << step << ": model.arch llama with pipeline.stages " << c.pipeline.stages
-                          << ": PPO and GRPO run a GPT in pipeline stages; set pipeline.stages to 1 (sft and dpo "
-                          << "take a Llama's stages)");
+                          << ": PPO's critic, a value model, trains in pipeline stages as a GPT only; set "
+                          << "pipeline.stages to 1 (grpo, sft and dpo take a Llama's stages)");
 }
 
 int64_t column_multiple(const engine::TrainConfig& c) { return c.sequence_parallel ? c.tensor_parallel : 1; }

@@ -66,8 +66,9 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
 // samples as one process does.
 //
 // Error naming the keys when `c` puts a Llama in pipeline stages for PPO (`step` "ppo", or
-// "ppo.critic" for its critic) or GRPO (Note [RLHF pipeline stages]). (Sequence parallelism
-// without model.tensor_parallel > 1 is the config parser's error, for every program.)
+// "ppo.critic" for its critic: a value model trains in stages as a GPT only; Note [RLHF
+// pipeline stages]). (Sequence parallelism without model.tensor_parallel > 1 is the config
+// parser's error, for every program.)
 void check_model_split(const engine::TrainConfig& c, const std::string& step);
 // The multiple a batch's columns must be (Note [Sequence-parallel steps]): the
 // tensor-parallel ranks with sequence parallelism, else 1.
@@ -88,7 +89,8 @@ int64_t pair_column_multiple(const engine::TrainConfig& c, const SequenceLimits&
 // loss records (the scores, the rewards) goes from the last stage to every rank of the
 // pipeline (last_stage_rows). PPO's and GRPO's actor and critic train the same way; their
 // generation and experience run on the models gathered whole from the stages (Note [RL in
-// pipeline stages] in rlhf/rl_epoch.h). A Llama trains in stages in SFT and DPO only.
+// pipeline stages] in rlhf/rl_epoch.h). A value model (the reward model, PPO's critic) trains
+// in stages as a GPT only; a Llama policy or actor takes stages in SFT, DPO and GRPO.
 //
 // The targets the loops give a pipeline: micro-batch m's is its index m (an i64 tensor of
 // one element), which target_index reads back in the loss.

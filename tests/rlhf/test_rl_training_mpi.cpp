@@ -7,7 +7,8 @@
 // they do with the models split over tensor-parallel pairs of ranks, with and without
 // sequence parallelism (Note [Sequence-parallel steps] in rlhf/step_run.h; the reward model's
 // and DPO's training too). PPO and GRPO, the reward model and DPO also train in two pipeline
-// stages as in one process (a Llama is refused there: test_rlhf_config). The frozen reference
+// stages as in one process, GRPO with a Llama too (PPO with a Llama is refused there:
+// test_rlhf_config). The frozen reference
 // and reward models (DPO's reference too) are partitioned over the data-parallel ranks at
 // ZeRO-3 (Note [Frozen models] in rlhf/models.h), and the runs' "mem" shows it.
 #include <boost/test/unit_test.hpp>
@@ -15,6 +16,7 @@
 
 #include "autograd/grad_mode.h"
 #include "checkpoint/checkpoint.h"
+#include "config/model_factory.h"
 #include "io/triad_tokenizer.h"
 #include "nn/gpt.h"
 #include "nn/value_model.h"
@@ -43,8 +45,14 @@ nlohmann::json model_config() {
           {"train_batch_size", 1}, {"steps", 1}};
 }
 
-// Rank 0 writes the tokenizer (bytes), the pairs, and the actor's and the reward model's
-// initial weights into `dir`.
+// A Llama's model section (grouped-query attention), of the GPT's vocabulary.
+nlohmann::json llama_model() {
+  return {{"arch", "llama"},         {"n_layer", 2},  {"n_head", 2},        {"n_kv_head", 1},
+          {"intermediate_size", 32}, {"d_model", 16}, {"seq_len", 32},      {"vocab_size", 257}};
+}
+
+// Rank 0 writes the tokenizer (bytes), the pairs, and the actor's (a GPT's, and a Llama's)
+// and the reward model's initial weights into `dir`.
 void write_inputs(const std::string& dir) {
   io::TriadTokenizer::train("ab", io::TriadTokenizer::kMinVocabSize).save(dir + "/tokenizer.json");
   std::string rows;
@@ -55,6 +63,10 @@ void write_inputs(const std::string& dir) {
   const engine::TrainConfig c = engine::parse_config(model_config());
   nn::GPT actor(c.model);
   engine::save_initial_checkpoint(dir + "/actor.h5", model_config(), actor.named_parameters());
+  nlohmann::json llama = model_config();
+  llama["model"] = llama_model();
+  engine::save_initial_checkpoint(dir + "/llama.h5", llama,
+                                  engine::build_model(engine::parse_config(llama))->named_parameters());
   nn::ValueModel reward(std::make_shared<nn::GPT>(c.model), 16, *nn::serial(), 11);
   engine::save_initial_checkpoint(dir + "/reward.h5", model_config(), reward.named_parameters());
 }
@@ -145,6 +157,24 @@ void check_frozen_memory(const nlohmann::json& mine, const nlohmann::json& alone
   }
 }
 
+// Both steps' metrics of a PPO or GRPO run (`algorithm`) in some layout (metrics many.jsonl)
+// and in one process (one.jsonl) within 1e-5, and the trained actors.
+void check_rl_steps_agree(const std::string& algorithm, const std::string& one, const std::string& many) {
+  const std::vector<nlohmann::json> a = metric_lines(one + ".jsonl"), b = metric_lines(many + ".jsonl");
+  BOOST_TEST_REQUIRE(a.size() == 2u);
+  BOOST_TEST_REQUIRE(b.size() == 2u);
+  std::vector<std::string> keys = {"reward",     "chosen_reward", "kl",           "entropy", "response_length",
+                                   "actor_loss", "clip_fraction", "actor_grad_norm"};
+  if (algorithm == "ppo")
+    keys.insert(keys.end(), {"approx_kl", "value_loss", "value_clip_fraction", "ptx_loss", "critic_grad_norm"});
+  else
+    keys.push_back("k3_kl");
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const std::string& key : keys)
+      BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
+  BOOST_TEST(max_weight_diff(one + "/actor.h5", many + "/actor.h5") < 1e-5);
+}
+
 // PPO and GRPO on every rank of `world` (model.tensor_parallel `tp`, with sequence
 // parallelism when `sp`, in `pp` pipeline stages, ZeRO-3, the frozen reference and reward
 // models partitioned over the data-parallel ranks) against one process on rank 0: every
@@ -165,21 +195,9 @@ void check_against_one_process(parallel::Communicator& world, const parallel::Co
           rlhf::parse_rlhf_config(rl_config(dir, algorithm, world.size(), many, tp, sp, pp), algorithm, world.size()),
           {.metrics_path = many + ".jsonl"}, all);
       if (world.rank() == 0) {
-        const std::vector<nlohmann::json> a = metric_lines(one + ".jsonl"), b = metric_lines(many + ".jsonl");
-        BOOST_TEST_REQUIRE(a.size() == 2u);
-        BOOST_TEST_REQUIRE(b.size() == 2u);
-        std::vector<std::string> keys = {"reward",       "chosen_reward", "kl",         "entropy", "response_length",
-                                         "actor_loss",   "clip_fraction", "actor_grad_norm"};
-        if (algorithm == "ppo")
-          keys.insert(keys.end(), {"approx_kl", "value_loss", "value_clip_fraction", "ptx_loss", "critic_grad_norm"});
-        else
-          keys.push_back("k3_kl");
-        for (size_t i = 0; i < a.size(); ++i)
-          for (const std::string& key : keys)
-            BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
+        check_rl_steps_agree(algorithm, one, many);
         BOOST_TEST(alone["kl"].get<double>() != 0.0);  // the second step's actor has moved
         check_frozen_memory(mine, alone, world.size(), tp * pp, {"reference", "reward"});
-        BOOST_TEST(max_weight_diff(one + "/actor.h5", many + "/actor.h5") < 1e-5);
         if (algorithm == "ppo") {
           BOOST_TEST(max_weight_diff(one + "/critic.h5", many + "/critic.h5") < 1e-5);
           BOOST_TEST(max_weight_diff(one + "/actor_ema.h5", many + "/actor_ema.h5") < 1e-5);
@@ -433,6 +451,31 @@ BOOST_AUTO_TEST_CASE(ppo_and_grpo_in_tensor_parallel_pipeline_stages_equal_one_p
   test::TempDir own;
   const std::string dir = shared_inputs(own, *world);
   check_against_one_process(*world, world, dir, 2, /*sp=*/true, /*pp=*/2);
+}
+
+// GRPO with a Llama actor (and reference) in two pipeline stages: its layer list's stages
+// gathered whole into an nn::Llama for generation and experience (Note [Stages gathered
+// whole]), both steps' metrics and the trained actor equal one process's.
+BOOST_AUTO_TEST_CASE(grpo_with_a_llama_in_pipeline_stages_equals_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  BOOST_TEST_REQUIRE(world->size() % 2 == 0, "two pipeline stages need an even rank count");
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  const auto config = [&](int ranks, const std::string& out, int pp) {
+    nlohmann::json j = rl_config(dir, "grpo", ranks, out, 1, false, pp);
+    j["model"].update(llama_model());
+    j["grpo"]["actor"]["init"] = dir + "/llama.h5";
+    return rlhf::parse_rlhf_config(j, "grpo", ranks);
+  };
+  const std::string one = dir + "/one-llama", many = dir + "/many-llama-pp2";
+  if (world->rank() == 0) rlhf::train_rl(config(1, one, 1), {.metrics_path = one + ".jsonl"}, nullptr);
+  world->barrier();
+  rlhf::train_rl(config(world->size(), many, 2), {.metrics_path = many + ".jsonl"}, world);
+  if (world->rank() == 0) {
+    check_rl_steps_agree("grpo", one, many);
+    BOOST_TEST(max_weight_diff(dir + "/llama.h5", one + "/actor.h5") > 1e-4);  // the actor moved
+  }
+  world->barrier();
 }
 
 // A frozen model partitioned at ZeRO-3 (zero/frozen_partition.h) computes what the whole
