@@ -86,6 +86,14 @@ std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, engine::GridPt
       std::move(grid));
 }
 
+std::shared_ptr<nn::LanguageModel> whole_policy(const engine::TrainConfig& c, const parallel::CommunicatorPtr& tp) {
+  return engine::build_model(c, parallel::layer_parallelism(tp, c.sequence_parallel));
+}
+
+std::shared_ptr<nn::ValueModel> whole_value_model(const engine::TrainConfig& c, const parallel::CommunicatorPtr& tp) {
+  return value_model(c, parallel::layer_parallelism(tp, c.sequence_parallel));
+}
+
 bool holds_value_model(const std::string& path) {
   const engine::CheckpointSummary s = engine::read_summary(path);
   return std::any_of(s.datasets.begin(), s.datasets.end(),

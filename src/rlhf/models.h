@@ -19,6 +19,13 @@ std::unique_ptr<engine::Engine> policy_engine(const ModelRun& run, engine::GridP
 // (its body; the head drawn from the config's seed) or a value model's (all of it).
 std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, engine::GridPtr grid);
 
+// The whole model an engine of policy_engine or value_engine trains in pipeline stages (the
+// language model; the value model), built on this rank over the tensor-parallel group `tp`
+// as the stages are, for the stages' values to be gathered into (Note [Stages gathered
+// whole] in rlhf/gathered_stages.h).
+std::shared_ptr<nn::LanguageModel> whole_policy(const engine::TrainConfig& c, const parallel::CommunicatorPtr& tp);
+std::shared_ptr<nn::ValueModel> whole_value_model(const engine::TrainConfig& c, const parallel::CommunicatorPtr& tp);
+
 // Whether a checkpoint or weights file holds a value model (has v_head.weight).
 bool holds_value_model(const std::string& path);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
@@ -11,13 +12,13 @@
 #include "config/model_factory.h"
 #include "rlhf/actor_ema.h"
 #include "rlhf/gae.h"
+#include "rlhf/gathered_stages.h"
 #include "rlhf/grpo.h"
 #include "rlhf/kl_controller.h"
 #include "rlhf/kl_reward.h"
-#include "rlhf/log_probs.h"
 #include "rlhf/models.h"
-#include "rlhf/ppo_losses.h"
 #include "rlhf/reward_scores.h"
+#include "rlhf/rl_epoch.h"
 #include "rlhf/step_examples.h"
 #include "tensor/ops.h"
 
@@ -29,21 +30,24 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// One micro-batch of the rank's rows, scored (Note [RL step]); all on the training device.
-struct Experience {
-  Tensor seq;  // (R, P + N) i64: left-padded prompts, then the answers
-  nn::LeftPadding padding;
-  Tensor mask;                            // (R, N) f32: 1 at answer tokens
-  Tensor old_logp, ref_logp;              // (R, N)
-  Tensor advantages;                      // PPO (R, N); GRPO (R,)
-  Tensor old_values, returns;             // PPO (R, N)
-};
-
-// The answer part (R, N) of the next-token log-probs and entropy of rows whose answers
-// start at column P (the position before predicts each answer token).
-TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t P, int64_t N, int64_t vocab) {
-  const TokenLogProbs t = next_token_log_probs(logits, seq, Tensor(), vocab);
-  return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
+// Note [RL in pipeline stages]: the columns every pipeline input has: the longest prompt and
+// answer (and ptx row), a multiple of the columns a batch must be; Error naming the keys
+// when that exceeds a trained model's seq_len.
+int64_t pipeline_width(const StepConfig& sc, bool ptx) {
+  const engine::TrainConfig& c = sc.model.train;
+  const SequenceLimits& l = sc.data.limits;
+  const int64_t m = column_multiple(c);
+  const int64_t width =
+      (std::max(l.max_prompt_seq_len + sc.rl.max_answer_seq_len, ptx ? l.max_seq_len : 0) + m - 1) / m * m;
+  for (const engine::TrainConfig* t : {&c, sc.step == "ppo" ? &sc.critic.train : nullptr})
+    TRIAD_CHECK(!t || width <= engine::model_shape(*t).seq_len,
+                "[config] " << sc.step << " in pipeline stages: data.max_prompt_seq_len " << l.max_prompt_seq_len
+                            << " + max_answer_seq_len " << sc.rl.max_answer_seq_len
+                            << (ptx ? " (and data.max_seq_len " + std::to_string(l.max_seq_len) + " with ptx)" : "")
+                            << (m > 1 ? ", rounded up to a multiple of model.tensor_parallel," : "") << " is " << width
+                            << " columns, beyond a model's seq_len " << engine::model_shape(*t).seq_len
+                            << " (every pipeline input has that many columns)");
+  return width;
 }
 
 // gen's rows left-padded with `pad` to a multiple of `multiple` columns (Note
@@ -104,10 +108,11 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
           TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
                           sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&
                           sc.critic.train.steps == c.steps && sc.critic.train.tensor_parallel == c.tensor_parallel &&
-                          sc.critic.train.sequence_parallel == c.sequence_parallel,
+                          sc.critic.train.sequence_parallel == c.sequence_parallel &&
+                          sc.critic.train.pipeline.stages == c.pipeline.stages,
                       "[config] ppo: the actor and the critic must share train_batch_size, "
-                      "train_micro_batch_size_per_gpu, steps, model.tensor_parallel and model.sequence_parallel "
-                      "(they train on the same experience)");
+                      "train_micro_batch_size_per_gpu, steps, model.tensor_parallel, model.sequence_parallel and "
+                      "pipeline.stages (they train on the same experience)");
         }
         TRIAD_CHECK(c.micro_batch_size % G == 0, "[config] grpo: train_micro_batch_size_per_gpu "
                                                      << c.micro_batch_size << " must be a multiple of grpo.group_size "
@@ -117,6 +122,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
                     "[config] data.max_prompt_seq_len " << sc.data.limits.max_prompt_seq_len << " + max_answer_seq_len "
                                                         << o.max_answer_seq_len << " exceeds the actor's seq_len "
                                                         << seq_len);
+        if (c.pipeline.stages > 1) pipeline_width(sc, ppo && o.unsup_coef > 0);
         const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);
         const io::Tokenizer& tokenizer = *tokenizer_file;
         eot = tokenizer.eot();
@@ -139,14 +145,24 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   std::unique_ptr<engine::Engine> critic =
       ppo ? value_engine(sc.critic, same_grid ? layout.grid : engine::process_grid(cc, comm)) : nullptr;
   const Device device = actor->device();
-  auto& actor_model = dynamic_cast<nn::LanguageModel&>(actor->model());
-  nn::ValueModel* critic_model = critic ? &dynamic_cast<nn::ValueModel&>(critic->model()) : nullptr;
+  // Note [RL in pipeline stages]: generation and the experience read the whole models,
+  // gathered from the stages.
+  const std::unique_ptr<GatheredStages> actor_stages =
+      actor->pipelined() ? std::make_unique<GatheredStages>(*actor, whole_policy(c, actor->tp())) : nullptr;
+  const std::unique_ptr<GatheredStages> critic_stages =
+      critic && critic->pipelined() ? std::make_unique<GatheredStages>(*critic, whole_value_model(cc, critic->tp()))
+                                    : nullptr;
+  auto& actor_model = dynamic_cast<nn::LanguageModel&>(actor_stages ? actor_stages->model() : actor->model());
+  nn::ValueModel* critic_model =
+      critic ? &dynamic_cast<nn::ValueModel&>(critic_stages ? critic_stages->model() : critic->model()) : nullptr;
   const int64_t vocab = actor_model.vocab_size();
   // Note [Frozen models]: partitioned over dp at ZeRO-3, as the actor is.
   const FrozenPlacement placement{
       .tp = layout.tp, .sequence_parallel = c.sequence_parallel, .dp = layout.dp, .zero = c.zero};
-  SequenceLimits limits = sc.data.limits;
+  SequenceLimits limits = sc.data.limits, ptx_limits = sc.data.limits;
   limits.column_multiple = column_multiple(c);  // Note [Sequence-parallel steps]
+  const int64_t width = actor->pipelined() ? pipeline_width(sc, !ptx.train.empty()) : 0;
+  ptx_limits.column_multiple = actor->pipelined() ? width : limits.column_multiple;  // Note [RL in pipeline stages]
   const Frozen<nn::LanguageModel> reference = frozen_policy(sc.model.init, device, placement);
   const Frozen<nn::ValueModel> reward = frozen_value_model(o.reward_model, device, placement);
   TRIAD_CHECK(reward->base->vocab_size() == vocab, "the reward model '" << o.reward_model << "' has a vocabulary of "
@@ -206,12 +222,18 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
                                            .max_new_tokens = o.max_answer_seq_len,
                                            .seed = c.seed,
                                            .stop_token = eot};
-    const engine::BatchGeneration gen = pad_columns(
-        engine::generate_batch(*actor, rows, sampling, eot, step * B + rank * R), column_multiple(c), eot);
+    // Note [RL in pipeline stages]: the whole models, gathered from the stages, until the
+    // experience is made.
+    std::optional<GatheredScope> whole_actor(std::in_place, actor_stages.get()), whole_critic;
+    const engine::BatchGeneration gen =
+        pad_columns(actor_stages ? engine::generate_batch(actor_model, rows, sampling, eot, step * B + rank * R)
+                                 : engine::generate_batch(*actor, rows, sampling, eot, step * B + rank * R),
+                    column_multiple(c), eot);
     const double gen_s = seconds_since(g0);
 
     // Experience, per micro-batch (Note [RL step]).
     const auto e0 = Clock::now();
+    whole_critic.emplace(critic_stages.get());
     const int64_t P = gen.prompt_columns, N = gen.answer_mask.size(1), T = P + N;
     std::vector<Experience> experience;
     double score_sum = 0, score_sq = 0, kl_sum = 0, entropy_sum = 0, answer_tokens = 0, chosen_sum = 0;
@@ -221,8 +243,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       NoGradGuard no_grad;
       Experience e;
       e.seq = ops::to(ops::contiguous(ops::narrow(gen.tokens, 0, m * micro, micro)), device);
-      e.padding = nn::left_padding(std::vector<int64_t>(gen.pads.begin() + m * micro, gen.pads.begin() + (m + 1) * micro),
-                                   T, device);
+      e.pads.assign(gen.pads.begin() + m * micro, gen.pads.begin() + (m + 1) * micro);
+      e.padding = nn::left_padding(e.pads, T, device);
       e.mask = ops::to(ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro)), device);
       const TokenLogProbs own =
           answer_log_probs(full_vocabulary(actor_model.forward(e.seq, e.padding), layout.tp), e.seq, P, N, vocab);
@@ -254,44 +276,34 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       }
       experience.push_back(std::move(e));
     }
+    whole_actor.reset(), whole_critic.reset();
     actor->model().train();
     if (critic) critic->model().train();
     const double experience_s = seconds_since(e0);
 
     // Training: ppo_epochs optimizer steps over the experience.
     const auto t0 = Clock::now();
-    double actor_loss = 0, clip_fraction = 0, approx_kl = 0, critic_loss = 0, value_clip = 0, ptx_loss = 0;
+    EpochFigures figures;
     engine::StepResult actor_step, critic_step;
     for (int64_t epoch = 0; epoch < o.ppo_epochs; ++epoch) {
-      for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
-        const Experience& e = experience[size_t(m)];
-        const Tensor logits = full_vocabulary(actor_model.forward(e.seq, e.padding), layout.tp);
-        const Tensor logp = answer_log_probs(logits, e.seq, P, N, vocab).logp;
-        if (ppo) {
-          const ActorLoss a = ppo_actor_loss(logp, e.old_logp, e.advantages, e.mask, o.cliprange);
-          actor->backward(a.loss);
-          actor_loss += a.loss.item(), clip_fraction += a.clip_fraction, approx_kl += a.approx_kl;
-        } else {
-          const GrpoLoss a = grpo_loss(logp, e.old_logp, e.ref_logp, e.advantages, e.mask, o.beta, o.cliprange);
-          actor->backward(a.loss);
-          actor_loss += a.loss.item(), clip_fraction += a.clip_fraction, approx_kl += a.kl;
-        }
-        if (!ptx.train.empty()) {  // ptx: the SFT loss on the SFT split, weighted
-          std::vector<int64_t> select;
-          for (int64_t i = 0; i < micro; ++i)
-            select.push_back(ptx_order.at(((step * o.ppo_epochs + epoch) * n + rank) * R + m * micro + i));
-          const SftBatch u = make_sft_batch(ptx.train, select, limits, eot, eot);
-          const Tensor loss = actor->forward(u.inputs, u.targets);
-          ptx_loss += loss.item();
-          actor->backward(mul(loss, o.unsup_coef));
-        }
-        if (critic) {
-          const Tensor values = narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N);
-          const CriticLoss v = ppo_critic_loss(values, e.old_values, e.returns, e.mask, o.cliprange_value);
-          critic->backward(v.loss);
-          critic_loss += v.loss.item(), value_clip += v.clip_fraction;
-        }
+      std::vector<SftBatch> ptx_batches;  // ptx: a micro-batch of the SFT split per micro-batch
+      for (int64_t m = 0; m < c.gradient_accumulation_steps && !ptx.train.empty(); ++m) {
+        std::vector<int64_t> select;
+        for (int64_t i = 0; i < micro; ++i)
+          select.push_back(ptx_order.at(((step * o.ppo_epochs + epoch) * n + rank) * R + m * micro + i));
+        ptx_batches.push_back(make_sft_batch(ptx.train, select, ptx_limits, eot, eot));
       }
+      const EpochFigures f = train_epoch(*actor, critic.get(),
+                                         {.experience = experience,
+                                          .ptx = ptx_batches,
+                                          .ppo = ppo,
+                                          .options = o,
+                                          .vocab = vocab,
+                                          .tp = layout.tp,
+                                          .width = width,
+                                          .pad_token = eot});
+      figures.actor_loss += f.actor_loss, figures.clip_fraction += f.clip_fraction, figures.approx_kl += f.approx_kl;
+      figures.ptx_loss += f.ptx_loss, figures.critic_loss += f.critic_loss, figures.value_clip += f.value_clip;
       actor_step = actor->step();
       if (ema) ema->update();
       if (critic) critic_step = critic->step();
@@ -299,8 +311,9 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     const double train_s = seconds_since(t0);
 
     const std::vector<double> sums =
-        sum_over(layout.dp, {score_sum, score_sq, kl_sum, entropy_sum, answer_tokens, actor_loss, clip_fraction, approx_kl,
-                             critic_loss, value_clip, ptx_loss, chosen_sum});
+        sum_over(layout.dp, {score_sum, score_sq, kl_sum, entropy_sum, answer_tokens, figures.actor_loss,
+                             figures.clip_fraction, figures.approx_kl, figures.critic_loss, figures.value_clip,
+                             figures.ptx_loss, chosen_sum});
     const double parts = double(c.gradient_accumulation_steps * o.ppo_epochs * n), rows_total = double(B);
     const double mean = sums[0] / rows_total;
     TRIAD_CHECK(std::isfinite(sums[5]) && std::isfinite(sums[8]),

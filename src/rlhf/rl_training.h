@@ -29,7 +29,9 @@
 // prompts (chosen_reward: samples scoring above it are exploiting the reward model), KL to
 // the reference (per sequence, summed over its tokens), the policy's
 // entropy, the response length, the clip fractions, the losses, generation and training
-// tokens/s and the time split between generation, scoring (experience) and training.
+// tokens/s and the time split between generation, scoring (experience) and training. In
+// pipeline stages generation and the experience run on the actor and critic gathered whole,
+// and the epochs through the schedules (Note [RL in pipeline stages] in rlhf/rl_epoch.h).
 #pragma once
 
 #include <nlohmann/json.hpp>

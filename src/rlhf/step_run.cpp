@@ -11,10 +11,10 @@
 namespace triad::rlhf {
 
 void check_model_split(const engine::TrainConfig& c, const std::string& step) {
-  TRIAD_CHECK(c.pipeline.stages == 1 || (step != "ppo" && step != "grpo"),
-              "[config] " << step << ": pipeline.stages must be 1, got " << c.pipeline.stages << " (triad-rlhf " << step
-                          << " does not run its models in pipeline stages: its generation and experience need the "
-                          << "actor whole on a rank or split by model.tensor_parallel; sft, reward and dpo take stages)");
+  TRIAD_CHECK(c.pipeline.stages == 1 || c.arch != "llama" || (step != "ppo" && step != "ppo.critic"),
+              "[config] " << step << ": model.arch llama with pipeline.stages " << c.pipeline.stages
+                          << ": PPO's critic, a value model, trains in pipeline stages as a GPT only; set "
+                          << "pipeline.stages to 1 (grpo, sft and dpo take a Llama's stages)");
 }
 
 int64_t column_multiple(const engine::TrainConfig& c) { return c.sequence_parallel ? c.tensor_parallel : 1; }

@@ -65,9 +65,10 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
 // runs with the sequence whole on every rank (Note [Sequence parallelism paused]), so it
 // samples as one process does.
 //
-// Error naming the key when `c` splits PPO's or GRPO's models in pipeline stages (Note
-// [RLHF pipeline stages]). (Sequence parallelism without model.tensor_parallel > 1 is the
-// config parser's error, for every program.)
+// Error naming the keys when `c` puts a Llama in pipeline stages for PPO (`step` "ppo", or
+// "ppo.critic" for its critic: a value model trains in stages as a GPT only; Note [RLHF
+// pipeline stages]). (Sequence parallelism without model.tensor_parallel > 1 is the config
+// parser's error, for every program.)
 void check_model_split(const engine::TrainConfig& c, const std::string& step);
 // The multiple a batch's columns must be (Note [Sequence-parallel steps]): the
 // tensor-parallel ranks with sequence parallelism, else 1.
@@ -86,9 +87,10 @@ int64_t pair_column_multiple(const engine::TrainConfig& c, const SequenceLimits&
 // batches, from which the loss reads what it needs (the rows' lengths and masks; DPO's
 // reference log-probs, computed on the last stage, where the reference is held). What the
 // loss records (the scores, the rewards) goes from the last stage to every rank of the
-// pipeline (last_stage_rows). PPO and GRPO refuse pipeline stages: their generation, with a
-// KV cache per layer, runs the whole actor on each rank (the hybrid engine), and their
-// experience passes read the actor, critic, reference and reward models at every position.
+// pipeline (last_stage_rows). PPO's and GRPO's actor and critic train the same way; their
+// generation and experience run on the models gathered whole from the stages (Note [RL in
+// pipeline stages] in rlhf/rl_epoch.h). A value model (the reward model, PPO's critic) trains
+// in stages as a GPT only; a Llama policy or actor takes stages in SFT, DPO and GRPO.
 //
 // The targets the loops give a pipeline: micro-batch m's is its index m (an i64 tensor of
 // one element), which target_index reads back in the loss.

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # triad-rlhf end to end on a tiny GPT and 600 fortune pairs: every step runs (SFT, reward
 # model, PPO with the adaptive KL controller, ptx and the actor's EMA, GRPO, DPO), with a
-# Llama, and the reward model and DPO at tensor-parallel 2 and in two pipeline stages as in
-# one process; a PPO run
-# stopped at step 2 and resumed ends on the uninterrupted run's metrics, actor and EMA; bad
+# Llama, the reward model and DPO at tensor-parallel 2 and in two pipeline stages and PPO in
+# two pipeline stages as in one process; a PPO run
+# stopped at step 2 and resumed (in one process, and in two pipeline stages) ends on the
+# uninterrupted run's metrics, actor and EMA; bad
 # input (a row without "chosen", prompts all longer than the limit, sequence parallelism
-# without tensor parallelism, PPO in pipeline stages, a critic initialized from a reward model of
+# without tensor parallelism, PPO with a Llama in pipeline stages, a critic initialized from a reward model of
 # another hidden size, under mpirun on 2 ranks)
 # fails on every rank with an error that names the problem, and leaves what earlier runs
 # saved untouched.
@@ -57,10 +58,10 @@ done
 echo "ok   every step ran and saved its model"
 
 # The reward model and DPO with their models split over a tensor-parallel pair of ranks, and
-# in two pipeline stages: the single process's losses, scores and margins at every step (PPO
-# and GRPO: test_rl_training_mpi). Adam's eps is 1e-4 in this config so that gradients at
-# rounding level, whose rounding differs with the layout, move their weights by lr·g/eps, not
-# by lr.
+# in two pipeline stages, and PPO (adaptive KL, ptx, EMA) in two pipeline stages: the single
+# process's losses, scores, margins and rewards at every step (more layouts:
+# test_rl_training_mpi). Adam's eps is 1e-4 in this config so that gradients at rounding
+# level, whose rounding differs with the layout, move their weights by lr·g/eps, not by lr.
 mpi=(mpirun -np 2 --oversubscribe --bind-to none)
 for layout in tp:model.tensor_parallel pp:pipeline.stages; do
   for s in reward dpo; do
@@ -68,17 +69,22 @@ for layout in tp:model.tensor_parallel pp:pipeline.stages; do
       --set "$s.output_dir=${layout%%:*}-$s" --metrics "${layout%%:*}-$s.jsonl"
   done
 done
+run pp-ppo "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set pipeline.stages=2 --set ppo.output_dir=pp-ppo \
+  --metrics pp-ppo.jsonl
 python3 - <<'PY'
 import json
-for layout in ("tp", "pp"):
-    for step, keys in (("reward", ("loss", "chosen_score", "rejected_score")), ("dpo", ("loss", "margin"))):
-        a, b = ([json.loads(l) for l in open(p)] for p in (f"{step}.jsonl", f"{layout}-{step}.jsonl"))
-        assert len(a) == len(b), (layout, step, len(a), len(b))
-        for x, y in zip(a, b):
-            for k in keys:
-                assert abs(x[k] - y[k]) <= 1e-4 * max(1.0, abs(x[k])), \
-                    f"{step} step {x['step']} {k}: {x[k]} alone, {y[k]} at {layout} 2"
-print("ok   the reward model and DPO at tensor-parallel 2 and in two pipeline stages follow the single process")
+ppo = ("reward", "chosen_reward", "kl", "kl_coef", "entropy", "actor_loss", "value_loss", "ptx_loss")
+for layout, step, keys in [(l, s, k) for l in ("tp", "pp")
+                           for s, k in (("reward", ("loss", "chosen_score", "rejected_score")),
+                                        ("dpo", ("loss", "margin")))] + [("pp", "ppo", ppo)]:
+    a, b = ([json.loads(l) for l in open(p)] for p in (f"{step}.jsonl", f"{layout}-{step}.jsonl"))
+    assert len(a) == len(b), (layout, step, len(a), len(b))
+    for x, y in zip(a, b):
+        for k in keys:
+            assert abs(x[k] - y[k]) <= 1e-4 * max(1.0, abs(x[k])), \
+                f"{step} step {x['step']} {k}: {x[k]} alone, {y[k]} at {layout} 2"
+print("ok   the reward model and DPO at tensor-parallel 2 and in two pipeline stages, and PPO in two pipeline "
+      "stages, follow the single process")
 PY
 
 # The same five steps with a Llama (RMSNorm, rotary embedding, SwiGLU, grouped-query attention).
@@ -118,6 +124,7 @@ echo "ok   every step ran with a Llama"
 # PPO stopped at step 2 and resumed: steps 3 and 4 as the uninterrupted run's (timings aside).
 run ppo_half "${rlhf[@]}" ppo --config rlhf.json --set ppo.steps=2 --set checkpoint.dir=ckpt \
   --set checkpoint.every=2 --set ppo.output_dir=ppo_half --metrics resumed.jsonl
+cp -r ckpt ckpt_half  # the step-2 checkpoints alone, resumed in pipeline stages below
 run ppo_resumed "${rlhf[@]}" ppo --config rlhf.json --set checkpoint.dir=ckpt --set checkpoint.every=2 \
   --set ppo.output_dir=ppo_resumed --resume auto --metrics resumed.jsonl
 python3 - ppo.jsonl resumed.jsonl <<'PY'
@@ -139,6 +146,40 @@ for m in actor actor_ema; do  # the actor and its EMA (read back from ckpt/ema-s
   cmp -s "$m-straight/model.safetensors" "$m-resumed/model.safetensors" || { echo "FAIL: resumed $m.h5 differs"; exit 1; }
 done
 echo "ok   the resumed actor and its EMA equal the uninterrupted run's bit for bit"
+
+# The single process's step-2 checkpoints resumed in two pipeline stages (each stage reads its
+# layers of the actor, the critic and the EMA by name): steps 3 and 4 as the uninterrupted
+# run's, and so its final actor and EMA.
+run pp_resumed "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set pipeline.stages=2 --set checkpoint.dir=ckpt_half \
+  --set checkpoint.every=2 --set ppo.output_dir=pp_resumed --resume auto --metrics pp_resumed.jsonl
+for m in actor actor_ema; do
+  "$bin/triad-ckpt" export "pp_resumed/$m.h5" --format safetensors --out "$m-pp" >/dev/null
+done
+python3 - <<'PY'
+import array, json, struct
+def tensors(path):  # a safetensors file of f32 tensors, by name
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    out = {}
+    for name, t in json.loads(raw[8:8 + n]).items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", (name, t["dtype"])
+        a, b = t["data_offsets"]
+        out[name] = array.array("f", raw[8 + n + a:8 + n + b])
+    return out
+a, b = ([json.loads(l) for l in open(p)] for p in ("ppo.jsonl", "pp_resumed.jsonl"))
+assert [r["step"] for r in b] == [3, 4], [r["step"] for r in b]
+for x, y in zip(a[2:], b):
+    for k in ("reward", "chosen_reward", "kl", "kl_coef", "entropy", "actor_loss", "value_loss", "ptx_loss"):
+        assert abs(x[k] - y[k]) <= 1e-4 * max(1.0, abs(x[k])), f"step {x['step']} {k}: {x[k]} alone, {y[k]} resumed at pp 2"
+for m in ("actor", "actor_ema"):
+    s, p = tensors(f"{m}-straight/model.safetensors"), tensors(f"{m}-pp/model.safetensors")
+    assert s.keys() == p.keys(), (m, sorted(s.keys() ^ p.keys()))
+    worst = max(abs(u - v) for k in s for u, v in zip(s[k], p[k]))
+    assert worst <= 1e-4, f"{m}.h5: {worst} from the uninterrupted run's"
+print("ok   PPO resumed in two pipeline stages from the single process's step 2 follows the uninterrupted run")
+PY
 
 # Bad input: each fails on every rank, naming the problem, without touching what was saved.
 sums() { sha256sum sft/model.h5 reward/model.h5 ppo/actor.h5 ppo/critic.h5; }
@@ -167,8 +208,8 @@ expect "prompts all longer than the limit" 'max_prompt_seq_len' \
   "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set data.max_prompt_seq_len=1 --set data.max_seq_len=20
 expect "sequence parallelism without tensor parallelism" 'model.sequence_parallel needs model.tensor_parallel > 1' \
   "${mpi[@]}" "${rlhf[@]}" reward --config rlhf.json --set model.sequence_parallel=true
-expect "pipeline stages" 'ppo: pipeline.stages must be 1, got 2' \
-  "${mpi[@]}" "${rlhf[@]}" ppo --config rlhf.json --set pipeline.stages=2 --set model.n_layer=2
+expect "a Llama in pipeline stages" 'ppo: model.arch llama with pipeline.stages 2' \
+  "${mpi[@]}" "${rlhf[@]}" ppo --config llama.json --set pipeline.stages=2
 # A reward model of hidden size 48 (its own SFT start), then a critic configured at 32 from it.
 run sft48 "${rlhf[@]}" sft --config rlhf.json --set model.d_model=48 --set sft.steps=1 --set sft.output_dir=sft48
 run reward48 "${rlhf[@]}" reward --config rlhf.json --set model.d_model=48 --set reward.steps=1 \

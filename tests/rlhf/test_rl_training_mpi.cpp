@@ -6,8 +6,9 @@
 // actor, its EMA (sharded at ZeRO-3), the critic and the metrics agree within 1e-5; and so
 // they do with the models split over tensor-parallel pairs of ranks, with and without
 // sequence parallelism (Note [Sequence-parallel steps] in rlhf/step_run.h; the reward model's
-// and DPO's training too). The reward model and DPO also train in two pipeline stages as in
-// one process (PPO and GRPO refuse stages: test_rlhf_config). The frozen reference
+// and DPO's training too). PPO and GRPO, the reward model and DPO also train in two pipeline
+// stages as in one process, GRPO with a Llama too (PPO with a Llama is refused there:
+// test_rlhf_config). The frozen reference
 // and reward models (DPO's reference too) are partitioned over the data-parallel ranks at
 // ZeRO-3 (Note [Frozen models] in rlhf/models.h), and the runs' "mem" shows it.
 #include <boost/test/unit_test.hpp>
@@ -15,6 +16,7 @@
 
 #include "autograd/grad_mode.h"
 #include "checkpoint/checkpoint.h"
+#include "config/model_factory.h"
 #include "io/triad_tokenizer.h"
 #include "nn/gpt.h"
 #include "nn/value_model.h"
@@ -43,8 +45,14 @@ nlohmann::json model_config() {
           {"train_batch_size", 1}, {"steps", 1}};
 }
 
-// Rank 0 writes the tokenizer (bytes), the pairs, and the actor's and the reward model's
-// initial weights into `dir`.
+// A Llama's model section (grouped-query attention), of the GPT's vocabulary.
+nlohmann::json llama_model() {
+  return {{"arch", "llama"},         {"n_layer", 2},  {"n_head", 2},        {"n_kv_head", 1},
+          {"intermediate_size", 32}, {"d_model", 16}, {"seq_len", 32},      {"vocab_size", 257}};
+}
+
+// Rank 0 writes the tokenizer (bytes), the pairs, and the actor's (a GPT's, and a Llama's)
+// and the reward model's initial weights into `dir`.
 void write_inputs(const std::string& dir) {
   io::TriadTokenizer::train("ab", io::TriadTokenizer::kMinVocabSize).save(dir + "/tokenizer.json");
   std::string rows;
@@ -55,6 +63,10 @@ void write_inputs(const std::string& dir) {
   const engine::TrainConfig c = engine::parse_config(model_config());
   nn::GPT actor(c.model);
   engine::save_initial_checkpoint(dir + "/actor.h5", model_config(), actor.named_parameters());
+  nlohmann::json llama = model_config();
+  llama["model"] = llama_model();
+  engine::save_initial_checkpoint(dir + "/llama.h5", llama,
+                                  engine::build_model(engine::parse_config(llama))->named_parameters());
   nn::ValueModel reward(std::make_shared<nn::GPT>(c.model), 16, *nn::serial(), 11);
   engine::save_initial_checkpoint(dir + "/reward.h5", model_config(), reward.named_parameters());
 }
@@ -67,11 +79,12 @@ std::string shared_inputs(const test::TempDir& own, parallel::Communicator& worl
   return dir;
 }
 
-nlohmann::json rl_config(const std::string& dir, const std::string& algorithm, int64_t ranks,
-                         const std::string& out, int tp = 1, bool sp = false) {
+nlohmann::json rl_config(const std::string& dir, const std::string& algorithm, int64_t ranks, const std::string& out,
+                         int tp = 1, bool sp = false, int pp = 1) {
   nlohmann::json j = model_config();
   j["model"]["tensor_parallel"] = tp;
   j["model"]["sequence_parallel"] = sp;
+  j["pipeline"] = {{"stages", pp}};
   j["data"] = {{"path", dir + "/pairs.jsonl"},  {"tokenizer", dir + "/tokenizer.json"},
                {"data_split", "1,0,1"},          {"max_prompt_seq_len", 8},
                {"max_seq_len", 16},              {"val_fraction", 0.0}};
@@ -115,12 +128,20 @@ double max_weight_diff(const std::string& a, const std::string& b) {
   return d;
 }
 
+// A metrics file's lines.
+std::vector<nlohmann::json> metric_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
 // The bytes of model `name` resident per rank, from a run's "mem".
 double resident(const nlohmann::json& metrics, const std::string& name) {
   return metrics.at("mem").at(name).at("param_bytes").get<double>();
 }
 
-// The frozen models of a run on `ranks` ranks (model.tensor_parallel `tp`, ZeRO-3) are
+// The frozen models of a run on `ranks` ranks (`tp`: model.tensor_parallel × pipeline.stages; ZeRO-3) are
 // partitioned over its data-parallel ranks: each rank holds about 1/dp of the single
 // process's bytes (at most 0.3 of them on 4 ranks), and never a gradient or optimizer state.
 void check_frozen_memory(const nlohmann::json& mine, const nlohmann::json& alone, int ranks, int tp,
@@ -136,31 +157,48 @@ void check_frozen_memory(const nlohmann::json& mine, const nlohmann::json& alone
   }
 }
 
+// Both steps' metrics of a PPO or GRPO run (`algorithm`) in some layout (metrics many.jsonl)
+// and in one process (one.jsonl) within 1e-5, and the trained actors.
+void check_rl_steps_agree(const std::string& algorithm, const std::string& one, const std::string& many) {
+  const std::vector<nlohmann::json> a = metric_lines(one + ".jsonl"), b = metric_lines(many + ".jsonl");
+  BOOST_TEST_REQUIRE(a.size() == 2u);
+  BOOST_TEST_REQUIRE(b.size() == 2u);
+  std::vector<std::string> keys = {"reward",     "chosen_reward", "kl",           "entropy", "response_length",
+                                   "actor_loss", "clip_fraction", "actor_grad_norm"};
+  if (algorithm == "ppo")
+    keys.insert(keys.end(), {"approx_kl", "value_loss", "value_clip_fraction", "ptx_loss", "critic_grad_norm"});
+  else
+    keys.push_back("k3_kl");
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const std::string& key : keys)
+      BOOST_TEST(std::abs(a[i][key].get<double>() - b[i][key].get<double>()) < 1e-5, key << " at step " << i + 1);
+  BOOST_TEST(max_weight_diff(one + "/actor.h5", many + "/actor.h5") < 1e-5);
+}
+
 // PPO and GRPO on every rank of `world` (model.tensor_parallel `tp`, with sequence
-// parallelism when `sp`, ZeRO-3, the frozen reference and reward models partitioned over the
-// data-parallel ranks) against one process on rank 0.
+// parallelism when `sp`, in `pp` pipeline stages, ZeRO-3, the frozen reference and reward
+// models partitioned over the data-parallel ranks) against one process on rank 0: every
+// step's metrics, the trained actor, its EMA and the critic.
 void check_against_one_process(parallel::Communicator& world, const parallel::CommunicatorPtr& all,
-                               const std::string& dir, int tp, bool sp = false) {
+                               const std::string& dir, int tp, bool sp = false, int pp = 1) {
   for (const std::string algorithm : {"ppo", "grpo"}) {
-    BOOST_TEST_CONTEXT(algorithm << ", tp " << tp << (sp ? " with sequence parallelism" : "")) {
-      const std::string one = dir + "/one-" + algorithm,
-                        many = dir + "/many-" + algorithm + "-tp" + std::to_string(tp) + (sp ? "-sp" : "");
+    BOOST_TEST_CONTEXT(algorithm << ", tp " << tp << (sp ? " with sequence parallelism" : "") << ", pp " << pp) {
+      const std::string one = dir + "/one-" + algorithm, many = dir + "/many-" + algorithm + "-tp" +
+                                                                  std::to_string(tp) + (sp ? "-sp" : "") + "-pp" +
+                                                                  std::to_string(pp);
       nlohmann::json alone;
       if (world.rank() == 0)
-        alone = rlhf::train_rl(rlhf::parse_rlhf_config(rl_config(dir, algorithm, 1, one), algorithm, 1), {}, nullptr);
+        alone = rlhf::train_rl(rlhf::parse_rlhf_config(rl_config(dir, algorithm, 1, one), algorithm, 1),
+                               {.metrics_path = one + ".jsonl"}, nullptr);
       world.barrier();
       const nlohmann::json mine = rlhf::train_rl(
-          rlhf::parse_rlhf_config(rl_config(dir, algorithm, world.size(), many, tp, sp), algorithm, world.size()), {},
-          all);
+          rlhf::parse_rlhf_config(rl_config(dir, algorithm, world.size(), many, tp, sp, pp), algorithm, world.size()),
+          {.metrics_path = many + ".jsonl"}, all);
       if (world.rank() == 0) {
-        for (const char* key : {"reward", "chosen_reward", "kl", "entropy", "response_length", "actor_loss"})
-          BOOST_TEST(std::abs(mine[key].get<double>() - alone[key].get<double>()) < 1e-5, key);
+        check_rl_steps_agree(algorithm, one, many);
         BOOST_TEST(alone["kl"].get<double>() != 0.0);  // the second step's actor has moved
-        check_frozen_memory(mine, alone, world.size(), tp, {"reference", "reward"});
-        BOOST_TEST(max_weight_diff(one + "/actor.h5", many + "/actor.h5") < 1e-5);
+        check_frozen_memory(mine, alone, world.size(), tp * pp, {"reference", "reward"});
         if (algorithm == "ppo") {
-          BOOST_TEST(std::abs(mine["value_loss"].get<double>() - alone["value_loss"].get<double>()) < 1e-5);
-          BOOST_TEST(std::abs(mine["ptx_loss"].get<double>() - alone["ptx_loss"].get<double>()) < 1e-5);
           BOOST_TEST(max_weight_diff(one + "/critic.h5", many + "/critic.h5") < 1e-5);
           BOOST_TEST(max_weight_diff(one + "/actor_ema.h5", many + "/actor_ema.h5") < 1e-5);
           BOOST_TEST(max_weight_diff(one + "/actor_ema.h5", one + "/actor.h5") > 1e-5);
@@ -185,14 +223,6 @@ rlhf::StepConfig pair_step_config(const std::string& dir, const std::string& ste
   j["data"]["val_fraction"] = 0.25;
   j[step] = {{"init", dir + "/actor.h5"}, {"steps", 2}, {"output_dir", out}};
   return rlhf::parse_rlhf_config(j, step, ranks);
-}
-
-// A metrics file's lines.
-std::vector<nlohmann::json> metric_lines(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
 }
 
 // Sets `model`'s weights to what qwZ's gathers over n ranks deliver (zero/frozen_partition.h):
@@ -396,6 +426,56 @@ BOOST_AUTO_TEST_CASE(reward_and_dpo_in_pipeline_stages_equal_one_process) {
       world->barrier();
     }
   }
+}
+
+// PPO and GRPO in two pipeline stages, the rest of the ranks data-parallel at ZeRO-3 (Note
+// [RL in pipeline stages] in rlhf/rl_epoch.h): the actor generates and makes the experience
+// gathered whole from its stages on every rank, and the actor and the critic train through
+// the schedule on right-padded rows with the losses on the last stage, ptx rows in the same
+// micro-batches; every step's metrics, the actor, its EMA (each stage averaging its own
+// layers) and the critic equal one process's.
+BOOST_AUTO_TEST_CASE(ppo_and_grpo_in_pipeline_stages_equal_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  BOOST_TEST_REQUIRE(world->size() % 2 == 0, "two pipeline stages need an even rank count");
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  check_against_one_process(*world, world, dir, 1, false, /*pp=*/2);
+}
+
+// The same with the stages split over tensor-parallel pairs with sequence parallelism (on 4
+// ranks: tp 2 × pp 2; the rows right-padded to an even width): the whole models are gathered
+// per tensor-parallel rank, each holding its part of every layer.
+BOOST_AUTO_TEST_CASE(ppo_and_grpo_in_tensor_parallel_pipeline_stages_equal_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  if (world->size() != 4) return;  // run on 4 ranks only, to keep the test's time modest
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  check_against_one_process(*world, world, dir, 2, /*sp=*/true, /*pp=*/2);
+}
+
+// GRPO with a Llama actor (and reference) in two pipeline stages: its layer list's stages
+// gathered whole into an nn::Llama for generation and experience (Note [Stages gathered
+// whole]), both steps' metrics and the trained actor equal one process's.
+BOOST_AUTO_TEST_CASE(grpo_with_a_llama_in_pipeline_stages_equals_one_process) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  BOOST_TEST_REQUIRE(world->size() % 2 == 0, "two pipeline stages need an even rank count");
+  test::TempDir own;
+  const std::string dir = shared_inputs(own, *world);
+  const auto config = [&](int ranks, const std::string& out, int pp) {
+    nlohmann::json j = rl_config(dir, "grpo", ranks, out, 1, false, pp);
+    j["model"].update(llama_model());
+    j["grpo"]["actor"]["init"] = dir + "/llama.h5";
+    return rlhf::parse_rlhf_config(j, "grpo", ranks);
+  };
+  const std::string one = dir + "/one-llama", many = dir + "/many-llama-pp2";
+  if (world->rank() == 0) rlhf::train_rl(config(1, one, 1), {.metrics_path = one + ".jsonl"}, nullptr);
+  world->barrier();
+  rlhf::train_rl(config(world->size(), many, 2), {.metrics_path = many + ".jsonl"}, world);
+  if (world->rank() == 0) {
+    check_rl_steps_agree("grpo", one, many);
+    BOOST_TEST(max_weight_diff(dir + "/llama.h5", one + "/actor.h5") > 1e-4);  // the actor moved
+  }
+  world->barrier();
 }
 
 // A frozen model partitioned at ZeRO-3 (zero/frozen_partition.h) computes what the whole
