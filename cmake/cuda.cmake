@@ -63,6 +63,7 @@ function(triad_cuda_layer)
     list(FILTER cuda_sources EXCLUDE REGEX "/src/cuda/nccl_communicator\\.cu$")
     list(APPEND cuda_sources ${PROJECT_SOURCE_DIR}/src/cuda/stub/nccl_communicator.cpp)
   endif()
+  triad_cuda_host_sources(${cuda_sources} ${PROJECT_SOURCE_DIR}/src/cuda/register_runtime.cu)
   triad_layer(cuda DEPENDS parallel SOURCES ${cpp_sources} ${cuda_sources})
   target_compile_definitions(triad_cuda PUBLIC TRIAD_HAVE_CUDA=1)
   set(cuda_warnings $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
@@ -75,5 +76,25 @@ function(triad_cuda_layer)
   add_library(triad_cuda_registration OBJECT ${PROJECT_SOURCE_DIR}/src/cuda/register_runtime.cu)
   target_include_directories(triad_cuda_registration PRIVATE ${TRIAD_LAYER_ROOT}/cuda)
   target_link_libraries(triad_cuda_registration PRIVATE triad_cuda)
-  target_compile_options(triad_cuda_registration PRIVATE ${cuda_warnings})
+  target_compile_options(triad_cuda_registration PRIVATE ${cuda_warnings} $<$<COMPILE_LANGUAGE:CXX>:${TRIAD_WARNINGS}>)
+endfunction()
+
+# A .cu file with no device code (no kernel, no __device__ function, no launch, no .cuh
+# header: the runtime's pieces under src/cuda/, streams, the allocator, transfers, cuBLASLt,
+# NCCL) is host code calling CUDA's runtime: the host compiler builds it as C++ with CUDA's
+# headers, in a fifth of nvcc's time (nvcc would also parse it once per GPU architecture
+# and compile it for none). Each on its own, out of the unity batches (their file-local
+# names were never kept apart). Editing such a file reconfigures, so one that gains device
+# code goes back to nvcc.
+function(triad_cuda_host_sources)
+  foreach(file ${ARGN})
+    if(NOT file MATCHES "\\.cu$")
+      continue()
+    endif()
+    file(STRINGS ${file} device_code REGEX "__global__|__device__|<<<|\\.cuh[\">]")
+    if(NOT device_code)
+      set_source_files_properties(${file} PROPERTIES LANGUAGE CXX SKIP_UNITY_BUILD_INCLUSION ON)
+      set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${file})
+    endif()
+  endforeach()
 endfunction()

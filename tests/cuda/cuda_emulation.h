@@ -67,8 +67,9 @@ inline Barrier warp_barrier[kMaxWarps];
 inline uint64_t shuffle_slot[kMaxWarps][32];  // any value of up to 8 bytes
 
 // Runs f() as the blocks of a (grid_x, grid_y) grid of `threads` threads each (a multiple
-// of 32, at most 1024), a block at a time.
-void launch(unsigned grid_x, unsigned grid_y, unsigned threads, const std::function<void()>& f);
+// of 32, at most 1024), a block at a time. File-local (static), as the shared memory it
+// fills is: several files of one program each have their own.
+static void launch(unsigned grid_x, unsigned grid_y, unsigned threads, const std::function<void()>& f);
 
 }  // namespace triad::emulation
 
@@ -183,7 +184,8 @@ void mma_sync(Acc& d, const fragment<matrix_a, 16, 16, 16, TA, LA>& a, const fra
 
 }  // namespace nvcuda::wmma
 
-// The kernels' `extern __shared__` array: one buffer, big enough for any block.
+// The kernels' `extern __shared__` array: one buffer, big enough for any block, in each file
+// (the kernels, in an anonymous namespace, declare it there).
 namespace triad::cuda {
 namespace {
 alignas(128) unsigned char smem[232448];
@@ -218,7 +220,7 @@ inline void yield() {
   if (swapcontext(&fibers::block[fibers::running].context, &fibers::scheduler) != 0) std::abort();
 }
 
-inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads, const std::function<void()>& f) {
+static inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads, const std::function<void()>& f) {
   using namespace fibers;
   grid_dim = {grid_x, grid_y, 1};
   block_dim = {threads, 1, 1};

@@ -78,6 +78,6 @@ void check_both(DType dtype) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(f32_matches_the_cpu) { check_both<cuda::LoadF32, cuda::StoreF32>(DType::f32); }
-BOOST_AUTO_TEST_CASE(bf16_matches_the_cpu) { check_both<cuda::LoadBf16, cuda::StoreBf16>(DType::bf16); }
-BOOST_AUTO_TEST_CASE(f16_matches_the_cpu) { check_both<cuda::LoadF16, cuda::StoreF16>(DType::f16); }
+BOOST_AUTO_TEST_CASE(quantize_f32_matches_the_cpu) { check_both<cuda::LoadF32, cuda::StoreF32>(DType::f32); }
+BOOST_AUTO_TEST_CASE(quantize_bf16_matches_the_cpu) { check_both<cuda::LoadBf16, cuda::StoreBf16>(DType::bf16); }
+BOOST_AUTO_TEST_CASE(quantize_f16_matches_the_cpu) { check_both<cuda::LoadF16, cuda::StoreF16>(DType::f16); }
