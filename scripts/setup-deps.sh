@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
+  lld                    # the linker: programs link in a third of ld.bfd's time (CMakeLists.txt)
   libeigen3-dev          # CPU GEMM and vector math
   libboost-test-dev      # unit tests
   libbenchmark-dev       # micro benchmarks
