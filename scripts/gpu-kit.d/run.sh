@@ -138,7 +138,7 @@ step flops_profiler_cuda 120 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.
 # against the CPU; then its step time against the dense GPT's.
 step moe_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/moe_curves" \
   --config moe-demo.json --steps 50
-step bench_moe_cuda 150 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024
+step bench_moe_cuda 210 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024 --compare-loop
 
 # --- summary
 python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
@@ -149,6 +149,7 @@ FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib",
            "sft_cuda_vs_cpu", "reward_cuda_vs_cpu", "ppo_generation_fraction", "ppo_generation_tokens_per_s",
            "ppo_training_tokens_per_s", "generation_vs_training_per_token_max")
 FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu")  # step_checks.py
+FIGURES += ("moe_over_dense", "grouped_over_loop")  # bench_moe_cuda
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")

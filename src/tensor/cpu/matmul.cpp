@@ -1,6 +1,7 @@
-// GEMM through Eigen, and linear layers (a GEMM and its bias; with a GELU after it). With EIGEN_USE_BLAS (set
-// for this library) Eigen forwards large products to the OpenMP build of OpenBLAS; small
-// ones stay in Eigen's own kernels. Batched products run their batch in parallel when the
+// GEMM through Eigen (one product, a batch of them, a group of them), and linear layers (a
+// GEMM and its bias; with a GELU after it). With EIGEN_USE_BLAS (set for this library)
+// Eigen forwards large products to the OpenMP build of OpenBLAS; small ones stay in
+// Eigen's own kernels. Batched products run their batch in parallel when the
 // batch is large and each product small (attention), and one product at a time, each
 // multi-threaded, otherwise. bf16/f16 operands multiply as f32 copies into an f32 result
 // rounded once (tensor/cpu/widen.h).
@@ -72,6 +73,14 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
       gemm(pa + i * m * k, pb + i * b_step, pc + i * m * n, trans_a, trans_b, m, n, k, accumulate);
   };
   cpu::visit_float(a.dtype(), run);
+}
+
+// One group after another, each product exactly matmul's (so a grouped product equals the
+// loop of matmul calls it replaces bit for bit), each multi-threaded as matmul's is.
+void CpuBackend::grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
+                                const std::vector<Tensor>& out, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                int64_t k, bool accumulate) {
+  for (size_t g = 0; g < a.size(); ++g) matmul(a[g], b[g], out[g], trans_a, trans_b, 1, m, n, k, accumulate);
 }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
