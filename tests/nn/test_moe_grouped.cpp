@@ -31,6 +31,15 @@ void check_same_bits(const Tensor& a, const Tensor& b, const std::string& what) 
   BOOST_TEST(differ == 0u, what << ": " << differ << " of " << x.size() << " elements differ");
 }
 
+// The tensors of one shape, stacked (G, ...) in one buffer.
+Tensor grouped_stack(const std::vector<Tensor>& ts) {
+  Shape shape = ts[0].shape();
+  shape.insert(shape.begin(), int64_t(ts.size()));
+  const Tensor all = Tensor::empty(shape, ts[0].dtype());
+  for (size_t g = 0; g < ts.size(); ++g) ops::copy_(ops::select(all, 0, int64_t(g)), ts[g]);
+  return all;
+}
+
 std::vector<Tensor> grouped_params(int64_t groups, const Shape& shape, uint64_t seed, DType dtype) {
   std::vector<Tensor> v;
   for (int64_t g = 0; g < groups; ++g) v.push_back(set_requires_grad(grouped_randn(shape, seed + uint64_t(g), dtype)));
@@ -56,9 +65,16 @@ BOOST_AUTO_TEST_CASE(grouped_matmul_equals_a_loop_of_matmuls) {
         }
         ops::grouped_matmul_(out, a, b, ta, tb, false);
         ops::grouped_matmul_(acc, a, b, ta, tb, true);
+        // Operands and results as slices of one buffer each, at unaligned offsets.
+        const Tensor a_all = grouped_stack(a), out_all = Tensor::empty({G, m, n}, dtype);
+        std::vector<Tensor> a_slices, out_slices;
+        for (int64_t g = 0; g < G; ++g)
+          a_slices.push_back(ops::select(a_all, 0, g)), out_slices.push_back(ops::select(out_all, 0, g));
+        ops::grouped_matmul_(out_slices, a_slices, b, ta, tb, false);
         const std::string what = std::string(dtype_name(dtype)) + (ta ? " a^T" : " a") + (tb ? " b^T" : " b");
         for (int64_t g = 0; g < G; ++g) {
           check_same_bits(out[size_t(g)], ops::matmul(a[size_t(g)], b[size_t(g)], ta, tb), what);
+          check_same_bits(out_slices[size_t(g)], out[size_t(g)], what + " in slices");
           ops::add_matmul_(acc_ref[size_t(g)], a[size_t(g)], b[size_t(g)], ta, tb);
           check_same_bits(acc[size_t(g)], acc_ref[size_t(g)], what + " accumulated");
         }
@@ -174,22 +190,25 @@ namespace {
 struct LayerRun {
   Tensor out, dx;
   std::vector<std::pair<std::string, Tensor>> grads;
+  int expert_calls = 0;  // forwards through expert 0's own module: none when grouped
 };
 
 // A training forward and backward of an MoE layer whose experts run grouped or one by one,
 // built and drawing from the same seeds.
 LayerRun run_moe_layer(const nn::MoEConfig& config, const nn::ExpertFactory& make, bool grouped, DType dtype,
                        uint64_t seed) {
+  const SeededDefaultGenerator draws(seed + 2);  // the residual MLP's initialisation, the experts' dropout
   Generator gen(seed);
   nn::MoE moe(8, config, make, nn::local_experts(), gen);
   moe.experts->grouped = grouped;
   moe.train();
+  auto calls = std::make_shared<int>(0);
+  moe.experts->children()[0].second->register_forward_pre_hook([calls](nn::Module&) { ++*calls; });
   test::params_to(moe, dtype);
   const Tensor x = set_requires_grad(grouped_randn({2, 5, 8}, seed + 1, dtype));
-  const SeededDefaultGenerator draws(seed + 2);  // the experts' dropout
   const nn::MoEOutput o = moe.apply(x);
-  backward(add(sum(mul(o.out, grouped_randn(o.out.shape(), seed + 3, dtype))), o.loss));
-  LayerRun run{detach(o.out), grad(x), {}};
+  backward(add(to(sum(mul(o.out, grouped_randn(o.out.shape(), seed + 3, dtype))), DType::f32), o.loss));
+  LayerRun run{detach(o.out), grad(x), {}, *calls};
   for (const auto& [name, p] : moe.named_parameters()) run.grads.emplace_back(name, grad(p));
   return run;
 }
@@ -215,6 +234,8 @@ BOOST_AUTO_TEST_CASE(grouped_experts_equal_the_loop_bit_for_bit) {
       const std::string what = c.name + " " + dtype_name(dtype);
       const LayerRun a = run_moe_layer(c.config, c.make, true, dtype, 200);
       const LayerRun b = run_moe_layer(c.config, c.make, false, dtype, 200);
+      BOOST_TEST(a.expert_calls == 0, what << ": the grouped path ran");
+      BOOST_TEST(b.expert_calls == 1, what << ": the loop ran");
       check_same_bits(a.out, b.out, what + ": out");
       check_same_bits(a.dx, b.dx, what + ": dx");
       BOOST_REQUIRE(a.grads.size() == b.grads.size());

@@ -9,6 +9,7 @@
 
 #include <Eigen/Core>
 
+#include "tensor/allocator.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/vec_math.h"
@@ -75,12 +76,23 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
   cpu::visit_float(a.dtype(), run);
 }
 
-// One group after another, each product exactly matmul's (so a grouped product equals the
-// loop of matmul calls it replaces bit for bit), each multi-threaded as matmul's is.
+// One group after another, each multi-threaded as matmul's is, each the product the loop of
+// matmul calls it replaces makes, bit for bit. That loop writes fresh results, aligned to
+// kCpuAlignment, and Eigen's small products (K + M + N < 20, computed coefficient-wise)
+// round by the destination's alignment, so a result that is not so aligned (a slice of one
+// buffer) is computed into a fresh block and copied.
 void CpuBackend::grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
                                 const std::vector<Tensor>& out, bool trans_a, bool trans_b, int64_t m, int64_t n,
                                 int64_t k, bool accumulate) {
-  for (size_t g = 0; g < a.size(); ++g) matmul(a[g], b[g], out[g], trans_a, trans_b, 1, m, n, k, accumulate);
+  for (size_t g = 0; g < a.size(); ++g) {
+    if (accumulate || reinterpret_cast<uintptr_t>(out[g].raw_data()) % kCpuAlignment == 0) {
+      matmul(a[g], b[g], out[g], trans_a, trans_b, 1, m, n, k, accumulate);
+      continue;
+    }
+    const Tensor fresh = Tensor::empty(out[g].shape(), out[g].dtype());
+    matmul(a[g], b[g], fresh, trans_a, trans_b, 1, m, n, k, false);
+    copy(out[g], fresh);
+  }
 }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
