@@ -473,8 +473,8 @@ void check_grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, c
   const size_t G = weights.size();
   TRIAD_CHECK(G >= 1 && x.dim() == 3 && x.size(0) == int64_t(G) && (biases.empty() || biases.size() == G),
               "grouped_linear: expected x (" << G << ", rows, in) and 0 or " << G << " biases for " << G
-                                             << " weights, got x " << shape_str(x.shape()) << " and "
-                                             << biases.size() << " biases");
+                                             << " weights, got x " << shape_str(x.shape()) << " and " << biases.size()
+                                             << " biases");
   for (size_t g = 0; g < biases.size(); ++g) {
     const Tensor& b = biases[g];
     TRIAD_CHECK(b.dim() == 1 && b.size(0) == weights[0].size(0) && b.device() == x.device() &&
@@ -517,8 +517,8 @@ Tensor grouped_linear(const Tensor& input, const std::vector<Tensor>& weights, c
   for (const Tensor& t : inputs) needs.push_back(requires_grad(t));
   return record("grouped_linear", inputs, y, [=, pre = gelu ? pre : Tensor()](const Grads& gy) {
     // The gradient of each group's x w^T + b in the weights' dtype (Note [Gradients added in place]).
-    const Tensor g2 = ops::contiguous(
-        like(gelu ? ops::gelu_backward(pre, ops::to(gy[0], pre.dtype())) : gy[0], weights[0]));
+    const Tensor g2 =
+        ops::contiguous(like(gelu ? ops::gelu_backward(pre, ops::to(gy[0], pre.dtype())) : gy[0], weights[0]));
     const std::vector<Tensor> g2s = groups_of(g2);
     Grads grads(inputs.size());
     if (needs[0]) {

@@ -38,7 +38,7 @@ bool groupable(const Linear& l) { return typeid(l) == typeid(Linear) && l.plain(
 // Each expert's `layer`'s weights, and biases (empty without).
 template <class Expert>
 std::pair<std::vector<Tensor>, std::vector<Tensor>> layer_params(const std::vector<Expert*>& experts,
-                                                                 std::shared_ptr<Linear> Expert::* layer) {
+                                                                 std::shared_ptr<Linear> Expert::*layer) {
   std::vector<Tensor> weights, biases;
   for (Expert* e : experts) {
     weights.push_back((e->*layer)->weight);

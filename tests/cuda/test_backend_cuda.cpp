@@ -832,8 +832,8 @@ void grouped_matmul_case() {
                   return ops::view(ops::narrow(t, 0, g * stride, m * k), ta ? Shape{k, m} : Shape{m, k});
                 });
                 const Pair b = pair(random(tb ? Shape{n, k} : Shape{k, n}, 100 + uint64_t(g), -1, 1, dt));
-                const Pair o = accumulate ? pair(random({m, n}, 300 + uint64_t(g), -1, 1, out_dt))
-                                          : empty_pair({m, n}, out_dt);
+                const Pair o =
+                    accumulate ? pair(random({m, n}, 300 + uint64_t(g), -1, 1, out_dt)) : empty_pair({m, n}, out_dt);
                 ac.push_back(a.c), ag.push_back(a.g), bc.push_back(b.c), bg.push_back(b.g);
                 oc.push_back(o.c), og.push_back(o.g);
               }
@@ -866,13 +866,15 @@ void grouped_matmul_case() {
         std::vector<Tensor> ys;
         for (int64_t g = 0; g < G; ++g) {
           const Tensor xg = select(x, 0, g);
-          ys.push_back(unsqueeze(gelu ? linear_gelu(xg, w[size_t(g)], b[size_t(g)]) : linear(xg, w[size_t(g)], b[size_t(g)]), 0));
+          ys.push_back(unsqueeze(
+              gelu ? linear_gelu(xg, w[size_t(g)], b[size_t(g)]) : linear(xg, w[size_t(g)], b[size_t(g)]), 0));
         }
         y = cat(ys, 0);
       }
       backward(sum(mul(y, r)));
       std::vector<Tensor> results{host(detach(y)), host(grad(x))};
-      for (int64_t g = 0; g < G; ++g) results.push_back(host(grad(w[size_t(g)]))), results.push_back(host(grad(b[size_t(g)])));
+      for (int64_t g = 0; g < G; ++g)
+        results.push_back(host(grad(w[size_t(g)]))), results.push_back(host(grad(b[size_t(g)])));
       return results;
     };
     const std::vector<Tensor> grouped = run(true), loop = run(false);

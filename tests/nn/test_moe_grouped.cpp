@@ -239,8 +239,8 @@ BOOST_AUTO_TEST_CASE(grouped_experts_equal_the_loop_bit_for_bit) {
       check_same_bits(a.out, b.out, what + ": out");
       check_same_bits(a.dx, b.dx, what + ": dx");
       BOOST_REQUIRE(a.grads.size() == b.grads.size());
-      for (size_t i = 0; i < a.grads.size(); ++i) check_same_bits(a.grads[i].second, b.grads[i].second,
-                                                                  what + ": " + a.grads[i].first);
+      for (size_t i = 0; i < a.grads.size(); ++i)
+        check_same_bits(a.grads[i].second, b.grads[i].second, what + ": " + a.grads[i].first);
     }
 }
 
@@ -253,8 +253,7 @@ BOOST_AUTO_TEST_CASE(experts_that_cannot_run_grouped_run_the_loop) {
   loop.experts->grouped = false;
   for (nn::MoE* m : {&grouped, &loop})
     for (const auto& [name, module] : m->experts->named_modules(m->experts))
-      if (auto* l = dynamic_cast<nn::Linear*>(module.get()))
-        l->use_fake_quantization(QuantFormat{8, 4});
+      if (auto* l = dynamic_cast<nn::Linear*>(module.get())) l->use_fake_quantization(QuantFormat{8, 4});
   const Tensor x = grouped_randn({5, 8}, 301);
   NoGradGuard no_grad;
   check_same_bits(grouped.apply(x).out, loop.apply(x).out, "fake-quantized experts");

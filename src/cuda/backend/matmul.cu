@@ -61,9 +61,7 @@ cublasHandle_t blas_handle(int device) {
   return g_blas[device];
 }
 
-cudaDataType_t blas_type(DType t) {
-  return t == DType::bf16 ? CUDA_R_16BF : t == DType::f16 ? CUDA_R_16F : CUDA_R_32F;
-}
+cudaDataType_t blas_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : t == DType::f16 ? CUDA_R_16F : CUDA_R_32F; }
 
 }  // namespace
 
@@ -76,7 +74,8 @@ void CudaBackend::grouped_matmul(const std::vector<Tensor>& a, const std::vector
               "grouped_matmul: M " << m << ", N " << n << ", K " << k << " exceed cuBLAS's int range");
   bool aligned = true;
   for (size_t g = 0; g < a.size(); ++g)
-    for (const Tensor* t : {&a[g], &b[g], &out[g]}) aligned = aligned && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0;
+    for (const Tensor* t : {&a[g], &b[g], &out[g]})
+      aligned = aligned && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0;
   if (!aligned) {
     GemmOptions o;
     o.beta = accumulate ? 1.0 : 0.0;
