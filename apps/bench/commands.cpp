@@ -129,6 +129,8 @@ void add_moe_command(CLI::App& app, MoEBenchOptions& o) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--device", o.device, "cpu, cuda (this rank's GPU) or cuda:N")->capture_default_str();
+  cmd->add_flag("--compare-loop", o.compare_loop,
+                "also time the MoE steps with the experts run one by one instead of as grouped GEMMs");
   cmd->callback([&o] { run_moe_bench(o); });
 }
 

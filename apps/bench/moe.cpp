@@ -60,6 +60,12 @@ double flops_per_token(const nn::GPTConfig& c, int64_t top_k, int64_t seq) {
   return 6.0 * active + 6.0 * double(c.n_layer * c.d_model * seq);
 }
 
+// Whether every MoE layer of `model` runs its experts' products grouped.
+void set_grouped_experts(nn::Module& model, const nn::ModulePtr& self, bool grouped) {
+  for (const auto& [name, module] : model.named_modules(self))
+    if (auto* experts = dynamic_cast<nn::Experts*>(module.get())) experts->grouped = grouped;
+}
+
 }  // namespace
 
 int run_moe_bench(const MoEBenchOptions& o) {
@@ -95,15 +101,29 @@ int run_moe_bench(const MoEBenchOptions& o) {
                 "seq %lld per rank, %d ranks (ep %d), %d threads, on %s\n",
                 o.model.c_str(), (long long)o.experts, (long long)o.top_k, (long long)o.every, o.capacity_factor,
                 (long long)o.batch, (long long)o.seq, n, o.ep, threads, o.device.c_str());
-  if (leader) std::printf("%6s %12s %12s %14s\n", "step", "dense_ms", "moe_ms", "ep_bus_bytes");
-  std::vector<double> dense_ms, moe_ms;
+  if (leader)
+    std::printf("%6s %12s %12s %14s%s\n", "step", "dense_ms", "moe_ms", "ep_bus_bytes",
+                o.compare_loop ? "  moe_loop_ms" : "");
+  std::vector<double> dense_ms, moe_ms, loop_ms;
   double ep_bytes = 0;  // rank 0's, of the last step
-  for (int s = 0; s < o.warmup + o.steps; ++s) {  // alternated, so that both see the same machine
+  const nn::ModulePtr sparse_model = sparse_engine.model_ptr();
+  for (int s = 0; s < o.warmup + o.steps; ++s) {  // alternated, so that all see the same machine
     const double d = time_step(dense_engine, x, y), m = time_step(sparse_engine, x, y, &ep_bytes);
-    if (leader) std::printf("%6d %12.1f %12.1f %14.0f%s\n", s, d, m, ep_bytes, s < o.warmup ? "  (warmup)" : "");
+    double l = 0;
+    if (o.compare_loop) {
+      set_grouped_experts(*sparse_model, sparse_model, false);
+      l = time_step(sparse_engine, x, y);
+      set_grouped_experts(*sparse_model, sparse_model, true);
+    }
+    if (leader) {
+      std::printf("%6d %12.1f %12.1f %14.0f", s, d, m, ep_bytes);
+      if (o.compare_loop) std::printf(" %12.1f", l);
+      std::printf("%s\n", s < o.warmup ? "  (warmup)" : "");
+    }
     if (s < o.warmup) continue;
     dense_ms.push_back(d);
     moe_ms.push_back(m);
+    if (o.compare_loop) loop_ms.push_back(l);
   }
   const nlohmann::json moe =
       engine::moe_metrics(sparse_engine.model(), sparse.moe, sparse.n_layer, n > 1 ? world.get() : nullptr);
@@ -128,6 +148,9 @@ int run_moe_bench(const MoEBenchOptions& o) {
               "parameters %.2fM vs %.2fM; dropped %.1f%% of choices; busiest expert %.2fx its even share\n",
               d, tokens / (d / 1e3), m, tokens / (m / 1e3), m / d, dense_params / 1e6, moe_params / 1e6,
               100.0 * moe["dropped_fraction"].get<double>(), imbalance);
+  const double lm = o.compare_loop ? app::median(loop_ms) : 0.0;
+  if (o.compare_loop)
+    std::printf("experts grouped %.1f ms/step, one by one %.1f ms/step: grouped/loop %.3fx\n", m, lm, m / lm);
   if (o.ep > 1)
     std::printf("all-to-all bus bytes per step on rank 0: %.0f measured, %.0f closed form (C = %lld slots): %+.3f%%\n",
                 ep_bytes, ep_closed, (long long)capacity, 100.0 * (ep_bytes - ep_closed) / ep_closed);
@@ -157,7 +180,9 @@ int run_moe_bench(const MoEBenchOptions& o) {
                         {"busiest_expert_over_even", imbalance},
                         {"ep_bus_bytes_per_step", ep_bytes},
                         {"ep_bus_bytes_closed_form", ep_closed},
-                        {"moe_loss", moe["loss"]}});
+                        {"moe_loss", moe["loss"]},
+                        {"moe_loop_step_ms_median", o.compare_loop ? nlohmann::json(lm) : nlohmann::json()},
+                        {"grouped_over_loop", o.compare_loop ? nlohmann::json(m / lm) : nlohmann::json()}});
   return 0;
 }
 

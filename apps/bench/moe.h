@@ -8,6 +8,9 @@
 // the backward, each of the (E, C, d) f32 slots, (ep - 1)/ep of it leaving the rank.
 // With --device cuda both train in f32 on the GPU (routing, token permutation and the
 // experts' GEMMs as device kernels), each step timed until the device has finished it.
+// The experts' products run as grouped GEMMs (Note [Grouped experts] in nn/moe_experts.h);
+// --compare-loop also times the MoE model's steps with its experts run one by one, in the
+// same alternation.
 #pragma once
 
 #include "common/cli_app.h"
@@ -28,6 +31,7 @@ struct MoEBenchOptions {
   int warmup = 2;
   int ep = 1;  // expert-parallel ranks (> 1: under mpirun, a divisor of the ranks)
   std::string device = "cpu";
+  bool compare_loop = false;  // also time the MoE model with its experts run one by one
 };
 
 void add_moe_command(CLI::App& app, MoEBenchOptions& options);

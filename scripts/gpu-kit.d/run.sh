@@ -138,7 +138,7 @@ step flops_profiler_cuda 120 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.
 # against the CPU; then its step time against the dense GPT's.
 step moe_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --kit "$kit" --work "$work/moe_curves" \
   --config moe-demo.json --steps 50
-step bench_moe_cuda 150 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024
+step bench_moe_cuda 210 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024 --compare-loop
 
 # Decoding with CUDA graphs against plain launches (Note [Decode graphs]): GPT-2 124M at
 # batch 1 and 16, greedy and sampled with a fixed seed: equal tokens, and tokens/s of both.
@@ -155,6 +155,7 @@ FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib",
 FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu")  # step_checks.py
 FIGURES += ("graph_tokens_per_s_b1_greedy", "eager_tokens_per_s_b1_greedy", "graph_tokens_per_s_b16_sampled",
             "eager_tokens_per_s_b16_sampled")  # decode_graphs.py
+FIGURES += ("moe_over_dense", "grouped_over_loop")  # bench_moe_cuda
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")

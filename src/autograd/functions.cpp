@@ -2,6 +2,7 @@
 
 #include "autograd/weight_grad.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/flop_count.h"
@@ -448,6 +449,138 @@ Tensor linear_gelu(const Tensor& input, const Tensor& weight, const Tensor& bias
     ops::GeluBiasGrads d = ops::gelu_bias_backward(pre, ops::to(g[0], pre.dtype()), needs.bias);
     return linear_grads(x, weight, bias, needs, like(ops::reshape(d.grad_pre, {-1, weight.size(0)}), weight),
                         d.grad_bias);
+  });
+}
+
+// ---- grouped linear: an MoE layer's experts ----
+
+namespace {
+
+// The groups t[0], t[1], ... of a tensor (G, ...), as views.
+std::vector<Tensor> groups_of(const Tensor& t) {
+  std::vector<Tensor> v;
+  for (int64_t g = 0; g < t.size(0); ++g) v.push_back(ops::select(t, 0, g));
+  return v;
+}
+
+std::vector<Tensor> pick(const std::vector<Tensor>& all, const std::vector<size_t>& which) {
+  std::vector<Tensor> v;
+  for (size_t i : which) v.push_back(all[i]);
+  return v;
+}
+
+void check_grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
+  const size_t G = weights.size();
+  TRIAD_CHECK(G >= 1 && x.dim() == 3 && x.size(0) == int64_t(G) && (biases.empty() || biases.size() == G),
+              "grouped_linear: expected x (" << G << ", rows, in) and 0 or " << G << " biases for " << G
+                                             << " weights, got x " << shape_str(x.shape()) << " and " << biases.size()
+                                             << " biases");
+  for (size_t g = 0; g < biases.size(); ++g) {
+    const Tensor& b = biases[g];
+    TRIAD_CHECK(b.dim() == 1 && b.size(0) == weights[0].size(0) && b.device() == x.device() &&
+                    (b.dtype() == weights[0].dtype() || (b.dtype() == DType::f32 && is_16bit(weights[0]))),
+                "grouped_linear: bias " << g << " " << b.str() << " does not match weight " << weights[0].str());
+  }
+}
+
+}  // namespace
+
+// The arithmetic of each group is linear's (linear_gelu's) on the CPU, bit for bit: the
+// product rounded as the backend's linear rounds it (a 16-bit product with a bias or a GELU
+// after it stays f32 until the bias is added and the GELU read), the bias added to it
+// afterwards, the bias gradient the sum over the rows of the output's gradient.
+Tensor grouped_linear(const Tensor& input, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                      bool gelu) {
+  check_grouped_linear(input, weights, biases);
+  const Tensor x = product_operand(input, weights[0]);
+  const size_t G = weights.size();
+  const int64_t rows = x.size(1), n = weights[0].size(0);
+  const bool with_bias = !biases.empty();
+  const DType wide = is_16bit(x) && (with_bias || gelu) ? DType::f32 : x.dtype();
+  Tensor sum = Tensor::empty({int64_t(G), rows, n}, wide, x.device());
+  const std::vector<Tensor> xs = groups_of(ops::contiguous(x));
+  ops::grouped_matmul_(groups_of(sum), xs, weights, false, true, false);
+  if (with_bias) {
+    const Tensor stacked = Tensor::empty({int64_t(G), 1, n}, wide, x.device());
+    for (size_t g = 0; g < G; ++g) ops::copy_(ops::select(stacked, 0, int64_t(g)), ops::unsqueeze(biases[g], 0));
+    sum = ops::add(sum, stacked);
+  }
+  const Tensor pre = ops::to(sum, x.dtype());
+  const Tensor y = gelu ? ops::to(ops::gelu(sum), x.dtype()) : pre;
+  counted_linear(y, weights[0], with_bias ? biases[0] : Tensor());
+  if (gelu) counted(y);
+
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), weights.begin(), weights.end());
+  inputs.insert(inputs.end(), biases.begin(), biases.end());
+  std::vector<char> needs;  // per input: wants a gradient
+  for (const Tensor& t : inputs) needs.push_back(requires_grad(t));
+  return record("grouped_linear", inputs, y, [=, pre = gelu ? pre : Tensor()](const Grads& gy) {
+    // The gradient of each group's x w^T + b in the weights' dtype (Note [Gradients added in place]).
+    const Tensor g2 =
+        ops::contiguous(like(gelu ? ops::gelu_backward(pre, ops::to(gy[0], pre.dtype())) : gy[0], weights[0]));
+    const std::vector<Tensor> g2s = groups_of(g2);
+    Grads grads(inputs.size());
+    if (needs[0]) {
+      grads[0] = Tensor::empty(x.shape(), g2.dtype(), x.device());
+      ops::grouped_matmul_(groups_of(grads[0]), g2s, weights, false, false, false);
+    }
+    if (with_bias) {
+      const Tensor db = ops::sum(g2, 1);  // (G, n): each group's rows in order, as linear's
+      for (size_t g = 0; g < G; ++g)
+        if (needs[1 + G + g]) grads[1 + G + g] = like(ops::select(db, 0, int64_t(g)), biases[g]);
+    }
+    // The weights' gradients, added into their .grad where it takes them (one grouped GEMM
+    // per .grad dtype), the others returned from one more.
+    const auto weight_grads = [=](bool in_pass) {
+      std::vector<Tensor> dw(G), into(G);
+      std::vector<size_t> fresh;
+      std::vector<std::pair<DType, std::vector<size_t>>> added;
+      for (size_t g = 0; g < G; ++g) {
+        if (!needs[1 + g]) continue;
+        into[g] = grad_to_add_into(weights[g], g2.dtype());
+        if (!into[g].defined()) {
+          fresh.push_back(g);
+          continue;
+        }
+        auto same = std::find_if(added.begin(), added.end(), [&](const auto& a) { return a.first == into[g].dtype(); });
+        if (same == added.end()) {
+          added.emplace_back(into[g].dtype(), std::vector<size_t>{});
+          same = std::prev(added.end());
+        }
+        same->second.push_back(g);
+      }
+      for (const auto& [dtype, which] : added) {
+        ops::grouped_matmul_(pick(into, which), pick(g2s, which), pick(xs, which), true, false, true);
+        for (size_t g : which) grad_added_in_place(weights[g], in_pass);
+      }
+      if (!fresh.empty()) {
+        const Tensor products = Tensor::empty({int64_t(fresh.size()), n, x.size(2)}, g2.dtype(), x.device());
+        ops::grouped_matmul_(groups_of(products), pick(g2s, fresh), pick(xs, fresh), true, false, false);
+        for (size_t i = 0; i < fresh.size(); ++i)
+          dw[fresh[i]] = like(ops::select(products, 0, int64_t(i)), weights[fresh[i]]);
+      }
+      return dw;
+    };
+    // Note [Split backward]: leaf weights' gradients wait in the queue; the biases' go on now.
+    WeightGradQueue* queue = deferred_weight_grads();
+    bool deferred = queue != nullptr, any = false;
+    for (size_t g = 0; g < G; ++g)
+      if (needs[1 + g]) any = true, deferred = deferred && is_leaf(weights[g]);
+    if (deferred && any) {
+      std::vector<Edge> edges(G);
+      for (size_t g = 0; g < G; ++g)
+        if (needs[1 + g]) edges[g] = gradient_edge(weights[g]);
+      queue->push([weight_grads, edges] {
+        const std::vector<Tensor> dw = weight_grads(/*in_pass=*/false);
+        for (size_t g = 0; g < dw.size(); ++g)
+          if (dw[g].defined()) edges[g].node->apply({dw[g]});
+      });
+      return grads;
+    }
+    const std::vector<Tensor> dw = weight_grads(/*in_pass=*/true);
+    for (size_t g = 0; g < G; ++g) grads[1 + g] = dw[g];
+    return grads;
   });
 }
 

@@ -100,6 +100,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // a 16-bit result is GELU of the unrounded sum, rounded once. The weight's gradients wait
 // in the split-backward queue as linear's do (Note [Split backward]).
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// Linear layers side by side (an MoE layer's experts, nn/moe_experts.h): x (G, rows, in),
+// G weights (out, in) and none or G biases (out) -> (G, rows, out), group g
+// linear(x[g], weights[g], biases[g]), or with `gelu` linear_gelu's. Each product (forward,
+// input gradient, weights' gradients) is one grouped GEMM over the groups
+// (ops::grouped_matmul_); the weights' gradients are added into their .grad in place where
+// linear's would be, and wait in the split-backward queue as linear's do (Note [Split
+// backward]; the biases' go on at once). The weights need not share a buffer: each keeps
+// its own storage and gradient. On the CPU group g is linear(x[g], ...) bit for bit,
+// forward and backward.
+Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases = {},
+                      bool gelu = false);
 
 // ---- neural-network functions ----
 // Every function here keeps its input's dtype (Note [16-bit activations] in functions.cpp):

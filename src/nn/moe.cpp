@@ -55,8 +55,12 @@ MoEOutput MoE::apply(const Tensor& x) {
     const Tensor tokens = reshape(x, {-1, d});
     GateOutput g = gate->route(tokens);
     Routing& routing = g.routing;
+    const int64_t capacity = routing.capacity;
     if (!config.drop_tokens) routing.capacity = exchange_->agree_capacity(routing.capacity);
-    const ops::MoEIndices at = ops::moe_indices(routing.expert, routing.location, routing.experts, routing.capacity);
+    // The gate's indices, unless the expert-parallel ranks agreed on a larger capacity.
+    const ops::MoEIndices at = routing.capacity == capacity ? g.indices
+                                                            : ops::moe_indices(routing.expert, routing.location,
+                                                                               routing.experts, routing.capacity);
     const Tensor slots = exchange_->to_experts(dispatch(tokens, at));
     const Tensor outputs = exchange_->from_experts((*experts)(slots));
     Tensor out = combine(outputs, at, g.weights);

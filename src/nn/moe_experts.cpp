@@ -1,5 +1,7 @@
 #include "nn/moe_experts.h"
 
+#include <typeinfo>
+
 #include "autograd/functions.h"
 #include "nn/llama_block.h"
 #include "nn/transformer.h"
@@ -28,9 +30,75 @@ Experts::Experts(int64_t first, int64_t count, const ExpertFactory& make, uint64
   }
 }
 
+namespace {
+
+// A layer that multiplies by its own weight: what a grouped product can stand for.
+bool groupable(const Linear& l) { return typeid(l) == typeid(Linear) && l.plain() && l.weight.defined(); }
+
+// Each expert's `layer`'s weights, and biases (empty without).
+template <class Expert>
+std::pair<std::vector<Tensor>, std::vector<Tensor>> layer_params(const std::vector<Expert*>& experts,
+                                                                 std::shared_ptr<Linear> Expert::*layer) {
+  std::vector<Tensor> weights, biases;
+  for (Expert* e : experts) {
+    weights.push_back((e->*layer)->weight);
+    if ((e->*layer)->bias.defined()) biases.push_back((e->*layer)->bias);
+  }
+  return {weights, biases};
+}
+
+Tensor grouped_layer(const Tensor& x, const std::pair<std::vector<Tensor>, std::vector<Tensor>>& params,
+                     bool gelu = false) {
+  return grouped_linear(x, params.first, params.second, gelu);
+}
+
+// The experts as `Expert`s whose `layers` all run grouped; empty when any does not.
+template <class Expert>
+std::vector<Expert*> experts_as(const std::vector<std::pair<std::string, ModulePtr>>& children,
+                                std::initializer_list<std::shared_ptr<Linear> Expert::*> layers) {
+  std::vector<Expert*> experts;
+  for (const auto& [name, module] : children) {
+    auto* e = dynamic_cast<Expert*>(module.get());
+    if (!e) return {};
+    for (auto layer : layers)
+      if (!groupable(*(e->*layer))) return {};
+    experts.push_back(e);
+  }
+  // Biases on every expert or on none.
+  for (auto layer : layers)
+    for (Expert* e : experts)
+      if ((e->*layer)->bias.defined() != (experts[0]->*layer)->bias.defined()) return {};
+  return experts;
+}
+
+}  // namespace
+
+Tensor Experts::forward_grouped(const Tensor& slots) {
+  if (const auto mlps = experts_as<MLP>(children(), {&MLP::fc, &MLP::proj}); !mlps.empty()) {
+    const Tensor h = grouped_layer(slots, layer_params(mlps, &MLP::fc), /*gelu=*/true);
+    const Tensor y = grouped_layer(h, layer_params(mlps, &MLP::proj));
+    bool drops = false;
+    for (MLP* e : mlps) drops = drops || (e->drop->is_training() && e->drop->p > 0.0);
+    if (!drops) return y;
+    // Each expert's dropout on its own rows, in the loop's order: the same draws.
+    std::vector<Tensor> outputs;
+    for (int64_t e = 0; e < count(); ++e) outputs.push_back(unsqueeze((*mlps[size_t(e)]->drop)(select(y, 0, e)), 0));
+    return cat(outputs, 0);
+  }
+  if (const auto swiglus = experts_as<SwiGLU>(children(), {&SwiGLU::gate, &SwiGLU::up, &SwiGLU::down});
+      !swiglus.empty()) {
+    const Tensor a = swiglu(grouped_layer(slots, layer_params(swiglus, &SwiGLU::gate)),
+                            grouped_layer(slots, layer_params(swiglus, &SwiGLU::up)));
+    return grouped_layer(a, layer_params(swiglus, &SwiGLU::down));
+  }
+  return Tensor();
+}
+
 Tensor Experts::forward(const Tensor& slots) {
   TRIAD_CHECK(slots.dim() == 3 && slots.size(0) == count(),
               "Experts: expected slots (" << count() << ", R, d), got " << shape_str(slots.shape()));
+  if (grouped)
+    if (Tensor y = forward_grouped(slots); y.defined()) return y;
   std::vector<Tensor> outputs;
   for (int64_t e = 0; e < count(); ++e)
     outputs.push_back(unsqueeze((*children()[size_t(e)].second)(select(slots, 0, e)), 0));

@@ -4,11 +4,18 @@
 // usual ones. Each expert is made (and initialised) on its own, as Megatron-core does;
 // DeepSpeed deep-copies one module, so its experts start equal.
 //
-// On a GPU the experts run one after another on the calling thread's stream: each expert's
-// GEMMs are cuBLASLt calls of their own (for the GELU MLP, linear_gelu then linear), with no
-// host wait between them, since their slot counts are the capacity, known on the host. One
-// grouped or strided-batched GEMM over the experts would need their weights at one stride
-// in one buffer and a gradient that lands in each expert's own parameters: not built.
+// Note [Grouped experts]: every expert runs on `capacity` slots (dropless too: the
+// capacity is then the largest load, the other experts' slots padded with zero rows), so
+// the experts' products are products of one shape, and the GELU MLP's and SwiGLU's run as
+// grouped GEMMs over the experts (grouped_linear, autograd/functions.h): one backend call
+// for each product of the forward and of the backward (on a GPU one pointer-array batched
+// GEMM: Note [Grouped GEMM on the GPU] in cuda/backend/matmul.cu) where the loop made one
+// per expert. Each expert keeps its own parameters, their names and their gradients (a
+// checkpoint, a Hugging Face map or ZeRO's partition sees no difference), and on the CPU
+// the grouped forward and backward equal the loop's bit for bit. Experts of another kind,
+// or whose layers multiply otherwise than by their own weight (quantized, fake-quantized,
+// tensor-parallel), run the loop, and so does every expert when `grouped` is off. The
+// grouped path runs no hooks of the experts' own modules (the Experts module's do).
 //
 // Expert e is initialised from a stream of its own, seeded from the layer's seed and e's
 // global index, so that it starts with the same weights whichever process holds it, and a
@@ -43,6 +50,10 @@ class Experts : public Module {
 
   int64_t count() const { return int64_t(children().size()); }
   const int64_t first;  // the global index of local expert 0
+  bool grouped = true;  // run the experts' products as grouped GEMMs where they can (Note [Grouped experts])
+
+ private:
+  Tensor forward_grouped(const Tensor& slots);  // undefined when the experts cannot run grouped
 };
 
 }  // namespace triad::nn

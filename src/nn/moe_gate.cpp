@@ -25,8 +25,8 @@ GateOutput gate_tokens(const Tensor& logits, const MoEConfig& config, bool train
   const Routing& r = g.routing;
 
   // The probability of each kept choice's expert: rows of probs viewed (S E, 1), 0 when dropped.
-  const Tensor choice = ops::moe_indices(r.expert, r.location, E, r.capacity).choice;
-  g.weights = view(embedding(with_zero_row(view(probs, {S * E, 1})), choice), {S, K});
+  g.indices = ops::moe_indices(r.expert, r.location, E, r.capacity);
+  g.weights = view(embedding(with_zero_row(view(probs, {S * E, 1})), g.indices.choice), {S, K});
   if (config.renormalizes()) {
     const double eps =
         dtype == DType::f64 ? std::numeric_limits<double>::epsilon() : double(std::numeric_limits<float>::epsilon());

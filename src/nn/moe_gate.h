@@ -7,6 +7,7 @@
 #include "nn/layers.h"
 #include "nn/moe_config.h"
 #include "nn/moe_routing.h"
+#include "tensor/ops.h"
 
 namespace triad::nn {
 
@@ -24,6 +25,7 @@ namespace triad::nn {
 
 struct GateOutput {
   Routing routing;
+  ops::MoEIndices indices;  // the routing's gather indices at its capacity (ops::moe_indices)
   Tensor weights;  // (S, k): each choice's combine weight, 0 when dropped; differentiable
   Tensor l_aux;    // (): the load-balancing loss, unscaled (DeepSpeed's l_aux)
   Tensor z_loss;   // (): the router z-loss, unscaled

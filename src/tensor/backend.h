@@ -62,6 +62,13 @@ class Backend {
   // accumulate in f32; a 16-bit out, read as f32 when accumulating, is rounded once).
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
                       int64_t m, int64_t n, int64_t k, bool accumulate) = 0;
+  // ops::grouped_matmul: out[g] = a'[g] b'[g] (or += with `accumulate`) for every group g,
+  // each group matmul's batch-1 product of one shape (m, n, k), the three lists of one
+  // length, each tensor contiguous on its own (the groups need not share a buffer or a
+  // stride). dtypes as matmul's, one dtype per list.
+  virtual void grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
+                              const std::vector<Tensor>& out, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                              int64_t k, bool accumulate) = 0;
   // ops::linear: out (rows, N) = x (rows, K) weight (N, K)^T + bias (N) on every row, all
   // contiguous; x, weight and out of one dtype; bias undefined, of that dtype or f32. 16-bit
   // operands accumulate in f32, the bias is added in f32, and the sum is rounded once.

@@ -166,6 +166,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 // f32 and f64 the sum may differ from matmul then add_ in its order only (a GEMM adds its
 // blocks of K into out as it goes): by a few ulps of the sum of the magnitudes.
 void add_matmul_(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// Grouped products (an MoE layer's experts, nn/moe_experts.h): for every group g,
+// out[g] = matmul(a[g], b[g], trans_a, trans_b), or with `accumulate` out[g] +=
+// (add_matmul_'s contract), in one backend call (on a GPU one batched GEMM: Note [Grouped
+// GEMM on the GPU] in cuda/backend/matmul.cu). a[g] and b[g] 2-D, every group of one shape,
+// the operands of one dtype on one device, anywhere in memory; out[g] contiguous, of matmul's
+// shape, of a's dtype or f32 beside 16-bit operands, one dtype for all. On the CPU each
+// group is matmul's (add_matmul_'s) product bit for bit.
+void grouped_matmul_(const std::vector<Tensor>& out, const std::vector<Tensor>& a, const std::vector<Tensor>& b,
+                     bool trans_a, bool trans_b, bool accumulate);
 // x (..., in), weight (out, in) of x's dtype, bias (out) of that dtype (or f32 beside a
 // 16-bit one) or undefined -> x weight^T + bias, (..., out), added in f32 before rounding.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);

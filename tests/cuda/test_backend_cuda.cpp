@@ -19,6 +19,9 @@
 #include <memory>
 #include <thread>
 
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "autograd/meta.h"
 #include "cuda/device_allocator.h"
 #include "cuda/gemm.h"
 #include "cuda/gpu_test_main.h"
@@ -809,6 +812,80 @@ void fused_block_case() {
   }
 }
 
+// ops::grouped_matmul_ (Note [Grouped GEMM on the GPU]): 3 groups and 130 (two pointer
+// tables), every transpose, f32 and bf16 (accumulating into f32 beside bf16), each group's
+// a a slice of one tensor, b a tensor of its own; the slices at 16-byte-aligned offsets
+// (one batched GEMM) and at odd ones (a GEMM per group). Then grouped_linear, an MoE
+// layer's experts, against the loop of linear calls it replaces, forward and backward.
+void grouped_matmul_case() {
+  const int64_t m = 37, n = 24, k = 40;
+  for (const int64_t groups : {int64_t(3), int64_t(130)})
+    for (const int64_t gap : {int64_t(8), int64_t(1)})
+      for (const DType dt : {DType::f32, DType::bf16})
+        for (const bool ta : {false, true})
+          for (const bool tb : {false, true})
+            for (const bool accumulate : {false, true}) {
+              const DType out_dt = accumulate && dt == DType::bf16 ? DType::f32 : dt;
+              const int64_t stride = m * k + gap;
+              const Pair all = pair(random({groups * stride}, 90, -1, 1, dt));
+              std::vector<Tensor> ac, ag, bc, bg, oc, og;
+              for (int64_t g = 0; g < groups; ++g) {
+                const Pair a = view(all, [&](const Tensor& t) {
+                  return ops::view(ops::narrow(t, 0, g * stride, m * k), ta ? Shape{k, m} : Shape{m, k});
+                });
+                const Pair b = pair(random(tb ? Shape{n, k} : Shape{k, n}, 100 + uint64_t(g), -1, 1, dt));
+                const Pair o =
+                    accumulate ? pair(random({m, n}, 300 + uint64_t(g), -1, 1, out_dt)) : empty_pair({m, n}, out_dt);
+                ac.push_back(a.c), ag.push_back(a.g), bc.push_back(b.c), bg.push_back(b.g);
+                oc.push_back(o.c), og.push_back(o.g);
+              }
+              ops::grouped_matmul_(oc, ac, bc, ta, tb, accumulate);
+              ops::grouped_matmul_(og, ag, bg, ta, tb, accumulate);
+              const std::string what = "grouped_matmul_ " + std::to_string(groups) + " groups, gap " +
+                                       std::to_string(gap) + " " + dtype_name(dt) + (ta ? " a^T" : "") +
+                                       (tb ? " b^T" : "") + (accumulate ? " accumulated" : "");
+              for (int64_t g = 0; g < groups; ++g) expect_close(what, og[size_t(g)], oc[size_t(g)], threshold(out_dt));
+            }
+  // grouped_linear against the loop of linear_gelu / linear on the GPU, GELU MLP experts'
+  // shapes with biases.
+  for (const bool gelu : {false, true}) {
+    const int64_t G = 4, rows = 33, in = 48, out = 64;
+    const Tensor x = set_requires_grad(dev(random({G, rows, in}, 400)));
+    std::vector<Tensor> w, b;
+    for (int64_t g = 0; g < G; ++g) {
+      w.push_back(set_requires_grad(dev(random({out, in}, 410 + uint64_t(g)))));
+      b.push_back(set_requires_grad(dev(random({out}, 420 + uint64_t(g)))));
+    }
+    const Tensor r = dev(random({G, rows, out}, 430));
+    auto run = [&](bool grouped) {
+      for (const Tensor& t : w) set_grad(t, Tensor());
+      for (const Tensor& t : b) set_grad(t, Tensor());
+      set_grad(x, Tensor());
+      Tensor y;
+      if (grouped) {
+        y = grouped_linear(x, w, b, gelu);
+      } else {
+        std::vector<Tensor> ys;
+        for (int64_t g = 0; g < G; ++g) {
+          const Tensor xg = select(x, 0, g);
+          ys.push_back(unsqueeze(
+              gelu ? linear_gelu(xg, w[size_t(g)], b[size_t(g)]) : linear(xg, w[size_t(g)], b[size_t(g)]), 0));
+        }
+        y = cat(ys, 0);
+      }
+      backward(sum(mul(y, r)));
+      std::vector<Tensor> results{host(detach(y)), host(grad(x))};
+      for (int64_t g = 0; g < G; ++g)
+        results.push_back(host(grad(w[size_t(g)]))), results.push_back(host(grad(b[size_t(g)])));
+      return results;
+    };
+    const std::vector<Tensor> grouped = run(true), loop = run(false);
+    for (size_t i = 0; i < grouped.size(); ++i)
+      expect_close(std::string("grouped_linear") + (gelu ? " gelu" : "") + " result " + std::to_string(i),
+                   dev(grouped[i]), loop[i], threshold(DType::f32));
+  }
+}
+
 struct Case {
   const char* name;
   void (*run)();
@@ -838,6 +915,7 @@ const Case kCases[] = {
     {"attention", attention_case},
     {"sixteen_bit_activations", sixteen_bit_case},
     {"fused_block_ops", fused_block_case},
+    {"grouped_matmul", grouped_matmul_case},
 };
 
 std::vector<std::string> case_names() {

@@ -12,6 +12,7 @@
 
 #include "io/tensor_file.h"
 #include "support/check.h"
+#include "support/params_dtype.h"
 #include "triad.h"
 
 using namespace triad;
@@ -30,18 +31,6 @@ struct ReferenceFile {
   std::string path;
   io::NamedTensors data;
 };
-
-// Converts every parameter to `dtype` in place: the modules share the Tensor handles.
-void params_to(nn::Module& m, DType dtype) {
-  for (auto& [name, p] : m.named_parameters()) {
-    TensorImpl& impl = p.impl();
-    const Tensor d = ops::to(p, dtype);
-    impl.storage = d.storage();
-    impl.dtype = dtype;
-    impl.strides = d.strides();
-    impl.offset = 0;
-  }
-}
 
 Tensor randn(const Shape& shape, uint64_t seed, double scale = 1.0, DType dtype = DType::f32) {
   Tensor t = Tensor::empty(shape, dtype);
@@ -448,7 +437,7 @@ namespace {
 // parameters, set to N(0, 0.5) in f64), with the same draws every evaluation. Returns the
 // stats of the forward.
 nn::MoEStats check_layer_gradients(const std::string& name, nn::MoE& moe, const Tensor& x, Generator& gen) {
-  params_to(moe, DType::f64);
+  test::params_to(moe, DType::f64);
   Generator init(91);
   for (auto& [n, p] : moe.named_parameters()) ops::normal_(p, 0.0, 0.5, init);
   std::vector<Tensor> inputs = {x};
@@ -642,7 +631,7 @@ double objective(const std::shared_ptr<nn::LanguageModel>& model, const Tensor& 
 // sample of every parameter's entries, within `tolerance` relative.
 void check_model_gradients(const std::string& name, const std::shared_ptr<nn::LanguageModel>& model,
                            double tolerance) {
-  params_to(*model, DType::f64);
+  test::params_to(*model, DType::f64);
   model->train();
   const Tensor idx = Tensor::from_vector(std::vector<int64_t>{1, 5, 2, 9, 3, 3, 7, 0, 10, 4, 6, 8}, {2, 6});
   const Tensor tgt = Tensor::from_vector(std::vector<int64_t>{5, 2, 9, 3, 3, 7, 0, 10, 4, 6, 8, 1}, {2, 6});

@@ -47,6 +47,8 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
               int64_t n, int64_t k, bool accumulate) override;
+  void grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::vector<Tensor>& out,
+                      bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, bool accumulate) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
   void linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre,
                    const Tensor& out) override;

@@ -1,6 +1,7 @@
-// GEMM through Eigen, and linear layers (a GEMM and its bias; with a GELU after it). With EIGEN_USE_BLAS (set
-// for this library) Eigen forwards large products to the OpenMP build of OpenBLAS; small
-// ones stay in Eigen's own kernels. Batched products run their batch in parallel when the
+// GEMM through Eigen (one product, a batch of them, a group of them), and linear layers (a
+// GEMM and its bias; with a GELU after it). With EIGEN_USE_BLAS (set for this library)
+// Eigen forwards large products to the OpenMP build of OpenBLAS; small ones stay in
+// Eigen's own kernels. Batched products run their batch in parallel when the
 // batch is large and each product small (attention), and one product at a time, each
 // multi-threaded, otherwise. bf16/f16 operands multiply as f32 copies into an f32 result
 // rounded once (tensor/cpu/widen.h).
@@ -8,6 +9,7 @@
 
 #include <Eigen/Core>
 
+#include "tensor/allocator.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/vec_math.h"
@@ -72,6 +74,25 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
       gemm(pa + i * m * k, pb + i * b_step, pc + i * m * n, trans_a, trans_b, m, n, k, accumulate);
   };
   cpu::visit_float(a.dtype(), run);
+}
+
+// One group after another, each multi-threaded as matmul's is, each the product the loop of
+// matmul calls it replaces makes, bit for bit. That loop writes fresh results, aligned to
+// kCpuAlignment, and Eigen's small products (K + M + N < 20, computed coefficient-wise)
+// round by the destination's alignment, so a result that is not so aligned (a slice of one
+// buffer) is computed into a fresh block and copied.
+void CpuBackend::grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
+                                const std::vector<Tensor>& out, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                int64_t k, bool accumulate) {
+  for (size_t g = 0; g < a.size(); ++g) {
+    if (accumulate || reinterpret_cast<uintptr_t>(out[g].raw_data()) % kCpuAlignment == 0) {
+      matmul(a[g], b[g], out[g], trans_a, trans_b, 1, m, n, k, accumulate);
+      continue;
+    }
+    const Tensor fresh = Tensor::empty(out[g].shape(), out[g].dtype());
+    matmul(a[g], b[g], fresh, trans_a, trans_b, 1, m, n, k, false);
+    copy(out[g], fresh);
+  }
 }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
