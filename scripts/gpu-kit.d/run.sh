@@ -140,6 +140,11 @@ step moe_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --
   --config moe-demo.json --steps 50
 step bench_moe_cuda 150 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024
 
+# ZeRO-Offload (offload_optimizer cpu: the optimizer's state and Adam on the host) against the
+# state in device memory: the demo model's curves, then GPT-2 124M's step time.
+step offload_cpu 420 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" offload_cpu --kit "$kit" \
+  --work "$work/step_checks" --steps 30
+
 # --- summary
 python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys
@@ -149,6 +154,8 @@ FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib",
            "sft_cuda_vs_cpu", "reward_cuda_vs_cpu", "ppo_generation_fraction", "ppo_generation_tokens_per_s",
            "ppo_training_tokens_per_s", "generation_vs_training_per_token_max")
 FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu")  # step_checks.py
+FIGURES += ("offload_f32_vs_device", "offload_bf16_vs_device", "offload_step_ratio",
+            "offload_delayed_step_ratio")  # step_checks.py offload_cpu
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")
