@@ -144,6 +144,11 @@ step bench_moe_cuda 210 gpu triad-bench moe --device cuda --model gpt2-124m --ex
 # batch 1 and 16, greedy and sampled with a fixed seed: equal tokens, and tokens/s of both.
 step decode_graphs 240 gpu "$kit/decode_graphs.py"
 
+# ZeRO-Offload (offload_optimizer cpu: the optimizer's state and Adam on the host) against the
+# state in device memory: the demo model's curves, then GPT-2 124M's step time.
+step offload_cpu 420 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" offload_cpu --kit "$kit" \
+  --work "$work/step_checks" --steps 30
+
 # --- summary
 python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys
@@ -156,6 +161,8 @@ FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu")  # step_checks.py
 FIGURES += ("graph_tokens_per_s_b1_greedy", "eager_tokens_per_s_b1_greedy", "graph_tokens_per_s_b16_sampled",
             "eager_tokens_per_s_b16_sampled")  # decode_graphs.py
 FIGURES += ("moe_over_dense", "grouped_over_loop")  # bench_moe_cuda
+FIGURES += ("offload_f32_vs_device", "offload_bf16_vs_device", "offload_step_ratio",
+            "offload_delayed_step_ratio")  # step_checks.py offload_cpu
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")

@@ -44,6 +44,8 @@ def main():
         ("PPO step: generation <= 50% of the time", rlhf_generation_fraction(steps), "%.1f%%", lambda v: v <= 0.5, 100),
         ("generation with CUDA graphs >= 50k tokens/s (GPT-2 124M, batch 16, sampled)",
          figure(steps, "decode_graphs", "graph_tokens_per_s_b16_sampled"), "%.0f tokens/s", lambda v: v >= 50000, 1),
+        ("ZeRO-Offload (Adam on the host) step >= 0.7 of in device (GPT-2 124M, bf16, 8 micro-batches)",
+         figure(steps, "offload_cpu", "offload_step_ratio"), "%.3f", lambda v: v >= 0.7, 1),
     ]
     lines = ["", "## Targets on %s" % card, "", "| target | figure | result |", "|---|---|---|"]
     for target, value, form, passes, scale in rows:

@@ -206,13 +206,15 @@ void parse_offload_optimizer(JsonReader& zero, zero::OffloadConfig& o, std::vect
   const std::string at = r.dotted("");
   if (r.has("pin_memory")) {
     o.pin_memory = r.boolean("pin_memory", o.pin_memory);
-    notices.push_back(at + "pin_memory: triad's swap buffers are page-aligned host memory for direct I/O; they are "
-                           "not registered with a GPU driver");
+    // Device cpu on a GPU pins the host state (zero/host_shard_store.h); nvme's buffers are for direct I/O.
+    if (o.device == zero::OffloadDevice::nvme)
+      notices.push_back(at + "pin_memory: triad's swap buffers are page-aligned host memory for direct I/O; they "
+                             "are not registered with a GPU driver");
   }
   if (r.has("fast_init")) {
     o.fast_init = r.boolean("fast_init", o.fast_init);
-    notices.push_back(at + "fast_init: triad writes each sub-group's initial state to its file once at start-up, "
-                           "whatever it says");
+    notices.push_back(at + "fast_init: triad sets the offloaded state up once at start-up (with \"nvme\", each "
+                           "sub-group's initial state written to its file once), whatever it says");
   }
   r.finish();
 }

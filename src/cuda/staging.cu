@@ -29,6 +29,10 @@ class CudaCopy final : public parallel::DeviceCopy {
 
   bool done() override { return done_.query(); }
   void order_current() override { done_.block(current_stream(done_.device())); }
+  void wait() override {
+    done_.synchronize();
+    raise_deferred_errors(done_.device());
+  }
 
  private:
   Event done_;
@@ -54,6 +58,20 @@ class CudaStaging final : public parallel::DeviceStaging {
     copied.record(stream);
     copied.synchronize();
     raise_deferred_errors(device);
+  }
+
+  std::unique_ptr<parallel::DeviceCopy> to_host_async(const Tensor& dst, const Tensor& src) override {
+    check_pair("to_host_async", dst, src);
+    const int device = src.device().index;
+    DeviceGuard guard(device);
+    const StreamHandle stream = comm_stream(device);
+    auto copy = std::make_unique<CudaCopy>(device);
+    if (src.nbytes() > 0) {
+      TRIAD_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost, stream));
+      record_stream(src, stream);
+    }
+    copy->event().record(stream);
+    return copy;
   }
 
   std::unique_ptr<parallel::DeviceCopy> to_device(const Tensor& dst, const Tensor& src) override {

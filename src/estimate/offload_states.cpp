@@ -25,7 +25,9 @@ PlacedStateBytes placed_state_bytes(int stage, OffloadChoice choice, const Model
   p.device = b.gradients;
   switch (choice.optimizer) {
     case OffloadTarget::none: p.device += b.optimizer; break;
-    case OffloadTarget::cpu: p.host += b.optimizer; break;
+    case OffloadTarget::cpu:  // and the host store's f32 gradient and 16-bit parameter buffers
+      p.host += b.optimizer + (4 + kParamBytes) * shard;
+      break;
     case OffloadTarget::nvme:
       p.nvme += b.optimizer;
       p.host += k * std::min(shard, buffers.optimizer_elements);

@@ -5,13 +5,15 @@
 //
 // With S = Ψ/n the elements of a rank's shard (stages 1-3; stage 0 keeps no shard and takes
 // no offload), K the optimizer's bytes per parameter, P the persistent elements of stage 3:
-//   optimizer  none: device KS        cpu: host KS        nvme: NVMe KS, host K·min(S, B_o)
+//   optimizer  none: device KS        cpu: host (K+6)S    nvme: NVMe KS, host K·min(S, B_o)
 //   parameters none: device 2S + 2P   cpu: host 2S,       nvme: NVMe 2S, host 2·min(S, B_p),
 //                                          device 2P            device 2P
 //   gradients  device, as model_states.h (2Ψ at stage 1, 2Ψ/n + 2P at stage 3 ...); with
 //              the optimizer on nvme at stages 2-3 the shard's 2S leave the device for
 //              NVMe 4S (f32), host 4·min(S, B_o) (zero/nvme_shard_store.h, Note
 //              [Offloaded gradients])
+// cpu's 6S: the host store's copy buffers, the shard's f32 gradient and its new 16-bit
+// parameters (zero/host_shard_store.h, Note [Host optimizer step]).
 // B_o = buffer_count × sub_group_size (offload_optimizer's buffers, each one sub-group's
 // master weights and moments), B_p = buffer_count × buffer_size (offload_param's, each one
 // shard). Parameter offload is stage 3's only. Not counted: the units gathered on the device

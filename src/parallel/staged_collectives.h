@@ -28,12 +28,13 @@
 
 namespace triad::parallel {
 
-// A copy to a device in flight.
+// A copy between the host and a device in flight.
 class DeviceCopy {
  public:
   virtual ~DeviceCopy() = default;
   virtual bool done() = 0;           // complete? never blocks
   virtual void order_current() = 0;  // the calling thread's current stream waits for it
+  virtual void wait() = 0;           // the host waits for it
 };
 
 // The copies a device backend offers for staging.
@@ -49,6 +50,9 @@ class DeviceStaging {
   // view of one; same dtype and element count), after what order_after_current ordered
   // before. Returns when the bytes are on the host.
   virtual void to_host(const Tensor& dst, const Tensor& src) = 0;
+  // As to_host, but queued: the host waits only in the result's wait(). src's memory stays
+  // reserved until the copy is done; dst must outlive it.
+  virtual std::unique_ptr<DeviceCopy> to_host_async(const Tensor& dst, const Tensor& src) = 0;
   // Queues a copy of src (a whole host_buffer) into dst (on the device, contiguous; same
   // dtype and element count), after every earlier copy for the device. The memory of both
   // stays reserved until the copy is done, so the caller may drop its tensors at once.

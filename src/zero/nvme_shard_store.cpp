@@ -220,8 +220,8 @@ const ShardState& NvmeShardStore::acquire(size_t entry) {
   const Entry& e = entries_[entry];
   Tensor parts[3];
   for (int i = 0; i < e.parts; ++i) parts[i] = ops::to(part_view(b->host, e, i), device_);  // the view itself on the cpu
-  b->state = e.parts == 3 ? ShardState{parts[0], parts[1], parts[2], Tensor()}
-                          : ShardState{Tensor(), parts[0], parts[1], Tensor()};
+  b->state = e.parts == 3 ? ShardState{parts[0], parts[1], parts[2], Tensor(), Tensor()}
+                          : ShardState{Tensor(), parts[0], parts[1], Tensor(), Tensor()};
   if (gradients_) {
     const Tensor grad = ops::narrow(b->grad, 0, 0, e.elements);
     if (b->grad_version != e.grad_version) {  // it changed since this buffer's read started

@@ -9,13 +9,16 @@
 namespace triad::zero {
 
 // none: memory on the training device (zero/shard_store.h's DeviceShardStore). cpu: host
-// memory, which on a CPU training device is the same store. nvme: files under nvme_path.
+// memory, where the update runs too (zero/host_shard_store.h); on a CPU training device that
+// is the device's memory: the same store as none. nvme: files under nvme_path.
 enum class OffloadDevice { none, cpu, nvme };
 
 struct OffloadConfig {
   OffloadDevice device = OffloadDevice::none;
   std::string nvme_path;  // a folder; each rank keeps its state files in it (device nvme)
-  bool pin_memory = false;    // accepted; the swap buffers are page-aligned host memory
+  // cpu on a GPU: the host state in pinned memory, its copies queued (Note [Host optimizer
+  // step]); nvme: accepted, the swap buffers are page-aligned host memory.
+  bool pin_memory = false;
   // Sub-groups (of sub_group_size elements) whose state is in memory at once (nvme): the
   // one the update works on, the next being read, the previous ones being written.
   int64_t buffer_count = 4;
@@ -23,6 +26,10 @@ struct OffloadConfig {
   double ratio = 1.0;         // the share of the state offloaded: 1.0 only (partial offload is not built)
   bool pipeline_read = false;   // read the next sub-group while the update works on this one
   bool pipeline_write = false;  // write a sub-group back while the update goes on (and into the next step)
+  // Internal, no config key (tests): device cpu on a CPU training device runs the host store
+  // anyway, with state, gradients and parameters copied between its memory and the device's
+  // as on a GPU, so that its path is checked where no GPU is.
+  bool host_store_on_cpu = false;
 };
 
 // Where stage 3 keeps each rank's shard of the (16-bit or working) parameters between uses

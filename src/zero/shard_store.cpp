@@ -23,11 +23,15 @@ Tensor ShardStore::accumulate_gradient(size_t, const Tensor&) {
   return {};
 }
 
+void ShardStore::stage(size_t, const Tensor&, const Tensor&) {
+  TRIAD_ASSERT(false && "a store that updates on the training device was staged");
+}
+
 size_t DeviceShardStore::add(Tensor master, int64_t elements) {
   TRIAD_ASSERT(!master.defined() || (master.numel() == elements && master.dtype() == DType::f32 &&
                                      master.device() == device_));
   states_.push_back({std::move(master), Tensor::zeros({elements}, DType::f32, device_),
-                     Tensor::zeros({elements}, DType::f32, device_), Tensor()});
+                     Tensor::zeros({elements}, DType::f32, device_), Tensor(), Tensor()});
   return states_.size() - 1;
 }
 

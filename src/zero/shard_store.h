@@ -20,11 +20,13 @@
 
 namespace triad::zero {
 
-// One entry's state, 1-d f32 tensors of equal size on the training device.
+// One entry's state, 1-d f32 tensors of equal size on the training device (a store that
+// updates on the host: in host memory, Note [Host optimizer step] in zero/host_shard_store.h).
 struct ShardState {
   Tensor master;               // mixed precision's f32 weights; undefined in f32 training (the parameters are their own)
   Tensor exp_avg, exp_avg_sq;  // Adam's moments
   Tensor grad;                 // a store that keeps gradients: the entry's gradient as accumulated (zeros when none came); else undefined
+  Tensor params;               // a store that updates on the host: where the update writes the new 16-bit parameters; else undefined
 };
 enum class ShardPart { master, exp_avg, exp_avg_sq };
 
@@ -65,6 +67,17 @@ class ShardStore {
   // Whether acquire hands out tensors that stay on the training device after release (the
   // device store's): the update may then run every entry in one call (one launch on a GPU).
   virtual bool resident() const { return false; }
+  // Note [Host optimizer step] (zero/host_shard_store.h): a store whose state is in host
+  // memory apart from the training device updates it there. Before an entry is acquired,
+  // stage() hands it the entry's gradient (f32, unscaled and clipped) and the parameters the
+  // update writes (training dtype), both on the training device, and the store starts
+  // copying what it reads to the host; acquire waits for them and hands out host tensors
+  // (master always defined: in f32 training a copy of the parameters; params the 16-bit
+  // parameters' host buffer); release starts copying the new parameters back; and after the
+  // last entry finish_update() orders the training device's later work after those copies.
+  virtual bool updates_on_host() const { return false; }
+  virtual void stage(size_t entry, const Tensor& grad, const Tensor& params);
+  virtual void finish_update() {}
 };
 
 // Every entry's state in memory on the training device, where the update reads it:

@@ -12,6 +12,7 @@
 #include "tensor/ops.h"
 #include "tensor/optimizer_ops.h"
 #include "zero/buckets.h"
+#include "zero/host_shard_store.h"
 #include "zero/nvme_shard_store.h"
 
 namespace triad::zero {
@@ -58,16 +59,15 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
       device_(device_of(units_)) {
   TRIAD_CHECK(dp_ != nullptr, "ZeRO needs a data-parallel communicator");
   config_.validate(dp_->size());
-  const OffloadDevice offload = config_.offload_optimizer.device;
-  TRIAD_CHECK(offload != OffloadDevice::cpu || device_.is_cpu(),
-              "[config] zero_optimization.offload_optimizer.device \"cpu\" on a " << device_.str() << " device is not "
-              "built yet (it needs the optimizer step on the host); \"nvme\" is, or \"none\"");
+  const OffloadConfig& offload = config_.offload_optimizer;
   // Note [Offloaded gradients]: where nothing needs the rank's gradient shard whole.
   const bool gradients = config_.stage >= 2 && !config_.defer_reduction && !config_.delayed_update.enabled &&
                          (!tp_ || tp_->size() == 1) && pipeline_.ties.empty() &&
                          (!pipeline_.pp || pipeline_.pp->size() == 1);
-  if (offload == OffloadDevice::nvme)
-    store_ = std::make_unique<NvmeShardStore>(device_, config_.offload_optimizer, config_.aio, gradients);
+  if (offload.device == OffloadDevice::nvme)
+    store_ = std::make_unique<NvmeShardStore>(device_, offload, config_.aio, gradients);
+  else if (offload.device == OffloadDevice::cpu && (!device_.is_cpu() || offload.host_store_on_cpu))
+    store_ = std::make_unique<HostShardStore>(device_, config_.dtype, offload.pin_memory);
   else  // none, or cpu on the cpu: the state already is in host memory
     store_ = std::make_unique<DeviceShardStore>(device_);
   TRIAD_CHECK(config_.offload_param.device != OffloadDevice::cpu || device_.is_cpu(),
@@ -75,9 +75,10 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
               "built yet; \"nvme\" is, or \"none\"");
   if (config_.offload_param.device == OffloadDevice::nvme)
     param_swap_ = std::make_unique<ParamSwap>(config_.offload_param, config_.aio);
-  TRIAD_CHECK(!config_.delayed_update.enabled || device_.is_cpu(),
-              "[config] zero_optimization.delayed_update runs with the training on device \"cpu\" in this build, not "
-                  << device_.str());
+  TRIAD_CHECK(!config_.delayed_update.enabled || device_.is_cpu() || store_->updates_on_host(),
+              "[config] zero_optimization.delayed_update runs with the training on device \"cpu\", or with "
+              "offload_optimizer.device \"cpu\" (the update on the host), not on "
+                  << device_.str() << " alone");
   check_zeropp();
   check_expert_placement(experts_, dp_->size());
   std::map<std::string, nn::TensorSplit> splits;
@@ -471,12 +472,14 @@ double ZeroOptimizer::step(double lr, double max_norm) {
       if (u.grads[i].is_same(config_.stage == 0 ? groups_[i].flat->grad() : groups_[i].shard_grad))
         u.grads[i] = ops::clone(u.grads[i]);
     }
+    stage_update(u);  // here: the copies come after the ones above (the thread's stream is not this one)
     delayed_.update = std::move(u);
     delayed_.running = std::async(std::launch::async, [this] {
       NoGradGuard no_grad;  // (grad mode is the thread's own)
       update(delayed_.update);
     });
   } else {
+    stage_update(u);
     update(u);
     gather_updated();
   }
@@ -538,14 +541,14 @@ void ZeroOptimizer::update(const Update& u) {
   std::vector<std::pair<size_t, const Group::SubGroup*>> order;
   for (size_t i = 0; i < groups_.size(); ++i)
     for (const Group::SubGroup& sub : groups_[i].subgroups) order.emplace_back(i, &sub);
+  // Note [Host optimizer step]: stage_update() has staged the sub-groups whose parameters are
+  // in memory; an offloaded parameter shard's are staged once it is in.
+  const bool host = store_->updates_on_host();
+  const auto swapped = [&](size_t i) { return param_swap_ && groups_[i].partitioned; };
   for (size_t k = 0; k < order.size(); ++k) {
     const auto [i, sub] = order[k];
     Group& g = groups_[i];
-    const ShardState& state = store_->acquire(sub->entry);
-    if (k + 1 < order.size()) store_->prefetch(order[k + 1].second->entry);
-    const AdamWStep s = optim::adamw_step(u.adamw, u.lr, g.flat->weight_decay(), u.step);
-    const bool whole = g.subgroups.size() == 1;
-    if (param_swap_ && g.partitioned && sub == &g.subgroups.front()) {
+    if (swapped(i) && sub == &g.subgroups.front()) {
       param_swap_->bring_in(*g.flat);
       // The next offloaded shard comes in on the I/O thread while this group is updated.
       for (size_t j = i + 1; j < groups_.size(); ++j)
@@ -554,31 +557,58 @@ void ZeroOptimizer::update(const Update& u) {
           break;
         }
     }
-    const Tensor target = u.params.empty() ? param_view(g) : u.params[i];
-    const Tensor params = whole ? target : ops::narrow(target, 0, sub->first, sub->count);
+    if (host && swapped(i)) store_->stage(sub->entry, update_grad(u, i, *sub), update_params(u, i, *sub));
+    const ShardState& state = store_->acquire(sub->entry);
+    if (k + 1 < order.size()) store_->prefetch(order[k + 1].second->entry);
+    const AdamWStep s = optim::adamw_step(u.adamw, u.lr, g.flat->weight_decay(), u.step);
+    const Tensor params = update_params(u, i, *sub);
     Tensor grad;
     if (store_->keeps_gradients()) {  // scaled here as step() scales gradients in memory
       grad = state.grad;
       if (u.unscale != 1.0) ops::mul_(grad, u.unscale);
       if (u.clip < 1.0) ops::mul_(grad, u.clip);
     } else {
-      grad = whole ? u.grads[i] : ops::narrow(u.grads[i], 0, sub->first, sub->count);
+      grad = host ? state.grad : update_grad(u, i, *sub);
     }
-    // Mixed precision: the update writes the 16-bit parameters from the master weights itself.
-    const AdamWTensors update = state.master.defined()
-                                    ? AdamWTensors{state.master, grad, state.exp_avg, state.exp_avg_sq, params, s}
-                                    : AdamWTensors{params, grad, state.exp_avg, state.exp_avg_sq, Tensor(), s};
+    // Mixed precision: the update writes the 16-bit parameters from the master weights itself
+    // (on the host into the store's buffer, which release() copies to them).
+    const AdamWTensors update =
+        state.master.defined()
+            ? AdamWTensors{state.master, grad, state.exp_avg, state.exp_avg_sq, host ? state.params : params, s}
+            : AdamWTensors{params, grad, state.exp_avg, state.exp_avg_sq, Tensor(), s};
     if (at_once)
       batch.push_back(update);  // its tensors outlive the release (ShardStore::resident)
     else
       ops::adamw_({update});
     store_->release(sub->entry, /*dirty=*/true);
-    if (param_swap_ && g.partitioned && sub == &g.subgroups.back()) param_swap_->store(*g.flat);
+    if (swapped(i) && sub == &g.subgroups.back()) {
+      if (host) store_->finish_update();  // the shard's new values are in before it is written
+      param_swap_->store(*g.flat);
+    }
   }
   if (at_once) ops::adamw_(batch);
+  if (host) store_->finish_update();
   // The next step begins where this one did: its first sub-group can come in during the
   // forward and backward.
   if (!order.empty()) store_->prefetch(order.front().second->entry);
+}
+
+void ZeroOptimizer::stage_update(const Update& u) {
+  if (!store_->updates_on_host()) return;
+  for (size_t i = 0; i < groups_.size(); ++i)
+    if (!param_swap_ || !groups_[i].partitioned)
+      for (const Group::SubGroup& sub : groups_[i].subgroups)
+        store_->stage(sub.entry, update_grad(u, i, sub), update_params(u, i, sub));
+}
+
+Tensor ZeroOptimizer::update_params(const Update& u, size_t group, const Group::SubGroup& sub) {
+  const Tensor target = u.params.empty() ? param_view(groups_[group]) : u.params[group];
+  return groups_[group].subgroups.size() == 1 ? target : ops::narrow(target, 0, sub.first, sub.count);
+}
+
+Tensor ZeroOptimizer::update_grad(const Update& u, size_t group, const Group::SubGroup& sub) const {
+  const Tensor& grad = u.grads[group];
+  return groups_[group].subgroups.size() == 1 ? grad : ops::narrow(grad, 0, sub.first, sub.count);
 }
 
 namespace {

@@ -31,7 +31,8 @@
 // shard store keeps (zero/shard_store.h; with offload_optimizer.device "nvme" they live in
 // files and come in by sub-groups: Note [Offloaded optimizer state] in
 // zero/nvme_shard_store.h; at stages 2 and 3 the rank's reduced gradients go there too, Note
-// [Offloaded gradients]); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
+// [Offloaded gradients]; with "cpu" on a GPU they live in host memory, where Adam runs:
+// Note [Host optimizer step] in zero/host_shard_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
 // norms and overflow flags reduced over ranks included: an NCCL communicator takes its
 // GPU's tensors only.
 //
@@ -63,7 +64,10 @@
 // applies the pending update and starts none). Such a point ends the staleness once: the
 // next step's gradient is taken at the updated weights, in a run that goes on as in one
 // resumed from a checkpoint written there, which therefore follow the same trajectory.
-// Costs: a copy of the rank's gradient and parameter shards. CPU training device only;
+// Costs: a copy of the rank's gradient and parameter shards. On the CPU training device, or
+// on a GPU with the update on the host (Note [Host optimizer step]: the training thread
+// stages the gradients' copies before the thread starts, so that they follow the work queued
+// so far, and the thread queues the new parameters' copies into the update's own copy);
 // not with offload_param nvme or in pipeline stages (ZeroConfig::validate).
 #pragma once
 
@@ -325,6 +329,12 @@ class ZeroOptimizer {
     double unscale = 1.0, clip = 1.0;
   };
   void update(const Update& u);  // Adam over every sub-group
+  // Note [Host optimizer step]: a store that updates on the host starts copying every
+  // sub-group's gradient there (an offloaded parameter shard's once it is in memory: update()).
+  void stage_update(const Update& u);
+  // The parameters a sub-group's update writes, and (in memory) the gradient it reads.
+  Tensor update_params(const Update& u, size_t group, const Group::SubGroup& sub);
+  Tensor update_grad(const Update& u, size_t group, const Group::SubGroup& sub) const;
   // Stages 1-3: all-gathers the groups that are not partitioned from the rank's shards.
   void gather_updated();
   // Note [Delayed parameter update]: the update running on its thread, and its copies.

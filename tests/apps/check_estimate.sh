@@ -89,14 +89,15 @@ PY
 
 # The offload columns of the ZeRO paper's example (Ψ 7.5e9, n 64, K 12): S = 117187500 elements
 # per rank; ZeRO-Infinity (stage 3, both to nvme) keeps the states and the gradients' shard
-# (f32) on NVMe and their buffers (larger than a shard by default) in host memory.
+# (f32) on NVMe and their buffers (larger than a shard by default) in host memory; the
+# optimizer on cpu adds the host store's f32 gradient and 16-bit parameter buffers (6 S).
 "$est" --params 7.5e9 --dp 64 | tail -n 1 >"$out/offload.json" || fail "offload estimate exited $?"
 python3 - "$out/offload.json" <<'PY' || exit 1
 import json, sys
 rows = {(r["stage"], r["offload_optimizer"], r["offload_param"]): r for r in json.load(open(sys.argv[1]))["offload"]}
 S = 117187500
-want = {(2, "cpu", "none"): (15e9 + 2 * S, 12 * S, 0), (3, "nvme", "nvme"): (0, 18 * S, 18 * S),
-        (3, "cpu", "cpu"): (2 * S, 14 * S, 0), (0, "none", "none"): (120e9, 0, 0)}
+want = {(2, "cpu", "none"): (15e9 + 2 * S, 18 * S, 0), (3, "nvme", "nvme"): (0, 18 * S, 18 * S),
+        (3, "cpu", "cpu"): (2 * S, 20 * S, 0), (0, "none", "none"): (120e9, 0, 0)}
 bad = [f"{k}: {rows[k]}" for k, (d, h, n) in want.items()
        if (rows[k]["device_bytes"], rows[k]["host_bytes"], rows[k]["nvme_bytes"]) != (d, h, n)]
 if len(rows) != 12 or bad:

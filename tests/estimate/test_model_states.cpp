@@ -172,7 +172,8 @@ BOOST_AUTO_TEST_CASE(persistence_threshold_moves_exactly_the_small_parameters) {
 // Offload (estimate/offload_states.h) on the paper's example: S = 7.5e9 / 64 = 117187500
 // elements per rank, every figure exact in binary. Offloading moves bytes between device,
 // host and NVMe without changing their sum, except the nvme buffers' host copies and, with the
-// optimizer on nvme at stages 2-3, the gradient shard's f32 copy (2 more bytes per element).
+// optimizer on nvme at stages 2-3, the gradient shard's f32 copy (2 more bytes per element),
+// and with the optimizer on cpu the host store's copy buffers (f32 gradient, 16-bit parameters).
 BOOST_AUTO_TEST_CASE(offload_columns_place_each_state_by_closed_form) {
   using estimate::OffloadTarget;
   const estimate::ModelStateInput in = paper_example();
@@ -183,13 +184,14 @@ BOOST_AUTO_TEST_CASE(offload_columns_place_each_state_by_closed_form) {
     const estimate::ModelStateBytes b = estimate::model_state_bytes(p.stage, in);
     const bool gradients = p.choice.optimizer == OffloadTarget::nvme && p.stage >= 2;
     const double buffers = (p.choice.optimizer == OffloadTarget::nvme ? b.optimizer : 0.0) +
-                           (p.choice.params == OffloadTarget::nvme ? 2 * s : 0.0) + (gradients ? 2 * s + 4 * s : 0.0);
+                           (p.choice.params == OffloadTarget::nvme ? 2 * s : 0.0) + (gradients ? 2 * s + 4 * s : 0.0) +
+                           (p.choice.optimizer == OffloadTarget::cpu ? 6 * s : 0.0);
     BOOST_TEST(p.device + p.host + p.nvme == b.total() + buffers);
   }
   const estimate::PlacedStateBytes z2cpu = all[1 + 3 + 1];  // stage 2, optimizer on cpu
   BOOST_TEST(z2cpu.stage == 2);
   BOOST_TEST(z2cpu.device == 2 * 7.5e9 + 2 * s);
-  BOOST_TEST(z2cpu.host == 12 * s);
+  BOOST_TEST(z2cpu.host == 12 * s + 6 * s);
   BOOST_TEST(z2cpu.nvme == 0);
   const estimate::PlacedStateBytes infinity = all.back();  // stage 3, both to nvme
   BOOST_TEST(infinity.stage == 3);
@@ -204,7 +206,7 @@ BOOST_AUTO_TEST_CASE(offload_columns_place_each_state_by_closed_form) {
   BOOST_TEST(small.nvme == 18 * s);
   const auto z3cpu = estimate::placed_state_bytes(3, {.optimizer = OffloadTarget::cpu, .params = OffloadTarget::cpu}, in);
   BOOST_TEST(z3cpu.device == 2 * s);
-  BOOST_TEST(z3cpu.host == 14 * s);
+  BOOST_TEST(z3cpu.host == 14 * s + 6 * s);
   test::check_error([&] { estimate::placed_state_bytes(2, {.params = OffloadTarget::nvme}, in); },
                     {"offloading parameters runs at stage 3, not stage 2"});
   test::check_error([&] { estimate::placed_state_bytes(0, {.optimizer = OffloadTarget::cpu}, in); },

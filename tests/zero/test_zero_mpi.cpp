@@ -5,8 +5,10 @@
 // (support/zero_trajectory.h). Losses and final parameters agree within 1e-5 relative.
 // With the optimizer's state offloaded to NVMe files, every stage on 1, 2 and 4 ranks
 // follows the same run without offload within 1e-6, and so does stage 3 with the parameter
-// shards in swap files too (ZeRO-Infinity). A frozen model partitioned as stage 3 partitions
-// (zero/frozen_partition.h) computes the whole model's forward.
+// shards in swap files too (ZeRO-Infinity); so does every stage with the state and the
+// update in host memory apart from the device's (ZeRO-Offload's store, forced on the CPU).
+// A frozen model partitioned as stage 3 partitions (zero/frozen_partition.h) computes the
+// whole model's forward.
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/counting_communicator.h"
@@ -101,6 +103,29 @@ BOOST_AUTO_TEST_CASE(offloading_to_nvme_follows_the_run_without_it) {
       }
   }
   BOOST_TEST(std::filesystem::is_empty(dir.path()));  // the state files went with their optimizers
+}
+
+// ZeRO-Offload to host memory (Note [Host optimizer step]), run on the CPU training device
+// through the internal switch that a GPU does not need: the state in the store's own
+// buffers, each step's gradients copied in and new parameters copied out, Adam on the host.
+// f32 and bf16 (master weights on the host, 16-bit parameters copied back), gradient
+// accumulation 2, clipping at 0.5: the run without offload within 1e-6.
+BOOST_AUTO_TEST_CASE(offloading_to_host_memory_follows_the_run_without_it) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  for (int ranks : {1, 2, 4}) {
+    if (n % ranks != 0) continue;
+    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+    for (int stage : {1, 2, 3})
+      for (DType dtype : {DType::f32, DType::bf16}) {
+        BOOST_TEST_CONTEXT(ranks << " ranks, stage " << stage << ", " << dtype_name(dtype)) {
+          const test::DataParallelRun plain{.stage = stage, .accumulation = 2, .dtype = dtype};
+          test::DataParallelRun offloaded = plain;
+          offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .host_store_on_cpu = true};
+          check_same(test::data_parallel(comm, offloaded), test::data_parallel(comm, plain), 1e-6);
+        }
+      }
+  }
 }
 
 // Note [Offloaded gradients]: at stages 2 and 3 with the optimizer's state on NVMe, the
@@ -254,11 +279,14 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_follows_the_run_delayed_by_hand) {
     if (n % ranks != 0) continue;
     const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
     for (int stage : {0, 1, 2, 3})
-      for (bool nvme : {false, true}) {
-        if (nvme && stage == 0) continue;  // offload runs at stages 1-3
-        BOOST_TEST_CONTEXT(ranks << " ranks, stage " << stage << (nvme ? ", state on NVMe" : "")) {
+      for (zero::OffloadDevice where : {zero::OffloadDevice::none, zero::OffloadDevice::nvme, zero::OffloadDevice::cpu}) {
+        if (where != zero::OffloadDevice::none && stage == 0) continue;  // offload runs at stages 1-3
+        const char* place = where == zero::OffloadDevice::nvme ? ", state on NVMe"
+                            : where == zero::OffloadDevice::cpu ? ", state and update in the host store"
+                                                                : "";
+        BOOST_TEST_CONTEXT(ranks << " ranks, stage " << stage << place) {
           test::DataParallelRun run{.stage = stage, .accumulation = 2, .delayed = {.enabled = true, .warmup_steps = 3}};
-          if (nvme) {
+          if (where == zero::OffloadDevice::nvme) {
             run.offload = {.device = zero::OffloadDevice::nvme,
                            .nvme_path = dir.path().string(),
                            .buffer_count = 2,
@@ -266,6 +294,8 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_follows_the_run_delayed_by_hand) {
                            .pipeline_write = true};
             run.sub_group_size = 300;
           }
+          if (where == zero::OffloadDevice::cpu)  // (Note [Host optimizer step]; the GPU's delayed update)
+            run.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .host_store_on_cpu = true};
           check_same(test::data_parallel(comm, run), ref);
         }
       }
@@ -429,6 +459,19 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
   BOOST_TEST(m.param_bytes == std::min(all, 2 * largest));
   BOOST_TEST(m.grad_bytes == 0);
   BOOST_TEST(m.host_bytes == 0);
+  // The host store (Note [Host optimizer step]) at stage 2 in bf16: per element of the shard
+  // the f32 master weights, both moments and gradient, and the new 16-bit parameters, 18
+  // bytes; on the CPU training device they are its memory (optim_bytes), on a GPU host_bytes.
+  auto bf16_model = make_model();
+  zero::ZeroOptimizer host(bf16_model,
+                           {.stage = 2,
+                            .dtype = DType::bf16,
+                            .offload_optimizer = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true}},
+                           kAdam, kDecay, world);
+  int64_t shards = 0;
+  for (const auto& [padded, _] : host.group_sizes()) shards += padded / n;
+  BOOST_TEST(host.memory().optim_bytes == 18 * shards);
+  BOOST_TEST(host.memory().host_bytes == 0);
 }
 
 // A frozen partition (zero/frozen_partition.h): each rank holds its shard of every unit

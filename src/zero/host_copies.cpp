@@ -1,0 +1,41 @@
+#include "zero/host_copies.h"
+
+#include "tensor/ops.h"
+
+namespace triad::zero {
+
+HostCopies::HostCopies(Device device, bool pinned)
+    : device_(device), staging_(pinned && !device.is_cpu() ? parallel::device_staging(device.type) : nullptr) {}
+
+Tensor HostCopies::host_zeros(int64_t numel, DType dtype) const {
+  if (!staging_) return Tensor::zeros({numel}, dtype);
+  Tensor t = staging_->host_buffer(numel, dtype);
+  ops::zero_(t);
+  return t;
+}
+
+HostCopies::Copy HostCopies::to_host(const Tensor& dst, const Tensor& src) const {
+  TRIAD_ASSERT(dst.device().is_cpu() && src.device() == device_ && dst.numel() == src.numel());
+  if (!staging_) {
+    ops::copy_(dst, ops::to(src, Device::cpu()));
+    return nullptr;
+  }
+  staging_->order_after_current(device_);
+  return staging_->to_host_async(dst, src);
+}
+
+HostCopies::Copy HostCopies::to_device(const Tensor& dst, const Tensor& src) const {
+  TRIAD_ASSERT(src.device().is_cpu() && dst.device() == device_ && dst.numel() == src.numel());
+  if (!staging_) {
+    ops::copy_(dst, ops::to(src, device_));
+    return nullptr;
+  }
+  return staging_->to_device(dst, src);
+}
+
+void wait(HostCopies::Copy& copy) {
+  if (copy) copy->wait();
+  copy.reset();
+}
+
+}  // namespace triad::zero
