@@ -140,6 +140,14 @@ step moe_curves 240 gpu env OMP_NUM_THREADS="$cores" "$kit/compare_curves.py" --
   --config moe-demo.json --steps 50
 step bench_moe_cuda 150 gpu triad-bench moe --device cuda --model gpt2-124m --experts 8 --batch 8 --seq 1024
 
+# Quantized linear layers on the GPU: the integer GEMMs (W8A8, W4A8) in TOPS beside the f32
+# and bf16 GEMMs of the same run, and W8A8 generation's tokens/s beside f32 and bf16 at
+# batch 1 and 16 (GPT-2 124M, random weights); then a quantized model's greedy tokens on the
+# GPU against the CPU's.
+step bench_quantized_cuda 240 gpu triad-bench quantized --device cuda
+step quantized_generate 180 gpu env OMP_NUM_THREADS="$cores" "$kit/quantized_generate.sh" "$kit" \
+  "$work/quantized_generate"
+
 # --- summary
 python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys
@@ -149,6 +157,7 @@ FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib",
            "sft_cuda_vs_cpu", "reward_cuda_vs_cpu", "ppo_generation_fraction", "ppo_generation_tokens_per_s",
            "ppo_training_tokens_per_s", "generation_vs_training_per_token_max")
 FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu")  # step_checks.py
+FIGURES += ("w8a8_speedup", "w8a8_vs_bf16")  # triad-bench quantized
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")
