@@ -105,7 +105,7 @@ nlohmann::json generation_rows(const QuantizedOptions& o, Device device) {
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t batch : o.batches) {
     const Tensor ids = random_token_ids(batch, o.prompt, vocab, 11);
-    std::vector<std::vector<int32_t>> prompts(size_t(batch));
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t t = 0; t < o.prompt; ++t) prompts[size_t(b)].push_back(int32_t(ids.data<int64_t>()[b * o.prompt + t]));
     const int runs = 3;
