@@ -234,7 +234,8 @@ void add_quantized_command(CLI::App& app, QuantizedOptions& o) {
   cmd->add_option("--answer", o.answer, "generation: tokens generated per prompt")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--model", o.model, "generation: GPT preset (default: gpt2-124m on a GPU, the RLHF demo's actor on the cpu)");
+  cmd->add_option("--model", o.model,
+                  "generation: GPT preset (default: gpt2-124m on a GPU, the RLHF demo's actor on the cpu)");
   cmd->callback([&o] { run_quantized_bench(o); });
 }
 

@@ -51,8 +51,8 @@ std::unique_ptr<engine::Engine> generation_engine(const std::string& preset, con
   json["device"] = device;
   if (bf16) json["bf16"] = {{"enabled", true}};
   const engine::TrainConfig train = engine::parse_config(json);
-  return std::make_unique<engine::Engine>(
-      train, engine::process_grid(train, std::make_shared<parallel::SelfCommunicator>()));
+  return std::make_unique<engine::Engine>(train,
+                                          engine::process_grid(train, std::make_shared<parallel::SelfCommunicator>()));
 }
 
 // From now on the linear layers of the blocks of e's model (engine::quantized_linears) run
@@ -63,9 +63,10 @@ void use_w8a8(engine::Engine& e, int64_t group) {
   for (const auto& [name, linear] : engine::quantized_linears(model)) {
     const int64_t n = linear->out_features(), k = linear->in_features();
     const QuantFormat f{8, group};
-    TRIAD_CHECK(k % group == 0, "triad-bench quantized: --group-size " << group << " does not divide the input "
-                                                                       << k << " of " << name);
-    const PackedWeight packed = ops::pack_weight(ops::quantize_blocks(ops::to(linear->weight, Device::cpu()), f), n, k, f);
+    TRIAD_CHECK(k % group == 0, "triad-bench quantized: --group-size " << group << " does not divide the input " << k
+                                                                       << " of " << name);
+    const PackedWeight packed =
+        ops::pack_weight(ops::quantize_blocks(ops::to(linear->weight, Device::cpu()), f), n, k, f);
     linear->use_quantized(std::make_shared<const PackedWeight>(ops::to(packed, e.device())), 8);
   }
 }
@@ -107,7 +108,8 @@ nlohmann::json generation_rows(const QuantizedOptions& o, Device device) {
     const Tensor ids = random_token_ids(batch, o.prompt, vocab, 11);
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t t = 0; t < o.prompt; ++t) prompts[size_t(b)].push_back(int32_t(ids.data<int64_t>()[b * o.prompt + t]));
+      for (int64_t t = 0; t < o.prompt; ++t)
+        prompts[size_t(b)].push_back(int32_t(ids.data<int64_t>()[b * o.prompt + t]));
     const int runs = 3;
     const double a = tokens_per_s(*f32, prompts, o.answer, runs), b = tokens_per_s(*bf16, prompts, o.answer, runs),
                  q = tokens_per_s(*w8a8, prompts, o.answer, runs);
@@ -151,10 +153,10 @@ int run_quantized_bench(const QuantizedOptions& o) {
       Tensor x = Tensor::empty({m, k});
       ops::normal_(x, 0.0, 1.0, gen);
       const Tensor xd = ops::to(x, device), xb = ops::to(xd, DType::bf16);
-      const std::vector<double> t = median_seconds({[&] { ops::linear(xd, wd, bias); }, [&] { ops::linear(xb, wb, bias); },
-                                                    [&] { ops::quantized_linear(xd, w8, bias, 8); },
-                                                    [&] { ops::quantized_linear(xd, w4, bias, 8); }},
-                                                   o.repeats, device, inner);
+      const std::vector<double> t = median_seconds(
+          {[&] { ops::linear(xd, wd, bias); }, [&] { ops::linear(xb, wb, bias); },
+           [&] { ops::quantized_linear(xd, w8, bias, 8); }, [&] { ops::quantized_linear(xd, w4, bias, 8); }},
+          o.repeats, device, inner);
       const double ops_count = 2.0 * double(m) * double(n) * double(k);
       std::printf("%6lld %6lld %6lld %10.3f %10.3f %10.3f %10.3f %9.2f %9.2f %9.2f\n", (long long)m, (long long)k,
                   (long long)n, ops_count / t[0] / 1e12, ops_count / t[1] / 1e12, ops_count / t[2] / 1e12,

@@ -9,10 +9,11 @@
 // weights quantized with --group-size), in generated tokens/s.
 #pragma once
 
-#include "common/cli_app.h"
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/cli_app.h"
 
 namespace triad::bench {
 

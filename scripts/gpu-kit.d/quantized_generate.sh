@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU kit's quantized_generate step: a quantized model's greedy generation on the GPU
-# gives the CPU's tokens. The tiny GPT is trained for 40 steps on the kit's corpus (on the
-# cpu), quantized by triad-compress zeroquant to W8A8 and W4A8 (groups of 16), and each
+# gives the CPU's tokens. The tiny GPT is trained for 300 steps on the kit's corpus (on the
+# GPU: a model that has learnt some words, so that its greedy text is not one token over and
+# over), quantized by triad-compress zeroquant to W8A8 and W4A8 (groups of 16), and each
 # quantized model continues one prompt by 64 greedy tokens with triad-generate on the cpu
 # and on the GPU: the two texts must be equal. The quantized layers' integer GEMMs give the
 # CPU's values bit for bit (Note [Integer GEMM on the GPU]); the layers kept in f32
@@ -15,7 +16,7 @@ mkdir -p "$work"
 prompt="The meaning of life is"
 triad-train --config "$kit/configs/tiny.json" --set data.corpus="$kit/data/tokens.bin" \
   --set data.tokenizer="$kit/data/tokenizer.json" --set model.vocab_size=2048 --set model.seq_len=128 \
-  --set output_dir="$work/train" --steps 40 >"$work/train.log"
+  --set device=cuda --set output_dir="$work/train" --steps 300 >"$work/train.log"
 status=0
 results=()
 for bits in 8 4; do

@@ -14,7 +14,7 @@
 
 namespace triad {
 
-struct PackedWeight;     // tensor/quantized_matmul.h
+struct PackedWeight;    // tensor/quantized_matmul.h
 enum class Int8Kernel;  // tensor/quantized_matmul.h
 
 enum class BinaryOp {

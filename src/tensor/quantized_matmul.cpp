@@ -52,18 +52,20 @@ Tensor quantized_linear(const Tensor& x, const PackedWeight& w, const Tensor& bi
                   (x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16),
               "quantized_linear: expected a floating x (..., " << w.k << "), got " << x.str());
   const Device device = x.device();
-  TRIAD_CHECK(w.data.device() == device,
-              "quantized_linear: x is on " << device.str() << ", the packed weight on " << w.data.device().str()
-                                           << " (ops::to moves a PackedWeight)");
-  TRIAD_CHECK(!bias.defined() || (bias.dtype() == DType::f32 && bias.shape() == Shape({w.n}) && bias.device() == device),
-              "quantized_linear: expected a bias of f32 (" << w.n << ") on " << device.str() << ", got " << bias.str());
+  TRIAD_CHECK(w.data.device() == device, "quantized_linear: x is on " << device.str() << ", the packed weight on "
+                                                                      << w.data.device().str()
+                                                                      << " (ops::to moves a PackedWeight)");
+  TRIAD_CHECK(
+      !bias.defined() || (bias.dtype() == DType::f32 && bias.shape() == Shape({w.n}) && bias.device() == device),
+      "quantized_linear: expected a bias of f32 (" << w.n << ") on " << device.str() << ", got " << bias.str());
   const int64_t m = x.numel() / w.k;
   Shape shape = x.shape();
   shape.back() = w.n;
   const Tensor x2 = contiguous(reshape(x, {m, w.k}));
   Tensor y = Tensor::empty({m, w.n}, DType::f32, device);
   const Tensor b = bias.defined() ? contiguous(bias) : bias;
-  if (m > 0 && abits == 16) backend_for(device).quantized_linear(contiguous(to(x2, DType::f32)), Tensor(), w, b, y, 16, kernel);
+  if (m > 0 && abits == 16)
+    backend_for(device).quantized_linear(contiguous(to(x2, DType::f32)), Tensor(), w, b, y, 16, kernel);
   if (m > 0 && abits == 8) {
     const Quantized tokens = quantize_blocks(x2, QuantFormat{8, w.k});
     backend_for(device).quantized_linear(tokens.q, tokens.scales, w, b, y, 8, kernel);

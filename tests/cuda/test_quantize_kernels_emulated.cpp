@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(int8_linear_matches_the_cpu_bit_for_bit) {
       for (bool symmetric : {true, false})
         for (int64_t group : {int64_t(4), int64_t(8), int64_t(32), s.k}) {
           if (s.k == 512 && group != 4 && group != s.k) continue;  // 128 groups: two chunks
-          if (group * bits % 8 != 0) continue;                       // 1 bit: groups of whole bytes
+          if (group * bits % 8 != 0) continue;                     // 1 bit: groups of whole bytes
           const QuantFormat f{bits, group, symmetric};
           Tensor w = Tensor::empty({s.n, s.k}), bias = Tensor::empty({s.n});
           ops::uniform_(w, -0.5, 0.7, g);
@@ -161,8 +161,8 @@ BOOST_AUTO_TEST_CASE(int8_linear_matches_the_cpu_bit_for_bit) {
             for (bool with_bias : {false, true}) {
               const Tensor b = with_bias ? bias : Tensor();
               const Tensor want = ops::quantized_linear(x, packed, b, 8, Int8Kernel::portable);
-              const std::string what = std::to_string(bits) + " bits" + (symmetric ? "" : " asymmetric") +
-                                       ", group " + std::to_string(group) + ", W(" + std::to_string(s.n) + ", " +
+              const std::string what = std::to_string(bits) + " bits" + (symmetric ? "" : " asymmetric") + ", group " +
+                                       std::to_string(group) + ", W(" + std::to_string(s.n) + ", " +
                                        std::to_string(s.k) + "), m " + std::to_string(m) + (with_bias ? ", bias" : "");
               BOOST_TEST(same_bytes(want, ops::quantized_linear(x, packed, b, 8, Int8Kernel::best)), what << ": best");
               Tensor got;
@@ -199,9 +199,8 @@ BOOST_AUTO_TEST_CASE(widened_linear_matches_the_cpu_within_f32_rounding) {
         Tensor got = Tensor::full({m, n}, 99.0);
         const cuda::QuantizedLinearArgs p = ql_args(packed, nullptr, x, bias, got);
         ql_visit(packed, [&](auto four, auto offsets) {
-          emulation::launch(unsigned(packed.padded_n() / cuda::kQlTileCols), 1, cuda::kQlThreads, [&] {
-            cuda::widened_linear_kernel<decltype(four)::value, decltype(offsets)::value>(p);
-          });
+          emulation::launch(unsigned(packed.padded_n() / cuda::kQlTileCols), 1, cuda::kQlThreads,
+                            [&] { cuda::widened_linear_kernel<decltype(four)::value, decltype(offsets)::value>(p); });
         });
         const std::vector<float> xv = x.to_vector<float>(), wv = w_dq.to_vector<float>(), bv = bias.to_vector<float>(),
                                  gv = got.to_vector<float>();

@@ -1,9 +1,10 @@
 // The CUDA backend: every method of tensor/backend.h as kernels on the tensors' device,
 // enqueued on the calling thread's current stream there (Note [Streams]). The methods are
 // spread over files by kind as the CPU backend's are (copy.cu, elementwise.cu, reduce.cu,
-// matmul.cu, fused.cu, nn.cu, optim.cu, quantize.cu, quantized_linear.cu, sample.cu, attention.cu and attention_mma.cu), and so are
-// their semantics: each kernel follows the CPU kernel of the same method (tensor/cpu/), which is
-// the reference the GPU tests compare against.
+// matmul.cu, fused.cu, nn.cu, optim.cu, quantize.cu, quantized_linear.cu, sample.cu,
+// attention.cu and attention_mma.cu), and so are their semantics: each kernel follows the
+// CPU kernel of the same method (tensor/cpu/), which is the reference the GPU tests compare
+// against.
 //
 // dtypes follow the CPU backend: copy, fill and the random fills take every dtype the CPU
 // takes (bf16/f16 conversions rounding exactly as tensor/dtype.h does); every computing

@@ -29,21 +29,21 @@ namespace triad::cuda {
 
 namespace {
 
-constexpr int kQlTileCols = 16;                        // columns of a packed tile
-constexpr int kQlSlots = 16;                           // threads per column in the summing phase
-constexpr int kQlThreads = kQlTileCols * kQlSlots;     // threads of a block
-constexpr int kQlChunkItems = 64;                      // (group, part) sums a block holds at once
+constexpr int kQlTileCols = 16;                     // columns of a packed tile
+constexpr int kQlSlots = 16;                        // threads per column in the summing phase
+constexpr int kQlThreads = kQlTileCols * kQlSlots;  // threads of a block
+constexpr int kQlChunkItems = 64;                   // (group, part) sums a block holds at once
 
 // The operands of one call (device pointers; shapes as ops::quantized_linear's).
 struct QuantizedLinearArgs {
-  const int8_t* a = nullptr;         // (m, k) the tokens' integers (int8_linear_kernel)
-  const float* x = nullptr;          // (m, k) the tokens in f32 (widened_linear_kernel)
-  const float* a_scales = nullptr;   // (m) the tokens' scales
-  const int8_t* w = nullptr;         // PackedWeight::data
-  const float* scales = nullptr;     // (groups, np)
-  const float* offsets = nullptr;    // (groups, np), or null for a symmetric format
-  const float* bias = nullptr;       // (n), or null
-  float* y = nullptr;                // (m, n)
+  const int8_t* a = nullptr;        // (m, k) the tokens' integers (int8_linear_kernel)
+  const float* x = nullptr;         // (m, k) the tokens in f32 (widened_linear_kernel)
+  const float* a_scales = nullptr;  // (m) the tokens' scales
+  const int8_t* w = nullptr;        // PackedWeight::data
+  const float* scales = nullptr;    // (groups, np)
+  const float* offsets = nullptr;   // (groups, np), or null for a symmetric format
+  const float* bias = nullptr;      // (n), or null
+  float* y = nullptr;               // (m, n)
   int64_t m = 0, n = 0, k = 0, group = 0;
   int parts = 1;  // threads that sum one group's quads (ql_parts)
 };
@@ -77,11 +77,10 @@ __global__ void __launch_bounds__(kQlThreads) int8_linear_kernel(QuantizedLinear
   const int64_t run_bytes = FourBits ? 32 : 64, tile = blockIdx.x, col = tile * kQlTileCols + c;
   const int8_t* w = p.w + tile * (p.k / 4) * run_bytes;
   const int per_chunk = kQlChunkItems / p.parts;  // groups of a chunk
-  const bool chains = slot < R;                    // thread (c, slot) runs token slot's chain of column c
+  const bool chains = slot < R;                   // thread (c, slot) runs token slot's chain of column c
   for (int64_t r0 = int64_t(blockIdx.y) * R; r0 < p.m; r0 += int64_t(gridDim.y) * R) {
     const int* rows[R];  // rows past m read row m - 1; their results are not stored
-    for (int r = 0; r < R; ++r)
-      rows[r] = reinterpret_cast<const int*>(p.a + (r0 + r < p.m ? r0 + r : p.m - 1) * p.k);
+    for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const int*>(p.a + (r0 + r < p.m ? r0 + r : p.m - 1) * p.k);
     float acc = 0.0f;
     for (int64_t g0 = 0; g0 < groups; g0 += per_chunk) {
       const int64_t chunk = groups - g0 < per_chunk ? groups - g0 : per_chunk;
