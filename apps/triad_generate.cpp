@@ -8,6 +8,10 @@
 //   mpirun -np 2 triad-generate --tp 2 --checkpoint runs/demo/model.h5 --prompt "..."
 //                                                 (the model split over 2 ranks; the same
 //                                                 tokens as one process)
+//   triad-generate --checkpoint runs/w8a8/model.h5 --device cuda --prompt "..."
+//                                                 (on this process's GPU; a quantized
+//                                                 model's layers run their integer GEMMs
+//                                                 there)
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +20,7 @@
 #include "common/main_guard.h"
 #include "common/report.h"
 #include "checkpoint/checkpoint.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "io/chat_template.h"
 #include "io/tokenizer.h"
@@ -89,6 +94,7 @@ int main(int argc, char** argv) {
     std::string model_path, tokenizer_path, prompt;
     bool chat = false;
     int threads = 0, tp_ranks = 1;
+    std::string device_name = "cpu";
     engine::SamplingOptions o;
     cli.add_option("--checkpoint", model_path,
                    "a checkpoint or weights file (triad-train's output_dir/model.h5, triad-ckpt export)")
@@ -107,6 +113,8 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     cli.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
     cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");
+    cli.add_option("--device", device_name, "cpu, cuda (this process's GPU) or cuda:N (one process: --tp 1)")
+        ->capture_default_str();
     cli.add_option("--tp", tp_ranks, "tensor-parallel ranks: split the model over the ranks of mpirun -np TP")
         ->check(CLI::PositiveNumber);
     CLI11_PARSE(cli, argc, argv);
@@ -126,7 +134,11 @@ int main(int argc, char** argv) {
     const bool leader = tp->rank() == 0;
     app::set_threads(tp_ranks > 1 ? parallel::threads_per_rank(threads) : threads);
 
+    const Device device = engine::training_device(device_name);
+    TRIAD_CHECK(device.is_cpu() || tp_ranks == 1,
+                "--device " << device_name << " runs one process; --tp " << tp_ranks << " runs on the cpu");
     engine::LoadedModel loaded = engine::load_model(model_path, parallelism);
+    loaded.model->to(device);
     if (tokenizer_path.empty() && loaded.config.contains("data"))
       tokenizer_path = loaded.config["data"].value("tokenizer", "");
     const std::filesystem::path beside = std::filesystem::path(model_path).parent_path() / "tokenizer.json";

@@ -213,7 +213,10 @@ void add_quantize_command(CLI::App& app, QuantizeOptions& o) {
 
 void add_quantized_command(CLI::App& app, QuantizedOptions& o) {
   CLI::App* cmd = app.add_subcommand(
-      "quantized", "the integer GEMM of quantized linears (W8A8, W4A8) against the f32 GEMM on the cpu, in TOPS");
+      "quantized",
+      "the integer GEMM of quantized linears (W8A8, W4A8) against the f32 and bf16 GEMMs in TOPS, then W8A8 "
+      "generation against f32 and bf16 in tokens/s");
+  cmd->add_option("--device", o.device, "cpu, cuda (this process's GPU) or cuda:N")->capture_default_str();
   cmd->add_option("--tokens", o.tokens, "token counts M")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--shapes", o.shapes, "(K in, N out) pairs of the weights")
       ->capture_default_str()
@@ -227,6 +230,17 @@ void add_quantized_command(CLI::App& app, QuantizedOptions& o) {
   cmd->add_option("--repeats", o.repeats, "timed runs per GEMM (medians)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--batches", o.batches, "generation: prompts per call (0: no generation)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prompt", o.prompt, "generation: tokens per prompt")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--answer", o.answer, "generation: tokens generated per prompt")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--model", o.model,
+                  "generation: GPT preset (default: gpt2-124m on a GPU, the RLHF demo's actor on the cpu)");
   cmd->callback([&o] { run_quantized_bench(o); });
 }
 

@@ -1,13 +1,19 @@
 // `triad-bench quantized`: the integer GEMM of quantized linear layers
 // (ops::quantized_linear, W8A8 and W4A8, activations quantized per token inside the timed
-// call) against the f32 GEMM (ops::linear) of the same shapes, in the same run on the CPU,
-// at GPT-2 124M's linear shapes by default. Rates are 2 M N K operations over the median
-// time; the speedup is the f32 time over the integer one.
+// call) against the f32 and bf16 GEMMs (ops::linear) of the same shapes, in the same run, on
+// the cpu or a GPU (there the integer GEMM of Note [Integer GEMM on the GPU]), at GPT-2
+// 124M's linear shapes by default. Rates are 2 M N K operations over the median time; the
+// speedups are the f32 and bf16 times over the integer one. Then generation: a model of
+// random weights (GPT-2 124M on a GPU, the RLHF demo's actor on the cpu) continues --batches
+// prompts greedily in f32, in bf16 and with its blocks' linear layers W8A8 (the f32 model's
+// weights quantized with --group-size), in generated tokens/s.
 #pragma once
 
-#include "common/cli_app.h"
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "common/cli_app.h"
 
 namespace triad::bench {
 
@@ -16,8 +22,14 @@ struct QuantizedOptions {
   // (K in, N out) pairs, flattened: attention projection, MLP up, MLP down
   std::vector<int64_t> shapes = {768, 768, 768, 3072, 3072, 768};
   int64_t group_size = 128;
-  int threads = 0;   // OpenMP threads (0: one per core)
-  int repeats = 10;  // timed runs of each GEMM; figures are medians
+  std::string device = "cpu";  // cpu, cuda, cuda:N
+  int threads = 0;             // OpenMP threads (0: one per core)
+  int repeats = 10;            // timed runs of each GEMM; figures are medians
+  // Generation (none when empty): prompts per call, prompt and answer tokens, the model
+  // preset ("": gpt2-124m on a GPU, the RLHF demo's actor on the cpu).
+  std::vector<int64_t> batches = {1, 16};
+  int64_t prompt = 16, answer = 64;
+  std::string model;
 };
 
 void add_quantized_command(CLI::App& app, QuantizedOptions& options);

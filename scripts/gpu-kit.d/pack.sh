@@ -26,6 +26,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIAD_CUDA=ON -DCMAKE_
 grep -q "NCCL communicator ON" "$kit/configure.log" ||
   { echo "gpu-kit pack: NCCL not found at configure time (set NCCL_HOME); the kit needs it" >&2; exit 1; }
 programs=(triad-train triad-bench triad-generate triad-data triad-ckpt triad-rlhf bench-cublaslt)
+programs+=(triad-compress)  # quantized_generate.sh
 mapfile -t gpu_tests < <(cd "$root/tests/cuda" && ls test_*_cuda.cpp test_*_cuda_mpi.cpp | sed 's/\.cpp$//')
 cmake --build "$build" -j "$jobs" --target "${programs[@]}" "${gpu_tests[@]}"
 
@@ -48,6 +49,7 @@ cp "$root"/configs/*.json "$stage/configs/"
 cp "$here/run.sh" "$here/env.sh" "$here/compare_curves.py" "$here/profile_kernels.py" "$here/tp_curves.py" "$here/pp_curves.py" "$here/rlhf_curves.py" "$here/README.md" "$stage/"
 cp "$here/speed_step.py" "$here/targets.py" "$here/step_checks.py" "$root/benchmarks/peers/torch_gpt2_step.py" "$stage/"
 cp "$here/decode_graphs.py" "$stage/"
+cp "$here/quantized_generate.sh" "$stage/"
 
 # The demo corpus, tokenized by the kit's own triad-data, and its preference pairs (rlhf_curves).
 corpus=/usr/share/games/fortunes

@@ -149,6 +149,14 @@ step decode_graphs 240 gpu "$kit/decode_graphs.py"
 step offload_cpu 420 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" offload_cpu --kit "$kit" \
   --work "$work/step_checks" --steps 30
 
+# Quantized linear layers on the GPU: the integer GEMMs (W8A8, W4A8) in TOPS beside the f32
+# and bf16 GEMMs of the same run, and W8A8 generation's tokens/s beside f32 and bf16 at
+# batch 1 and 16 (GPT-2 124M, random weights); then a quantized model's greedy tokens on the
+# GPU against the CPU's.
+step bench_quantized_cuda 240 gpu triad-bench quantized --device cuda
+step quantized_generate 180 gpu env OMP_NUM_THREADS="$cores" "$kit/quantized_generate.sh" "$kit" \
+  "$work/quantized_generate"
+
 # --- summary
 python3 - "$results" "$logs" "$out" "${device_name:-none}" <<'EOF'
 import json, os, sys
@@ -163,6 +171,7 @@ FIGURES += ("graph_tokens_per_s_b1_greedy", "eager_tokens_per_s_b1_greedy", "gra
 FIGURES += ("moe_over_dense", "grouped_over_loop")  # bench_moe_cuda
 FIGURES += ("offload_f32_vs_device", "offload_bf16_vs_device", "offload_step_ratio",
             "offload_delayed_step_ratio")  # step_checks.py offload_cpu
+FIGURES += ("w8a8_speedup", "w8a8_vs_bf16")  # triad-bench quantized
 rows, steps = [], {}
 for line in open(results):
     name, result, seconds, note = line.rstrip("\n").split("\t")

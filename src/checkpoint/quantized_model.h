@@ -13,7 +13,8 @@
 //   attribute "checksum" of every dataset (io/checksum.h)
 //
 // engine::load_model reads such a file into a model whose quantized layers run the integer
-// GEMM (nn::Linear::use_quantized) and hold only their integers and scales: the model is
+// GEMM (nn::Linear::use_quantized; on a GPU after Module::to, which moves their packed
+// weights) and hold only their integers and scales: the model is
 // built by quantized_layout(), so no f32 weight of theirs is ever allocated (model_bytes
 // counts what it holds). Training cannot resume from one (load_checkpoint wants kind
 // "checkpoint").

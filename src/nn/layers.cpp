@@ -78,6 +78,11 @@ void Linear::use_quantized(std::shared_ptr<const PackedWeight> w, int abits) {
   abits_ = abits;
 }
 
+void Linear::move_state(Device device) {
+  if (quantized_ && quantized_->data.device() != device)
+    quantized_ = std::make_shared<const PackedWeight>(ops::to(*quantized_, device));
+}
+
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) : Module("Embedding") {
   TRIAD_CHECK(num_embeddings > 0 && dim > 0,
               "Embedding: sizes must be positive, got " << num_embeddings << " x " << dim);

@@ -38,7 +38,7 @@ class Linear : public Module {
   // From now on forward runs the integer GEMM (ops::quantized_linear) on w, a packed
   // quantization of this layer's weight (out_features, in_features), with activations of
   // `abits` (8 or 16); `weight` is no longer read. For inference: no gradient flows through
-  // a quantized layer. CPU only.
+  // a quantized layer. w's tensors are on the layer's device (Module::to moves them).
   void use_quantized(std::shared_ptr<const PackedWeight> w, int abits);
   const PackedWeight* quantized() const { return quantized_.get(); }
   // With a format, forward multiplies by fake_quantize(weight, format) (autograd/fake_quantize.h):
@@ -55,6 +55,7 @@ class Linear : public Module {
   Tensor weight, bias;  // bias undefined when built without one
 
  protected:
+  void move_state(Device device) override;
   // For layers holding a part of a weight split over ranks (parallel/tensor_parallel_layers.h).
   Linear(std::string type_name, Tensor weight, Tensor bias, const TensorSplit& weight_split,
          const TensorSplit& bias_split);

@@ -118,6 +118,11 @@ void Module::to(Device device) {
   };
   for (const auto& [_, t] : named_parameters()) move(t);
   for (const auto& [_, t] : named_buffers()) move(t);
+  const std::function<void(Module&)> move_states = [&](Module& m) {
+    m.move_state(device);
+    for (const auto& [_, child] : m.children_) move_states(*child);
+  };
+  move_states(*this);
 }
 
 void Module::run_hooks(const std::vector<ForwardHook>& hooks) {

@@ -73,6 +73,7 @@ class Module {
   // Moves every parameter and buffer to `device` in place: each keeps its TensorImpl, so
   // every holder of the handle sees the new storage (as Note [Flat parameters] repoints
   // them). Accumulated gradients are dropped. For a model not yet trained or flattened.
+  // Then each module (this one, every descendant) moves what else it holds (move_state).
   void to(Device device);
 
   void register_forward_pre_hook(ForwardHook hook) { pre_hooks_.push_back(std::move(hook)); }
@@ -85,6 +86,9 @@ class Module {
   // Registers a parameter (it becomes a leaf that requires grad) and returns it.
   Tensor register_parameter(const std::string& name, Tensor t, const TensorSplit& split = {});
   Tensor register_buffer(const std::string& name, Tensor t);
+  // Moves what the module holds besides its parameters and buffers (a quantized layer's
+  // packed weight) to `device`; Module::to calls it. Nothing by default.
+  virtual void move_state(Device) {}
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);

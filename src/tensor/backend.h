@@ -14,6 +14,9 @@
 
 namespace triad {
 
+struct PackedWeight;    // tensor/quantized_matmul.h
+enum class Int8Kernel;  // tensor/quantized_matmul.h
+
 enum class BinaryOp {
   add,
   sub,
@@ -108,6 +111,15 @@ class Backend {
   // in f32 in order of j (ops::dequantize_blocks is k = 1; ops::dequantize_reduce rows = 1).
   virtual void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k,
                                  int64_t n, const QuantFormat& format) = 0;
+  // ops::quantized_linear (tensor/quantized_matmul.h): y f32 (m, w.n) = the tokens times w^T
+  // + bias, w packed by ops::pack_weight with its tensors on this backend's device, bias f32
+  // (w.n) or undefined, every tensor contiguous. abits 8: a i8 (m, w.k) holds the tokens'
+  // integers and a_scales f32 (m, 1) their scales (ops::quantize_blocks, one block a row);
+  // the integer sums and the f32 epilogue are that op's, in its order (Note [Integer GEMM on
+  // the GPU] in cuda/backend/quantized_linear_kernels.cuh). abits 16: a is the tokens in f32
+  // (m, w.k), a_scales undefined. `kernel` chooses among the CPU's kernels.
+  virtual void quantized_linear(const Tensor& a, const Tensor& a_scales, const PackedWeight& w, const Tensor& bias,
+                                const Tensor& y, int abits, Int8Kernel kernel) = 0;
 
   // x, y (rows, n) contiguous.
   virtual void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) = 0;

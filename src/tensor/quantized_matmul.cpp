@@ -1,8 +1,10 @@
-// ops::pack_weight and ops::quantized_linear (tensor/quantized_matmul.h): argument checks,
-// the per-token activation quantization, and one call of the CPU kernels
-// (tensor/cpu/int8_gemm.cpp).
+// ops::pack_weight, ops::to and ops::quantized_linear (tensor/quantized_matmul.h): argument
+// checks, the per-token activation quantization (ops::quantize_blocks, on the tokens' device)
+// and one backend call (the CPU's kernels: tensor/cpu/int8_gemm.cpp; the GPU's:
+// cuda/backend/quantized_linear.cu).
 #include "tensor/quantized_matmul.h"
 
+#include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"
 
 namespace triad::ops {
@@ -36,42 +38,37 @@ PackedWeight pack_weight(const Quantized& w, int64_t n, int64_t k, const QuantFo
   return p;
 }
 
+PackedWeight to(const PackedWeight& w, Device device) {
+  PackedWeight moved = w;
+  for (Tensor* t : {&moved.data, &moved.scales, &moved.offsets, &moved.sums})
+    if (t->defined()) *t = to(*t, device);
+  return moved;
+}
+
 Tensor quantized_linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, int abits, Int8Kernel kernel) {
   TRIAD_CHECK(abits == 8 || abits == 16, "quantized_linear: activation bits must be 8 or 16, got " << abits);
   TRIAD_CHECK(w.data.defined(), "quantized_linear: the weight is not packed (ops::pack_weight)");
-  TRIAD_CHECK(x.device().is_cpu() && x.dim() >= 1 && x.size(-1) == w.k &&
+  TRIAD_CHECK(x.dim() >= 1 && x.size(-1) == w.k &&
                   (x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16),
-              "quantized_linear: expected a floating x (..., " << w.k << ") on the CPU, got " << x.str());
-  TRIAD_CHECK(!bias.defined() || (bias.dtype() == DType::f32 && bias.shape() == Shape({w.n})),
-              "quantized_linear: expected a bias of f32 (" << w.n << "), got " << bias.str());
+              "quantized_linear: expected a floating x (..., " << w.k << "), got " << x.str());
+  const Device device = x.device();
+  TRIAD_CHECK(w.data.device() == device, "quantized_linear: x is on " << device.str() << ", the packed weight on "
+                                                                      << w.data.device().str()
+                                                                      << " (ops::to moves a PackedWeight)");
+  TRIAD_CHECK(
+      !bias.defined() || (bias.dtype() == DType::f32 && bias.shape() == Shape({w.n}) && bias.device() == device),
+      "quantized_linear: expected a bias of f32 (" << w.n << ") on " << device.str() << ", got " << bias.str());
   const int64_t m = x.numel() / w.k;
   Shape shape = x.shape();
   shape.back() = w.n;
-  const Tensor x2 = contiguous(to(reshape(x, {m, w.k}), DType::f32));
-  Tensor y = Tensor::empty({m, w.n});
+  const Tensor x2 = contiguous(reshape(x, {m, w.k}));
+  Tensor y = Tensor::empty({m, w.n}, DType::f32, device);
   const Tensor b = bias.defined() ? contiguous(bias) : bias;
-  const float* bp = b.defined() ? b.data<float>() : nullptr;
-  if (m > 0 && abits == 16) cpu_widened_gemm(x2.data<float>(), m, w, bp, y.data<float>());
+  if (m > 0 && abits == 16)
+    backend_for(device).quantized_linear(contiguous(to(x2, DType::f32)), Tensor(), w, b, y, 16, kernel);
   if (m > 0 && abits == 8) {
     const Quantized tokens = quantize_blocks(x2, QuantFormat{8, w.k});
-    const int64_t groups = w.k / w.format.block;
-    Tensor a = Tensor::empty({m, w.k}, DType::i8);  // read as u8
-    Tensor sums = w.offsets.defined() ? Tensor::empty({m, groups}, DType::i32) : Tensor();
-    const int8_t* q = tokens.q.data<int8_t>();
-    uint8_t* ap = reinterpret_cast<uint8_t*>(a.data<int8_t>());
-    int32_t* sp = sums.defined() ? sums.data<int32_t>() : nullptr;
-#pragma omp parallel for schedule(static) if (m * w.k > (1 << 15))
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t i = 0; i < w.k; ++i) ap[r * w.k + i] = uint8_t(q[r * w.k + i] + 128);
-      if (sp)
-        for (int64_t g = 0; g < groups; ++g) {
-          int32_t s = 0;
-          for (int64_t i = g * w.format.block; i < (g + 1) * w.format.block; ++i) s += q[r * w.k + i];
-          sp[r * groups + g] = s;
-        }
-    }
-    cpu_int8_gemm(ap, tokens.scales.data<float>(), sp, m, w, bp, y.data<float>(),
-                  kernel == Int8Kernel::best && cpu_has_vnni());
+    backend_for(device).quantized_linear(tokens.q, tokens.scales, w, b, y, 8, kernel);
   }
   return to(reshape(y, shape), x.dtype());
 }

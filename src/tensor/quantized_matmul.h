@@ -2,7 +2,9 @@
 // W*A16): a weight quantized along its input dimension in groups by ops::quantize_blocks,
 // packed once into the GEMM's layout, times activations quantized per token on the fly.
 // The products accumulate in int32 per group and the group's scale (and offset) is applied
-// in f32 as the group ends, so a weight is never widened to an f32 copy. CPU only.
+// in f32 as the group ends, so a weight is never widened to an f32 copy. On the CPU and on a
+// GPU (cuda/backend/quantized_linear.cu), which gives the CPU's results bit for bit at 8
+// activation bits (Note [Integer GEMM on the GPU]).
 #pragma once
 
 #include "tensor/ops.h"
@@ -14,7 +16,8 @@ namespace triad {
 // for inputs 4j .. 4j + 3 are 64 consecutive integers (column c, input i at c 4 + i), the
 // order in which AVX-512 VNNI's vpdpbusd consumes them. At 4 bits each such run is 32 bytes
 // (value v in the low nibble of byte v, value v + 32 in the high one), widened to bytes as
-// the GEMM loads it; 8-, 2- and 1-bit weights are stored one value a byte.
+// the GEMM loads it; 8-, 2- and 1-bit weights are stored one value a byte. A GPU reads the
+// same layout (ops::to copies the bytes).
 struct PackedWeight {
   int64_t n = 0, k = 0;  // the weight's (N, K)
   QuantFormat format;    // as quantized: bits, group size (format.block), symmetric
@@ -25,8 +28,9 @@ struct PackedWeight {
   int64_t padded_n() const { return (n + 31) / 32 * 32; }
 };
 
-// Which integer kernel ops::quantized_linear runs: the fastest this CPU has (AVX-512 VNNI
-// where present), or the portable one every x86-64 and Arm CPU runs.
+// Which integer kernel ops::quantized_linear runs on the CPU: the fastest this CPU has
+// (AVX-512 VNNI where present), or the portable one every x86-64 and Arm CPU runs. A GPU has
+// one kernel.
 enum class Int8Kernel { best, portable };
 
 namespace ops {
@@ -39,13 +43,17 @@ bool has_int8_vnni();
 // other shape throws, naming it.
 PackedWeight pack_weight(const Quantized& w, int64_t n, int64_t k, const QuantFormat& format);
 
-// y (..., N) = x (..., K) w^T + bias, x f32 (or bf16/f16, computed from f32) on the CPU,
-// bias f32 (N) or undefined; y has x's dtype.
+// w with its tensors on `device` (a copy of the bytes; packing itself runs on the CPU).
+PackedWeight to(const PackedWeight& w, Device device);
+
+// y (..., N) = x (..., K) w^T + bias, x f32 (or bf16/f16, computed from f32) on w's device,
+// bias f32 (N) or undefined, on that device too; y has x's dtype.
 // abits 8: every row of x (a token) is quantized symmetrically to int8 on its own
 // (ops::quantize_blocks with one block a row), the products of integers are summed exactly
 // in int32 per weight group, and y = token scale x sum over groups of (group scale x that
 // sum + group offset x the token's integers summed over the group), in f32.
-// abits 16: x stays in floating point; w is widened a 32-column tile at a time.
+// abits 16: x stays in floating point; w is widened a 32-column tile at a time (on a GPU
+// as it loads; a GPU adds the products in another order: equal to f32 rounding).
 Tensor quantized_linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, int abits,
                         Int8Kernel kernel = Int8Kernel::best);
 

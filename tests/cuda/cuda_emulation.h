@@ -1,8 +1,9 @@
 // An emulation, on the CPU, of the CUDA pieces the backend's emulated kernels use (the
-// tensor-core attention, the index, quantization, sampling and MoE routing kernels), so that their code
-// compiles with the host compiler and runs here (include this first, then the kernels'
-// header). A block runs as blockDim.x fibers (ucontext) on the calling thread, switched at
-// the barriers, so a barrier costs two context switches per thread and no system's thread:
+// tensor-core attention, the index, quantization, quantized linear, sampling and MoE routing
+// kernels), so that their code compiles with the host compiler and runs here (include this
+// first, then the kernels' header). A block runs as blockDim.x fibers (ucontext) on the
+// calling thread, switched at the barriers, so a barrier costs two context switches per
+// thread and no system's thread:
 // - threadIdx, blockIdx, blockDim and gridDim are set for the fiber that runs;
 // - __syncthreads and __syncwarp are barriers over the block and over a warp's 32 threads;
 //   a barrier that some threads never reach (divergent code) aborts with a message instead
@@ -10,7 +11,7 @@
 // - `static __shared__` variables are static variables: one per program, as blocks run
 //   one at a time;
 // - atomicAdd on floats and atomicCAS are plain read-modify-writes (fibers switch only at
-//   barriers); __threadfence_system is nothing;
+//   barriers); __threadfence_system is nothing; __dp4a sums its four byte products;
 // - the WMMA calls (nvcuda::wmma) are warp-collective as documented: every lane of a warp
 //   passes the same arguments; each lane holds the whole 16 x 16 tile, loads it with the
 //   documented row- or column-major addressing, and lane 0 stores it;
@@ -104,6 +105,11 @@ inline unsigned atomicCAS(unsigned* p, unsigned expected, unsigned desired) {
   return old;
 }
 inline void __threadfence_system() {}
+// c + the sum of the products of a's and b's four signed bytes.
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i) c += int(int8_t(unsigned(a) >> (8 * i))) * int(int8_t(unsigned(b) >> (8 * i)));
+  return c;
+}
 inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);

@@ -1,8 +1,11 @@
 // The CUDA backend's block quantization kernels (cuda/backend/quantize_kernels.cuh) run on
 // the CPU under an emulation of CUDA (cuda/cuda_emulation.h), against the CPU backend:
 // q and scales bit for bit (zero, vanishing and non-finite blocks among them), a single
-// slice dequantized bit for bit, sums of slices up to f32 rounding. Grids smaller than the
-// work make every grid-stride loop take several turns. Their speed needs a GPU.
+// slice dequantized bit for bit, sums of slices up to f32 rounding. The quantized linear
+// layers' kernels (cuda/backend/quantized_linear_kernels.cuh) likewise against
+// ops::quantized_linear on the CPU: the integer GEMM bit for bit, the widened one within
+// the bound of two orders of f32 sums. Grids smaller than the work make every grid-stride
+// loop take several turns. Their speed needs a GPU.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstring>
@@ -10,8 +13,11 @@
 #include "cuda/cuda_emulation.h"
 // The emulation comes first: the kernels' header takes the builtins from it.
 #include "cuda/backend/quantize_kernels.cuh"
+#include "cuda/backend/quantized_linear_kernels.cuh"
 #include "cuda/quantize_source.h"
 #include "tensor/ops.h"
+#include "tensor/quantized_matmul.h"
+#include "tensor/random.h"
 
 using namespace triad;
 
@@ -76,8 +82,137 @@ void check_both(DType dtype) {
   check_format<4, Load, Store>(dtype);
 }
 
+// ---- quantized linear layers ----
+
+// The kernel's arguments for packed weight w, tokens a (their integers and scales, or x in
+// f32), bias and y, all on the CPU.
+cuda::QuantizedLinearArgs ql_args(const PackedWeight& w, const Quantized* tokens, const Tensor& x, const Tensor& bias,
+                                  const Tensor& y) {
+  cuda::QuantizedLinearArgs p;
+  if (tokens) p.a = tokens->q.data<int8_t>(), p.a_scales = tokens->scales.data<float>();
+  if (x.defined()) p.x = x.data<float>();
+  p.w = w.data.data<int8_t>();
+  p.scales = w.scales.data<float>();
+  p.offsets = w.offsets.defined() ? w.offsets.data<float>() : nullptr;
+  p.bias = bias.defined() ? bias.data<float>() : nullptr;
+  p.y = y.data<float>();
+  p.m = y.size(0), p.n = w.n, p.k = w.k, p.group = w.format.block;
+  p.parts = cuda::ql_parts(w.k / w.format.block, w.format.block);
+  return p;
+}
+
+// f(bool_constant four bits, bool_constant offsets) for w's format, as quantized_linear.cu.
+template <class F>
+void ql_visit(const PackedWeight& w, F&& f) {
+  using T = std::true_type;
+  using U = std::false_type;
+  const bool four = w.format.bits == 4, offsets = w.offsets.defined();
+  if (four && offsets) f(T{}, T{});
+  if (four && !offsets) f(T{}, U{});
+  if (!four && offsets) f(U{}, T{});
+  if (!four && !offsets) f(U{}, U{});
+}
+
+// y of the integer kernel with R tokens a block, on a grid of `grid_y` token blocks.
+template <int R>
+Tensor ql_int8_emulated(const PackedWeight& w, const Quantized& tokens, const Tensor& bias, int64_t m,
+                        unsigned grid_y) {
+  Tensor y = Tensor::full({m, w.n}, 99.0);
+  const cuda::QuantizedLinearArgs p = ql_args(w, &tokens, Tensor(), bias, y);
+  ql_visit(w, [&](auto four, auto offsets) {
+    emulation::launch(unsigned(w.padded_n() / cuda::kQlTileCols), grid_y, cuda::kQlThreads,
+                      [&] { cuda::int8_linear_kernel<R, decltype(four)::value, decltype(offsets)::value>(p); });
+  });
+  return y;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(quantize_f32_matches_the_cpu) { check_both<cuda::LoadF32, cuda::StoreF32>(DType::f32); }
 BOOST_AUTO_TEST_CASE(quantize_bf16_matches_the_cpu) { check_both<cuda::LoadBf16, cuda::StoreBf16>(DType::bf16); }
 BOOST_AUTO_TEST_CASE(quantize_f16_matches_the_cpu) { check_both<cuda::LoadF16, cuda::StoreF16>(DType::f16); }
+
+// Weights of every format the CPU packs times tokens (one of them all zeros, so its scale
+// is 0), with and without a bias: the integer kernel gives the CPU's y bit for bit, for
+// every tokens-per-block the launcher picks, grids with fewer token blocks than the tokens
+// need, one group a row (a group's quads summed by several threads) and more groups than a
+// block holds at once (chunks), columns short of a tile.
+BOOST_AUTO_TEST_CASE(int8_linear_matches_the_cpu_bit_for_bit) {
+  Generator g(17);
+  struct Shape2 {
+    int64_t n, k;
+  };
+  for (const Shape2 s : {Shape2{17, 96}, Shape2{70, 96}, Shape2{40, 512}})
+    for (int bits : {8, 4, 2, 1})
+      for (bool symmetric : {true, false})
+        for (int64_t group : {int64_t(4), int64_t(8), int64_t(32), s.k}) {
+          if (s.k == 512 && group != 4 && group != s.k) continue;  // 128 groups: two chunks
+          if (group * bits % 8 != 0) continue;                     // 1 bit: groups of whole bytes
+          const QuantFormat f{bits, group, symmetric};
+          Tensor w = Tensor::empty({s.n, s.k}), bias = Tensor::empty({s.n});
+          ops::uniform_(w, -0.5, 0.7, g);
+          ops::uniform_(bias, -1.0, 1.0, g);
+          const PackedWeight packed = ops::pack_weight(ops::quantize_blocks(w, f), s.n, s.k, f);
+          for (int64_t m : {1, 2, 3, 9}) {
+            Tensor x = Tensor::empty({m, s.k});
+            ops::uniform_(x, -3.0, 2.0, g);
+            if (m > 2) ops::fill_(ops::select(x, 0, 1), 0.0);
+            const Quantized tokens = ops::quantize_blocks(x, QuantFormat{8, s.k});
+            for (bool with_bias : {false, true}) {
+              const Tensor b = with_bias ? bias : Tensor();
+              const Tensor want = ops::quantized_linear(x, packed, b, 8, Int8Kernel::portable);
+              const std::string what = std::to_string(bits) + " bits" + (symmetric ? "" : " asymmetric") + ", group " +
+                                       std::to_string(group) + ", W(" + std::to_string(s.n) + ", " +
+                                       std::to_string(s.k) + "), m " + std::to_string(m) + (with_bias ? ", bias" : "");
+              BOOST_TEST(same_bytes(want, ops::quantized_linear(x, packed, b, 8, Int8Kernel::best)), what << ": best");
+              Tensor got;
+              if (m == 1) got = ql_int8_emulated<1>(packed, tokens, b, m, 1);
+              if (m == 2) got = ql_int8_emulated<2>(packed, tokens, b, m, 1);
+              if (m == 3) got = ql_int8_emulated<4>(packed, tokens, b, m, 1);
+              if (m == 9) got = ql_int8_emulated<8>(packed, tokens, b, m, 1);  // two turns of one token block
+              BOOST_TEST(same_bytes(want, got), what);
+              if (m == 9) BOOST_TEST(same_bytes(want, ql_int8_emulated<4>(packed, tokens, b, m, 2)), what << ", R 4");
+            }
+          }
+        }
+}
+
+// The widened kernel (16-bit activations) against the CPU's: both sum k products of the same
+// widened weights in f32, in different orders, so each is within k u sum |x w| of the exact
+// sum (u = 2^-24) and they are within twice that of each other.
+BOOST_AUTO_TEST_CASE(widened_linear_matches_the_cpu_within_f32_rounding) {
+  Generator g(19);
+  const int64_t n = 70, k = 96, m = 19;
+  for (int bits : {8, 4, 2})
+    for (bool symmetric : {true, false})
+      for (int64_t group : {8, 96}) {
+        const QuantFormat f{bits, group, symmetric};
+        Tensor w = Tensor::empty({n, k}), x = Tensor::empty({m, k}), bias = Tensor::empty({n});
+        ops::uniform_(w, -0.5, 0.7, g);
+        ops::uniform_(x, -3.0, 2.0, g);
+        ops::uniform_(bias, -1.0, 1.0, g);
+        const Quantized q = ops::quantize_blocks(w, f);
+        const PackedWeight packed = ops::pack_weight(q, n, k, f);
+        Tensor w_dq = Tensor::empty({n, k});
+        ops::dequantize_blocks(q, w_dq, f);
+        const std::vector<float> want = ops::quantized_linear(x, packed, bias, 16).to_vector<float>();
+        Tensor got = Tensor::full({m, n}, 99.0);
+        const cuda::QuantizedLinearArgs p = ql_args(packed, nullptr, x, bias, got);
+        ql_visit(packed, [&](auto four, auto offsets) {
+          emulation::launch(unsigned(packed.padded_n() / cuda::kQlTileCols), 1, cuda::kQlThreads,
+                            [&] { cuda::widened_linear_kernel<decltype(four)::value, decltype(offsets)::value>(p); });
+        });
+        const std::vector<float> xv = x.to_vector<float>(), wv = w_dq.to_vector<float>(), bv = bias.to_vector<float>(),
+                                 gv = got.to_vector<float>();
+        int64_t wrong = 0;
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t c = 0; c < n; ++c) {
+            double mag = std::fabs(bv[size_t(c)]);
+            for (int64_t i = 0; i < k; ++i) mag += std::fabs(double(xv[size_t(r * k + i)]) * wv[size_t(c * k + i)]);
+            const size_t at = size_t(r * n + c);
+            wrong += !(std::fabs(double(gv[at]) - want[at]) <= 2.0 * double(k + 1) * 0x1p-24 * mag);
+          }
+        BOOST_TEST(wrong == 0, bits << " bits" << (symmetric ? "" : " asymmetric") << ", group " << group << ": "
+                                    << wrong << " outputs beyond the bound");
+      }
+}

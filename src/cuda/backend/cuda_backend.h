@@ -1,9 +1,10 @@
 // The CUDA backend: every method of tensor/backend.h as kernels on the tensors' device,
 // enqueued on the calling thread's current stream there (Note [Streams]). The methods are
 // spread over files by kind as the CPU backend's are (copy.cu, elementwise.cu, reduce.cu,
-// matmul.cu, fused.cu, nn.cu, optim.cu, quantize.cu, sample.cu, attention.cu and attention_mma.cu), and so are
-// their semantics: each kernel follows the CPU kernel of the same method (tensor/cpu/), which is
-// the reference the GPU tests compare against.
+// matmul.cu, fused.cu, nn.cu, optim.cu, quantize.cu, quantized_linear.cu, sample.cu,
+// attention.cu and attention_mma.cu), and so are their semantics: each kernel follows the
+// CPU kernel of the same method (tensor/cpu/), which is the reference the GPU tests compare
+// against.
 //
 // dtypes follow the CPU backend: copy, fill and the random fills take every dtype the CPU
 // takes (bf16/f16 conversions rounding exactly as tensor/dtype.h does); every computing
@@ -63,6 +64,8 @@ class CudaBackend final : public Backend {
                        const QuantFormat& format) override;
   void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k, int64_t n,
                          const QuantFormat& format) override;
+  void quantized_linear(const Tensor& a, const Tensor& a_scales, const PackedWeight& w, const Tensor& bias,
+                        const Tensor& y, int abits, Int8Kernel kernel) override;
   void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows, int64_t n) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,

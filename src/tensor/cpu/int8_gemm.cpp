@@ -2,9 +2,12 @@
 // packing. Activations enter as u8 (their int8 value + 128) because vpdpbusd multiplies
 // unsigned by signed bytes; the +128 is taken back exactly by each group's precomputed
 // -128 x (sum of its weights), so the int32 sums are those of the signed integers.
-// Two kernels compute the same sums in the same order of groups: an AVX-512 VNNI one (a
-// register block of 4 tokens x 32 columns, 16 int32 lanes per column tile) chosen at run
-// time on CPUs that have it, and a portable one.
+// Two kernels compute the same sums and the same f32 epilogue (fused multiply-adds, explicit
+// in both, whatever the compiler contracts) in the same order of groups: an AVX-512 VNNI one
+// (a register block of 4 tokens x 32 columns, 16 int32 lanes per column tile) chosen at run
+// time on CPUs that have it, and a portable one. The GPU's kernel computes them too (Note
+// [Integer GEMM on the GPU] in cuda/backend/quantized_linear_kernels.cuh). CpuBackend::
+// quantized_linear is the backend's entry.
 #include <immintrin.h>
 
 // GCC 12's _mm512_cvtepi32_ps passes _mm512_undefined_ps() as its unused merge source,
@@ -70,7 +73,7 @@ void gemm_portable(const uint8_t* a, const float* a_scales, const int32_t* a_sum
       }
       for (int c = 0; c < kTile; ++c) {
         const int64_t col = tile * kTile + c;
-        if (col < w.n) y[r * w.n + col] = acc[c] * a_scales[r] + (bias ? bias[col] : 0.0f);
+        if (col < w.n) y[r * w.n + col] = std::fma(acc[c], a_scales[r], bias ? bias[col] : 0.0f);  // as vfmadd
       }
     }
 }
@@ -177,6 +180,30 @@ void cpu_int8_gemm(const uint8_t* a, const float* a_scales, const int32_t* a_sum
   if (four) return gemm_vnni<true, false>(a, a_scales, a_sums, m, w, bias, y);
   if (offsets) return gemm_vnni<false, true>(a, a_scales, a_sums, m, w, bias, y);
   gemm_vnni<false, false>(a, a_scales, a_sums, m, w, bias, y);
+}
+
+void CpuBackend::quantized_linear(const Tensor& a, const Tensor& a_scales, const PackedWeight& w, const Tensor& bias,
+                                  const Tensor& y, int abits, Int8Kernel kernel) {
+  const int64_t m = y.size(0), k = w.k, group = w.format.block, groups = k / group;
+  const float* bp = bias.defined() ? bias.data<float>() : nullptr;
+  if (abits == 16) return cpu_widened_gemm(a.data<float>(), m, w, bp, y.data<float>());
+  Tensor u = Tensor::empty({m, k}, DType::i8);  // read as u8
+  Tensor sums = w.offsets.defined() ? Tensor::empty({m, groups}, DType::i32) : Tensor();
+  const int8_t* q = a.data<int8_t>();
+  uint8_t* up = reinterpret_cast<uint8_t*>(u.data<int8_t>());
+  int32_t* sp = sums.defined() ? sums.data<int32_t>() : nullptr;
+#pragma omp parallel for schedule(static) if (m * k > (1 << 15))
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t i = 0; i < k; ++i) up[r * k + i] = uint8_t(q[r * k + i] + 128);
+    if (sp)
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t s = 0;
+        for (int64_t i = g * group; i < (g + 1) * group; ++i) s += q[r * k + i];
+        sp[r * groups + g] = s;
+      }
+  }
+  cpu_int8_gemm(up, a_scales.data<float>(), sp, m, w, bp, y.data<float>(),
+                kernel == Int8Kernel::best && cpu_has_vnni());
 }
 
 void cpu_widened_gemm(const float* x, int64_t m, const PackedWeight& w, const float* bias, float* y) {
