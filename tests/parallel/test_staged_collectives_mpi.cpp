@@ -35,6 +35,7 @@ class FakeCopy final : public DeviceCopy {
   explicit FakeCopy(FakeStaging& s) : s_(s) {}
   bool done() override { return true; }
   void order_current() override;
+  void wait() override {}
 
  private:
   FakeStaging& s_;
@@ -52,6 +53,10 @@ struct FakeStaging final : DeviceStaging {
     BOOST_TEST((dst.device().is_cpu() && src.device().is_cuda() && dst.nbytes() == src.nbytes()));
     std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
     ++host_copies;
+  }
+  std::unique_ptr<DeviceCopy> to_host_async(const Tensor& dst, const Tensor& src) override {
+    to_host(dst, src);
+    return std::make_unique<FakeCopy>(*this);
   }
   std::unique_ptr<DeviceCopy> to_device(const Tensor& dst, const Tensor& src) override {
     BOOST_TEST((dst.device().is_cuda() && src.device().is_cpu() && dst.nbytes() == src.nbytes()));
