@@ -47,7 +47,7 @@ Tensor Parallelism::cross_entropy(const Tensor& logits, const Tensor& targets, i
 }
 
 Tensor Parallelism::head_loss(const Tensor& x, const Tensor& table, const Tensor& targets, int64_t vocab) const {
-  return linear_cross_entropy(x, table, targets, -100, {.classes = vocab});
+  return linear_cross_entropy(x, table, targets, -100, {.classes = vocab, .combine = {}});
 }
 
 Tensor Parallelism::full_logits(const Tensor& logits, int64_t vocab) const {

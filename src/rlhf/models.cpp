@@ -19,8 +19,8 @@ std::shared_ptr<nn::ValueModel> value_model(const engine::TrainConfig& c, std::s
 // The training config a file was written with, for a model of its shape.
 engine::TrainConfig file_config(const std::string& path) {
   const engine::CheckpointSummary s = engine::read_summary(path);
-  return engine::parse_config(s.config, s.layout.value("dp", int64_t(1)) * s.layout.value("tp", int64_t(1)) *
-                                            s.layout.value("pp", int64_t(1)));
+  return engine::parse_config(
+      s.config, s.layout.value("dp", int64_t(1)) * s.layout.value("tp", int64_t(1)) * s.layout.value("pp", int64_t(1)));
 }
 
 // The loaded model on `device`, in eval mode, partitioned as `where` says (Note [Frozen models]).
@@ -30,8 +30,8 @@ Frozen<M> freeze(std::shared_ptr<M> m, Device device, const FrozenPlacement& whe
   m->eval();
   Frozen<M> out{std::move(m), nullptr};
   if (where.zero.stage == 3 && where.dp && where.dp->size() > 1)
-    out.partition = std::make_unique<zero::FrozenPartition>(out.model, where.zero, where.dp,
-                                                            zero::WrapPolicy{.module_types = {"Block", "LlamaBlock"}});
+    out.partition = std::make_unique<zero::FrozenPartition>(
+        out.model, where.zero, where.dp, zero::WrapPolicy{.module_types = {"Block", "LlamaBlock"}, .module_names = {}});
   return out;
 }
 
@@ -65,8 +65,9 @@ std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, engine::GridPt
   const engine::TrainConfig& c = run.train;
   const bool whole = !run.init.empty() && holds_value_model(run.init);
   if (c.pipeline.stages > 1) {  // Note [RLHF pipeline stages]: the value model's layer list, each rank its stage
-    TRIAD_CHECK(c.arch != "llama", "[config] model.arch llama: a value model (the reward model) trains in pipeline "
-                                   "stages as a GPT only; set pipeline.stages to 1");
+    TRIAD_CHECK(c.arch != "llama",
+                "[config] model.arch llama: a value model (the reward model) trains in pipeline "
+                "stages as a GPT only; set pipeline.stages to 1");
     nn::LayerList layers =
         nn::gpt_value_layers(c.model, c.seed, parallel::layer_parallelism(grid->tp(), c.sequence_parallel));
     if (!run.init.empty())

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "support/check.h"
+#include "support/gradcheck.h"
 #include "support/params_dtype.h"
 #include "triad.h"
 
@@ -154,34 +155,15 @@ BOOST_AUTO_TEST_CASE(grouped_linear_equals_linear_per_group_bit_for_bit) {
 BOOST_AUTO_TEST_CASE(grouped_linear_gradients_match_finite_differences) {
   const int64_t G = 2, rows = 3, in = 4, out = 3;
   for (const bool gelu : {false, true}) {
-    const Tensor x = set_requires_grad(grouped_randn({G, rows, in}, 90, DType::f64));
-    const std::vector<Tensor> w = grouped_params(G, {out, in}, 91, DType::f64);
-    const std::vector<Tensor> b = grouped_params(G, {out}, 95, DType::f64);
-    const Tensor r = grouped_randn({G, rows, out}, 99, DType::f64);
-    auto loss = [&] { return sum(mul(grouped_linear(x, w, b, gelu), r)); };
-    std::vector<Tensor> inputs{x};
-    inputs.insert(inputs.end(), w.begin(), w.end());
-    inputs.insert(inputs.end(), b.begin(), b.end());
-    backward(loss());
-    NoGradGuard no_grad;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const std::vector<double> analytic = grad(inputs[i]).to_vector<double>();
-      double* p = inputs[i].data<double>();
-      double worst = 0, scale = 1e-12;
-      for (int64_t j = 0; j < inputs[i].numel(); ++j) {
-        const double orig = p[j], eps = 1e-6;
-        p[j] = orig + eps;
-        const double lp = loss().item();
-        p[j] = orig - eps;
-        const double lm = loss().item();
-        p[j] = orig;
-        const double num = (lp - lm) / (2 * eps);
-        worst = std::max(worst, std::fabs(num - analytic[size_t(j)]));
-        scale = std::max({scale, std::fabs(num), std::fabs(analytic[size_t(j)])});
-      }
-      BOOST_TEST(scale > 1e-3, "input " << i << " has no gradient");
-      BOOST_TEST(worst / scale < 1e-7, (gelu ? "gelu " : "") << "input " << i << " relative error " << worst / scale);
-    }
+    std::vector<Tensor> inputs{set_requires_grad(grouped_randn({G, rows, in}, 90, DType::f64))};
+    for (const Tensor& w : grouped_params(G, {out, in}, 91, DType::f64)) inputs.push_back(w);
+    for (const Tensor& b : grouped_params(G, {out}, 95, DType::f64)) inputs.push_back(b);
+    test::gradcheck(
+        gelu ? "gelu" : "linear",
+        [&](const std::vector<Tensor>& t) {
+          return grouped_linear(t[0], {t.begin() + 1, t.begin() + 1 + G}, {t.begin() + 1 + G, t.end()}, gelu);
+        },
+        inputs);
   }
 }
 

@@ -4,7 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "rlhf/dpo.h"
-#include "rlhf/gradcheck.h"
+#include "support/gradcheck.h"
 #include "rlhf/grpo.h"
 #include "rlhf/log_probs.h"
 #include "rlhf/ppo_losses.h"

@@ -150,7 +150,6 @@ float as_stored(float v, DType stored) {
   if (stored == DType::f16) return f16_to_float(float_to_f16(v));
   return v;
 }
-double as_stored(double v, DType) { return v; }
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-// Central finite differences in f64 for the RLHF tests: f(inputs) is reduced to a scalar
+// Central finite differences in f64: f(inputs) is reduced to a scalar
 // with a fixed random weighting, L = sum(f * w), and d L / d input from backward() is
 // compared with (L(x + eps) - L(x - eps)) / 2 eps, as the error relative to the larger of
 // the two gradients' largest entries.
