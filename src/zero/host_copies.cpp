@@ -5,10 +5,12 @@
 namespace triad::zero {
 
 HostCopies::HostCopies(Device device, bool pinned)
-    : device_(device), staging_(pinned && !device.is_cpu() ? parallel::device_staging(device.type) : nullptr) {}
+    : device_(device),
+      staging_(device.is_cpu() ? nullptr : parallel::device_staging(device.type)),
+      pinned_(pinned && staging_ != nullptr) {}
 
 Tensor HostCopies::host_zeros(int64_t numel, DType dtype) const {
-  if (!staging_) return Tensor::zeros({numel}, dtype);
+  if (!pinned_) return Tensor::zeros({numel}, dtype);
   Tensor t = staging_->host_buffer(numel, dtype);
   ops::zero_(t);
   return t;
@@ -16,17 +18,21 @@ Tensor HostCopies::host_zeros(int64_t numel, DType dtype) const {
 
 HostCopies::Copy HostCopies::to_host(const Tensor& dst, const Tensor& src) const {
   TRIAD_ASSERT(dst.device().is_cpu() && src.device() == device_ && dst.numel() == src.numel());
-  if (!staging_) {
+  if (!staging_) {  // the cpu (where `to` is src itself)
     ops::copy_(dst, ops::to(src, Device::cpu()));
     return nullptr;
   }
   staging_->order_after_current(device_);
+  if (!pinned_) {  // straight into the pageable buffer, waiting (no host temporary)
+    staging_->to_host(dst, src);
+    return nullptr;
+  }
   return staging_->to_host_async(dst, src);
 }
 
 HostCopies::Copy HostCopies::to_device(const Tensor& dst, const Tensor& src) const {
   TRIAD_ASSERT(src.device().is_cpu() && dst.device() == device_ && dst.numel() == src.numel());
-  if (!staging_) {
+  if (!pinned_) {
     ops::copy_(dst, ops::to(src, device_));
     return nullptr;
   }

@@ -5,8 +5,9 @@
 //   device copies by DMA (CUDA: pinned), and a copy is queued on the device's communication
 //   stream; the host waits only in the copy's wait().
 // - Otherwise each copy is done when the call returns: on the CPU training device a plain
-//   copy; from pageable memory on a GPU (pin_memory false, DeepSpeed's default) through the
-//   device runtime, which stages it through its own buffers.
+//   copy; between pageable memory and a GPU (pin_memory false, DeepSpeed's default): to the
+//   host straight into the buffer through the staging, to the device through the device
+//   runtime, which stages it through its own buffers.
 #pragma once
 
 #include <memory>
@@ -35,11 +36,12 @@ class HostCopies {
   // written until the copy is done.
   Copy to_device(const Tensor& dst, const Tensor& src) const;
 
-  bool queued() const { return staging_ != nullptr; }
+  bool queued() const { return pinned_; }
 
  private:
   Device device_;
-  parallel::DeviceStaging* staging_;  // null: copies are done at the call
+  parallel::DeviceStaging* staging_;  // null (the cpu): plain copies
+  bool pinned_;                       // host buffers pinned and copies queued
 };
 
 // Waits for a copy (none: returns) and forgets it.
