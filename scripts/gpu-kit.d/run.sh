@@ -144,9 +144,10 @@ step bench_moe_cuda 210 gpu triad-bench moe --device cuda --model gpt2-124m --ex
 # batch 1 and 16, greedy and sampled with a fixed seed: equal tokens, and tokens/s of both.
 step decode_graphs 240 gpu "$kit/decode_graphs.py"
 
-# ZeRO-Offload (offload_optimizer cpu: the optimizer's state and Adam on the host) against the
-# state in device memory: the demo model's curves, then GPT-2 124M's step time.
-step offload_cpu 420 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" offload_cpu --kit "$kit" \
+# ZeRO-Offload (offload_optimizer cpu: the optimizer's state and Adam on the host; at ZeRO-3
+# with offload_param cpu too) against the state in device memory: the demo model's curves,
+# then GPT-2 124M's step times.
+step offload_cpu 540 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" offload_cpu --kit "$kit" \
   --work "$work/step_checks" --steps 30
 
 # Quantized linear layers on the GPU: the integer GEMMs (W8A8, W4A8) in TOPS beside the f32
@@ -170,7 +171,7 @@ FIGURES += ("graph_tokens_per_s_b1_greedy", "eager_tokens_per_s_b1_greedy", "gra
             "eager_tokens_per_s_b16_sampled")  # decode_graphs.py
 FIGURES += ("moe_over_dense", "grouped_over_loop")  # bench_moe_cuda
 FIGURES += ("offload_f32_vs_device", "offload_bf16_vs_device", "offload_step_ratio",
-            "offload_delayed_step_ratio")  # step_checks.py offload_cpu
+            "offload_delayed_step_ratio", "offload_z3_both_step_ratio")  # step_checks.py offload_cpu
 FIGURES += ("w8a8_speedup", "w8a8_vs_bf16")  # triad-bench quantized
 rows, steps = [], {}
 for line in open(results):

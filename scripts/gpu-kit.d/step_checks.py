@@ -20,7 +20,9 @@ One check per call (the first argument):
                   in bf16 at ZeRO-2, batch 16 x 1024 with 8 micro-batches a step, timed with
                   the state on the host against in device memory: the ratio of step times
                   (in device / offloaded; target >= 0.7) is printed, and the same with the
-                  delayed parameter update (Adam on the host behind the next step).
+                  delayed parameter update (Adam on the host behind the next step); ZeRO-3
+                  with both offloads (offload_param cpu too: the parameter shards in pinned
+                  host memory) in the bf16 curves and timed against ZeRO-3 in device memory.
 
 Prints the figures and, last, one JSON object with them.
 """
@@ -89,6 +91,8 @@ def flops_profiler(a):
 def offload_cpu(a):
     offload = ["--set", "zero_optimization.offload_optimizer.device=cpu"]
     pinned = offload + ["--set", "zero_optimization.offload_optimizer.pin_memory=true"]
+    both = pinned + ["--set", "zero_optimization.offload_param.device=cpu",
+                     "--set", "zero_optimization.offload_param.pin_memory=true"]
     z = lambda stage: ["--set", "zero_optimization.stage=%d" % stage]
     cuda, bf16 = ["--set", "device=cuda"], ["--set", "bf16.enabled=true"]
     f32_dev = train(a.kit, a.work, "offload_f32_device", a.steps, cuda + z(2))
@@ -96,30 +100,36 @@ def offload_cpu(a):
     bf16_dev = train(a.kit, a.work, "offload_bf16_device", a.steps, cuda + bf16 + z(2))
     f32_err = max(rel(h, d) for h, d in zip(f32_host, f32_dev))
     bf16_err = {}
-    for name, flags in (("z2_pinned", z(2) + pinned), ("z3_pinned", z(3) + pinned), ("z1_pageable", z(1) + offload)):
+    for name, flags in (("z2_pinned", z(2) + pinned), ("z3_pinned", z(3) + pinned), ("z1_pageable", z(1) + offload),
+                        ("z3_both_pinned", z(3) + both)):
         host = train(a.kit, a.work, "offload_bf16_" + name, a.steps, cuda + bf16 + flags)
         bf16_err[name] = max(rel(h, d) for h, d in zip(host, bf16_dev))
     print("\noffload_optimizer cpu against device memory: f32 max relative difference %.2e (bound 1e-3); bf16 %s "
           "(bound 2e-2)" % (f32_err, ", ".join("%s %.2e" % kv for kv in bf16_err.items())))
     # GPT-2 124M: the median step time of steps 3.. of each run.
-    flags = cuda + bf16 + z(2) + ["--set", "train_micro_batch_size_per_gpu=16", "--set", "train_batch_size=128",
-                                  "--set", "eval_interval=1000000"]
+    flags = cuda + bf16 + ["--set", "train_micro_batch_size_per_gpu=16", "--set", "train_batch_size=128",
+                           "--set", "eval_interval=1000000"]
     delayed = ["--set", "zero_optimization.delayed_update.enabled=true",
                "--set", "zero_optimization.delayed_update.warmup_steps=0"]
     ms = {}
-    for name, extra in (("device", []), ("host", pinned), ("host_delayed", pinned + delayed)):
+    for name, extra in (("device", z(2)), ("host", z(2) + pinned), ("host_delayed", z(2) + pinned + delayed),
+                        ("z3_device", z(3)), ("z3_both", z(3) + both)):
         train(a.kit, a.work, "offload_gpt2_" + name, 8, flags + extra, config="gpt2-124m.json")
         times = [json.loads(l)["step_ms"] for l in open(os.path.join(a.work, "offload_gpt2_%s.jsonl" % name)) if l.strip()]
         ms[name] = sorted(times[2:])[len(times[2:]) // 2]
     ratio, delayed_ratio = ms["device"] / ms["host"], ms["device"] / ms["host_delayed"]
+    both_ratio = ms["z3_device"] / ms["z3_both"]
     print("GPT-2 124M bf16 ZeRO-2, 8 x 16 x 1024 tokens a step: %.1f ms in device memory, %.1f ms with Adam on the "
           "host (ratio %.3f, target >= 0.7), %.1f ms with it delayed behind the next step (ratio %.3f)"
           % (ms["device"], ms["host"], ratio, ms["host_delayed"], delayed_ratio))
+    print("GPT-2 124M bf16 ZeRO-3: %.1f ms in device memory, %.1f ms with both offloads (parameters and Adam on the "
+          "host, pinned; ratio %.3f)" % (ms["z3_device"], ms["z3_both"], both_ratio))
     ok = f32_err <= 1e-3 and max(bf16_err.values()) <= 2e-2
     return ok, {"offload_f32_vs_device": f32_err, "offload_bf16_vs_device": max(bf16_err.values()),
                 "offload_step_ms_device": ms["device"], "offload_step_ms_host": ms["host"],
                 "offload_step_ms_host_delayed": ms["host_delayed"], "offload_step_ratio": ratio,
-                "offload_delayed_step_ratio": delayed_ratio}
+                "offload_delayed_step_ratio": delayed_ratio, "offload_z3_step_ms_device": ms["z3_device"],
+                "offload_z3_step_ms_both": ms["z3_both"], "offload_z3_both_step_ratio": both_ratio}
 
 
 def main():

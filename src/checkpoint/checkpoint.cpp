@@ -414,7 +414,7 @@ void write_file(const std::string& path, uint64_t bytes, parallel::Communicator&
 struct Plan {
   std::vector<zero::ZeroOptimizer::ViewBatch> views;  // this rank's view of each batch (no groups where it has none)
   std::vector<std::vector<size_t>> batches;           // each batch's parameters, as indices into params
-  bool offloaded = false;                             // the state is in swap files: views read it in
+  bool offloaded = false;  // the state is out of memory (swap files, host parameters): views read it in
 };
 
 // Every parameter in one batch, viewed through `view`.
@@ -432,7 +432,7 @@ Plan plan_of(Engine& engine, const std::vector<Param>& params, parallel::Communi
   zero::ZeroOptimizer* zero = engine.zero();
   const zero::ZeroConfig& c = engine.config().zero;
   plan.offloaded = zero != nullptr && (c.offload_optimizer.device == zero::OffloadDevice::nvme ||
-                                       c.offload_param.device == zero::OffloadDevice::nvme);
+                                       zero->param_swap() != nullptr);  // (nvme, or host memory on a GPU)
   if (!plan.offloaded) {
     const std::vector<zero::ZeroOptimizer::ViewBatch> views =
         zero ? zero->view_batches() : std::vector<zero::ZeroOptimizer::ViewBatch>{};

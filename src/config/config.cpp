@@ -219,10 +219,10 @@ void parse_offload_optimizer(JsonReader& zero, zero::OffloadConfig& o, std::vect
   r.finish();
 }
 
-// DeepSpeed's offload_param section (null or device "none": off). Device "cpu" is where a
-// CPU training device keeps the parameters already (the returned flag asks parse to check
-// the device); "nvme" swaps stage 3's parameter shards to files. Which stage takes it, and
-// the folder nvme needs, are ZeroConfig::validate's rules.
+// DeepSpeed's offload_param section (null or device "none": off). Device "cpu" keeps stage
+// 3's parameter shards in host memory on a GPU, and changes nothing on a CPU training device
+// (the returned flag asks parse for the notice, which needs the device); "nvme" swaps them
+// to files. Which stage takes it, and the folder nvme needs, are ZeroConfig::validate's rules.
 bool parse_offload_param(JsonReader& zero, zero::ParamOffloadConfig& o, std::vector<std::string>& notices) {
   if (!zero.has("offload_param")) return false;
   if (zero.value("offload_param").is_null()) {
@@ -241,18 +241,17 @@ bool parse_offload_param(JsonReader& zero, zero::ParamOffloadConfig& o, std::vec
   const std::string at = r.dotted("");
   if (r.has("pin_memory")) {
     o.pin_memory = r.boolean("pin_memory", o.pin_memory);
-    notices.push_back(at + "pin_memory: triad's swap buffers are page-aligned host memory for direct I/O; they are "
-                           "not registered with a GPU driver");
+    // Device cpu on a GPU pins the host shards (zero/param_host_backend.h); nvme's buffers are for direct I/O.
+    if (o.device == zero::OffloadDevice::nvme)
+      notices.push_back(at + "pin_memory: triad's swap buffers are page-aligned host memory for direct I/O; they "
+                             "are not registered with a GPU driver");
   }
   if (r.has("max_in_cpu")) {
     o.max_in_cpu = r.integer("max_in_cpu", o.max_in_cpu, 0, kMaxInt);
-    notices.push_back(at + "max_in_cpu: with device \"cpu\" triad keeps every parameter where it is, and with "
-                           "\"nvme\" only buffer_count buffers");
+    notices.push_back(at + "max_in_cpu: with device \"cpu\" triad keeps every parameter shard in host memory, and "
+                           "with \"nvme\" only buffer_count buffers");
   }
   r.finish();
-  if (o.device == zero::OffloadDevice::cpu)
-    notices.push_back("zero_optimization.offload_param: on a CPU training device the parameters already live in host "
-                      "memory");
   return o.device == zero::OffloadDevice::cpu;
 }
 
@@ -702,9 +701,9 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
   } catch (const Error& e) {
     throw Error(std::string("[config] device: ") + e.what());
   }
-  TRIAD_CHECK(!host_parameters || Device::parse(c.device).is_cpu(),
-              "[config] zero_optimization.offload_param.device \"cpu\" from device \""
-                  << c.device << "\" is not built yet (\"nvme\" is)");
+  if (host_parameters && Device::parse(c.device).is_cpu())
+    c.notices.push_back("zero_optimization.offload_param: on a CPU training device the parameters already live in "
+                        "host memory");
   c.distributed_backend = r.choice("distributed_backend", c.distributed_backend, {"auto", "mpi", "nccl"});
   c.output_dir = r.string("output_dir", "");
   parse_checkpoint(r.object("checkpoint"), c.checkpoint);

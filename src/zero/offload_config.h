@@ -34,16 +34,23 @@ struct OffloadConfig {
 
 // Where stage 3 keeps each rank's shard of the (16-bit or working) parameters between uses
 // (Note [Offloaded parameters] in zero/param_swap.h). none, or cpu on a CPU training device:
-// memory; nvme: a file under nvme_path, each partitioned flat group's shard read in just
-// before its gather and written back after the optimizer step.
+// the device's memory; cpu on a GPU: host memory, each partitioned flat group's shard copied
+// to the device just before its gather and back after the optimizer step; nvme: a file under
+// nvme_path, read and written likewise.
 struct ParamOffloadConfig {
   OffloadDevice device = OffloadDevice::none;
   std::string nvme_path;
-  bool pin_memory = false;  // accepted; the swap buffers are page-aligned host memory
-  // Flat groups' shards in memory at once, each of at most buffer_size elements.
+  // cpu on a GPU: the host shards in pinned memory, their copies queued; nvme: accepted,
+  // the swap buffers are page-aligned host memory.
+  bool pin_memory = false;
+  // Flat groups' shards on the device at once; with nvme each of at most buffer_size elements.
   int64_t buffer_count = 5;
   int64_t buffer_size = 100000000;
-  int64_t max_in_cpu = 1000000000;  // accepted: DeepSpeed's bound for device cpu, which keeps everything in memory here
+  int64_t max_in_cpu = 1000000000;  // accepted: DeepSpeed's bound for nvme; triad's cpu keeps every shard on the host
+  // Internal, no config key (tests): device cpu on a CPU training device runs the host
+  // backend anyway, each shard copied between its host buffer and a separate device shard
+  // as on a GPU, so that its path is checked where no GPU is.
+  bool host_store_on_cpu = false;
 };
 
 }  // namespace triad::zero

@@ -70,11 +70,15 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
     store_ = std::make_unique<HostShardStore>(device_, config_.dtype, offload.pin_memory);
   else  // none, or cpu on the cpu: the state already is in host memory
     store_ = std::make_unique<DeviceShardStore>(device_);
-  TRIAD_CHECK(config_.offload_param.device != OffloadDevice::cpu || device_.is_cpu(),
-              "[config] zero_optimization.offload_param.device \"cpu\" on a " << device_.str() << " device is not "
-              "built yet; \"nvme\" is, or \"none\"");
-  if (config_.offload_param.device == OffloadDevice::nvme)
-    param_swap_ = std::make_unique<ParamSwap>(config_.offload_param, config_.aio);
+  // Note [Offloaded parameters]: cpu on the cpu keeps the parameters where they are.
+  const ParamOffloadConfig& params = config_.offload_param;
+  if (params.device == OffloadDevice::nvme ||
+      (params.device == OffloadDevice::cpu && (!device_.is_cpu() || params.host_store_on_cpu)))
+    param_swap_ = std::make_unique<ParamSwap>(params, config_.aio, device_);
+  TRIAD_CHECK(!param_swap_ || !config_.delayed_update.enabled,
+              "[config] zero_optimization.delayed_update does not run with offload_param.device \"cpu\" on a "
+                  << device_.str() << " device (the pending update would hold every parameter shard on the device); "
+                  << "turn one of them off");
   TRIAD_CHECK(!config_.delayed_update.enabled || device_.is_cpu() || store_->updates_on_host(),
               "[config] zero_optimization.delayed_update runs with the training on device \"cpu\", or with "
               "offload_optimizer.device \"cpu\" (the update on the host), not on "
@@ -146,7 +150,7 @@ void ZeroOptimizer::offload_params(size_t u) {
   for (Group* g : unit_groups_[u]) {
     if (!g->partitioned) continue;
     ++shards;
-    TRIAD_CHECK(g->flat->shard_size() <= c.buffer_size,
+    TRIAD_CHECK(c.device != OffloadDevice::nvme || g->flat->shard_size() <= c.buffer_size,
                 "[config] zero_optimization.offload_param.buffer_size " << c.buffer_size << " is too small: unit '"
                 << units_[u].name << "' has a parameter shard of " << g->flat->shard_size() << " elements");
     param_swap_->add(*g->flat);
@@ -833,7 +837,7 @@ ResidentBytes ZeroOptimizer::memory() const {
   ResidentBytes m;
   const int64_t elt = int64_t(element_size(config_.dtype));
   m.optim_bytes = store_->device_bytes();
-  m.host_bytes = store_->host_bytes();
+  m.host_bytes = store_->host_bytes() + (param_swap_ ? param_swap_->host_bytes() : 0);
   m.nvme_bytes = store_->file_bytes() + (param_swap_ ? param_swap_->file_bytes() : 0);
   int64_t swapped = 0, largest = 0;  // offloaded parameter shards: all of them, and the largest
   for (const Group& g : groups_) {

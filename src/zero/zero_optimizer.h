@@ -68,7 +68,8 @@
 // on a GPU with the update on the host (Note [Host optimizer step]: the training thread
 // stages the gradients' copies before the thread starts, so that they follow the work queued
 // so far, and the thread queues the new parameters' copies into the update's own copy);
-// not with offload_param nvme or in pipeline stages (ZeroConfig::validate).
+// not with offloaded parameters (nvme: ZeroConfig::validate; cpu on a GPU: the constructor)
+// or in pipeline stages (ZeroConfig::validate).
 #pragma once
 
 #include <future>
@@ -154,8 +155,9 @@ struct PipelinePlacement {
 // Bytes resident on this rank for model states (Note: fp32 training keeps no separate
 // master copy; the parameters are their own master weights), on the training device; with
 // offload, host_bytes in host memory apart from the device's (a GPU's swap buffers) and
-// nvme_bytes in swap files. Offloaded parameters count the most their buffers hold at once:
-// buffer_count of the largest shards.
+// nvme_bytes in swap files. Offloaded parameters count on the device the most their buffers
+// hold at once (buffer_count of the largest shards), and their shards where the swap keeps
+// them: in its file, or (offload_param cpu) in host_bytes.
 struct ResidentBytes {
   int64_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0, buffer_bytes = 0;
   int64_t host_bytes = 0, nvme_bytes = 0;
@@ -204,7 +206,7 @@ class ZeroOptimizer {
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   ResidentBytes memory() const;
-  // The parameters' swap (offload_param nvme; null without it).
+  // The parameters' swap (offload_param nvme, or cpu on a GPU; null without it).
   const ParamSwap* param_swap() const { return param_swap_.get(); }
   // The flat groups' padded sizes and whether each is partitioned (stage 3), in order: what
   // a closed form of the step's traffic sums over.
@@ -257,7 +259,8 @@ class ZeroOptimizer {
   StateView state_view(State state);
   // Note [Streamed checkpoints]: a checkpoint goes through the state batch by batch, each a
   // run of consecutive groups viewed on its own (state_view(state, batch)), so that with
-  // offload (optimizer state or parameters in swap files) what a view reads in is bounded by
+  // offload (optimizer state or parameters in swap files, or parameters in host memory: Note
+  // [Offloaded parameters] in zero/param_swap.h) what a view reads in is bounded by
   // a batch, not the model: a batch holds one group, or several whose elements (this rank's
   // part of the state) add up to at most the largest group's. Without offload there is one
   // batch of every group: a view is then the optimizer's own tensors and reads nothing in.
@@ -314,7 +317,7 @@ class ZeroOptimizer {
   // The storage holding `state` for g and the first flat element it covers (StateView).
   std::pair<Tensor, int64_t> buffer(const Group& g, State state);
   void add_state(Group& g, const Tensor& master);
-  // offload_param nvme: checks unit u's shards against the buffers and moves them to
+  // Offloaded parameters: checks unit u's shards against the buffers and moves them to
   // param_swap_ (Note [Offloaded parameters] in zero/param_swap.h).
   void offload_params(size_t u);
   // One step's update: its rate, Adam's options and step count, the gradients it reads
@@ -400,7 +403,7 @@ class ZeroOptimizer {
   std::vector<Unit> units_;
   Device device_;  // where the parameters and every buffer live
   std::unique_ptr<ShardStore> store_;
-  std::unique_ptr<ParamSwap> param_swap_;  // offload_param nvme: where partitioned groups' shards live
+  std::unique_ptr<ParamSwap> param_swap_;  // offloaded parameters: where partitioned groups' shards live
   std::vector<Group> groups_;
   std::vector<std::vector<Group*>> unit_groups_;  // groups of each unit
   std::vector<Pending> pending_;

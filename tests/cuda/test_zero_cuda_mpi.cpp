@@ -7,7 +7,9 @@
 // optimizer's state and Adam on the host (offload_optimizer cpu, Note [Host optimizer step]),
 // pinned and pageable, stages 1-3 follow the run in device memory: f32 within 1e-5 (the host's
 // Adam is the device's arithmetic, compiled for another processor), bf16 within 2e-2 (a
-// last-bit difference of a master weight may round its 16-bit copy the other way).
+// last-bit difference of a master weight may round its 16-bit copy the other way); so does
+// stage 3 with the parameter shards in host memory (offload_param cpu), alone within 1e-6,
+// and with both offloads within those bounds.
 #define BOOST_TEST_MODULE zero_cuda_mpi
 #define BOOST_TEST_NO_MAIN  // main() is TRIAD_SHARED_GPU_MPI_TEST_MAIN's
 
@@ -61,4 +63,27 @@ BOOST_AUTO_TEST_CASE(offloading_to_host_memory_follows_the_run_in_device_memory)
           check_same(data_parallel(world, offloaded), data_parallel(world, plain), dtype == DType::f32 ? 1e-5 : 2e-2);
         }
       }
+}
+
+// Stage 3's parameter shards in host memory (offload_param cpu, Note [Offloaded parameters]),
+// pinned and pageable, alone (the update on the device: the same arithmetic, within 1e-6)
+// and beside the optimizer's state on the host (DeepSpeed's "ZeRO-3 with both offloads":
+// the tolerances above), against the run with everything in device memory.
+BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_in_device_memory) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const DataParallelRun plain{.stage = 3, .accumulation = 2, .dtype = dtype, .device = gpu()};
+    const Trajectory ref = data_parallel(world, plain);
+    for (bool both : {false, true})
+      for (bool pinned : {true, false}) {
+        BOOST_TEST_CONTEXT(dtype_name(dtype) << (pinned ? ", pinned" : ", pageable")
+                                             << (both ? ", optimizer on the host too" : "")) {
+          DataParallelRun offloaded = plain;
+          offloaded.offload_param = {.device = zero::OffloadDevice::cpu, .pin_memory = pinned};
+          if (both) offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = pinned};
+          const double tolerance = !both ? 1e-6 : dtype == DType::f32 ? 1e-5 : 2e-2;
+          check_same(data_parallel(world, offloaded), ref, tolerance);
+        }
+      }
+  }
 }

@@ -6,7 +6,8 @@
 // With the optimizer's state offloaded to NVMe files, every stage on 1, 2 and 4 ranks
 // follows the same run without offload within 1e-6, and so does stage 3 with the parameter
 // shards in swap files too (ZeRO-Infinity); so does every stage with the state and the
-// update in host memory apart from the device's (ZeRO-Offload's store, forced on the CPU).
+// update in host memory apart from the device's (ZeRO-Offload's store, forced on the CPU),
+// and stage 3 with the parameter shards in host memory, alone or beside that store.
 // A frozen model partitioned as stage 3 partitions (zero/frozen_partition.h) computes the
 // whole model's forward.
 #include <boost/test/unit_test.hpp>
@@ -205,6 +206,79 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
     }
   }
   BOOST_TEST(std::filesystem::is_empty(dir.path()));  // the swap files went with their optimizers
+}
+
+// ZeRO-Offload of the parameters (Note [Offloaded parameters]), run on the CPU training
+// device through the internal switch that a GPU does not need: each rank's parameter shards
+// in host buffers of their own, copied to separate device shards before each gather and back
+// after the step. Alone, and beside the optimizer's state and update on the host (DeepSpeed's
+// "ZeRO-3 with both offloads"); f32 and bf16, gradient accumulation 2, clipping at 0.5; two
+// buffers (a unit's two groups, no prefetch of the next unit) and DeepSpeed's five: the run
+// without offload within 1e-6, no more shards than buffers ever on the device (the swap
+// asserts it).
+BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_without_it) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  for (int ranks : {1, 2, 4}) {
+    if (n % ranks != 0) continue;
+    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const test::DataParallelRun plain{.stage = 3, .accumulation = 2, .dtype = dtype};
+      const Trajectory ref = test::data_parallel(comm, plain);
+      for (bool both : {false, true})
+        for (int64_t buffers : {2, 5}) {
+          BOOST_TEST_CONTEXT(ranks << " ranks, " << dtype_name(dtype) << ", " << buffers << " parameter buffers"
+                                   << (both ? ", optimizer on the host too" : "")) {
+            test::DataParallelRun offloaded = plain;
+            offloaded.offload_param = {
+                .device = zero::OffloadDevice::cpu, .pin_memory = true, .buffer_count = buffers, .host_store_on_cpu = true};
+            if (both)
+              offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .host_store_on_cpu = true};
+            check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+          }
+        }
+    }
+  }
+}
+
+// A checkpoint's views of parameters in host memory (Note [Streamed checkpoints]): each batch
+// of groups comes onto the device on its own (never more than the largest shard at once),
+// and what is written through its slices and committed goes back to host memory: the next
+// gather reads it, on every rank.
+BOOST_AUTO_TEST_CASE(views_of_parameters_in_host_memory_commit_batch_by_batch) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  auto model = make_model();
+  zero::ZeroOptimizer opt(model,
+                          {.stage = 3,
+                           .stage3_param_persistence_threshold = 0,
+                           .offload_param = {.device = zero::OffloadDevice::cpu,
+                                             .buffer_count = 2,
+                                             .host_store_on_cpu = true}},
+                          kAdam, kDecay, world);
+  const std::vector<zero::ZeroOptimizer::ViewBatch> batches = opt.view_batches();
+  BOOST_TEST(batches.size() > 1u);
+  const auto value = [](int64_t element) { return float(element % 1000) * 1e-3f; };
+  for (const zero::ZeroOptimizer::ViewBatch& batch : batches) {
+    zero::ZeroOptimizer::StateView view = opt.state_view(zero::ZeroOptimizer::State::param, batch);
+    for (const zero::ZeroOptimizer::Slice& slice : view.owned_slices()) {
+      std::vector<float> v(size_t(slice.values.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = value(slice.first + int64_t(i));
+      ops::copy_(slice.values, Tensor::from_vector(v, {slice.values.numel()}));
+    }
+    view.commit();
+  }
+  int64_t largest = 0;
+  for (const auto& [padded, _] : opt.group_sizes()) largest = std::max(largest, 4 * padded / world->size());
+  BOOST_TEST(opt.param_swap()->peak_resident_bytes() > 0);
+  BOOST_TEST(opt.param_swap()->peak_resident_bytes() <= largest);
+  opt.gather_all();
+  for (const auto& [name, p] : model->named_parameters()) {
+    const std::vector<float> got = ops::contiguous(host_f32(p)).to_vector<float>();
+    std::vector<float> expected(got.size());
+    for (size_t i = 0; i < got.size(); ++i) expected[i] = value(int64_t(i));
+    BOOST_TEST(got == expected, name);
+  }
+  opt.release_all();
 }
 
 namespace {
@@ -472,6 +546,31 @@ BOOST_AUTO_TEST_CASE(memory_matches_the_stage_formulas) {
   for (const auto& [padded, _] : host.group_sizes()) shards += padded / n;
   BOOST_TEST(host.memory().optim_bytes == 18 * shards);
   BOOST_TEST(host.memory().host_bytes == 0);
+  // Parameters in host memory (Note [Offloaded parameters], the backend forced on the CPU) at
+  // stage 3 in bf16: every shard's 2 bytes per element in host_bytes, apart from the device
+  // copies, of which the device holds at most two buffers of the largest shard; the master
+  // weights and moments stay on the device.
+  auto param_model = make_model();
+  zero::ZeroOptimizer params(param_model,
+                             {.stage = 3,
+                              .dtype = DType::bf16,
+                              .stage3_param_persistence_threshold = 0,
+                              .offload_param = {.device = zero::OffloadDevice::cpu,
+                                                .buffer_count = 2,
+                                                .host_store_on_cpu = true}},
+                             kAdam, kDecay, world);
+  int64_t param_shards = 0, param_largest = 0;
+  for (const auto& [padded, partitioned] : params.group_sizes()) {
+    BOOST_TEST(partitioned);
+    param_shards += 2 * padded / n;
+    param_largest = std::max(param_largest, 2 * padded / n);
+  }
+  const zero::ResidentBytes pm = params.memory();
+  BOOST_TEST(pm.host_bytes == param_shards);
+  BOOST_TEST(pm.param_bytes == std::min(param_shards, 2 * param_largest));
+  BOOST_TEST(pm.nvme_bytes == 0);
+  BOOST_TEST(pm.optim_bytes == 12 * param_shards / 2);  // f32 master weights and both moments
+  BOOST_TEST(params.param_swap()->host_bytes() == param_shards);
 }
 
 // A frozen partition (zero/frozen_partition.h): each rank holds its shard of every unit

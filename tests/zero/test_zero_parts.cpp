@@ -88,6 +88,8 @@ BOOST_AUTO_TEST_CASE(parameter_offload_needs_stage_3_and_a_folder) {
   BOOST_TEST(error_of({.stage = 3, .offload_param = {.device = zero::OffloadDevice::cpu}}) == "(no error)");
   BOOST_TEST(error_of({.stage = 2, .offload_param = nvme}) ==
              "[config] zero_optimization.offload_param: offloading parameters runs at stage 3, not stage 2");
+  BOOST_TEST(error_of({.stage = 2, .offload_param = {.device = zero::OffloadDevice::cpu}}) ==
+             "[config] zero_optimization.offload_param: offloading parameters runs at stage 3, not stage 2");
   BOOST_TEST(error_of({.stage = 3, .offload_param = {.device = zero::OffloadDevice::nvme}}) ==
              "[config] zero_optimization.offload_param.nvme_path is required with device \"nvme\" (the folder that "
              "holds each rank's parameter swap file)");
@@ -492,4 +494,30 @@ BOOST_AUTO_TEST_CASE(parameter_buffers_too_few_or_too_small_are_named) {
   BOOST_TEST(few.find("[config] zero_optimization.offload_param.buffer_count 1 is too small: unit '") == 0u, few);
   BOOST_TEST(few.find("' gathers 2 parameter shards at once") != std::string::npos, few);
   BOOST_TEST(std::filesystem::is_empty(dir.path()));
+}
+
+// Parameters in host memory (offload_param cpu, the backend forced on the CPU): no fixed
+// buffers, so buffer_size does not bound a shard, while buffer_count still bounds a unit's
+// shards on the device; a delayed update, whose pending copies would hold every shard on the
+// device, is refused by name.
+BOOST_AUTO_TEST_CASE(parameters_in_host_memory_take_buffer_count_and_refuse_a_delayed_update) {
+  const auto comm = std::make_shared<parallel::SelfCommunicator>();
+  const auto error = [&](int64_t count, bool delayed) {
+    return test::error_message([&] {
+      zero::ZeroOptimizer opt(test::make_model(),
+                              {.stage = 3,
+                               .stage3_param_persistence_threshold = 0,
+                               .offload_param = {.device = zero::OffloadDevice::cpu,
+                                                 .buffer_count = count,
+                                                 .buffer_size = 1,
+                                                 .host_store_on_cpu = true},
+                               .delayed_update = {.enabled = delayed}},
+                              test::kAdam, test::kDecay, comm);
+    });
+  };
+  BOOST_TEST(error(2, false) == "(no error)");
+  BOOST_TEST(error(1, false).find("[config] zero_optimization.offload_param.buffer_count 1 is too small: unit '") == 0u);
+  BOOST_TEST(error(2, true) == "[config] zero_optimization.delayed_update does not run with offload_param.device "
+                               "\"cpu\" on a cpu device (the pending update would hold every parameter shard on the "
+                               "device); turn one of them off");
 }
