@@ -36,7 +36,6 @@ HostCopies::Copy HostCopies::to_device(const Tensor& dst, const Tensor& src) con
     ops::copy_(dst, ops::to(src, device_));
     return nullptr;
   }
-  staging_->order_after_current(device_);  // dst may be memory that work queued so far freed
   return staging_->to_device(dst, src);
 }
 

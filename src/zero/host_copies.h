@@ -31,10 +31,9 @@ class HostCopies {
   // one; same dtype and size), after the work queued so far on the calling thread's current
   // stream. dst must not be touched until the copy is done.
   Copy to_host(const Tensor& dst, const Tensor& src) const;
-  // src (host_zeros' or a view of one) into dst (on the training device, contiguous), after
-  // the work queued so far on the calling thread's current stream (dst may be memory that
-  // work freed). The calling thread's current stream is ordered after it by order_current().
-  // src must not be written until the copy is done.
+  // src (host_zeros' or a view of one) into dst (on the training device, contiguous). The
+  // calling thread's current stream is ordered after it by order_current(). src must not be
+  // written until the copy is done.
   Copy to_device(const Tensor& dst, const Tensor& src) const;
 
   bool queued() const { return pinned_; }

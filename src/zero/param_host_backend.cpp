@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "parallel/staged_collectives.h"
 #include "tensor/ops.h"
 
 namespace triad::zero {
@@ -53,6 +54,9 @@ std::unique_ptr<ParamTransfer> ParamHostBackend::read(size_t slot) {
   const auto start = std::chrono::steady_clock::now();
   const Tensor& host = slots_.at(slot);
   Tensor shard = Tensor::empty({host.numel()}, host.dtype(), device_);
+  // A queued copy runs on the communication stream: after the work queued so far, which may
+  // still use the memory the new shard reuses.
+  if (copies_.queued()) parallel::device_staging(device_.type)->order_after_current(device_);
   HostCopies::Copy copy = copies_.to_device(shard, host);
   read_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return std::make_unique<HostTransfer>(std::move(copy), std::move(shard));

@@ -2,9 +2,10 @@
 // zero/param_backend.h): each slot is a host buffer of one shard, pinned with
 // offload_param.pin_memory (zero/host_copies.h). A read allocates the shard on the device
 // and copies the slot into it, a write copies the shard back: with pinned buffers both are
-// queued on the device's communication stream (a read's finish() makes the calling thread's
-// current stream wait for it, without blocking the host; a write's waits on the host),
-// without them each copy is done when the call returns.
+// queued on the device's communication stream behind the work the calling thread queued so
+// far (a read's finish() makes the calling thread's current stream wait for it, without
+// blocking the host; a write's waits on the host), without them each copy is done when the
+// call returns.
 #pragma once
 
 #include <cstdint>
