@@ -132,6 +132,8 @@ step adam_l2_curves 180 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" a
   --work "$work/step_checks" --steps 30
 step flops_profiler_cuda 120 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" flops_profiler --kit "$kit" \
   --work "$work/step_checks"
+step step_sync 240 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" step_sync --kit "$kit" \
+  --work "$work/step_checks" --steps 60
 
 # The MoE GPT (configs/moe-demo.json: top-2 of 4 experts every second block, capacity factor
 # 1, some choices dropped) with its routing, token permutation and experts on the GPU,
@@ -166,7 +168,7 @@ FIGURES = ("mfu", "tokens_per_s", "step_ms_median", "device_peak_allocated_mib",
            "kernel_ms_per_step", "launches_per_step", "tp2_vs_tp1", "tp2_sp_vs_tp1", "model_state_mib_per_rank", "pp2_vs_pp1",
            "sft_cuda_vs_cpu", "reward_cuda_vs_cpu", "ppo_generation_fraction", "ppo_generation_tokens_per_s",
            "ppo_training_tokens_per_s", "generation_vs_training_per_token_max")
-FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu")  # step_checks.py
+FIGURES += ("zeropp_cuda_vs_cpu", "adam_l2_cuda_vs_cpu", "step_sync_demo_ratio", "step_sync_gpt2_ratio")  # step_checks.py
 FIGURES += ("graph_tokens_per_s_b1_greedy", "eager_tokens_per_s_b1_greedy", "graph_tokens_per_s_b16_sampled",
             "eager_tokens_per_s_b16_sampled")  # decode_graphs.py
 FIGURES += ("moe_over_dense", "grouped_over_loop")  # bench_moe_cuda

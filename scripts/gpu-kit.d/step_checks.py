@@ -23,6 +23,12 @@ One check per call (the first argument):
                   delayed parameter update (Adam on the host behind the next step); ZeRO-3
                   with both offloads (offload_param cpu too: the parameter shards in pinned
                   host memory) in the bf16 curves and timed against ZeRO-3 in device memory.
+  step_sync       Note [Host synchronisation in a step]: the demo model (bf16, where the
+                  host's launches weigh most) and GPT-2 124M (bf16, batch 16 x 1024) on the
+                  GPU, read at every step (log_interval 1) and every 10th (steps_per_print
+                  10): every step's loss and gradient norm equal bit for bit, and the time of
+                  the steps after the first read, each run's, with their ratio (every step /
+                  every 10th: above 1 where the host's launching overlaps the device).
 
 Prints the figures and, last, one JSON object with them.
 """
@@ -132,8 +138,33 @@ def offload_cpu(a):
                 "offload_z3_step_ms_both": ms["z3_both"], "offload_z3_both_step_ratio": both_ratio}
 
 
+def step_sync(a):
+    bf16 = ["--set", "device=cuda", "--set", "bf16.enabled=true", "--set", "eval_interval=1000000"]
+    models = (("demo", "demo.json", a.steps, []),
+              ("gpt2", "gpt2-124m.json", 20, ["--set", "train_micro_batch_size_per_gpu=16",
+                                              "--set", "train_batch_size=16"]))
+    ok, figures = True, {}
+    for model, config, steps, extra in models:
+        runs = {}
+        for every in (1, 10):
+            name = "step_sync_%s_every%d" % (model, every)
+            train(a.kit, a.work, name, steps, bf16 + extra + ["--set", "log_interval=%d" % every], config=config)
+            runs[every] = [json.loads(l) for l in open(os.path.join(a.work, name + ".jsonl")) if l.strip()]
+        same = all(x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"] for x, y in zip(runs[1], runs[10]))
+        # From step 11 on: the first read (step 10) and what precedes it left out.
+        ms = {every: sum(line["step_ms"] for line in lines[10:]) for every, lines in runs.items()}
+        ratio = ms[1] / ms[10]
+        print("%s: steps 11-%d read at every step %.1f ms, every 10th %.1f ms (ratio %.3f); losses and norms %s"
+              % (model, steps, ms[1], ms[10], ratio, "equal" if same else "DIFFER"))
+        ok &= same
+        figures.update({"step_sync_%s_equal" % model: same, "step_sync_%s_ratio" % model: ratio,
+                        "step_sync_%s_ms_every_step" % model: ms[1], "step_sync_%s_ms_every_10" % model: ms[10]})
+    return ok, figures
+
+
 def main():
-    checks = {"zeropp": zeropp, "adam_l2": adam_l2, "flops_profiler": flops_profiler, "offload_cpu": offload_cpu}
+    checks = {"zeropp": zeropp, "adam_l2": adam_l2, "flops_profiler": flops_profiler, "offload_cpu": offload_cpu,
+              "step_sync": step_sync}
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("check", choices=sorted(checks))
     ap.add_argument("--kit", required=True)

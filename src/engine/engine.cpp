@@ -438,7 +438,7 @@ void Engine::backward(const Tensor& loss) {
   triad::backward(loss, Tensor::full(loss.shape(), scale, loss.dtype(), loss.device()));
 }
 
-StepResult Engine::step() {
+QueuedStep Engine::queue_step() {
   micro_ = 0;
   if (zero_) {
     // The schedule counts the steps taken: as DeepSpeed's engine, which steps its scheduler
@@ -447,7 +447,7 @@ StepResult Engine::step() {
     const int64_t taken = zero_->counters().steps;
     const double lr = schedule_->lr_at(taken);
     if (const auto betas = schedule_->betas_at(taken)) zero_->set_betas(betas->beta1, betas->beta2);
-    const double norm = zero_->step(lr, config_.gradient_clipping);
+    zero::ZeroOptimizer::StepNorm norm = zero_->step(lr, config_.gradient_clipping);
     nlohmann::json comm = comm_->to_json();
     comm_->reset();
     if (tp_comm_) {
@@ -462,7 +462,7 @@ StepResult Engine::step() {
       comm["ep"] = ep_comm_->to_json();
       ep_comm_->reset();
     }
-    return {++step_, lr, norm, std::isinf(norm), zero_->loss_scale(), std::move(comm)};
+    return {++step_, lr, std::move(norm.norm), norm.skipped, zero_->loss_scale(), std::move(comm)};
   }
   const std::vector<Tensor> params = model_->parameters();
   const double norm = config_.gradient_clipping > 0 ? optim::clip_grad_norm(params, config_.gradient_clipping)
@@ -472,7 +472,7 @@ StepResult Engine::step() {
   optimizer_->step();
   optimizer_->zero_grad();
   ++step_;
-  return {step_, lr, norm, false, 1.0, nullptr};
+  return {step_, lr, Tensor::full({1}, norm, DType::f64), false, 1.0, nullptr};
 }
 
 double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {

@@ -108,6 +108,19 @@ struct StepResult {
   nlohmann::json comm;
 };
 
+// A step as step() queued it, its gradient norm not read yet: on a GPU the host has not
+// waited for the step's kernels (Note [Host synchronisation in a step] in
+// train/trainer.cpp). read() reads the norm, waiting for them.
+struct QueuedStep {
+  int64_t step;
+  double lr;
+  Tensor grad_norm;  // (1,) f64 where it was computed (zero::ZeroOptimizer::StepNorm)
+  bool skipped = false;
+  double loss_scale = 1.0;
+  nlohmann::json comm;
+  StepResult read() const { return {step, lr, grad_norm.item(), skipped, loss_scale, comm}; }
+};
+
 // The seed of rank `rank`'s dropout generator for a run starting at `step`: distinct per
 // rank, and a pure function of the config's seed, so restarts are reproducible. The
 // default generator takes the data-parallel rank (the same stream on every rank of a tp
@@ -195,7 +208,9 @@ class Engine {
   // mode): their losses under `loss`, (m,) on every rank of the pipeline group.
   Tensor forward_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
                       const PipelineLoss& loss);
-  StepResult step();
+  StepResult step() { return queue_step().read(); }
+  // The same without reading the gradient norm.
+  QueuedStep queue_step();
   // Mean loss over (inputs, targets) pairs without recording gradients (eval mode); with
   // pipeline parallelism collective over the pipeline group, the same on each of its ranks.
   double evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches);

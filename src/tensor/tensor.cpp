@@ -1,6 +1,9 @@
 #include "tensor/tensor.h"
 
+#include <atomic>
+
 #include "tensor/backend.h"
+#include "tensor/host_reads.h"
 #include "tensor/ops.h"
 
 namespace triad {
@@ -66,11 +69,18 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+namespace {
+std::atomic<uint64_t> g_host_reads{0};
+}  // namespace
+
+uint64_t host_reads() { return g_host_reads.load(std::memory_order_relaxed); }
+
 double Tensor::item() const {
   TRIAD_CHECK(numel() == 1,
               "Tensor::item: tensor of shape " << shape_str(shape()) << " has " << numel() << " elements, expected 1");
-  if (!device().is_cpu()) return ops::to(*this, Device::cpu()).item();
-  return at(std::vector<int64_t>(dim(), 0));
+  const Tensor host = ops::to(*this, Device::cpu());
+  g_host_reads.fetch_add(1, std::memory_order_relaxed);
+  return host.at(std::vector<int64_t>(dim(), 0));
 }
 
 double Tensor::at(const std::vector<int64_t>& index) const {
@@ -90,6 +100,7 @@ double Tensor::at(const std::vector<int64_t>& index) const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  g_host_reads.fetch_add(1, std::memory_order_relaxed);
   Tensor c = ops::contiguous(ops::to(ops::to(*this, Device::cpu()), dtype_of<T>::value));
   const T* p = c.data<T>();
   return std::vector<T>(p, p + c.numel());

@@ -22,6 +22,7 @@
 #include "train/preemption.h"
 #include "train/compression_training.h"
 #include "train/stall_hook.h"
+#include "train/step_values.h"
 
 namespace triad::engine {
 
@@ -71,27 +72,57 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
 
 // Note [Host synchronisation in a step]
 // On a GPU the host queues a step's kernels and runs ahead of the device; it waits for the
-// device only where it needs a value the device computes. In a step of one process
-// (forward, backward and ZeRO's step per micro-batch) it waits:
-// - for the gradient norm, in ZeroOptimizer::step. Without loss scaling, once the update is
-//   queued: the norm's square stays on the device (ops::squared_norm), clipping reads it
-//   there (ops::clip_to_norm_), and StepResult's norm is read after the step's last launch.
-//   With fp16's loss scaling, before the update (grad_norm): the overflow verdict decides on
-//   the host whether the step is skipped and how the scale changes. Keeping that on the
-//   device too (the update skipped by the kernel on a found-inf flag, as Megatron and Apex
-//   do) needs the loss scale on the device and StepResult's figures read lazily: not done;
-//   under tensor parallelism the norm's counted and uncounted parts are summed on the host
-//   before the update as well;
-// - for the micro-batches' losses, at the step's end (mean_loss): they stay on the device
-//   until the step is queued and come back in one copy; every step's loss is checked for a
-//   non-finite value and written to the metrics line, so it is read every step;
-// - with wall_clock_breakdown or at the flops profiler's step, at every phase's end
-//   (phase_end): those time the device's phases, which a wait alone makes measurable.
+// device only where it reads a value the device computes (Tensor::item, to_vector: counted
+// by host_reads()). A training step reads nothing: the host queues step after step while
+// the device computes, and reads at the log interval (DeepSpeed's steps_per_print).
+// - What a step reports — its micro-batches' losses and its gradient norm — stays on the
+//   device: StepValues (train/step_values.h) keeps each step's in a row of one device
+//   buffer (copies queued, no wait), and read_steps() reads the rows of every step queued
+//   since the last read in one copy. The data-parallel sum of the losses, and with metrics
+//   the activation peak's maximum and the straggler report, are one collective each over
+//   those steps, then each step is checked (a non-finite loss or norm names its step and
+//   micro-batch, as when every step was read) and reported in order, exactly as it would
+//   have been at its end: its metrics line (one per step, written at the read), its
+//   monitors' events, the progress line of a log step.
+// - The reads: at every log_interval-th step and the last; before validation
+//   (eval_interval) and before a checkpoint (checkpoint.every, the preemption signal's):
+//   a step's values are checked before anything is saved after it, so nothing is saved
+//   after a non-finite step; and after kMostUnreadSteps unread steps, whatever the interval.
+// - A step's step_ms is then the host's time in it: the device's work of the steps since
+//   the last read shows in the read step's time; over the steps between two reads the sum
+//   is the device's. The progress line's tokens per second are the mean since the previous
+//   line.
+// - The gradient norm: without loss scaling ZeroOptimizer::step leaves it on the device
+//   (its square is summed there, ops::squared_norm; clipping reads it there,
+//   ops::clip_to_norm_). The host reads it before the update, where it decides:
+//   * fp16's loss scaling: the overflow verdict decides on the host whether the update is
+//     skipped and how the scale changes. Keeping it on the device needs: the found-inf flag
+//     from the device sum (counted groups, and the non-finite test of the uncounted ones:
+//     tied copies, replicated experts), summed over the grid; the loss scale on the device
+//     (the backward's seed in Engine::backward, the pipeline's loss_gradient and the router
+//     losses' nn::RouterLossGradient read it there; unscaling multiplies by a device
+//     scalar); the multi-tensor AdamW (Note [Multi-tensor optimizer]) skipping on the flag;
+//     the steps taken (bias correction) as a device counter the kernel advances, and the
+//     learning rate and betas of the schedule (which does not advance on a skipped step)
+//     picked on the device from the host's table of lr_at(t) for the t still possible since
+//     the last read; LossScaler::update's rules (hysteresis, window, consecutive
+//     hysteresis) as a one-thread kernel on the device state; the scale and the skipped
+//     flag read with the step's values (StepValues), and counters() read before a save.
+//   * tensor parallelism: the counted and uncounted parts are summed on the host;
+//   * gradients kept by an offloading store, the delayed update, and SGD in one process:
+//     the update or the norm runs on the host.
+//   MPI collectives of device tensors wait for their copy to the host; over NCCL they are
+//   queued on the device.
+// - With wall_clock_breakdown or at the flops profiler's step the host waits at every
+//   phase's end (phase_end): those time the device's phases, which a wait alone makes
+//   measurable. With metrics and MoE layers, moe_metrics reads the layers' totals every step.
+//   With stop_on_signal the ranks agree on a preemption signal after every step: a
+//   collective of a host flag, which waits for no device.
 // Batches go to the device through pinned staging buffers without a wait (cuda/transfer.cu)
 // and the optimizer is one launch (Note [Multi-tensor optimizer]). Ranks that share a GPU
 // reach each other through host memory (MPI), and each such collective waits for its copy
-// to the host; over NCCL the collectives are queued on the device. A CUDA graph of the
-// whole step needs the two reads at the step's end moved out of it.
+// to the host. Under pipeline parallelism the last stage's losses go to the pipeline's
+// ranks through the host (Engine::forward_backward) every step.
 
 // This rank's forward and backward passes of one step.
 struct Passes {
@@ -99,6 +130,25 @@ struct Passes {
   int64_t positions = 0;       // this rank's input positions (padding included) over the micro-batches
   double activation_peak = 0;  // bytes (metrics mem.activation_peak_bytes)
 };
+
+// A step queued but not read yet (Note [Host synchronisation in a step]): its host-side
+// figures; its losses and gradient norm wait on the device (StepValues).
+struct PendingStep {
+  QueuedStep queued;  // its grad_norm moved to the StepValues; comm kept with metrics only
+  Clock::time_point start;
+  double waited_before = 0;                                  // parallel::waited_seconds() at its start
+  double step_ms = 0;                                        // host time from its start to its end, or to its read
+  double busy_ms = 0;                                        // step_ms less the waits for other ranks
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // wall_clock_breakdown, flops profiler
+  int64_t positions = 0;
+  double activation_peak = 0;
+  nlohmann::json moe;  // with metrics
+};
+
+// Steps left unread at most, whatever log_interval: a long interval keeps a bounded record.
+constexpr int64_t kMostUnreadSteps = 1000;
+
+constexpr const char* kDivergedAdvice = "; lower optimizer.params.lr or set gradient_clipping; nothing was saved";
 
 // wall_clock_breakdown's sums (DeepSpeed's timers), in ms, since the last progress line.
 struct Breakdown {
@@ -238,52 +288,134 @@ class TrainingRun {
     if (quantization_)
       for (const std::string& line : quantization_->apply(engine_->model_ptr(), step))
         if (leader()) std::printf("%s\n", line.c_str());
-    const auto t0 = Clock::now();
-    const double waited_before = parallel::waited_seconds();
+    PendingStep p;
+    p.start = Clock::now(), p.waited_before = parallel::waited_seconds();
     const bool profiling = profiler_ && step == c_.flops_profiler.profile_step;
     const double forward_before = breakdown_.forward, backward_before = breakdown_.backward;
-    Passes passes = forward_and_backward(step, profiling);
+    const Passes passes = forward_and_backward(step, profiling);
     const auto s0 = Clock::now();
-    const StepResult r = engine_->step();
-    const double s_ms = c_.wall_clock_breakdown || profiling ? phase_end(s0) : 0;
-    if (c_.wall_clock_breakdown) breakdown_.optimizer += s_ms, ++breakdown_.steps;
-    const double step_forward_ms = breakdown_.forward - forward_before;
-    const double step_backward_ms = breakdown_.backward - backward_before;
+    p.queued = engine_->queue_step();
+    p.optimizer_ms = c_.wall_clock_breakdown || profiling ? phase_end(s0) : 0;
+    if (c_.wall_clock_breakdown) breakdown_.optimizer += p.optimizer_ms, ++breakdown_.steps;
+    p.forward_ms = breakdown_.forward - forward_before;
+    p.backward_ms = breakdown_.backward - backward_before;
     if (profiling) {
-      profiled_.step_s = s_ms / 1e3;
+      profiled_.step_s = p.optimizer_ms / 1e3;
       write_profile(profiler_->report(profiled_, c_.flops_profiler), c_.flops_profiler.output_file);
     }
-    const double loss = mean_loss(passes.losses, step, r);
-    // The rank that held the most (pipeline stages differ), for the metrics line alone: no
-    // collective when there is none (metrics_path is the same on every rank).
-    if (world_ && !options_.metrics_path.empty()) {
-      Tensor peak = Tensor::full({1}, passes.activation_peak, DType::f64);
-      world_->all_reduce(peak, parallel::ReduceOp::max)->wait();
-      passes.activation_peak = peak.item();
+    if (!step_values_)
+      step_values_ = std::make_unique<StepValues>(
+          c_.gradient_accumulation_steps, std::min<int64_t>(c_.log_interval, kMostUnreadSteps), engine_->device());
+    step_values_->keep(passes.losses, p.queued.grad_norm);
+    p.queued.grad_norm = Tensor();  // (kept by step_values_)
+    p.positions = passes.positions, p.activation_peak = passes.activation_peak;
+    if (options_.metrics_path.empty()) {
+      p.queued.comm = nullptr;  // for the metrics line alone
+    } else {
+      p.moe = moe_metrics(engine_->model(), c_.arch == "llama" ? c_.llama.moe : c_.model.moe, model_shape(c_).n_layer,
+                          world_.get());
     }
-    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    const double busy_ms = step_ms - 1e3 * (parallel::waited_seconds() - waited_before);
+    end_timing(p);
+    const int64_t done = p.queued.step;
+    pending_.push_back(std::move(p));
+    if (done == c_.steps) engine_->apply_pending_update();  // the trained model is complete
+    if (done % c_.log_interval == 0 || done == c_.steps || evaluates(done) || saves(done) || step_values_->full())
+      read_steps();
+  }
+
+  bool evaluates(int64_t step) const {
+    return (c_.eval_interval > 0 && step % c_.eval_interval == 0) || step == c_.steps;
+  }
+  bool saves(int64_t step) const {
+    return !checkpoint_dir().empty() &&
+           ((c_.checkpoint.every > 0 && step % c_.checkpoint.every == 0) || step == c_.steps);
+  }
+
+  // A step's host time so far, and that time less its waits for other ranks.
+  static void end_timing(PendingStep& p) {
+    p.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - p.start).count();
+    p.busy_ms = p.step_ms - 1e3 * (parallel::waited_seconds() - p.waited_before);
+  }
+
+  // Note [Host synchronisation in a step]: reads the steps queued since the last read (the
+  // host waits for the device here, once), then for each in order checks its losses and
+  // gradient norm and reports it as it would have been reported at its end: the progress
+  // line, validation, monitors, checkpoint and metrics line. The collectives the reports
+  // need (the loss over data-parallel ranks; with metrics, the activation peak and the
+  // straggler report over the world) run once for all the steps, on every rank, before any
+  // check: every rank stops at the same step.
+  void read_steps() {
+    if (pending_.empty()) return;
+    std::vector<PendingStep> steps = std::move(pending_);
+    pending_.clear();
+    const std::vector<double> values = step_values_->read();
+    end_timing(steps.back());  // the wait for the device is the last step's
+    const size_t count = steps.size();
+    const size_t row = size_t(c_.gradient_accumulation_steps) + 1;
+    std::vector<double> loss_sums(count, 0.0), peaks(count), busy(count);
+    for (size_t k = 0; k < count; ++k) {
+      for (size_t m = 0; m + 1 < row; ++m) loss_sums[k] += values[k * row + m];
+      peaks[k] = steps[k].activation_peak, busy[k] = steps[k].busy_ms;
+    }
+    Tensor totals = Tensor::from_vector(loss_sums, {int64_t(count)});
+    grid_->dp()->all_reduce(totals)->wait();
+    const std::vector<double> sums = totals.to_vector<double>();
+    // The rank that held the most (pipeline stages differ) and the straggler report, for
+    // the metrics line alone: no collective when there is none (metrics_path is the same on
+    // every rank).
+    std::vector<nlohmann::json> ranks(count);
+    if (world_ && !options_.metrics_path.empty()) {
+      Tensor most = Tensor::from_vector(peaks, {int64_t(count)});
+      world_->all_reduce(most, parallel::ReduceOp::max)->wait();
+      peaks = most.to_vector<double>();
+      ranks = rank_times(busy);
+    }
+    for (size_t k = 0; k < count; ++k) {
+      const PendingStep& p = steps[k];
+      const double* micro = values.data() + k * row;
+      const double loss = sums[k] / double(c_.gradient_accumulation_steps * n_);
+      const StepResult r{p.queued.step,    p.queued.lr,         micro[row - 1],
+                         p.queued.skipped, p.queued.loss_scale, p.queued.comm};
+      check_finite(r, micro, loss);
+      report(p, r, loss, peaks[k], std::move(ranks[k]));
+    }
+  }
+
+  // Error when a micro-batch's loss, the step's mean loss (another rank's micro-batch) or
+  // the gradient norm of an update is not finite.
+  void check_finite(const StepResult& r, const double* micro_losses, double loss) const {
+    for (int64_t m = 0; m < c_.gradient_accumulation_steps; ++m)
+      TRIAD_CHECK(std::isfinite(micro_losses[m]), "[train] the loss is " << micro_losses[m] << " at step " << r.step
+                                                                         << " (micro-batch " << m << ")"
+                                                                         << kDivergedAdvice);
+    TRIAD_CHECK(std::isfinite(loss), "[train] the loss is " << loss << " at step " << r.step
+                                                            << " (on another data-parallel rank)" << kDivergedAdvice);
+    TRIAD_CHECK(r.skipped || std::isfinite(r.grad_norm),
+                "[train] the gradient norm is " << r.grad_norm << " at step " << r.step << "; nothing was saved");
+  }
+
+  // What a step reports once read: the progress line (one per log_interval steps and the
+  // last), validation, the monitors' events, a checkpoint and the metrics line.
+  void report(const PendingStep& p, const StepResult& r, double loss, double activation_peak, nlohmann::json ranks) {
+    if (r.skipped && leader())
+      std::printf("step %6lld: gradients overflowed, step skipped; loss scale now %g\n", (long long)r.step,
+                  r.loss_scale);
     // Tokens per second over the job: this rank's count times the ranks (their padded
     // batches may differ a little in length).
-    const double tps = double(passes.positions * n_) / (step_ms / 1e3);
-    print_progress(r, loss, tps);
-    nlohmann::json line = {{"step", r.step},           {"loss", loss},       {"lr", r.lr},
-                           {"grad_norm", r.grad_norm}, {"step_ms", step_ms}, {"tokens_per_s", tps}};
+    const double tokens = double(p.positions * n_);
+    since_progress_.tokens += tokens, since_progress_.ms += p.step_ms;
+    print_progress(r, loss);
+    nlohmann::json line = {{"step", r.step},       {"loss", loss},
+                           {"lr", r.lr},           {"grad_norm", r.grad_norm},
+                           {"step_ms", p.step_ms}, {"tokens_per_s", tokens / (p.step_ms / 1e3)}};
     if (world_) line["mem"] = mem_, line["comm"] = r.comm;
-    if (world_ && !options_.metrics_path.empty()) line["ranks"] = rank_times(busy_ms);
-    if (!options_.metrics_path.empty())
-      if (nlohmann::json moe = moe_metrics(engine_->model(), c_.arch == "llama" ? c_.llama.moe : c_.model.moe,
-                                           model_shape(c_).n_layer, world_.get());
-          !moe.is_null())
-        line["moe"] = std::move(moe);
-    line["mem"]["activation_peak_bytes"] = passes.activation_peak;
+    if (!ranks.is_null()) line["ranks"] = std::move(ranks);
+    if (!p.moe.is_null()) line["moe"] = p.moe;
+    line["mem"]["activation_peak_bytes"] = activation_peak;
     if (c_.precision.dtype == DType::f16) line["loss_scale"] = r.loss_scale, line["skipped"] = r.skipped;
-    if (r.step == c_.steps) engine_->apply_pending_update();  // the trained model is complete
-    if ((c_.eval_interval > 0 && r.step % c_.eval_interval == 0) || r.step == c_.steps)
-      line["val_loss"] = last_val_ = evaluate(r.step);
-    write_monitors(r, loss, step_forward_ms, step_backward_ms, s_ms);
-    if (!checkpoint_dir().empty() &&
-        ((c_.checkpoint.every > 0 && r.step % c_.checkpoint.every == 0) || r.step == c_.steps)) {
+    if (evaluates(r.step)) line["val_loss"] = last_val_ = evaluate(r.step);
+    write_monitors(r, loss, p.forward_ms, p.backward_ms, p.optimizer_ms);
+    if (saves(r.step)) {
       const std::string error = save_checkpoint_or_continue();
       if (!error.empty()) line["checkpoint_error"] = error;
     }
@@ -309,8 +441,8 @@ class TrainingRun {
       passes.positions += b.inputs.numel();
       return b;
     };
-    // The micro-batches' losses stay where they were computed until the step is done, then
-    // come to the host in one copy: the host never waits for the device mid-step.
+    // The micro-batches' losses stay where they were computed (StepValues keeps them there
+    // until the trainer reads them): the host never waits for the device mid-step.
     if (engine_->pipelined()) {
       std::vector<Tensor> inputs, targets;
       for (int64_t m = 0; m < c_.gradient_accumulation_steps; ++m) {
@@ -356,45 +488,35 @@ class TrainingRun {
     return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
   }
 
-  // The straggler report, for the metrics line: the slowest and fastest rank by the time
-  // each spent in the step less its waits for other ranks (parallel/watchdog.h; the whole
-  // step time when comm_timeout is 0 and waits are not watched). Collective over the world.
-  nlohmann::json rank_times(double busy_ms) const {
-    Tensor all = Tensor::empty({world_->size()}, DType::f64);
-    world_->all_gather(Tensor::full({1}, busy_ms, DType::f64), all)->wait();
-    const std::vector<double> ms = all.to_vector<double>();
-    const auto slowest = std::max_element(ms.begin(), ms.end()), fastest = std::min_element(ms.begin(), ms.end());
-    return {{"slowest_rank", slowest - ms.begin()},
-            {"slowest_ms", *slowest},
-            {"fastest_rank", fastest - ms.begin()},
-            {"fastest_ms", *fastest}};
-  }
-
-  // The step's mean loss over the global batch; Error when a loss or the gradient norm is
-  // not finite.
-  double mean_loss(const Tensor& losses, int64_t step, const StepResult& r) const {
-    double loss_sum = 0;
-    const std::vector<double> micro_losses = losses.to_vector<double>();
-    for (size_t m = 0; m < micro_losses.size(); ++m) {
-      TRIAD_CHECK(std::isfinite(micro_losses[m]), "[train] the loss is " << micro_losses[m] << " at step " << step + 1
-                                                                         << " (micro-batch " << m
-                                                                         << "); lower optimizer.params.lr or set "
-                                                                         << "gradient_clipping; nothing was saved");
-      loss_sum += micro_losses[m];
+  // The straggler reports, for the metrics lines: per step, the slowest and fastest rank
+  // by the time each spent in the step less its waits for other ranks (parallel/watchdog.h;
+  // the whole step time when comm_timeout is 0 and waits are not watched), from this rank's
+  // times of the steps (busy_ms). One collective over the world.
+  std::vector<nlohmann::json> rank_times(const std::vector<double>& busy_ms) const {
+    const size_t steps = busy_ms.size(), ranks = size_t(world_->size());
+    Tensor all = Tensor::empty({int64_t(ranks * steps)}, DType::f64);
+    world_->all_gather(Tensor::from_vector(busy_ms, {int64_t(steps)}), all)->wait();
+    const std::vector<double> gathered = all.to_vector<double>();  // rank by rank
+    std::vector<nlohmann::json> out;
+    for (size_t k = 0; k < steps; ++k) {
+      std::vector<double> ms(ranks);
+      for (size_t w = 0; w < ranks; ++w) ms[w] = gathered[w * steps + k];
+      const auto slowest = std::max_element(ms.begin(), ms.end()), fastest = std::min_element(ms.begin(), ms.end());
+      out.push_back({{"slowest_rank", slowest - ms.begin()},
+                     {"slowest_ms", *slowest},
+                     {"fastest_rank", fastest - ms.begin()},
+                     {"fastest_ms", *fastest}});
     }
-    TRIAD_CHECK(r.skipped || std::isfinite(r.grad_norm),
-                "[train] the gradient norm is " << r.grad_norm << " at step " << r.step << "; nothing was saved");
-    if (r.skipped && leader())
-      std::printf("step %6lld: gradients overflowed, step skipped; loss scale now %g\n", (long long)r.step,
-                  r.loss_scale);
-    Tensor total = Tensor::full({1}, loss_sum, DType::f64);
-    grid_->dp()->all_reduce(total)->wait();
-    return total.item() / double(c_.gradient_accumulation_steps * n_);
+    return out;
   }
 
-  // One line per log_interval steps (and the last), with wall_clock_breakdown's means.
-  void print_progress(const StepResult& r, double loss, double tps) {
-    if (!leader() || (r.step % c_.log_interval != 0 && r.step != c_.steps)) return;
+  // One line per log_interval steps (and the last), with wall_clock_breakdown's means; the
+  // tokens per second over the steps since the previous line.
+  void print_progress(const StepResult& r, double loss) {
+    if (r.step % c_.log_interval != 0 && r.step != c_.steps) return;
+    const double tps = since_progress_.tokens / (since_progress_.ms / 1e3);
+    since_progress_ = {};
+    if (!leader()) return;
     const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
     const double eta = elapsed / double(r.step - first_step_) * double(c_.steps - r.step);
     std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %7.0f tok/s | %s elapsed, ETA %s\n",
@@ -481,6 +603,7 @@ class TrainingRun {
 
   // A checkpoint of the step just taken (unless the step wrote one), then Preempted.
   [[noreturn]] void stop_for_preemption() {
+    read_steps();  // (a non-finite step stops here: nothing is saved after it)
     if (leader()) std::printf("step %6lld | a preemption signal came: stopping\n", (long long)engine_->global_step());
     std::string path;
     if (!checkpoint_dir().empty()) path = saved_step_ == engine_->global_step() ? saved_path_ : save_checkpoint();
@@ -520,6 +643,11 @@ class TrainingRun {
   std::unique_ptr<FlopsProfiler> profiler_;
   ProfiledStep profiled_;
   Breakdown breakdown_;
+  std::vector<PendingStep> pending_;         // the steps queued since the last read_steps()
+  std::unique_ptr<StepValues> step_values_;  // their losses and gradient norms, on the device
+  struct {
+    double tokens = 0, ms = 0;
+  } since_progress_;  // the steps' since the last progress line
   double last_val_ = NAN;
 };
 

@@ -410,7 +410,7 @@ void ZeroOptimizer::drain(bool wait_all) {
   pending_.resize(kept);
 }
 
-double ZeroOptimizer::step(double lr, double max_norm) {
+ZeroOptimizer::StepNorm ZeroOptimizer::step(double lr, double max_norm) {
   NoGradGuard no_grad;
   if (config_.stage == 3) release_all();  // groups whose gradients never came
   // Reductions the backward did not start (no overlap, unused parameters, stage 1).
@@ -444,20 +444,20 @@ double ZeroOptimizer::step(double lr, double max_norm) {
   }
   sum_partial_gradients(grads);
   // Without loss scaling nothing before the update needs the norm on the host: its square
-  // stays on the device, clipping reads it there, and the host reads it once the step is
-  // queued (Note [Host synchronisation in a step] in train/trainer.cpp). Gradients kept by
+  // stays on the device, clipping reads it there, and the caller reads the norm when it
+  // needs it (Note [Host synchronisation in a step] in train/trainer.cpp). Gradients kept by
   // the store have their norm from the sub-groups' squares (Note [Offloaded gradients]).
   const bool scaled = config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0;
   const bool stored = store_->keeps_gradients();
   const Tensor squared = scaled || stored ? Tensor() : squared_grad_norm(grads);
-  double norm = squared.defined() ? NAN : stored ? stored_grad_norm() : grad_norm(grads);
+  const double norm = squared.defined() ? NAN : stored ? stored_grad_norm() : grad_norm(grads);
   if (scaled) {
     const bool overflow = !std::isfinite(norm);
     scaler_.update(overflow);
     if (overflow) {
       clear_gradients();
       apply_pending_update();  // Note [Delayed parameter update]: a skipped step ends the delay
-      return std::numeric_limits<double>::infinity();
+      return {Tensor::full({1}, std::numeric_limits<double>::infinity(), DType::f64), true};
     }
   }
   if (!squared.defined())
@@ -488,8 +488,7 @@ double ZeroOptimizer::step(double lr, double max_norm) {
     gather_updated();
   }
   clear_gradients();
-  if (squared.defined()) norm = std::sqrt(squared.item());
-  return norm;
+  return {squared.defined() ? ops::sqrt(squared) : Tensor::full({1}, norm, DType::f64), false};
 }
 
 double ZeroOptimizer::gradient_unscale() const {

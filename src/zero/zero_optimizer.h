@@ -186,10 +186,19 @@ class ZeroOptimizer {
   // all of whose parameters are among them is reduced as soon as that backward completes
   // it, behind the stage's remaining backwards; the others wait for step().
   void begin_final_backward(const std::vector<Tensor>& params);
+  // What step() returns: the global gradient norm before clipping, kept where it was
+  // computed. Without loss scaling it is on the device, the square root of the sum the
+  // clipping read there, and the host has not waited for it (Note [Host synchronisation in
+  // a step] in train/trainer.cpp); where the host needed the norm before the update (loss
+  // scaling's overflow test, tensor parallelism, gradients kept by the store) it is on the
+  // CPU. norm.item() reads it.
+  struct StepNorm {
+    Tensor norm;           // (1,) f64; +inf for a skipped step
+    bool skipped = false;  // fp16: the gradients overflowed on some rank; nothing was updated
+  };
   // Averages and reduces what the backward left, unscales, clips to max_norm (0: off),
-  // updates with lr, gathers the parameters, clears the gradients. Returns the norm before
-  // clipping, or +inf for a step skipped on overflow (fp16).
-  double step(double lr, double max_norm);
+  // updates with lr, gathers the parameters, clears the gradients.
+  StepNorm step(double lr, double max_norm);
   // Waits for the update of the last step, if it is pending (Note [Delayed parameter
   // update]), and applies it; collective over dp at stages 1-3 (the new parameters are
   // gathered), so every rank calls it at the same point. A no-op when none is pending.

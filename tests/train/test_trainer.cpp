@@ -10,6 +10,7 @@
 #include "io/token_file.h"
 #include "support/check.h"
 #include "support/files.h"
+#include "tensor/host_reads.h"
 #include "train/compression_training.h"
 #include "train/trainer.h"
 #include "triad.h"
@@ -46,6 +47,26 @@ nlohmann::json tiny_config(const std::string& corpus) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The metrics file's lines, each without its timings (step_ms, tokens_per_s): what a step
+// computed, which must not depend on when the host read it.
+std::vector<nlohmann::json> computed_metrics(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    j.erase("step_ms"), j.erase("tokens_per_s");
+    lines.push_back(std::move(j));
+  }
+  return lines;
+}
+
+// The step an error message names ("... at step N ...").
+int64_t step_named(const std::string& message) {
+  const size_t at = message.find("at step ");
+  BOOST_REQUIRE(at != std::string::npos);
+  return std::stoll(message.substr(at + 8));
+}
 
 }  // namespace
 
@@ -126,6 +147,89 @@ BOOST_AUTO_TEST_CASE(a_diverging_run_stops_and_keeps_the_earlier_model) {
   BOOST_TEST(contains(m, "at step"), m);
   BOOST_TEST(contains(m, "nothing was saved"), m);
   BOOST_TEST(test::read_bytes(dir.file("model/model.h5")) == saved);
+}
+
+// Note [Host synchronisation in a step]: a step reads nothing on the host; each read of the
+// steps queued since the last one (at the log steps and the last) reads their values once
+// and their loss sums over the data-parallel ranks once.
+BOOST_AUTO_TEST_CASE(the_host_reads_the_steps_at_log_intervals_only) {
+  TempDir dir;
+  const std::string corpus = write_tokens(dir);
+  const auto reads = [&](int64_t steps, int64_t log_interval) {
+    nlohmann::json j = tiny_config(corpus);
+    j["steps"] = steps, j["log_interval"] = log_interval;
+    const engine::TrainConfig c = engine::parse_config(j);
+    const uint64_t before = host_reads();
+    engine::train(c, {});
+    return host_reads() - before;
+  };
+  const uint64_t ten_steps = reads(10, 5);
+  BOOST_TEST(reads(20, 10) == ten_steps);     // twice the steps, two reads as well: none per step
+  BOOST_TEST(reads(15, 5) == ten_steps + 2);  // a third read
+}
+
+// Read every log_interval steps, every step is reported as when each was read at its end:
+// the same metrics line per step, and an fp16 run's overflowing steps skipped with the loss
+// scale moving by DeepSpeed's rule (halved after `hysteresis` overflows, doubled after
+// `loss_scale_window` clean steps, hysteresis refilled then).
+BOOST_AUTO_TEST_CASE(steps_read_at_intervals_report_what_each_step_computed) {
+  TempDir dir;
+  nlohmann::json j = tiny_config(write_tokens(dir));
+  j["steps"] = 20;
+  j["fp16"] = {{"enabled", true}, {"initial_scale_power", 24}, {"loss_scale_window", 3}, {"hysteresis", 2}};
+  j["log_interval"] = 1;
+  engine::train(engine::parse_config(j), {.metrics_path = dir.file("each.jsonl")});
+  j["log_interval"] = 5;
+  engine::train(engine::parse_config(j), {.metrics_path = dir.file("interval.jsonl")});
+  const std::vector<nlohmann::json> each = computed_metrics(dir.file("each.jsonl"));
+  BOOST_REQUIRE(each.size() == 20u);
+  BOOST_TEST(computed_metrics(dir.file("interval.jsonl")) == each);
+
+  double scale = 0x1p24;
+  int hysteresis = 2, skipped = 0;
+  int64_t clean = 0;
+  for (const nlohmann::json& line : each) {
+    if (line["skipped"].get<bool>()) {
+      ++skipped, clean = 0;
+      if (hysteresis <= 1)
+        scale = std::max(scale / 2, 1.0);
+      else
+        --hysteresis;
+    } else if (++clean % 3 == 0) {
+      hysteresis = 2, scale *= 2;
+    }
+    BOOST_TEST(line["loss_scale"].get<double>() == scale, line.dump());
+  }
+  BOOST_TEST(each.front()["skipped"].get<bool>());  // 2^24 overflows f16 at once
+  BOOST_TEST(skipped >= 2);
+  BOOST_TEST(skipped <= 16);
+}
+
+// A step whose loss or gradient norm is not finite, read with later steps, is named as when
+// every step is read; the steps before it are reported, and a checkpoint due after it (but
+// before the read) is not written.
+BOOST_AUTO_TEST_CASE(a_diverging_step_inside_an_interval_is_named_and_nothing_after_it_is_saved) {
+  TempDir dir;
+  nlohmann::json j = tiny_config(write_tokens(dir));
+  j["steps"] = 200;
+  j["optimizer"] = {{"type", "SGD"}, {"params", {{"lr", 10.0}, {"momentum", 0.99}}}};
+  j.erase("gradient_clipping");
+  j["log_interval"] = 1;
+  const std::string each =
+      test::error_message([&] { engine::train(engine::parse_config(j), {.metrics_path = dir.file("each.jsonl")}); });
+  const int64_t diverged = step_named(each);
+  BOOST_REQUIRE(diverged >= 2);
+  j["log_interval"] = diverged + 4;
+  j["checkpoint"] = {{"every", diverged + 2}};  // read then, step `diverged` two steps before
+  const std::string interval = test::error_message([&] {
+    engine::train(engine::parse_config(j),
+                  {.metrics_path = dir.file("interval.jsonl"), .save_dir = dir.file("checkpoints")});
+  });
+  BOOST_TEST(interval == each);
+  const std::vector<nlohmann::json> before = computed_metrics(dir.file("each.jsonl"));
+  BOOST_TEST(int64_t(before.size()) == diverged - 1);
+  BOOST_TEST(computed_metrics(dir.file("interval.jsonl")) == before);
+  BOOST_TEST((!std::filesystem::exists(dir.file("checkpoints")) || std::filesystem::is_empty(dir.file("checkpoints"))));
 }
 
 // compression_training's schedule on a GPT's linear layers: nothing before the offsets;

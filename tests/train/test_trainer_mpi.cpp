@@ -57,6 +57,40 @@ BOOST_AUTO_TEST_CASE(data_parallel_training_follows_the_single_process_run) {
   world->barrier();  // rank 0's folder outlives every rank's use of it
 }
 
+// Note [Host synchronisation in a step]: read at every step or only at the last (log_interval
+// 100), the ranks report the same steps: one collective over the read steps gives each its
+// loss, activation peak and straggler report.
+BOOST_AUTO_TEST_CASE(steps_read_together_report_as_steps_read_one_by_one) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size();
+  test::TempDir dir;
+  const std::string corpus = test::shared_corpus(dir, *world) + "/tokens.bin";
+  const auto run = [&](int64_t log_interval) {
+    nlohmann::json j = config_json(corpus, 16 / (2 * n));
+    j["zero_optimization"] = {{"stage", 1}};
+    j["log_interval"] = log_interval;
+    const std::string metrics = dir.file("every" + std::to_string(log_interval) + ".jsonl");
+    engine::train(engine::parse_config(j, n), {.metrics_path = metrics}, world);
+    std::vector<nlohmann::json> lines;
+    if (world->rank() != 0) return lines;  // rank 0 writes the metrics
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json l = nlohmann::json::parse(line);
+      BOOST_TEST(l["ranks"]["slowest_ms"].get<double>() >= l["ranks"]["fastest_ms"].get<double>());
+      BOOST_TEST(l["ranks"]["slowest_rank"].get<int>() < n);
+      for (const char* timing : {"step_ms", "tokens_per_s", "ranks"}) l.erase(timing);
+      lines.push_back(std::move(l));
+    }
+    return lines;
+  };
+  const std::vector<nlohmann::json> each = run(1), together = run(100);
+  if (world->rank() == 0) {
+    BOOST_TEST(each.size() == 12u);
+    BOOST_TEST(together == each);
+  }
+  world->barrier();  // rank 0's folder outlives every rank's use of it
+}
+
 namespace {
 
 // The "moe" figure `key` of every line of a metrics file.
