@@ -431,7 +431,8 @@ BOOST_AUTO_TEST_CASE(dropless_experts_run_on_exactly_their_rows) {
 
 // The dropless layer equals the padded layout it replaced (every expert on `capacity` =
 // the largest load slots, the empty ones zero rows) on one process: outputs and every
-// gradient, bit for bit on the CPU.
+// gradient, within f32 rounding (a GEMM over fewer rows may take another of Eigen's
+// kernels for a row, and round its sum otherwise).
 BOOST_AUTO_TEST_CASE(dropless_layer_equals_the_padded_layout) {
   for (const int64_t k : {int64_t(1), int64_t(2)}) {
     const MoEConfig config{.num_experts = 4, .k = k, .drop_tokens = false};
@@ -453,11 +454,11 @@ BOOST_AUTO_TEST_CASE(dropless_layer_equals_the_padded_layout) {
     const Tensor out = reshape(sum(mul(routed, unsqueeze(g.weights, 2)), 1), xb.shape());
     backward(add(sum(mul(out, w)), add(mul(g.l_aux, config.aux_loss_coeff), mul(g.z_loss, config.z_loss_coeff))));
     BOOST_TEST_CONTEXT("k " << k) {
-      BOOST_TEST(test::max_abs_diff(oa.out, out) == 0.0);
-      BOOST_TEST(test::max_abs_diff(grad(xa), grad(xb)) == 0.0);
+      BOOST_TEST(test::relative_error(oa.out, out) < 1e-6);
+      BOOST_TEST(test::relative_error(grad(xa), grad(xb)) < 1e-6);
       const auto pa = a.named_parameters(), pb = b.named_parameters();
       for (size_t i = 0; i < pa.size(); ++i)
-        BOOST_TEST(test::max_abs_diff(grad(pa[i].second), grad(pb[i].second)) == 0.0, pa[i].first);
+        BOOST_TEST(test::relative_error(grad(pa[i].second), grad(pb[i].second)) < 1e-6, pa[i].first);
     }
   }
 }

@@ -155,17 +155,17 @@ BOOST_AUTO_TEST_CASE(bus_bytes_split_between_and_within_nodes) {
   // all_to_allv, counted as all_to_all: q + 1 f32 to each rank q, exactly what leaves
   // this rank crossing the bus, the chunks of ranks on other nodes between nodes.
   cc.reset();
-  std::vector<int64_t> sent, received(size_t(n), int64_t(r) + 1);
+  std::vector<int64_t> v_sent, v_received(size_t(n), int64_t(r) + 1);
   double others = 0, off_node = 0;
   int64_t total = 0;
   for (int q = 0; q < n; ++q) {
-    sent.push_back(q + 1);
+    v_sent.push_back(q + 1);
     total += q + 1;
     if (q != r) others += (q + 1) * 4.0;
     if (q / 2 != r / 2 && several) off_node += (q + 1) * 4.0;
   }
   Tensor v_in = Tensor::ones({total}), v_out = Tensor::empty({int64_t(n) * (r + 1)});
-  cc.all_to_allv(v_in, sent, v_out, received)->wait();
+  cc.all_to_allv(v_in, v_sent, v_out, v_received)->wait();
   BOOST_TEST(cc.stats().at("all_to_all").calls == 1);
   BOOST_TEST(cc.stats().at("all_to_all").payload_bytes == total * 4.0);
   BOOST_TEST(cc.stats().at("all_to_all").bus_bytes == others);
