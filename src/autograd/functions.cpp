@@ -488,11 +488,10 @@ void check_grouped_linear(const Tensor& x, const std::vector<int64_t>& rows, con
   for (const int64_t n : rows) total += n, negative = negative || n < 0;
   TRIAD_CHECK(G >= 1 && x.dim() == 2 && rows.size() == G && !negative && total == x.size(0) &&
                   (biases.empty() || biases.size() == G),
-              "grouped_linear: expected x (rows, in) with " << G << " row counts >= 0 summing to its rows, and 0 or "
-                                                            << G << " biases for " << G << " weights, got x "
-                                                            << shape_str(x.shape()) << ", " << rows.size()
-                                                            << " row counts summing to " << total << " and "
-                                                            << biases.size() << " biases");
+              "grouped_linear: expected x (rows, in) with "
+                  << G << " row counts >= 0 summing to its rows, and 0 or " << G << " biases for " << G
+                  << " weights, got x " << shape_str(x.shape()) << ", " << rows.size() << " row counts summing to "
+                  << total << " and " << biases.size() << " biases");
   for (size_t g = 0; g < biases.size(); ++g) {
     const Tensor& b = biases[g];
     TRIAD_CHECK(b.dim() == 1 && b.size(0) == weights[0].size(0) && b.device() == x.device() &&
@@ -509,8 +508,8 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const
               "grouped_linear: expected x (" << weights.size() << ", rows, in) for " << weights.size()
                                              << " weights, got x " << shape_str(x.shape()));
   const int64_t G = x.size(0), rows = x.size(1);
-  const Tensor y = grouped_linear(reshape(x, {G * rows, x.size(2)}), std::vector<int64_t>(size_t(G), rows), weights,
-                                  biases, gelu);
+  const Tensor y =
+      grouped_linear(reshape(x, {G * rows, x.size(2)}), std::vector<int64_t>(size_t(G), rows), weights, biases, gelu);
   return reshape(y, {G, rows, y.size(1)});
 }
 

@@ -1,5 +1,5 @@
 // The experts of a Mixture-of-Experts layer: a number of modules of one kind, each run on
-// its own block of slots (nn/moe.h). Any module with a single-tensor forward that keeps
+// its own block of slots or rows (nn/moe.h). Any module with a single-tensor forward that keeps
 // the last dimension d can be an expert; the GPT's GELU MLP and the Llama's SwiGLU are the
 // usual ones. Each expert is made (and initialised) on its own, as Megatron-core does;
 // DeepSpeed deep-copies one module, so its experts start equal.
@@ -12,12 +12,13 @@
 // expert): one backend call for each product of the forward and of the backward (on a GPU
 // one pointer-array batched or grouped GEMM: Note [Grouped GEMM on the GPU] in
 // cuda/backend/matmul.cu) where the loop made one per expert, and an expert without rows
-// computes nothing (its weights' gradients are zeros). Each expert keeps its own parameters, their names and their gradients (a
-// checkpoint, a Hugging Face map or ZeRO's partition sees no difference), and on the CPU
-// the grouped forward and backward equal the loop's bit for bit. Experts of another kind,
-// or whose layers multiply otherwise than by their own weight (quantized, fake-quantized,
-// tensor-parallel), run the loop, and so does every expert when `grouped` is off. The
-// grouped path runs no hooks of the experts' own modules (the Experts module's do).
+// computes nothing (its weights' gradients are zeros). Each expert keeps its own
+// parameters, their names and their gradients (a checkpoint, a Hugging Face map or ZeRO's
+// partition sees no difference), and on the CPU the grouped forward and backward equal the
+// loop's bit for bit. Experts of another kind, or whose layers multiply otherwise than by
+// their own weight (quantized, fake-quantized, tensor-parallel), run the loop, and so does
+// every expert when `grouped` is off. The grouped path runs no hooks of the experts' own
+// modules (the Experts module's do).
 //
 // Expert e is initialised from a stream of its own, seeded from the layer's seed and e's
 // global index, so that it starts with the same weights whichever process holds it, and a

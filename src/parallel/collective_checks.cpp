@@ -175,9 +175,9 @@ void CollectiveChecks::all_to_allv(const Tensor& input, const std::vector<int64_
   check_counts("send", send_counts, input, size_);
   check_counts("receive", recv_counts, output, size_);
   const size_t own = size_t(rank_);
-  TRIAD_CHECK(send_counts[own] == recv_counts[own], "all_to_allv: this rank (" << rank_ << ") sends itself "
-                                                                               << send_counts[own] << " elements but expects "
-                                                                               << recv_counts[own]);
+  TRIAD_CHECK(send_counts[own] == recv_counts[own], "all_to_allv: this rank ("
+                                                        << rank_ << ") sends itself " << send_counts[own]
+                                                        << " elements but expects " << recv_counts[own]);
   TRIAD_CHECK(!overlap(bytes_of(input), bytes_of(output)),
               "all_to_allv: input " << input.str() << " overlaps output " << output.str());
 }

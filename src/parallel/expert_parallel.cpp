@@ -104,7 +104,7 @@ nn::ExpertRows ExpertParallel::count_rows(const std::vector<int64_t>& sent, Devi
   const int n = ep_->size();
   TRIAD_CHECK(!sent.empty() && sent.size() % size_t(n) == 0,
               "count_rows: expected a count per expert, a multiple of the " << n << " expert-parallel ranks, got "
-                                                                           << sent.size());
+                                                                            << sent.size());
   nn::ExpertRows counts{.ranks = n, .sent = sent, .received = sent};
   if (n == 1) return counts;
   const Tensor mine = ops::to(Tensor::from_vector(sent, {int64_t(sent.size())}), device);
@@ -123,10 +123,9 @@ Tensor ExpertParallel::to_experts(const Tensor& rows, const nn::ExpertRows& coun
 
 Tensor ExpertParallel::from_experts(const Tensor& outputs, const nn::ExpertRows& counts) const {
   if (ep_->size() == 1) return outputs;
-  return record("from_experts", {outputs}, ep_ops::from_experts(outputs, counts, *ep_),
-                [ep = ep_, counts](const Grads& g) {
-                  return Grads{ep_ops::to_experts(ops::contiguous(g[0]), counts, *ep)};
-                });
+  return record(
+      "from_experts", {outputs}, ep_ops::from_experts(outputs, counts, *ep_),
+      [ep = ep_, counts](const Grads& g) { return Grads{ep_ops::to_experts(ops::contiguous(g[0]), counts, *ep)}; });
 }
 
 Tensor ExpertParallel::to_experts(const Tensor& slots) const {

@@ -30,8 +30,8 @@ WorkPtr SelfCommunicator::all_to_all(const Tensor& in, const Tensor& out) { retu
 WorkPtr SelfCommunicator::all_to_allv(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
                                       const std::vector<int64_t>& recv_counts) {
   TRIAD_CHECK(send_counts.size() == 1 && recv_counts == send_counts && send_counts[0] == in.numel(),
-              "all_to_allv: on one rank the one send count and receive count must both be the input's "
-                  << in.numel() << " elements");
+              "all_to_allv: on one rank the one send count and receive count must both be the input's " << in.numel()
+                                                                                                        << " elements");
   return copy(in, out, "all_to_allv");
 }
 WorkPtr SelfCommunicator::broadcast(const Tensor&, int root) {

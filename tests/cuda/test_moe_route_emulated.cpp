@@ -158,8 +158,8 @@ BOOST_AUTO_TEST_CASE(moe_indices_kernel_writes_the_cpu_dropless_rows) {
   const ops::MoEIndices cpu = ops::moe_indices_dropless(r.expert, r.location, r.load);
   std::vector<int64_t> choice(size_t(S * K), -7), slot(size_t(S * K), -7), source(size_t(S * K), S);
   emulation::launch(4, 1, 32, [&] {
-    cuda::moe_indices_kernel(r.expert.data<int64_t>(), r.location.data<int64_t>(), S, K, E, 0,
-                             r.load.data<int64_t>(), S * K, choice.data(), slot.data(), source.data());
+    cuda::moe_indices_kernel(r.expert.data<int64_t>(), r.location.data<int64_t>(), S, K, E, 0, r.load.data<int64_t>(),
+                             S * K, choice.data(), slot.data(), source.data());
   });
   BOOST_TEST(choice == cpu.choice.to_vector<int64_t>(), boost::test_tools::per_element());
   BOOST_TEST(slot == cpu.slot.to_vector<int64_t>(), boost::test_tools::per_element());

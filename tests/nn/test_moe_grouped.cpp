@@ -1,7 +1,7 @@
 // Grouped expert GEMMs (Note [Grouped experts] in nn/moe_experts.h): ops::grouped_matmul_
 // against a loop of matmul / add_matmul_ (groups of one shape, and of a row count each, some
-// of none), grouped_linear against linear / linear_gelu per group (forward and every gradient, bit for bit on the CPU, through the in-place and the
-// split-backward paths) and against finite differences in f64, and MoE layers of GELU and
+// of none), grouped_linear against linear / linear_gelu per group (forward and every gradient, bit for bit on the CPU,
+// through the in-place and the split-backward paths) and against finite differences in f64, and MoE layers of GELU and
 // SwiGLU experts run grouped against the same layers running their experts one by one.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(grouped_matmul_with_a_row_count_per_group_equals_the_loop) 
         acc.push_back(grouped_randn({n, k}, 20 + g, dtype));
         acc_ref.push_back(ops::clone(acc.back()));
       }
-      ops::grouped_matmul_(ys, xs, w, false, true, false);   // y = x w^T
+      ops::grouped_matmul_(ys, xs, w, false, true, false);     // y = x w^T
       ops::grouped_matmul_(dxs, dys, w, false, false, false);  // dx = dy w
       ops::grouped_matmul_(dw, dys, xs, true, false, false);   // dw = dy^T x
       ops::grouped_matmul_(acc, dys, xs, true, false, true);   // .grad += dy^T x
@@ -248,8 +248,11 @@ BOOST_AUTO_TEST_CASE(grouped_linear_with_row_counts_equals_linear_per_group_bit_
         check_same_bits(a.db[g], b.db[g], what + ": db" + std::to_string(g));
       }
     }
-  test::check_error([] { grouped_linear(Tensor::zeros({5, 3}), {2, 2}, grouped_params(2, {4, 3}, 1, DType::f32)); },
-                    {"grouped_linear", "2 row counts summing to 4"});
+  test::check_error(
+      [] {
+        grouped_linear(Tensor::zeros({5, 3}), {2, 2}, grouped_params(2, {4, 3}, 1, DType::f32));
+      },
+      {"grouped_linear", "2 row counts summing to 4"});
 }
 
 BOOST_AUTO_TEST_CASE(grouped_linear_gradients_match_finite_differences) {
@@ -310,8 +313,7 @@ BOOST_AUTO_TEST_CASE(grouped_experts_equal_the_loop_bit_for_bit) {
       {"top-1 SwiGLU", {.num_experts = 3, .capacity_factor = 1.0}, nn::swiglu_expert(8, 12)},
       {"dropless top-2 SwiGLU", {.num_experts = 4, .k = 2, .drop_tokens = false}, nn::swiglu_expert(8, 12)},
       // 10 tokens over 16 experts: most experts receive no rows.
-      {"dropless top-1 GELU, experts without rows", {.num_experts = 16, .drop_tokens = false},
-       nn::gelu_mlp_expert(8)},
+      {"dropless top-1 GELU, experts without rows", {.num_experts = 16, .drop_tokens = false}, nn::gelu_mlp_expert(8)},
       {"residual GELU", {.num_experts = 2, .use_residual = true}, nn::gelu_mlp_expert(8)},
   };
   for (const Case& c : cases)

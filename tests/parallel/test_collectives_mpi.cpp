@@ -534,9 +534,8 @@ BOOST_AUTO_TEST_CASE(all_to_allv_checks_its_counts) {
   test::check_error([&] { c->all_to_allv(Tensor::ones({1}), {1}, Tensor::zeros({1}), {1}); },
                     {"all_to_allv", "send counts must be " + std::to_string(n) + " counts"});
   const Tensor both = Tensor::ones({2 * n});
-  test::check_error(
-      [&] { c->all_to_allv(ops::narrow(both, 0, 0, n), ones, ops::narrow(both, 0, 1, n), ones); },
-      {"all_to_allv", "overlaps"});
+  test::check_error([&] { c->all_to_allv(ops::narrow(both, 0, 0, n), ones, ops::narrow(both, 0, 1, n), ones); },
+                    {"all_to_allv", "overlaps"});
   if (n == 1) return;
   // Rank 0 expects 2 elements from rank 1, which sends it 1.
   std::vector<int64_t> received = ones;

@@ -10,7 +10,8 @@
 // (a dropless layer's experts, each on the rows it received) in one call of its grouped
 // GEMM (cublasGemmGroupedBatchedEx, CUDA 12.5 on: one group per product, the shapes in
 // host arrays), or one GEMM per product where cuBLAS does not take the types. Empty
-// products are left out, and those over an inner dimension of 0 are filled with zeros. The arrays of device pointers are written on the device by a kernel
+// products are left out, and those over an inner dimension of 0 are filled with zeros.
+// The arrays of device pointers are written on the device by a kernel
 // that receives them as its argument (as the multi-tensor optimizer's tables travel: no
 // host-to-device copy, nothing for a CUDA graph to miss), kPointerGroups groups a launch,
 // into a buffer from the stream-ordered allocator that the GEMM after it on the stream
@@ -141,11 +142,11 @@ void CudaBackend::grouped_matmul(const std::vector<Tensor>& a, const std::vector
       ms.push_back(int(n)), ns.push_back(int(m)), ks.push_back(int(k));
       ld_as.push_back(int(trans_b ? k : n)), ld_bs.push_back(int(trans_a ? m : k)), ld_outs.push_back(int(n));
     }
-    const cublasStatus_t status = cublasGemmGroupedBatchedEx(
-        h, ops_a.data(), ops_b.data(), ms.data(), ns.data(), ks.data(), alphas.data(), pointers + kPointerGroups,
-        ab_type, ld_as.data(), pointers, ab_type, ld_bs.data(), betas.data(),
-        const_cast<void* const*>(pointers + 2 * kPointerGroups), out_type, ld_outs.data(), count, sizes.data(),
-        CUBLAS_COMPUTE_32F);
+    const cublasStatus_t status =
+        cublasGemmGroupedBatchedEx(h, ops_a.data(), ops_b.data(), ms.data(), ns.data(), ks.data(), alphas.data(),
+                                   pointers + kPointerGroups, ab_type, ld_as.data(), pointers, ab_type, ld_bs.data(),
+                                   betas.data(), const_cast<void* const*>(pointers + 2 * kPointerGroups), out_type,
+                                   ld_outs.data(), count, sizes.data(), CUBLAS_COMPUTE_32F);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // a combination of types the grouped GEMM lacks
       lock.unlock();
       one_by_one(first, size_t(count));

@@ -93,7 +93,8 @@ void CpuBackend::moe_indices(const Tensor& expert, const Tensor& location, int64
   int64_t* sl = slot.data<int64_t>();
   int64_t* src = source.data<int64_t>();
   std::vector<int64_t> start(size_t(E) + 1, 0);  // and the end of the last
-  for (int64_t e = 0; e < E; ++e) start[size_t(e) + 1] = load.defined() ? start[size_t(e)] + load.data<int64_t>()[e] : (e + 1) * capacity;
+  for (int64_t e = 0; e < E; ++e)
+    start[size_t(e) + 1] = load.defined() ? start[size_t(e)] + load.data<int64_t>()[e] : (e + 1) * capacity;
   std::fill_n(src, rows, S);
   for (int64_t c = 0; c < S * K; ++c) {
     const bool kept = loc[c] >= 0;
