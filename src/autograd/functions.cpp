@@ -456,6 +456,17 @@ Tensor linear_gelu(const Tensor& input, const Tensor& weight, const Tensor& bias
 
 namespace {
 
+// The groups of a tensor (sum rows, ...) of rows[0], rows[1], ... rows each, as views.
+std::vector<Tensor> groups_of(const Tensor& t, const std::vector<int64_t>& rows) {
+  std::vector<Tensor> v;
+  int64_t at = 0;
+  for (const int64_t n : rows) {
+    v.push_back(ops::narrow(t, 0, at, n));
+    at += n;
+  }
+  return v;
+}
+
 // The groups t[0], t[1], ... of a tensor (G, ...), as views.
 std::vector<Tensor> groups_of(const Tensor& t) {
   std::vector<Tensor> v;
@@ -469,12 +480,18 @@ std::vector<Tensor> pick(const std::vector<Tensor>& all, const std::vector<size_
   return v;
 }
 
-void check_grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
+void check_grouped_linear(const Tensor& x, const std::vector<int64_t>& rows, const std::vector<Tensor>& weights,
+                          const std::vector<Tensor>& biases) {
   const size_t G = weights.size();
-  TRIAD_CHECK(G >= 1 && x.dim() == 3 && x.size(0) == int64_t(G) && (biases.empty() || biases.size() == G),
-              "grouped_linear: expected x (" << G << ", rows, in) and 0 or " << G << " biases for " << G
-                                             << " weights, got x " << shape_str(x.shape()) << " and " << biases.size()
-                                             << " biases");
+  int64_t total = 0;
+  bool negative = false;
+  for (const int64_t n : rows) total += n, negative = negative || n < 0;
+  TRIAD_CHECK(G >= 1 && x.dim() == 2 && rows.size() == G && !negative && total == x.size(0) &&
+                  (biases.empty() || biases.size() == G),
+              "grouped_linear: expected x (rows, in) with "
+                  << G << " row counts >= 0 summing to its rows, and 0 or " << G << " biases for " << G
+                  << " weights, got x " << shape_str(x.shape()) << ", " << rows.size() << " row counts summing to "
+                  << total << " and " << biases.size() << " biases");
   for (size_t g = 0; g < biases.size(); ++g) {
     const Tensor& b = biases[g];
     TRIAD_CHECK(b.dim() == 1 && b.size(0) == weights[0].size(0) && b.device() == x.device() &&
@@ -485,26 +502,36 @@ void check_grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, c
 
 }  // namespace
 
+Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                      bool gelu) {
+  TRIAD_CHECK(x.dim() == 3 && x.size(0) == int64_t(weights.size()),
+              "grouped_linear: expected x (" << weights.size() << ", rows, in) for " << weights.size()
+                                             << " weights, got x " << shape_str(x.shape()));
+  const int64_t G = x.size(0), rows = x.size(1);
+  const Tensor y =
+      grouped_linear(reshape(x, {G * rows, x.size(2)}), std::vector<int64_t>(size_t(G), rows), weights, biases, gelu);
+  return reshape(y, {G, rows, y.size(1)});
+}
+
 // The arithmetic of each group is linear's (linear_gelu's) on the CPU, bit for bit: the
 // product rounded as the backend's linear rounds it (a 16-bit product with a bias or a GELU
 // after it stays f32 until the bias is added and the GELU read), the bias added to it
-// afterwards, the bias gradient the sum over the rows of the output's gradient.
-Tensor grouped_linear(const Tensor& input, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
-                      bool gelu) {
-  check_grouped_linear(input, weights, biases);
+// afterwards, the bias gradient the sum over the rows of the output's gradient. A group of
+// no rows computes nothing; its weight's gradient is zeros (or nothing added).
+Tensor grouped_linear(const Tensor& input, const std::vector<int64_t>& rows, const std::vector<Tensor>& weights,
+                      const std::vector<Tensor>& biases, bool gelu) {
+  check_grouped_linear(input, rows, weights, biases);
   const Tensor x = product_operand(input, weights[0]);
   const size_t G = weights.size();
-  const int64_t rows = x.size(1), n = weights[0].size(0);
+  const int64_t n = weights[0].size(0);
   const bool with_bias = !biases.empty();
   const DType wide = is_16bit(x) && (with_bias || gelu) ? DType::f32 : x.dtype();
-  Tensor sum = Tensor::empty({int64_t(G), rows, n}, wide, x.device());
-  const std::vector<Tensor> xs = groups_of(ops::contiguous(x));
-  ops::grouped_matmul_(groups_of(sum), xs, weights, false, true, false);
-  if (with_bias) {
-    const Tensor stacked = Tensor::empty({int64_t(G), 1, n}, wide, x.device());
-    for (size_t g = 0; g < G; ++g) ops::copy_(ops::select(stacked, 0, int64_t(g)), ops::unsqueeze(biases[g], 0));
-    sum = ops::add(sum, stacked);
-  }
+  const Tensor sum = Tensor::empty({x.size(0), n}, wide, x.device());
+  const std::vector<Tensor> xs = groups_of(ops::contiguous(x), rows), sums = groups_of(sum, rows);
+  ops::grouped_matmul_(sums, xs, weights, false, true, false);
+  if (with_bias)
+    for (size_t g = 0; g < G; ++g)
+      if (rows[g] > 0) ops::add_(sums[g], ops::to(biases[g], wide));
   const Tensor pre = ops::to(sum, x.dtype());
   const Tensor y = gelu ? ops::to(ops::gelu(sum), x.dtype()) : pre;
   counted_linear(y, weights[0], with_bias ? biases[0] : Tensor());
@@ -519,17 +546,15 @@ Tensor grouped_linear(const Tensor& input, const std::vector<Tensor>& weights, c
     // The gradient of each group's x w^T + b in the weights' dtype (Note [Gradients added in place]).
     const Tensor g2 =
         ops::contiguous(like(gelu ? ops::gelu_backward(pre, ops::to(gy[0], pre.dtype())) : gy[0], weights[0]));
-    const std::vector<Tensor> g2s = groups_of(g2);
+    const std::vector<Tensor> g2s = groups_of(g2, rows);
     Grads grads(inputs.size());
     if (needs[0]) {
       grads[0] = Tensor::empty(x.shape(), g2.dtype(), x.device());
-      ops::grouped_matmul_(groups_of(grads[0]), g2s, weights, false, false, false);
+      ops::grouped_matmul_(groups_of(grads[0], rows), g2s, weights, false, false, false);
     }
-    if (with_bias) {
-      const Tensor db = ops::sum(g2, 1);  // (G, n): each group's rows in order, as linear's
-      for (size_t g = 0; g < G; ++g)
-        if (needs[1 + G + g]) grads[1 + G + g] = like(ops::select(db, 0, int64_t(g)), biases[g]);
-    }
+    if (with_bias)
+      for (size_t g = 0; g < G; ++g)  // each group's rows in order, as linear's
+        if (needs[1 + G + g]) grads[1 + G + g] = like(ops::sum(g2s[g], 0), biases[g]);
     // The weights' gradients, added into their .grad where it takes them (one grouped GEMM
     // per .grad dtype), the others returned from one more.
     const auto weight_grads = [=](bool in_pass) {
@@ -555,7 +580,7 @@ Tensor grouped_linear(const Tensor& input, const std::vector<Tensor>& weights, c
         for (size_t g : which) grad_added_in_place(weights[g], in_pass);
       }
       if (!fresh.empty()) {
-        const Tensor products = Tensor::empty({int64_t(fresh.size()), n, x.size(2)}, g2.dtype(), x.device());
+        const Tensor products = Tensor::empty({int64_t(fresh.size()), n, x.size(1)}, g2.dtype(), x.device());
         ops::grouped_matmul_(groups_of(products), pick(g2s, fresh), pick(xs, fresh), true, false, false);
         for (size_t i = 0; i < fresh.size(); ++i)
           dw[fresh[i]] = like(ops::select(products, 0, int64_t(i)), weights[fresh[i]]);

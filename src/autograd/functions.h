@@ -111,6 +111,12 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 // forward and backward.
 Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases = {},
                       bool gelu = false);
+// The same over groups of their own sizes (a dropless MoE layer's experts, each on the rows
+// it received): x (sum rows, in), group g the rows[g] rows after those of the groups
+// before it, any of them 0 -> (sum rows, out). Each group is linear(its rows, ...) bit for
+// bit on the CPU, forward and backward; a group of no rows gets a zero weight gradient.
+Tensor grouped_linear(const Tensor& x, const std::vector<int64_t>& rows, const std::vector<Tensor>& weights,
+                      const std::vector<Tensor>& biases = {}, bool gelu = false);
 
 // ---- neural-network functions ----
 // Every function here keeps its input's dtype (Note [16-bit activations] in functions.cpp):

@@ -327,6 +327,29 @@ class NcclCommunicator final : public parallel::Communicator {
     });
   }
 
+  // One NCCL group of a send and a receive per peer with elements to move (counts agree
+  // both ways, so a message of 0 elements is left out on both sides).
+  WorkPtr all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                      const std::vector<int64_t>& recv_counts) override {
+    checks_.all_to_allv(input, send_counts, output, recv_counts);
+    const size_t element = element_size(input.dtype());
+    return issue("all_to_allv (ncclSend/ncclRecv)", {input, output}, [&](State& s) {
+      const ncclDataType_t type = nccl_type(input.dtype());
+      const char* from = static_cast<const char*>(input.raw_data());
+      char* to = static_cast<char*>(output.raw_data());
+      size_t sent = 0, received = 0;  // elements before peer r's chunks
+      s.check(ncclGroupStart(), "ncclGroupStart");
+      for (int r = 0; r < s.size; ++r) {
+        const size_t out = size_t(send_counts[size_t(r)]), in = size_t(recv_counts[size_t(r)]);
+        if (out > 0) s.check(ncclSend(from + sent * element, out, type, r, s.comm, s.stream), "ncclSend");
+        if (in > 0) s.check(ncclRecv(to + received * element, in, type, r, s.comm, s.stream), "ncclRecv");
+        sent += out;
+        received += in;
+      }
+      s.check(ncclGroupEnd(), "ncclGroupEnd");
+    });
+  }
+
   WorkPtr broadcast(const Tensor& t, int root) override {
     checks_.broadcast(t, root);
     return issue("ncclBroadcast", {t}, [&](State& s) {

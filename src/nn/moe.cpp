@@ -39,12 +39,14 @@ MoE::MoE(int64_t d_model, const MoEConfig& config, const ExpertFactory& make_exp
   }
 }
 
+// Dropless, no slot is empty and no choice dropped: the gathers need no zero row.
 Tensor MoE::dispatch(const Tensor& tokens, const ops::MoEIndices& at) const {
-  return embedding(with_zero_row(tokens), at.source);
+  return embedding(config.drop_tokens ? with_zero_row(tokens) : tokens, at.source);
 }
 
 Tensor MoE::combine(const Tensor& outputs, const ops::MoEIndices& at, const Tensor& weights) const {
-  const Tensor routed = embedding(with_zero_row(reshape(outputs, {-1, outputs.size(-1)})), at.slot);  // (S, K, d)
+  const Tensor rows = reshape(outputs, {-1, outputs.size(-1)});
+  const Tensor routed = embedding(config.drop_tokens ? with_zero_row(rows) : rows, at.slot);  // (S, K, d)
   return sum(mul(routed, unsqueeze(weights, 2)), 1);
 }
 
@@ -53,17 +55,17 @@ MoEOutput MoE::apply(const Tensor& x) {
     const int64_t d = gate->wg->weight.size(1);
     TRIAD_CHECK(x.dim() >= 1 && x.size(-1) == d, "MoE: expected x (..., " << d << "), got " << shape_str(x.shape()));
     const Tensor tokens = reshape(x, {-1, d});
-    GateOutput g = gate->route(tokens);
-    Routing& routing = g.routing;
-    const int64_t capacity = routing.capacity;
-    if (!config.drop_tokens) routing.capacity = exchange_->agree_capacity(routing.capacity);
-    // The gate's indices, unless the expert-parallel ranks agreed on a larger capacity.
-    const ops::MoEIndices at = routing.capacity == capacity ? g.indices
-                                                            : ops::moe_indices(routing.expert, routing.location,
-                                                                               routing.experts, routing.capacity);
-    const Tensor slots = exchange_->to_experts(dispatch(tokens, at));
-    const Tensor outputs = exchange_->from_experts((*experts)(slots));
-    Tensor out = combine(outputs, at, g.weights);
+    const GateOutput g = gate->route(tokens);
+    const Routing& routing = g.routing;
+    Tensor outputs;
+    if (config.drop_tokens) {
+      outputs = exchange_->from_experts((*experts)(exchange_->to_experts(dispatch(tokens, g.indices))));
+    } else {  // Note [Dropless exchange]
+      const ExpertRows rows = exchange_->count_rows(routing.host_load, tokens.device());
+      const Tensor received = exchange_->to_experts(dispatch(tokens, g.indices), rows);
+      outputs = exchange_->from_experts(experts->forward(received, rows.per_expert()), rows);
+    }
+    Tensor out = combine(outputs, g.indices, g.weights);
     if (config.use_residual) {
       const Tensor c = softmax((*coefficient)(tokens));
       out = add(mul(out, narrow(c, 1, 0, 1)), mul((*mlp)(tokens), narrow(c, 1, 1, 1)));

@@ -12,6 +12,8 @@
 //
 // The forward is dispatch -> experts -> combine; expert parallelism plugs in between the
 // stages through an ExpertExchange (Note [Expert parallelism] in nn/expert_exchange.h).
+// Dropless, each expert runs on exactly the rows routed to it, on any number of ranks, with
+// no padding (Note [Dropless exchange]).
 #pragma once
 
 #include "nn/expert_exchange.h"
@@ -24,7 +26,7 @@ namespace triad::nn {
 // What a forward reports for metrics: the loads stay on the device until read.
 struct MoEStats {
   Tensor load;               // (E) i64: choices routed to each expert before capacity (DeepSpeed's exp_counts)
-  int64_t capacity = 0;      // slots per expert
+  int64_t capacity = 0;      // slots per expert (dropless: the largest load on this rank)
   int64_t choices = 0;       // tokens k
   // What the host reads back (a device sync).
   std::vector<int64_t> loads() const;
@@ -68,11 +70,12 @@ class MoE : public Module {
   MoETotals take_totals();
 
   // The stages, for the exchange and for tests, through the gather indices of a routing
-  // (ops::moe_indices). tokens (S, d) -> slots (E, C, d), a slot holding its token or zeros
-  // when empty.
+  // (GateOutput::indices). tokens (S, d) -> slots (E, C, d), a slot holding its token or
+  // zeros when empty; dropless, the routed rows (S k, d) grouped by expert (Note [Dropless
+  // exchange] in nn/expert_exchange.h).
   Tensor dispatch(const Tensor& tokens, const ops::MoEIndices& at) const;
-  // The experts' outputs (E, C, d) -> tokens (S, d): the sum over each token's kept choices
-  // of weights (S, k) times its slot's output.
+  // The experts' outputs (E, C, d), or dropless (S k, d), -> tokens (S, d): the sum over
+  // each token's kept choices of weights (S, k) times its slot's (row's) output.
   Tensor combine(const Tensor& outputs, const ops::MoEIndices& at, const Tensor& weights) const;
 
   const MoEConfig config;

@@ -47,9 +47,9 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> layer_params(const std::vect
   return {weights, biases};
 }
 
-Tensor grouped_layer(const Tensor& x, const std::pair<std::vector<Tensor>, std::vector<Tensor>>& params,
-                     bool gelu = false) {
-  return grouped_linear(x, params.first, params.second, gelu);
+Tensor grouped_layer(const Tensor& x, const std::vector<int64_t>& rows,
+                     const std::pair<std::vector<Tensor>, std::vector<Tensor>>& params, bool gelu = false) {
+  return grouped_linear(x, rows, params.first, params.second, gelu);
 }
 
 // The experts as `Expert`s whose `layers` all run grouped; empty when any does not.
@@ -73,23 +73,27 @@ std::vector<Expert*> experts_as(const std::vector<std::pair<std::string, ModuleP
 
 }  // namespace
 
-Tensor Experts::forward_grouped(const Tensor& slots) {
+Tensor Experts::forward_grouped(const Tensor& x, const std::vector<int64_t>& rows) {
   if (const auto mlps = experts_as<MLP>(children(), {&MLP::fc, &MLP::proj}); !mlps.empty()) {
-    const Tensor h = grouped_layer(slots, layer_params(mlps, &MLP::fc), /*gelu=*/true);
-    const Tensor y = grouped_layer(h, layer_params(mlps, &MLP::proj));
+    const Tensor h = grouped_layer(x, rows, layer_params(mlps, &MLP::fc), /*gelu=*/true);
+    const Tensor y = grouped_layer(h, rows, layer_params(mlps, &MLP::proj));
     bool drops = false;
     for (MLP* e : mlps) drops = drops || (e->drop->is_training() && e->drop->p > 0.0);
     if (!drops) return y;
     // Each expert's dropout on its own rows, in the loop's order: the same draws.
     std::vector<Tensor> outputs;
-    for (int64_t e = 0; e < count(); ++e) outputs.push_back(unsqueeze((*mlps[size_t(e)]->drop)(select(y, 0, e)), 0));
+    int64_t at = 0;
+    for (int64_t e = 0; e < count(); ++e) {
+      outputs.push_back((*mlps[size_t(e)]->drop)(narrow(y, 0, at, rows[size_t(e)])));
+      at += rows[size_t(e)];
+    }
     return cat(outputs, 0);
   }
   if (const auto swiglus = experts_as<SwiGLU>(children(), {&SwiGLU::gate, &SwiGLU::up, &SwiGLU::down});
       !swiglus.empty()) {
-    const Tensor a = swiglu(grouped_layer(slots, layer_params(swiglus, &SwiGLU::gate)),
-                            grouped_layer(slots, layer_params(swiglus, &SwiGLU::up)));
-    return grouped_layer(a, layer_params(swiglus, &SwiGLU::down));
+    const Tensor a = swiglu(grouped_layer(x, rows, layer_params(swiglus, &SwiGLU::gate)),
+                            grouped_layer(x, rows, layer_params(swiglus, &SwiGLU::up)));
+    return grouped_layer(a, rows, layer_params(swiglus, &SwiGLU::down));
   }
   return Tensor();
 }
@@ -97,11 +101,30 @@ Tensor Experts::forward_grouped(const Tensor& slots) {
 Tensor Experts::forward(const Tensor& slots) {
   TRIAD_CHECK(slots.dim() == 3 && slots.size(0) == count(),
               "Experts: expected slots (" << count() << ", R, d), got " << shape_str(slots.shape()));
+  const int64_t R = slots.size(1), d = slots.size(2);
+  const Tensor y = run(reshape(slots, {count() * R, d}), std::vector<int64_t>(size_t(count()), R));
+  return reshape(y, {count(), R, y.size(1)});
+}
+
+Tensor Experts::forward(const Tensor& x, const std::vector<int64_t>& rows) {
+  return call([&] { return run(x, rows); });
+}
+
+Tensor Experts::run(const Tensor& x, const std::vector<int64_t>& rows) {
+  int64_t total = 0;
+  for (const int64_t n : rows) total += n;
+  TRIAD_CHECK(x.dim() == 2 && int64_t(rows.size()) == count() && total == x.size(0),
+              "Experts: expected rows (R, d) and " << count() << " row counts summing to R, got "
+                                                   << shape_str(x.shape()) << " and " << rows.size()
+                                                   << " counts summing to " << total);
   if (grouped)
-    if (Tensor y = forward_grouped(slots); y.defined()) return y;
+    if (Tensor y = forward_grouped(x, rows); y.defined()) return y;
   std::vector<Tensor> outputs;
-  for (int64_t e = 0; e < count(); ++e)
-    outputs.push_back(unsqueeze((*children()[size_t(e)].second)(select(slots, 0, e)), 0));
+  int64_t at = 0;
+  for (int64_t e = 0; e < count(); ++e) {
+    outputs.push_back((*children()[size_t(e)].second)(narrow(x, 0, at, rows[size_t(e)])));
+    at += rows[size_t(e)];
+  }
   return cat(outputs, 0);
 }
 

@@ -25,7 +25,8 @@ GateOutput gate_tokens(const Tensor& logits, const MoEConfig& config, bool train
   const Routing& r = g.routing;
 
   // The probability of each kept choice's expert: rows of probs viewed (S E, 1), 0 when dropped.
-  g.indices = ops::moe_indices(r.expert, r.location, E, r.capacity);
+  g.indices = config.drop_tokens ? ops::moe_indices(r.expert, r.location, E, r.capacity)
+                                 : ops::moe_indices_dropless(r.expert, r.location, r.load);
   g.weights = view(embedding(with_zero_row(view(probs, {S * E, 1})), g.indices.choice), {S, K});
   if (config.renormalizes()) {
     const double eps =

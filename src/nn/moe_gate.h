@@ -25,7 +25,9 @@ namespace triad::nn {
 
 struct GateOutput {
   Routing routing;
-  ops::MoEIndices indices;  // the routing's gather indices at its capacity (ops::moe_indices)
+  // The routing's gather indices: at its capacity (ops::moe_indices), or dropless over the
+  // routed rows grouped by expert (ops::moe_indices_dropless).
+  ops::MoEIndices indices;
   Tensor weights;  // (S, k): each choice's combine weight, 0 when dropped; differentiable
   Tensor l_aux;    // (): the load-balancing loss, unscaled (DeepSpeed's l_aux)
   Tensor z_loss;   // (): the router z-loss, unscaled

@@ -59,8 +59,8 @@ Routing route_tokens(const Tensor& probs, const Tensor& logits, const RoutingOpt
   if (options.drop_tokens) {
     r.capacity = routing.capacity;
   } else {
-    const std::vector<int64_t> load = r.load.to_vector<int64_t>();  // the buffer's size: a sync, as DeepSpeed's
-    r.capacity = *std::max_element(load.begin(), load.end());
+    r.host_load = r.load.to_vector<int64_t>();  // the experts' rows: a sync, as DeepSpeed's
+    r.capacity = *std::max_element(r.host_load.begin(), r.host_load.end());
   }
   return r;
 }

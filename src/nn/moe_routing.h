@@ -4,8 +4,8 @@
 //
 // It runs on the probabilities' device (ops::moe_route: kernels on a GPU, equal to the CPU
 // backend's choice for choice), so a step routes without waiting for the device. The host
-// waits only where it must know a count: dropless mode sizes the dispatch buffer by the
-// largest load (DeepSpeed reads that capacity back too), and reading a Routing's counts
+// waits only where it must know a count: dropless mode sizes each expert's rows by its
+// load (DeepSpeed reads the largest load back too), and reading a Routing's counts
 // (dropped(), kept(), MoEStats) for tests and metrics.
 #pragma once
 
@@ -22,7 +22,8 @@ namespace triad::nn {
 // Expert e has `capacity` slots; choice j of token s takes slot location(s, j) of its expert
 // or, past the capacity, is dropped (its token gets nothing from that expert).
 // - Capacity: when dropping, max(ceil(S / E * cf * k), min_capacity) (expert_capacity);
-//   dropless, the largest number of choices any expert received.
+//   dropless, the largest number of choices any expert received (each expert then runs
+//   on exactly its own: Note [Dropless exchange] in nn/expert_exchange.h).
 // - k = 1: the expert of largest probability (first on ties, as torch.argmax); with
 //   RSample noise, of largest logit + noise. Over capacity an expert keeps the `capacity`
 //   tokens of largest priority (random token selection: uniform draws; ties to the earlier
@@ -63,6 +64,7 @@ struct Routing {
   Tensor location;    // (S, k) i64: its slot in that expert, -1 when dropped
   Tensor load;        // (E) i64: choices each expert received, before capacity
   Tensor first_load;  // (E) i64: first choices each expert received
+  std::vector<int64_t> host_load;  // dropless: load, read back to the host (the sizes of the experts' rows)
 
   // What the host reads back (a device sync). An expert keeps min(load, capacity) choices
   // in every mode (Note [MoE routing]).
@@ -72,7 +74,8 @@ struct Routing {
 
 // rows (n, d) followed by a zero row n: what the gather indices of ops::moe_indices read, so
 // that the gate weights, dispatch and combine are single gathers (embedding, whose backward
-// scatter-adds), a dropped choice or an empty slot reading the zero row.
+// scatter-adds), a dropped choice or an empty slot reading the zero row. (Dropless, no
+// choice is dropped and no slot empty: dispatch and combine gather without it.)
 Tensor with_zero_row(const Tensor& rows);
 
 // max(ceil(S / E * capacity_factor * k), min_capacity), with the product rounded to f32 as

@@ -152,6 +152,36 @@ bool CollectiveChecks::all_to_all(const Tensor& input, const Tensor& output) con
   return true;
 }
 
+namespace {
+
+// counts: one per rank, none negative, summing to t's elements.
+void check_counts(const char* which, const std::vector<int64_t>& counts, const Tensor& t, int size) {
+  int64_t total = 0;
+  bool negative = false;
+  for (const int64_t c : counts) total += c, negative = negative || c < 0;
+  TRIAD_CHECK(int(counts.size()) == size && !negative && total == t.numel(),
+              "all_to_allv: " << which << " counts must be " << size << " counts >= 0 summing to the " << t.numel()
+                              << " elements of " << t.str() << ", got " << counts.size() << " counts summing to "
+                              << total);
+}
+
+}  // namespace
+
+void CollectiveChecks::all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                                   const std::vector<int64_t>& recv_counts) const {
+  tensor("all_to_allv", "input", input);
+  tensor("all_to_allv", "output", output);
+  check_same_dtype_and_device("all_to_allv", input, output);
+  check_counts("send", send_counts, input, size_);
+  check_counts("receive", recv_counts, output, size_);
+  const size_t own = size_t(rank_);
+  TRIAD_CHECK(send_counts[own] == recv_counts[own], "all_to_allv: this rank ("
+                                                        << rank_ << ") sends itself " << send_counts[own]
+                                                        << " elements but expects " << recv_counts[own]);
+  TRIAD_CHECK(!overlap(bytes_of(input), bytes_of(output)),
+              "all_to_allv: input " << input.str() << " overlaps output " << output.str());
+}
+
 void CollectiveChecks::broadcast(const Tensor& t, int root) const {
   tensor("broadcast", "tensor", t);
   check_peer("broadcast", "root", root, size_, t);

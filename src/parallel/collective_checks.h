@@ -10,9 +10,11 @@
 // - input and output: the same dtype and the same device;
 // - sizes: reduce_scatter's input and all_gather's output hold size() chunks of the other
 //   tensor's size; all_to_all's input and output both hold size() * k elements;
+//   all_to_allv's hold the sums of their size() counts, none negative, and this rank's
+//   own chunk is as long both ways;
 // - overlap: reduce_scatter's output and all_gather's input are either disjoint from the
 //   other tensor or exactly chunk rank() of it (in place); all_to_all's input and output
-//   are disjoint or the same buffer;
+//   are disjoint or the same buffer; all_to_allv's are disjoint;
 // - ranks (broadcast's root, send's destination, recv's source) in [0, size()), tags in
 //   [0, the transport's upper bound], split colors >= 0.
 #pragma once
@@ -21,6 +23,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -66,6 +69,8 @@ class CollectiveChecks {
   bool all_gather(const Tensor& input, const Tensor& output) const;
   // true: input and output are the same buffer.
   bool all_to_all(const Tensor& input, const Tensor& output) const;
+  void all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                   const std::vector<int64_t>& recv_counts) const;
   void broadcast(const Tensor& t, int root) const;
   // send and recv return t's element count.
   int64_t send(const Tensor& t, int dst, int tag) const;

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -66,6 +67,13 @@ class Communicator {
   // input and output: size() * k elements; chunk r of the input goes to rank r, and
   // chunk r of the output comes from rank r.
   virtual WorkPtr all_to_all(const Tensor& input, const Tensor& output) = 0;
+  // The variable-size all-to-all (MPI_Alltoallv's layout, each chunk right after the one
+  // before): chunk r of the input, send_counts[r] elements, goes to rank r, and chunk r of
+  // the output, recv_counts[r] elements, comes from rank r. Every rank passes size()
+  // counts each way, any of them 0; send_counts[r] here must equal recv_counts[rank()] on
+  // rank r. input and output hold the sums of their counts and do not overlap.
+  virtual WorkPtr all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                              const std::vector<int64_t>& recv_counts) = 0;
   // In place: every rank ends with root's tensor.
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;
   virtual WorkPtr send(const Tensor& t, int dst, int tag = 0) = 0;

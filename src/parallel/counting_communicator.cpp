@@ -96,13 +96,18 @@ std::shared_ptr<Communicator> CountingCommunicator::split(int color, int key) {
 
 void CountingCommunicator::record(const char* kind, double payload_bytes, double bus_num, double bus_den,
                                   double inter_fraction) {
+  const double bus = payload_bytes * bus_num / bus_den;  // one rounding: exact whenever S * num / den is
+  record_bus(kind, payload_bytes, bus, inter_fraction == 1.0 ? bus : bus * inter_fraction);
+}
+
+void CountingCommunicator::record_bus(const char* kind, double payload_bytes, double bus_bytes,
+                                      double inter_node_bus_bytes) {
   std::lock_guard lock(counters_->mutex);
   CollectiveStats& s = counters_->by_kind[kind];
   s.calls += 1;
   s.payload_bytes += payload_bytes;
-  const double bus = payload_bytes * bus_num / bus_den;  // one rounding: exact whenever S * num / den is
-  s.bus_bytes += bus;
-  s.inter_node_bus_bytes += inter_fraction == 1.0 ? bus : bus * inter_fraction;
+  s.bus_bytes += bus_bytes;
+  s.inter_node_bus_bytes += inter_node_bus_bytes;
 }
 
 WorkPtr CountingCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
@@ -132,6 +137,21 @@ WorkPtr CountingCommunicator::all_to_all(const Tensor& input, const Tensor& outp
   double off = 0;  // peers on other nodes, whose chunks cross
   for (int q = 0; q < size(); ++q) off += off_node(q);
   record("all_to_all", double(input.nbytes()), n - 1, n, n > 1 ? off / (n - 1) : 0.0);
+  return w;
+}
+
+// The bytes that leave this rank, exactly: its chunks for the other ranks.
+WorkPtr CountingCommunicator::all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts,
+                                          const Tensor& output, const std::vector<int64_t>& recv_counts) {
+  WorkPtr w = inner_->all_to_allv(input, send_counts, output, recv_counts);
+  const double element = double(element_size(input.dtype()));
+  double bus = 0, inter = 0;
+  for (int q = 0; q < size(); ++q)
+    if (q != rank()) {
+      bus += double(send_counts[size_t(q)]) * element;
+      inter += off_node(q) * double(send_counts[size_t(q)]) * element;
+    }
+  record_bus("all_to_all", double(input.nbytes()), bus, inter);
   return w;
 }
 

@@ -7,6 +7,7 @@
 //   reduce_scatter  the total input (n * output)   S * (n-1)/n
 //   all_gather      the total output (n * input)   S * (n-1)/n
 //   all_to_all      the send buffer                S * (n-1)/n
+//     (all_to_allv, counted as all_to_all: the send buffer; the bytes sent to other ranks)
 //   broadcast       the buffer                     S
 //   send, recv      the buffer                     S
 //
@@ -22,7 +23,7 @@
 // links between them (every link of a ring carries the whole bus volume; ZeRO++'s paper
 // counts ZeRO-3's 3M per step as cross-node this way): its bus bytes count as inter-node;
 // over one node's ranks, as intra-node. all_to_all counts exactly: the chunks for ranks on
-// other nodes are inter-node, the rest intra-node. A send or recv is inter-node when its
+// other nodes are inter-node, the rest intra-node (all_to_allv's likewise). A send or recv is inter-node when its
 // peer is on another node. Without a node map every rank is on one node.
 //
 // split() returns a CountingCommunicator over the wrapped communicator's split that shares
@@ -88,6 +89,8 @@ class CountingCommunicator : public Communicator {
   WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::sum) override;
   WorkPtr all_gather(const Tensor& input, const Tensor& output) override;
   WorkPtr all_to_all(const Tensor& input, const Tensor& output) override;
+  WorkPtr all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                      const std::vector<int64_t>& recv_counts) override;
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
@@ -103,6 +106,7 @@ class CountingCommunicator : public Communicator {
   CountingCommunicator(CommunicatorPtr inner, std::vector<int> nodes, std::shared_ptr<Counters> counters);
   // bus = S * num / den, of which inter_fraction between nodes.
   void record(const char* kind, double payload_bytes, double bus_num, double bus_den, double inter_fraction);
+  void record_bus(const char* kind, double payload_bytes, double bus_bytes, double inter_node_bus_bytes);
   double spans_nodes() const { return multi_node_ ? 1.0 : 0.0; }  // a ring collective's inter fraction
   double off_node(int peer) const;  // 1 when peer is on another node
 

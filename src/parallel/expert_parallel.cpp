@@ -31,17 +31,101 @@ Tensor from_experts(const Tensor& outputs, Communicator& ep) {
   return returned;
 }
 
+namespace {
+
+// rows in blocks (i, j) of counts[i inner + j] rows, i-major -> the same blocks j-major.
+Tensor transpose_blocks(const Tensor& rows, const std::vector<int64_t>& counts, size_t outer, size_t inner) {
+  if (outer == 1 || inner == 1) return rows;
+  std::vector<int64_t> at(counts.size() + 1, 0);
+  for (size_t b = 0; b < counts.size(); ++b) at[b + 1] = at[b] + counts[b];
+  const Tensor out = Tensor::empty(rows.shape(), rows.dtype(), rows.device());
+  int64_t to = 0;
+  for (size_t j = 0; j < inner; ++j)
+    for (size_t i = 0; i < outer; ++i) {
+      const size_t b = i * inner + j;
+      if (counts[b] > 0) ops::copy_(ops::narrow(out, 0, to, counts[b]), ops::narrow(rows, 0, at[b], counts[b]));
+      to += counts[b];
+    }
+  return out;
+}
+
+// The elements rank q's block of `counts` (ranks, E / ranks) holds, rows of d.
+std::vector<int64_t> per_rank(const std::vector<int64_t>& counts, int ranks, int64_t d) {
+  std::vector<int64_t> elements(size_t(ranks), 0);
+  const size_t local = counts.size() / size_t(ranks);
+  for (size_t i = 0; i < counts.size(); ++i) elements[i / local] += counts[i] * d;
+  return elements;
+}
+
+int64_t total(const std::vector<int64_t>& counts) {
+  int64_t sum = 0;
+  for (const int64_t c : counts) sum += c;
+  return sum;
+}
+
+}  // namespace
+
+Tensor to_experts(const Tensor& rows, const nn::ExpertRows& counts, Communicator& ep) {
+  const int n = ep.size();
+  TRIAD_CHECK(rows.dim() == 2 && rows.size(0) == total(counts.sent) && counts.ranks == n,
+              "to_experts: expected rows (" << total(counts.sent) << ", d) counted over " << n
+                                            << " expert-parallel ranks, got " << shape_str(rows.shape())
+                                            << " counted over " << counts.ranks);
+  const int64_t d = rows.size(1);
+  const Tensor received = Tensor::empty({total(counts.received), d}, rows.dtype(), rows.device());  // by source rank
+  ep.all_to_allv(ops::contiguous(rows), per_rank(counts.sent, n, d), received, per_rank(counts.received, n, d))->wait();
+  return transpose_blocks(received, counts.received, size_t(n), counts.received.size() / size_t(n));
+}
+
+Tensor from_experts(const Tensor& outputs, const nn::ExpertRows& counts, Communicator& ep) {
+  const int n = ep.size();
+  TRIAD_CHECK(outputs.dim() == 2 && outputs.size(0) == total(counts.received) && counts.ranks == n,
+              "from_experts: expected outputs (" << total(counts.received) << ", d) counted over " << n
+                                                 << " expert-parallel ranks, got " << shape_str(outputs.shape())
+                                                 << " counted over " << counts.ranks);
+  const size_t local = counts.received.size() / size_t(n);
+  std::vector<int64_t> by_expert(counts.received.size());  // received's counts, expert-major
+  for (size_t q = 0; q < size_t(n); ++q)
+    for (size_t l = 0; l < local; ++l) by_expert[l * size_t(n) + q] = counts.received[q * local + l];
+  const int64_t d = outputs.size(1);
+  const Tensor by_rank = transpose_blocks(ops::contiguous(outputs), by_expert, local, size_t(n));
+  const Tensor returned = Tensor::empty({total(counts.sent), d}, outputs.dtype(), outputs.device());
+  ep.all_to_allv(by_rank, per_rank(counts.received, n, d), returned, per_rank(counts.sent, n, d))->wait();
+  return returned;
+}
+
 }  // namespace ep_ops
 
 ExpertParallel::ExpertParallel(CommunicatorPtr ep) : ep_(std::move(ep)) {
   TRIAD_CHECK(ep_ != nullptr, "ExpertParallel: no expert-parallel communicator");
 }
 
-int64_t ExpertParallel::agree_capacity(int64_t capacity) const {
-  if (ep_->size() == 1) return capacity;
-  const Tensor c = Tensor::from_vector(std::vector<int64_t>{capacity}, {1});
-  ep_->all_reduce(c, ReduceOp::max)->wait();
-  return c.to_vector<int64_t>()[0];
+nn::ExpertRows ExpertParallel::count_rows(const std::vector<int64_t>& sent, Device device) const {
+  const int n = ep_->size();
+  TRIAD_CHECK(!sent.empty() && sent.size() % size_t(n) == 0,
+              "count_rows: expected a count per expert, a multiple of the " << n << " expert-parallel ranks, got "
+                                                                            << sent.size());
+  nn::ExpertRows counts{.ranks = n, .sent = sent, .received = sent};
+  if (n == 1) return counts;
+  const Tensor mine = ops::to(Tensor::from_vector(sent, {int64_t(sent.size())}), device);
+  const Tensor theirs = Tensor::empty({int64_t(sent.size())}, DType::i64, device);  // by source rank
+  ep_->all_to_all(mine, theirs)->wait();
+  counts.received = theirs.to_vector<int64_t>();
+  return counts;
+}
+
+Tensor ExpertParallel::to_experts(const Tensor& rows, const nn::ExpertRows& counts) const {
+  if (ep_->size() == 1) return rows;
+  return record("to_experts", {rows}, ep_ops::to_experts(rows, counts, *ep_), [ep = ep_, counts](const Grads& g) {
+    return Grads{ep_ops::from_experts(ops::contiguous(g[0]), counts, *ep)};
+  });
+}
+
+Tensor ExpertParallel::from_experts(const Tensor& outputs, const nn::ExpertRows& counts) const {
+  if (ep_->size() == 1) return outputs;
+  return record(
+      "from_experts", {outputs}, ep_ops::from_experts(outputs, counts, *ep_),
+      [ep = ep_, counts](const Grads& g) { return Grads{ep_ops::to_experts(ops::contiguous(g[0]), counts, *ep)}; });
 }
 
 Tensor ExpertParallel::to_experts(const Tensor& slots) const {

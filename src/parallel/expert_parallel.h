@@ -4,15 +4,19 @@
 // of an expert-data-parallel group, ProcessGrid::edp(), hold the same experts and sum their
 // gradients (ZeRO does, given that group: Note [ZeRO with experts] in zero/expert_placement.h).
 //
-// The exchange is two all-to-alls. With n = ep, block q of a rank's slots (E, C, d), the
-// E/n experts of rank q, goes to rank q:
+// When dropping, the exchange is two all-to-alls. With n = ep, block q of a rank's slots
+// (E, C, d), the E/n experts of rank q, goes to rank q:
 //   to_experts    (E, C, d) -> all-to-all -> (n, E/n, C, d) -> (E/n, n C, d)
 //   from_experts  (E/n, n C, d) -> (n, E/n, C, d) -> all-to-all -> (E, C, d)
 // so an expert's rows on its rank are the C slots of rank 0, then rank 1's, and so on, and
-// from_experts undoes to_experts exactly. An all-to-all moves each element to one place,
-// so its adjoint is the inverse move: each function's backward is the other's forward.
-// Every rank of the group must call them in the same order with the same C (dropless:
-// agree_capacity first, which every rank calls in every forward).
+// from_experts undoes to_experts exactly. Dropless (Note [Dropless exchange]), an all-to-all
+// of the per-expert counts, then variable-size all-to-alls of exactly the routed rows:
+//   count_rows    sent (E) -> all-to-all of E/n counts per rank -> received (n, E/n)
+//   to_experts    rows grouped by expert -> all_to_allv -> blocks (q, e) -> blocks (e, q)
+//   from_experts  blocks (e, q) -> blocks (q, e) -> all_to_allv -> rows grouped by expert
+// An all-to-all moves each element to one place, so its adjoint is the inverse move: each
+// function's backward is the other's forward. Every rank of the group must call them in
+// the same order (dropless: count_rows, then the exchanges with its counts).
 #pragma once
 
 #include "nn/expert_exchange.h"
@@ -26,10 +30,11 @@ class ExpertParallel : public nn::ExpertExchange {
 
   int ranks() const override { return ep_->size(); }
   int rank() const override { return ep_->rank(); }
-  // The largest capacity over the group (an all-reduce with MAX).
-  int64_t agree_capacity(int64_t capacity) const override;
   Tensor to_experts(const Tensor& slots) const override;
   Tensor from_experts(const Tensor& outputs) const override;
+  nn::ExpertRows count_rows(const std::vector<int64_t>& sent, Device device) const override;
+  Tensor to_experts(const Tensor& rows, const nn::ExpertRows& counts) const override;
+  Tensor from_experts(const Tensor& outputs, const nn::ExpertRows& counts) const override;
 
  private:
   CommunicatorPtr ep_;
@@ -39,6 +44,8 @@ class ExpertParallel : public nn::ExpertExchange {
 namespace ep_ops {
 Tensor to_experts(const Tensor& slots, Communicator& ep);
 Tensor from_experts(const Tensor& outputs, Communicator& ep);
+Tensor to_experts(const Tensor& rows, const nn::ExpertRows& counts, Communicator& ep);
+Tensor from_experts(const Tensor& outputs, const nn::ExpertRows& counts, Communicator& ep);
 }  // namespace ep_ops
 
 }  // namespace triad::parallel

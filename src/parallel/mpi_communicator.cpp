@@ -444,6 +444,14 @@ WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
   return watch("all_to_all", std::move(work));
 }
 
+WorkPtr MpiCommunicator::all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                                     const std::vector<int64_t>& recv_counts) {
+  impl_->checks->all_to_allv(input, send_counts, output, recv_counts);
+  if (!input.device().is_cpu()) return staged::all_to_allv(*this, input, send_counts, output, recv_counts);
+  return watch("all_to_allv", detail::start_exchange_all_to_allv(impl_->exchange, impl_->rank, impl_->size, input,
+                                                                 send_counts, output, recv_counts));
+}
+
 WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   impl_->checks->broadcast(t, root);
   if (!t.device().is_cpu()) return staged::broadcast(*this, t, root);

@@ -12,6 +12,8 @@
 // - all_to_all: an exchange of messages on 2 ranks, and on up to 8 for buffers of up to
 //   1 MiB (in place, the chunks received move into place in wait() or test()); otherwise
 //   MPI_Ialltoall.
+// - all_to_allv: an exchange of messages, one to every peer (empty ones too), at every
+//   size.
 // - send, recv: MPI_Isend, MPI_Irecv on the communicator itself; send_recv posts both,
 //   and its one Work completes both.
 // wait() and test() are MPI_Wait and MPI_Test on the request(s). On one node the
@@ -104,6 +106,8 @@ class MpiCommunicator : public Communicator {
   WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::sum) override;
   WorkPtr all_gather(const Tensor& input, const Tensor& output) override;
   WorkPtr all_to_all(const Tensor& input, const Tensor& output) override;
+  WorkPtr all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                      const std::vector<int64_t>& recv_counts) override;
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;

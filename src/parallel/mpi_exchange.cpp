@@ -48,14 +48,27 @@ void ExchangeWork::settle() {
 }
 
 void ExchangeWork::receive(void* buffer, int from) {
+  TRIAD_ASSERT_MSG(counts_.empty(), call_ << ": receives of the call's count after receives of their own");
+  post_receive(buffer, from, count_);
+}
+
+void ExchangeWork::receive(void* buffer, int from, int count) {
+  TRIAD_ASSERT_MSG(int(counts_.size()) == receives_, call_ << ": receives of their own count after the call's");
+  counts_.push_back(count);
+  post_receive(buffer, from, count);
+}
+
+void ExchangeWork::post_receive(void* buffer, int from, int count) {
   TRIAD_ASSERT_MSG(receives_ == posted_, call_ << ": a receive posted after a send");
   if (receives_ < int(std::size(sources_))) sources_[receives_] = from;
   ++receives_;
-  check(MPI_Irecv(buffer, count_, type_, from, 0, comm_, &requests_[posted_++]), "MPI_Irecv");
+  check(MPI_Irecv(buffer, count, type_, from, 0, comm_, &requests_[posted_++]), "MPI_Irecv");
 }
 
-void ExchangeWork::send(const void* buffer, int to) {
-  check(MPI_Isend(buffer, count_, type_, to, 0, comm_, &requests_[posted_++]), "MPI_Isend");
+void ExchangeWork::send(const void* buffer, int to) { send(buffer, to, count_); }
+
+void ExchangeWork::send(const void* buffer, int to, int count) {
+  check(MPI_Isend(buffer, count, type_, to, 0, comm_, &requests_[posted_++]), "MPI_Isend");
 }
 
 char* ExchangeWork::scratch(int64_t elements) {
@@ -100,12 +113,13 @@ void ExchangeWork::handle(int i, int rc, const MPI_Status& status, const char* h
   check(rc, how);
   int count = 0;
   check(MPI_Get_count(&status, type_, &count), "MPI_Get_count");
-  if (count != count_) {
+  const int expected = counts_.empty() ? count_ : counts_[size_t(i)];
+  if (count != expected) {
     abandon();
     int rank = -1;
     MPI_Comm_rank(comm_, &rank);
     TRIAD_CHECK(false, call_ << ": rank " << status.MPI_SOURCE << " sent " << count << " elements, this rank (" << rank
-                             << ") expected " << count_ << " (every rank must pass the same sizes)");
+                             << ") expected " << expected << " (every rank must pass the same sizes)");
   }
   received(i);
 }

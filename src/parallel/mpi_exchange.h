@@ -15,6 +15,9 @@
 //   place: into scratch, moved into the buffer once every message has completed, which
 //   makes large in-place calls on more than 2 ranks slower than MPI_Ialltoall's).
 // - broadcast: root sends its buffer to every other rank.
+// - all_to_allv: chunk j of the input, of its own count, to rank j, received into chunk j
+//   of the output: MPI_Ialltoallv's messages, at every size and on any number of ranks
+//   (messages of 0 elements too, so every rank checks every count it expects).
 // Each rank sends (n − 1) messages (root only, for broadcast), so the fan-out and, for
 // all_reduce, the data sent grow linearly in n: MpiCommunicator uses an exchange only
 // where it measured faster or as fast (the thresholds of exchange_thresholds.h; benchmarks/results/
@@ -33,7 +36,8 @@
 //   takes the same one (a rank that passes another size than its peers may take the
 //   other, and then the call hangs, as mismatched MPI collectives may).
 // - A buffer a send reads is not written before that send has completed.
-// - Every message of a call has the same element count; one received with another count
+// - Every message of a call has the same element count (all_to_allv: the count the
+//   receiver passed for its sender); one received with another count
 //   (a peer called with a different size) throws Error on completion, naming the peer and
 //   both counts, and a longer one fails MPI's receive (truncation): a rank never reduces or
 //   returns garbage.
@@ -104,8 +108,12 @@ WorkPtr start_exchange_all_gather(MPI_Comm comm, int rank, int size, const Tenso
 WorkPtr start_exchange_all_to_all(MPI_Comm comm, int rank, int size, const Tensor& input, const Tensor& output,
                                   bool in_place);
 WorkPtr start_exchange_broadcast(MPI_Comm comm, int rank, int size, const Tensor& t, int root);
+// counts as CollectiveChecks::all_to_allv checked them; input and output disjoint.
+WorkPtr start_exchange_all_to_allv(MPI_Comm comm, int rank, int size, const Tensor& input,
+                                   const std::vector<int64_t>& send_counts, const Tensor& output,
+                                   const std::vector<int64_t>& recv_counts);
 
-// One exchange in flight: its messages, each of `count` elements, the storages of its
+// One exchange in flight: its messages, each of `count` elements (or of its own), the storages of its
 // tensors and its scratch. A call's class derives from it, posts the messages in its
 // constructor (all receives, then all sends), says what to do as they complete, and is
 // made by start<Call>, whose destructor completes the exchange while the call's class
@@ -125,6 +133,9 @@ class ExchangeWork : public Work {
   void receive(void* buffer, int from);
   // Posts a send of `count` elements from `buffer` to rank `to` (after every receive).
   void send(const void* buffer, int to);
+  // The same with a count of the message's own (all_to_allv).
+  void receive(void* buffer, int from, int count);
+  void send(const void* buffer, int to, int count);
   // A buffer of `elements` elements of the call's dtype, held by the Work.
   char* scratch(int64_t elements);
 
@@ -145,6 +156,7 @@ class ExchangeWork : public Work {
   const size_t bytes_;  // bytes per message
 
  private:
+  void post_receive(void* buffer, int from, int count);
   void handle(int i, int rc, const MPI_Status& status, const char* how);
   void complete();
   // An MPI failure: the call is over for this Work, but other messages of it may still be
@@ -165,6 +177,7 @@ class ExchangeWork : public Work {
   // of kExchangeMaxRanks ranks (a small call allocates nothing for them), else spilled.
   MPI_Request inline_[2 * (kExchangeMaxRanks - 1)];
   int sources_[2 * (kExchangeMaxRanks - 1)];  // the rank each receive comes from (for comm_timeout's report)
+  std::vector<int> counts_;                   // each receive's count, where they differ (all_to_allv)
   std::vector<MPI_Request> spilled_;
   MPI_Request* requests_;
   int posted_ = 0;    // messages posted

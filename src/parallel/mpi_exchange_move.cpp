@@ -1,4 +1,4 @@
-// all_gather, all_to_all and broadcast by exchange (Note [Collectives by exchange],
+// all_gather, all_to_all, all_to_allv and broadcast by exchange (Note [Collectives by exchange],
 // mpi_exchange.h): the collectives that move data without combining it. The peers of
 // rank r are taken in the order r + 1, r + 2, ... modulo n, so the ranks start with
 // different peers.
@@ -65,6 +65,34 @@ class ExchangeAllToAll : public ExchangeWork {
   char* slots_ = nullptr;
 };
 
+// Chunk j of the input, send_counts[j] elements, to rank j, into chunk r of its output;
+// this rank's own chunk is a copy made when the call starts.
+class ExchangeAllToAllv : public ExchangeWork {
+ public:
+  ExchangeAllToAllv(MPI_Comm comm, int rank, int size, const Tensor& input, const std::vector<int64_t>& send_counts,
+                    const Tensor& output, const std::vector<int64_t>& recv_counts)
+      : ExchangeWork("all_to_allv", comm, 0, input.dtype(), input, output, 2 * (size - 1)) {
+    const size_t element = element_size(input.dtype());
+    std::vector<size_t> send_at(size_t(size) + 1, 0), recv_at(size_t(size) + 1, 0);  // byte offsets of the chunks
+    for (size_t q = 0; q < size_t(size); ++q) {
+      send_at[q + 1] = send_at[q] + size_t(send_counts[q]) * element;
+      recv_at[q + 1] = recv_at[q] + size_t(recv_counts[q]) * element;
+    }
+    char* out = static_cast<char*>(output.raw_data());
+    const char* in = static_cast<const char*>(input.raw_data());
+    for (int i = 1; i < size; ++i) {
+      const size_t peer = size_t((rank + i) % size);
+      receive(out + recv_at[peer], int(peer), int(recv_counts[peer]));
+    }
+    const size_t own = size_t(rank);
+    if (send_counts[own] > 0) std::memcpy(out + recv_at[own], in + send_at[own], send_at[own + 1] - send_at[own]);
+    for (int i = 1; i < size; ++i) {
+      const size_t peer = size_t((rank + i) % size);
+      send(in + send_at[peer], int(peer), int(send_counts[peer]));
+    }
+  }
+};
+
 // root's buffer to every other rank.
 class ExchangeBroadcast : public ExchangeWork {
  public:
@@ -87,6 +115,12 @@ WorkPtr start_exchange_all_gather(MPI_Comm comm, int rank, int size, const Tenso
 WorkPtr start_exchange_all_to_all(MPI_Comm comm, int rank, int size, const Tensor& input, const Tensor& output,
                                   bool in_place) {
   return start<ExchangeAllToAll>(comm, rank, size, input, output, in_place);
+}
+
+WorkPtr start_exchange_all_to_allv(MPI_Comm comm, int rank, int size, const Tensor& input,
+                                   const std::vector<int64_t>& send_counts, const Tensor& output,
+                                   const std::vector<int64_t>& recv_counts) {
+  return start<ExchangeAllToAllv>(comm, rank, size, input, send_counts, output, recv_counts);
 }
 
 WorkPtr start_exchange_broadcast(MPI_Comm comm, int rank, int size, const Tensor& t, int root) {

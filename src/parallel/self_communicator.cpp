@@ -27,6 +27,13 @@ WorkPtr SelfCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Re
 }
 WorkPtr SelfCommunicator::all_gather(const Tensor& in, const Tensor& out) { return copy(in, out, "all_gather"); }
 WorkPtr SelfCommunicator::all_to_all(const Tensor& in, const Tensor& out) { return copy(in, out, "all_to_all"); }
+WorkPtr SelfCommunicator::all_to_allv(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
+                                      const std::vector<int64_t>& recv_counts) {
+  TRIAD_CHECK(send_counts.size() == 1 && recv_counts == send_counts && send_counts[0] == in.numel(),
+              "all_to_allv: on one rank the one send count and receive count must both be the input's " << in.numel()
+                                                                                                        << " elements");
+  return copy(in, out, "all_to_allv");
+}
 WorkPtr SelfCommunicator::broadcast(const Tensor&, int root) {
   TRIAD_CHECK(root == 0, "broadcast: root " << root << " on a communicator of one rank");
   return std::make_unique<Done>();

@@ -16,6 +16,8 @@ class SelfCommunicator final : public Communicator {
   WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
   WorkPtr all_gather(const Tensor& input, const Tensor& output) override;
   WorkPtr all_to_all(const Tensor& input, const Tensor& output) override;
+  WorkPtr all_to_allv(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                      const std::vector<int64_t>& recv_counts) override;
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr send(const Tensor& t, int dst, int tag) override;
   WorkPtr recv(const Tensor& t, int src, int tag) override;

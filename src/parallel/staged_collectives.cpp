@@ -140,6 +140,15 @@ WorkPtr all_to_all(Communicator& host, const Tensor& input, const Tensor& output
   return copy_back(host.all_to_all(in, out), s, output, out);
 }
 
+WorkPtr all_to_allv(Communicator& host, const Tensor& input, const std::vector<int64_t>& send_counts,
+                    const Tensor& output, const std::vector<int64_t>& recv_counts) {
+  DeviceStaging& s = staging_for(input);
+  s.order_after_current(input.device());
+  const Tensor in = stage_in(s, input);
+  const Tensor out = s.host_buffer(output.numel(), output.dtype());
+  return copy_back(host.all_to_allv(in, send_counts, out, recv_counts), s, output, out);
+}
+
 WorkPtr broadcast(Communicator& host, const Tensor& t, int root) {
   DeviceStaging& s = staging_for(t);
   s.order_after_current(t.device());

@@ -73,6 +73,8 @@ WorkPtr all_reduce(Communicator& host, const Tensor& t, ReduceOp op);
 WorkPtr reduce_scatter(Communicator& host, const Tensor& input, const Tensor& output, ReduceOp op);
 WorkPtr all_gather(Communicator& host, const Tensor& input, const Tensor& output);
 WorkPtr all_to_all(Communicator& host, const Tensor& input, const Tensor& output);
+WorkPtr all_to_allv(Communicator& host, const Tensor& input, const std::vector<int64_t>& send_counts,
+                    const Tensor& output, const std::vector<int64_t>& recv_counts);
 WorkPtr broadcast(Communicator& host, const Tensor& t, int root);
 WorkPtr send(Communicator& host, const Tensor& t, int dst, int tag);
 WorkPtr recv(Communicator& host, const Tensor& t, int src, int tag);

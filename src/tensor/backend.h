@@ -66,12 +66,17 @@ class Backend {
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
                       int64_t m, int64_t n, int64_t k, bool accumulate) = 0;
   // ops::grouped_matmul: out[g] = a'[g] b'[g] (or += with `accumulate`) for every group g,
-  // each group matmul's batch-1 product of one shape (m, n, k), the three lists of one
-  // length, each tensor contiguous on its own (the groups need not share a buffer or a
-  // stride). dtypes as matmul's, one dtype per list.
+  // each group matmul's batch-1 product of its own shape dims[g] (any of m, n, k may be 0:
+  // k = 0 writes zeros, or adds nothing), the four lists of one length, each tensor
+  // contiguous on its own (the groups need not share a buffer or a stride). dtypes as
+  // matmul's, one dtype per list.
+  struct GemmDims {
+    int64_t m, n, k;
+    bool operator==(const GemmDims&) const = default;
+  };
   virtual void grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
-                              const std::vector<Tensor>& out, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                              int64_t k, bool accumulate) = 0;
+                              const std::vector<Tensor>& out, bool trans_a, bool trans_b,
+                              const std::vector<GemmDims>& dims, bool accumulate) = 0;
   // ops::linear: out (rows, N) = x (rows, K) weight (N, K)^T + bias (N) on every row, all
   // contiguous; x, weight and out of one dtype; bias undefined, of that dtype or f32. 16-bit
   // operands accumulate in f32, the bias is added in f32, and the sum is rounded once.
@@ -198,12 +203,13 @@ class Backend {
                              const Tensor& tokens, const Tensor& logprobs, const Tensor& mask, const Tensor& step) = 0;
 
   // Mixture-of-Experts routing and its gather indices, as ops::moe_route and
-  // ops::moe_indices checked them (noise and priority may be undefined).
+  // ops::moe_indices checked them (noise and priority may be undefined); with load
+  // defined, ops::moe_indices_dropless's (capacity unused).
   virtual void moe_route(const Tensor& probs, const Tensor& logits, const Tensor& noise, const Tensor& priority,
                          const MoERouting& routing, const Tensor& expert, const Tensor& location, const Tensor& load,
                          const Tensor& first_load) = 0;
   virtual void moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity,
-                           const Tensor& choice, const Tensor& slot, const Tensor& source) = 0;
+                           const Tensor& load, const Tensor& choice, const Tensor& slot, const Tensor& source) = 0;
 
   // Fused causal attention (ops::causal_attention): out = softmax(scale q k^T, causal) v with
   // the scores made tile by tile and never stored whole. q (B, NH, Tq, hs); k, v

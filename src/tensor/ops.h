@@ -168,11 +168,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 void add_matmul_(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // Grouped products (an MoE layer's experts, nn/moe_experts.h): for every group g,
 // out[g] = matmul(a[g], b[g], trans_a, trans_b), or with `accumulate` out[g] +=
-// (add_matmul_'s contract), in one backend call (on a GPU one batched GEMM: Note [Grouped
-// GEMM on the GPU] in cuda/backend/matmul.cu). a[g] and b[g] 2-D, every group of one shape,
-// the operands of one dtype on one device, anywhere in memory; out[g] contiguous, of matmul's
-// shape, of a's dtype or f32 beside 16-bit operands, one dtype for all. On the CPU each
-// group is matmul's (add_matmul_'s) product bit for bit.
+// (add_matmul_'s contract), in one backend call (on a GPU one batched or grouped GEMM:
+// Note [Grouped GEMM on the GPU] in cuda/backend/matmul.cu). a[g] and b[g] 2-D, each group
+// of its own shape (a dropless MoE layer's experts run on as many rows as they received,
+// some on none: an empty product writes nothing, and one over an inner dimension of 0
+// writes zeros or adds nothing), the operands of one dtype on one device, anywhere in
+// memory; out[g] contiguous, of matmul's shape, of a's dtype or f32 beside 16-bit
+// operands, one dtype for all. On the CPU each group is matmul's (add_matmul_'s) product
+// bit for bit.
 void grouped_matmul_(const std::vector<Tensor>& out, const std::vector<Tensor>& a, const std::vector<Tensor>& b,
                      bool trans_a, bool trans_b, bool accumulate);
 // x (..., in), weight (out, in) of x's dtype, bias (out) of that dtype (or f32 beside a
@@ -370,6 +373,11 @@ struct MoEIndices {
   Tensor choice, slot, source;
 };
 MoEIndices moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity);
+// The gather indices of a dropless routing (every choice kept; load (E) as moe_route made
+// it) over the routed rows grouped by expert, no slot empty: choice as moe_indices';
+// slot (S, k), load[0] + ... + load[e - 1] + location for a choice of expert e (rows of the
+// experts' outputs (S k, d)); source (S k), the token of each row.
+MoEIndices moe_indices_dropless(const Tensor& expert, const Tensor& location, const Tensor& load);
 
 struct AttentionOut {
   Tensor out;  // (B, NH, Tq, hs) in q's dtype

@@ -268,28 +268,28 @@ void grouped_matmul_(const std::vector<Tensor>& out, const std::vector<Tensor>& 
   TRIAD_CHECK(!a.empty() && a.size() == b.size() && a.size() == out.size(),
               "grouped_matmul_: expected one or more groups, as many of out, a and b; got "
                   << out.size() << ", " << a.size() << " and " << b.size());
-  const MatmulShape s = matmul_shape(a[0], b[0], trans_a, trans_b, "grouped_matmul_");
-  TRIAD_CHECK(a[0].dim() == 2 && b[0].dim() == 2,
-              "grouped_matmul_: groups are 2-D products, got " << a[0].str() << " @ " << b[0].str());
   const Tensor& o = out[0];
   TRIAD_CHECK(
       o.device() == a[0].device() && (o.dtype() == a[0].dtype() || (o.dtype() == DType::f32 && is_16bit(a[0].dtype()))),
       "grouped_matmul_: out " << o.str() << " must be on " << a[0].device().str() << " in " << dtype_name(a[0].dtype())
                               << (is_16bit(a[0].dtype()) ? " or f32" : ""));
   std::vector<Tensor> ca, cb;
+  std::vector<Backend::GemmDims> dims;
   for (size_t g = 0; g < a.size(); ++g) {
-    TRIAD_CHECK(a[g].shape() == a[0].shape() && b[g].shape() == b[0].shape() && a[g].dtype() == a[0].dtype() &&
-                    b[g].dtype() == a[0].dtype() && a[g].device() == a[0].device() && b[g].device() == a[0].device(),
+    const MatmulShape s = matmul_shape(a[g], b[g], trans_a, trans_b, "grouped_matmul_");
+    TRIAD_CHECK(a[g].dim() == 2 && b[g].dim() == 2 && a[g].dtype() == a[0].dtype() && a[g].device() == a[0].device(),
                 "grouped_matmul_: group " << g << " (" << a[g].str() << " @ " << b[g].str()
-                                          << ") differs from group 0 (" << a[0].str() << " @ " << b[0].str() << ")");
+                                          << ") is not a 2-D product of group 0's dtype and device (" << a[0].str()
+                                          << ")");
     TRIAD_CHECK(out[g].shape() == s.out && out[g].is_contiguous() && out[g].dtype() == o.dtype() &&
                     out[g].device() == o.device(),
                 "grouped_matmul_: out " << out[g].str() << " of group " << g << " must be contiguous, "
                                         << shape_str(s.out) << ", as group 0's " << o.str());
     ca.push_back(contiguous(a[g]));
     cb.push_back(contiguous(b[g]));
+    dims.push_back({s.m, s.n, s.k});
   }
-  backend_for(a[0].device()).grouped_matmul(ca, cb, out, trans_a, trans_b, s.m, s.n, s.k, accumulate);
+  backend_for(a[0].device()).grouped_matmul(ca, cb, out, trans_a, trans_b, dims, accumulate);
 }
 
 namespace {

@@ -52,7 +52,21 @@ MoEIndices moe_indices(const Tensor& expert, const Tensor& location, int64_t exp
   check_choices(location, expert.shape(), device, "moe_indices", "location");
   MoEIndices r{Tensor::empty(expert.shape(), DType::i64, device), Tensor::empty(expert.shape(), DType::i64, device),
                Tensor::empty({experts, capacity}, DType::i64, device)};
-  backend_for(device).moe_indices(expert, location, experts, capacity, r.choice, r.slot, r.source);
+  backend_for(device).moe_indices(expert, location, experts, capacity, Tensor(), r.choice, r.slot, r.source);
+  return r;
+}
+
+MoEIndices moe_indices_dropless(const Tensor& expert, const Tensor& location, const Tensor& load) {
+  TRIAD_CHECK(expert.dim() == 2 && load.dim() == 1 && load.size(0) >= 1,
+              "moe_indices_dropless: expected expert (S, k) and load (E), got " << expert.str() << ", " << load.str());
+  const Device device = expert.device();
+  check_choices(expert, expert.shape(), device, "moe_indices_dropless", "expert");
+  check_choices(location, expert.shape(), device, "moe_indices_dropless", "location");
+  check_choices(load, load.shape(), device, "moe_indices_dropless", "load");
+  const int64_t rows = expert.numel();
+  MoEIndices r{Tensor::empty(expert.shape(), DType::i64, device), Tensor::empty(expert.shape(), DType::i64, device),
+               Tensor::empty({rows}, DType::i64, device)};
+  backend_for(device).moe_indices(expert, location, load.size(0), 0, load, r.choice, r.slot, r.source);
   return r;
 }
 

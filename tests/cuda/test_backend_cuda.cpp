@@ -584,7 +584,7 @@ void sample_tokens_case() {
 // Mixture-of-Experts routing (Note [MoE routing]) at a training size, 8192 tokens over 64
 // experts: the CPU's experts, slots and loads for top-1 with drawn priorities or RSample
 // noise, top-2 with its sampled second expert, top-4 by probability, over capacity and
-// dropless; then the gather indices.
+// dropless; then the gather indices (dropless: of the rows grouped by expert).
 void moe_route_case() {
   const int64_t S = 8192, E = 64;
   const Tensor l = random({S, E}, 51, -2, 2);
@@ -607,11 +607,12 @@ void moe_route_case() {
     expect_equal(what + " location", location.g, location.c);
     expect_equal(what + " load", load.g, load.c);
     expect_equal(what + " first_load", first.g, first.c);
-    if (c.capacity < 0) continue;
+    // Dropless: the rows grouped by expert (ops::moe_indices_dropless), after the loads.
+    const bool dropless = c.capacity < 0;
     const Pair choice = empty_pair({S, c.k}, DType::i64), slot = empty_pair({S, c.k}, DType::i64),
-               source = empty_pair({E, c.capacity}, DType::i64);
-    cpu().moe_indices(expert.c, location.c, E, c.capacity, choice.c, slot.c, source.c);
-    gpu().moe_indices(expert.g, location.g, E, c.capacity, choice.g, slot.g, source.g);
+               source = dropless ? empty_pair({S * c.k}, DType::i64) : empty_pair({E, c.capacity}, DType::i64);
+    cpu().moe_indices(expert.c, location.c, E, c.capacity, dropless ? load.c : Tensor(), choice.c, slot.c, source.c);
+    gpu().moe_indices(expert.g, location.g, E, c.capacity, dropless ? load.g : Tensor(), choice.g, slot.g, source.g);
     expect_equal(what + " choice", choice.g, choice.c);
     expect_equal(what + " slot", slot.g, slot.c);
     expect_equal(what + " source", source.g, source.c);
@@ -846,6 +847,33 @@ void grouped_matmul_case() {
                                        (tb ? " b^T" : "") + (accumulate ? " accumulated" : "");
               for (int64_t g = 0; g < groups; ++g) expect_close(what, og[size_t(g)], oc[size_t(g)], threshold(out_dt));
             }
+  // Groups of a row count each (a dropless layer's experts, Note [Grouped GEMM on the GPU]):
+  // slices of one buffer of rows, some groups of none, in the forward's form (rows in M:
+  // one grouped GEMM) and the weight gradient's (rows in K: zeros for no rows), f32 and
+  // bf16, against the CPU.
+  for (const DType dt : {DType::f32, DType::bf16})
+    for (const std::vector<int64_t>& rows : {std::vector<int64_t>{37, 0, 8, 64}, std::vector<int64_t>{0, 0, 40, 0}}) {
+      int64_t total = 0;
+      for (const int64_t r : rows) total += r;
+      const Pair x = pair(random({total, k}, 500, -1, 1, dt)), y = empty_pair({total, n}, dt);
+      std::vector<Tensor> xc, xg, wc, wg, yc, yg, dwc, dwg;
+      int64_t at = 0;
+      for (size_t g = 0; g < rows.size(); ++g) {
+        const Pair xs = view(x, [&](const Tensor& t) { return ops::narrow(t, 0, at, rows[g]); });
+        const Pair ys = view(y, [&](const Tensor& t) { return ops::narrow(t, 0, at, rows[g]); });
+        at += rows[g];
+        const Pair w = pair(random({n, k}, 510 + g, -1, 1, dt)), dw = empty_pair({k, k}, dt);
+        xc.push_back(xs.c), xg.push_back(xs.g), wc.push_back(w.c), wg.push_back(w.g);
+        yc.push_back(ys.c), yg.push_back(ys.g), dwc.push_back(dw.c), dwg.push_back(dw.g);
+      }
+      ops::grouped_matmul_(yc, xc, wc, false, true, false);
+      ops::grouped_matmul_(yg, xg, wg, false, true, false);
+      ops::grouped_matmul_(dwc, xc, xc, true, false, false);
+      ops::grouped_matmul_(dwg, xg, xg, true, false, false);
+      const std::string what = std::string("grouped_matmul_ rows ") + dtype_name(dt);
+      if (total > 0) expect_close(what + " y", y.g, y.c, threshold(dt));
+      for (size_t g = 0; g < rows.size(); ++g) expect_close(what + " x^T x", dwg[g], dwc[g], threshold(dt));
+    }
   // grouped_linear against the loop of linear_gelu / linear on the GPU, GELU MLP experts'
   // shapes with biases.
   for (const bool gelu : {false, true}) {

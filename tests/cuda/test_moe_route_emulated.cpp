@@ -127,8 +127,8 @@ BOOST_AUTO_TEST_CASE(moe_indices_kernel_writes_the_cpu_indices) {
   const ops::MoEIndices cpu = ops::moe_indices(r.expert, r.location, E, C);
   std::vector<int64_t> choice(size_t(S * K), -7), slot(size_t(S * K), -7), source(size_t(E * C), S);
   emulation::launch(4, 1, 32, [&] {
-    cuda::moe_indices_kernel(r.expert.data<int64_t>(), r.location.data<int64_t>(), S, K, E, C, choice.data(),
-                             slot.data(), source.data());
+    cuda::moe_indices_kernel(r.expert.data<int64_t>(), r.location.data<int64_t>(), S, K, E, C, nullptr, E * C,
+                             choice.data(), slot.data(), source.data());
   });
   BOOST_TEST(choice == cpu.choice.to_vector<int64_t>(), boost::test_tools::per_element());
   BOOST_TEST(slot == cpu.slot.to_vector<int64_t>(), boost::test_tools::per_element());
@@ -149,4 +149,29 @@ BOOST_AUTO_TEST_CASE(moe_indices_kernel_writes_the_cpu_indices) {
   int64_t unfilled = 0;
   for (int64_t s : source) unfilled += s == S;
   BOOST_TEST(unfilled == empty);
+}
+
+BOOST_AUTO_TEST_CASE(moe_indices_kernel_writes_the_cpu_dropless_rows) {
+  const int64_t S = 50, E = 5, K = 2;
+  const Tensor logits = Tensor::from_vector(moe_tied(S, E, 6, -2, 2), {S, E});
+  const ops::MoERouteOut r = ops::moe_route(ops::softmax(logits), logits, {.k = K, .capacity = -1});
+  const ops::MoEIndices cpu = ops::moe_indices_dropless(r.expert, r.location, r.load);
+  std::vector<int64_t> choice(size_t(S * K), -7), slot(size_t(S * K), -7), source(size_t(S * K), S);
+  emulation::launch(4, 1, 32, [&] {
+    cuda::moe_indices_kernel(r.expert.data<int64_t>(), r.location.data<int64_t>(), S, K, E, 0, r.load.data<int64_t>(),
+                             S * K, choice.data(), slot.data(), source.data());
+  });
+  BOOST_TEST(choice == cpu.choice.to_vector<int64_t>(), boost::test_tools::per_element());
+  BOOST_TEST(slot == cpu.slot.to_vector<int64_t>(), boost::test_tools::per_element());
+  BOOST_TEST(source == cpu.source.to_vector<int64_t>(), boost::test_tools::per_element());
+  // Closed form: expert e's rows follow the loads of the experts before it, every row
+  // holds the token of its choice, and none is empty.
+  const std::vector<int64_t> ex = r.expert.to_vector<int64_t>(), loc = r.location.to_vector<int64_t>(),
+                             load = r.load.to_vector<int64_t>();
+  for (int64_t c = 0; c < S * K; ++c) {
+    int64_t start = 0;
+    for (int64_t e = 0; e < ex[size_t(c)]; ++e) start += load[size_t(e)];
+    BOOST_TEST(slot[size_t(c)] == start + loc[size_t(c)]);
+    BOOST_TEST(source[size_t(slot[size_t(c)])] == c / K);
+  }
 }

@@ -394,39 +394,73 @@ BOOST_AUTO_TEST_CASE(routing_draws_come_from_the_generator) {
 
 namespace {
 
-// One rank that raises the dropless capacity, as an ep group whose busiest expert is
-// elsewhere would, and records the buffers it moves.
-class WideningExchange : public nn::ExpertExchange {
+// The dropless seam of one process, recording what it counts and moves.
+class RecordingExchange : public nn::ExpertExchange {
  public:
-  int64_t agree_capacity(int64_t capacity) const override { return capacity + 3; }
-  Tensor to_experts(const Tensor& slots) const override {
-    sent.push_back(slots.shape());
-    return slots;
+  nn::ExpertRows count_rows(const std::vector<int64_t>& sent, Device device) const override {
+    counted.push_back(sent);
+    return nn::ExpertExchange::count_rows(sent, device);
   }
-  mutable std::vector<Shape> sent;
+  Tensor to_experts(const Tensor& rows, const nn::ExpertRows& counts) const override {
+    moved.push_back(rows.shape());
+    return nn::ExpertExchange::to_experts(rows, counts);
+  }
+  mutable std::vector<std::vector<int64_t>> counted;
+  mutable std::vector<Shape> moved;
 };
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(a_wider_agreed_capacity_leaves_the_output_unchanged) {
+// Dropless, each expert gets exactly the rows routed to it: the exchange counts the loads
+// and moves S k rows, no padding.
+BOOST_AUTO_TEST_CASE(dropless_experts_run_on_exactly_their_rows) {
   const MoEConfig config{.num_experts = 3, .k = 2, .drop_tokens = false, .top2_2nd_expert_sampling = false};
-  Generator g1(81), g2(81);
-  nn::MoE local(4, config, nn::gelu_mlp_expert(4), nn::local_experts(), g1);
-  auto exchange = std::make_shared<WideningExchange>();
-  nn::MoE widened(4, config, nn::gelu_mlp_expert(4), exchange, g2);
-  for (size_t i = 0; i < local.parameters().size(); ++i) ops::copy_(widened.parameters()[i], local.parameters()[i]);
-  const Tensor x = randn({6, 4}, 82);
-  const nn::MoEOutput a = local.apply(x), b = widened.apply(x);
-  BOOST_TEST(b.stats.capacity == a.stats.capacity + 3);
-  BOOST_REQUIRE(exchange->sent.size() == 1u);
-  BOOST_TEST(exchange->sent[0] == (Shape{3, a.stats.capacity + 3, 4}));
-  BOOST_TEST(test::max_abs_diff(a.out, b.out) < 1e-6);
-  // Dispatch leaves the extra slots empty: zeros.
-  const nn::GateOutput g = widened.gate->route(x);
-  nn::Routing r = g.routing;
-  r.capacity += 3;
-  const Tensor slots = widened.dispatch(x, ops::moe_indices(r.expert, r.location, r.experts, r.capacity));
-  BOOST_TEST(ops::max_abs(ops::narrow(slots, 1, r.capacity - 3, 3)) == 0.0);
+  Generator gen(81);
+  auto exchange = std::make_shared<RecordingExchange>();
+  nn::MoE moe(4, config, nn::gelu_mlp_expert(4), exchange, gen);
+  const nn::MoEOutput o = moe.apply(randn({6, 4}, 82));
+  BOOST_REQUIRE(exchange->counted.size() == 1u);
+  BOOST_TEST(exchange->counted[0] == o.stats.loads(), boost::test_tools::per_element());
+  BOOST_REQUIRE(exchange->moved.size() == 1u);
+  BOOST_TEST(exchange->moved[0] == (Shape{6 * 2, 4}));
+  int64_t largest = 0;
+  for (const int64_t n : o.stats.loads()) largest = std::max(largest, n);
+  BOOST_TEST(o.stats.capacity == largest);
+  BOOST_TEST(o.stats.dropped() == 0);
+}
+
+// The dropless layer equals the padded layout it replaced (every expert on `capacity` =
+// the largest load slots, the empty ones zero rows) on one process: outputs and every
+// gradient, within f32 rounding (a GEMM over fewer rows may take another of Eigen's
+// kernels for a row, and round its sum otherwise).
+BOOST_AUTO_TEST_CASE(dropless_layer_equals_the_padded_layout) {
+  for (const int64_t k : {int64_t(1), int64_t(2)}) {
+    const MoEConfig config{.num_experts = 4, .k = k, .drop_tokens = false};
+    Generator g1(83), g2(83);
+    nn::MoE a(6, config, nn::gelu_mlp_expert(6), nn::local_experts(), g1);
+    nn::MoE b(6, config, nn::gelu_mlp_expert(6), nn::local_experts(), g2);
+    a.train(), b.train();
+    const Tensor xa = set_requires_grad(randn({2, 9, 6}, 84)), xb = set_requires_grad(ops::clone(xa));
+    const Tensor w = randn({2, 9, 6}, 85);
+    const nn::MoEOutput oa = a.apply(xa);
+    backward(add(sum(mul(oa.out, w)), oa.loss));
+    // The padded layout, stage by stage, with the same routing draws.
+    const Tensor tokens = reshape(xb, {-1, 6});
+    const nn::GateOutput g = b.gate->route(tokens);
+    const nn::Routing& r = g.routing;
+    const ops::MoEIndices at = ops::moe_indices(r.expert, r.location, r.experts, r.capacity);
+    const Tensor outputs = (*b.experts)(embedding(nn::with_zero_row(tokens), at.source));  // (E, C, d)
+    const Tensor routed = embedding(nn::with_zero_row(reshape(outputs, {-1, 6})), at.slot);
+    const Tensor out = reshape(sum(mul(routed, unsqueeze(g.weights, 2)), 1), xb.shape());
+    backward(add(sum(mul(out, w)), add(mul(g.l_aux, config.aux_loss_coeff), mul(g.z_loss, config.z_loss_coeff))));
+    BOOST_TEST_CONTEXT("k " << k) {
+      BOOST_TEST(test::relative_error(oa.out, out) < 1e-6);
+      BOOST_TEST(test::relative_error(grad(xa), grad(xb)) < 1e-6);
+      const auto pa = a.named_parameters(), pb = b.named_parameters();
+      for (size_t i = 0; i < pa.size(); ++i)
+        BOOST_TEST(test::relative_error(grad(pa[i].second), grad(pb[i].second)) < 1e-6, pa[i].first);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- gradients

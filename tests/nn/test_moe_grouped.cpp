@@ -1,7 +1,7 @@
 // Grouped expert GEMMs (Note [Grouped experts] in nn/moe_experts.h): ops::grouped_matmul_
-// against a loop of matmul / add_matmul_, grouped_linear against linear / linear_gelu per
-// group (forward and every gradient, bit for bit on the CPU, through the in-place and the
-// split-backward paths) and against finite differences in f64, and MoE layers of GELU and
+// against a loop of matmul / add_matmul_ (groups of one shape, and of a row count each, some
+// of none), grouped_linear against linear / linear_gelu per group (forward and every gradient, bit for bit on the CPU,
+// through the in-place and the split-backward paths) and against finite differences in f64, and MoE layers of GELU and
 // SwiGLU experts run grouped against the same layers running their experts one by one.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -80,14 +80,60 @@ BOOST_AUTO_TEST_CASE(grouped_matmul_equals_a_loop_of_matmuls) {
           check_same_bits(acc[size_t(g)], acc_ref[size_t(g)], what + " accumulated");
         }
       }
-  // Groups that differ are named.
-  const std::vector<Tensor> a{grouped_randn({2, 3}, 1), grouped_randn({2, 4}, 2)};
-  const std::vector<Tensor> b{grouped_randn({3, 2}, 3), grouped_randn({4, 2}, 4)};
+  // Groups of another dtype, and lists of other lengths, are named.
+  const std::vector<Tensor> a{grouped_randn({2, 3}, 1), grouped_randn({2, 4}, 2, DType::f64)};
+  const std::vector<Tensor> b{grouped_randn({3, 2}, 3), grouped_randn({4, 2}, 4, DType::f64)};
   const std::vector<Tensor> out{Tensor::empty({2, 2}), Tensor::empty({2, 2})};
   test::check_error([&] { ops::grouped_matmul_(out, a, b, false, false, false); },
-                    {"grouped_matmul_", "group 1", "differs from group 0"});
+                    {"grouped_matmul_", "group 1", "group 0's dtype"});
   test::check_error([&] { ops::grouped_matmul_({out[0]}, a, b, false, false, false); },
                     {"grouped_matmul_", "as many of out, a and b"});
+}
+
+// A dropless layer's products (Note [Grouped experts]): groups of their own row counts,
+// some of none, slices of one buffer of rows at the offsets the counts give, against one
+// matmul (add_matmul_) per group, bit for bit. The forward's and the input gradient's form
+// (rows in M) and the weight gradient's (rows in K: a group of no rows gives zeros, or adds
+// nothing).
+BOOST_AUTO_TEST_CASE(grouped_matmul_with_a_row_count_per_group_equals_the_loop) {
+  const int64_t n = 7, k = 5;
+  const std::vector<std::vector<int64_t>> layouts{{5, 0, 11, 3}, {0, 0, 19, 0}, {1, 2, 0, 4}};
+  for (const std::vector<int64_t>& rows : layouts)
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      int64_t total = 0;
+      for (const int64_t r : rows) total += r;
+      const Tensor x = grouped_randn({total, k}, 5, dtype), dy = grouped_randn({total, n}, 6, dtype);
+      const Tensor y = Tensor::empty({total, n}, dtype), dx = Tensor::empty({total, k}, dtype);
+      std::vector<Tensor> xs, dys, ys, dxs, w, dw, acc, acc_ref;
+      int64_t at = 0;
+      for (size_t g = 0; g < rows.size(); ++g) {
+        xs.push_back(ops::narrow(x, 0, at, rows[g])), dys.push_back(ops::narrow(dy, 0, at, rows[g]));
+        ys.push_back(ops::narrow(y, 0, at, rows[g])), dxs.push_back(ops::narrow(dx, 0, at, rows[g]));
+        at += rows[g];
+        w.push_back(grouped_randn({n, k}, 10 + g, dtype));
+        dw.push_back(Tensor::full({n, k}, 3.0, dtype));  // overwritten
+        acc.push_back(grouped_randn({n, k}, 20 + g, dtype));
+        acc_ref.push_back(ops::clone(acc.back()));
+      }
+      ops::grouped_matmul_(ys, xs, w, false, true, false);     // y = x w^T
+      ops::grouped_matmul_(dxs, dys, w, false, false, false);  // dx = dy w
+      ops::grouped_matmul_(dw, dys, xs, true, false, false);   // dw = dy^T x
+      ops::grouped_matmul_(acc, dys, xs, true, false, true);   // .grad += dy^T x
+      std::string what = std::string(dtype_name(dtype)) + " rows";
+      for (const int64_t r : rows) what += " " + std::to_string(r);
+      for (size_t g = 0; g < rows.size(); ++g) {
+        const std::string group = what + ", group " + std::to_string(g);
+        if (rows[g] > 0) {
+          check_same_bits(ys[g], ops::matmul(xs[g], w[g], false, true), group + ": y");
+          check_same_bits(dxs[g], ops::matmul(dys[g], w[g]), group + ": dx");
+          check_same_bits(dw[g], ops::matmul(dys[g], xs[g], true, false), group + ": dw");
+          ops::add_matmul_(acc_ref[g], dys[g], xs[g], true, false);
+        } else {
+          BOOST_TEST(ops::max_abs(dw[g]) == 0.0, group << ": dw of no rows");
+        }
+        check_same_bits(acc[g], acc_ref[g], group + ": accumulated");
+      }
+    }
 }
 
 namespace {
@@ -152,6 +198,63 @@ BOOST_AUTO_TEST_CASE(grouped_linear_equals_linear_per_group_bit_for_bit) {
         }
 }
 
+// grouped_linear over a row count per group, some of none, against linear / linear_gelu
+// on each group's rows: forward and every gradient bit for bit; a group of no rows gets
+// zero gradients.
+BOOST_AUTO_TEST_CASE(grouped_linear_with_row_counts_equals_linear_per_group_bit_for_bit) {
+  const int64_t in = 5, out = 4;
+  for (const std::vector<int64_t>& rows : {std::vector<int64_t>{4, 0, 7}, std::vector<int64_t>{0, 11, 0}})
+    for (const bool gelu : {false, true}) {
+      const int64_t G = int64_t(rows.size());
+      int64_t total = 0;
+      for (const int64_t r : rows) total += r;
+      auto run = [&](bool grouped) {
+        const Tensor x = set_requires_grad(grouped_randn({total, in}, 140));
+        const std::vector<Tensor> w = grouped_params(G, {out, in}, 150, DType::f32);
+        const std::vector<Tensor> b = grouped_params(G, {out}, 160, DType::f32);
+        Tensor y;
+        if (grouped) {
+          y = grouped_linear(x, rows, w, b, gelu);
+        } else {
+          std::vector<Tensor> ys;
+          int64_t at = 0;
+          for (size_t g = 0; g < rows.size(); ++g) {
+            if (rows[g] == 0) continue;
+            const Tensor xg = narrow(x, 0, at, rows[g]);
+            ys.push_back(gelu ? linear_gelu(xg, w[g], b[g]) : linear(xg, w[g], b[g]));
+            at += rows[g];
+          }
+          y = cat(ys, 0);
+        }
+        backward(sum(mul(y, grouped_randn(y.shape(), 170))));
+        GroupedRun r{detach(y), grad(x)};
+        for (size_t g = 0; g < rows.size(); ++g) {
+          r.dw.push_back(rows[g] > 0 ? grad(w[g]) : Tensor::zeros({out, in}));
+          r.db.push_back(rows[g] > 0 ? grad(b[g]) : Tensor::zeros({out}));
+          if (grouped && rows[g] == 0) {  // the grouped path gives the zeros itself
+            check_same_bits(grad(w[g]), r.dw.back(), "dw of no rows");
+            check_same_bits(grad(b[g]), r.db.back(), "db of no rows");
+          }
+        }
+        return r;
+      };
+      const GroupedRun a = run(true), b = run(false);
+      const std::string what = std::string(gelu ? "gelu" : "linear") + " rows " + std::to_string(rows[0]) + " " +
+                               std::to_string(rows[1]) + " " + std::to_string(rows[2]);
+      check_same_bits(a.y, b.y, what + ": y");
+      check_same_bits(a.dx, b.dx, what + ": dx");
+      for (size_t g = 0; g < rows.size(); ++g) {
+        check_same_bits(a.dw[g], b.dw[g], what + ": dw" + std::to_string(g));
+        check_same_bits(a.db[g], b.db[g], what + ": db" + std::to_string(g));
+      }
+    }
+  test::check_error(
+      [] {
+        grouped_linear(Tensor::zeros({5, 3}), {2, 2}, grouped_params(2, {4, 3}, 1, DType::f32));
+      },
+      {"grouped_linear", "2 row counts summing to 4"});
+}
+
 BOOST_AUTO_TEST_CASE(grouped_linear_gradients_match_finite_differences) {
   const int64_t G = 2, rows = 3, in = 4, out = 3;
   for (const bool gelu : {false, true}) {
@@ -209,6 +312,8 @@ BOOST_AUTO_TEST_CASE(grouped_experts_equal_the_loop_bit_for_bit) {
        nn::gelu_mlp_expert(8, 0.1)},
       {"top-1 SwiGLU", {.num_experts = 3, .capacity_factor = 1.0}, nn::swiglu_expert(8, 12)},
       {"dropless top-2 SwiGLU", {.num_experts = 4, .k = 2, .drop_tokens = false}, nn::swiglu_expert(8, 12)},
+      // 10 tokens over 16 experts: most experts receive no rows.
+      {"dropless top-1 GELU, experts without rows", {.num_experts = 16, .drop_tokens = false}, nn::gelu_mlp_expert(8)},
       {"residual GELU", {.num_experts = 2, .use_residual = true}, nn::gelu_mlp_expert(8)},
   };
   for (const Case& c : cases)

@@ -493,6 +493,62 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_to_all, T, AllTypes) {
   }
 }
 
+// all_to_allv: rank `from` sends rank `to` (from + 2 to) % 4 elements (0 for some pairs,
+// rank 0 to itself among them), element i of that chunk route_code(n, from, to, i).
+int64_t v_count(int from, int to) { return (from + 2 * to) % 4; }
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(all_to_allv, T, AllTypes) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  for (const int64_t scale : {int64_t(1), int64_t(300)}) {  // a large call: counts times 300
+    std::vector<int64_t> sent, received;
+    for (int q = 0; q < n; ++q) sent.push_back(scale * v_count(r, q)), received.push_back(scale * v_count(q, r));
+    auto layout = [&](const std::vector<int64_t>& counts, int64_t j) {  // (chunk, element) of j
+      int q = 0;
+      while (j >= counts[size_t(q)]) j -= counts[size_t(q++)];
+      return std::pair(q, j);
+    };
+    int64_t in_n = 0, out_n = 0;
+    for (int q = 0; q < n; ++q) in_n += sent[size_t(q)], out_n += received[size_t(q)];
+    const Tensor in = make<T>(in_n, [&](int64_t j) {
+      const auto [q, i] = layout(sent, j);
+      return route_code(n, r, q, i);
+    });
+    const Tensor out = make<T>(out_n, [](int64_t) { return -100; });
+    c->all_to_allv(in, sent, out, received)->wait();
+    check_values<T>("all_to_allv scale " + std::to_string(scale), out, [&](int64_t j) {
+      const auto [q, i] = layout(received, j);
+      return route_code(n, q, r, i);
+    });
+  }
+}
+
+// Bad counts are named on the rank that passed them, before anything is sent; counts that
+// disagree with a peer's throw on wait(), naming the peer and both counts.
+BOOST_AUTO_TEST_CASE(all_to_allv_checks_its_counts) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const std::vector<int64_t> ones(size_t(n), 1);
+  test::check_error([&] { c->all_to_allv(Tensor::ones({n}), ones, Tensor::zeros({n + 1}), ones); },
+                    {"all_to_allv", "receive counts", "summing to " + std::to_string(n)});
+  test::check_error([&] { c->all_to_allv(Tensor::ones({1}), {1}, Tensor::zeros({1}), {1}); },
+                    {"all_to_allv", "send counts must be " + std::to_string(n) + " counts"});
+  const Tensor both = Tensor::ones({2 * n});
+  test::check_error([&] { c->all_to_allv(ops::narrow(both, 0, 0, n), ones, ops::narrow(both, 0, 1, n), ones); },
+                    {"all_to_allv", "overlaps"});
+  if (n == 1) return;
+  // Rank 0 expects 2 elements from rank 1, which sends it 1.
+  std::vector<int64_t> received = ones;
+  if (r == 0) received[1] = 2;
+  const Tensor out = Tensor::zeros({r == 0 ? n + 1 : n});
+  WorkPtr w = c->all_to_allv(Tensor::ones({n}), ones, out, received);
+  if (r == 0)
+    test::check_error([&] { w->wait(); }, {"all_to_allv", "rank 1 sent 1 elements, this rank (0) expected 2"});
+  else
+    w->wait();
+  c->barrier();
+}
+
 // all_to_all of more than 1 MiB: by MPI_Ialltoall above 2 ranks, by exchange on 2.
 BOOST_AUTO_TEST_CASE(large_all_to_all) {
   auto c = comm();

@@ -152,6 +152,24 @@ BOOST_AUTO_TEST_CASE(bus_bytes_split_between_and_within_nodes) {
   cc.all_to_all(a, b)->wait();
   BOOST_TEST(cc.stats().at("all_to_all").inter_node_bus_bytes == double((n - 2) * k * 4));
   BOOST_TEST(cc.stats().at("all_to_all").bus_bytes == double((n - 1) * k * 4));
+  // all_to_allv, counted as all_to_all: q + 1 f32 to each rank q, exactly what leaves
+  // this rank crossing the bus, the chunks of ranks on other nodes between nodes.
+  cc.reset();
+  std::vector<int64_t> v_sent, v_received(size_t(n), int64_t(r) + 1);
+  double others = 0, off_node = 0;
+  int64_t total = 0;
+  for (int q = 0; q < n; ++q) {
+    v_sent.push_back(q + 1);
+    total += q + 1;
+    if (q != r) others += (q + 1) * 4.0;
+    if (q / 2 != r / 2 && several) off_node += (q + 1) * 4.0;
+  }
+  Tensor v_in = Tensor::ones({total}), v_out = Tensor::empty({int64_t(n) * (r + 1)});
+  cc.all_to_allv(v_in, v_sent, v_out, v_received)->wait();
+  BOOST_TEST(cc.stats().at("all_to_all").calls == 1);
+  BOOST_TEST(cc.stats().at("all_to_all").payload_bytes == total * 4.0);
+  BOOST_TEST(cc.stats().at("all_to_all").bus_bytes == others);
+  BOOST_TEST(cc.stats().at("all_to_all").inter_node_bus_bytes == off_node);
   // A ring exchange: the pair (2j, 2j + 1) shares a node, so even ranks send within it.
   Tensor s = Tensor::ones({k}), t = Tensor::empty({k});
   cc.send_recv(s, (r + 1) % n, t, (r + n - 1) % n)->wait();

@@ -1,5 +1,6 @@
 // Expert parallelism on 2, 4 and 8 ranks (dp = world, ep = world and ep = 2): the
-// exchange against its closed form, and an MoE layer whose experts are spread over ep
+// exchanges (capacity slots, and dropless rows of a count per expert) against their closed
+// forms, and an MoE layer whose experts are spread over ep
 // ranks against the one-process layer with every expert. DeepSpeed's capacity is per rank
 // (from that rank's tokens), so the reference runs the one-process layer on each rank's
 // slice of the global tokens in turn, with the generator state each rank had: each rank's
@@ -142,6 +143,49 @@ BOOST_AUTO_TEST_CASE(exchange_moves_each_experts_slots_to_its_rank_and_back) {
   BOOST_TEST(test::max_abs_diff(grad(slots), w) == 0.0);
 }
 
+// The dropless exchange (Note [Dropless exchange]): rank q sends expert e (q + e) % 3 rows,
+// some none, row i of them valued 1000 q + 100 e + 10 i + feature. Each rank receives, for
+// each of its experts, rank 0's rows, then rank 1's, ...; from_experts undoes it, and the
+// backward of the round trip is the identity.
+BOOST_AUTO_TEST_CASE(dropless_exchange_moves_exactly_each_experts_rows_and_back) {
+  const int n = world()->size(), r = world()->rank();
+  const ExpertParallel exchange(world());
+  const int64_t E = 2 * n, local = 2;
+  auto count = [](int q, int64_t e) { return int64_t((q + e) % 3); };
+  auto value = [](int q, int64_t e, int64_t i, int64_t f) { return 1000.0 * q + 100.0 * e + 10.0 * i + f; };
+  std::vector<int64_t> sent;
+  std::vector<float> mine;
+  for (int64_t e = 0; e < E; ++e) {
+    sent.push_back(count(r, e));
+    for (int64_t i = 0; i < count(r, e); ++i)
+      for (int64_t f = 0; f < kD; ++f) mine.push_back(float(value(r, e, i, f)));
+  }
+  Tensor rows = Tensor::from_vector(mine, {int64_t(mine.size()) / kD, kD});
+  set_requires_grad(rows, true);
+  const nn::ExpertRows counts = exchange.count_rows(sent, Device::cpu());
+  std::vector<int64_t> expected_received, expected_rows(local, 0);
+  for (int q = 0; q < n; ++q)
+    for (int64_t l = 0; l < local; ++l) {
+      expected_received.push_back(count(q, r * local + l));
+      expected_rows[size_t(l)] += count(q, r * local + l);
+    }
+  BOOST_TEST(counts.received == expected_received, boost::test_tools::per_element());
+  BOOST_TEST(counts.per_expert() == expected_rows, boost::test_tools::per_element());
+  const Tensor at_experts = exchange.to_experts(rows, counts);
+  std::vector<double> expected;
+  for (int64_t l = 0; l < local; ++l)
+    for (int q = 0; q < n; ++q)
+      for (int64_t i = 0; i < count(q, r * local + l); ++i)
+        for (int64_t f = 0; f < kD; ++f) expected.push_back(value(q, r * local + l, i, f));
+  BOOST_REQUIRE(at_experts.shape() == (Shape{int64_t(expected.size()) / kD, kD}));
+  BOOST_TEST(at_experts.to_vector<double>() == expected, boost::test_tools::per_element());
+  const Tensor back = exchange.from_experts(at_experts, counts);
+  BOOST_TEST(test::max_abs_diff(back, rows) == 0.0);
+  const Tensor w = random_tensor(rows.shape(), 13 + uint64_t(r));
+  backward(sum(mul(back, w)));
+  BOOST_TEST(test::max_abs_diff(grad(rows), w) == 0.0);
+}
+
 BOOST_AUTO_TEST_CASE(layer_over_ep_ranks_equals_one_process_on_each_ranks_tokens) {
   const int n = world()->size(), r = world()->rank();
   for (const int ep : ep_sizes(n)) {
@@ -165,12 +209,8 @@ BOOST_AUTO_TEST_CASE(layer_over_ep_ranks_equals_one_process_on_each_ranks_tokens
           for (const Slice& s : slices) dropped += s.stats.dropped();
           BOOST_TEST(relative_error(mine.out, slices[size_t(r)].out) < kTol);
           BOOST_TEST(relative_error(grad(mine.x), grad(slices[size_t(r)].x)) < kTol);
-          // Dropless: the largest capacity over this rank's ep group; dropping: its own.
-          int64_t capacity = slices[size_t(r)].stats.capacity;
-          if (!c.config.drop_tokens)
-            for (int q = grid.edp_rank() * ep; q < (grid.edp_rank() + 1) * ep; ++q)
-              capacity = std::max(capacity, slices[size_t(q)].stats.capacity);
-          BOOST_TEST(mine.stats.capacity == capacity);
+          // Each rank's own capacity (dropless: its largest load; no MAX over the group).
+          BOOST_TEST(mine.stats.capacity == slices[size_t(r)].stats.capacity);
           reduce_gradients(moe, grid);
           if (step == 0) check_parameters_and_gradients(moe, ref, true);
           opt.step();
@@ -204,15 +244,25 @@ BOOST_AUTO_TEST_CASE(ranks_whose_experts_get_no_tokens_take_part_and_give_zeros)
       // output times its probability 1 / E; the others 0.
       const int64_t kept = drop ? (kTokens + E - 1) / E : kTokens;
       BOOST_TEST(s.stats.dropped() == kTokens - kept);
-      NoGradGuard no_grad;
-      const Tensor expected = ops::mul(expert(ref, 0)(ops::narrow(s.x, 0, 0, kept)), 1.0 / double(E));
-      BOOST_TEST(relative_error(ops::narrow(s.out, 0, 0, kept), expected) < kTol);
-      if (kept < kTokens) BOOST_TEST(ops::max_abs(ops::narrow(s.out, 0, kept, kTokens - kept)) == 0.0);
+      {
+        NoGradGuard no_grad;
+        const Tensor expected = ops::mul(expert(ref, 0)(ops::narrow(s.x, 0, 0, kept)), 1.0 / double(E));
+        BOOST_TEST(relative_error(ops::narrow(s.out, 0, 0, kept), expected) < kTol);
+        if (kept < kTokens) BOOST_TEST(ops::max_abs(ops::narrow(s.out, 0, kept, kTokens - kept)) == 0.0);
+      }
       // No token reached any expert but 0: their gradients are zero on every rank.
       for (int64_t e = moe.experts->first; e < moe.experts->first + moe.experts->count(); ++e)
         if (e != 0)
           for (const Tensor& p : expert(moe, e).parameters()) BOOST_TEST(ops::max_abs(grad(p)) == 0.0, "expert " << e);
       if (r == 0) BOOST_TEST(ops::max_abs(grad(expert(moe, 0).parameters()[0])) > 0.0);
+      // And the one-process layer on every rank's tokens gives this rank's slice and,
+      // summed over the ranks, every gradient.
+      ops::fill_(ref.gate->wg->weight, 0.0);
+      const std::vector<Slice> slices = reference_step(ref, ref_gen, n, 0);
+      BOOST_TEST(relative_error(s.out, slices[size_t(r)].out) < kTol);
+      BOOST_TEST(relative_error(grad(s.x), grad(slices[size_t(r)].x)) < kTol);
+      reduce_gradients(moe, grid);
+      check_parameters_and_gradients(moe, ref, true);
     }
   }
 }

@@ -194,6 +194,38 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_to_all, T, Types) {
   check_calls("all_to_all twice", 2, 2, 2, 2);
 }
 
+// Rank `from` sends rank `to` (from + to) % 3 rows of 5 elements (none for some pairs).
+BOOST_AUTO_TEST_CASE_TEMPLATE(all_to_allv, T, Types) {
+  auto c = comm();
+  const int n = c->size(), r = c->rank();
+  const int64_t k = 5;
+  auto code = [n](int from, int to, int64_t i) { return double(from * n + to + 64 * (i % 2)); };
+  std::vector<int64_t> sent, received;
+  int64_t in_n = 0, out_n = 0;
+  for (int q = 0; q < n; ++q) {
+    sent.push_back((r + q) % 3 * k), received.push_back((q + r) % 3 * k);
+    in_n += sent.back(), out_n += received.back();
+  }
+  // Element j of a buffer of chunks of `counts`: its chunk and its place in it.
+  auto at = [n](const std::vector<int64_t>& counts, int64_t j) {
+    int q = 0;
+    while (q < n - 1 && j >= counts[size_t(q)]) j -= counts[size_t(q++)];
+    return std::pair(q, j);
+  };
+  calls();
+  Tensor in = make<T>(in_n, [&](int64_t j) {
+    const auto [q, i] = at(sent, j);
+    return code(r, q, i);
+  });
+  Tensor out = make<T>(out_n, [](int64_t) { return -100; });
+  c->all_to_allv(in, sent, out, received)->wait();
+  check_values<T>("all_to_allv", out, [&](int64_t j) {
+    const auto [q, i] = at(received, j);
+    return code(q, r, i);
+  });
+  check_calls("all_to_allv", 1, 1, 1, 1);
+}
+
 BOOST_AUTO_TEST_CASE(broadcast_copies_only_what_moves) {
   auto c = comm();
   const int n = c->size(), r = c->rank();

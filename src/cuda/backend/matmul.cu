@@ -4,9 +4,14 @@
 // [16-bit activations] in autograd/functions.cpp).
 //
 // Note [Grouped GEMM on the GPU]: ops::grouped_matmul's groups (an MoE layer's experts)
-// are products of one shape whose operands lie anywhere (each expert's weight is a
-// parameter of its own), which cuBLAS's pointer-array batched GEMM (cublasGemmBatchedEx)
-// runs in one call. The arrays of device pointers are written on the device by a kernel
+// are products whose operands lie anywhere (each expert's weight is a parameter of its
+// own). Products of one shape (experts on `capacity` slots each) run in one call of
+// cuBLAS's pointer-array batched GEMM (cublasGemmBatchedEx); products of their own shapes
+// (a dropless layer's experts, each on the rows it received) in one call of its grouped
+// GEMM (cublasGemmGroupedBatchedEx, CUDA 12.5 on: one group per product, the shapes in
+// host arrays), or one GEMM per product where cuBLAS does not take the types. Empty
+// products are left out, and those over an inner dimension of 0 are filled with zeros.
+// The arrays of device pointers are written on the device by a kernel
 // that receives them as its argument (as the multi-tensor optimizer's tables travel: no
 // host-to-device copy, nothing for a CUDA graph to miss), kPointerGroups groups a launch,
 // into a buffer from the stream-ordered allocator that the GEMM after it on the stream
@@ -18,6 +23,7 @@
 #include <cublas_v2.h>
 
 #include <mutex>
+#include <vector>
 
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
@@ -66,47 +72,87 @@ cudaDataType_t blas_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : t ==
 }  // namespace
 
 void CudaBackend::grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
-                                 const std::vector<Tensor>& out, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                                 int64_t k, bool accumulate) {
-  if (a.empty() || m == 0 || n == 0) return;
+                                 const std::vector<Tensor>& out, bool trans_a, bool trans_b,
+                                 const std::vector<GemmDims>& dims, bool accumulate) {
+  if (a.empty()) return;
   require_floating(a[0], "grouped_matmul");
-  TRIAD_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX,
-              "grouped_matmul: M " << m << ", N " << n << ", K " << k << " exceed cuBLAS's int range");
-  bool aligned = true;
-  for (size_t g = 0; g < a.size(); ++g)
+  // The groups with a product to make: an empty one is skipped, one over no inner
+  // dimension is zeros (or adds nothing).
+  std::vector<size_t> live;
+  bool aligned = true, uniform = true;
+  for (size_t g = 0; g < a.size(); ++g) {
+    const auto [m, n, k] = dims[g];
+    if (m == 0 || n == 0 || (k == 0 && accumulate)) continue;
+    if (k == 0) {
+      fill(out[g], 0.0);
+      continue;
+    }
+    TRIAD_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX,
+                "grouped_matmul: M " << m << ", N " << n << ", K " << k << " exceed cuBLAS's int range");
     for (const Tensor* t : {&a[g], &b[g], &out[g]})
       aligned = aligned && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0;
-  if (!aligned) {
+    uniform = uniform && (live.empty() || dims[g] == dims[live[0]]);
+    live.push_back(g);
+  }
+  if (live.empty()) return;
+  const auto one_by_one = [&](size_t first, size_t count) {
     GemmOptions o;
     o.beta = accumulate ? 1.0 : 0.0;
-    for (size_t g = 0; g < a.size(); ++g) gemm(a[g], b[g], out[g], trans_a, trans_b, 1, m, n, k, o);
-    return;
-  }
+    for (size_t i = first; i < first + count; ++i) {
+      const size_t g = live[i];
+      gemm(a[g], b[g], out[g], trans_a, trans_b, 1, dims[g].m, dims[g].n, dims[g].k, o);
+    }
+  };
+  if (!aligned) return one_by_one(0, live.size());
   OnDevice on(a[0]);
   const cudaDataType_t ab_type = blas_type(a[0].dtype()), out_type = blas_type(out[0].dtype());
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // out^T (N, M) = op(b)^T op(a)^T in column-major terms (Note [cuBLASLt GEMM]).
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int ld_b = int(trans_b ? k : n), ld_a = int(trans_a ? m : k), ld_out = int(n);
-  for (size_t first = 0; first < a.size(); first += kPointerGroups) {
-    const int count = int(std::min<size_t>(kPointerGroups, a.size() - first));
+  for (size_t first = 0; first < live.size(); first += kPointerGroups) {
+    const int count = int(std::min<size_t>(kPointerGroups, live.size() - first));
     GroupPointers p{};
-    for (int g = 0; g < count; ++g) {
-      p.a[g] = a[first + g].raw_data();
-      p.b[g] = b[first + g].raw_data();
-      p.out[g] = out[first + g].raw_data();
+    for (int i = 0; i < count; ++i) {
+      const size_t g = live[first + size_t(i)];
+      p.a[i] = a[g].raw_data();
+      p.b[i] = b[g].raw_data();
+      p.out[i] = out[g].raw_data();
     }
     const Tensor table = Tensor::empty({3 * kPointerGroups}, DType::i64, a[0].device());
     const auto** pointers = static_cast<const void**>(table.raw_data());
     write_group_pointers_kernel<<<1, kPointerGroups, 0, on.stream()>>>(p, count, pointers);
     TRIAD_CUDA_CHECK_LAUNCH();
-    std::lock_guard<std::mutex> lock(g_blas_mutex);
+    std::unique_lock<std::mutex> lock(g_blas_mutex);
     const cublasHandle_t h = blas_handle(a[0].device().index);
     TRIAD_CUBLAS_CHECK(cublasSetStream(h, on.stream()));
-    TRIAD_CUBLAS_CHECK(cublasGemmBatchedEx(h, op_b, op_a, int(n), int(m), int(k), &alpha, pointers + kPointerGroups,
-                                           ab_type, ld_b, pointers, ab_type, ld_a, &beta,
-                                           const_cast<void**>(pointers + 2 * kPointerGroups), out_type, ld_out, count,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (uniform) {
+      const auto [m, n, k] = dims[live[0]];
+      TRIAD_CUBLAS_CHECK(cublasGemmBatchedEx(h, op_b, op_a, int(n), int(m), int(k), &alpha, pointers + kPointerGroups,
+                                             ab_type, int(trans_b ? k : n), pointers, ab_type, int(trans_a ? m : k),
+                                             &beta, const_cast<void**>(pointers + 2 * kPointerGroups), out_type, int(n),
+                                             count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      continue;
+    }
+    // One problem per group, each of its own shape (host arrays, as cuBLAS takes them).
+    std::vector<cublasOperation_t> ops_a(size_t(count), op_b), ops_b(size_t(count), op_a);
+    std::vector<int> ms, ns, ks, ld_as, ld_bs, ld_outs, sizes(size_t(count), 1);
+    std::vector<float> alphas(size_t(count), alpha), betas(size_t(count), beta);
+    for (int i = 0; i < count; ++i) {
+      const auto [m, n, k] = dims[live[first + size_t(i)]];
+      ms.push_back(int(n)), ns.push_back(int(m)), ks.push_back(int(k));
+      ld_as.push_back(int(trans_b ? k : n)), ld_bs.push_back(int(trans_a ? m : k)), ld_outs.push_back(int(n));
+    }
+    const cublasStatus_t status =
+        cublasGemmGroupedBatchedEx(h, ops_a.data(), ops_b.data(), ms.data(), ns.data(), ks.data(), alphas.data(),
+                                   pointers + kPointerGroups, ab_type, ld_as.data(), pointers, ab_type, ld_bs.data(),
+                                   betas.data(), const_cast<void* const*>(pointers + 2 * kPointerGroups), out_type,
+                                   ld_outs.data(), count, sizes.data(), CUBLAS_COMPUTE_32F);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // a combination of types the grouped GEMM lacks
+      lock.unlock();
+      one_by_one(first, size_t(count));
+      continue;
+    }
+    TRIAD_CUBLAS_CHECK(status);
   }
 }
 

@@ -41,14 +41,15 @@ void CudaBackend::moe_route(const Tensor& probs, const Tensor& logits, const Ten
 }
 
 void CudaBackend::moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity,
-                              const Tensor& choice, const Tensor& slot, const Tensor& source) {
+                              const Tensor& load, const Tensor& choice, const Tensor& slot, const Tensor& source) {
   const int64_t S = expert.size(0), K = expert.size(1);
   fill(source, double(S));
   if (S * K == 0) return;
   OnDevice on(expert);
   moe_indices_kernel<<<blocks_for(S * K), kThreads, 0, on.stream()>>>(
-      ptr<const int64_t>(expert), ptr<const int64_t>(location), S, K, experts, capacity, ptr<int64_t>(choice),
-      ptr<int64_t>(slot), ptr<int64_t>(source));
+      ptr<const int64_t>(expert), ptr<const int64_t>(location), S, K, experts, capacity,
+      load.defined() ? ptr<const int64_t>(load) : nullptr, source.numel(), ptr<int64_t>(choice), ptr<int64_t>(slot),
+      ptr<int64_t>(source));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 

@@ -11,7 +11,8 @@
 //   patterns, which order as the values do for values >= 0), keeps the choices above it and
 //   the earliest of those equal to it, then numbers the kept ones in token order; the CPU's
 //   stable sort keeps the same ones;
-// - moe_indices_kernel: a thread per choice writes its gather indices (ops::moe_indices).
+// - moe_indices_kernel: a thread per choice writes its gather indices (ops::moe_indices,
+//   ops::moe_indices_dropless).
 // Integers only after the choice, so no rounding order can tell the two backends apart.
 // The kernels live in a header of their own so that tests/cuda/test_moe_route_emulated.cpp
 // runs them on the CPU under an emulation of CUDA.
@@ -114,14 +115,21 @@ __global__ void __launch_bounds__(kMoEThreads)
   }
 }
 
-// ops::moe_indices; source already holds S (empty) everywhere.
+// ops::moe_indices, and with load ops::moe_indices_dropless (expert e's rows after the
+// load of the experts before it, summed by each thread: E is small); source (rows
+// entries) already holds S (empty) everywhere.
 __global__ void __launch_bounds__(kThreads)
     moe_indices_kernel(const int64_t* expert, const int64_t* location, int64_t S, int64_t K, int64_t E, int64_t C,
-                       int64_t* choice, int64_t* slot, int64_t* source) {
+                       const int64_t* load, int64_t rows, int64_t* choice, int64_t* slot, int64_t* source) {
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < S * K; c += int64_t(gridDim.x) * blockDim.x) {
     const bool kept = location[c] >= 0;
+    int64_t start = 0;
+    if (kept && load)
+      for (int64_t e = 0; e < expert[c]; ++e) start += load[e];
+    else if (kept)
+      start = expert[c] * C;
     choice[c] = kept ? (c / K) * E + expert[c] : S * E;
-    slot[c] = kept ? expert[c] * C + location[c] : E * C;
+    slot[c] = kept ? start + location[c] : rows;
     if (kept) source[slot[c]] = c / K;
   }
 }

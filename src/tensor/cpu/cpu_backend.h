@@ -34,7 +34,7 @@ class CpuBackend final : public Backend {
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch, int64_t m,
               int64_t n, int64_t k, bool accumulate) override;
   void grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::vector<Tensor>& out,
-                      bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, bool accumulate) override;
+                      bool trans_a, bool trans_b, const std::vector<GemmDims>& dims, bool accumulate) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
   void linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre,
                    const Tensor& out) override;
@@ -85,7 +85,7 @@ class CpuBackend final : public Backend {
   void moe_route(const Tensor& probs, const Tensor& logits, const Tensor& noise, const Tensor& priority,
                  const MoERouting& routing, const Tensor& expert, const Tensor& location, const Tensor& load,
                  const Tensor& first_load) override;
-  void moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity,
+  void moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity, const Tensor& load,
                    const Tensor& choice, const Tensor& slot, const Tensor& source) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                  double scale, const Tensor& key_start = Tensor(), const Tensor& cached = Tensor()) override;

@@ -83,20 +83,25 @@ void CpuBackend::moe_route(const Tensor& probs, const Tensor& logits, const Tens
   }
 }
 
+// Expert e's rows start at e C, or dropless after the load of the experts before it.
 void CpuBackend::moe_indices(const Tensor& expert, const Tensor& location, int64_t experts, int64_t capacity,
-                             const Tensor& choice, const Tensor& slot, const Tensor& source) {
-  const int64_t S = expert.size(0), K = expert.size(1), E = experts, C = capacity;
+                             const Tensor& load, const Tensor& choice, const Tensor& slot, const Tensor& source) {
+  const int64_t S = expert.size(0), K = expert.size(1), E = experts, rows = source.numel();
   const int64_t* ex = expert.data<int64_t>();
   const int64_t* loc = location.data<int64_t>();
   int64_t* ch = choice.data<int64_t>();
   int64_t* sl = slot.data<int64_t>();
   int64_t* src = source.data<int64_t>();
-  std::fill_n(src, E * C, S);
+  std::vector<int64_t> start(size_t(E) + 1, 0);  // and the end of the last
+  for (int64_t e = 0; e < E; ++e)
+    start[size_t(e) + 1] = load.defined() ? start[size_t(e)] + load.data<int64_t>()[e] : (e + 1) * capacity;
+  std::fill_n(src, rows, S);
   for (int64_t c = 0; c < S * K; ++c) {
     const bool kept = loc[c] >= 0;
-    TRIAD_ASSERT(!kept || (ex[c] >= 0 && ex[c] < E && loc[c] < C));
+    TRIAD_ASSERT(kept || !load.defined());
+    TRIAD_ASSERT(!kept || (ex[c] >= 0 && ex[c] < E && start[size_t(ex[c])] + loc[c] < start[size_t(ex[c]) + 1]));
     ch[c] = kept ? (c / K) * E + ex[c] : S * E;
-    sl[c] = kept ? ex[c] * C + loc[c] : E * C;
+    sl[c] = kept ? start[size_t(ex[c])] + loc[c] : rows;
     if (kept) src[sl[c]] = c / K;
   }
 }
