@@ -31,6 +31,8 @@
 #include "zero/shard_store.h"
 #include "zero/zero_config.h"
 
+BOOST_AUTO_TEST_SUITE(test_zero_parts)
+
 using namespace triad;
 
 namespace {
@@ -493,3 +495,5 @@ BOOST_AUTO_TEST_CASE(parameter_buffers_too_few_or_too_small_are_named) {
   BOOST_TEST(few.find("' gathers 2 parameter shards at once") != std::string::npos, few);
   BOOST_TEST(std::filesystem::is_empty(dir.path()));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_zero_parts
