@@ -17,6 +17,8 @@
 #include "autograd/meta.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_attention)
+
 using namespace triad;
 
 namespace {
@@ -248,3 +250,5 @@ BOOST_AUTO_TEST_CASE(empty_inputs) {
   BOOST_TEST(ops::max_abs(g.dk) == 0.0);
   BOOST_TEST(ops::max_abs(g.dv) == 0.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_attention

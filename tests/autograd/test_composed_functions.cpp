@@ -13,6 +13,8 @@
 #include "autograd/meta.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_composed_functions)
+
 using namespace triad;
 
 namespace {
@@ -183,3 +185,5 @@ BOOST_AUTO_TEST_CASE(linear_cross_entropy_names_bad_arguments) {
   test::check_error([&] { linear_cross_entropy(x, w, Tensor::from_vector(std::vector<int64_t>{0, 1, 7, 3}, {4})); },
                     {"classifier_rows", "index 7", "[0, 5)"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_composed_functions

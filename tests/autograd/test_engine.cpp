@@ -10,6 +10,8 @@
 #include "autograd/meta.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_engine)
+
 using namespace triad;
 
 namespace {
@@ -516,3 +518,5 @@ BOOST_AUTO_TEST_CASE(checkpoint_input_the_segment_ignores) {
   backward(sum(outs[1]));
   check_values(grad(z), {std::exp(1.0), std::exp(2.0)}, "second output only");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_engine

@@ -16,6 +16,8 @@
 #include "nn/llama.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_gradcheck)
+
 using namespace triad;
 
 namespace {
@@ -525,3 +527,5 @@ BOOST_AUTO_TEST_CASE(gpt_with_dropout_and_checkpointing_matches_finite_differenc
   nn::GPT model(config);
   check_model(model, "gpt dropout checkpointed");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_gradcheck

@@ -11,6 +11,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_weight_grad)
+
 using namespace triad;
 
 namespace {
@@ -205,3 +207,5 @@ BOOST_AUTO_TEST_CASE(a_pre_accumulate_hook_gives_the_buffer_gradients_are_added_
     }
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_weight_grad

@@ -19,6 +19,8 @@
 #include "train/trainer.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_checkpoint)
+
 using namespace triad;
 using test::TempDir;
 
@@ -312,3 +314,5 @@ BOOST_AUTO_TEST_CASE(export_and_load_the_weights) {
   const std::string m = test::error_message([&] { train(j, {.resume = dir.file("w32.h5")}); });
   BOOST_TEST(contains(m, "weights file, not a checkpoint"), m);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_checkpoint

@@ -26,13 +26,12 @@
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
-#include "support/mpi_fixture.h"
 #include "support/shared_corpus.h"
 #include "support/training.h"
 
+BOOST_AUTO_TEST_SUITE(test_checkpoint_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -514,3 +513,5 @@ BOOST_AUTO_TEST_CASE(a_streamed_save_of_offloaded_state_writes_what_a_save_in_me
     }
   world->barrier();
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_checkpoint_mpi

@@ -30,6 +30,8 @@
 #include "support/check.h"
 #include "support/files.h"
 
+BOOST_AUTO_TEST_SUITE(test_hf_checkpoint)
+
 using namespace triad;
 using test::check_error;
 using test::TempDir;
@@ -550,3 +552,5 @@ BOOST_AUTO_TEST_CASE(import_copies_the_tokenizer_files) {
   import(kDir + "/gpt2", "gpt2", dir.file("bare"));
   BOOST_TEST(!fs::exists(dir.file("bare/tokenizer.json")));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_hf_checkpoint

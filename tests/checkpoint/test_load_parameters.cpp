@@ -11,6 +11,8 @@
 #include "support/files.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_load_parameters)
+
 using namespace triad;
 
 namespace {
@@ -81,3 +83,5 @@ BOOST_AUTO_TEST_CASE(another_models_file_is_an_error_naming_it) {
                     {"value.h5", "has no dataset", "wte.weight"});
   test::check_error([&] { engine::load_parameters(dir.file("missing.h5"), narrow); }, {"missing.h5"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_load_parameters

@@ -30,6 +30,8 @@
 #include "train/training_data.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_quantized_model)
+
 using namespace triad;
 
 namespace {
@@ -579,3 +581,5 @@ BOOST_AUTO_TEST_CASE(xtc_recipe_from_a_compression_training_section) {
       },
       {"[config] compression_training is missing"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_quantized_model

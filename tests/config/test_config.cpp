@@ -10,6 +10,8 @@
 #include "support/check.h"
 #include "tensor/error.h"
 
+BOOST_AUTO_TEST_SUITE(test_config)
+
 using namespace triad;
 using nlohmann::json;
 
@@ -778,3 +780,5 @@ BOOST_AUTO_TEST_CASE(compression_training_schedule_and_refusals) {
   refused(l + "teacher_layer=[3, 1]", {l + "teacher_layer", "increasing"});
   BOOST_CHECK_NO_THROW(engine::parse_config(with(w + "shared_parameters.enabled=true")));  // no groups: nothing
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_config

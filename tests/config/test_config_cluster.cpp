@@ -5,6 +5,8 @@
 #include "config/config.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_config_cluster)
+
 using namespace triad;
 using nlohmann::json;
 
@@ -71,3 +73,5 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_key) {
   fails(R"({"flops": 1e12})", {"cluster", "flops"});
   fails(R"({"background_progress": 1})", {"cluster.background_progress"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_config_cluster

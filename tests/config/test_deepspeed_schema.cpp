@@ -16,6 +16,8 @@
 #include "support/check.h"
 #include "tensor/error.h"
 
+BOOST_AUTO_TEST_SUITE(test_deepspeed_schema)
+
 using namespace triad;
 using json = nlohmann::json;
 
@@ -189,3 +191,4 @@ BOOST_AUTO_TEST_CASE(every_rlhf_key_is_documented_and_parses_at_its_default) {
   }
 }
 
+BOOST_AUTO_TEST_SUITE_END()  // test_deepspeed_schema

@@ -9,6 +9,8 @@
 #include "cuda/caching_allocator.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_allocator_logic)
+
 using namespace triad;
 using namespace triad::cuda;
 
@@ -379,3 +381,5 @@ BOOST_AUTO_TEST_CASE(a_recording_never_releases_the_cache) {
   BOOST_TEST(f.alloc->stats().retries_after_release == 1u);
   f.alloc->deallocate(b);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_allocator_logic

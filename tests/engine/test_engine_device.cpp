@@ -11,16 +11,17 @@
 #include "support/training.h"
 #include "triad.h"
 
-using namespace triad;
-
-namespace {
-
 // Hides every GPU from this process before anything starts the CUDA runtime (which reads
 // the variable once), so the error paths run the same on machines with GPUs.
 struct HideGpus {
   HideGpus() { setenv("CUDA_VISIBLE_DEVICES", "", 1); }
 };
-BOOST_TEST_GLOBAL_FIXTURE(HideGpus);
+
+BOOST_AUTO_TEST_SUITE(test_engine_device, *boost::unit_test::fixture<HideGpus>())
+
+using namespace triad;
+
+namespace {
 
 engine::TrainConfig config_on(const std::string& device, const std::string& distributed_backend = "auto") {
   nlohmann::json j = test::small_gpt_config("unused.bin", 1);
@@ -94,3 +95,5 @@ BOOST_AUTO_TEST_CASE(module_to_the_same_device_keeps_parameters) {
   BOOST_TEST(lin.weight.is_same(before));
   BOOST_TEST(lin.weight.to_vector<float>() == values);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_engine_device

@@ -7,6 +7,8 @@
 #include "tensor/random.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_generate)
+
 using namespace triad;
 using engine::SamplingOptions;
 
@@ -78,3 +80,5 @@ BOOST_AUTO_TEST_CASE(bad_options_are_rejected) {
   BOOST_CHECK_THROW(engine::generate(model, {1}, {.top_p = 0.0}), Error);
   BOOST_CHECK_THROW(engine::generate(model, {}, {}), Error);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_generate

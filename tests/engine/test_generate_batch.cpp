@@ -9,6 +9,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_generate_batch)
+
 using namespace triad;
 
 namespace {
@@ -122,3 +124,5 @@ BOOST_AUTO_TEST_CASE(bad_batches_are_rejected) {
   test::check_error([&] { engine::generate_batch(model, {}, {.max_new_tokens = 2}); }, {"at least one prompt"});
   test::check_error([&] { engine::generate_batch(model, {{1}}, {.max_new_tokens = 2}, 30); }, {"pad_token"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_generate_batch

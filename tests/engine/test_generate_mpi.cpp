@@ -11,12 +11,11 @@
 #include "parallel/self_communicator.h"
 #include "parallel/tensor_parallel_layers.h"
 #include "support/files.h"
-#include "support/mpi_fixture.h"
 #include "support/training.h"
 
+BOOST_AUTO_TEST_SUITE(test_generate_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -75,3 +74,5 @@ BOOST_AUTO_TEST_CASE(a_weights_file_loads_into_tensor_parallel_parts) {
              boost::test_tools::per_element());
   world->barrier();
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_generate_mpi

@@ -11,12 +11,11 @@
 #include "parallel/runtime.h"
 #include "rlhf/log_probs.h"
 #include "support/check.h"
-#include "support/mpi_fixture.h"
 #include "support/training.h"
 
+BOOST_AUTO_TEST_SUITE(test_hybrid_engine_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -102,3 +101,5 @@ BOOST_AUTO_TEST_CASE(zero3_gathers_once_per_call_and_log_probs_agree_with_traini
   BOOST_TEST(test::max_abs_diff(recomputed, r.logprobs) < 1e-5);
   BOOST_TEST(ops::max_abs(r.logprobs) > 0.1);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_hybrid_engine_mpi

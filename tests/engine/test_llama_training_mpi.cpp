@@ -12,12 +12,11 @@
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
-#include "support/mpi_fixture.h"
 #include "support/training.h"
 
+BOOST_AUTO_TEST_SUITE(test_llama_training_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -102,3 +101,5 @@ BOOST_AUTO_TEST_CASE(llama_layouts_follow_the_single_process_run) {
   }
   world->barrier();
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_llama_training_mpi

@@ -11,6 +11,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_mixed_precision)
+
 using namespace triad;
 
 namespace {
@@ -154,3 +156,5 @@ BOOST_AUTO_TEST_CASE(a_steady_state_step_converts_nothing_between_layers) {
     }
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_mixed_precision

@@ -15,14 +15,13 @@
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
 #include "parallel/tensor_parallel_layers.h"
-#include "support/mpi_fixture.h"
 #include "support/pipeline_trajectory.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_pipeline_layer_list_mpi)
+
 using namespace triad;
 using namespace triad::test::pipe;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -227,3 +226,5 @@ BOOST_AUTO_TEST_CASE(the_cut_is_checked_against_the_list) {
   gpt["model"] = {{"n_layer", 2}, {"n_head", 2}, {"d_model", 16}, {"seq_len", kSeq}, {"vocab_size", kVocab}};
   BOOST_TEST(engine::parse_config(gpt, 2).pipeline.stages == 2);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_pipeline_layer_list_mpi

@@ -11,14 +11,13 @@
 #include "engine/engine.h"
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
-#include "support/mpi_fixture.h"
 #include "support/pipeline_trajectory.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_pipeline_mpi)
+
 using namespace triad;
 using namespace triad::test::pipe;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -93,3 +92,5 @@ BOOST_AUTO_TEST_CASE(every_layout_and_schedule_equals_one_process) {
   BOOST_REQUIRE(!runs.empty());
   for (const Layout& l : runs) check_equal(pipelined(l), ref, str(l));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_pipeline_mpi

@@ -11,13 +11,12 @@
 #include "train/trainer.h"
 #include "parallel/runtime.h"
 #include "support/files.h"
-#include "support/mpi_fixture.h"
 #include "support/shared_corpus.h"
 #include "support/training.h"
 
+BOOST_AUTO_TEST_SUITE(test_zeropp_grids_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -78,3 +77,5 @@ BOOST_AUTO_TEST_CASE(zeropp_follows_zero3_under_tensor_and_pipeline_parallelism)
   }
   world->barrier();  // rank 0's folder outlives every rank's reading of it
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_zeropp_grids_mpi

@@ -18,6 +18,8 @@
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
 
+BOOST_AUTO_TEST_SUITE(test_activation_bytes)
+
 using namespace triad;
 
 namespace {
@@ -173,3 +175,5 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_divides_the_split_activations) {
   BOOST_TEST(s.vocab_rows == 32);
   BOOST_TEST(estimate::loss_activations(s).saved == 4.0 * B * T * 32 + 28.0 * B * T);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_activation_bytes

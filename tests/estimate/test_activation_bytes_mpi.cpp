@@ -17,13 +17,12 @@
 #include "parallel/runtime.h"
 #include "parallel/tensor_parallel_layers.h"
 #include "support/activation_probe.h"
-#include "support/mpi_fixture.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
 
+BOOST_AUTO_TEST_SUITE(test_activation_bytes_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -87,3 +86,5 @@ BOOST_AUTO_TEST_CASE(block_embedding_head_and_loss_equal_the_allocators_count) {
                      << estimate::head_activations(s).saved + estimate::loss_activations(s).saved);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_activation_bytes_mpi

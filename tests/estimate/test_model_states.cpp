@@ -10,6 +10,8 @@
 #include "nn/gpt.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_model_states)
+
 using namespace triad;
 
 namespace {
@@ -212,3 +214,5 @@ BOOST_AUTO_TEST_CASE(offload_columns_place_each_state_by_closed_form) {
   test::check_error([&] { estimate::placed_state_bytes(0, {.optimizer = OffloadTarget::cpu}, in); },
                     {"stages 1-3, not stage 0"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_model_states

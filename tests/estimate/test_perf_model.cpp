@@ -7,6 +7,8 @@
 #include "estimate/perf_model.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_perf_model)
+
 using namespace triad;
 using estimate::Collective;
 
@@ -274,3 +276,5 @@ BOOST_AUTO_TEST_CASE(bad_inputs_are_errors_naming_the_field) {
   bad_link.inter_node.bandwidth = 0;
   test::check_error([&] { estimate::estimate_step_time(input(0, 8), bad_link); }, {"inter_node bandwidth"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_perf_model

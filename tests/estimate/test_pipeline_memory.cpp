@@ -6,6 +6,8 @@
 #include "estimate/pipeline_memory.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_pipeline_memory)
+
 using namespace triad;
 using estimate::ChunkBytes;
 using parallel::PipeSchedule;
@@ -55,3 +57,5 @@ BOOST_AUTO_TEST_CASE(a_chunk_outside_the_list_is_an_error) {
       },
       {"names chunk 1 of 1"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_pipeline_memory

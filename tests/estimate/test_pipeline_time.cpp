@@ -10,6 +10,8 @@
 #include "support/check.h"
 #include "support/pipeline_cases.h"
 
+BOOST_AUTO_TEST_SUITE(test_pipeline_time)
+
 using namespace triad;
 using estimate::PipeCosts;
 using estimate::PipeTimeline;
@@ -176,3 +178,5 @@ BOOST_AUTO_TEST_CASE(simulator_rejects_broken_lists) {
 BOOST_AUTO_TEST_CASE(closed_form_names_the_keys) {
   test::check_error([] { theoretical_bubble(PipeSchedule::zb_h1, 2, 4, 2, {}); }, {"pipeline.virtual_stages"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_pipeline_time

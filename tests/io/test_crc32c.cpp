@@ -9,6 +9,8 @@
 
 #include "io/crc32c.h"
 
+BOOST_AUTO_TEST_SUITE(test_crc32c)
+
 using triad::io::crc32c;
 using triad::io::masked_crc32c;
 
@@ -50,3 +52,5 @@ BOOST_AUTO_TEST_CASE(every_length_and_alignment_matches_the_definition) {
     for (size_t n = 0; n <= 100; ++n) BOOST_CHECK_EQUAL(crc32c(bytes.data() + offset, n), reference(bytes.data() + offset, n));
   BOOST_CHECK_EQUAL(crc32c(bytes.data() + 5, 1 << 20), reference(bytes.data() + 5, 1 << 20));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_crc32c

@@ -19,6 +19,8 @@
 #include "support/files.h"
 #include "tensor/random.h"
 
+BOOST_AUTO_TEST_SUITE(test_h5file)
+
 using namespace triad;
 using io::AttrType;
 using io::Box;
@@ -587,3 +589,5 @@ BOOST_AUTO_TEST_CASE(bad_arguments) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_h5file

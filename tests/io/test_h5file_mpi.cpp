@@ -15,14 +15,13 @@
 #include "parallel/counting_communicator.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
-#include "support/mpi_fixture.h"
 #include "tensor/random.h"
+
+BOOST_AUTO_TEST_SUITE(test_h5file_mpi)
 
 using namespace triad;
 using io::H5Access;
 using io::H5File;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 namespace fs = std::filesystem;
 
 namespace {
@@ -315,3 +314,5 @@ BOOST_AUTO_TEST_CASE(an_error_on_one_rank_throws_on_every_rank) {
   BOOST_TEST(f.list_datasets() == std::vector<std::string>{"/w"});
   f.close();
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_h5file_mpi

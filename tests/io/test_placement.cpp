@@ -12,6 +12,8 @@
 #include "tensor/ops.h"
 #include "tensor/random.h"
 
+BOOST_AUTO_TEST_SUITE(test_placement)
+
 using namespace triad;
 using io::Placement;
 
@@ -145,3 +147,5 @@ BOOST_AUTO_TEST_CASE(bad_placements_and_parts_that_do_not_fit_are_errors) {
       [&] { file.write_ranges({{"/w", 0, Tensor::zeros({6}), {3, 2}, Placement{0, {0, 1, 2}}}}); },
       {"/w", "does not fit"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_placement

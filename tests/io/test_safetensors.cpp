@@ -15,6 +15,8 @@
 #include "tensor/ops.h"
 #include "tensor/random.h"
 
+BOOST_AUTO_TEST_SUITE(test_safetensors)
+
 using namespace triad;
 using io::SafetensorsCheckpoint;
 using io::SafetensorsFile;
@@ -232,3 +234,5 @@ BOOST_AUTO_TEST_CASE(the_writer_refuses_bad_tensors_and_keeps_the_old_file) {
       {path, "tensor name 'x' is empty, reserved or repeated"});
   BOOST_TEST(test::read_bytes(path) == before);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_safetensors

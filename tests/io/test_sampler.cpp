@@ -13,6 +13,8 @@
 #include "support/check.h"
 #include "support/files.h"
 
+BOOST_AUTO_TEST_SUITE(test_sampler)
+
 using namespace triad;
 using io::BatchSampler;
 using io::TokenRange;
@@ -128,3 +130,5 @@ BOOST_AUTO_TEST_CASE(split_train_val_edges) {
     check_error([&] { io::split_train_val(1000, bad); }, {"val_fraction"});
   check_error([] { io::split_train_val(-5, 0.1); }, {"n_tokens"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_sampler

@@ -14,6 +14,8 @@
 #include "support/check.h"
 #include "support/files.h"
 
+BOOST_AUTO_TEST_SUITE(test_swap_file)
+
 using namespace triad;
 using io::AioConfig;
 using io::SwapFile;
@@ -109,3 +111,5 @@ BOOST_AUTO_TEST_CASE(a_missing_folder_and_bad_aio_values_are_named) {
              "[config] aio.intra_op_parallelism must be at least 1, got 0");
   BOOST_TEST(test::error_message([] { io::check_aio({}); }) == "(no error)");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_swap_file

@@ -13,6 +13,8 @@
 #include "support/check.h"
 #include "support/files.h"
 
+BOOST_AUTO_TEST_SUITE(test_text_corpus)
+
 using namespace triad;
 using test::check_error;
 using test::TempDir;
@@ -130,3 +132,5 @@ BOOST_AUTO_TEST_CASE(english_fixture) {
   BOOST_TEST(c.num_documents() == 1);
   BOOST_TEST(c.text.size() > 3000u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_text_corpus

@@ -14,6 +14,8 @@
 #include "support/files.h"
 #include "tensor/error.h"
 
+BOOST_AUTO_TEST_SUITE(test_token_file)
+
 using namespace triad;
 using io::TokenFile;
 using test::check_error;
@@ -206,3 +208,5 @@ BOOST_AUTO_TEST_CASE(overwrite_is_atomic_replace) {
   BOOST_TEST(f.size() == 2);
   BOOST_TEST(f.at(1) == 7u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_token_file

@@ -30,6 +30,8 @@
 #include "support/check.h"
 #include "support/files.h"
 
+BOOST_AUTO_TEST_SUITE(test_tokenizer)
+
 using namespace triad;
 using io::TriadTokenizer;
 using test::check_error;
@@ -540,3 +542,5 @@ BOOST_AUTO_TEST_CASE(chat_template_subset_and_bad_templates) {
   test::check_error([&] { render("{% if true %}a"); }, {"an if at offset 0 has no endif"});
   test::check_error([&] { render("{{ 'a' + 1 }}"); }, {"'+' of a string and a number"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_tokenizer

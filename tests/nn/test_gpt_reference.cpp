@@ -6,6 +6,8 @@
 #include "support/language_model_reference.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_gpt_reference)
+
 using namespace triad;
 
 namespace {
@@ -46,3 +48,5 @@ BOOST_AUTO_TEST_CASE(activation_checkpointing_gives_the_same_gradients) {
   for (size_t i = 0; i < pp.size(); ++i)
     BOOST_TEST(test::max_abs_diff(grad(cp[i].second), grad(pp[i].second)) == 0.0, pp[i].first);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_gpt_reference

@@ -4,6 +4,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_kv_cache)
+
 using namespace triad;
 
 namespace {
@@ -102,3 +104,5 @@ BOOST_AUTO_TEST_CASE(a_length_in_device_memory_gives_the_same_logits) {
     for (size_t i = 0; i < host.k.size(); ++i) BOOST_TEST(test::max_abs_diff(device.k[i], host.k[i]) == 0.0);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_kv_cache

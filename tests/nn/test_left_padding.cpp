@@ -7,6 +7,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_left_padding)
+
 using namespace triad;
 
 namespace {
@@ -195,3 +197,5 @@ BOOST_AUTO_TEST_CASE(padding_is_checked) {
   ops::fill_(bad.positions, 12.0);
   test::check_error([&] { model.forward(padded_batch(), bad); }, {"positions must lie in [0, 12)"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_left_padding

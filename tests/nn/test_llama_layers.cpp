@@ -9,6 +9,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_llama_layers)
+
 using namespace triad;
 
 BOOST_AUTO_TEST_CASE(rms_norm_divides_by_the_root_mean_square) {
@@ -129,3 +131,5 @@ BOOST_AUTO_TEST_CASE(bad_shapes_are_named) {
   nn::Llama model({.seq_len = 8});
   test::check_error([&] { model(Tensor::zeros({1, 9}, DType::i64)); }, {"exceeds the model's seq_len 8"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_llama_layers

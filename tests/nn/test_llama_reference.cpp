@@ -7,6 +7,8 @@
 #include "support/language_model_reference.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_llama_reference)
+
 using namespace triad;
 
 namespace {
@@ -60,3 +62,5 @@ BOOST_AUTO_TEST_CASE(cached_generation_equals_the_full_forward) {
   const Tensor too_many = Tensor::zeros({ids.size(0), model->config().seq_len - T + 1}, DType::i64);
   test::check_error([&] { model->forward_cached(too_many, cache); }, {"exceed the model's seq_len"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_llama_reference

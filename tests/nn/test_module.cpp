@@ -11,6 +11,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_module)
+
 using namespace triad;
 
 namespace {
@@ -601,3 +603,5 @@ BOOST_AUTO_TEST_CASE(attention_is_causal) {
   BOOST_TEST(test::max_abs_diff(ops::narrow(ya, 1, 3, 3), ops::narrow(yb, 1, 3, 3)) > 1e-4);
   test::check_error([] { nn::CausalSelfAttention bad(18, 4, 0.0); }, {"d_model", "n_head"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_module

@@ -15,6 +15,8 @@
 #include "support/params_dtype.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_moe)
+
 using namespace triad;
 using nn::MoEConfig;
 
@@ -808,3 +810,5 @@ BOOST_AUTO_TEST_CASE(totals_count_every_forward_across_folds) {
   BOOST_TEST(t.load == (std::vector<int64_t>{300 * 8, 0}), boost::test_tools::per_element());
   BOOST_TEST(t.dropped == 300 * 4);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_moe

@@ -11,6 +11,8 @@
 #include "support/params_dtype.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_moe_grouped)
+
 using namespace triad;
 
 namespace {
@@ -345,3 +347,5 @@ BOOST_AUTO_TEST_CASE(experts_that_cannot_run_grouped_run_the_loop) {
   NoGradGuard no_grad;
   check_same_bits(grouped.apply(x).out, loop.apply(x).out, "fake-quantized experts");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_moe_grouped

@@ -8,6 +8,8 @@
 #include "nn/pipeline_partition.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_pipeline_partition)
+
 using namespace triad;
 using nn::LayerInfo;
 using Bounds = std::vector<int>;
@@ -116,3 +118,5 @@ BOOST_AUTO_TEST_CASE(bad_partitions_name_the_key) {
                     {"pipeline.partition \"type:Conv\" matches none of the model's layer types"});
   test::check_error([&] { nn::partition_layers({}, 1, "parameters"); }, {"the model's 0 layers"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_pipeline_partition

@@ -13,6 +13,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_train_synthetic)
+
 using namespace triad;
 
 namespace {
@@ -119,3 +121,5 @@ BOOST_AUTO_TEST_CASE(training_is_deterministic) {
   const auto pa = a.parameters(), pb = b.parameters();
   for (size_t i = 0; i < pa.size(); ++i) BOOST_TEST(test::max_abs_diff(pa[i], pb[i]) == 0.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_train_synthetic

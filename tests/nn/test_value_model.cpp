@@ -12,6 +12,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_value_model)
+
 using namespace triad;
 
 namespace {
@@ -87,3 +89,5 @@ BOOST_AUTO_TEST_CASE(names_and_head_initialization) {
   BOOST_TEST(ops::max_abs(a.v_head->weight) <= 1.0 / std::sqrt(16.0));  // torch's Linear: U(±1/sqrt(fan_in))
   BOOST_TEST(ops::max_abs(a.v_head->weight) > 0.5 / std::sqrt(16.0));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_value_model

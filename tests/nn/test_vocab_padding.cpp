@@ -8,6 +8,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_vocab_padding)
+
 using namespace triad;
 
 namespace {
@@ -66,3 +68,5 @@ BOOST_AUTO_TEST_CASE(padding_rows_are_never_sampled) {
                boost::test_tools::per_element());
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_vocab_padding

@@ -15,6 +15,8 @@
 #include "optim/deepspeed_schedules.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_deepspeed_schedules)
+
 using namespace triad;
 namespace ds = optim::deepspeed;
 
@@ -275,3 +277,5 @@ BOOST_AUTO_TEST_CASE(config_keys_with_deepspeeds_defaults) {
   j["scheduler"] = {{"type", "CosineLR"}};
   test::check_error([&] { engine::parse_config(j); }, {"scheduler.type", "WarmupDecayLR"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_deepspeed_schedules

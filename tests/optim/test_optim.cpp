@@ -10,6 +10,8 @@
 #include "support/check.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_optim)
+
 using namespace triad;
 
 namespace {
@@ -527,3 +529,5 @@ BOOST_AUTO_TEST_CASE(loss_scaler_follows_deepspeeds_rule) {
   BOOST_TEST(s.scale() == 8192.0);  // the restored counters: the third clean step doubles
   test::check_error([&] { s.set_state({.scale = 0}); }, {"loss scaler", "scale 0"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_optim

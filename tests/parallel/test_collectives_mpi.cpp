@@ -20,17 +20,16 @@
 #include "parallel/watchdog.h"
 #include "support/check.h"
 #include "support/collective_values.h"
-#include "support/mpi_fixture.h"
 #include "tensor/ops.h"
+
+BOOST_AUTO_TEST_SUITE(test_collectives_mpi)
 
 using namespace triad;
 using test::fold;
-using test::MpiFixture;
 using test::name;
 using test::v_for;
 using test::v_mm;
 using test::v_sum;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 using namespace triad::parallel;
 
 namespace {
@@ -917,3 +916,5 @@ BOOST_AUTO_TEST_CASE(device_calls_past_the_deadline_are_aborted_and_named) {
   BOOST_TEST(parallel::poll_device_calls(0.0) == "");  // none left
   BOOST_TEST(second_aborts == 1);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_collectives_mpi

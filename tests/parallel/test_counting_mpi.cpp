@@ -6,11 +6,10 @@
 #include "parallel/counting_communicator.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
-#include "support/mpi_fixture.h"
+
+BOOST_AUTO_TEST_SUITE(test_counting_mpi)
 
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 using namespace triad::parallel;
 
 namespace {
@@ -198,3 +197,5 @@ BOOST_AUTO_TEST_CASE(bus_bytes_split_between_and_within_nodes) {
   BOOST_TEST(cc.stats().at("all_reduce").calls == 3);
   BOOST_TEST(cc.inter_node_bus_bytes() == before);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_counting_mpi

@@ -13,15 +13,14 @@
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
-#include "support/mpi_fixture.h"
 #include "triad.h"
+
+BOOST_AUTO_TEST_SUITE(test_expert_parallel_mpi)
 
 using namespace triad;
 using namespace triad::parallel;
 using nn::MoEConfig;
 using test::relative_error;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -277,3 +276,5 @@ BOOST_AUTO_TEST_CASE(experts_not_divisible_by_ep_is_named_on_every_rank) {
       {"[moe]", expected});
   world()->barrier();  // every rank got here: none is left waiting in a collective
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_expert_parallel_mpi

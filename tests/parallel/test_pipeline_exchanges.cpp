@@ -7,6 +7,8 @@
 #include "parallel/pipeline_exchanges.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_pipeline_exchanges)
+
 using namespace triad;
 using parallel::PipeAction;
 using parallel::PipeOp;
@@ -89,3 +91,5 @@ BOOST_AUTO_TEST_CASE(deadlocks_and_lost_messages_are_named) {
   test::check_error([] { parallel::check_pipe_exchanges({{F(0), B(0)}, {F(0)}}, 1); },
                     {"rank 0's B0 waits for the gradient of micro-batch 0 out of virtual stage 1"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_pipeline_exchanges

@@ -11,6 +11,8 @@
 #include "support/check.h"
 #include "support/pipeline_cases.h"
 
+BOOST_AUTO_TEST_SUITE(test_pipeline_schedule)
+
 using namespace triad;
 using parallel::PipeAction;
 using parallel::PipeOp;
@@ -149,3 +151,5 @@ BOOST_AUTO_TEST_CASE(bad_arguments_name_the_keys) {
                     {"pipeline.virtual_stages", "got 0"});
   test::check_error([] { parallel::pipe_actions(PipeSchedule::zb_h1, 4, 4, 8); }, {"rank 4", "[0, 4)"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_pipeline_schedule

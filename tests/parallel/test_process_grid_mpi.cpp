@@ -13,11 +13,10 @@
 #include "parallel/process_grid.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
-#include "support/mpi_fixture.h"
+
+BOOST_AUTO_TEST_SUITE(test_process_grid_mpi)
 
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 using namespace triad::parallel;
 
 namespace {
@@ -281,3 +280,5 @@ BOOST_AUTO_TEST_CASE(invalid_shapes_throw) {
   BOOST_TEST(g.dp()->size() == n);
   BOOST_TEST(!g.str().empty());
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_process_grid_mpi

@@ -16,8 +16,9 @@
 #include "parallel/staged_collectives.h"
 #include "support/check.h"
 #include "support/collective_values.h"
-#include "support/mpi_fixture.h"
 #include "tensor/ops.h"
+
+BOOST_AUTO_TEST_SUITE(test_staged_collectives_mpi)
 
 using namespace triad;
 using namespace triad::parallel;
@@ -70,13 +71,12 @@ void FakeCopy::order_current() { ++s_.order_currents; }
 
 FakeStaging g_staging;
 
-// MPI for the whole program, and the fake staging registered for cuda (no test here asks
-// the tensor layer for a cuda device, which would install the real one).
-struct Fixture : test::MpiFixture {
-  Fixture() { register_device_staging(DeviceType::cuda, &g_staging); }
-  ~Fixture() { register_device_staging(DeviceType::cuda, nullptr); }
+// The fake staging registered for cuda while this suite runs (no test here asks the tensor
+// layer for a cuda device, which would install the real one).
+struct StagingFixture {
+  StagingFixture() { register_device_staging(DeviceType::cuda, &g_staging); }
+  ~StagingFixture() { register_device_staging(DeviceType::cuda, nullptr); }
 };
-BOOST_TEST_GLOBAL_FIXTURE(Fixture);
 
 CommunicatorPtr comm() { return world(); }
 
@@ -125,6 +125,10 @@ void check_values(const std::string& what, const Tensor& t, const std::function<
 using Types = boost::mpl::list<float, bf16, int64_t>;
 
 }  // namespace
+
+// (The suite reopened: its fixture is defined above.)
+BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_SUITE(test_staged_collectives_mpi, *boost::unit_test::fixture<StagingFixture>())
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(all_reduce, T, Types) {
   auto c = comm();
@@ -321,3 +325,5 @@ BOOST_AUTO_TEST_CASE(argument_errors) {
               {"all_reduce", "cuda:0", "the MPI communicator takes cpu tensors"});
   register_device_staging(DeviceType::cuda, &g_staging);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_staged_collectives_mpi

@@ -12,15 +12,14 @@
 #include "parallel/tensor_parallel_functions.h"
 #include "parallel/tensor_parallel_layers.h"
 #include "support/check.h"
-#include "support/mpi_fixture.h"
 #include "tensor/allocator.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_tensor_parallel_mpi)
+
 using namespace triad;
 using namespace triad::parallel;
-using test::MpiFixture;
 using test::relative_error;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -422,3 +421,5 @@ BOOST_AUTO_TEST_CASE(tp_bus_bytes_equal_the_closed_form) {
                "sequence_parallel " << sp << ": " << tp->bus_bytes() << " bus bytes, closed form " << expected);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_tensor_parallel_mpi

@@ -9,6 +9,8 @@
 #include "profiler/flops_profiler.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_flops_profiler)
+
 using namespace triad;
 using engine::FlopsProfiler;
 using engine::number_to_string;
@@ -123,3 +125,5 @@ BOOST_AUTO_TEST_CASE(the_report_has_deepspeeds_sections_and_figures) {
   BOOST_TEST(shallow.find("depth 2:") == std::string::npos);
   BOOST_TEST(shallow.find("Detailed Profile") == std::string::npos);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_flops_profiler

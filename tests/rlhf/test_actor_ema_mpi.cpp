@@ -14,13 +14,12 @@
 #include "rlhf/actor_ema.h"
 #include "support/check.h"
 #include "support/files.h"
-#include "support/mpi_fixture.h"
 #include "support/shared_corpus.h"
 #include "tensor/random.h"
 
+BOOST_AUTO_TEST_SUITE(test_actor_ema_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -100,3 +99,5 @@ BOOST_AUTO_TEST_CASE(average_follows_its_closed_form_and_reads_back) {
   }
   world->barrier();
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_actor_ema_mpi

@@ -9,6 +9,8 @@
 #include "rlhf/fortune_pairs.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_fortune_pairs)
+
 using namespace triad;
 using namespace triad::rlhf;
 
@@ -91,3 +93,5 @@ BOOST_AUTO_TEST_CASE(bad_options_and_no_eligible_fortune_are_errors) {
       },
       {"none of the 2 fortunes has 8 to 40 words of prose"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_fortune_pairs

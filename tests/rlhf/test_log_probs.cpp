@@ -10,6 +10,8 @@
 #include "support/check.h"
 #include "tensor/allocator.h"
 
+BOOST_AUTO_TEST_SUITE(test_log_probs)
+
 using namespace triad;
 using namespace triad::rlhf;
 
@@ -137,3 +139,5 @@ BOOST_AUTO_TEST_CASE(sequence_log_probs_sum_the_masked_tokens) {
   BOOST_TEST(sequence_log_probs(lp, mask).to_vector<double>() == std::vector<double>({-5, -0.75}),
              boost::test_tools::per_element());
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_log_probs

@@ -18,6 +18,8 @@
 #include "support/check.h"
 #include "support/files.h"
 
+BOOST_AUTO_TEST_SUITE(test_preference_data)
+
 using namespace triad;
 using namespace triad::rlhf;
 
@@ -303,3 +305,5 @@ BOOST_AUTO_TEST_CASE(a_truncated_sample_scores_what_training_read_at_the_cut) {
   test::check_error([&] { sample_scores(model.forward(none.seq, none.padding), none.answer_mask); },
                     {"sample_scores: row 0 has no generated token"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_preference_data

@@ -29,12 +29,11 @@
 #include "rlhf/step_run.h"
 #include "support/check.h"
 #include "support/files.h"
-#include "support/mpi_fixture.h"
 #include "support/shared_corpus.h"
 
+BOOST_AUTO_TEST_SUITE(test_rl_training_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -521,3 +520,5 @@ BOOST_AUTO_TEST_CASE(frozen_models_partitioned_at_zero3_alone) {
       {"without gradients"});
   world->barrier();
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_rl_training_mpi

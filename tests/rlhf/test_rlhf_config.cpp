@@ -8,6 +8,8 @@
 #include "rlhf/step_run.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_rlhf_config)
+
 using namespace triad;
 using rlhf::parse_rlhf_config;
 
@@ -158,3 +160,5 @@ BOOST_AUTO_TEST_CASE(layouts_the_loops_refuse_are_named) {
     }
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_rlhf_config

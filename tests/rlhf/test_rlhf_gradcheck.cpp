@@ -10,6 +10,8 @@
 #include "rlhf/ppo_losses.h"
 #include "rlhf/reward_loss.h"
 
+BOOST_AUTO_TEST_SUITE(test_rlhf_gradcheck)
+
 using namespace triad;
 using namespace triad::rlhf;
 using test::grad_leaf;
@@ -72,3 +74,5 @@ BOOST_AUTO_TEST_CASE(log_prob_and_entropy_gradients) {
   gradcheck("sequence_log_probs",
             [&](auto& in) { return sequence_log_probs(next_token_log_probs(in[0], token_ids).logp, mask); }, {logits});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_rlhf_gradcheck

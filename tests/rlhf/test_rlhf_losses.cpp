@@ -16,6 +16,8 @@
 #include "rlhf/reward_loss.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_rlhf_losses)
+
 using namespace triad;
 using namespace triad::rlhf;
 
@@ -241,3 +243,5 @@ BOOST_AUTO_TEST_CASE(adaptive_kl_controller_follows_ziegler_et_al) {
   BOOST_TEST(!f.is_adaptive());
   test::check_error([] { KlController::adaptive(0.1, 0.0, 100); }, {"target > 0"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_rlhf_losses

@@ -15,6 +15,8 @@
 #include "rlhf/reward_loss.h"
 #include "support/check.h"
 
+BOOST_AUTO_TEST_SUITE(test_rlhf_reference)
+
 using namespace triad;
 using namespace triad::rlhf;
 
@@ -118,3 +120,5 @@ BOOST_AUTO_TEST_CASE(dpo_loss_and_rewards) {
   ref.check("dpo/grad_policy_chosen", grad(pc));
   ref.check("dpo/grad_policy_rejected", grad(pr));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_rlhf_reference

@@ -15,6 +15,8 @@
 #include "support/files.h"
 #include "support/training.h"
 
+BOOST_AUTO_TEST_SUITE(test_sft_data)
+
 using namespace triad;
 using namespace triad::rlhf;
 
@@ -102,3 +104,5 @@ BOOST_AUTO_TEST_CASE(the_training_loop_takes_the_models_loss_on_the_first_global
   nn::GPT model(c.model);
   BOOST_TEST(model.loss(b.inputs, b.targets).item() == losses[0], boost::test_tools::tolerance(1e-6));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_sft_data

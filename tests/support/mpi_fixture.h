@@ -1,5 +1,6 @@
 // A Boost.Test global fixture for multi-rank test programs: MPI starts before the first
-// test case and is finalized after the last. Use BOOST_TEST_GLOBAL_FIXTURE(MpiFixture).
+// test case and is finalized after the last; support/mpi_program_fixture.cpp installs it in
+// every multi-rank test program.
 #pragma once
 
 #include <boost/test/unit_test.hpp>

@@ -9,11 +9,13 @@
 #include "support/check.h"
 #include "tensor/ops.h"
 
-using namespace triad;
-
 namespace triad {
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 }  // namespace triad
+
+BOOST_AUTO_TEST_SUITE(test_dtype)
+
+using namespace triad;
 
 namespace {
 
@@ -299,3 +301,5 @@ BOOST_AUTO_TEST_CASE(device_parse) {
     }
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_dtype

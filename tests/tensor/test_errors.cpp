@@ -10,6 +10,8 @@
 #include "support/check.h"
 #include "tensor/ops.h"
 
+BOOST_AUTO_TEST_SUITE(test_errors)
+
 using namespace triad;
 
 namespace {
@@ -307,3 +309,5 @@ BOOST_AUTO_TEST_CASE(cuda_device_on_a_cpu_build) {
   expect_error("parse then allocate", [] { Tensor::ones({1}, DType::f64, Device::parse("cuda:2")); }, {"cuda:2"});
 #endif
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_errors

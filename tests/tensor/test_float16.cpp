@@ -8,6 +8,8 @@
 
 #include "tensor/float16.h"
 
+BOOST_AUTO_TEST_SUITE(test_float16)
+
 using namespace triad;
 
 namespace {
@@ -49,3 +51,5 @@ BOOST_AUTO_TEST_CASE(every_f32_nan_converts_to_a_quiet_nan_with_its_sign) {
     }
   BOOST_TEST(failures == 0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_float16

@@ -10,6 +10,8 @@
 #include "support/check.h"
 #include "tensor/ops.h"
 
+BOOST_AUTO_TEST_SUITE(test_ops)
+
 using namespace triad;
 
 namespace {
@@ -799,3 +801,5 @@ BOOST_AUTO_TEST_CASE(fused_block_ops_match_their_compositions) {
       },
       {"layer_norm_backward", "grad_residual"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_ops

@@ -15,6 +15,8 @@
 #include "tensor/ops.h"
 #include "tensor/quantized_matmul.h"
 
+BOOST_AUTO_TEST_SUITE(test_quantize)
+
 using namespace triad;
 
 namespace {
@@ -554,3 +556,5 @@ BOOST_AUTO_TEST_CASE(compression_bad_arguments_throw) {
       },
       {"quantized_linear", "(..., 48)"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_quantize

@@ -4,6 +4,8 @@
 
 #include "tensor/cpu/vec_math.h"
 
+BOOST_AUTO_TEST_SUITE(test_vec_math)
+
 using triad::cpu::vexp;
 using triad::cpu::vtanh;
 
@@ -28,3 +30,5 @@ BOOST_AUTO_TEST_CASE(tanh_is_within_2e7_absolute) {
   BOOST_TEST(vtanh(30.0f) == 1.0f);
   BOOST_TEST(vtanh(-30.0f) == -1.0f);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_vec_math

@@ -7,6 +7,8 @@
 #include "support/check.h"
 #include "tensor/ops.h"
 
+BOOST_AUTO_TEST_SUITE(test_views)
+
 using namespace triad;
 
 namespace {
@@ -546,3 +548,5 @@ BOOST_AUTO_TEST_CASE(nn_kernels_ignore_layout) {
     check_layouts(d + " cross_entropy_backward", ceb, {logits, targets});
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_views

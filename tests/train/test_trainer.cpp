@@ -15,6 +15,8 @@
 #include "train/trainer.h"
 #include "triad.h"
 
+BOOST_AUTO_TEST_SUITE(test_trainer)
+
 using namespace triad;
 using test::TempDir;
 
@@ -322,3 +324,5 @@ BOOST_AUTO_TEST_CASE(compression_training_layer_reduction_starts_from_the_chosen
   BOOST_TEST(val < 0.5);
   test::check_error([&] { engine::train(c, {}); }, {"compression_training.layer_reduction needs --init"});
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_trainer

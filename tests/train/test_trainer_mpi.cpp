@@ -12,14 +12,13 @@
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
-#include "support/mpi_fixture.h"
 #include "support/shared_corpus.h"
 #include "support/training.h"
 #include "train/trainer.h"
 
+BOOST_AUTO_TEST_SUITE(test_trainer_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -327,3 +326,5 @@ BOOST_AUTO_TEST_CASE(ranks_sharing_a_gpu_are_named_on_every_rank) {
   BOOST_TEST(shared == "ranks " + std::to_string(n - 2) + " and " + std::to_string(n - 1) + " both train on cuda:" +
                            std::to_string(n - 2) + " of one node");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_trainer_mpi

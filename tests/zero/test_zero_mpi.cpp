@@ -16,7 +16,6 @@
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
-#include "support/mpi_fixture.h"
 #include "support/zero_trajectory.h"
 #include "triad.h"
 #include "io/swap_file.h"
@@ -24,11 +23,11 @@
 #include "zero/frozen_partition.h"
 #include "zero/zero_optimizer.h"
 
+BOOST_AUTO_TEST_SUITE(test_zero_mpi)
+
 using namespace triad;
 using namespace triad::test;
 
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -772,3 +771,5 @@ BOOST_AUTO_TEST_CASE(hysteresis_refills_as_deepspeeds_loss_scaler) {
     }
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_zero_mpi

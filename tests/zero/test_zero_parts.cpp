@@ -31,6 +31,8 @@
 #include "zero/shard_store.h"
 #include "zero/zero_config.h"
 
+BOOST_AUTO_TEST_SUITE(test_zero_parts)
+
 using namespace triad;
 
 namespace {
@@ -521,3 +523,5 @@ BOOST_AUTO_TEST_CASE(parameters_in_host_memory_take_buffer_count_and_refuse_a_de
                                "\"cpu\" on a cpu device (the pending update would hold every parameter shard on the "
                                "device); turn one of them off");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_zero_parts

@@ -10,13 +10,12 @@
 #include "parallel/runtime.h"
 #include "parallel/tensor_parallel_layers.h"
 #include "support/check.h"
-#include "support/mpi_fixture.h"
 #include "triad.h"
 #include "zero/zero_optimizer.h"
 
+BOOST_AUTO_TEST_SUITE(test_zero_tensor_parallel_mpi)
+
 using namespace triad;
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -131,3 +130,5 @@ BOOST_AUTO_TEST_CASE(bf16_under_tensor_parallelism_follows_f32) {
       BOOST_TEST(std::abs(run.losses[i] - ref.losses[i]) / ref.losses[i] < 0.02, "sp " << sp << ", step " << i);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_zero_tensor_parallel_mpi

@@ -10,18 +10,17 @@
 #include "parallel/counting_communicator.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
-#include "support/mpi_fixture.h"
 #include "support/zero_trajectory.h"
 #include "triad.h"
 #include "zero/quantized_collectives.h"
 #include "zero/zero_optimizer.h"
 
+BOOST_AUTO_TEST_SUITE(test_zeropp_mpi)
+
 using namespace triad;
 using namespace triad::test;
 using parallel::CountingCommunicator;
 
-using test::MpiFixture;
-BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
@@ -196,3 +195,5 @@ BOOST_AUTO_TEST_CASE(bytes_between_nodes_follow_the_closed_forms) {
     BOOST_TEST_MESSAGE(c.name << ": " << measured << " bytes between nodes, " << ratio << " of ZeRO-3's");
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_zeropp_mpi
