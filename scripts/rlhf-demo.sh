@@ -64,11 +64,12 @@ for name in ("ppo", "grpo"):
     k = max(1, len(r) // 5)
     first, last, kl = (mean([x["reward"] for x in r[:k]]), mean([x["reward"] for x in r[-k:]]),
                        mean([x["kl"] for x in r[-k:]]))
-    chosen = mean([x["chosen_reward"] for x in r])
+    chosen = mean([x["chosen_reward"] for x in r[-k:]])
     figures.update({f"{name}_reward_first": first, f"{name}_reward_last": last, f"{name}_kl_last": kl,
-                    f"{name}_chosen_reward": chosen})
+                    f"{name}_chosen_reward_last": chosen})
     print(f"{name}: mean reward of fresh samples {first:.3f} over the first {k} steps, {last:.3f} over the last {k} "
-          f"(the real endings of the same prompts: {chosen:.3f}); KL to the reference {kl:.3f}")
+          f"(the real answers to the same prompts: {chosen:.3f}, {100 * (last / chosen - 1):+.1f}%); "
+          f"KL to the reference {kl:.3f}")
 print(f"dpo: held-out margin {figures['dpo_val_margin']:.4f} (0 at the start), accuracy {figures['dpo_val_accuracy']:.3f}")
 print(json.dumps(figures))
 PY
