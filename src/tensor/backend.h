@@ -66,8 +66,8 @@ class Backend {
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b, int64_t batch,
                       int64_t m, int64_t n, int64_t k, bool accumulate) = 0;
   // ops::grouped_matmul: out[g] = a'[g] b'[g] (or += with `accumulate`) for every group g,
-  // each group matmul's batch-1 product of its own shape dims[g] (any of m, n, k may be 0:
-  // k = 0 writes zeros, or adds nothing), the four lists of one length, each tensor
+  // each group matmul's batch-1 product of its own shape dims[g] (m, n and k all above 0:
+  // ops::grouped_matmul_ handles the empty ones), the four lists of one length, each tensor
   // contiguous on its own (the groups need not share a buffer or a stride). dtypes as
   // matmul's, one dtype per list.
   struct GemmDims {

@@ -273,7 +273,7 @@ void grouped_matmul_(const std::vector<Tensor>& out, const std::vector<Tensor>& 
       o.device() == a[0].device() && (o.dtype() == a[0].dtype() || (o.dtype() == DType::f32 && is_16bit(a[0].dtype()))),
       "grouped_matmul_: out " << o.str() << " must be on " << a[0].device().str() << " in " << dtype_name(a[0].dtype())
                               << (is_16bit(a[0].dtype()) ? " or f32" : ""));
-  std::vector<Tensor> ca, cb;
+  std::vector<Tensor> ca, cb, live;
   std::vector<Backend::GemmDims> dims;
   for (size_t g = 0; g < a.size(); ++g) {
     const MatmulShape s = matmul_shape(a[g], b[g], trans_a, trans_b, "grouped_matmul_");
@@ -285,11 +285,19 @@ void grouped_matmul_(const std::vector<Tensor>& out, const std::vector<Tensor>& 
                     out[g].device() == o.device(),
                 "grouped_matmul_: out " << out[g].str() << " of group " << g << " must be contiguous, "
                                         << shape_str(s.out) << ", as group 0's " << o.str());
+    // An empty product is skipped, one over an inner dimension of 0 is zeros (or adds
+    // nothing): the backends see only groups with a product to make.
+    if (s.m == 0 || s.n == 0 || (s.k == 0 && accumulate)) continue;
+    if (s.k == 0) {
+      zero_(out[g]);
+      continue;
+    }
     ca.push_back(contiguous(a[g]));
     cb.push_back(contiguous(b[g]));
+    live.push_back(out[g]);
     dims.push_back({s.m, s.n, s.k});
   }
-  backend_for(a[0].device()).grouped_matmul(ca, cb, out, trans_a, trans_b, dims, accumulate);
+  if (!live.empty()) backend_for(a[0].device()).grouped_matmul(ca, cb, live, trans_a, trans_b, dims, accumulate);
 }
 
 namespace {

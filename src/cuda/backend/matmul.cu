@@ -76,17 +76,10 @@ void CudaBackend::grouped_matmul(const std::vector<Tensor>& a, const std::vector
                                  const std::vector<GemmDims>& dims, bool accumulate) {
   if (a.empty()) return;
   require_floating(a[0], "grouped_matmul");
-  // The groups with a product to make: an empty one is skipped, one over no inner
-  // dimension is zeros (or adds nothing).
-  std::vector<size_t> live;
+  std::vector<size_t> live;  // every group (ops::grouped_matmul_ passes only products to make)
   bool aligned = true, uniform = true;
   for (size_t g = 0; g < a.size(); ++g) {
     const auto [m, n, k] = dims[g];
-    if (m == 0 || n == 0 || (k == 0 && accumulate)) continue;
-    if (k == 0) {
-      fill(out[g], 0.0);
-      continue;
-    }
     TRIAD_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX,
                 "grouped_matmul: M " << m << ", N " << n << ", K " << k << " exceed cuBLAS's int range");
     for (const Tensor* t : {&a[g], &b[g], &out[g]})

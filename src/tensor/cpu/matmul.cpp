@@ -81,17 +81,11 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
 // kCpuAlignment, and Eigen's small products (K + M + N < 20, computed coefficient-wise)
 // round by the destination's alignment, so a result that is not so aligned (a slice of one
 // buffer) is computed into a fresh block and copied.
-// An empty product is skipped, and one over an inner dimension of 0 written as zeros.
 void CpuBackend::grouped_matmul(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
                                 const std::vector<Tensor>& out, bool trans_a, bool trans_b,
                                 const std::vector<GemmDims>& dims, bool accumulate) {
   for (size_t g = 0; g < a.size(); ++g) {
     const auto [m, n, k] = dims[g];
-    if (m == 0 || n == 0 || (k == 0 && accumulate)) continue;
-    if (k == 0) {
-      fill(out[g], 0.0);
-      continue;
-    }
     if (accumulate || reinterpret_cast<uintptr_t>(out[g].raw_data()) % kCpuAlignment == 0) {
       matmul(a[g], b[g], out[g], trans_a, trans_b, 1, m, n, k, accumulate);
       continue;
