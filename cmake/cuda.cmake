@@ -21,9 +21,29 @@ elseif(NOT TRIAD_CUDA STREQUAL "OFF")
 endif()
 
 if(TRIAD_CUDA_ENABLED)
+  # The GPUs' architectures: those of the GPUs this machine sees (nvidia-smi), else Hopper
+  # (sm_90, the cards triad is tuned for). Each architecture compiles every kernel once more
+  # (a third of the .cu files' compile time is the second one), so a build is for the cards
+  # it will run on: name others with -DCMAKE_CUDA_ARCHITECTURES="80;90" (Ampere and Hopper).
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 80 90)   # Ampere and Hopper
+    execute_process(COMMAND nvidia-smi --query-gpu=compute_cap --format=csv,noheader
+                    RESULT_VARIABLE smi_status OUTPUT_VARIABLE smi_caps ERROR_QUIET)
+    set(visible_archs)
+    if(smi_status EQUAL 0)
+      string(REGEX MATCHALL "[0-9]+\\.[0-9]+" smi_caps "${smi_caps}")
+      foreach(cap ${smi_caps})
+        string(REPLACE "." "" cap "${cap}")
+        list(APPEND visible_archs ${cap})
+      endforeach()
+      list(REMOVE_DUPLICATES visible_archs)
+    endif()
+    if(visible_archs)
+      set(CMAKE_CUDA_ARCHITECTURES ${visible_archs})
+    else()
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
   endif()
+  message(STATUS "triad: CUDA architectures ${CMAKE_CUDA_ARCHITECTURES}")
   enable_language(CUDA)
   # The .cu files include triad's C++20 headers. CMake 3.25 does not know nvcc's flag for
   # C++20 (nvcc 12 and later take -std=c++20), so it is named here.
