@@ -120,6 +120,7 @@ void add_moe_command(CLI::App& app, MoEBenchOptions& o) {
   cmd->add_option("--capacity-factor", o.capacity_factor, "slots per expert, over tokens x k / experts")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--dropless", o.dropless, "route every choice (no capacity): the variable-size exchange");
   cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--seq", o.seq, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();

@@ -85,7 +85,7 @@ int run_moe_bench(const MoEBenchOptions& o) {
   nn::GPTConfig sparse = dense;
   sparse.moe = {.num_experts = {o.experts},
                 .every = o.every,
-                .layer = {.k = o.top_k, .capacity_factor = o.capacity_factor}};
+                .layer = {.k = o.top_k, .capacity_factor = o.capacity_factor, .drop_tokens = !o.dropless}};
   sparse.validate();
   TRIAD_CHECK(o.seq <= dense.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << dense.seq_len);
   const engine::TrainConfig dense_train = step_config(dense, o, n);
@@ -98,9 +98,9 @@ int run_moe_bench(const MoEBenchOptions& o) {
 
   if (leader)
     std::printf("triad-bench moe: %s, %lld experts top-%lld every %lld blocks (capacity factor %.2f), batch %lld x "
-                "seq %lld per rank, %d ranks (ep %d), %d threads, on %s\n",
+                "seq %lld per rank, %d ranks (ep %d), %d threads, on %s%s\n",
                 o.model.c_str(), (long long)o.experts, (long long)o.top_k, (long long)o.every, o.capacity_factor,
-                (long long)o.batch, (long long)o.seq, n, o.ep, threads, o.device.c_str());
+                (long long)o.batch, (long long)o.seq, n, o.ep, threads, o.device.c_str(), o.dropless ? ", dropless" : "");
   if (leader)
     std::printf("%6s %12s %12s %14s%s\n", "step", "dense_ms", "moe_ms", "ep_bus_bytes",
                 o.compare_loop ? "  moe_loop_ms" : "");
@@ -151,7 +151,7 @@ int run_moe_bench(const MoEBenchOptions& o) {
   const double lm = o.compare_loop ? app::median(loop_ms) : 0.0;
   if (o.compare_loop)
     std::printf("experts grouped %.1f ms/step, one by one %.1f ms/step: grouped/loop %.3fx\n", m, lm, m / lm);
-  if (o.ep > 1)
+  if (o.ep > 1 && !o.dropless)
     std::printf("all-to-all bus bytes per step on rank 0: %.0f measured, %.0f closed form (C = %lld slots): %+.3f%%\n",
                 ep_bytes, ep_closed, (long long)capacity, 100.0 * (ep_bytes - ep_closed) / ep_closed);
   app::print_json_line({{"bench", "moe"},
@@ -160,6 +160,7 @@ int run_moe_bench(const MoEBenchOptions& o) {
                         {"top_k", o.top_k},
                         {"every", o.every},
                         {"capacity_factor", o.capacity_factor},
+                        {"dropless", o.dropless},
                         {"batch", o.batch},
                         {"seq", o.seq},
                         {"ranks", n},

@@ -5,7 +5,8 @@
 // both train data-parallel over the job's ranks (each a batch of its own), the MoE model's
 // experts spread over groups of ep ranks, and the all-to-alls' bus bytes per step are
 // checked against their closed form: per MoE block, 2 all-to-alls in the forward and 2 in
-// the backward, each of the (E, C, d) f32 slots, (ep - 1)/ep of it leaving the rank.
+// the backward, each of the (E, C, d) f32 slots, (ep - 1)/ep of it leaving the rank
+// (--dropless: each of the routed rows only, which the closed form does not count).
 // With --device cuda both train in f32 on the GPU (routing, token permutation and the
 // experts' GEMMs as device kernels), each step timed until the device has finished it.
 // The experts' products run as grouped GEMMs (Note [Grouped experts] in nn/moe_experts.h);
@@ -24,6 +25,7 @@ struct MoEBenchOptions {
   int64_t top_k = 1;
   int64_t every = 2;
   double capacity_factor = 1.0;
+  bool dropless = false;  // drop_tokens false: every choice routed, exchanged by all_to_allv
   int64_t batch = 8;
   int64_t seq = 64;
   int threads = 0;

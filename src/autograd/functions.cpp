@@ -699,10 +699,10 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   });
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  return record("embedding", {weight}, ops::embedding(weight, indices),
+Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end) {
+  return record("embedding", {weight}, ops::embedding(weight, indices, zero_past_end),
                 [=, idx = detach(indices), v = weight.size(0)](const Grads& g) {
-                  return Grads{like(ops::embedding_backward(g[0], idx, v), weight)};
+                  return Grads{like(ops::embedding_backward(g[0], idx, v, zero_past_end), weight)};
                 });
 }
 

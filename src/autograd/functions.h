@@ -144,7 +144,8 @@ AddNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, dou
 // x cos + rotate_half(x) sin, rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]): each pair
 // of features (i, i + D/2) turns by its position's angle. The tables take no gradient.
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+// ops::embedding (zero_past_end: the index V reads zeros and passes no gradient).
+Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end = false);
 // Mean cross-entropy of logits (..., V) against targets (...), skipping ignore_index.
 // classes: the first `classes` columns of logits' last dimension are the classes, the rest
 // padding (ops::cross_entropy); -1: all of them.

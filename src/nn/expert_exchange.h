@@ -37,13 +37,17 @@ namespace triad::nn {
 //    experts (ExpertRows);
 // 3. to_experts: a variable-size all-to-all (Communicator::all_to_allv) sends rank q the
 //    rows of its experts, then each expert's rows are gathered from the ranks' blocks: an
-//    expert's rows are rank 0's, then rank 1's, ...;
+//    expert's rows are rank 0's, then rank 1's, ... (one gather of all the rows by an index
+//    the counts give, not a copy per block: parallel::ep_ops::transpose_blocks);
 // 4. the experts run on exactly their rows (Experts::forward with a count per expert,
 //    grouped GEMMs of a row count per group: Note [Grouped experts]), an expert without
 //    rows on none;
-// 5. from_experts undoes step 3 (the blocks back to rank order, the reverse all_to_allv)
-//    and combine gathers each choice's output row. The backward of each exchange is the
-//    other one.
+// 5. from_experts undoes step 3 (the blocks back to rank order by the inverse gather, the
+//    reverse all_to_allv) and combine gathers each choice's output row. The backward of
+//    each exchange is the other one.
+// Each token row is thus copied by the dispatch gather, the all_to_allv and the reordering
+// gather on its way to an expert (on one process by the dispatch gather alone), and as
+// often on its way back, in the forward as in the backward.
 // On one process the exchanges move nothing, and the layer computes what the padded layout
 // computed on its non-padding rows.
 struct ExpertRows {

@@ -39,14 +39,15 @@ MoE::MoE(int64_t d_model, const MoEConfig& config, const ExpertFactory& make_exp
   }
 }
 
-// Dropless, no slot is empty and no choice dropped: the gathers need no zero row.
+// An empty slot or a dropped choice reads the zero row past the end (Note [MoE gathers] in
+// nn/moe_routing.h); dropless, there is none.
 Tensor MoE::dispatch(const Tensor& tokens, const ops::MoEIndices& at) const {
-  return embedding(config.drop_tokens ? with_zero_row(tokens) : tokens, at.source);
+  return embedding(tokens, at.source, config.drop_tokens);
 }
 
 Tensor MoE::combine(const Tensor& outputs, const ops::MoEIndices& at, const Tensor& weights) const {
   const Tensor rows = reshape(outputs, {-1, outputs.size(-1)});
-  const Tensor routed = embedding(config.drop_tokens ? with_zero_row(rows) : rows, at.slot);  // (S, K, d)
+  const Tensor routed = embedding(rows, at.slot, config.drop_tokens);  // (S, K, d)
   return sum(mul(routed, unsqueeze(weights, 2)), 1);
 }
 

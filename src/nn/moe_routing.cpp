@@ -32,10 +32,6 @@ std::vector<int64_t> Routing::kept() const {
   return n;
 }
 
-Tensor with_zero_row(const Tensor& rows) {
-  return cat({rows, Tensor::zeros({1, rows.size(1)}, rows.dtype(), rows.device())}, 0);
-}
-
 int64_t expert_capacity(int64_t tokens, int64_t experts, int64_t k, double capacity_factor, int64_t min_capacity) {
   const float per_expert = float(double(tokens) / double(experts));
   const float factor = float(capacity_factor * double(k));

@@ -72,11 +72,12 @@ struct Routing {
   std::vector<int64_t> kept() const;  // (E): choices each expert keeps
 };
 
-// rows (n, d) followed by a zero row n: what the gather indices of ops::moe_indices read, so
-// that the gate weights, dispatch and combine are single gathers (embedding, whose backward
-// scatter-adds), a dropped choice or an empty slot reading the zero row. (Dropless, no
-// choice is dropped and no slot empty: dispatch and combine gather without it.)
-Tensor with_zero_row(const Tensor& rows);
+// Note [MoE gathers]
+// The gate weights, dispatch and combine are single gathers by the indices of
+// ops::moe_indices (embedding, whose backward scatter-adds): of rows (n, d), a dropped choice
+// or an empty slot reading row n, a row of zeros past the end (embedding's zero_past_end),
+// which no copy appends and which takes no gradient. Dropless, no choice is dropped and no
+// slot empty, and the indices never reach n.
 
 // max(ceil(S / E * capacity_factor * k), min_capacity), with the product rounded to f32 as
 // DeepSpeed's torch arithmetic does (a Python float times a 0-d f32 tensor): at E = 2, k = 1

@@ -7,15 +7,36 @@ namespace triad::parallel {
 
 namespace ep_ops {
 
+std::vector<int64_t> transpose_blocks_index(const std::vector<int64_t>& counts, size_t outer, size_t inner) {
+  TRIAD_ASSERT(counts.size() == outer * inner);
+  std::vector<int64_t> at(counts.size() + 1, 0);  // where block b starts in the input
+  for (size_t b = 0; b < counts.size(); ++b) at[b + 1] = at[b] + counts[b];
+  std::vector<int64_t> index;
+  index.reserve(size_t(at.back()));
+  for (size_t j = 0; j < inner; ++j)
+    for (size_t i = 0; i < outer; ++i)
+      for (int64_t r = at[i * inner + j]; r < at[i * inner + j + 1]; ++r) index.push_back(r);
+  return index;
+}
+
+Tensor transpose_blocks(const Tensor& rows, const std::vector<int64_t>& counts, size_t outer, size_t inner) {
+  if (outer == 1 || inner == 1) return rows;
+  const std::vector<int64_t> index = transpose_blocks_index(counts, outer, inner);
+  TRIAD_CHECK(rows.dim() == 2 && rows.size(0) == int64_t(index.size()),
+              "transpose_blocks: expected rows (" << index.size() << ", d), got " << shape_str(rows.shape()));
+  return ops::embedding(rows, ops::to(Tensor::from_vector(index, {int64_t(index.size())}), rows.device()));
+}
+
 Tensor to_experts(const Tensor& slots, Communicator& ep) {
   const int n = ep.size();
   TRIAD_CHECK(slots.dim() == 3 && slots.size(0) % n == 0,
               "to_experts: expected slots (E, C, d) with E divisible by the " << n << " expert-parallel ranks, got "
                                                                              << shape_str(slots.shape()));
   const int64_t local = slots.size(0) / n, C = slots.size(1), d = slots.size(2);
-  const Tensor received = Tensor::empty({n, local, C, d}, slots.dtype(), slots.device());  // by source rank
+  const Tensor received = Tensor::empty({n * local * C, d}, slots.dtype(), slots.device());  // (n, E/n, C) by source
   ep.all_to_all(ops::contiguous(slots), received)->wait();
-  return ops::reshape(ops::contiguous(ops::permute(received, {1, 0, 2, 3})), {local, n * C, d});
+  const std::vector<int64_t> blocks(size_t(n * local), C);
+  return ops::reshape(transpose_blocks(received, blocks, size_t(n), size_t(local)), {local, n * C, d});
 }
 
 Tensor from_experts(const Tensor& outputs, Communicator& ep) {
@@ -24,30 +45,16 @@ Tensor from_experts(const Tensor& outputs, Communicator& ep) {
               "from_experts: expected outputs (E/ep, ep C, d) for " << n << " expert-parallel ranks, got "
                                                                     << shape_str(outputs.shape()));
   const int64_t local = outputs.size(0), C = outputs.size(1) / n, d = outputs.size(2);
-  // (E/n, n, C, d) -> (n, E/n, C, d): the rows of each source rank's tokens contiguous.
-  const Tensor by_rank = ops::contiguous(ops::permute(ops::reshape(outputs, {local, n, C, d}), {1, 0, 2, 3}));
+  // (E/n, n, C) -> (n, E/n, C): the rows of each source rank's tokens contiguous.
+  const std::vector<int64_t> blocks(size_t(n * local), C);
+  const Tensor by_rank =
+      transpose_blocks(ops::reshape(ops::contiguous(outputs), {local * n * C, d}), blocks, size_t(local), size_t(n));
   Tensor returned = Tensor::empty({n * local, C, d}, outputs.dtype(), outputs.device());
   ep.all_to_all(by_rank, returned)->wait();
   return returned;
 }
 
 namespace {
-
-// rows in blocks (i, j) of counts[i inner + j] rows, i-major -> the same blocks j-major.
-Tensor transpose_blocks(const Tensor& rows, const std::vector<int64_t>& counts, size_t outer, size_t inner) {
-  if (outer == 1 || inner == 1) return rows;
-  std::vector<int64_t> at(counts.size() + 1, 0);
-  for (size_t b = 0; b < counts.size(); ++b) at[b + 1] = at[b] + counts[b];
-  const Tensor out = Tensor::empty(rows.shape(), rows.dtype(), rows.device());
-  int64_t to = 0;
-  for (size_t j = 0; j < inner; ++j)
-    for (size_t i = 0; i < outer; ++i) {
-      const size_t b = i * inner + j;
-      if (counts[b] > 0) ops::copy_(ops::narrow(out, 0, to, counts[b]), ops::narrow(rows, 0, at[b], counts[b]));
-      to += counts[b];
-    }
-  return out;
-}
 
 // The elements rank q's block of `counts` (ranks, E / ranks) holds, rows of d.
 std::vector<int64_t> per_rank(const std::vector<int64_t>& counts, int ranks, int64_t d) {

@@ -8,6 +8,7 @@
 // (E, C, d), the E/n experts of rank q, goes to rank q:
 //   to_experts    (E, C, d) -> all-to-all -> (n, E/n, C, d) -> (E/n, n C, d)
 //   from_experts  (E/n, n C, d) -> (n, E/n, C, d) -> all-to-all -> (E, C, d)
+// each reordering one gather of rows (ep_ops::transpose_blocks), as dropless.
 // so an expert's rows on its rank are the C slots of rank 0, then rank 1's, and so on, and
 // from_experts undoes to_experts exactly. Dropless (Note [Dropless exchange]), an all-to-all
 // of the per-expert counts, then variable-size all-to-alls of exactly the routed rows:
@@ -42,6 +43,16 @@ class ExpertParallel : public nn::ExpertExchange {
 
 // The raw exchanges (no gradient), on any tensor of the shapes above.
 namespace ep_ops {
+// The reordering on either side of an all-to-all (Note [Expert parallelism] in
+// nn/expert_exchange.h): rows in blocks (i, j) of counts[i inner + j] rows, i-major (i = 0's
+// blocks first), into the same blocks j-major, by one gather (ops::embedding) of the rows
+// (sum counts, d) with the index below, on their device; rows themselves when outer or
+// inner is 1. Its inverse is transpose_blocks of the result with counts transposed (inner,
+// outer) and the two swapped.
+Tensor transpose_blocks(const Tensor& rows, const std::vector<int64_t>& counts, size_t outer, size_t inner);
+// Row r of the reordered rows is row index[r] of the input.
+std::vector<int64_t> transpose_blocks_index(const std::vector<int64_t>& counts, size_t outer, size_t inner);
+
 Tensor to_experts(const Tensor& slots, Communicator& ep);
 Tensor from_experts(const Tensor& outputs, Communicator& ep);
 Tensor to_experts(const Tensor& rows, const nn::ExpertRows& counts, Communicator& ep);

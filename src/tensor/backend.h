@@ -161,8 +161,11 @@ class Backend {
   // get them unchecked (checking on the host would make it wait for the device): their
   // kernels must never touch memory for an index out of range, and must report it at the
   // next wait for the device (Note [Deferred device errors], cuda/deferred_errors.h).
-  virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) = 0;
-  virtual void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) = 0;
+  // With zero_past_end, the index V (weight's rows) is in range too: it reads a row of zeros
+  // and takes no gradient (ops::embedding).
+  virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, bool zero_past_end) = 0;
+  virtual void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight,
+                                  bool zero_past_end) = 0;
   // logits (N, W) contiguous, of which the first `classes` <= W columns are the classes (the
   // rest, a padded vocabulary's padding, take no part); targets (N,) i64; lse (N,), loss ()
   // in f32 (f64 for f64 logits): the mean over rows that count (target != ignore_index), 0 when none

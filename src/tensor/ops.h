@@ -299,11 +299,15 @@ AddRmsNormOut add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weigh
 
 // weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C). An index out of range
 // throws Error: here on the CPU; on a GPU at the next wait for the device (Note [Deferred
-// device errors]), as do the targets of cross_entropy.
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+// device errors]), as do the targets of cross_entropy. With zero_past_end the index V is in
+// range too and reads a row of zeros, as if one were appended to weight (without the copy):
+// an empty slot or a dropped choice of an MoE routing (ops::moe_indices).
+Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end = false);
 // Scatter-adds grad_y (..., C) into a zero (V, C) gradient at the rows `indices`, in f32 for
-// a 16-bit grad_y, rounded once into the result (of grad_y's dtype).
-Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings);
+// a 16-bit grad_y, rounded once into the result (of grad_y's dtype); with zero_past_end, the
+// rows of index V add nothing.
+Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings,
+                          bool zero_past_end = false);
 
 struct CrossEntropyOut {
   Tensor loss;   // shape (): mean over rows whose target != ignore_index (0 when none)
@@ -365,10 +369,11 @@ MoERouteOut moe_route(const Tensor& probs, const Tensor& logits, const MoERoutin
                       const Tensor& noise = Tensor(), const Tensor& priority = Tensor());
 // The gather indices of a routing (expert and location as moe_route made them, capacity
 // slots per expert), i64 on their device: choice (S, k), s E + expert of a kept choice and
-// S E when dropped (rows of the gate's probabilities viewed (S E, 1), a zero row appended);
+// S E when dropped (rows of the gate's probabilities viewed (S E, 1), S E past their end);
 // slot (S, k), expert C + location, E C when dropped (rows of the experts' outputs (E C, d),
-// a zero row appended); source (E, C), the token in each slot, S when empty (rows of the
-// tokens (S, d), a zero row appended).
+// E C past their end); source (E, C), the token in each slot, S when empty (rows of the
+// tokens (S, d), S past their end). Gathered by embedding with zero_past_end, an index past
+// the end reads zeros (Note [MoE gathers] in nn/moe_routing.h).
 struct MoEIndices {
   Tensor choice, slot, source;
 };

@@ -52,6 +52,11 @@ Tensor check_indices(const Tensor& idx, Device device, int64_t limit, std::optio
   return c;
 }
 
+// zero_past_end's extra index, when on.
+std::optional<int64_t> embedding_past_end(bool zero_past_end, int64_t rows) {
+  return zero_past_end ? std::optional<int64_t>(rows) : std::nullopt;
+}
+
 // q, k, v of causal_attention: 4-D, one floating dtype and device, k and v alike, q's
 // batch, heads and head size those of k, no more queries than keys, hs >= 1.
 void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
@@ -233,26 +238,28 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
   return g;
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
+Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end) {
   check_float(weight, "embedding");
   TRIAD_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got " << shape_str(weight.shape()));
-  const Tensor idx = check_indices(indices, weight.device(), weight.size(0), std::nullopt, false, "embedding");
+  const int64_t v = weight.size(0);
+  const Tensor idx = check_indices(indices, weight.device(), v, embedding_past_end(zero_past_end, v), false, "embedding");
   Shape shape = indices.shape();
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, weight.dtype(), weight.device());
-  backend_for(weight.device()).embedding(contiguous(weight), idx, out);
+  backend_for(weight.device()).embedding(contiguous(weight), idx, out, zero_past_end);
   return out;
 }
 
-Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings) {
+Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings, bool zero_past_end) {
   check_float(grad_y, "embedding_backward");
   TRIAD_CHECK(
       grad_y.dim() == indices.dim() + 1 && Shape(grad_y.shape().begin(), grad_y.shape().end() - 1) == indices.shape(),
       "embedding_backward: grad " << shape_str(grad_y.shape()) << " does not match indices "
                                   << shape_str(indices.shape()));
-  const Tensor idx = check_indices(indices, grad_y.device(), num_embeddings, std::nullopt, false, "embedding_backward");
+  const Tensor idx = check_indices(indices, grad_y.device(), num_embeddings, embedding_past_end(zero_past_end, num_embeddings),
+                                   false, "embedding_backward");
   Tensor gw = Tensor::zeros({num_embeddings, grad_y.size(-1)}, grad_y.dtype(), grad_y.device());
-  backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), idx, gw);
+  backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), idx, gw, zero_past_end);
   return gw;
 }
 

@@ -464,21 +464,24 @@ void layer_norm_case() {
   }
 }
 
+// zero_past_end: the index v too, reading zeros and adding nothing (an MoE routing's gathers).
 void embedding_case() {
-  for (DType it : {DType::i64, DType::i32}) {
-    const int64_t v = 50, c = 96;
-    const Pair w = pair(random({v, c}, 36));
-    const Pair idx = pair(random({4, 33}, 37, 0, double(v), it));  // repeats: rows hit several times
-    Pair out = empty_pair({4, 33, c});
-    cpu().embedding(w.c, idx.c, out.c);
-    gpu().embedding(w.g, idx.g, out.g);
-    expect_equal(std::string("embedding ") + dtype_name(it), out.g, out.c);
-    const Pair g = pair(random({4, 33, c}, 38));
-    Pair gw = pair(Tensor::zeros({v, c}));
-    cpu().embedding_backward(g.c, idx.c, gw.c);
-    gpu().embedding_backward(g.g, idx.g, gw.g);
-    expect_close(std::string("embedding_backward ") + dtype_name(it), gw.g, gw.c, threshold(DType::f32));
-  }
+  for (DType it : {DType::i64, DType::i32})
+    for (const bool past_end : {false, true}) {
+      const int64_t v = 50, c = 96;
+      const std::string what = std::string(past_end ? " zero_past_end " : " ") + dtype_name(it);
+      const Pair w = pair(random({v, c}, 36));
+      const Pair idx = pair(random({4, 33}, 37, 0, double(v + past_end), it));  // repeats: rows hit several times
+      Pair out = empty_pair({4, 33, c});
+      cpu().embedding(w.c, idx.c, out.c, past_end);
+      gpu().embedding(w.g, idx.g, out.g, past_end);
+      expect_equal("embedding" + what, out.g, out.c);
+      const Pair g = pair(random({4, 33, c}, 38));
+      Pair gw = pair(Tensor::zeros({v, c}));
+      cpu().embedding_backward(g.c, idx.c, gw.c, past_end);
+      gpu().embedding_backward(g.g, idx.g, gw.g, past_end);
+      expect_close("embedding_backward" + what, gw.g, gw.c, threshold(DType::f32));
+    }
 }
 
 // The mean over the rows whose target is not `ignore` of logsumexp(row) - row[target], in f64.

@@ -79,7 +79,7 @@ BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
     Sink s;
     Tensor out = Tensor::full({n, c}, 7.0);
     emulation::launch(3, 1, 64, [&] {
-      cuda::embedding_kernel(floats(w), indices.raw_data(), it == DType::i64, floats(out), n, c, v, s.sink());
+      cuda::embedding_kernel(floats(w), indices.raw_data(), it == DType::i64, floats(out), n, c, v, false, s.sink());
     });
     const std::vector<float> po = out.to_vector<float>();
     int64_t wrong = 0;
@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
     Tensor gw = Tensor::zeros({v, c});
     emulation::launch(2, 1, 96, [&] {
       cuda::embedding_backward_kernel(floats(g), indices.raw_data(), it == DType::i64, gw.data<float>(), n, c, v,
-                                      sb.sink());
+                                      false, sb.sink());
     });
     std::vector<double> want(size_t(v * c), 0.0);
     for (int64_t i = 0; i < n; ++i)
@@ -107,6 +107,43 @@ BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
     BOOST_TEST(err < 1e-5, what << " backward: max error " << err);
     check_record(sb, cuda::IndexOp::embedding_backward, {{v, 17}, {-3, 30}}, n, v, what + " backward");
   }
+}
+
+// zero_past_end (an MoE routing's empty slots and dropped choices): the index v reads a zero
+// row and adds no gradient, unreported; the values equal the CPU backend's bit for bit (the
+// gradient here hits each row once, so the atomics add in no particular order harmlessly),
+// and a bad index is still recorded.
+BOOST_AUTO_TEST_CASE(embedding_zero_past_end_reads_zeros) {
+  const int64_t v = 50, c = 24, n = 40;
+  const Tensor w = uniform({v, c}, 11, -1, 1), g = uniform({n, c}, 12, -1, 1);
+  std::vector<int64_t> idx;  // distinct rows, every third past the end
+  for (int64_t i = 0; i < n; ++i) idx.push_back(i % 3 == 0 ? v : (7 * i) % v);
+  const Tensor indices = Tensor::from_vector(idx, {n});
+  Sink s;
+  Tensor out = Tensor::full({n, c}, 7.0);
+  emulation::launch(3, 1, 64, [&] {
+    cuda::embedding_kernel(floats(w), indices.raw_data(), true, floats(out), n, c, v, true, s.sink());
+  });
+  BOOST_TEST(s.record.found == 0);
+  BOOST_TEST(out.to_vector<float>() == ops::embedding(w, indices, true).to_vector<float>(),
+             boost::test_tools::per_element());
+  BOOST_TEST(ops::max_abs(ops::narrow(out, 0, 0, 1)) == 0.0);  // row 0 read index v
+  Sink sb;
+  Tensor gw = Tensor::zeros({v, c});
+  emulation::launch(2, 1, 96, [&] {
+    cuda::embedding_backward_kernel(floats(g), indices.raw_data(), true, gw.data<float>(), n, c, v, true, sb.sink());
+  });
+  BOOST_TEST(sb.record.found == 0);
+  BOOST_TEST(gw.to_vector<float>() == ops::embedding_backward(g, indices, v, true).to_vector<float>(),
+             boost::test_tools::per_element());
+
+  idx[5] = v + 1;  // past the zero row: bad
+  const Tensor bad = Tensor::from_vector(idx, {n});
+  Sink sbad;
+  emulation::launch(3, 1, 64, [&] {
+    cuda::embedding_kernel(floats(w), bad.raw_data(), true, floats(out), n, c, v, true, sbad.sink());
+  });
+  check_record(sbad, cuda::IndexOp::embedding, {{v + 1, 5}}, n, v, "embedding zero_past_end");
 }
 
 // The rows' lse, their mean loss and count, and the backward, against the CPU backend on
@@ -278,7 +315,7 @@ BOOST_AUTO_TEST_CASE(bf16_logits_and_rows_match_the_cpu) {
   const Tensor indices = Tensor::from_vector(idx, {4});
   Tensor out = Tensor::zeros({4, 5}, DType::bf16);
   emulation::launch(1, 1, 64, [&] {
-    cuda::embedding_kernel(floats(table), indices.raw_data(), true, floats(out), 4, 5, 9, s.sink());
+    cuda::embedding_kernel(floats(table), indices.raw_data(), true, floats(out), 4, 5, 9, false, s.sink());
   });
   BOOST_TEST(ops::max_abs(ops::sub(ops::to(out, DType::f32), ops::to(ops::embedding(table, indices), DType::f32))) ==
              0.0);

@@ -411,6 +411,11 @@ class RecordingExchange : public nn::ExpertExchange {
   mutable std::vector<Shape> moved;
 };
 
+// rows (n, d) with a zero row n appended: the padded layout's gathers, spelled out.
+Tensor moe_test_with_zero_row(const Tensor& rows) {
+  return cat({rows, Tensor::zeros({1, rows.size(1)}, rows.dtype(), rows.device())}, 0);
+}
+
 }  // namespace
 
 // Dropless, each expert gets exactly the rows routed to it: the exchange counts the loads
@@ -451,8 +456,8 @@ BOOST_AUTO_TEST_CASE(dropless_layer_equals_the_padded_layout) {
     const nn::GateOutput g = b.gate->route(tokens);
     const nn::Routing& r = g.routing;
     const ops::MoEIndices at = ops::moe_indices(r.expert, r.location, r.experts, r.capacity);
-    const Tensor outputs = (*b.experts)(embedding(nn::with_zero_row(tokens), at.source));  // (E, C, d)
-    const Tensor routed = embedding(nn::with_zero_row(reshape(outputs, {-1, 6})), at.slot);
+    const Tensor outputs = (*b.experts)(embedding(moe_test_with_zero_row(tokens), at.source));  // (E, C, d)
+    const Tensor routed = embedding(moe_test_with_zero_row(reshape(outputs, {-1, 6})), at.slot);
     const Tensor out = reshape(sum(mul(routed, unsqueeze(g.weights, 2)), 1), xb.shape());
     backward(add(sum(mul(out, w)), add(mul(g.l_aux, config.aux_loss_coeff), mul(g.z_loss, config.z_loss_coeff))));
     BOOST_TEST_CONTEXT("k " << k) {
@@ -461,6 +466,39 @@ BOOST_AUTO_TEST_CASE(dropless_layer_equals_the_padded_layout) {
       const auto pa = a.named_parameters(), pb = b.named_parameters();
       for (size_t i = 0; i < pa.size(); ++i)
         BOOST_TEST(test::relative_error(grad(pa[i].second), grad(pb[i].second)) < 1e-6, pa[i].first);
+    }
+  }
+}
+
+// When dropping, dispatch and combine read an empty slot's or a dropped choice's row past
+// the end of the rows (Note [MoE gathers]): the layer equals the gathers of the rows with a
+// zero row appended (a copy of them) bit for bit, outputs and every gradient, with slots
+// left empty (k = 1, capacity factor 2) and choices dropped (k = 2, capacity factor 0.5).
+BOOST_AUTO_TEST_CASE(gathers_past_the_end_equal_gathers_of_an_appended_zero_row) {
+  for (const auto& [k, factor] : {std::pair<int64_t, double>{1, 2.0}, {2, 0.5}}) {
+    const MoEConfig config{.num_experts = 4, .k = k, .capacity_factor = factor, .min_capacity = 0};
+    Generator g1(87), g2(87);
+    nn::MoE a(6, config, nn::gelu_mlp_expert(6), nn::local_experts(), g1);
+    nn::MoE b(6, config, nn::gelu_mlp_expert(6), nn::local_experts(), g2);
+    a.train(), b.train();
+    const Tensor xa = set_requires_grad(randn({2, 9, 6}, 88)), xb = set_requires_grad(ops::clone(xa));
+    const Tensor w = randn({2, 9, 6}, 89);
+    const nn::MoEOutput oa = a.apply(xa);
+    backward(add(sum(mul(oa.out, w)), oa.loss));
+    const Tensor tokens = reshape(xb, {-1, 6});
+    const nn::GateOutput g = b.gate->route(tokens);
+    const ops::MoEIndices& at = g.indices;
+    const Tensor outputs = (*b.experts)(embedding(moe_test_with_zero_row(tokens), at.source));  // (E, C, d)
+    const Tensor routed = embedding(moe_test_with_zero_row(reshape(outputs, {-1, 6})), at.slot);
+    const Tensor out = reshape(sum(mul(routed, unsqueeze(g.weights, 2)), 1), xb.shape());
+    backward(add(sum(mul(out, w)), add(mul(g.l_aux, config.aux_loss_coeff), mul(g.z_loss, config.z_loss_coeff))));
+    BOOST_TEST_CONTEXT("k " << k) {
+      BOOST_TEST(oa.stats.capacity * 4 != 18 * k);  // slots and choices differ: empty slots or drops
+      BOOST_TEST(test::max_abs_diff(oa.out, out) == 0.0);
+      BOOST_TEST(test::max_abs_diff(grad(xa), grad(xb)) == 0.0);
+      const auto pa = a.named_parameters(), pb = b.named_parameters();
+      for (size_t i = 0; i < pa.size(); ++i)
+        BOOST_TEST(test::max_abs_diff(grad(pa[i].second), grad(pb[i].second)) == 0.0, pa[i].first);
     }
   }
 }

@@ -112,6 +112,41 @@ std::vector<int> ep_sizes(int world) { return world > 2 ? std::vector<int>{world
 
 }  // namespace
 
+// The reordering around the all-to-alls is one gather by an index: it equals the copy of
+// each block (i, j) to its place j-major bit for bit, in f32 and bf16, blocks of 0 rows
+// included, and the gather with the counts and extents transposed undoes it.
+BOOST_AUTO_TEST_CASE(transpose_blocks_gather_equals_the_block_copies) {
+  const size_t outer = 3, inner = 4;
+  const std::vector<int64_t> counts = {2, 0, 1, 3, 0, 0, 4, 1, 5, 2, 0, 1};  // (outer, inner), i-major
+  int64_t total = 0;
+  for (const int64_t c : counts) total += c;
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor rows = ops::to(random_tensor({total, kD}, 21), dtype);
+    std::vector<int64_t> at(counts.size() + 1, 0);
+    for (size_t b = 0; b < counts.size(); ++b) at[b + 1] = at[b] + counts[b];
+    const Tensor want = Tensor::empty(rows.shape(), dtype);
+    int64_t to = 0;
+    for (size_t j = 0; j < inner; ++j)
+      for (size_t i = 0; i < outer; ++i) {
+        const size_t b = i * inner + j;
+        if (counts[b] > 0) ops::copy_(ops::narrow(want, 0, to, counts[b]), ops::narrow(rows, 0, at[b], counts[b]));
+        to += counts[b];
+      }
+    const Tensor got = ep_ops::transpose_blocks(rows, counts, outer, inner);
+    BOOST_TEST(ops::to(got, DType::f32).to_vector<float>() == ops::to(want, DType::f32).to_vector<float>(),
+               boost::test_tools::per_element());
+    std::vector<int64_t> transposed(counts.size());
+    for (size_t i = 0; i < outer; ++i)
+      for (size_t j = 0; j < inner; ++j) transposed[j * outer + i] = counts[i * inner + j];
+    const Tensor back = ep_ops::transpose_blocks(got, transposed, inner, outer);
+    BOOST_TEST(test::max_abs_diff(back, rows) == 0.0);
+  }
+  BOOST_TEST(ep_ops::transpose_blocks_index({2, 1, 3}, 1, 3) == (std::vector<int64_t>{0, 1, 2, 3, 4, 5}),
+             boost::test_tools::per_element());
+  BOOST_TEST(ep_ops::transpose_blocks_index({1, 2, 1, 1}, 2, 2) == (std::vector<int64_t>{0, 3, 1, 2, 4}),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(exchange_moves_each_experts_slots_to_its_rank_and_back) {
   const int n = world()->size(), r = world()->rank();
   const ExpertParallel exchange(world());

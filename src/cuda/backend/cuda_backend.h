@@ -83,8 +83,9 @@ class CudaBackend final : public Backend {
   void swiglu(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y, const Tensor& da,
                        const Tensor& db) override;
-  void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
-  void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) override;
+  void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, bool zero_past_end) override;
+  void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight,
+                          bool zero_past_end) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
                      const Tensor& count, int64_t ignore_index, int64_t classes) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,

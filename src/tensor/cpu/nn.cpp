@@ -313,25 +313,33 @@ void CpuBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   });
 }
 
-void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
-  // Rows copied as stored: any floating dtype, out of weight's.
-  const int64_t c = weight.size(1), n = indices.numel();
+void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, bool /*zero_past_end*/) {
+  // Rows copied as stored: any floating dtype, out of weight's. The op checked the indices:
+  // one equal to v is zero_past_end's.
+  const int64_t v = weight.size(0), c = weight.size(1), n = indices.numel();
   const size_t row_bytes = size_t(c) * element_size(weight.dtype());
   const auto* pw = static_cast<const unsigned char*>(weight.raw_data());
   auto* po = static_cast<unsigned char*>(out.raw_data());
 #pragma omp parallel for if (n * c > cpu::kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) std::memcpy(po + i * row_bytes, pw + index_at(indices, i) * row_bytes, row_bytes);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = index_at(indices, i);
+    if (row < v)
+      std::memcpy(po + i * row_bytes, pw + row * row_bytes, row_bytes);
+    else
+      std::memset(po + i * row_bytes, 0, row_bytes);  // all-zero bits: +0 in every floating dtype
+  }
 }
 
-void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight) {
+void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight,
+                                    bool zero_past_end) {
   if (cpu::any_16bit({&grad_y, &grad_weight})) {
     const cpu::WideOut o(grad_weight, /*initial=*/true);
-    embedding_backward(cpu::widen(grad_y), indices, o.get());
+    embedding_backward(cpu::widen(grad_y), indices, o.get(), zero_past_end);
     return o.store();
   }
   cpu::visit_float(grad_y.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const int64_t c = grad_weight.size(1), n = indices.numel();
+    const int64_t v = grad_weight.size(0), c = grad_weight.size(1), n = indices.numel();
     const T* pg = grad_y.data<T>();
     T* pw = grad_weight.data<T>();
     // Each thread owns a band of columns, so rows hit by several indices need no atomics.
@@ -340,7 +348,9 @@ void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices,
       const int nt = omp_get_num_threads(), t = omp_get_thread_num();
       const int64_t lo = c * t / nt, hi = c * (t + 1) / nt;
       for (int64_t i = 0; i < n; ++i) {
-        T* dst = pw + index_at(indices, i) * c;
+        const int64_t row = index_at(indices, i);
+        if (row == v) continue;  // zero_past_end's zero row
+        T* dst = pw + row * c;
         const T* src = pg + i * c;
 #pragma omp simd
         for (int64_t j = lo; j < hi; ++j) dst[j] += src[j];
