@@ -38,7 +38,7 @@ ChunkEstimate chunk_estimate(const std::vector<nn::LayerSpec>& layers, const Act
   const double resid = residual_bytes(s);
   const auto of = [&](int i) { return gpt_layer_activations(s, layers[size_t(i)].type); };
   ChunkEstimate e;
-  if (last_vs) e.bytes.saved += (pipelined ? loss_activations(s) : fused_loss_activations(s)).saved;
+  if (last_vs) e.bytes.saved += fused_loss_activations(s).saved;
   if (!last_vs) e.bytes.saved += resid;  // the output, held for the backward
   int i = first;
   if (first_vs) {  // the embedding: its input (token ids) needs no gradient, so it is never recomputed
@@ -46,15 +46,16 @@ ChunkEstimate chunk_estimate(const std::vector<nn::LayerSpec>& layers, const Act
     e.bytes.saved += a.saved, e.bytes.deferred += a.deferred;
   }
   const int run = pipelined ? interval : (per_block ? 1 : 0);
-  while (i < last) {
+  // The head runs with its fused loss after the runs, never recomputed (Note [Fused head
+  // loss] in nn/layer_list.h).
+  const int runs_end = last_vs ? last - 1 : last;
+  while (i < runs_end) {
     const bool recomputed = run > 0 && (pipelined || layers[size_t(i)].type == "Block");
-    const int end = recomputed ? std::min(last, i + run) : i + 1;
+    const int end = recomputed ? std::min(runs_end, i + run) : i + 1;
     double full = 0;
     for (int j = i; j < end; ++j) {
       const LayerActivations a = of(j);
       full += a.saved, e.bytes.deferred += a.deferred;
-      // A replayed head makes its logits again beside those the loss keeps.
-      if (recomputed && layers[size_t(j)].type == "GPTHead") full += loss_activations(s).saved;
     }
     if (recomputed) {
       e.bytes.saved += resid;  // the run's input; its first layer's bytes count it again
@@ -63,6 +64,10 @@ ChunkEstimate chunk_estimate(const std::vector<nn::LayerSpec>& layers, const Act
       e.bytes.saved += full;
     }
     i = end;
+  }
+  if (last_vs) {
+    const LayerActivations head = of(last - 1);
+    e.bytes.saved += head.saved, e.bytes.deferred += head.deferred;
   }
   return e;
 }

@@ -9,13 +9,13 @@
 //   pp > 1  PipelineStage (nn/layer_list.h): its layers' bytes; with
 //           pipeline.activation_checkpoint_interval k, each run of k layers keeps only its
 //           input (one residual tensor; the embedding, whose input is token ids, runs
-//           plainly), the loss still keeping the logits. Every chunk but the last virtual
+//           plainly; the head runs plainly after the runs, with its fused loss: Note
+//           [Fused head loss] in nn/layer_list.h). Every chunk but the last virtual
 //           stage holds its output until its backward. model.activation_checkpointing has
 //           no effect here (it belongs to nn::GPT).
 //   pp = 1  nn::GPT, one micro-batch at a time: its layers' bytes, or, with
 //           model.activation_checkpointing, each block only its input.
-// Recomputing adds, once per rank, the largest run's bytes while it is replayed (a run
-// holding the head makes its logits a second time). Transients inside one pass (the
+// Recomputing adds, once per rank, the largest run's bytes while it is replayed. Transients inside one pass (the
 // gradients a backward makes as it goes) are not counted. The
 // executor's sends (Note [Pipeline messages]) keep a micro-batch's activation and input
 // gradient until the next stage takes it; the bound, all m residual tensors each way

@@ -369,11 +369,11 @@ Tensor Engine::loss_of(const Tensor& inputs, const Tensor& targets) {
   const Tensor x = ops::to(inputs, device_), y = ops::to(targets, device_);
   TRIAD_CHECK(lm_ || stage_, "Engine: the built model " << model_->type_name() << " is not a language model and has "
                                                          << "no loss of its own; run its forward and call backward()");
-  return lm_ ? lm_->loss(x, y) : layers_.loss(stage_->forward_chunk(0, x), y);
+  return lm_ ? lm_->loss(x, y) : stage_->forward_loss(0, x, y);
 }
 
 Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {
-  return forward_backward(inputs, targets, layers_.loss);
+  return forward_backward(inputs, targets, {});
 }
 
 Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
@@ -481,7 +481,7 @@ double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {
   if (pipe_) {
     std::vector<Tensor> inputs, targets;
     for (const auto& [x, y] : batches) inputs.push_back(x), targets.push_back(y);
-    const std::vector<double> losses = forward_only(inputs, targets, layers_.loss).to_vector<double>();
+    const std::vector<double> losses = forward_only(inputs, targets, {}).to_vector<double>();
     double sum = 0;
     for (const double l : losses) sum += l;
     return sum / double(batches.size());

@@ -196,16 +196,19 @@ class Engine {
   // Pipeline parallelism: forward and backward of one step's micro-batches (inputs and
   // targets as forward() takes them, gradient_accumulation_steps of each) as the schedule
   // orders them. Returns their losses (m,) on every rank of the pipeline group (sent from
-  // the last stage). Collective over the pipeline group.
+  // the last stage). Collective over the pipeline group. The loss is the list's, fused with
+  // its last layer where the list allows (Note [Fused head loss] in nn/layer_list.h).
   Tensor forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
   // Note [Pipeline losses]: the same with the caller's loss in place of the list's, run on
   // the last stage with each micro-batch's output and targets (RLHF's losses: the targets
   // may be anything the loss reads, such as the micro-batch's index into the caller's data).
+  // An empty loss is the list's own.
   using PipelineLoss = std::function<Tensor(const Tensor& output, const Tensor& targets)>;
   Tensor forward_backward(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
                           const PipelineLoss& loss);
   // The forwards alone through the pipeline (any number of micro-batches, no gradients, eval
-  // mode): their losses under `loss`, (m,) on every rank of the pipeline group.
+  // mode): their losses under `loss` (empty: the list's own), (m,) on every rank of the
+  // pipeline group.
   Tensor forward_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
                       const PipelineLoss& loss);
   StepResult step() { return queue_step().read(); }

@@ -73,15 +73,7 @@ LayerActivations head_activations(const ActivationShape& s) {
   const Dims d = dims(s);
   LayerActivations a;
   a.saved = kF32 * d.B * d.Tr * d.C + 2 * kF32 * d.B * d.Tr + d.p * d.B * d.T * d.C;
-  if (defers(s)) a.deferred = kF32 * d.B * d.T * d.C + kF32 * d.B * d.T * double(s.vocab_rows);
   return a;
-}
-
-LayerActivations loss_activations(const ActivationShape& s) {
-  const Dims d = dims(s);
-  const double logits = kF32 * d.B * d.T * double(s.vocab_rows);
-  if (s.tp == 1) return {logits + kF32 * d.B * d.T + kIndex, 0};
-  return {logits + 28 * d.B * d.T, 0};
 }
 
 LayerActivations fused_loss_activations(const ActivationShape& s) {

@@ -35,19 +35,16 @@
 // Embedding: on one rank nothing new (the lookup keeps the batch's token ids, which the
 // batch holds anyway); vocab-parallel, the rank's lookup (4BTC), its local ids (8BT) and
 // mask (4BT). Head: ln_f as ln1 (4BT'C + 8BT') and the logits projection's input (pBTC).
-// Loss: the logits (4BT·V_r, V_r the vocabulary rows on the rank) and the log-sum-exp
-// (4BT) and count (8 bytes); vocab-parallel, the logits (on a rank holding padding columns
-// a copy with them masked, the original then freed) and per row the max, the two sums,
-// two masks and a flat index (28BT). That is the pipeline stages' loss; without stages the
-// model's loss is fused with the head (Note [Fused classifier] in
-// autograd/fused_classifier.h), which keeps only each row's log-sum-exp (4BT) and the
+// Loss: fused with the head, with pipeline stages or without (Note [Fused head loss] in
+// nn/layer_list.h, Note [Fused classifier] in autograd/fused_classifier.h), it keeps only
+// each row's log-sum-exp (4BT, V_r the vocabulary rows on the rank not mattering) and the
 // count (8 bytes) on any tp: the logits exist a chunk of rows at a time, never kept.
 //
 // Deferred weight gradients (ZB-H1, Note [Split backward]): after a micro-batch's
 // input-gradient pass, each deferred linear keeps its input and its output's gradient
 // until the weight-gradient pass. Per block 4BTC + 4BTC/t + 4BTC + 16BTC/t (inputs) +
-// 12BTC/t + 4BTC + 16BTC/t + 4BTC (gradients) = 16BTC + 48BTC/t; the head, its input and
-// the logits' gradient (4BTC + 4BT·V_r). With bf16 parameters on a CUDA device linear layers
+// 12BTC/t + 4BTC + 16BTC/t + 4BTC (gradients) = 16BTC + 48BTC/t; the head's fused loss
+// adds its weight's gradient in its own backward, deferring nothing. With bf16 parameters on a CUDA device linear layers
 // compute every gradient at once (nothing is deferred).
 #pragma once
 
@@ -86,8 +83,7 @@ double residual_bytes(const ActivationShape&);
 LayerActivations embedding_activations(const ActivationShape&);
 LayerActivations block_activations(const ActivationShape&);
 LayerActivations head_activations(const ActivationShape&);  // ln_f and the logits' projection
-LayerActivations loss_activations(const ActivationShape&);  // the cross-entropy
-LayerActivations fused_loss_activations(const ActivationShape&);  // the fused head's loss (no stages)
+LayerActivations fused_loss_activations(const ActivationShape&);  // the head's fused loss
 // By the layer's type in gpt_layers(): "GPTEmbedding", "Block", "GPTHead".
 LayerActivations gpt_layer_activations(const ActivationShape&, const std::string& type);
 

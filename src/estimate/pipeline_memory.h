@@ -1,7 +1,7 @@
 // Activation bytes one pipeline rank holds at the peak of a step, from its schedule's
 // action list (parallel/pipeline_schedule.h) and what one micro-batch of each of its chunks
 // keeps. peak_live_micro_batches counts (micro-batch, chunk) pairs; this weighs them, since
-// chunks differ (the first holds the embedding, the last the head and the logits), and adds
+// chunks differ (the first holds the embedding, the last the head and its loss), and adds
 // what ZB-H1's deferred weight-gradient passes keep, which the count leaves out.
 //
 // A pair's `saved` bytes live from its forward (F) to its backward (B) or input-gradient

@@ -33,11 +33,15 @@ class GPTEmbedding : public Module {
 };
 
 // ln_f, then logits against the tied token table, computed inside the table's module so
-// that its forward hooks (ZeRO-3's gather) fire around the use.
+// that its forward hooks (ZeRO-3's gather) fire around the use; or, fused, the loss of
+// those logits (Note [Fused head loss] in nn/layer_list.h).
 class GPTHead : public Module {
  public:
   GPTHead(const GPTConfig& c, std::shared_ptr<const Parallelism> par, ModulePtr wte)
-      : Module("GPTHead"), par_(std::move(par)), wte_(std::static_pointer_cast<Embedding>(wte)) {
+      : Module("GPTHead"),
+        par_(std::move(par)),
+        wte_(std::static_pointer_cast<Embedding>(wte)),
+        vocab_(c.vocab_size) {
     ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.d_model));
     par_->mark_residual_layer(*ln_f);
   }
@@ -45,12 +49,17 @@ class GPTHead : public Module {
     const Tensor h = (*ln_f)(x);
     return wte_->call([&] { return par_->tied_logits(h, wte_->weight); });
   }
+  Tensor loss(const Tensor& x, const Tensor& targets) {
+    const Tensor h = (*ln_f)(x);
+    return wte_->call([&] { return par_->head_loss(h, wte_->weight, targets, vocab_); });
+  }
 
   std::shared_ptr<LayerNorm> ln_f;
 
  private:
   std::shared_ptr<const Parallelism> par_;
   std::shared_ptr<Embedding> wte_;
+  int64_t vocab_;
 };
 
 }  // namespace
@@ -81,6 +90,9 @@ LayerList gpt_layers(const GPTConfig& config, std::shared_ptr<const Parallelism>
                            return std::make_shared<GPTHead>(config, par, t.at("wte"));
                          }});
   list.loss = [par, V](const Tensor& logits, const Tensor& targets) { return par->cross_entropy(logits, targets, V); };
+  list.head_loss = [](Module& head, const Tensor& x, const Tensor& targets) {
+    return static_cast<GPTHead&>(head).loss(x, targets);
+  };
   list.init = [config, tp](Module& stage) { init_gpt_parameters(config, tp, stage); };
   return list;
 }

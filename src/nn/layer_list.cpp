@@ -27,7 +27,12 @@ class Namespace : public Module {
 }  // namespace
 
 PipelineStage::PipelineStage(const LayerList& list, std::vector<LayerRange> chunks, int activation_checkpoint_interval)
-    : Module("PipelineStage"), chunks_(std::move(chunks)), checkpoint_interval_(activation_checkpoint_interval) {
+    : Module("PipelineStage"),
+      chunks_(std::move(chunks)),
+      last_layer_(int(list.layers.size()) - 1),
+      loss_(list.loss),
+      head_loss_(list.head_loss),
+      checkpoint_interval_(activation_checkpoint_interval) {
   TRIAD_CHECK(!chunks_.empty(), "PipelineStage: no layers");
   TRIAD_CHECK(activation_checkpoint_interval >= 0,
               "[config] pipeline.activation_checkpoint_interval must be >= 0, got " << activation_checkpoint_interval);
@@ -107,15 +112,15 @@ std::vector<Tensor> PipelineStage::chunk_parameters(int chunk) const {
   return mine;
 }
 
-Tensor PipelineStage::run_layers(int chunk, const Tensor& x) {
+Tensor PipelineStage::run_layers(int chunk, const Tensor& x, size_t count) {
   const std::vector<ModulePtr>& layers = layers_[size_t(chunk)];
   Tensor h = x;
-  for (size_t i = 0; i < layers.size();) {
+  for (size_t i = 0; i < count;) {
     if (checkpoint_interval_ == 0 || !is_training() || !requires_grad(h)) {
       h = (*layers[i++])(h);
       continue;
     }
-    const size_t end = std::min(layers.size(), i + size_t(checkpoint_interval_));
+    const size_t end = std::min(count, i + size_t(checkpoint_interval_));
     h = checkpoint(
         [&layers, i, end](const Tensor& in) {
           Tensor y = in;
@@ -130,12 +135,25 @@ Tensor PipelineStage::run_layers(int chunk, const Tensor& x) {
 
 Tensor PipelineStage::forward_chunk(int chunk, const Tensor& x) {
   TRIAD_CHECK(chunk >= 0 && chunk < chunks(), "PipelineStage: chunk " << chunk << " of " << chunks());
-  return call([&] { return run_layers(chunk, x); });
+  return call([&] { return run_layers(chunk, x, layers_[size_t(chunk)].size()); });
+}
+
+Tensor PipelineStage::forward_loss(int chunk, const Tensor& x, const Tensor& targets) {
+  TRIAD_CHECK(chunk >= 0 && chunk < chunks() && range(chunk).last == last_layer_ + 1,
+              "PipelineStage: the loss is taken on the chunk holding the last layer, not chunk " << chunk);
+  TRIAD_CHECK(loss_, "PipelineStage: the layer list has no loss");
+  if (!head_loss_) return loss_(forward_chunk(chunk, x), targets);
+  return call([&] {
+    const std::vector<ModulePtr>& layers = layers_[size_t(chunk)];
+    const Tensor h = run_layers(chunk, x, layers.size() - 1);
+    Module& head = *layers.back();
+    return head.call([&] { return head_loss_(head, h, targets); });
+  });
 }
 
 Tensor PipelineStage::forward(const Tensor& x) {
   TRIAD_CHECK(chunks() == 1, "PipelineStage: forward() runs a stage of one chunk; this one has " << chunks());
-  return run_layers(0, x);
+  return run_layers(0, x, layers_[0].size());
 }
 
 }  // namespace triad::nn

@@ -21,6 +21,17 @@
 // A layer that reads a tied module's parameters other than through its forward (the GPT's
 // head multiplies by the token table) does so inside the module's call(), so that the
 // module's forward hooks (ZeRO-3's gather) fire around the use.
+//
+// Note [Fused head loss]: a language model's last layer makes logits (B, T, V) that its
+// loss reduces to a scalar; made whole, they and their gradient are the largest tensors of
+// the step (at GPT-2's V = 50257 and T = 1024, 206 MB a sequence in f32). A list whose loss
+// can be fused with its last layer says so by head_loss: the GPT's and the Llama's run the
+// final norm and then the fused classifier (Note [Fused classifier] in
+// autograd/fused_classifier.h), which makes the logits a chunk of rows at a time and keeps
+// only each row's log-sum-exp, inside the head's call() so its hooks fire. A pipeline's last
+// stage (PipelineStage::forward_loss) and a one-stage list then train and evaluate exactly
+// as the whole GPT does; a loss of another kind (a value model's, RLHF's) still reads the
+// last layer's output.
 #pragma once
 
 #include <functional>
@@ -55,6 +66,9 @@ struct LayerList {
   std::vector<TiedSpec> tied;
   // The scalar loss of the last layer's output against the targets.
   std::function<Tensor(const Tensor& output, const Tensor& targets)> loss;
+  // Optional: the same loss computed from the last layer's input, `last` being that layer,
+  // without making its whole output (Note [Fused head loss]).
+  std::function<Tensor(Module& last, const Tensor& x, const Tensor& targets)> head_loss;
   // Sets initial values for the parameters `stage` holds, the same whatever layers it holds
   // (null: each layer's constructor initialises its own).
   std::function<void(Module& stage)> init;
@@ -81,6 +95,10 @@ class PipelineStage : public Module {
   // The keys of the tied modules this stage holds.
   std::vector<std::string> tied_keys() const;
   Tensor forward_chunk(int chunk, const Tensor& x);
+  // The list's loss of chunk `chunk`'s output against `targets`, the chunk holding the last
+  // layer: through the list's head_loss where it has one (Note [Fused head loss]), else
+  // loss(forward_chunk(chunk, x), targets).
+  Tensor forward_loss(int chunk, const Tensor& x, const Tensor& targets);
   // The parameters only chunk `chunk`'s layers use (a tied module that another chunk of this
   // stage also uses is left out): once that chunk's last backward of a step has run, their
   // gradients are complete.
@@ -89,8 +107,11 @@ class PipelineStage : public Module {
   Tensor forward(const Tensor& x) override;
 
  private:
-  Tensor run_layers(int chunk, const Tensor& x);
+  Tensor run_layers(int chunk, const Tensor& x, size_t count);
   std::vector<LayerRange> chunks_;
+  int last_layer_;  // the list's, to know the chunk that holds it
+  std::function<Tensor(const Tensor&, const Tensor&)> loss_;
+  std::function<Tensor(Module&, const Tensor&, const Tensor&)> head_loss_;
   std::vector<std::vector<ModulePtr>> layers_;  // per chunk, in order
   TiedModules tied_;
   int checkpoint_interval_;

@@ -27,15 +27,25 @@ class LlamaEmbedding : public Module {
 // norm_f, then the logits of this rank's vocabulary rows.
 class LlamaHead : public Module {
  public:
-  LlamaHead(const LlamaConfig& c, const Parallelism& par) : Module("LlamaHead") {
+  LlamaHead(const LlamaConfig& c, std::shared_ptr<const Parallelism> par)
+      : Module("LlamaHead"), par_(std::move(par)), vocab_(c.vocab_size) {
     norm_f = register_module("norm_f", std::make_shared<RMSNorm>(c.d_model, c.rms_eps));
-    head = register_module("head", par.column_linear(c.d_model, c.vocab_size, 1, false));
-    par.mark_residual_layer(*norm_f);
+    head = register_module("head", par_->column_linear(c.d_model, c.vocab_size, 1, false));
+    par_->mark_residual_layer(*norm_f);
   }
   Tensor forward(const Tensor& x) override { return (*head)((*norm_f)(x)); }
+  // The loss of forward(x)'s logits, fused (Note [Fused head loss] in nn/layer_list.h).
+  Tensor loss(const Tensor& x, const Tensor& targets) {
+    const Tensor h = (*norm_f)(x);
+    return head->call([&] { return par_->head_loss(h, head->weight, targets, vocab_); });
+  }
 
   std::shared_ptr<RMSNorm> norm_f;
   std::shared_ptr<Linear> head;
+
+ private:
+  std::shared_ptr<const Parallelism> par_;
+  int64_t vocab_;
 };
 
 }  // namespace
@@ -63,9 +73,12 @@ LayerList llama_layers(const LlamaConfig& config, std::shared_ptr<const Parallel
                            }});
   }
   list.layers.push_back({"", "LlamaHead", V * C + C, {}, [config, par](const TiedModules&) {
-                           return std::make_shared<LlamaHead>(config, *par);
+                           return std::make_shared<LlamaHead>(config, par);
                          }});
   list.loss = [par, V](const Tensor& logits, const Tensor& targets) { return par->cross_entropy(logits, targets, V); };
+  list.head_loss = [](Module& head, const Tensor& x, const Tensor& targets) {
+    return static_cast<LlamaHead&>(head).loss(x, targets);
+  };
   list.init = [config](Module& stage) { init_llama_parameters(config, stage); };
   return list;
 }

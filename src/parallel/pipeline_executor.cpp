@@ -124,9 +124,14 @@ void PipelineExecutor::forward(const Step& step, int m, int c) {
     l.input = receive_activation(m, c);
     if (GradMode::enabled()) set_requires_grad(l.input);
   }
-  Tensor out = stage_->forward_chunk(c, l.input);
+  Tensor out;
+  if (!last_virtual(c))
+    out = stage_->forward_chunk(c, l.input);
+  else if (step.loss)
+    out = step.loss(stage_->forward_chunk(c, l.input), step.targets[size_t(m)]);
+  else
+    out = stage_->forward_loss(c, l.input, step.targets[size_t(m)]);
   if (last_virtual(c)) {
-    out = step.loss(out, step.targets[size_t(m)]);
     if (!losses_stack_.defined()) losses_stack_ = Tensor::empty({micro_batches_}, out.dtype(), out.device());
     ops::copy_(ops::select(losses_stack_, 0, m), detach(out));
   }

@@ -53,6 +53,8 @@ class PipelineExecutor {
     // inputs[m]: micro-batch m's input to the first layer (read on the first stage only);
     // targets[m]: its targets (read on the last stage only); on the stage's device.
     std::vector<Tensor> inputs, targets;
+    // The loss of the last layer's output; empty: the layer list's own, fused with the last
+    // layer where the list allows (PipelineStage::forward_loss, Note [Fused head loss]).
     std::function<Tensor(const Tensor& output, const Tensor& targets)> loss;
     double loss_gradient = 1.0;  // the gradient each micro-batch's loss is back-propagated with
     // Runs before each backward (or input-gradient) action of chunk `chunk`, after its

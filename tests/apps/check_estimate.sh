@@ -55,8 +55,10 @@ for r in range(4):
 check("stage 0 per micro-batch (its output)", s[0]["activation_bytes_per_micro_batch"][0]["saved_bytes"], resid)
 check("stage 1 per micro-batch (6 blocks + output)", s[1]["activation_bytes_per_micro_batch"][0]["saved_bytes"],
       6 * block + resid)
+# ln_f's input and statistics, the projection's input, and the fused loss's lse and count:
+# no logits (Note [Fused head loss]).
 check("stage 3 per micro-batch (head + loss)", s[3]["activation_bytes_per_micro_batch"][0]["saved_bytes"],
-      2 * resid + 8 * B * T + 4 * B * T * V + 4 * B * T + 8)
+      2 * resid + 8 * B * T + 4 * B * T + 8)
 
 t = j["pp4_time"]["time"]
 check("--time closed-form bubble", t["bubble"], 3 / 11, 1e-12)

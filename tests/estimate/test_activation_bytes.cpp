@@ -15,6 +15,7 @@
 #include "nn/gpt_layers.h"
 #include "nn/transformer.h"
 #include "support/activation_probe.h"
+#include "support/check.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
 
@@ -98,7 +99,9 @@ BOOST_AUTO_TEST_CASE(block_deferred_weight_gradients_hold_inputs_and_output_grad
   queue.run();
 }
 
-BOOST_AUTO_TEST_CASE(head_and_loss_keep_the_logits_once) {
+// A pipeline's last stage takes the list's loss fused with the head (Note [Fused head loss]):
+// the same bytes as the whole GPT's, no logits.
+BOOST_AUTO_TEST_CASE(stage_head_and_loss_keep_no_logits) {
   const nn::GPTConfig c = config();
   const nn::LayerList list = nn::gpt_layers(c);
   const int last = int(list.layers.size()) - 1;
@@ -109,15 +112,26 @@ BOOST_AUTO_TEST_CASE(head_and_loss_keep_the_logits_once) {
   for (int64_t i = 0; i < B * T; ++i) ids.push_back((i * 7) % c.vocab_size);
   const Tensor targets = Tensor::from_vector(ids, {B, T});
   const double before = in_use();
-  Tensor logits = head.forward_chunk(0, x);
-  BOOST_TEST(logits.size(2) == 64);  // the padded rows
-  const Tensor loss = list.loss(logits, targets);
-  logits = Tensor();
+  const Tensor loss = head.forward_loss(0, x, targets);
   const double measured = in_use() - before - double(loss.nbytes()) + double(x.nbytes());
   const estimate::ActivationShape s = shape();
-  BOOST_TEST(measured == estimate::head_activations(s).saved + estimate::loss_activations(s).saved);
-  // ln_f's input and statistics, the projection's input, the (B, T, 64) logits, lse, count.
-  BOOST_TEST(measured == double(2 * 4 * B * T * C + 2 * 4 * B * T + 4 * B * T * 64 + 4 * B * T + 8));
+  BOOST_TEST(measured == estimate::head_activations(s).saved + estimate::fused_loss_activations(s).saved);
+  // ln_f's input and statistics, the projection's input, lse, count.
+  BOOST_TEST(measured == double(2 * 4 * B * T * C + 2 * 4 * B * T + 4 * B * T + 8));
+  // The loss and gradients of the logits made whole, within rounding.
+  backward(loss);
+  std::vector<Tensor> fused_grads = {ops::clone(grad(x))};
+  for (const auto& [name, p] : head.named_parameters()) fused_grads.push_back(ops::clone(grad(p)));
+  head.zero_grad();
+  Tensor x2 = ops::clone(x);
+  set_requires_grad(x2);
+  const Tensor whole = list.loss(head.forward_chunk(0, x2), targets);
+  backward(whole);
+  BOOST_TEST(loss.item() == whole.item(), boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(test::max_abs_diff(fused_grads[0], grad(x2)) < 1e-6);
+  const auto params = head.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    BOOST_TEST(test::max_abs_diff(fused_grads[i + 1], grad(params[i].second)) < 1e-6, params[i].first);
 }
 
 // Without pipeline stages the loss is fused with the head (GPT::loss): ln_f's input and
@@ -170,10 +184,9 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_divides_the_split_activations) {
   const estimate::ActivationShape sp = estimate::activation_shape(config(), B, T, 2, true, DType::f32, false);
   BOOST_TEST(estimate::block_activations(sp).saved ==
              4 * (2 * BTC / 2 + 2 * BTC + 13 * BTC / 2) + 16.0 * B * T / 2 + 4.0 * B * (NH / 2) * T);
-  // The padded vocabulary (64 rows): 32 per rank, each rank's logits kept once (the second
-  // rank keeps its masked copy in their place) and 28 bytes of statistics per token.
+  // The padded vocabulary (64 rows): 32 per rank; the fused loss keeps no logits on any tp.
   BOOST_TEST(s.vocab_rows == 32);
-  BOOST_TEST(estimate::loss_activations(s).saved == 4.0 * B * T * 32 + 28.0 * B * T);
+  BOOST_TEST(estimate::fused_loss_activations(s).saved == 4.0 * B * T + 8);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_activation_bytes

@@ -80,10 +80,10 @@ BOOST_AUTO_TEST_CASE(block_embedding_head_and_loss_equal_the_allocators_count) {
     head.train();
     const Tensor h = random_leaf(stream, 12);
     const Tensor targets = tokens();
-    const double l = measured([&] { return list.loss(head.forward_chunk(0, h), targets); });
-    BOOST_TEST(l + double(h.nbytes()) == estimate::head_activations(s).saved + estimate::loss_activations(s).saved,
+    const double l = measured([&] { return head.forward_loss(0, h, targets); });
+    BOOST_TEST(l + double(h.nbytes()) == estimate::head_activations(s).saved + estimate::fused_loss_activations(s).saved,
                "sp " << sp << ": " << l + double(h.nbytes()) << " vs "
-                     << estimate::head_activations(s).saved + estimate::loss_activations(s).saved);
+                     << estimate::head_activations(s).saved + estimate::fused_loss_activations(s).saved);
   }
 }
 

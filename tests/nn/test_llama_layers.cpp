@@ -115,6 +115,18 @@ BOOST_AUTO_TEST_CASE(layer_list_is_the_same_model) {
   const Tensor targets = Tensor::from_vector(std::vector<int64_t>{5, 9, 2, -100, 0, 7, 7, 1}, {2, 4});
   BOOST_TEST(model.loss(ids, targets).item() == list.loss(stage(ids), targets).item(),
              boost::test_tools::tolerance(1e-6));
+  // The list's loss fused with its head (Note [Fused head loss]): the same loss and gradients.
+  const Tensor fused = stage.forward_loss(0, ids, targets);
+  backward(fused);
+  std::vector<Tensor> fused_grads;
+  for (const auto& [name, p] : stage.named_parameters()) fused_grads.push_back(ops::clone(grad(p)));
+  stage.zero_grad();
+  const Tensor whole = list.loss(stage(ids), targets);
+  backward(whole);
+  BOOST_TEST(fused.item() == whole.item(), boost::test_tools::tolerance(1e-6));
+  const auto params = stage.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    BOOST_TEST(test::max_abs_diff(fused_grads[i], grad(params[i].second)) < 1e-6, params[i].first);
 }
 
 BOOST_AUTO_TEST_CASE(parameter_count_formula) {
