@@ -123,6 +123,23 @@ void ParamSwap::bring_in(FlatGroup& group, bool bounded) {
                                                               int64_t(element_size(group.dtype())))));
 }
 
+void ParamSwap::bring_in_to_overwrite(FlatGroup& group) {
+  Slot& s = slot(group);
+  if (s.resident || s.reading) return bring_in(group);  // (what is coming is as good as nothing)
+  finish_write(s);
+  make_room();
+  take_buffer(s);
+  group.set_owned_shard(Tensor::empty({group.shard_size()}, group.dtype(), group.device()));
+  s.resident = true;
+  TRIAD_ASSERT(resident_ <= config_.buffer_count);
+}
+
+bool ParamSwap::settle(FlatGroup& group) {
+  Slot& s = slot(group);
+  finish_write(s);
+  return !s.resident && !s.reading;
+}
+
 void ParamSwap::drop(FlatGroup& group) {
   Slot& s = slot(group);
   if (s.reading) {  // read ahead for nothing (the transfer waits as it goes)
@@ -140,6 +157,7 @@ void ParamSwap::store(FlatGroup& group) {
   Slot& s = slot(group);
   if (!s.resident) return;
   s.writing = backend_->write(s.index, group.owned_shard());
+  ++writes_;
   group.set_owned_shard(Tensor());
   s.resident = false;  // its buffer stays taken until the write is done
 }

@@ -82,6 +82,10 @@ class ParamSwap {
   // bounded: the training path, which asserts the buffer bound (waiting for writes to free
   // one); a checkpoint's view brings every shard of its batch in, once every write is done.
   void bring_in(FlatGroup& group, bool bounded = true);
+  // As bring_in, for a caller that writes every element of the shard before anything reads
+  // it (the update in mixed precision, which writes the 16-bit parameters from the master
+  // weights): the shard's memory is taken (a buffer, as bring_in's) without reading the slot.
+  void bring_in_to_overwrite(FlatGroup& group);
   // Drops the in-memory shard, or the read in flight, without writing it (it is what the
   // slot holds).
   void drop(FlatGroup& group);
@@ -89,6 +93,13 @@ class ParamSwap {
   void store(FlatGroup& group);
   // Waits for the writes in flight; rethrows the first error.
   void flush();
+  // The host buffer the group's shard lives in (cpu; undefined with nvme): Note [Parameters
+  // updated in place] in zero/host_shard_store.h. A caller reads and writes it only after
+  // settle(group) and before the next call on the group.
+  Tensor host_slot(const FlatGroup& group) const { return backend_->host_slot(slot(group).index); }
+  // Waits for the group's write in flight, if any (rethrowing its error); returns whether the
+  // shard is then neither in memory (where it may be newer) nor being read: its slot holds it.
+  bool settle(FlatGroup& group);
 
   // Bytes of shards on the device, being read or being written now, and the most there
   // have been at once.
@@ -105,6 +116,7 @@ class ParamSwap {
     double read_seconds = 0, waited_seconds = 0;
   };
   ReadTimes read_times() const { return {reads_, backend_->read_seconds(), waited_seconds_}; }
+  int64_t writes() const { return writes_; }  // the shards written so far (store)
   const std::string& path() const { return backend_->path(); }  // the swap file's (nvme)
 
  private:
@@ -131,7 +143,7 @@ class ParamSwap {
   std::map<const FlatGroup*, Slot> slots_;
   int64_t resident_ = 0;  // shards in memory or being read
   int64_t resident_bytes_ = 0, peak_bytes_ = 0;
-  int64_t reads_ = 0;
+  int64_t reads_ = 0, writes_ = 0;
   double waited_seconds_ = 0;
 };
 

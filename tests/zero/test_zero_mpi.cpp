@@ -214,7 +214,12 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
 // "ZeRO-3 with both offloads"); f32 and bf16, gradient accumulation 2, clipping at 0.5; two
 // buffers (a unit's two groups, no prefetch of the next unit) and DeepSpeed's five: the run
 // without offload within 1e-6, no more shards than buffers ever on the device (the swap
-// asserts it).
+// asserts it). What each step moves: alone, every shard is written back (G per step, G the
+// partitioned groups) and read in for the update in f32 only (mixed precision writes it
+// whole from the master weights); with both offloads the host update writes each shard
+// where it lives (Note [Parameters updated in place]): the step reads and writes none, the
+// host holds the shards once (none in the optimizer's store) and the run is the run without
+// offload bit for bit.
 BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_without_it) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
@@ -233,7 +238,39 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_withou
                 .device = zero::OffloadDevice::cpu, .pin_memory = true, .buffer_count = buffers, .host_store_on_cpu = true};
             if (both)
               offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .host_store_on_cpu = true};
-            check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+            int64_t reads = 0, writes = 0, groups = 0, elements = 0, steps = 0;
+            zero::ResidentBytes memory;
+            offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
+              const int64_t sign = after ? 1 : -1;
+              reads += sign * opt.param_swap()->read_times().reads;
+              writes += sign * opt.param_swap()->writes();
+              if (!after) return;
+              ++steps;
+              groups = elements = 0;
+              for (const auto& [padded, partitioned] : opt.group_sizes()) {
+                groups += partitioned;
+                elements += padded / ranks;  // the rank's shard
+              }
+              memory = opt.memory();
+            };
+            const Trajectory got = test::data_parallel(comm, offloaded);
+            check_same(got, ref, 1e-6);
+            BOOST_TEST(steps == test::kSteps);
+            BOOST_TEST(groups > 0);
+            BOOST_TEST(writes == (both ? 0 : groups * steps));
+            BOOST_TEST(reads == (both || dtype != DType::f32 ? 0 : groups * steps));
+            if (both) {
+              // Every group is partitioned (persistence threshold 0): per shard element, the
+              // slot (e bytes, host_bytes) and the store's moments and gradient (12), and in
+              // mixed precision its master weights (4; f32's are the slot), which count as
+              // the CPU training device's (optim_bytes).
+              const int64_t e = int64_t(element_size(dtype));
+              BOOST_TEST(memory.host_bytes == elements * e);
+              BOOST_TEST(memory.optim_bytes == elements * (12 + (dtype == DType::f32 ? 0 : 4)));
+              for (size_t i = 0; i < ref.params.size(); ++i)
+                BOOST_TEST(max_abs_diff(got.params[i].second, ref.params[i].second) == 0.0, ref.params[i].first);
+              BOOST_TEST(got.losses == ref.losses, boost::test_tools::per_element());
+            }
           }
         }
     }
