@@ -177,9 +177,11 @@ BOOST_AUTO_TEST_CASE(offloaded_gradients_leave_a_steps_memory_bounded_by_the_buf
 
 // ZeRO-Infinity (Note [Offloaded parameters]): each rank's parameter shards in a swap file,
 // read in before each gather and written back after the step, beside the optimizer's state
-// on NVMe, in f32 with gradient accumulation 2 and clipping at 0.5. Two buffers (every unit's
-// two groups, no prefetch of the next unit) and DeepSpeed's five (the next unit prefetched);
-// the swap asserts that no more shards than buffers are ever in memory.
+// on NVMe, in f32 and bf16 with gradient accumulation 2 and clipping at 0.5. Two buffers
+// (every unit's two groups, no prefetch of the next unit) and DeepSpeed's five (the next
+// unit prefetched); the swap asserts that no more shards than buffers are ever in memory.
+// Each step writes every shard (G per step, G the partitioned groups) and reads it in for
+// the update in f32 only (mixed precision writes it whole from the master weights).
 BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
@@ -187,20 +189,33 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
   for (int ranks : {1, 2, 4}) {
     if (n % ranks != 0) continue;
     const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
-    const test::DataParallelRun plain{.stage = 3, .accumulation = 2};
-    const Trajectory ref = test::data_parallel(comm, plain);
-    for (int64_t buffers : {2, 5}) {
-      BOOST_TEST_CONTEXT(ranks << " ranks, " << buffers << " parameter buffers") {
-        test::DataParallelRun offloaded = plain;
-        offloaded.offload = {.device = zero::OffloadDevice::nvme,
-                             .nvme_path = dir.path().string(),
-                             .pipeline_read = true,
-                             .pipeline_write = true};
-        offloaded.sub_group_size = 300;
-        offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
-                                   .nvme_path = dir.path().string(),
-                                   .buffer_count = buffers};
-        check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const test::DataParallelRun plain{.stage = 3, .accumulation = 2, .dtype = dtype};
+      const Trajectory ref = test::data_parallel(comm, plain);
+      for (int64_t buffers : {2, 5}) {
+        BOOST_TEST_CONTEXT(ranks << " ranks, " << dtype_name(dtype) << ", " << buffers << " parameter buffers") {
+          test::DataParallelRun offloaded = plain;
+          offloaded.offload = {.device = zero::OffloadDevice::nvme,
+                               .nvme_path = dir.path().string(),
+                               .pipeline_read = true,
+                               .pipeline_write = true};
+          offloaded.sub_group_size = 300;
+          offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
+                                     .nvme_path = dir.path().string(),
+                                     .buffer_count = buffers};
+          int64_t reads = 0, writes = 0, groups = 0;
+          offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
+            const int64_t sign = after ? 1 : -1;
+            reads += sign * opt.param_swap()->read_times().reads;
+            writes += sign * opt.param_swap()->writes();
+            groups = 0;
+            for (const auto& [_, partitioned] : opt.group_sizes()) groups += partitioned;
+          };
+          check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+          BOOST_TEST(groups > 0);
+          BOOST_TEST(writes == groups * test::kSteps);
+          BOOST_TEST(reads == (dtype == DType::f32 ? groups * test::kSteps : 0));
+        }
       }
     }
   }
