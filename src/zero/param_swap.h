@@ -20,14 +20,15 @@
 //   the read, or reads when none was started; for a queued copy the device waits, not the
 //   host), and the shards are dropped (drop:
 //   unchanged, nothing written) once the gather has completed: the device holds only the
-//   shards of the units in flight. The optimizer step brings each group's shard in (the next
-//   group's read started while this one is updated), updates it and writes it back (store):
-//   nvme copies it into a block that a thread writes behind, cpu queues its copy to the host
-//   (pinned, behind the update's work on the device) or copies it (pageable); the step goes
-//   on to the next group and the next forward begins, the shard's buffer counted as taken
-//   until the write is done (with both offloads the shard travels host, device, host store,
-//   device, host: the update reads and writes the device shard, as without the parameter
-//   offload). A read of a
+//   shards of the units in flight. The optimizer step brings each group's shard in (f32: read,
+//   the next group's read started while this one is updated; mixed precision: a buffer only,
+//   bring_in_to_overwrite, since the update writes every element from the master weights and
+//   reads none), updates it and writes it back (store): nvme copies it into a block that a
+//   thread writes behind, cpu queues its copy to the host (pinned, behind the update's work
+//   on the device) or copies it (pageable); the step goes on to the next group and the next
+//   forward begins, the shard's buffer counted as taken until the write is done. With both
+//   offloads "cpu" the shard stays where it is: the host update writes it in its slot (Note
+//   [Parameters updated in place] in zero/host_shard_store.h). A read of a
 //   shard whose write is in flight waits for it first; a read that needs a buffer while
 //   every one is taken waits for writes to end (a read ahead starts nothing). A write's
 //   error is raised by the next call that reads or finishes it (flush waits for them all).

@@ -332,6 +332,51 @@ BOOST_AUTO_TEST_CASE(views_of_parameters_in_host_memory_commit_batch_by_batch) {
   opt.release_all();
 }
 
+// Note [Parameters updated in place]: what a checkpoint writes through the views and
+// commits (into the host shards, which the host store updates in place) is what the next
+// update reads: with both offloads to host memory, f32 and bf16, one step from written
+// parameters (and master weights) leaves the parameters of the run without offload, bit
+// for bit.
+BOOST_AUTO_TEST_CASE(a_step_after_a_commit_updates_the_committed_host_shards) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  using State = zero::ZeroOptimizer::State;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    std::vector<Tensor> after[2];
+    for (bool offloaded : {false, true}) {
+      auto model = make_model();
+      zero::ZeroConfig config{.stage = 3, .dtype = dtype, .stage3_param_persistence_threshold = 0};
+      if (offloaded) {
+        config.offload_optimizer = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
+        config.offload_param = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
+      }
+      zero::ZeroOptimizer opt(model, config, kAdam, kDecay, world);
+      BOOST_TEST((opt.param_swap() != nullptr) == offloaded);
+      for (const zero::ZeroOptimizer::ViewBatch& batch : opt.view_batches())
+        for (State state : {State::param, State::master}) {
+          if (state == State::master && dtype == DType::f32) continue;  // the parameters are the master weights
+          zero::ZeroOptimizer::StateView view = opt.state_view(state, batch);
+          for (const zero::ZeroOptimizer::Slice& slice : view.owned_slices()) {
+            std::vector<float> v(size_t(slice.values.numel()));
+            for (size_t i = 0; i < v.size(); ++i) v[i] = 0.05f * std::sin(0.37f * float(slice.first + int64_t(i)));
+            ops::copy_(slice.values, Tensor::from_vector(v, {slice.values.numel()}));
+          }
+          view.commit();
+        }
+      const int64_t micro = kGlobalBatch / n;
+      const Tensor loss = loss_of(*model, global_tokens(0), r * micro, micro);
+      opt.begin_backward(true);
+      backward(loss);
+      opt.step(kLr, kClip);
+      opt.gather_all();
+      for (const Tensor& p : model->parameters()) after[offloaded].push_back(host_f32(p));
+      opt.release_all();
+    }
+    for (size_t i = 0; i < after[0].size(); ++i)
+      BOOST_TEST(max_abs_diff(after[1][i], after[0][i]) == 0.0, dtype_name(dtype) << " parameter " << i);
+  }
+}
+
 namespace {
 
 // The single-process run with the delay applied by hand (Note [Delayed parameter update]):
