@@ -36,10 +36,11 @@
 //   and written out after it; only its gradient crosses, staged with every other entry's.
 //   The parameter swap holds no transfer of the shard during the step (ZeroOptimizer waits
 //   for a checkpoint's write before it), and the next gather reads what the update wrote.
-//   Per step and shard of n elements of e bytes, it saves two host-to-device and two
-//   device-to-host copies of n·e bytes (f32: one fewer to the host, the master's copy in),
-//   and the host holds n·e bytes less (the store's own buffer). The values are the same
-//   bits: the same update on the same master weights writes them.
+//   Per step and shard of n elements of e bytes it saves two host-to-device copies of n·e
+//   bytes (the shard in, the new values out of the store) and one device-to-host (the
+//   write-back), in f32 a second one (the master weights' copy in): 6n bytes over the bus
+//   in bf16, 16n in f32; and the host holds n·e bytes less (the store's own buffer). The
+//   values are the same bits: the same update on the same master weights writes them.
 // - On a CPU training device, device "cpu" keeps the state where it is (DeviceShardStore):
 //   host memory is the device's. OffloadConfig::host_store_on_cpu (tests) runs this store
 //   there anyway, its copies plain copies, so that its logic is checked without a GPU.
