@@ -181,7 +181,8 @@ BOOST_AUTO_TEST_CASE(offloaded_gradients_leave_a_steps_memory_bounded_by_the_buf
 // (every unit's two groups, no prefetch of the next unit) and DeepSpeed's five (the next
 // unit prefetched); the swap asserts that no more shards than buffers are ever in memory.
 // Each step writes every shard (G per step, G the partitioned groups) and reads it in for
-// the update in f32 only (mixed precision writes it whole from the master weights).
+// the update in f32 only (mixed precision writes it whole from the master weights). The same
+// with the optimizer's state and update in host memory instead (two buffers).
 BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
@@ -192,13 +193,15 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
     for (DType dtype : {DType::f32, DType::bf16}) {
       const test::DataParallelRun plain{.stage = 3, .accumulation = 2, .dtype = dtype};
       const Trajectory ref = test::data_parallel(comm, plain);
-      for (int64_t buffers : {2, 5}) {
-        BOOST_TEST_CONTEXT(ranks << " ranks, " << dtype_name(dtype) << ", " << buffers << " parameter buffers") {
+      for (const auto& [buffers, host_store] : {std::pair<int64_t, bool>{2, false}, {5, false}, {2, true}}) {
+        BOOST_TEST_CONTEXT(ranks << " ranks, " << dtype_name(dtype) << ", " << buffers << " parameter buffers"
+                                 << (host_store ? ", optimizer on the host" : "")) {
           test::DataParallelRun offloaded = plain;
           offloaded.offload = {.device = zero::OffloadDevice::nvme,
                                .nvme_path = dir.path().string(),
                                .pipeline_read = true,
                                .pipeline_write = true};
+          if (host_store) offloaded.offload = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
           offloaded.sub_group_size = 300;
           offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
                                      .nvme_path = dir.path().string(),
