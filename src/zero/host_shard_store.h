@@ -39,8 +39,13 @@
 //   Per step and shard of n elements of e bytes it saves two host-to-device copies of n·e
 //   bytes (the shard in, the new values out of the store) and one device-to-host (the
 //   write-back), in f32 a second one (the master weights' copy in): 6n bytes over the bus
-//   in bf16, 16n in f32; and the host holds n·e bytes less (the store's own buffer). The
-//   values are the same bits: the same update on the same master weights writes them.
+//   in bf16, 16n in f32; and the host holds n·e bytes less (the store's own buffer). With
+//   offload_param "nvme" in mixed precision the buffer is a host buffer of ZeroOptimizer's,
+//   which the swap writes to the file from (ParamSwap::store_from): the shard never comes
+//   onto the device for the update (4n bytes fewer over the bus: the new values in and
+//   out). (f32 over a file reads the shard in, as the master weights; the update writes it
+//   back from the device.) The values are the same bits: the same update on the same master
+//   weights writes them.
 // - On a CPU training device, device "cpu" keeps the state where it is (DeviceShardStore):
 //   host memory is the device's. OffloadConfig::host_store_on_cpu (tests) runs this store
 //   there anyway, its copies plain copies, so that its logic is checked without a GPU.

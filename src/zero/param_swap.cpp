@@ -117,6 +117,7 @@ void ParamSwap::bring_in(FlatGroup& group, bool bounded) {
                shard.device() == group.device());
   group.set_owned_shard(std::move(shard));
   s.resident = true;
+  ++arrivals_;
   const bool sized = config_.device == OffloadDevice::nvme;  // fixed buffers (Note [Offloaded parameters])
   TRIAD_ASSERT(!bounded || (resident_ <= config_.buffer_count &&
                             (!sized || resident_bytes_ <= config_.buffer_count * config_.buffer_size *
@@ -131,6 +132,7 @@ void ParamSwap::bring_in_to_overwrite(FlatGroup& group) {
   take_buffer(s);
   group.set_owned_shard(Tensor::empty({group.shard_size()}, group.dtype(), group.device()));
   s.resident = true;
+  ++arrivals_;
   TRIAD_ASSERT(resident_ <= config_.buffer_count);
 }
 
@@ -151,6 +153,17 @@ void ParamSwap::drop(FlatGroup& group) {
   group.set_owned_shard(Tensor());
   s.resident = false;
   give_back(s);
+}
+
+void ParamSwap::store_from(FlatGroup& group, const Tensor& host) {
+  Slot& s = slot(group);
+  TRIAD_ASSERT(config_.device == OffloadDevice::nvme && !s.resident && !s.reading && host.device().is_cpu() &&
+               host.numel() == group.shard_size() && host.dtype() == group.dtype());
+  finish_write(s);
+  make_room();
+  take_buffer(s);  // the write's block, until it is done
+  s.writing = backend_->write(s.index, host);
+  ++writes_;
 }
 
 void ParamSwap::store(FlatGroup& group) {

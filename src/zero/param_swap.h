@@ -26,9 +26,11 @@
 //   reads none), updates it and writes it back (store): nvme copies it into a block that a
 //   thread writes behind, cpu queues its copy to the host (pinned, behind the update's work
 //   on the device) or copies it (pageable); the step goes on to the next group and the next
-//   forward begins, the shard's buffer counted as taken until the write is done. With both
-//   offloads "cpu" the shard stays where it is: the host update writes it in its slot (Note
-//   [Parameters updated in place] in zero/host_shard_store.h). A read of a
+//   forward begins, the shard's buffer counted as taken until the write is done. With the
+//   optimizer's update on the host (offload_optimizer "cpu") the shard does not come onto
+//   the device at all (Note [Parameters updated in place] in zero/host_shard_store.h): cpu's
+//   is updated in its slot, and in mixed precision nvme's is written from the host buffer
+//   the update wrote (store_from). A read of a
 //   shard whose write is in flight waits for it first; a read that needs a buffer while
 //   every one is taken waits for writes to end (a read ahead starts nothing). A write's
 //   error is raised by the next call that reads or finishes it (flush waits for them all).
@@ -92,6 +94,11 @@ class ParamSwap {
   void drop(FlatGroup& group);
   // Drops the in-memory shard, writing it to its slot behind.
   void store(FlatGroup& group);
+  // Writes `host`, the group's shard in host memory (what the host update wrote: Note
+  // [Parameters updated in place] in zero/host_shard_store.h), to its slot behind, as store()
+  // writes an in-memory shard; the shard is not in memory. A file only (nvme): host memory
+  // is updated in its slot (host_slot).
+  void store_from(FlatGroup& group, const Tensor& host);
   // Waits for the writes in flight; rethrows the first error.
   void flush();
   // The host buffer the group's shard lives in (cpu; undefined with nvme): Note [Parameters
@@ -117,7 +124,8 @@ class ParamSwap {
     double read_seconds = 0, waited_seconds = 0;
   };
   ReadTimes read_times() const { return {reads_, backend_->read_seconds(), waited_seconds_}; }
-  int64_t writes() const { return writes_; }  // the shards written so far (store)
+  int64_t writes() const { return writes_; }      // the shards written so far (store, store_from)
+  int64_t arrivals() const { return arrivals_; }  // the shards come into memory so far (bring_in...)
   const std::string& path() const { return backend_->path(); }  // the swap file's (nvme)
 
  private:
@@ -144,7 +152,7 @@ class ParamSwap {
   std::map<const FlatGroup*, Slot> slots_;
   int64_t resident_ = 0;  // shards in memory or being read
   int64_t resident_bytes_ = 0, peak_bytes_ = 0;
-  int64_t reads_ = 0, writes_ = 0;
+  int64_t reads_ = 0, writes_ = 0, arrivals_ = 0;
   double waited_seconds_ = 0;
 };
 

@@ -154,12 +154,16 @@ void ZeroOptimizer::offload_params(size_t u) {
                 "[config] zero_optimization.offload_param.buffer_size " << c.buffer_size << " is too small: unit '"
                 << units_[u].name << "' has a parameter shard of " << g->flat->shard_size() << " elements");
     param_swap_->add(*g->flat);
-    // Note [Parameters updated in place]: the host update writes the shard where it lives.
-    if (const Tensor host = param_swap_->host_slot(*g->flat); host.defined() && store_->updates_on_host()) {
-      for (const Group::SubGroup& sub : g->subgroups)
-        store_->keep_params_in(sub.entry, g->subgroups.size() == 1 ? host : ops::narrow(host, 0, sub.first, sub.count));
-      g->in_place = true;
-    }
+    // Note [Parameters updated in place]: the host update writes the shard where it lives,
+    // or (a file, mixed precision) into a host buffer the file is written from.
+    if (!store_->updates_on_host()) continue;
+    Tensor host = param_swap_->host_slot(*g->flat);
+    if (!host.defined() && config_.dtype != DType::f32)
+      host = g->host_params = Tensor::zeros({g->flat->shard_size()}, config_.dtype);
+    if (!host.defined()) continue;  // f32 over a file: the update reads the shard in
+    for (const Group::SubGroup& sub : g->subgroups)
+      store_->keep_params_in(sub.entry, g->subgroups.size() == 1 ? host : ops::narrow(host, 0, sub.first, sub.count));
+    g->in_place = true;
   }
   TRIAD_CHECK(shards <= c.buffer_count, "[config] zero_optimization.offload_param.buffer_count "
                                             << c.buffer_count << " is too small: unit '" << units_[u].name
@@ -602,6 +606,7 @@ void ZeroOptimizer::update(const Update& u) {
     else
       ops::adamw_({update});
     store_->release(sub->entry, /*dirty=*/true);
+    if (g.host_params.defined() && sub == &g.subgroups.back()) param_swap_->store_from(*g.flat, g.host_params);
     if (swapped(i) && sub == &g.subgroups.back()) {
       if (host) store_->finish_update();  // the shard's new values are in before it is written
       param_swap_->store(*g.flat);
@@ -875,6 +880,10 @@ ResidentBytes ZeroOptimizer::memory() const {
     if (config_.delayed_update.enabled) m.buffer_bytes += (config_.stage == 0 ? full : shard) * (elt + 4);
   }
   m.param_bytes += std::min(swapped, config_.offload_param.buffer_count * largest);
+  // Note [Parameters updated in place]: the host buffers the update writes for a file, in
+  // place of the store's own (counted as the store counts its memory).
+  for (const Group& g : groups_)
+    if (g.host_params.defined()) (device_.is_cpu() ? m.optim_bytes : m.host_bytes) += int64_t(g.host_params.nbytes());
   return m;
 }
 

@@ -182,7 +182,9 @@ BOOST_AUTO_TEST_CASE(offloaded_gradients_leave_a_steps_memory_bounded_by_the_buf
 // unit prefetched); the swap asserts that no more shards than buffers are ever in memory.
 // Each step writes every shard (G per step, G the partitioned groups) and reads it in for
 // the update in f32 only (mixed precision writes it whole from the master weights). The same
-// with the optimizer's state and update in host memory instead (two buffers).
+// with the optimizer's state and update in host memory instead (two buffers), where in mixed
+// precision no shard comes into memory for the update at all (Note [Parameters updated in
+// place]: the host update's buffer is written to the file).
 BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
@@ -206,18 +208,27 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
           offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
                                      .nvme_path = dir.path().string(),
                                      .buffer_count = buffers};
-          int64_t reads = 0, writes = 0, groups = 0;
+          int64_t reads = 0, writes = 0, arrivals = 0, groups = 0, elements = 0, store_bytes = 0;
           offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
             const int64_t sign = after ? 1 : -1;
             reads += sign * opt.param_swap()->read_times().reads;
             writes += sign * opt.param_swap()->writes();
-            groups = 0;
-            for (const auto& [_, partitioned] : opt.group_sizes()) groups += partitioned;
+            arrivals += sign * opt.param_swap()->arrivals();
+            groups = elements = 0;
+            for (const auto& [padded, partitioned] : opt.group_sizes()) {
+              groups += partitioned;
+              elements += padded / ranks;
+            }
+            store_bytes = opt.memory().optim_bytes;
           };
           check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
           BOOST_TEST(groups > 0);
           BOOST_TEST(writes == groups * test::kSteps);
           BOOST_TEST(reads == (dtype == DType::f32 ? groups * test::kSteps : 0));
+          BOOST_TEST(arrivals == (dtype == DType::f32 || !host_store ? groups * test::kSteps : 0));
+          // The host store per shard element (the CPU device's memory): master weights, both
+          // moments and the gradient, and in mixed precision the new parameters' buffer.
+          if (host_store) BOOST_TEST(store_bytes == elements * (dtype == DType::f32 ? 16 : 18));
         }
       }
     }
@@ -256,12 +267,13 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_withou
                 .device = zero::OffloadDevice::cpu, .pin_memory = true, .buffer_count = buffers, .host_store_on_cpu = true};
             if (both)
               offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .host_store_on_cpu = true};
-            int64_t reads = 0, writes = 0, groups = 0, elements = 0, steps = 0;
+            int64_t reads = 0, writes = 0, arrivals = 0, groups = 0, elements = 0, steps = 0;
             zero::ResidentBytes memory;
             offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
               const int64_t sign = after ? 1 : -1;
               reads += sign * opt.param_swap()->read_times().reads;
               writes += sign * opt.param_swap()->writes();
+              arrivals += sign * opt.param_swap()->arrivals();
               if (!after) return;
               ++steps;
               groups = elements = 0;
@@ -277,6 +289,7 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_withou
             BOOST_TEST(groups > 0);
             BOOST_TEST(writes == (both ? 0 : groups * steps));
             BOOST_TEST(reads == (both || dtype != DType::f32 ? 0 : groups * steps));
+            BOOST_TEST(arrivals == (both ? 0 : groups * steps));
             if (both) {
               // Every group is partitioned (persistence threshold 0): per shard element, the
               // slot (e bytes, host_bytes) and the store's moments and gradient (12), and in
