@@ -147,8 +147,9 @@ step bench_moe_cuda 210 gpu triad-bench moe --device cuda --model gpt2-124m --ex
 step decode_graphs 240 gpu "$kit/decode_graphs.py"
 
 # ZeRO-Offload (offload_optimizer cpu: the optimizer's state and Adam on the host; at ZeRO-3
-# with offload_param cpu too) against the state in device memory: the demo model's curves,
-# then GPT-2 124M's step times.
+# with offload_param cpu too, the parameter shards updated in place on the host, pinned and
+# pageable) against the state in device memory: the demo model's curves, then GPT-2 124M's
+# step times.
 step offload_cpu 540 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" offload_cpu --kit "$kit" \
   --work "$work/step_checks" --steps 30
 

@@ -21,8 +21,9 @@ One check per call (the first argument):
                   the state on the host against in device memory: the ratio of step times
                   (in device / offloaded; target >= 0.7) is printed, and the same with the
                   delayed parameter update (Adam on the host behind the next step); ZeRO-3
-                  with both offloads (offload_param cpu too: the parameter shards in pinned
-                  host memory) in the bf16 curves and timed against ZeRO-3 in device memory.
+                  with both offloads (offload_param cpu too: the parameter shards in host
+                  memory, which the host's Adam updates in place), pinned and pageable, in
+                  the bf16 curves and timed against ZeRO-3 in device memory.
   step_sync       Note [Host synchronisation in a step]: the demo model (bf16, where the
                   host's launches weigh most) and GPT-2 124M (bf16, batch 16 x 1024) on the
                   GPU, read at every step (log_interval 1) and every 10th (steps_per_print
@@ -99,6 +100,7 @@ def offload_cpu(a):
     pinned = offload + ["--set", "zero_optimization.offload_optimizer.pin_memory=true"]
     both = pinned + ["--set", "zero_optimization.offload_param.device=cpu",
                      "--set", "zero_optimization.offload_param.pin_memory=true"]
+    both_pageable = offload + ["--set", "zero_optimization.offload_param.device=cpu"]
     z = lambda stage: ["--set", "zero_optimization.stage=%d" % stage]
     cuda, bf16 = ["--set", "device=cuda"], ["--set", "bf16.enabled=true"]
     f32_dev = train(a.kit, a.work, "offload_f32_device", a.steps, cuda + z(2))
@@ -107,7 +109,7 @@ def offload_cpu(a):
     f32_err = max(rel(h, d) for h, d in zip(f32_host, f32_dev))
     bf16_err = {}
     for name, flags in (("z2_pinned", z(2) + pinned), ("z3_pinned", z(3) + pinned), ("z1_pageable", z(1) + offload),
-                        ("z3_both_pinned", z(3) + both)):
+                        ("z3_both_pinned", z(3) + both), ("z3_both_pageable", z(3) + both_pageable)):
         host = train(a.kit, a.work, "offload_bf16_" + name, a.steps, cuda + bf16 + flags)
         bf16_err[name] = max(rel(h, d) for h, d in zip(host, bf16_dev))
     print("\noffload_optimizer cpu against device memory: f32 max relative difference %.2e (bound 1e-3); bf16 %s "
@@ -119,7 +121,7 @@ def offload_cpu(a):
                "--set", "zero_optimization.delayed_update.warmup_steps=0"]
     ms = {}
     for name, extra in (("device", z(2)), ("host", z(2) + pinned), ("host_delayed", z(2) + pinned + delayed),
-                        ("z3_device", z(3)), ("z3_both", z(3) + both)):
+                        ("z3_device", z(3)), ("z3_both", z(3) + both), ("z3_both_pageable", z(3) + both_pageable)):
         train(a.kit, a.work, "offload_gpt2_" + name, 8, flags + extra, config="gpt2-124m.json")
         times = [json.loads(l)["step_ms"] for l in open(os.path.join(a.work, "offload_gpt2_%s.jsonl" % name)) if l.strip()]
         ms[name] = sorted(times[2:])[len(times[2:]) // 2]
@@ -129,13 +131,15 @@ def offload_cpu(a):
           "host (ratio %.3f, target >= 0.7), %.1f ms with it delayed behind the next step (ratio %.3f)"
           % (ms["device"], ms["host"], ratio, ms["host_delayed"], delayed_ratio))
     print("GPT-2 124M bf16 ZeRO-3: %.1f ms in device memory, %.1f ms with both offloads (parameters and Adam on the "
-          "host, pinned; ratio %.3f)" % (ms["z3_device"], ms["z3_both"], both_ratio))
+          "host, pinned; ratio %.3f), %.1f ms pageable" % (ms["z3_device"], ms["z3_both"], both_ratio,
+                                                          ms["z3_both_pageable"]))
     ok = f32_err <= 1e-3 and max(bf16_err.values()) <= 2e-2
     return ok, {"offload_f32_vs_device": f32_err, "offload_bf16_vs_device": max(bf16_err.values()),
                 "offload_step_ms_device": ms["device"], "offload_step_ms_host": ms["host"],
                 "offload_step_ms_host_delayed": ms["host_delayed"], "offload_step_ratio": ratio,
                 "offload_delayed_step_ratio": delayed_ratio, "offload_z3_step_ms_device": ms["z3_device"],
-                "offload_z3_step_ms_both": ms["z3_both"], "offload_z3_both_step_ratio": both_ratio}
+                "offload_z3_step_ms_both": ms["z3_both"], "offload_z3_both_step_ratio": both_ratio,
+                "offload_z3_step_ms_both_pageable": ms["z3_both_pageable"]}
 
 
 def step_sync(a):

@@ -65,6 +65,7 @@ class CudaRuntime final : public DeviceRuntime {
   }
   Tensor to_device(const Tensor& t, Device device) override { return cuda::to_device(t, device); }
   Tensor to_host(const Tensor& t) override { return cuda::to_host(t); }
+  void copy_to_device(const Tensor& dst, const Tensor& src) override { cuda::copy_to_device(dst, src); }
   std::unique_ptr<DeviceGraph> record(Device device, const std::function<void()>& work) override {
     return record_graph(device.index, work);
   }

@@ -23,8 +23,15 @@ void for_each_master_batch(zero::ZeroOptimizer& zero, F&& f) {
 
 ActorEma::ActorEma(engine::Engine& actor, double beta) : actor_(actor), beta_(beta) {
   TRIAD_CHECK(actor.zero() != nullptr, "enable_ema: the actor's optimizer must be AdamW or Adam (ZeRO's), not SGD");
+  const zero::ZeroConfig& z = actor.config().zero;
+  const bool offloaded = z.offload_param.device != zero::OffloadDevice::none ||
+                         z.offload_optimizer.device != zero::OffloadDevice::none;
   for_each_master_batch(*actor.zero(), [&](const std::vector<zero::ZeroOptimizer::Slice>& master) {
-    for (const zero::ZeroOptimizer::Slice& s : master) average_.push_back({s.name, s.shape, s.first, ops::clone(s.values)});
+    for (const zero::ZeroOptimizer::Slice& s : master) {
+      home_ = offloaded ? Device::cpu() : s.values.device();
+      const Tensor copy = s.values.device() == home_ ? ops::clone(s.values) : ops::to(s.values, home_);
+      average_.push_back({s.name, s.shape, s.first, copy});
+    }
   });
 }
 
@@ -36,7 +43,7 @@ void ActorEma::update() {
       zero::ZeroOptimizer::Slice& a = average_.at(i++);
       TRIAD_ASSERT(a.name == s.name && a.first == s.first);
       ops::mul_(a.values, beta_);
-      ops::add_(a.values, s.values, 1.0 - beta_);
+      ops::add_(a.values, ops::to(s.values, home_), 1.0 - beta_);
     }
   });
   TRIAD_ASSERT(i == average_.size());

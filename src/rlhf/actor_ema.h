@@ -7,7 +7,12 @@
 // ZeRO shard (ZeroOptimizer::StateView::owned_slices), so it costs 4 bytes per parameter over the
 // data-parallel ranks and no communication. The master weights are read batch by batch
 // (ZeroOptimizer::view_batches, Note [Streamed checkpoints]): with the optimizer's state or
-// the parameters offloaded, what an update reads in at once is one batch's, not the shard's. PPO and GRPO save it as output_dir/actor_ema.h5
+// the parameters offloaded, what an update reads in at once is one batch's, not the shard's.
+// The average itself lives in host memory when offload_param or offload_optimizer moves the
+// parameters or the optimizer's state off the training device (a copy of the whole shard
+// there would undo what the offload saves: in f32 training the master weights are the
+// parameters, which the views bring onto the device); else beside the master weights.
+// PPO and GRPO save it as output_dir/actor_ema.h5
 // (a weights file: triad-generate samples from it) and, at every actor checkpoint
 // step-N.h5, as ema-step-N.h5 beside it, which resuming at step N reads back (those of
 // checkpoints that checkpoint.keep removed go with them).
@@ -39,7 +44,8 @@ class ActorEma {
  private:
   engine::Engine& actor_;
   double beta_;
-  std::vector<zero::ZeroOptimizer::Slice> average_;
+  std::vector<zero::ZeroOptimizer::Slice> average_;  // on home_ (Note [Actor EMA])
+  Device home_ = Device::cpu();  // the training device's, or the host with offload
 };
 
 }  // namespace triad::rlhf

@@ -33,6 +33,9 @@ class DeviceRuntime {
   // A contiguous copy of host tensor t on `device`, and of device tensor t on the host.
   virtual Tensor to_device(const Tensor& t, Device device) = 0;
   virtual Tensor to_host(const Tensor& t) = 0;
+  // Host tensor src into device tensor dst (contiguous, same shape and dtype), as
+  // to_device copies: ordered on dst's device's current stream, src free to change on return.
+  virtual void copy_to_device(const Tensor& dst, const Tensor& src) = 0;
   // Records what `work` enqueues on `device`'s current stream into a graph, without running
   // it: the host side of `work` runs (once, now), its device work only when replayed. Throws
   // Error saying why when the work cannot be recorded (it throws, makes the host wait for

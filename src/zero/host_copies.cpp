@@ -1,5 +1,6 @@
 #include "zero/host_copies.h"
 
+#include "tensor/device_runtime.h"
 #include "tensor/ops.h"
 
 namespace triad::zero {
@@ -32,8 +33,11 @@ HostCopies::Copy HostCopies::to_host(const Tensor& dst, const Tensor& src) const
 
 HostCopies::Copy HostCopies::to_device(const Tensor& dst, const Tensor& src) const {
   TRIAD_ASSERT(src.device().is_cpu() && dst.device() == device_ && dst.numel() == src.numel());
-  if (!pinned_) {
-    ops::copy_(dst, ops::to(src, device_));
+  if (!pinned_) {  // straight into dst, staged by the device runtime (no device temporary)
+    if (device_.is_cpu())
+      ops::copy_(dst, src);
+    else
+      device_runtime(device_).copy_to_device(dst, src);
     return nullptr;
   }
   return staging_->to_device(dst, src);

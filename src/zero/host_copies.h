@@ -6,8 +6,8 @@
 //   stream; the host waits only in the copy's wait().
 // - Otherwise each copy is done when the call returns: on the CPU training device a plain
 //   copy; between pageable memory and a GPU (pin_memory false, DeepSpeed's default): to the
-//   host straight into the buffer through the staging, to the device through the device
-//   runtime, which stages it through its own buffers.
+//   host straight into the buffer through the staging, to the device straight into the
+//   destination through the device runtime, which stages it through its own pinned buffers.
 #pragma once
 
 #include <memory>

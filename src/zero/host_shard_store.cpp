@@ -36,20 +36,32 @@ size_t HostShardStore::add(Tensor master, int64_t elements) {
   return entries_.size() - 1;
 }
 
+void HostShardStore::keep_params_in(size_t entry, const Tensor& host) {
+  Entry& e = entries_.at(entry);
+  TRIAD_ASSERT(held_ < 0 && !e.staged && host.device().is_cpu() && host.dim() == 1 && host.is_contiguous() &&
+               host.dtype() == dtype_ && host.numel() == e.state.grad.numel());
+  finish_out();
+  // f32 training: the parameters are the master weights.
+  (dtype_ == DType::f32 ? e.state.master : e.state.params) = host;
+  e.in_place = true;
+}
+
 void HostShardStore::stage(size_t entry, const Tensor& grad, const Tensor& params) {
   Entry& e = entries_.at(entry);
-  TRIAD_ASSERT(held_ < 0 && grad.dtype() == DType::f32 && params.dtype() == dtype_ &&
-               grad.numel() == e.state.grad.numel() && params.numel() == grad.numel());
+  TRIAD_ASSERT(held_ < 0 && grad.dtype() == DType::f32 && grad.numel() == e.state.grad.numel() &&
+               params.defined() != e.in_place &&
+               (e.in_place || (params.dtype() == dtype_ && params.numel() == grad.numel())));
   wait(e.out);  // last step's copy of this entry's new parameters reads what comes in now
   e.target = params;
+  e.staged = true;
   e.grad_in = copies_.to_host(e.state.grad, grad);
-  if (dtype_ == DType::f32) e.params_in = copies_.to_host(e.state.master, params);
+  if (dtype_ == DType::f32 && !e.in_place) e.params_in = copies_.to_host(e.state.master, params);
 }
 
 const ShardState& HostShardStore::acquire(size_t entry) {
   TRIAD_ASSERT(held_ < 0);
   Entry& e = entries_.at(entry);
-  TRIAD_ASSERT(e.target.defined());  // staged
+  TRIAD_ASSERT(e.staged);
   wait(e.grad_in);
   wait(e.params_in);
   wait(e.out);
@@ -61,8 +73,9 @@ void HostShardStore::release(size_t entry, bool dirty) {
   TRIAD_ASSERT(held_ == int64_t(entry));
   held_ = -1;
   Entry& e = entries_[entry];
-  if (dirty) e.out = copies_.to_device(e.target, dtype_ == DType::f32 ? e.state.master : e.state.params);
+  if (dirty && !e.in_place) e.out = copies_.to_device(e.target, dtype_ == DType::f32 ? e.state.master : e.state.params);
   e.target = Tensor();
+  e.staged = false;
 }
 
 void HostShardStore::finish_update() {
@@ -89,9 +102,11 @@ void HostShardStore::write_part(size_t entry, ShardPart part, const Tensor& valu
 
 int64_t HostShardStore::bytes() const {
   int64_t total = 0;
-  for (const Entry& e : entries_)
+  for (const Entry& e : entries_) {
+    const Tensor* kept = !e.in_place ? nullptr : dtype_ == DType::f32 ? &e.state.master : &e.state.params;
     for (const Tensor* t : {&e.state.master, &e.state.exp_avg, &e.state.exp_avg_sq, &e.state.grad, &e.state.params})
-      if (t->defined()) total += t->numel() * int64_t(element_size(t->dtype()));
+      if (t->defined() && t != kept) total += t->numel() * int64_t(element_size(t->dtype()));  // (kept: the caller's)
+  }
   return total;
 }
 

@@ -33,9 +33,13 @@ class ParamBackend {
   virtual size_t add(const Tensor& shard) = 0;
   // Starts reading a slot's shard onto the training device.
   virtual std::unique_ptr<ParamTransfer> read(size_t slot) = 0;
-  // Starts writing `shard` (on the training device) into its slot; what the slot held is
-  // lost. The shard's memory is not written to while the transfer lasts.
+  // Starts writing `shard` (on the training device; a file's also from host memory) into its
+  // slot; what the slot held is lost. The shard's memory is not written to while the
+  // transfer lasts.
   virtual std::unique_ptr<ParamTransfer> write(size_t slot, const Tensor& shard) = 0;
+  // The host buffer a slot's shard lives in, which the caller may read and write in place
+  // while no transfer of the slot is in flight (host memory); undefined (a file).
+  virtual Tensor host_slot(size_t) const { return Tensor(); }
   // Bytes the slots take in files and in host memory apart from the device's.
   virtual int64_t file_bytes() const = 0;
   virtual int64_t host_bytes() const = 0;

@@ -24,6 +24,7 @@ class ParamHostBackend final : public ParamBackend {
   size_t add(const Tensor& shard) override;
   std::unique_ptr<ParamTransfer> read(size_t slot) override;
   std::unique_ptr<ParamTransfer> write(size_t slot, const Tensor& shard) override;
+  Tensor host_slot(size_t slot) const override { return slots_.at(slot); }
   int64_t file_bytes() const override { return 0; }
   int64_t host_bytes() const override { return bytes_; }
   double read_seconds() const override { return read_seconds_; }

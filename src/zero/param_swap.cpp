@@ -117,10 +117,29 @@ void ParamSwap::bring_in(FlatGroup& group, bool bounded) {
                shard.device() == group.device());
   group.set_owned_shard(std::move(shard));
   s.resident = true;
+  ++arrivals_;
   const bool sized = config_.device == OffloadDevice::nvme;  // fixed buffers (Note [Offloaded parameters])
   TRIAD_ASSERT(!bounded || (resident_ <= config_.buffer_count &&
                             (!sized || resident_bytes_ <= config_.buffer_count * config_.buffer_size *
                                                               int64_t(element_size(group.dtype())))));
+}
+
+void ParamSwap::bring_in_to_overwrite(FlatGroup& group) {
+  Slot& s = slot(group);
+  if (s.resident || s.reading) return bring_in(group);  // (what is coming is as good as nothing)
+  finish_write(s);
+  make_room();
+  take_buffer(s);
+  group.set_owned_shard(Tensor::empty({group.shard_size()}, group.dtype(), group.device()));
+  s.resident = true;
+  ++arrivals_;
+  TRIAD_ASSERT(resident_ <= config_.buffer_count);
+}
+
+bool ParamSwap::settle(FlatGroup& group) {
+  Slot& s = slot(group);
+  finish_write(s);
+  return !s.resident && !s.reading;
 }
 
 void ParamSwap::drop(FlatGroup& group) {
@@ -136,10 +155,22 @@ void ParamSwap::drop(FlatGroup& group) {
   give_back(s);
 }
 
+void ParamSwap::store_from(FlatGroup& group, const Tensor& host) {
+  Slot& s = slot(group);
+  TRIAD_ASSERT(config_.device == OffloadDevice::nvme && !s.resident && !s.reading && host.device().is_cpu() &&
+               host.numel() == group.shard_size() && host.dtype() == group.dtype());
+  finish_write(s);
+  make_room();
+  take_buffer(s);  // the write's block, until it is done
+  s.writing = backend_->write(s.index, host);
+  ++writes_;
+}
+
 void ParamSwap::store(FlatGroup& group) {
   Slot& s = slot(group);
   if (!s.resident) return;
   s.writing = backend_->write(s.index, group.owned_shard());
+  ++writes_;
   group.set_owned_shard(Tensor());
   s.resident = false;  // its buffer stays taken until the write is done
 }

@@ -20,14 +20,17 @@
 //   the read, or reads when none was started; for a queued copy the device waits, not the
 //   host), and the shards are dropped (drop:
 //   unchanged, nothing written) once the gather has completed: the device holds only the
-//   shards of the units in flight. The optimizer step brings each group's shard in (the next
-//   group's read started while this one is updated), updates it and writes it back (store):
-//   nvme copies it into a block that a thread writes behind, cpu queues its copy to the host
-//   (pinned, behind the update's work on the device) or copies it (pageable); the step goes
-//   on to the next group and the next forward begins, the shard's buffer counted as taken
-//   until the write is done (with both offloads the shard travels host, device, host store,
-//   device, host: the update reads and writes the device shard, as without the parameter
-//   offload). A read of a
+//   shards of the units in flight. The optimizer step brings each group's shard in (f32: read,
+//   the next group's read started while this one is updated; mixed precision: a buffer only,
+//   bring_in_to_overwrite, since the update writes every element from the master weights and
+//   reads none), updates it and writes it back (store): nvme copies it into a block that a
+//   thread writes behind, cpu queues its copy to the host (pinned, behind the update's work
+//   on the device) or copies it (pageable); the step goes on to the next group and the next
+//   forward begins, the shard's buffer counted as taken until the write is done. With the
+//   optimizer's update on the host (offload_optimizer "cpu") the shard does not come onto
+//   the device at all (Note [Parameters updated in place] in zero/host_shard_store.h): cpu's
+//   is updated in its slot, and in mixed precision nvme's is written from the host buffer
+//   the update wrote (store_from). A read of a
 //   shard whose write is in flight waits for it first; a read that needs a buffer while
 //   every one is taken waits for writes to end (a read ahead starts nothing). A write's
 //   error is raised by the next call that reads or finishes it (flush waits for them all).
@@ -82,13 +85,29 @@ class ParamSwap {
   // bounded: the training path, which asserts the buffer bound (waiting for writes to free
   // one); a checkpoint's view brings every shard of its batch in, once every write is done.
   void bring_in(FlatGroup& group, bool bounded = true);
+  // As bring_in, for a caller that writes every element of the shard before anything reads
+  // it (the update in mixed precision, which writes the 16-bit parameters from the master
+  // weights): the shard's memory is taken (a buffer, as bring_in's) without reading the slot.
+  void bring_in_to_overwrite(FlatGroup& group);
   // Drops the in-memory shard, or the read in flight, without writing it (it is what the
   // slot holds).
   void drop(FlatGroup& group);
   // Drops the in-memory shard, writing it to its slot behind.
   void store(FlatGroup& group);
+  // Writes `host`, the group's shard in host memory (what the host update wrote: Note
+  // [Parameters updated in place] in zero/host_shard_store.h), to its slot behind, as store()
+  // writes an in-memory shard; the shard is not in memory. A file only (nvme): host memory
+  // is updated in its slot (host_slot).
+  void store_from(FlatGroup& group, const Tensor& host);
   // Waits for the writes in flight; rethrows the first error.
   void flush();
+  // The host buffer the group's shard lives in (cpu; undefined with nvme): Note [Parameters
+  // updated in place] in zero/host_shard_store.h. A caller reads and writes it only after
+  // settle(group) and before the next call on the group.
+  Tensor host_slot(const FlatGroup& group) const { return backend_->host_slot(slot(group).index); }
+  // Waits for the group's write in flight, if any (rethrowing its error); returns whether the
+  // shard is then neither in memory (where it may be newer) nor being read: its slot holds it.
+  bool settle(FlatGroup& group);
 
   // Bytes of shards on the device, being read or being written now, and the most there
   // have been at once.
@@ -105,6 +124,8 @@ class ParamSwap {
     double read_seconds = 0, waited_seconds = 0;
   };
   ReadTimes read_times() const { return {reads_, backend_->read_seconds(), waited_seconds_}; }
+  int64_t writes() const { return writes_; }      // the shards written so far (store, store_from)
+  int64_t arrivals() const { return arrivals_; }  // the shards come into memory so far (bring_in...)
   const std::string& path() const { return backend_->path(); }  // the swap file's (nvme)
 
  private:
@@ -131,7 +152,7 @@ class ParamSwap {
   std::map<const FlatGroup*, Slot> slots_;
   int64_t resident_ = 0;  // shards in memory or being read
   int64_t resident_bytes_ = 0, peak_bytes_ = 0;
-  int64_t reads_ = 0;
+  int64_t reads_ = 0, writes_ = 0, arrivals_ = 0;
   double waited_seconds_ = 0;
 };
 

@@ -27,6 +27,10 @@ void ShardStore::stage(size_t, const Tensor&, const Tensor&) {
   TRIAD_ASSERT(false && "a store that updates on the training device was staged");
 }
 
+void ShardStore::keep_params_in(size_t, const Tensor&) {
+  TRIAD_ASSERT(false && "a store that updates on the training device was handed host parameters");
+}
+
 size_t DeviceShardStore::add(Tensor master, int64_t elements) {
   TRIAD_ASSERT(!master.defined() || (master.numel() == elements && master.dtype() == DType::f32 &&
                                      master.device() == device_));

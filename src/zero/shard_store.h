@@ -78,6 +78,13 @@ class ShardStore {
   virtual bool updates_on_host() const { return false; }
   virtual void stage(size_t entry, const Tensor& grad, const Tensor& params);
   virtual void finish_update() {}
+  // Note [Parameters updated in place] (zero/host_shard_store.h): a store that updates on
+  // the host writes the entry's new parameters (training dtype; in f32 training they are the
+  // master weights it reads too) straight into `host`, host memory where the caller keeps
+  // them (offloaded parameters' buffer), from then on: stage() is handed no parameters,
+  // acquire hands `host` out (as master in f32 training, else as params) and release copies
+  // nothing back. The caller keeps `host` unread and unwritten from stage to release.
+  virtual void keep_params_in(size_t entry, const Tensor& host);
 };
 
 // Every entry's state in memory on the training device, where the update reads it:

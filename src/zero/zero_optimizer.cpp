@@ -154,6 +154,16 @@ void ZeroOptimizer::offload_params(size_t u) {
                 "[config] zero_optimization.offload_param.buffer_size " << c.buffer_size << " is too small: unit '"
                 << units_[u].name << "' has a parameter shard of " << g->flat->shard_size() << " elements");
     param_swap_->add(*g->flat);
+    // Note [Parameters updated in place]: the host update writes the shard where it lives,
+    // or (a file, mixed precision) into a host buffer the file is written from.
+    if (!store_->updates_on_host()) continue;
+    Tensor host = param_swap_->host_slot(*g->flat);
+    if (!host.defined() && config_.dtype != DType::f32)
+      host = g->host_params = Tensor::zeros({g->flat->shard_size()}, config_.dtype);
+    if (!host.defined()) continue;  // f32 over a file: the update reads the shard in
+    for (const Group::SubGroup& sub : g->subgroups)
+      store_->keep_params_in(sub.entry, g->subgroups.size() == 1 ? host : ops::narrow(host, 0, sub.first, sub.count));
+    g->in_place = true;
   }
   TRIAD_CHECK(shards <= c.buffer_count, "[config] zero_optimization.offload_param.buffer_count "
                                             << c.buffer_count << " is too small: unit '" << units_[u].name
@@ -545,26 +555,37 @@ void ZeroOptimizer::update(const Update& u) {
   for (size_t i = 0; i < groups_.size(); ++i)
     for (const Group::SubGroup& sub : groups_[i].subgroups) order.emplace_back(i, &sub);
   // Note [Host optimizer step]: stage_update() has staged the sub-groups whose parameters are
-  // in memory; an offloaded parameter shard's are staged once it is in.
+  // in memory or updated in place; an offloaded parameter shard's are staged once it is in.
   const bool host = store_->updates_on_host();
-  const auto swapped = [&](size_t i) { return param_swap_ && groups_[i].partitioned; };
+  // Offloaded parameter shards the update needs on the device (Note [Offloaded parameters]),
+  // read in unless it only writes them (mixed precision: the master weights are the store's).
+  const auto swapped = [&](size_t i) { return param_swap_ && groups_[i].partitioned && !groups_[i].in_place; };
+  const bool reads_params = config_.dtype == DType::f32;
   for (size_t k = 0; k < order.size(); ++k) {
     const auto [i, sub] = order[k];
     Group& g = groups_[i];
+    if (g.in_place && sub == &g.subgroups.front()) {  // Note [Parameters updated in place]
+      const bool idle = param_swap_->settle(*g.flat);
+      TRIAD_ASSERT(idle);
+    }
     if (swapped(i) && sub == &g.subgroups.front()) {
-      param_swap_->bring_in(*g.flat);
-      // The next offloaded shard comes in on the I/O thread while this group is updated.
-      for (size_t j = i + 1; j < groups_.size(); ++j)
-        if (groups_[j].partitioned) {
-          param_swap_->start_read(*groups_[j].flat);
-          break;
-        }
+      if (!reads_params) {
+        param_swap_->bring_in_to_overwrite(*g.flat);
+      } else {
+        param_swap_->bring_in(*g.flat);
+        // The next shard the update reads comes in on the I/O thread while this group is updated.
+        for (size_t j = i + 1; j < groups_.size(); ++j)
+          if (swapped(j)) {
+            param_swap_->start_read(*groups_[j].flat);
+            break;
+          }
+      }
     }
     if (host && swapped(i)) store_->stage(sub->entry, update_grad(u, i, *sub), update_params(u, i, *sub));
     const ShardState& state = store_->acquire(sub->entry);
     if (k + 1 < order.size()) store_->prefetch(order[k + 1].second->entry);
     const AdamWStep s = optim::adamw_step(u.adamw, u.lr, g.flat->weight_decay(), u.step);
-    const Tensor params = update_params(u, i, *sub);
+    const Tensor params = g.in_place ? Tensor() : update_params(u, i, *sub);
     Tensor grad;
     if (store_->keeps_gradients()) {  // scaled here as step() scales gradients in memory
       grad = state.grad;
@@ -574,7 +595,8 @@ void ZeroOptimizer::update(const Update& u) {
       grad = host ? state.grad : update_grad(u, i, *sub);
     }
     // Mixed precision: the update writes the 16-bit parameters from the master weights itself
-    // (on the host into the store's buffer, which release() copies to them).
+    // (on the host into the store's buffer, which release() copies to them, or into their own
+    // host buffer: Note [Parameters updated in place]).
     const AdamWTensors update =
         state.master.defined()
             ? AdamWTensors{state.master, grad, state.exp_avg, state.exp_avg_sq, host ? state.params : params, s}
@@ -584,6 +606,7 @@ void ZeroOptimizer::update(const Update& u) {
     else
       ops::adamw_({update});
     store_->release(sub->entry, /*dirty=*/true);
+    if (g.host_params.defined() && sub == &g.subgroups.back()) param_swap_->store_from(*g.flat, g.host_params);
     if (swapped(i) && sub == &g.subgroups.back()) {
       if (host) store_->finish_update();  // the shard's new values are in before it is written
       param_swap_->store(*g.flat);
@@ -598,10 +621,12 @@ void ZeroOptimizer::update(const Update& u) {
 
 void ZeroOptimizer::stage_update(const Update& u) {
   if (!store_->updates_on_host()) return;
-  for (size_t i = 0; i < groups_.size(); ++i)
-    if (!param_swap_ || !groups_[i].partitioned)
-      for (const Group::SubGroup& sub : groups_[i].subgroups)
-        store_->stage(sub.entry, update_grad(u, i, sub), update_params(u, i, sub));
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const Group& g = groups_[i];
+    if (!param_swap_ || !g.partitioned || g.in_place)
+      for (const Group::SubGroup& sub : g.subgroups)
+        store_->stage(sub.entry, update_grad(u, i, sub), g.in_place ? Tensor() : update_params(u, i, sub));
+  }
 }
 
 Tensor ZeroOptimizer::update_params(const Update& u, size_t group, const Group::SubGroup& sub) {
@@ -855,6 +880,10 @@ ResidentBytes ZeroOptimizer::memory() const {
     if (config_.delayed_update.enabled) m.buffer_bytes += (config_.stage == 0 ? full : shard) * (elt + 4);
   }
   m.param_bytes += std::min(swapped, config_.offload_param.buffer_count * largest);
+  // Note [Parameters updated in place]: the host buffers the update writes for a file, in
+  // place of the store's own (counted as the store counts its memory).
+  for (const Group& g : groups_)
+    if (g.host_params.defined()) (device_.is_cpu() ? m.optim_bytes : m.host_bytes) += int64_t(g.host_params.nbytes());
   return m;
 }
 

@@ -313,6 +313,12 @@ class ZeroOptimizer {
     bool final = false;          // pipelines: no more gradient comes this step (begin_final_backward)
     parallel::WorkPtr gather;    // stage 3: the all-gather of its parameters, in flight
     bool partitioned = false;    // stage 3 and above the persistence threshold
+    // Offloaded, its shard updated by the host update where the parameter swap keeps it in
+    // host memory, or (a file, mixed precision) in host_params, written to the file from there
+    // (Note [Parameters updated in place] in zero/host_shard_store.h): the update never
+    // brings the shard onto the device.
+    bool in_place = false;
+    Tensor host_params;
     std::vector<nn::TensorSplit> splits;  // of flat->params()
     parallel::Communicator* tie = nullptr;  // its parameters are tied over this group
     parallel::Communicator* comm = nullptr;  // reduced and sharded over: dp, or edp (Note [ZeRO with experts])

@@ -100,4 +100,42 @@ BOOST_AUTO_TEST_CASE(average_follows_its_closed_form_and_reads_back) {
   world->barrier();
 }
 
+// With the parameters and the optimizer's state offloaded to host memory (ZeRO-3, both
+// offloads, run on the CPU through the internal switches), the average is kept in host
+// memory and is the average of the run without offload, bit for bit, on f32 and bf16 actors.
+BOOST_AUTO_TEST_CASE(average_with_offload_is_the_average_without_it) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  test::TempDir own;
+  const std::string dir = test::shared_folder(own, *world);
+  for (bool bf16 : {false, true}) {
+    std::string files[2];
+    for (bool offloaded : {false, true}) {
+      engine::TrainConfig c = config(dir, world->size());
+      c.zero.stage = 3;
+      if (bf16) c.precision.dtype = DType::bf16;
+      if (offloaded) {
+        c.zero.offload_param = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
+        c.zero.offload_optimizer = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
+      }
+      engine::Engine e(c, engine::process_grid(c, world));
+      BOOST_TEST((e.zero()->param_swap() != nullptr) == offloaded);
+      rlhf::ActorEma ema(e, kBeta);
+      for (int64_t s = 1; s <= 2; ++s) {
+        train_step(e, world->rank(), s);
+        ema.update();
+      }
+      files[offloaded] = dir + "/ema-" + std::to_string(bf16) + std::to_string(offloaded) + ".h5";
+      ema.save(files[offloaded], *world);
+    }
+    world->barrier();
+    if (world->rank() == 0) {
+      const io::NamedTensors plain = weights(files[0]), offloaded = weights(files[1]);
+      BOOST_REQUIRE_EQUAL(plain.size(), offloaded.size());
+      for (size_t i = 0; i < plain.size(); ++i)
+        BOOST_TEST(test::max_abs_diff(offloaded[i].second, plain[i].second) == 0.0, plain[i].first << (bf16 ? " bf16" : " f32"));
+    }
+    world->barrier();
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()  // test_actor_ema_mpi

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/test/unit_test.hpp>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -115,6 +116,9 @@ struct DataParallelRun {
   // the pending update is applied (as a checkpoint does); -1: none.
   zero::ZeroConfig::DelayedUpdate delayed;
   int64_t skip = -1, flush = -1;
+  // Called with the optimizer just before (after = false) and just after each step: what a
+  // step moves.
+  std::function<void(const zero::ZeroOptimizer&, bool after)> around_step;
 };
 
 inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const DataParallelRun& run) {
@@ -153,7 +157,9 @@ inline Trajectory data_parallel(const parallel::CommunicatorPtr& comm, const Dat
       backward(l, Tensor::full({}, overflow * opt.loss_scale() / double(run.accumulation), DType::f32, l.device()));
     }
     if (run.adam.scheduled_betas) opt.set_betas(betas_of(step).beta1, betas_of(step).beta2);
+    if (run.around_step) run.around_step(opt, false);
     opt.step(kLr, kClip);
+    if (run.around_step) run.around_step(opt, true);
     if (step == run.flush) opt.apply_pending_update();
     Tensor sum = Tensor::full({1}, local, DType::f64);
     comm->all_reduce(sum)->wait();

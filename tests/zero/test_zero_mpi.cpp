@@ -177,9 +177,14 @@ BOOST_AUTO_TEST_CASE(offloaded_gradients_leave_a_steps_memory_bounded_by_the_buf
 
 // ZeRO-Infinity (Note [Offloaded parameters]): each rank's parameter shards in a swap file,
 // read in before each gather and written back after the step, beside the optimizer's state
-// on NVMe, in f32 with gradient accumulation 2 and clipping at 0.5. Two buffers (every unit's
-// two groups, no prefetch of the next unit) and DeepSpeed's five (the next unit prefetched);
-// the swap asserts that no more shards than buffers are ever in memory.
+// on NVMe, in f32 and bf16 with gradient accumulation 2 and clipping at 0.5. Two buffers
+// (every unit's two groups, no prefetch of the next unit) and DeepSpeed's five (the next
+// unit prefetched); the swap asserts that no more shards than buffers are ever in memory.
+// Each step writes every shard (G per step, G the partitioned groups) and reads it in for
+// the update in f32 only (mixed precision writes it whole from the master weights). The same
+// with the optimizer's state and update in host memory instead (two buffers), where in mixed
+// precision no shard comes into memory for the update at all (Note [Parameters updated in
+// place]: the host update's buffer is written to the file).
 BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
@@ -187,20 +192,44 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
   for (int ranks : {1, 2, 4}) {
     if (n % ranks != 0) continue;
     const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
-    const test::DataParallelRun plain{.stage = 3, .accumulation = 2};
-    const Trajectory ref = test::data_parallel(comm, plain);
-    for (int64_t buffers : {2, 5}) {
-      BOOST_TEST_CONTEXT(ranks << " ranks, " << buffers << " parameter buffers") {
-        test::DataParallelRun offloaded = plain;
-        offloaded.offload = {.device = zero::OffloadDevice::nvme,
-                             .nvme_path = dir.path().string(),
-                             .pipeline_read = true,
-                             .pipeline_write = true};
-        offloaded.sub_group_size = 300;
-        offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
-                                   .nvme_path = dir.path().string(),
-                                   .buffer_count = buffers};
-        check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const test::DataParallelRun plain{.stage = 3, .accumulation = 2, .dtype = dtype};
+      const Trajectory ref = test::data_parallel(comm, plain);
+      for (const auto& [buffers, host_store] : {std::pair<int64_t, bool>{2, false}, {5, false}, {2, true}}) {
+        BOOST_TEST_CONTEXT(ranks << " ranks, " << dtype_name(dtype) << ", " << buffers << " parameter buffers"
+                                 << (host_store ? ", optimizer on the host" : "")) {
+          test::DataParallelRun offloaded = plain;
+          offloaded.offload = {.device = zero::OffloadDevice::nvme,
+                               .nvme_path = dir.path().string(),
+                               .pipeline_read = true,
+                               .pipeline_write = true};
+          if (host_store) offloaded.offload = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
+          offloaded.sub_group_size = 300;
+          offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
+                                     .nvme_path = dir.path().string(),
+                                     .buffer_count = buffers};
+          int64_t reads = 0, writes = 0, arrivals = 0, groups = 0, elements = 0, store_bytes = 0;
+          offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
+            const int64_t sign = after ? 1 : -1;
+            reads += sign * opt.param_swap()->read_times().reads;
+            writes += sign * opt.param_swap()->writes();
+            arrivals += sign * opt.param_swap()->arrivals();
+            groups = elements = 0;
+            for (const auto& [padded, partitioned] : opt.group_sizes()) {
+              groups += partitioned;
+              elements += padded / ranks;
+            }
+            store_bytes = opt.memory().optim_bytes;
+          };
+          check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+          BOOST_TEST(groups > 0);
+          BOOST_TEST(writes == groups * test::kSteps);
+          BOOST_TEST(reads == (dtype == DType::f32 ? groups * test::kSteps : 0));
+          BOOST_TEST(arrivals == (dtype == DType::f32 || !host_store ? groups * test::kSteps : 0));
+          // The host store per shard element (the CPU device's memory): master weights, both
+          // moments and the gradient, and in mixed precision the new parameters' buffer.
+          if (host_store) BOOST_TEST(store_bytes == elements * (dtype == DType::f32 ? 16 : 18));
+        }
       }
     }
   }
@@ -214,7 +243,12 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
 // "ZeRO-3 with both offloads"); f32 and bf16, gradient accumulation 2, clipping at 0.5; two
 // buffers (a unit's two groups, no prefetch of the next unit) and DeepSpeed's five: the run
 // without offload within 1e-6, no more shards than buffers ever on the device (the swap
-// asserts it).
+// asserts it). What each step moves: alone, every shard is written back (G per step, G the
+// partitioned groups) and read in for the update in f32 only (mixed precision writes it
+// whole from the master weights); with both offloads the host update writes each shard
+// where it lives (Note [Parameters updated in place]): the step reads and writes none, the
+// host holds the shards once (none in the optimizer's store) and the run is the run without
+// offload bit for bit.
 BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_without_it) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int n = world->size(), r = world->rank();
@@ -233,7 +267,41 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_withou
                 .device = zero::OffloadDevice::cpu, .pin_memory = true, .buffer_count = buffers, .host_store_on_cpu = true};
             if (both)
               offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .host_store_on_cpu = true};
-            check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+            int64_t reads = 0, writes = 0, arrivals = 0, groups = 0, elements = 0, steps = 0;
+            zero::ResidentBytes memory;
+            offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
+              const int64_t sign = after ? 1 : -1;
+              reads += sign * opt.param_swap()->read_times().reads;
+              writes += sign * opt.param_swap()->writes();
+              arrivals += sign * opt.param_swap()->arrivals();
+              if (!after) return;
+              ++steps;
+              groups = elements = 0;
+              for (const auto& [padded, partitioned] : opt.group_sizes()) {
+                groups += partitioned;
+                elements += padded / ranks;  // the rank's shard
+              }
+              memory = opt.memory();
+            };
+            const Trajectory got = test::data_parallel(comm, offloaded);
+            check_same(got, ref, 1e-6);
+            BOOST_TEST(steps == test::kSteps);
+            BOOST_TEST(groups > 0);
+            BOOST_TEST(writes == (both ? 0 : groups * steps));
+            BOOST_TEST(reads == (both || dtype != DType::f32 ? 0 : groups * steps));
+            BOOST_TEST(arrivals == (both ? 0 : groups * steps));
+            if (both) {
+              // Every group is partitioned (persistence threshold 0): per shard element, the
+              // slot (e bytes, host_bytes) and the store's moments and gradient (12), and in
+              // mixed precision its master weights (4; f32's are the slot), which count as
+              // the CPU training device's (optim_bytes).
+              const int64_t e = int64_t(element_size(dtype));
+              BOOST_TEST(memory.host_bytes == elements * e);
+              BOOST_TEST(memory.optim_bytes == elements * (12 + (dtype == DType::f32 ? 0 : 4)));
+              for (size_t i = 0; i < ref.params.size(); ++i)
+                BOOST_TEST(max_abs_diff(got.params[i].second, ref.params[i].second) == 0.0, ref.params[i].first);
+              BOOST_TEST(got.losses == ref.losses, boost::test_tools::per_element());
+            }
           }
         }
     }
@@ -278,6 +346,51 @@ BOOST_AUTO_TEST_CASE(views_of_parameters_in_host_memory_commit_batch_by_batch) {
     BOOST_TEST(got == expected, name);
   }
   opt.release_all();
+}
+
+// Note [Parameters updated in place]: what a checkpoint writes through the views and
+// commits (into the host shards, which the host store updates in place) is what the next
+// update reads: with both offloads to host memory, f32 and bf16, one step from written
+// parameters (and master weights) leaves the parameters of the run without offload, bit
+// for bit.
+BOOST_AUTO_TEST_CASE(a_step_after_a_commit_updates_the_committed_host_shards) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  using State = zero::ZeroOptimizer::State;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    std::vector<Tensor> after[2];
+    for (bool offloaded : {false, true}) {
+      auto model = make_model();
+      zero::ZeroConfig config{.stage = 3, .dtype = dtype, .stage3_param_persistence_threshold = 0};
+      if (offloaded) {
+        config.offload_optimizer = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
+        config.offload_param = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
+      }
+      zero::ZeroOptimizer opt(model, config, kAdam, kDecay, world);
+      BOOST_TEST((opt.param_swap() != nullptr) == offloaded);
+      for (const zero::ZeroOptimizer::ViewBatch& batch : opt.view_batches())
+        for (State state : {State::param, State::master}) {
+          if (state == State::master && dtype == DType::f32) continue;  // the parameters are the master weights
+          zero::ZeroOptimizer::StateView view = opt.state_view(state, batch);
+          for (const zero::ZeroOptimizer::Slice& slice : view.owned_slices()) {
+            std::vector<float> v(size_t(slice.values.numel()));
+            for (size_t i = 0; i < v.size(); ++i) v[i] = 0.05f * std::sin(0.37f * float(slice.first + int64_t(i)));
+            ops::copy_(slice.values, Tensor::from_vector(v, {slice.values.numel()}));
+          }
+          view.commit();
+        }
+      const int64_t micro = kGlobalBatch / n;
+      const Tensor loss = loss_of(*model, global_tokens(0), r * micro, micro);
+      opt.begin_backward(true);
+      backward(loss);
+      opt.step(kLr, kClip);
+      opt.gather_all();
+      for (const Tensor& p : model->parameters()) after[offloaded].push_back(host_f32(p));
+      opt.release_all();
+    }
+    for (size_t i = 0; i < after[0].size(); ++i)
+      BOOST_TEST(max_abs_diff(after[1][i], after[0][i]) == 0.0, dtype_name(dtype) << " parameter " << i);
+  }
 }
 
 namespace {
