@@ -45,9 +45,10 @@ Tensor check_indices(const Tensor& idx, Device device, int64_t limit, std::optio
   if (!device.is_cpu()) return c;
   for (int64_t i = 0; i < c.numel(); ++i) {
     const int64_t v = c.dtype() == DType::i64 ? c.data<int64_t>()[i] : c.data<int32_t>()[i];
-    TRIAD_CHECK((v >= 0 && v < limit) || (ignore && v == *ignore), op << ": index " << v << " at position " << i
-                                                                      << " of indices " << shape_str(idx.shape())
-                                                                      << " out of range [0, " << limit << ")");
+    TRIAD_CHECK((v >= 0 && v < limit) || (ignore && v == *ignore),
+                op << ": index " << v << " at position " << i << " of indices " << shape_str(idx.shape())
+                   << " out of range [0, " << limit << ")"
+                   << (ignore ? " (or " + std::to_string(*ignore) + ")" : std::string()));
   }
   return c;
 }

@@ -84,6 +84,10 @@ BOOST_AUTO_TEST_CASE(indices_out_of_range_name_the_op) {
   const Tensor w = Tensor::ones({4, 2});
   const Tensor bad = Tensor::from_vector(std::vector<int64_t>{0, 4}, {2});
   test::check_error([&] { ops::embedding(w, bad); }, {"embedding: index 4 at position 1", "out of range [0, 4)"});
+  // With zero_past_end the index 4 reads zeros; 5 is named with the range and the extra index.
+  BOOST_TEST(ops::embedding(w, bad, /*zero_past_end=*/true).to_vector<double>() == (std::vector<double>{1, 1, 0, 0}));
+  const Tensor worse = Tensor::from_vector(std::vector<int64_t>{5}, {1});
+  test::check_error([&] { ops::embedding(w, worse, true); }, {"embedding: index 5", "out of range [0, 4) (or 4)"});
 }
 
 // Module::to keeps every parameter's handle (the optimizer and ZeRO hold them).
