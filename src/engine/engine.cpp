@@ -422,10 +422,10 @@ Tensor Engine::forward_only(const std::vector<Tensor>& inputs, const std::vector
 }
 
 Tensor Engine::pipeline_losses(const std::vector<Tensor>& losses, int64_t m) {
-  // The last stage's losses, sent to every rank of the pipeline group.
-  Tensor all = Tensor::zeros({m}, DType::f64, Device::cpu());
-  if (!losses.empty())
-    for (int64_t i = 0; i < m; ++i) ops::copy_(ops::select(all, 0, i), ops::to(losses[size_t(i)], Device::cpu()));
+  // The last stage's losses, sent to every rank of the pipeline group on the device: the host
+  // reads none (Note [Host synchronisation in a step] in train/trainer.cpp).
+  Tensor all = Tensor::zeros({m}, DType::f64, device_);
+  for (size_t i = 0; i < losses.size(); ++i) ops::copy_(ops::select(all, 0, int64_t(i)), losses[i]);
   pp_->broadcast(all, pp_->size() - 1)->wait();
   return all;
 }

@@ -122,7 +122,9 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
 // and the optimizer is one launch (Note [Multi-tensor optimizer]). Ranks that share a GPU
 // reach each other through host memory (MPI), and each such collective waits for its copy
 // to the host. Under pipeline parallelism the last stage's losses go to the pipeline's
-// ranks through the host (Engine::forward_backward) every step.
+// ranks as a device tensor (Engine::forward_backward): over NCCL a broadcast queued on the
+// device; over MPI it waits for its copy to the host, as any MPI collective of device
+// tensors.
 
 // This rank's forward and backward passes of one step.
 struct Passes {
