@@ -416,6 +416,22 @@ Tensor moe_test_with_zero_row(const Tensor& rows) {
   return cat({rows, Tensor::zeros({1, rows.size(1)}, rows.dtype(), rows.device())}, 0);
 }
 
+// A layer's output for x (B, T, d) and its router losses as the padded layout computes them,
+// stage by stage from the layer's gate output g and the gather indices `at`: the tokens and
+// the experts' outputs gathered with a zero row appended by a copy.
+struct MoETestPadded {
+  Tensor out, router_loss;
+};
+MoETestPadded moe_test_padded(nn::MoE& layer, const Tensor& x, const nn::GateOutput& g, const ops::MoEIndices& at,
+                              const MoEConfig& config) {
+  const int64_t d = x.size(2);
+  const Tensor tokens = reshape(x, {-1, d});
+  const Tensor outputs = (*layer.experts)(embedding(moe_test_with_zero_row(tokens), at.source));  // (E, C, d)
+  const Tensor routed = embedding(moe_test_with_zero_row(reshape(outputs, {-1, d})), at.slot);
+  return {reshape(sum(mul(routed, unsqueeze(g.weights, 2)), 1), x.shape()),
+          add(mul(g.l_aux, config.aux_loss_coeff), mul(g.z_loss, config.z_loss_coeff))};
+}
+
 }  // namespace
 
 // Dropless, each expert gets exactly the rows routed to it: the exchange counts the loads
@@ -452,14 +468,12 @@ BOOST_AUTO_TEST_CASE(dropless_layer_equals_the_padded_layout) {
     const nn::MoEOutput oa = a.apply(xa);
     backward(add(sum(mul(oa.out, w)), oa.loss));
     // The padded layout, stage by stage, with the same routing draws.
-    const Tensor tokens = reshape(xb, {-1, 6});
-    const nn::GateOutput g = b.gate->route(tokens);
+    const nn::GateOutput g = b.gate->route(reshape(xb, {-1, 6}));
     const nn::Routing& r = g.routing;
-    const ops::MoEIndices at = ops::moe_indices(r.expert, r.location, r.experts, r.capacity);
-    const Tensor outputs = (*b.experts)(embedding(moe_test_with_zero_row(tokens), at.source));  // (E, C, d)
-    const Tensor routed = embedding(moe_test_with_zero_row(reshape(outputs, {-1, 6})), at.slot);
-    const Tensor out = reshape(sum(mul(routed, unsqueeze(g.weights, 2)), 1), xb.shape());
-    backward(add(sum(mul(out, w)), add(mul(g.l_aux, config.aux_loss_coeff), mul(g.z_loss, config.z_loss_coeff))));
+    const MoETestPadded padded =
+        moe_test_padded(b, xb, g, ops::moe_indices(r.expert, r.location, r.experts, r.capacity), config);
+    const Tensor& out = padded.out;
+    backward(add(sum(mul(out, w)), padded.router_loss));
     BOOST_TEST_CONTEXT("k " << k) {
       BOOST_TEST(test::relative_error(oa.out, out) < 1e-6);
       BOOST_TEST(test::relative_error(grad(xa), grad(xb)) < 1e-6);
@@ -485,13 +499,10 @@ BOOST_AUTO_TEST_CASE(gathers_past_the_end_equal_gathers_of_an_appended_zero_row)
     const Tensor w = randn({2, 9, 6}, 89);
     const nn::MoEOutput oa = a.apply(xa);
     backward(add(sum(mul(oa.out, w)), oa.loss));
-    const Tensor tokens = reshape(xb, {-1, 6});
-    const nn::GateOutput g = b.gate->route(tokens);
-    const ops::MoEIndices& at = g.indices;
-    const Tensor outputs = (*b.experts)(embedding(moe_test_with_zero_row(tokens), at.source));  // (E, C, d)
-    const Tensor routed = embedding(moe_test_with_zero_row(reshape(outputs, {-1, 6})), at.slot);
-    const Tensor out = reshape(sum(mul(routed, unsqueeze(g.weights, 2)), 1), xb.shape());
-    backward(add(sum(mul(out, w)), add(mul(g.l_aux, config.aux_loss_coeff), mul(g.z_loss, config.z_loss_coeff))));
+    const nn::GateOutput g = b.gate->route(reshape(xb, {-1, 6}));
+    const MoETestPadded padded = moe_test_padded(b, xb, g, g.indices, config);
+    const Tensor& out = padded.out;
+    backward(add(sum(mul(out, w)), padded.router_loss));
     BOOST_TEST_CONTEXT("k " << k) {
       BOOST_TEST(oa.stats.capacity * 4 != 18 * k);  // slots and choices differ: empty slots or drops
       BOOST_TEST(test::max_abs_diff(oa.out, out) == 0.0);

@@ -30,10 +30,43 @@ using namespace triad::test;
 
 namespace {
 
-// The offload cases run on groups of 1, 2 and 4 ranks split from the world, each group size
-// where it is at least half the world: 1 and 2 under np 2, 2 and 4 under np 4, 4 under np 8
-// (CTest runs all three), so that no entry runs many single-rank copies of a case at once.
-bool zero_mpi_group_runs(int ranks, int world_size) { return world_size % ranks == 0 && 2 * ranks >= world_size; }
+// The groups the offload cases run on: the world split into groups of 1, 2 and 4 ranks, each
+// group size where it is at least half the world (1 and 2 under np 2, 2 and 4 under np 4, 4
+// under np 8; CTest runs all three), so that no entry runs many single-rank copies of a case
+// at once. Each with its size, in the same order on every rank.
+std::vector<std::pair<int, parallel::CommunicatorPtr>> zero_mpi_offload_groups() {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank();
+  std::vector<std::pair<int, parallel::CommunicatorPtr>> groups;
+  for (int ranks : {1, 2, 4})
+    if (n % ranks == 0 && 2 * ranks >= n) groups.emplace_back(ranks, world->split(r / ranks, r));
+  return groups;
+}
+
+// What the steps of a run moved through the parameter swap (Note [Offloaded parameters]),
+// and the rank's shards and memory after its last step, from DataParallelRun::around_step.
+struct ZeroMpiSwapCounts {
+  int64_t reads = 0, writes = 0, arrivals = 0, steps = 0;
+  int64_t groups = 0, elements = 0;  // partitioned groups; the rank's shard elements
+  zero::ResidentBytes memory;
+
+  std::function<void(const zero::ZeroOptimizer&, bool)> observer(int ranks) {
+    return [this, ranks](const zero::ZeroOptimizer& opt, bool after) {
+      const int64_t sign = after ? 1 : -1;
+      reads += sign * opt.param_swap()->read_times().reads;
+      writes += sign * opt.param_swap()->writes();
+      arrivals += sign * opt.param_swap()->arrivals();
+      if (!after) return;
+      ++steps;
+      groups = elements = 0;
+      for (const auto& [padded, partitioned] : opt.group_sizes()) {
+        groups += partitioned;
+        elements += padded / ranks;
+      }
+      memory = opt.memory();
+    };
+  }
+};
 
 Trajectory data_parallel(int stage, int64_t accumulation, int64_t persist = 0, DType dtype = DType::f32,
                          int64_t prefetch = 50000000, int64_t bucket = 500000000) {
@@ -80,17 +113,13 @@ BOOST_AUTO_TEST_CASE(stages_reproduce_the_single_process_trajectory) {
 // 700 through one buffer, read and written in turn, in bf16 (master weights too, against
 // the bf16 run without offload). Gradient accumulation 2, clipping at 0.5.
 BOOST_AUTO_TEST_CASE(offloading_to_nvme_follows_the_run_without_it) {
-  const parallel::CommunicatorPtr world = parallel::world();
-  const int n = world->size(), r = world->rank();
   test::TempDir dir;  // this rank's own
   struct Variant {
     DType dtype;
     int64_t sub_group_size, buffers;
     bool pipelined;
   };
-  for (int ranks : {1, 2, 4}) {
-    if (!zero_mpi_group_runs(ranks, n)) continue;
-    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+  for (const auto& [ranks, comm] : zero_mpi_offload_groups()) {
     for (int stage : {1, 2, 3})
       for (const Variant& v : {Variant{DType::f32, 100, 2, true}, Variant{DType::bf16, 700, 1, false}}) {
         BOOST_TEST_CONTEXT(ranks << " ranks, stage " << stage << ", " << dtype_name(v.dtype)) {
@@ -115,11 +144,7 @@ BOOST_AUTO_TEST_CASE(offloading_to_nvme_follows_the_run_without_it) {
 // f32 and bf16 (master weights on the host, 16-bit parameters copied back), gradient
 // accumulation 2, clipping at 0.5: the run without offload within 1e-6.
 BOOST_AUTO_TEST_CASE(offloading_to_host_memory_follows_the_run_without_it) {
-  const parallel::CommunicatorPtr world = parallel::world();
-  const int n = world->size(), r = world->rank();
-  for (int ranks : {1, 2, 4}) {
-    if (!zero_mpi_group_runs(ranks, n)) continue;
-    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+  for (const auto& [ranks, comm] : zero_mpi_offload_groups()) {
     for (int stage : {1, 2, 3})
       for (DType dtype : {DType::f32, DType::bf16}) {
         BOOST_TEST_CONTEXT(ranks << " ranks, stage " << stage << ", " << dtype_name(dtype)) {
@@ -190,12 +215,8 @@ BOOST_AUTO_TEST_CASE(offloaded_gradients_leave_a_steps_memory_bounded_by_the_buf
 // precision no shard comes into memory for the update at all (Note [Parameters updated in
 // place]: the host update's buffer is written to the file).
 BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
-  const parallel::CommunicatorPtr world = parallel::world();
-  const int n = world->size(), r = world->rank();
   test::TempDir dir;
-  for (int ranks : {1, 2, 4}) {
-    if (!zero_mpi_group_runs(ranks, n)) continue;
-    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+  for (const auto& [ranks, comm] : zero_mpi_offload_groups()) {
     for (DType dtype : {DType::f32, DType::bf16}) {
       const test::DataParallelRun plain{.stage = 3, .accumulation = 2, .dtype = dtype};
       const Trajectory ref = test::data_parallel(comm, plain);
@@ -212,27 +233,16 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
           offloaded.offload_param = {.device = zero::OffloadDevice::nvme,
                                      .nvme_path = dir.path().string(),
                                      .buffer_count = buffers};
-          int64_t reads = 0, writes = 0, arrivals = 0, groups = 0, elements = 0, store_bytes = 0;
-          offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
-            const int64_t sign = after ? 1 : -1;
-            reads += sign * opt.param_swap()->read_times().reads;
-            writes += sign * opt.param_swap()->writes();
-            arrivals += sign * opt.param_swap()->arrivals();
-            groups = elements = 0;
-            for (const auto& [padded, partitioned] : opt.group_sizes()) {
-              groups += partitioned;
-              elements += padded / ranks;
-            }
-            store_bytes = opt.memory().optim_bytes;
-          };
+          ZeroMpiSwapCounts c;
+          offloaded.around_step = c.observer(ranks);
           check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
-          BOOST_TEST(groups > 0);
-          BOOST_TEST(writes == groups * test::kSteps);
-          BOOST_TEST(reads == (dtype == DType::f32 ? groups * test::kSteps : 0));
-          BOOST_TEST(arrivals == (dtype == DType::f32 || !host_store ? groups * test::kSteps : 0));
+          BOOST_TEST(c.groups > 0);
+          BOOST_TEST(c.writes == c.groups * test::kSteps);
+          BOOST_TEST(c.reads == (dtype == DType::f32 ? c.groups * test::kSteps : 0));
+          BOOST_TEST(c.arrivals == (dtype == DType::f32 || !host_store ? c.groups * test::kSteps : 0));
           // The host store per shard element (the CPU device's memory): master weights, both
           // moments and the gradient, and in mixed precision the new parameters' buffer.
-          if (host_store) BOOST_TEST(store_bytes == elements * (dtype == DType::f32 ? 16 : 18));
+          if (host_store) BOOST_TEST(c.memory.optim_bytes == c.elements * (dtype == DType::f32 ? 16 : 18));
         }
       }
     }
@@ -254,11 +264,7 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_nvme_follows_the_run_without_it) {
 // host holds the shards once (none in the optimizer's store) and the run is the run without
 // offload bit for bit.
 BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_without_it) {
-  const parallel::CommunicatorPtr world = parallel::world();
-  const int n = world->size(), r = world->rank();
-  for (int ranks : {1, 2, 4}) {
-    if (!zero_mpi_group_runs(ranks, n)) continue;
-    const parallel::CommunicatorPtr comm = world->split(r / ranks, r);
+  for (const auto& [ranks, comm] : zero_mpi_offload_groups()) {
     for (DType dtype : {DType::f32, DType::bf16}) {
       const test::DataParallelRun plain{.stage = 3, .accumulation = 2, .dtype = dtype};
       const Trajectory ref = test::data_parallel(comm, plain);
@@ -271,37 +277,23 @@ BOOST_AUTO_TEST_CASE(offloading_parameters_to_host_memory_follows_the_run_withou
                 .device = zero::OffloadDevice::cpu, .pin_memory = true, .buffer_count = buffers, .host_store_on_cpu = true};
             if (both)
               offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .host_store_on_cpu = true};
-            int64_t reads = 0, writes = 0, arrivals = 0, groups = 0, elements = 0, steps = 0;
-            zero::ResidentBytes memory;
-            offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
-              const int64_t sign = after ? 1 : -1;
-              reads += sign * opt.param_swap()->read_times().reads;
-              writes += sign * opt.param_swap()->writes();
-              arrivals += sign * opt.param_swap()->arrivals();
-              if (!after) return;
-              ++steps;
-              groups = elements = 0;
-              for (const auto& [padded, partitioned] : opt.group_sizes()) {
-                groups += partitioned;
-                elements += padded / ranks;  // the rank's shard
-              }
-              memory = opt.memory();
-            };
+            ZeroMpiSwapCounts c;
+            offloaded.around_step = c.observer(ranks);
             const Trajectory got = test::data_parallel(comm, offloaded);
             check_same(got, ref, 1e-6);
-            BOOST_TEST(steps == test::kSteps);
-            BOOST_TEST(groups > 0);
-            BOOST_TEST(writes == (both ? 0 : groups * steps));
-            BOOST_TEST(reads == (both || dtype != DType::f32 ? 0 : groups * steps));
-            BOOST_TEST(arrivals == (both ? 0 : groups * steps));
+            BOOST_TEST(c.steps == test::kSteps);
+            BOOST_TEST(c.groups > 0);
+            BOOST_TEST(c.writes == (both ? 0 : c.groups * c.steps));
+            BOOST_TEST(c.reads == (both || dtype != DType::f32 ? 0 : c.groups * c.steps));
+            BOOST_TEST(c.arrivals == (both ? 0 : c.groups * c.steps));
             if (both) {
               // Every group is partitioned (persistence threshold 0): per shard element, the
               // slot (e bytes, host_bytes) and the store's moments and gradient (12), and in
               // mixed precision its master weights (4; f32's are the slot), which count as
               // the CPU training device's (optim_bytes).
               const int64_t e = int64_t(element_size(dtype));
-              BOOST_TEST(memory.host_bytes == elements * e);
-              BOOST_TEST(memory.optim_bytes == elements * (12 + (dtype == DType::f32 ? 0 : 4)));
+              BOOST_TEST(c.memory.host_bytes == c.elements * e);
+              BOOST_TEST(c.memory.optim_bytes == c.elements * (12 + (dtype == DType::f32 ? 0 : 4)));
               for (size_t i = 0; i < ref.params.size(); ++i)
                 BOOST_TEST(max_abs_diff(got.params[i].second, ref.params[i].second) == 0.0, ref.params[i].first);
               BOOST_TEST(got.losses == ref.losses, boost::test_tools::per_element());
