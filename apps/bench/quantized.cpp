@@ -131,7 +131,7 @@ int run_quantized_bench(const QuantizedOptions& o) {
               "triad-bench quantized: --shapes takes (K, N) pairs, got " << o.shapes.size() << " numbers");
   const int threads = app::set_threads(o.threads);
   const Device device = engine::training_device(o.device);
-  const std::string kernel = device.is_cuda() ? "cuda-dp4a" : ops::has_int8_vnni() ? "avx512-vnni" : "portable";
+  const std::string kernel = device.is_cuda() ? "cuda-dp4a" : int8_kernel_name(ops::cpu_int8_kernels().front());
   const std::string device_name = device.is_cuda() ? cuda::device_properties(device.index).name : "cpu";
   const int inner = device.is_cuda() ? 20 : 1;
   std::printf("triad-bench quantized: %s (%s), %d threads, groups of %lld, integer kernel %s\n", device.str().c_str(),

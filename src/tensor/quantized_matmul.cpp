@@ -7,9 +7,30 @@
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"
 
-namespace triad::ops {
+namespace triad {
 
-bool has_int8_vnni() { return cpu_has_vnni(); }
+const char* int8_kernel_name(Int8Kernel kernel) {
+  switch (kernel) {
+    case Int8Kernel::best:
+      return "best";
+    case Int8Kernel::avx512_vnni:
+      return "avx512-vnni";
+    case Int8Kernel::avx2:
+      return "avx2";
+    case Int8Kernel::portable:
+      return "portable";
+  }
+  return "?";
+}
+
+namespace ops {
+
+std::vector<Int8Kernel> cpu_int8_kernels() {
+  std::vector<Int8Kernel> kernels;
+  for (Int8Kernel k : {Int8Kernel::avx512_vnni, Int8Kernel::avx2, Int8Kernel::portable})
+    if (cpu_has_int8_kernel(k)) kernels.push_back(k);
+  return kernels;
+}
 
 PackedWeight pack_weight(const Quantized& w, int64_t n, int64_t k, const QuantFormat& format) {
   const int64_t group = format.block;
@@ -73,4 +94,6 @@ Tensor quantized_linear(const Tensor& x, const PackedWeight& w, const Tensor& bi
   return to(reshape(y, shape), x.dtype());
 }
 
-}  // namespace triad::ops
+}  // namespace ops
+
+}  // namespace triad

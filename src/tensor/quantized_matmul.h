@@ -29,14 +29,19 @@ struct PackedWeight {
 };
 
 // Which integer kernel ops::quantized_linear runs on the CPU: the fastest this CPU has
-// (AVX-512 VNNI where present), or the portable one every x86-64 and Arm CPU runs. A GPU has
-// one kernel.
-enum class Int8Kernel { best, portable };
+// (best), or a named one: AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddwd on the integers widened to
+// 16 bits: any x86-64 since 2013) or the portable C++ every CPU runs. All give the same bits
+// (tensor/cpu/int8_gemm_kernels.h). A GPU has one kernel and ignores the choice.
+enum class Int8Kernel { best, avx512_vnni, avx2, portable };
+
+// "best", "avx512-vnni", "avx2", "portable".
+const char* int8_kernel_name(Int8Kernel kernel);
 
 namespace ops {
 
-// True when this CPU runs the AVX-512 VNNI kernel.
-bool has_int8_vnni();
+// The integer kernels this CPU runs, fastest first (the first is what best runs; portable
+// last, always present).
+std::vector<Int8Kernel> cpu_int8_kernels();
 
 // Packs w, the result of ops::quantize_blocks(weight (N, K), format) on the CPU, for the
 // GEMM. The group (format.block) must divide K and be a multiple of 4 (a VNNI step): any

@@ -164,7 +164,9 @@ BOOST_AUTO_TEST_CASE(int8_linear_matches_the_cpu_bit_for_bit) {
               const std::string what = std::to_string(bits) + " bits" + (symmetric ? "" : " asymmetric") + ", group " +
                                        std::to_string(group) + ", W(" + std::to_string(s.n) + ", " +
                                        std::to_string(s.k) + "), m " + std::to_string(m) + (with_bias ? ", bias" : "");
-              BOOST_TEST(same_bytes(want, ops::quantized_linear(x, packed, b, 8, Int8Kernel::best)), what << ": best");
+              for (Int8Kernel kernel : ops::cpu_int8_kernels())
+                BOOST_TEST(same_bytes(want, ops::quantized_linear(x, packed, b, 8, kernel)),
+                           what << ": " << int8_kernel_name(kernel));
               Tensor got;
               if (m == 1) got = ql_int8_emulated<1>(packed, tokens, b, m, 1);
               if (m == 2) got = ql_int8_emulated<2>(packed, tokens, b, m, 1);

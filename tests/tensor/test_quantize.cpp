@@ -455,9 +455,9 @@ void reference_linear(const Tensor& x, const Tensor& w_dq, const std::vector<flo
 
 }  // namespace
 
-// The integer GEMM (both kernels) equals the f64 GEMM of the same dequantized operands to
-// f32 rounding, for every weight format, token counts around the 4-row register block and
-// column counts around the 32-column one; the A16 path likewise with unquantized tokens.
+// The integer GEMM (every kernel this CPU runs) equals the f64 GEMM of the same dequantized
+// operands to f32 rounding, for every weight format, token counts around the 4-row register
+// block and column counts around the 32-column one; the A16 path likewise with unquantized tokens.
 BOOST_AUTO_TEST_CASE(quantized_linear_equals_the_dequantized_gemm) {
   const int64_t k = 128;
   Generator g(5);
@@ -478,8 +478,8 @@ BOOST_AUTO_TEST_CASE(quantized_linear_equals_the_dequantized_gemm) {
             const bool with_bias = (n + m) % 2 == 0;
             const std::vector<float> bv = with_bias ? bias.to_vector<float>() : std::vector<float>();
             for (int abits : {8, 16})
-              for (Int8Kernel kernel : {Int8Kernel::best, Int8Kernel::portable}) {
-                if (abits == 16 && kernel == Int8Kernel::portable) continue;
+              for (Int8Kernel kernel : ops::cpu_int8_kernels()) {
+                if (abits == 16 && kernel != Int8Kernel::portable) continue;  // one A16 path
                 const std::vector<float> y =
                     ops::quantized_linear(x, packed, with_bias ? bias : Tensor(), abits, kernel).to_vector<float>();
                 std::vector<double> ref, mag;
@@ -487,15 +487,14 @@ BOOST_AUTO_TEST_CASE(quantized_linear_equals_the_dequantized_gemm) {
                 int64_t wrong = 0;
                 for (size_t i = 0; i < y.size(); ++i)
                   if (!(std::fabs(y[i] - ref[i]) <= mag[i] * 1e-5 + 1e-6)) ++wrong;
-                BOOST_TEST(wrong == 0, format_str(f) << " W(" << n << ", " << k << ") x (" << m << ") A" << abits
-                                                     << (kernel == Int8Kernel::best ? " best" : " portable") << ": "
-                                                     << wrong << " outputs off");
+                BOOST_TEST(wrong == 0, format_str(f) << " W(" << n << ", " << k << ") x (" << m << ") A" << abits << " "
+                                                     << int8_kernel_name(kernel) << ": " << wrong << " outputs off");
               }
           }
     }
 }
 
-// The two integer kernels sum the same integers: on operands whose products are exact in
+// The integer kernels sum the same integers: on operands whose products are exact in
 // f32 (small integers, power-of-two scales) they agree exactly with the f64 reference.
 BOOST_AUTO_TEST_CASE(quantized_linear_integer_sums_are_exact) {
   const int64_t n = 33, k = 64, m = 6;
@@ -506,7 +505,7 @@ BOOST_AUTO_TEST_CASE(quantized_linear_integer_sums_are_exact) {
   const Tensor w = Tensor::from_vector(wv, {n, k}), x = Tensor::from_vector(xv, {m, k});
   const QuantFormat f{4, 32};
   const PackedWeight packed = ops::pack_weight(ops::quantize_blocks(w, f), n, k, f);
-  for (Int8Kernel kernel : {Int8Kernel::best, Int8Kernel::portable}) {
+  for (Int8Kernel kernel : ops::cpu_int8_kernels()) {
     const std::vector<float> y = ops::quantized_linear(x, packed, Tensor(), 8, kernel).to_vector<float>();
     int64_t wrong = 0;
     for (int64_t r = 0; r < m; ++r)
@@ -515,8 +514,26 @@ BOOST_AUTO_TEST_CASE(quantized_linear_integer_sums_are_exact) {
         for (int64_t i = 0; i < k; ++i) s += double(xv[size_t(r * k + i)]) * wv[size_t(c * k + i)];
         if (y[size_t(r * n + c)] != float(s)) ++wrong;
       }
-    BOOST_TEST(wrong == 0, (kernel == Int8Kernel::best ? "best" : "portable") << ": " << wrong << " sums differ");
+    BOOST_TEST(wrong == 0, int8_kernel_name(kernel) << ": " << wrong << " sums differ");
   }
+}
+
+// The kernels this CPU runs end with the portable one; a kernel it lacks is a named error.
+BOOST_AUTO_TEST_CASE(quantized_linear_kernels_of_this_cpu) {
+  const std::vector<Int8Kernel> kernels = ops::cpu_int8_kernels();
+  BOOST_TEST_MESSAGE("integer kernels of this CPU: " << int8_kernel_name(kernels.front()) << " first of "
+                                                     << kernels.size());
+  BOOST_TEST((kernels.back() == Int8Kernel::portable));
+  const QuantFormat f{8, 32};
+  const PackedWeight packed =
+      ops::pack_weight(ops::quantize_blocks(ops::reshape(uniform(64, 7, -1, 1), {2, 32}), f), 2, 32, f);
+  for (Int8Kernel kernel : {Int8Kernel::avx512_vnni, Int8Kernel::avx2})
+    if (std::find(kernels.begin(), kernels.end(), kernel) == kernels.end())
+      test::check_error(
+          [&] {
+            ops::quantized_linear(ops::reshape(uniform(32, 8, -1, 1), {1, 32}), packed, Tensor(), 8, kernel);
+          },
+          {"quantized_linear", std::string("cannot run the ") + int8_kernel_name(kernel)});
 }
 
 BOOST_AUTO_TEST_CASE(compression_bad_arguments_throw) {

@@ -118,13 +118,15 @@ inline int quant_field(const int8_t* row, int bits, bool binary, int64_t i) {
 // (asymmetric weights only, else null); y f32 (m, w.n) = the integer GEMM with the epilogue
 // of ops::quantized_linear, plus bias (f32 (n), or null).
 struct PackedWeight;
+// kernel: best (the fastest this CPU has: cpu_best_int8_kernel) or one the CPU has (else throws).
 void cpu_int8_gemm(const uint8_t* a, const float* a_scales, const int32_t* a_sums, int64_t m, const PackedWeight& w,
-                   const float* bias, float* y, bool vnni);
+                   const float* bias, float* y, Int8Kernel kernel);
 // y f32 (m, w.n) = x f32 (m, k) w^T + bias, w widened a tile at a time.
 void cpu_widened_gemm(const float* x, int64_t m, const PackedWeight& w, const float* bias, float* y);
 // Fills w.data, scales, offsets and sums from q as ops::quantize_blocks made it.
 void cpu_pack_weight(const Quantized& q, PackedWeight& w);
-bool cpu_has_vnni();
+bool cpu_has_int8_kernel(Int8Kernel kernel);
+Int8Kernel cpu_best_int8_kernel();
 
 void cpu_dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& offsets, const Tensor& out,
                            int64_t rows, int64_t k, int64_t n, const QuantFormat& format);
