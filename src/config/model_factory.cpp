@@ -4,6 +4,7 @@
 
 #include "nn/gpt_layers.h"
 #include "nn/llama_layers.h"
+#include "nn/value_layers.h"
 
 namespace triad::engine {
 
@@ -37,6 +38,16 @@ std::shared_ptr<nn::LanguageModel> build_model(const TrainConfig& c, std::shared
 
 nn::LayerList model_layers(const TrainConfig& c, std::shared_ptr<const nn::Parallelism> par) {
   return is_llama(c) ? nn::llama_layers(c.llama, std::move(par)) : nn::gpt_layers(c.model, std::move(par));
+}
+
+std::shared_ptr<nn::LanguageModel> build_value_base(const TrainConfig& c, std::shared_ptr<const nn::Parallelism> par) {
+  if (is_llama(c)) return std::make_shared<nn::Llama>(c.llama, std::move(par), /*with_head=*/false);
+  return std::make_shared<nn::GPT>(c.model, std::move(par));
+}
+
+nn::LayerList value_model_layers(const TrainConfig& c, uint64_t seed, std::shared_ptr<const nn::Parallelism> par) {
+  return is_llama(c) ? nn::llama_value_layers(c.llama, seed, std::move(par))
+                     : nn::gpt_value_layers(c.model, seed, std::move(par));
 }
 
 }  // namespace triad::engine

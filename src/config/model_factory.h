@@ -29,5 +29,13 @@ std::shared_ptr<nn::LanguageModel> build_model(const TrainConfig& config,
 // stages.
 nn::LayerList model_layers(const TrainConfig& config,
                            std::shared_ptr<const nn::Parallelism> parallelism = nn::serial());
+// A value model's base (nn::ValueModel reads its hidden states alone): the GPT (whose output
+// head is its token table), the Llama without its untied output head.
+std::shared_ptr<nn::LanguageModel> build_value_base(const TrainConfig& config,
+                                                    std::shared_ptr<const nn::Parallelism> parallelism = nn::serial());
+// The value model over that base as a list of layers (nn/value_layers.h; its value head
+// drawn from `seed`), for pipeline stages.
+nn::LayerList value_model_layers(const TrainConfig& config, uint64_t seed,
+                                 std::shared_ptr<const nn::Parallelism> parallelism = nn::serial());
 
 }  // namespace triad::engine

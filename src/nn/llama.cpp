@@ -100,7 +100,7 @@ void init_llama_parameters(const LlamaConfig& config, Module& model) {
   }
 }
 
-Llama::Llama(const LlamaConfig& config, std::shared_ptr<const Parallelism> parallelism)
+Llama::Llama(const LlamaConfig& config, std::shared_ptr<const Parallelism> parallelism, bool with_head)
     : LanguageModel("Llama"), config_(config), par_(std::move(parallelism)) {
   config_.validate();
   const Parallelism& par = *par_;
@@ -114,9 +114,13 @@ Llama::Llama(const LlamaConfig& config, std::shared_ptr<const Parallelism> paral
     blocks->push_back(std::make_shared<LlamaBlock>(C, config_.n_head, config_.n_kv_head, config_.intermediate,
                                                    config_.rms_eps, rope, par, llama_block_moe(config_, i, par)));
   norm_f = register_module("norm_f", std::make_shared<RMSNorm>(C, config_.rms_eps));
-  head = register_module("head", par.column_linear(C, V, 1, false));
+  if (with_head) head = register_module("head", par.column_linear(C, V, 1, false));
   par.mark_residual_layer(*norm_f);
   init_llama_parameters(config_, *this);
+}
+
+void Llama::check_head() const {
+  TRIAD_CHECK(head, "Llama: this model was built without its output head (a value model's base): it has no logits");
 }
 
 Tensor Llama::forward(const Tensor& indices) { return logits(indices, nullptr); }
@@ -127,7 +131,10 @@ Tensor Llama::forward(const Tensor& indices, const LeftPadding& padding) {
   return call([&] { return logits(indices, &padding); });
 }
 
-Tensor Llama::logits(const Tensor& indices, const LeftPadding* padding) { return (*head)(hidden_states(indices, padding)); }
+Tensor Llama::logits(const Tensor& indices, const LeftPadding* padding) {
+  check_head();
+  return (*head)(hidden_states(indices, padding));
+}
 
 Tensor Llama::hidden_states(const Tensor& indices, const LeftPadding* padding) {
   TRIAD_CHECK(indices.dim() == 2, "Llama: expected indices (B, T), got " << shape_str(indices.shape()));
@@ -142,6 +149,7 @@ Tensor Llama::hidden_states(const Tensor& indices, const LeftPadding* padding) {
 }
 
 Tensor Llama::loss(const Tensor& indices, const Tensor& targets) {
+  check_head();
   if (!head->plain()) return par_->cross_entropy((*this)(indices), targets, config_.vocab_size);
   return call([&] {
     const Tensor x = hidden_states(indices, nullptr);
@@ -169,6 +177,7 @@ Tensor Llama::forward_cached(const Tensor& indices, KVCache& cache, const Tensor
               "Llama: the cache was made for another batch size");
   if (positions.defined()) check_positions(positions, indices, config_.seq_len, "Llama");
   if (cache.key_start.defined()) check_key_start(cache.key_start, indices, "Llama");
+  check_head();
   NoGradGuard no_grad;
   const SequenceParallelPause whole;  // Note [Sequence parallelism paused]
   return call([&] {

@@ -69,7 +69,10 @@ std::shared_ptr<MoE> llama_block_moe(const LlamaConfig& config, int64_t block, c
 // nn/llama_block.h says; n_kv_head must be divisible by the ranks.
 class Llama : public LanguageModel {
  public:
-  explicit Llama(const LlamaConfig& config, std::shared_ptr<const Parallelism> parallelism = serial());
+  // with_head false: the model without its output head (a value model's base, which reads
+  // the hidden states alone: nn::ValueModel); its logits are an error.
+  explicit Llama(const LlamaConfig& config, std::shared_ptr<const Parallelism> parallelism = serial(),
+                 bool with_head = true);
 
   // indices (B, T) of i64/i32, T <= seq_len -> logits (B, T, V), V the vocabulary rows
   // this rank's head holds (vocab_size on one process).
@@ -92,10 +95,11 @@ class Llama : public LanguageModel {
   std::shared_ptr<Embedding> embed;
   std::shared_ptr<ModuleList> blocks;
   std::shared_ptr<RMSNorm> norm_f;
-  std::shared_ptr<Linear> head;
+  std::shared_ptr<Linear> head;  // null without its head
 
  private:
   Tensor logits(const Tensor& indices, const LeftPadding* padding);  // forward's body
+  void check_head() const;
   LlamaConfig config_;
   std::shared_ptr<const Parallelism> par_;
 };

@@ -2,6 +2,7 @@
 
 #include "autograd/functions.h"
 #include "nn/gpt_layers.h"
+#include "nn/llama_layers.h"
 
 namespace triad::nn {
 
@@ -9,15 +10,17 @@ namespace {
 
 constexpr const char* kBase = "base.";
 
-class GPTFinalNorm : public Module {
+// The base model's final norm, registered as `name` (the GPT's ln_f, the Llama's norm_f).
+class FinalNorm : public Module {
  public:
-  GPTFinalNorm(int64_t d_model, const Parallelism& par) : Module("GPTFinalNorm") {
-    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(d_model));
-    par.mark_residual_layer(*ln_f);
+  FinalNorm(const std::string& type, const std::string& name, ModulePtr norm, const Parallelism& par)
+      : Module(type), norm_(register_module(name, std::move(norm))) {
+    par.mark_residual_layer(*norm_);
   }
-  Tensor forward(const Tensor& x) override { return (*ln_f)(x); }
+  Tensor forward(const Tensor& x) override { return (*norm_)(x); }
 
-  std::shared_ptr<LayerNorm> ln_f;
+ private:
+  ModulePtr norm_;
 };
 
 // As nn::ValueModel's head: one value per token, the sequence gathered whole.
@@ -39,40 +42,58 @@ class ValueHead : public Module {
   std::shared_ptr<const Parallelism> par_;
 };
 
-}  // namespace
-
-LayerList gpt_value_layers(const GPTConfig& config, uint64_t seed, std::shared_ptr<const Parallelism> par) {
-  LayerList gpt = gpt_layers(config, par);
+// A language model's list with its output head (the last layer) replaced by the base's final
+// norm, then the value head; every layer of the base under "base.".
+LayerList value_layers(LayerList lm, LayerSpec final_norm, int64_t C, uint64_t seed,
+                       std::shared_ptr<const Parallelism> par) {
   LayerList list;
-  for (const TiedSpec& t : gpt.tied) list.tied.push_back({kBase + t.key, t.build});
-  gpt.layers.pop_back();  // the output head
-  for (const LayerSpec& l : gpt.layers) {
+  for (const TiedSpec& t : lm.tied) list.tied.push_back({kBase + t.key, t.build});
+  lm.layers.pop_back();  // the output head
+  for (const LayerSpec& l : lm.layers) {
     LayerSpec v = l;
     v.name = l.name.empty() ? kBase : kBase + l.name;
     for (std::string& key : v.ties) key = kBase + key;
-    v.build = [build = l.build](const TiedModules& tied) {  // given under the GPT's keys
+    v.build = [build = l.build](const TiedModules& tied) {  // given under the model's keys
       TiedModules own;
       for (const auto& [key, m] : tied) own[key.substr(std::string(kBase).size())] = m;
       return build(own);
     };
     list.layers.push_back(std::move(v));
   }
-  const int64_t C = config.d_model;
-  list.layers.push_back({kBase, "GPTFinalNorm", 2 * C, {}, [C, par](const TiedModules&) {
-                           return std::make_shared<GPTFinalNorm>(C, *par);
-                         }});
+  final_norm.name = kBase;
+  list.layers.push_back(std::move(final_norm));
   list.layers.push_back({"", "ValueHead", C, {}, [C, seed, par](const TiedModules&) {
                            return std::make_shared<ValueHead>(C, seed, par);
                          }});
   list.loss = [](const Tensor&, const Tensor&) -> Tensor {
     throw Error("a value model's layer list has no loss of its own: the caller's loss runs on the last stage");
   };
-  // The GPT's initial values, drawn for the parameters under "base." as for the GPT's own.
-  list.init = [init = gpt.init](Module& stage) {
+  // The model's initial values, drawn for the parameters under "base." as for the model's own.
+  list.init = [init = lm.init](Module& stage) {
     for (const auto& [name, child] : stage.children())
       if (name + "." == kBase) init(*child);
   };
   return list;
+}
+
+}  // namespace
+
+LayerList gpt_value_layers(const GPTConfig& config, uint64_t seed, std::shared_ptr<const Parallelism> par) {
+  const int64_t C = config.d_model;
+  LayerSpec norm{"", "GPTFinalNorm", 2 * C, {}, [C, par](const TiedModules&) {
+                   return std::make_shared<FinalNorm>("GPTFinalNorm", "ln_f", std::make_shared<LayerNorm>(C), *par);
+                 }};
+  return value_layers(gpt_layers(config, par), std::move(norm), C, seed, par);
+}
+
+LayerList llama_value_layers(const LlamaConfig& config, uint64_t seed, std::shared_ptr<const Parallelism> par) {
+  const int64_t C = config.d_model;
+  const double eps = config.rms_eps;
+  LayerSpec norm{"", "LlamaFinalNorm", C, {}, [C, eps, par](const TiedModules&) {
+                   return std::make_shared<FinalNorm>("LlamaFinalNorm", "norm_f", std::make_shared<RMSNorm>(C, eps),
+                                                      *par);
+                 }};
+  return value_layers(llama_layers(config, par), std::move(norm), C, seed, par);
 }
 
 }  // namespace triad::nn

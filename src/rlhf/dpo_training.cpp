@@ -55,7 +55,6 @@ double train_dpo(const StepConfig& sc, const RunOptions& options, parallel::Comm
   StepExamples ex;
   check_on_every_rank(
       [&] {  // Note [Checks on every rank]
-        check_model_split(c, "dpo");
         limits.column_multiple = pair_column_multiple(c, limits);  // Note [Sequence-parallel steps]
         check_init_shape(sc.model, "dpo.init");
         const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);

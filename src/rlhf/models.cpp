@@ -13,7 +13,7 @@ namespace {
 
 std::shared_ptr<nn::ValueModel> value_model(const engine::TrainConfig& c, std::shared_ptr<const nn::Parallelism> par) {
   const int64_t d_model = engine::model_shape(c).d_model;
-  return std::make_shared<nn::ValueModel>(engine::build_model(c, par), d_model, *par, c.seed);
+  return std::make_shared<nn::ValueModel>(engine::build_value_base(c, par), d_model, *par, c.seed);
 }
 
 // The training config a file was written with, for a model of its shape.
@@ -65,11 +65,8 @@ std::unique_ptr<engine::Engine> value_engine(const ModelRun& run, engine::GridPt
   const engine::TrainConfig& c = run.train;
   const bool whole = !run.init.empty() && holds_value_model(run.init);
   if (c.pipeline.stages > 1) {  // Note [RLHF pipeline stages]: the value model's layer list, each rank its stage
-    TRIAD_CHECK(c.arch != "llama",
-                "[config] model.arch llama: a value model (the reward model) trains in pipeline "
-                "stages as a GPT only; set pipeline.stages to 1");
     nn::LayerList layers =
-        nn::gpt_value_layers(c.model, c.seed, parallel::layer_parallelism(grid->tp(), c.sequence_parallel));
+        engine::value_model_layers(c, c.seed, parallel::layer_parallelism(grid->tp(), c.sequence_parallel));
     if (!run.init.empty())
       layers.init = [init = layers.init, path = run.init, whole](nn::Module& stage) {
         init(stage);

@@ -19,7 +19,6 @@ double train_reward(const StepConfig& sc, const RunOptions& options, parallel::C
   StepExamples ex;
   check_on_every_rank(
       [&] {  // Note [Checks on every rank]
-        check_model_split(c, "reward");
         limits.column_multiple = pair_column_multiple(c, limits);  // Note [Sequence-parallel steps]
         check_init_shape(sc.model, "reward.init");
         const std::unique_ptr<const io::Tokenizer> tokenizer_file = io::load_tokenizer(sc.data.tokenizer);

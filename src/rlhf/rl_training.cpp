@@ -100,10 +100,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   StepExamples prompts, ptx;
   check_on_every_rank(
       [&] {  // Note [Checks on every rank]
-        check_model_split(c, sc.step);
         check_init_shape(sc.model, sc.step + ".actor.init");
         if (ppo) {
-          check_model_split(sc.critic.train, "ppo.critic");
           check_init_shape(sc.critic, "ppo.critic.init");
           TRIAD_CHECK(sc.critic.train.micro_batch_size == c.micro_batch_size &&
                           sc.critic.train.gradient_accumulation_steps == c.gradient_accumulation_steps &&

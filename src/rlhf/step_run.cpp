@@ -10,13 +10,6 @@
 
 namespace triad::rlhf {
 
-void check_model_split(const engine::TrainConfig& c, const std::string& step) {
-  TRIAD_CHECK(c.pipeline.stages == 1 || c.arch != "llama" || (step != "ppo" && step != "ppo.critic"),
-              "[config] " << step << ": model.arch llama with pipeline.stages " << c.pipeline.stages
-                          << ": PPO's critic, a value model, trains in pipeline stages as a GPT only; set "
-                          << "pipeline.stages to 1 (grpo, sft and dpo take a Llama's stages)");
-}
-
 int64_t column_multiple(const engine::TrainConfig& c) { return c.sequence_parallel ? c.tensor_parallel : 1; }
 
 int64_t pair_column_multiple(const engine::TrainConfig& c, const SequenceLimits& limits) {
@@ -56,7 +49,6 @@ std::vector<std::vector<double>> last_stage_rows(const std::vector<std::vector<d
 }
 
 StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step) {
-  check_model_split(c, step);
   StepLayout l;
   l.world = world ? world : std::make_shared<parallel::SelfCommunicator>();
   l.grid = engine::process_grid(c, l.world);

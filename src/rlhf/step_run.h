@@ -49,8 +49,8 @@ struct StepLayout {
   int rank = 0, ranks = 1;           // data-parallel
   bool leader = true;                // world rank 0: prints, writes the metrics
 };
-// Error naming the key for a split the loops do not take (check_model_split), and for a
-// train_batch_size that is not micro x accumulation x data-parallel ranks.
+// Error naming the keys for a train_batch_size that is not micro x accumulation x
+// data-parallel ranks.
 StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr world, const std::string& step);
 
 // Note [Sequence-parallel steps]: with model.sequence_parallel each rank of a
@@ -63,13 +63,9 @@ StepLayout step_layout(const engine::TrainConfig& c, parallel::CommunicatorPtr w
 // right-padded up to one (SequenceLimits::column_multiple), PPO's and GRPO's generated rows
 // left-padded (which moves no token's position: Note [Left-padded batches]). Generation
 // runs with the sequence whole on every rank (Note [Sequence parallelism paused]), so it
-// samples as one process does.
+// samples as one process does. (Sequence parallelism without model.tensor_parallel > 1 is
+// the config parser's error, for every program.)
 //
-// Error naming the keys when `c` puts a Llama in pipeline stages for PPO (`step` "ppo", or
-// "ppo.critic" for its critic: a value model trains in stages as a GPT only; Note [RLHF
-// pipeline stages]). (Sequence parallelism without model.tensor_parallel > 1 is the config
-// parser's error, for every program.)
-void check_model_split(const engine::TrainConfig& c, const std::string& step);
 // The multiple a batch's columns must be (Note [Sequence-parallel steps]): the
 // tensor-parallel ranks with sequence parallelism, else 1.
 int64_t column_multiple(const engine::TrainConfig& c);
@@ -81,16 +77,15 @@ int64_t pair_column_multiple(const engine::TrainConfig& c, const SequenceLimits&
 
 // Note [RLHF pipeline stages]: with pipeline.stages > 1 the reward model and DPO's policy
 // train as their model's list of layers, each rank holding its stage (nn/layer_list.h; the
-// reward model's list ends in the value head: nn/value_layers.h), and a step's micro-batches
-// run through the schedule with the loop's own loss on the last stage (Note [Pipeline
-// losses] in engine/engine.h): each micro-batch's target is its index into the loop's
+// reward model's list, a GPT's or a Llama's, ends in the value head: nn/value_layers.h),
+// and a step's micro-batches run through the schedule with the loop's own loss on the last
+// stage (Note [Pipeline losses] in engine/engine.h): each micro-batch's target is its index into the loop's
 // batches, from which the loss reads what it needs (the rows' lengths and masks; DPO's
 // reference log-probs, computed on the last stage, where the reference is held). What the
 // loss records (the scores, the rewards) goes from the last stage to every rank of the
 // pipeline (last_stage_rows). PPO's and GRPO's actor and critic train the same way; their
 // generation and experience run on the models gathered whole from the stages (Note [RL in
-// pipeline stages] in rlhf/rl_epoch.h). A value model (the reward model, PPO's critic) trains
-// in stages as a GPT only; a Llama policy or actor takes stages in SFT, DPO and GRPO.
+// pipeline stages] in rlhf/rl_epoch.h).
 //
 // The targets the loops give a pipeline: micro-batch m's is its index m (an i64 tensor of
 // one element), which target_index reads back in the loss.

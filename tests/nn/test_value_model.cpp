@@ -1,7 +1,7 @@
 // nn::ValueModel (the reward model and critic of RLHF): its values are the final-normed
 // hidden states times the head's weights, token by token; a left-padded row gives the
 // values of the row alone; the head's gradient is the closed form sum_t g_t h_t; names
-// and the head's initialization.
+// and the head's initialization; a Llama base without its output head.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -49,6 +49,24 @@ BOOST_AUTO_TEST_CASE(values_are_hidden_states_times_the_head_gpt) {
 
 BOOST_AUTO_TEST_CASE(values_are_hidden_states_times_the_head_llama) {
   check_values_are_hidden_states_times_head(std::make_shared<nn::Llama>(kLlama));
+}
+
+// A Llama built without its output head (a value model's base) holds the whole model's other
+// parameters with the same values and gives the same hidden states; its logits are an error.
+BOOST_AUTO_TEST_CASE(a_llama_without_its_head_is_the_same_base) {
+  const auto whole = std::make_shared<nn::Llama>(kLlama);
+  const auto base = std::make_shared<nn::Llama>(kLlama, nn::serial(), /*with_head=*/false);
+  const auto wp = whole->named_parameters(), bp = base->named_parameters();
+  BOOST_TEST_REQUIRE(bp.size() + 1 == wp.size());
+  BOOST_TEST(wp.back().first == "head.weight");
+  for (size_t i = 0; i < bp.size(); ++i) {
+    BOOST_TEST(bp[i].first == wp[i].first);
+    BOOST_TEST(test::max_abs_diff(bp[i].second, wp[i].second) == 0.0, bp[i].first);
+  }
+  const Tensor x = tokens({1, 5, 7, 2, 28, 0, 3, 3}, 2);
+  BOOST_TEST(test::max_abs_diff(base->hidden_states(x), whole->hidden_states(x)) == 0.0);
+  test::check_error([&] { (*base)(x); }, {"Llama", "without its output head"});
+  test::check_error([&] { base->loss(x, x); }, {"Llama", "without its output head"});
 }
 
 BOOST_AUTO_TEST_CASE(left_padded_rows_give_the_values_of_the_row_alone) {

@@ -7,8 +7,7 @@
 // they do with the models split over tensor-parallel pairs of ranks, with and without
 // sequence parallelism (Note [Sequence-parallel steps] in rlhf/step_run.h; the reward model's
 // and DPO's training too). PPO and GRPO, the reward model and DPO also train in two pipeline
-// stages as in one process, GRPO with a Llama too (PPO with a Llama is refused there:
-// test_rlhf_config). The frozen reference
+// stages as in one process, PPO and GRPO with a Llama too. The frozen reference
 // and reward models (DPO's reference too) are partitioned over the data-parallel ranks at
 // ZeRO-3 (Note [Frozen models] in rlhf/models.h), and the runs' "mem" shows it.
 #include <boost/test/unit_test.hpp>
@@ -452,29 +451,42 @@ BOOST_AUTO_TEST_CASE(ppo_and_grpo_in_tensor_parallel_pipeline_stages_equal_one_p
   check_against_one_process(*world, world, dir, 2, /*sp=*/true, /*pp=*/2);
 }
 
-// GRPO with a Llama actor (and reference) in two pipeline stages: its layer list's stages
-// gathered whole into an nn::Llama for generation and experience (Note [Stages gathered
-// whole]), both steps' metrics and the trained actor equal one process's.
-BOOST_AUTO_TEST_CASE(grpo_with_a_llama_in_pipeline_stages_equals_one_process) {
+// PPO and GRPO with a Llama actor (and reference; PPO's critic a Llama value model started
+// from the same Llama, without its untied output head) in two pipeline stages: the layer
+// lists' stages gathered whole into an nn::Llama and an nn::ValueModel for generation and
+// experience (Note [Stages gathered whole]); both steps' metrics, the trained actor and the
+// critic equal one process's, and the critic saves the same weights in either layout.
+BOOST_AUTO_TEST_CASE(ppo_and_grpo_with_a_llama_in_pipeline_stages_equal_one_process) {
   const parallel::CommunicatorPtr world = parallel::world();
   BOOST_TEST_REQUIRE(world->size() % 2 == 0, "two pipeline stages need an even rank count");
   test::TempDir own;
   const std::string dir = shared_inputs(own, *world);
-  const auto config = [&](int ranks, const std::string& out, int pp) {
-    nlohmann::json j = rl_config(dir, "grpo", ranks, out, 1, false, pp);
-    j["model"].update(llama_model());
-    j["grpo"]["actor"]["init"] = dir + "/llama.h5";
-    return rlhf::parse_rlhf_config(j, "grpo", ranks);
-  };
-  const std::string one = dir + "/one-llama", many = dir + "/many-llama-pp2";
-  if (world->rank() == 0) rlhf::train_rl(config(1, one, 1), {.metrics_path = one + ".jsonl"}, nullptr);
-  world->barrier();
-  rlhf::train_rl(config(world->size(), many, 2), {.metrics_path = many + ".jsonl"}, world);
-  if (world->rank() == 0) {
-    check_rl_steps_agree("grpo", one, many);
-    BOOST_TEST(max_weight_diff(dir + "/llama.h5", one + "/actor.h5") > 1e-4);  // the actor moved
+  for (const std::string algorithm : {"ppo", "grpo"}) {
+    BOOST_TEST_CONTEXT(algorithm) {
+      const auto config = [&](int ranks, const std::string& out, int pp) {
+        nlohmann::json j = rl_config(dir, algorithm, ranks, out, 1, false, pp);
+        j["model"].update(llama_model());
+        j[algorithm]["actor"]["init"] = dir + "/llama.h5";
+        if (algorithm == "ppo") j["ppo"]["critic"]["init"] = dir + "/llama.h5";
+        return rlhf::parse_rlhf_config(j, algorithm, ranks);
+      };
+      const std::string one = dir + "/one-llama-" + algorithm, many = dir + "/many-llama-pp2-" + algorithm;
+      if (world->rank() == 0) rlhf::train_rl(config(1, one, 1), {.metrics_path = one + ".jsonl"}, nullptr);
+      world->barrier();
+      rlhf::train_rl(config(world->size(), many, 2), {.metrics_path = many + ".jsonl"}, world);
+      if (world->rank() == 0) {
+        check_rl_steps_agree(algorithm, one, many);
+        BOOST_TEST(max_weight_diff(dir + "/llama.h5", one + "/actor.h5") > 1e-4);  // the actor moved
+        if (algorithm == "ppo") {
+          BOOST_TEST(max_weight_diff(one + "/critic.h5", many + "/critic.h5") < 1e-5);
+          const io::NamedTensors critic = engine::read_weights(one + "/critic.h5").weights;
+          BOOST_TEST(std::none_of(critic.begin(), critic.end(),
+                                  [](const auto& w) { return w.first == "base.head.weight"; }));
+        }
+      }
+      world->barrier();
+    }
   }
-  world->barrier();
 }
 
 // A frozen model partitioned at ZeRO-3 (zero/frozen_partition.h) computes what the whole
