@@ -518,6 +518,33 @@ BOOST_AUTO_TEST_CASE(quantized_linear_integer_sums_are_exact) {
   }
 }
 
+// Every kernel sums the integers exactly at each format's extremes: every weight at its most
+// negative value (-128, -8, -2, as an asymmetric format stores them) times tokens all at +127
+// (u8 255), over one group of 256 inputs, so that a kernel holding partial sums in 16 bits
+// must widen them in time; the sums are exact in f32.
+BOOST_AUTO_TEST_CASE(quantized_linear_sums_at_the_formats_extremes_are_exact) {
+  const int64_t n = 16, k = 256;
+  for (int bits : {8, 4, 2}) {
+    const QuantFormat f{bits, k, /*symmetric=*/false};
+    const int lowest = -(1 << (bits - 1));
+    std::vector<int8_t> bytes(size_t(n * f.bytes(k)));
+    for (int8_t& b : bytes) {
+      int v = 0;
+      for (int at = 0; at < 8; at += bits) v |= (lowest & ((1 << bits) - 1)) << at;
+      b = int8_t(uint8_t(v));
+    }
+    Quantized q{Tensor::from_vector(bytes, {n, f.bytes(k)}), Tensor::full({n, 1}, 1.0), Tensor::zeros({n, 1})};
+    const PackedWeight packed = ops::pack_weight(q, n, k, f);
+    const Tensor x = Tensor::full({2, k}, 127.0);
+    for (Int8Kernel kernel : ops::cpu_int8_kernels()) {
+      const std::vector<float> y = ops::quantized_linear(x, packed, Tensor(), 8, kernel).to_vector<float>();
+      int64_t wrong = 0;
+      for (float v : y) wrong += v != float(127 * lowest * k);
+      BOOST_TEST(wrong == 0, bits << " bits, " << int8_kernel_name(kernel) << ": " << wrong << " sums differ");
+    }
+  }
+}
+
 // The kernels this CPU runs end with the portable one; a kernel it lacks is a named error.
 BOOST_AUTO_TEST_CASE(quantized_linear_kernels_of_this_cpu) {
   const std::vector<Int8Kernel> kernels = ops::cpu_int8_kernels();
