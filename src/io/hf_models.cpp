@@ -114,24 +114,32 @@ const Arch kGpt2 = {
      {"summary_first_dropout", 0.1}},
 };
 
+// The Llama's tensors (Mixtral's too) with `mlp` as each layer's MLP, between the attention
+// and the final norm.
+std::vector<TensorRule> llama_tensors(const std::vector<TensorRule>& mlp) {
+  std::vector<TensorRule> t = {
+      {"model.embed_tokens.weight", "embed.weight", false, {V, C}},
+      {"model.layers.{i}.input_layernorm.weight", "blocks.{i}.norm1.weight", false, {C}},
+      {"model.layers.{i}.self_attn.q_proj.weight", "blocks.{i}.attn.q.weight", false, {C, C}},
+      {"model.layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.k.weight", false, {KV, C}},
+      {"model.layers.{i}.self_attn.v_proj.weight", "blocks.{i}.attn.v.weight", false, {KV, C}},
+      {"model.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.o.weight", false, {C, C}},
+      {"model.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.norm2.weight", false, {C}}};
+  t.insert(t.end(), mlp.begin(), mlp.end());
+  t.push_back({"model.norm.weight", "norm_f.weight", false, {C}});
+  t.push_back({"lm_head.weight", "head.weight", false, {V, C}});
+  return t;
+}
+
 const Arch kLlama = {
     "llama",
     "LlamaForCausalLM",
     "llama",
     "llama",
     "",
-    {{"model.embed_tokens.weight", "embed.weight", false, {V, C}},
-     {"model.layers.{i}.input_layernorm.weight", "blocks.{i}.norm1.weight", false, {C}},
-     {"model.layers.{i}.self_attn.q_proj.weight", "blocks.{i}.attn.q.weight", false, {C, C}},
-     {"model.layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.k.weight", false, {KV, C}},
-     {"model.layers.{i}.self_attn.v_proj.weight", "blocks.{i}.attn.v.weight", false, {KV, C}},
-     {"model.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.o.weight", false, {C, C}},
-     {"model.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.norm2.weight", false, {C}},
-     {"model.layers.{i}.mlp.gate_proj.weight", "blocks.{i}.mlp.gate.weight", false, {I, C}},
-     {"model.layers.{i}.mlp.up_proj.weight", "blocks.{i}.mlp.up.weight", false, {I, C}},
-     {"model.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight", false, {C, I}},
-     {"model.norm.weight", "norm_f.weight", false, {C}},
-     {"lm_head.weight", "head.weight", false, {V, C}}},
+    llama_tensors({{"model.layers.{i}.mlp.gate_proj.weight", "blocks.{i}.mlp.gate.weight", false, {I, C}},
+                   {"model.layers.{i}.mlp.up_proj.weight", "blocks.{i}.mlp.up.weight", false, {I, C}},
+                   {"model.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight", false, {C, I}}}),
     {},
     "model.layers.{i}.input_layernorm.weight",
     "model.embed_tokens.weight",
@@ -171,25 +179,14 @@ const Arch kMixtral = {
     "llama",
     "mixtral",
     "",
-    {{"model.embed_tokens.weight", "embed.weight", false, {V, C}},
-     {"model.layers.{i}.input_layernorm.weight", "blocks.{i}.norm1.weight", false, {C}},
-     {"model.layers.{i}.self_attn.q_proj.weight", "blocks.{i}.attn.q.weight", false, {C, C}},
-     {"model.layers.{i}.self_attn.k_proj.weight", "blocks.{i}.attn.k.weight", false, {KV, C}},
-     {"model.layers.{i}.self_attn.v_proj.weight", "blocks.{i}.attn.v.weight", false, {KV, C}},
-     {"model.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.o.weight", false, {C, C}},
-     {"model.layers.{i}.post_attention_layernorm.weight", "blocks.{i}.norm2.weight", false, {C}},
-     {"model.layers.{i}.block_sparse_moe.gate.weight", "blocks.{i}.moe.gate.wg.weight", false, {E, C}},
-     {"model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight",
-      "blocks.{i}.moe.experts.{e}.gate.weight",
-      false,
-      {I, C}},
-     {"model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight", "blocks.{i}.moe.experts.{e}.up.weight", false, {I, C}},
-     {"model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight",
-      "blocks.{i}.moe.experts.{e}.down.weight",
-      false,
-      {C, I}},
-     {"model.norm.weight", "norm_f.weight", false, {C}},
-     {"lm_head.weight", "head.weight", false, {V, C}}},
+    llama_tensors(
+        {{"model.layers.{i}.block_sparse_moe.gate.weight", "blocks.{i}.moe.gate.wg.weight", false, {E, C}},
+         {"model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight", "blocks.{i}.moe.experts.{e}.gate.weight", false,
+          {I, C}},
+         {"model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight", "blocks.{i}.moe.experts.{e}.up.weight", false,
+          {I, C}},
+         {"model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", "blocks.{i}.moe.experts.{e}.down.weight", false,
+          {C, I}}}),
     {},
     "model.layers.{i}.input_layernorm.weight",
     "model.embed_tokens.weight",
