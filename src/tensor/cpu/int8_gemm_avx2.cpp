@@ -55,6 +55,24 @@ TRIAD_AVX2 void store_rows(const float (&acc)[R][kTile], const float* a_scales, 
   }
 }
 
+// Group g's int32 sums d of half h, plus the group's PackedWeight::sums where `sums` is given
+// (tokens fed as u8), into the f32 sums: acc = fma(float(d), scale, acc), then the offset's
+// term (the epilogue of tensor/cpu/int8_gemm_kernels.h).
+template <int R, bool Offsets>
+TRIAD_AVX2 inline void add_group(const __m256i (&d)[R], const int32_t* sums, const int32_t* a_sums, int64_t r0,
+                                 const PackedWeight& w, int64_t g, int64_t tile, int h, float (&acc)[R][kTile]) {
+  const int64_t groups = w.k / w.format.block, col = g * w.padded_n() + tile * kTile + h * 8;
+  const __m256 s = _mm256_loadu_ps(w.scales.data<float>() + col);
+  const __m256i c = sums ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + col)) : _mm256_setzero_si256();
+  for (int r = 0; r < R; ++r) {
+    __m256 sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d[r], c)), s, _mm256_load_ps(acc[r] + h * 8));
+    if constexpr (Offsets)
+      sum = _mm256_fmadd_ps(_mm256_set1_ps(float(a_sums[(r0 + r) * groups + g])),
+                            _mm256_loadu_ps(w.offsets.data<float>() + col), sum);
+    _mm256_store_ps(acc[r] + h * 8, sum);
+  }
+}
+
 // Tokens r0 .. r0 + R of tile `tile`, one 8-column half after the other in each group (the
 // registers: R int32 sums, the half's widened weights and a token's inputs; the f32 sums in
 // memory between groups). pairs: per token and quad, the words (a0 | a2 << 16) and
@@ -62,9 +80,7 @@ TRIAD_AVX2 void store_rows(const float (&acc)[R][kTile], const float* a_scales, 
 template <int R, bool Offsets>
 TRIAD_AVX2 void block_wide(const int32_t* pairs, const float* a_scales, const int32_t* a_sums, int64_t r0,
                            const PackedWeight& w, int64_t tile, const float* bias, float* y) {
-  const int64_t k = w.k, quads = k / 4, group = w.format.block, groups = k / group, np = w.padded_n();
-  const float* scales = w.scales.data<float>();
-  const float* offsets = Offsets ? w.offsets.data<float>() : nullptr;
+  const int64_t k = w.k, quads = k / 4, group = w.format.block, groups = k / group;
   const int8_t* run0 = run_at(w, tile, 0);
   const int32_t* rows = pairs + r0 * quads * 2;
   alignas(32) float acc[R][kTile] = {};
@@ -82,15 +98,7 @@ TRIAD_AVX2 void block_wide(const int32_t* pairs, const float* a_scales, const in
                                                          _mm256_madd_epi16(odd, _mm256_set1_epi32(p[1]))));
         }
       }
-      const int64_t col = g * np + tile * kTile + h * 8;
-      const __m256 s = _mm256_loadu_ps(scales + col);
-      for (int r = 0; r < R; ++r) {
-        __m256 sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r]), s, _mm256_load_ps(acc[r] + h * 8));
-        if constexpr (Offsets)
-          sum = _mm256_fmadd_ps(_mm256_set1_ps(float(a_sums[(r0 + r) * groups + g])), _mm256_loadu_ps(offsets + col),
-                                sum);
-        _mm256_store_ps(acc[r] + h * 8, sum);
-      }
+      add_group<R, Offsets>(d, nullptr, a_sums, r0, w, g, tile, h, acc);
     }
   store_rows<R>(acc, a_scales, r0, w, tile, bias, y);
 }
@@ -100,9 +108,7 @@ template <int R, bool FourBits, bool Offsets>
 TRIAD_AVX2 void block_narrow(const uint8_t* a, const float* a_scales, const int32_t* a_sums, int64_t r0,
                              const PackedWeight& w, int64_t tile, const float* bias, float* y) {
   constexpr int64_t kQuadsIn16Bits = 8;  // 8 x 4080 < 2^15
-  const int64_t k = w.k, group = w.format.block, groups = k / group, np = w.padded_n();
-  const float* scales = w.scales.data<float>();
-  const float* offsets = Offsets ? w.offsets.data<float>() : nullptr;
+  const int64_t k = w.k, group = w.format.block, groups = k / group;
   const int32_t* sums = w.sums.data<int32_t>();
   const int8_t* run0 = run_at(w, tile, 0);
   const int64_t step = run_bytes(w);
@@ -125,16 +131,7 @@ TRIAD_AVX2 void block_narrow(const uint8_t* a, const float* a_scales, const int3
         }
         for (int r = 0; r < R; ++r) d[r] = _mm256_add_epi32(d[r], _mm256_madd_epi16(pair_sums[r], ones));
       }
-      const int64_t col = g * np + tile * kTile + h * 8;
-      const __m256 s = _mm256_loadu_ps(scales + col);
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + col));
-      for (int r = 0; r < R; ++r) {
-        __m256 sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d[r], c)), s, _mm256_load_ps(acc[r] + h * 8));
-        if constexpr (Offsets)
-          sum = _mm256_fmadd_ps(_mm256_set1_ps(float(a_sums[(r0 + r) * groups + g])), _mm256_loadu_ps(offsets + col),
-                                sum);
-        _mm256_store_ps(acc[r] + h * 8, sum);
-      }
+      add_group<R, Offsets>(d, sums, a_sums, r0, w, g, tile, h, acc);
     }
   store_rows<R>(acc, a_scales, r0, w, tile, bias, y);
 }

@@ -18,6 +18,7 @@ namespace triad::int8_gemm {
 namespace {
 
 constexpr int64_t kPair = 32;  // columns a register block covers
+constexpr int kRows = 4;       // tokens a register block covers
 
 #define TRIAD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 

@@ -18,7 +18,6 @@
 namespace triad::int8_gemm {
 
 constexpr int64_t kTile = 16;  // columns of a tile
-constexpr int kRows = 4;       // tokens a register block covers
 
 // Bytes of one run of 64 values (a tile's 16 columns x 4 inputs).
 inline int64_t run_bytes(const PackedWeight& w) { return w.format.bits == 4 ? 32 : 64; }
