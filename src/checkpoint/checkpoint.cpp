@@ -681,34 +681,48 @@ void save_weights(const std::string& path, Engine& engine, parallel::Communicato
   });
 }
 
-void save_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
-                        const std::vector<Slice>& owned) {
+void save_weight_batches(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
+                         const SliceBatch& owned) {
   const std::vector<Param> params = params_of(engine);
-  const Plan plan = one_batch(params, {});  // the slices are in memory
-  const std::map<std::string, Slice> mine = by_name(owned);
-  save_weights_of(path, engine, world, dtype, params, plan, [&](size_t) { return mine; });
+  const Plan plan = plan_of(engine, params, world);
+  save_weights_of(path, engine, world, dtype, params, plan, [&](size_t k) { return by_name(owned(k)); });
 }
 
-void load_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world,
-                        const std::vector<Slice>& owned) {
+void load_weight_batches(const std::string& path, Engine& engine, parallel::Communicator& world,
+                         const SliceBatch& owned, const std::function<void(size_t k)>& stored) {
   H5File file = H5File::open(path, world);
   check_kind(file, "weights");
   const std::vector<Param> params = params_of(engine);
   check_same_model(file, engine, params);
-  const auto mine = by_name(owned);
+  const Plan plan = plan_of(engine, params, world);
+  PageCache pages(path, plan.offloaded);
   Checksums sums;
-  std::vector<H5File::TensorRange> ranges;
-  std::vector<std::pair<Tensor, Tensor>> moves;  // (values, host buffer)
-  for (const Param& q : params) {
-    const auto [first, values] = q.writer ? range_of(mine, q.name, DType::f32) : range_of({}, q.name, DType::f32);
-    const Tensor buffer = host_buffer(values);
-    ranges.push_back(q.range("/model/" + q.name, first, buffer));
-    moves.emplace_back(values, buffer);
+  for (size_t k = 0; k < plan.batches.size(); ++k) {  // Note [Streamed checkpoints]
+    const auto mine = agreed(plan, world, [&] { return by_name(owned(k)); });
+    std::vector<H5File::TensorRange> ranges;
+    std::vector<std::pair<Tensor, Tensor>> moves;  // (values, host buffer)
+    std::vector<const Param*> read;
+    for (size_t i : plan.batches[k]) {
+      const Param& q = params[i];
+      // Every rank reads its slices, a replicated parameter's included, and checksums those it
+      // owns (a replicated parameter: on tp rank 0), as load_checkpoint does.
+      const auto [first, values] = range_of(mine, q.name, DType::f32);
+      const Tensor buffer = host_buffer(values);
+      ranges.push_back(q.range("/model/" + q.name, first, buffer));
+      moves.emplace_back(values, buffer);
+      read.push_back(&q);
+    }
+    file.read_ranges(ranges, [&](size_t i) {
+      from_buffer(moves[i].first, moves[i].second);
+      const Param& q = *read[i];
+      sums.add({q.writer ? ranges[i] : q.range(ranges[i].name, 0, Tensor::empty({0}))}, {q.global});
+    });
+    agreed(plan, world, [&] {
+      stored(k);
+      return true;
+    });
+    pages.drop(false);
   }
-  file.read_ranges(ranges, [&](size_t i) {
-    from_buffer(moves[i].first, moves[i].second);
-    sums.add({ranges[i]}, {params[i].global});
-  });
   sums.verify(file, world);
 }
 

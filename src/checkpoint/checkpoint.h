@@ -35,6 +35,7 @@
 // attribute), so damage is an Error naming the file and dataset, never wrong weights.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -60,16 +61,25 @@ void load_checkpoint(const std::string& path, Engine& engine, parallel::Communic
 // Collective over `world`: the trained model's weights alone (kind "weights") in dtype (f32
 // or bf16), at their global shapes.
 void save_weights(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype);
-// Collective: a weights file of other values of the engine's parameters, kept sharded as the
-// optimizer keeps its master weights: `owned` is this rank's share, shaped as
-// ZeroOptimizer::StateView::owned_slices gives it (e.g. an average of the weights, rlhf/actor_ema.h).
-void save_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
-                        const std::vector<zero::ZeroOptimizer::Slice>& owned);
-// Collective: the inverse, reading each of `owned`'s ranges of a weights file of the
-// engine's model into it (in f32), every range checksum-verified. Throws Error naming the
-// file (and dataset) when it is missing, damaged or holds another model.
-void load_weight_slices(const std::string& path, Engine& engine, parallel::Communicator& world,
-                        const std::vector<zero::ZeroOptimizer::Slice>& owned);
+// Values of the engine's parameters kept sharded as the optimizer keeps its master weights
+// (e.g. an average of the weights, rlhf/actor_ema.h), a batch at a time (Note [Streamed
+// checkpoints]): batch k is this rank's share of the optimizer's k-th view batch
+// (ZeroOptimizer::view_batches), shaped as its StateView::owned_slices; none past the rank's
+// last batch.
+using SliceBatch = std::function<std::vector<zero::ZeroOptimizer::Slice>(size_t k)>;
+// Collective over `world`: those values as a weights file (kind "weights") in dtype (f32 or
+// bf16). `owned(k)` is asked for each batch in order, and its result dropped before the next
+// is asked for. With offload (the view batches are more than one) an Error `owned` throws on
+// one rank is thrown on every rank, the file untouched.
+void save_weight_batches(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
+                         const SliceBatch& owned);
+// Collective: the inverse. `owned(k)` gives the tensors that batch k's ranges of a weights
+// file of the engine's model are read into (in f32, each range checksum-verified), and
+// `stored(k)` is called once they hold it, before the next batch is asked for (an Error either
+// throws on one rank is thrown on every rank, as for saving). Throws Error naming the file
+// (and dataset) when it is missing, damaged or holds another model.
+void load_weight_batches(const std::string& path, Engine& engine, parallel::Communicator& world,
+                         const SliceBatch& owned, const std::function<void(size_t k)>& stored);
 
 // Serial: a checkpoint of a model trained elsewhere (checkpoint/hf_checkpoint.h), as a run of
 // `config` would save it before its first step: `weights` (by parameter name, at their

@@ -9,48 +9,43 @@
 namespace triad::rlhf {
 
 using State = zero::ZeroOptimizer::State;
-
-namespace {
-
-// Calls f with the owned slices of the master weights, batch by batch (Note [Streamed
-// checkpoints]): with offload, what is read in at once is one batch's.
-template <class F>
-void for_each_master_batch(zero::ZeroOptimizer& zero, F&& f) {
-  for (const zero::ZeroOptimizer::ViewBatch& batch : zero.view_batches()) f(zero.state_view(State::master, batch).owned_slices());
-}
-
-}  // namespace
+using Slice = zero::ZeroOptimizer::Slice;
 
 ActorEma::ActorEma(engine::Engine& actor, double beta) : actor_(actor), beta_(beta) {
   TRIAD_CHECK(actor.zero() != nullptr, "enable_ema: the actor's optimizer must be AdamW or Adam (ZeRO's), not SGD");
-  const zero::ZeroConfig& z = actor.config().zero;
-  const bool offloaded = z.offload_param.device != zero::OffloadDevice::none ||
-                         z.offload_optimizer.device != zero::OffloadDevice::none;
-  for_each_master_batch(*actor.zero(), [&](const std::vector<zero::ZeroOptimizer::Slice>& master) {
-    for (const zero::ZeroOptimizer::Slice& s : master) {
-      home_ = offloaded ? Device::cpu() : s.values.device();
-      const Tensor copy = s.values.device() == home_ ? ops::clone(s.values) : ops::to(s.values, home_);
-      average_.push_back({s.name, s.shape, s.first, copy});
-    }
-  });
+  storage_ = make_ema_storage(actor);
+  for (const zero::ZeroOptimizer::ViewBatch& batch : actor.zero()->view_batches())
+    storage_->add(actor.zero()->state_view(State::master, batch).owned_slices());
 }
 
+ActorEma::~ActorEma() = default;
+
 void ActorEma::update() {
-  // The master weights as they are after the step (with offload, read back in).
-  size_t i = 0;
-  for_each_master_batch(*actor_.zero(), [&](const std::vector<zero::ZeroOptimizer::Slice>& master) {
-    for (const zero::ZeroOptimizer::Slice& s : master) {
-      zero::ZeroOptimizer::Slice& a = average_.at(i++);
+  // The master weights as they are after the step, a view batch at a time (with offload,
+  // read back in), the next batch's average read ahead while this one's is updated.
+  zero::ZeroOptimizer& zero = *actor_.zero();
+  const std::vector<zero::ZeroOptimizer::ViewBatch> batches = zero.view_batches();
+  TRIAD_ASSERT(batches.size() == storage_->batches());
+  const Device home = storage_->device();
+  for (size_t k = 0; k < batches.size(); ++k) {
+    const std::vector<Slice> average = storage_->read(k);
+    if (k + 1 < batches.size()) storage_->prefetch(k + 1);
+    const std::vector<Slice> master = zero.state_view(State::master, batches[k]).owned_slices();
+    TRIAD_ASSERT(average.size() == master.size());
+    for (size_t i = 0; i < master.size(); ++i) {
+      const Slice &a = average[i], &s = master[i];
       TRIAD_ASSERT(a.name == s.name && a.first == s.first);
       ops::mul_(a.values, beta_);
-      ops::add_(a.values, ops::to(s.values, home_), 1.0 - beta_);
+      ops::add_(a.values, ops::to(s.values, home), 1.0 - beta_);
     }
-  });
-  TRIAD_ASSERT(i == average_.size());
+    storage_->write(k, average);
+  }
 }
 
 void ActorEma::save(const std::string& path, parallel::Communicator& world) const {
-  engine::save_weight_slices(path, actor_, world, DType::f32, average_);
+  engine::save_weight_batches(path, actor_, world, DType::f32, [&](size_t k) {
+    return k < storage_->batches() ? storage_->read(k) : std::vector<Slice>{};
+  });
 }
 
 namespace {
@@ -73,8 +68,20 @@ void ActorEma::save_checkpoint(int64_t step, parallel::Communicator& world) cons
 }
 
 void ActorEma::load_checkpoint(int64_t step, parallel::Communicator& world) {
-  engine::load_weight_slices((std::filesystem::path(actor_.config().checkpoint.dir) / ema_file(step)).string(), actor_,
-                             world, average_);
+  // Batch k is read into tensors of its layout and kept once it is whole.
+  std::vector<Slice> batch;
+  engine::load_weight_batches(
+      (std::filesystem::path(actor_.config().checkpoint.dir) / ema_file(step)).string(), actor_, world,
+      [&](size_t k) {
+        batch = k < storage_->batches() ? storage_->read(k, /*current=*/false) : std::vector<Slice>{};
+        return batch;
+      },
+      [&](size_t k) {
+        if (k < storage_->batches()) storage_->write(k, batch);
+        batch.clear();
+      });
 }
+
+zero::ResidentBytes ActorEma::memory() const { return storage_->memory(); }
 
 }  // namespace triad::rlhf

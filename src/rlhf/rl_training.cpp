@@ -190,6 +190,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
   if (ema && resumed > 0) ema->load_checkpoint(resumed, *comm);
 
   std::vector<std::pair<std::string, zero::ResidentBytes>> models = {{"actor", actor->memory()}};
+  if (ema) models.emplace_back("actor_ema", ema->memory());  // Note [Actor EMA]
   if (critic) models.emplace_back("critic", critic->memory());
   models.insert(models.end(), {{"reference", reference.memory()}, {"reward", reward.memory()}});
   const nlohmann::json mem = model_memory(models, comm);

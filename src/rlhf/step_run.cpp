@@ -90,7 +90,8 @@ nlohmann::json model_memory(const std::vector<std::pair<std::string, zero::Resid
                             const parallel::CommunicatorPtr& world) {
   std::vector<double> v;
   for (const auto& [_, m] : models)
-    v.insert(v.end(), {double(m.param_bytes), double(m.grad_bytes), double(m.optim_bytes)});
+    v.insert(v.end(), {double(m.param_bytes), double(m.grad_bytes), double(m.optim_bytes), double(m.host_bytes),
+                       double(m.nvme_bytes)});
   if (world && world->size() > 1 && !v.empty()) {
     Tensor t = Tensor::from_vector(v, {int64_t(v.size())});
     world->all_reduce(t, parallel::ReduceOp::max)->wait();
@@ -98,9 +99,11 @@ nlohmann::json model_memory(const std::vector<std::pair<std::string, zero::Resid
   }
   nlohmann::json mem = nlohmann::json::object();
   for (size_t i = 0; i < models.size(); ++i)
-    mem[models[i].first] = {{"param_bytes", int64_t(v[3 * i])},
-                            {"grad_bytes", int64_t(v[3 * i + 1])},
-                            {"optim_bytes", int64_t(v[3 * i + 2])}};
+    mem[models[i].first] = {{"param_bytes", int64_t(v[5 * i])},
+                            {"grad_bytes", int64_t(v[5 * i + 1])},
+                            {"optim_bytes", int64_t(v[5 * i + 2])},
+                            {"host_bytes", int64_t(v[5 * i + 3])},
+                            {"nvme_bytes", int64_t(v[5 * i + 4])}};
   return mem;
 }
 
@@ -112,6 +115,11 @@ std::string memory_line(const nlohmann::json& mem) {
                   m.at("param_bytes").get<double>() / 1e6, m.at("grad_bytes").get<double>() / 1e6,
                   m.at("optim_bytes").get<double>() / 1e6);
     text += buf;
+    const double host = m.value("host_bytes", 0.0), nvme = m.value("nvme_bytes", 0.0);
+    if (host > 0 || nvme > 0) {
+      std::snprintf(buf, sizeof buf, " (host %.3g, nvme %.3g)", host / 1e6, nvme / 1e6);
+      text += buf;
+    }
   }
   return text;
 }

@@ -106,13 +106,15 @@ Tensor full_vocabulary(const Tensor& logits, const parallel::CommunicatorPtr& tp
 std::vector<double> sum_over(const parallel::CommunicatorPtr& comm, std::vector<double> values);
 
 // The metrics' "mem": per named model, the bytes of its parameters, gradients and optimizer
-// state resident on a rank ({"actor": {"param_bytes": .., "grad_bytes": .., "optim_bytes":
-// ..}, ...}), each the maximum over the ranks of `world` (null: this process alone).
-// Collective over world.
+// state resident on a rank on the training device, and those it keeps in host memory apart
+// from it and in NVMe swap files ({"actor": {"param_bytes": .., "grad_bytes": ..,
+// "optim_bytes": .., "host_bytes": .., "nvme_bytes": ..}, ...}), each the maximum over the
+// ranks of `world` (null: this process alone). Collective over world.
 nlohmann::json model_memory(const std::vector<std::pair<std::string, zero::ResidentBytes>>& models,
                             const parallel::CommunicatorPtr& world);
 // model_memory's figures as one line: "resident per rank (MB of parameters/gradients/
-// optimizer state): actor 0.12/0.12/0.25, reference 0.03/0/0, ...".
+// optimizer state): actor 0.12/0.12/0.25, reference 0.03/0/0, ...", a model's host and NVMe
+// bytes after it where it has any: "actor_ema 0/0/0 (host 0, nvme 0.13)".
 std::string memory_line(const nlohmann::json& mem);
 
 // A step's progress: one line per log_interval steps (and the last) on rank 0, "step k/n |

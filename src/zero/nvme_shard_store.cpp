@@ -4,20 +4,11 @@
 
 #include "io/crc32c.h"
 #include "tensor/ops.h"
-#include "tensor/storage.h"
 #include "zero/nvme_swap_file.h"
 
 namespace triad::zero {
 
 namespace {
-
-// A host f32 tensor over `bytes` of memory aligned for direct I/O.
-Tensor aligned_host(int64_t bytes) {
-  io::AlignedBuffer block = io::aligned_buffer(bytes);
-  auto storage = std::make_shared<Storage>(block.get(), size_t(bytes), Device::cpu(), [](void* p) { std::free(p); });
-  block.release();  // the storage frees it
-  return Tensor::from_storage(storage, {bytes / 4}, {1}, 0, DType::f32);
-}
 
 const char* part_name(ShardPart part) {
   return part == ShardPart::master ? "master weights" : part == ShardPart::exp_avg ? "exp_avg" : "exp_avg_sq";

@@ -4,11 +4,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "parallel/runtime.h"
 #include "tensor/error.h"
+#include "tensor/storage.h"
 
 namespace triad::zero {
 
@@ -31,6 +33,13 @@ std::unique_ptr<io::SwapFile> open_nvme_swap_file(const std::string& key, const 
   } catch (const Error& e) {
     throw Error(named + ": " + e.what());
   }
+}
+
+Tensor aligned_host(int64_t bytes) {
+  io::AlignedBuffer block = io::aligned_buffer(bytes);
+  auto storage = std::make_shared<Storage>(block.get(), size_t(bytes), Device::cpu(), [](void* p) { std::free(p); });
+  block.release();  // the storage frees it
+  return Tensor::from_storage(storage, {bytes / 4}, {1}, 0, DType::f32);
 }
 
 }  // namespace triad::zero
