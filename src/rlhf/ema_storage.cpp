@@ -15,7 +15,8 @@ class EmaInMemory : public EmaStorage {
   void add(const std::vector<Slice>& initial) override {
     std::vector<Slice>& batch = batches_.emplace_back();
     for (const Slice& s : initial) {
-      batch.push_back({s.name, s.shape, s.first, s.values.device() == home_ ? ops::clone(s.values) : ops::to(s.values, home_)});
+      batch.push_back(
+          {s.name, s.shape, s.first, s.values.device() == home_ ? ops::clone(s.values) : ops::to(s.values, home_)});
       bytes_ += s.values.numel() * 4;
     }
   }
@@ -48,8 +49,8 @@ std::unique_ptr<EmaStorage> make_ema_storage(const engine::Engine& actor) {
                                             z.aio);
   // A copy of the whole shard on the training device would undo what an offload to host
   // memory saves (in f32 training the master weights are the parameters).
-  const bool host = z.offload_param.device == zero::OffloadDevice::cpu ||
-                    z.offload_optimizer.device == zero::OffloadDevice::cpu;
+  const bool host =
+      z.offload_param.device == zero::OffloadDevice::cpu || z.offload_optimizer.device == zero::OffloadDevice::cpu;
   return std::make_unique<EmaInMemory>(host ? Device::cpu() : actor.device(), actor.device());
 }
 

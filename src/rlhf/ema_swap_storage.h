@@ -66,7 +66,7 @@ class EmaSwapStorage : public EmaStorage {
 
   std::unique_ptr<io::SwapFile> file_;
   std::vector<Batch> batches_;
-  size_t ahead_ = 0;                // the batch read ahead, when reading_ is valid
+  size_t ahead_ = 0;  // the batch read ahead, when reading_ is valid
   std::future<Tensor> reading_;
 };
 

@@ -1,15 +1,23 @@
 // The actor's EMA (rlhf/actor_ema.h, Note [Actor EMA]), kept as ZeRO shards: after two
 // optimizer steps it is β²·θ0 + β(1 − β)·θ1 + (1 − β)·θ2 of the weights each step left, on
 // one process at ZeRO-0 and on every rank at ZeRO-3; its checkpoint reads back exactly, the
-// averages of removed checkpoints go, and a missing one is an error naming the file.
+// averages of removed checkpoints go, and a missing one is an error naming the file. With
+// offload it lives in host memory or (NVMe) in a swap file, and is the same average.
 #include <boost/test/unit_test.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "engine/engine.h"
+#include "io/h5file.h"
+#include "io/swap_file.h"
 #include "parallel/runtime.h"
 #include "rlhf/actor_ema.h"
 #include "support/check.h"
@@ -49,6 +57,41 @@ void train_step(engine::Engine& e, int rank, int64_t step) {
 }
 
 io::NamedTensors weights(const std::string& path) { return engine::read_weights(path).weights; }
+
+// Whether weights files a and b hold the same datasets, bit for bit, with the same checksums.
+void same_datasets(const std::string& a, const std::string& b) {
+  const engine::CheckpointSummary sa = engine::read_summary(a), sb = engine::read_summary(b);
+  BOOST_TEST_REQUIRE(sa.kind == "weights");
+  BOOST_TEST_REQUIRE(sa.datasets.size() == sb.datasets.size());
+  const io::H5File fa = io::H5File::open(a), fb = io::H5File::open(b);
+  for (size_t i = 0; i < sa.datasets.size(); ++i) {
+    const auto &da = sa.datasets[i], &db = sb.datasets[i];
+    BOOST_TEST_REQUIRE(da.name == db.name);
+    BOOST_TEST((da.shape == db.shape && da.dtype == db.dtype), da.name);
+    BOOST_TEST(da.stored_checksum == db.stored_checksum, da.name);
+    const Tensor va = fa.read(da.name), vb = fb.read(db.name);
+    BOOST_TEST(std::memcmp(va.raw_data(), vb.raw_data(), va.nbytes()) == 0, da.name << " of " << b);
+  }
+}
+
+// This process's EMA swap files in `folder` (triad-ema-rank<R>-<k>.swp).
+std::vector<std::string> ema_swap_files(const std::string& folder) {
+  const std::string prefix = "triad-ema-rank" + std::to_string(parallel::world_rank()) + "-";
+  std::vector<std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) out.push_back(entry.path().string());
+  return out;
+}
+
+void flip_first_byte(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  BOOST_REQUIRE(fd >= 0);
+  unsigned char byte = 0;
+  BOOST_REQUIRE(::pread(fd, &byte, 1, 0) == 1);
+  byte ^= 0x40;
+  BOOST_REQUIRE(::pwrite(fd, &byte, 1, 0) == 1);
+  BOOST_REQUIRE(::close(fd) == 0);
+}
 
 }  // namespace
 
@@ -136,6 +179,149 @@ BOOST_AUTO_TEST_CASE(average_with_offload_is_the_average_without_it) {
     }
     world->barrier();
   }
+}
+
+// ZeRO-Infinity: with the optimizer's state (f32, bf16) or the parameters in NVMe swap files,
+// the average lives in a swap file of its own under the same nvme_path, a view batch at a
+// time (several here: sub-groups of 500 elements), counted as NVMe bytes alone. After three
+// steps it saves actor_ema.h5 and ema-step-3.h5 bit for bit as the run with the average in
+// memory does, and after a fourth; resumed at step 3 it reads ema-step-3.h5 back and goes on
+// to the same fourth average. A byte changed in the file is an error naming it; the last
+// rank's file cut short makes a save fail on every rank, naming it; every rank's cut short
+// makes the update fail naming it; the file goes with the average. On all ranks and on one.
+BOOST_AUTO_TEST_CASE(average_in_a_swap_file_is_the_average_in_memory) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int r = world->rank();
+  test::TempDir own;
+  const std::string dir = test::shared_folder(own, *world);
+  const parallel::CommunicatorPtr alone = world->split(r == 0 ? 0 : 1, r);
+  struct Variant {
+    const char* name;
+    bool params, bf16;  // the parameters offloaded (else the optimizer's state); the training dtype
+  };
+  for (const bool everyone : {true, false})
+    for (const Variant v : {Variant{"optimizer_f32", false, false}, Variant{"optimizer_bf16", false, true},
+                            Variant{"params_f32", true, false}}) {
+      if (!everyone && r != 0) continue;
+      const parallel::CommunicatorPtr ranks = everyone ? world : alone;
+      const int n = ranks->size(), rank = ranks->rank();
+      const std::string tag = std::string(v.name) + (everyone ? "_all" : "_one"), run = dir + "/" + tag;
+      const std::string nvme = run + "/nvme";
+      BOOST_TEST_CONTEXT(tag) {
+        if (rank == 0) {
+          std::filesystem::create_directories(nvme);
+          for (const char* side : {"/plain/ckpt", "/swapped/ckpt"}) std::filesystem::create_directories(run + side);
+        }
+        ranks->barrier();
+        const auto config_of = [&](const std::string& side, bool swapped) {
+          engine::TrainConfig c = config(run + side, n);
+          c.zero.stage = 3;
+          c.zero.sub_group_size = 500;
+          if (v.bf16) c.precision.dtype = DType::bf16;
+          if (swapped && v.params)
+            c.zero.offload_param = {.device = zero::OffloadDevice::nvme, .nvme_path = nvme, .buffer_count = 2};
+          if (swapped && !v.params)
+            c.zero.offload_optimizer = {.device = zero::OffloadDevice::nvme, .nvme_path = nvme, .buffer_count = 2};
+          return c;
+        };
+        // Each run: three steps, the average saved and checkpointed, a fourth step.
+        for (const bool swapped : {false, true}) {
+          const std::string side = swapped ? "/swapped" : "/plain";
+          const engine::TrainConfig c = config_of(side, swapped);
+          engine::Engine e(c, engine::process_grid(c, ranks));
+          rlhf::ActorEma ema(e, kBeta);
+          const std::vector<zero::ZeroOptimizer::ViewBatch> batches = e.zero()->view_batches();
+          int64_t owned = 0, records = 0;
+          for (const zero::ZeroOptimizer::ViewBatch& b : batches) {
+            int64_t elements = 0;
+            for (const auto& s : e.zero()->state_view(zero::ZeroOptimizer::State::master, b).owned_slices())
+              elements += s.values.numel();
+            owned += elements;
+            records += io::align_up(4 * elements);
+          }
+          const zero::ResidentBytes m = ema.memory();
+          if (swapped) {
+            BOOST_TEST(batches.size() > 1u);
+            BOOST_TEST(m.nvme_bytes == records);
+            BOOST_TEST(m.host_bytes == 0);
+            BOOST_TEST(m.param_bytes == 0);
+            const std::vector<std::string> files = ema_swap_files(nvme);
+            BOOST_TEST_REQUIRE(files.size() == 1u);
+            BOOST_TEST(int64_t(std::filesystem::file_size(files[0])) == records);
+          } else {
+            BOOST_TEST(m.param_bytes == 4 * owned);
+            BOOST_TEST(m.host_bytes + m.nvme_bytes == 0);
+          }
+          for (int64_t s = 1; s <= 3; ++s) {
+            train_step(e, rank, s);
+            ema.update();
+          }
+          ema.save(run + side + "/actor_ema.h5", *ranks);
+          engine::save_to_dir(c.checkpoint.dir, 0, e, *ranks);
+          ema.save_checkpoint(3, *ranks);
+          train_step(e, rank, 4);
+          ema.update();
+          ema.save(run + side + "/ema-4.h5", *ranks);
+        }
+        BOOST_TEST(ema_swap_files(nvme).empty());  // gone with the average
+        // Resumed from the swapped run's checkpoint at step 3.
+        const engine::TrainConfig c = config_of("/swapped", true);
+        engine::Engine e(c, engine::process_grid(c, ranks));
+        engine::load_checkpoint(c.checkpoint.dir + "/" + engine::checkpoint_file_name(3), e, *ranks);
+        std::optional<rlhf::ActorEma> ema(std::in_place, e, kBeta);
+        ema->load_checkpoint(3, *ranks);
+        ema->save(run + "/resumed-3.h5", *ranks);
+        train_step(e, rank, 4);
+        ema->update();
+        ema->save(run + "/resumed-4.h5", *ranks);
+        ranks->barrier();
+        if (rank == 0) {
+          same_datasets(run + "/plain/actor_ema.h5", run + "/swapped/actor_ema.h5");
+          same_datasets(run + "/plain/ckpt/ema-step-00000003.h5", run + "/swapped/ckpt/ema-step-00000003.h5");
+          same_datasets(run + "/plain/actor_ema.h5", run + "/plain/ckpt/ema-step-00000003.h5");
+          same_datasets(run + "/plain/ema-4.h5", run + "/swapped/ema-4.h5");
+          same_datasets(run + "/plain/actor_ema.h5", run + "/resumed-3.h5");
+          same_datasets(run + "/plain/ema-4.h5", run + "/resumed-4.h5");
+          // The fourth step moved the average: the comparison is not of two equal files.
+          const io::NamedTensors third = weights(run + "/plain/actor_ema.h5"), fourth = weights(run + "/plain/ema-4.h5");
+          double moved = 0;
+          for (size_t i = 0; i < third.size(); ++i)
+            moved = std::max(moved, test::max_abs_diff(third[i].second, fourth[i].second));
+          BOOST_TEST(moved > 1e-4);
+        }
+        ranks->barrier();
+
+        // Damage. A changed byte: the update names the file and what differs.
+        const std::vector<std::string> files = ema_swap_files(nvme);
+        BOOST_TEST_REQUIRE(files.size() == 1u);
+        const std::string path = files[0], mine = "triad-ema-rank" + std::to_string(parallel::world_rank()) + "-";
+        flip_first_byte(path);
+        BOOST_TEST(test::error_message([&] { ema->update(); })
+                       .find("swap file '" + path + "': the average of batch 0 read back differs from what was "
+                             "written (CRC-32C ") == 0u);
+        flip_first_byte(path);  // back as it was
+        ranks->barrier();
+        // The last rank's file cut short: a save fails on every rank, naming that file.
+        const int last = everyone ? world->size() - 1 : 0;  // the world rank its file is named for
+        if (rank == n - 1) BOOST_TEST_REQUIRE(::truncate(path.c_str(), 0) == 0);
+        ranks->barrier();
+        const std::string saved = test::error_message([&] { ema->save(run + "/damaged.h5", *ranks); });
+        BOOST_TEST(saved.find("triad-ema-rank" + std::to_string(last) + "-") != std::string::npos, saved);
+        BOOST_TEST((saved.find("short read") != std::string::npos), saved);
+        BOOST_TEST((rank != n - 1 || saved.find("swap file '" + path + "'") != std::string::npos), saved);
+        BOOST_TEST(!std::filesystem::exists(run + "/damaged.h5"));
+        // Every rank's cut short: the update fails on each, naming its own.
+        BOOST_TEST_REQUIRE(::truncate(path.c_str(), 0) == 0);
+        const std::string updated = test::error_message([&] { ema->update(); });
+        BOOST_TEST(updated.find("swap file '" + path + "': read of ") == 0u, updated);
+        BOOST_TEST(updated.find("the file is shorter than it was written") != std::string::npos, updated);
+        BOOST_TEST(updated.find(mine) != std::string::npos, updated);
+        ema.reset();
+        BOOST_TEST(ema_swap_files(nvme).empty());
+        ranks->barrier();
+      }
+    }
+  world->barrier();
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_actor_ema_mpi
