@@ -283,7 +283,8 @@ BOOST_AUTO_TEST_CASE(average_in_a_swap_file_is_the_average_in_memory) {
           same_datasets(run + "/plain/actor_ema.h5", run + "/resumed-3.h5");
           same_datasets(run + "/plain/ema-4.h5", run + "/resumed-4.h5");
           // The fourth step moved the average: the comparison is not of two equal files.
-          const io::NamedTensors third = weights(run + "/plain/actor_ema.h5"), fourth = weights(run + "/plain/ema-4.h5");
+          const io::NamedTensors third = weights(run + "/plain/actor_ema.h5"),
+                                 fourth = weights(run + "/plain/ema-4.h5");
           double moved = 0;
           for (size_t i = 0; i < third.size(); ++i)
             moved = std::max(moved, test::max_abs_diff(third[i].second, fourth[i].second));

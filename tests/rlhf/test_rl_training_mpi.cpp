@@ -209,6 +209,12 @@ void check_against_one_process(parallel::Communicator& world, const parallel::Co
           BOOST_TEST(max_weight_diff(one + "/critic.h5", many + "/critic.h5") < 1e-5);
           BOOST_TEST(max_weight_diff(one + "/actor_ema.h5", many + "/actor_ema.h5") < 1e-5);
           BOOST_TEST(max_weight_diff(one + "/actor_ema.h5", one + "/actor.h5") > 1e-5);
+          // The EMA beside the master weights (Note [Actor EMA]): alone, 4 bytes per parameter,
+          // as the f32 actor's own (no padding on one rank); sharded as the actor over dp.
+          BOOST_TEST(resident(alone, "actor_ema") == resident(alone, "actor"));
+          BOOST_TEST(resident(mine, "actor_ema") <= 1.2 * tp * pp / world.size() * resident(alone, "actor_ema"));
+          for (const char* elsewhere : {"host_bytes", "nvme_bytes"})
+            BOOST_TEST(mine["mem"]["actor_ema"][elsewhere].get<int64_t>() == 0, elsewhere);
         }
         // The actor moved: its weights are not the initial ones.
         BOOST_TEST(max_weight_diff(dir + "/actor.h5", one + "/actor.h5") > 1e-4);
