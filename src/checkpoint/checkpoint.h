@@ -69,8 +69,9 @@ void save_weights(const std::string& path, Engine& engine, parallel::Communicato
 using SliceBatch = std::function<std::vector<zero::ZeroOptimizer::Slice>(size_t k)>;
 // Collective over `world`: those values as a weights file (kind "weights") in dtype (f32 or
 // bf16). `owned(k)` is asked for each batch in order, and its result dropped before the next
-// is asked for. With offload (the view batches are more than one) an Error `owned` throws on
-// one rank is thrown on every rank, the file untouched.
+// is asked for. With offload (where the optimizer's views read the state in: NVMe, or the
+// parameters in host memory on a GPU) an Error `owned` throws on one rank is thrown on every
+// rank, the file untouched.
 void save_weight_batches(const std::string& path, Engine& engine, parallel::Communicator& world, DType dtype,
                          const SliceBatch& owned);
 // Collective: the inverse. `owned(k)` gives the tensors that batch k's ranges of a weights
