@@ -340,11 +340,15 @@ Tensor mean(const Tensor& a, int64_t dim, bool keepdim) {
   });
 }
 
-Tensor masked_mean(const Tensor& x, const Tensor& mask, const char* what) {
+Tensor masked_mean(const Tensor& x, const Tensor& mask, const char* what, double tokens) {
   const Tensor m = mask_like(mask, x, what);
-  const double count = ops::sum(m).item();
+  return mul(sum(mul(x, m)), 1.0 / (tokens > 0 ? tokens : mask_tokens(m, what)));
+}
+
+double mask_tokens(const Tensor& mask, const char* what) {
+  const double count = ops::sum(mask).item();
   TRIAD_CHECK(count > 0, what << ": the mask selects no token (its sum is " << count << ")");
-  return mul(sum(mul(x, m)), 1.0 / count);
+  return count;
 }
 
 Tensor mask_like(const Tensor& mask, const Tensor& x, const char* what) {

@@ -84,8 +84,12 @@ Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
 // sum(x * mask) / sum(mask) over all elements: mask has x's shape, holds weights (0/1 for a
 // token mask) and is a constant. Throws Error naming `what` when the mask's shape differs
-// or its sum is not positive (a batch with no token to learn from).
-Tensor masked_mean(const Tensor& x, const Tensor& mask, const char* what);
+// or its sum is not positive (a batch with no token to learn from). `tokens`: sum(mask) when
+// the caller knows it (then nothing is read from the device, which on a GPU waits for it);
+// 0: sum(mask) is read.
+Tensor masked_mean(const Tensor& x, const Tensor& mask, const char* what, double tokens = 0);
+// sum(mask), read from the device; Error naming `what` unless it is positive.
+double mask_tokens(const Tensor& mask, const char* what);
 // mask in x's dtype and on x's device, after checking that its shape is x's (Error naming
 // `what` otherwise). No gradient history.
 Tensor mask_like(const Tensor& mask, const Tensor& x, const char* what);

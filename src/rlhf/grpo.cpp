@@ -37,7 +37,7 @@ Tensor k3_kl(const Tensor& logp, const Tensor& ref_logp) {
 }
 
 GrpoLoss grpo_loss(const Tensor& logp, const Tensor& old_logp, const Tensor& ref_logp, const Tensor& advantages,
-                   const Tensor& mask, double beta, double clip) {
+                   const Tensor& mask, double beta, double clip, double tokens) {
   TRIAD_CHECK(logp.dim() == 2 && old_logp.shape() == logp.shape() && ref_logp.shape() == logp.shape() &&
                   advantages.shape() == Shape{logp.size(0)},
               "grpo_loss: expected logp, old_logp, ref_logp (B, A) and advantages (B,), got "
@@ -46,18 +46,18 @@ GrpoLoss grpo_loss(const Tensor& logp, const Tensor& old_logp, const Tensor& ref
   TRIAD_CHECK(clip >= 0 && clip < 1 && beta >= 0,
               "grpo_loss: clip must be in [0, 1) and beta >= 0, got clip " << clip << ", beta " << beta);
   const Tensor m = mask_like(mask, logp, "grpo_loss");
+  const double n = tokens > 0 ? tokens : mask_tokens(m, "grpo_loss");
   const Tensor neg_adv = ops::unsqueeze(ops::neg(ops::to(ops::to(detach(advantages), logp.device()), logp.dtype())), 1);
   const Tensor ratio = exp(sub(logp, ops::to(ops::to(detach(old_logp), logp.device()), logp.dtype())));
   // -min(ratio adv, clamp(ratio) adv) = max(-adv ratio, -adv clamp(ratio))
   const Tensor unclipped = mul(ratio, neg_adv), clipped = mul(clamp(ratio, 1.0 - clip, 1.0 + clip), neg_adv);
   const Tensor kl = k3_kl(logp, ref_logp);
   GrpoLoss out;
-  out.loss = masked_mean(add(maximum(unclipped, clipped), mul(kl, beta)), m, "grpo_loss");
+  out.loss = masked_mean(add(maximum(unclipped, clipped), mul(kl, beta)), m, "grpo_loss", n);
   NoGradGuard no_grad;
-  out.kl = masked_mean(detach(kl), m, "grpo_loss").item();
+  out.kl = masked_mean(detach(kl), m, "grpo_loss", n);
   const Tensor d = ops::sub(detach(clipped), detach(unclipped));
-  out.clip_fraction =
-      masked_mean(ops::relu_backward(d, Tensor::ones(d.shape(), d.dtype(), d.device())), m, "grpo_loss").item();
+  out.clip_fraction = masked_mean(ops::relu_backward(d, Tensor::ones(d.shape(), d.dtype(), d.device())), m, "grpo_loss", n);
   return out;
 }
 

@@ -29,14 +29,15 @@ Tensor grpo_advantages(const Tensor& rewards, int64_t group_size, double eps = 1
 Tensor k3_kl(const Tensor& logp, const Tensor& ref_logp);
 
 struct GrpoLoss {
-  Tensor loss;               // shape (), differentiable in logp
-  double kl = 0;             // token mean of k3
-  double clip_fraction = 0;  // token mean of [the clipped term is the smaller]
+  Tensor loss;           // shape (), differentiable in logp
+  Tensor kl;             // shape (): token mean of k3, without gradient
+  Tensor clip_fraction;  // shape (): token mean of [the clipped term is the smaller], without gradient
 };
 
 // logp (B, A) differentiable; old_logp, ref_logp (B, A) and advantages (B,) constants;
-// mask (B, A) 0/1.
+// mask (B, A) 0/1; tokens its sum when the caller knows it (masked_mean: no read of the
+// device), 0: read once.
 GrpoLoss grpo_loss(const Tensor& logp, const Tensor& old_logp, const Tensor& ref_logp, const Tensor& advantages,
-                   const Tensor& mask, double beta = 0.04, double clip = 0.2);
+                   const Tensor& mask, double beta = 0.04, double clip = 0.2, double tokens = 0);
 
 }  // namespace triad::rlhf

@@ -13,7 +13,9 @@
 //   actor clip_fraction = mean([-adv clamp(ratio) > -adv ratio]): tokens whose gradient the
 //     clip removes; approx_kl = 0.5 mean(log_ratio^2);
 //   critic clip_fraction = mean([(v_clip - R)^2 > (v - R)^2]).
-// adv, old_logp, old_v and R are constants (no gradient flows to them).
+// adv, old_logp, old_v and R are constants (no gradient flows to them). The reported figures
+// are tensors of shape () on the loss's device, without gradient: computing them waits for
+// nothing, and a caller reads them when it reports (a read waits for the device).
 #pragma once
 
 #include "tensor/tensor.h"
@@ -21,20 +23,21 @@
 namespace triad::rlhf {
 
 struct ActorLoss {
-  Tensor loss;  // shape (), differentiable in logp
-  double clip_fraction = 0, approx_kl = 0;
+  Tensor loss;                      // shape (), differentiable in logp
+  Tensor clip_fraction, approx_kl;  // shape ()
 };
 
 struct CriticLoss {
-  Tensor loss;  // shape (), differentiable in values
-  double clip_fraction = 0;
+  Tensor loss;           // shape (), differentiable in values
+  Tensor clip_fraction;  // shape ()
 };
 
 // All (B, A): logp differentiable, old_logp and advantages constants, mask 0/1.
+// tokens: sum(mask) when the caller knows it (masked_mean: no read of the device); 0: read once.
 ActorLoss ppo_actor_loss(const Tensor& logp, const Tensor& old_logp, const Tensor& advantages, const Tensor& mask,
-                         double clip = 0.2);
+                         double clip = 0.2, double tokens = 0);
 // All (B, A): values differentiable, old_values and returns constants, mask 0/1.
 CriticLoss ppo_critic_loss(const Tensor& values, const Tensor& old_values, const Tensor& returns, const Tensor& mask,
-                           double clip = 0.2);
+                           double clip = 0.2, double tokens = 0);
 
 }  // namespace triad::rlhf

@@ -11,6 +11,18 @@
 
 namespace triad::rlhf {
 
+void DeviceSum::add(const Tensor& x) {
+  TRIAD_ASSERT(x.numel() == 1);
+  const Tensor v = ops::reshape(detach(x), {});
+  if (device_.defined() && (device_.device() != v.device() || device_.dtype() != v.dtype()))
+    host_ += device_.item(), device_ = Tensor();
+  device_ = device_.defined() ? ops::add(device_, v) : v;
+}
+
+void DeviceSum::add(double x) { host_ += x; }
+
+double DeviceSum::read() const { return host_ + (device_.defined() ? device_.item() : 0.0); }
+
 namespace {
 
 // The actor's loss on micro-batch e from its log-probs (R, N) of the answer tokens; its
@@ -18,29 +30,28 @@ namespace {
 Tensor actor_loss(const Tensor& logp, const Experience& e, const EpochData& d, EpochFigures& f) {
   const RlOptions& o = d.options;
   if (d.ppo) {
-    const ActorLoss a = ppo_actor_loss(logp, e.old_logp, e.advantages, e.mask, o.cliprange);
-    f.actor_loss += a.loss.item(), f.clip_fraction += a.clip_fraction, f.approx_kl += a.approx_kl;
+    const ActorLoss a = ppo_actor_loss(logp, e.old_logp, e.advantages, e.mask, o.cliprange, e.tokens);
+    f.actor_loss.add(a.loss), f.clip_fraction.add(a.clip_fraction), f.approx_kl.add(a.approx_kl);
     return a.loss;
   }
-  const GrpoLoss a = grpo_loss(logp, e.old_logp, e.ref_logp, e.advantages, e.mask, o.beta, o.cliprange);
-  f.actor_loss += a.loss.item(), f.clip_fraction += a.clip_fraction, f.approx_kl += a.kl;
+  const GrpoLoss a = grpo_loss(logp, e.old_logp, e.ref_logp, e.advantages, e.mask, o.beta, o.cliprange, e.tokens);
+  f.actor_loss.add(a.loss), f.clip_fraction.add(a.clip_fraction), f.approx_kl.add(a.kl);
   return a.loss;
 }
 
 // The critic's loss on micro-batch e from its values (R, N) at the positions predicting the
 // answer tokens; its figures added to f.
 Tensor critic_loss(const Tensor& values, const Experience& e, const EpochData& d, EpochFigures& f) {
-  const CriticLoss v = ppo_critic_loss(values, e.old_values, e.returns, e.mask, d.options.cliprange_value);
-  f.critic_loss += v.loss.item(), f.value_clip += v.clip_fraction;
+  const CriticLoss v = ppo_critic_loss(values, e.old_values, e.returns, e.mask, d.options.cliprange_value, e.tokens);
+  f.critic_loss.add(v.loss), f.value_clip.add(v.clip_fraction);
   return v.loss;
 }
 
 int64_t prompt_columns(const Experience& e) { return e.seq.size(1) - e.mask.size(1); }
 
-EpochFigures whole_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData& d) {
+void whole_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData& d, EpochFigures& f) {
   auto& actor_model = dynamic_cast<nn::LanguageModel&>(actor.model());
   nn::ValueModel* critic_model = critic ? &dynamic_cast<nn::ValueModel&>(critic->model()) : nullptr;
-  EpochFigures f;
   for (size_t m = 0; m < d.experience.size(); ++m) {
     const Experience& e = d.experience[m];
     const int64_t P = prompt_columns(e), N = e.mask.size(1);
@@ -48,12 +59,11 @@ EpochFigures whole_epoch(engine::Engine& actor, engine::Engine* critic, const Ep
     actor.backward(actor_loss(answer_log_probs(logits, e.seq, P, N, d.vocab).logp, e, d, f));
     if (!d.ptx.empty()) {  // ptx: the SFT loss on the SFT split, weighted
       const Tensor loss = actor.forward(d.ptx[m].inputs, d.ptx[m].targets);
-      f.ptx_loss += loss.item();
+      f.ptx_loss.add(loss);
       actor.backward(mul(loss, d.options.unsup_coef));
     }
     if (critic) critic->backward(critic_loss(narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N), e, d, f));
   }
-  return f;
 }
 
 // Note [RL in pipeline stages]: e's rows right-padded to `width` columns with `pad`.
@@ -76,7 +86,7 @@ Tensor answer_columns(const Tensor& x, const Experience& e) {
   return cat(rows, 0);
 }
 
-EpochFigures pipelined_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData& d) {
+void pipelined_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData& d, EpochFigures& sum) {
   const size_t M = d.experience.size();
   const std::vector<Tensor> targets = index_targets(M);
   std::vector<Tensor> rows, inputs;
@@ -96,7 +106,7 @@ EpochFigures pipelined_epoch(engine::Engine& actor, engine::Engine* critic, cons
     Tensor loss = actor_loss(answer_columns(logp, e), e, d, figures[m]);
     if (!d.ptx.empty()) {
       const Tensor ptx = lm_loss(narrow(logits, 0, R, logits.size(0) - R), ops::to(d.ptx[m].targets, logits.device()));
-      figures[m].ptx_loss = ptx.item();
+      figures[m].ptx_loss.add(ptx);
       loss = add(loss, mul(ptx, d.options.unsup_coef));
     }
     return loss;
@@ -108,14 +118,13 @@ EpochFigures pipelined_epoch(engine::Engine& actor, engine::Engine* critic, cons
     });
   // The figures, from the last stage (the actor's and the critic's pipelines are the same ranks').
   std::vector<std::vector<double>> last;
-  for (const EpochFigures& f : figures)
-    last.push_back({f.actor_loss, f.clip_fraction, f.approx_kl, f.ptx_loss, f.critic_loss, f.value_clip});
-  EpochFigures sum;
+  for (const EpochFigures& f : figures)  // read after the schedules, the one wait of the epoch
+    last.push_back({f.actor_loss.read(), f.clip_fraction.read(), f.approx_kl.read(), f.ptx_loss.read(),
+                    f.critic_loss.read(), f.value_clip.read()});
   for (const std::vector<double>& v : last_stage_rows(last, 6, *actor.pp())) {
-    sum.actor_loss += v[0], sum.clip_fraction += v[1], sum.approx_kl += v[2], sum.ptx_loss += v[3];
-    sum.critic_loss += v[4], sum.value_clip += v[5];
+    sum.actor_loss.add(v[0]), sum.clip_fraction.add(v[1]), sum.approx_kl.add(v[2]), sum.ptx_loss.add(v[3]);
+    sum.critic_loss.add(v[4]), sum.value_clip.add(v[5]);
   }
-  return sum;
 }
 
 }  // namespace
@@ -125,8 +134,11 @@ TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t 
   return {narrow(t.logp, 1, P - 1, N), narrow(t.entropy, 1, P - 1, N)};
 }
 
-EpochFigures train_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData& d) {
-  return actor.pipelined() ? pipelined_epoch(actor, critic, d) : whole_epoch(actor, critic, d);
+void train_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData& d, EpochFigures& figures) {
+  if (actor.pipelined())
+    pipelined_epoch(actor, critic, d, figures);
+  else
+    whole_epoch(actor, critic, d, figures);
 }
 
 }  // namespace triad::rlhf

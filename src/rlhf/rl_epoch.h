@@ -46,6 +46,7 @@ struct Experience {
   Tensor old_logp, ref_logp;   // (R, N)
   Tensor advantages;           // PPO (R, N); GRPO (R,)
   Tensor old_values, returns;  // PPO (R, N)
+  double tokens = 0;           // sum(mask): the losses' divisor, known without a read of the device
 };
 
 // What an epoch reads besides the engines.
@@ -60,18 +61,32 @@ struct EpochData {
   int32_t pad_token = 0;         // and what pads them
 };
 
-// The figures of an epoch, summed over the rank's micro-batches.
+// A sum of figures of shape () kept where they were computed, read once: reading a
+// device's value waits for it, so a step adds its micro-batches' figures without waiting
+// and reads them when it reports.
+class DeviceSum {
+ public:
+  void add(const Tensor& x);  // shape (), any device; no gradient flows
+  void add(double x);
+  double read() const;
+
+ private:
+  Tensor device_;  // undefined: nothing on a device yet
+  double host_ = 0;
+};
+
+// The figures of epochs, summed over the rank's micro-batches.
 struct EpochFigures {
-  double actor_loss = 0, clip_fraction = 0, approx_kl = 0, ptx_loss = 0, critic_loss = 0, value_clip = 0;
+  DeviceSum actor_loss, clip_fraction, approx_kl, ptx_loss, critic_loss, value_clip;
 };
 
 // The answer part (R, N) of the next-token log-probs and entropy of rows whose answers
 // start at column P (the position before predicts each answer token).
 TokenLogProbs answer_log_probs(const Tensor& logits, const Tensor& seq, int64_t P, int64_t N, int64_t vocab);
 
-// Back-propagates one epoch's losses into the actor and (PPO) the critic (null for GRPO):
-// collective over each engine's pipeline group in pipeline stages. The caller then steps
-// the optimizers.
-EpochFigures train_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData& data);
+// Back-propagates one epoch's losses into the actor and (PPO) the critic (null for GRPO),
+// adding its figures to `figures`: collective over each engine's pipeline group in pipeline
+// stages. The caller then steps the optimizers.
+void train_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData& data, EpochFigures& figures);
 
 }  // namespace triad::rlhf

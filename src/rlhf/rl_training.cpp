@@ -235,7 +235,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     whole_critic.emplace(critic_stages.get());
     const int64_t P = gen.prompt_columns, N = gen.answer_mask.size(1), T = P + N;
     std::vector<Experience> experience;
-    double score_sum = 0, score_sq = 0, kl_sum = 0, entropy_sum = 0, answer_tokens = 0, chosen_sum = 0;
+    double score_sum = 0, score_sq = 0, answer_tokens = 0, chosen_sum = 0;
+    DeviceSum kl_sum, entropy_sum;
     actor->model().eval();
     if (critic) critic->model().eval();
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
@@ -244,7 +245,9 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       e.seq = ops::to(ops::contiguous(ops::narrow(gen.tokens, 0, m * micro, micro)), device);
       e.pads.assign(gen.pads.begin() + m * micro, gen.pads.begin() + (m + 1) * micro);
       e.padding = nn::left_padding(e.pads, T, device);
-      e.mask = ops::to(ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro)), device);
+      const Tensor answer_mask = ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro));
+      e.tokens = ops::sum(answer_mask).item();  // on the host, where generation leaves the mask
+      e.mask = ops::to(answer_mask, device);
       const TokenLogProbs own =
           answer_log_probs(full_vocabulary(actor_model.forward(e.seq, e.padding), layout.tp), e.seq, P, N, vocab);
       e.old_logp = ops::mul(own.logp, e.mask);
@@ -256,14 +259,14 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
         scores.push_back(float(s));
         score_sum += s, score_sq += s * s;
       }
-      answer_tokens += ops::sum(e.mask).item();
+      answer_tokens += e.tokens;
       const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
       for (const double s :
            chosen_scores(*reward, prompts.train, {examples.begin() + m * micro, examples.begin() + (m + 1) * micro},
                          limits, eot, device))
         chosen_sum += s;
-      kl_sum += ops::sum(ops::sub(e.old_logp, e.ref_logp)).item();
-      entropy_sum += ops::sum(ops::mul(own.entropy, e.mask)).item();
+      kl_sum.add(ops::sum(ops::sub(e.old_logp, e.ref_logp)));
+      entropy_sum.add(ops::sum(ops::mul(own.entropy, e.mask)));
       if (ppo) {
         e.old_values = ops::mul(narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N), e.mask);
         const Tensor rewards =
@@ -292,17 +295,16 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
           select.push_back(ptx_order.at(((step * o.ppo_epochs + epoch) * n + rank) * R + m * micro + i));
         ptx_batches.push_back(make_sft_batch(ptx.train, select, ptx_limits, eot, eot));
       }
-      const EpochFigures f = train_epoch(*actor, critic.get(),
-                                         {.experience = experience,
-                                          .ptx = ptx_batches,
-                                          .ppo = ppo,
-                                          .options = o,
-                                          .vocab = vocab,
-                                          .tp = layout.tp,
-                                          .width = width,
-                                          .pad_token = eot});
-      figures.actor_loss += f.actor_loss, figures.clip_fraction += f.clip_fraction, figures.approx_kl += f.approx_kl;
-      figures.ptx_loss += f.ptx_loss, figures.critic_loss += f.critic_loss, figures.value_clip += f.value_clip;
+      train_epoch(*actor, critic.get(),
+                  {.experience = experience,
+                   .ptx = ptx_batches,
+                   .ppo = ppo,
+                   .options = o,
+                   .vocab = vocab,
+                   .tp = layout.tp,
+                   .width = width,
+                   .pad_token = eot},
+                  figures);
       actor_step = actor->step();
       if (ema) ema->update();
       if (critic) critic_step = critic->step();
@@ -310,9 +312,10 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     const double train_s = seconds_since(t0);
 
     const std::vector<double> sums =
-        sum_over(layout.dp, {score_sum, score_sq, kl_sum, entropy_sum, answer_tokens, figures.actor_loss,
-                             figures.clip_fraction, figures.approx_kl, figures.critic_loss, figures.value_clip,
-                             figures.ptx_loss, chosen_sum});
+        sum_over(layout.dp, {score_sum, score_sq, kl_sum.read(), entropy_sum.read(), answer_tokens,
+                             figures.actor_loss.read(), figures.clip_fraction.read(), figures.approx_kl.read(),
+                             figures.critic_loss.read(), figures.value_clip.read(), figures.ptx_loss.read(),
+                             chosen_sum});
     const double parts = double(c.gradient_accumulation_steps * o.ppo_epochs * n), rows_total = double(B);
     const double mean = sums[0] / rows_total;
     TRIAD_CHECK(std::isfinite(sums[5]) && std::isfinite(sums[8]),

@@ -141,9 +141,13 @@ BOOST_AUTO_TEST_CASE(ppo_actor_loss_clips_the_ratio_on_the_side_the_advantage_fa
   const ActorLoss out = ppo_actor_loss(logp, f64(old, {1, 5}), adv, mask, 0.2);
   // max(-A r, -A clip(r)): -2; max(-1.5, -1.2) = -1.2; max(1.5, 1.2) = 1.5; max(-0.5, -0.8) = -0.5.
   BOOST_TEST(out.loss.item() == (-2 - 1.2 + 1.5 - 0.5) / 4, boost::test_tools::tolerance(1e-14));
-  BOOST_TEST(out.clip_fraction == 0.25);  // token 1 only: the clip takes its gradient away
+  BOOST_TEST(out.clip_fraction.item() == 0.25);  // token 1 only: the clip takes its gradient away
   const double l15 = std::log(1.5), l05 = std::log(0.5);
-  BOOST_TEST(out.approx_kl == 0.5 * (2 * l15 * l15 + l05 * l05) / 4, boost::test_tools::tolerance(1e-14));
+  BOOST_TEST(out.approx_kl.item() == 0.5 * (2 * l15 * l15 + l05 * l05) / 4, boost::test_tools::tolerance(1e-14));
+  // The mask's token count given (as an RL step gives it, read nowhere) divides the same.
+  const ActorLoss given = ppo_actor_loss(detach(logp), f64(old, {1, 5}), adv, mask, 0.2, 4.0);
+  BOOST_TEST(given.loss.item() == out.loss.item());
+  BOOST_TEST(given.approx_kl.item() == out.approx_kl.item());
   backward(out.loss);
   // d/dlogp of -A r = -A r where unclipped, 0 where the clipped branch wins.
   const std::vector<double> g = values(grad(logp)), e = {-2.0 / 4, 0, 1.5 / 4, -0.5 / 4, 0};
@@ -157,7 +161,7 @@ BOOST_AUTO_TEST_CASE(ppo_critic_loss_takes_the_larger_of_clipped_and_unclipped_e
   const CriticLoss out = ppo_critic_loss(v, old, ret, mask, 0.2);
   // errors: 0.81 | max(0.25, 0.04) = 0.25 | max(0.25, 0.04) = 0.25
   BOOST_TEST(out.loss.item() == 0.5 * (0.81 + 0.25 + 0.25) / 3, boost::test_tools::tolerance(1e-14));
-  BOOST_TEST(out.clip_fraction == 0.0);
+  BOOST_TEST(out.clip_fraction.item() == 0.0);
   backward(out.loss);
   const std::vector<double> g = values(grad(v)), e = {-0.9 / 3, 0.5 / 3, -0.5 / 3};
   for (size_t i = 0; i < g.size(); ++i) BOOST_TEST(g[i] == e[i], boost::test_tools::tolerance(1e-14));
@@ -165,7 +169,7 @@ BOOST_AUTO_TEST_CASE(ppo_critic_loss_takes_the_larger_of_clipped_and_unclipped_e
   const Tensor v2 = leaf({1.5}, {1, 1});
   const CriticLoss out2 = ppo_critic_loss(v2, f64({1}, {1, 1}), f64({2}, {1, 1}), f64({1}, {1, 1}), 0.2);
   BOOST_TEST(out2.loss.item() == 0.5 * 0.64, boost::test_tools::tolerance(1e-14));
-  BOOST_TEST(out2.clip_fraction == 1.0);
+  BOOST_TEST(out2.clip_fraction.item() == 1.0);
   backward(out2.loss);
   BOOST_TEST(grad(v2).item() == 0.0);
 }
@@ -190,9 +194,9 @@ BOOST_AUTO_TEST_CASE(grpo_loss_is_the_policy_gradient_plus_k3_kl) {
   const GrpoLoss out = grpo_loss(logp, detach(logp), ref, adv, mask, beta, 0.2);
   auto k3 = [](double d) { return std::exp(d) - d - 1; };  // d = ref - logp
   const double kl = (k3(-0.2) + k3(0.0) + k3(0.4)) / 3;
-  BOOST_TEST(out.kl == kl, boost::test_tools::tolerance(1e-14));
+  BOOST_TEST(out.kl.item() == kl, boost::test_tools::tolerance(1e-14));
   BOOST_TEST(out.loss.item() == (-0.5 - 0.5 + 1.0) / 3 + beta * kl, boost::test_tools::tolerance(1e-14));
-  BOOST_TEST(out.clip_fraction == 0.0);
+  BOOST_TEST(out.clip_fraction.item() == 0.0);
   backward(out.loss);
   // d/dlogp: -A (ratio 1) + beta (1 - exp(ref - logp)).
   const std::vector<double> g = values(grad(logp));
