@@ -54,6 +54,8 @@ int inspect(const std::string& path) {
                 s.recipe.value("abits", 0),
                 group > 0 ? ("groups of " + std::to_string(group)).c_str() : "a scale per row",
                 s.recipe.value("symmetric", true) ? "symmetric" : "asymmetric");
+    if (s.recipe.value("quantize_embeddings", false))
+      std::printf("quantized embeddings: the token table(s) and the output head\n");
     const int64_t lkd_steps = s.recipe.value("lkd_steps", int64_t(0));
     if (lkd_steps > 0) std::printf("layer-by-layer distillation: %lld steps per block\n", (long long)lkd_steps);
     if (s.recipe.value("method", "") == "xtc")

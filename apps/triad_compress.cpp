@@ -5,6 +5,8 @@
 //                                   ZeroQuant post-training quantization: the blocks' linear
 //                                   layers to integers with group-wise scales, written to
 //                                   DIR/model.h5 (triad-generate --checkpoint runs it)
+//   triad-compress zeroquant ... --quantize-embeddings
+//                                   the token embedding(s) and the output head quantized too
 //   triad-compress zeroquant ... --lkd-steps 200 --data data/train.bin
 //                                   the same after layer-by-layer distillation of each
 //                                   block on batches of the token file
@@ -76,6 +78,9 @@ int main(int argc, char** argv) {
                    "weights sharing one scale along the input dimension (a multiple of 8 dividing every layer's)")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    zq->add_flag("--quantize-embeddings", recipe.quantize_embeddings,
+                 "also quantize the token embedding(s) and the output head (a GPT's tied table once), at --wbits "
+                 "in groups of --group-size along d_model; position embeddings stay f32");
     zq->add_option("--lkd-steps", lkd.steps, "layer-by-layer distillation: AdamW steps per block (0: none)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
@@ -141,6 +146,8 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     xtc->add_option("--out", out, "folder to write model.h5 into")->required();
+    xtc->add_flag("--quantize-embeddings", xo.recipe.quantize_embeddings,
+                  "zeroquant's: refused here (xtc trains the embeddings and the output head in full precision)");
     for (const char* recipe_option : {"--wbits", "--abits", "--group-size", "--keep-layers"})
       xtc_config_option->excludes(xtc->get_option(recipe_option));
     cli.add_option("--threads", threads, "OpenMP threads (default: all cores)");
@@ -221,8 +228,9 @@ int main(int argc, char** argv) {
     }
     engine::save_quantized_model(m, path, recipe);
     copy_tokenizer();
-    std::printf("wrote %s (%s W%dA%d, groups of %lld, of %s)\n", path.c_str(), recipe.method.c_str(), recipe.wbits,
-                recipe.abits, (long long)recipe.group_size, checkpoint.c_str());
+    std::printf("wrote %s (%s W%dA%d, groups of %lld%s, of %s)\n", path.c_str(), recipe.method.c_str(), recipe.wbits,
+                recipe.abits, (long long)recipe.group_size,
+                recipe.quantize_embeddings ? ", embeddings and output head quantized" : "", checkpoint.c_str());
     if (eval_batches > 0)
       report_eval(recipe, baseline, engine::validation_loss(*engine::load_model(path).model, val), eval_batches,
                   batch_size, t);

@@ -1,8 +1,11 @@
 // `triad-bench quantized` (bench/quantized.h).
 #include "bench/quantized.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +14,7 @@
 #include "checkpoint/quantized_model.h"
 #include "common/report.h"
 #include "config/config.h"
+#include "config/model_factory.h"
 #include "cuda/runtime.h"
 #include "engine/engine.h"
 #include "engine/hybrid_engine.h"
@@ -55,33 +59,45 @@ std::unique_ptr<engine::Engine> generation_engine(const std::string& preset, con
                                           engine::process_grid(train, std::make_shared<parallel::SelfCommunicator>()));
 }
 
-// From now on the linear layers of the blocks of e's model (engine::quantized_linears) run
-// W8A8 on e's device, their f32 weights quantized in groups of `group`.
-void use_w8a8(engine::Engine& e, int64_t group) {
-  const auto model = std::dynamic_pointer_cast<nn::LanguageModel>(e.model_ptr());
-  TRIAD_CHECK(model, "triad-bench quantized: the generation model is not a language model");
-  for (const auto& [name, linear] : engine::quantized_linears(model)) {
-    const int64_t n = linear->out_features(), k = linear->in_features();
-    const QuantFormat f{8, group};
-    TRIAD_CHECK(k % group == 0, "triad-bench quantized: --group-size " << group << " does not divide the input " << k
-                                                                       << " of " << name);
-    const PackedWeight packed =
-        ops::pack_weight(ops::quantize_blocks(ops::to(linear->weight, Device::cpu()), f), n, k, f);
-    linear->use_quantized(std::make_shared<const PackedWeight>(ops::to(packed, e.device())), 8);
+// The model `config` describes (its initial weights, on the cpu) quantized by `recipe` as
+// triad-compress zeroquant writes it, loaded as triad-generate loads it (engine::load_model:
+// no f32 weight of a quantized layer or table held) and moved to `device`; the file goes to a
+// temporary folder, removed after.
+engine::LoadedModel quantized_model(const nlohmann::json& config, const engine::QuantRecipe& recipe, Device device) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("triad-bench-quantized-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "model.h5").string();
+  engine::LoadedModel q;
+  try {
+    engine::save_quantized_model(engine::LoadedModel{engine::build_model(engine::parse_config(config)), config}, path,
+                                 recipe);
+    q = engine::load_model(path);
+  } catch (...) {
+    std::filesystem::remove_all(dir);
+    throw;
   }
+  std::filesystem::remove_all(dir);
+  q.model->to(device);
+  q.model->eval();
+  return q;
 }
 
-// Median generated tokens/s of greedy generate_batch calls (one untimed first).
-double tokens_per_s(engine::Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t answer, int runs) {
+using Generate =
+    std::function<engine::BatchGeneration(const std::vector<std::vector<int32_t>>&, const engine::SamplingOptions&)>;
+
+// Median generated tokens/s of greedy generate calls (one untimed first).
+double tokens_per_s(const Generate& generate, Device device, const std::vector<std::vector<int32_t>>& prompts,
+                    int64_t answer, int runs) {
   engine::SamplingOptions sampling;
   sampling.temperature = 0;
   sampling.max_new_tokens = answer;
   std::vector<double> rates;
   for (int r = 0; r <= runs; ++r) {
-    if (e.device().is_cuda()) cuda::synchronize(e.device().index);
+    if (device.is_cuda()) cuda::synchronize(device.index);
     const auto t0 = Clock::now();
-    const engine::BatchGeneration g = engine::generate_batch(e, prompts, sampling, 0, 0);
-    if (e.device().is_cuda()) cuda::synchronize(e.device().index);
+    const engine::BatchGeneration g = generate(prompts, sampling);
+    if (device.is_cuda()) cuda::synchronize(device.index);
     const double t = std::chrono::duration<double>(Clock::now() - t0).count();
     TRIAD_CHECK(g.logprobs.size(1) == answer, "generation stopped after " << g.logprobs.size(1) << " of " << answer);
     if (r > 0) rates.push_back(double(prompts.size()) * double(answer) / t);
@@ -97,12 +113,29 @@ nlohmann::json generation_rows(const QuantizedOptions& o, Device device) {
   overrides.push_back("model.seq_len=" + std::to_string(o.prompt + o.answer));
   const std::unique_ptr<engine::Engine> f32 = generation_engine(preset, overrides, o.device, false);
   const std::unique_ptr<engine::Engine> bf16 = generation_engine(preset, overrides, o.device, true);
-  const std::unique_ptr<engine::Engine> w8a8 = generation_engine(preset, overrides, o.device, false);
-  use_w8a8(*w8a8, o.group_size);
-  const int64_t vocab = engine::parse_config(model_config_json(preset, "", overrides)).model.vocab_size;
-  std::printf("\ngeneration: %s, prompts of %lld tokens + %lld greedy, generated tokens/s\n", preset.c_str(),
-              (long long)o.prompt, (long long)o.answer);
-  std::printf("%6s %12s %12s %12s %9s %9s\n", "batch", "f32", "bf16", "W8A8", "vs f32", "vs bf16");
+  nlohmann::json config = model_config_json(preset, "", overrides);
+  config.erase("bf16");
+  config.erase("fp16");
+  engine::QuantRecipe recipe;  // W8A8
+  recipe.group_size = o.group_size;
+  const engine::LoadedModel w8a8 = quantized_model(config, recipe, device);
+  recipe.quantize_embeddings = true;
+  const engine::LoadedModel w8a8_emb = quantized_model(config, recipe, device);
+  const int64_t vocab = engine::parse_config(config).model.vocab_size;
+  std::printf(
+      "\ngeneration: %s, prompts of %lld tokens + %lld greedy, generated tokens/s (W8A8 emb: the token "
+      "table and tied head W8A8 too)\n",
+      preset.c_str(), (long long)o.prompt, (long long)o.answer);
+  std::printf("%6s %12s %12s %12s %12s %9s %9s %9s\n", "batch", "f32", "bf16", "W8A8", "W8A8 emb", "vs f32", "emb/f32",
+              "vs bf16");
+  const auto on_engine = [](engine::Engine& e) -> Generate {
+    return
+        [&e](const auto& prompts, const auto& sampling) { return engine::generate_batch(e, prompts, sampling, 0, 0); };
+  };
+  const auto on_model = [](nn::LanguageModel& m) -> Generate {
+    return
+        [&m](const auto& prompts, const auto& sampling) { return engine::generate_batch(m, prompts, sampling, 0, 0); };
+  };
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t batch : o.batches) {
     const Tensor ids = random_token_ids(batch, o.prompt, vocab, 11);
@@ -111,17 +144,30 @@ nlohmann::json generation_rows(const QuantizedOptions& o, Device device) {
       for (int64_t t = 0; t < o.prompt; ++t)
         prompts[size_t(b)].push_back(int32_t(ids.data<int64_t>()[b * o.prompt + t]));
     const int runs = 3;
-    const double a = tokens_per_s(*f32, prompts, o.answer, runs), b = tokens_per_s(*bf16, prompts, o.answer, runs),
-                 q = tokens_per_s(*w8a8, prompts, o.answer, runs);
-    std::printf("%6lld %12.0f %12.0f %12.0f %9.2f %9.2f\n", (long long)batch, a, b, q, q / a, q / b);
+    const double a = tokens_per_s(on_engine(*f32), device, prompts, o.answer, runs),
+                 b = tokens_per_s(on_engine(*bf16), device, prompts, o.answer, runs),
+                 q = tokens_per_s(on_model(*w8a8.model), device, prompts, o.answer, runs),
+                 e = tokens_per_s(on_model(*w8a8_emb.model), device, prompts, o.answer, runs);
+    std::printf("%6lld %12.0f %12.0f %12.0f %12.0f %9.2f %9.2f %9.2f\n", (long long)batch, a, b, q, e, q / a, e / a,
+                q / b);
     rows.push_back({{"batch", batch},
                     {"f32_tokens_per_s", a},
                     {"bf16_tokens_per_s", b},
                     {"w8a8_tokens_per_s", q},
+                    {"w8a8_emb_tokens_per_s", e},
                     {"w8a8_vs_f32", q / a},
+                    {"w8a8_emb_vs_f32", e / a},
                     {"w8a8_vs_bf16", q / b}});
   }
-  return {{"model", preset}, {"prompt", o.prompt}, {"answer", o.answer}, {"rows", rows}};
+  const engine::ModelBytes bq = engine::model_bytes(w8a8.model), be = engine::model_bytes(w8a8_emb.model);
+  std::printf("model bytes: f32 %lld, W8A8 %lld (%.2fx smaller), W8A8 emb %lld (%.2fx smaller)\n",
+              (long long)bq.full_precision, (long long)bq.resident, double(bq.full_precision) / double(bq.resident),
+              (long long)be.resident, double(be.full_precision) / double(be.resident));
+  return {{"model", preset},
+          {"prompt", o.prompt},
+          {"answer", o.answer},
+          {"rows", rows},
+          {"bytes", {{"f32", bq.full_precision}, {"w8a8", bq.resident}, {"w8a8_emb", be.resident}}}};
 }
 
 }  // namespace

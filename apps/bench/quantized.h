@@ -5,8 +5,11 @@
 // 124M's linear shapes by default. Rates are 2 M N K operations over the median time; the
 // speedups are the f32 and bf16 times over the integer one. Then generation: a model of
 // random weights (GPT-2 124M on a GPU, the RLHF demo's actor on the cpu) continues --batches
-// prompts greedily in f32, in bf16 and with its blocks' linear layers W8A8 (the f32 model's
-// weights quantized with --group-size), in generated tokens/s.
+// prompts greedily in f32, in bf16, with its blocks' linear layers W8A8 and with its token
+// table (and tied head) W8A8 too (the f32 model quantized with --group-size as
+// triad-compress zeroquant, with and without --quantize-embeddings, and loaded as
+// triad-generate loads it), in generated tokens/s; and the quantized models' bytes in memory
+// against the f32 model's (engine::model_bytes).
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,8 @@
 #include "checkpoint/checkpoint.h"
 #include "io/checksum.h"
 #include "io/h5file.h"
+#include "nn/gpt.h"
+#include "nn/llama.h"
 #include "tensor/ops.h"
 
 namespace triad::engine {
@@ -26,11 +28,19 @@ void QuantRecipe::validate() const {
   TRIAD_CHECK(symmetric, "quantization recipe: only symmetric weights are built");
   TRIAD_CHECK(lkd_steps >= 0, "quantization recipe: lkd_steps must be 0 or more, got " << lkd_steps);
   TRIAD_CHECK(steps >= 0, "quantization recipe: steps must be 0 or more, got " << steps);
+  TRIAD_CHECK(!quantize_embeddings || method == "zeroquant",
+              "quantization recipe: quantize_embeddings is built for zeroquant only ("
+                  << method << " trains the embeddings and the output head in full precision)");
 }
 
 nlohmann::json QuantRecipe::to_json() const {
-  nlohmann::json j = {{"method", method},         {"wbits", wbits},         {"abits", abits},
-                      {"group_size", group_size}, {"symmetric", symmetric}, {"lkd_steps", lkd_steps}};
+  nlohmann::json j = {{"method", method},
+                      {"wbits", wbits},
+                      {"abits", abits},
+                      {"group_size", group_size},
+                      {"symmetric", symmetric},
+                      {"lkd_steps", lkd_steps},
+                      {"quantize_embeddings", quantize_embeddings}};
   if (method == "xtc") j.update({{"steps", steps}, {"keep_layers", keep_layers}, {"teacher_layers", teacher_layers}});
   return j;
 }
@@ -43,6 +53,7 @@ QuantRecipe QuantRecipe::from_json(const nlohmann::json& j) {
   r.group_size = j.at("group_size").get<int64_t>();
   r.symmetric = j.at("symmetric").get<bool>();
   r.lkd_steps = j.value("lkd_steps", int64_t(0));  // absent in files written before distillation existed
+  r.quantize_embeddings = j.value("quantize_embeddings", false);  // absent before the option existed
   r.steps = j.value("steps", int64_t(0));
   r.keep_layers = j.value("keep_layers", std::vector<int64_t>{});
   r.teacher_layers = j.value("teacher_layers", int64_t(0));
@@ -60,7 +71,23 @@ std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> quantized_linea
   return out;
 }
 
+std::vector<std::pair<std::string, nn::ModulePtr>> quantized_embeddings(
+    const std::shared_ptr<nn::LanguageModel>& model) {
+  if (const auto gpt = std::dynamic_pointer_cast<nn::GPT>(model)) return {{"wte", gpt->wte}};
+  const auto llama = std::dynamic_pointer_cast<nn::Llama>(model);
+  TRIAD_CHECK(llama, "quantize_embeddings: the model is neither a GPT nor a Llama");
+  std::vector<std::pair<std::string, nn::ModulePtr>> out{{"embed", llama->embed}};
+  if (llama->head) out.emplace_back("head", llama->head);
+  return out;
+}
+
 namespace {
+
+// The weight of a module of quantized_embeddings (an nn::Embedding or an nn::Linear).
+const Tensor& table_weight(const nn::Module& m) {
+  if (const auto* table = dynamic_cast<const nn::Embedding*>(&m)) return table->weight;
+  return dynamic_cast<const nn::Linear&>(m).weight;
+}
 
 void write(H5File& file, const std::string& name, const Tensor& t) {
   const Tensor c = ops::contiguous(t);
@@ -88,14 +115,17 @@ void save_quantized_model(const std::string& checkpoint, const std::string& out,
 void save_quantized_model(const LoadedModel& m, const std::string& out, const QuantRecipe& recipe) {
   recipe.validate();
   std::vector<std::pair<std::string, Quantized>> quantized;
-  for (const auto& [name, linear] : quantized_linears(m.model)) {
-    const int64_t k = linear->weight.size(1);
+  const auto quantize = [&](const std::string& name, const Tensor& w) {
+    const int64_t k = w.size(1);
     TRIAD_CHECK(k % recipe.format(k).block == 0 && k % 8 == 0,
                 recipe.method << ": the group size " << recipe.format(k).block
-                              << " does not divide the input dimension " << k << " of " << name << ".weight ("
-                              << shape_str(linear->weight.shape()) << "), or that is not a multiple of 8");
-    quantized.emplace_back(name + ".weight", ops::quantize_blocks(linear->weight, recipe.format(k)));
-  }
+                              << " does not divide the input dimension " << k << " of " << name << " ("
+                              << shape_str(w.shape()) << "), or that is not a multiple of 8");
+    quantized.emplace_back(name, ops::quantize_blocks(w, recipe.format(k)));
+  };
+  for (const auto& [name, linear] : quantized_linears(m.model)) quantize(name + ".weight", linear->weight);
+  if (recipe.quantize_embeddings)
+    for (const auto& [name, table] : quantized_embeddings(m.model)) quantize(name + ".weight", table_weight(*table));
   const std::string tmp = out + ".tmp";
   {
     H5File file = H5File::create(tmp);
@@ -127,14 +157,17 @@ QuantRecipe read_recipe(const std::string& path) {
 
 namespace {
 
-// Linear layers built without weights (quantized_layout).
-class WithoutLinearWeights : public nn::Parallelism {
+// Linear layers and token tables built without weights (quantized_layout).
+class WithoutWeights : public nn::Parallelism {
  public:
   std::shared_ptr<nn::Linear> column_linear(int64_t in_features, int64_t out_features, int, bool bias) const override {
     return std::make_shared<nn::Linear>(in_features, out_features, bias, nn::Linear::WithoutWeight{});
   }
   std::shared_ptr<nn::Linear> row_linear(int64_t in_features, int64_t out_features, bool bias) const override {
     return std::make_shared<nn::Linear>(in_features, out_features, bias, nn::Linear::WithoutWeight{});
+  }
+  std::shared_ptr<nn::Embedding> token_embedding(int64_t vocab, int64_t dim, int64_t multiple) const override {
+    return std::make_shared<nn::Embedding>(nn::vocab_rows_per_rank(vocab, 1, multiple), dim, nn::WithoutWeight{});
   }
 };
 
@@ -143,7 +176,7 @@ int64_t nbytes(const Tensor& t) { return t.defined() ? t.numel() * int64_t(eleme
 }  // namespace
 
 std::shared_ptr<const nn::Parallelism> quantized_layout() {
-  static const std::shared_ptr<const nn::Parallelism> p = std::make_shared<WithoutLinearWeights>();
+  static const std::shared_ptr<const nn::Parallelism> p = std::make_shared<WithoutWeights>();
   return p;
 }
 
@@ -153,12 +186,16 @@ ModelBytes model_bytes(const std::shared_ptr<nn::LanguageModel>& model) {
   for (const auto& [name, t] : model->named_buffers()) b.resident += nbytes(t);
   b.full_precision = b.resident;
   for (const auto& [name, m] : model->named_modules(model)) {
-    const auto linear = std::dynamic_pointer_cast<nn::Linear>(m);
-    if (!linear || !linear->quantized()) continue;
-    const PackedWeight& w = *linear->quantized();
-    b.packed += nbytes(w.data) + nbytes(w.scales) + nbytes(w.offsets) + nbytes(w.sums);
-    b.packed_f32 += w.n * w.k * int64_t(sizeof(float));
-    if (!linear->weight.defined()) b.full_precision += w.n * w.k * int64_t(sizeof(float));
+    const PackedWeight* w = nullptr;
+    bool has_weight = false;
+    if (const auto linear = std::dynamic_pointer_cast<nn::Linear>(m))
+      w = linear->quantized(), has_weight = linear->weight.defined();
+    else if (const auto table = std::dynamic_pointer_cast<nn::Embedding>(m))
+      w = table->quantized(), has_weight = table->weight.defined();
+    if (!w) continue;
+    b.packed += nbytes(w->data) + nbytes(w->scales) + nbytes(w->offsets) + nbytes(w->sums);
+    b.packed_f32 += w->n * w->k * int64_t(sizeof(float));
+    if (!has_weight) b.full_precision += w->n * w->k * int64_t(sizeof(float));
   }
   b.resident += b.packed;
   return b;
@@ -167,10 +204,13 @@ ModelBytes model_bytes(const std::shared_ptr<nn::LanguageModel>& model) {
 void load_quantized_model(const std::string& path, const std::shared_ptr<nn::LanguageModel>& model) {
   const QuantRecipe recipe = read_recipe(path);
   const H5File file = H5File::open(path);
-  for (const auto& [name, m] : model->named_modules(model))
-    if (auto linear = std::dynamic_pointer_cast<nn::Linear>(m);
-        linear && !linear->weight.defined() && !file.has("/quantized/" + name + ".weight/q"))
+  for (const auto& [name, m] : model->named_modules(model)) {
+    if (file.has("/quantized/" + name + ".weight/q")) continue;
+    if (auto linear = std::dynamic_pointer_cast<nn::Linear>(m); linear && !linear->weight.defined())
       linear->set_weight(Tensor::empty({linear->out_features(), linear->in_features()}));
+    if (auto table = std::dynamic_pointer_cast<nn::Embedding>(m); table && !table->weight.defined())
+      table->set_weight(Tensor::empty({table->num_embeddings(), table->dim()}));
+  }
   for (const auto& [name, p] : model->named_parameters()) {
     if (file.has("/quantized/" + name + "/q")) {
       ops::fill_(p, 0.0);  // unused: the layer runs on its integers
@@ -178,12 +218,19 @@ void load_quantized_model(const std::string& path, const std::shared_ptr<nn::Lan
     }
     ops::copy_(p, read_verified(file, "/model/" + name));
   }
-  for (const auto& [name, linear] : quantized_linears(model)) {
+  const auto packed = [&](const std::string& name, int64_t n, int64_t k) {
     const std::string base = "/quantized/" + name + ".weight";
     const Quantized q{read_verified(file, base + "/q"), read_verified(file, base + "/scales"), Tensor()};
-    const int64_t n = linear->out_features(), k = linear->in_features();
-    linear->use_quantized(std::make_shared<const PackedWeight>(ops::pack_weight(q, n, k, recipe.format(k))),
-                          recipe.abits);
+    return std::make_shared<const PackedWeight>(ops::pack_weight(q, n, k, recipe.format(k)));
+  };
+  for (const auto& [name, linear] : quantized_linears(model))
+    linear->use_quantized(packed(name, linear->out_features(), linear->in_features()), recipe.abits);
+  if (!recipe.quantize_embeddings) return;
+  for (const auto& [name, m] : quantized_embeddings(model)) {
+    if (const auto table = std::dynamic_pointer_cast<nn::Embedding>(m))
+      table->use_quantized(packed(name, table->num_embeddings(), table->dim()), recipe.abits);
+    else if (const auto head = std::dynamic_pointer_cast<nn::Linear>(m))
+      head->use_quantized(packed(name, head->out_features(), head->in_features()), recipe.abits);
   }
 }
 

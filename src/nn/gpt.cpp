@@ -152,7 +152,13 @@ Tensor GPT::forward(const Tensor& indices, const LeftPadding& padding) {
 }
 
 Tensor GPT::logits(const Tensor& indices, const LeftPadding* padding) {
-  return par_->tied_logits(hidden_states(indices, padding), wte->weight);
+  return head_logits(hidden_states(indices, padding));
+}
+
+Tensor GPT::head_logits(const Tensor& x) {
+  if (const PackedWeight* table = wte->quantized())
+    return ops::quantized_linear(x, *table, Tensor(), wte->quantized_abits());
+  return par_->tied_logits(x, wte->weight);
 }
 
 Tensor GPT::hidden_states(const Tensor& indices, const LeftPadding* padding) {
@@ -179,10 +185,11 @@ Tensor GPT::hidden_states(const Tensor& indices, const LeftPadding* padding) {
 KVCache GPT::make_cache(int64_t batch) const {
   KVCache cache;
   const int64_t hs = config_.d_model / config_.n_head;
+  const Tensor& w = wpe->weight;  // (the token table may be quantized: nn::Embedding::use_quantized)
   for (int64_t i = 0; i < config_.n_layer; ++i) {
     const Shape shape{batch, config_.n_head / par_->ranks(), config_.seq_len, hs};
-    cache.k.push_back(Tensor::zeros(shape, wte->weight.dtype(), wte->weight.device()));
-    cache.v.push_back(Tensor::zeros(shape, wte->weight.dtype(), wte->weight.device()));
+    cache.k.push_back(Tensor::zeros(shape, w.dtype(), w.device()));
+    cache.v.push_back(Tensor::zeros(shape, w.dtype(), w.device()));
   }
   return cache;
 }
@@ -205,11 +212,12 @@ Tensor GPT::forward_cached(const Tensor& indices, KVCache& cache, const Tensor& 
       x = static_cast<Block&>(*(*blocks)[i])
               .forward_cached(x, cache.k[i], cache.v[i], pos, cache.key_start, cache.device_length);
     cache.length = pos + T;
-    return par_->full_logits(par_->tied_logits((*ln_f)(x), wte->weight), config_.vocab_size);
+    return par_->full_logits(head_logits((*ln_f)(x)), config_.vocab_size);
   });
 }
 
 Tensor GPT::loss(const Tensor& indices, const Tensor& targets) {
+  if (wte->quantized()) return par_->cross_entropy((*this)(indices), targets, config_.vocab_size);
   return call(
       [&] { return par_->head_loss(hidden_states(indices, nullptr), wte->weight, targets, config_.vocab_size); });
 }

@@ -2,7 +2,9 @@
 // and an output head tied to the token embedding (logits = x wte^T). Parameter names:
 // wte.weight, wpe.weight, blocks.{i}.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias},
 // ln_f.{weight,bias}. An MoE block (GPTConfig::moe) holds blocks.{i}.moe.{gate.wg,
-// experts.{e}.{fc,proj}, ...} (nn/moe.h) in place of its mlp.
+// experts.{e}.{fc,proj}, ...} (nn/moe.h) in place of its mlp. A quantized token table
+// (nn::Embedding::use_quantized, checkpoint/quantized_model.h) serves both its lookup and
+// the tied head, which then runs the integer GEMM (its loss: cross-entropy of those logits).
 #pragma once
 
 #include "nn/transformer.h"
@@ -91,6 +93,9 @@ class GPT : public LanguageModel {
  private:
   void init_weights();
   Tensor logits(const Tensor& indices, const LeftPadding* padding);  // forward's body
+  // The tied head's logits of hidden states x: x wte^T, or with a quantized token table the
+  // integer GEMM on its packed integers (nn::Embedding::use_quantized).
+  Tensor head_logits(const Tensor& x);
   GPTConfig config_;
   std::shared_ptr<const Parallelism> par_;
 };

@@ -83,18 +83,53 @@ void Linear::move_state(Device device) {
     quantized_ = std::make_shared<const PackedWeight>(ops::to(*quantized_, device));
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) : Module("Embedding") {
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen)
+    : Module("Embedding"), num_embeddings_(num_embeddings), dim_(dim) {
   TRIAD_CHECK(num_embeddings > 0 && dim > 0,
               "Embedding: sizes must be positive, got " << num_embeddings << " x " << dim);
   weight = register_parameter("weight", Tensor::empty({num_embeddings, dim}));
   ops::normal_(weight, 0.0, 1.0, gen);
 }
 
-Embedding::Embedding(std::string type_name, Tensor weight_, const TensorSplit& split) : Module(std::move(type_name)) {
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, WithoutWeight)
+    : Module("Embedding"), num_embeddings_(num_embeddings), dim_(dim) {
+  TRIAD_CHECK(num_embeddings > 0 && dim > 0,
+              "Embedding: sizes must be positive, got " << num_embeddings << " x " << dim);
+}
+
+Embedding::Embedding(std::string type_name, Tensor weight_, const TensorSplit& split)
+    : Module(std::move(type_name)), num_embeddings_(weight_.size(0)), dim_(weight_.size(1)) {
   weight = register_parameter("weight", std::move(weight_), split);
 }
 
-Tensor Embedding::forward(const Tensor& indices) { return embedding(weight, indices); }
+Tensor Embedding::forward(const Tensor& indices) {
+  if (quantized_) return ops::packed_rows(*quantized_, indices);
+  TRIAD_CHECK(weight.defined(), "Embedding ("
+                                    << num_embeddings_ << ", " << dim_
+                                    << "): built without a weight, it runs after use_quantized or set_weight");
+  return embedding(weight, indices);
+}
+
+void Embedding::set_weight(Tensor w) {
+  TRIAD_CHECK(!weight.defined(), "Embedding::set_weight: the table has a weight");
+  TRIAD_CHECK(w.shape() == Shape({num_embeddings_, dim_}), "Embedding::set_weight: expected a weight of ("
+                                                               << num_embeddings_ << ", " << dim_ << "), got "
+                                                               << shape_str(w.shape()));
+  weight = register_parameter("weight", std::move(w));
+}
+
+void Embedding::use_quantized(std::shared_ptr<const PackedWeight> w, int abits) {
+  TRIAD_CHECK(w && w->n == num_embeddings_ && w->k == dim_,
+              "Embedding::use_quantized: expected a packed table of (" << num_embeddings_ << ", " << dim_ << ")");
+  TRIAD_CHECK(abits == 8 || abits == 16, "Embedding::use_quantized: activation bits must be 8 or 16, got " << abits);
+  quantized_ = std::move(w);
+  abits_ = abits;
+}
+
+void Embedding::move_state(Device device) {
+  if (quantized_ && quantized_->data.device() != device)
+    quantized_ = std::make_shared<const PackedWeight>(ops::to(*quantized_, device));
+}
 
 LayerNorm::LayerNorm(int64_t dim, double eps_) : Module("LayerNorm"), eps(eps_) {
   TRIAD_CHECK(dim > 0, "LayerNorm: dimension must be positive, got " << dim);

@@ -12,6 +12,9 @@
 
 namespace triad::nn {
 
+// Builds a Linear or an Embedding without its weight (their WithoutWeight constructors).
+struct WithoutWeight {};
+
 // y = x W^T + b, W (out, in), b (out). Init: U(-1/sqrt(in), 1/sqrt(in)) for both.
 class Linear : public Module {
  public:
@@ -20,7 +23,7 @@ class Linear : public Module {
   // parameter until use_quantized gives the layer its integers or set_weight a weight, and
   // forward before either throws Error. A quantized model loaded for inference is built so
   // (checkpoint/quantized_model.h): its f32 weights are never allocated.
-  struct WithoutWeight {};
+  using WithoutWeight = nn::WithoutWeight;
   Linear(int64_t in_features, int64_t out_features, bool bias, WithoutWeight);
   Tensor forward(const Tensor& x) override;
   // gelu(forward(x)); a layer that multiplies by its own weight as it stands (not
@@ -72,12 +75,38 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim, Generator& gen = default_generator());
+  // A table that holds no weight, as Linear's: `weight` stays undefined and is no parameter
+  // until use_quantized or set_weight, and forward before either throws Error.
+  using WithoutWeight = nn::WithoutWeight;
+  Embedding(int64_t num_embeddings, int64_t dim, WithoutWeight);
   Tensor forward(const Tensor& indices) override;
+
+  int64_t num_embeddings() const { return num_embeddings_; }
+  int64_t dim() const { return dim_; }
+  // Registers w (num_embeddings, dim) as the parameter "weight" of a table built
+  // WithoutWeight. Throws Error when the table has a weight or w's shape differs.
+  void set_weight(Tensor w);
+
+  // From now on forward looks its rows up in w, a packed quantization of the table
+  // (num_embeddings, dim) in groups along dim (ops::packed_rows: each row dequantized, f32);
+  // `weight` is no longer read. An output head tied to the table multiplies by the same w
+  // (ops::quantized_linear with activations of `abits`, 8 or 16: nn::GPT), so one packed
+  // copy serves both. For inference: no gradient flows. w's tensors are on the table's
+  // device (Module::to moves them).
+  void use_quantized(std::shared_ptr<const PackedWeight> w, int abits);
+  const PackedWeight* quantized() const { return quantized_.get(); }
+  int quantized_abits() const { return abits_; }
 
   Tensor weight;
 
  protected:
+  void move_state(Device device) override;
   Embedding(std::string type_name, Tensor weight, const TensorSplit& split);  // as Linear's
+
+ private:
+  int64_t num_embeddings_ = 0, dim_ = 0;
+  std::shared_ptr<const PackedWeight> quantized_;
+  int abits_ = 8;
 };
 
 // Normalizes the last dimension; weight 1, bias 0.

@@ -159,7 +159,7 @@ Tensor Llama::loss(const Tensor& indices, const Tensor& targets) {
 
 KVCache Llama::make_cache(int64_t batch) const {
   KVCache cache;
-  const Tensor& w = embed->weight;
+  const Tensor& w = norm_f->weight;  // (the token table may be quantized: nn::Embedding::use_quantized)
   const Shape shape{batch, config_.n_kv_head / par_->ranks(), config_.seq_len, config_.d_model / config_.n_head};
   for (int64_t i = 0; i < config_.n_layer; ++i) {
     cache.k.push_back(Tensor::zeros(shape, w.dtype(), w.device()));  // activations' dtype: the parameters'

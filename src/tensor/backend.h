@@ -125,6 +125,11 @@ class Backend {
   // (m, w.k), a_scales undefined. `kernel` chooses among the CPU's kernels.
   virtual void quantized_linear(const Tensor& a, const Tensor& a_scales, const PackedWeight& w, const Tensor& bias,
                                 const Tensor& y, int abits, Int8Kernel kernel) = 0;
+  // ops::packed_rows (tensor/quantized_matmul.h): out f32 (m, w.k), row r = row indices[r]
+  // of w (symmetric, its tensors on this backend's device) dequantized; indices i64 (m)
+  // contiguous, range-checked already on the CPU (a device's kernel skips and records a bad
+  // one: Note [Deferred device errors]).
+  virtual void packed_rows(const PackedWeight& w, const Tensor& indices, const Tensor& out) = 0;
 
   // x, y (rows, n) contiguous.
   virtual void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) = 0;

@@ -31,10 +31,8 @@ void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* 
                                                                          << " on " << ref.device().str());
 }
 
-// Indices must be i64/i32 on `device`, in [0, limit); with an `ignore` value, that value is
-// also allowed. Returns the indices contiguous on their device, as i64 when `wide`. The
-// range is checked here on the CPU only: a device backend's kernels check it themselves,
-// so the host never waits for indices (Backend::embedding).
+}  // namespace
+
 Tensor check_indices(const Tensor& idx, Device device, int64_t limit, std::optional<int64_t> ignore, bool wide,
                      const char* op) {
   TRIAD_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
@@ -52,6 +50,8 @@ Tensor check_indices(const Tensor& idx, Device device, int64_t limit, std::optio
   }
   return c;
 }
+
+namespace {
 
 // zero_past_end's extra index, when on.
 std::optional<int64_t> embedding_past_end(bool zero_past_end, int64_t rows) {

@@ -1,4 +1,4 @@
-// ops::pack_weight, ops::to and ops::quantized_linear (tensor/quantized_matmul.h): argument
+// ops::pack_weight, ops::to, ops::packed_rows and ops::quantized_linear (tensor/quantized_matmul.h): argument
 // checks, the per-token activation quantization (ops::quantize_blocks, on the tokens' device)
 // and one backend call (the CPU's kernels: tensor/cpu/int8_gemm.cpp; the GPU's:
 // cuda/backend/quantized_linear.cu).
@@ -6,6 +6,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/ops_checks.h"
 
 namespace triad {
 
@@ -64,6 +65,19 @@ PackedWeight to(const PackedWeight& w, Device device) {
   for (Tensor* t : {&moved.data, &moved.scales, &moved.offsets, &moved.sums})
     if (t->defined()) *t = to(*t, device);
   return moved;
+}
+
+Tensor packed_rows(const PackedWeight& w, const Tensor& indices) {
+  TRIAD_CHECK(w.data.defined(), "packed_rows: the weight is not packed (ops::pack_weight)");
+  TRIAD_CHECK(w.format.symmetric, "packed_rows: expected a symmetric format, got an asymmetric "
+                                      << w.format.bits << "-bit one (its rows are not looked up)");
+  const Device device = w.data.device();
+  const Tensor idx = check_indices(indices, device, w.n, std::nullopt, /*wide=*/true, "packed_rows");
+  Shape shape = indices.shape();
+  shape.push_back(w.k);
+  Tensor out = Tensor::empty(shape, DType::f32, device);
+  if (idx.numel() > 0) backend_for(device).packed_rows(w, idx, out);
+  return out;
 }
 
 Tensor quantized_linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, int abits, Int8Kernel kernel) {

@@ -51,6 +51,15 @@ PackedWeight pack_weight(const Quantized& w, int64_t n, int64_t k, const QuantFo
 // w with its tensors on `device` (a copy of the bytes; packing itself runs on the CPU).
 PackedWeight to(const PackedWeight& w, Device device);
 
+// Rows `indices` (..., i64 or i32, in [0, N)) of the weight, dequantized: (..., K) f32 on w's
+// device, row t's value i = its integer times the scale of its group, as ops::dequantize_blocks
+// computes it from ops::quantize_blocks's q and scales (bit for bit). A quantized token table
+// (nn::Embedding::use_quantized) looks its rows up so, from the one packed copy that its tied
+// output head multiplies by. Symmetric formats only (an Error otherwise); an index out of range
+// throws Error on the CPU, and on a GPU gives a zero row reported at the next wait (Note
+// [Deferred device errors]).
+Tensor packed_rows(const PackedWeight& w, const Tensor& indices);
+
 // y (..., N) = x (..., K) w^T + bias, x f32 (or bf16/f16, computed from f32) on w's device,
 // bias f32 (N) or undefined, on that device too; y has x's dtype.
 // abits 8: every row of x (a token) is quantized symmetrically to int8 on its own

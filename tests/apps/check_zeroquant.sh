@@ -7,8 +7,11 @@
 #    tokenizer found through the recorded config), reports its held-out loss beside
 #    triad-train's, and inspect shows its bytes in memory; quantized W4A8 after layer-by-layer
 #    distillation on its corpus, it prints each block's loss, lower after LKD than after PTQ;
-#  - bad bit widths, a group size that does not divide a layer's input dimension, and a
-#    quantized model given to triad-train --resume are refused by name.
+#    quantized W8A8 with --quantize-embeddings, its file holds the token table's integers and
+#    no f32 table, it is evaluated, samples, and is smaller in memory than without;
+#  - bad bit widths, a group size that does not divide a layer's input dimension,
+#    --quantize-embeddings given to xtc, and a quantized model given to triad-train --resume
+#    are refused by name.
 #   check_zeroquant.sh BIN_DIR DATA_DIR CONFIG
 set -euo pipefail
 bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd) config=$3
@@ -64,6 +67,32 @@ grep -Eq '^in memory: [0-9]+ bytes, [0-9]+ in full precision .*quantized layers 
 run generate "$bin/triad-generate" --checkpoint "$work/trained-w8a8/model.h5" --prompt "The licence" \
   --max-new-tokens 12 --temperature 0 --threads 1
 [[ $(wc -c <"$work/generate") -gt 12 ]] || fail "triad-generate printed nothing past the prompt"
+# --quantize-embeddings: the token table (the tied head) W8 too: its integers in the file, no
+# f32 table; evaluated on the quantized logits, sampled, and smaller in memory than without.
+run zq_emb "$bin/triad-compress" zeroquant --checkpoint "$work/trained/model.h5" --wbits 8 --abits 8 \
+  --group-size 16 --quantize-embeddings --data "$work/tokens.bin" --eval-batches 1 --batch-size 4 \
+  --out "$work/trained-emb"
+grep -q 'embeddings and output head quantized' "$work/zq_emb" || fail "zeroquant --quantize-embeddings: not reported"
+python3 - "$work" <<'PY' || fail "zeroquant --quantize-embeddings --eval-batches"
+import json, sys
+work = sys.argv[1]
+j = json.loads(open(f"{work}/zq_emb").read().splitlines()[-1])
+w8a8 = json.loads(open(f"{work}/zq_trained").read().splitlines()[-1])
+assert j["recipe"]["quantize_embeddings"] is True and w8a8["recipe"]["quantize_embeddings"] is False, (j, w8a8)
+assert j["baseline_val_loss"] == w8a8["baseline_val_loss"], (j, w8a8)
+assert 0 < abs(j["relative"]) < 0.05 and j["val_loss"] != w8a8["val_loss"], (j, w8a8)
+PY
+run inspect_emb "$bin/triad-ckpt" inspect "$work/trained-emb/model.h5"
+grep -q '^quantized embeddings: the token table(s) and the output head$' "$work/inspect_emb" || fail "inspect: embeddings"
+grep -q '^/quantized/wte.weight/q ' "$work/inspect_emb" || fail "inspect: the token table's integers"
+if grep -q '^/model/wte.weight ' "$work/inspect_emb"; then fail "inspect: an f32 token table beside its integers"; fi
+if grep -q '^quantized embeddings' "$work/inspect_trained"; then fail "inspect: embeddings shown without the flag"; fi
+ratio() { sed -nE 's/^in memory: .*full precision \(([0-9.]+)x\).*/\1/p' "$1"; }
+python3 -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$(ratio "$work/inspect_emb")" \
+  "$(ratio "$work/inspect_trained")" || fail "inspect: not smaller in memory with the table quantized"
+run generate_emb "$bin/triad-generate" --checkpoint "$work/trained-emb/model.h5" --prompt "The licence" \
+  --max-new-tokens 12 --temperature 0 --threads 1
+[[ $(wc -c <"$work/generate_emb") -gt 12 ]] || fail "triad-generate printed nothing past the prompt (embeddings)"
 run lkd "$bin/triad-compress" zeroquant --checkpoint "$work/trained/model.h5" --wbits 4 --abits 8 --group-size 16 \
   --lkd-steps 20 --data "$work/tokens.bin" --lkd-batches 2 --batch-size 2 --seq-len 32 --out "$work/trained-lkd"
 awk '/^LKD block/ { n++; if (!($9 < $6)) bad = 1 } END { exit !(n > 0 && !bad) }' "$work/lkd" \
@@ -83,6 +112,9 @@ refused '--lkd-steps 5 needs --data' \
   "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --lkd-steps 5 --out "$work/x"
 refused 'group_size must be a positive multiple of 8, got 12' \
   "$bin/triad-compress" zeroquant --checkpoint "$work/gpt2" --group-size 12 --out "$work/x"
+
+refused 'quantize_embeddings is built for zeroquant only' "$bin/triad-compress" xtc --teacher "$work/trained/model.h5" \
+  --steps 1 --data "$work/tokens.bin" --quantize-embeddings --out "$work/x"
 
 refused "is a quantized model \\(triad-compress\\): it runs inference only; training resumes from a full-precision checkpoint" \
   "${train[@]}" --steps 1 --resume "$work/trained-w8a8/model.h5" --set output_dir="$work/resumed"

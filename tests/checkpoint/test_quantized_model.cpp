@@ -2,8 +2,10 @@
 // and a Llama: a W8A16 or W4A16 model generates the same greedy 64 tokens as the f32 model
 // running on the same quantized weights dequantized; a W8A8 or W4A8 model's logits stay
 // within a stated bound of that model's (the only difference is the per-token int8
-// activations); the file records the recipe; bad recipes and resuming training from a
-// quantized model are errors naming the problem. Layer-by-layer distillation lowers every
+// activations); with quantize_embeddings the token tables and the output head too (a GPT's
+// tied table once), its lookup the file's rows dequantized bit for bit, no f32 table held; a
+// file without that key loads as before; the file records the recipe; bad recipes and
+// resuming training from a quantized model are errors naming the problem. Layer-by-layer distillation lowers every
 // block's distillation loss below post-training quantization's; that loss's gradient
 // matches f64 finite differences. XTC: the logit distillation loss against f64 finite
 // differences and its closed form; kept blocks parsed and copied from the right teacher
@@ -12,6 +14,7 @@
 // one it trained with); bad input named.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "checkpoint/checkpoint.h"
@@ -37,13 +40,14 @@ using namespace triad;
 namespace {
 
 nlohmann::json config(const std::string& arch, int64_t n_layer = 2) {
-  nlohmann::json model = {{"arch", arch == "gpt2-moe" ? "gpt2" : arch},
+  nlohmann::json model = {{"arch", arch.starts_with("gpt2") ? "gpt2" : arch},
                           {"n_layer", n_layer},
                           {"n_head", 4},
                           {"d_model", 64},
                           {"seq_len", 96},
                           {"vocab_size", 97}};
   if (arch == "llama") model["n_kv_head"] = 2, model["intermediate_size"] = 192;
+  if (arch == "gpt2-padded") model["make_vocab_size_divisible_by"] = 64;  // a token table of 128 rows
   if (arch == "gpt2-moe")  // (no sampled second choice: both models route alike)
     model["moe"] = {{"num_experts", 4}, {"every", 1}, {"top_k", 2}, {"drop_tokens", false}, {"top2_2nd_expert_sampling", false}};
   return {{"model", model}, {"train_batch_size", 1}, {"steps", 1}};
@@ -51,7 +55,10 @@ nlohmann::json config(const std::string& arch, int64_t n_layer = 2) {
 
 // A checkpoint of a freshly initialised model of `arch` at dir/<arch>-f32.h5.
 std::string write_checkpoint(const test::TempDir& dir, const std::string& arch, int64_t n_layer = 2) {
-  const std::shared_ptr<nn::LanguageModel> model = engine::build_model(engine::parse_config(config(arch, n_layer)));
+  // (a checkpoint holds the vocabulary's rows, without the padding: the unpadded model's)
+  const std::string unpadded = arch == "gpt2-padded" ? "gpt2" : arch;
+  const std::shared_ptr<nn::LanguageModel> model =
+      engine::build_model(engine::parse_config(config(unpadded, n_layer)));
   const std::string path = dir.file(arch + "-" + std::to_string(n_layer) + "-f32.h5");
   engine::save_initial_checkpoint(path, config(arch, n_layer), model->named_parameters());
   return path;
@@ -82,14 +89,25 @@ std::string write_tokens(const test::TempDir& dir, int64_t n = 4000) {
   return dir.file("tokens.bin");
 }
 
-// The f32 model of `path` with each quantized layer's weight replaced by its quantization
-// under `recipe`, dequantized.
+// The weight of a module of engine::quantized_embeddings (an nn::Embedding or nn::Linear).
+Tensor table_weight_of(const nn::ModulePtr& m) {
+  if (const auto table = std::dynamic_pointer_cast<nn::Embedding>(m)) return table->weight;
+  return std::dynamic_pointer_cast<nn::Linear>(m)->weight;
+}
+
+// The f32 model of `path` with each weight `recipe` quantizes (the blocks' linear layers;
+// with quantize_embeddings the token tables and the output head too) replaced by its
+// quantization, dequantized.
 std::shared_ptr<nn::LanguageModel> dequantized_model(const std::string& path, const engine::QuantRecipe& recipe) {
   const engine::LoadedModel m = engine::load_model(path);
-  for (const auto& [name, linear] : engine::quantized_linears(m.model)) {
-    const QuantFormat format = recipe.format(linear->weight.size(1));
-    const Quantized q = ops::quantize_blocks(linear->weight, format);
-    ops::dequantize_blocks(q.q, q.scales, linear->weight, format);
+  std::vector<Tensor> weights;
+  for (const auto& [name, linear] : engine::quantized_linears(m.model)) weights.push_back(linear->weight);
+  if (recipe.quantize_embeddings)
+    for (const auto& [name, table] : engine::quantized_embeddings(m.model)) weights.push_back(table_weight_of(table));
+  for (const Tensor& w : weights) {
+    const QuantFormat format = recipe.format(w.size(1));
+    const Quantized q = ops::quantize_blocks(w, format);
+    ops::dequantize_blocks(q.q, q.scales, w, format);
   }
   return m.model;
 }
@@ -160,6 +178,77 @@ BOOST_AUTO_TEST_CASE(w8a8_and_w4a8_logits_within_a_bound_of_the_dequantized_mode
   }
 }
 
+// With quantize_embeddings the token tables and the output head are quantized too (a GPT's
+// tied table once, a Llama's embed and head): at W8A16 and W4A16 the model generates the 64
+// greedy tokens of the f32 model on the dequantized weights (tables and head included) and
+// its loss is that model's (their logits differ by f32 rounding: the head's products added in
+// another order); at W8A8 its logits stay within 2% of that model's largest logit. It holds
+// no f32 table, and a table's lookup is the file's rows dequantized (dequantize_blocks), bit
+// for bit. The padded GPT's table has 128 rows for 97 tokens.
+BOOST_AUTO_TEST_CASE(quantized_embeddings_generate_the_dequantized_models_text) {
+  test::TempDir dir;
+  std::vector<int64_t> ids, next;
+  for (int64_t i = 0; i < 2 * 40; ++i) ids.push_back((i * 37 + 5) % 97), next.push_back((i * 37 + 42) % 97);
+  const Tensor inputs = Tensor::from_vector(ids, {2, 40}), targets = Tensor::from_vector(next, {2, 40});
+  for (const std::string arch : {"gpt2", "gpt2-padded", "llama"}) {
+    const std::string f32 = write_checkpoint(dir, arch);
+    for (const auto& [wbits, abits] : {std::pair{8, 16}, std::pair{4, 16}, std::pair{8, 8}}) {
+      engine::QuantRecipe recipe;
+      recipe.wbits = wbits;
+      recipe.abits = abits;
+      recipe.group_size = 32;
+      recipe.quantize_embeddings = true;
+      const std::string what = arch + " W" + std::to_string(wbits) + "A" + std::to_string(abits);
+      const std::string out = dir.file(arch + "-emb-w" + std::to_string(wbits) + "a" + std::to_string(abits) + ".h5");
+      engine::save_quantized_model(f32, out, recipe);
+      BOOST_TEST(engine::read_recipe(out).quantize_embeddings);
+      BOOST_TEST(engine::read_summary(out).recipe.at("quantize_embeddings") == true);
+      BOOST_TEST(engine::failed_checksums(out).empty());
+      const engine::LoadedModel q = engine::load_model(out);
+      const auto tables = engine::quantized_embeddings(q.model);
+      BOOST_TEST_REQUIRE(tables.size() == (arch == "llama" ? 2u : 1u));
+      std::set<std::string> params;
+      for (const auto& [name, p] : q.model->named_parameters()) params.insert(name);
+      BOOST_TEST(params.count(arch == "llama" ? "norm_f.weight" : "wpe.weight") == 1u, what);
+      for (const auto& [name, m] : tables) {
+        BOOST_TEST(!params.count(name + ".weight"), what << ": " << name << " holds an f32 weight");
+        BOOST_TEST(!table_weight_of(m).defined(), what << ": " << name);
+        const auto table = std::dynamic_pointer_cast<nn::Embedding>(m);
+        BOOST_TEST((table ? table->quantized() : std::dynamic_pointer_cast<nn::Linear>(m)->quantized()) != nullptr,
+                   what << ": " << name << " is not quantized");
+      }
+      const std::shared_ptr<nn::LanguageModel> dq = dequantized_model(f32, recipe);
+      if (abits == 16) {
+        BOOST_TEST(greedy(*q.model) == greedy(*dq), what << ": the quantized model's 64 greedy tokens differ");
+        NoGradGuard no_grad;
+        const double got = q.model->loss(inputs, targets).item(), want = dq->loss(inputs, targets).item();
+        BOOST_TEST_MESSAGE(what << ": loss " << got << ", dequantized model's " << want);
+        BOOST_TEST(got == want, boost::test_tools::tolerance(1e-5));
+      } else {
+        const Tensor got = logits(*q.model), want = logits(*dq);
+        const double diff = test::max_abs_diff(got, want), top = ops::max_abs(want);
+        BOOST_TEST_MESSAGE(what << ": max |logit difference| " << diff << " of max |logit| " << top);
+        BOOST_TEST(diff <= 0.02 * top, what << ": " << diff << " > 2% of " << top);
+        BOOST_TEST(diff > 0.0);
+      }
+      // The lookup: rows 0, 96 (the last token) and others of the file's table, dequantized.
+      const std::string table_name = tables.front().first;
+      const io::H5File file = io::H5File::open(out);
+      const Tensor tq = file.read("/quantized/" + table_name + ".weight/q");
+      const Tensor ts = file.read("/quantized/" + table_name + ".weight/scales");
+      BOOST_TEST(tq.size(0) == (arch == "gpt2-padded" ? 128 : 97), what);
+      Tensor rows = Tensor::empty({tq.size(0), 64});
+      ops::dequantize_blocks(tq, ts, rows, recipe.format(64));
+      const Tensor some = Tensor::from_vector(std::vector<int64_t>{0, 96, 5, 5, 41, 63}, {2, 3});
+      const Tensor got = (*std::dynamic_pointer_cast<nn::Embedding>(tables.front().second))(some);
+      const Tensor want = ops::embedding(rows, some);
+      BOOST_TEST_REQUIRE((got.shape() == Shape{2, 3, 64}));
+      BOOST_TEST(std::memcmp(got.raw_data(), want.raw_data(), size_t(want.nbytes())) == 0,
+                 what << ": the table's lookup differs from dequantize_blocks of its rows");
+    }
+  }
+}
+
 // A quantized model loaded for inference holds its full-precision parameters and, for each
 // quantized layer, only its packed integers, scales and sums: the closed form below, which
 // the allocator's live bytes after loading equal (with a Llama's rotary tables). No f32 weight of those layers is
@@ -170,54 +259,115 @@ BOOST_AUTO_TEST_CASE(quantized_models_hold_their_integers_and_no_f32_weights) {
   for (const std::string arch : {"gpt2", "llama"}) {
     const std::string f32 = write_checkpoint(dir, arch);
     const engine::LoadedModel full = engine::load_model(f32);
-    for (int wbits : {8, 4}) {
-      engine::QuantRecipe recipe;
-      recipe.wbits = wbits;
-      recipe.group_size = 32;
-      const std::string out = dir.file(arch + "-bytes-w" + std::to_string(wbits) + ".h5");
-      engine::save_quantized_model(f32, out, recipe);
-      // f32 parameters other than the quantized weights; per quantized (N, K) weight,
-      // rows padded to 32: N' K wbits / 8 bytes of integers and N' K / 32 f32 scales and i32 sums.
-      int64_t kept = 0, packed = 0, f32_weights = 0;
-      std::set<std::string> quantized;
-      for (const auto& [name, linear] : engine::quantized_linears(full.model)) {
-        const int64_t n = linear->weight.size(0), k = linear->weight.size(1), padded = (n + 31) / 32 * 32;
-        packed += padded * k * wbits / 8 + 2 * padded * (k / 32) * 4;
-        f32_weights += n * k * 4;
-        quantized.insert(name + ".weight");
-      }
-      for (const auto& [name, p] : full.model->named_parameters())
-        if (!quantized.count(name)) kept += p.numel() * 4;
-      for (const auto& [name, b] : full.model->named_buffers()) kept += b.numel() * int64_t(element_size(b.dtype()));
+    for (int wbits : {8, 4})
+      for (bool embeddings : {false, true}) {
+        engine::QuantRecipe recipe;
+        recipe.wbits = wbits;
+        recipe.group_size = 32;
+        recipe.quantize_embeddings = embeddings;
+        const std::string what = arch + " W" + std::to_string(wbits) + (embeddings ? " with embeddings" : "");
+        const std::string out =
+            dir.file(arch + "-bytes-w" + std::to_string(wbits) + (embeddings ? "-emb" : "") + ".h5");
+        engine::save_quantized_model(f32, out, recipe);
+        // f32 parameters other than the quantized weights; per quantized (N, K) weight (the
+        // blocks' linear layers, and the tables and head with embeddings), rows padded to 32:
+        // N' K wbits / 8 bytes of integers and N' K / 32 f32 scales and i32 sums.
+        std::vector<std::pair<std::string, Tensor>> weights;
+        for (const auto& [name, linear] : engine::quantized_linears(full.model))
+          weights.emplace_back(name + ".weight", linear->weight);
+        if (embeddings)
+          for (const auto& [name, table] : engine::quantized_embeddings(full.model))
+            weights.emplace_back(name + ".weight", table_weight_of(table));
+        BOOST_TEST(weights.size() == (arch == "gpt2" ? 8u : 14u) + (embeddings ? (arch == "gpt2" ? 1u : 2u) : 0u));
+        int64_t kept = 0, packed = 0, f32_weights = 0;
+        std::set<std::string> quantized;
+        for (const auto& [name, w] : weights) {
+          const int64_t n = w.size(0), k = w.size(1), padded = (n + 31) / 32 * 32;
+          packed += padded * k * wbits / 8 + 2 * padded * (k / 32) * 4;
+          f32_weights += n * k * 4;
+          quantized.insert(name);
+        }
+        for (const auto& [name, p] : full.model->named_parameters())
+          if (!quantized.count(name)) kept += p.numel() * 4;
+        for (const auto& [name, b] : full.model->named_buffers()) kept += b.numel() * int64_t(element_size(b.dtype()));
 
-      const size_t before = cpu_allocator().bytes_in_use();
-      cpu_allocator().reset_peak();
-      const engine::LoadedModel q = engine::load_model(out);
-      const int64_t live = int64_t(cpu_allocator().bytes_in_use() - before);
-      const int64_t peak = int64_t(cpu_allocator().peak_bytes() - before);
-      const engine::ModelBytes b = engine::model_bytes(q.model);
-      const std::string what = arch + " W" + std::to_string(wbits);
-      BOOST_TEST_MESSAGE(what << ": " << b.resident << " bytes in memory, " << b.full_precision
-                              << " in full precision; load peak " << peak);
-      BOOST_TEST(b.packed == packed, what);
-      BOOST_TEST(b.packed_f32 == f32_weights, what);
-      BOOST_TEST(b.resident == kept + packed, what);
-      BOOST_TEST(b.full_precision == kept + f32_weights, what);
-      // The Llama also holds its rotary tables, no module tensors: f64 cos and sin of
-      // (seq_len, head_dim) = (96, 16).
-      const int64_t rotary = arch == "llama" ? 2 * 96 * 16 * 8 : 0;
-      BOOST_TEST(live == kept + packed + rotary, what << ": the allocator holds " << live << " bytes after loading");
-      BOOST_TEST(peak < kept + f32_weights, what << ": loading peaked at " << peak << " bytes");
-      for (const auto& [name, linear] : engine::quantized_linears(q.model))
-        BOOST_TEST(!linear->weight.defined(), what << ": " << name << " has an f32 weight");
-      for (const auto& [name, p] : q.model->named_parameters()) BOOST_TEST(!quantized.count(name), name);
-    }
+        const size_t before = cpu_allocator().bytes_in_use();
+        cpu_allocator().reset_peak();
+        const engine::LoadedModel q = engine::load_model(out);
+        const int64_t live = int64_t(cpu_allocator().bytes_in_use() - before);
+        const int64_t peak = int64_t(cpu_allocator().peak_bytes() - before);
+        const engine::ModelBytes b = engine::model_bytes(q.model);
+        BOOST_TEST_MESSAGE(what << ": " << b.resident << " bytes in memory, " << b.full_precision
+                                << " in full precision; load peak " << peak);
+        BOOST_TEST(b.packed == packed, what);
+        BOOST_TEST(b.packed_f32 == f32_weights, what);
+        BOOST_TEST(b.resident == kept + packed, what);
+        BOOST_TEST(b.full_precision == kept + f32_weights, what);
+        // The Llama also holds its rotary tables, no module tensors: f64 cos and sin of
+        // (seq_len, head_dim) = (96, 16).
+        const int64_t rotary = arch == "llama" ? 2 * 96 * 16 * 8 : 0;
+        BOOST_TEST(live == kept + packed + rotary, what << ": the allocator holds " << live << " bytes after loading");
+        BOOST_TEST(peak < kept + f32_weights, what << ": loading peaked at " << peak << " bytes");
+        for (const auto& [name, linear] : engine::quantized_linears(q.model))
+          BOOST_TEST(!linear->weight.defined(), what << ": " << name << " has an f32 weight");
+        for (const auto& [name, table] : engine::quantized_embeddings(q.model))
+          BOOST_TEST(table_weight_of(table).defined() == !embeddings, what << ": " << name);
+        for (const auto& [name, p] : q.model->named_parameters()) BOOST_TEST(!quantized.count(name), name);
+      }
   }
   nn::Linear bare(8, 4, true, nn::Linear::WithoutWeight{});
   test::check_error([&] { bare(Tensor::zeros({2, 8})); }, {"Linear (4, 8): built without a weight"});
   test::check_error([&] { bare.set_weight(Tensor::zeros({8, 4})); }, {"expected a weight of (4, 8), got (8, 4)"});
   bare.set_weight(Tensor::zeros({4, 8}));
   test::check_error([&] { bare.set_weight(Tensor::zeros({4, 8})); }, {"set_weight: the layer has a weight"});
+  nn::Embedding bare_table(10, 8, nn::WithoutWeight{});
+  BOOST_TEST(bare_table.named_parameters().empty());
+  const Tensor some = Tensor::from_vector(std::vector<int64_t>{1, 9}, {2});
+  test::check_error([&] { bare_table(some); }, {"Embedding (10, 8): built without a weight"});
+  test::check_error(
+      [&] {
+        bare_table.set_weight(Tensor::zeros({8, 10}));
+      },
+      {"expected a weight of (10, 8), got (8, 10)"});
+  const QuantFormat f{8, 8};
+  const Quantized q = ops::quantize_blocks(Tensor::ones({4, 8}), f);
+  test::check_error(
+      [&] { bare_table.use_quantized(std::make_shared<const PackedWeight>(ops::pack_weight(q, 4, 8, f)), 8); },
+      {"Embedding::use_quantized: expected a packed table of (10, 8)"});
+  bare_table.set_weight(Tensor::ones({10, 8}));
+  BOOST_TEST(ops::max_abs(ops::sub(bare_table(some), Tensor::ones({2, 8}))) == 0.0);
+  test::check_error([&] { bare_table.set_weight(Tensor::zeros({10, 8})); }, {"set_weight: the table has a weight"});
+}
+
+// A file written before quantize_embeddings existed (its recipe without the key) reads as
+// false and loads as before: the token tables and a Llama's head in f32, the values of the
+// full-precision model's, and the logits of the file as written.
+BOOST_AUTO_TEST_CASE(a_recipe_without_quantize_embeddings_loads_as_before) {
+  test::TempDir dir;
+  for (const std::string arch : {"gpt2", "llama"}) {
+    const std::string f32 = write_checkpoint(dir, arch), out = dir.file(arch + "-old.h5");
+    engine::save_quantized_model(f32, out, {});
+    const Tensor before = logits(*engine::load_model(out).model);
+    {
+      io::H5File file = io::H5File::open(out, io::H5Access::read_write);
+      nlohmann::json r = nlohmann::json::parse(file.get_attr_string("/", "recipe"));
+      BOOST_TEST(r.at("quantize_embeddings") == false);
+      r.erase("quantize_embeddings");
+      file.set_attr_string("/", "recipe", r.dump());
+      file.flush();
+    }
+    BOOST_TEST(!engine::read_summary(out).recipe.contains("quantize_embeddings"));
+    BOOST_TEST(!engine::read_recipe(out).quantize_embeddings);
+    const engine::LoadedModel m = engine::load_model(out), full = engine::load_model(f32);
+    const auto tables = engine::quantized_embeddings(m.model), full_tables = engine::quantized_embeddings(full.model);
+    BOOST_TEST_REQUIRE(tables.size() == full_tables.size());
+    for (size_t i = 0; i < tables.size(); ++i) {
+      BOOST_TEST_REQUIRE(table_weight_of(tables[i].second).defined(), arch << ": " << tables[i].first);
+      BOOST_TEST(test::max_abs_diff(table_weight_of(tables[i].second), table_weight_of(full_tables[i].second)) == 0.0);
+    }
+    BOOST_TEST(test::max_abs_diff(logits(*m.model), before) == 0.0, arch);
+    BOOST_TEST(engine::failed_checksums(out).empty());
+  }
 }
 
 // The held-out loss is measured on triad-train's validation batches (the same rows of the
@@ -268,6 +418,15 @@ BOOST_AUTO_TEST_CASE(bad_recipes_and_resuming_training_are_errors) {
   bad.group_size = 48;
   test::check_error([&] { engine::save_quantized_model(f32, dir.file("x.h5"), bad); },
                     {"group size 48 does not divide the input dimension 64", "blocks.0.attn.qkv.weight"});
+
+  bad = {};
+  bad.method = "xtc";
+  bad.wbits = 2;
+  bad.quantize_embeddings = true;
+  test::check_error([&] { engine::save_quantized_model(f32, dir.file("x.h5"), bad); },
+                    {"quantize_embeddings is built for zeroquant only", "xtc trains the embeddings"});
+  nlohmann::json j = bad.to_json();
+  test::check_error([&] { engine::QuantRecipe::from_json(j); }, {"quantize_embeddings is built for zeroquant only"});
 
   const std::string out = dir.file("w8a8.h5");
   engine::save_quantized_model(f32, out, {});

@@ -15,6 +15,7 @@
 #include "cuda/gpu_test_main.h"
 #include "cuda/quantize_source.h"
 #include "nn/layers.h"
+#include "support/check.h"
 #include "tensor/ops.h"
 #include "tensor/quantized_matmul.h"
 #include "tensor/random.h"
@@ -161,4 +162,29 @@ BOOST_AUTO_TEST_CASE(a_quantized_layer_moves_with_its_module) {
   layer.to(Device::cpu());
   BOOST_TEST(layer.quantized()->data.device().is_cpu());
   BOOST_TEST(same_bytes(layer.forward(x), want));
+}
+
+// Module::to moves a quantized token table's packed weight (nn::Embedding::move_state): its
+// lookup (ops::packed_rows) then runs on the GPU with the CPU's rows bit for bit, for every
+// symmetric width; a bad index gives a zero row and an error at the next wait.
+BOOST_AUTO_TEST_CASE(a_quantized_table_moves_with_its_module) {
+  Generator g(31);
+  Tensor w = Tensor::empty({70, 96});
+  ops::normal_(w, 0.0, 0.1, g);
+  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{69, 0, 33, 17, 33, 48}, {2, 3});
+  for (int bits : {8, 4, 2, 1}) {
+    const QuantFormat f{bits, 32};
+    nn::Embedding table(70, 96, nn::WithoutWeight{});
+    table.use_quantized(std::make_shared<const PackedWeight>(ops::pack_weight(ops::quantize_blocks(w, f), 70, 96, f)),
+                        8);
+    const Tensor want = table(idx);
+    table.to(Device::cuda());
+    BOOST_TEST(table.quantized()->data.device().is_cuda());
+    BOOST_TEST(same_bytes(table(ops::to(idx, Device::cuda())), want), bits << " bits");
+    if (bits != 8) continue;
+    const Tensor bad = ops::to(Tensor::from_vector(std::vector<int64_t>{3, 70}, {2}), Device::cuda());
+    const Tensor rows = table(bad);
+    test::check_error([&] { ops::to(rows, Device::cpu()); }, {"embedding", "index 70", "position 1", "[0, 70)"});
+    BOOST_TEST(ops::max_abs(ops::select(ops::to(rows, Device::cpu()), 0, 1)) == 0.0);
+  }
 }

@@ -4,7 +4,8 @@
 // slice dequantized bit for bit, sums of slices up to f32 rounding. The quantized linear
 // layers' kernels (cuda/backend/quantized_linear_kernels.cuh) likewise against
 // ops::quantized_linear on the CPU: the integer GEMM bit for bit, the widened one within
-// the bound of two orders of f32 sums. Grids smaller than the work make every grid-stride
+// the bound of two orders of f32 sums; and the lookup of a packed weight's rows
+// (ops::packed_rows) bit for bit. Grids smaller than the work make every grid-stride
 // loop take several turns. Their speed needs a GPU.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -177,6 +178,52 @@ BOOST_AUTO_TEST_CASE(int8_linear_matches_the_cpu_bit_for_bit) {
             }
           }
         }
+}
+
+// The lookup of a packed weight's rows (ops::packed_rows, a quantized token table's) against
+// the CPU's, bit for bit, for every symmetric format and groups of 8 and of a whole row, rows
+// in every tile (the last padded), on a grid smaller than the work; a bad index gives a zero
+// row and is recorded once, for the next wait (Note [Deferred device errors]).
+BOOST_AUTO_TEST_CASE(packed_rows_match_the_cpu_bit_for_bit) {
+  Generator g(23);
+  const int64_t n = 70, k = 96;
+  Tensor w = Tensor::empty({n, k});
+  ops::uniform_(w, -0.5, 0.7, g);
+  ops::fill_(ops::narrow(ops::select(w, 0, 33), 0, 0, 8), 0.0);  // a zero block: +0 back
+  const std::vector<int64_t> ids{69, 0, 33, 17, 33, 48, 15, 64};
+  for (int bits : {8, 4, 2, 1})
+    for (int64_t group : {int64_t(8), k}) {
+      const QuantFormat f{bits, group};
+      const PackedWeight packed = ops::pack_weight(ops::quantize_blocks(w, f), n, k, f);
+      const Tensor idx = Tensor::from_vector(ids, {int64_t(ids.size())});
+      const Tensor want = ops::packed_rows(packed, idx);
+      std::vector<int64_t> bad = ids;
+      bad[3] = n;  // the row after the last: a zero row, recorded
+      cuda::BadIndexRecord record{};
+      unsigned claimed = 0;
+      const cuda::BadIndexSink sink{&claimed, &record};
+      Tensor got = Tensor::full({int64_t(ids.size()), k}, 99.0);
+      const auto run = [&](const std::vector<int64_t>& rows) {
+        const auto kernel = bits == 4 ? cuda::packed_rows_kernel<true> : cuda::packed_rows_kernel<false>;
+        emulation::launch(3, 1, 64, [&] {
+          kernel(packed.data.data<int8_t>(), packed.scales.data<float>(), rows.data(), got.data<float>(),
+                 int64_t(rows.size()), n, k, group, sink);
+        });
+      };
+      const std::string what = std::to_string(bits) + " bits, group " + std::to_string(group);
+      run(ids);
+      BOOST_TEST(same_bytes(got, want), what);
+      BOOST_TEST(record.found == 0, what);
+      run(bad);
+      BOOST_TEST(ops::max_abs(ops::select(got, 0, 3)) == 0.0, what << ": the bad index's row");
+      BOOST_TEST(same_bytes(ops::narrow(got, 0, 4, 4), ops::narrow(want, 0, 4, 4)), what);
+      BOOST_TEST_REQUIRE(record.found == 1, what << ": the bad index is not recorded");
+      BOOST_TEST(record.op == int(cuda::IndexOp::embedding));
+      BOOST_TEST(record.value == n);
+      BOOST_TEST(record.position == 3);
+      BOOST_TEST(record.count == int64_t(ids.size()));
+      BOOST_TEST(record.limit == n);
+    }
 }
 
 // The widened kernel (16-bit activations) against the CPU's: both sum k products of the same

@@ -563,6 +563,50 @@ BOOST_AUTO_TEST_CASE(quantized_linear_kernels_of_this_cpu) {
           {"quantized_linear", std::string("cannot run the ") + int8_kernel_name(kernel)});
 }
 
+// ops::packed_rows looks rows up in a packed weight: each row equals ops::dequantize_blocks
+// of that row's q and scales bit for bit (a zero block's values +0, a non-finite block's NaN),
+// for every symmetric format, groups of 8 and 32 and a whole row, rows in every tile of 16
+// columns (the last padded), i64 and i32 indices of any shape, repeats among them.
+BOOST_AUTO_TEST_CASE(packed_rows_equal_the_dequantized_rows) {
+  const int64_t n = 70, k = 64;
+  Tensor w = Tensor::empty({n, k});
+  Generator g(21);
+  ops::uniform_(w, -0.6, 0.5, g);
+  ops::fill_(ops::narrow(ops::select(w, 0, 5), 0, 0, 32), 0.0);  // a zero block (group 32): scale 0
+  ops::fill_(ops::narrow(ops::select(w, 0, 9), 0, 8, 1), std::numeric_limits<double>::quiet_NaN());
+  const std::vector<int64_t> ids{0, 5, 9, 69, 16, 5, 31, 48, 33, 15, 0, 64};
+  for (int bits : {8, 4, 2, 1})
+    for (int64_t group : {8, 32, 64}) {
+      const QuantFormat f{bits, group};
+      const Quantized q = ops::quantize_blocks(w, f);
+      Tensor table = Tensor::empty({n, k});
+      ops::dequantize_blocks(q, table, f);
+      const PackedWeight packed = ops::pack_weight(q, n, k, f);
+      for (DType t : {DType::i64, DType::i32}) {
+        const Tensor idx = ops::to(Tensor::from_vector(ids, {3, 4}), t);
+        const Tensor got = ops::packed_rows(packed, idx), want = ops::embedding(table, idx);
+        BOOST_TEST((got.shape() == Shape{3, 4, k}));
+        BOOST_TEST((got.dtype() == DType::f32));
+        BOOST_TEST(std::memcmp(got.raw_data(), want.raw_data(), size_t(want.nbytes())) == 0,
+                   format_str(f) << ", " << dtype_name(t) << " indices: rows differ from dequantize_blocks'");
+      }
+    }
+  const QuantFormat f{8, 32};
+  const PackedWeight packed = ops::pack_weight(ops::quantize_blocks(w, f), n, k, f);
+  BOOST_TEST(ops::packed_rows(packed, Tensor::empty({0}, DType::i64)).numel() == 0);
+  test::check_error(
+      [&] {
+        ops::packed_rows(packed, Tensor::from_vector(std::vector<int64_t>{3, 70}, {2}));
+      },
+      {"packed_rows", "index 70 at position 1", "out of range [0, 70)"});
+  test::check_error([&] { ops::packed_rows(packed, Tensor::zeros({2})); },
+                    {"packed_rows", "indices must be i64 or i32"});
+  const QuantFormat asym{8, 32, false};
+  const PackedWeight asymmetric = ops::pack_weight(ops::quantize_blocks(w, asym), n, k, asym);
+  test::check_error([&] { ops::packed_rows(asymmetric, Tensor::zeros({1}, DType::i64)); },
+                    {"packed_rows", "expected a symmetric format"});
+}
+
 BOOST_AUTO_TEST_CASE(compression_bad_arguments_throw) {
   const Tensor w = uniform(96, 3, -1, 1);
   const Tensor w2 = ops::reshape(w, {2, 48});

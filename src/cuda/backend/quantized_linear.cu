@@ -1,10 +1,12 @@
 // The quantized linear layers' GEMMs on the GPU (ops::quantized_linear): the integer GEMM
 // of 8-bit tokens (int8_linear_kernel: Note [Integer GEMM on the GPU]) and the widened f32
-// GEMM of 16-bit ones, both reading ops::pack_weight's layout as it is. The kernels are in
+// GEMM of 16-bit ones, both reading ops::pack_weight's layout as it is; and the lookup of a
+// packed weight's rows (ops::packed_rows, a quantized token table's). The kernels are in
 // quantized_linear_kernels.cuh.
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
 #include "cuda/backend/quantized_linear_kernels.cuh"
+#include "cuda/deferred_errors.h"
 #include "tensor/quantized_matmul.h"
 
 namespace triad::cuda {
@@ -73,6 +75,22 @@ void CudaBackend::quantized_linear(const Tensor& a, const Tensor& a_scales, cons
     launch_int8<4>(p, four_bits, offsets, on.stream());
   else
     launch_int8<8>(p, four_bits, offsets, on.stream());
+}
+
+void CudaBackend::packed_rows(const PackedWeight& w, const Tensor& indices, const Tensor& out) {
+  OnDevice on(out);
+  const int64_t m = indices.numel();
+  const BadIndexSink sink = bad_index_sink(out.device().index);
+  const unsigned grid = blocks_for(m * w.k);
+  if (w.format.bits == 4)
+    packed_rows_kernel<true><<<grid, kThreads, 0, on.stream()>>>(ptr<const int8_t>(w.data), ptr<const float>(w.scales),
+                                                                 ptr<const int64_t>(indices), ptr<float>(out), m, w.n,
+                                                                 w.k, w.format.block, sink);
+  else
+    packed_rows_kernel<false><<<grid, kThreads, 0, on.stream()>>>(ptr<const int8_t>(w.data), ptr<const float>(w.scales),
+                                                                  ptr<const int64_t>(indices), ptr<float>(out), m, w.n,
+                                                                  w.k, w.format.block, sink);
+  TRIAD_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace triad::cuda

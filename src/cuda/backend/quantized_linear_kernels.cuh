@@ -1,6 +1,7 @@
-// The kernels of the CUDA backend's quantized linear layers (ops::quantized_linear;
-// quantized_linear.cu launches them). They read the weight exactly as ops::pack_weight laid
-// it out for the CPU (tensor/quantized_matmul.h), so a packed weight moves to a GPU as bytes:
+// The kernels of the CUDA backend's quantized linear layers (ops::quantized_linear) and of the
+// lookup of a packed weight's rows (ops::packed_rows); quantized_linear.cu launches them.
+// They read the weight exactly as ops::pack_weight laid it out for the CPU
+// (tensor/quantized_matmul.h), so a packed weight moves to a GPU as bytes:
 // a tile of 16 columns is contiguous, one run of 4 inputs x 16 columns after another, and
 // column c's 4 values of a run are one 32-bit word (at 4 bits the low nibbles of word c, or
 // for c >= 8 the high nibbles of word c - 8, sign-extended as they load). The 16 threads of a
@@ -24,6 +25,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "cuda/backend/bad_index.cuh"
 
 namespace triad::cuda {
 
@@ -145,6 +148,29 @@ __global__ void __launch_bounds__(kQlThreads) widened_linear_kernel(QuantizedLin
       }
     }
     if (row < p.m && col < p.n) p.y[row * p.n + col] = acc + (p.bias ? p.bias[col] : 0.0f);
+  }
+}
+
+// ops::packed_rows: out (m, k) f32, grid-stride over its elements; element (r, i) = value i
+// of row idx[r] of the packed weight (w, scales as int8_linear_kernel reads them) times its
+// group's scale, computed as the CPU's dequantize_blocks computes it (0 + q s: -0 becomes +0).
+// A bad index (outside [0, n)) gives a zero row and is recorded (Note [Deferred device
+// errors]).
+template <bool FourBits>
+__global__ void packed_rows_kernel(const int8_t* w, const float* scales, const int64_t* idx, float* out, int64_t m,
+                                   int64_t n, int64_t k, int64_t group, BadIndexSink sink) {
+  const int64_t np = (n + 31) / 32 * 32, run_bytes = FourBits ? 32 : 64, total = m * k;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = t / k, i = t - r * k, row = idx[r];
+    if (row < 0 || row >= n) {
+      if (i == 0) record_bad_index(sink, IndexOp::embedding, row, r, m, n);
+      out[t] = 0.0f;
+      continue;
+    }
+    const int8_t* run = w + ((row / kQlTileCols) * (k / 4) + i / 4) * run_bytes;
+    const int word = ql_weight_word<FourBits>(run, int(row % kQlTileCols));
+    const int v = int(int8_t(unsigned(word) >> (8 * (i % 4))));
+    out[t] = 0.0f + float(v) * scales[(i / group) * np + row];
   }
 }
 

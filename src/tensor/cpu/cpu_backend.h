@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
                          const QuantFormat& format) override;
   void quantized_linear(const Tensor& a, const Tensor& a_scales, const PackedWeight& w, const Tensor& bias,
                         const Tensor& y, int abits, Int8Kernel kernel) override;
+  void packed_rows(const PackedWeight& w, const Tensor& indices, const Tensor& out) override;
   void softmax(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool causal, int64_t tq) override;
   void softmax_backward(const Tensor& y, const Tensor& grad_y, const Tensor& grad_x, int64_t rows, int64_t n) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,

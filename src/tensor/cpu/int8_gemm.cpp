@@ -1,8 +1,8 @@
 // ops::quantized_linear on the CPU (CpuBackend::quantized_linear): the tokens' integers
 // offered to the integer kernel chosen (tensor/cpu/int8_gemm_kernels.h), the portable kernel,
-// the A16 path (the weight widened a tile at a time) and the weight's packing. The GPU's
-// kernel computes the same sums (Note [Integer GEMM on the GPU] in
-// cuda/backend/quantized_linear_kernels.cuh).
+// the A16 path (the weight widened a tile at a time), the weight's packing and the lookup of
+// its rows (ops::packed_rows). The GPU's kernel computes the same sums (Note [Integer GEMM on
+// the GPU] in cuda/backend/quantized_linear_kernels.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -135,6 +135,21 @@ void cpu_widened_gemm(const float* x, int64_t m, const PackedWeight& w, const fl
         for (int64_t i = 0; i < k; ++i) s += xr[i] * wc[i];
         y[r * w.n + col] = s + (bias ? bias[col] : 0.0f);
       }
+    }
+  }
+}
+
+void CpuBackend::packed_rows(const PackedWeight& w, const Tensor& indices, const Tensor& out) {
+  const int64_t m = indices.numel(), k = w.k, group = w.format.block, np = w.padded_n();
+  const int64_t* idx = indices.data<int64_t>();
+  const float* scales = w.scales.data<float>();
+  float* o = out.data<float>();
+#pragma omp parallel for schedule(static) if (m * k > (1 << 15))
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t row = idx[r], tile = row / kTile, c = row % kTile;
+    for (int64_t in = 0; in < k; ++in) {
+      const int v = run_value(run_at(w, tile, in / 4), w.format.bits, int(c * 4 + in % 4));
+      o[r * k + in] = 0.0f + float(v) * scales[(in / group) * np + row];  // as dequantize_blocks: -0 becomes +0
     }
   }
 }
