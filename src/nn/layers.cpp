@@ -7,6 +7,21 @@
 
 namespace triad::nn {
 
+namespace {
+
+// use_quantized of a layer `what` (a Linear's weight, an Embedding's table) of (rows, cols).
+void check_packed(const PackedWeight* w, int abits, int64_t rows, int64_t cols, const char* what) {
+  TRIAD_CHECK(w && w->n == rows && w->k == cols, what << ": expected a packed weight of (" << rows << ", " << cols << ")");
+  TRIAD_CHECK(abits == 8 || abits == 16, what << ": activation bits must be 8 or 16, got " << abits);
+}
+
+// Module::to of a layer's packed weight.
+void move_packed(std::shared_ptr<const PackedWeight>& w, Device device) {
+  if (w && w->data.device() != device) w = std::make_shared<const PackedWeight>(ops::to(*w, device));
+}
+
+}  // namespace
+
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Generator& gen)
     : Module("Linear"), in_features_(in_features), out_features_(out_features) {
   TRIAD_CHECK(in_features > 0 && out_features > 0,
@@ -71,17 +86,12 @@ void Linear::set_weight(Tensor w) {
 }
 
 void Linear::use_quantized(std::shared_ptr<const PackedWeight> w, int abits) {
-  TRIAD_CHECK(w && w->n == out_features_ && w->k == in_features_,
-              "Linear::use_quantized: expected a packed weight of (" << out_features_ << ", " << in_features_ << ")");
-  TRIAD_CHECK(abits == 8 || abits == 16, "Linear::use_quantized: activation bits must be 8 or 16, got " << abits);
+  check_packed(w.get(), abits, out_features_, in_features_, "Linear::use_quantized");
   quantized_ = std::move(w);
   abits_ = abits;
 }
 
-void Linear::move_state(Device device) {
-  if (quantized_ && quantized_->data.device() != device)
-    quantized_ = std::make_shared<const PackedWeight>(ops::to(*quantized_, device));
-}
+void Linear::move_state(Device device) { move_packed(quantized_, device); }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen)
     : Module("Embedding"), num_embeddings_(num_embeddings), dim_(dim) {
@@ -119,17 +129,12 @@ void Embedding::set_weight(Tensor w) {
 }
 
 void Embedding::use_quantized(std::shared_ptr<const PackedWeight> w, int abits) {
-  TRIAD_CHECK(w && w->n == num_embeddings_ && w->k == dim_,
-              "Embedding::use_quantized: expected a packed table of (" << num_embeddings_ << ", " << dim_ << ")");
-  TRIAD_CHECK(abits == 8 || abits == 16, "Embedding::use_quantized: activation bits must be 8 or 16, got " << abits);
+  check_packed(w.get(), abits, num_embeddings_, dim_, "Embedding::use_quantized");
   quantized_ = std::move(w);
   abits_ = abits;
 }
 
-void Embedding::move_state(Device device) {
-  if (quantized_ && quantized_->data.device() != device)
-    quantized_ = std::make_shared<const PackedWeight>(ops::to(*quantized_, device));
-}
+void Embedding::move_state(Device device) { move_packed(quantized_, device); }
 
 LayerNorm::LayerNorm(int64_t dim, double eps_) : Module("LayerNorm"), eps(eps_) {
   TRIAD_CHECK(dim > 0, "LayerNorm: dimension must be positive, got " << dim);

@@ -26,6 +26,7 @@
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
+#include "support/same_datasets.h"
 #include "support/shared_corpus.h"
 #include "support/training.h"
 
@@ -432,20 +433,6 @@ BOOST_AUTO_TEST_CASE(a_streamed_save_of_offloaded_state_writes_what_a_save_in_me
   if (r == 0) std::filesystem::create_directory(nvme);
   world->barrier();
   const parallel::CommunicatorPtr alone = world->split(r == 0 ? 0 : 1, r);
-  const auto same_datasets = [](const std::string& a, const std::string& b) {
-    const engine::CheckpointSummary sa = engine::read_summary(a), sb = engine::read_summary(b);
-    BOOST_TEST_REQUIRE(sa.datasets.size() == sb.datasets.size());
-    const io::H5File fa = io::H5File::open(a), fb = io::H5File::open(b);
-    for (size_t i = 0; i < sa.datasets.size(); ++i) {
-      const auto &da = sa.datasets[i], &db = sb.datasets[i];
-      BOOST_TEST_REQUIRE(da.name == db.name);
-      BOOST_TEST((da.shape == db.shape && da.dtype == db.dtype), da.name);
-      BOOST_TEST(da.stored_checksum == db.stored_checksum, da.name);
-      const Tensor va = fa.read(da.name), vb = fb.read(db.name);
-      BOOST_TEST(std::memcmp(va.raw_data(), vb.raw_data(), va.nbytes()) == 0, da.name);
-    }
-    BOOST_TEST(engine::failed_checksums(b).empty());
-  };
   for (const bool bf16 : {false, true})
     for (const bool everyone : {true, false}) {
       const std::string tag = std::string(bf16 ? "bf16" : "f32") + (everyone ? "_all" : "_one");
@@ -484,8 +471,8 @@ BOOST_AUTO_TEST_CASE(a_streamed_save_of_offloaded_state_writes_what_a_save_in_me
         BOOST_TEST(swap.peak_resident_bytes() > 0);
         BOOST_TEST(swap.peak_resident_bytes() <= largest);
         if (ranks->rank() == 0) {
-          same_datasets(saved, resaved);
-          same_datasets(plain_weights, weights);
+          test::check_same_datasets(saved, resaved);
+          test::check_same_datasets(plain_weights, weights);
         }
         ranks->barrier();
 

@@ -333,7 +333,7 @@ BOOST_AUTO_TEST_CASE(quantized_models_hold_their_integers_and_no_f32_weights) {
   const Quantized q = ops::quantize_blocks(Tensor::ones({4, 8}), f);
   test::check_error(
       [&] { bare_table.use_quantized(std::make_shared<const PackedWeight>(ops::pack_weight(q, 4, 8, f)), 8); },
-      {"Embedding::use_quantized: expected a packed table of (10, 8)"});
+      {"Embedding::use_quantized: expected a packed weight of (10, 8)"});
   bare_table.set_weight(Tensor::ones({10, 8}));
   BOOST_TEST(ops::max_abs(ops::sub(bare_table(some), Tensor::ones({2, 8}))) == 0.0);
   test::check_error([&] { bare_table.set_weight(Tensor::zeros({10, 8})); }, {"set_weight: the table has a weight"});

@@ -22,6 +22,7 @@
 #include "rlhf/actor_ema.h"
 #include "support/check.h"
 #include "support/files.h"
+#include "support/same_datasets.h"
 #include "support/shared_corpus.h"
 #include "tensor/random.h"
 
@@ -60,18 +61,8 @@ io::NamedTensors weights(const std::string& path) { return engine::read_weights(
 
 // Whether weights files a and b hold the same datasets, bit for bit, with the same checksums.
 void same_datasets(const std::string& a, const std::string& b) {
-  const engine::CheckpointSummary sa = engine::read_summary(a), sb = engine::read_summary(b);
-  BOOST_TEST_REQUIRE(sa.kind == "weights");
-  BOOST_TEST_REQUIRE(sa.datasets.size() == sb.datasets.size());
-  const io::H5File fa = io::H5File::open(a), fb = io::H5File::open(b);
-  for (size_t i = 0; i < sa.datasets.size(); ++i) {
-    const auto &da = sa.datasets[i], &db = sb.datasets[i];
-    BOOST_TEST_REQUIRE(da.name == db.name);
-    BOOST_TEST((da.shape == db.shape && da.dtype == db.dtype), da.name);
-    BOOST_TEST(da.stored_checksum == db.stored_checksum, da.name);
-    const Tensor va = fa.read(da.name), vb = fb.read(db.name);
-    BOOST_TEST(std::memcmp(va.raw_data(), vb.raw_data(), va.nbytes()) == 0, da.name << " of " << b);
-  }
+  BOOST_TEST_REQUIRE(engine::read_summary(a).kind == "weights");
+  test::check_same_datasets(a, b);
 }
 
 // This process's EMA swap files in `folder` (triad-ema-rank<R>-<k>.swp).
