@@ -222,8 +222,9 @@ int main(int argc, char** argv) {
         batches.push_back(ids);
       }
       for (const engine::BlockDistillation& r : engine::distill_blocks(m.model, recipe, batches, lkd))
-        std::printf("LKD block %lld: distillation MSE %.6g after PTQ, %.6g after %lld steps\n", (long long)r.block,
-                    r.mse_ptq, r.mse_lkd, (long long)lkd.steps);
+        std::printf("LKD block %lld: distillation MSE %.6g after PTQ, %.6g after %lld steps%s\n", (long long)r.block,
+                    r.mse_ptq, r.mse_lkd, (long long)lkd.steps,
+                    r.kept ? "" : " (not lower: the block stays as PTQ quantizes it)");
       recipe.lkd_steps = lkd.steps;
     }
     engine::save_quantized_model(m, path, recipe);

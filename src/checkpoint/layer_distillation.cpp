@@ -70,8 +70,10 @@ std::vector<BlockDistillation> distill_blocks(const std::shared_ptr<nn::Language
     nn::Module& block = *ptr;
     const std::vector<Tensor>&x = (*inputs)[i], &y = (*inputs)[i + 1];
     set_fake_quantization(ptr, recipe);
-    BlockDistillation r{int64_t(i), mean_mse(block, x, y), 0.0};
+    BlockDistillation r{int64_t(i), mean_mse(block, x, y), 0.0, false};
     if (options.steps > 0) {
+      std::vector<Tensor> before;  // the block's weights, put back when LKD does not lower its loss
+      for (const Tensor& p : block.parameters()) before.push_back(ops::clone(p));
       optim::AdamWOptions o;
       o.lr = options.lr;
       optim::AdamW opt({optim::ParamGroup{block.parameters(), 0.0}}, o);
@@ -82,8 +84,16 @@ std::vector<BlockDistillation> distill_blocks(const std::shared_ptr<nn::Language
         opt.step();
       }
       opt.zero_grad();
+      r.mse_lkd = mean_mse(block, x, y);
+      r.kept = r.mse_lkd < r.mse_ptq;
+      if (!r.kept) {
+        NoGradGuard no_grad;
+        const std::vector<Tensor> params = block.parameters();
+        for (size_t p = 0; p < params.size(); ++p) ops::copy_(params[p], before[p]);
+      }
+    } else {
+      r.mse_lkd = r.mse_ptq;
     }
-    r.mse_lkd = options.steps > 0 ? mean_mse(block, x, y) : r.mse_ptq;
     set_fake_quantization(ptr, std::nullopt);
     results.push_back(r);
   }

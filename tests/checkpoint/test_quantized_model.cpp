@@ -456,10 +456,26 @@ BOOST_AUTO_TEST_CASE(layer_distillation_lowers_every_blocks_loss_below_post_trai
                               << " (LKD)");
       BOOST_TEST(b.mse_ptq > 0.0);
       BOOST_TEST(b.mse_lkd < 0.8 * b.mse_ptq, arch << " block " << b.block);
+      BOOST_TEST(b.kept);
     }
     // The distilled model is written as PTQ's is, and no layer is left fake-quantized.
     engine::save_quantized_model(m, dir.file("lkd.h5"), recipe);
     BOOST_TEST(engine::read_recipe(dir.file("lkd.h5")).wbits == 4);
+
+    // A learning rate far too large raises every block's loss: each block is put back as it
+    // was, bit for bit, and quantized as PTQ alone quantizes it.
+    const engine::LoadedModel fresh = engine::load_model(write_checkpoint(dir, arch));
+    std::vector<std::pair<std::string, Tensor>> before;
+    for (const auto& [name, p] : fresh.model->named_parameters()) before.emplace_back(name, ops::clone(p));
+    for (const engine::BlockDistillation& b : engine::distill_blocks(fresh.model, recipe, batches, {5, 1.0})) {
+      BOOST_TEST(b.mse_lkd > b.mse_ptq, arch << " block " << b.block);
+      BOOST_TEST(!b.kept);
+    }
+    const auto after = fresh.model->named_parameters();
+    BOOST_TEST_REQUIRE(after.size() == before.size());
+    for (size_t i = 0; i < after.size(); ++i)
+      BOOST_TEST(std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), before[i].second.nbytes()) == 0,
+                 before[i].first);
   }
   test::TempDir dir;
   const engine::LoadedModel m = engine::load_model(write_checkpoint(dir, "gpt2"));
