@@ -15,6 +15,14 @@ void check_packed(const PackedWeight* w, int abits, int64_t rows, int64_t cols, 
   TRIAD_CHECK(abits == 8 || abits == 16, what << ": activation bits must be 8 or 16, got " << abits);
 }
 
+// set_weight of a layer built without one (`holder`: what `what` calls it).
+void check_new_weight(const Tensor& current, const Tensor& w, const Shape& shape, const char* what,
+                      const char* holder) {
+  TRIAD_CHECK(!current.defined(), what << ": the " << holder << " has a weight");
+  TRIAD_CHECK(w.shape() == shape, what << ": expected a weight of (" << shape[0] << ", " << shape[1] << "), got "
+                                       << shape_str(w.shape()));
+}
+
 // Module::to of a layer's packed weight.
 void move_packed(std::shared_ptr<const PackedWeight>& w, Device device) {
   if (w && w->data.device() != device) w = std::make_shared<const PackedWeight>(ops::to(*w, device));
@@ -78,10 +86,7 @@ void Linear::use_fake_quantization(std::optional<QuantFormat> format, int abits)
 }
 
 void Linear::set_weight(Tensor w) {
-  TRIAD_CHECK(!weight.defined(), "Linear::set_weight: the layer has a weight");
-  TRIAD_CHECK(w.shape() == Shape({out_features_, in_features_}), "Linear::set_weight: expected a weight of ("
-                                                                     << out_features_ << ", " << in_features_
-                                                                     << "), got " << shape_str(w.shape()));
+  check_new_weight(weight, w, {out_features_, in_features_}, "Linear::set_weight", "layer");
   weight = register_parameter("weight", std::move(w));
 }
 
@@ -121,10 +126,7 @@ Tensor Embedding::forward(const Tensor& indices) {
 }
 
 void Embedding::set_weight(Tensor w) {
-  TRIAD_CHECK(!weight.defined(), "Embedding::set_weight: the table has a weight");
-  TRIAD_CHECK(w.shape() == Shape({num_embeddings_, dim_}), "Embedding::set_weight: expected a weight of ("
-                                                               << num_embeddings_ << ", " << dim_ << "), got "
-                                                               << shape_str(w.shape()));
+  check_new_weight(weight, w, {num_embeddings_, dim_}, "Embedding::set_weight", "table");
   weight = register_parameter("weight", std::move(w));
 }
 

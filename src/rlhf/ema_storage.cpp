@@ -17,7 +17,7 @@ class EmaInMemory : public EmaStorage {
     for (const Slice& s : initial) {
       batch.push_back(
           {s.name, s.shape, s.first, s.values.device() == home_ ? ops::clone(s.values) : ops::to(s.values, home_)});
-      bytes_ += s.values.numel() * 4;
+      bytes_ += batch.back().values.nbytes();
     }
   }
   size_t batches() const override { return batches_.size(); }

@@ -16,6 +16,10 @@ EmaSwapStorage::~EmaSwapStorage() {
   if (reading_.valid()) reading_.wait();  // its error, if any, goes with the storage
 }
 
+Tensor EmaSwapStorage::Batch::new_record() const {
+  return zero::aligned_host(std::max<int64_t>(record_bytes(), io::kSwapAlignment));
+}
+
 std::vector<EmaStorage::Slice> EmaSwapStorage::slices_of(const Batch& b, const Tensor& record) const {
   std::vector<Slice> out;
   int64_t at = 0;
@@ -38,7 +42,7 @@ void EmaSwapStorage::add(const std::vector<Slice>& initial) {
   }
   file_->grow(b.offset + b.record_bytes());
   batches_.push_back(b);
-  const Tensor record = zero::aligned_host(std::max<int64_t>(b.record_bytes(), io::kSwapAlignment));
+  const Tensor record = b.new_record();
   ops::zero_(record);
   const std::vector<Slice> values = slices_of(b, record);
   for (size_t i = 0; i < values.size(); ++i) ops::copy_(values[i].values, ops::to(initial[i].values, Device::cpu()));
@@ -47,7 +51,7 @@ void EmaSwapStorage::add(const std::vector<Slice>& initial) {
 
 Tensor EmaSwapStorage::read_record(size_t k) const {
   const Batch& b = batches_[k];
-  const Tensor record = zero::aligned_host(std::max<int64_t>(b.record_bytes(), io::kSwapAlignment));
+  const Tensor record = b.new_record();
   file_->read(b.offset, record.raw_data(), b.record_bytes());
   const uint32_t crc = io::crc32c(record.raw_data(), size_t(b.elements) * 4);
   TRIAD_CHECK(crc == b.crc, "swap file '" << file_->path() << "': the average of batch " << k
@@ -87,7 +91,7 @@ std::vector<EmaStorage::Slice> EmaSwapStorage::read(size_t k, bool current) {
     if (current) {
       record = read_record(k);
     } else {
-      record = zero::aligned_host(std::max<int64_t>(b.record_bytes(), io::kSwapAlignment));
+      record = b.new_record();
       ops::zero_(ops::narrow(record, 0, b.elements, record.numel() - b.elements));  // the padding
     }
   }

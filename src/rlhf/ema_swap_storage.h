@@ -55,6 +55,8 @@ class EmaSwapStorage : public EmaStorage {
     int64_t offset = 0, elements = 0;
     uint32_t crc = 0;  // of the elements as last written
     int64_t record_bytes() const { return io::align_up(elements * 4); }
+    // Host memory for the record, aligned for direct I/O (its values undefined).
+    Tensor new_record() const;
   };
   // The record of batch k read in and checked, on the host.
   Tensor read_record(size_t k) const;
