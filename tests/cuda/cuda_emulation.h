@@ -12,13 +12,13 @@
 //   one at a time;
 // - atomicAdd on floats and atomicCAS are plain read-modify-writes (fibers switch only at
 //   barriers); __threadfence_system is nothing; __dp4a sums its four byte products;
-// - the WMMA calls (nvcuda::wmma) are warp-collective as documented: every lane of a warp
-//   passes the same arguments; each lane holds the whole 16 x 16 tile, loads it with the
-//   documented row- or column-major addressing, and lane 0 stores it;
+// - mma.sync, ldmatrix and cp.async (cuda/backend/mma_sync.cuh) are warp-collective with
+//   the PTX ISA's fragment layouts; cp.async copies at once;
 // - dynamic shared memory is one buffer, filled with NaN bytes before every block, so a
 //   read before a write shows.
-// What it cannot show: the hardware's fragment layouts and alignment rules, races (threads
-// run one at a time, each until its next barrier), and speed.
+// What it cannot show: the hardware's own layouts where they differ from the documented
+// ones, alignment rules, races (threads run one at a time, each until its next barrier),
+// and speed.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,6 +36,8 @@
 #include <memory>
 #include <type_traits>
 #include <vector>
+
+#include "tensor/float16.h"
 
 namespace triad::emulation {
 
@@ -126,69 +128,78 @@ inline long long __double_as_longlong(double d) {
   return u;
 }
 
-namespace nvcuda::wmma {
-
-struct row_major {};
-struct col_major {};
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-enum layout_t { mem_row_major, mem_col_major };
-
-template <class Use, int M, int N, int K, class T, class Layout = void>
-struct fragment {
-  float v[16][16];
-};
-using Acc = fragment<accumulator, 16, 16, 16, float>;
-
-inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-inline float to_float(__half x) { return __half2float(x); }
-
-template <class F>
-void fill_fragment(F& f, float x) {
-  for (auto& row : f.v)
-    for (float& e : row) e = x;
+namespace triad::emulation {
+inline uint32_t fragment_slot[kMaxWarps][32][6];   // a lane's registers for mma_16816
+inline const void* address_slot[kMaxWarps][32];  // a lane's row address for ldmatrix
+inline float element(uint32_t pair, int i, bool bf16) {  // element i (0: low half) of a pair
+  const uint16_t h = uint16_t(pair >> (16 * i));
+  return bf16 ? bf16_to_float(h) : f16_to_float(h);
 }
+}  // namespace triad::emulation
 
-template <class Use, class T, class Layout>
-void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ld) {
-  __syncwarp();
-  for (unsigned i = 0; i < 16; ++i)
-    for (unsigned j = 0; j < 16; ++j)
-      f.v[i][j] = to_float(std::is_same_v<Layout, row_major> ? p[i * ld + j] : p[i + j * ld]);
-  __syncwarp();
-}
+// mma.sync, ldmatrix and cp.async (cuda/backend/mma_sync.cuh), warp-collective as the PTX
+// ISA documents them: each lane deposits its registers or its row address, and after a
+// warp barrier takes its own part of the result in the documented fragment layout. The
+// products are exact in f32 and summed in order of k; the hardware's order may differ.
+namespace triad::cuda {
 
-inline void load_matrix_sync(Acc& f, const float* p, unsigned ld, layout_t layout) {
+template <class W>
+void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  using namespace triad::emulation;
+  constexpr bool bf16 = std::is_same_v<W, __nv_bfloat16>;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncwarp();
-  for (unsigned i = 0; i < 16; ++i)
-    for (unsigned j = 0; j < 16; ++j) f.v[i][j] = layout == mem_row_major ? p[i * ld + j] : p[i + j * ld];
+  uint32_t* mine = fragment_slot[warp][lane];
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  mine[4] = b0, mine[5] = b1;
   __syncwarp();
-}
-
-inline void store_matrix_sync(float* p, const Acc& f, unsigned ld, layout_t layout) {
-  __syncwarp();
-  if (threadIdx.x % 32 == 0)
-    for (unsigned i = 0; i < 16; ++i)
-      for (unsigned j = 0; j < 16; ++j) (layout == mem_row_major ? p[i * ld + j] : p[i + j * ld]) = f.v[i][j];
-  __syncwarp();
-}
-
-// d = a b + c, in f32 (d may be c).
-template <class TA, class LA, class TB, class LB>
-void mma_sync(Acc& d, const fragment<matrix_a, 16, 16, 16, TA, LA>& a, const fragment<matrix_b, 16, 16, 16, TB, LB>& b,
-              const Acc& c) {
-  float r[16][16];
-  for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 16; ++j) {
-      float s = c.v[i][j];
-      for (int k = 0; k < 16; ++k) s += a.v[i][k] * b.v[k][j];
-      r[i][j] = s;
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    const uint32_t* r = fragment_slot[warp][l];
+    for (int j = 0; j < 2; ++j) {
+      A[g][2 * t + j] = element(r[0], j, bf16);
+      A[g + 8][2 * t + j] = element(r[1], j, bf16);
+      A[g][2 * t + 8 + j] = element(r[2], j, bf16);
+      A[g + 8][2 * t + 8 + j] = element(r[3], j, bf16);
+      B[2 * t + j][g] = element(r[4], j, bf16);
+      B[2 * t + 8 + j][g] = element(r[5], j, bf16);
     }
-  std::memcpy(d.v, r, sizeof r);
+  }
+  const int g = int(lane) / 4, t = int(lane) % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float s = d[i];
+    for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+    d[i] = s;
+  }
+  __syncwarp();
 }
 
-}  // namespace nvcuda::wmma
+inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void* row, bool trans) {
+  using namespace triad::emulation;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncwarp();
+  address_slot[warp][lane] = row;
+  __syncwarp();
+  const unsigned g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; ++i) {
+    uint16_t e[2];
+    for (unsigned j = 0; j < 2; ++j)
+      e[j] = trans ? static_cast<const uint16_t*>(address_slot[warp][8 * i + 2 * t + j])[g]
+                   : static_cast<const uint16_t*>(address_slot[warp][8 * i + g])[2 * t + j];
+    r[i] = uint32_t(e[0]) | uint32_t(e[1]) << 16;
+  }
+  __syncwarp();
+}
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl(r, row, false); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl(r, row, true); }
+
+inline void cp_async_16(void* shared, const void* global) { std::memcpy(shared, global, 16); }
+inline void cp_async_commit() {}
+inline void cp_async_wait_all() {}
+
+}  // namespace triad::cuda
 
 // The kernels' `extern __shared__` array: one buffer, big enough for any block, in each file
 // (the kernels, in an anonymous namespace, declare it there).
@@ -202,7 +213,7 @@ namespace triad::emulation {
 
 namespace fibers {
 
-constexpr size_t kStackBytes = 256 * 1024;  // the kernels' locals: a few WMMA tiles at most
+constexpr size_t kStackBytes = 256 * 1024;  // the kernels' locals: register tiles of a few KiB
 
 struct Fiber {
   ucontext_t context;

@@ -8,7 +8,8 @@
 #include <tuple>
 
 #include "cuda/cuda_emulation.h"
-// The emulation comes first: the kernels' header takes nvcuda::wmma and the builtins from it.
+// The emulation comes first: the kernels' header takes mma.sync, ldmatrix, cp.async and the
+// builtins from it.
 #include "cuda/backend/attention_mma_kernels.cuh"
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"

@@ -1,36 +1,37 @@
 // Fused causal attention on tensor cores, for bf16 and f16 (CudaBackend::attention and
 // attention_backward choose these kernels where they fit; tensor/cpu/attention.cpp is the
-// reference). Same passes, tiles and formulas as the FMA kernels of attention.cu, whose
-// header describes the algorithm; here every tile product is a warp-level matrix
-// multiply-accumulate (WMMA: 16x16x16, 16-bit inputs, f32 accumulators).
+// reference). Same passes and formulas as the FMA kernels of attention.cu, whose header
+// describes the algorithm; here every tile product is a warp-level mma.sync (m16n8k16,
+// 16-bit inputs, f32 accumulators), as in FlashAttention-2.
 //
 // Note [Tensor-core attention]:
-// - A block has 4 warps and works on 64-row tiles. In every product a warp owns 16 rows
-//   of the result: query rows for S, dP and dQ, key rows for dK and dV (forward: the
-//   block's query tile; backward: the block's key tile, and the current query tile).
-// - q, k, v and dO tiles are copied into shared memory as stored (16 bytes a load where
-//   rows allow), zeros past the head size and past the last row: padding multiplies as 0.
-// - S and dP leave the accumulators for f32 shared tiles, where the softmax runs a row
-//   at a time, two lanes per row, 32 columns each (visited in an order staggered by lane,
-//   so the warp's 32 lanes read 32 banks). P and dS are rounded to the input dtype there,
-//   as the next products' inputs; the row sums l add the unrounded f32 P. So out, dq and
-//   dk carry one more rounding than the FMA kernels' (of P, of dS), as in
-//   flash-attention.
-// - Accumulators that outlive a tile (the forward's O, the backward's dK and dV) live in
-//   f32 shared tiles: a product loads the warp's fragments from there, adds, and stores
-//   them back, and the softmax rescales O's rows there. dQ of a query tile goes through a
-//   shared tile that reuses S and dP's space, then into the f32 buffer with atomics, as in
-//   attention.cu.
-// - Shared rows are padded by 32 bytes: WMMA wants 32-byte-aligned fragment pointers, and
-//   the padding moves successive rows to other banks. Head size 64 (GPT-2): 76 KiB
-//   forward, 133 KiB backward; head size 128: 116 and 197 KiB (the backward then fits a
-//   Hopper GPU, not an A100, where attention.cu's kernels run it).
+// - A block has 4 warps and works on 64-row tiles; a warp owns 16 rows of every product:
+//   query rows in the forward (S = Q K^T, O += P V), key rows in the backward (S^T = K Q^T,
+//   dP^T = V dO^T, dV += P^T dO, dK += dS^T Q), and query rows again for dQ = dS K.
+// - Tiles are copied into shared memory as stored, by cp.async where rows allow (16 bytes
+//   a copy), zeros past the head size and past the last row: padding multiplies as 0. The
+//   next key tile (forward) or query tile (backward) is copied while the current one is
+//   used. Rows are padded by 16 bytes so that ldmatrix's 8 row reads hit 8 bank groups.
+// - Everything a warp accumulates stays in registers: scores, P, O and the softmax's max
+//   and sum (forward); S^T, dP^T, dK and dV (backward). The scores' C fragments become the
+//   next product's A fragments in registers (rounded to the input dtype), so P (forward)
+//   and P^T, dS^T (backward) never pass through memory. The softmax's row max and sum
+//   combine over the 4 lanes (a quad) that hold a row. The row sums l add the unrounded
+//   f32 P, so out, dq and dk carry one more rounding than the FMA kernels' (of P, of dS),
+//   as in flash-attention.
+// - dQ needs dS with query rows: the backward writes dS^T (16-bit) into shared memory, and
+//   each warp reads its 16 query rows back transposed (ldmatrix .trans), multiplies by K
+//   and adds the result into the f32 dq buffer with atomics, as attention.cu does.
+// - Key tiles that hold no masked key (past a row's causal limit, before key_start, past
+//   the last key) skip the mask.
+// - Shared memory at head size 64 (GPT-2): 45 KiB forward, 64 KiB backward; head size 128:
+//   85 and 112 KiB.
 //
-// Needs compute capability 8.0 (bf16 WMMA); the build targets 8.0 and 9.0. The kernels
-// live in attention_mma_kernels.cuh, where a CPU test runs them under an emulation of
-// CUDA (tests/cuda/test_attention_mma_emulated.cpp).
-#include <mma.h>
-
+// Needs compute capability 8.0 (bf16 mma.sync, cp.async); the build targets 8.0 and 9.0.
+// The kernels live in attention_mma_kernels.cuh, where a CPU test runs them under an
+// emulation of CUDA (tests/cuda/test_attention_mma_emulated.cpp).
+#include "cuda/backend/mma_sync.cuh"
+// The instructions come first: the kernels' header takes them from there.
 #include <cstdint>
 
 #include "cuda/backend/attention_mma_kernels.cuh"

@@ -1,7 +1,8 @@
 // The tensor-core attention kernels (Note [Tensor-core attention], attention_mma.cu), in a
 // header of their own so that a CPU test can compile them against an emulation of the
 // CUDA pieces they use (tests/cuda/test_attention_mma_emulated.cpp). The includer
-// provides nvcuda::wmma first: <mma.h> in attention_mma.cu, the emulation in the test.
+// provides the warp-level instructions first: cuda/backend/mma_sync.cuh in
+// attention_mma.cu, the emulation in the test.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,107 +17,132 @@ namespace triad::cuda {
 
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
 constexpr int kWarps = 4;
 constexpr int kMmaThreads = kWarps * 32;
-constexpr int kChunks = kTile / 16;  // 16-wide chunks of a tile
+constexpr int kLdP = kTile + 8;  // row length of the backward's dS^T tile (elements)
 
-// WMMA's element type for a 16-bit dtype.
+// The mma.sync input type of a 16-bit dtype.
 template <class E>
-struct Wmma;
+struct Mma;
 template <>
-struct Wmma<BF16> {
+struct Mma<BF16> {
   using type = __nv_bfloat16;
 };
 template <>
-struct Wmma<F16> {
+struct Mma<F16> {
   using type = __half;
 };
 
-using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-template <class W, class Layout>
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, W, Layout>;
-template <class W, class Layout>
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, W, Layout>;
-
-// Row lengths (elements) and sizes (bytes) of the shared tiles at head size HS.
+// Shared tiles at head size HS: rows of HS + 8 elements (16 bytes of padding put the 8
+// rows an ldmatrix reads on 8 different 16-byte bank groups).
 template <int HS>
 struct Layout {
-  static constexpr int kLd16 = HS + 16;    // q, k, v, dO tiles, 16-bit
-  static constexpr int kLdAcc = HS + 8;    // O, dK, dV, dQ tiles, f32
-  static constexpr int kLdS = kTile + 8;   // S, dP tiles, f32
-  static constexpr int kLdP = kTile + 16;  // P, dS tiles, 16-bit
-  static constexpr size_t k16 = size_t(kTile) * kLd16 * 2;
-  static constexpr size_t kAcc = size_t(kTile) * kLdAcc * 4;
-  static constexpr size_t kS = size_t(kTile) * kLdS * 4;
-  static constexpr size_t kP = size_t(kTile) * kLdP * 2;
-  static constexpr size_t forward = 3 * k16 + kS + kP + kAcc;
-  static constexpr size_t backward = 4 * k16 + 2 * kAcc + 2 * kS + 2 * kP + 2 * kTile * 4;
-  static_assert(k16 % 32 == 0 && kAcc % 32 == 0 && kS % 32 == 0 && kP % 32 == 0, "tiles keep 32-byte alignment");
-  static_assert(kAcc <= 2 * kS, "the dQ tile fits over S and dP");
+  static constexpr int kLd = HS + 8;
+  static constexpr size_t kTileBytes = size_t(kTile) * kLd * 2;
+  // q, then k and v twice (the next key tile loads while this one is used).
+  static constexpr size_t forward = 5 * kTileBytes;
+  // k, v, then q and dO twice; dS^T; lse and D of two query tiles.
+  static constexpr size_t backward = 6 * kTileBytes + size_t(kTile) * kLdP * 2 + 4 * kTile * 4;
 };
 
-// Rows first .. first + kTile - 1 of a head, as stored, into a shared tile with rows of
-// `ld` elements; zeros past `rows` and past hs. `whole`: hs == HS and every row starts on
-// 16 bytes, so 8 elements move a load.
+// Rows first .. first + kTile - 1 of a head, as stored, into a shared tile; zeros past
+// `rows` and past hs. `whole`: hs == HS and every row starts on 16 bytes, so rows move 16
+// bytes at a time by cp.async, complete after cp_async_wait_all.
 template <int HS>
-__device__ void load_tile16(uint16_t* dst, int ld, const uint16_t* src, int64_t stride_t, int64_t first, int64_t rows,
-                            int hs, bool whole) {
+__device__ void load_tile(uint16_t* dst, const uint16_t* src, int64_t stride_t, int64_t first, int64_t rows, int hs,
+                          bool whole) {
+  constexpr int kLd = Layout<HS>::kLd;
   if (whole) {
     constexpr int kPerRow = HS / 8;
     for (int e = threadIdx.x; e < kTile * kPerRow; e += blockDim.x) {
       const int r = e / kPerRow, d = (e % kPerRow) * 8;
       const int64_t row = first + r;
-      const uint4 x = row < rows ? *reinterpret_cast<const uint4*>(src + row * stride_t + d) : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(dst + r * ld + d) = x;
+      uint16_t* to = dst + r * kLd + d;
+      if (row < rows)
+        cp_async_16(to, src + row * stride_t + d);
+      else
+        *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
     }
     return;
   }
   for (int e = threadIdx.x; e < kTile * HS; e += blockDim.x) {
     const int r = e / HS, d = e % HS;
     const int64_t row = first + r;
-    dst[r * ld + d] = row < rows && d < hs ? src[row * stride_t + d] : uint16_t(0);
+    dst[r * kLd + d] = row < rows && d < hs ? src[row * stride_t + d] : uint16_t(0);
   }
 }
 
-// The column a lane visits in step i of a row half (see the Note).
-__device__ inline int staggered(int half, int i, int lane) { return half * 32 + ((i + lane) & 31); }
+// Two floats as a pair of dtype E, the first in the low half (an A fragment register).
+template <class E>
+__device__ inline uint32_t pack2(float lo, float hi) {
+  uint16_t h[2];
+  E::store(h, 0, lo);
+  E::store(h, 1, hi);
+  return uint32_t(h[0]) | uint32_t(h[1]) << 16;
+}
 
-// dst (16 x 64 f32, row length ldd) = A B^T over HS: A the 16 rows at `a` (ld lda), B the
-// 64 rows at `b` (ld ldb), both row-major 16-bit tiles: scores of 16 rows against 64.
+// The A fragment of 16-wide chunk kk of the 16 x 64 tile held as the C fragments c[8]
+// (columns 8 j .. 8 j + 7 in c[j]): rounded to E.
+template <class E>
+__device__ inline void to_a_fragment(uint32_t (&a)[4], const float (&c)[8][4], int kk) {
+  a[0] = pack2<E>(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = pack2<E>(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack2<E>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack2<E>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// Lane addresses for ldmatrix_x4 on a row-major 16-bit tile with rows of ld elements:
+// - a_rows: the A fragment of the 16 x 16 block at (row, col);
+// - bt_rows: the B fragments of two n-tiles, B = the transpose of the 16 x 16 block at
+//   (row, col) (its rows are B's columns): registers 0, 1 for rows row .. row + 7, 2, 3 for
+//   row + 8 .. row + 15;
+// - b_rows (with ldmatrix_x4_trans): the B fragments of two n-tiles, B = the 16 x 16 block
+//   at (row, col): registers 0, 1 for columns col .. col + 7, 2, 3 for col + 8 .. col + 15;
+// - at_rows (with ldmatrix_x4_trans): the A fragment of the transpose of the block.
+__device__ inline const uint16_t* a_rows(const uint16_t* t, int ld, int row, int col, int lane) {
+  return t + (row + lane % 16) * ld + col + 8 * (lane / 16);
+}
+__device__ inline const uint16_t* bt_rows(const uint16_t* t, int ld, int row, int col, int lane) {
+  return t + (row + lane % 8 + 8 * (lane / 16)) * ld + col + 8 * (lane / 8 % 2);
+}
+__device__ inline const uint16_t* b_rows(const uint16_t* t, int ld, int row, int col, int lane) {
+  return t + (row + lane % 8 + 8 * (lane / 8 % 2)) * ld + col + 8 * (lane / 16);
+}
+__device__ inline const uint16_t* at_rows(const uint16_t* t, int ld, int row, int col, int lane) {
+  return t + (row + lane % 8 + 8 * (lane / 16)) * ld + col + 8 * (lane / 8 % 2);
+}
+
+// c[8] += A B^T over HS: A as the fragments a[HS / 16] (16 rows), B the 64 rows of the
+// shared tile t (rows of ld elements): 16 rows of scores against 64.
 template <class W, int HS>
-__device__ void scores(float* dst, int ldd, const uint16_t* a, int lda, const uint16_t* b, int ldb) {
-  Acc acc[kChunks];
+__device__ inline void scores(float (&c)[8][4], const uint32_t (&a)[HS / 16][4], const uint16_t* t, int ld, int lane) {
 #pragma unroll
-  for (int j = 0; j < kChunks; ++j) wmma::fill_fragment(acc[j], 0.0f);
+  for (int kk = 0; kk < HS / 16; ++kk)
 #pragma unroll
-  for (int d = 0; d < HS; d += 16) {
-    FragA<W, wmma::row_major> fa;
-    wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(a + d), lda);
-#pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-      FragB<W, wmma::col_major> fb;  // rows 16 j .. 16 j + 15 of B, transposed: column-major
-      wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(b + 16 * j * ldb + d), ldb);
-      wmma::mma_sync(acc[j], fa, fb, acc[j]);
+    for (int jj = 0; jj < 4; ++jj) {
+      uint32_t b[4];
+      ldmatrix_x4(b, bt_rows(t, ld, 16 * jj, 16 * kk, lane));
+      mma_16816<W>(c[2 * jj], a[kk], b[0], b[1]);
+      mma_16816<W>(c[2 * jj + 1], a[kk], b[2], b[3]);
     }
-  }
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) wmma::store_matrix_sync(dst + 16 * j, acc[j], ldd, wmma::mem_row_major);
 }
 
-// acc += A B for a 16 x 64 A and a 64 x 16 B (16-bit tiles in shared memory, A in
-// `LayoutA`, B row-major): their kk-th 16 x 16 blocks start at a + kk a_step and
-// b + kk b_step.
-template <class W, class LayoutA>
-__device__ void accumulate(Acc& acc, const uint16_t* a, int lda, int a_step, const uint16_t* b, int ldb, int b_step) {
+// acc[HS / 8] += A B: A the 16 x 64 tile held as C fragments c[8] (rounded to E), B the
+// 64 x HS shared tile t (rows of ld elements).
+template <class E, class W, int HS>
+__device__ inline void accumulate(float (&acc)[HS / 8][4], const float (&c)[8][4], const uint16_t* t, int ld,
+                                  int lane) {
 #pragma unroll
-  for (int kk = 0; kk < kChunks; ++kk) {
-    FragA<W, LayoutA> fa;
-    FragB<W, wmma::row_major> fb;
-    wmma::load_matrix_sync(fa, reinterpret_cast<const W*>(a + kk * a_step), lda);
-    wmma::load_matrix_sync(fb, reinterpret_cast<const W*>(b + kk * b_step), ldb);
-    wmma::mma_sync(acc, fa, fb, acc);
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t a[4];
+    to_a_fragment<E>(a, c, kk);
+#pragma unroll
+    for (int dd = 0; dd < HS / 16; ++dd) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, b_rows(t, ld, 16 * kk, 16 * dd, lane));
+      mma_16816<W>(acc[2 * dd], a, b[0], b[1]);
+      mma_16816<W>(acc[2 * dd + 1], a, b[2], b[3]);
+    }
   }
 }
 
@@ -126,82 +152,113 @@ template <class E, int HS>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_attention_kernel(Operand q, Operand k, Operand v, uint16_t* out, float* lse, Geometry g, unsigned whole) {
   using L = Layout<HS>;
-  using W = typename Wmma<E>::type;
+  using W = typename Mma<E>::type;
+  constexpr int kLd = L::kLd;
   extern __shared__ __align__(128) unsigned char smem[];
-  uint16_t* sq = reinterpret_cast<uint16_t*>(smem);               // (kTile, kLd16) queries
-  uint16_t* sk = sq + kTile * L::kLd16;                            // (kTile, kLd16) keys
-  uint16_t* sv = sk + kTile * L::kLd16;                            // (kTile, kLd16) values
-  float* ss = reinterpret_cast<float*>(sv + kTile * L::kLd16);     // (kTile, kLdS) scores
-  uint16_t* sp = reinterpret_cast<uint16_t*>(ss + kTile * L::kLdS);  // (kTile, kLdP) P
-  float* so = reinterpret_cast<float*>(sp + kTile * L::kLdP);        // (kTile, kLdAcc) O
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem);  // (kTile, kLd) queries
+  uint16_t* skv = sq + kTile * kLd;                  // keys and values, twice: k0, v0, k1, v1
 
   const int64_t bh = blockIdx.x;
   const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * kTile;  // heaviest tiles first
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = 16 * warp + lane / 2, half = lane % 2;  // the row this lane pair softmaxes
-  const int64_t row = q0 + r, tk = g.keys(), offset = tk - g.tq, first_key = g.first_key(bh);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+  const int64_t tk = g.keys(), offset = tk - g.tq, first_key = g.first_key(bh);
+  const int64_t row0 = q0 + 16 * warp + gid;  // this lane's rows: row0 and row0 + 8
   const uint16_t* kp = k.head<uint16_t>(bh, g.heads);
   const uint16_t* vp = v.head<uint16_t>(bh, g.heads);
-  load_tile16<HS>(sq, L::kLd16, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs, whole & 1u);
-  for (int e = lane; e < 16 * HS; e += 32) so[(16 * warp + e / HS) * L::kLdAcc + e % HS] = 0.0f;
-
-  float m = -INFINITY, l = 0.0f;  // the row's running max (base 2) and sum, in both lanes
   const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset;  // keys the last row sees
-  for (int64_t k0 = (first_key < k_end ? first_key : k_end) / kTile * kTile; k0 < k_end; k0 += kTile) {
-    __syncthreads();  // the previous tile's readers of sk, sv are done
-    load_tile16<HS>(sk, L::kLd16, kp, k.stride_t, k0, tk, g.hs, whole & 2u);
-    load_tile16<HS>(sv, L::kLd16, vp, v.stride_t, k0, tk, g.hs, whole & 4u);
-    __syncthreads();
+  const int64_t k_begin = (first_key < k_end ? first_key : k_end) / kTile * kTile;
+  auto load_keys = [&](int64_t k0, int buf) {
+    load_tile<HS>(skv + 2 * buf * kTile * kLd, kp, k.stride_t, k0, tk, g.hs, whole & 2u);
+    load_tile<HS>(skv + (2 * buf + 1) * kTile * kLd, vp, v.stride_t, k0, tk, g.hs, whole & 4u);
+  };
+  load_tile<HS>(sq, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs, whole & 1u);
+  if (k_begin < k_end) load_keys(k_begin, 0);
+  cp_async_commit();
 
-    scores<W, HS>(ss + 16 * warp * L::kLdS, L::kLdS, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
-    __syncwarp();
-
-    // Online softmax of the row over this tile's keys. A row that has seen no key yet (all
-    // before its first key) keeps max -inf, and its terms are 0.
-    const float* srow = ss + r * L::kLdS;
-    float mx = m;
-    for (int i = 0; i < 32; ++i) {
-      const int c = staggered(half, i, lane);
-      const int64_t key = k0 + c;
-      if (key >= first_key && key <= row + offset && key < tk) mx = fmaxf(mx, srow[c] * g.scale_log2);
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float base = mx == -INFINITY ? 0.0f : mx;
-    const float alpha = exp2f(m - base);  // 0 on the row's first keys
-    float sum = 0.0f;
-    uint16_t* prow = sp + r * L::kLdP;
-    for (int i = 0; i < 32; ++i) {
-      const int c = staggered(half, i, lane);
-      const int64_t key = k0 + c;
-      const float p =
-          key >= first_key && key <= row + offset && key < tk ? exp2f(srow[c] * g.scale_log2 - base) : 0.0f;
-      sum += p;
-      E::store(prow, c, p);
-    }
-    l = l * alpha + sum + __shfl_xor_sync(0xffffffffu, sum, 1);
-    m = mx;
-    float* orow = so + r * L::kLdAcc;
-    for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); ++c) orow[c] *= alpha;
-    __syncwarp();
-
-    // O += P V for the warp's rows.
+  uint32_t qa[HS / 16][4];                                   // the warp's 16 queries as A fragments
+  float o[HS / 8][4] = {};                                   // O, unnormalized
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max (base 2), this lane's part of the sum
+  int buf = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTile, buf ^= 1) {
+    cp_async_wait_all();
+    __syncthreads();  // tile k0 is in; every warp is done with the buffer the next tile goes to
+    if (k0 == k_begin)
 #pragma unroll
-    for (int n = 0; n < HS / 16; ++n) {
-      Acc o;
-      float* tile = so + 16 * warp * L::kLdAcc + 16 * n;
-      wmma::load_matrix_sync(o, tile, L::kLdAcc, wmma::mem_row_major);
-      accumulate<W, wmma::row_major>(o, sp + 16 * warp * L::kLdP, L::kLdP, 16, sv + 16 * n, L::kLd16, 16 * L::kLd16);
-      wmma::store_matrix_sync(tile, o, L::kLdAcc, wmma::mem_row_major);
-    }
-  }
-  __syncwarp();  // the warp's O is stored
+      for (int kk = 0; kk < HS / 16; ++kk) ldmatrix_x4(qa[kk], a_rows(sq, kLd, 16 * warp, 16 * kk, lane));
+    if (k0 + kTile < k_end) load_keys(k0 + kTile, buf ^ 1);
+    cp_async_commit();
+    const uint16_t* sk = skv + 2 * buf * kTile * kLd;
+    const uint16_t* sv = sk + kTile * kLd;
 
-  if (row >= g.tq) return;
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // 0: a query before its row's first key
-  const float* orow = so + r * L::kLdAcc;
-  uint16_t* dst = out + (bh * g.tq + row) * g.hs;
-  for (int c = half; c < g.hs; c += 2) E::store(dst, c, orow[c] * inv);
-  if (half == 0) lse[bh * g.tq + row] = l > 0.0f ? (m + log2f(l)) * kLn2 : INFINITY;
+    float s[8][4] = {};
+    scores<W, HS>(s, qa, sk, kLd, lane);
+
+    // Scores in base 2; keys a row does not see at -inf (only on tiles that hold some).
+    const bool edge = k0 < first_key || k0 + kTile > tk || k0 + kTile - 1 > q0 + 16 * warp + offset;
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float x = s[j][i] * g.scale_log2;
+        if (edge) {
+          const int64_t key = k0 + 8 * j + 2 * tig + i % 2, row = row0 + 8 * (i / 2);
+          if (key < first_key || key > row + offset || key >= tk) x = -INFINITY;
+        }
+        s[j][i] = x;
+        mx[i / 2] = fmaxf(mx[i / 2], x);
+      }
+    // Online softmax: a row's max over the quad that holds it, then P = 2^(s - max). A row
+    // that has seen no key yet keeps max -inf, and its terms are 0.
+    float base[2], alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];
+      alpha[h] = exp2f(m[h] - base[h]);  // 0 on the row's first keys
+      m[h] = mx[h];
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = exp2f(s[j][i] - base[i / 2]);
+        s[j][i] = p;
+        sum[i / 2] += p;
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[n][i] *= alpha[i / 2];
+
+    accumulate<E, W, HS>(o, s, sv, kLd, lane);  // O += P V
+  }
+  cp_async_wait_all();
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 8 * h;
+    if (row >= g.tq) continue;
+    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;  // 0: a query before its row's first key
+    uint16_t* dst = out + (bh * g.tq + row) * g.hs;
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c = 8 * n + 2 * tig + i;
+        if (c < g.hs) E::store(dst, c, o[n][2 * h + i] * inv);
+      }
+    if (tig == 0) lse[bh * g.tq + row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
+  }
 }
 
 // ---- backward ----
@@ -211,112 +268,140 @@ __global__ void __launch_bounds__(kMmaThreads)
     mma_attention_backward_kernel(Operand q, Operand k, Operand v, Operand grad, const float* lse, const float* dsum,
                                   float* dq, uint16_t* dk, uint16_t* dv, float scale, Geometry g, unsigned whole) {
   using L = Layout<HS>;
-  using W = typename Wmma<E>::type;
+  using W = typename Mma<E>::type;
+  constexpr int kLd = L::kLd;
   extern __shared__ __align__(128) unsigned char smem[];
-  uint16_t* sk = reinterpret_cast<uint16_t*>(smem);                 // (kTile, kLd16) keys of this block
-  uint16_t* sv = sk + kTile * L::kLd16;                              // (kTile, kLd16) values of this block
-  uint16_t* sq = sv + kTile * L::kLd16;                              // (kTile, kLd16) queries of the tile
-  uint16_t* sg = sq + kTile * L::kLd16;                              // (kTile, kLd16) dO of the tile
-  float* sdk = reinterpret_cast<float*>(sg + kTile * L::kLd16);      // (kTile, kLdAcc) dK / scale
-  float* sdv = sdk + kTile * L::kLdAcc;                              // (kTile, kLdAcc) dV
-  float* ss = sdv + kTile * L::kLdAcc;                               // (kTile, kLdS) S
-  float* sdp = ss + kTile * L::kLdS;                                 // (kTile, kLdS) dP
-  float* sdq = ss;                                                   // (kTile, kLdAcc) dQ, over S and dP
-  uint16_t* sp = reinterpret_cast<uint16_t*>(sdp + kTile * L::kLdS);  // (kTile, kLdP) P
-  uint16_t* sds = sp + kTile * L::kLdP;                               // (kTile, kLdP) dS
-  float* s_lse = reinterpret_cast<float*>(sds + kTile * L::kLdP);     // (kTile) lse of the tile's rows, base 2
-  float* s_d = s_lse + kTile;                                         // (kTile) D of the tile's rows
+  uint16_t* sk = reinterpret_cast<uint16_t*>(smem);             // (kTile, kLd) keys of this block
+  uint16_t* sv = sk + kTile * kLd;                              // (kTile, kLd) values of this block
+  uint16_t* sqg = sv + kTile * kLd;                             // queries and dO of a tile, twice: q0, dO0, q1, dO1
+  uint16_t* sds = sqg + 4 * kTile * kLd;                        // (kTile, kLdP) dS^T: keys by queries
+  float* s_row = reinterpret_cast<float*>(sds + kTile * kLdP);  // lse (base 2) and D of a tile's rows, twice
 
   const int64_t bh = blockIdx.x;
   const int64_t k0 = int64_t(blockIdx.y) * kTile;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = 16 * warp + lane / 2, half = lane % 2;  // the query row this lane pair works on
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
   const int64_t offset = g.tk - g.tq, first_key = g.first_key(bh);
+  const int64_t key0 = k0 + 16 * warp + gid;  // this lane's keys: key0 and key0 + 8
   const uint16_t* qp = q.head<uint16_t>(bh, g.heads);
   const uint16_t* gp = grad.head<uint16_t>(bh, g.heads);
-  load_tile16<HS>(sk, L::kLd16, k.head<uint16_t>(bh, g.heads), k.stride_t, k0, g.tk, g.hs, whole & 2u);
-  load_tile16<HS>(sv, L::kLd16, v.head<uint16_t>(bh, g.heads), v.stride_t, k0, g.tk, g.hs, whole & 4u);
-  for (int e = threadIdx.x; e < kTile * L::kLdAcc; e += blockDim.x) sdk[e] = sdv[e] = 0.0f;
-
-  // The first query tile with a row that sees key k0: rows i >= k0 - offset.
-  const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
-  for (int64_t q0 = first; q0 < g.tq; q0 += kTile) {
-    __syncthreads();  // the previous tile's readers of sq, sg, sdq, s_lse, s_d are done
-    load_tile16<HS>(sq, L::kLd16, qp, q.stride_t, q0, g.tq, g.hs, whole & 1u);
-    load_tile16<HS>(sg, L::kLd16, gp, grad.stride_t, q0, g.tq, g.hs, whole & 8u);
+  auto load_queries = [&](int64_t q0, int buf) {
+    load_tile<HS>(sqg + 2 * buf * kTile * kLd, qp, q.stride_t, q0, g.tq, g.hs, whole & 1u);
+    load_tile<HS>(sqg + (2 * buf + 1) * kTile * kLd, gp, grad.stride_t, q0, g.tq, g.hs, whole & 8u);
+    float* rows = s_row + 2 * buf * kTile;
     for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
       const bool real = q0 + i < g.tq;
-      s_lse[i] = real ? lse[bh * g.tq + q0 + i] * kLog2e : 0.0f;
-      s_d[i] = real ? dsum[bh * g.tq + q0 + i] : 0.0f;
+      rows[i] = real ? lse[bh * g.tq + q0 + i] * kLog2e : 0.0f;
+      rows[kTile + i] = real ? dsum[bh * g.tq + q0 + i] : 0.0f;
     }
-    __syncthreads();
+  };
+  load_tile<HS>(sk, k.head<uint16_t>(bh, g.heads), k.stride_t, k0, g.tk, g.hs, whole & 2u);
+  load_tile<HS>(sv, v.head<uint16_t>(bh, g.heads), v.stride_t, k0, g.tk, g.hs, whole & 4u);
+  // The first query tile with a row that sees key k0: rows i >= k0 - offset.
+  const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
+  if (first < g.tq) load_queries(first, 0);
+  cp_async_commit();
 
-    // S = Q K^T and dP = dO V^T for the warp's 16 query rows.
-    scores<W, HS>(ss + 16 * warp * L::kLdS, L::kLdS, sq + 16 * warp * L::kLd16, L::kLd16, sk, L::kLd16);
-    scores<W, HS>(sdp + 16 * warp * L::kLdS, L::kLdS, sg + 16 * warp * L::kLd16, L::kLd16, sv, L::kLd16);
-    __syncwarp();
+  float dk_acc[HS / 8][4] = {}, dv_acc[HS / 8][4] = {};  // the warp's 16 keys' dK / scale and dV
+  int buf = 0;
+  for (int64_t q0 = first; q0 < g.tq; q0 += kTile, buf ^= 1) {
+    cp_async_wait_all();
+    __syncthreads();  // tile q0 is in; every warp is done with the last tile's buffers and dS^T
+    if (q0 + kTile < g.tq) load_queries(q0 + kTile, buf ^ 1);
+    cp_async_commit();
+    const uint16_t* sq = sqg + 2 * buf * kTile * kLd;
+    const uint16_t* sg = sq + kTile * kLd;
+    const float* s_lse = s_row + 2 * buf * kTile;
+    const float* s_d = s_lse + kTile;
 
-    // P = exp(S - lse) and dS = P o (dP - D) for the lane pair's row.
+    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys against the tile's 64 queries.
+    float st[8][4] = {}, dpt[8][4] = {};
     {
-      const int64_t row = q0 + r;
-      const float lse2 = s_lse[r], d = s_d[r];
-      for (int i = 0; i < 32; ++i) {
-        const int c = staggered(half, i, lane);
-        const int64_t key = k0 + c;
-        const bool seen = row < g.tq && key < g.tk && key <= row + offset && key >= first_key;
-        const float p = seen ? exp2f(ss[r * L::kLdS + c] * g.scale_log2 - lse2) : 0.0f;
-        E::store(sp + r * L::kLdP, c, p);
-        E::store(sds + r * L::kLdP, c, p * (sdp[r * L::kLdS + c] - d));
+      uint32_t ka[HS / 16][4], va[HS / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        ldmatrix_x4(ka[kk], a_rows(sk, kLd, 16 * warp, 16 * kk, lane));
+        ldmatrix_x4(va[kk], a_rows(sv, kLd, 16 * warp, 16 * kk, lane));
+      }
+      scores<W, HS>(st, ka, sq, kLd, lane);
+      scores<W, HS>(dpt, va, sg, kLd, lane);
+    }
+
+    // P^T = 2^(S^T scale log2 e - lse) and dS^T = P^T o (dP^T - D), zero where the query
+    // does not see the key.
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = 8 * j + 2 * tig + i % 2;
+        const int64_t key = key0 + 8 * (i / 2), query = q0 + c;
+        const bool seen = query < g.tq && key < g.tk && key <= query + offset && key >= first_key;
+        const float p = seen ? exp2f(st[j][i] * g.scale_log2 - s_lse[c]) : 0.0f;
+        st[j][i] = p;
+        dpt[j][i] = p * (dpt[j][i] - s_d[c]);
+      }
+
+    // dV += P^T dO and dK += dS^T Q; dS^T (rounded to E) into shared memory for dQ.
+    accumulate<E, W, HS>(dv_acc, st, sg, kLd, lane);
+    accumulate<E, W, HS>(dk_acc, dpt, sq, kLd, lane);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<uint32_t*>(sds + (16 * warp + gid + 8 * h) * kLdP + 8 * j + 2 * tig) =
+            pack2<E>(dpt[j][2 * h], dpt[j][2 * h + 1]);
+    __syncthreads();  // dS^T complete
+
+    // dQ = dS K for the tile's queries 16 warp .. 16 warp + 15, summed into dq.
+    float dq_acc[HS / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4_trans(a, at_rows(sds, kLdP, 16 * kk, 16 * warp, lane));
+#pragma unroll
+      for (int dd = 0; dd < HS / 16; ++dd) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, b_rows(sk, kLd, 16 * kk, 16 * dd, lane));
+        mma_16816<W>(dq_acc[2 * dd], a, b[0], b[1]);
+        mma_16816<W>(dq_acc[2 * dd + 1], a, b[2], b[3]);
       }
     }
-    __syncthreads();  // P and dS complete; S and dP read for the last time
-
-    // dV += P^T dO and dK += dS^T Q for the warp's 16 keys: P^T and dS^T are P and dS
-    // read column-major.
 #pragma unroll
-    for (int n = 0; n < HS / 16; ++n) {
-      Acc av, ak;
-      float* tv = sdv + 16 * warp * L::kLdAcc + 16 * n;
-      float* tk = sdk + 16 * warp * L::kLdAcc + 16 * n;
-      wmma::load_matrix_sync(av, tv, L::kLdAcc, wmma::mem_row_major);
-      wmma::load_matrix_sync(ak, tk, L::kLdAcc, wmma::mem_row_major);
-      accumulate<W, wmma::col_major>(av, sp + 16 * warp, L::kLdP, 16 * L::kLdP, sg + 16 * n, L::kLd16, 16 * L::kLd16);
-      accumulate<W, wmma::col_major>(ak, sds + 16 * warp, L::kLdP, 16 * L::kLdP, sq + 16 * n, L::kLd16, 16 * L::kLd16);
-      wmma::store_matrix_sync(tv, av, L::kLdAcc, wmma::mem_row_major);
-      wmma::store_matrix_sync(tk, ak, L::kLdAcc, wmma::mem_row_major);
-    }
-
-    // dQ = dS K for the warp's 16 query rows, through the shared tile into dq.
+    for (int h = 0; h < 2; ++h) {
+      const int64_t query = q0 + 16 * warp + gid + 8 * h;
+      if (query >= g.tq) continue;
+      float* row = dq + (bh * g.tq + query) * g.hs;
 #pragma unroll
-    for (int n = 0; n < HS / 16; ++n) {
-      Acc aq;
-      wmma::fill_fragment(aq, 0.0f);
-      accumulate<W, wmma::row_major>(aq, sds + 16 * warp * L::kLdP, L::kLdP, 16, sk + 16 * n, L::kLd16, 16 * L::kLd16);
-      wmma::store_matrix_sync(sdq + 16 * warp * L::kLdAcc + 16 * n, aq, L::kLdAcc, wmma::mem_row_major);
-    }
-    __syncwarp();
-    for (int e = lane; e < 16 * g.hs; e += 32) {
-      const int rr = 16 * warp + e / g.hs, c = e % g.hs;
-      const int64_t row = q0 + rr;
-      if (row < g.tq) atomicAdd(dq + (bh * g.tq + row) * g.hs + c, sdq[rr * L::kLdAcc + c] * scale);
+      for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int c = 8 * n + 2 * tig + i;
+          if (c < g.hs) atomicAdd(row + c, dq_acc[n][2 * h + i] * scale);
+        }
     }
   }
-  __syncthreads();  // every warp's dK and dV are stored
+  cp_async_wait_all();
 
-  for (int e = threadIdx.x; e < kTile * g.hs; e += blockDim.x) {
-    const int rr = e / g.hs, c = e % g.hs;
-    const int64_t key = k0 + rr;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t key = key0 + 8 * h;
     if (key >= g.tk) continue;
-    const int64_t at = (bh * g.tk + key) * g.hs + c;
-    E::store(dk, at, sdk[rr * L::kLdAcc + c] * scale);
-    E::store(dv, at, sdv[rr * L::kLdAcc + c]);
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c = 8 * n + 2 * tig + i;
+        if (c >= g.hs) continue;
+        const int64_t at = (bh * g.tk + key) * g.hs + c;
+        E::store(dk, at, dk_acc[n][2 * h + i] * scale);
+        E::store(dv, at, dv_acc[n][2 * h + i]);
+      }
   }
 }
 
 // ---- launching (host) ----
 
-// Bit i set where operand i (q, k, v, dO) can be loaded 8 elements at a time: head size
-// HS, and every head and row starting on 16 bytes.
+// Bit i set where operand i (q, k, v, dO) can be loaded 16 bytes at a time: head size HS,
+// and every head and row starting on 16 bytes.
 template <int HS>
 unsigned whole_rows(std::initializer_list<const Tensor*> operands) {
   unsigned bits = 0, bit = 1;

@@ -1,0 +1,67 @@
+// The warp-level tensor-core instructions of the attention kernels, as inline PTX (compute
+// capability 8.0 and up): mma.sync m16n8k16 with f32 accumulators, ldmatrix and cp.async.
+// Included by attention_mma.cu before attention_mma_kernels.cuh; a CPU test includes an
+// emulation of the same functions instead (tests/cuda/cuda_emulation.h).
+//
+// Fragments (the PTX ISA's layouts; lane = 4 g + t, g = lane / 4, t = lane % 4): an A
+// fragment (16 x 16, row-major) is 4 registers of two 16-bit elements, the lower-indexed
+// in the low half: rows g, g + 8, g, g + 8 and columns 2t, 2t + 1 (+ 8 in the last two);
+// a B fragment (16 x 8) is 2 registers: rows 2t, 2t + 1 (+ 8 in the second), column g; a
+// C fragment (16 x 8, f32) is 4 floats: row g, columns 2t, 2t + 1, then row g + 8.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace triad::cuda {
+
+// d += a b for 16-bit inputs of type W (__nv_bfloat16 or __half).
+template <class W>
+__device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<W, __nv_bfloat16>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8i .. 8i + 7 give the
+// addresses of matrix i's rows (16-byte aligned); register i of lane 4 g + t receives
+// matrix i's row g, columns 2t and 2t + 1.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned at = unsigned(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
+// The same, each matrix transposed: register i of lane 4 g + t receives matrix i's rows 2t
+// and 2t + 1 of column g.
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const unsigned at = unsigned(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
+// 16 bytes from global to shared memory without passing through registers; visible after
+// cp_async_commit and cp_async_wait_all (and a barrier, for the other threads).
+__device__ inline void cp_async_16(void* shared, const void* global) {
+  const unsigned at = unsigned(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(at), "l"(global));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+}  // namespace triad::cuda
