@@ -201,6 +201,33 @@ BOOST_AUTO_TEST_CASE(cross_entropy_matches_the_cpu) {
   }
 }
 
+// A row's log-sum-exp is taken in one read (a running max per thread): logits of -inf (a
+// masked vocabulary's) add nothing, also where they come before any finite one of the
+// thread's; a row of -inf alone has lse -inf.
+BOOST_AUTO_TEST_CASE(lse_skips_minus_infinity_logits) {
+  Backend& cpu = backend_for(Device::cpu());
+  const int64_t rows = 3, v = 300;
+  std::vector<float> x = uniform({rows, v}, 8, -6, 6).to_vector<float>();
+  for (int64_t j = 0; j < v; ++j) {
+    if (j % 3 == 0 || j < 70) x[j] = -INFINITY;  // row 0: the first element of every thread, and more
+    x[2 * v + j] = -INFINITY;                    // row 2: all
+  }
+  const Tensor logits = Tensor::from_vector(x, {rows, v});
+  const Tensor targets = Tensor::from_vector(std::vector<int64_t>{-100, 5, -100}, {rows});
+  Sink s;
+  Tensor lse = Tensor::empty({rows}), row_loss = Tensor::empty({rows}, DType::f64);
+  emulation::launch(unsigned(rows), 1, unsigned(cuda::row_threads(v)), [&] {
+    cuda::cross_entropy_kernel(floats(logits), targets.data<int64_t>(), lse.data<float>(), row_loss.data<double>(),
+                               rows, v, v, -100, s.sink());
+  });
+  Tensor want_lse = Tensor::empty({rows}), mean = Tensor::empty({}), count = Tensor::empty({}, DType::i64);
+  cpu.cross_entropy(ops::narrow(logits, 0, 0, 2), ops::narrow(targets, 0, 0, 2), ops::narrow(want_lse, 0, 0, 2), mean,
+                    count, -100, v);
+  const std::vector<float> got = lse.to_vector<float>(), want = want_lse.to_vector<float>();
+  for (int64_t r = 0; r < 2; ++r) BOOST_TEST(std::fabs(got[r] - want[r]) < 1e-5, "row " << r << ": " << got[r]);
+  BOOST_TEST((std::isinf(got[2]) && got[2] < 0), "row of -inf: lse " << got[2]);
+}
+
 // The fused classifier's kernels (its rows' lse and target logit, their mean, the gradient
 // in place) against the CPU backend, on parts of a vocabulary: the classes [first, first +
 // v) of `vocab` in the first v of w columns, none on the last part. Targets on and off the

@@ -61,19 +61,32 @@ __device__ inline bool target_counts(int64_t t, int64_t r, int64_t rows, int64_t
   return ok;
 }
 
+// The log-sum-exp of the v logits from `row` on (-inf when v is 0), from one read of them:
+// each thread keeps a running max and its sum of exponentials scaled to it, and the block
+// combines them. Every thread of the block returns it.
+__device__ inline float row_lse(Floats logits, int64_t row, int64_t v) {
+  float m = -kInf, s = 0.0f;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+    const float x = logits.load(row + j);
+    if (x > m) {
+      s = s * expf(m - x) + 1.0f;
+      m = x;
+    } else if (m != -kInf) {  // (a -inf logit before any finite one adds nothing)
+      s += expf(x - m);
+    }
+  }
+  const float mx = block_reduce(m, MaxFloat{}, -kInf);
+  s = block_reduce(s > 0.0f ? s * expf(m - mx) : s, SumOp{}, 0.0f);
+  return mx + logf(s);
+}
+
 // lse[r] and the row's loss (lse - logit of the target; 0 for a row that does not count)
 // in double, over the first v of each row's w logits (the rest: padding).
 __global__ void cross_entropy_kernel(Floats logits, const int64_t* targets, float* lse, double* loss, int64_t rows,
                                      int64_t v, int64_t w, int64_t ignore_index, BadIndexSink sink) {
   const int64_t r = blockIdx.x, row = r * w;
-  float mx = -kInf;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, logits.load(row + j));
-  mx = block_reduce(mx, MaxFloat{}, -kInf);
-  float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(logits.load(row + j) - mx);
-  s = block_reduce(s, SumOp{}, 0.0f);
+  const float l = row_lse(logits, row, v);
   if (threadIdx.x == 0) {
-    const float l = mx + logf(s);
     lse[r] = l;
     const int64_t t = targets[r];
     const bool counts = target_counts(t, r, rows, v, ignore_index, IndexOp::cross_entropy, sink);
@@ -110,14 +123,9 @@ __global__ void classifier_rows_kernel(Floats logits, const int64_t* targets, in
                                        int64_t vocab, int64_t ignore_index, float* lse, float* target_logit,
                                        int64_t rows, BadIndexSink sink) {
   const int64_t r = blockIdx.x, row = r * w;
-  float mx = -kInf;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, logits.load(row + j));
-  mx = block_reduce(mx, MaxFloat{}, -kInf);
-  float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(logits.load(row + j) - mx);
-  s = block_reduce(s, SumOp{}, 0.0f);
+  const float l = row_lse(logits, row, v);
   if (threadIdx.x == 0) {
-    lse[r] = v > 0 ? mx + logf(s) : -kInf;
+    lse[r] = l;
     const int64_t t = targets[r];
     const bool counts = target_counts(t, r, rows, vocab, ignore_index, IndexOp::cross_entropy, sink);
     target_logit[r] = counts && t >= first && t < first + v ? logits.load(row + t - first) : 0.0f;
