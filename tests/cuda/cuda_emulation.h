@@ -11,7 +11,8 @@
 // - `static __shared__` variables are static variables: one per program, as blocks run
 //   one at a time;
 // - atomicAdd on floats and atomicCAS are plain read-modify-writes (fibers switch only at
-//   barriers); __threadfence_system is nothing; __dp4a sums its four byte products;
+//   barriers), atomic_add_pair too; __threadfence_system is nothing; __dp4a sums its four
+//   byte products;
 // - mma.sync, ldmatrix and cp.async (cuda/backend/mma_sync.cuh) are warp-collective with
 //   the PTX ISA's fragment layouts; cp.async copies at once;
 // - dynamic shared memory is one buffer, filled with NaN bytes before every block, so a
@@ -195,6 +196,7 @@ inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void* row, bool trans) {
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl(r, row, false); }
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl(r, row, true); }
 
+inline void atomic_add_pair(float* p, float a, float b) { p[0] += a, p[1] += b; }
 inline void cp_async_16(void* shared, const void* global) { std::memcpy(shared, global, 16); }
 inline void cp_async_commit() {}
 inline void cp_async_wait_all() {}

@@ -371,12 +371,16 @@ __global__ void __launch_bounds__(kMmaThreads)
       if (query >= g.tq) continue;
       float* row = dq + (bh * g.tq + query) * g.hs;
 #pragma unroll
-      for (int n = 0; n < HS / 8; ++n)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int c = 8 * n + 2 * tig + i;
-          if (c < g.hs) atomicAdd(row + c, dq_acc[n][2 * h + i] * scale);
+      for (int n = 0; n < HS / 8; ++n) {
+        const int c = 8 * n + 2 * tig;
+        const float x = dq_acc[n][2 * h] * scale, y = dq_acc[n][2 * h + 1] * scale;
+        if (c + 1 < g.hs && g.hs % 2 == 0) {
+          atomic_add_pair(row + c, x, y);  // row + c is 8-byte aligned: hs and c are even
+        } else {
+          if (c < g.hs) atomicAdd(row + c, x);
+          if (c + 1 < g.hs) atomicAdd(row + c + 1, y);
         }
+      }
     }
   }
   cp_async_wait_all();
