@@ -94,7 +94,7 @@ void check(DType dt, const Geometry& s) {
 
   // Forward, against the CPU on the same (rounded) values in f32.
   Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty({s.b, s.nh, s.tq});
-  emulation::launch(bh, unsigned((s.tq + 63) / 64), 128, [&] {
+  emulation::launch(bh, cuda::tiles(s.tq, cuda::Layout<HS>::kQueryRows), 128, [&] {
     cuda::mma_attention_kernel<E, HS>(Operand(q), Operand(k), Operand(v), static_cast<uint16_t*>(out.raw_data()),
                                       static_cast<float*>(lse.raw_data()), g, whole & 7u);
   });
@@ -130,10 +130,12 @@ void check(DType dt, const Geometry& s) {
 
 // Smaller forms of test_backend_cuda's geometries (an emulated block costs a fraction of a
 // second): head sizes at and between the instantiations (32, 64, 128), one position, fewer
-// queries than keys, T not a multiple of the 64-row tile, and strided views of a fused qkv
-// projection, with the kernels' 16-byte loads (hs 64 and 128) and without.
-const Geometry kGeometries[] = {{1, 1, 100, 100, 64, false}, {1, 1, 1, 1, 32, false},  {1, 1, 130, 130, 128, false},
-                                {1, 1, 37, 160, 24, false},  {1, 2, 96, 96, 16, true}, {1, 2, 64, 64, 64, true}};
+// queries than keys, T not a multiple of the 64-row tile (nor of the forward's 128-query
+// block up to head size 64), and strided views of a fused qkv projection, with the
+// kernels' 16-byte loads (hs 64 and 128) and without.
+const Geometry kGeometries[] = {{1, 1, 100, 100, 64, false}, {1, 1, 1, 1, 32, false},    {1, 1, 130, 130, 128, false},
+                                {1, 1, 37, 160, 24, false},  {1, 2, 96, 96, 16, true},   {1, 2, 64, 64, 64, true},
+                                {1, 1, 300, 300, 64, true}};
 
 template <class E>
 void check_geometry(DType dt, const Geometry& s) {

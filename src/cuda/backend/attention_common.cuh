@@ -111,10 +111,10 @@ inline Geometry geometry(const Tensor& q, const Tensor& k, double scale, const T
                   cached.defined() ? static_cast<const int64_t*>(cached.raw_data()) : nullptr};
 }
 
-// Grid dimension y counts tiles of one head.
-inline unsigned tiles(int64_t rows) {
-  const int64_t n = (rows + kTile - 1) / kTile;
-  TRIAD_CHECK(n <= 65535, "cuda backend: attention over " << rows << " positions exceeds " << 65535 * kTile);
+// Grid dimension y counts tiles of one head (of `tile` rows).
+inline unsigned tiles(int64_t rows, int tile = kTile) {
+  const int64_t n = (rows + tile - 1) / tile;
+  TRIAD_CHECK(n <= 65535, "cuda backend: attention over " << rows << " positions exceeds " << 65535 * tile);
   return unsigned(n);
 }
 

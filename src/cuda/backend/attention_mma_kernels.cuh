@@ -39,22 +39,26 @@ template <int HS>
 struct Layout {
   static constexpr int kLd = HS + 8;
   static constexpr size_t kTileBytes = size_t(kTile) * kLd * 2;
-  // q, then k and v twice (the next key tile loads while this one is used).
-  static constexpr size_t forward = 5 * kTileBytes;
+  // The forward's 16-row blocks of queries per warp: two up to head size 64 (each key and
+  // value fragment read from shared memory serves both), one above (registers).
+  static constexpr int kM = HS <= 64 ? 2 : 1;
+  static constexpr int kQueryRows = 16 * kWarps * kM;  // a forward block's queries
+  // kM query tiles, then k and v twice (the next key tile loads while this one is used).
+  static constexpr size_t forward = (kM + 4) * kTileBytes;
   // k, v, then q and dO twice; dS^T; lse and D of two query tiles.
   static constexpr size_t backward = 6 * kTileBytes + size_t(kTile) * kLdP * 2 + 4 * kTile * 4;
 };
 
-// Rows first .. first + kTile - 1 of a head, as stored, into a shared tile; zeros past
+// Rows first .. first + kRows - 1 of a head, as stored, into a shared tile; zeros past
 // `rows` and past hs. `whole`: hs == HS and every row starts on 16 bytes, so rows move 16
 // bytes at a time by cp.async, complete after cp_async_wait_all.
-template <int HS>
+template <int HS, int kRows = kTile>
 __device__ void load_tile(uint16_t* dst, const uint16_t* src, int64_t stride_t, int64_t first, int64_t rows, int hs,
                           bool whole) {
   constexpr int kLd = Layout<HS>::kLd;
   if (whole) {
     constexpr int kPerRow = HS / 8;
-    for (int e = threadIdx.x; e < kTile * kPerRow; e += blockDim.x) {
+    for (int e = threadIdx.x; e < kRows * kPerRow; e += blockDim.x) {
       const int r = e / kPerRow, d = (e % kPerRow) * 8;
       const int64_t row = first + r;
       uint16_t* to = dst + r * kLd + d;
@@ -65,7 +69,7 @@ __device__ void load_tile(uint16_t* dst, const uint16_t* src, int64_t stride_t, 
     }
     return;
   }
-  for (int e = threadIdx.x; e < kTile * HS; e += blockDim.x) {
+  for (int e = threadIdx.x; e < kRows * HS; e += blockDim.x) {
     const int r = e / HS, d = e % HS;
     const int64_t row = first + r;
     dst[r * kLd + d] = row < rows && d < hs ? src[row * stride_t + d] : uint16_t(0);
@@ -112,36 +116,45 @@ __device__ inline const uint16_t* at_rows(const uint16_t* t, int ld, int row, in
   return t + (row + lane % 8 + 8 * (lane / 16)) * ld + col + 8 * (lane / 8 % 2);
 }
 
-// c[8] += A B^T over HS: A as the fragments a[HS / 16] (16 rows), B the 64 rows of the
-// shared tile t (rows of ld elements): 16 rows of scores against 64.
-template <class W, int HS>
-__device__ inline void scores(float (&c)[8][4], const uint32_t (&a)[HS / 16][4], const uint16_t* t, int ld, int lane) {
+// c[M][8] += A B^T over HS: A as the fragments a[M][HS / 16] (M blocks of 16 rows), B the
+// 64 rows of the shared tile t (rows of ld elements): scores of 16 M rows against 64. Each
+// B fragment is read once for the M blocks.
+template <class W, int HS, int M>
+__device__ inline void scores(float (&c)[M][8][4], const uint32_t (&a)[M][HS / 16][4], const uint16_t* t, int ld,
+                              int lane) {
 #pragma unroll
   for (int kk = 0; kk < HS / 16; ++kk)
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       uint32_t b[4];
       ldmatrix_x4(b, bt_rows(t, ld, 16 * jj, 16 * kk, lane));
-      mma_16816<W>(c[2 * jj], a[kk], b[0], b[1]);
-      mma_16816<W>(c[2 * jj + 1], a[kk], b[2], b[3]);
+#pragma unroll
+      for (int mi = 0; mi < M; ++mi) {
+        mma_16816<W>(c[mi][2 * jj], a[mi][kk], b[0], b[1]);
+        mma_16816<W>(c[mi][2 * jj + 1], a[mi][kk], b[2], b[3]);
+      }
     }
 }
 
-// acc[HS / 8] += A B: A the 16 x 64 tile held as C fragments c[8] (rounded to E), B the
-// 64 x HS shared tile t (rows of ld elements).
-template <class E, class W, int HS>
-__device__ inline void accumulate(float (&acc)[HS / 8][4], const float (&c)[8][4], const uint16_t* t, int ld,
+// acc[M][HS / 8] += A B: A the M 16 x 64 tiles held as C fragments c[M][8] (rounded to E),
+// B the 64 x HS shared tile t (rows of ld elements), each of its fragments read once.
+template <class E, class W, int HS, int M>
+__device__ inline void accumulate(float (&acc)[M][HS / 8][4], const float (&c)[M][8][4], const uint16_t* t, int ld,
                                   int lane) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    uint32_t a[4];
-    to_a_fragment<E>(a, c, kk);
+    uint32_t a[M][4];
+#pragma unroll
+    for (int mi = 0; mi < M; ++mi) to_a_fragment<E>(a[mi], c[mi], kk);
 #pragma unroll
     for (int dd = 0; dd < HS / 16; ++dd) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, b_rows(t, ld, 16 * kk, 16 * dd, lane));
-      mma_16816<W>(acc[2 * dd], a, b[0], b[1]);
-      mma_16816<W>(acc[2 * dd + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int mi = 0; mi < M; ++mi) {
+        mma_16816<W>(acc[mi][2 * dd], a[mi], b[0], b[1]);
+        mma_16816<W>(acc[mi][2 * dd + 1], a[mi], b[2], b[3]);
+      }
     }
   }
 }
@@ -153,112 +166,122 @@ __global__ void __launch_bounds__(kMmaThreads)
     mma_attention_kernel(Operand q, Operand k, Operand v, uint16_t* out, float* lse, Geometry g, unsigned whole) {
   using L = Layout<HS>;
   using W = typename Mma<E>::type;
-  constexpr int kLd = L::kLd;
+  constexpr int kLd = L::kLd, M = L::kM;
   extern __shared__ __align__(128) unsigned char smem[];
-  uint16_t* sq = reinterpret_cast<uint16_t*>(smem);  // (kTile, kLd) queries
-  uint16_t* skv = sq + kTile * kLd;                  // keys and values, twice: k0, v0, k1, v1
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem);  // (kQueryRows, kLd) queries
+  uint16_t* skv = sq + L::kQueryRows * kLd;          // keys and values, twice: k0, v0, k1, v1
 
   const int64_t bh = blockIdx.x;
-  const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * kTile;  // heaviest tiles first
+  const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * L::kQueryRows;  // heaviest tiles first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
   const int64_t tk = g.keys(), offset = tk - g.tq, first_key = g.first_key(bh);
-  const int64_t row0 = q0 + 16 * warp + gid;  // this lane's rows: row0 and row0 + 8
+  const int64_t warp_row = q0 + 16 * M * warp;  // the warp's first query; this lane's rows:
+  // warp_row + 16 mi + gid and that + 8, for mi < M
   const uint16_t* kp = k.head<uint16_t>(bh, g.heads);
   const uint16_t* vp = v.head<uint16_t>(bh, g.heads);
-  const int64_t k_end = (q0 + kTile < g.tq ? q0 + kTile : g.tq) + offset;  // keys the last row sees
+  const int64_t q_end = q0 + L::kQueryRows < g.tq ? q0 + L::kQueryRows : g.tq;
+  const int64_t k_end = q_end + offset;  // keys the last row sees
   const int64_t k_begin = (first_key < k_end ? first_key : k_end) / kTile * kTile;
   auto load_keys = [&](int64_t k0, int buf) {
     load_tile<HS>(skv + 2 * buf * kTile * kLd, kp, k.stride_t, k0, tk, g.hs, whole & 2u);
     load_tile<HS>(skv + (2 * buf + 1) * kTile * kLd, vp, v.stride_t, k0, tk, g.hs, whole & 4u);
   };
-  load_tile<HS>(sq, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs, whole & 1u);
+  load_tile<HS, L::kQueryRows>(sq, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs, whole & 1u);
   if (k_begin < k_end) load_keys(k_begin, 0);
   cp_async_commit();
 
-  uint32_t qa[HS / 16][4];                                   // the warp's 16 queries as A fragments
-  float o[HS / 8][4] = {};                                   // O, unnormalized
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max (base 2), this lane's part of the sum
+  uint32_t qa[M][HS / 16][4];  // the warp's queries as A fragments
+  float o[M][HS / 8][4] = {};  // O, unnormalized
+  float m[M][2], l[M][2];      // running max (base 2), this lane's part of the sum
+#pragma unroll
+  for (int mi = 0; mi < M; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.0f;
   int buf = 0;
   for (int64_t k0 = k_begin; k0 < k_end; k0 += kTile, buf ^= 1) {
     cp_async_wait_all();
     __syncthreads();  // tile k0 is in; every warp is done with the buffer the next tile goes to
     if (k0 == k_begin)
 #pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk) ldmatrix_x4(qa[kk], a_rows(sq, kLd, 16 * warp, 16 * kk, lane));
+      for (int mi = 0; mi < M; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; ++kk)
+          ldmatrix_x4(qa[mi][kk], a_rows(sq, kLd, 16 * (M * warp + mi), 16 * kk, lane));
     if (k0 + kTile < k_end) load_keys(k0 + kTile, buf ^ 1);
     cp_async_commit();
     const uint16_t* sk = skv + 2 * buf * kTile * kLd;
     const uint16_t* sv = sk + kTile * kLd;
 
-    float s[8][4] = {};
-    scores<W, HS>(s, qa, sk, kLd, lane);
+    float s[M][8][4] = {};
+    scores<W, HS, M>(s, qa, sk, kLd, lane);
 
     // Scores in base 2; keys a row does not see at -inf (only on tiles that hold some).
-    const bool edge = k0 < first_key || k0 + kTile > tk || k0 + kTile - 1 > q0 + 16 * warp + offset;
-    float mx[2] = {m[0], m[1]};
+    const bool edge = k0 < first_key || k0 + kTile > tk || k0 + kTile - 1 > warp_row + offset;
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int mi = 0; mi < M; ++mi) {
+      float mx[2] = {m[mi][0], m[mi][1]};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float x = s[j][i] * g.scale_log2;
-        if (edge) {
-          const int64_t key = k0 + 8 * j + 2 * tig + i % 2, row = row0 + 8 * (i / 2);
-          if (key < first_key || key > row + offset || key >= tk) x = -INFINITY;
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float x = s[mi][j][i] * g.scale_log2;
+          if (edge) {
+            const int64_t key = k0 + 8 * j + 2 * tig + i % 2, row = warp_row + 16 * mi + gid + 8 * (i / 2);
+            if (key < first_key || key > row + offset || key >= tk) x = -INFINITY;
+          }
+          s[mi][j][i] = x;
+          mx[i / 2] = fmaxf(mx[i / 2], x);
         }
-        s[j][i] = x;
-        mx[i / 2] = fmaxf(mx[i / 2], x);
-      }
-    // Online softmax: a row's max over the quad that holds it, then P = 2^(s - max). A row
-    // that has seen no key yet keeps max -inf, and its terms are 0.
-    float base[2], alpha[2];
+      // Online softmax: a row's max over the quad that holds it, then P = 2^(s - max). A
+      // row that has seen no key yet keeps max -inf, and its terms are 0.
+      float base[2], alpha[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];
-      alpha[h] = exp2f(m[h] - base[h]);  // 0 on the row's first keys
-      m[h] = mx[h];
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];
+        alpha[h] = exp2f(m[mi][h] - base[h]);  // 0 on the row's first keys
+        m[mi][h] = mx[h];
+      }
+      float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float p = exp2f(s[mi][j][i] - base[i / 2]);
+          s[mi][j][i] = p;
+          sum[i / 2] += p;
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[mi][h] = l[mi][h] * alpha[h] + sum[h];
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[mi][n][i] *= alpha[i / 2];
     }
-    float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float p = exp2f(s[j][i] - base[i / 2]);
-        s[j][i] = p;
-        sum[i / 2] += p;
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[n][i] *= alpha[i / 2];
 
-    accumulate<E, W, HS>(o, s, sv, kLd, lane);  // O += P V
+    accumulate<E, W, HS, M>(o, s, sv, kLd, lane);  // O += P V
   }
   cp_async_wait_all();
 
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
+  for (int mi = 0; mi < M; ++mi)
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = row0 + 8 * h;
-    if (row >= g.tq) continue;
-    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;  // 0: a query before its row's first key
-    uint16_t* dst = out + (bh * g.tq + row) * g.hs;
+    for (int h = 0; h < 2; ++h) {
+      float sum = l[mi][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int64_t row = warp_row + 16 * mi + gid + 8 * h;
+      if (row >= g.tq) continue;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // 0: a query before its row's first key
+      uint16_t* dst = out + (bh * g.tq + row) * g.hs;
 #pragma unroll
-    for (int n = 0; n < HS / 8; ++n)
+      for (int n = 0; n < HS / 8; ++n)
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int c = 8 * n + 2 * tig + i;
-        if (c < g.hs) E::store(dst, c, o[n][2 * h + i] * inv);
-      }
-    if (tig == 0) lse[bh * g.tq + row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
-  }
+        for (int i = 0; i < 2; ++i) {
+          const int c = 8 * n + 2 * tig + i;
+          if (c < g.hs) E::store(dst, c, o[mi][n][2 * h + i] * inv);
+        }
+      if (tig == 0) lse[bh * g.tq + row] = sum > 0.0f ? (m[mi][h] + log2f(sum)) * kLn2 : INFINITY;
+    }
 }
 
 // ---- backward ----
@@ -301,7 +324,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   if (first < g.tq) load_queries(first, 0);
   cp_async_commit();
 
-  float dk_acc[HS / 8][4] = {}, dv_acc[HS / 8][4] = {};  // the warp's 16 keys' dK / scale and dV
+  float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};  // the warp's 16 keys' dK / scale and dV
   int buf = 0;
   for (int64_t q0 = first; q0 < g.tq; q0 += kTile, buf ^= 1) {
     cp_async_wait_all();
@@ -314,16 +337,16 @@ __global__ void __launch_bounds__(kMmaThreads)
     const float* s_d = s_lse + kTile;
 
     // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys against the tile's 64 queries.
-    float st[8][4] = {}, dpt[8][4] = {};
+    float st[1][8][4] = {}, dpt[1][8][4] = {};
     {
-      uint32_t ka[HS / 16][4], va[HS / 16][4];
+      uint32_t ka[1][HS / 16][4], va[1][HS / 16][4];
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk) {
-        ldmatrix_x4(ka[kk], a_rows(sk, kLd, 16 * warp, 16 * kk, lane));
-        ldmatrix_x4(va[kk], a_rows(sv, kLd, 16 * warp, 16 * kk, lane));
+        ldmatrix_x4(ka[0][kk], a_rows(sk, kLd, 16 * warp, 16 * kk, lane));
+        ldmatrix_x4(va[0][kk], a_rows(sv, kLd, 16 * warp, 16 * kk, lane));
       }
-      scores<W, HS>(st, ka, sq, kLd, lane);
-      scores<W, HS>(dpt, va, sg, kLd, lane);
+      scores<W, HS, 1>(st, ka, sq, kLd, lane);
+      scores<W, HS, 1>(dpt, va, sg, kLd, lane);
     }
 
     // P^T = 2^(S^T scale log2 e - lse) and dS^T = P^T o (dP^T - D), zero where the query
@@ -335,20 +358,20 @@ __global__ void __launch_bounds__(kMmaThreads)
         const int c = 8 * j + 2 * tig + i % 2;
         const int64_t key = key0 + 8 * (i / 2), query = q0 + c;
         const bool seen = query < g.tq && key < g.tk && key <= query + offset && key >= first_key;
-        const float p = seen ? exp2f(st[j][i] * g.scale_log2 - s_lse[c]) : 0.0f;
-        st[j][i] = p;
-        dpt[j][i] = p * (dpt[j][i] - s_d[c]);
+        const float p = seen ? exp2f(st[0][j][i] * g.scale_log2 - s_lse[c]) : 0.0f;
+        st[0][j][i] = p;
+        dpt[0][j][i] = p * (dpt[0][j][i] - s_d[c]);
       }
 
     // dV += P^T dO and dK += dS^T Q; dS^T (rounded to E) into shared memory for dQ.
-    accumulate<E, W, HS>(dv_acc, st, sg, kLd, lane);
-    accumulate<E, W, HS>(dk_acc, dpt, sq, kLd, lane);
+    accumulate<E, W, HS, 1>(dv_acc, st, sg, kLd, lane);
+    accumulate<E, W, HS, 1>(dk_acc, dpt, sq, kLd, lane);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<uint32_t*>(sds + (16 * warp + gid + 8 * h) * kLdP + 8 * j + 2 * tig) =
-            pack2<E>(dpt[j][2 * h], dpt[j][2 * h + 1]);
+            pack2<E>(dpt[0][j][2 * h], dpt[0][j][2 * h + 1]);
     __syncthreads();  // dS^T complete
 
     // dQ = dS K for the tile's queries 16 warp .. 16 warp + 15, summed into dq.
@@ -396,8 +419,8 @@ __global__ void __launch_bounds__(kMmaThreads)
         const int c = 8 * n + 2 * tig + i;
         if (c >= g.hs) continue;
         const int64_t at = (bh * g.tk + key) * g.hs + c;
-        E::store(dk, at, dk_acc[n][2 * h + i] * scale);
-        E::store(dv, at, dv_acc[n][2 * h + i]);
+        E::store(dk, at, dk_acc[0][n][2 * h + i] * scale);
+        E::store(dv, at, dv_acc[0][n][2 * h + i]);
       }
   }
 }
