@@ -130,7 +130,7 @@ inline long long __double_as_longlong(double d) {
 }
 
 namespace triad::emulation {
-inline uint32_t fragment_slot[kMaxWarps][32][6];   // a lane's registers for mma_16816
+inline uint32_t fragment_slot[kMaxWarps][32][6];   // a lane's registers for an mma
 inline const void* address_slot[kMaxWarps][32];  // a lane's row address for ldmatrix
 inline float element(uint32_t pair, int i, bool bf16) {  // element i (0: low half) of a pair
   const uint16_t h = uint16_t(pair >> (16 * i));
@@ -173,6 +173,31 @@ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) 
     float s = d[i];
     for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
     d[i] = s;
+  }
+  __syncwarp();
+}
+
+inline void mma_s8_16816(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+  using namespace triad::emulation;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncwarp();
+  uint32_t* mine = fragment_slot[warp][lane];
+  mine[0] = a0, mine[1] = a1, mine[2] = b;
+  __syncwarp();
+  int A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    const uint32_t* r = fragment_slot[warp][l];
+    for (int i = 0; i < 4; ++i) {
+      A[g][4 * t + i] = int8_t(r[0] >> (8 * i));
+      A[g + 8][4 * t + i] = int8_t(r[1] >> (8 * i));
+      B[4 * t + i][g] = int8_t(r[2] >> (8 * i));
+    }
+  }
+  const int g = int(lane) / 4, t = int(lane) % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    for (int k = 0; k < 16; ++k) d[i] += A[row][k] * B[k][col];
   }
   __syncwarp();
 }

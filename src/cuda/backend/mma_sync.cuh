@@ -1,7 +1,8 @@
-// The warp-level tensor-core instructions of the attention kernels, as inline PTX (compute
-// capability 8.0 and up): mma.sync m16n8k16 with f32 accumulators, ldmatrix and cp.async.
-// Included by attention_mma.cu before attention_mma_kernels.cuh; a CPU test includes an
-// emulation of the same functions instead (tests/cuda/cuda_emulation.h).
+// The warp-level tensor-core instructions of the attention and quantized linear kernels, as
+// inline PTX (compute capability 8.0 and up): mma.sync m16n8k16 (16-bit inputs with f32
+// accumulators, 8-bit integers with int32 ones), ldmatrix and cp.async. Included by
+// attention_mma.cu and quantized_linear.cu before their kernels' headers; a CPU test
+// includes an emulation of the same functions instead (tests/cuda/cuda_emulation.h).
 //
 // Fragments (the PTX ISA's layouts; lane = 4 g + t, g = lane / 4, t = lane % 4): an A
 // fragment (16 x 16, row-major) is 4 registers of two 16-bit elements, the lower-indexed
@@ -34,6 +35,16 @@ __device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a b for 8-bit signed integers, exactly in int32: A (16 x 16) is 2 registers of 4
+// elements, rows g and g + 8, columns 4t .. 4t + 3 (the lowest in the low byte); B (16 x 8)
+// one register, rows 4t .. 4t + 3 of column g; d a C fragment of int32.
+__device__ inline void mma_s8_16816(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b));
 }
 
 // Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8i .. 8i + 7 give the

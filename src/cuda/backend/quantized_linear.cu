@@ -1,8 +1,11 @@
 // The quantized linear layers' GEMMs on the GPU (ops::quantized_linear): the integer GEMM
-// of 8-bit tokens (int8_linear_kernel: Note [Integer GEMM on the GPU]) and the widened f32
+// of 8-bit tokens (int8_linear_kernel: Note [Integer GEMM on the GPU]; on tensor cores,
+// int8_mma_linear_kernel: Note [Integer GEMM on tensor cores]) and the widened f32
 // GEMM of 16-bit ones, both reading ops::pack_weight's layout as it is; and the lookup of a
 // packed weight's rows (ops::packed_rows, a quantized token table's). The kernels are in
 // quantized_linear_kernels.cuh.
+#include "cuda/backend/mma_sync.cuh"
+// The instructions come first: the kernels' header takes them from there.
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
 #include "cuda/backend/quantized_linear_kernels.cuh"
@@ -30,6 +33,13 @@ void launch_int8(const QuantizedLinearArgs& p, bool four_bits, bool offsets, cud
     int8_linear_kernel<R, false, true><<<grid, kQlThreads, 0, stream>>>(p);
   else
     int8_linear_kernel<R, false, false><<<grid, kQlThreads, 0, stream>>>(p);
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+template <bool FourBits, bool Offsets>
+void launch_int8_mma(const QuantizedLinearArgs& p, cudaStream_t stream) {
+  const dim3 grid(unsigned((p.n + 31) / 32 * 32 / kQmCols), token_blocks(p.m, kQmTokens));
+  int8_mma_linear_kernel<FourBits, Offsets><<<grid, kQmThreads, 0, stream>>>(p);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -66,8 +76,19 @@ void CudaBackend::quantized_linear(const Tensor& a, const Tensor& a_scales, cons
   }
   p.a = ptr<const int8_t>(a);
   p.a_scales = ptr<const float>(a_scales);
-  // Tokens a block covers: as few as there are, up to 8 (the weight is read once per block).
-  if (p.m == 1)
+  // More than 8 tokens on tensor cores where groups are whole 16-input steps (64 tokens a
+  // block); else __dp4a with as few tokens a block as there are, up to 8 (the weight is read
+  // once per block).
+  if (p.m > 8 && ql_mma_fits(p.group)) {
+    if (four_bits && offsets)
+      launch_int8_mma<true, true>(p, on.stream());
+    else if (four_bits)
+      launch_int8_mma<true, false>(p, on.stream());
+    else if (offsets)
+      launch_int8_mma<false, true>(p, on.stream());
+    else
+      launch_int8_mma<false, false>(p, on.stream());
+  } else if (p.m == 1)
     launch_int8<1>(p, four_bits, offsets, on.stream());
   else if (p.m == 2)
     launch_int8<2>(p, four_bits, offsets, on.stream());

@@ -124,6 +124,77 @@ __global__ void __launch_bounds__(kQlThreads) int8_linear_kernel(QuantizedLinear
   }
 }
 
+// Note [Integer GEMM on tensor cores]: int8_mma_linear_kernel computes what
+// int8_linear_kernel computes, bit for bit, with each group's integer products summed by
+// mma.sync (m16n8k16, 8-bit integers, int32 accumulators: exact, like __dp4a) where a group
+// is whole 16-input steps. A warp takes 16 tokens by the block's 32 columns (4 mma tiles of
+// 8); its A fragment register is a token's quad of integers as stored, its B fragment
+// register a column's word of a run as packed (ql_weight_word), both read straight from
+// global memory (the block's 4 warps read the same weight words: the L1 cache serves the
+// other three). After a group's steps each output adds its group term to its f32 chain in
+// the order of Note [Integer GEMM on the GPU]; the token's integers summed over the group
+// (asymmetric formats) come from the same A registers, combined over the quad of lanes that
+// holds a token.
+constexpr int kQmWarps = 4;
+constexpr int kQmThreads = kQmWarps * 32;
+constexpr int kQmTokens = 16 * kQmWarps;  // tokens of a block
+constexpr int kQmCols = 32;               // columns of a block: two packed tiles
+
+// Whether int8_mma_linear_kernel takes groups of `group` inputs: whole 16-input steps.
+inline bool ql_mma_fits(int64_t group) { return group % 16 == 0; }
+
+template <bool FourBits, bool Offsets>
+__global__ void __launch_bounds__(kQmThreads) int8_mma_linear_kernel(QuantizedLinearArgs p) {
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, gid = lane / 4, tig = lane % 4;
+  const int64_t np = (p.n + 31) / 32 * 32, groups = p.k / p.group, quads = p.group / 4;
+  const int64_t run_bytes = FourBits ? 32 : 64, tile_bytes = (p.k / 4) * run_bytes;
+  const int64_t col0 = int64_t(blockIdx.x) * kQmCols;
+  const int8_t* w = p.w + (col0 / kQlTileCols) * tile_bytes;  // the block's first tile; the second follows
+  for (int64_t r0 = int64_t(blockIdx.y) * kQmTokens; r0 < p.m; r0 += int64_t(gridDim.y) * kQmTokens) {
+    const int64_t row[2] = {r0 + 16 * warp + gid, r0 + 16 * warp + gid + 8};  // this lane's tokens
+    const int* a[2];  // rows past m read row m - 1; their results are not stored
+    for (int h = 0; h < 2; ++h) a[h] = reinterpret_cast<const int*>(p.a + (row[h] < p.m ? row[h] : p.m - 1) * p.k);
+    float acc[4][4] = {};
+    for (int64_t g = 0; g < groups; ++g) {
+      int dot[4][4] = {};
+      int asum[2] = {0, 0};
+      for (int64_t q = g * quads; q < (g + 1) * quads; q += 4) {  // 16 inputs: 4 quads, one a lane
+        const int a0 = a[0][q + tig], a1 = a[1][q + tig];
+        if constexpr (Offsets) {
+          asum[0] = __dp4a(a0, 0x01010101, asum[0]);
+          asum[1] = __dp4a(a1, 0x01010101, asum[1]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int b = ql_weight_word<FourBits>(w + (j / 2) * tile_bytes + (q + tig) * run_bytes, 8 * (j % 2) + gid);
+          mma_s8_16816(dot[j], uint32_t(a0), uint32_t(a1), uint32_t(b));
+        }
+      }
+      if constexpr (Offsets) {
+        for (int h = 0; h < 2; ++h) {
+          asum[h] += __shfl_xor_sync(0xffffffffu, asum[h], 1);
+          asum[h] += __shfl_xor_sync(0xffffffffu, asum[h], 2);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t at = g * np + col0 + 8 * j + 2 * tig + i % 2;
+          acc[j][i] = fmaf(float(dot[j][i]), p.scales[at], acc[j][i]);
+          if constexpr (Offsets) acc[j][i] = fmaf(float(asum[i / 2]), p.offsets[at], acc[j][i]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t r = row[i / 2], col = col0 + 8 * j + 2 * tig + i % 2;
+        if (r < p.m && col < p.n) p.y[r * p.n + col] = fmaf(acc[j][i], p.a_scales[r], p.bias ? p.bias[col] : 0.0f);
+      }
+  }
+}
+
 // ops::quantized_linear at 16 activation bits: y = x w^T + bias in f32, each weight value
 // widened as the CPU widens it (value x scale + offset), each output a sequential chain of
 // fused multiply-adds over k (the CPU adds its products in SIMD lanes: the two differ by
