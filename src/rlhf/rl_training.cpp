@@ -14,6 +14,7 @@
 #include "rlhf/gae.h"
 #include "rlhf/gathered_stages.h"
 #include "rlhf/grpo.h"
+#include "rlhf/host_rows.h"
 #include "rlhf/kl_controller.h"
 #include "rlhf/kl_reward.h"
 #include "rlhf/models.h"
@@ -235,7 +236,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     whole_critic.emplace(critic_stages.get());
     const int64_t P = gen.prompt_columns, N = gen.answer_mask.size(1), T = P + N;
     std::vector<Experience> experience;
-    double score_sum = 0, score_sq = 0, answer_tokens = 0, chosen_sum = 0;
+    std::vector<Tensor> sample_parts, chosen_parts;  // each micro-batch's scores, where they were computed
+    double answer_tokens = 0;
     DeviceSum kl_sum, entropy_sum;
     actor->model().eval();
     if (critic) critic->model().eval();
@@ -254,29 +256,36 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       const Tensor ref_logits = full_vocabulary(reference->forward(e.seq, e.padding), layout.tp);
       e.ref_logp = ops::mul(answer_log_probs(ref_logits, e.seq, P, N, vocab).logp, e.mask);
       // The reward model's value at each answer's <|endoftext|> (Note [Score position]).
-      std::vector<float> scores;
-      for (const double s : sample_scores(reward->forward(e.seq, e.padding), e.mask)) {
-        scores.push_back(float(s));
-        score_sum += s, score_sq += s * s;
-      }
+      sample_parts.push_back(sample_scores(reward->forward(e.seq, e.padding), answer_mask));
+      chosen_parts.push_back(chosen_scores(*reward, prompts.train,
+                                           {examples.begin() + m * micro, examples.begin() + (m + 1) * micro}, limits,
+                                           eot, device));
       answer_tokens += e.tokens;
-      const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
-      for (const double s :
-           chosen_scores(*reward, prompts.train, {examples.begin() + m * micro, examples.begin() + (m + 1) * micro},
-                         limits, eot, device))
-        chosen_sum += s;
       kl_sum.add(ops::sum(ops::sub(e.old_logp, e.ref_logp)));
       entropy_sum.add(ops::sum(ops::mul(own.entropy, e.mask)));
       if (ppo) {
         e.old_values = ops::mul(narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N), e.mask);
         const Tensor rewards =
-            kl_rewards(e.old_logp, e.ref_logp, score, e.mask, kl_ctl.value(), o.clip_reward_value);
+            kl_rewards(e.old_logp, e.ref_logp, ops::to(sample_parts.back(), DType::f32), e.mask, kl_ctl.value(),
+                       o.clip_reward_value);
         const AdvantagesReturns ar = gae(e.old_values, rewards, e.mask, o.gamma, o.lam);
         e.advantages = ar.advantages, e.returns = ar.returns;
-      } else {
-        e.advantages = grpo_advantages(score, G);
       }
       experience.push_back(std::move(e));
+    }
+    // The rank's scores and its chosen answers', read in one wait once every micro-batch's
+    // forwards are queued (Note [RL step]).
+    std::vector<Tensor> score_parts = sample_parts;
+    score_parts.insert(score_parts.end(), chosen_parts.begin(), chosen_parts.end());
+    const std::vector<double> scores = host_values(score_parts);
+    double score_sum = 0, score_sq = 0, chosen_sum = 0;
+    for (int64_t i = 0; i < R; ++i) score_sum += scores[size_t(i)], score_sq += scores[size_t(i)] * scores[size_t(i)];
+    for (int64_t i = R; i < 2 * R; ++i) chosen_sum += scores[size_t(i)];
+    if (!ppo) {  // GRPO's advantages within each group, from the scores read
+      const std::vector<float> rows(scores.begin(), scores.begin() + R);
+      const Tensor advantages = ops::to(grpo_advantages(Tensor::from_vector(rows, {R}), G), device);
+      for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m)
+        experience[size_t(m)].advantages = ops::narrow(advantages, 0, m * micro, micro);
     }
     whole_actor.reset(), whole_critic.reset();
     actor->model().train();
@@ -311,11 +320,11 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     }
     const double train_s = seconds_since(t0);
 
-    const std::vector<double> sums =
-        sum_over(layout.dp, {score_sum, score_sq, kl_sum.read(), entropy_sum.read(), answer_tokens,
-                             figures.actor_loss.read(), figures.clip_fraction.read(), figures.approx_kl.read(),
-                             figures.critic_loss.read(), figures.value_clip.read(), figures.ptx_loss.read(),
-                             chosen_sum});
+    const std::vector<double> read = DeviceSum::read(
+        {&kl_sum, &entropy_sum, &figures.actor_loss, &figures.clip_fraction, &figures.approx_kl,
+         &figures.critic_loss, &figures.value_clip, &figures.ptx_loss});  // in one wait
+    const std::vector<double> sums = sum_over(layout.dp, {score_sum, score_sq, read[0], read[1], answer_tokens, read[2],
+                                                          read[3], read[4], read[5], read[6], read[7], chosen_sum});
     const double parts = double(c.gradient_accumulation_steps * o.ppo_epochs * n), rows_total = double(B);
     const double mean = sums[0] / rows_total;
     TRIAD_CHECK(std::isfinite(sums[5]) && std::isfinite(sums[8]),
