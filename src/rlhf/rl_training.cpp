@@ -315,7 +315,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
                    .pad_token = eot},
                   figures);
       actor_step = actor->step();
-      if (ema) ema->update();
+      if (ema) ema->update(*comm);
       if (critic) critic_step = critic->step();
     }
     const double train_s = seconds_since(t0);
