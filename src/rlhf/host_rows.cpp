@@ -24,6 +24,17 @@ std::vector<double> host_values(const std::vector<Tensor>& parts) {
   return all.to_vector<double>();
 }
 
+std::vector<Tensor> host_copies(const std::vector<Tensor>& parts) {
+  const std::vector<double> all = host_values(parts);
+  std::vector<Tensor> out;
+  auto at = all.begin();
+  for (const Tensor& p : parts) {
+    out.push_back(ops::to(Tensor::from_vector(std::vector<double>(at, at + p.numel()), p.shape()), p.dtype()));
+    at += p.numel();
+  }
+  return out;
+}
+
 std::vector<double> host_mask(const Tensor& mask, const Shape& shape, const char* what) {
   TRIAD_CHECK(mask.defined() && mask.shape() == shape, what << ": the mask must have the shape " << shape_str(shape)
                                                             << ", got "

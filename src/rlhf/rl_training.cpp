@@ -237,6 +237,7 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     const int64_t P = gen.prompt_columns, N = gen.answer_mask.size(1), T = P + N;
     std::vector<Experience> experience;
     std::vector<Tensor> sample_parts, chosen_parts;  // each micro-batch's scores, where they were computed
+    std::vector<Tensor> answer_masks;                 // each micro-batch's, on the host
     double answer_tokens = 0;
     DeviceSum kl_sum, entropy_sum;
     actor->model().eval();
@@ -247,7 +248,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       e.seq = ops::to(ops::contiguous(ops::narrow(gen.tokens, 0, m * micro, micro)), device);
       e.pads.assign(gen.pads.begin() + m * micro, gen.pads.begin() + (m + 1) * micro);
       e.padding = nn::left_padding(e.pads, T, device);
-      const Tensor answer_mask = ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro));
+      const Tensor& answer_mask =
+          answer_masks.emplace_back(ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro)));
       e.tokens = ops::sum(answer_mask).item();  // on the host, where generation leaves the mask
       e.mask = ops::to(answer_mask, device);
       const TokenLogProbs own =
@@ -263,29 +265,36 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       answer_tokens += e.tokens;
       kl_sum.add(ops::sum(ops::sub(e.old_logp, e.ref_logp)));
       entropy_sum.add(ops::sum(ops::mul(own.entropy, e.mask)));
-      if (ppo) {
-        e.old_values = ops::mul(narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N), e.mask);
-        const Tensor rewards =
-            kl_rewards(e.old_logp, e.ref_logp, ops::to(sample_parts.back(), DType::f32), e.mask, kl_ctl.value(),
-                       o.clip_reward_value);
-        const AdvantagesReturns ar = gae(e.old_values, rewards, e.mask, o.gamma, o.lam);
-        e.advantages = ar.advantages, e.returns = ar.returns;
-      }
+      if (ppo) e.old_values = ops::mul(narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N), e.mask);
       experience.push_back(std::move(e));
     }
-    // The rank's scores and its chosen answers', read in one wait once every micro-batch's
-    // forwards are queued (Note [RL step]).
-    std::vector<Tensor> score_parts = sample_parts;
-    score_parts.insert(score_parts.end(), chosen_parts.begin(), chosen_parts.end());
-    const std::vector<double> scores = host_values(score_parts);
+    // What the host needs of the experience, read in one wait once every micro-batch's
+    // forwards are queued (Note [RL step]): the rank's scores, its chosen answers' and (PPO)
+    // each micro-batch's log-probs and values.
+    const size_t M = experience.size();
+    std::vector<Tensor> needed = sample_parts;
+    needed.insert(needed.end(), chosen_parts.begin(), chosen_parts.end());
+    if (ppo)
+      for (const Experience& e : experience) needed.insert(needed.end(), {e.old_logp, e.ref_logp, e.old_values});
+    const std::vector<Tensor> host = host_copies(needed);
     double score_sum = 0, score_sq = 0, chosen_sum = 0;
-    for (int64_t i = 0; i < R; ++i) score_sum += scores[size_t(i)], score_sq += scores[size_t(i)] * scores[size_t(i)];
-    for (int64_t i = R; i < 2 * R; ++i) chosen_sum += scores[size_t(i)];
-    if (!ppo) {  // GRPO's advantages within each group, from the scores read
-      const std::vector<float> rows(scores.begin(), scores.begin() + R);
-      const Tensor advantages = ops::to(grpo_advantages(Tensor::from_vector(rows, {R}), G), device);
-      for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m)
-        experience[size_t(m)].advantages = ops::narrow(advantages, 0, m * micro, micro);
+    for (size_t m = 0; m < M; ++m) {
+      for (const double s : host_values(host[m])) score_sum += s, score_sq += s * s;
+      for (const double s : host_values(host[M + m])) chosen_sum += s;
+    }
+    if (ppo) {
+      for (size_t m = 0; m < M; ++m) {
+        const Tensor* own = &host[2 * M + 3 * m];  // old_logp, ref_logp, old_values
+        const Tensor rewards = kl_rewards(own[0], own[1], ops::to(host[m], DType::f32), answer_masks[m],
+                                          kl_ctl.value(), o.clip_reward_value);
+        const AdvantagesReturns ar = gae(own[2], rewards, answer_masks[m], o.gamma, o.lam);
+        experience[m].advantages = ops::to(ar.advantages, device), experience[m].returns = ops::to(ar.returns, device);
+      }
+    } else {  // GRPO's advantages within each group (a micro-batch holds whole groups)
+      std::vector<Tensor> scores;
+      for (size_t m = 0; m < M; ++m) scores.push_back(ops::to(host[m], DType::f32));
+      const Tensor advantages = ops::to(grpo_advantages(cat(scores, 0), G), device);
+      for (size_t m = 0; m < M; ++m) experience[m].advantages = ops::narrow(advantages, 0, int64_t(m) * micro, micro);
     }
     whole_actor.reset(), whole_critic.reset();
     actor->model().train();

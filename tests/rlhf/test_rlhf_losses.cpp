@@ -252,7 +252,7 @@ BOOST_AUTO_TEST_CASE(adaptive_kl_controller_follows_ziegler_et_al) {
 }
 
 // Parts of any shapes and dtypes are read from the device together, each element exactly,
-// in one read (host_values); a batch of DeviceSums reads each as its read() alone does, bit
+// in one read (host_values; host_copies keeps their shapes and dtypes); a batch of DeviceSums reads each as its read() alone does, bit
 // for bit, in one read, and reads nothing when none holds a part on a device.
 BOOST_AUTO_TEST_CASE(figures_are_read_together_in_one_wait) {
   const Tensor f32 = Tensor::from_vector(std::vector<float>{0.1f, -3.5f, 1e-30f, 7.0f}, {2, 2});
@@ -264,6 +264,14 @@ BOOST_AUTO_TEST_CASE(figures_are_read_together_in_one_wait) {
   BOOST_TEST(parts == std::vector<double>({double(0.1f), -3.5, double(1e-30f), 7.0, -2.375, 0.5, 96.0, 0.25, -4.0}),
              boost::test_tools::per_element());
   BOOST_TEST(host_values(std::vector<Tensor>{}).empty());
+  before = host_reads();
+  const std::vector<Tensor> copies = host_copies({f32, bf16});  // the same, on the host
+  BOOST_TEST(host_reads() - before == 1u);
+  BOOST_REQUIRE_EQUAL(copies.size(), 2u);
+  BOOST_TEST((copies[0].shape() == f32.shape() && copies[0].dtype() == DType::f32 && copies[0].device().is_cpu()));
+  BOOST_TEST((copies[1].shape() == bf16.shape() && copies[1].dtype() == DType::bf16));
+  BOOST_TEST(host_values(copies[0]) == host_values(f32), boost::test_tools::per_element());
+  BOOST_TEST(host_values(copies[1]) == std::vector<double>({-2.375, 0.5, 96.0}), boost::test_tools::per_element());
 
   DeviceSum a, b, c, none;
   a.add(Tensor::full({}, 0.1, DType::f32));
