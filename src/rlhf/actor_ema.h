@@ -51,8 +51,8 @@ class ActorEma {
   ActorEma& operator=(const ActorEma&) = delete;
   // After an optimizer step of the actor: ema = β·ema + (1 − β)·θ. In a swap file,
   // collective over `world` (the actor's ranks): a record that reads back other than was
-  // written is an Error on every rank, naming the file on the rank that found it and that
-  // rank on the others (engine::throw_if_any, as a save's); in memory, local.
+  // written is an Error on every rank naming the file and what differs, the other ranks
+  // adding which rank found it (engine::throw_if_any, as a save's); in memory, local.
   void update(parallel::Communicator& world);
   // Collective: the average as a weights file (f32). A damaged swap file is an Error on every rank.
   void save(const std::string& path, parallel::Communicator& world) const;
