@@ -499,13 +499,15 @@ class PageCache {
   std::string error_;
 };
 
-// Throws on every rank when `error` is set on any, with the lowest failing rank's message
-// (collective over `world`).
+}  // namespace
+
 void throw_if_any(const std::string& error, parallel::Communicator& world) {
   const auto [failed, message] = first_failure(error, world);
   TRIAD_CHECK(failed == world.size(),
               message << (world.rank() == failed ? "" : " (rank " + std::to_string(failed) + ")"));
 }
+
+namespace {
 
 // f()'s result. With offload, where f reads the swap files (a view), which can fail on one
 // rank (a damaged or truncated file), every rank learns of a failure before the next

@@ -82,6 +82,12 @@ void save_weight_batches(const std::string& path, Engine& engine, parallel::Comm
 void load_weight_batches(const std::string& path, Engine& engine, parallel::Communicator& world,
                          const SliceBatch& owned, const std::function<void(size_t k)>& stored);
 
+// Collective over `world`: throws Error on every rank when `error` (this rank's, "" for
+// none) is set on any, with the lowest failing rank's message, which the other ranks follow
+// with " (rank R)" naming it. How saving and loading make an error met on one rank (a
+// damaged swap file) every rank's.
+void throw_if_any(const std::string& error, parallel::Communicator& world);
+
 // Serial: a checkpoint of a model trained elsewhere (checkpoint/hf_checkpoint.h), as a run of
 // `config` would save it before its first step: `weights` (by parameter name, at their
 // global shapes) as the parameters and f32 master weights, zero Adam moments, step 0, the

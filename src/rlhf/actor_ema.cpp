@@ -20,7 +20,18 @@ ActorEma::ActorEma(engine::Engine& actor, double beta) : actor_(actor), beta_(be
 
 ActorEma::~ActorEma() = default;
 
-void ActorEma::update() {
+void ActorEma::update(parallel::Communicator& world) {
+  if (!storage_->reads_back()) return average();
+  std::string error;
+  try {
+    average();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  engine::throw_if_any(error, world);
+}
+
+void ActorEma::average() {
   // The master weights as they are after the step, a view batch at a time (with offload,
   // read back in), the next batch's average read ahead while this one's is updated.
   zero::ZeroOptimizer& zero = *actor_.zero();

@@ -19,7 +19,9 @@
 // - in a swap file under nvme_path when either device is "nvme" (rlhf/ema_swap_storage.h,
 //   ZeRO-Infinity: a host copy would undo what NVMe offload saves), through the `aio`
 //   section's asynchronous I/O, each batch's CRC-32C checked when it is read back and the
-//   next batch read ahead while this one is updated; the update then runs on the host.
+//   next batch read ahead while this one is updated; the update then runs on the host. A
+//   damaged record found by one rank fails the update on every rank (ranks agree on its
+//   outcome as a save does), so that every rank names the problem and none waits for another.
 // What a save writes is the same file wherever the average lives. The rlhf metrics count it
 // as the model "actor_ema" (memory(): param_bytes on the device, host_bytes apart from it,
 // nvme_bytes in its file).
@@ -47,9 +49,11 @@ class ActorEma {
   ~ActorEma();  // its swap file, if any, goes
   ActorEma(const ActorEma&) = delete;
   ActorEma& operator=(const ActorEma&) = delete;
-  // After an optimizer step of the actor: ema = β·ema + (1 − β)·θ. Error naming the swap
-  // file when it reads back other than was written (on this rank: the app's top aborts the job).
-  void update();
+  // After an optimizer step of the actor: ema = β·ema + (1 − β)·θ. In a swap file,
+  // collective over `world` (the actor's ranks): a record that reads back other than was
+  // written is an Error on every rank naming the file and what differs, the other ranks
+  // adding which rank found it (engine::throw_if_any, as a save's); in memory, local.
+  void update(parallel::Communicator& world);
   // Collective: the average as a weights file (f32). A damaged swap file is an Error on every rank.
   void save(const std::string& path, parallel::Communicator& world) const;
   // Collective: ema-step-N.h5 in the actor's checkpoint folder, just after its step-N.h5.
@@ -61,6 +65,9 @@ class ActorEma {
   zero::ResidentBytes memory() const;
 
  private:
+  // update()'s arithmetic, on this rank alone.
+  void average();
+
   engine::Engine& actor_;
   double beta_;
   std::unique_ptr<EmaStorage> storage_;  // Note [Actor EMA]

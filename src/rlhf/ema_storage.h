@@ -35,6 +35,9 @@ class EmaStorage {
   virtual void write(size_t k, const std::vector<Slice>& values) = 0;
   // read(k) comes next: a file starts reading it on a thread.
   virtual void prefetch(size_t) {}
+  // Whether read() reads the average back in (from a file), which can fail on one rank: an
+  // update then agrees on its outcome across the ranks (ActorEma::update).
+  virtual bool reads_back() const { return false; }
   // Bytes it keeps between updates: param_bytes on the training device, host_bytes in host
   // memory apart from it, nvme_bytes in a file.
   virtual zero::ResidentBytes memory() const = 0;

@@ -14,7 +14,7 @@
 //   out refer to it; the storage keeps none between reads but the one read ahead.
 // - Checksums: the CRC-32C of each record as last written is kept in memory, and every read
 //   is checked against it (after SwapFile's size check): a damaged or truncated file is an
-//   Error naming it.
+//   Error naming it (on the rank whose file it is; ActorEma makes it every rank's).
 // - prefetch(k) reads batch k on a thread while the caller works on another; read(k) takes
 //   that read (its error included) and any other read ahead is waited for and dropped.
 #pragma once
@@ -44,6 +44,7 @@ class EmaSwapStorage : public EmaStorage {
   std::vector<Slice> read(size_t k, bool current = true) override;
   void write(size_t k, const std::vector<Slice>& values) override;
   void prefetch(size_t k) override;
+  bool reads_back() const override { return true; }
   zero::ResidentBytes memory() const override { return {.nvme_bytes = file_->size()}; }
 
   const std::string& path() const { return file_->path(); }

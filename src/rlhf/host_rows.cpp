@@ -9,6 +9,32 @@ std::vector<double> host_values(const Tensor& t) {
   return ops::to(ops::to(detach(t), Device::cpu()), DType::f64).to_vector<double>();
 }
 
+std::vector<double> host_values(const std::vector<Tensor>& parts) {
+  if (parts.empty()) return {};
+  int64_t n = 0;
+  for (const Tensor& p : parts) n += p.numel();
+  const Tensor all = Tensor::empty({n}, DType::f64, parts.front().device());
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    TRIAD_ASSERT_MSG(p.device() == all.device(), "host_values: parts on " << all.device().str() << " and "
+                                                                          << p.device().str());
+    ops::copy_(ops::narrow(all, 0, at, p.numel()), ops::reshape(detach(p), {p.numel()}));
+    at += p.numel();
+  }
+  return all.to_vector<double>();
+}
+
+std::vector<Tensor> host_copies(const std::vector<Tensor>& parts) {
+  const std::vector<double> all = host_values(parts);
+  std::vector<Tensor> out;
+  auto at = all.begin();
+  for (const Tensor& p : parts) {
+    out.push_back(ops::to(Tensor::from_vector(std::vector<double>(at, at + p.numel()), p.shape()), p.dtype()));
+    at += p.numel();
+  }
+  return out;
+}
+
 std::vector<double> host_mask(const Tensor& mask, const Shape& shape, const char* what) {
   TRIAD_CHECK(mask.defined() && mask.shape() == shape, what << ": the mask must have the shape " << shape_str(shape)
                                                             << ", got "

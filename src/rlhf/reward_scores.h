@@ -40,15 +40,16 @@ RewardLoss reward_batch_loss(nn::Module& model, const RewardBatch& batch, Device
 RewardLoss reward_values_loss(const Tensor& values, const RewardBatch& batch);
 
 // The scores of generated rows: values (R, P + N) from the reward model on the left-padded
-// prompt + answer rows, answer_mask (R, N) as engine::BatchGeneration gives it (1 at each
-// generated token, the stop token included, then 0). Row b's score is its value at column
-// P + n_b - 1 (Error naming the row when it generated nothing).
-std::vector<double> sample_scores(const Tensor& values, const Tensor& answer_mask);
+// prompt + answer rows, answer_mask (R, N) as engine::BatchGeneration gives it, on the host
+// (1 at each generated token, the stop token included, then 0). Row b's score is its value
+// at column P + n_b - 1 (Error naming the row when it generated nothing). Scores (R,) in the
+// values' dtype, picked out where the values are: nothing is read from their device.
+Tensor sample_scores(const Tensor& values, const Tensor& answer_mask);
 
-// The reward model's scores of the dataset's own chosen answers to `select`'s examples, read
-// where training reads them (make_reward_batch's chosen rows, padded with eot).
-std::vector<double> chosen_scores(nn::ValueModel& reward, const std::vector<PreferenceExample>& data,
-                                  const std::vector<int64_t>& select, const SequenceLimits& limits, int32_t eot,
-                                  Device device);
+// The reward model's scores (R,) of the dataset's own chosen answers to `select`'s examples,
+// read where training reads them (make_reward_batch's chosen rows, padded with eot), on
+// `device`, which they are not read from.
+Tensor chosen_scores(nn::ValueModel& reward, const std::vector<PreferenceExample>& data,
+                     const std::vector<int64_t>& select, const SequenceLimits& limits, int32_t eot, Device device);
 
 }  // namespace triad::rlhf

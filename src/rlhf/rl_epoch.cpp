@@ -5,6 +5,7 @@
 #include "nn/value_model.h"
 #include "parallel/tensor_parallel_layers.h"
 #include "rlhf/grpo.h"
+#include "rlhf/host_rows.h"
 #include "rlhf/ppo_losses.h"
 #include "rlhf/step_run.h"
 #include "tensor/ops.h"
@@ -21,7 +22,18 @@ void DeviceSum::add(const Tensor& x) {
 
 void DeviceSum::add(double x) { host_ += x; }
 
-double DeviceSum::read() const { return host_ + (device_.defined() ? device_.item() : 0.0); }
+double DeviceSum::read() const { return read({this})[0]; }
+
+std::vector<double> DeviceSum::read(const std::vector<const DeviceSum*>& sums) {
+  std::vector<Tensor> parts;
+  for (const DeviceSum* s : sums)
+    if (s->device_.defined()) parts.push_back(s->device_);
+  const std::vector<double> device = host_values(parts);
+  std::vector<double> out;
+  size_t i = 0;
+  for (const DeviceSum* s : sums) out.push_back(s->host_ + (s->device_.defined() ? device[i++] : 0.0));
+  return out;
+}
 
 namespace {
 
@@ -116,11 +128,15 @@ void pipelined_epoch(engine::Engine& actor, engine::Engine* critic, const EpochD
       const size_t m = target_index(target);
       return critic_loss(answer_columns(values, d.experience[m]), d.experience[m], d, figures[m]);
     });
-  // The figures, from the last stage (the actor's and the critic's pipelines are the same ranks').
+  // The figures, from the last stage (the actor's and the critic's pipelines are the same
+  // ranks'), read after the schedules in one wait, the epoch's only one (none elsewhere: no
+  // figures there).
+  std::vector<const DeviceSum*> each;
+  for (const EpochFigures& f : figures)
+    for (const DeviceSum* s : f.all()) each.push_back(s);
+  const std::vector<double> read = DeviceSum::read(each);
   std::vector<std::vector<double>> last;
-  for (const EpochFigures& f : figures)  // read after the schedules, the one wait of the epoch
-    last.push_back({f.actor_loss.read(), f.clip_fraction.read(), f.approx_kl.read(), f.ptx_loss.read(),
-                    f.critic_loss.read(), f.value_clip.read()});
+  for (size_t m = 0; m < M; ++m) last.emplace_back(read.begin() + 6 * m, read.begin() + 6 * (m + 1));
   for (const std::vector<double>& v : last_stage_rows(last, 6, *actor.pp())) {
     sum.actor_loss.add(v[0]), sum.clip_fraction.add(v[1]), sum.approx_kl.add(v[2]), sum.ptx_loss.add(v[3]);
     sum.critic_loss.add(v[4]), sum.value_clip.add(v[5]);

@@ -21,8 +21,9 @@
 // rounding), so the losses read the log-probs and values of the answer tokens at each row's
 // own columns. With ptx, a micro-batch's ptx rows (right-padded to the same width) follow
 // its experience rows in the same input, and the loss adds unsup_coef times their
-// language-model loss. The figures the losses record go from the last stage to every rank
-// of the pipeline. The actor's EMA (Note [Actor EMA]) needs nothing more: each rank
+// language-model loss. The figures the losses record are read on the last stage once the
+// schedules are queued, all micro-batches' in one wait (DeviceSum::read), and go from there
+// to every rank of the pipeline. The actor's EMA (Note [Actor EMA]) needs nothing more: each rank
 // averages its ZeRO shard of its stage's layers, which are named as the whole model's (Note
 // [Layer names]).
 #pragma once
@@ -69,6 +70,9 @@ class DeviceSum {
   void add(const Tensor& x);  // shape (), any device; no gradient flows
   void add(double x);
   double read() const;
+  // The values of `sums`, in order, each what its read() gives, read in one wait (their
+  // parts on the device gathered there: host_values); none is read when none has any.
+  static std::vector<double> read(const std::vector<const DeviceSum*>& sums);
 
  private:
   Tensor device_;  // undefined: nothing on a device yet
@@ -78,6 +82,10 @@ class DeviceSum {
 // The figures of epochs, summed over the rank's micro-batches.
 struct EpochFigures {
   DeviceSum actor_loss, clip_fraction, approx_kl, ptx_loss, critic_loss, value_clip;
+  // All six, in the order above (for DeviceSum::read).
+  std::vector<const DeviceSum*> all() const {
+    return {&actor_loss, &clip_fraction, &approx_kl, &ptx_loss, &critic_loss, &value_clip};
+  }
 };
 
 // The answer part (R, N) of the next-token log-probs and entropy of rows whose answers

@@ -14,6 +14,7 @@
 #include "rlhf/gae.h"
 #include "rlhf/gathered_stages.h"
 #include "rlhf/grpo.h"
+#include "rlhf/host_rows.h"
 #include "rlhf/kl_controller.h"
 #include "rlhf/kl_reward.h"
 #include "rlhf/models.h"
@@ -235,7 +236,9 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
     whole_critic.emplace(critic_stages.get());
     const int64_t P = gen.prompt_columns, N = gen.answer_mask.size(1), T = P + N;
     std::vector<Experience> experience;
-    double score_sum = 0, score_sq = 0, answer_tokens = 0, chosen_sum = 0;
+    std::vector<Tensor> sample_parts, chosen_parts;  // each micro-batch's scores, where they were computed
+    std::vector<Tensor> answer_masks;                 // each micro-batch's, on the host
+    double answer_tokens = 0;
     DeviceSum kl_sum, entropy_sum;
     actor->model().eval();
     if (critic) critic->model().eval();
@@ -245,7 +248,8 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       e.seq = ops::to(ops::contiguous(ops::narrow(gen.tokens, 0, m * micro, micro)), device);
       e.pads.assign(gen.pads.begin() + m * micro, gen.pads.begin() + (m + 1) * micro);
       e.padding = nn::left_padding(e.pads, T, device);
-      const Tensor answer_mask = ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro));
+      const Tensor& answer_mask =
+          answer_masks.emplace_back(ops::contiguous(ops::narrow(gen.answer_mask, 0, m * micro, micro)));
       e.tokens = ops::sum(answer_mask).item();  // on the host, where generation leaves the mask
       e.mask = ops::to(answer_mask, device);
       const TokenLogProbs own =
@@ -254,29 +258,43 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
       const Tensor ref_logits = full_vocabulary(reference->forward(e.seq, e.padding), layout.tp);
       e.ref_logp = ops::mul(answer_log_probs(ref_logits, e.seq, P, N, vocab).logp, e.mask);
       // The reward model's value at each answer's <|endoftext|> (Note [Score position]).
-      std::vector<float> scores;
-      for (const double s : sample_scores(reward->forward(e.seq, e.padding), e.mask)) {
-        scores.push_back(float(s));
-        score_sum += s, score_sq += s * s;
-      }
+      sample_parts.push_back(sample_scores(reward->forward(e.seq, e.padding), answer_mask));
+      chosen_parts.push_back(chosen_scores(*reward, prompts.train,
+                                           {examples.begin() + m * micro, examples.begin() + (m + 1) * micro}, limits,
+                                           eot, device));
       answer_tokens += e.tokens;
-      const Tensor score = ops::to(Tensor::from_vector(scores, {micro}), device);
-      for (const double s :
-           chosen_scores(*reward, prompts.train, {examples.begin() + m * micro, examples.begin() + (m + 1) * micro},
-                         limits, eot, device))
-        chosen_sum += s;
       kl_sum.add(ops::sum(ops::sub(e.old_logp, e.ref_logp)));
       entropy_sum.add(ops::sum(ops::mul(own.entropy, e.mask)));
-      if (ppo) {
-        e.old_values = ops::mul(narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N), e.mask);
-        const Tensor rewards =
-            kl_rewards(e.old_logp, e.ref_logp, score, e.mask, kl_ctl.value(), o.clip_reward_value);
-        const AdvantagesReturns ar = gae(e.old_values, rewards, e.mask, o.gamma, o.lam);
-        e.advantages = ar.advantages, e.returns = ar.returns;
-      } else {
-        e.advantages = grpo_advantages(score, G);
-      }
+      if (ppo) e.old_values = ops::mul(narrow(critic_model->forward(e.seq, e.padding), 1, P - 1, N), e.mask);
       experience.push_back(std::move(e));
+    }
+    // What the host needs of the experience, read in one wait once every micro-batch's
+    // forwards are queued (Note [RL step]): the rank's scores, its chosen answers' and (PPO)
+    // each micro-batch's log-probs and values.
+    const size_t M = experience.size();
+    std::vector<Tensor> needed = sample_parts;
+    needed.insert(needed.end(), chosen_parts.begin(), chosen_parts.end());
+    if (ppo)
+      for (const Experience& e : experience) needed.insert(needed.end(), {e.old_logp, e.ref_logp, e.old_values});
+    const std::vector<Tensor> host = host_copies(needed);
+    double score_sum = 0, score_sq = 0, chosen_sum = 0;
+    for (size_t m = 0; m < M; ++m) {
+      for (const double s : host_values(host[m])) score_sum += s, score_sq += s * s;
+      for (const double s : host_values(host[M + m])) chosen_sum += s;
+    }
+    if (ppo) {
+      for (size_t m = 0; m < M; ++m) {
+        const Tensor* own = &host[2 * M + 3 * m];  // old_logp, ref_logp, old_values
+        const Tensor rewards = kl_rewards(own[0], own[1], ops::to(host[m], DType::f32), answer_masks[m],
+                                          kl_ctl.value(), o.clip_reward_value);
+        const AdvantagesReturns ar = gae(own[2], rewards, answer_masks[m], o.gamma, o.lam);
+        experience[m].advantages = ops::to(ar.advantages, device), experience[m].returns = ops::to(ar.returns, device);
+      }
+    } else {  // GRPO's advantages within each group (a micro-batch holds whole groups)
+      std::vector<Tensor> scores;
+      for (size_t m = 0; m < M; ++m) scores.push_back(ops::to(host[m], DType::f32));
+      const Tensor advantages = ops::to(grpo_advantages(cat(scores, 0), G), device);
+      for (size_t m = 0; m < M; ++m) experience[m].advantages = ops::narrow(advantages, 0, int64_t(m) * micro, micro);
     }
     whole_actor.reset(), whole_critic.reset();
     actor->model().train();
@@ -306,16 +324,16 @@ nlohmann::json train_rl(const StepConfig& sc, const RunOptions& options, paralle
                    .pad_token = eot},
                   figures);
       actor_step = actor->step();
-      if (ema) ema->update();
+      if (ema) ema->update(*comm);
       if (critic) critic_step = critic->step();
     }
     const double train_s = seconds_since(t0);
 
-    const std::vector<double> sums =
-        sum_over(layout.dp, {score_sum, score_sq, kl_sum.read(), entropy_sum.read(), answer_tokens,
-                             figures.actor_loss.read(), figures.clip_fraction.read(), figures.approx_kl.read(),
-                             figures.critic_loss.read(), figures.value_clip.read(), figures.ptx_loss.read(),
-                             chosen_sum});
+    const std::vector<double> read = DeviceSum::read(
+        {&kl_sum, &entropy_sum, &figures.actor_loss, &figures.clip_fraction, &figures.approx_kl,
+         &figures.critic_loss, &figures.value_clip, &figures.ptx_loss});  // in one wait
+    const std::vector<double> sums = sum_over(layout.dp, {score_sum, score_sq, read[0], read[1], answer_tokens, read[2],
+                                                          read[3], read[4], read[5], read[6], read[7], chosen_sum});
     const double parts = double(c.gradient_accumulation_steps * o.ppo_epochs * n), rows_total = double(B);
     const double mean = sums[0] / rows_total;
     TRIAD_CHECK(std::isfinite(sums[5]) && std::isfinite(sums[8]),

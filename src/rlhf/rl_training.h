@@ -19,6 +19,11 @@
 //        rewards        kl_rewards(old_logp, ref_logp, score) (kl_ctl, clip_reward_value),
 //        advantages, returns = gae(old_values, rewards) (gamma, lam);
 //   GRPO: advantages    grpo_advantages(score) within each group.
+// All of it stays on the device until the last micro-batch's forwards are queued; then what
+// the host needs is read in one wait: the rank's scores, those of its chosen answers
+// (chosen_reward) and, PPO, each micro-batch's log-probs and values. The statistics, PPO's
+// rewards, advantages and returns (kl_rewards, gae) and GRPO's advantages are made from
+// those host copies (no micro-batch's need another's made first).
 // Then ppo_epochs passes, each one optimizer step of the actor (and the critic) with the
 // micro-batches accumulated: PPO's clipped actor loss (plus unsup_coef times the SFT loss on
 // a micro-batch of the SFT split: ptx) and clipped critic loss (rlhf/ppo_losses.h), or

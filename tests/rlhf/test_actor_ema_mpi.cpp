@@ -98,7 +98,7 @@ BOOST_AUTO_TEST_CASE(average_follows_its_closed_form_and_reads_back) {
   engine::save_weights(dir + "/w0.h5", e, *world, DType::f32);
   for (int64_t s = 1; s <= 2; ++s) {
     train_step(e, world->rank(), s);
-    ema.update();
+    ema.update(*world);
     engine::save_weights(dir + "/w" + std::to_string(s) + ".h5", e, *world, DType::f32);
   }
   ema.save(dir + "/ema.h5", *world);
@@ -156,7 +156,7 @@ BOOST_AUTO_TEST_CASE(average_with_offload_is_the_average_without_it) {
       rlhf::ActorEma ema(e, kBeta);
       for (int64_t s = 1; s <= 2; ++s) {
         train_step(e, world->rank(), s);
-        ema.update();
+        ema.update(*world);
       }
       files[offloaded] = dir + "/ema-" + std::to_string(bf16) + std::to_string(offloaded) + ".h5";
       ema.save(files[offloaded], *world);
@@ -177,9 +177,10 @@ BOOST_AUTO_TEST_CASE(average_with_offload_is_the_average_without_it) {
 // time (several here: sub-groups of 500 elements), counted as NVMe bytes alone. After three
 // steps it saves actor_ema.h5 and ema-step-3.h5 bit for bit as the run with the average in
 // memory does, and after a fourth; resumed at step 3 it reads ema-step-3.h5 back and goes on
-// to the same fourth average. A byte changed in the file is an error naming it; the last
-// rank's file cut short makes a save fail on every rank, naming it; every rank's cut short
-// makes the update fail naming it; the file goes with the average. On all ranks and on one.
+// to the same fourth average. A byte changed in the last rank's file makes the update fail
+// on every rank, naming the file (and, on the others, that rank); that file cut short makes
+// a save fail on every rank, naming it; every rank's cut short makes the update fail on
+// every rank naming the first's; the file goes with the average. On all ranks and on one.
 BOOST_AUTO_TEST_CASE(average_in_a_swap_file_is_the_average_in_memory) {
   const parallel::CommunicatorPtr world = parallel::world();
   const int r = world->rank();
@@ -245,13 +246,13 @@ BOOST_AUTO_TEST_CASE(average_in_a_swap_file_is_the_average_in_memory) {
           }
           for (int64_t s = 1; s <= 3; ++s) {
             train_step(e, rank, s);
-            ema.update();
+            ema.update(*ranks);
           }
           ema.save(run + side + "/actor_ema.h5", *ranks);
           engine::save_to_dir(c.checkpoint.dir, 0, e, *ranks);
           ema.save_checkpoint(3, *ranks);
           train_step(e, rank, 4);
-          ema.update();
+          ema.update(*ranks);
           ema.save(run + side + "/ema-4.h5", *ranks);
         }
         BOOST_TEST(ema_swap_files(nvme).empty());  // gone with the average
@@ -263,7 +264,7 @@ BOOST_AUTO_TEST_CASE(average_in_a_swap_file_is_the_average_in_memory) {
         ema->load_checkpoint(3, *ranks);
         ema->save(run + "/resumed-3.h5", *ranks);
         train_step(e, rank, 4);
-        ema->update();
+        ema->update(*ranks);
         ema->save(run + "/resumed-4.h5", *ranks);
         ranks->barrier();
         if (rank == 0) {
@@ -283,18 +284,26 @@ BOOST_AUTO_TEST_CASE(average_in_a_swap_file_is_the_average_in_memory) {
         }
         ranks->barrier();
 
-        // Damage. A changed byte: the update names the file and what differs.
+        // Damage. A changed byte in the last rank's file: the update fails on every rank, that
+        // rank naming the file and what differs, the others the file and that rank.
         const std::vector<std::string> files = ema_swap_files(nvme);
         BOOST_TEST_REQUIRE(files.size() == 1u);
-        const std::string path = files[0], mine = "triad-ema-rank" + std::to_string(parallel::world_rank()) + "-";
-        flip_first_byte(path);
-        BOOST_TEST(test::error_message([&] { ema->update(); })
-                       .find("swap file '" + path + "': the average of batch 0 read back differs from what was "
-                             "written (CRC-32C ") == 0u);
-        flip_first_byte(path);  // back as it was
+        const std::string path = files[0];
+        const int last = everyone ? world->size() - 1 : 0;  // the world rank its file is named for
+        const std::string differs = "': the average of batch 0 read back differs from what was written (CRC-32C ";
+        if (rank == n - 1) flip_first_byte(path);
+        const std::string flipped = test::error_message([&] { ema->update(*ranks); });
+        if (rank == n - 1) {
+          BOOST_TEST(flipped.find("swap file '" + path + differs) == 0u, flipped);
+          BOOST_TEST(flipped.find("(rank ") == std::string::npos, flipped);
+        } else {
+          BOOST_TEST(flipped.find("triad-ema-rank" + std::to_string(last) + "-") != std::string::npos, flipped);
+          BOOST_TEST(flipped.find(differs) != std::string::npos, flipped);
+          BOOST_TEST(flipped.find(" (rank " + std::to_string(n - 1) + ")") != std::string::npos, flipped);
+        }
+        if (rank == n - 1) flip_first_byte(path);  // back as it was
         ranks->barrier();
         // The last rank's file cut short: a save fails on every rank, naming that file.
-        const int last = everyone ? world->size() - 1 : 0;  // the world rank its file is named for
         if (rank == n - 1) BOOST_TEST_REQUIRE(::truncate(path.c_str(), 0) == 0);
         ranks->barrier();
         const std::string saved = test::error_message([&] { ema->save(run + "/damaged.h5", *ranks); });
@@ -302,12 +311,16 @@ BOOST_AUTO_TEST_CASE(average_in_a_swap_file_is_the_average_in_memory) {
         BOOST_TEST((saved.find("short read") != std::string::npos), saved);
         BOOST_TEST((rank != n - 1 || saved.find("swap file '" + path + "'") != std::string::npos), saved);
         BOOST_TEST(!std::filesystem::exists(run + "/damaged.h5"));
-        // Every rank's cut short: the update fails on each, naming its own.
+        // Every rank's cut short: the update fails on every rank, naming the first rank's file
+        // (world rank 0's), the others that rank too.
         BOOST_TEST_REQUIRE(::truncate(path.c_str(), 0) == 0);
-        const std::string updated = test::error_message([&] { ema->update(); });
-        BOOST_TEST(updated.find("swap file '" + path + "': read of ") == 0u, updated);
+        const std::string updated = test::error_message([&] { ema->update(*ranks); });
+        BOOST_TEST(updated.find("': read of ") != std::string::npos, updated);
         BOOST_TEST(updated.find("the file is shorter than it was written") != std::string::npos, updated);
-        BOOST_TEST(updated.find(mine) != std::string::npos, updated);
+        BOOST_TEST(updated.find("triad-ema-rank0-") != std::string::npos, updated);
+        BOOST_TEST((rank == 0 ? updated.find("swap file '" + path + "': read of ") == 0u
+                              : updated.find(" (rank 0)") != std::string::npos),
+                   updated);
         ema.reset();
         BOOST_TEST(ema_swap_files(nvme).empty());
         ranks->barrier();

@@ -75,7 +75,8 @@ std::vector<double> f64_values(const Tensor& t) { return ops::to(t, DType::f64).
 // A score as read by scoring against its training-time value: the same position of the same
 // text, whose value in f32 differs with the batch's padding by rounding alone (Note
 // [Left-padded batches]); a neighbouring token's value is 1e-3 or more away.
-void check_same_score(const std::vector<double>& scored, const std::vector<double>& trained) {
+void check_same_score(const Tensor& scores, const std::vector<double>& trained) {
+  const std::vector<double> scored = f64_values(scores);
   BOOST_REQUIRE_EQUAL(scored.size(), trained.size());
   for (size_t i = 0; i < scored.size(); ++i)
     BOOST_TEST(std::fabs(scored[i] - trained[i]) <= 1e-6, "row " << i << ": " << scored[i] << " vs " << trained[i]);
@@ -271,7 +272,15 @@ BOOST_AUTO_TEST_CASE(a_stopped_sample_scores_what_training_read_at_its_end_of_te
   const std::vector<std::vector<int64_t>> prompts = {bytes("ab"), bytes("abc")};
   const int64_t N = 9;
   const Samples c = samples(prompts, {cat(bytes(" xy"), {eot}), cat(bytes(" longer"), {eot})}, N, eot);
-  check_same_score(sample_scores(model.forward(c.seq, c.padding), c.answer_mask), chosen);
+  const Tensor values = model.forward(c.seq, c.padding);
+  const Tensor scores = sample_scores(values, c.answer_mask);
+  // Picked out as they are: row 0's value at its 4th answer column, row 1's at its 8th.
+  const int64_t T = values.size(1), P = T - N;
+  const std::vector<double> all = f64_values(values);
+  BOOST_TEST((scores.shape() == Shape{2} && scores.dtype() == values.dtype()));
+  BOOST_TEST(f64_values(scores) == std::vector<double>({all[size_t(P + 3)], all[size_t(T + P + 7)]}),
+             boost::test_tools::per_element());
+  check_same_score(scores, chosen);
   const Samples rj = samples(prompts, {cat(bytes(" z"), {eot}), cat(bytes(" no"), {eot})}, N, eot);
   check_same_score(sample_scores(model.forward(rj.seq, rj.padding), rj.answer_mask), rejected);
   // chosen_reward reads the dataset's chosen answers where training does.

@@ -14,6 +14,9 @@
 #include "rlhf/kl_reward.h"
 #include "rlhf/ppo_losses.h"
 #include "rlhf/reward_loss.h"
+#include "rlhf/host_rows.h"
+#include "rlhf/rl_epoch.h"
+#include "tensor/host_reads.h"
 #include "support/check.h"
 
 BOOST_AUTO_TEST_SUITE(test_rlhf_losses)
@@ -246,6 +249,46 @@ BOOST_AUTO_TEST_CASE(adaptive_kl_controller_follows_ziegler_et_al) {
   BOOST_TEST(f.value() == 0.1);
   BOOST_TEST(!f.is_adaptive());
   test::check_error([] { KlController::adaptive(0.1, 0.0, 100); }, {"target > 0"});
+}
+
+// Parts of any shapes and dtypes are read from the device together, each element exactly,
+// in one read (host_values; host_copies keeps their shapes and dtypes); a batch of DeviceSums reads each as its read() alone does, bit
+// for bit, in one read, and reads nothing when none holds a part on a device.
+BOOST_AUTO_TEST_CASE(figures_are_read_together_in_one_wait) {
+  const Tensor f32 = Tensor::from_vector(std::vector<float>{0.1f, -3.5f, 1e-30f, 7.0f}, {2, 2});
+  const Tensor bf16 = ops::to(Tensor::from_vector(std::vector<double>{-2.375, 0.5, 96.0}, {3}), DType::bf16);
+  const Tensor i64 = Tensor::from_vector(std::vector<int64_t>{-4}, {1});
+  uint64_t before = host_reads();
+  const std::vector<double> parts = host_values({f32, bf16, Tensor::full({}, 0.25, DType::f64), i64});
+  BOOST_TEST(host_reads() - before == 1u);
+  BOOST_TEST(parts == std::vector<double>({double(0.1f), -3.5, double(1e-30f), 7.0, -2.375, 0.5, 96.0, 0.25, -4.0}),
+             boost::test_tools::per_element());
+  BOOST_TEST(host_values(std::vector<Tensor>{}).empty());
+  before = host_reads();
+  const std::vector<Tensor> copies = host_copies({f32, bf16});  // the same, on the host
+  BOOST_TEST(host_reads() - before == 1u);
+  BOOST_REQUIRE_EQUAL(copies.size(), 2u);
+  BOOST_TEST((copies[0].shape() == f32.shape() && copies[0].dtype() == DType::f32 && copies[0].device().is_cpu()));
+  BOOST_TEST((copies[1].shape() == bf16.shape() && copies[1].dtype() == DType::bf16));
+  BOOST_TEST(host_values(copies[0]) == host_values(f32), boost::test_tools::per_element());
+  BOOST_TEST(host_values(copies[1]) == std::vector<double>({-2.375, 0.5, 96.0}), boost::test_tools::per_element());
+
+  DeviceSum a, b, c, none;
+  a.add(Tensor::full({}, 0.1, DType::f32));
+  a.add(Tensor::full({1}, 0.2, DType::f32));  // summed in f32 where they are
+  a.add(1.5);
+  b.add(ops::to(Tensor::full({}, -2.375), DType::bf16));
+  c.add(3.0);
+  before = host_reads();
+  const std::vector<double> sums = DeviceSum::read({&a, &b, &c, &none});
+  BOOST_TEST(host_reads() - before == 1u);
+  BOOST_TEST(sums == std::vector<double>({1.5 + double(0.1f + 0.2f), -2.375, 3.0, 0.0}),
+             boost::test_tools::per_element());
+  BOOST_TEST(sums == std::vector<double>({a.read(), b.read(), c.read(), none.read()}),
+             boost::test_tools::per_element());
+  before = host_reads();
+  BOOST_TEST(DeviceSum::read({&c, &none}) == std::vector<double>({3.0, 0.0}), boost::test_tools::per_element());
+  BOOST_TEST(host_reads() == before);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_rlhf_losses
