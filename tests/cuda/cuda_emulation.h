@@ -14,11 +14,12 @@
 //   barriers), atomic_add_pair too; __threadfence_system is nothing; __dp4a sums its four
 //   byte products;
 // - mma.sync, ldmatrix and cp.async (cuda/backend/mma_sync.cuh) are warp-collective with
-//   the PTX ISA's fragment layouts; cp.async copies at once;
+//   the PTX ISA's fragment layouts; cp.async copies at once; an ldmatrix row, a cp.async
+//   operand or a float2 atomic off its alignment aborts with a message;
 // - dynamic shared memory is one buffer, filled with NaN bytes before every block, so a
 //   read before a write shows.
 // What it cannot show: the hardware's own layouts where they differ from the documented
-// ones, alignment rules, races (threads run one at a time, each until its next barrier),
+// ones, alignment rules beyond those above, races (threads run one at a time, each until its next barrier),
 // and speed.
 #pragma once
 
@@ -202,8 +203,16 @@ inline void mma_s8_16816(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
   __syncwarp();
 }
 
+// Aborts, naming `what`, where p is not aligned to `bytes` (the hardware faults there).
+inline void require_aligned(const void* p, size_t bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return;
+  std::fprintf(stderr, "emulation: %s at %p is not aligned to %zu bytes\n", what, p, bytes);
+  std::abort();
+}
+
 inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void* row, bool trans) {
   using namespace triad::emulation;
+  require_aligned(row, 16, "an ldmatrix row");
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncwarp();
   address_slot[warp][lane] = row;
@@ -221,8 +230,15 @@ inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void* row, bool trans) {
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl(r, row, false); }
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl(r, row, true); }
 
-inline void atomic_add_pair(float* p, float a, float b) { p[0] += a, p[1] += b; }
-inline void cp_async_16(void* shared, const void* global) { std::memcpy(shared, global, 16); }
+inline void atomic_add_pair(float* p, float a, float b) {
+  require_aligned(p, 8, "a float2 atomic");
+  p[0] += a, p[1] += b;
+}
+inline void cp_async_16(void* shared, const void* global) {
+  require_aligned(shared, 16, "a cp.async destination");
+  require_aligned(global, 16, "a cp.async source");
+  std::memcpy(shared, global, 16);
+}
 inline void cp_async_commit() {}
 inline void cp_async_wait_all() {}
 
