@@ -114,27 +114,21 @@ void ql_visit(const PackedWeight& w, F&& f) {
   if (!four && !offsets) f(U{}, U{});
 }
 
-// y of the integer kernel with R tokens a block, on a grid of `grid_y` token blocks.
+// y of the integer kernel with R tokens a block (0: the tensor-core kernel), on a grid of
+// `grid_y` token blocks.
 template <int R>
 Tensor ql_int8_emulated(const PackedWeight& w, const Quantized& tokens, const Tensor& bias, int64_t m,
                         unsigned grid_y) {
   Tensor y = Tensor::full({m, w.n}, 99.0);
   const cuda::QuantizedLinearArgs p = ql_args(w, &tokens, Tensor(), bias, y);
   ql_visit(w, [&](auto four, auto offsets) {
-    emulation::launch(unsigned(w.padded_n() / cuda::kQlTileCols), grid_y, cuda::kQlThreads,
-                      [&] { cuda::int8_linear_kernel<R, decltype(four)::value, decltype(offsets)::value>(p); });
-  });
-  return y;
-}
-
-// y of the tensor-core integer kernel, on a grid of `grid_y` token blocks.
-Tensor ql_int8_mma_emulated(const PackedWeight& w, const Quantized& tokens, const Tensor& bias, int64_t m,
-                            unsigned grid_y) {
-  Tensor y = Tensor::full({m, w.n}, 99.0);
-  const cuda::QuantizedLinearArgs p = ql_args(w, &tokens, Tensor(), bias, y);
-  ql_visit(w, [&](auto four, auto offsets) {
-    emulation::launch(unsigned(w.padded_n() / cuda::kQmCols), grid_y, cuda::kQmThreads,
-                      [&] { cuda::int8_mma_linear_kernel<decltype(four)::value, decltype(offsets)::value>(p); });
+    constexpr bool kFour = decltype(four)::value, kOffsets = decltype(offsets)::value;
+    if constexpr (R == 0)
+      emulation::launch(unsigned(w.padded_n() / cuda::kQmCols), grid_y, cuda::kQmThreads,
+                        [&] { cuda::int8_mma_linear_kernel<kFour, kOffsets>(p); });
+    else
+      emulation::launch(unsigned(w.padded_n() / cuda::kQlTileCols), grid_y, cuda::kQlThreads,
+                        [&] { cuda::int8_linear_kernel<R, kFour, kOffsets>(p); });
   });
   return y;
 }
@@ -192,7 +186,7 @@ BOOST_AUTO_TEST_CASE(int8_linear_matches_the_cpu_bit_for_bit) {
               // On tensor cores where groups are whole 16-input steps: 9 tokens, and 70 in two
               // turns of one 64-token block (the second mostly past m).
               if (m >= 9 && cuda::ql_mma_fits(group))
-                BOOST_TEST(same_bytes(want, ql_int8_mma_emulated(packed, tokens, b, m, 1)), what << ", tensor cores");
+                BOOST_TEST(same_bytes(want, ql_int8_emulated<0>(packed, tokens, b, m, 1)), what << ", tensor cores");
             }
           }
         }
