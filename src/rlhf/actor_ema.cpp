@@ -51,6 +51,7 @@ void ActorEma::average() {
     }
     storage_->write(k, average);
   }
+  storage_->finish();
 }
 
 void ActorEma::save(const std::string& path, parallel::Communicator& world) const {
@@ -91,6 +92,7 @@ void ActorEma::load_checkpoint(int64_t step, parallel::Communicator& world) {
         if (k < storage_->batches()) storage_->write(k, batch);
         batch.clear();
       });
+  storage_->finish();
 }
 
 zero::ResidentBytes ActorEma::memory() const { return storage_->memory(); }

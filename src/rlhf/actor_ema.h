@@ -18,8 +18,9 @@
 //   views bring onto the device);
 // - in a swap file under nvme_path when either device is "nvme" (rlhf/ema_swap_storage.h,
 //   ZeRO-Infinity: a host copy would undo what NVMe offload saves), through the `aio`
-//   section's asynchronous I/O, each batch's CRC-32C checked when it is read back and the
-//   next batch read ahead while this one is updated; the update then runs on the host. A
+//   section's asynchronous I/O, each batch's CRC-32C checked when it is read back, the
+//   next batch read ahead and the last one written back while this one is updated; the
+//   update then runs on the host. A
 //   damaged record found by one rank fails the update on every rank (ranks agree on its
 //   outcome as a save does), so that every rank names the problem and none waits for another.
 // What a save writes is the same file wherever the average lives. The rlhf metrics count it

@@ -31,8 +31,13 @@ class EmaStorage {
   // memory they are the average itself; from a file, a copy read in (Error naming the file
   // when what comes back differs from what was last written).
   virtual std::vector<Slice> read(size_t k, bool current = true) = 0;
-  // Keeps `values` (what read(k) handed out, changed) as batch k: a no-op in memory.
+  // Keeps `values` (what read(k) handed out, changed) as batch k: a no-op in memory. A file
+  // may still be writing them when it returns (the values must not change after): a read of
+  // batch k waits for that write, and finish() for every write.
   virtual void write(size_t k, const std::vector<Slice>& values) = 0;
+  // Waits for the writes in flight; an error of one is thrown here (or by the next write or
+  // read of its batch).
+  virtual void finish() {}
   // read(k) comes next: a file starts reading it on a thread.
   virtual void prefetch(size_t) {}
   // Whether read() reads the average back in (from a file), which can fail on one rank: an

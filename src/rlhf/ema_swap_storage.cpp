@@ -13,7 +13,9 @@ EmaSwapStorage::EmaSwapStorage(const std::string& key, const std::string& folder
     : file_(zero::open_nvme_swap_file(key, folder, "ema", aio)) {}
 
 EmaSwapStorage::~EmaSwapStorage() {
-  if (reading_.valid()) reading_.wait();  // its error, if any, goes with the storage
+  // Their errors, if any, go with the storage.
+  if (reading_.valid()) reading_.wait();
+  if (writing_.valid()) writing_.wait();
 }
 
 Tensor EmaSwapStorage::Batch::new_record() const {
@@ -66,6 +68,14 @@ void EmaSwapStorage::write_record(size_t k, const Tensor& record) {
   file_->write(b.offset, record.raw_data(), b.record_bytes());
 }
 
+void EmaSwapStorage::finish_write() {
+  if (!writing_.valid()) return;
+  std::future<void> done = std::move(writing_);
+  done.get();
+}
+
+void EmaSwapStorage::finish() { finish_write(); }
+
 void EmaSwapStorage::drop_read_ahead() {
   if (reading_.valid()) reading_.wait();  // what it read (or its error) is not wanted
   reading_ = {};
@@ -75,6 +85,7 @@ void EmaSwapStorage::prefetch(size_t k) {
   TRIAD_ASSERT(k < batches_.size());
   if (reading_.valid() && ahead_ == k) return;
   drop_read_ahead();
+  if (writing_.valid() && writing_batch_ == k) finish_write();
   ahead_ = k;
   reading_ = std::async(std::launch::async, [this, k] { return read_record(k); });
 }
@@ -82,6 +93,7 @@ void EmaSwapStorage::prefetch(size_t k) {
 std::vector<EmaStorage::Slice> EmaSwapStorage::read(size_t k, bool current) {
   TRIAD_ASSERT(k < batches_.size());
   const Batch& b = batches_[k];
+  if (writing_.valid() && writing_batch_ == k) finish_write();
   Tensor record;
   if (current && reading_.valid() && ahead_ == k) {
     std::future<Tensor> done = std::move(reading_);
@@ -104,7 +116,15 @@ void EmaSwapStorage::write(size_t k, const std::vector<Slice>& values) {
   // The slices are views of the record read() handed out, from its first element on.
   const Tensor& first = values.front().values;
   TRIAD_ASSERT(first.offset() == 0 && int64_t(first.storage()->nbytes()) >= batches_[k].record_bytes());
-  write_record(k, Tensor::from_storage(first.storage(), {batches_[k].record_bytes() / 4}, {1}, 0, DType::f32));
+  const Tensor record = Tensor::from_storage(first.storage(), {batches_[k].record_bytes() / 4}, {1}, 0, DType::f32);
+  finish_write();
+  Batch& b = batches_[k];
+  b.crc = io::crc32c(record.raw_data(), size_t(b.elements) * 4);
+  writing_batch_ = k;
+  writing_ = std::async(std::launch::async,
+                        [this, record, offset = b.offset, bytes = b.record_bytes()] {
+                          file_->write(offset, record.raw_data(), bytes);
+                        });
 }
 
 }  // namespace triad::rlhf

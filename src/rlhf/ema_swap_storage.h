@@ -11,12 +11,16 @@
 //   as the optimizer's store does.
 // - Record of a batch: its slices' f32 elements back to back, padded to 4096 bytes.
 // - Memory: a batch read in lives in its own aligned host block while the slices handed
-//   out refer to it; the storage keeps none between reads but the one read ahead.
+//   out refer to it; the storage keeps none between reads but the one read ahead and the
+//   one being written.
 // - Checksums: the CRC-32C of each record as last written is kept in memory, and every read
 //   is checked against it (after SwapFile's size check): a damaged or truncated file is an
 //   Error naming it (on the rank whose file it is; ActorEma makes it every rank's).
 // - prefetch(k) reads batch k on a thread while the caller works on another; read(k) takes
 //   that read (its error included) and any other read ahead is waited for and dropped.
+// - write(k) writes batch k's record on a thread (its checksum taken first) while the caller
+//   goes on to the next batch; the next write, a read or read-ahead of batch k, finish() and
+//   the destructor wait for it. At most one read and one write are in flight.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +39,7 @@ class EmaSwapStorage : public EmaStorage {
   // Creates this rank's file in `folder`, the value of config key `key`: Error naming the
   // key and the folder when it is missing, not a folder or not writable.
   EmaSwapStorage(const std::string& key, const std::string& folder, const io::AioConfig& aio);
-  // Waits for a read in flight; the file goes.
+  // Waits for the transfers in flight; the file goes.
   ~EmaSwapStorage() override;
 
   void add(const std::vector<Slice>& initial) override;
@@ -44,6 +48,7 @@ class EmaSwapStorage : public EmaStorage {
   std::vector<Slice> read(size_t k, bool current = true) override;
   void write(size_t k, const std::vector<Slice>& values) override;
   void prefetch(size_t k) override;
+  void finish() override;
   bool reads_back() const override { return true; }
   zero::ResidentBytes memory() const override { return {.nvme_bytes = file_->size()}; }
 
@@ -63,6 +68,8 @@ class EmaSwapStorage : public EmaStorage {
   Tensor read_record(size_t k) const;
   // Writes `record` (elements first, padding after) as batch k's and keeps its checksum.
   void write_record(size_t k, const Tensor& record);
+  // Waits for the write in flight, if any (its error thrown).
+  void finish_write();
   // The batch's slices as views of `record`.
   std::vector<Slice> slices_of(const Batch& b, const Tensor& record) const;
   void drop_read_ahead();
@@ -71,6 +78,8 @@ class EmaSwapStorage : public EmaStorage {
   std::vector<Batch> batches_;
   size_t ahead_ = 0;  // the batch read ahead, when reading_ is valid
   std::future<Tensor> reading_;
+  size_t writing_batch_ = 0;  // the batch being written, when writing_ is valid
+  std::future<void> writing_;
 };
 
 }  // namespace triad::rlhf

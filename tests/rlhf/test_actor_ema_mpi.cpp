@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "io/swap_file.h"
 #include "parallel/runtime.h"
 #include "rlhf/actor_ema.h"
+#include "rlhf/ema_swap_storage.h"
 #include "support/check.h"
 #include "support/files.h"
 #include "support/same_datasets.h"
@@ -327,6 +329,36 @@ BOOST_AUTO_TEST_CASE(average_in_a_swap_file_is_the_average_in_memory) {
       }
     }
   world->barrier();
+}
+
+// The swap file writes a batch back on a thread (Note [Actor EMA]): a read of that batch
+// right after its write, the read ahead of it, and a read after finish() see what was
+// written, never the record before; records of 4 MiB, so that a write is still in flight
+// when the read comes. Each rank on its own file.
+BOOST_AUTO_TEST_CASE(a_batch_read_after_its_write_behind_reads_what_was_written) {
+  test::TempDir dir;
+  rlhf::EmaSwapStorage storage("zero_optimization.offload_optimizer.nvme_path", dir.path().string(), io::AioConfig{});
+  const int64_t n = int64_t(1) << 20;
+  for (int k = 0; k < 2; ++k)
+    storage.add({{"w" + std::to_string(k), {n}, 0, Tensor::full({n}, double(k))}});
+  auto all_equal = [&](const std::vector<rlhf::EmaStorage::Slice>& batch, double want) {
+    const std::vector<float> v = batch.at(0).values.to_vector<float>();
+    return std::all_of(v.begin(), v.end(), [&](float x) { return x == float(want); });
+  };
+  for (int round = 1; round <= 3; ++round) {
+    std::vector<rlhf::EmaStorage::Slice> b0 = storage.read(0);
+    ops::fill_(b0[0].values, 10.0 * round);
+    storage.write(0, b0);
+    BOOST_TEST(all_equal(storage.read(0), 10.0 * round), "round " << round << ": batch 0 read after its write");
+    std::vector<rlhf::EmaStorage::Slice> b1 = storage.read(1);
+    ops::fill_(b1[0].values, 10.0 * round + 1);
+    storage.write(1, b1);
+    storage.prefetch(1);
+    BOOST_TEST(all_equal(storage.read(1), 10.0 * round + 1), "round " << round << ": batch 1 read ahead");
+    storage.write(0, storage.read(0));
+    storage.finish();
+    BOOST_TEST(all_equal(storage.read(0), 10.0 * round), "round " << round << ": batch 0 after finish");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_actor_ema_mpi
