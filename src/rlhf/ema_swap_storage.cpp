@@ -121,10 +121,9 @@ void EmaSwapStorage::write(size_t k, const std::vector<Slice>& values) {
   Batch& b = batches_[k];
   b.crc = io::crc32c(record.raw_data(), size_t(b.elements) * 4);
   writing_batch_ = k;
-  writing_ = std::async(std::launch::async,
-                        [this, record, offset = b.offset, bytes = b.record_bytes()] {
-                          file_->write(offset, record.raw_data(), bytes);
-                        });
+  writing_ = std::async(std::launch::async, [this, record, offset = b.offset, bytes = b.record_bytes()] {
+    file_->write(offset, record.raw_data(), bytes);
+  });
 }
 
 }  // namespace triad::rlhf
