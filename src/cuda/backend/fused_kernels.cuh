@@ -1,7 +1,8 @@
 // The kernels of the CUDA backend's fused transformer-block ops (fused.cu launches them;
 // tensor/cpu/ holds the CPU versions they follow): bias and GELU after a product whose
 // epilogue cuBLASLt cannot take, GELU's backward with the bias gradient, SwiGLU's product
-// and its backward, and the residual add fused into layer norm and RMS norm. They live in
+// and its backward, the rotary embedding and its backward, and the residual add fused into
+// layer norm and RMS norm. They live in
 // a header of their own so that tests/cuda/test_fused_kernels_emulated.cpp runs them on the
 // CPU under an emulation of CUDA. Operands are f32, bf16 or f16 (Floats), computed on in
 // f32; each result is rounded once as its dtype stores it.
@@ -11,6 +12,7 @@
 
 #include "cuda/backend/launch.cuh"
 #include "cuda/backend/norm_rows.cuh"
+#include "tensor/rotary_math.h"
 
 namespace triad::cuda {
 
@@ -96,6 +98,35 @@ __global__ void swiglu_backward_kernel(Floats a, Floats b, Floats g, Floats da, 
     const float av = a.load(t), gv = g.load(t);
     da.store(t, fused_silu_grad(av, gv * b.load(t)));
     db.store(t, gv * fused_silu(av));
+  }
+}
+
+// ---- rotary embedding ----
+
+// x (B, n, T, D) of ops::rotary at its strides, in elements; the tables (B or 1, T, D),
+// contiguous.
+struct RotaryShape {
+  int64_t n, T, D;
+  int64_t stride[4];
+  bool per_row;  // tables (B, T, D): each row's own positions
+};
+
+// out (B, n, T, D) contiguous; a thread a feature pair (i, i + D/2) of row (b, head, t) at a
+// time, total = B n T D/2 pairs, so neighbouring threads read neighbouring features.
+// backward: x is the gradient (ops::rotary_backward). tensor/rotary_math.h's arithmetic.
+__global__ void rotary_kernel(Floats x, RotaryShape s, Floats cos, Floats sin, Floats out, int64_t total,
+                              bool backward) {
+  const int64_t h = s.D / 2;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < total; p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = p / h, i = p - r * h;
+    const int64_t b = r / (s.n * s.T), head = r / s.T % s.n, t = r % s.T;
+    const int64_t at = b * s.stride[0] + head * s.stride[1] + t * s.stride[2];
+    const int64_t c = ((s.per_row ? b * s.T : 0) + t) * s.D + i;
+    float y1, y2;
+    rotary_pair(x.load(at + i * s.stride[3]), x.load(at + (i + h) * s.stride[3]), cos.load(c), cos.load(c + h),
+                sin.load(c), sin.load(c + h), backward, y1, y2);
+    out.store(r * s.D + i, y1);
+    out.store(r * s.D + i + h, y2);
   }
 }
 
