@@ -2,10 +2,10 @@
 // tensor/cpu/ holds the CPU versions they follow): bias and GELU after a product whose
 // epilogue cuBLASLt cannot take, GELU's backward with the bias gradient, SwiGLU's product
 // and its backward, the rotary embedding and its backward, and the residual add fused into
-// layer norm and RMS norm. They live in
-// a header of their own so that tests/cuda/test_fused_kernels_emulated.cpp runs them on the
-// CPU under an emulation of CUDA. Operands are f32, bf16 or f16 (Floats), computed on in
-// f32; each result is rounded once as its dtype stores it.
+// layer norm and RMS norm. They live in a header of their own so that
+// tests/cuda/test_fused_kernels_emulated.cpp runs them on the CPU under an emulation of
+// CUDA. Operands are f32, bf16 or f16 (Floats), computed on in f32; each result is rounded
+// once as its dtype stores it.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Elementwise kernels: binary ops over broadcast operands, unary maps, axpy, GELU (with the
-// fused bias gradient), SiLU, SwiGLU's product, the rotary embedding, dropout. bf16/f16 operands go through f32 copies
-// (tensor/cpu/widen.h).
+// fused bias gradient), SiLU, SwiGLU's product, the rotary embedding, dropout. bf16/f16
+// operands go through f32 copies (tensor/cpu/widen.h).
 #include <omp.h>
 
 #include <algorithm>
