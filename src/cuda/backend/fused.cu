@@ -84,7 +84,10 @@ void CudaBackend::rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, 
   const RotaryShape s{x.size(1), x.size(2), x.size(3), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)},
                       cos.size(0) > 1};
   OnDevice on(out);
-  rotary_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(fx, s, fc, fs, fo, total, backward);
+  if (total < (int64_t(1) << 31))
+    rotary_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(fx, s, fc, fs, fo, uint32_t(total), backward);
+  else
+    rotary_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(fx, s, fc, fs, fo, total, backward);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 

@@ -114,19 +114,20 @@ struct RotaryShape {
 // out (B, n, T, D) contiguous; a thread a feature pair (i, i + D/2) of row (b, head, t) at a
 // time, total = B n T D/2 pairs, so neighbouring threads read neighbouring features.
 // backward: x is the gradient (ops::rotary_backward). tensor/rotary_math.h's arithmetic.
-__global__ void rotary_kernel(Floats x, RotaryShape s, Floats cos, Floats sin, Floats out, int64_t total,
-                              bool backward) {
-  const int64_t h = s.D / 2;
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < total; p += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = p / h, i = p - r * h;
-    const int64_t b = r / (s.n * s.T), head = r / s.T % s.n, t = r % s.T;
-    const int64_t at = b * s.stride[0] + head * s.stride[1] + t * s.stride[2];
-    const int64_t c = ((s.per_row ? b * s.T : 0) + t) * s.D + i;
+// I, the pairs' index type: uint32_t below 2^31 pairs (the divisions that place a pair are
+// then 32-bit ones, several times cheaper than 64-bit ones), else int64_t.
+template <class I>
+__global__ void rotary_kernel(Floats x, RotaryShape s, Floats cos, Floats sin, Floats out, I total, bool backward) {
+  const I h = I(s.D / 2), n = I(s.n), T = I(s.T);
+  for (I p = blockIdx.x * I(blockDim.x) + threadIdx.x; p < total; p += I(gridDim.x) * I(blockDim.x)) {
+    const I r = p / h, i = p - r * h, bh = r / T, t = r - bh * T, b = bh / n, head = bh - b * n;
+    const int64_t at = int64_t(b) * s.stride[0] + int64_t(head) * s.stride[1] + int64_t(t) * s.stride[2];
+    const int64_t c = ((s.per_row ? int64_t(b) * s.T : 0) + t) * s.D + i, y = int64_t(r) * s.D + i;
     float y1, y2;
     rotary_pair(x.load(at + i * s.stride[3]), x.load(at + (i + h) * s.stride[3]), cos.load(c), cos.load(c + h),
                 sin.load(c), sin.load(c + h), backward, y1, y2);
-    out.store(r * s.D + i, y1);
-    out.store(r * s.D + i + h, y2);
+    out.store(y, y1);
+    out.store(y + h, y2);
   }
 }
 

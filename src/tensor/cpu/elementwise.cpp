@@ -262,16 +262,25 @@ void CpuBackend::rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, c
     const F* px = x.data<F>();
     const F *pc = cos.data<F>(), *ps = sin.data<F>();
     F* po = out.data<F>();
+    // Rows in x's memory order: heads inner when they are adjacent in x (a view of a
+    // (B, T, n, D) projection), else positions.
+    const bool heads_inner = sn < st;
 #pragma omp parallel for if (x.numel() > cpu::kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t b = r / (n * T), head = r / T % n, t = r % T;
+      const int64_t b = r / (n * T), q = r % (n * T);
+      const int64_t head = heads_inner ? q % n : q / T, t = heads_inner ? q / n : q % T;
       const F* xr = px + b * sb + head * sn + t * st;
       const F* c = pc + ((per_row ? b * T : 0) + t) * D;
       const F* s = ps + ((per_row ? b * T : 0) + t) * D;
-      F* y = po + r * D;
+      F* y = po + ((b * n + head) * T + t) * D;
+      if (sd == 1) {  // the common case, vectorized with plain loads
 #pragma omp simd
-      for (int64_t i = 0; i < h; ++i)
-        rotary_pair(xr[i * sd], xr[(i + h) * sd], c[i], c[i + h], s[i], s[i + h], backward, y[i], y[i + h]);
+        for (int64_t i = 0; i < h; ++i)
+          rotary_pair(xr[i], xr[i + h], c[i], c[i + h], s[i], s[i + h], backward, y[i], y[i + h]);
+      } else {
+        for (int64_t i = 0; i < h; ++i)
+          rotary_pair(xr[i * sd], xr[(i + h) * sd], c[i], c[i + h], s[i], s[i + h], backward, y[i], y[i + h]);
+      }
     }
   });
 }
