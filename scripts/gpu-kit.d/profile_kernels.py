@@ -32,7 +32,7 @@ FAMILIES = (
     ("optimizer", r"adam|sgd|lamb|multi_tensor|optim"),
     ("convert", r"convert|cast"),
     ("copy", r"copy|memcpy|transpose|contiguous|gather|scatter|concat|\bcat_"),
-    ("elementwise", r"map1|map2|elementwise|add_row_vector|gelu|silu|dropout|fill|bias|scale|pointwise|unary|binary"),
+    ("elementwise", r"map1|map2|elementwise|add_row_vector|gelu|silu|rotary|dropout|fill|bias|scale|pointwise|unary|binary"),
 )
 
 

@@ -673,20 +673,6 @@ AddNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, dou
   return {out[0], out[1]};
 }
 
-namespace {
-
-// cat(-x[..., D/2:], x[..., :D/2]) for x (..., D).
-Tensor rotate_half(const Tensor& x) {
-  const int64_t h = x.size(-1) / 2;
-  const int last = int(x.dim()) - 1;
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  ops::copy_(ops::narrow(out, last, 0, h), ops::neg(ops::narrow(x, last, h, h)));
-  ops::copy_(ops::narrow(out, last, h, h), ops::narrow(x, last, 0, h));
-  return out;
-}
-
-}  // namespace
-
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   TRIAD_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0,
               "rotary_embedding: expected x (..., T, D) with D even, got " << shape_str(x.shape()));
@@ -696,11 +682,11 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
               "rotary_embedding: tables " << shape_str(cos.shape()) << " and " << shape_str(sin.shape())
                                           << " do not match x " << shape_str(x.shape())
                                           << " (expected (T, D), or (B, 1, T, D) for x (B, n, T, D))");
-  const Tensor y = counted(ops::add(ops::mul(x, cos), ops::mul(rotate_half(x), sin)), 3);
+  // Two products and an add an element (the fused multiply-add counted as both).
+  const Tensor y = counted(ops::rotary(x, cos, sin), 3);
   // rotate_half is antisymmetric, so the backward is g cos - rotate_half(g sin).
-  return record("rotary_embedding", {x}, y, [cos, sin](const Grads& g) {
-    return Grads{ops::sub(ops::mul(g[0], cos), rotate_half(ops::mul(g[0], sin)))};
-  });
+  return record("rotary_embedding", {x}, y,
+                [cos, sin](const Grads& g) { return Grads{ops::rotary_backward(g[0], cos, sin)}; });
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end) {

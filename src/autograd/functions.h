@@ -146,7 +146,9 @@ AddNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, dou
 // x (..., T, D), D even, and tables cos, sin (T, D) (nn/rotary.h), or (B, 1, T, D) for
 // x (B, n, T, D) (each row's own positions) ->
 // x cos + rotate_half(x) sin, rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]): each pair
-// of features (i, i + D/2) turns by its position's angle. The tables take no gradient.
+// of features (i, i + D/2) turns by its position's angle. Fused (ops::rotary): one kernel
+// forward and one backward, x read through its strides, a 16-bit result rounded once. The
+// tables take no gradient.
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
 // ops::embedding (zero_past_end: the index V reads zeros and passes no gradient).
 Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end = false);

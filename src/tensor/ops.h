@@ -297,6 +297,23 @@ struct AddRmsNormOut {
 };
 AddRmsNormOut add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps);
 
+// Rotary position embedding in the rotate_half layout (nn/rotary.h), fused: x (..., T, D),
+// D even, with tables cos, sin (T, D), or (B, 1, T, D) for x (B, n, T, D) (each row's own
+// positions), of x's dtype or f32 beside a 16-bit x -> y of x's shape and dtype,
+// contiguous: for each feature pair (i, i + h), h = D/2,
+//   y_i = x_i cos_i - x_{i+h} sin_i,   y_{i+h} = x_{i+h} cos_{i+h} + x_i sin_{i+h},
+// that is x cos + rotate_half(x) sin with rotate_half(x) = cat(-x[..., h:], x[..., :h]),
+// for any tables. Each result is computed in f32 (f64 for f64) as one fused multiply-add
+// of the other, rounded, product (tensor/rotary_math.h) and rounded once to x's dtype, so
+// it lies within one rounding of the exact value where the composition rounded three
+// times. x is read through its strides (a view of a projection's heads, up to 4
+// dimensions; more leading dimensions are merged first, by reshape).
+Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// Its backward, grad_y cos - rotate_half(grad_y sin) (the op is linear in x):
+//   dx_i = g_i cos_i + g_{i+h} sin_{i+h},   dx_{i+h} = g_{i+h} cos_{i+h} - g_i sin_i,
+// with grad_y of x's shape and dtype and the tables as rotary's; rounded the same way.
+Tensor rotary_backward(const Tensor& grad_y, const Tensor& cos, const Tensor& sin);
+
 // weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C). An index out of range
 // throws Error: here on the CPU; on a GPU at the next wait for the device (Note [Deferred
 // device errors]), as do the targets of cross_entropy. With zero_past_end the index V is in

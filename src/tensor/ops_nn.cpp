@@ -1,5 +1,5 @@
-// Neural-network kernels of tensor/ops.h: softmax, layer norm, RMS norm, embedding,
-// cross-entropy, fused causal attention.
+// Neural-network kernels of tensor/ops.h: softmax, layer norm, RMS norm, the rotary
+// embedding, embedding, cross-entropy, fused causal attention.
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -191,6 +191,40 @@ AddRmsNormOut add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weigh
                   Tensor::empty({rows}, compute_dtype(x.dtype()), x.device())};
   backend_for(x.device()).add_rms_norm(contiguous(x), contiguous(r), contiguous(weight), eps, o.sum, o.y, o.rstd);
   return o;
+}
+
+namespace {
+
+// ops::rotary and its backward (x: grad_y): x viewed as (B, n, T, D), the leading
+// dimensions merged into B (reshape: a view where the strides allow it), and the tables as
+// (B or 1, T, D), contiguous.
+Tensor rotary_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool backward, const char* op) {
+  check_float(x, op);
+  TRIAD_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0,
+              op << ": expected x (..., T, D) with D even, got " << shape_str(x.shape()));
+  const int64_t T = x.size(-2), D = x.size(-1), n = x.dim() >= 3 ? x.size(-3) : 1;
+  int64_t B = 1;
+  for (int d = 0; d + 3 < x.dim(); ++d) B *= x.size(d);
+  const bool per_row = x.dim() == 4 && cos.shape() == Shape{B, 1, T, D};
+  TRIAD_CHECK((cos.shape() == Shape{T, D} || per_row) && sin.shape() == cos.shape(),
+              op << ": tables " << shape_str(cos.shape()) << " and " << shape_str(sin.shape()) << " do not match x "
+                 << shape_str(x.shape()) << " (expected (T, D), or (B, 1, T, D) for x (B, n, T, D))");
+  check_beside(cos, x, op, "cos");
+  check_beside(sin, x, op, "sin");
+  const int64_t table_rows = per_row ? B : 1;
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend_for(x.device())
+      .rotary(reshape(x, {B, n, T, D}), reshape(contiguous(cos), {table_rows, T, D}),
+              reshape(contiguous(sin), {table_rows, T, D}), view(y, {B, n, T, D}), backward);
+  return y;
+}
+
+}  // namespace
+
+Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) { return rotary_op(x, cos, sin, false, "rotary"); }
+
+Tensor rotary_backward(const Tensor& grad_y, const Tensor& cos, const Tensor& sin) {
+  return rotary_op(grad_y, cos, sin, true, "rotary_backward");
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,

@@ -373,6 +373,12 @@ BOOST_AUTO_TEST_CASE(nn_functions) {
   gradcheck("rotary_embedding", [&](auto& in) { return rotary_embedding(in[0], cos, sin); }, {leaf({2, 3, 5, 6}, 117)});
   gradcheck("rotary_embedding strided", [&](auto& in) { return rotary_embedding(transpose(in[0], 1, 2), cos, sin); },
             {leaf({2, 5, 3, 6}, 118)});
+  gradcheck("rotary_embedding features strided",
+            [&](auto& in) { return rotary_embedding(transpose(in[0], 2, 3), cos, sin); }, {leaf({2, 3, 6, 5}, 119)});
+  gradcheck("rotary_embedding 2-D", [&](auto& in) { return rotary_embedding(in[0], cos, sin); }, {leaf({5, 6}, 163)});
+  const Tensor row_cos = randn({2, 1, 5, 6}, 164), row_sin = randn({2, 1, 5, 6}, 165);
+  gradcheck("rotary_embedding per-row tables", [&](auto& in) { return rotary_embedding(in[0], row_cos, row_sin); },
+            {leaf({2, 3, 5, 6}, 166)});
 
   const Tensor ids = idx({4, 0, 4, 2, 1, 4}, {2, 3});
   gradcheck("embedding", [&](auto& in) { return embedding(in[0], ids); }, {leaf({5, 3}, 120)});

@@ -771,7 +771,8 @@ void sixteen_bit_case() {
 // The fused ops of the transformer block on the GPU against the CPU's: linear + GELU in
 // cuBLASLt's epilogue (N a multiple of 8) and in the kernel after a plain product (an f32
 // bias beside a 16-bit product; N = 36), GELU's backward with the bias gradient, SwiGLU, the
-// residual add fused into the norms, and their backwards adding the residual's gradient.
+// rotary embedding (x contiguous and a transposed view), the residual add fused into the
+// norms, and their backwards adding the residual's gradient.
 void fused_block_case() {
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     const std::string d = std::string(" ") + dtype_name(dt);
@@ -800,6 +801,13 @@ void fused_block_case() {
     same("swiglu", [&](bool g) { return ops::swiglu(on(g, x), on(g, r)); });
     same("swiglu da", [&](bool g) { return ops::swiglu_backward(on(g, x), on(g, r), on(g, gy)).da; });
     same("swiglu db", [&](bool g) { return ops::swiglu_backward(on(g, x), on(g, r), on(g, gy)).db; });
+    const Tensor cos = random({6, 40}, 99), sin = random({6, 40}, 100);
+    const auto table = [&](bool g, const Tensor& t, int64_t rows) { return on(g, ops::narrow(t, 0, 0, rows)); };
+    same("rotary", [&](bool g) { return ops::rotary(on(g, x), table(g, cos, 3), table(g, sin, 3)); });
+    same("rotary of a view",
+         [&](bool g) { return ops::rotary(ops::transpose(on(g, x), 0, 1), table(g, cos, 6), table(g, sin, 6)); });
+    same("rotary_backward",
+         [&](bool g) { return ops::rotary_backward(on(g, gy), table(g, cos, 3), table(g, sin, 3)); });
     same("add_layer_norm sum",
          [&](bool g) { return ops::add_layer_norm(on(g, x), on(g, r), on(g, w), on(g, b), 1e-5).sum; });
     same("add_layer_norm y",

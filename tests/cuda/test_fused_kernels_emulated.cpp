@@ -1,11 +1,11 @@
 // The CUDA backend's fused transformer-block kernels (cuda/backend/fused_kernels.cuh: bias
 // and GELU after a product, GELU's backward with the bias gradient, SwiGLU, the residual
-// add fused into layer norm and RMS norm) run on the CPU under an emulation of CUDA
-// (cuda/cuda_emulation.h), against the CPU backend's fused ops in f32, bf16 and f16. What
-// the two devices round the same way is compared bit for bit (a pre-activation, a residual
-// sum); the rest within the distance between the GPU's tanhf and the CPU's vector tanh, and
-// between their summation orders. The cuBLASLt epilogue path and the kernels' speed need a
-// GPU (test_backend_cuda).
+// add fused into layer norm and RMS norm, the rotary embedding) run on the CPU under an
+// emulation of CUDA (cuda/cuda_emulation.h), against the CPU backend's fused ops in f32,
+// bf16 and f16. What the two devices round the same way is compared bit for bit (a
+// pre-activation, a residual sum, the rotary embedding); the rest within the distance
+// between the GPU's tanhf and the CPU's vector tanh, and between their summation orders.
+// The cuBLASLt epilogue path and the kernels' speed need a GPU (test_backend_cuda).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
@@ -108,6 +108,34 @@ BOOST_AUTO_TEST_CASE(swiglu_matches_the_cpu) {
     close(da, want.da, dt, what + " da");
     close(db, want.db, dt, what + " db");
   }
+}
+
+// The rotary embedding and its backward bit for bit: both devices run tensor/rotary_math.h's
+// fused multiply-adds on the same f32 values and round once. x a view with strides (a
+// projection's heads; then features strided too, with per-row tables); 120 feature pairs
+// over 64 threads, so the grid-stride loop turns; pairs indexed in 32 and 64 bits.
+BOOST_AUTO_TEST_CASE(rotary_matches_the_cpu_bit_for_bit) {
+  for (DType dt : kDtypes)
+    for (bool per_row : {false, true})
+      for (bool backward : {false, true})
+        for (bool wide_index : {false, true}) {
+          const std::string what = std::string(dtype_name(dt)) + (per_row ? " per-row tables" : "") +
+                                   (backward ? " backward" : "") + (wide_index ? " int64 index" : "");
+          const Tensor x = per_row ? ops::transpose(uniform({2, 3, 8, 5}, 13, 2.0, dt), 2, 3)
+                                   : ops::transpose(uniform({2, 5, 3, 8}, 14, 2.0, dt), 1, 2);
+          const Shape table = per_row ? Shape{2, 1, 5, 8} : Shape{5, 8};
+          const Tensor cos = uniform(table, 15, 1.0, DType::f32), sin = uniform(table, 16, 1.0, DType::f32);
+          Tensor out = Tensor::empty({2, 3, 5, 8}, dt);
+          const cuda::RotaryShape shape{3, 5, 8, {x.stride(0), x.stride(1), x.stride(2), x.stride(3)}, per_row};
+          const int64_t pairs = 2 * 3 * 5 * 4;
+          emulation::launch(1, 1, 64, [&] {
+            if (wide_index)
+              cuda::rotary_kernel(floats(x), shape, floats(cos), floats(sin), floats(out), pairs, backward);
+            else
+              cuda::rotary_kernel(floats(x), shape, floats(cos), floats(sin), floats(out), uint32_t(pairs), backward);
+          });
+          same(out, backward ? ops::rotary_backward(x, cos, sin) : ops::rotary(x, cos, sin), what);
+        }
 }
 
 // The sum bit for bit (one rounding of x + r on both devices); the norms within their

@@ -802,4 +802,109 @@ BOOST_AUTO_TEST_CASE(fused_block_ops_match_their_compositions) {
       {"layer_norm_backward", "grad_residual"});
 }
 
+namespace {
+
+// rotate_half(t) = cat(-t[..., h:], t[..., :h]), h = D/2: the definition the fused rotary
+// embedding replaces.
+Tensor rotary_rotate_half(const Tensor& t) {
+  const int64_t h = t.size(-1) / 2;
+  const int last = int(t.dim()) - 1;
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  ops::copy_(ops::narrow(out, last, 0, h), ops::neg(ops::narrow(t, last, h, h)));
+  ops::copy_(ops::narrow(out, last, h, h), ops::narrow(t, last, 0, h));
+  return out;
+}
+
+// A rotary case: x's shape, how x is laid out (a transpose of a contiguous tensor of
+// `stored` shape when given) and whether the tables are per row.
+struct RotaryCase {
+  Shape shape, stored;
+  int transpose0 = 0, transpose1 = 0;
+  bool per_row = false;
+};
+
+}  // namespace
+
+// ops::rotary and ops::rotary_backward against their formulas computed in f64 from the same
+// stored values, y = a + b with a = x cos, b = rotate_half(x) sin (backward: a = g cos,
+// b = -rotate_half(g sin)): f32 and f64 results within one rounding of each term (one fused
+// multiply-add of a rounded product, and the f64 formula's own), |y - (a + b)| <= 5u (|a| +
+// |b|); a bf16/f16 result the f32 op's on the widened operands rounded once, bit for bit,
+// so within one 16-bit rounding of the formula. Random tables (not rotations), so a cos or
+// sin read from the wrong half shows; x of 2 to 5 dimensions, views with strides (a
+// projection's heads; features strided too), per-row tables, and a shape that takes the
+// multi-threaded path.
+BOOST_AUTO_TEST_CASE(rotary_matches_its_formula_in_f64) {
+  const std::vector<RotaryCase> cases = {
+      {{6, 8}, {}},
+      {{3, 6, 8}, {}},
+      {{2, 3, 5, 8}, {}, 0, 0, true},
+      {{2, 3, 5, 8}, {2, 5, 3, 8}, 1, 2},
+      {{2, 3, 5, 8}, {2, 3, 8, 5}, 2, 3, true},
+      {{2, 2, 3, 4, 6}, {}},
+      {{4, 8, 64, 32}, {4, 64, 8, 32}, 1, 2, true},
+  };
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    for (const RotaryCase& rc : cases)
+      for (bool backward : {false, true}) {
+        BOOST_TEST_CONTEXT(dtype_name(dt) << " x " << shape_str(rc.shape) << (rc.stored.empty() ? "" : " strided")
+                                          << (rc.per_row ? " per-row tables" : "")
+                                          << (backward ? " backward" : "")) {
+          const bool half = dt == DType::bf16 || dt == DType::f16;
+          const DType table_dt = dt == DType::f64 ? DType::f64 : DType::f32;
+          Generator gen(31);
+          const auto random = [&](const Shape& s, DType t) {
+            Tensor r = Tensor::empty(s, DType::f64);
+            ops::uniform_(r, -2.0, 2.0, gen);
+            return ops::to(r, t);
+          };
+          const Tensor x = rc.stored.empty() ? random(rc.shape, dt)
+                                             : ops::transpose(random(rc.stored, dt), rc.transpose0, rc.transpose1);
+          BOOST_TEST_REQUIRE((x.shape() == rc.shape && x.is_contiguous() == rc.stored.empty()));
+          const int64_t T = rc.shape[rc.shape.size() - 2], D = rc.shape.back();
+          const Shape table = rc.per_row ? Shape{rc.shape[0], 1, T, D} : Shape{T, D};
+          const Tensor cos = random(table, table_dt), sin = random(table, table_dt);
+          const Tensor y = backward ? ops::rotary_backward(x, cos, sin) : ops::rotary(x, cos, sin);
+          BOOST_TEST_REQUIRE((y.shape() == x.shape() && y.dtype() == dt && y.is_contiguous()), y.str());
+
+          const Tensor x64 = ops::to(x, DType::f64);
+          const Tensor c64 = ops::expand(ops::to(cos, DType::f64), x.shape());
+          const Tensor s64 = ops::expand(ops::to(sin, DType::f64), x.shape());
+          const Tensor a = ops::mul(x64, c64);
+          const Tensor b = backward ? ops::neg(rotary_rotate_half(ops::mul(x64, s64)))
+                                    : ops::mul(rotary_rotate_half(x64), s64);
+          const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>(),
+                                    got = y.to_vector<double>();
+          const double u = dt == DType::f64 ? 0x1p-53 : 0x1p-24;
+          const double u16 = dt == DType::bf16 ? 0x1p-8 : 0x1p-11;
+          const double tiny = dt == DType::f16 ? 0x1p-25 : 0.0;  // half f16's smallest subnormal
+          double worst = 0.0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            const double want = va[i] + vb[i], m = std::fabs(va[i]) + std::fabs(vb[i]);
+            const double bound = half ? u16 * std::fabs(want) + 3 * u * m + tiny : 5 * u * m;
+            worst = std::max(worst, std::fabs(got[i] - want) / std::max(bound, 1e-300));
+          }
+          BOOST_TEST(worst <= 1.0, "the largest error is " << worst << " of its bound");
+          if (half) {
+            const Tensor wide = ops::to(x, DType::f32);
+            const Tensor f32 = backward ? ops::rotary_backward(wide, cos, sin) : ops::rotary(wide, cos, sin);
+            BOOST_TEST(test::max_abs_diff(y, ops::to(f32, dt)) == 0.0, "the f32 result rounded once");
+          }
+        }
+      }
+  // Shapes and dtypes that do not fit name the op and what was expected.
+  const Tensor x = Tensor::zeros({2, 3, 5, 8}), c = Tensor::zeros({5, 8});
+  test::check_error([&] { ops::rotary(Tensor::zeros({5, 7}), Tensor::zeros({5, 7}), Tensor::zeros({5, 7})); },
+                    {"rotary", "D even", "(5, 7)"});
+  test::check_error([&] { ops::rotary(Tensor::zeros({8}), c, c); }, {"rotary", "(..., T, D)"});
+  test::check_error([&] { ops::rotary(x, Tensor::zeros({4, 8}), Tensor::zeros({4, 8})); },
+                    {"rotary", "(4, 8)", "(2, 3, 5, 8)", "(B, 1, T, D)"});
+  test::check_error([&] { ops::rotary(x, c, Tensor::zeros({5, 6})); }, {"rotary", "(5, 6)"});
+  const Tensor per_row = Tensor::zeros({3, 1, 5, 8});
+  test::check_error([&] { ops::rotary(Tensor::zeros({3, 5, 8}), per_row, per_row); }, {"rotary", "(3, 1, 5, 8)"});
+  test::check_error([&] { ops::rotary(x, ops::to(c, DType::f64), c); }, {"rotary", "cos", "f64"});
+  test::check_error([&] { ops::rotary_backward(x, c, ops::to(c, DType::bf16)); }, {"rotary_backward", "sin"});
+  test::check_error([&] { ops::rotary(ops::to(x, DType::i64), c, c); }, {"rotary", "floating"});
+}
+
 BOOST_AUTO_TEST_SUITE_END()  // test_ops

@@ -1,9 +1,9 @@
 // The fused ops of the transformer block on the GPU (tensor/backend.h): linear + GELU in
 // cuBLASLt's GELU epilogue, which keeps the pre-activation (a kernel adds the bias and GELU
 // where the epilogue cannot: an f32 bias beside a 16-bit product, or a width the epilogue's
-// auxiliary output does not take); GELU's backward with the bias gradient, SwiGLU, and the
-// residual add fused into the norms as kernels (fused_kernels.cuh). The norms' backwards,
-// which add the residual's gradient, are in nn.cu.
+// auxiliary output does not take); GELU's backward with the bias gradient, SwiGLU, the
+// rotary embedding, and the residual add fused into the norms as kernels
+// (fused_kernels.cuh). The norms' backwards, which add the residual's gradient, are in nn.cu.
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/fused_kernels.cuh"
 #include "cuda/backend/launch.cuh"
@@ -73,6 +73,21 @@ void CudaBackend::swiglu_backward(const Tensor& a, const Tensor& b, const Tensor
   if (total == 0) return;
   OnDevice on(a);
   swiglu_backward_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(fa, fb, fg, fda, fdb, total);
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out, bool backward) {
+  const char* m = backward ? "rotary_backward" : "rotary";
+  const Floats fx = floats(x, m), fc = floats(cos, m), fs = floats(sin, m), fo = floats(out, m);
+  const int64_t total = out.numel() / 2;
+  if (total == 0) return;
+  const RotaryShape s{x.size(1), x.size(2), x.size(3), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)},
+                      cos.size(0) > 1};
+  OnDevice on(out);
+  if (total < (int64_t(1) << 31))
+    rotary_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(fx, s, fc, fs, fo, uint32_t(total), backward);
+  else
+    rotary_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(fx, s, fc, fs, fo, total, backward);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,16 +1,18 @@
 // The kernels of the CUDA backend's fused transformer-block ops (fused.cu launches them;
 // tensor/cpu/ holds the CPU versions they follow): bias and GELU after a product whose
 // epilogue cuBLASLt cannot take, GELU's backward with the bias gradient, SwiGLU's product
-// and its backward, and the residual add fused into layer norm and RMS norm. They live in
-// a header of their own so that tests/cuda/test_fused_kernels_emulated.cpp runs them on the
-// CPU under an emulation of CUDA. Operands are f32, bf16 or f16 (Floats), computed on in
-// f32; each result is rounded once as its dtype stores it.
+// and its backward, the rotary embedding and its backward, and the residual add fused into
+// layer norm and RMS norm. They live in a header of their own so that
+// tests/cuda/test_fused_kernels_emulated.cpp runs them on the CPU under an emulation of
+// CUDA. Operands are f32, bf16 or f16 (Floats), computed on in f32; each result is rounded
+// once as its dtype stores it.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/backend/launch.cuh"
 #include "cuda/backend/norm_rows.cuh"
+#include "tensor/rotary_math.h"
 
 namespace triad::cuda {
 
@@ -96,6 +98,36 @@ __global__ void swiglu_backward_kernel(Floats a, Floats b, Floats g, Floats da, 
     const float av = a.load(t), gv = g.load(t);
     da.store(t, fused_silu_grad(av, gv * b.load(t)));
     db.store(t, gv * fused_silu(av));
+  }
+}
+
+// ---- rotary embedding ----
+
+// x (B, n, T, D) of ops::rotary at its strides, in elements; the tables (B or 1, T, D),
+// contiguous.
+struct RotaryShape {
+  int64_t n, T, D;
+  int64_t stride[4];
+  bool per_row;  // tables (B, T, D): each row's own positions
+};
+
+// out (B, n, T, D) contiguous; a thread a feature pair (i, i + D/2) of row (b, head, t) at a
+// time, total = B n T D/2 pairs, so neighbouring threads read neighbouring features.
+// backward: x is the gradient (ops::rotary_backward). tensor/rotary_math.h's arithmetic.
+// I, the pairs' index type: uint32_t below 2^31 pairs (the divisions that place a pair are
+// then 32-bit ones, several times cheaper than 64-bit ones), else int64_t.
+template <class I>
+__global__ void rotary_kernel(Floats x, RotaryShape s, Floats cos, Floats sin, Floats out, I total, bool backward) {
+  const I h = I(s.D / 2), n = I(s.n), T = I(s.T);
+  for (I p = blockIdx.x * I(blockDim.x) + threadIdx.x; p < total; p += I(gridDim.x) * I(blockDim.x)) {
+    const I r = p / h, i = p - r * h, bh = r / T, t = r - bh * T, b = bh / n, head = bh - b * n;
+    const int64_t at = int64_t(b) * s.stride[0] + int64_t(head) * s.stride[1] + int64_t(t) * s.stride[2];
+    const int64_t c = ((s.per_row ? int64_t(b) * s.T : 0) + t) * s.D + i, y = int64_t(r) * s.D + i;
+    float y1, y2;
+    rotary_pair(x.load(at + i * s.stride[3]), x.load(at + (i + h) * s.stride[3]), cos.load(c), cos.load(c + h),
+                sin.load(c), sin.load(c + h), backward, y1, y2);
+    out.store(y, y1);
+    out.store(y + h, y2);
   }
 }
 

@@ -69,6 +69,7 @@ class CpuBackend final : public Backend {
   void swiglu(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y, const Tensor& da,
                        const Tensor& db) override;
+  void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out, bool backward) override;
   void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, bool zero_past_end) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight,
                           bool zero_past_end) override;

@@ -1,5 +1,6 @@
 // Elementwise kernels: binary ops over broadcast operands, unary maps, axpy, GELU (with the
-// fused bias gradient), SiLU, SwiGLU's product, dropout. bf16/f16 operands go through f32 copies (tensor/cpu/widen.h).
+// fused bias gradient), SiLU, SwiGLU's product, the rotary embedding, dropout. bf16/f16
+// operands go through f32 copies (tensor/cpu/widen.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "tensor/cpu/widen.h"
 #include "tensor/float16.h"
 #include "tensor/random.h"
+#include "tensor/rotary_math.h"
 
 namespace triad {
 
@@ -241,6 +243,44 @@ void CpuBackend::swiglu_backward(const Tensor& a, const Tensor& b, const Tensor&
     for (int64_t i = 0; i < n; ++i) {
       pda[i] = cpu::silu_grad(pa[i], pg[i] * pb[i]);
       pdb[i] = pg[i] * cpu::silu(pa[i]);
+    }
+  });
+}
+
+// One row of D features a loop iteration: x read through its strides, out contiguous.
+void CpuBackend::rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out, bool backward) {
+  if (cpu::any_16bit({&x, &cos, &sin, &out})) {
+    const cpu::WideOut o(out);
+    rotary(cpu::widen(x), cpu::widen(cos), cpu::widen(sin), o.get(), backward);
+    return o.store();
+  }
+  cpu::visit_float(out.dtype(), [&](auto tag) {
+    using F = decltype(tag);
+    const int64_t n = x.size(1), T = x.size(2), D = x.size(3), h = D / 2, rows = x.numel() / std::max<int64_t>(D, 1);
+    const bool per_row = cos.size(0) > 1;
+    const int64_t sb = x.stride(0), sn = x.stride(1), st = x.stride(2), sd = x.stride(3);
+    const F* px = x.data<F>();
+    const F *pc = cos.data<F>(), *ps = sin.data<F>();
+    F* po = out.data<F>();
+    // Rows in x's memory order: heads inner when they are adjacent in x (a view of a
+    // (B, T, n, D) projection), else positions.
+    const bool heads_inner = sn < st;
+#pragma omp parallel for if (x.numel() > cpu::kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t b = r / (n * T), q = r % (n * T);
+      const int64_t head = heads_inner ? q % n : q / T, t = heads_inner ? q / n : q % T;
+      const F* xr = px + b * sb + head * sn + t * st;
+      const F* c = pc + ((per_row ? b * T : 0) + t) * D;
+      const F* s = ps + ((per_row ? b * T : 0) + t) * D;
+      F* y = po + ((b * n + head) * T + t) * D;
+      if (sd == 1) {  // the common case, vectorized with plain loads
+#pragma omp simd
+        for (int64_t i = 0; i < h; ++i)
+          rotary_pair(xr[i], xr[i + h], c[i], c[i + h], s[i], s[i + h], backward, y[i], y[i + h]);
+      } else {
+        for (int64_t i = 0; i < h; ++i)
+          rotary_pair(xr[i * sd], xr[(i + h) * sd], c[i], c[i + h], s[i], s[i + h], backward, y[i], y[i + h]);
+      }
     }
   });
 }
