@@ -758,7 +758,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale, const Tensor& key_start) {
   TRIAD_CHECK(qkv.dim() == 3 && n_head > 0 && qkv.size(2) % (3 * n_head) == 0,
               "causal_attention_qkv: expected qkv (B, T, 3C) with C a multiple of " << n_head << " heads, got "
-                                                                                   << shape_str(qkv.shape()));
+                                                                                    << shape_str(qkv.shape()));
   const Tensor q = qkv_heads(qkv, n_head, 0);
   ops::AttentionOut r =
       ops::causal_attention(q, qkv_heads(qkv, n_head, 1), qkv_heads(qkv, n_head, 2), scale, key_start);
