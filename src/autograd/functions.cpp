@@ -715,13 +715,49 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // (T, T) probabilities. The kernels read bf16/f16 as stored, so 16-bit inputs are saved as
 // they are, without an f32 copy, and their gradients come back in their dtype (Note
 // [16-bit activations]).
+namespace {
+
+void count_attention_flops(const Tensor& q) {
+  flop_count::add(2 * q.numel() * q.size(-2), 4 * q.numel() * q.size(-2) + q.numel() / q.size(-1) * q.size(-2));
+}
+
+// Part `part` (0: q, 1: k, 2: v) of a fused projection (B, T, 3C) as heads (B, n_head, T, hs).
+Tensor qkv_heads(const Tensor& qkv, int64_t n_head, int64_t part) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  return ops::transpose(ops::reshape(ops::narrow(qkv, 2, part * C, C), {B, T, n_head, C / n_head}), 1, 2);
+}
+
+}  // namespace
+
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& key_start) {
   ops::AttentionOut r = ops::causal_attention(q, k, v, scale, key_start);
-  flop_count::add(2 * q.numel() * q.size(-2), 4 * q.numel() * q.size(-2) + q.numel() / q.size(-1) * q.size(-2));
+  count_attention_flops(q);
   return record("causal_attention", {q, k, v}, r.out, [=, out = detach(r.out), lse = r.lse](const Grads& g) {
     ops::AttentionGrads d =
         ops::causal_attention_backward(q, k, v, out, lse, ops::to(g[0], q.dtype()), scale, key_start);
     return Grads{d.dq, d.dk, d.dv};
+  });
+}
+
+// qkv is saved by handle, as causal_attention's q, k and v, and its heads taken again as
+// views in the backward.
+Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale, const Tensor& key_start) {
+  TRIAD_CHECK(qkv.dim() == 3 && n_head > 0 && qkv.size(2) % (3 * n_head) == 0,
+              "causal_attention_qkv: expected qkv (B, T, 3C) with C a multiple of " << n_head << " heads, got "
+                                                                                    << shape_str(qkv.shape()));
+  const Tensor q = qkv_heads(qkv, n_head, 0);
+  ops::AttentionOut r =
+      ops::causal_attention(q, qkv_heads(qkv, n_head, 1), qkv_heads(qkv, n_head, 2), scale, key_start);
+  count_attention_flops(q);
+  return record("causal_attention", {qkv}, r.out, [=, out = detach(r.out), lse = r.lse](const Grads& g) {
+    const Tensor q = qkv_heads(qkv, n_head, 0), k = qkv_heads(qkv, n_head, 1), v = qkv_heads(qkv, n_head, 2);
+    const ops::AttentionGrads d =
+        ops::causal_attention_backward(q, k, v, out, lse, ops::to(g[0], q.dtype()), scale, key_start);
+    const Tensor grad = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
+    ops::copy_(qkv_heads(grad, n_head, 0), d.dq);
+    ops::copy_(qkv_heads(grad, n_head, 1), d.dk);
+    ops::copy_(qkv_heads(grad, n_head, 2), d.dv);
+    return Grads{grad};
   });
 }
 

@@ -164,5 +164,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // and passes no gradient.
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                         const Tensor& key_start = Tensor());
+// The same over the heads of a fused projection qkv (B, T, 3C): q, k and v are its three
+// C-wide parts, each split into n_head heads of C / n_head features, read in place; the
+// output is (B, n_head, T, hs). Its gradient is one (B, T, 3C) tensor with dq, dk and dv
+// written into their parts (where three views' gradients would each be a zeroed (B, T, 3C)
+// tensor, summed after).
+Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale, const Tensor& key_start = Tensor());
 
 }  // namespace triad

@@ -22,19 +22,18 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& key_start) {
   TRIAD_CHECK(x.dim() == 3, "CausalSelfAttention: expected input (B, T, C), got " << shape_str(x.shape()));
   const Tensor qkv_out = (*qkv)(x);  // (B, T, 3C), C: the features of this rank's heads
   const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3, hs = C / n_head;
-  auto heads = [&](int64_t part) {   // (B, NH, T, hs)
-    return transpose(reshape(narrow(qkv_out, 2, part * C, C), {B, T, n_head, hs}), 1, 2);
-  };
-  const Tensor q = heads(0), k = heads(1), v = heads(2);
   const double scale = 1.0 / std::sqrt(double(hs));
   Tensor y;  // (B, NH, T, hs)
   if (attn_drop->is_training() && attn_drop->p > 0.0) {
     // Attention dropout acts on the probabilities, which the fused op never stores.
     TRIAD_CHECK(!key_start.defined(), "CausalSelfAttention: attention dropout does not take left-padded batches");
-    const Tensor att = softmax(mul(matmul(q, k, false, true), scale), /*causal=*/true);
-    y = matmul((*attn_drop)(att), v);
+    auto heads = [&](int64_t part) {  // (B, NH, T, hs)
+      return transpose(reshape(narrow(qkv_out, 2, part * C, C), {B, T, n_head, hs}), 1, 2);
+    };
+    const Tensor att = softmax(mul(matmul(heads(0), heads(1), false, true), scale), /*causal=*/true);
+    y = matmul((*attn_drop)(att), heads(2));
   } else {
-    y = causal_attention(q, k, v, scale, key_start);
+    y = causal_attention_qkv(qkv_out, n_head, scale, key_start);  // one (B, T, 3C) gradient
   }
   return (*resid_drop)((*proj)(reshape(transpose(y, 1, 2), {B, T, C})));
 }

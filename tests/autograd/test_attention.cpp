@@ -172,6 +172,39 @@ BOOST_AUTO_TEST_CASE(views_of_a_fused_projection) {
   }
 }
 
+// causal_attention_qkv (the transformer's): the same kernels on the same views, so the same
+// output and the same (B, T, 3C) gradient as causal_attention on the three views, whose
+// gradients the views' backwards put into zeroed copies of qkv and sum (equal in value;
+// a -0 summed with those zeros becomes +0). With left padding too; a projection whose width
+// is not three times a multiple of the heads is an error naming it.
+BOOST_AUTO_TEST_CASE(heads_of_a_fused_projection_in_place) {
+  const int64_t b = 2, t = 70, nh = 3, hs = 16, c = nh * hs;
+  const Tensor key_start = Tensor::from_vector(std::vector<int64_t>{0, 9}, {b});
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const Tensor& starts : {Tensor(), key_start}) {
+      const Tensor qkv = randn({b, t, 3 * c}, 17, dt);
+      const Tensor w = randn({b, nh, t, hs}, 18, DType::f32);
+      auto run_on = [&](bool in_place) {
+        const Tensor x = leaf(qkv);
+        auto heads = [&](int64_t part) {
+          return transpose(reshape(narrow(x, 2, part * c, c), {b, t, nh, hs}), 1, 2);
+        };
+        const Tensor out = in_place ? causal_attention_qkv(x, nh, 0.3, starts)
+                                    : causal_attention(heads(0), heads(1), heads(2), 0.3, starts);
+        backward(sum(mul(compute_dtype(out), w)));
+        return std::pair{detach(out), grad(x)};
+      };
+      const auto [want_out, want_grad] = run_on(false);
+      const auto [got_out, got_grad] = run_on(true);
+      const std::string what = std::string(dtype_name(dt)) + (starts.defined() ? " left-padded" : "");
+      BOOST_TEST((got_out.shape() == want_out.shape() && got_grad.dtype() == dt), what);
+      BOOST_TEST(test::max_abs_diff(got_out, want_out) == 0.0, what << " out");
+      BOOST_TEST(test::max_abs_diff(got_grad, want_grad) == 0.0, what << " dqkv");
+    }
+  test::check_error([] { causal_attention_qkv(Tensor::empty({1, 4, 3 * 10}), 4, 1.0); },
+                    {"causal_attention_qkv", "C a multiple of 4 heads", "(1, 4, 30)"});
+}
+
 // 16-bit inputs: computed in f32 on the same (rounded) values, results rounded once.
 BOOST_AUTO_TEST_CASE(sixteen_bit_inputs) {
   for (DType dt : {DType::bf16, DType::f16}) {
