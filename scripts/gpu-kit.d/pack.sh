@@ -123,7 +123,11 @@ done
 } >"$stage/MANIFEST.txt"
 cp "$stage/MANIFEST.txt" "$kit/MANIFEST.txt"
 
-tar -C "$kit/stage" -cf - triad-gpu-kit | xz -T "$jobs" -6 >"$archive.tmp"
+# The programs share most of their bytes (each links triad's layers, kernels included): with
+# a dictionary larger than the whole stream xz finds each program's copy of them in the ones
+# before it (57 MiB at xz -6, 25 MiB so; one thread, since threads would compress blocks
+# that cannot see each other). Unpacking takes 256 MiB of memory.
+tar -C "$kit/stage" -cf - triad-gpu-kit | xz -T 1 --lzma2=preset=9,dict=256MiB >"$archive.tmp"
 mv "$archive.tmp" "$archive"
 size=$(stat -c %s "$archive")
 echo "gpu-kit pack: ${archive#"$root"/} ($((size / 1024 / 1024)) MiB, $(grep -c '^  triad-gpu-kit/' "$kit/MANIFEST.txt") files; manifest: ${kit#"$root"/}/MANIFEST.txt)"
