@@ -673,18 +673,12 @@ AddNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, dou
   return {out[0], out[1]};
 }
 
+// ops::rotary checks the shapes (its errors name it).
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  TRIAD_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0,
-              "rotary_embedding: expected x (..., T, D) with D even, got " << shape_str(x.shape()));
-  const Shape table{x.size(-2), x.size(-1)};
-  const bool per_row = x.dim() == 4 && cos.shape() == Shape{x.size(0), 1, x.size(2), x.size(3)};
-  TRIAD_CHECK((cos.shape() == table || per_row) && sin.shape() == cos.shape(),
-              "rotary_embedding: tables " << shape_str(cos.shape()) << " and " << shape_str(sin.shape())
-                                          << " do not match x " << shape_str(x.shape())
-                                          << " (expected (T, D), or (B, 1, T, D) for x (B, n, T, D))");
   // Two products and an add an element (the fused multiply-add counted as both).
   const Tensor y = counted(ops::rotary(x, cos, sin), 3);
-  // rotate_half is antisymmetric, so the backward is g cos - rotate_half(g sin).
+  // rotate_half is antisymmetric, so the backward is g cos - rotate_half(g sin): the same
+  // pairs with the tables' signs swapped (ops::rotary_backward).
   return record("rotary_embedding", {x}, y,
                 [cos, sin](const Grads& g) { return Grads{ops::rotary_backward(g[0], cos, sin)}; });
 }

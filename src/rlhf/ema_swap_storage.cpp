@@ -49,6 +49,7 @@ void EmaSwapStorage::add(const std::vector<Slice>& initial) {
   const std::vector<Slice> values = slices_of(b, record);
   for (size_t i = 0; i < values.size(); ++i) ops::copy_(values[i].values, ops::to(initial[i].values, Device::cpu()));
   write_record(batches_.size() - 1, record);
+  finish_write();  // before the file grows for the next batch
 }
 
 Tensor EmaSwapStorage::read_record(size_t k) const {
@@ -63,9 +64,13 @@ Tensor EmaSwapStorage::read_record(size_t k) const {
 }
 
 void EmaSwapStorage::write_record(size_t k, const Tensor& record) {
+  finish_write();
   Batch& b = batches_[k];
   b.crc = io::crc32c(record.raw_data(), size_t(b.elements) * 4);
-  file_->write(b.offset, record.raw_data(), b.record_bytes());
+  writing_batch_ = k;
+  writing_ = std::async(std::launch::async, [this, record, offset = b.offset, bytes = b.record_bytes()] {
+    file_->write(offset, record.raw_data(), bytes);
+  });
 }
 
 void EmaSwapStorage::finish_write() {
@@ -116,14 +121,7 @@ void EmaSwapStorage::write(size_t k, const std::vector<Slice>& values) {
   // The slices are views of the record read() handed out, from its first element on.
   const Tensor& first = values.front().values;
   TRIAD_ASSERT(first.offset() == 0 && int64_t(first.storage()->nbytes()) >= batches_[k].record_bytes());
-  const Tensor record = Tensor::from_storage(first.storage(), {batches_[k].record_bytes() / 4}, {1}, 0, DType::f32);
-  finish_write();
-  Batch& b = batches_[k];
-  b.crc = io::crc32c(record.raw_data(), size_t(b.elements) * 4);
-  writing_batch_ = k;
-  writing_ = std::async(std::launch::async, [this, record, offset = b.offset, bytes = b.record_bytes()] {
-    file_->write(offset, record.raw_data(), bytes);
-  });
+  write_record(k, Tensor::from_storage(first.storage(), {batches_[k].record_bytes() / 4}, {1}, 0, DType::f32));
 }
 
 }  // namespace triad::rlhf

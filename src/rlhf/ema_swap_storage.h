@@ -66,7 +66,8 @@ class EmaSwapStorage : public EmaStorage {
   };
   // The record of batch k read in and checked, on the host.
   Tensor read_record(size_t k) const;
-  // Writes `record` (elements first, padding after) as batch k's and keeps its checksum.
+  // Starts writing `record` (elements first, padding after) as batch k's on a thread, once
+  // the write in flight is done, and keeps its checksum.
   void write_record(size_t k, const Tensor& record);
   // Waits for the write in flight, if any (its error thrown).
   void finish_write();

@@ -29,12 +29,14 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -145,20 +147,42 @@ inline float element(uint32_t pair, int i, bool bf16) {  // element i (0: low ha
 // products are exact in f32 and summed in order of k; the hardware's order may differ.
 namespace triad::cuda {
 
-template <class W>
-void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  using namespace triad::emulation;
-  constexpr bool bf16 = std::is_same_v<W, __nv_bfloat16>;
+namespace emulation_detail {
+
+// Deposits this lane's registers in its warp's slots; after the warp barrier, every lane's.
+inline const uint32_t (*warp_registers(std::initializer_list<uint32_t> regs))[6] {
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncwarp();
-  uint32_t* mine = fragment_slot[warp][lane];
-  for (int i = 0; i < 4; ++i) mine[i] = a[i];
-  mine[4] = b0, mine[5] = b1;
+  std::copy(regs.begin(), regs.end(), triad::emulation::fragment_slot[warp][lane]);
   __syncwarp();
+  return triad::emulation::fragment_slot[warp];
+}
+
+// d, this lane's C fragment, += A B (the warp's 16 x 16 A and 16 x 8 B), summed in order of
+// k; then the warp barrier after which the slots may be written again.
+template <class T>
+void add_product(T (&d)[4], const T (&A)[16][16], const T (&B)[16][8]) {
+  const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 32) % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    T s = d[i];
+    for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+    d[i] = s;
+  }
+  __syncwarp();
+}
+
+}  // namespace emulation_detail
+
+template <class W>
+void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  using triad::emulation::element;
+  constexpr bool bf16 = std::is_same_v<W, __nv_bfloat16>;
+  const uint32_t(*regs)[6] = emulation_detail::warp_registers({a[0], a[1], a[2], a[3], b0, b1});
   float A[16][16], B[16][8];
   for (int l = 0; l < 32; ++l) {
     const int g = l / 4, t = l % 4;
-    const uint32_t* r = fragment_slot[warp][l];
+    const uint32_t* r = regs[l];
     for (int j = 0; j < 2; ++j) {
       A[g][2 * t + j] = element(r[0], j, bf16);
       A[g + 8][2 * t + j] = element(r[1], j, bf16);
@@ -168,39 +192,22 @@ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) 
       B[2 * t + 8 + j][g] = element(r[5], j, bf16);
     }
   }
-  const int g = int(lane) / 4, t = int(lane) % 4;
-  for (int i = 0; i < 4; ++i) {
-    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
-    float s = d[i];
-    for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
-    d[i] = s;
-  }
-  __syncwarp();
+  emulation_detail::add_product(d, A, B);
 }
 
 inline void mma_s8_16816(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-  using namespace triad::emulation;
-  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncwarp();
-  uint32_t* mine = fragment_slot[warp][lane];
-  mine[0] = a0, mine[1] = a1, mine[2] = b;
-  __syncwarp();
+  const uint32_t(*regs)[6] = emulation_detail::warp_registers({a0, a1, b});
   int A[16][16], B[16][8];
   for (int l = 0; l < 32; ++l) {
     const int g = l / 4, t = l % 4;
-    const uint32_t* r = fragment_slot[warp][l];
+    const uint32_t* r = regs[l];
     for (int i = 0; i < 4; ++i) {
       A[g][4 * t + i] = int8_t(r[0] >> (8 * i));
       A[g + 8][4 * t + i] = int8_t(r[1] >> (8 * i));
       B[4 * t + i][g] = int8_t(r[2] >> (8 * i));
     }
   }
-  const int g = int(lane) / 4, t = int(lane) % 4;
-  for (int i = 0; i < 4; ++i) {
-    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
-    for (int k = 0; k < 16; ++k) d[i] += A[row][k] * B[k][col];
-  }
-  __syncwarp();
+  emulation_detail::add_product(d, A, B);
 }
 
 // Aborts, naming `what`, where p is not aligned to `bytes` (the hardware faults there).
