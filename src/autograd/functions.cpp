@@ -745,12 +745,10 @@ Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale, con
   count_attention_flops(q);
   return record("causal_attention", {qkv}, r.out, [=, out = detach(r.out), lse = r.lse](const Grads& g) {
     const Tensor q = qkv_heads(qkv, n_head, 0), k = qkv_heads(qkv, n_head, 1), v = qkv_heads(qkv, n_head, 2);
-    const ops::AttentionGrads d =
-        ops::causal_attention_backward(q, k, v, out, lse, ops::to(g[0], q.dtype()), scale, key_start);
     const Tensor grad = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
-    ops::copy_(qkv_heads(grad, n_head, 0), d.dq);
-    ops::copy_(qkv_heads(grad, n_head, 1), d.dk);
-    ops::copy_(qkv_heads(grad, n_head, 2), d.dv);
+    ops::causal_attention_backward(
+        q, k, v, out, lse, ops::to(g[0], q.dtype()), scale, key_start,
+        {qkv_heads(grad, n_head, 0), qkv_heads(grad, n_head, 1), qkv_heads(grad, n_head, 2)});
     return Grads{grad};
   });
 }

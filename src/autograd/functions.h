@@ -166,9 +166,9 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
                         const Tensor& key_start = Tensor());
 // The same over the heads of a fused projection qkv (B, T, 3C): q, k and v are its three
 // C-wide parts, each split into n_head heads of C / n_head features, read in place; the
-// output is (B, n_head, T, hs). Its gradient is one (B, T, 3C) tensor with dq, dk and dv
-// written into their parts (where three views' gradients would each be a zeroed (B, T, 3C)
-// tensor, summed after).
+// output is (B, n_head, T, hs) (Note [Attention layout] in tensor/ops.h). Its gradient is
+// one (B, T, 3C) tensor that the attention's backward writes dq, dk and dv into, in place
+// (where three views' gradients would each be a zeroed (B, T, 3C) tensor, summed after).
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale, const Tensor& key_start = Tensor());
 
 }  // namespace triad

@@ -59,8 +59,9 @@ LayerActivations block_activations(const ActivationShape& s) {
   const double BTC = d.B * d.T * d.C, norms = 2 * (kF32 * d.B * d.Tr * d.C + 2 * kF32 * d.B * d.Tr);
   const double attention = s.attention_dropout ? 3 * kF32 * BTC / d.t + 2 * kF32 * d.B * (d.NH / d.t) * d.T * d.T
                                                : 4 * d.p * BTC / d.t + kF32 * d.B * (d.NH / d.t) * d.T;
-  // One head per rank (or one token): the heads' output is already (B, T, C), no copy.
-  const double heads_copy = d.NH / d.t > 1 && d.T > 1 ? d.p * BTC / d.t : 0.0;
+  // The fused attention's output is stored (B, T, C) (Note [Attention layout]); the composed
+  // one's is made so, a copy unless it has one head per rank or one token.
+  const double heads_copy = s.attention_dropout && d.NH / d.t > 1 && d.T > 1 ? d.p * BTC / d.t : 0.0;
   LayerActivations a;
   a.saved = norms + 2 * d.p * BTC                          // ln1, ln2; qkv and fc inputs
             + attention + heads_copy                       // attention; proj input

@@ -16,21 +16,22 @@
 //   qkv        its input ln1(x), whole T (sequence parallelism gathers it)   pBTC
 //   attention  q, k, v (views of qkv's output, or bf16 copies), its output,
 //              and the log-sum-exp per query                3pBTC/t + pBTC/t + 4B(NH/t)T
-//   proj       its input, the heads' output made contiguous          pBTC/t
-//              (none with one head per rank, or T = 1: the output is then already in
-//              (B, T, C) order, and proj keeps a view of it)
+//   proj       its input, a (B, T, C) view of the attention's output    0
+//              (Note [Attention layout] in tensor/ops.h)
 //   ln2        its input h = x + attn(ln1(x)), mean, rstd    4BT'C + 8BT'
 //   fc         its input ln2(h), whole T                    pBTC
 //   GELU       its input, fc's output                       16BTC/t
 //   proj       its input, GELU's output                     4pBTC/t
 // Dropout keeps only its seed and the residual adds keep nothing. So, at t = 1, p = 4:
-// 68BTC + 16BT + 4B·NH·T bytes: 17 f32 tensors of (B, T, C). Megatron's per-layer count
+// 64BTC + 16BT + 4B·NH·T bytes: 16 f32 tensors of (B, T, C). Megatron's per-layer count
 // (Korthikanti et al., "Reducing Activation Recomputation", 2022) is 34sbh + 5as²b for
 // 16-bit activations and kernels that keep the (T, T) scores and dropout masks; triad's
 // fused attention keeps the output and log-sum-exp instead of the scores, and its dropout
 // regenerates masks from the seed. With attention dropout (dropout > 0 in training) the
 // attention is composed instead: q, k, v kept in f32 (12BTC/t), and softmax's and dropout's
-// (T, T) outputs (4B(NH/t)T² each), no output or log-sum-exp.
+// (T, T) outputs (4B(NH/t)T² each), no output or log-sum-exp; proj then keeps its output
+// made contiguous (pBTC/t; none with one head per rank, or T = 1, where the output already
+// is in (B, T, C) order).
 //
 // Embedding: on one rank nothing new (the lookup keeps the batch's token ids, which the
 // batch holds anyway); vocab-parallel, the rank's lookup (4BTC), its local ids (8BT) and

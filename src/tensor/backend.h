@@ -227,8 +227,9 @@ class Backend {
   // Fused causal attention (ops::causal_attention): out = softmax(scale q k^T, causal) v with
   // the scores made tile by tile and never stored whole. q (B, NH, Tq, hs); k, v
   // (B, NH, Tk, hs), none empty, Tq <= Tk; query i sees keys j <= i + Tk - Tq. q, k, v and
-  // grad_out have stride 1 along hs and rows (T) at least hs apart, any other strides; out,
-  // lse and the gradients are contiguous. lse (B, NH, Tq): the log-sum-exp of each query's scaled scores over the
+  // grad_out have stride 1 along hs and rows (T) at least hs apart, any other strides; so
+  // have out and the gradients (which do not overlap each other or the inputs); lse is
+  // contiguous. lse (B, NH, Tq): the log-sum-exp of each query's scaled scores over the
   // keys it sees, in f32 (f64 for f64 inputs). Unlike the other floating kernels these take
   // bf16 and f16 as well as f32 and f64: one dtype for q, k, v, out, grad_out, dq, dk, dv,
   // 16-bit values read and written as stored and computed in f32. key_start, when defined,

@@ -401,8 +401,12 @@ MoEIndices moe_indices(const Tensor& expert, const Tensor& location, int64_t exp
 // experts' outputs (S k, d)); source (S k), the token of each row.
 MoEIndices moe_indices_dropless(const Tensor& expert, const Tensor& location, const Tensor& load);
 
+// Note [Attention layout]: attention's output and gradients are (B, NH, T, hs) tensors
+// stored as (B, T, NH, hs), a position's heads side by side: the transpose to (B, T, NH hs)
+// that every model makes next for its output projection is then a view, not a copy, and so
+// is the gradient's way back from it to the heads.
 struct AttentionOut {
-  Tensor out;  // (B, NH, Tq, hs) in q's dtype
+  Tensor out;  // (B, NH, Tq, hs) in q's dtype, laid out as Note [Attention layout] says
   Tensor lse;  // (B, NH, Tq): log-sum-exp of each query's scaled scores; f32 (f64 for f64 q)
 };
 struct AttentionGrads {
@@ -424,10 +428,13 @@ struct AttentionGrads {
 // read. Forward only: causal_attention_backward takes no cached.
 AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                               const Tensor& key_start = Tensor(), const Tensor& cached = Tensor());
-// Gradients for q, k, v (contiguous, in their dtype) given the forward's out and lse and
-// grad_out (shaped as out).
+// Gradients for q, k, v (in their dtype) given the forward's out and lse and grad_out
+// (shaped as out), laid out as Note [Attention layout] says; or, when `into` holds three
+// tensors, written there: each of q's, k's, v's shape and dtype on their device, stride 1
+// along hs, any other strides, not overlapping (the head views of a fused projection's
+// gradient, which then needs no copies).
 AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                          const Tensor& lse, const Tensor& grad_out, double scale,
-                                         const Tensor& key_start = Tensor());
+                                         const Tensor& key_start = Tensor(), const AttentionGrads& into = {});
 
 }  // namespace triad::ops

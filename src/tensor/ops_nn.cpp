@@ -78,6 +78,25 @@ Tensor attention_operand(const Tensor& t) {
   return (t.size(3) == 1 || t.stride(3) == 1) && t.stride(2) >= t.size(3) ? t : contiguous(t);
 }
 
+// A new (B, NH, T, hs) tensor of `like`'s shape, dtype and device, laid out as
+// (B, T, NH, hs) (Note [Attention layout]).
+Tensor heads_by_position(const Tensor& like) {
+  const Shape& s = like.shape();
+  return transpose(Tensor::empty({s[0], s[2], s[1], s[3]}, like.dtype(), like.device()), 1, 2);
+}
+
+// Where causal_attention_backward writes a gradient of t (q, k or v): `given` when defined,
+// checked, else a new tensor.
+Tensor gradient_destination(const Tensor& given, const Tensor& t, const char* name) {
+  if (!given.defined()) return heads_by_position(t);
+  TRIAD_CHECK(given.shape() == t.shape() && given.dtype() == t.dtype() && given.device() == t.device() &&
+                  (t.size(3) == 1 || given.stride(3) == 1),
+              "causal_attention_backward: d" << name << " must be " << dtype_name(t.dtype()) << " "
+                                             << shape_str(t.shape()) << " on " << t.device().str()
+                                             << " with stride 1 along hs, got " << given.str());
+  return given;
+}
+
 // key_start of causal_attention: undefined, or (B,) i64 on q's device (returned contiguous).
 Tensor check_key_start(const Tensor& key_start, const Tensor& q, const char* op) {
   if (!key_start.defined()) return key_start;
@@ -429,8 +448,7 @@ AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   const Tensor first = check_key_start(key_start, q, "causal_attention");
   if (cached.defined()) check_device_position(cached, q.device(), "causal_attention", "cached");
   const DType lse_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  AttentionOut r{Tensor::empty(q.shape(), q.dtype(), q.device()),
-                 Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype, q.device())};
+  AttentionOut r{heads_by_position(q), Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype, q.device())};
   if (q.numel() == 0) return r;
   backend_for(q.device())
       .attention(attention_operand(q), attention_operand(k), attention_operand(v), r.out, r.lse, scale, first, cached);
@@ -439,7 +457,7 @@ AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 
 AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                          const Tensor& lse, const Tensor& grad_out, double scale,
-                                         const Tensor& key_start) {
+                                         const Tensor& key_start, const AttentionGrads& into) {
   check_attention(q, k, v, "causal_attention_backward");
   const Tensor first = check_key_start(key_start, q, "causal_attention_backward");
   check_like(out, q, "causal_attention_backward", "out");
@@ -452,15 +470,15 @@ AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const
                   << shape_str(q.shape()) << " expected out and grad_out of that shape "
                   << "and lse " << shape_str(lse_shape) << " in " << dtype_name(lse_dtype) << ", got out "
                   << shape_str(out.shape()) << ", grad_out " << shape_str(grad_out.shape()) << ", lse " << lse.str());
-  AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), q.device()), Tensor::empty(k.shape(), k.dtype(), k.device()),
-                   Tensor::empty(v.shape(), v.dtype(), v.device())};
+  AttentionGrads g{gradient_destination(into.dq, q, "q"), gradient_destination(into.dk, k, "k"),
+                   gradient_destination(into.dv, v, "v")};
   if (q.numel() == 0) {  // no queries: keys and values had no effect
     zero_(g.dk);
     zero_(g.dv);
     return g;
   }
   backend_for(q.device())
-      .attention_backward(attention_operand(q), attention_operand(k), attention_operand(v), contiguous(out),
+      .attention_backward(attention_operand(q), attention_operand(k), attention_operand(v), attention_operand(out),
                           contiguous(lse), attention_operand(grad_out), g.dq, g.dk, g.dv, scale, first);
   return g;
 }

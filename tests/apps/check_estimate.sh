@@ -34,7 +34,7 @@ def check(what, got, want, tol=0.0):
 
 B, T, C, NH, V = 16, 1024, 768, 12, 50304
 BTC = B * T * C
-block = 68 * BTC + 16 * B * T + 4 * B * NH * T      # Note [Activation bytes], t = 1, p = 4
+block = 64 * BTC + 16 * B * T + 4 * B * NH * T      # Note [Activation bytes], t = 1, p = 4
 resid = 4 * BTC
 lay = j["pp4"]["layout"]
 check("1F1B p 4 m 8 bubble (3/11)", lay["bubble"], 3 / 11, 1e-12)

@@ -243,6 +243,17 @@ BOOST_AUTO_TEST_CASE(independent_of_thread_count) {
     BOOST_TEST(std::memcmp(one[i].raw_data(), many[i].raw_data(), one[i].nbytes()) == 0, "result " << i);
 }
 
+// Note [Attention layout]: the output and the gradients are (B, NH, T, hs) views of
+// (B, T, NH, hs) storage, so the (B, T, NH hs) view a model takes next costs no copy.
+BOOST_AUTO_TEST_CASE(outputs_are_stored_by_position) {
+  const Tensor q = randn({2, 3, 9, 4}, 24, DType::f32), k = randn({2, 3, 9, 4}, 25, DType::f32),
+               v = randn({2, 3, 9, 4}, 26, DType::f32), g = randn({2, 3, 9, 4}, 27, DType::f32);
+  const ops::AttentionOut r = ops::causal_attention(q, k, v, 0.5);
+  const ops::AttentionGrads d = ops::causal_attention_backward(q, k, v, r.out, r.lse, g, 0.5);
+  for (const Tensor& t : {r.out, d.dq, d.dk, d.dv})
+    BOOST_TEST((t.shape() == q.shape() && ops::transpose(t, 1, 2).is_contiguous()), t.str());
+}
+
 BOOST_AUTO_TEST_CASE(no_graph_without_grad) {
   const Tensor q = leaf(randn({1, 1, 4, 2}, 17, DType::f32));
   NoGradGuard no_grad;
@@ -272,6 +283,13 @@ BOOST_AUTO_TEST_CASE(rejects_bad_arguments) {
   const ops::AttentionOut r = ops::causal_attention(q, q, q, 1.0);
   test::check_error([&] { ops::causal_attention_backward(q, q, q, r.out, ops::to(r.lse, DType::f64), q, 1.0); },
                     {"causal_attention_backward", "lse"});
+  test::check_error(
+      [&] {
+        ops::causal_attention_backward(
+            q, q, q, r.out, r.lse, q, 1.0, Tensor(),
+            {Tensor::empty(q.shape()), Tensor::empty({1, 2, 4, 4}), Tensor::empty(q.shape())});
+      },
+      {"causal_attention_backward", "dk must be f32 (1, 2, 5, 4)", "(1, 2, 4, 4)"});
 }
 
 BOOST_AUTO_TEST_CASE(empty_inputs) {

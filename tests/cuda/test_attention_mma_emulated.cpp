@@ -70,16 +70,22 @@ void check(DType dt, const Geometry& s) {
                            std::to_string(s.hs) + (s.views ? " views" : "") +
                            (s.step ? " key_start step " + std::to_string(s.step) : "");
   const Shape qs = {s.b, s.nh, s.tq, s.hs}, ks = {s.b, s.nh, s.tk, s.hs};
-  Tensor q, k, v;
+  // With views, q, k and v are the heads of one fused (B, T, 3C) projection, out is laid out
+  // (B, T, NH, hs) and dq, dk, dv are heads of fused gradients, as the ops give them (Note
+  // [Attention layout] in tensor/ops.h); else all are contiguous.
+  const int64_t c = s.nh * s.hs;
+  auto part = [&](const Tensor& fused, int64_t i) {
+    return ops::transpose(ops::reshape(ops::narrow(fused, 2, i * c, c), {s.b, s.tq, s.nh, s.hs}), 1, 2);
+  };
+  Tensor q, k, v, out, dk, dv;
   if (s.views) {
-    const int64_t c = s.nh * s.hs;
-    const Tensor base = random({s.b, s.tq, 3 * c}, 60, dt);
-    auto part = [&](int64_t i) {
-      return ops::transpose(ops::reshape(ops::narrow(base, 2, i * c, c), {s.b, s.tq, s.nh, s.hs}), 1, 2);
-    };
-    q = part(0), k = part(1), v = part(2);
+    const Tensor base = random({s.b, s.tq, 3 * c}, 60, dt), fused_grad = Tensor::empty({s.b, s.tq, 3 * c}, dt);
+    q = part(base, 0), k = part(base, 1), v = part(base, 2);
+    out = ops::transpose(Tensor::empty({s.b, s.tq, s.nh, s.hs}, dt), 1, 2);
+    dk = part(fused_grad, 1), dv = part(fused_grad, 2);
   } else {
     q = random(qs, 61, dt), k = random(ks, 62, dt), v = random(ks, 63, dt);
+    out = Tensor::empty(qs, dt), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt);
   }
   const Tensor grad = random(qs, 64, dt);
   const double scale = 1.0 / std::sqrt(double(s.hs));
@@ -93,9 +99,9 @@ void check(DType dt, const Geometry& s) {
   auto f32 = [](const Tensor& t) { return ops::to(t, DType::f32); };
 
   // Forward, against the CPU on the same (rounded) values in f32.
-  Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty({s.b, s.nh, s.tq});
+  Tensor lse = Tensor::empty({s.b, s.nh, s.tq});
   emulation::launch(bh, cuda::tiles(s.tq, cuda::Layout<HS>::kQueryRows), 128, [&] {
-    cuda::mma_attention_kernel<E, HS>(Operand(q), Operand(k), Operand(v), static_cast<uint16_t*>(out.raw_data()),
+    cuda::mma_attention_kernel<E, HS>(Operand(q), Operand(k), Operand(v), cuda::Destination(out),
                                       static_cast<float*>(lse.raw_data()), g, whole & 7u);
   });
   Tensor want = Tensor::empty(qs), want_lse = Tensor::empty({s.b, s.nh, s.tq});
@@ -108,12 +114,12 @@ void check(DType dt, const Geometry& s) {
   // host (its kernel, shared with the FMA path, would cost 32 emulated threads a row).
   const Tensor out_dt = ops::to(want, dt);
   const Tensor dsum = ops::reshape(ops::sum(ops::mul(f32(out_dt), f32(grad)), -1), {-1});
-  Tensor dq = Tensor::zeros(qs), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt);
+  const Tensor dq = s.views ? part(Tensor::zeros({s.b, s.tq, 3 * c}), 0) : Tensor::zeros(qs);  // f32, summed into
   emulation::launch(bh, unsigned((s.tk + 63) / 64), 128, [&] {
     cuda::mma_attention_backward_kernel<E, HS>(
         Operand(q), Operand(k), Operand(v), Operand(grad), static_cast<const float*>(want_lse.raw_data()),
-        static_cast<const float*>(ops::contiguous(dsum).raw_data()), static_cast<float*>(dq.raw_data()),
-        static_cast<uint16_t*>(dk.raw_data()), static_cast<uint16_t*>(dv.raw_data()), float(scale), g, whole);
+        static_cast<const float*>(ops::contiguous(dsum).raw_data()), cuda::Destination(dq),
+        cuda::Destination(dk), cuda::Destination(dv), float(scale), g, whole);
   });
   Tensor wdq = Tensor::empty(qs), wdk = Tensor::empty(ks), wdv = Tensor::empty(ks);
   cpu_backend().attention_backward(f32(q), f32(k), f32(v), f32(out_dt), want_lse, f32(grad), wdq, wdk, wdv, scale,
@@ -190,8 +196,7 @@ BOOST_AUTO_TEST_CASE(cached_keys_match_the_cpu) {
                            step ? key_start.data<int64_t>() : nullptr, at.data<int64_t>()};
     Tensor out = Tensor::empty({B, NH, tq, hs}, DType::bf16), lse = Tensor::empty({B, NH, tq});
     emulation::launch(unsigned(B * NH), 1, 128, [&] {
-      cuda::mma_attention_kernel<cuda::BF16, 64>(Operand(q), Operand(k), Operand(v),
-                                                 static_cast<uint16_t*>(out.raw_data()),
+      cuda::mma_attention_kernel<cuda::BF16, 64>(Operand(q), Operand(k), Operand(v), cuda::Destination(out),
                                                  static_cast<float*>(lse.raw_data()), g,
                                                  cuda::whole_rows<64>({&q, &k, &v}));
     });

@@ -74,7 +74,7 @@ struct MaxF {
 
 template <class E, int HS>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_kernel(Operand q, Operand k, Operand v, typename E::type* out, float* lse, Geometry g) {
+    attention_kernel(Operand q, Operand k, Operand v, Destination out, float* lse, Geometry g) {
   using T = typename E::type;
   constexpr int kStride = HS + 1, kCols = HS / 16;
   extern __shared__ float smem[];
@@ -168,21 +168,20 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int64_t row = q0 + 4 * grp + i;
     if (row >= g.tq) continue;
     const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;  // 0: a query before its row's first key
-    const int64_t base = (bh * g.tq + row) * g.hs;
+    T* dst = out.row<T>(bh, g.heads, row);
 #pragma unroll
     for (int c = 0; c < kCols; ++c)
-      if (col + 16 * c < g.hs) E::store(out, base + col + 16 * c, acc[i][c] * inv);
+      if (col + 16 * c < g.hs) E::store(dst, col + 16 * c, acc[i][c] * inv);
     if (col == 0) lse[bh * g.tq + row] = l[i] > 0.0f ? (m[i] + log2f(l[i])) * kLn2 : INFINITY;
   }
 }
 
 // ---- backward ----
 
-
 template <class E, int HS>
 __global__ void __launch_bounds__(kAttnThreads)
     attention_backward_kernel(Operand q, Operand k, Operand v, Operand grad, const float* lse, const float* dsum,
-                              float* dq, typename E::type* dk, typename E::type* dv, float scale, Geometry g) {
+                              Destination dq, Destination dk, Destination dv, float scale, Geometry g) {
   using T = typename E::type;
   constexpr int kStride = HS + 1, kCols = HS / 16;
   extern __shared__ float smem[];
@@ -306,9 +305,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int i = 0; i < 4; ++i) {
       const int64_t row = q0 + 4 * grp + i;
       if (row >= g.tq) continue;
+      float* dq_row = dq.row<float>(bh, g.heads, row);
 #pragma unroll
       for (int c = 0; c < kCols; ++c)
-        if (col + 16 * c < g.hs) atomicAdd(dq + (bh * g.tq + row) * g.hs + col + 16 * c, dq_acc[i][c] * scale);
+        if (col + 16 * c < g.hs) atomicAdd(dq_row + col + 16 * c, dq_acc[i][c] * scale);
     }
   }
 
@@ -316,12 +316,13 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int i = 0; i < 4; ++i) {
     const int64_t key = k0 + 4 * grp + i;
     if (key >= g.tk) continue;
-    const int64_t base = (bh * g.tk + key) * g.hs;
+    T* dk_row = dk.row<T>(bh, g.heads, key);
+    T* dv_row = dv.row<T>(bh, g.heads, key);
 #pragma unroll
     for (int c = 0; c < kCols; ++c)
       if (col + 16 * c < g.hs) {
-        E::store(dk, base + col + 16 * c, dk_acc[i][c] * scale);
-        E::store(dv, base + col + 16 * c, dv_acc[i][c]);
+        E::store(dk_row, col + 16 * c, dk_acc[i][c] * scale);
+        E::store(dv_row, col + 16 * c, dv_acc[i][c]);
       }
   }
 }
@@ -343,8 +344,8 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
   auto* kernel = attention_kernel<E, HS>;
   allow_shared_memory(kernel, forward_smem<HS>(), q.device().index, q.size(3));
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(q.size(2)));
-  kernel<<<grid, kAttnThreads, forward_smem<HS>(), stream>>>(
-      Operand(q), Operand(k), Operand(v), ptr<typename E::type>(out), ptr<float>(lse), geometry(q, k, scale, key_start, cached));
+  kernel<<<grid, kAttnThreads, forward_smem<HS>(), stream>>>(Operand(q), Operand(k), Operand(v), Destination(out),
+                                                             ptr<float>(lse), geometry(q, k, scale, key_start, cached));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -359,7 +360,7 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(k.size(2)));
   kernel<<<grid, kAttnThreads, backward_smem<HS>(), stream>>>(
       Operand(q), Operand(k), Operand(v), Operand(grad_out), ptr<const float>(lse), ptr<const float>(dsum),
-      ptr<float>(dq32), ptr<typename E::type>(dk), ptr<typename E::type>(dv), float(scale), g);
+      Destination(dq32), Destination(dk), Destination(dv), float(scale), g);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -425,7 +426,10 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   OnDevice on(q);
   // dQ is summed with atomics in f32: into dq itself when it is f32.
   const Tensor dq32 = dq.dtype() == DType::f32 ? dq : Tensor::empty(dq.shape(), DType::f32, dq.device());
-  TRIAD_CUDA_CHECK(cudaMemsetAsync(dq32.raw_data(), 0, dq32.nbytes(), on.stream()));
+  if (dq32.is_contiguous())
+    TRIAD_CUDA_CHECK(cudaMemsetAsync(dq32.raw_data(), 0, dq32.nbytes(), on.stream()));
+  else
+    fill(dq32, 0.0);
   if (mma_attention_fits(q, /*backward=*/true))
     mma_attention_backward(q, k, v, out, lse, grad_out, dq32, dk, dv, scale, key_start, on.stream());
   else

@@ -49,6 +49,20 @@ struct Operand {
   }
 };
 
+// A (B, NH, T, hs) tensor the kernels write, hs of stride 1, any other strides (an output
+// in the (B, T, NH, hs) layout, a head view of a fused gradient); strides in elements.
+struct Destination {
+  void* data;
+  int64_t stride_b, stride_h, stride_t;
+  explicit Destination(const Tensor& t)
+      : data(t.raw_data()), stride_b(t.stride(0)), stride_h(t.stride(1)), stride_t(t.stride(2)) {}
+  // Row t of head bh (= b NH + h).
+  template <class T>
+  __device__ T* row(int64_t bh, int heads, int64_t t) const {
+    return static_cast<T*>(data) + (bh / heads) * stride_b + (bh % heads) * stride_h + t * stride_t;
+  }
+};
+
 struct Geometry {
   int heads;         // NH
   int hs;            // head size, <= the kernel's HS
@@ -72,13 +86,13 @@ struct Geometry {
 
 // dsum[r] = sum over hs of dO o O for row r of (B NH Tq); a warp per row.
 template <class E>
-__global__ void attention_dot_kernel(const typename E::type* out, Operand grad, float* dsum, Geometry g, int64_t rows) {
+__global__ void attention_dot_kernel(Operand out, Operand grad, float* dsum, Geometry g, int64_t rows) {
   using T = typename E::type;
   const int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   if (r >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x % 32;
   const int64_t bh = r / g.tq, i = r % g.tq;
-  const T* o = out + r * g.hs;
+  const T* o = out.head<T>(bh, g.heads) + i * out.stride_t;
   const T* dy = grad.head<T>(bh, g.heads) + i * grad.stride_t;
   float s = 0.0f;
   for (int d = lane; d < g.hs; d += 32) s += E::load(o, d) * E::load(dy, d);
@@ -126,7 +140,7 @@ Tensor attention_dsum(const Tensor& out, const Tensor& grad_out, const Geometry&
   const Tensor dsum = Tensor::empty({rows}, DType::f32, out.device());
   constexpr int kRowsPerBlock = kThreads / 32;
   attention_dot_kernel<E><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, stream>>>(
-      ptr<const typename E::type>(out), Operand(grad_out), ptr<float>(dsum), g, rows);
+      Operand(out), Operand(grad_out), ptr<float>(dsum), g, rows);
   TRIAD_CUDA_CHECK_LAUNCH();
   return dsum;
 }
@@ -139,7 +153,7 @@ Tensor attention_dsum(const Tensor& out, const Tensor& grad_out, const Geometry&
 // in to (the backward at head size 128 needs about 197 KiB: Hopper, not Ampere).
 bool mma_attention_fits(const Tensor& q, bool backward);
 // The passes of CudaBackend::attention and attention_backward on tensor cores; dq32 is
-// an f32 buffer of dq's shape, zeroed, that dQ is summed into.
+// f32 of dq's shape (any strides, stride 1 along hs), zeroed, that dQ is summed into.
 void mma_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    double scale, const Tensor& key_start, const Tensor& cached, cudaStream_t stream);
 void mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,

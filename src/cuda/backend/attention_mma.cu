@@ -27,7 +27,7 @@
 // - Key tiles that hold no masked key (past a row's causal limit, before key_start, past
 //   the last key) skip the mask.
 // - Shared memory at head size 64 (GPT-2): 54 KiB forward, 64 KiB backward; head size 128:
-//   85 and 112 KiB. Registers (ptxas, sm_90) at head size 64: 246 forward, 229 backward.
+//   85 and 112 KiB. Registers (ptxas, sm_90) at head size 64: 251 forward, 254 backward.
 //
 // Needs compute capability 8.0 (bf16 mma.sync, cp.async); the build targets 8.0 and 9.0.
 // The kernels live in attention_mma_kernels.cuh, where a CPU test runs them under an
@@ -52,9 +52,8 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
   constexpr size_t bytes = Layout<HS>::forward;
   allow_shared_memory(kernel, bytes, q.device().index, q.size(3));
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(q.size(2), Layout<HS>::kQueryRows));
-  kernel<<<grid, kMmaThreads, bytes, stream>>>(Operand(q), Operand(k), Operand(v), ptr<uint16_t>(out),
-                                                ptr<float>(lse), geometry(q, k, scale, key_start, cached),
-                                                whole_rows<HS>({&q, &k, &v}));
+  kernel<<<grid, kMmaThreads, bytes, stream>>>(Operand(q), Operand(k), Operand(v), Destination(out), ptr<float>(lse),
+                                               geometry(q, k, scale, key_start, cached), whole_rows<HS>({&q, &k, &v}));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -68,10 +67,9 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   constexpr size_t bytes = Layout<HS>::backward;
   allow_shared_memory(kernel, bytes, q.device().index, q.size(3));
   const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(k.size(2)));
-  kernel<<<grid, kMmaThreads, bytes, stream>>>(Operand(q), Operand(k), Operand(v), Operand(grad_out),
-                                                ptr<const float>(lse), ptr<const float>(dsum), ptr<float>(dq32),
-                                                ptr<uint16_t>(dk), ptr<uint16_t>(dv), float(scale), g,
-                                                whole_rows<HS>({&q, &k, &v, &grad_out}));
+  kernel<<<grid, kMmaThreads, bytes, stream>>>(
+      Operand(q), Operand(k), Operand(v), Operand(grad_out), ptr<const float>(lse), ptr<const float>(dsum),
+      Destination(dq32), Destination(dk), Destination(dv), float(scale), g, whole_rows<HS>({&q, &k, &v, &grad_out}));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 

@@ -163,7 +163,7 @@ __device__ inline void accumulate(float (&acc)[M][HS / 8][4], const float (&c)[M
 
 template <class E, int HS>
 __global__ void __launch_bounds__(kMmaThreads)
-    mma_attention_kernel(Operand q, Operand k, Operand v, uint16_t* out, float* lse, Geometry g, unsigned whole) {
+    mma_attention_kernel(Operand q, Operand k, Operand v, Destination out, float* lse, Geometry g, unsigned whole) {
   using L = Layout<HS>;
   using W = typename Mma<E>::type;
   constexpr int kLd = L::kLd, M = L::kM;
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       const int64_t row = warp_row + 16 * mi + gid + 8 * h;
       if (row >= g.tq) continue;
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // 0: a query before its row's first key
-      uint16_t* dst = out + (bh * g.tq + row) * g.hs;
+      uint16_t* dst = out.row<uint16_t>(bh, g.heads, row);
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n)
 #pragma unroll
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 template <class E, int HS>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_attention_backward_kernel(Operand q, Operand k, Operand v, Operand grad, const float* lse, const float* dsum,
-                                  float* dq, uint16_t* dk, uint16_t* dv, float scale, Geometry g, unsigned whole) {
+                                  Destination dq, Destination dk, Destination dv, float scale, Geometry g, unsigned whole) {
   using L = Layout<HS>;
   using W = typename Mma<E>::type;
   constexpr int kLd = L::kLd;
@@ -392,13 +392,13 @@ __global__ void __launch_bounds__(kMmaThreads)
     for (int h = 0; h < 2; ++h) {
       const int64_t query = q0 + 16 * warp + gid + 8 * h;
       if (query >= g.tq) continue;
-      float* row = dq + (bh * g.tq + query) * g.hs;
+      float* row = dq.row<float>(bh, g.heads, query);
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
         const int c = 8 * n + 2 * tig;
         const float x = dq_acc[n][2 * h] * scale, y = dq_acc[n][2 * h + 1] * scale;
-        if (c + 1 < g.hs && g.hs % 2 == 0) {
-          atomic_add_pair(row + c, x, y);  // row + c is 8-byte aligned: hs and c are even
+        if (c + 1 < g.hs && reinterpret_cast<uintptr_t>(row) % 8 == 0) {
+          atomic_add_pair(row + c, x, y);  // row + c is 8-byte aligned: c is even
         } else {
           if (c < g.hs) atomicAdd(row + c, x);
           if (c + 1 < g.hs) atomicAdd(row + c + 1, y);
@@ -412,15 +412,16 @@ __global__ void __launch_bounds__(kMmaThreads)
   for (int h = 0; h < 2; ++h) {
     const int64_t key = key0 + 8 * h;
     if (key >= g.tk) continue;
+    uint16_t* dk_row = dk.row<uint16_t>(bh, g.heads, key);
+    uint16_t* dv_row = dv.row<uint16_t>(bh, g.heads, key);
 #pragma unroll
     for (int n = 0; n < HS / 8; ++n)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c = 8 * n + 2 * tig + i;
         if (c >= g.hs) continue;
-        const int64_t at = (bh * g.tk + key) * g.hs + c;
-        E::store(dk, at, dk_acc[0][n][2 * h + i] * scale);
-        E::store(dv, at, dv_acc[0][n][2 * h + i]);
+        E::store(dk_row, c, dk_acc[0][n][2 * h + i] * scale);
+        E::store(dv_row, c, dv_acc[0][n][2 * h + i]);
       }
   }
 }

@@ -153,7 +153,7 @@ template <class T>
 void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
               const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv, T scale,
               const int64_t* first) {
-  const int64_t tq = q.size(2), tk = k.size(2), hs = q.size(3), offset = tk - tq, nh = q.size(1);
+  const int64_t tq = q.size(2), tk = k.size(2), offset = tk - tq, nh = q.size(1);
   const int64_t heads = q.size(0) * q.size(1);
   const Heads<T> Q(q), K(k), V(v), O(out), dO(grad_out), dQ(dq), dK(dk), dV(dv);
   const T* pl = lse.data<T>();
@@ -163,9 +163,9 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
     std::vector<T> d(static_cast<size_t>(tq));  // D of every query of the head
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < heads; ++bh) {
-      std::fill_n(dQ.rows(bh, 0, tq).data(), tq * hs, T(0));  // the gradients are contiguous
-      std::fill_n(dK.rows(bh, 0, tk).data(), tk * hs, T(0));
-      std::fill_n(dV.rows(bh, 0, tk).data(), tk * hs, T(0));
+      dQ.rows(bh, 0, tq).setZero();
+      dK.rows(bh, 0, tk).setZero();
+      dV.rows(bh, 0, tk).setZero();
       const RowsMap<T> o = O.rows(bh, 0, tq), g = dO.rows(bh, 0, tq);
       for (int64_t i = 0; i < tq; ++i) d[size_t(i)] = o.row(i).dot(g.row(i));
       const T* row_lse = pl + bh * tq;
