@@ -11,7 +11,7 @@ namespace {
 
 [[noreturn]] void fail_job(const char* message) {
   std::fprintf(stderr, "rank %d: error: %s\n", parallel::world_rank(), message);
-  parallel::abort_job(1);
+  parallel::end_failing_rank(1);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -18,6 +19,7 @@ namespace {
 
 struct State {
   std::shared_ptr<MpiCommunicator> world;
+  MPI_Comm failures = MPI_COMM_NULL;  // Note [A failing rank's end]: failing ranks' barrier
   int ranks_on_node = 1, rank_on_node = 0, node_id = 0;
 };
 State g_state;
@@ -57,6 +59,7 @@ CommunicatorPtr init(int& argc, char**& argv) {
   TRIAD_MPI(MPI_Comm_rank(node, &s.rank_on_node), "MPI_Comm_rank");
   TRIAD_MPI(MPI_Allreduce(&world_rank, &s.node_id, 1, MPI_INT, MPI_MIN, node), "MPI_Allreduce(node id)");
   TRIAD_MPI(MPI_Comm_free(&node), "MPI_Comm_free");
+  TRIAD_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &s.failures), "MPI_Comm_dup(failures)");
   s.world = MpiCommunicator::wrap_world();
   g_state = std::move(s);
   return g_state.world;
@@ -71,6 +74,7 @@ void finalize() {
   if (!mpi_running()) return;
   detail::free_mpi_reduction_ops();
   const int rank = world_rank();
+  if (g_state.failures != MPI_COMM_NULL) MPI_Comm_free(&g_state.failures);
   g_state = State{};
   const int rc = MPI_Finalize();
   if (rc != MPI_SUCCESS) std::fprintf(stderr, "rank %d: warning: MPI_Finalize failed (code %d)\n", rank, rc);
@@ -80,6 +84,23 @@ void abort_job(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
   if (mpi_running()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+void end_failing_rank(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (!mpi_running()) std::exit(code);
+  MPI_Request arrived = MPI_REQUEST_NULL;
+  if (g_state.failures != MPI_COMM_NULL && MPI_Ibarrier(g_state.failures, &arrived) == MPI_SUCCESS) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(kFailureGraceSeconds);
+    int all = 0;
+    while (MPI_Test(&arrived, &all, MPI_STATUS_IGNORE) == MPI_SUCCESS && !all &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }
 

@@ -31,6 +31,19 @@ void finalize();
 // running, std::exit(code) otherwise. Flushes stdout and stderr first.
 [[noreturn]] void abort_job(int code);
 
+// Note [A failing rank's end]: a rank that has printed its error ends the job, but an error
+// is often one every rank meets (a bad config key, a damaged file agreed on, a checkpoint
+// of another shape), and aborting at once from the first rank would kill the others before
+// they print theirs. So a failing rank first waits, up to kFailureGraceSeconds, in a
+// barrier that only failing ranks enter (over a duplicate of the world made at init, so no
+// other traffic can match it): when every rank arrives, every rank has printed, and the job
+// is aborted from all of them; when some rank does not (it may be blocked in a collective,
+// waiting for this one), the job is aborted when the time is up. Never hangs.
+constexpr double kFailureGraceSeconds = 3.0;
+// Flushes stdout and stderr and ends the job with exit status `code` as the note says
+// (std::exit(code) when MPI is not running).
+[[noreturn]] void end_failing_rank(int code);
+
 // Whether this process was started by mpirun/mpiexec (Open MPI's or PMI's environment is
 // set): such a process should call init(); a plain one runs as a single process.
 bool launched_by_mpirun();

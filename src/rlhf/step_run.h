@@ -25,8 +25,8 @@ struct RunOptions {
 
 // Note [Checks on every rank]: an error every rank meets (a bad config key, bad data, a
 // model file of another shape) must be named by every rank, but a rank that throws ends the
-// whole job (apps/common/main_guard.h), possibly before another rank has printed its own.
-// So what needs no other rank is checked before anything collective, under
+// whole job (apps/common/main_guard.h), waiting only a moment for other ranks to print
+// theirs (Note [A failing rank's end] in parallel/runtime.h). So what needs no other rank is checked before anything collective, under
 // check_on_every_rank: each rank runs the checks, a rank whose checks throw prints "rank R:
 // error: <message>" at once, and then the ranks agree (one sum over the world); when any
 // rank failed, every rank throws ChecksFailed, which triad-rlhf turns into exit status 1
