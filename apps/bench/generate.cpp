@@ -7,6 +7,7 @@
 #include "bench/workers.h"
 #include "common/report.h"
 #include "config/config.h"
+#include "config/model_factory.h"
 #include "cuda/runtime.h"
 #include "engine/engine.h"
 #include "engine/hybrid_engine.h"
@@ -31,12 +32,17 @@ int run_generate_bench(const GenerateOptions& o) {
   json["device"] = o.device;
   if (dtype == DType::bf16) json["bf16"] = {{"enabled", true}};
   const engine::TrainConfig train = engine::parse_config(json);
-  TRIAD_CHECK(o.prompt + o.answer <= train.model.seq_len, "--prompt " << o.prompt << " + --answer " << o.answer
-                                                                        << " exceed the model's seq_len "
-                                                                        << train.model.seq_len);
-  engine::Engine engine(train, engine::process_grid(train, std::make_shared<parallel::SelfCommunicator>()));
+  const int64_t seq_len = engine::model_shape(train).seq_len;
+  TRIAD_CHECK(o.prompt + o.answer <= seq_len,
+              "--prompt " << o.prompt << " + --answer " << o.answer << " exceed the model's seq_len " << seq_len);
+  const engine::GridPtr grid = engine::process_grid(train, std::make_shared<parallel::SelfCommunicator>());
+  // The Engine trains a Llama as its list of layers (one pipeline stage); generation takes it
+  // whole, as RLHF's actor does (Note [Built models] in engine/engine.h).
+  engine::Engine engine = train.arch == "llama"
+                              ? engine::Engine(train, [&](auto par) { return engine::build_model(train, par); }, grid)
+                              : engine::Engine(train, grid);
 
-  const Tensor ids = random_token_ids(o.batch, o.prompt, train.model.vocab_size, 11);
+  const Tensor ids = random_token_ids(o.batch, o.prompt, engine::model_shape(train).vocab_size, 11);
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(o.batch));
   for (int64_t b = 0; b < o.batch; ++b)
     for (int64_t t = 0; t < o.prompt; ++t) prompts[size_t(b)].push_back(int32_t(ids.data<int64_t>()[b * o.prompt + t]));
