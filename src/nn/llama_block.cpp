@@ -45,23 +45,15 @@ Tensor split_heads(const Tensor& t, int64_t n, int64_t hd) {
   return transpose(reshape(t, {t.size(0), t.size(1), n, hd}), 1, 2);
 }
 
-// Key/value heads (B, NKV, T, hd) -> (B, NKV·g, T, hd), head h a copy of head h / g.
-Tensor repeat_heads(const Tensor& t, int64_t g) {
-  if (g == 1) return t;
-  const int64_t B = t.size(0), n = t.size(1), T = t.size(2), hd = t.size(3);
-  return reshape(expand(unsqueeze(t, 2), {B, n, g, T, hd}), {B, n * g, T, hd});
-}
-
 }  // namespace
 
 Tensor GroupedQueryAttention::attend(const Tensor& qh, const Tensor& kh, const Tensor& vh, const Tensor& key_start,
                                      const Tensor& cached) const {
-  const int64_t g = n_head / n_kv_head;
-  const Tensor kr = repeat_heads(kh, g), vr = repeat_heads(vh, g);
   const double scale = 1.0 / std::sqrt(double(head_dim));
-  // (B, NH, T, hd); the tape's op, or the plain op with cached (inference only)
-  const Tensor y = cached.defined() ? ops::causal_attention(qh, kr, vr, scale, key_start, cached).out
-                                    : causal_attention(qh, kr, vr, scale, key_start);
+  // (B, NH, T, hd), each group of query heads reading its key/value head in place; the
+  // tape's op, or the plain op with cached (inference only)
+  const Tensor y = cached.defined() ? ops::causal_attention(qh, kh, vh, scale, key_start, cached).out
+                                    : causal_attention(qh, kh, vh, scale, key_start);
   return reshape(transpose(y, 1, 2), {y.size(0), y.size(2), n_head * head_dim});
 }
 

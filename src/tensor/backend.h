@@ -226,7 +226,8 @@ class Backend {
 
   // Fused causal attention (ops::causal_attention): out = softmax(scale q k^T, causal) v with
   // the scores made tile by tile and never stored whole. q (B, NH, Tq, hs); k, v
-  // (B, NH, Tk, hs), none empty, Tq <= Tk; query i sees keys j <= i + Tk - Tq. q, k, v and
+  // (B, NKV, Tk, hs), none empty, Tq <= Tk, NKV dividing NH (query head h reads key/value
+  // head h / (NH / NKV)); query i sees keys j <= i + Tk - Tq. q, k, v and
   // grad_out have stride 1 along hs and rows (T) at least hs apart, any other strides; so
   // have out and the gradients (which do not overlap each other or the inputs); lse is
   // contiguous. lse (B, NH, Tq): the log-sum-exp of each query's scaled scores over the
@@ -239,7 +240,8 @@ class Backend {
   // value, read where the kernel runs, is the backend's to check against Tk - Tq).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                          double scale, const Tensor& key_start = Tensor(), const Tensor& cached = Tensor()) = 0;
-  // The gradients of attention: out and lse as it returned them; dq, dk, dv shaped as q, k, v.
+  // The gradients of attention: out and lse as it returned them; dq, dk, dv shaped as q, k, v,
+  // which have one key/value head per query head here (NKV = NH).
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
                                   const Tensor& dv, double scale, const Tensor& key_start = Tensor()) = 0;

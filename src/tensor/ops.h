@@ -415,8 +415,10 @@ struct AttentionGrads {
 // Causal scaled dot-product attention, fused (flash attention):
 //   out = softmax(scale q k^T, causal) v
 // without storing the (Tq, Tk) probabilities; the backward recomputes them from lse.
-// q (B, NH, Tq, hs); k, v (B, NH, Tk, hs) with Tq <= Tk; query i sees keys
-// j <= i + (Tk - Tq), as softmax's causal mask. One floating dtype for q, k, v: f32, f64,
+// q (B, NH, Tq, hs); k, v (B, NKV, Tk, hs) with Tq <= Tk; query i sees keys
+// j <= i + (Tk - Tq), as softmax's causal mask. NKV divides NH: query head h attends with
+// key/value head h / (NH / NKV) (grouped-query attention, read in place: no repeated copies
+// of k and v; NKV = NH is multi-head attention). One floating dtype for q, k, v: f32, f64,
 // or bf16/f16, which the backends read as stored and compute in f32 (the CUDA backend takes
 // no f64). Any strides (views of a fused qkv projection need no copy when hs has stride 1).
 // key_start, when given, (B,) i64 on q's device (Note [Left-padded batches] in

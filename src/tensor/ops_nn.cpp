@@ -59,7 +59,7 @@ std::optional<int64_t> embedding_past_end(bool zero_past_end, int64_t rows) {
 }
 
 // q, k, v of causal_attention: 4-D, one floating dtype and device, k and v alike, q's
-// batch, heads and head size those of k, no more queries than keys, hs >= 1.
+// batch and head size those of k, k's heads dividing q's, no more queries than keys, hs >= 1.
 void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
   const DType t = q.dtype();
   TRIAD_CHECK(t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16,
@@ -67,8 +67,10 @@ void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const ch
   check_like(k, q, op, "k");
   check_like(v, q, op, "v");
   TRIAD_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
-                  q.size(1) == k.size(1) && q.size(3) == k.size(3) && q.size(2) <= k.size(2) && q.size(3) >= 1,
-              op << ": expected q (B, NH, Tq, hs) and k, v (B, NH, Tk, hs) with Tq <= Tk and hs >= 1, got q "
+                  k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && q.size(3) == k.size(3) && q.size(2) <= k.size(2) &&
+                  q.size(3) >= 1,
+              op << ": expected q (B, NH, Tq, hs) and k, v (B, NKV, Tk, hs) with NKV dividing NH, Tq <= Tk and hs "
+                    ">= 1, got q "
                  << shape_str(q.shape()) << ", k " << shape_str(k.shape()) << ", v " << shape_str(v.shape()));
 }
 
@@ -83,6 +85,17 @@ Tensor attention_operand(const Tensor& t) {
 Tensor heads_by_position(const Tensor& like) {
   const Shape& s = like.shape();
   return transpose(Tensor::empty({s[0], s[2], s[1], s[3]}, like.dtype(), like.device()), 1, 2);
+}
+
+// (B, n, T, hs) -> (B, n group, T, hs), head h a copy of head h / group.
+Tensor repeat_heads(const Tensor& t, int64_t group) {
+  const int64_t B = t.size(0), n = t.size(1), T = t.size(2), hs = t.size(3);
+  return reshape(expand(unsqueeze(t, 2), {B, n, group, T, hs}), {B, n * group, T, hs});
+}
+
+// (B, n group, T, hs) -> (B, n, group, T, hs): the heads that share a key/value head.
+Tensor by_group(const Tensor& t, int64_t group) {
+  return reshape(t, {t.size(0), t.size(1) / group, group, t.size(2), t.size(3)});
 }
 
 // Where causal_attention_backward writes a gradient of t (q, k or v): `given` when defined,
@@ -475,6 +488,15 @@ AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const
   if (q.numel() == 0) {  // no queries: keys and values had no effect
     zero_(g.dk);
     zero_(g.dv);
+    return g;
+  }
+  if (const int64_t group = q.size(1) / k.size(1); group > 1) {
+    // Grouped-query heads: the backends' backward takes a key/value head per query head, so
+    // k and v are repeated for it and each group's gradients summed.
+    const AttentionGrads e = causal_attention_backward(q, repeat_heads(k, group), repeat_heads(v, group), out, lse,
+                                                       grad_out, scale, key_start, {g.dq, Tensor(), Tensor()});
+    copy_(g.dk, sum(by_group(e.dk, group), 2));
+    copy_(g.dv, sum(by_group(e.dv, group), 2));
     return g;
   }
   backend_for(q.device())

@@ -172,6 +172,44 @@ BOOST_AUTO_TEST_CASE(views_of_a_fused_projection) {
   }
 }
 
+// Grouped-query attention: k and v with fewer heads, each read by a group of query heads in
+// place, equal the same heads repeated for every query head (the Llama's former copies):
+// out bit for bit, dq too, dk and dv the sums of the repeated heads' gradients over each
+// group. Fewer queries than keys and left padding too; a head count that does not divide
+// the queries' is an error naming it.
+BOOST_AUTO_TEST_CASE(grouped_key_value_heads_equal_repeated_heads) {
+  const int64_t b = 2, nh = 6, tq = 40, tk = 70, hs = 8;
+  const Tensor key_start = Tensor::from_vector(std::vector<int64_t>{0, 11}, {b});
+  for (int64_t nkv : {1, 2, 3})
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const Tensor& starts : {Tensor(), key_start}) {
+        const int64_t g = nh / nkv;
+        const Tensor q = randn({b, nh, tq, hs}, 30, dt), k = randn({b, nkv, tk, hs}, 31, dt),
+                     v = randn({b, nkv, tk, hs}, 32, dt), w = randn({b, nh, tq, hs}, 33, DType::f32);
+        auto repeated = [&](const Tensor& t) {  // as the autograd op: gradients summed per group
+          return reshape(expand(unsqueeze(t, 2), {b, nkv, g, tk, hs}), {b, nh, tk, hs});
+        };
+        const Result got = run([&](auto& a, auto& c, auto& d) { return causal_attention(a, c, d, 0.4, starts); }, q,
+                               k, v, w);
+        const Result want = run(
+            [&](auto& a, auto& c, auto& d) { return causal_attention(a, repeated(c), repeated(d), 0.4, starts); }, q,
+            k, v, w);
+        const std::string what = std::string(dtype_name(dt)) + " NKV " + std::to_string(nkv) +
+                                 (starts.defined() ? " left-padded" : "");
+        BOOST_TEST((got.dk.shape() == k.shape() && got.dv.shape() == v.shape()), what);
+        BOOST_TEST(test::max_abs_diff(got.out, want.out) == 0.0, what << " out");
+        BOOST_TEST(test::max_abs_diff(got.dq, want.dq) == 0.0, what << " dq");
+        check_close(what + " dk", got.dk, want.dk, dt == DType::f32 ? 1e-6 : 1e-2);
+        check_close(what + " dv", got.dv, want.dv, dt == DType::f32 ? 1e-6 : 1e-2);
+      }
+  test::check_error(
+      [] {
+        ops::causal_attention(Tensor::empty({1, 6, 4, 8}), Tensor::empty({1, 4, 4, 8}), Tensor::empty({1, 4, 4, 8}),
+                              1.0);
+      },
+      {"causal_attention", "NKV dividing NH", "(1, 4, 4, 8)"});
+}
+
 // causal_attention_qkv (the transformer's): the same kernels on the same views, so the same
 // output and the same (B, T, 3C) gradient as causal_attention on the three views, whose
 // gradients the views' backwards put into zeroed copies of qkv and sum (equal in value;

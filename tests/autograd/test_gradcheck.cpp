@@ -421,6 +421,8 @@ BOOST_AUTO_TEST_CASE(causal_attention_function) {
   gradcheck("causal_attention", f(0.7), {leaf({2, 2, 5, 3}, 150), leaf({2, 2, 5, 3}, 151), leaf({2, 2, 5, 3}, 152)});
   gradcheck("causal_attention Tq < Tk", f(0.5),
             {leaf({1, 2, 3, 6}, 153), leaf({1, 2, 6, 6}, 154), leaf({1, 2, 6, 6}, 155)});
+  gradcheck("causal_attention grouped key/value heads", f(0.6),
+            {leaf({2, 4, 4, 3}, 159), leaf({2, 2, 5, 3}, 160), leaf({2, 2, 5, 3}, 161)});
   // One position: out = v whatever q and k are, so only v has a gradient.
   const Tensor q1 = randn({2, 1, 1, 4}, 156), k1 = randn({2, 1, 1, 4}, 157);
   gradcheck("causal_attention T = 1", [&](auto& in) { return causal_attention(q1, k1, in[0], 1.0); },

@@ -173,6 +173,36 @@ BOOST_AUTO_TEST_CASE(f16_matches_the_cpu) {
   check_geometry<cuda::F16>(DType::f16, kGeometries[3]);
 }
 
+// Grouped-query attention (the Llama's): query head h reads key/value head h / group in
+// place; against the CPU on k and v repeated for every query head. Multi-query (one
+// key/value head) and two groups, left-padded.
+BOOST_AUTO_TEST_CASE(grouped_key_value_heads_match_the_cpu) {
+  const int64_t B = 2, NH = 4, T = 70, hs = 64;
+  const Tensor key_start = Tensor::from_vector(std::vector<int64_t>{0, 9}, {B});
+  for (int64_t nkv : {1, 2}) {
+    const std::string what = "NKV " + std::to_string(nkv);
+    const Tensor q = random({B, NH, T, hs}, 74, DType::bf16), k = random({B, nkv, T, hs}, 75, DType::bf16),
+                 v = random({B, nkv, T, hs}, 76, DType::bf16);
+    const double scale = 1.0 / std::sqrt(double(hs));
+    const cuda::Geometry g{int(NH), int(hs),      T, T, float(scale * 1.4426950408889634), key_start.data<int64_t>(),
+                           nullptr, int(NH / nkv)};
+    Tensor out = Tensor::empty({B, NH, T, hs}, DType::bf16), lse = Tensor::empty({B, NH, T});
+    emulation::launch(unsigned(B * NH), cuda::tiles(T, cuda::Layout<64>::kQueryRows), 128, [&] {
+      cuda::mma_attention_kernel<cuda::BF16, 64>(Operand(q), Operand(k), Operand(v), cuda::Destination(out),
+                                                 static_cast<float*>(lse.raw_data()), g,
+                                                 cuda::whole_rows<64>({&q, &k, &v}));
+    });
+    auto repeated = [&](const Tensor& t) {
+      return ops::contiguous(ops::reshape(
+          ops::expand(ops::unsqueeze(ops::to(t, DType::f32), 2), {B, nkv, NH / nkv, T, hs}), {B, NH, T, hs}));
+    };
+    Tensor want = Tensor::empty({B, NH, T, hs}), want_lse = Tensor::empty({B, NH, T});
+    cpu_backend().attention(ops::to(q, DType::f32), repeated(k), repeated(v), want, want_lse, scale, key_start);
+    BOOST_TEST(nmse(out, want) < threshold(DType::bf16), what << " out: nmse " << nmse(out, want));
+    BOOST_TEST(nmse(finite(lse), finite(want_lse)) < 1e-10, what << " lse");
+  }
+}
+
 // A decode step over a whole cache (ops::causal_attention's cached: Note [Positions on the
 // device] in tensor/ops.h): of k and v's 160 positions only the first cached + Tq count, read
 // from memory; the rest hold 50, which would dominate any score or output that read them.

@@ -688,6 +688,24 @@ void attention_case() {
   const ops::AttentionOut got = ops::causal_attention(dev(q), dev(k), dev(v), 0.125);
   BOOST_TEST((got.out.device() == kGpu && got.lse.device() == kGpu));
   expect_close("ops::causal_attention out", got.out, want.out, threshold(DType::f32));
+  // Grouped-query heads (the Llama's: 4 query heads reading 2 key/value heads in place),
+  // forward on both kernel sets (f32 on CUDA cores, bf16 on tensor cores) and the gradients
+  // the ops layer sums over each group.
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor gq = random({2, 4, 70, 64}, 72, -1, 1, dt), gk = random({2, 2, 70, 64}, 73, -1, 1, dt),
+                 gv = random({2, 2, 70, 64}, 74, -1, 1, dt), gg = random({2, 4, 70, 64}, 75, -1, 1, dt);
+    auto f32 = [](const Tensor& t) { return ops::to(t, DType::f32); };
+    const ops::AttentionOut c = ops::causal_attention(f32(gq), f32(gk), f32(gv), 0.125);
+    const ops::AttentionOut d = ops::causal_attention(dev(gq), dev(gk), dev(gv), 0.125);
+    const std::string what = std::string("grouped heads ") + dtype_name(dt);
+    expect_close(what + " out", d.out, c.out, threshold(dt));
+    const ops::AttentionGrads cg = ops::causal_attention_backward(f32(gq), f32(gk), f32(gv),
+                                                                  f32(ops::to(c.out, dt)), c.lse, f32(gg), 0.125);
+    const ops::AttentionGrads dg = ops::causal_attention_backward(dev(gq), dev(gk), dev(gv), dev(ops::to(c.out, dt)),
+                                                                  dev(c.lse), dev(gg), 0.125);
+    expect_close(what + " dk", dg.dk, cg.dk, threshold(dt));
+    expect_close(what + " dv", dg.dv, cg.dv, threshold(dt));
+  }
   test::check_error(
       [&] {
         ops::causal_attention(dev(random({1, 1, 4, 130}, 68)), dev(random({1, 1, 4, 130}, 69)),

@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t q0 = int64_t(gridDim.y - 1 - blockIdx.y) * kTile;
   const int grp = threadIdx.x / 16, col = threadIdx.x % 16;
   const int64_t tk = g.keys(), offset = tk - g.tq;
-  const T* kp = k.head<T>(bh, g.heads);
-  const T* vp = v.head<T>(bh, g.heads);
+  const T* kp = k.head<T>(g.kv_head(bh), g.kv_heads());
+  const T* vp = v.head<T>(g.kv_head(bh), g.kv_heads());
   load_tile<E, HS>(sq, q.head<T>(bh, g.heads), q.stride_t, q0, g.tq, g.hs);
 
   float m[4], l[4], acc[4][kCols];
@@ -423,6 +423,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
                                      const Tensor& dv, double scale, const Tensor& key_start) {
+  TRIAD_CHECK(k.size(1) == q.size(1), "cuda backend: attention_backward takes a key/value head per query head, got q "
+                                          << q.str() << " and k " << k.str());
   OnDevice on(q);
   // dQ is summed with atomics in f32: into dq itself when it is f32.
   const Tensor dq32 = dq.dtype() == DType::f32 ? dq : Tensor::empty(dq.shape(), DType::f32, dq.device());

@@ -74,6 +74,12 @@ struct Geometry {
   // (1,) on the device, or nullptr: only the first cached[0] + tq of the tk keys count
   // (ops::causal_attention's cached; forward only).
   const int64_t* cached = nullptr;
+  // Query heads per key/value head (grouped-query attention): query head h of row b reads
+  // key/value head h / group of NH / group. The backward takes 1 (ops repeats the heads).
+  int group = 1;
+  __host__ __device__ int kv_heads() const { return heads / group; }
+  // The key/value head that query head bh (= b NH + h) reads, as b NKV + h / group.
+  __host__ __device__ int64_t kv_head(int64_t bh) const { return bh / heads * kv_heads() + bh % heads / group; }
   // The first key that head bh's queries see.
   __host__ __device__ int64_t first_key(int64_t bh) const { return key_start ? key_start[bh / heads] : 0; }
   // The keys that count: query i sees keys j <= i + keys() - tq (never past tk).
@@ -120,9 +126,14 @@ void allow_shared_memory(Kernel* kernel, size_t bytes, int device, int64_t hs) {
 
 inline Geometry geometry(const Tensor& q, const Tensor& k, double scale, const Tensor& key_start = Tensor(),
                          const Tensor& cached = Tensor()) {
-  return Geometry{int(q.size(1)), int(q.size(3)), q.size(2), k.size(2), float(scale * 1.4426950408889634),
+  return Geometry{int(q.size(1)),
+                  int(q.size(3)),
+                  q.size(2),
+                  k.size(2),
+                  float(scale * 1.4426950408889634),
                   key_start.defined() ? static_cast<const int64_t*>(key_start.raw_data()) : nullptr,
-                  cached.defined() ? static_cast<const int64_t*>(cached.raw_data()) : nullptr};
+                  cached.defined() ? static_cast<const int64_t*>(cached.raw_data()) : nullptr,
+                  int(q.size(1) / k.size(1))};
 }
 
 // Grid dimension y counts tiles of one head (of `tile` rows).

@@ -177,8 +177,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t tk = g.keys(), offset = tk - g.tq, first_key = g.first_key(bh);
   const int64_t warp_row = q0 + 16 * M * warp;  // the warp's first query; this lane's rows:
   // warp_row + 16 mi + gid and that + 8, for mi < M
-  const uint16_t* kp = k.head<uint16_t>(bh, g.heads);
-  const uint16_t* vp = v.head<uint16_t>(bh, g.heads);
+  const uint16_t* kp = k.head<uint16_t>(g.kv_head(bh), g.kv_heads());
+  const uint16_t* vp = v.head<uint16_t>(g.kv_head(bh), g.kv_heads());
   const int64_t q_end = q0 + L::kQueryRows < g.tq ? q0 + L::kQueryRows : g.tq;
   const int64_t k_end = q_end + offset;  // keys the last row sees
   const int64_t k_begin = (first_key < k_end ? first_key : k_end) / kTile * kTile;

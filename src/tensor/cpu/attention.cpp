@@ -64,6 +64,9 @@ struct Heads {
   }
 };
 
+// The key/value head that query head bh (= b NH + h) reads: b NKV + h / group, group = NH / NKV.
+inline int64_t kv_head(int64_t bh, int64_t nh, int64_t group) { return bh / nh * (nh / group) + bh % nh / group; }
+
 // Keys of a block starting at key k0 (of nk) that query i sees: j <= i + offset.
 inline int64_t keys_seen(int64_t i, int64_t offset, int64_t k0, int64_t nk) {
   return std::clamp<int64_t>(i + offset + 1 - k0, 0, nk);
@@ -86,7 +89,7 @@ template <class T>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, T scale,
              const int64_t* first) {
   const int64_t tq = q.size(2), tk = k.size(2), hs = q.size(3), offset = tk - tq, nh = q.size(1);
-  const int64_t heads = q.size(0) * q.size(1), q_blocks = (tq + kBlockQ - 1) / kBlockQ;
+  const int64_t heads = q.size(0) * q.size(1), q_blocks = (tq + kBlockQ - 1) / kBlockQ, group = nh / k.size(1);
   const Heads<T> Q(q), K(k), V(v), O(out);
   T* pl = lse.data<T>();
   constexpr T kInf = std::numeric_limits<T>::infinity();
@@ -97,6 +100,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < heads * q_blocks; ++task) {
       const int64_t bh = task / q_blocks, q0 = (q_blocks - 1 - task % q_blocks) * kBlockQ;
+      const int64_t kv = kv_head(bh, nh, group);
       const int64_t nq = std::min(kBlockQ, tq - q0), k_end = q0 + nq + offset;
       const RowsMap<T> qb = Q.rows(bh, q0, nq);
       acc.topRows(nq).setZero();
@@ -106,7 +110,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
       for (int64_t k0 = k_begin; k0 < k_end; k0 += kBlockK) {
         const int64_t nk = std::min(kBlockK, k_end - k0), lo = first_seen(first, b, k0, nk);
         auto sb = s.topLeftCorner(nq, nk);
-        sb.noalias() = qb * K.rows(bh, k0, nk).transpose();
+        sb.noalias() = qb * K.rows(kv, k0, nk).transpose();
         for (int64_t r = 0; r < nq; ++r) {
           T* row = s.data() + r * kBlockK;
           const int64_t seen = keys_seen(q0 + r, offset, k0, nk);
@@ -133,7 +137,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
           }
           l[r] += total;
         }
-        acc.topRows(nq).noalias() += sb * V.rows(bh, k0, nk);
+        acc.topRows(nq).noalias() += sb * V.rows(kv, k0, nk);
       }
       RowsMap<T> ob = O.rows(bh, q0, nq);
       for (int64_t r = 0; r < nq; ++r) {
@@ -238,6 +242,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                     const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
                                     const Tensor& dv, double scale, const Tensor& key_start) {
+  TRIAD_CHECK(k.size(1) == q.size(1), "cpu backend: attention_backward takes a key/value head per query head, got q "
+                                          << q.str() << " and k " << k.str());
   if (is_16bit(q.dtype())) {
     const Tensor gq = Tensor::empty(dq.shape(), DType::f32), gk = Tensor::empty(dk.shape(), DType::f32),
                  gv = Tensor::empty(dv.shape(), DType::f32);
