@@ -164,8 +164,8 @@ class Backend {
                                const Tensor& db) = 0;
   // ops::rotary (backward: ops::rotary_backward, x the gradient): x (B, n, T, D), D even,
   // any strides; cos and sin (B or 1, T, D) contiguous (1: every row's), of x's dtype or f32
-  // beside 16-bit x; out (B, n, T, D) of x's dtype. Each pair as tensor/rotary_math.h's
-  // rotary_pair in f32 (f64 for f64), rounded once.
+  // beside 16-bit x; out (B, n, T, D) of x's dtype, stride 1 along D, any other strides.
+  // Each pair as tensor/rotary_math.h's rotary_pair in f32 (f64 for f64), rounded once.
   virtual void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out, bool backward) = 0;
   // Indices are contiguous. On the CPU the op has checked them in range. Other backends
   // get them unchecked (checking on the host would make it wait for the device): their

@@ -299,8 +299,10 @@ AddRmsNormOut add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weigh
 
 // Rotary position embedding in the rotate_half layout (nn/rotary.h), fused: x (..., T, D),
 // D even, with tables cos, sin (T, D), or (B, 1, T, D) for x (B, n, T, D) (each row's own
-// positions), of x's dtype or f32 beside a 16-bit x -> y of x's shape and dtype,
-// contiguous: for each feature pair (i, i + h), h = D/2,
+// positions), of x's dtype or f32 beside a 16-bit x -> y of x's shape and dtype (stored
+// as x is when x is a (B, n, T, D) view of a (B, T, n D) projection's heads, so y's
+// (B, T, n D) view is free, Note [Attention layout]; else contiguous): for each feature
+// pair (i, i + h), h = D/2,
 //   y_i = x_i cos_i - x_{i+h} sin_i,   y_{i+h} = x_{i+h} cos_{i+h} + x_i sin_{i+h},
 // that is x cos + rotate_half(x) sin with rotate_half(x) = cat(-x[..., h:], x[..., :h]),
 // for any tables. Each result is computed in f32 (f64 for f64) as one fused multiply-add

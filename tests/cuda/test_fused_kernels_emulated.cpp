@@ -125,8 +125,11 @@ BOOST_AUTO_TEST_CASE(rotary_matches_the_cpu_bit_for_bit) {
                                    : ops::transpose(uniform({2, 5, 3, 8}, 14, 2.0, dt), 1, 2);
           const Shape table = per_row ? Shape{2, 1, 5, 8} : Shape{5, 8};
           const Tensor cos = uniform(table, 15, 1.0, DType::f32), sin = uniform(table, 16, 1.0, DType::f32);
-          Tensor out = Tensor::empty({2, 3, 5, 8}, dt);
-          const cuda::RotaryShape shape{3, 5, 8, {x.stride(0), x.stride(1), x.stride(2), x.stride(3)}, per_row};
+          // out as ops::rotary lays it out for x: by position where x's heads are adjacent
+          const Tensor out = per_row ? Tensor::empty({2, 3, 5, 8}, dt)
+                                     : ops::transpose(Tensor::empty({2, 5, 3, 8}, dt), 1, 2);
+          const cuda::RotaryShape shape{3,       5, 8, {x.stride(0), x.stride(1), x.stride(2), x.stride(3)},
+                                        per_row, {out.stride(0), out.stride(1), out.stride(2)}};
           const int64_t pairs = 2 * 3 * 5 * 4;
           emulation::launch(1, 1, 64, [&] {
             if (wide_index)

@@ -81,8 +81,12 @@ void CudaBackend::rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, 
   const Floats fx = floats(x, m), fc = floats(cos, m), fs = floats(sin, m), fo = floats(out, m);
   const int64_t total = out.numel() / 2;
   if (total == 0) return;
-  const RotaryShape s{x.size(1), x.size(2), x.size(3), {x.stride(0), x.stride(1), x.stride(2), x.stride(3)},
-                      cos.size(0) > 1};
+  const RotaryShape s{x.size(1),
+                      x.size(2),
+                      x.size(3),
+                      {x.stride(0), x.stride(1), x.stride(2), x.stride(3)},
+                      cos.size(0) > 1,
+                      {out.stride(0), out.stride(1), out.stride(2)}};
   OnDevice on(out);
   if (total < (int64_t(1) << 31))
     rotary_kernel<<<blocks_for(total), kThreads, 0, on.stream()>>>(fx, s, fc, fs, fo, uint32_t(total), backward);

@@ -108,10 +108,11 @@ __global__ void swiglu_backward_kernel(Floats a, Floats b, Floats g, Floats da, 
 struct RotaryShape {
   int64_t n, T, D;
   int64_t stride[4];
-  bool per_row;  // tables (B, T, D): each row's own positions
+  bool per_row;          // tables (B, T, D): each row's own positions
+  int64_t out_stride[3];  // out's along B, n and T (stride 1 along D)
 };
 
-// out (B, n, T, D) contiguous; a thread a feature pair (i, i + D/2) of row (b, head, t) at a
+// out (B, n, T, D) at out_stride; a thread a feature pair (i, i + D/2) of row (b, head, t) at a
 // time, total = B n T D/2 pairs, so neighbouring threads read neighbouring features.
 // backward: x is the gradient (ops::rotary_backward). tensor/rotary_math.h's arithmetic.
 // I, the pairs' index type: uint32_t below 2^31 pairs (the divisions that place a pair are
@@ -122,7 +123,8 @@ __global__ void rotary_kernel(Floats x, RotaryShape s, Floats cos, Floats sin, F
   for (I p = blockIdx.x * I(blockDim.x) + threadIdx.x; p < total; p += I(gridDim.x) * I(blockDim.x)) {
     const I r = p / h, i = p - r * h, bh = r / T, t = r - bh * T, b = bh / n, head = bh - b * n;
     const int64_t at = int64_t(b) * s.stride[0] + int64_t(head) * s.stride[1] + int64_t(t) * s.stride[2];
-    const int64_t c = ((s.per_row ? int64_t(b) * s.T : 0) + t) * s.D + i, y = int64_t(r) * s.D + i;
+    const int64_t c = ((s.per_row ? int64_t(b) * s.T : 0) + t) * s.D + i;
+    const int64_t y = int64_t(b) * s.out_stride[0] + int64_t(head) * s.out_stride[1] + int64_t(t) * s.out_stride[2] + i;
     float y1, y2;
     rotary_pair(x.load(at + i * s.stride[3]), x.load(at + (i + h) * s.stride[3]), cos.load(c), cos.load(c + h),
                 sin.load(c), sin.load(c + h), backward, y1, y2);

@@ -259,6 +259,7 @@ void CpuBackend::rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, c
     const int64_t n = x.size(1), T = x.size(2), D = x.size(3), h = D / 2, rows = x.numel() / std::max<int64_t>(D, 1);
     const bool per_row = cos.size(0) > 1;
     const int64_t sb = x.stride(0), sn = x.stride(1), st = x.stride(2), sd = x.stride(3);
+    const int64_t ob = out.stride(0), on = out.stride(1), ot = out.stride(2);
     const F* px = x.data<F>();
     const F *pc = cos.data<F>(), *ps = sin.data<F>();
     F* po = out.data<F>();
@@ -272,7 +273,7 @@ void CpuBackend::rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, c
       const F* xr = px + b * sb + head * sn + t * st;
       const F* c = pc + ((per_row ? b * T : 0) + t) * D;
       const F* s = ps + ((per_row ? b * T : 0) + t) * D;
-      F* y = po + ((b * n + head) * T + t) * D;
+      F* y = po + b * ob + head * on + t * ot;
       if (sd == 1) {  // the common case, vectorized with plain loads
 #pragma omp simd
         for (int64_t i = 0; i < h; ++i)
