@@ -248,8 +248,7 @@ Tensor rotary_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool bac
   // y laid out the same way, so that y's (B, T, n D) view, which the attention's gradient
   // flows back through, is a view (Note [Attention layout]); else y is contiguous.
   const bool by_position = x.dim() == 4 && x.stride(1) < x.stride(2);
-  const Tensor y = by_position ? transpose(Tensor::empty({B, T, n, D}, x.dtype(), x.device()), 1, 2)
-                               : Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Tensor y = by_position ? heads_by_position(x) : Tensor::empty(x.shape(), x.dtype(), x.device());
   backend_for(x.device())
       .rotary(reshape(x, {B, n, T, D}), reshape(contiguous(cos), {table_rows, T, D}),
               reshape(contiguous(sin), {table_rows, T, D}), reshape(y, {B, n, T, D}), backward);
