@@ -1,10 +1,12 @@
 // Elementwise, reduction and linear-algebra ops of tensor/ops.h: argument checks, result
 // allocation, one backend call each.
 #include <cmath>
+#include <cstring>
 
 #include "tensor/backend.h"
 #include "tensor/ops.h"
 #include "tensor/ops_checks.h"
+#include "tensor/optimizer_math.h"
 #include "tensor/optimizer_ops.h"
 
 namespace triad::ops {
@@ -355,7 +357,7 @@ GeluBiasGrads gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, bool w
 
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
             const AdamWStep& step, const Tensor& param_copy) {
-  adamw_({AdamWTensors{param, grad, exp_avg, exp_avg_sq, param_copy, step}});
+  adamw_({AdamWTensors{param, grad, exp_avg, exp_avg_sq, param_copy, step, Tensor()}});
 }
 
 void adamw_(const std::vector<AdamWTensors>& updates) {
@@ -379,11 +381,26 @@ void adamw_(const std::vector<AdamWTensors>& updates) {
                       u.param_copy.device() == param.device(),
                   "adamw_: the parameter's copy must be a contiguous bf16 or f16 tensor shaped as the f32 parameter "
                       << param.str() << ", got " << u.param_copy.str());
+    if (u.constants.defined())
+      TRIAD_CHECK(param.dtype() == DType::f32 && u.constants.dtype() == DType::f32 &&
+                      u.constants.numel() == kAdamWConstants && u.constants.is_contiguous() &&
+                      u.constants.device() == param.device(),
+                  "adamw_: the constants must be " << kAdamWConstants << " contiguous f32 values on the f32 parameter's "
+                                                   << "device " << param.device().str() << ", got "
+                                                   << u.constants.str() << " for " << param.str());
     if (param.numel() == 0) continue;
     checked.push_back(u);
     checked.back().grad = contiguous(u.grad);
   }
   if (!checked.empty()) backend_for(checked[0].param.device()).adamw(checked);
+}
+
+void adamw_constants(const AdamWStep& step, const Tensor& out) {
+  TRIAD_CHECK(out.device().is_cpu() && out.dtype() == DType::f32 && out.numel() == kAdamWConstants &&
+                  out.is_contiguous(),
+              "adamw_constants: expected " << kAdamWConstants << " contiguous f32 values on the host, got " << out.str());
+  const AdamWConstants<float> k = AdamWConstants<float>::of(step);
+  std::memcpy(out.raw_data(), &k, sizeof k);
 }
 
 Tensor squared_norm(const std::vector<Tensor>& tensors, Device device) {

@@ -13,7 +13,8 @@
 
 namespace triad {
 
-// ops::adamw_'s constants, in T.
+// ops::adamw_'s constants, in T (as AdamWTensors::constants stores them in f32: these
+// members in this order).
 template <class T>
 struct AdamWConstants {
   T decay, l2, b1, b2, step_size, bc2_sqrt, eps;
@@ -28,6 +29,7 @@ struct AdamWConstants {
             T(s.eps)};
   }
 };
+static_assert(sizeof(AdamWConstants<float>) == kAdamWConstants * sizeof(float), "AdamWTensors::constants' layout");
 
 // Updates p, m, v in place from gradient g; returns the new p.
 template <class T>

@@ -9,11 +9,23 @@
 
 namespace triad {
 
+// Note [Adam's constants in memory]: an update recorded once and replayed (a CUDA graph of
+// a training step, Note [Recorded steps] in engine/step_recording.h) cannot take the step's
+// learning rate and bias corrections as launch arguments, which a replay repeats. It reads
+// them from memory instead: AdamWTensors::constants, the AdamWConstants<float>
+// (tensor/optimizer_math.h) of the step as adamw_constants() writes them on the host, copied
+// to the device before each replay. The constants are those the host would compute from
+// `step`, so the update is the same bit for bit.
+inline constexpr int64_t kAdamWConstants = 7;  // f32 values of AdamWTensors::constants
+
 // One parameter's Adam update (ops::adamw_).
 struct AdamWTensors {
   Tensor param, grad, exp_avg, exp_avg_sq;
   Tensor param_copy;  // undefined: none
   AdamWStep step;
+  // When defined: (kAdamWConstants,) f32, contiguous, on param's device, read by the update
+  // in place of `step` (Note [Adam's constants in memory]); f32 parameters only.
+  Tensor constants = Tensor();
 };
 
 // Hyper-parameters of one SGD update (ops::sgd_).
@@ -36,6 +48,9 @@ namespace triad::ops {
 // The updates of many parameters, each as the one-parameter adamw_ (tensor/ops.h) with its
 // own step, all on one device: one backend call. Parameters of no element are skipped.
 void adamw_(const std::vector<AdamWTensors>& updates);
+// `step`'s constants as AdamWTensors::constants holds them, written into `out`
+// (kAdamWConstants contiguous f32 values on the host).
+void adamw_constants(const AdamWStep& step, const Tensor& out);
 // In-place SGD on many parameters of one device (PyTorch's arithmetic, in this order):
 //   d = g + wd p;  buf = momentum buf + (1 - dampening) d (the first step: buf = d);
 //   d = buf, or with nesterov d + momentum buf;  p -= lr d.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -169,6 +170,47 @@ BOOST_AUTO_TEST_CASE(adamw_matches_the_cpu_optimizer) {
           optim_same(copy[i], ops::to(p[i], copy_dtype), at + " 16-bit copy");
         }
       }
+}
+
+// Note [Adam's constants in memory]: entries whose constants are read from memory (written
+// by ops::adamw_constants, one row per weight decay; the launch's own constants NaN) update
+// bit for bit as entries given the constants, over three steps of changing rates.
+BOOST_AUTO_TEST_CASE(adamw_reads_its_constants_from_memory) {
+  const std::vector<int64_t> sizes = optim_sizes();
+  const optim::AdamWOptions o{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+  const double decays[] = {0.1, 0.0};
+  std::vector<Tensor> p, m, v, live_p, live_m, live_v;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    p.push_back(optim_uniform(sizes[i], 30 + i, -1, 1)), live_p.push_back(ops::clone(p.back()));
+    m.push_back(Tensor::zeros({sizes[i]})), live_m.push_back(Tensor::zeros({sizes[i]}));
+    v.push_back(Tensor::zeros({sizes[i]})), live_v.push_back(Tensor::zeros({sizes[i]}));
+  }
+  const Tensor table = Tensor::empty({2, kAdamWConstants});
+  AdamWConstants<float> unread;
+  std::memset(&unread, 0xff, sizeof unread);  // NaNs: an entry reading these would show it
+  for (int64_t t = 1; t <= 3; ++t) {
+    const double lr = o.lr / double(t);  // a schedule's rate
+    for (size_t d = 0; d < 2; ++d)
+      ops::adamw_constants(optim::adamw_step(o, lr, decays[d], t), ops::select(table, 0, int64_t(d)));
+    std::vector<cuda::AdamWEntry> given, read;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const Tensor g = optim_uniform(sizes[i], 3000 * uint64_t(t) + i, -1, 1);
+      const AdamWStep s = optim::adamw_step(o, lr, decays[i % 2], t);
+      given.push_back({p[i].data<float>(), g.data<float>(), m[i].data<float>(), v[i].data<float>(), cuda::Floats{},
+                       sizes[i], AdamWConstants<float>::of(s), nullptr});
+      read.push_back({live_p[i].data<float>(), g.data<float>(), live_m[i].data<float>(), live_v[i].data<float>(),
+                      cuda::Floats{}, sizes[i], unread,
+                      reinterpret_cast<const AdamWConstants<float>*>(table.data<float>() + (i % 2) * kAdamWConstants)});
+    }
+    optim_run(given);
+    optim_run(read);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string at = "tensor " + std::to_string(i);
+    optim_same(live_p[i], p[i], at + " param");
+    optim_same(live_m[i], m[i], at + " exp_avg");
+    optim_same(live_v[i], v[i], at + " exp_avg_sq");
+  }
 }
 
 // Three SGD steps (the momentum buffer's first step among them) over two groups: the kernel

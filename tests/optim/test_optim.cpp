@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "support/check.h"
+#include "tensor/optimizer_ops.h"
 #include "triad.h"
 
 BOOST_AUTO_TEST_SUITE(test_optim)
@@ -102,6 +103,32 @@ BOOST_AUTO_TEST_CASE(adamw_two_steps_closed_form) {
     check_close(opt.exp_avg_sq(0), v2, tol * 1e-2, "exp_avg_sq");
     BOOST_TEST(opt.step_count() == 2);
   }
+}
+
+// Note [Adam's constants in memory]: ops::adamw_ reading its constants from a tensor (as a
+// recorded step does) updates bit for bit as when given the step; a wrong tensor is named.
+BOOST_AUTO_TEST_CASE(adamw_reads_its_constants_from_memory) {
+  const optim::AdamWOptions o{.lr = 0.05, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-3};
+  const Tensor given = param({1.0, -2.0, 0.5}, DType::f32), read = ops::clone(given);
+  const Tensor m = Tensor::zeros({3}), v = Tensor::zeros({3}), read_m = Tensor::zeros({3}), read_v = Tensor::zeros({3});
+  const Tensor constants = Tensor::empty({kAdamWConstants});
+  for (int64_t t = 1; t <= 3; ++t) {
+    const Tensor g = param({0.1 * double(t), -0.2, 0.3 / double(t)}, DType::f32);
+    const AdamWStep s = optim::adamw_step(o, o.lr / double(t), 0.2, t);
+    ops::adamw_constants(s, constants);
+    AdamWStep unread = s;
+    unread.lr = unread.bias_correction1 = NAN;  // an update reading these would show it
+    ops::adamw_({AdamWTensors{given, g, m, v, Tensor(), s, Tensor()}});
+    ops::adamw_({AdamWTensors{read, g, read_m, read_v, Tensor(), unread, constants}});
+  }
+  BOOST_TEST(test::max_abs_diff(read, given) == 0.0);
+  BOOST_TEST(test::max_abs_diff(read_m, m) == 0.0);
+  BOOST_TEST(test::max_abs_diff(read_v, v) == 0.0);
+  const AdamWStep s = optim::adamw_step(o, o.lr, 0.2, 1);
+  const Tensor g = Tensor::zeros({3});
+  test::check_error([&] { ops::adamw_({AdamWTensors{read, g, read_m, read_v, Tensor(), s, Tensor::empty({6})}}); },
+                    {"adamw_", "constants", "7"});
+  test::check_error([&] { ops::adamw_constants(s, Tensor::empty({7}, DType::f64)); }, {"adamw_constants", "f32"});
 }
 
 // Two steps of AdamW with `options` from kAdamP0 on the gradients kAdamG1 then kAdamG2, in dtype dt (the

@@ -83,9 +83,10 @@ struct AdamWEntry {
   Floats copy;
   int64_t n;
   AdamWConstants<float> k;
+  const AdamWConstants<float>* live;  // non-null: the constants in device memory, read in place of k
 
   __device__ void update(int64_t i) const {
-    const float pi = adamw_element(p[i], m[i], v[i], g[i], k);
+    const float pi = adamw_element(p[i], m[i], v[i], g[i], live ? *live : k);
     if (copy.data) copy.store(i, pi);
   }
 };

@@ -27,7 +27,8 @@ void CudaBackend::adamw(const std::vector<AdamWTensors>& updates) {
     require_f32(u.param, "adamw");
     entries.push_back({ptr<float>(u.param), ptr<const float>(u.grad), ptr<float>(u.exp_avg), ptr<float>(u.exp_avg_sq),
                        u.param_copy.defined() ? floats(u.param_copy, "adamw") : Floats{}, u.param.numel(),
-                       AdamWConstants<float>::of(u.step)});
+                       AdamWConstants<float>::of(u.step),
+                       u.constants.defined() ? ptr<const AdamWConstants<float>>(u.constants) : nullptr});
   }
   launch_tables(updates.front().param, entries);
 }

@@ -4,6 +4,7 @@
 // parallel loop is inside each. Also the gradient norm's forms that stay on the device
 // (ops::squared_norm, ops::clip_to_norm_).
 #include <cmath>
+#include <cstring>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
@@ -22,7 +23,8 @@ void CpuBackend::adamw(const std::vector<AdamWTensors>& updates) {
       const T* g = u.grad.data<T>();
       T* m = u.exp_avg.data<T>();
       T* v = u.exp_avg_sq.data<T>();
-      const AdamWConstants<T> k = AdamWConstants<T>::of(u.step);
+      AdamWConstants<T> k = AdamWConstants<T>::of(u.step);
+      if (u.constants.defined()) std::memcpy(&k, u.constants.raw_data(), sizeof k);  // (T is float: checked)
       const int64_t n = u.param.numel();
 #pragma omp parallel for simd if (n > cpu::kParallelGrain)
       for (int64_t i = 0; i < n; ++i) {
