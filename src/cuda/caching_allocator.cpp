@@ -169,12 +169,17 @@ void CachingAllocator::deallocate(void* ptr) {
   stats_.allocated_bytes -= b->size;
   stats_.requested_bytes -= b->requested;
   b->requested = 0;
-  if (b->uses.empty()) {
+  // Note [Graph pools]: allocated before a recording of its stream, maybe used by it: the
+  // pool holds it (as a pending event would: no neighbour merges with it) until release_pool.
+  const auto recording = recording_.find(b->stream);
+  const bool held = recording != recording_.end();
+  if (held) held_[recording->second].push_back(b), ++b->pending_events;
+  if (b->uses.empty() && !held) {
     free_block(b);
     return;
   }
   for (StreamId s : b->uses) pending_.push_back({provider_->record_event(s), b});
-  b->pending_events = int(b->uses.size());
+  b->pending_events += int(b->uses.size());
   b->uses.clear();
   stats_.pending_free_bytes += b->size;
 }
@@ -217,6 +222,14 @@ void CachingAllocator::release_pool(PoolId pool, StreamId stream) {
       b->stream = stream;
       if (cached) b->pool->insert(b);
     }
+  }
+  if (const auto held = held_.find(pool); held != held_.end()) {
+    for (Block* b : held->second)
+      if (--b->pending_events == 0) {
+        stats_.pending_free_bytes -= b->size;
+        free_block(b);
+      }
+    held_.erase(held);
   }
 }
 

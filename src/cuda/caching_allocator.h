@@ -37,7 +37,10 @@
 // orders as the stream did; blocks freed after it go back to the pool, unused until
 // release_pool, called once the graph is gone and its last replay enqueued on the stream,
 // makes the pool's segments the stream's ordinary cache (its blocks still in use return
-// there when freed). While any stream records, the allocator neither queries events nor
+// there when freed). A block of the recording stream's ordinary cache, allocated before
+// the recording and freed during it, may still be used by the graph's replays (a training
+// step's work reads what the step before left, and drops it): it is held the pool's too,
+// not reused until release_pool returns it. While any stream records, the allocator neither queries events nor
 // returns memory to the provider (CUDA forbids both during a capture): a request it cannot
 // serve from the pool or a new segment fails, and the recording with it.
 #pragma once
@@ -166,6 +169,7 @@ class CachingAllocator {
   std::vector<Block*> segments_;  // the first block of every segment held
   std::unordered_map<StreamId, PoolId> recording_;  // stream -> the pool it records into
   std::unordered_map<PoolId, StreamId> pools_;      // every pool not yet released -> its stream
+  std::unordered_map<PoolId, std::vector<Block*>> held_;  // ordinary blocks freed while their stream recorded
   PoolId next_pool_ = 1;                            // odd: never a stream's (aligned) bits
   MemoryStats stats_;
 };

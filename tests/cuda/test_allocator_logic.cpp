@@ -362,6 +362,44 @@ BOOST_AUTO_TEST_CASE(a_graph_pool_is_private_until_released) {
   BOOST_TEST(f.mem->used() == 0u);
 }
 
+// Note [Graph pools]: a block of s1's cache allocated before the recording and freed during
+// it (a graph's replays may still use it) is held by the pool: no request of the recording,
+// of s1 or s2 after it receives it and no neighbour merges with it, until release_pool hands
+// it back to s1, also one whose use on s2 has completed.
+BOOST_AUTO_TEST_CASE(a_block_freed_while_its_stream_records_is_held_until_the_release) {
+  Fixture f;
+  void* old = f.alloc->allocate(1000, s1);
+  void* neighbour = f.alloc->allocate(1000, s1);  // same small segment, right after it
+  void* shared = f.alloc->allocate(2 * MiB, s1);
+  f.alloc->record_stream(shared, s2);
+  const CachingAllocator::PoolId pool = f.alloc->begin_pool(s1);
+  f.alloc->deallocate(old);
+  f.alloc->deallocate(shared);
+  void* in_recording = f.alloc->allocate(1000, s1);
+  BOOST_TEST(addr(in_recording) != addr(old));
+  f.alloc->end_pool(s1);
+  const size_t held = CachingAllocator::round_size(1000) + 2 * MiB;
+  BOOST_TEST(f.alloc->stats().pending_free_bytes == held);
+  f.alloc->deallocate(neighbour);  // free, but not merged with the held block before it
+  for (StreamId s : {s1, s2}) {
+    void* p = f.alloc->allocate(1000, s);
+    BOOST_TEST(addr(p) != addr(old));
+    void* q = f.alloc->allocate(2 * MiB, s);
+    BOOST_TEST(addr(q) != addr(shared));
+    f.alloc->deallocate(p), f.alloc->deallocate(q);
+  }
+  f.alloc->empty_cache();  // s2's event done: shared still held, and so are both segments
+  BOOST_TEST(f.alloc->stats().pending_free_bytes == held);
+  const size_t small = CachingAllocator::segment_size(CachingAllocator::round_size(1000));
+  const size_t mid = CachingAllocator::segment_size(2 * MiB);
+  BOOST_TEST(f.mem->used() == 2 * small + mid);  // old's and the pool's small segments, shared's
+  f.alloc->release_pool(pool, s1);
+  BOOST_TEST(f.alloc->stats().pending_free_bytes == 0u);
+  f.alloc->deallocate(in_recording);
+  f.alloc->empty_cache();  // every segment free again: old's merged whole with its neighbour
+  BOOST_TEST(f.mem->used() == 0u);
+}
+
 // While a stream records, a request the provider cannot serve fails at once: no events are
 // waited for and nothing is returned to the provider (CUDA forbids both during a capture).
 BOOST_AUTO_TEST_CASE(a_recording_never_releases_the_cache) {
