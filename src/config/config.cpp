@@ -350,6 +350,41 @@ void parse_gradient_dtypes(JsonReader& r, DType storage) {
   types.finish();
 }
 
+// cuda_graph (Note [Recorded steps] in engine/step_recording.h), once the rest of the config
+// is known: what the recorded step cannot hold is an error naming both keys.
+void parse_cuda_graph(JsonReader r, TrainConfig& c) {
+  CudaGraphConfig& g = c.cuda_graph;
+  g.enabled = r.boolean("enabled", g.enabled);
+  g.warmup_steps = r.integer("warmup_steps", g.warmup_steps, 1, kMaxInt);
+  r.finish();
+  if (!g.enabled) return;
+  const auto refuse = [](bool conflict, const std::string& why) {
+    TRIAD_CHECK(!conflict, "[config] cuda_graph.enabled: " << why);
+  };
+  refuse(c.data_parallel > 1 || c.tensor_parallel > 1 || c.pipeline.stages > 1,
+         "a recorded step runs in one process (data_parallel " + std::to_string(c.data_parallel) +
+             ", model.tensor_parallel " + std::to_string(c.tensor_parallel) + ", pipeline.stages " +
+             std::to_string(c.pipeline.stages) + "); collectives in a recorded step are not built");
+  refuse(c.optimizer.type != "AdamW", "optimizer.type " + c.optimizer.type + ": a recorded step runs AdamW");
+  refuse(c.precision.dtype == DType::f16,
+         "fp16.enabled: the loss scale's overflow test reads the gradient norm on the host every step; use bf16");
+  refuse(c.zero.offload_optimizer.device != zero::OffloadDevice::none ||
+             c.zero.offload_param.device != zero::OffloadDevice::none,
+         "zero_optimization.offload_optimizer and offload_param: an offloaded update runs on the host");
+  refuse(c.zero.delayed_update.enabled, "zero_optimization.delayed_update runs the update on a thread of the host");
+  refuse(c.model.dropout > 0 && c.arch == "gpt2",
+         "model.dropout " + std::to_string(c.model.dropout) + ": a replay would repeat the recorded step's masks");
+  refuse((c.arch == "llama" ? c.llama.moe : c.model.moe).enabled(),
+         "model.moe: the experts' token counts change from step to step");
+  refuse(c.wall_clock_breakdown || c.flops_profiler.enabled,
+         "wall_clock_breakdown and flops_profiler time the phases of a step, which a replay runs as one");
+  refuse(c.compression.quantizes() || c.compression.layer_reduction.enabled,
+         "compression_training changes the model between steps");
+  if (Device::parse(c.device).is_cpu())
+    c.notices.push_back("cuda_graph: on a CPU device the step runs as it would be recorded (its inputs in fixed "
+                        "buffers, Adam's constants read from memory), without a graph");
+}
+
 void parse_flops_profiler(JsonReader r, FlopsProfilerConfig& f) {
   f.enabled = r.boolean("enabled", f.enabled);
   f.profile_step = r.integer("profile_step", f.profile_step, 0, kMaxInt);
@@ -707,6 +742,7 @@ TrainConfig parse(const nlohmann::json& given, int64_t ranks, const nn::LayerLis
   c.distributed_backend = r.choice("distributed_backend", c.distributed_backend, {"auto", "mpi", "nccl"});
   c.output_dir = r.string("output_dir", "");
   parse_checkpoint(r.object("checkpoint"), c.checkpoint);
+  parse_cuda_graph(r.object("cuda_graph"), c);
   parse_cluster(r.object("cluster"), c.cluster);
   if (r.has("cluster") && r.value("cluster").contains("ranks_per_node"))
     c.emulated_ranks_per_node = c.cluster.ranks_per_node;

@@ -141,6 +141,14 @@ struct PipelineConfig {
   int virtual_stages = 1;                  // chunks per rank (interleaved)
 };
 
+// A training step recorded once as a CUDA graph and replayed (Note [Recorded steps] in
+// engine/step_recording.h); Megatron-core's enable_cuda_graph with cuda_graph_scope
+// full_iteration, and its cuda_graph_warmup_steps.
+struct CudaGraphConfig {
+  bool enabled = false;
+  int64_t warmup_steps = 3;  // steps run plainly before the recording
+};
+
 struct TrainConfig {
   std::string arch = "gpt2";  // model.arch: which of the two below describes the model
   nn::GPTConfig model;        // arch "gpt2"
@@ -194,6 +202,7 @@ struct TrainConfig {
   MonitorConfig tensorboard;          // DeepSpeed's tensorboard (monitor/tensorboard_monitor.h)
   FlopsProfilerConfig flops_profiler;  // DeepSpeed's flops_profiler (profiler/flops_profiler.h)
   CompressionConfig compression;       // DeepSpeed's compression_training (config/compression_config.h)
+  CudaGraphConfig cuda_graph;
   // One line each for keys accepted that change nothing in triad (and why); printed by
   // train() on rank 0.
   std::vector<std::string> notices;

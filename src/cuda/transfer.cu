@@ -55,6 +55,13 @@ void copy_to_device(const Tensor& dst, const Tensor& src) {
   const Tensor s = ops::contiguous(src);
   const int device = dst.device().index;
   DeviceGuard guard(device);
+  // A recorded copy would read the staging buffer again at every replay, long after it
+  // held src (Note [Recorded steps] in engine/step_recording.h): the recording fails instead.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TRIAD_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &capture));
+  TRIAD_CHECK(capture == cudaStreamCaptureStatusNone,
+              "copy_to_device: " << src.str() << " is copied from the host while cuda:" << device
+                                 << "'s stream is recorded as a graph; a replay would not copy it again");
   Staging st(total, device, current_stream(device));
   const char* from = static_cast<const char*>(s.raw_data());
   char* to = static_cast<char*>(dst.raw_data());

@@ -448,21 +448,7 @@ QueuedStep Engine::queue_step() {
     const double lr = schedule_->lr_at(taken);
     if (const auto betas = schedule_->betas_at(taken)) zero_->set_betas(betas->beta1, betas->beta2);
     zero::ZeroOptimizer::StepNorm norm = zero_->step(lr, config_.gradient_clipping);
-    nlohmann::json comm = comm_->to_json();
-    comm_->reset();
-    if (tp_comm_) {
-      comm["tp"] = tp_comm_->to_json();
-      tp_comm_->reset();
-    }
-    if (pp_comm_) {
-      comm["pp"] = pp_comm_->to_json();
-      pp_comm_->reset();
-    }
-    if (ep_comm_) {
-      comm["ep"] = ep_comm_->to_json();
-      ep_comm_->reset();
-    }
-    return {++step_, lr, std::move(norm.norm), norm.skipped, zero_->loss_scale(), std::move(comm)};
+    return {++step_, lr, std::move(norm.norm), norm.skipped, zero_->loss_scale(), take_comm()};
   }
   const std::vector<Tensor> params = model_->parameters();
   const double norm = config_.gradient_clipping > 0 ? optim::clip_grad_norm(params, config_.gradient_clipping)
@@ -473,6 +459,72 @@ QueuedStep Engine::queue_step() {
   optimizer_->zero_grad();
   ++step_;
   return {step_, lr, Tensor::full({1}, norm, DType::f64), false, 1.0, nullptr};
+}
+
+nlohmann::json Engine::take_comm() {
+  nlohmann::json comm = comm_->to_json();
+  comm_->reset();
+  if (tp_comm_) {
+    comm["tp"] = tp_comm_->to_json();
+    tp_comm_->reset();
+  }
+  if (pp_comm_) {
+    comm["pp"] = pp_comm_->to_json();
+    pp_comm_->reset();
+  }
+  if (ep_comm_) {
+    comm["ep"] = ep_comm_->to_json();
+    ep_comm_->reset();
+  }
+  return comm;
+}
+
+TrainStep Engine::train_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {
+  TRIAD_CHECK(!pipe_, "Engine::train_step: with pipeline parallelism a step runs through forward_backward()");
+  TRIAD_CHECK(int64_t(inputs.size()) == config_.gradient_accumulation_steps && targets.size() == inputs.size(),
+              "Engine::train_step: " << inputs.size() << " inputs and " << targets.size()
+                                     << " targets, gradient_accumulation_steps is "
+                                     << config_.gradient_accumulation_steps);
+  if (config_.cuda_graph.enabled && plain_steps_ >= config_.cuda_graph.warmup_steps)
+    return recorded_step(inputs, targets);
+  ++plain_steps_;
+  TrainStep s;
+  for (size_t m = 0; m < inputs.size(); ++m) {
+    const Tensor loss = forward(inputs[m], targets[m]);
+    if (!s.losses.defined()) s.losses = Tensor::empty({int64_t(inputs.size())}, loss.dtype(), loss.device());
+    ops::copy_(ops::select(s.losses, 0, int64_t(m)), loss);
+    backward(loss);
+  }
+  s.queued = queue_step();
+  return s;
+}
+
+TrainStep Engine::recorded_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {
+  if (!recording_) {
+    TRIAD_CHECK(zero_, "cuda_graph.enabled: a recorded step runs AdamW through ZeRO");
+    zero_->read_constants_from_device();
+    recording_ = std::make_unique<StepRecording>(device_, inputs, targets);
+  }
+  recording_->load(inputs, targets);
+  const int64_t taken = zero_->counters().steps;
+  const double lr = schedule_->lr_at(taken);
+  if (const auto betas = schedule_->betas_at(taken)) zero_->set_betas(betas->beta1, betas->beta2);
+  zero_->write_step_constants(lr);
+  const StepRecording& r = *recording_;
+  const bool ran = recording_->run([&] {
+    for (size_t m = 0; m < r.inputs().size(); ++m) {
+      const Tensor loss = forward(r.inputs()[m], r.targets()[m]);
+      ops::copy_(ops::select(r.losses(), 0, int64_t(m)), loss);
+      backward(loss);
+    }
+    ops::copy_(r.grad_norm(), zero_->step(lr, config_.gradient_clipping).norm);
+    recorded_comm_ = take_comm();
+  });
+  if (!ran) zero_->count_replayed_step();
+  TrainStep s{.losses = r.losses(),
+              .queued = {++step_, lr, r.grad_norm(), false, zero_->loss_scale(), recorded_comm_},
+              .activation_peak = ran ? std::nullopt : std::optional<double>(r.activation_peak())};
+  return s;
 }
 
 double Engine::evaluate(const std::vector<std::pair<Tensor, Tensor>>& batches) {

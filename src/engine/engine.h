@@ -82,6 +82,7 @@
 #include <set>
 
 #include "config/config.h"
+#include "engine/step_recording.h"
 #include "nn/gpt.h"
 #include "nn/layer_list.h"
 #include "parallel/pipeline_executor.h"
@@ -119,6 +120,15 @@ struct QueuedStep {
   double loss_scale = 1.0;
   nlohmann::json comm;
   StepResult read() const { return {step, lr, grad_norm.item(), skipped, loss_scale, comm}; }
+};
+
+// One optimizer step as Engine::train_step ran it.
+struct TrainStep {
+  Tensor losses;  // the micro-batches' losses (m,) on the device, where computed
+  QueuedStep queued;
+  // A replayed recording (Note [Recorded steps]): the bytes its recording allocated at its
+  // peak, which a replay holds without allocating; empty when the step's passes ran.
+  std::optional<double> activation_peak;
 };
 
 // The seed of rank `rank`'s dropout generator for a run starting at `step`: distinct per
@@ -211,6 +221,12 @@ class Engine {
   // pipeline group.
   Tensor forward_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
                       const PipelineLoss& loss);
+  // One optimizer step of micro-batches inputs[m], targets[m] (gradient_accumulation_steps
+  // of each, as forward() takes them): forward() and backward() of each, then queue_step().
+  // With cuda_graph.enabled the steps after its warmup_steps are one recording replayed
+  // (Note [Recorded steps] in engine/step_recording.h): then every step returns the same
+  // losses and norm tensors, which the next step overwrites. Without pipeline parallelism.
+  TrainStep train_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
   StepResult step() { return queue_step().read(); }
   // The same without reading the gradient norm.
   QueuedStep queue_step();
@@ -295,6 +311,10 @@ class Engine {
   zero::ZeroPlusPlusGroups zeropp_groups(const std::vector<int>& nodes);
 
   Tensor loss_of(const Tensor& inputs, const Tensor& targets);  // one micro-batch, one process
+  // The communication counted since the last call (StepResult::comm), the counters reset.
+  nlohmann::json take_comm();
+  // train_step through recording_ (Note [Recorded steps]).
+  TrainStep recorded_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
   Tensor pipeline_losses(const std::vector<Tensor>& losses, int64_t micro_batches);
 
   TrainConfig config_;
@@ -320,6 +340,9 @@ class Engine {
   std::shared_ptr<parallel::CountingCommunicator> comm_;  // ZeRO's traffic, counted
   int64_t step_ = 0;
   int64_t micro_ = 0;  // micro-batches backpropagated since the last step
+  int64_t plain_steps_ = 0;                    // steps train_step ran before recording (cuda_graph.warmup_steps)
+  std::unique_ptr<StepRecording> recording_;  // cuda_graph.enabled, after the warmup
+  nlohmann::json recorded_comm_;              // what the recorded step communicated
 };
 
 }  // namespace triad::engine

@@ -1,5 +1,7 @@
 #include "tensor/device_runtime.h"
 
+#include "tensor/ops.h"
+
 namespace triad {
 
 namespace {
@@ -19,6 +21,14 @@ DeviceRuntime& device_runtime(Device device) {
                                                       "(configure with TRIAD_CUDA=ON on a machine with nvcc)");
   g_cuda_runtime->install();
   return *g_cuda_runtime;
+}
+
+void copy_from_host(const Tensor& dst, const Tensor& src) {
+  TRIAD_ASSERT(src.device().is_cpu());
+  if (dst.device().is_cpu())
+    ops::copy_(dst, src);
+  else
+    device_runtime(dst.device()).copy_to_device(dst, src);
 }
 
 }  // namespace triad

@@ -49,4 +49,9 @@ void register_device_runtime(DeviceType type, DeviceRuntime* runtime);
 // has none.
 DeviceRuntime& device_runtime(Device device);
 
+// Host tensor src into dst (contiguous, same shape and dtype) on any device: on the CPU a
+// plain copy, else DeviceRuntime::copy_to_device (ordered on the device's current stream,
+// src free to change on return).
+void copy_from_host(const Tensor& dst, const Tensor& src);
+
 }  // namespace triad

@@ -294,10 +294,15 @@ class TrainingRun {
     p.start = Clock::now(), p.waited_before = parallel::waited_seconds();
     const bool profiling = profiler_ && step == c_.flops_profiler.profile_step;
     const double forward_before = breakdown_.forward, backward_before = breakdown_.backward;
-    const Passes passes = forward_and_backward(step, profiling);
-    const auto s0 = Clock::now();
-    p.queued = engine_->queue_step();
-    p.optimizer_ms = c_.wall_clock_breakdown || profiling ? phase_end(s0) : 0;
+    Passes passes;
+    if (c_.cuda_graph.enabled) {
+      passes = whole_step(step, p.queued);
+    } else {
+      passes = forward_and_backward(step, profiling);
+      const auto s0 = Clock::now();
+      p.queued = engine_->queue_step();
+      p.optimizer_ms = c_.wall_clock_breakdown || profiling ? phase_end(s0) : 0;
+    }
     if (c_.wall_clock_breakdown) breakdown_.optimizer += p.optimizer_ms, ++breakdown_.steps;
     p.forward_ms = breakdown_.forward - forward_before;
     p.backward_ms = breakdown_.backward - backward_before;
@@ -437,9 +442,8 @@ class TrainingRun {
     const size_t step_base = device_memory.bytes_in_use();
     device_memory.reset_peak();
     Passes passes;
-    const auto micro_batch = [&](int64_t m) {  // this rank's rows of micro-batch m
-      io::Batch b =
-          data_->batch(step, c_.train_batch_size, (m * n_ + rank_) * c_.micro_batch_size, c_.micro_batch_size);
+    const auto micro_batch = [&](int64_t m) {
+      io::Batch b = rows_of(step, m);
       passes.positions += b.inputs.numel();
       return b;
     };
@@ -480,6 +484,31 @@ class TrainingRun {
       if (c_.wall_clock_breakdown) breakdown_.forward += f_ms, breakdown_.backward += b_ms;
     }
     passes.activation_peak = double(device_memory.peak_bytes() - step_base);
+    return passes;
+  }
+
+  // This rank's rows of the step's micro-batch m.
+  io::Batch rows_of(int64_t step, int64_t m) const {
+    return data_->batch(step, c_.train_batch_size, (m * n_ + rank_) * c_.micro_batch_size, c_.micro_batch_size);
+  }
+
+  // The step's micro-batches, passes and update in one call (Engine::train_step), which
+  // records the step and replays it (Note [Recorded steps] in engine/step_recording.h).
+  Passes whole_step(int64_t step, QueuedStep& queued) {
+    Allocator& device_memory = allocator_for(engine_->device());
+    const size_t step_base = device_memory.bytes_in_use();
+    device_memory.reset_peak();
+    Passes passes;
+    std::vector<Tensor> inputs, targets;
+    for (int64_t m = 0; m < c_.gradient_accumulation_steps; ++m) {
+      io::Batch b = rows_of(step, m);
+      passes.positions += b.inputs.numel();
+      inputs.push_back(b.inputs), targets.push_back(b.targets);
+    }
+    TrainStep s = engine_->train_step(inputs, targets);
+    passes.losses = s.losses;
+    passes.activation_peak = s.activation_peak.value_or(double(device_memory.peak_bytes() - step_base));
+    queued = std::move(s.queued);
     return passes;
   }
 

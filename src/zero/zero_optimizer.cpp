@@ -9,6 +9,7 @@
 #include "autograd/meta.h"
 #include "optim/clip.h"
 #include "tensor/allocator.h"
+#include "tensor/device_runtime.h"
 #include "tensor/ops.h"
 #include "tensor/optimizer_ops.h"
 #include "zero/buckets.h"
@@ -557,6 +558,7 @@ void ZeroOptimizer::update(const Update& u) {
   // Note [Host optimizer step]: stage_update() has staged the sub-groups whose parameters are
   // in memory or updated in place; an offloaded parameter shard's are staged once it is in.
   const bool host = store_->updates_on_host();
+  size_t row = 0;  // the sub-group's row of step_constants_
   // Offloaded parameter shards the update needs on the device (Note [Offloaded parameters]),
   // read in unless it only writes them (mixed precision: the master weights are the store's).
   const auto swapped = [&](size_t i) { return param_swap_ && groups_[i].partitioned && !groups_[i].in_place; };
@@ -597,10 +599,11 @@ void ZeroOptimizer::update(const Update& u) {
     // Mixed precision: the update writes the 16-bit parameters from the master weights itself
     // (on the host into the store's buffer, which release() copies to them, or into their own
     // host buffer: Note [Parameters updated in place]).
-    const AdamWTensors update =
+    AdamWTensors update =
         state.master.defined()
             ? AdamWTensors{state.master, grad, state.exp_avg, state.exp_avg_sq, host ? state.params : params, s}
             : AdamWTensors{params, grad, state.exp_avg, state.exp_avg_sq, Tensor(), s};
+    if (step_constants_.defined()) update.constants = ops::select(step_constants_, 0, int64_t(row++));
     if (at_once)
       batch.push_back(update);  // its tensors outlive the release (ShardStore::resident)
     else
@@ -756,6 +759,32 @@ void ZeroOptimizer::set_betas(double beta1, double beta2) {
   optim::check_betas(beta1, beta2);
   adamw_.beta1 = beta1;
   adamw_.beta2 = beta2;
+}
+
+void ZeroOptimizer::read_constants_from_device() {
+  const bool scaled = config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0;
+  TRIAD_CHECK(store_->resident() && !param_swap_ && !store_->updates_on_host(),
+              "ZeRO: a recorded step reads Adam's constants on the device, where offloaded optimizer state or "
+              "parameters are not updated (zero_optimization.offload_optimizer, offload_param)");
+  TRIAD_CHECK(!scaled, "ZeRO: a recorded step cannot scale the loss (fp16's overflow test reads the gradient norm on "
+                       "the host)");
+  TRIAD_CHECK(!config_.delayed_update.enabled,
+              "ZeRO: a recorded step cannot delay the update (zero_optimization.delayed_update)");
+  TRIAD_CHECK(!tp_ || tp_->size() == 1, "ZeRO: a recorded step cannot run under tensor parallelism (the gradient "
+                                        "norm's parts are summed on the host)");
+  int64_t rows = 0;
+  for (const Group& g : groups_) rows += int64_t(g.subgroups.size());
+  step_constants_ = Tensor::empty({rows, kAdamWConstants}, DType::f32, device_);
+}
+
+void ZeroOptimizer::write_step_constants(double lr) {
+  TRIAD_ASSERT(step_constants_.defined());
+  const Tensor host = Tensor::empty(step_constants_.shape(), DType::f32);
+  int64_t row = 0;
+  for (const Group& g : groups_)
+    for (size_t k = 0; k < g.subgroups.size(); ++k)
+      ops::adamw_constants(optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_ + 1), ops::select(host, 0, row++));
+  copy_from_host(step_constants_, host);
 }
 
 void ZeroOptimizer::set_counters(const Counters& c) {

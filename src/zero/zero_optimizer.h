@@ -206,6 +206,20 @@ class ZeroOptimizer {
   bool update_pending() const { return delayed_.running.valid(); }
   // Adam's betas from the next step on (a schedule's: DeepSpeed's OneCycle cycles beta1).
   void set_betas(double beta1, double beta2);
+  // Note [Recorded steps] (engine/step_recording.h): from now on step()'s update reads
+  // Adam's constants from a table on the training device, a row per sub-group (Note
+  // [Adam's constants in memory]), which write_step_constants() fills before each step, so
+  // that a step recorded once replays with the rate, betas and bias corrections of the step
+  // it runs as. Only where the whole update runs on the device in one call: the state in
+  // the device's memory (no offload), no loss scaling, no delayed update, no tensor
+  // parallelism (each needs the host inside the step); else an Error naming what.
+  void read_constants_from_device();
+  // Queues on the training device the constants of the next step (steps taken + 1) at rate
+  // lr with the betas set now; the host does not wait.
+  void write_step_constants(double lr);
+  // A replay of a recorded step ran on the device (its host side ran once, when it was
+  // recorded): counts the step it took.
+  void count_replayed_step() { ++steps_; }
   // The factor the loss's gradient must be multiplied by before the backward.
   double loss_scale() const { return scaler_.scale(); }
 
@@ -426,6 +440,7 @@ class ZeroOptimizer {
   bool held_ = false;  // stage 3: gather_all() holds every unit gathered until release_all()
   int64_t steps_ = 0;
   Delayed delayed_;
+  Tensor step_constants_;  // read_constants_from_device(): (sub-groups, kAdamWConstants) f32 on device_
 };
 
 }  // namespace triad::zero

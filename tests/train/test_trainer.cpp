@@ -207,6 +207,60 @@ BOOST_AUTO_TEST_CASE(steps_read_at_intervals_report_what_each_step_computed) {
   BOOST_TEST(skipped <= 16);
 }
 
+// Note [Recorded steps]: with cuda_graph.enabled (on the CPU the step runs as it would be
+// recorded: its micro-batches in fixed buffers, Adam's constants read from memory) every
+// step computes what the plain step computes, bit for bit, through warmup and a changing
+// rate, with gradient accumulation and clipping, in f32 and bf16; what a recording cannot
+// hold is refused naming the keys.
+BOOST_AUTO_TEST_CASE(a_recorded_step_trains_as_the_plain_step) {
+  TempDir dir;
+  nlohmann::json j = tiny_config(write_tokens(dir));
+  j["steps"] = 12, j["log_interval"] = 5;
+  j["optimizer"]["params"]["weight_decay"] = 0.1;
+  j["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 4}, {"cos_min_ratio", 0.1}}}};
+  const auto computed = [](const std::string& path) {
+    std::vector<nlohmann::json> steps;
+    for (const nlohmann::json& line : computed_metrics(path))
+      steps.push_back({line["step"], line["loss"], line["grad_norm"], line["lr"]});
+    return steps;
+  };
+  for (const bool bf16 : {false, true}) {
+    j["bf16"] = {{"enabled", bf16}};
+    j.erase("cuda_graph");
+    const std::string plain = dir.file("plain.jsonl"), recorded = dir.file("recorded.jsonl");
+    engine::train(engine::parse_config(j), {.metrics_path = plain});
+    j["cuda_graph"] = {{"enabled", true}, {"warmup_steps", 2}};
+    engine::train(engine::parse_config(j), {.metrics_path = recorded});
+    const std::vector<nlohmann::json> want = computed(plain);
+    BOOST_REQUIRE(want.size() == 12u);
+    BOOST_TEST(computed(recorded) == want, (bf16 ? "bf16" : "f32"));
+    BOOST_TEST(want[3][3].get<double>() != want[9][3].get<double>());  // the rate changed
+  }
+  j["bf16"] = {{"enabled", false}};
+  const auto refused = [&](const std::string& key, const nlohmann::json& value, int64_t ranks,
+                           const std::vector<std::string>& parts) {
+    nlohmann::json c = j;
+    if (!key.empty()) c[key] = value;
+    test::check_error([&] { engine::parse_config(c, ranks); }, parts);
+  };
+  refused("fp16", {{"enabled", true}}, 1, {"cuda_graph.enabled", "fp16.enabled"});
+  refused("", nullptr, 2, {"cuda_graph.enabled", "data_parallel 2"});
+  refused("wall_clock_breakdown", true, 1, {"cuda_graph.enabled", "wall_clock_breakdown"});
+  nlohmann::json dropout = j;
+  dropout["model"]["dropout"] = 0.1;
+  test::check_error([&] { engine::parse_config(dropout); }, {"cuda_graph.enabled", "model.dropout"});
+  dropout["cuda_graph"]["warmup_steps"] = 0;
+  test::check_error([&] { engine::parse_config(dropout); }, {"cuda_graph.warmup_steps"});
+  // A step that draws random numbers all the same (as a layer list's dropout would) fails
+  // its recording: a replay would repeat the draws.
+  engine::TrainConfig c = engine::parse_config(j);
+  c.model.dropout = 0.1;
+  engine::Engine drawing(c);
+  const std::vector<Tensor> batch(2, Tensor::zeros({4, 32}, DType::i64));
+  for (int s = 0; s < 2; ++s) drawing.train_step(batch, batch);  // the warmup steps
+  test::check_error([&] { drawing.train_step(batch, batch); }, {"cuda_graph.enabled", "random numbers", "dropout"});
+}
+
 // A step whose loss or gradient norm is not finite, read with later steps, is named as when
 // every step is read; the steps before it are reported, and a checkpoint due after it (but
 // before the read) is not written.
