@@ -134,6 +134,8 @@ step flops_profiler_cuda 120 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.
   --work "$work/step_checks"
 step step_sync 240 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" step_sync --kit "$kit" \
   --work "$work/step_checks" --steps 60
+step recorded_steps 240 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" recorded_steps --kit "$kit" \
+  --work "$work/step_checks" --steps 60
 
 # The MoE GPT (configs/moe-demo.json: top-2 of 4 experts every second block, capacity factor
 # 1, some choices dropped) with its routing, token permutation and experts on the GPU,
