@@ -334,6 +334,9 @@ void add_step_command(CLI::App& app, StepOptions& o) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--sequence-parallel", o.sequence_parallel, "with --tp: split LayerNorm and dropout along the sequence");
+  cmd->add_flag("--cuda-graph", o.cuda_graph,
+                "record the step as a CUDA graph after one plain step and replay it (cuda_graph.enabled); the "
+                "phases are then not timed apart");
   cmd->callback([&o, cmd] {
     if (Device::parse(o.device).is_cuda()) {  // the GPU's own default shape, where none was given
       if (cmd->count("--model") == 0) o.model = kGpuModel;

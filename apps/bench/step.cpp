@@ -1,6 +1,7 @@
 #include "bench/step.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "bench/workers.h"
@@ -67,6 +68,13 @@ int run_step_bench(const StepOptions& o) {
   train.device = o.device;
   train.tensor_parallel = o.tp;
   train.sequence_parallel = o.sequence_parallel;
+  if (o.cuda_graph) {
+    TRIAD_CHECK(o.warmup >= 2 && o.tp == 1 && world->size() == 1,
+                "triad-bench step --cuda-graph: one process (no --tp, no mpirun) and --warmup 2 or more (a plain "
+                "step, then the recording), got --warmup "
+                    << o.warmup << ", --tp " << o.tp);
+    train.cuda_graph = {.enabled = true, .warmup_steps = 1};
+  }
   engine::Engine engine(train, engine::process_grid(train, world));
 
   const Tensor all = random_token_ids(o.batch, o.seq + 1, config.vocab_size, 7);
@@ -104,17 +112,26 @@ int run_step_bench(const StepOptions& o) {
   double tp_bus_bytes = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     const auto t0 = Clock::now();
-    const Tensor loss = engine.forward(x, y);
-    finish();
-    const double f = app::ms_since(t0);
-    const auto t1 = Clock::now();
-    engine.backward(loss);
-    finish();
-    const double b = app::ms_since(t1);
-    const auto t2 = Clock::now();
-    const engine::StepResult r = engine.step();
-    finish();
-    const double u = app::ms_since(t2), total = app::ms_since(t0);
+    double f = NAN, b = NAN, u = NAN;
+    Tensor loss;
+    engine::StepResult r;
+    if (o.cuda_graph) {  // the step whole: its phases are one replay
+      const engine::TrainStep whole = engine.train_step({x}, {y});
+      r = whole.queued.read(), loss = whole.losses;
+    } else {
+      loss = engine.forward(x, y);
+      finish();
+      f = app::ms_since(t0);
+      const auto t1 = Clock::now();
+      engine.backward(loss);
+      finish();
+      b = app::ms_since(t1);
+      const auto t2 = Clock::now();
+      r = engine.step();
+      finish();
+      u = app::ms_since(t2);
+    }
+    const double total = app::ms_since(t0);
     if (r.comm.contains("tp")) tp_bus_bytes = r.comm["tp"]["bus_bytes"].get<double>();
     if (leader)
       std::printf("%6d %10.1f %10.1f %10.1f %10.1f %10.4f%s\n", s, f, b, u, total, loss.item(),
@@ -156,6 +173,7 @@ int run_step_bench(const StepOptions& o) {
                         {"device", device.str()},
                         {"device_name", device_name},
                         {"dtype", dtype_name(dtype)},
+                        {"cuda_graph", o.cuda_graph},
                         {"threads", threads},
                         {"steps", o.steps},
                         {"step_ms_median", med},

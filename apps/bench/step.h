@@ -22,6 +22,9 @@ struct StepOptions {
   bool sequence_parallel = false;
   std::string device = "cpu";  // as the config's `device`: cpu, cuda, cuda:N
   std::string dtype;           // f32 or bf16; "": f32 on the cpu, bf16 on a GPU
+  // Record the step once as a CUDA graph and replay it (cuda_graph.enabled, Note [Recorded
+  // steps] in engine/step_recording.h): the step is timed whole, its phases not apart.
+  bool cuda_graph = false;
   // MFU's denominator, the device's dense bf16 peak in TFLOP/s; 0: recognised from a GPU's
   // name (989, H100/H200 SXM, when not), and no MFU on the cpu.
   double peak_tflops = 0;

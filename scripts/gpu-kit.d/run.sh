@@ -106,6 +106,7 @@ while read -r test ranks; do
 done <"$kit/tests/gpu-tests.txt"
 
 step bench_step_cuda 240 gpu triad-bench step --device cuda
+step bench_step_cuda_graph 240 gpu triad-bench step --device cuda --cuda-graph
 step bench_generate_cuda 120 gpu triad-bench generate --device cuda --runs 5
 step bench_cublaslt 180 gpu bench-cublaslt
 step bench_attention 120 gpu triad-bench attention --device cuda
