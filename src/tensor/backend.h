@@ -240,8 +240,8 @@ class Backend {
   // value, read where the kernel runs, is the backend's to check against Tk - Tq).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                          double scale, const Tensor& key_start = Tensor(), const Tensor& cached = Tensor()) = 0;
-  // The gradients of attention: out and lse as it returned them; dq, dk, dv shaped as q, k, v,
-  // which have one key/value head per query head here (NKV = NH).
+  // The gradients of attention: out and lse as it returned them; dq, dk, dv shaped as q, k, v
+  // (NKV dividing NH: dk and dv sum over the query heads of a group).
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
                                   const Tensor& dv, double scale, const Tensor& key_start = Tensor()) = 0;

@@ -433,7 +433,8 @@ struct AttentionGrads {
 AttentionOut causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                               const Tensor& key_start = Tensor(), const Tensor& cached = Tensor());
 // Gradients for q, k, v (in their dtype) given the forward's out and lse and grad_out
-// (shaped as out), laid out as Note [Attention layout] says; or, when `into` holds three
+// (shaped as out; grouped key/value heads' gradients sum over their query heads, with no
+// repeated copies either), laid out as Note [Attention layout] says; or, when `into` holds three
 // tensors, written there: each of q's, k's, v's shape and dtype on their device, stride 1
 // along hs, any other strides, not overlapping (the head views of a fused projection's
 // gradient, which then needs no copies).

@@ -87,16 +87,6 @@ Tensor heads_by_position(const Tensor& like) {
   return transpose(Tensor::empty({s[0], s[2], s[1], s[3]}, like.dtype(), like.device()), 1, 2);
 }
 
-// (B, n, T, hs) -> (B, n group, T, hs), head h a copy of head h / group.
-Tensor repeat_heads(const Tensor& t, int64_t group) {
-  const int64_t B = t.size(0), n = t.size(1), T = t.size(2), hs = t.size(3);
-  return reshape(expand(unsqueeze(t, 2), {B, n, group, T, hs}), {B, n * group, T, hs});
-}
-
-// (B, n group, T, hs) -> (B, n, group, T, hs): the heads that share a key/value head.
-Tensor by_group(const Tensor& t, int64_t group) {
-  return reshape(t, {t.size(0), t.size(1) / group, group, t.size(2), t.size(3)});
-}
 
 // Where causal_attention_backward writes a gradient of t (q, k or v): `given` when defined,
 // checked, else a new tensor.
@@ -492,15 +482,6 @@ AttentionGrads causal_attention_backward(const Tensor& q, const Tensor& k, const
   if (q.numel() == 0) {  // no queries: keys and values had no effect
     zero_(g.dk);
     zero_(g.dv);
-    return g;
-  }
-  if (const int64_t group = q.size(1) / k.size(1); group > 1) {
-    // Grouped-query heads: the backends' backward takes a key/value head per query head, so
-    // k and v are repeated for it and each group's gradients summed.
-    const AttentionGrads e = causal_attention_backward(q, repeat_heads(k, group), repeat_heads(v, group), out, lse,
-                                                       grad_out, scale, key_start, {g.dq, Tensor(), Tensor()});
-    copy_(g.dk, sum(by_group(e.dk, group), 2));
-    copy_(g.dv, sum(by_group(e.dv, group), 2));
     return g;
   }
   backend_for(q.device())

@@ -174,8 +174,9 @@ BOOST_AUTO_TEST_CASE(f16_matches_the_cpu) {
 }
 
 // Grouped-query attention (the Llama's): query head h reads key/value head h / group in
-// place; against the CPU on k and v repeated for every query head. Multi-query (one
-// key/value head) and two groups, left-padded.
+// place, and the backward's block of a key/value head sums dk and dv over its group;
+// against the CPU on k and v repeated for every query head (dk, dv summed over each group
+// there). Multi-query (one key/value head) and two groups, left-padded.
 BOOST_AUTO_TEST_CASE(grouped_key_value_heads_match_the_cpu) {
   const int64_t B = 2, NH = 4, T = 70, hs = 64;
   const Tensor key_start = Tensor::from_vector(std::vector<int64_t>{0, 9}, {B});
@@ -200,6 +201,25 @@ BOOST_AUTO_TEST_CASE(grouped_key_value_heads_match_the_cpu) {
     cpu_backend().attention(ops::to(q, DType::f32), repeated(k), repeated(v), want, want_lse, scale, key_start);
     BOOST_TEST(nmse(out, want) < threshold(DType::bf16), what << " out: nmse " << nmse(out, want));
     BOOST_TEST(nmse(finite(lse), finite(want_lse)) < 1e-10, what << " lse");
+
+    const Tensor out_bf16 = ops::to(want, DType::bf16), grad = random({B, NH, T, hs}, 77, DType::bf16);
+    const Tensor dsum = ops::contiguous(ops::reshape(
+        ops::sum(ops::mul(ops::to(out_bf16, DType::f32), ops::to(grad, DType::f32)), -1), {-1}));
+    const Tensor dq = Tensor::zeros({B, NH, T, hs});
+    Tensor dk = Tensor::empty({B, nkv, T, hs}, DType::bf16), dv = Tensor::empty({B, nkv, T, hs}, DType::bf16);
+    emulation::launch(unsigned(B * nkv), cuda::tiles(T), 128, [&] {
+      cuda::mma_attention_backward_kernel<cuda::BF16, 64>(
+          Operand(q), Operand(k), Operand(v), Operand(grad), static_cast<const float*>(want_lse.raw_data()),
+          static_cast<const float*>(dsum.raw_data()), cuda::Destination(dq), cuda::Destination(dk),
+          cuda::Destination(dv), float(scale), g, cuda::whole_rows<64>({&q, &k, &v, &grad}));
+    });
+    Tensor wdq = Tensor::empty({B, NH, T, hs}), wdk = Tensor::empty({B, NH, T, hs}), wdv = Tensor::empty({B, NH, T, hs});
+    cpu_backend().attention_backward(ops::to(q, DType::f32), repeated(k), repeated(v), ops::to(out_bf16, DType::f32),
+                                     want_lse, ops::to(grad, DType::f32), wdq, wdk, wdv, scale, key_start);
+    auto summed = [&](const Tensor& t) { return ops::sum(ops::reshape(t, {B, nkv, NH / nkv, T, hs}), 2); };
+    BOOST_TEST(nmse(dq, wdq) < threshold(DType::bf16), what << " dq: nmse " << nmse(dq, wdq));
+    BOOST_TEST(nmse(dk, summed(wdk)) < threshold(DType::bf16), what << " dk: nmse " << nmse(dk, summed(wdk)));
+    BOOST_TEST(nmse(dv, summed(wdv)) < threshold(DType::bf16), what << " dv: nmse " << nmse(dv, summed(wdv)));
   }
 }
 

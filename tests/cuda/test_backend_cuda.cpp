@@ -689,8 +689,8 @@ void attention_case() {
   BOOST_TEST((got.out.device() == kGpu && got.lse.device() == kGpu));
   expect_close("ops::causal_attention out", got.out, want.out, threshold(DType::f32));
   // Grouped-query heads (the Llama's: 4 query heads reading 2 key/value heads in place),
-  // forward on both kernel sets (f32 on CUDA cores, bf16 on tensor cores) and the gradients
-  // the ops layer sums over each group.
+  // forward and backward on both kernel sets (f32 on CUDA cores, bf16 on tensor cores): the
+  // backward's blocks sum dk and dv over each group.
   for (DType dt : {DType::f32, DType::bf16}) {
     const Tensor gq = random({2, 4, 70, 64}, 72, -1, 1, dt), gk = random({2, 2, 70, 64}, 73, -1, 1, dt),
                  gv = random({2, 2, 70, 64}, 74, -1, 1, dt), gg = random({2, 4, 70, 64}, 75, -1, 1, dt);
@@ -703,6 +703,7 @@ void attention_case() {
                                                                   f32(ops::to(c.out, dt)), c.lse, f32(gg), 0.125);
     const ops::AttentionGrads dg = ops::causal_attention_backward(dev(gq), dev(gk), dev(gv), dev(ops::to(c.out, dt)),
                                                                   dev(c.lse), dev(gg), 0.125);
+    expect_close(what + " dq", dg.dq, cg.dq, threshold(dt));
     expect_close(what + " dk", dg.dk, cg.dk, threshold(dt));
     expect_close(what + " dv", dg.dv, cg.dv, threshold(dt));
   }

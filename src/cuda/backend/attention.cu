@@ -23,9 +23,11 @@
 // keys count from device memory (Geometry::keys()): a decode step over a whole cache runs one
 // launch whatever the cache's length (Note [Positions on the device] in tensor/ops.h).
 //
-// Backward: D = rowsum(dO o O) first (a warp per row). Then one block per (batch x head,
-// key tile) keeps its K and V tiles in shared memory and its dK, dV in registers while the
-// query tiles that see them stream through: S = Q K^T again, P = exp(S - lse),
+// Backward: D = rowsum(dO o O) first (a warp per row). Then one block per (batch x
+// key/value head, key tile) keeps its K and V tiles in shared memory and its dK, dV in
+// registers while the query tiles that see them stream through, those of every query head
+// of the head's group in turn (grouped-query attention: dK and dV sum over the group without
+// a copy of k and v per query head): S = Q K^T again, P = exp(S - lse),
 // dV += P^T dO, dP = dO V^T, dS = P o (dP - D), dK += scale dS^T Q, and dQ += scale dS K.
 // dQ sums over key tiles that other blocks own, so it is added with f32 atomics into an
 // f32 buffer (dq itself for f32; converted afterwards for 16-bit). A second pass per query
@@ -193,122 +195,125 @@ __global__ void __launch_bounds__(kAttnThreads)
   float* s_lse = sp + kTile * kTileStride;  // (kTile) lse of the tile's rows, base 2
   float* s_d = s_lse + kTile;               // (kTile) D of the tile's rows
 
-  const int64_t bh = blockIdx.x;
+  const int64_t bkv = blockIdx.x;  // the key/value head (b NKV + j) whose key tile this block owns
   const int64_t k0 = int64_t(blockIdx.y) * kTile;
   const int grp = threadIdx.x / 16, col = threadIdx.x % 16;
-  const int64_t offset = g.tk - g.tq, first_key = g.first_key(bh);
-  const T* qp = q.head<T>(bh, g.heads);
-  const T* gp = grad.head<T>(bh, g.heads);
-  load_tile<E, HS>(sk, k.head<T>(bh, g.heads), k.stride_t, k0, g.tk, g.hs);
-  load_tile<E, HS>(sv, v.head<T>(bh, g.heads), v.stride_t, k0, g.tk, g.hs);
+  const int64_t offset = g.tk - g.tq, first_key = g.first_key(g.query_head(bkv, 0));
+  load_tile<E, HS>(sk, k.head<T>(bkv, g.kv_heads()), k.stride_t, k0, g.tk, g.hs);
+  load_tile<E, HS>(sv, v.head<T>(bkv, g.kv_heads()), v.stride_t, k0, g.tk, g.hs);
 
   float dk_acc[4][kCols] = {}, dv_acc[4][kCols] = {};  // keys k0 + 4 grp + i, columns col + 16 c
   // The first query tile with a row that sees key k0: rows i >= k0 - offset.
   const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
-  for (int64_t q0 = first; q0 < g.tq; q0 += kTile) {
-    __syncthreads();  // the previous tile's readers of sq, sg, sp, s_lse, s_d are done
-    load_tile<E, HS>(sq, qp, q.stride_t, q0, g.tq, g.hs);
-    load_tile<E, HS>(sg, gp, grad.stride_t, q0, g.tq, g.hs);
-    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
-      const bool real = q0 + r < g.tq;
-      s_lse[r] = real ? lse[bh * g.tq + q0 + r] * kLog2e : 0.0f;
-      s_d[r] = real ? dsum[bh * g.tq + q0 + r] : 0.0f;
-    }
-    __syncthreads();
+  for (int member = 0; member < g.group; ++member) {  // the query heads that read this key/value head
+    const int64_t bh = g.query_head(bkv, member);
+    const T* qp = q.head<T>(bh, g.heads);
+    const T* gp = grad.head<T>(bh, g.heads);
+    for (int64_t q0 = first; q0 < g.tq; q0 += kTile) {
+      __syncthreads();  // the previous tile's readers of sq, sg, sp, s_lse, s_d are done
+      load_tile<E, HS>(sq, qp, q.stride_t, q0, g.tq, g.hs);
+      load_tile<E, HS>(sg, gp, grad.stride_t, q0, g.tq, g.hs);
+      for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+        const bool real = q0 + r < g.tq;
+        s_lse[r] = real ? lse[bh * g.tq + q0 + r] * kLog2e : 0.0f;
+        s_d[r] = real ? dsum[bh * g.tq + q0 + r] : 0.0f;
+      }
+      __syncthreads();
 
-    // S and dP, rows (queries) 4 grp + i, keys col + 16 j.
-    float p[4][4] = {}, ds[4][4] = {};
+      // S and dP, rows (queries) 4 grp + i, keys col + 16 j.
+      float p[4][4] = {}, ds[4][4] = {};
 #pragma unroll 4
-    for (int d = 0; d < HS; ++d) {
-      float a[4], ga[4], b[4], vb[4];
+      for (int d = 0; d < HS; ++d) {
+        float a[4], ga[4], b[4], vb[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        a[i] = sq[(4 * grp + i) * kStride + d];
-        ga[i] = sg[(4 * grp + i) * kStride + d];
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        b[j] = sk[(col + 16 * j) * kStride + d];
-        vb[j] = sv[(col + 16 * j) * kStride + d];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i) {
+          a[i] = sq[(4 * grp + i) * kStride + d];
+          ga[i] = sg[(4 * grp + i) * kStride + d];
+        }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          p[i][j] = fmaf(a[i], b[j], p[i][j]);
-          ds[i][j] = fmaf(ga[i], vb[j], ds[i][j]);
+          b[j] = sk[(col + 16 * j) * kStride + d];
+          vb[j] = sv[(col + 16 * j) * kStride + d];
         }
-    }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t row = q0 + 4 * grp + i;
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t key = k0 + col + 16 * j;
-        const bool seen = row < g.tq && key < g.tk && key <= row + offset && key >= first_key;
-        p[i][j] = seen ? exp2f(p[i][j] * g.scale_log2 - s_lse[4 * grp + i]) : 0.0f;
-        ds[i][j] = p[i][j] * (ds[i][j] - s_d[4 * grp + i]);
-        sp[(4 * grp + i) * kTileStride + col + 16 * j] = p[i][j];
+          for (int j = 0; j < 4; ++j) {
+            p[i][j] = fmaf(a[i], b[j], p[i][j]);
+            ds[i][j] = fmaf(ga[i], vb[j], ds[i][j]);
+          }
       }
-    }
-    __syncthreads();  // P complete
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t row = q0 + 4 * grp + i;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int64_t key = k0 + col + 16 * j;
+          const bool seen = row < g.tq && key < g.tk && key <= row + offset && key >= first_key;
+          p[i][j] = seen ? exp2f(p[i][j] * g.scale_log2 - s_lse[4 * grp + i]) : 0.0f;
+          ds[i][j] = p[i][j] * (ds[i][j] - s_d[4 * grp + i]);
+          sp[(4 * grp + i) * kTileStride + col + 16 * j] = p[i][j];
+        }
+      }
+      __syncthreads();  // P complete
 
-    // dV += P^T dO: here rows 4 grp + i are keys.
+      // dV += P^T dO: here rows 4 grp + i are keys.
 #pragma unroll 4
-    for (int r = 0; r < kTile; ++r) {
-      float pk[4], gv[kCols];
+      for (int r = 0; r < kTile; ++r) {
+        float pk[4], gv[kCols];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) pk[i] = sp[r * kTileStride + 4 * grp + i];
+        for (int i = 0; i < 4; ++i) pk[i] = sp[r * kTileStride + 4 * grp + i];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) gv[c] = sg[r * kStride + col + 16 * c];
+        for (int c = 0; c < kCols; ++c) gv[c] = sg[r * kStride + col + 16 * c];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) dv_acc[i][c] = fmaf(pk[i], gv[c], dv_acc[i][c]);
+      }
+      __syncthreads();  // P's readers are done
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) dv_acc[i][c] = fmaf(pk[i], gv[c], dv_acc[i][c]);
-    }
-    __syncthreads();  // P's readers are done
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) sp[(4 * grp + i) * kTileStride + col + 16 * j] = ds[i][j];
-    __syncthreads();  // dS complete
+        for (int j = 0; j < 4; ++j) sp[(4 * grp + i) * kTileStride + col + 16 * j] = ds[i][j];
+      __syncthreads();  // dS complete
 
-    // dK += dS^T Q (scaled at the end); rows 4 grp + i are keys.
+      // dK += dS^T Q (scaled at the end); rows 4 grp + i are keys.
 #pragma unroll 4
-    for (int r = 0; r < kTile; ++r) {
-      float dsk[4], qv[kCols];
+      for (int r = 0; r < kTile; ++r) {
+        float dsk[4], qv[kCols];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) dsk[i] = sp[r * kTileStride + 4 * grp + i];
+        for (int i = 0; i < 4; ++i) dsk[i] = sp[r * kTileStride + 4 * grp + i];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) qv[c] = sq[r * kStride + col + 16 * c];
+        for (int c = 0; c < kCols; ++c) qv[c] = sq[r * kStride + col + 16 * c];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) dk_acc[i][c] = fmaf(dsk[i], qv[c], dk_acc[i][c]);
-    }
+          for (int c = 0; c < kCols; ++c) dk_acc[i][c] = fmaf(dsk[i], qv[c], dk_acc[i][c]);
+      }
 
-    // dQ += scale dS K; rows 4 grp + i are queries.
-    float dq_acc[4][kCols] = {};
+      // dQ += scale dS K; rows 4 grp + i are queries.
+      float dq_acc[4][kCols] = {};
 #pragma unroll 4
-    for (int key = 0; key < kTile; ++key) {
-      float dsq[4], kv[kCols];
+      for (int key = 0; key < kTile; ++key) {
+        float dsq[4], kv[kCols];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) dsq[i] = sp[(4 * grp + i) * kTileStride + key];
+        for (int i = 0; i < 4; ++i) dsq[i] = sp[(4 * grp + i) * kTileStride + key];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) kv[c] = sk[key * kStride + col + 16 * c];
+        for (int c = 0; c < kCols; ++c) kv[c] = sk[key * kStride + col + 16 * c];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) dq_acc[i][c] = fmaf(dsq[i], kv[c], dq_acc[i][c]);
-    }
+          for (int c = 0; c < kCols; ++c) dq_acc[i][c] = fmaf(dsq[i], kv[c], dq_acc[i][c]);
+      }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t row = q0 + 4 * grp + i;
-      if (row >= g.tq) continue;
-      float* dq_row = dq.row<float>(bh, g.heads, row);
+      for (int i = 0; i < 4; ++i) {
+        const int64_t row = q0 + 4 * grp + i;
+        if (row >= g.tq) continue;
+        float* dq_row = dq.row<float>(bh, g.heads, row);
 #pragma unroll
-      for (int c = 0; c < kCols; ++c)
-        if (col + 16 * c < g.hs) atomicAdd(dq_row + col + 16 * c, dq_acc[i][c] * scale);
+        for (int c = 0; c < kCols; ++c)
+          if (col + 16 * c < g.hs) atomicAdd(dq_row + col + 16 * c, dq_acc[i][c] * scale);
+      }
     }
   }
 
@@ -316,8 +321,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int i = 0; i < 4; ++i) {
     const int64_t key = k0 + 4 * grp + i;
     if (key >= g.tk) continue;
-    T* dk_row = dk.row<T>(bh, g.heads, key);
-    T* dv_row = dv.row<T>(bh, g.heads, key);
+    T* dk_row = dk.row<T>(bkv, g.kv_heads(), key);
+    T* dv_row = dv.row<T>(bkv, g.kv_heads(), key);
 #pragma unroll
     for (int c = 0; c < kCols; ++c)
       if (col + 16 * c < g.hs) {
@@ -357,7 +362,7 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   const Tensor dsum = attention_dsum<E>(out, grad_out, g, stream);
   auto* kernel = attention_backward_kernel<E, HS>;
   allow_shared_memory(kernel, backward_smem<HS>(), q.device().index, q.size(3));
-  const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(k.size(2)));
+  const dim3 grid(unsigned(k.size(0) * k.size(1)), tiles(k.size(2)));  // a block per key/value head and key tile
   kernel<<<grid, kAttnThreads, backward_smem<HS>(), stream>>>(
       Operand(q), Operand(k), Operand(v), Operand(grad_out), ptr<const float>(lse), ptr<const float>(dsum),
       Destination(dq32), Destination(dk), Destination(dv), float(scale), g);
@@ -423,8 +428,6 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
                                      const Tensor& dv, double scale, const Tensor& key_start) {
-  TRIAD_CHECK(k.size(1) == q.size(1), "cuda backend: attention_backward takes a key/value head per query head, got q "
-                                          << q.str() << " and k " << k.str());
   OnDevice on(q);
   // dQ is summed with atomics in f32: into dq itself when it is f32.
   const Tensor dq32 = dq.dtype() == DType::f32 ? dq : Tensor::empty(dq.shape(), DType::f32, dq.device());

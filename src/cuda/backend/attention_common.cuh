@@ -75,11 +75,16 @@ struct Geometry {
   // (ops::causal_attention's cached; forward only).
   const int64_t* cached = nullptr;
   // Query heads per key/value head (grouped-query attention): query head h of row b reads
-  // key/value head h / group of NH / group. The backward takes 1 (ops repeats the heads).
+  // key/value head h / group of NH / group. The backward's blocks each own a key/value head
+  // and take its group's query heads in turn.
   int group = 1;
   __host__ __device__ int kv_heads() const { return heads / group; }
   // The key/value head that query head bh (= b NH + h) reads, as b NKV + h / group.
   __host__ __device__ int64_t kv_head(int64_t bh) const { return bh / heads * kv_heads() + bh % heads / group; }
+  // Query head r (< group) of those that read key/value head bkv (= b NKV + j): b NH + j group + r.
+  __host__ __device__ int64_t query_head(int64_t bkv, int r) const {
+    return bkv / kv_heads() * heads + bkv % kv_heads() * group + r;
+  }
   // The first key that head bh's queries see.
   __host__ __device__ int64_t first_key(int64_t bh) const { return key_start ? key_start[bh / heads] : 0; }
   // The keys that count: query i sees keys j <= i + keys() - tq (never past tk).

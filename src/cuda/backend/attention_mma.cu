@@ -14,6 +14,9 @@
 //   a copy), zeros past the head size and past the last row: padding multiplies as 0. The
 //   next key tile (forward) or query tile (backward) is copied while the current one is
 //   used. Rows are padded by 16 bytes so that ldmatrix's 8 row reads hit 8 bank groups.
+// - A backward block owns a key tile of one key/value head; under grouped-query attention
+//   the query tiles of every query head of its group stream through it, head after head,
+//   so dK and dV sum over the group in registers.
 // - Everything a warp accumulates stays in registers: scores, P, O and the softmax's max
 //   and sum (forward); S^T, dP^T, dK and dV (backward). The scores' C fragments become the
 //   next product's A fragments in registers (rounded to the input dtype), so P (forward)
@@ -66,7 +69,7 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   auto* kernel = mma_attention_backward_kernel<E, HS>;
   constexpr size_t bytes = Layout<HS>::backward;
   allow_shared_memory(kernel, bytes, q.device().index, q.size(3));
-  const dim3 grid(unsigned(q.size(0) * q.size(1)), tiles(k.size(2)));
+  const dim3 grid(unsigned(k.size(0) * k.size(1)), tiles(k.size(2)));  // a block per key/value head and key tile
   kernel<<<grid, kMmaThreads, bytes, stream>>>(
       Operand(q), Operand(k), Operand(v), Operand(grad_out), ptr<const float>(lse), ptr<const float>(dsum),
       Destination(dq32), Destination(dk), Destination(dv), float(scale), g, whole_rows<HS>({&q, &k, &v, &grad_out}));

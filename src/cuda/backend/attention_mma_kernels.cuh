@@ -300,16 +300,24 @@ __global__ void __launch_bounds__(kMmaThreads)
   uint16_t* sds = sqg + 4 * kTile * kLd;                        // (kTile, kLdP) dS^T: keys by queries
   float* s_row = reinterpret_cast<float*>(sds + kTile * kLdP);  // lse (base 2) and D of a tile's rows, twice
 
-  const int64_t bh = blockIdx.x;
+  const int64_t bkv = blockIdx.x;  // the key/value head (b NKV + j) whose key tile this block owns
   const int64_t k0 = int64_t(blockIdx.y) * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
-  const int64_t offset = g.tk - g.tq, first_key = g.first_key(bh);
+  const int64_t offset = g.tk - g.tq, first_key = g.first_key(g.query_head(bkv, 0));
   const int64_t key0 = k0 + 16 * warp + gid;  // this lane's keys: key0 and key0 + 8
-  const uint16_t* qp = q.head<uint16_t>(bh, g.heads);
-  const uint16_t* gp = grad.head<uint16_t>(bh, g.heads);
-  auto load_queries = [&](int64_t q0, int buf) {
-    load_tile<HS>(sqg + 2 * buf * kTile * kLd, qp, q.stride_t, q0, g.tq, g.hs, whole & 1u);
-    load_tile<HS>(sqg + (2 * buf + 1) * kTile * kLd, gp, grad.stride_t, q0, g.tq, g.hs, whole & 8u);
+  // The query tiles that see key k0 (rows i >= k0 - offset: from tile `first` on) of every
+  // query head that reads this key/value head, head after head: step s is tile
+  // first + (s % per_head) kTile of query head s / per_head of the group.
+  const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
+  const int64_t per_head = first < g.tq ? (g.tq - first + kTile - 1) / kTile : 0, steps = per_head * g.group;
+  auto head_of = [&](int64_t step) { return g.query_head(bkv, int(step / per_head)); };
+  auto tile_of = [&](int64_t step) { return first + step % per_head * kTile; };
+  auto load_queries = [&](int64_t step, int buf) {
+    const int64_t bh = head_of(step), q0 = tile_of(step);
+    load_tile<HS>(sqg + 2 * buf * kTile * kLd, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs,
+                  whole & 1u);
+    load_tile<HS>(sqg + (2 * buf + 1) * kTile * kLd, grad.head<uint16_t>(bh, g.heads), grad.stride_t, q0, g.tq, g.hs,
+                  whole & 8u);
     float* rows = s_row + 2 * buf * kTile;
     for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
       const bool real = q0 + i < g.tq;
@@ -317,19 +325,18 @@ __global__ void __launch_bounds__(kMmaThreads)
       rows[kTile + i] = real ? dsum[bh * g.tq + q0 + i] : 0.0f;
     }
   };
-  load_tile<HS>(sk, k.head<uint16_t>(bh, g.heads), k.stride_t, k0, g.tk, g.hs, whole & 2u);
-  load_tile<HS>(sv, v.head<uint16_t>(bh, g.heads), v.stride_t, k0, g.tk, g.hs, whole & 4u);
-  // The first query tile with a row that sees key k0: rows i >= k0 - offset.
-  const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
-  if (first < g.tq) load_queries(first, 0);
+  load_tile<HS>(sk, k.head<uint16_t>(bkv, g.kv_heads()), k.stride_t, k0, g.tk, g.hs, whole & 2u);
+  load_tile<HS>(sv, v.head<uint16_t>(bkv, g.kv_heads()), v.stride_t, k0, g.tk, g.hs, whole & 4u);
+  if (steps > 0) load_queries(0, 0);
   cp_async_commit();
 
   float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};  // the warp's 16 keys' dK / scale and dV
   int buf = 0;
-  for (int64_t q0 = first; q0 < g.tq; q0 += kTile, buf ^= 1) {
+  for (int64_t step = 0; step < steps; ++step, buf ^= 1) {
+    const int64_t bh = head_of(step), q0 = tile_of(step);
     cp_async_wait_all();
     __syncthreads();  // tile q0 is in; every warp is done with the last tile's buffers and dS^T
-    if (q0 + kTile < g.tq) load_queries(q0 + kTile, buf ^ 1);
+    if (step + 1 < steps) load_queries(step + 1, buf ^ 1);
     cp_async_commit();
     const uint16_t* sq = sqg + 2 * buf * kTile * kLd;
     const uint16_t* sg = sq + kTile * kLd;
@@ -412,8 +419,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   for (int h = 0; h < 2; ++h) {
     const int64_t key = key0 + 8 * h;
     if (key >= g.tk) continue;
-    uint16_t* dk_row = dk.row<uint16_t>(bh, g.heads, key);
-    uint16_t* dv_row = dv.row<uint16_t>(bh, g.heads, key);
+    uint16_t* dk_row = dk.row<uint16_t>(bkv, g.kv_heads(), key);
+    uint16_t* dv_row = dv.row<uint16_t>(bkv, g.kv_heads(), key);
 #pragma unroll
     for (int n = 0; n < HS / 8; ++n)
 #pragma unroll

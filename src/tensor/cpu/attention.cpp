@@ -7,11 +7,12 @@
 //   accumulated output is rescaled by exp(m_old - m_new) when the max grows), then
 //   out = acc / l and lse = m + log l. Tasks are (batch, head, query block), the heaviest
 //   (last) query blocks of a head handed out first.
-// - Backward: per (batch, head), D = rowsum(dO o O), then for every block pair the
-//   probabilities are recomputed from lse, P = exp(s - lse), and dV += P^T dO,
-//   dS = P o (dO V^T - D), dQ += scale dS K, dK += scale dS^T Q. One thread owns a
-//   (batch, head), so its dK, dV need no synchronization and results do not depend on the
-//   schedule.
+// - Backward: per (batch, key/value head), for each query head that reads it in turn (one
+//   under multi-head attention, the group under grouped-query attention) D = rowsum(dO o
+//   O), then for every block pair the probabilities are recomputed from lse,
+//   P = exp(s - lse), and dV += P^T dO, dS = P o (dO V^T - D), dQ += scale dS K,
+//   dK += scale dS^T Q. One thread owns a (batch, key/value head), so its dK, dV and its
+//   query heads' dQ need no synchronization and results do not depend on the schedule.
 // bf16/f16 tensors are widened to f32 on entry and results narrowed on exit (the CPU
 // computes in f32 and f64 only).
 // With key_start (Note [Left-padded batches] in nn/language_model.h) row b's queries see keys
@@ -157,8 +158,8 @@ template <class T>
 void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
               const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv, T scale,
               const int64_t* first) {
-  const int64_t tq = q.size(2), tk = k.size(2), offset = tk - tq, nh = q.size(1);
-  const int64_t heads = q.size(0) * q.size(1);
+  const int64_t tq = q.size(2), tk = k.size(2), offset = tk - tq, nh = q.size(1), nkv = k.size(1);
+  const int64_t kv_heads = k.size(0) * nkv, group = nh / nkv;
   const Heads<T> Q(q), K(k), V(v), O(out), dO(grad_out), dQ(dq), dK(dk), dV(dv);
   const T* pl = lse.data<T>();
 #pragma omp parallel if (worth_threads(q, k))
@@ -166,43 +167,47 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
     Rows<T> p(kBlockQ, kBlockK), ds(kBlockQ, kBlockK);
     std::vector<T> d(static_cast<size_t>(tq));  // D of every query of the head
 #pragma omp for schedule(dynamic)
-    for (int64_t bh = 0; bh < heads; ++bh) {
-      dQ.rows(bh, 0, tq).setZero();
-      dK.rows(bh, 0, tk).setZero();
-      dV.rows(bh, 0, tk).setZero();
-      const RowsMap<T> o = O.rows(bh, 0, tq), g = dO.rows(bh, 0, tq);
-      for (int64_t i = 0; i < tq; ++i) d[size_t(i)] = o.row(i).dot(g.row(i));
-      const T* row_lse = pl + bh * tq;
-      for (int64_t q0 = 0; q0 < tq; q0 += kBlockQ) {
-        const int64_t nq = std::min(kBlockQ, tq - q0), k_end = q0 + nq + offset;
-        const RowsMap<T> qb = Q.rows(bh, q0, nq), gb = dO.rows(bh, q0, nq);
-        RowsMap<T> dqb = dQ.rows(bh, q0, nq);
-        const int64_t b = bh / nh, k_begin = first ? std::min(first[b], k_end) / kBlockK * kBlockK : 0;
-        for (int64_t k0 = k_begin; k0 < k_end; k0 += kBlockK) {
-          const int64_t nk = std::min(kBlockK, k_end - k0), lo = first_seen(first, b, k0, nk);
-          const RowsMap<T> kb = K.rows(bh, k0, nk), vb = V.rows(bh, k0, nk);
-          auto pb = p.topLeftCorner(nq, nk);
-          auto dsb = ds.topLeftCorner(nq, nk);
-          pb.noalias() = qb * kb.transpose();
-          dsb.noalias() = gb * vb.transpose();  // dP
-          for (int64_t r = 0; r < nq; ++r) {
-            T* pr = p.data() + r * kBlockK;
-            T* dr = ds.data() + r * kBlockK;
-            const int64_t seen = keys_seen(q0 + r, offset, k0, nk);
-            const T lr = row_lse[q0 + r], dr_sum = d[size_t(q0 + r)];
+    for (int64_t kv = 0; kv < kv_heads; ++kv) {
+      dK.rows(kv, 0, tk).setZero();
+      dV.rows(kv, 0, tk).setZero();
+      const int64_t b = kv / nkv, first_head = b * nh + kv % nkv * group;
+      // The query heads that read key/value head kv (= b NKV + j), in turn: b NH + j group + r.
+      for (int64_t bh = first_head; bh < first_head + group; ++bh) {
+        dQ.rows(bh, 0, tq).setZero();
+        const RowsMap<T> o = O.rows(bh, 0, tq), g = dO.rows(bh, 0, tq);
+        for (int64_t i = 0; i < tq; ++i) d[size_t(i)] = o.row(i).dot(g.row(i));
+        const T* row_lse = pl + bh * tq;
+        for (int64_t q0 = 0; q0 < tq; q0 += kBlockQ) {
+          const int64_t nq = std::min(kBlockQ, tq - q0), k_end = q0 + nq + offset;
+          const RowsMap<T> qb = Q.rows(bh, q0, nq), gb = dO.rows(bh, q0, nq);
+          RowsMap<T> dqb = dQ.rows(bh, q0, nq);
+          const int64_t k_begin = first ? std::min(first[b], k_end) / kBlockK * kBlockK : 0;
+          for (int64_t k0 = k_begin; k0 < k_end; k0 += kBlockK) {
+            const int64_t nk = std::min(kBlockK, k_end - k0), lo = first_seen(first, b, k0, nk);
+            const RowsMap<T> kb = K.rows(kv, k0, nk), vb = V.rows(kv, k0, nk);
+            auto pb = p.topLeftCorner(nq, nk);
+            auto dsb = ds.topLeftCorner(nq, nk);
+            pb.noalias() = qb * kb.transpose();
+            dsb.noalias() = gb * vb.transpose();  // dP
+            for (int64_t r = 0; r < nq; ++r) {
+              T* pr = p.data() + r * kBlockK;
+              T* dr = ds.data() + r * kBlockK;
+              const int64_t seen = keys_seen(q0 + r, offset, k0, nk);
+              const T lr = row_lse[q0 + r], dr_sum = d[size_t(q0 + r)];
 #pragma omp simd
-            for (int64_t j = lo; j < seen; ++j) {
-              pr[j] = cpu::vexp(pr[j] * scale - lr);
-              dr[j] = pr[j] * (dr[j] - dr_sum) * scale;
+              for (int64_t j = lo; j < seen; ++j) {
+                pr[j] = cpu::vexp(pr[j] * scale - lr);
+                dr[j] = pr[j] * (dr[j] - dr_sum) * scale;
+              }
+              std::fill(pr, pr + std::min(lo, nk), T(0));
+              std::fill(dr, dr + std::min(lo, nk), T(0));
+              std::fill(pr + std::max(seen, lo), pr + nk, T(0));
+              std::fill(dr + std::max(seen, lo), dr + nk, T(0));
             }
-            std::fill(pr, pr + std::min(lo, nk), T(0));
-            std::fill(dr, dr + std::min(lo, nk), T(0));
-            std::fill(pr + std::max(seen, lo), pr + nk, T(0));
-            std::fill(dr + std::max(seen, lo), dr + nk, T(0));
+            dV.rows(kv, k0, nk).noalias() += pb.transpose() * gb;
+            dqb.noalias() += dsb * kb;
+            dK.rows(kv, k0, nk).noalias() += dsb.transpose() * qb;
           }
-          dV.rows(bh, k0, nk).noalias() += pb.transpose() * gb;
-          dqb.noalias() += dsb * kb;
-          dK.rows(bh, k0, nk).noalias() += dsb.transpose() * qb;
         }
       }
     }
@@ -242,8 +247,6 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                     const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
                                     const Tensor& dv, double scale, const Tensor& key_start) {
-  TRIAD_CHECK(k.size(1) == q.size(1), "cpu backend: attention_backward takes a key/value head per query head, got q "
-                                          << q.str() << " and k " << k.str());
   if (is_16bit(q.dtype())) {
     const Tensor gq = Tensor::empty(dq.shape(), DType::f32), gk = Tensor::empty(dk.shape(), DType::f32),
                  gv = Tensor::empty(dv.shape(), DType::f32);
