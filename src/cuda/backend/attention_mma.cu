@@ -30,7 +30,7 @@
 // - Key tiles that hold no masked key (past a row's causal limit, before key_start, past
 //   the last key) skip the mask.
 // - Shared memory at head size 64 (GPT-2): 54 KiB forward, 64 KiB backward; head size 128:
-//   85 and 112 KiB. Registers (ptxas, sm_90) at head size 64: 251 forward, 254 backward.
+//   85 and 112 KiB. Registers (ptxas, sm_90) at head size 64: 251 forward, 216 backward.
 //
 // Needs compute capability 8.0 (bf16 mma.sync, cp.async); the build targets 8.0 and 9.0.
 // The kernels live in attention_mma_kernels.cuh, where a CPU test runs them under an

@@ -306,14 +306,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t offset = g.tk - g.tq, first_key = g.first_key(g.query_head(bkv, 0));
   const int64_t key0 = k0 + 16 * warp + gid;  // this lane's keys: key0 and key0 + 8
   // The query tiles that see key k0 (rows i >= k0 - offset: from tile `first` on) of every
-  // query head that reads this key/value head, head after head: step s is tile
-  // first + (s % per_head) kTile of query head s / per_head of the group.
+  // query head that reads this key/value head, head after head (the group's query heads
+  // are consecutive: b NH + j group + r).
   const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
-  const int64_t per_head = first < g.tq ? (g.tq - first + kTile - 1) / kTile : 0, steps = per_head * g.group;
-  auto head_of = [&](int64_t step) { return g.query_head(bkv, int(step / per_head)); };
-  auto tile_of = [&](int64_t step) { return first + step % per_head * kTile; };
-  auto load_queries = [&](int64_t step, int buf) {
-    const int64_t bh = head_of(step), q0 = tile_of(step);
+  const int64_t steps = first < g.tq ? (g.tq - first + kTile - 1) / kTile * g.group : 0;
+  auto load_queries = [&](int64_t bh, int64_t q0, int buf) {
     load_tile<HS>(sqg + 2 * buf * kTile * kLd, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs,
                   whole & 1u);
     load_tile<HS>(sqg + (2 * buf + 1) * kTile * kLd, grad.head<uint16_t>(bh, g.heads), grad.stride_t, q0, g.tq, g.hs,
@@ -327,16 +324,17 @@ __global__ void __launch_bounds__(kMmaThreads)
   };
   load_tile<HS>(sk, k.head<uint16_t>(bkv, g.kv_heads()), k.stride_t, k0, g.tk, g.hs, whole & 2u);
   load_tile<HS>(sv, v.head<uint16_t>(bkv, g.kv_heads()), v.stride_t, k0, g.tk, g.hs, whole & 4u);
-  if (steps > 0) load_queries(0, 0);
+  int64_t bh = g.query_head(bkv, 0), q0 = first;  // the tile of the current step
+  if (steps > 0) load_queries(bh, q0, 0);
   cp_async_commit();
 
   float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};  // the warp's 16 keys' dK / scale and dV
   int buf = 0;
   for (int64_t step = 0; step < steps; ++step, buf ^= 1) {
-    const int64_t bh = head_of(step), q0 = tile_of(step);
+    const int64_t next_q0 = q0 + kTile < g.tq ? q0 + kTile : first, next_bh = next_q0 == first ? bh + 1 : bh;
     cp_async_wait_all();
     __syncthreads();  // tile q0 is in; every warp is done with the last tile's buffers and dS^T
-    if (step + 1 < steps) load_queries(step + 1, buf ^ 1);
+    if (step + 1 < steps) load_queries(next_bh, next_q0, buf ^ 1);
     cp_async_commit();
     const uint16_t* sq = sqg + 2 * buf * kTile * kLd;
     const uint16_t* sg = sq + kTile * kLd;
@@ -412,6 +410,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
       }
     }
+    bh = next_bh, q0 = next_q0;
   }
   cp_async_wait_all();
 
