@@ -73,7 +73,7 @@ class HostShardStore : public ShardStore {
   void prefetch(size_t) override {}
   Tensor read_part(size_t entry, ShardPart part) override;
   void write_part(size_t entry, ShardPart part, const Tensor& values) override;
-  bool updates_on_host() const override { return true; }
+  bool updates_on_host(size_t) const override { return true; }
   void stage(size_t entry, const Tensor& grad, const Tensor& params) override;
   void finish_update() override;
   void keep_params_in(size_t entry, const Tensor& host) override;

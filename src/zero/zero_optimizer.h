@@ -73,6 +73,7 @@
 #pragma once
 
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -329,6 +330,16 @@ class ZeroOptimizer {
     Tensor result;  // a stage-2 gradient's reduce-scatter output, added to the shard when done
   };
 
+  // The flat groups unit u forms, in the order they are built: one per (weight decay,
+  // expert, stage-3 persistence) class of its parameters.
+  struct GroupSpec {
+    std::vector<std::pair<std::string, Tensor>> params;
+    bool decay = false, expert = false, persistent = false;
+  };
+  std::vector<GroupSpec> group_specs(const Unit& u, const std::map<std::string, nn::TensorSplit>& splits) const;
+  // The elements of the optimizer's state the rank will keep (its shards; stage 0 the
+  // groups), before the groups are built (Note [Partial offload]).
+  int64_t state_elements(const std::map<std::string, nn::TensorSplit>& splits) const;
   // The storage holding `state` for g and the first flat element it covers (StateView).
   std::pair<Tensor, int64_t> buffer(const Group& g, State state);
   void add_state(Group& g, const Tensor& master);
