@@ -67,7 +67,8 @@ std::vector<PlacedStateBytes> placed_state_bytes_all(const ModelStateInput& in, 
   const auto add = [&](int stage, OffloadChoice choice) {
     out.push_back(placed_state_bytes(stage, choice, in, buffers));
     if (choice.optimizer == T::cpu && ratio != 1.0)
-      out.push_back(placed_state_bytes(stage, {.optimizer = T::cpu, .params = choice.params, .ratio = ratio}, in, buffers));
+      out.push_back(
+          placed_state_bytes(stage, {.optimizer = T::cpu, .params = choice.params, .ratio = ratio}, in, buffers));
   };
   for (int stage = 0; stage <= 3; ++stage) {
     add(stage, {});

@@ -46,6 +46,8 @@
 //   out). (f32 over a file reads the shard in, as the master weights; the update writes it
 //   back from the device.) The values are the same bits: the same update on the same master
 //   weights writes them.
+// - With offload_optimizer.ratio below 1 only the last sub-groups' state is in this store,
+//   the others' stays on the device (Note [Partial offload] in zero/partial_offload_store.h).
 // - On a CPU training device, device "cpu" keeps the state where it is (DeviceShardStore):
 //   host memory is the device's. OffloadConfig::host_store_on_cpu (tests) runs this store
 //   there anyway, its copies plain copies, so that its logic is checked without a GPU.

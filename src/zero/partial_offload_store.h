@@ -27,8 +27,8 @@
 //   delayed parameter update on a GPU needs every update on the host (ratio 1).
 // - Memory: the device entries' master weights and moments count on the device
 //   (device_bytes), the host entries' state and buffers in host memory (host_bytes; on a CPU
-//   training device, its memory too). Checkpoints read and write entry by entry, where each
-//   one lives: the one file format, whatever the ratio.
+//   training device both are its memory: device_bytes). Checkpoints read and write entry by
+//   entry, where each one lives: the one file format, whatever the ratio.
 #pragma once
 
 #include <cstdint>

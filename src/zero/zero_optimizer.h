@@ -32,7 +32,8 @@
 // files and come in by sub-groups: Note [Offloaded optimizer state] in
 // zero/nvme_shard_store.h; at stages 2 and 3 the rank's reduced gradients go there too, Note
 // [Offloaded gradients]; with "cpu" on a GPU they live in host memory, where Adam runs:
-// Note [Host optimizer step] in zero/host_shard_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
+// Note [Host optimizer step] in zero/host_shard_store.h; with ratio below 1 only the last
+// sub-groups do: Note [Partial offload] in zero/partial_offload_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
 // norms and overflow flags reduced over ranks included: an NCCL communicator takes its
 // GPU's tensors only.
 //

@@ -514,7 +514,8 @@ Trajectory delayed_single_process(int64_t accumulation, int64_t warmup, int64_t 
 
 // The delayed parameter update (Note [Delayed parameter update]) after 3 ordinary steps
 // follows the single-process run that delays by hand, at every stage on 1 and 2 ranks, with
-// the optimizer's state in memory and on NVMe, with gradient accumulation 2 and clipping at
+// the optimizer's state in memory, on NVMe, in the host store and (stage 2) half in it
+// (Note [Partial offload], on the CPU training device), with gradient accumulation 2 and clipping at
 // 0.5 (within 1e-5 as any layout); with no warm-up; with an overflowing step skipped
 // (which applies the pending update and starts none) and the pending update applied
 // mid-run, as a checkpoint does. The final parameters hold every update (gather_all applies
@@ -553,6 +554,12 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_follows_the_run_delayed_by_hand) {
           check_same(test::data_parallel(comm, run), ref);
         }
       }
+    BOOST_TEST_CONTEXT(ranks << " ranks, stage 2, half the state in the host store") {  // (Note [Partial offload])
+      test::DataParallelRun run{.stage = 2, .accumulation = 2, .delayed = {.enabled = true, .warmup_steps = 3}};
+      run.offload = {.device = zero::OffloadDevice::cpu, .ratio = 0.5, .host_store_on_cpu = true};
+      run.sub_group_size = 300;
+      check_same(test::data_parallel(comm, run), ref);
+    }
     BOOST_TEST_CONTEXT(ranks << " ranks, stage 2, no warm-up") {
       check_same(test::data_parallel(comm, {.stage = 2, .delayed = {.enabled = true, .warmup_steps = 0}}), at_once);
     }

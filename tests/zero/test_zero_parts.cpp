@@ -82,8 +82,9 @@ BOOST_AUTO_TEST_CASE(offload_needs_a_stage_a_folder_and_a_ratio_in_range) {
   // Note [Partial offload]: ratio in [0, 1] at stages 1-3 with device cpu, 1 with nvme.
   for (int stage : {1, 2, 3})
     for (double ratio : {0.0, 0.5, 1.0})
-      BOOST_TEST(error_of({.stage = stage, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = ratio}}) ==
-                 "(no error)");
+      BOOST_TEST(
+          error_of({.stage = stage, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = ratio}}) ==
+          "(no error)");
   for (double ratio : {-0.25, 1.5, std::nan("")})
     BOOST_TEST(error_of({.stage = 3, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = ratio}}) ==
                "[config] zero_optimization.offload_optimizer.ratio must be a number in [0, 1], got " +
