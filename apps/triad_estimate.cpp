@@ -2,7 +2,7 @@
 // DeepSpeed's estimate_zero*_model_states_mem_needs), for a parameter count or for the model
 // of a triad-train config. Prints a readable table and, as its last line, one JSON object.
 //
-//   triad-estimate --params 7.5e9 --dp 64 [--k 12] [--persistent-params N]
+//   triad-estimate --params 7.5e9 --dp 64 [--k 12] [--persistent-params N] [--offload-ratio 0.5]
 //   triad-estimate --config configs/gpt2-124m.json [--set model.n_layer=24]... --dp 1,4,64 [--tp 2]
 //                  [--persistence-threshold 1e5]
 // With --time it also predicts each stage's step time on each dp (estimate/step_time.h).
@@ -178,6 +178,12 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->needs(config_opt)
         ->check(number_check("non-negative", [](double x) { return x >= 0; }));
+    double offload_ratio = 1.0;
+    app.add_option("--offload-ratio", offload_ratio,
+                   "offload_optimizer.ratio: below 1, each choice with the optimizer on cpu gets a row with only "
+                   "this share of its state on the host (partial offload)")
+        ->capture_default_str()
+        ->check(number_check("a number in [0, 1]", [](double x) { return x >= 0 && x <= 1; }));
     params_opt->excludes(config_opt);
     estimate::TimeOptions time;
     estimate::add_time_options(app, time);
@@ -234,7 +240,7 @@ int main(int argc, char** argv) {
     for (int64_t dp : dps) {
       const estimate::ModelStateInput in{.num_params = params, .dp = dp, .optimizer_bytes = k, .persistent_params = persistent};
       results.push_back(estimate::model_state_bytes_all(in));
-      placed.push_back(estimate::placed_state_bytes_all(in));
+      placed.push_back(estimate::placed_state_bytes_all(in, {}, offload_ratio));
     }
     time_model.params = params, time_model.persistent_params = persistent;
     estimate::StepTimes times;
@@ -279,17 +285,18 @@ int main(int argc, char** argv) {
 
     // Offload (estimate/offload_states.h), with DeepSpeed's default buffers.
     nlohmann::json offload = nlohmann::json::array();
-    std::printf("\noffload (NVMe buffers: optimizer 4 x 1e9, parameters 5 x 1e8 elements)\n%6s  %-12s %-9s %-9s %12s "
-                "%12s %12s\n",
-                "dp", "stage", "optimizer", "params", "device GB", "host GB", "NVMe GB");
+    std::printf("\noffload (NVMe buffers: optimizer 4 x 1e9, parameters 5 x 1e8 elements)\n%6s  %-12s %-9s %6s %-9s "
+                "%12s %12s %12s\n",
+                "dp", "stage", "optimizer", "ratio", "params", "device GB", "host GB", "NVMe GB");
     for (size_t i = 0; i < dps.size(); ++i)
       for (const estimate::PlacedStateBytes& p : placed[i]) {
-        std::printf("%6lld  %-12s %-9s %-9s %12.3f %12.3f %12.3f\n", (long long)dps[i], stage_label(p.stage).c_str(),
-                    estimate::target_name(p.choice.optimizer), estimate::target_name(p.choice.params), p.device / kGB,
-                    p.host / kGB, p.nvme / kGB);
+        std::printf("%6lld  %-12s %-9s %6.3g %-9s %12.3f %12.3f %12.3f\n", (long long)dps[i],
+                    stage_label(p.stage).c_str(), estimate::target_name(p.choice.optimizer), p.choice.ratio,
+                    estimate::target_name(p.choice.params), p.device / kGB, p.host / kGB, p.nvme / kGB);
         offload.push_back({{"dp", dps[i]},
                            {"stage", p.stage},
                            {"offload_optimizer", estimate::target_name(p.choice.optimizer)},
+                           {"offload_ratio", p.choice.ratio},
                            {"offload_param", estimate::target_name(p.choice.params)},
                            {"device_bytes", p.device},
                            {"host_bytes", p.host},

@@ -151,8 +151,8 @@ step decode_graphs 240 gpu "$kit/decode_graphs.py"
 
 # ZeRO-Offload (offload_optimizer cpu: the optimizer's state and Adam on the host; at ZeRO-3
 # with offload_param cpu too, the parameter shards updated in place on the host, pinned and
-# pageable) against the state in device memory: the demo model's curves, then GPT-2 124M's
-# step times.
+# pageable; with ratio 0.5, half the state on the host) against the state in device memory:
+# the demo model's curves, then GPT-2 124M's step times.
 step offload_cpu 540 gpu env OMP_NUM_THREADS="$cores" "$kit/step_checks.py" offload_cpu --kit "$kit" \
   --work "$work/step_checks" --steps 30
 
@@ -177,7 +177,8 @@ FIGURES += ("graph_tokens_per_s_b1_greedy", "eager_tokens_per_s_b1_greedy", "gra
             "eager_tokens_per_s_b16_sampled")  # decode_graphs.py
 FIGURES += ("moe_over_dense", "grouped_over_loop")  # bench_moe_cuda
 FIGURES += ("offload_f32_vs_device", "offload_bf16_vs_device", "offload_step_ratio",
-            "offload_delayed_step_ratio", "offload_z3_both_step_ratio")  # step_checks.py offload_cpu
+            "offload_delayed_step_ratio", "offload_z3_both_step_ratio",
+            "offload_half_step_ratio")  # step_checks.py offload_cpu
 FIGURES += ("w8a8_speedup", "w8a8_vs_bf16")  # triad-bench quantized
 rows, steps = [], {}
 for line in open(results):

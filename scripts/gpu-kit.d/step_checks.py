@@ -23,7 +23,10 @@ One check per call (the first argument):
                   delayed parameter update (Adam on the host behind the next step); ZeRO-3
                   with both offloads (offload_param cpu too: the parameter shards in host
                   memory, which the host's Adam updates in place), pinned and pageable, in
-                  the bf16 curves and timed against ZeRO-3 in device memory.
+                  the bf16 curves and timed against ZeRO-3 in device memory; partial offload
+                  (ratio 0.5: half the state on the host, Note [Partial offload]) in the f32
+                  curves at ZeRO-2 and the bf16 ones at ZeRO-3 (sub-groups of 5000), and
+                  GPT-2 124M's ZeRO-2 step with it timed against in device memory.
   step_sync       Note [Host synchronisation in a step]: the demo model (bf16, where the
                   host's launches weigh most) and GPT-2 124M (bf16, batch 16 x 1024) on the
                   GPU, read at every step (log_interval 1) and every 10th (steps_per_print
@@ -108,15 +111,19 @@ def offload_cpu(a):
     both = pinned + ["--set", "zero_optimization.offload_param.device=cpu",
                      "--set", "zero_optimization.offload_param.pin_memory=true"]
     both_pageable = offload + ["--set", "zero_optimization.offload_param.device=cpu"]
+    half = pinned + ["--set", "zero_optimization.offload_optimizer.ratio=0.5"]  # Note [Partial offload]
     z = lambda stage: ["--set", "zero_optimization.stage=%d" % stage]
     cuda, bf16 = ["--set", "device=cuda"], ["--set", "bf16.enabled=true"]
     f32_dev = train(a.kit, a.work, "offload_f32_device", a.steps, cuda + z(2))
     f32_host = train(a.kit, a.work, "offload_f32_host", a.steps, cuda + z(2) + pinned)
     bf16_dev = train(a.kit, a.work, "offload_bf16_device", a.steps, cuda + bf16 + z(2))
-    f32_err = max(rel(h, d) for h, d in zip(f32_host, f32_dev))
+    f32_half = train(a.kit, a.work, "offload_f32_half", a.steps, cuda + z(2) + half)
+    f32_err = max(rel(h, d) for run in (f32_host, f32_half) for h, d in zip(run, f32_dev))
     bf16_err = {}
+    # (ratio 0.5 over sub-groups of 5000 elements: groups split between the device and the host.)
     for name, flags in (("z2_pinned", z(2) + pinned), ("z3_pinned", z(3) + pinned), ("z1_pageable", z(1) + offload),
-                        ("z3_both_pinned", z(3) + both), ("z3_both_pageable", z(3) + both_pageable)):
+                        ("z3_both_pinned", z(3) + both), ("z3_both_pageable", z(3) + both_pageable),
+                        ("z3_half_pinned", z(3) + half + ["--set", "zero_optimization.sub_group_size=5000"])):
         host = train(a.kit, a.work, "offload_bf16_" + name, a.steps, cuda + bf16 + flags)
         bf16_err[name] = max(rel(h, d) for h, d in zip(host, bf16_dev))
     print("\noffload_optimizer cpu against device memory: f32 max relative difference %.2e (bound 1e-3); bf16 %s "
@@ -128,15 +135,17 @@ def offload_cpu(a):
                "--set", "zero_optimization.delayed_update.warmup_steps=0"]
     ms = {}
     for name, extra in (("device", z(2)), ("host", z(2) + pinned), ("host_delayed", z(2) + pinned + delayed),
-                        ("z3_device", z(3)), ("z3_both", z(3) + both), ("z3_both_pageable", z(3) + both_pageable)):
+                        ("half", z(2) + half), ("z3_device", z(3)), ("z3_both", z(3) + both),
+                        ("z3_both_pageable", z(3) + both_pageable)):
         train(a.kit, a.work, "offload_gpt2_" + name, 8, flags + extra, config="gpt2-124m.json")
         times = [json.loads(l)["step_ms"] for l in open(os.path.join(a.work, "offload_gpt2_%s.jsonl" % name)) if l.strip()]
         ms[name] = sorted(times[2:])[len(times[2:]) // 2]
     ratio, delayed_ratio = ms["device"] / ms["host"], ms["device"] / ms["host_delayed"]
-    both_ratio = ms["z3_device"] / ms["z3_both"]
+    both_ratio, half_ratio = ms["z3_device"] / ms["z3_both"], ms["device"] / ms["half"]
     print("GPT-2 124M bf16 ZeRO-2, 8 x 16 x 1024 tokens a step: %.1f ms in device memory, %.1f ms with Adam on the "
-          "host (ratio %.3f, target >= 0.7), %.1f ms with it delayed behind the next step (ratio %.3f)"
-          % (ms["device"], ms["host"], ratio, ms["host_delayed"], delayed_ratio))
+          "host (ratio %.3f, target >= 0.7), %.1f ms with it delayed behind the next step (ratio %.3f), %.1f ms with "
+          "half the state on the host (ratio 0.5; ratio of step times %.3f)"
+          % (ms["device"], ms["host"], ratio, ms["host_delayed"], delayed_ratio, ms["half"], half_ratio))
     print("GPT-2 124M bf16 ZeRO-3: %.1f ms in device memory, %.1f ms with both offloads (parameters and Adam on the "
           "host, pinned; ratio %.3f), %.1f ms pageable" % (ms["z3_device"], ms["z3_both"], both_ratio,
                                                           ms["z3_both_pageable"]))
@@ -144,6 +153,7 @@ def offload_cpu(a):
     return ok, {"offload_f32_vs_device": f32_err, "offload_bf16_vs_device": max(bf16_err.values()),
                 "offload_step_ms_device": ms["device"], "offload_step_ms_host": ms["host"],
                 "offload_step_ms_host_delayed": ms["host_delayed"], "offload_step_ratio": ratio,
+                "offload_step_ms_half": ms["half"], "offload_half_step_ratio": half_ratio,
                 "offload_delayed_step_ratio": delayed_ratio, "offload_z3_step_ms_device": ms["z3_device"],
                 "offload_z3_step_ms_both": ms["z3_both"], "offload_z3_both_step_ratio": both_ratio,
                 "offload_z3_step_ms_both_pageable": ms["z3_both_pageable"]}

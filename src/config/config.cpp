@@ -259,9 +259,12 @@ void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& not
   z.stage = int(r.integer("stage", z.stage, 0, 3));
   parse_offload_optimizer(r, z.offload_optimizer, notices);
   z.sub_group_size = r.integer("sub_group_size", z.sub_group_size, 1, kMaxInt);
-  if (r.has("sub_group_size") && z.offload_optimizer.device != zero::OffloadDevice::nvme)
-    notices.push_back("zero_optimization.sub_group_size: the unit in which optimizer state moves to and from NVMe; "
-                      "without offload_optimizer.device \"nvme\" each flat group is updated whole");
+  const zero::OffloadConfig& o = z.offload_optimizer;
+  if (r.has("sub_group_size") && o.device != zero::OffloadDevice::nvme &&
+      !(o.device == zero::OffloadDevice::cpu && o.ratio < 1.0))
+    notices.push_back("zero_optimization.sub_group_size: the unit in which optimizer state moves to and from NVMe, "
+                      "or (offload_optimizer.ratio below 1) stays on the device or goes to the host; otherwise each "
+                      "flat group is updated whole");
   host_parameters = parse_offload_param(r, z.offload_param, notices);
   if (r.has("delayed_update")) {  // triad's (Note [Delayed parameter update] in zero/zero_optimizer.h)
     JsonReader d = r.object("delayed_update");

@@ -20,13 +20,19 @@ PlacedStateBytes placed_state_bytes(int stage, OffloadChoice choice, const Model
               "[estimate] offloading parameters runs at stage 3, not stage " << stage);
   TRIAD_CHECK(buffers.optimizer_elements > 0 && buffers.param_elements > 0,
               "[estimate] offload buffers must hold a positive number of elements");
+  TRIAD_CHECK(choice.ratio >= 0.0 && choice.ratio <= 1.0,
+              "[estimate] the offload ratio must be a number in [0, 1], got " << choice.ratio);
+  TRIAD_CHECK(choice.ratio == 1.0 || choice.optimizer == OffloadTarget::cpu,
+              "[estimate] an offload ratio below 1 (partial offload) runs with the optimizer on cpu, not "
+                  << target_name(choice.optimizer));
   const double shard = in.num_params / double(in.dp), k = in.optimizer_bytes;
   PlacedStateBytes p{.stage = stage, .choice = choice};
   p.device = b.gradients;
   switch (choice.optimizer) {
     case OffloadTarget::none: p.device += b.optimizer; break;
     case OffloadTarget::cpu:  // and the host store's f32 gradient and 16-bit parameter buffers
-      p.host += b.optimizer + (4 + kParamBytes) * shard;
+      p.host += choice.ratio * (b.optimizer + (4 + kParamBytes) * shard);
+      p.device += (1.0 - choice.ratio) * b.optimizer;  // (Note [Partial offload])
       break;
     case OffloadTarget::nvme:
       p.nvme += b.optimizer;
@@ -54,17 +60,24 @@ PlacedStateBytes placed_state_bytes(int stage, OffloadChoice choice, const Model
   return p;
 }
 
-std::vector<PlacedStateBytes> placed_state_bytes_all(const ModelStateInput& in, const OffloadBuffers& buffers) {
+std::vector<PlacedStateBytes> placed_state_bytes_all(const ModelStateInput& in, const OffloadBuffers& buffers,
+                                                     double ratio) {
   using T = OffloadTarget;
   std::vector<PlacedStateBytes> out;
+  const auto add = [&](int stage, OffloadChoice choice) {
+    out.push_back(placed_state_bytes(stage, choice, in, buffers));
+    if (choice.optimizer == T::cpu && ratio != 1.0)
+      out.push_back(
+          placed_state_bytes(stage, {.optimizer = T::cpu, .params = choice.params, .ratio = ratio}, in, buffers));
+  };
   for (int stage = 0; stage <= 3; ++stage) {
-    out.push_back(placed_state_bytes(stage, {}, in, buffers));
+    add(stage, {});
     if (stage == 0) continue;
-    out.push_back(placed_state_bytes(stage, {.optimizer = T::cpu}, in, buffers));
-    out.push_back(placed_state_bytes(stage, {.optimizer = T::nvme}, in, buffers));
+    add(stage, {.optimizer = T::cpu});
+    add(stage, {.optimizer = T::nvme});
     if (stage < 3) continue;
-    out.push_back(placed_state_bytes(stage, {.optimizer = T::cpu, .params = T::cpu}, in, buffers));
-    out.push_back(placed_state_bytes(stage, {.optimizer = T::nvme, .params = T::nvme}, in, buffers));
+    add(stage, {.optimizer = T::cpu, .params = T::cpu});
+    add(stage, {.optimizer = T::nvme, .params = T::nvme});
   }
   return out;
 }

@@ -39,7 +39,7 @@ FlatGroup::FlatGroup(std::vector<std::pair<std::string, Tensor>> params, double 
     offsets_.push_back(numel_);
     numel_ += p.numel();
   }
-  padded_ = (numel_ + ranks - 1) / ranks * ranks;
+  padded_ = padded_size(numel_, ranks);
   initial_f32_ = Tensor::zeros({padded_}, DType::f32, device_);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].second;

@@ -36,6 +36,8 @@ class FlatGroup {
   int64_t numel() const { return numel_; }    // parameters, without padding
   int64_t padded() const { return padded_; }  // flat size, a multiple of ranks
   int64_t shard_size() const { return padded_ / ranks_; }
+  // The flat size of `numel` elements over `ranks`: the next multiple of ranks.
+  static int64_t padded_size(int64_t numel, int ranks) { return (numel + ranks - 1) / ranks * ranks; }
 
   const Tensor& flat() const { return flat_; }  // undefined while a partitioned group is released
   DType dtype() const { return dtype_; }

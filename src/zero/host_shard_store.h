@@ -46,6 +46,8 @@
 //   out). (f32 over a file reads the shard in, as the master weights; the update writes it
 //   back from the device.) The values are the same bits: the same update on the same master
 //   weights writes them.
+// - With offload_optimizer.ratio below 1 only the last sub-groups' state is in this store,
+//   the others' stays on the device (Note [Partial offload] in zero/partial_offload_store.h).
 // - On a CPU training device, device "cpu" keeps the state where it is (DeviceShardStore):
 //   host memory is the device's. OffloadConfig::host_store_on_cpu (tests) runs this store
 //   there anyway, its copies plain copies, so that its logic is checked without a GPU.
@@ -73,7 +75,7 @@ class HostShardStore : public ShardStore {
   void prefetch(size_t) override {}
   Tensor read_part(size_t entry, ShardPart part) override;
   void write_part(size_t entry, ShardPart part, const Tensor& values) override;
-  bool updates_on_host() const override { return true; }
+  bool updates_on_host(size_t) const override { return true; }
   void stage(size_t entry, const Tensor& grad, const Tensor& params) override;
   void finish_update() override;
   void keep_params_in(size_t entry, const Tensor& host) override;

@@ -9,8 +9,9 @@
 namespace triad::zero {
 
 // none: memory on the training device (zero/shard_store.h's DeviceShardStore). cpu: host
-// memory, where the update runs too (zero/host_shard_store.h); on a CPU training device that
-// is the device's memory: the same store as none. nvme: files under nvme_path.
+// memory, where the update runs too (zero/host_shard_store.h; with ratio below 1 only part
+// of it, zero/partial_offload_store.h); on a CPU training device that is the device's
+// memory: the same store as none. nvme: files under nvme_path.
 enum class OffloadDevice { none, cpu, nvme };
 
 struct OffloadConfig {
@@ -23,7 +24,9 @@ struct OffloadConfig {
   // one the update works on, the next being read, the previous ones being written.
   int64_t buffer_count = 4;
   bool fast_init = false;     // accepted; each sub-group's initial state is written once either way
-  double ratio = 1.0;         // the share of the state offloaded: 1.0 only (partial offload is not built)
+  // cpu: the share of the state offloaded, in [0, 1], by sub-groups (Note [Partial offload]
+  // in zero/partial_offload_store.h); nvme: 1 only.
+  double ratio = 1.0;
   bool pipeline_read = false;   // read the next sub-group while the update works on this one
   bool pipeline_write = false;  // write a sub-group back while the update goes on (and into the next step)
   // Internal, no config key (tests): device cpu on a CPU training device runs the host store

@@ -64,23 +64,26 @@ class ShardStore {
   // in files.
   virtual int64_t host_bytes() const { return 0; }
   virtual int64_t file_bytes() const { return 0; }
-  // Whether acquire hands out tensors that stay on the training device after release (the
-  // device store's): the update may then run every entry in one call (one launch on a GPU).
-  virtual bool resident() const { return false; }
-  // Note [Host optimizer step] (zero/host_shard_store.h): a store whose state is in host
-  // memory apart from the training device updates it there. Before an entry is acquired,
-  // stage() hands it the entry's gradient (f32, unscaled and clipped) and the parameters the
-  // update writes (training dtype), both on the training device, and the store starts
-  // copying what it reads to the host; acquire waits for them and hands out host tensors
-  // (master always defined: in f32 training a copy of the parameters; params the 16-bit
-  // parameters' host buffer); release starts copying the new parameters back; and after the
-  // last entry finish_update() orders the training device's later work after those copies.
-  virtual bool updates_on_host() const { return false; }
+  // Whether acquire hands out tensors of `entry` that stay on the training device after
+  // release (the device store's): the update may then take such entries in one call (one
+  // launch on a GPU).
+  virtual bool resident(size_t /*entry*/) const { return false; }
+  // Note [Host optimizer step] (zero/host_shard_store.h): an entry whose state is in host
+  // memory apart from the training device is updated there (a store may hold some entries
+  // on the device and the others on the host: Note [Partial offload] in
+  // zero/partial_offload_store.h). Before such an entry is acquired, stage() hands it the
+  // entry's gradient (f32, unscaled and clipped) and the parameters the update writes
+  // (training dtype), both on the training device, and the store starts copying what it
+  // reads to the host; acquire waits for them and hands out host tensors (master always
+  // defined: in f32 training a copy of the parameters; params the 16-bit parameters' host
+  // buffer); release starts copying the new parameters back; and after the last entry
+  // finish_update() orders the training device's later work after those copies.
+  virtual bool updates_on_host(size_t /*entry*/) const { return false; }
   virtual void stage(size_t entry, const Tensor& grad, const Tensor& params);
   virtual void finish_update() {}
-  // Note [Parameters updated in place] (zero/host_shard_store.h): a store that updates on
-  // the host writes the entry's new parameters (training dtype; in f32 training they are the
-  // master weights it reads too) straight into `host`, host memory where the caller keeps
+  // Note [Parameters updated in place] (zero/host_shard_store.h): an entry updated on the
+  // host has its new parameters (training dtype; in f32 training they are the master
+  // weights it reads too) written straight into `host`, host memory where the caller keeps
   // them (offloaded parameters' buffer), from then on: stage() is handed no parameters,
   // acquire hands `host` out (as master in f32 training, else as params) and release copies
   // nothing back. The caller keeps `host` unread and unwritten from stage to release.
@@ -100,7 +103,7 @@ class DeviceShardStore : public ShardStore {
   Tensor read_part(size_t entry, ShardPart part) override;
   void write_part(size_t entry, ShardPart part, const Tensor& values) override;
   int64_t device_bytes() const override;
-  bool resident() const override { return true; }
+  bool resident(size_t) const override { return true; }
 
  private:
   Device device_;

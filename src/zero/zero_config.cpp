@@ -38,9 +38,12 @@ void ZeroConfig::validate_offload() const {
   TRIAD_CHECK(o.device != OffloadDevice::nvme || !o.nvme_path.empty(),
               "[config] zero_optimization.offload_optimizer.nvme_path is required with device \"nvme\" (the folder "
               "that holds each rank's optimizer state files)");
-  TRIAD_CHECK(o.ratio == 1.0, "[config] zero_optimization.offload_optimizer.ratio must be 1.0 (partial offload is not "
-                              "supported), got "
-                                  << o.ratio);
+  TRIAD_CHECK(o.ratio >= 0.0 && o.ratio <= 1.0,
+              "[config] zero_optimization.offload_optimizer.ratio must be a number in [0, 1], got " << o.ratio);
+  TRIAD_CHECK(o.device != OffloadDevice::nvme || o.ratio == 1.0,
+              "[config] zero_optimization.offload_optimizer.ratio below 1 (partial offload) runs with device \"cpu\", "
+              "not \"nvme\" (every sub-group's state is in the files), got "
+                  << o.ratio);
   TRIAD_CHECK(o.buffer_count >= 1,
               "[config] zero_optimization.offload_optimizer.buffer_count must be at least 1, got " << o.buffer_count);
   TRIAD_CHECK(sub_group_size >= 1, "[config] zero_optimization.sub_group_size must be at least 1, got " << sub_group_size);

@@ -53,7 +53,9 @@ struct ZeroConfig {
   // Where the master weights and Adam's moments live (zero/offload_config.h; stages 1-3).
   // With device nvme they move between files and memory by sub-groups of at most
   // sub_group_size elements of a group's shard (Note [Offloaded optimizer state] in
-  // zero/nvme_shard_store.h), each transfer as the aio section says.
+  // zero/nvme_shard_store.h), each transfer as the aio section says; with device cpu and
+  // ratio below 1 such sub-groups are what stays on the device or goes to the host (Note
+  // [Partial offload] in zero/partial_offload_store.h).
   OffloadConfig offload_optimizer;
   // Stage 3: where each rank's parameter shards live between uses (zero/param_swap.h).
   ParamOffloadConfig offload_param;
@@ -71,7 +73,7 @@ struct ZeroConfig {
   // Error naming the zero_optimization key (or gradient_predivide_factor, or aio key) that
   // is out of range or does not fit the others (ZeRO++ below stage 3; hpZ groups that do not
   // tile the data_parallel ranks ZeRO runs over; offload at stage 0, parameter offload below stage 3, either without
-  // its folder; a delayed update with a negative warm-up, with parameter offload or in a pipeline stage). The config's
+  // its folder, an offload ratio outside [0, 1] or below 1 with nvme; a delayed update with a negative warm-up, with parameter offload or in a pipeline stage). The config's
   // parser (config/config.h) and ZeroOptimizer both check with it: the one statement of each rule.
   void validate(int64_t data_parallel) const;
 

@@ -15,6 +15,7 @@
 #include "zero/buckets.h"
 #include "zero/host_shard_store.h"
 #include "zero/nvme_shard_store.h"
+#include "zero/partial_offload_store.h"
 
 namespace triad::zero {
 
@@ -65,8 +66,14 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   const bool gradients = config_.stage >= 2 && !config_.defer_reduction && !config_.delayed_update.enabled &&
                          (!tp_ || tp_->size() == 1) && pipeline_.ties.empty() &&
                          (!pipeline_.pp || pipeline_.pp->size() == 1);
+  std::map<std::string, nn::TensorSplit> splits;
+  for (auto& [name, split] : model->named_splits()) splits.emplace(name, split);
   if (offload.device == OffloadDevice::nvme)
     store_ = std::make_unique<NvmeShardStore>(device_, offload, config_.aio, gradients);
+  else if (offload.device == OffloadDevice::cpu && (!device_.is_cpu() || offload.host_store_on_cpu) &&
+           offload.ratio < 1.0)  // Note [Partial offload]: the split needs the rank's whole state
+    store_ = std::make_unique<PartialOffloadStore>(device_, config_.dtype, offload.pin_memory, offload.ratio,
+                                                   state_elements(splits));
   else if (offload.device == OffloadDevice::cpu && (!device_.is_cpu() || offload.host_store_on_cpu))
     store_ = std::make_unique<HostShardStore>(device_, config_.dtype, offload.pin_memory);
   else  // none, or cpu on the cpu: the state already is in host memory
@@ -80,52 +87,39 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
               "[config] zero_optimization.delayed_update does not run with offload_param.device \"cpu\" on a "
                   << device_.str() << " device (the pending update would hold every parameter shard on the device); "
                   << "turn one of them off");
-  TRIAD_CHECK(!config_.delayed_update.enabled || device_.is_cpu() || store_->updates_on_host(),
+  TRIAD_CHECK(!config_.delayed_update.enabled || device_.is_cpu() ||
+                  (offload.device == OffloadDevice::cpu && offload.ratio == 1.0),
               "[config] zero_optimization.delayed_update runs with the training on device \"cpu\", or with "
-              "offload_optimizer.device \"cpu\" (the update on the host), not on "
-                  << device_.str() << " alone");
+              "offload_optimizer.device \"cpu\" and ratio 1 (every update on the host), not on "
+                  << device_.str() << " with the optimizer's state on it");
   check_zeropp();
   check_expert_placement(experts_, dp_->size());
-  std::map<std::string, nn::TensorSplit> splits;
-  for (auto& [name, split] : model->named_splits()) splits.emplace(name, split);
   groups_.reserve(8 * units_.size());  // hooks hold Group pointers: no reallocation after this
   for (const Unit& u : units_) {
     unit_groups_.emplace_back();
-    // One group per (expert, weight decay, stage-3 persistence) class of the unit's parameters.
-    using Params = std::vector<std::pair<std::string, Tensor>>;
-    Params lists[2][2][2];  // [expert][decay][persistent]
-    for (const auto& np : u.params) {
-      const bool persistent = config_.stage == 3 && np.second.numel() <= config_.stage3_param_persistence_threshold;
-      const bool expert = experts_.spread() && splits.at(np.first).expert;
-      lists[expert][np.second.dim() >= 2][persistent].push_back(np);
+    for (GroupSpec& spec : group_specs(u, splits)) {
+      Group g;
+      g.comm = spec.expert ? experts_.edp.get() : dp_.get();
+      g.flat = std::make_unique<FlatGroup>(std::move(spec.params), spec.decay ? weight_decay : 0.0, g.comm->size(),
+                                           g.comm->rank(), config_.dtype);
+      TRIAD_CHECK(g.flat->device() == device_, "ZeRO: the model's parameters are on "
+                                                   << device_.str() << " and " << g.flat->device().str()
+                                                   << "; they must share one device");
+      for (const auto& [name, _] : g.flat->params()) g.splits.push_back(splits.at(name));
+      g.tie = tie_of(pipeline_, g.flat->params());
+      const Tensor initial = g.flat->take_initial_f32();
+      const Tensor master = config_.dtype == DType::f32 ? Tensor()
+                            : config_.stage == 0        ? initial
+                                                        : ops::clone(g.flat->shard(initial));
+      add_state(g, master);
+      if (config_.stage >= 1 && !store_->keeps_gradients())
+        g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device_);
+      if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
+      g.partitioned = config_.stage == 3 && !spec.persistent;
+      if (g.partitioned) g.flat->partition();
+      groups_.push_back(std::move(g));
+      unit_groups_.back().push_back(&groups_.back());
     }
-    for (int decay : {1, 0})
-      for (int kind = 0; kind < 4; ++kind) {  // dense, dense persistent, expert, expert persistent
-        const int expert = kind / 2, persistent = kind % 2;
-        Params& list = lists[expert][decay][persistent];
-        if (list.empty()) continue;
-        Group g;
-        g.comm = expert ? experts_.edp.get() : dp_.get();
-        g.flat = std::make_unique<FlatGroup>(std::move(list), decay ? weight_decay : 0.0, g.comm->size(),
-                                             g.comm->rank(), config_.dtype);
-        TRIAD_CHECK(g.flat->device() == device_, "ZeRO: the model's parameters are on "
-                                                     << device_.str() << " and " << g.flat->device().str()
-                                                     << "; they must share one device");
-        for (const auto& [name, _] : g.flat->params()) g.splits.push_back(splits.at(name));
-        g.tie = tie_of(pipeline_, g.flat->params());
-        const Tensor initial = g.flat->take_initial_f32();
-        const Tensor master = config_.dtype == DType::f32 ? Tensor()
-                              : config_.stage == 0        ? initial
-                                                          : ops::clone(g.flat->shard(initial));
-        add_state(g, master);
-        if (config_.stage >= 1 && !store_->keeps_gradients())
-          g.shard_grad = Tensor::zeros({g.flat->shard_size()}, config_.dtype, device_);
-        if (config_.stage <= 1) g.flat->grad();  // full gradients live throughout
-        g.partitioned = config_.stage == 3 && !persistent;
-        if (g.partitioned) g.flat->partition();
-        groups_.push_back(std::move(g));
-        unit_groups_.back().push_back(&groups_.back());
-      }
     // Unit by unit, so that the model never needs its parameters in memory twice: its shards
     // go to their file, and the storage the flat groups replaced goes back to the system
     // rather than to the CPU allocator's cache (Note [Caching CPU allocator]).
@@ -145,6 +139,39 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
   if (config_.stage == 3) install_stage3_hooks();
 }
 
+std::vector<ZeroOptimizer::GroupSpec> ZeroOptimizer::group_specs(
+    const Unit& u, const std::map<std::string, nn::TensorSplit>& splits) const {
+  GroupSpec lists[2][2][2];  // [expert][decay][persistent]
+  for (const auto& np : u.params) {
+    const bool persistent = config_.stage == 3 && np.second.numel() <= config_.stage3_param_persistence_threshold;
+    const bool expert = experts_.spread() && splits.at(np.first).expert;
+    lists[expert][np.second.dim() >= 2][persistent].params.push_back(np);
+  }
+  std::vector<GroupSpec> out;
+  for (int decay : {1, 0})
+    for (int kind = 0; kind < 4; ++kind) {  // dense, dense persistent, expert, expert persistent
+      const int expert = kind / 2, persistent = kind % 2;
+      GroupSpec& spec = lists[expert][decay][persistent];
+      if (spec.params.empty()) continue;
+      spec.decay = decay, spec.expert = expert, spec.persistent = persistent;
+      out.push_back(std::move(spec));
+    }
+  return out;
+}
+
+int64_t ZeroOptimizer::state_elements(const std::map<std::string, nn::TensorSplit>& splits) const {
+  int64_t total = 0;
+  for (const Unit& u : units_)
+    for (const GroupSpec& spec : group_specs(u, splits)) {
+      int64_t numel = 0;
+      for (const auto& [_, p] : spec.params) numel += p.numel();
+      const int ranks = spec.expert ? experts_.edp->size() : dp_->size();
+      const int64_t padded = FlatGroup::padded_size(numel, ranks);
+      total += config_.stage == 0 ? padded : padded / ranks;
+    }
+  return total;
+}
+
 void ZeroOptimizer::offload_params(size_t u) {
   const ParamOffloadConfig& c = config_.offload_param;
   int64_t shards = 0;
@@ -157,7 +184,10 @@ void ZeroOptimizer::offload_params(size_t u) {
     param_swap_->add(*g->flat);
     // Note [Parameters updated in place]: the host update writes the shard where it lives,
     // or (a file, mixed precision) into a host buffer the file is written from.
-    if (!store_->updates_on_host()) continue;
+    // (Note [Partial offload]: every sub-group of the shard updated on the host.)
+    if (!std::all_of(g->subgroups.begin(), g->subgroups.end(),
+                     [&](const Group::SubGroup& sub) { return store_->updates_on_host(sub.entry); }))
+      continue;
     Tensor host = param_swap_->host_slot(*g->flat);
     if (!host.defined() && config_.dtype != DType::f32)
       host = g->host_params = Tensor::zeros({g->flat->shard_size()}, config_.dtype);
@@ -173,8 +203,11 @@ void ZeroOptimizer::offload_params(size_t u) {
 
 void ZeroOptimizer::add_state(Group& g, const Tensor& master) {
   const int64_t elements = config_.stage == 0 ? g.flat->padded() : g.flat->shard_size();
-  // Only a store that swaps cuts groups into sub-groups; the others keep each one whole.
-  const int64_t unit = config_.offload_optimizer.device == OffloadDevice::nvme ? config_.sub_group_size : elements;
+  // Only a store that swaps, or splits by sub-groups (Note [Partial offload]), cuts groups
+  // into sub-groups; the others keep each one whole.
+  const OffloadConfig& o = config_.offload_optimizer;
+  const bool cut = o.device == OffloadDevice::nvme || (o.device == OffloadDevice::cpu && o.ratio < 1.0);
+  const int64_t unit = cut ? config_.sub_group_size : elements;
   int64_t first = 0;
   do {
     const int64_t count = std::min(unit, elements - first);
@@ -547,17 +580,18 @@ ZeroOptimizer::~ZeroOptimizer() {
 
 void ZeroOptimizer::update(const Update& u) {
   // Sub-group by sub-group in order: the store may read the next one while this one is
-  // updated, and write it back while the next is (Note [Offloaded optimizer state]). A
-  // store whose state stays on the device takes every sub-group in one call instead (Note
-  // [Multi-tensor optimizer]: one launch on a GPU).
-  const bool at_once = store_->resident() && !param_swap_;
+  // updated, and write it back while the next is (Note [Offloaded optimizer state]).
+  // Sub-groups whose state stays on the device go in one call instead (Note [Multi-tensor
+  // optimizer]: one launch on a GPU), launched before the next sub-group updated on the host
+  // (Note [Partial offload]).
   std::vector<AdamWTensors> batch;
   std::vector<std::pair<size_t, const Group::SubGroup*>> order;
   for (size_t i = 0; i < groups_.size(); ++i)
     for (const Group::SubGroup& sub : groups_[i].subgroups) order.emplace_back(i, &sub);
-  // Note [Host optimizer step]: stage_update() has staged the sub-groups whose parameters are
-  // in memory or updated in place; an offloaded parameter shard's are staged once it is in.
-  const bool host = store_->updates_on_host();
+  // Note [Host optimizer step]: stage_update() has staged the sub-groups updated on the host
+  // whose parameters are in memory or updated in place; an offloaded parameter shard's are
+  // staged once it is in.
+  bool any_host = false;
   size_t row = 0;  // the sub-group's row of step_constants_
   // Offloaded parameter shards the update needs on the device (Note [Offloaded parameters]),
   // read in unless it only writes them (mixed precision: the master weights are the store's).
@@ -566,6 +600,12 @@ void ZeroOptimizer::update(const Update& u) {
   for (size_t k = 0; k < order.size(); ++k) {
     const auto [i, sub] = order[k];
     Group& g = groups_[i];
+    const bool host = store_->updates_on_host(sub->entry), at_once = store_->resident(sub->entry) && !param_swap_;
+    any_host = any_host || host;
+    if (!at_once && !batch.empty()) {
+      ops::adamw_(batch);
+      batch.clear();
+    }
     if (g.in_place && sub == &g.subgroups.front()) {  // Note [Parameters updated in place]
       const bool idle = param_swap_->settle(*g.flat);
       TRIAD_ASSERT(idle);
@@ -611,24 +651,24 @@ void ZeroOptimizer::update(const Update& u) {
     store_->release(sub->entry, /*dirty=*/true);
     if (g.host_params.defined() && sub == &g.subgroups.back()) param_swap_->store_from(*g.flat, g.host_params);
     if (swapped(i) && sub == &g.subgroups.back()) {
-      if (host) store_->finish_update();  // the shard's new values are in before it is written
+      if (any_host) store_->finish_update();  // the shard's new values are in before it is written
       param_swap_->store(*g.flat);
     }
   }
-  if (at_once) ops::adamw_(batch);
-  if (host) store_->finish_update();
+  if (!batch.empty()) ops::adamw_(batch);
+  if (any_host) store_->finish_update();
   // The next step begins where this one did: its first sub-group can come in during the
   // forward and backward.
   if (!order.empty()) store_->prefetch(order.front().second->entry);
 }
 
 void ZeroOptimizer::stage_update(const Update& u) {
-  if (!store_->updates_on_host()) return;
   for (size_t i = 0; i < groups_.size(); ++i) {
     const Group& g = groups_[i];
     if (!param_swap_ || !g.partitioned || g.in_place)
       for (const Group::SubGroup& sub : g.subgroups)
-        store_->stage(sub.entry, update_grad(u, i, sub), g.in_place ? Tensor() : update_params(u, i, sub));
+        if (store_->updates_on_host(sub.entry))
+          store_->stage(sub.entry, update_grad(u, i, sub), g.in_place ? Tensor() : update_params(u, i, sub));
   }
 }
 
@@ -665,7 +705,7 @@ std::pair<Tensor, int64_t> ZeroOptimizer::buffer(const Group& g, State state) {
     const Tensor part = store_->read_part(sub.entry, part_of(state));
     const Group::SubGroup& last = g.subgroups.back();
     if (!whole.defined()) whole = Tensor::empty({last.first + last.count}, DType::f32, part.device());
-    ops::copy_(ops::narrow(whole, 0, sub.first, sub.count), part);
+    ops::copy_(ops::narrow(whole, 0, sub.first, sub.count), ops::to(part, whole.device()));  // (Note [Partial offload])
   }
   return {whole, begin};
 }
@@ -763,9 +803,12 @@ void ZeroOptimizer::set_betas(double beta1, double beta2) {
 
 void ZeroOptimizer::read_constants_from_device() {
   const bool scaled = config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0;
-  TRIAD_CHECK(store_->resident() && !param_swap_ && !store_->updates_on_host(),
-              "ZeRO: a recorded step reads Adam's constants on the device, where offloaded optimizer state or "
-              "parameters are not updated (zero_optimization.offload_optimizer, offload_param)");
+  bool on_device = !param_swap_;
+  for (const Group& g : groups_)
+    for (const Group::SubGroup& sub : g.subgroups)
+      on_device = on_device && store_->resident(sub.entry) && !store_->updates_on_host(sub.entry);
+  TRIAD_CHECK(on_device, "ZeRO: a recorded step reads Adam's constants on the device, where offloaded optimizer "
+                         "state or parameters are not updated (zero_optimization.offload_optimizer, offload_param)");
   TRIAD_CHECK(!scaled, "ZeRO: a recorded step cannot scale the loss (fp16's overflow test reads the gradient norm on "
                        "the host)");
   TRIAD_CHECK(!config_.delayed_update.enabled,

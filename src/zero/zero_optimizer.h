@@ -32,7 +32,8 @@
 // files and come in by sub-groups: Note [Offloaded optimizer state] in
 // zero/nvme_shard_store.h; at stages 2 and 3 the rank's reduced gradients go there too, Note
 // [Offloaded gradients]; with "cpu" on a GPU they live in host memory, where Adam runs:
-// Note [Host optimizer step] in zero/host_shard_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
+// Note [Host optimizer step] in zero/host_shard_store.h; with ratio below 1 only the last
+// sub-groups do: Note [Partial offload] in zero/partial_offload_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
 // norms and overflow flags reduced over ranks included: an NCCL communicator takes its
 // GPU's tensors only.
 //
@@ -73,6 +74,7 @@
 #pragma once
 
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -343,6 +345,16 @@ class ZeroOptimizer {
     Tensor result;  // a stage-2 gradient's reduce-scatter output, added to the shard when done
   };
 
+  // The flat groups unit u forms, in the order they are built: one per (weight decay,
+  // expert, stage-3 persistence) class of its parameters.
+  struct GroupSpec {
+    std::vector<std::pair<std::string, Tensor>> params;
+    bool decay = false, expert = false, persistent = false;
+  };
+  std::vector<GroupSpec> group_specs(const Unit& u, const std::map<std::string, nn::TensorSplit>& splits) const;
+  // The elements of the optimizer's state the rank will keep (its shards; stage 0 the
+  // groups), before the groups are built (Note [Partial offload]).
+  int64_t state_elements(const std::map<std::string, nn::TensorSplit>& splits) const;
   // The storage holding `state` for g and the first flat element it covers (StateView).
   std::pair<Tensor, int64_t> buffer(const Group& g, State state);
   void add_state(Group& g, const Tensor& master);

@@ -107,6 +107,23 @@ if len(rows) != 12 or bad:
 print("OK: offload columns of the paper's example by closed form")
 PY
 
+# Partial offload (--offload-ratio 0.25): each choice with the optimizer on cpu gets a row with
+# three quarters of its 12 S on the device and a quarter of the host store's 18 S on the host.
+"$est" --params 7.5e9 --dp 64 --offload-ratio 0.25 | tail -n 1 >"$out/ratio.json" || fail "ratio estimate exited $?"
+python3 - "$out/ratio.json" <<'PY' || exit 1
+import json, sys
+rows = {(r["stage"], r["offload_optimizer"], r["offload_param"], r["offload_ratio"]): r
+        for r in json.load(open(sys.argv[1]))["offload"]}
+S = 117187500
+want = {(2, "cpu", "none", 0.25): (15e9 + 2 * S + 9 * S, 4.5 * S, 0), (2, "cpu", "none", 1): (15e9 + 2 * S, 18 * S, 0),
+        (3, "cpu", "cpu", 0.25): (11 * S, 6.5 * S, 0), (1, "cpu", "none", 0.25): (30e9 + 9 * S, 4.5 * S, 0)}
+bad = [f"{k}: {rows.get(k)}" for k, (d, h, n) in want.items()
+       if k not in rows or (rows[k]["device_bytes"], rows[k]["host_bytes"], rows[k]["nvme_bytes"]) != (d, h, n)]
+if len(rows) != 16 or bad:
+    sys.exit(f"FAILED: offload columns with ratio 0.25 ({len(rows)} rows): " + "; ".join(bad))
+print("OK: offload columns with --offload-ratio 0.25 by closed form")
+PY
+
 expect_error() {  # expect_error PATTERN ARGS...
   local pattern=$1 text
   shift
@@ -117,4 +134,5 @@ expect_error "Give --config FILE" --params 7.5e9 --dp 64 --pp 2
 expect_error "to be a multiple of pipeline.stages" --config "$config" --dp 1 --pp 4 --micro-batches 6 \
   --schedule interleaved --virtual-stages 2
 expect_error "one data-parallel size" --config "$config" --dp 1,2 --pp 2
-echo "OK: errors name --config, the interleaving's multiple and the single --dp"
+expect_error "offload-ratio: must be a number in \[0, 1\], got 1.5" --params 7.5e9 --dp 64 --offload-ratio 1.5
+echo "OK: errors name --config, the interleaving's multiple, the single --dp and --offload-ratio's range"

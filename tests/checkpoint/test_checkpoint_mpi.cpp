@@ -9,7 +9,9 @@
 // under runs without offload. Under the delayed parameter update, a checkpoint applies the
 // pending update before it saves, and a run resumed from it continues bit for bit the run
 // that wrote it and went on. With offload to NVMe, a checkpoint streams through memory and
-// writes what a save in memory writes, bit for bit.
+// writes what a save in memory writes, bit for bit. Checkpoints of runs with part of the
+// optimizer's state on the host (offload_optimizer.ratio) resume with any ratio, without
+// offload and on other ranks.
 #include <boost/test/unit_test.hpp>
 #include <unistd.h>
 
@@ -51,8 +53,13 @@ nlohmann::json tensor_parallel(nlohmann::json j, int tp) {
   return j;
 }
 
+// offload_optimizer.device "cpu" runs ZeRO-Offload's host store on the CPU training device
+// (its internal switch), as on a GPU.
 void run(const nlohmann::json& j, const engine::TrainOptions& o, parallel::CommunicatorPtr dp) {
-  engine::train(engine::parse_config(j, dp ? dp->size() : 1), o, dp);
+  engine::TrainConfig config = engine::parse_config(j, dp ? dp->size() : 1);
+  zero::OffloadConfig& offload = config.zero.offload_optimizer;
+  offload.host_store_on_cpu = offload.device == zero::OffloadDevice::cpu;
+  engine::train(config, o, dp);
 }
 
 // The run resumed at step 10 (metrics resumed<tag>.jsonl) continues the uninterrupted one
@@ -380,6 +387,45 @@ BOOST_AUTO_TEST_CASE(offloaded_checkpoints_resume_with_and_without_offload) {
   const bool swap_files_removed = std::filesystem::is_empty(nvme);
   world->barrier();  // before rank 0's folder goes
   BOOST_TEST(swap_files_removed);
+}
+
+// Partial offload (Note [Partial offload]; the host store forced on the CPU, sub-groups of
+// 500 elements): a stage-2 run with half its state on the host resumes bit for bit as it
+// was, in bf16 (master weights in the checkpoint) and f32, and continues with all its state
+// on the host (ratio 1) and without offload; and a checkpoint of a run without offload
+// continues with ratio 0.5, in bf16 and f32. Half the ranks (f32: bf16's trajectories differ
+// between data-parallel sizes by more than 1e-5) resume either at another stage and ratio.
+// Each within 1e-5 of the resuming layout's run.
+BOOST_AUTO_TEST_CASE(partially_offloaded_checkpoints_resume_with_any_ratio) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  const int n = world->size(), r = world->rank(), half = std::max(1, n / 2);
+  const parallel::CommunicatorPtr halves = world->split(r < half ? 0 : 1, r);
+  test::TempDir dir;
+  const std::string folder = test::shared_corpus(dir, *world);
+  const auto bf16 = [&](int stage) {
+    nlohmann::json j = config_json(folder, stage);
+    j["bf16"] = {{"enabled", true}};
+    return j;
+  };
+  const auto offloaded = [](nlohmann::json j, double ratio) {
+    j["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}, {"ratio", ratio}};
+    j["zero_optimization"]["sub_group_size"] = 500;
+    return j;
+  };
+  resume_on_other_grids({{"bf16, ratio 1", "_half_as_all", offloaded(bf16(2), 1.0), true, world},
+                         {"bf16, without offload", "_half_as_plain", bf16(2), true, world}},
+                        save_and_resume(offloaded(bf16(2), 0.5), folder, "_half", world), folder, *world);
+  resume_on_other_grids({{"bf16, ratio 0.5", "_plain_as_half", offloaded(bf16(3), 0.5), true, world}},
+                        save_and_resume(bf16(3), folder, "_plain", world), folder, *world);
+  resume_on_other_grids(
+      {{"f32, ratio 1", "_half32_as_all", offloaded(config_json(folder, 2), 1.0), true, world},
+       {"f32, half the ranks, stage 3, without offload", "_half32_on_half", config_json(folder, 3), r < half, halves}},
+      save_and_resume(offloaded(config_json(folder, 2), 0.5), folder, "_half32", world), folder, *world);
+  resume_on_other_grids(
+      {{"f32, ratio 0.5", "_plain32_as_half", offloaded(config_json(folder, 3), 0.5), true, world},
+       {"f32, half the ranks, stage 1, ratio 0.5", "_plain32_on_half", offloaded(config_json(folder, 1), 0.5), r < half,
+        halves}},
+      save_and_resume(config_json(folder, 3), folder, "_plain32", world), folder, *world);
 }
 
 // Note [Delayed parameter update]: saving applies the pending update, so the step after a

@@ -603,6 +603,15 @@ BOOST_AUTO_TEST_CASE(offload_optimizer_and_aio_keys) {
   json cpu = with("zero_optimization.stage=1");
   cpu["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
   BOOST_TEST((engine::parse_config(cpu).zero.offload_optimizer.device == zero::OffloadDevice::cpu));
+  // Partial offload (Note [Partial offload]) at any stage that offloads, 0 (nothing
+  // offloaded) to 1; sub_group_size then cuts the state the ratio splits: no notice.
+  for (double ratio : {0.0, 0.3, 1.0}) {
+    cpu["zero_optimization"]["offload_optimizer"]["ratio"] = ratio;
+    cpu["zero_optimization"]["sub_group_size"] = 1000;
+    const engine::TrainConfig partial = engine::parse_config(cpu);
+    BOOST_TEST(partial.zero.offload_optimizer.ratio == ratio);
+    BOOST_TEST(partial.notices.size() == (ratio < 1.0 ? 0u : 1u), "ratio " << ratio);
+  }
 
   const auto error_with = [&](const std::string& key, const json& value) {
     json bad = j;
@@ -621,10 +630,14 @@ BOOST_AUTO_TEST_CASE(offload_optimizer_and_aio_keys) {
              "[config] zero_optimization.offload_optimizer.nvme_path is required with device \"nvme\" (the folder "
              "that holds each rank's optimizer state files)");
   BOOST_TEST(error_with("zero_optimization.offload_optimizer.ratio", 0.5) ==
-             "[config] zero_optimization.offload_optimizer.ratio must be 1.0 (partial offload is not supported), got "
-             "0.5");
+             "[config] zero_optimization.offload_optimizer.ratio below 1 (partial offload) runs with device \"cpu\", "
+             "not \"nvme\" (every sub-group's state is in the files), got 0.5");
   BOOST_TEST(error_with("zero_optimization.offload_optimizer.ratio", 2) ==
              "[config] zero_optimization.offload_optimizer.ratio must be a number in [0, 1], got 2");
+  BOOST_TEST(error_with("zero_optimization.offload_optimizer.ratio", -0.5) ==
+             "[config] zero_optimization.offload_optimizer.ratio must be a number in [0, 1], got -0.5");
+  BOOST_TEST(error_with("zero_optimization.offload_optimizer.ratio", "half") ==
+             "[config] zero_optimization.offload_optimizer.ratio must be a number in [0, 1], got \"half\"");
   BOOST_TEST(error_with("zero_optimization.offload_optimizer.pipeline", true) ==
              "[config] unknown key zero_optimization.offload_optimizer.pipeline");
   BOOST_TEST(error_with("zero_optimization.stage", 0) ==

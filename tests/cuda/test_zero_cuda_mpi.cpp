@@ -9,7 +9,8 @@
 // Adam is the device's arithmetic, compiled for another processor), bf16 within 2e-2 (a
 // last-bit difference of a master weight may round its 16-bit copy the other way); so does
 // stage 3 with the parameter shards in host memory (offload_param cpu), alone within 1e-6,
-// and with both offloads within those bounds.
+// and with both offloads within those bounds; and so does half the state on the host
+// (offload_optimizer.ratio 0.5), each side's bytes where the split puts them.
 #define BOOST_TEST_MODULE zero_cuda_mpi
 #define BOOST_TEST_NO_MAIN  // main() is TRIAD_SHARED_GPU_MPI_TEST_MAIN's
 
@@ -61,6 +62,48 @@ BOOST_AUTO_TEST_CASE(offloading_to_host_memory_follows_the_run_in_device_memory)
           DataParallelRun offloaded = plain;
           offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = pinned};
           check_same(data_parallel(world, offloaded), data_parallel(world, plain), dtype == DType::f32 ? 1e-5 : 2e-2);
+        }
+      }
+}
+
+// Partial offload (Note [Partial offload]): ratio 0.5 over sub-groups of 300 elements, pinned,
+// at stages 1-3 (and at stage 3 beside the parameter shards in host memory) follows the run
+// in device memory within the bounds above; the first sub-groups whose elements add up to at
+// most half the rank's state keep their moments (and master weights) on the GPU
+// (optim_bytes: 8 or 12 bytes an element), the others are in host memory with the host
+// store's buffers (host_bytes: 16 or 18).
+BOOST_AUTO_TEST_CASE(offloading_half_the_state_follows_the_run_in_device_memory) {
+  const parallel::CommunicatorPtr world = parallel::world();
+  constexpr int64_t sub_group = 300;
+  for (int stage : {1, 2, 3})
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (bool params_on_host : {false, true}) {
+        if (params_on_host && stage != 3) continue;
+        BOOST_TEST_CONTEXT("stage " << stage << ", " << dtype_name(dtype)
+                                    << (params_on_host ? ", parameters on the host" : "")) {
+          const DataParallelRun plain{.stage = stage, .accumulation = 2, .dtype = dtype, .device = gpu()};
+          DataParallelRun offloaded = plain;
+          offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .ratio = 0.5};
+          offloaded.sub_group_size = sub_group;
+          if (params_on_host) offloaded.offload_param = {.device = zero::OffloadDevice::cpu, .pin_memory = true};
+          int64_t total = 0, device = 0;  // the rank's elements, and those the split keeps on the GPU
+          zero::ResidentBytes memory;
+          offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
+            if (!after) return;
+            memory = opt.memory();
+            std::vector<int64_t> ends;
+            total = 0;
+            for (const auto& [padded, _] : opt.group_sizes())
+              for (int64_t first = 0; first < padded / world->size(); first += sub_group)
+                ends.push_back(total += std::min(sub_group, padded / world->size() - first));
+            device = 0;
+            for (int64_t end : ends)
+              if (2 * end <= total) device = end;
+          };
+          check_same(data_parallel(world, offloaded), data_parallel(world, plain), dtype == DType::f32 ? 1e-5 : 2e-2);
+          const bool f32 = dtype == DType::f32;
+          BOOST_TEST(memory.optim_bytes == (f32 ? 8 : 12) * device);
+          if (!params_on_host) BOOST_TEST(memory.host_bytes == (f32 ? 16 : 18) * (total - device));
         }
       }
 }

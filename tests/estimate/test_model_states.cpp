@@ -175,7 +175,8 @@ BOOST_AUTO_TEST_CASE(persistence_threshold_moves_exactly_the_small_parameters) {
 // elements per rank, every figure exact in binary. Offloading moves bytes between device,
 // host and NVMe without changing their sum, except the nvme buffers' host copies and, with the
 // optimizer on nvme at stages 2-3, the gradient shard's f32 copy (2 more bytes per element),
-// and with the optimizer on cpu the host store's copy buffers (f32 gradient, 16-bit parameters).
+// and with the optimizer on cpu the host store's copy buffers (f32 gradient, 16-bit parameters),
+// of which a ratio below 1 keeps its share.
 BOOST_AUTO_TEST_CASE(offload_columns_place_each_state_by_closed_form) {
   using estimate::OffloadTarget;
   const estimate::ModelStateInput in = paper_example();
@@ -213,6 +214,26 @@ BOOST_AUTO_TEST_CASE(offload_columns_place_each_state_by_closed_form) {
                     {"offloading parameters runs at stage 3, not stage 2"});
   test::check_error([&] { estimate::placed_state_bytes(0, {.optimizer = OffloadTarget::cpu}, in); },
                     {"stages 1-3, not stage 0"});
+  // Partial offload (Note [Partial offload]): ratio 0.25 keeps three quarters of the 12S on
+  // the device and a quarter of the host store's 18S on the host; each cpu choice gets such
+  // a row after its own.
+  const auto quarter = estimate::placed_state_bytes_all(in, {}, 0.25);
+  BOOST_TEST_REQUIRE(quarter.size() == all.size() + 4u);
+  const estimate::PlacedStateBytes z2quarter = quarter[1 + 4 + 2];  // stage 2, optimizer on cpu, ratio 0.25
+  BOOST_TEST((z2quarter.stage == 2 && z2quarter.choice.optimizer == OffloadTarget::cpu));
+  BOOST_TEST(z2quarter.choice.ratio == 0.25);
+  BOOST_TEST(z2quarter.device == 2 * 7.5e9 + 2 * s + 9 * s);
+  BOOST_TEST(z2quarter.host == 4.5 * s);
+  const auto z3quarter = estimate::placed_state_bytes(
+      3, {.optimizer = OffloadTarget::cpu, .params = OffloadTarget::cpu, .ratio = 0.25}, in);
+  BOOST_TEST(z3quarter.device == 2 * s + 9 * s);
+  BOOST_TEST(z3quarter.host == 2 * s + 4.5 * s);
+  BOOST_TEST(estimate::placed_state_bytes(2, {.optimizer = OffloadTarget::cpu, .ratio = 0.0}, in).device ==
+             estimate::placed_state_bytes(2, {}, in).device);
+  test::check_error([&] { estimate::placed_state_bytes(2, {.optimizer = OffloadTarget::nvme, .ratio = 0.5}, in); },
+                    {"ratio below 1 (partial offload) runs with the optimizer on cpu, not nvme"});
+  test::check_error([&] { estimate::placed_state_bytes(2, {.optimizer = OffloadTarget::cpu, .ratio = 1.5}, in); },
+                    {"ratio must be a number in [0, 1], got 1.5"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_model_states

@@ -7,10 +7,14 @@
 // follows the same run without offload within 1e-6, and so does stage 3 with the parameter
 // shards in swap files too (ZeRO-Infinity); so does every stage with the state and the
 // update in host memory apart from the device's (ZeRO-Offload's store, forced on the CPU),
-// and stage 3 with the parameter shards in host memory, alone or beside that store.
+// and stage 3 with the parameter shards in host memory, alone or beside that store; and so
+// does every stage with only part of the state on the host (offload_optimizer.ratio), split
+// by sub-groups as DeepSpeed splits it, its bytes on each side the split's closed form.
 // A frozen model partitioned as stage 3 partitions (zero/frozen_partition.h) computes the
 // whole model's forward.
 #include <boost/test/unit_test.hpp>
+
+#include <numeric>
 
 #include "parallel/counting_communicator.h"
 #include "parallel/runtime.h"
@@ -152,6 +156,74 @@ BOOST_AUTO_TEST_CASE(offloading_to_host_memory_follows_the_run_without_it) {
           test::DataParallelRun offloaded = plain;
           offloaded.offload = {.device = zero::OffloadDevice::cpu, .pin_memory = true, .host_store_on_cpu = true};
           check_same(test::data_parallel(comm, offloaded), test::data_parallel(comm, plain), 1e-6);
+        }
+      }
+  }
+}
+
+// Note [Partial offload]: with offload_optimizer.ratio below 1 the first sub-groups' state
+// stays on the device and the others' is updated on the host (the host store forced on the
+// CPU as above), groups cut into sub-groups of 300 elements: ratio 0.5, the ratio that
+// leaves only the last sub-group on the host and the one that keeps only the first on the
+// device, and (stage 3) 0.5 beside the parameter shards in host memory, whose groups wholly
+// on the host are updated in place and the others brought in. Stages 1-3, f32 and bf16,
+// gradient accumulation 2, clipping at 0.5: the run without offload within 1e-6. The
+// store's bytes are the split's: of the rank's S elements, D in the first sub-groups whose
+// elements add up to at most (1 - ratio) S on the device (moments, and in mixed precision
+// master weights: 8 or 12 bytes each) and S - D in the host store (16 or 18: Note [Host
+// optimizer step]), both in optim_bytes on the CPU training device.
+BOOST_AUTO_TEST_CASE(offloading_part_of_the_state_to_host_memory_follows_the_run_without_it) {
+  constexpr int64_t sub_group = 300;
+  for (const auto& [ranks, comm] : zero_mpi_offload_groups()) {
+    for (int stage : {1, 2, 3})
+      for (DType dtype : {DType::f32, DType::bf16}) {
+        const test::DataParallelRun plain{.stage = stage, .accumulation = 2, .dtype = dtype};
+        const Trajectory ref = test::data_parallel(comm, plain);
+        // The rank's sub-groups in order: each group's shard cut into pieces of sub_group.
+        std::vector<int64_t> sizes;
+        {
+          zero::ZeroOptimizer probe(test::make_model(), {.stage = stage, .dtype = dtype}, test::kAdam, test::kDecay,
+                                    comm);
+          for (const auto& [padded, _] : probe.group_sizes())
+            for (int64_t first = 0; first < padded / ranks; first += sub_group)
+              sizes.push_back(std::min(sub_group, padded / ranks - first));
+        }
+        BOOST_TEST_REQUIRE(sizes.size() >= 4u);
+        const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t(0));
+        int64_t half = 0;  // the longest run of first sub-groups within half the state
+        for (int64_t end = 0; int64_t s : sizes)
+          if ((end += s) <= total / 2) half = end;
+        struct Case {
+          const char* name;
+          double ratio;
+          int64_t device;  // elements expected on the device
+          bool params_on_host;
+        };
+        const double s = double(total);
+        const std::vector<Case> cases = {
+            {"ratio 0.5", 0.5, half, false},
+            {"only the last sub-group offloaded", (double(sizes.back()) - 0.5) / s, total - sizes.back(), false},
+            {"only the first sub-group kept", 1.0 - (double(sizes.front()) + 0.5) / s, sizes.front(), false},
+            {"ratio 0.5, parameters in host memory", 0.5, half, true}};
+        for (const Case& c : cases) {
+          if (c.params_on_host && stage != 3) continue;
+          BOOST_TEST_CONTEXT(ranks << " ranks, stage " << stage << ", " << dtype_name(dtype) << ", " << c.name) {
+            test::DataParallelRun offloaded = plain;
+            offloaded.offload = {
+                .device = zero::OffloadDevice::cpu, .pin_memory = true, .ratio = c.ratio, .host_store_on_cpu = true};
+            offloaded.sub_group_size = sub_group;
+            if (c.params_on_host)
+              offloaded.offload_param = {.device = zero::OffloadDevice::cpu, .host_store_on_cpu = true};
+            zero::ResidentBytes memory;
+            offloaded.around_step = [&](const zero::ZeroOptimizer& opt, bool after) {
+              if (after) memory = opt.memory();
+            };
+            check_same(test::data_parallel(comm, offloaded), ref, 1e-6);
+            const bool f32 = dtype == DType::f32;
+            if (!c.params_on_host)  // (in place, the host store's parameters are the shards' buffers)
+              BOOST_TEST(memory.optim_bytes == (f32 ? 8 : 12) * c.device + (f32 ? 16 : 18) * (total - c.device));
+            BOOST_TEST(memory.nvme_bytes == 0);
+          }
         }
       }
   }
@@ -442,7 +514,8 @@ Trajectory delayed_single_process(int64_t accumulation, int64_t warmup, int64_t 
 
 // The delayed parameter update (Note [Delayed parameter update]) after 3 ordinary steps
 // follows the single-process run that delays by hand, at every stage on 1 and 2 ranks, with
-// the optimizer's state in memory and on NVMe, with gradient accumulation 2 and clipping at
+// the optimizer's state in memory, on NVMe, in the host store and (stage 2) half in it
+// (Note [Partial offload], on the CPU training device), with gradient accumulation 2 and clipping at
 // 0.5 (within 1e-5 as any layout); with no warm-up; with an overflowing step skipped
 // (which applies the pending update and starts none) and the pending update applied
 // mid-run, as a checkpoint does. The final parameters hold every update (gather_all applies
@@ -481,6 +554,12 @@ BOOST_AUTO_TEST_CASE(a_delayed_update_follows_the_run_delayed_by_hand) {
           check_same(test::data_parallel(comm, run), ref);
         }
       }
+    BOOST_TEST_CONTEXT(ranks << " ranks, stage 2, half the state in the host store") {  // (Note [Partial offload])
+      test::DataParallelRun run{.stage = 2, .accumulation = 2, .delayed = {.enabled = true, .warmup_steps = 3}};
+      run.offload = {.device = zero::OffloadDevice::cpu, .ratio = 0.5, .host_store_on_cpu = true};
+      run.sub_group_size = 300;
+      check_same(test::data_parallel(comm, run), ref);
+    }
     BOOST_TEST_CONTEXT(ranks << " ranks, stage 2, no warm-up") {
       check_same(test::data_parallel(comm, {.stage = 2, .delayed = {.enabled = true, .warmup_steps = 0}}), at_once);
     }

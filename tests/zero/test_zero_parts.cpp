@@ -12,13 +12,17 @@
 // not, written behind, within its buffers, and names a damaged file; parameter
 // offload below stage 3, without its folder, or with buffers too few or too small for a
 // unit's shards is a named error. A delayed update with a negative warm-up, with parameter
-// offload or in pipeline stages is a named error.
+// offload or in pipeline stages is a named error. Partial offload (Note [Partial offload])
+// splits sub-groups of equal size as DeepSpeed does, keeps the first entries on the device
+// and the rest in the host store, and refuses a ratio outside [0, 1] or below 1 with nvme.
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
 
 #include <fcntl.h>
+#include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "support/check.h"
 #include "support/files.h"
@@ -28,6 +32,7 @@
 #include "tensor/random.h"
 #include "zero/nvme_shard_store.h"
 #include "zero/param_swap.h"
+#include "zero/partial_offload_store.h"
 #include "zero/shard_store.h"
 #include "zero/zero_config.h"
 
@@ -64,7 +69,7 @@ BOOST_AUTO_TEST_CASE(out_of_range_keys_are_named) {
              "(int4 packs two per byte), got 7");
 }
 
-BOOST_AUTO_TEST_CASE(offload_needs_a_stage_a_folder_and_whole_state) {
+BOOST_AUTO_TEST_CASE(offload_needs_a_stage_a_folder_and_a_ratio_in_range) {
   const zero::OffloadConfig nvme{.device = zero::OffloadDevice::nvme, .nvme_path = "/tmp"};
   BOOST_TEST(error_of({.stage = 1, .offload_optimizer = nvme}) == "(no error)");
   BOOST_TEST(error_of({.stage = 3, .offload_optimizer = {.device = zero::OffloadDevice::cpu}}) == "(no error)");
@@ -74,9 +79,21 @@ BOOST_AUTO_TEST_CASE(offload_needs_a_stage_a_folder_and_whole_state) {
   BOOST_TEST(error_of({.stage = 2, .offload_optimizer = {.device = zero::OffloadDevice::nvme}}) ==
              "[config] zero_optimization.offload_optimizer.nvme_path is required with device \"nvme\" (the folder "
              "that holds each rank's optimizer state files)");
-  BOOST_TEST(error_of({.stage = 2, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = 0.5}}) ==
-             "[config] zero_optimization.offload_optimizer.ratio must be 1.0 (partial offload is not supported), got "
-             "0.5");
+  // Note [Partial offload]: ratio in [0, 1] at stages 1-3 with device cpu, 1 with nvme.
+  for (int stage : {1, 2, 3})
+    for (double ratio : {0.0, 0.5, 1.0})
+      BOOST_TEST(
+          error_of({.stage = stage, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = ratio}}) ==
+          "(no error)");
+  for (double ratio : {-0.25, 1.5, std::nan("")})
+    BOOST_TEST(error_of({.stage = 3, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = ratio}}) ==
+               "[config] zero_optimization.offload_optimizer.ratio must be a number in [0, 1], got " +
+                   (std::ostringstream() << ratio).str());
+  BOOST_TEST(error_of({.stage = 3, .offload_optimizer = {.device = zero::OffloadDevice::nvme,
+                                                         .nvme_path = "/tmp",
+                                                         .ratio = 0.5}}) ==
+             "[config] zero_optimization.offload_optimizer.ratio below 1 (partial offload) runs with device \"cpu\", "
+             "not \"nvme\" (every sub-group's state is in the files), got 0.5");
   BOOST_TEST(error_of({.stage = 2, .offload_optimizer = {.buffer_count = 0}}) ==
              "[config] zero_optimization.offload_optimizer.buffer_count must be at least 1, got 0");
   BOOST_TEST(error_of({.stage = 2, .sub_group_size = 0}) == "[config] zero_optimization.sub_group_size must be at least 1, got 0");
@@ -201,6 +218,72 @@ void flip_byte(const std::string& path, int64_t offset) {
 }
 
 }  // namespace
+
+// Note [Partial offload]: over sub-groups of equal size the split is DeepSpeed's (stage3.py:
+// of n sub-groups, i stays on the accelerator when i < int((1 - ratio) n)), for every n to
+// 40 and ratio in steps of 0.05 (their floating-point edges included: (1 - 0.9) 10 rounds
+// below 1, so all ten go); over unequal ones the first entries whose elements end within
+// (1 - ratio) of the total stay.
+BOOST_AUTO_TEST_CASE(partial_offload_splits_by_deepspeeds_rule) {
+  for (int64_t n = 1; n <= 40; ++n)
+    for (int step = 0; step <= 20; ++step) {
+      const double ratio = 0.05 * step;
+      const int64_t deepspeed = int64_t((1 - ratio) * double(n));  // the sub-groups it keeps
+      int64_t kept = 0;
+      for (int64_t i = 0; i < n; ++i) kept += zero::stays_on_device((i + 1) * 4096, n * 4096, ratio);
+      BOOST_TEST(kept == deepspeed, n << " sub-groups, ratio " << ratio);
+    }
+  BOOST_TEST(!zero::stays_on_device(1, 10, 0.9));  // DeepSpeed's int(0.1 * 10) is 0
+  BOOST_TEST(zero::stays_on_device(10, 10, 0.0));
+  BOOST_TEST(!zero::stays_on_device(1, 10, 1.0));
+  // Entries of 300, 20, 300, 80 (700): ratio 0.5 keeps 320 on the device, 0.3 keeps 320 too
+  // (620 > 490), 0.1 keeps 620.
+  for (const auto& [ratio, kept] : {std::pair{0.5, 320}, {0.3, 320}, {0.1, 620}}) {
+    int64_t end = 0, device = 0;
+    for (int64_t s : {300, 20, 300, 80})
+      if (zero::stays_on_device(end += s, 700, ratio)) device = end;
+    BOOST_TEST(device == kept, "ratio " << ratio);
+  }
+}
+
+// The partial store places each entry as it is added (the total known up front) and sends
+// every call to the entry's side: the device entries resident, the host entries updated on
+// the host, staged, with their own buffers; each hands back its state and parts.
+BOOST_AUTO_TEST_CASE(partial_offload_store_keeps_the_first_entries_on_the_device) {
+  zero::PartialOffloadStore store(Device::cpu(), DType::bf16, false, 0.5, 10);
+  const Tensor first = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4});
+  const Tensor second = Tensor::from_vector(std::vector<float>{5, 6}, {2});
+  const Tensor third = Tensor::from_vector(std::vector<float>{7, 8, 9, 10}, {4});
+  BOOST_TEST(store.add(first, 4) == 0u);
+  BOOST_TEST(store.add(second, 2) == 1u);  // ends at 6 > 5: the host's
+  BOOST_TEST(store.add(third, 4) == 2u);
+  BOOST_TEST(store.resident(0));
+  BOOST_TEST(!store.updates_on_host(0));
+  for (size_t e : {1, 2}) {
+    BOOST_TEST(!store.resident(e));
+    BOOST_TEST(store.updates_on_host(e));
+  }
+  // Device: 4 x (master, two moments) x 4 bytes; host: 6 x (master, moments, gradient: 16
+  // bytes; new bf16 parameters: 2), the CPU training device's.
+  BOOST_TEST(store.device_bytes() == 4 * 12 + 6 * 18);
+  BOOST_TEST(store.host_bytes() == 0);
+  BOOST_TEST(store.acquire(0).master.is_same(first));
+  store.release(0, false);
+  BOOST_TEST(values(store.read_part(1, zero::ShardPart::master)) == (std::vector<float>{5, 6}),
+             boost::test_tools::per_element());
+  store.write_part(2, zero::ShardPart::exp_avg, Tensor::full({4}, 0.25));
+  const Tensor params = Tensor::zeros({4}, DType::bf16);
+  store.stage(2, Tensor::full({4}, 1.0), params);
+  const zero::ShardState& host = store.acquire(2);
+  BOOST_TEST(!host.master.is_same(third));  // the host store's own copy
+  BOOST_TEST(values(host.master) == (std::vector<float>{7, 8, 9, 10}), boost::test_tools::per_element());
+  BOOST_TEST(values(host.exp_avg) == std::vector<float>(4, 0.25f), boost::test_tools::per_element());
+  BOOST_TEST(values(host.grad) == std::vector<float>(4, 1.0f), boost::test_tools::per_element());
+  ops::fill_(host.params, 3.0);
+  store.release(2, true);  // copies the new parameters out
+  store.finish_update();
+  BOOST_TEST(values(ops::to(params, DType::f32)) == std::vector<float>(4, 3.0f), boost::test_tools::per_element());
+}
 
 BOOST_AUTO_TEST_CASE(nvme_store_hands_back_exactly_what_was_written) {
   // Five entries (one without master weights, one empty) through one buffer (every acquire
