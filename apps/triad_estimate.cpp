@@ -285,9 +285,10 @@ int main(int argc, char** argv) {
 
     // Offload (estimate/offload_states.h), with DeepSpeed's default buffers.
     nlohmann::json offload = nlohmann::json::array();
-    std::printf("\noffload (NVMe buffers: optimizer 4 x 1e9, parameters 5 x 1e8 elements)\n%6s  %-12s %-9s %6s %-9s "
-                "%12s %12s %12s\n",
-                "dp", "stage", "optimizer", "ratio", "params", "device GB", "host GB", "NVMe GB");
+    std::printf(
+        "\noffload (NVMe buffers: optimizer 4 x 1e9, parameters 5 x 1e8 elements)\n%6s  %-12s %-9s %6s %-9s "
+        "%12s %12s %12s\n",
+        "dp", "stage", "optimizer", "ratio", "params", "device GB", "host GB", "NVMe GB");
     for (size_t i = 0; i < dps.size(); ++i)
       for (const estimate::PlacedStateBytes& p : placed[i]) {
         std::printf("%6lld  %-12s %-9s %6.3g %-9s %12.3f %12.3f %12.3f\n", (long long)dps[i],

@@ -6,8 +6,8 @@
 
 #include "bench/workers.h"
 #include "common/report.h"
-#include "cuda/runtime.h"
 #include "config/config.h"
+#include "cuda/runtime.h"
 #include "engine/engine.h"
 #include "parallel/runtime.h"
 #include "parallel/self_communicator.h"

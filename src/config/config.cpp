@@ -262,9 +262,10 @@ void parse_zero(JsonReader r, zero::ZeroConfig& z, std::vector<std::string>& not
   const zero::OffloadConfig& o = z.offload_optimizer;
   if (r.has("sub_group_size") && o.device != zero::OffloadDevice::nvme &&
       !(o.device == zero::OffloadDevice::cpu && o.ratio < 1.0))
-    notices.push_back("zero_optimization.sub_group_size: the unit in which optimizer state moves to and from NVMe, "
-                      "or (offload_optimizer.ratio below 1) stays on the device or goes to the host; otherwise each "
-                      "flat group is updated whole");
+    notices.push_back(
+        "zero_optimization.sub_group_size: the unit in which optimizer state moves to and from NVMe, "
+        "or (offload_optimizer.ratio below 1) stays on the device or goes to the host; otherwise each "
+        "flat group is updated whole");
   host_parameters = parse_offload_param(r, z.offload_param, notices);
   if (r.has("delayed_update")) {  // triad's (Note [Delayed parameter update] in zero/zero_optimizer.h)
     JsonReader d = r.object("delayed_update");
@@ -384,8 +385,9 @@ void parse_cuda_graph(JsonReader r, TrainConfig& c) {
   refuse(c.compression.quantizes() || c.compression.layer_reduction.enabled,
          "compression_training changes the model between steps");
   if (Device::parse(c.device).is_cpu())
-    c.notices.push_back("cuda_graph: on a CPU device the step runs as it would be recorded (its inputs in fixed "
-                        "buffers, Adam's constants read from memory), without a graph");
+    c.notices.push_back(
+        "cuda_graph: on a CPU device the step runs as it would be recorded (its inputs in fixed "
+        "buffers, Adam's constants read from memory), without a graph");
 }
 
 void parse_flops_profiler(JsonReader r, FlopsProfilerConfig& f) {

@@ -85,11 +85,11 @@
 #include "engine/step_recording.h"
 #include "nn/gpt.h"
 #include "nn/layer_list.h"
-#include "parallel/pipeline_executor.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
+#include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
 #include "zero/zero_optimizer.h"
 
@@ -340,7 +340,7 @@ class Engine {
   std::shared_ptr<parallel::CountingCommunicator> comm_;  // ZeRO's traffic, counted
   int64_t step_ = 0;
   int64_t micro_ = 0;  // micro-batches backpropagated since the last step
-  int64_t plain_steps_ = 0;                    // steps train_step ran before recording (cuda_graph.warmup_steps)
+  int64_t plain_steps_ = 0;                   // steps train_step ran before recording (cuda_graph.warmup_steps)
   std::unique_ptr<StepRecording> recording_;  // cuda_graph.enabled, after the warmup
   nlohmann::json recorded_comm_;              // what the recorded step communicated
 };

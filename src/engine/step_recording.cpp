@@ -63,10 +63,10 @@ bool StepRecording::run(const std::function<void()>& step) {
     step();
   }
   activation_peak_ = double(memory.peak_bytes() - base);
-  TRIAD_CHECK(same_state(default_generator().state(), dropout) &&
-                  same_state(tensor_parallel_generator().state(), split),
-              "cuda_graph.enabled: the training step draws random numbers (dropout), which every replay of its "
-              "recording would repeat; set the model's dropout to 0 or cuda_graph.enabled false");
+  TRIAD_CHECK(
+      same_state(default_generator().state(), dropout) && same_state(tensor_parallel_generator().state(), split),
+      "cuda_graph.enabled: the training step draws random numbers (dropout), which every replay of its "
+      "recording would repeat; set the model's dropout to 0 or cuda_graph.enabled false");
   if (graph_) graph_->replay();
   return true;
 }

@@ -35,7 +35,7 @@ const char* target_name(OffloadTarget target);  // "none", "cpu", "nvme"
 struct OffloadChoice {
   OffloadTarget optimizer = OffloadTarget::none;
   OffloadTarget params = OffloadTarget::none;  // stage 3 only
-  double ratio = 1.0;  // the optimizer's share offloaded, in [0, 1]; below 1 with cpu only
+  double ratio = 1.0;                          // the optimizer's share offloaded, in [0, 1]; below 1 with cpu only
 };
 
 // Elements the swap buffers hold, DeepSpeed's defaults: 4 × 1e9 and 5 × 1e8.

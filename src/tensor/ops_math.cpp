@@ -385,9 +385,9 @@ void adamw_(const std::vector<AdamWTensors>& updates) {
       TRIAD_CHECK(param.dtype() == DType::f32 && u.constants.dtype() == DType::f32 &&
                       u.constants.numel() == kAdamWConstants && u.constants.is_contiguous() &&
                       u.constants.device() == param.device(),
-                  "adamw_: the constants must be " << kAdamWConstants << " contiguous f32 values on the f32 parameter's "
-                                                   << "device " << param.device().str() << ", got "
-                                                   << u.constants.str() << " for " << param.str());
+                  "adamw_: the constants must be "
+                      << kAdamWConstants << " contiguous f32 values on the f32 parameter's "
+                      << "device " << param.device().str() << ", got " << u.constants.str() << " for " << param.str());
     if (param.numel() == 0) continue;
     checked.push_back(u);
     checked.back().grad = contiguous(u.grad);
@@ -396,9 +396,9 @@ void adamw_(const std::vector<AdamWTensors>& updates) {
 }
 
 void adamw_constants(const AdamWStep& step, const Tensor& out) {
-  TRIAD_CHECK(out.device().is_cpu() && out.dtype() == DType::f32 && out.numel() == kAdamWConstants &&
-                  out.is_contiguous(),
-              "adamw_constants: expected " << kAdamWConstants << " contiguous f32 values on the host, got " << out.str());
+  TRIAD_CHECK(
+      out.device().is_cpu() && out.dtype() == DType::f32 && out.numel() == kAdamWConstants && out.is_contiguous(),
+      "adamw_constants: expected " << kAdamWConstants << " contiguous f32 values on the host, got " << out.str());
   const AdamWConstants<float> k = AdamWConstants<float>::of(step);
   std::memcpy(out.raw_data(), &k, sizeof k);
 }

@@ -6,9 +6,7 @@
 
 namespace triad::zero {
 
-bool stays_on_device(int64_t end, int64_t total, double ratio) {
-  return double(end) <= (1.0 - ratio) * double(total);
-}
+bool stays_on_device(int64_t end, int64_t total, double ratio) { return double(end) <= (1.0 - ratio) * double(total); }
 
 PartialOffloadStore::PartialOffloadStore(Device device, DType dtype, bool pinned, double ratio, int64_t total)
     : device_(device), host_(device, dtype, pinned), ratio_(ratio), total_(total) {

@@ -73,8 +73,9 @@ struct ZeroConfig {
   // Error naming the zero_optimization key (or gradient_predivide_factor, or aio key) that
   // is out of range or does not fit the others (ZeRO++ below stage 3; hpZ groups that do not
   // tile the data_parallel ranks ZeRO runs over; offload at stage 0, parameter offload below stage 3, either without
-  // its folder, an offload ratio outside [0, 1] or below 1 with nvme; a delayed update with a negative warm-up, with parameter offload or in a pipeline stage). The config's
-  // parser (config/config.h) and ZeroOptimizer both check with it: the one statement of each rule.
+  // its folder, an offload ratio outside [0, 1] or below 1 with nvme; a delayed update with a negative warm-up, with
+  // parameter offload or in a pipeline stage). The config's parser (config/config.h) and ZeroOptimizer both check with
+  // it: the one statement of each rule.
   void validate(int64_t data_parallel) const;
 
  private:

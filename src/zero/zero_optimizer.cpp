@@ -807,14 +807,17 @@ void ZeroOptimizer::read_constants_from_device() {
   for (const Group& g : groups_)
     for (const Group::SubGroup& sub : g.subgroups)
       on_device = on_device && store_->resident(sub.entry) && !store_->updates_on_host(sub.entry);
-  TRIAD_CHECK(on_device, "ZeRO: a recorded step reads Adam's constants on the device, where offloaded optimizer "
-                         "state or parameters are not updated (zero_optimization.offload_optimizer, offload_param)");
-  TRIAD_CHECK(!scaled, "ZeRO: a recorded step cannot scale the loss (fp16's overflow test reads the gradient norm on "
-                       "the host)");
+  TRIAD_CHECK(on_device,
+              "ZeRO: a recorded step reads Adam's constants on the device, where offloaded optimizer "
+              "state or parameters are not updated (zero_optimization.offload_optimizer, offload_param)");
+  TRIAD_CHECK(!scaled,
+              "ZeRO: a recorded step cannot scale the loss (fp16's overflow test reads the gradient norm on "
+              "the host)");
   TRIAD_CHECK(!config_.delayed_update.enabled,
               "ZeRO: a recorded step cannot delay the update (zero_optimization.delayed_update)");
-  TRIAD_CHECK(!tp_ || tp_->size() == 1, "ZeRO: a recorded step cannot run under tensor parallelism (the gradient "
-                                        "norm's parts are summed on the host)");
+  TRIAD_CHECK(!tp_ || tp_->size() == 1,
+              "ZeRO: a recorded step cannot run under tensor parallelism (the gradient "
+              "norm's parts are summed on the host)");
   int64_t rows = 0;
   for (const Group& g : groups_) rows += int64_t(g.subgroups.size());
   step_constants_ = Tensor::empty({rows, kAdamWConstants}, DType::f32, device_);
@@ -826,7 +829,8 @@ void ZeroOptimizer::write_step_constants(double lr) {
   int64_t row = 0;
   for (const Group& g : groups_)
     for (size_t k = 0; k < g.subgroups.size(); ++k)
-      ops::adamw_constants(optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_ + 1), ops::select(host, 0, row++));
+      ops::adamw_constants(optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_ + 1),
+                           ops::select(host, 0, row++));
   copy_from_host(step_constants_, host);
 }
 

@@ -33,9 +33,9 @@
 // zero/nvme_shard_store.h; at stages 2 and 3 the rank's reduced gradients go there too, Note
 // [Offloaded gradients]; with "cpu" on a GPU they live in host memory, where Adam runs:
 // Note [Host optimizer step] in zero/host_shard_store.h; with ratio below 1 only the last
-// sub-groups do: Note [Partial offload] in zero/partial_offload_store.h); the host reads only the scalars it needs (norms, overflow flags). Everything the communicator is handed is on that device, the partial
-// norms and overflow flags reduced over ranks included: an NCCL communicator takes its
-// GPU's tensors only.
+// sub-groups do: Note [Partial offload] in zero/partial_offload_store.h); the host reads only the scalars it needs
+// (norms, overflow flags). Everything the communicator is handed is on that device, the partial norms and overflow
+// flags reduced over ranks included: an NCCL communicator takes its GPU's tensors only.
 //
 // Gradients of parameters are views of their group's flat gradient (Note [Flat
 // parameters]); the clipping norm is the norm of the full averaged gradient (optim/clip.h:

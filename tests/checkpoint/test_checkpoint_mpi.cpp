@@ -421,11 +421,10 @@ BOOST_AUTO_TEST_CASE(partially_offloaded_checkpoints_resume_with_any_ratio) {
       {{"f32, ratio 1", "_half32_as_all", offloaded(config_json(folder, 2), 1.0), true, world},
        {"f32, half the ranks, stage 3, without offload", "_half32_on_half", config_json(folder, 3), r < half, halves}},
       save_and_resume(offloaded(config_json(folder, 2), 0.5), folder, "_half32", world), folder, *world);
-  resume_on_other_grids(
-      {{"f32, ratio 0.5", "_plain32_as_half", offloaded(config_json(folder, 3), 0.5), true, world},
-       {"f32, half the ranks, stage 1, ratio 0.5", "_plain32_on_half", offloaded(config_json(folder, 1), 0.5), r < half,
-        halves}},
-      save_and_resume(config_json(folder, 3), folder, "_plain32", world), folder, *world);
+  resume_on_other_grids({{"f32, ratio 0.5", "_plain32_as_half", offloaded(config_json(folder, 3), 0.5), true, world},
+                         {"f32, half the ranks, stage 1, ratio 0.5", "_plain32_on_half",
+                          offloaded(config_json(folder, 1), 0.5), r < half, halves}},
+                        save_and_resume(config_json(folder, 3), folder, "_plain32", world), folder, *world);
 }
 
 // Note [Delayed parameter update]: saving applies the pending update, so the step after a

@@ -11,6 +11,7 @@
 #include "cuda/cuda_emulation.h"
 // The emulation comes first: the kernels' header takes the builtins from it.
 #include "cuda/backend/attention_fma_kernels.cuh"
+#include "support/check.h"
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/ops.h"
@@ -21,25 +22,6 @@ using cuda::Destination;
 using cuda::Operand;
 
 namespace {
-
-Tensor fma_random(const Shape& shape, uint64_t seed, DType dtype) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  Generator g(seed);
-  ops::uniform_(t, -1.0, 1.0, g);
-  return ops::to(t, dtype);
-}
-
-// sum (got - want)^2 / sum want^2.
-double fma_nmse(const Tensor& got, const Tensor& want) {
-  const std::vector<double> g = ops::to(got, DType::f64).to_vector<double>();
-  const std::vector<double> w = ops::to(want, DType::f64).to_vector<double>();
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    err += (g[i] - w[i]) * (g[i] - w[i]);
-    ref += w[i] * w[i];
-  }
-  return err / std::max(ref, 1e-300);
-}
 
 struct FmaCase {
   int64_t b, nh, nkv, tq, tk, hs;
@@ -62,8 +44,10 @@ void fma_check(DType dt, const FmaCase& s) {
                            (s.step ? " key_start" : "");
   const Shape qs = {s.b, s.nh, s.tq, s.hs}, ks = {s.b, s.nkv, s.tk, s.hs};
   auto by_position = [&](const Tensor& storage) { return ops::transpose(storage, 1, 2); };  // (B, T, NH, hs) storage
-  const Tensor q = s.views ? by_position(fma_random({s.b, s.tq, s.nh, s.hs}, 80, dt)) : fma_random(qs, 80, dt);
-  const Tensor k = fma_random(ks, 81, dt), v = fma_random(ks, 82, dt), grad = fma_random(qs, 83, dt);
+  const Tensor q =
+      s.views ? by_position(test::uniform_values({s.b, s.tq, s.nh, s.hs}, 80, dt)) : test::uniform_values(qs, 80, dt);
+  const Tensor k = test::uniform_values(ks, 81, dt), v = test::uniform_values(ks, 82, dt),
+               grad = test::uniform_values(qs, 83, dt);
   const Tensor out = s.views ? by_position(Tensor::empty({s.b, s.tq, s.nh, s.hs}, dt)) : Tensor::empty(qs, dt);
   const double scale = 1.0 / std::sqrt(double(s.hs));
   std::vector<int64_t> starts;
@@ -87,7 +71,7 @@ void fma_check(DType dt, const FmaCase& s) {
   Tensor want = Tensor::empty(qs), want_lse = Tensor::empty({s.b, s.nh, s.tq});
   cpu_backend().attention(f32(q), fma_repeated(k, s.nh), fma_repeated(v, s.nh), want, want_lse, scale, key_start);
   const double tol = dt == DType::f32 ? 1e-10 : 3e-5;
-  BOOST_TEST(fma_nmse(out, want) < tol, what << " out: nmse " << fma_nmse(out, want));
+  BOOST_TEST(test::normalized_mse(out, want) < tol, what << " out: nmse " << test::normalized_mse(out, want));
 
   // Backward from the CPU's out (in dt) and lse; D = rowsum(dO o O) from the host.
   const Tensor out_dt = ops::to(want, dt);
@@ -95,19 +79,20 @@ void fma_check(DType dt, const FmaCase& s) {
   const Tensor dq = s.views ? by_position(Tensor::zeros({s.b, s.tq, s.nh, s.hs})) : Tensor::zeros(qs);
   const Tensor dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt);
   emulation::launch(unsigned(s.b * s.nkv), cuda::tiles(s.tk), cuda::kAttnThreads, [&] {
-    cuda::attention_backward_kernel<E, HS>(Operand(q), Operand(k), Operand(v), Operand(grad),
-                                           static_cast<const float*>(want_lse.raw_data()),
-                                           static_cast<const float*>(dsum.raw_data()), Destination(dq),
-                                           Destination(dk), Destination(dv), float(scale), g);
+    cuda::attention_backward_kernel<E, HS>(
+        Operand(q), Operand(k), Operand(v), Operand(grad), static_cast<const float*>(want_lse.raw_data()),
+        static_cast<const float*>(dsum.raw_data()), Destination(dq), Destination(dk), Destination(dv), float(scale), g);
   });
   const Shape repeated_ks = {s.b, s.nh, s.tk, s.hs};
   Tensor wdq = Tensor::empty(qs), wdk = Tensor::empty(repeated_ks), wdv = Tensor::empty(repeated_ks);
   cpu_backend().attention_backward(f32(q), fma_repeated(k, s.nh), fma_repeated(v, s.nh), f32(out_dt), want_lse,
                                    f32(grad), wdq, wdk, wdv, scale, key_start);
   auto summed = [&](const Tensor& t) { return ops::sum(ops::reshape(t, {s.b, s.nkv, s.nh / s.nkv, s.tk, s.hs}), 2); };
-  BOOST_TEST(fma_nmse(dq, wdq) < tol, what << " dq: nmse " << fma_nmse(dq, wdq));
-  BOOST_TEST(fma_nmse(dk, summed(wdk)) < tol, what << " dk: nmse " << fma_nmse(dk, summed(wdk)));
-  BOOST_TEST(fma_nmse(dv, summed(wdv)) < tol, what << " dv: nmse " << fma_nmse(dv, summed(wdv)));
+  BOOST_TEST(test::normalized_mse(dq, wdq) < tol, what << " dq: nmse " << test::normalized_mse(dq, wdq));
+  BOOST_TEST(test::normalized_mse(dk, summed(wdk)) < tol,
+             what << " dk: nmse " << test::normalized_mse(dk, summed(wdk)));
+  BOOST_TEST(test::normalized_mse(dv, summed(wdv)) < tol,
+             what << " dv: nmse " << test::normalized_mse(dv, summed(wdv)));
 }
 
 template <class E>

@@ -11,6 +11,7 @@
 // The emulation comes first: the kernels' header takes mma.sync, ldmatrix, cp.async and the
 // builtins from it.
 #include "cuda/backend/attention_mma_kernels.cuh"
+#include "support/check.h"
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/ops.h"
@@ -20,25 +21,6 @@ using namespace triad;
 using cuda::Operand;
 
 namespace {
-
-Tensor random(const Shape& shape, uint64_t seed, DType dtype) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  Generator g(seed);
-  ops::uniform_(t, -1.0, 1.0, g);
-  return ops::to(t, dtype);
-}
-
-// sum (got - want)^2 / sum want^2, as test_backend_cuda measures.
-double nmse(const Tensor& got, const Tensor& want) {
-  const std::vector<double> g = ops::to(got, DType::f64).to_vector<double>();
-  const std::vector<double> w = ops::to(want, DType::f64).to_vector<double>();
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    err += (g[i] - w[i]) * (g[i] - w[i]);
-    ref += w[i] * w[i];
-  }
-  return err / std::max(ref, 1e-300);
-}
 
 double threshold(DType t) { return t == DType::bf16 ? 3e-5 : 1e-6; }
 
@@ -79,15 +61,16 @@ void check(DType dt, const Geometry& s) {
   };
   Tensor q, k, v, out, dk, dv;
   if (s.views) {
-    const Tensor base = random({s.b, s.tq, 3 * c}, 60, dt), fused_grad = Tensor::empty({s.b, s.tq, 3 * c}, dt);
+    const Tensor base = test::uniform_values({s.b, s.tq, 3 * c}, 60, dt),
+                 fused_grad = Tensor::empty({s.b, s.tq, 3 * c}, dt);
     q = part(base, 0), k = part(base, 1), v = part(base, 2);
     out = ops::transpose(Tensor::empty({s.b, s.tq, s.nh, s.hs}, dt), 1, 2);
     dk = part(fused_grad, 1), dv = part(fused_grad, 2);
   } else {
-    q = random(qs, 61, dt), k = random(ks, 62, dt), v = random(ks, 63, dt);
+    q = test::uniform_values(qs, 61, dt), k = test::uniform_values(ks, 62, dt), v = test::uniform_values(ks, 63, dt);
     out = Tensor::empty(qs, dt), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt);
   }
-  const Tensor grad = random(qs, 64, dt);
+  const Tensor grad = test::uniform_values(qs, 64, dt);
   const double scale = 1.0 / std::sqrt(double(s.hs));
   std::vector<int64_t> starts;
   for (int64_t b = 0; b < s.b; ++b) starts.push_back(b * s.step);
@@ -106,8 +89,9 @@ void check(DType dt, const Geometry& s) {
   });
   Tensor want = Tensor::empty(qs), want_lse = Tensor::empty({s.b, s.nh, s.tq});
   cpu_backend().attention(f32(q), f32(k), f32(v), want, want_lse, scale, key_start);
-  BOOST_TEST(nmse(out, want) < threshold(dt), what << " out: nmse " << nmse(out, want));
-  BOOST_TEST(nmse(finite(lse), finite(want_lse)) < 1e-10, what << " lse: nmse " << nmse(finite(lse), finite(want_lse)));
+  BOOST_TEST(test::normalized_mse(out, want) < threshold(dt), what << " out: nmse " << test::normalized_mse(out, want));
+  BOOST_TEST(test::normalized_mse(finite(lse), finite(want_lse)) < 1e-10,
+             what << " lse: nmse " << test::normalized_mse(finite(lse), finite(want_lse)));
   BOOST_TEST(same_infinities(lse, want_lse), what << " lse: queries that see no key differ");
 
   // Backward from the CPU's out (rounded to dt) and lse. D = rowsum(dO o O) comes from the
@@ -128,10 +112,10 @@ void check(DType dt, const Geometry& s) {
     BOOST_TEST(ops::max_abs(dq) < 1e-5, what << " dq");
     BOOST_TEST(ops::max_abs(f32(dk)) < 1e-5, what << " dk");
   } else {
-    BOOST_TEST(nmse(dq, wdq) < threshold(dt), what << " dq: nmse " << nmse(dq, wdq));
-    BOOST_TEST(nmse(dk, wdk) < threshold(dt), what << " dk: nmse " << nmse(dk, wdk));
+    BOOST_TEST(test::normalized_mse(dq, wdq) < threshold(dt), what << " dq: nmse " << test::normalized_mse(dq, wdq));
+    BOOST_TEST(test::normalized_mse(dk, wdk) < threshold(dt), what << " dk: nmse " << test::normalized_mse(dk, wdk));
   }
-  BOOST_TEST(nmse(dv, wdv) < threshold(dt), what << " dv: nmse " << nmse(dv, wdv));
+  BOOST_TEST(test::normalized_mse(dv, wdv) < threshold(dt), what << " dv: nmse " << test::normalized_mse(dv, wdv));
 }
 
 // Smaller forms of test_backend_cuda's geometries (an emulated block costs a fraction of a
@@ -182,8 +166,9 @@ BOOST_AUTO_TEST_CASE(grouped_key_value_heads_match_the_cpu) {
   const Tensor key_start = Tensor::from_vector(std::vector<int64_t>{0, 9}, {B});
   for (int64_t nkv : {1, 2}) {
     const std::string what = "NKV " + std::to_string(nkv);
-    const Tensor q = random({B, NH, T, hs}, 74, DType::bf16), k = random({B, nkv, T, hs}, 75, DType::bf16),
-                 v = random({B, nkv, T, hs}, 76, DType::bf16);
+    const Tensor q = test::uniform_values({B, NH, T, hs}, 74, DType::bf16),
+                 k = test::uniform_values({B, nkv, T, hs}, 75, DType::bf16),
+                 v = test::uniform_values({B, nkv, T, hs}, 76, DType::bf16);
     const double scale = 1.0 / std::sqrt(double(hs));
     const cuda::Geometry g{int(NH), int(hs),      T, T, float(scale * 1.4426950408889634), key_start.data<int64_t>(),
                            nullptr, int(NH / nkv)};
@@ -199,12 +184,13 @@ BOOST_AUTO_TEST_CASE(grouped_key_value_heads_match_the_cpu) {
     };
     Tensor want = Tensor::empty({B, NH, T, hs}), want_lse = Tensor::empty({B, NH, T});
     cpu_backend().attention(ops::to(q, DType::f32), repeated(k), repeated(v), want, want_lse, scale, key_start);
-    BOOST_TEST(nmse(out, want) < threshold(DType::bf16), what << " out: nmse " << nmse(out, want));
-    BOOST_TEST(nmse(finite(lse), finite(want_lse)) < 1e-10, what << " lse");
+    BOOST_TEST(test::normalized_mse(out, want) < threshold(DType::bf16),
+               what << " out: nmse " << test::normalized_mse(out, want));
+    BOOST_TEST(test::normalized_mse(finite(lse), finite(want_lse)) < 1e-10, what << " lse");
 
-    const Tensor out_bf16 = ops::to(want, DType::bf16), grad = random({B, NH, T, hs}, 77, DType::bf16);
-    const Tensor dsum = ops::contiguous(ops::reshape(
-        ops::sum(ops::mul(ops::to(out_bf16, DType::f32), ops::to(grad, DType::f32)), -1), {-1}));
+    const Tensor out_bf16 = ops::to(want, DType::bf16), grad = test::uniform_values({B, NH, T, hs}, 77, DType::bf16);
+    const Tensor dsum = ops::contiguous(
+        ops::reshape(ops::sum(ops::mul(ops::to(out_bf16, DType::f32), ops::to(grad, DType::f32)), -1), {-1}));
     const Tensor dq = Tensor::zeros({B, NH, T, hs});
     Tensor dk = Tensor::empty({B, nkv, T, hs}, DType::bf16), dv = Tensor::empty({B, nkv, T, hs}, DType::bf16);
     emulation::launch(unsigned(B * nkv), cuda::tiles(T), 128, [&] {
@@ -213,13 +199,17 @@ BOOST_AUTO_TEST_CASE(grouped_key_value_heads_match_the_cpu) {
           static_cast<const float*>(dsum.raw_data()), cuda::Destination(dq), cuda::Destination(dk),
           cuda::Destination(dv), float(scale), g, cuda::whole_rows<64>({&q, &k, &v, &grad}));
     });
-    Tensor wdq = Tensor::empty({B, NH, T, hs}), wdk = Tensor::empty({B, NH, T, hs}), wdv = Tensor::empty({B, NH, T, hs});
+    Tensor wdq = Tensor::empty({B, NH, T, hs}), wdk = Tensor::empty({B, NH, T, hs}),
+           wdv = Tensor::empty({B, NH, T, hs});
     cpu_backend().attention_backward(ops::to(q, DType::f32), repeated(k), repeated(v), ops::to(out_bf16, DType::f32),
                                      want_lse, ops::to(grad, DType::f32), wdq, wdk, wdv, scale, key_start);
     auto summed = [&](const Tensor& t) { return ops::sum(ops::reshape(t, {B, nkv, NH / nkv, T, hs}), 2); };
-    BOOST_TEST(nmse(dq, wdq) < threshold(DType::bf16), what << " dq: nmse " << nmse(dq, wdq));
-    BOOST_TEST(nmse(dk, summed(wdk)) < threshold(DType::bf16), what << " dk: nmse " << nmse(dk, summed(wdk)));
-    BOOST_TEST(nmse(dv, summed(wdv)) < threshold(DType::bf16), what << " dv: nmse " << nmse(dv, summed(wdv)));
+    BOOST_TEST(test::normalized_mse(dq, wdq) < threshold(DType::bf16),
+               what << " dq: nmse " << test::normalized_mse(dq, wdq));
+    BOOST_TEST(test::normalized_mse(dk, summed(wdk)) < threshold(DType::bf16),
+               what << " dk: nmse " << test::normalized_mse(dk, summed(wdk)));
+    BOOST_TEST(test::normalized_mse(dv, summed(wdv)) < threshold(DType::bf16),
+               what << " dv: nmse " << test::normalized_mse(dv, summed(wdv)));
   }
 }
 
@@ -232,8 +222,9 @@ BOOST_AUTO_TEST_CASE(cached_keys_match_the_cpu) {
   for (const auto& [tq, cached, step] : {std::tuple<int64_t, int64_t, int64_t>{1, 70, 0}, {1, 127, 30}, {3, 64, 20}}) {
     const std::string what = "Tq " + std::to_string(tq) + " after " + std::to_string(cached) + " cached keys" +
                              (step ? ", key_start step " + std::to_string(step) : "");
-    const Tensor q = random({B, NH, tq, hs}, 71, DType::bf16);
-    Tensor k = random({B, NH, cap, hs}, 72, DType::bf16), v = random({B, NH, cap, hs}, 73, DType::bf16);
+    const Tensor q = test::uniform_values({B, NH, tq, hs}, 71, DType::bf16);
+    Tensor k = test::uniform_values({B, NH, cap, hs}, 72, DType::bf16),
+           v = test::uniform_values({B, NH, cap, hs}, 73, DType::bf16);
     const int64_t keys = cached + tq;
     ops::fill_(ops::narrow(k, 2, keys, cap - keys), 50.0);
     ops::fill_(ops::narrow(v, 2, keys, cap - keys), 50.0);
@@ -254,8 +245,10 @@ BOOST_AUTO_TEST_CASE(cached_keys_match_the_cpu) {
     Tensor want = Tensor::empty({B, NH, tq, hs}), want_lse = Tensor::empty({B, NH, tq});
     cpu_backend().attention(f32(q), f32(ops::narrow(k, 2, 0, keys)), f32(ops::narrow(v, 2, 0, keys)), want, want_lse,
                             scale, key_start);
-    BOOST_TEST(nmse(out, want) < threshold(DType::bf16), what << " out: nmse " << nmse(out, want));
-    BOOST_TEST(nmse(lse, want_lse) < 1e-10, what << " lse: nmse " << nmse(lse, want_lse));
+    BOOST_TEST(test::normalized_mse(out, want) < threshold(DType::bf16),
+               what << " out: nmse " << test::normalized_mse(out, want));
+    BOOST_TEST(test::normalized_mse(lse, want_lse) < 1e-10,
+               what << " lse: nmse " << test::normalized_mse(lse, want_lse));
     // The CPU backend's own cached path narrows as above.
     Tensor cpu_out = Tensor::empty({B, NH, tq, hs}), cpu_lse = Tensor::empty({B, NH, tq});
     cpu_backend().attention(f32(q), f32(k), f32(v), cpu_out, cpu_lse, scale, key_start, at);

@@ -160,8 +160,8 @@ BOOST_AUTO_TEST_CASE(recorded_steps_equal_the_plain_steps) {
       const double la = on_host(a.losses).item(), lb = on_host(b.losses).item();
       const double na = a.queued.grad_norm.item(), nb = b.queued.grad_norm.item();
       BOOST_CHECK_MESSAGE(std::abs(lb - la) <= 1e-5 * la && std::abs(nb - na) <= 1e-5 * na,
-                          dtype_name(dtype) << " step " << s << ": loss " << lb << " recorded, " << la << " plain; norm "
-                                            << nb << ", " << na);
+                          dtype_name(dtype) << " step " << s << ": loss " << lb << " recorded, " << la
+                                            << " plain; norm " << nb << ", " << na);
       BOOST_TEST(b.queued.step == s + 1);
       BOOST_TEST(b.queued.lr == a.queued.lr);
       BOOST_TEST(b.activation_peak.has_value() == (s >= 2));  // replays from the third step on

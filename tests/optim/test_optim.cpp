@@ -126,8 +126,11 @@ BOOST_AUTO_TEST_CASE(adamw_reads_its_constants_from_memory) {
   BOOST_TEST(test::max_abs_diff(read_v, v) == 0.0);
   const AdamWStep s = optim::adamw_step(o, o.lr, 0.2, 1);
   const Tensor g = Tensor::zeros({3});
-  test::check_error([&] { ops::adamw_({AdamWTensors{read, g, read_m, read_v, Tensor(), s, Tensor::empty({6})}}); },
-                    {"adamw_", "constants", "7"});
+  test::check_error(
+      [&] {
+        ops::adamw_({AdamWTensors{read, g, read_m, read_v, Tensor(), s, Tensor::empty({6})}});
+      },
+      {"adamw_", "constants", "7"});
   test::check_error([&] { ops::adamw_constants(s, Tensor::empty({7}, DType::f64)); }, {"adamw_constants", "f32"});
 }
 

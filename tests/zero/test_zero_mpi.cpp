@@ -13,16 +13,15 @@
 // A frozen model partitioned as stage 3 partitions (zero/frozen_partition.h) computes the
 // whole model's forward.
 #include <boost/test/unit_test.hpp>
-
 #include <numeric>
 
+#include "io/swap_file.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/runtime.h"
 #include "support/check.h"
 #include "support/files.h"
 #include "support/zero_trajectory.h"
 #include "triad.h"
-#include "io/swap_file.h"
 #include "zero/buckets.h"
 #include "zero/frozen_partition.h"
 #include "zero/zero_optimizer.h"

@@ -15,19 +15,18 @@
 // offload or in pipeline stages is a named error. Partial offload (Note [Partial offload])
 // splits sub-groups of equal size as DeepSpeed does, keeps the first entries on the device
 // and the rest in the host store, and refuses a ratio outside [0, 1] or below 1 with nvme.
-#include <boost/test/unit_test.hpp>
-
+#include <fcntl.h>
 #include <unistd.h>
 
-#include <fcntl.h>
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
 
+#include "parallel/self_communicator.h"
 #include "support/check.h"
 #include "support/files.h"
 #include "support/zero_trajectory.h"
-#include "parallel/self_communicator.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 #include "zero/nvme_shard_store.h"
@@ -82,18 +81,17 @@ BOOST_AUTO_TEST_CASE(offload_needs_a_stage_a_folder_and_a_ratio_in_range) {
   // Note [Partial offload]: ratio in [0, 1] at stages 1-3 with device cpu, 1 with nvme.
   for (int stage : {1, 2, 3})
     for (double ratio : {0.0, 0.5, 1.0})
-      BOOST_TEST(
-          error_of({.stage = stage, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = ratio}}) ==
-          "(no error)");
+      BOOST_TEST(error_of({.stage = stage,
+                           .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = ratio}}) == "(no error)");
   for (double ratio : {-0.25, 1.5, std::nan("")})
     BOOST_TEST(error_of({.stage = 3, .offload_optimizer = {.device = zero::OffloadDevice::cpu, .ratio = ratio}}) ==
                "[config] zero_optimization.offload_optimizer.ratio must be a number in [0, 1], got " +
                    (std::ostringstream() << ratio).str());
-  BOOST_TEST(error_of({.stage = 3, .offload_optimizer = {.device = zero::OffloadDevice::nvme,
-                                                         .nvme_path = "/tmp",
-                                                         .ratio = 0.5}}) ==
-             "[config] zero_optimization.offload_optimizer.ratio below 1 (partial offload) runs with device \"cpu\", "
-             "not \"nvme\" (every sub-group's state is in the files), got 0.5");
+  BOOST_TEST(
+      error_of({.stage = 3,
+                .offload_optimizer = {.device = zero::OffloadDevice::nvme, .nvme_path = "/tmp", .ratio = 0.5}}) ==
+      "[config] zero_optimization.offload_optimizer.ratio below 1 (partial offload) runs with device \"cpu\", "
+      "not \"nvme\" (every sub-group's state is in the files), got 0.5");
   BOOST_TEST(error_of({.stage = 2, .offload_optimizer = {.buffer_count = 0}}) ==
              "[config] zero_optimization.offload_optimizer.buffer_count must be at least 1, got 0");
   BOOST_TEST(error_of({.stage = 2, .sub_group_size = 0}) == "[config] zero_optimization.sub_group_size must be at least 1, got 0");

@@ -311,8 +311,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t first = (k0 > offset ? k0 - offset : 0) / kTile * kTile;
   const int64_t steps = first < g.tq ? (g.tq - first + kTile - 1) / kTile * g.group : 0;
   auto load_queries = [&](int64_t bh, int64_t q0, int buf) {
-    load_tile<HS>(sqg + 2 * buf * kTile * kLd, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs,
-                  whole & 1u);
+    load_tile<HS>(sqg + 2 * buf * kTile * kLd, q.head<uint16_t>(bh, g.heads), q.stride_t, q0, g.tq, g.hs, whole & 1u);
     load_tile<HS>(sqg + (2 * buf + 1) * kTile * kLd, grad.head<uint16_t>(bh, g.heads), grad.stride_t, q0, g.tq, g.hs,
                   whole & 8u);
     float* rows = s_row + 2 * buf * kTile;
