@@ -7,6 +7,7 @@
 #include "bench/workers.h"
 #include "common/report.h"
 #include "config/config.h"
+#include "config/model_factory.h"
 #include "cuda/runtime.h"
 #include "engine/engine.h"
 #include "parallel/runtime.h"
@@ -44,22 +45,27 @@ int run_step_bench(const StepOptions& o) {
   }
   const bool leader = world->rank() == 0;
   const int threads = app::set_threads(o.tp > 1 ? parallel::threads_per_rank(o.threads) : o.threads);
-  nn::GPTConfig config = nn::GPTConfig::preset(o.model);
+  engine::TrainConfig train;  // the model: a GPT preset, or a config's GPT or Llama
+  train.model = nn::GPTConfig::preset(o.model);
   std::string name = o.model;
   if (!o.config.empty()) {
     nlohmann::json json = engine::load_config_file(o.config);
     for (const std::string& s : o.overrides) engine::apply_override(json, s);
-    const engine::TrainConfig train = engine::parse_config(json);
-    config = train.model;
+    const engine::TrainConfig parsed = engine::parse_config(json);
+    train.arch = parsed.arch, train.model = parsed.model, train.llama = parsed.llama;
     name = o.config;
   }
-  config.activation_checkpointing = config.activation_checkpointing || o.checkpointing;
-  TRIAD_CHECK(o.seq <= config.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << config.seq_len);
+  if (o.checkpointing) {  // the GPT recomputes its blocks; the Llama, a layer list, each layer
+    if (train.arch == "llama")
+      train.pipeline.activation_checkpoint_interval = 1;
+    else
+      train.model.activation_checkpointing = true;
+  }
+  const engine::ModelShape shape = engine::model_shape(train);
+  TRIAD_CHECK(o.seq <= shape.seq_len, "--seq " << o.seq << " exceeds the model's seq_len " << shape.seq_len);
   const Device device = engine::training_device(o.device);
   const DType dtype = o.dtype.empty() ? (device.is_cuda() ? DType::bf16 : DType::f32) : dtype_from_name(o.dtype);
 
-  engine::TrainConfig train;
-  train.model = config;
   train.train_batch_size = train.micro_batch_size = o.batch;
   train.gradient_accumulation_steps = 1;
   train.steps = o.warmup + o.steps;
@@ -77,13 +83,12 @@ int run_step_bench(const StepOptions& o) {
   }
   engine::Engine engine(train, engine::process_grid(train, world));
 
-  const Tensor all = random_token_ids(o.batch, o.seq + 1, config.vocab_size, 7);
+  const Tensor all = random_token_ids(o.batch, o.seq + 1, shape.vocab_size, 7);
   const Tensor x = ops::contiguous(ops::narrow(all, 1, 0, o.seq)), y = ops::contiguous(ops::narrow(all, 1, 1, o.seq));
 
   // 6N + 6 L C T FLOPs per token: N parameters (embeddings included), T the sequence.
-  double n_params = 0;
-  for (const auto& [_, n] : config.parameter_sizes()) n_params += double(n);
-  const double flops_per_token = 6.0 * n_params + 6.0 * double(config.n_layer * config.d_model * o.seq);
+  const double n_params = double(shape.parameters);
+  const double flops_per_token = 6.0 * n_params + 6.0 * double(shape.n_layer * shape.d_model * o.seq);
   const double tokens_per_step = double(o.batch * o.seq);
   std::string device_name = "cpu";
   double peak_tflops = o.peak_tflops;
