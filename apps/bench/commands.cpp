@@ -312,7 +312,8 @@ void add_step_command(CLI::App& app, StepOptions& o) {
   CLI::App* cmd = app.add_subcommand("step", "time full training steps (forward, backward, AdamW) of a GPT");
   cmd->add_option("--model", o.model, "GPT preset: tiny, gpt2-124m, gpt2-350m (GPU default: gpt2-124m)")
       ->capture_default_str();
-  cmd->add_option("--config", o.config, "take the model (a GPT or a Llama) from a triad-train config instead of a preset");
+  cmd->add_option("--config", o.config,
+                  "take the model (a GPT or a Llama) from a triad-train config instead of a preset");
   cmd->add_option("--set", o.overrides, "override a key of --config: dotted.key=value (repeatable)");
   cmd->add_option("--batch", o.batch, "sequences per step (GPU default: 16)")
       ->capture_default_str()
