@@ -78,15 +78,20 @@ void whole_epoch(engine::Engine& actor, engine::Engine* critic, const EpochData&
   }
 }
 
-// Note [RL in pipeline stages]: e's rows right-padded to `width` columns with `pad`.
+// Note [RL in pipeline stages]: e's rows right-padded to `width` columns with `pad`, where
+// e.seq is (the host reads nothing: the pads are known there).
 Tensor right_padded(const Experience& e, int64_t width, int32_t pad) {
   const int64_t R = e.seq.size(0), T = e.seq.size(1);
   TRIAD_ASSERT_MSG(T <= width, "right_padded: rows of " << T << " columns, the pipeline's width is " << width);
-  const std::vector<int64_t> seq = ops::to(e.seq, Device::cpu()).to_vector<int64_t>();
-  std::vector<int64_t> out(size_t(R * width), pad);
-  for (int64_t b = 0; b < R; ++b)
-    std::copy(seq.begin() + b * T + e.pads[size_t(b)], seq.begin() + (b + 1) * T, out.begin() + b * width);
-  return Tensor::from_vector(out, {R, width});
+  std::vector<Tensor> rows;
+  for (int64_t b = 0; b < R; ++b) {
+    const int64_t first = e.pads[size_t(b)], tokens = T - first;
+    const Tensor row = narrow(narrow(e.seq, 0, b, 1), 1, first, tokens);
+    rows.push_back(tokens == width
+                       ? row
+                       : cat({row, Tensor::full({1, width - tokens}, pad, e.seq.dtype(), e.seq.device())}, 1));
+  }
+  return cat(rows, 0);
 }
 
 // The columns (R, N) of x (R, >= width - 1) at each right-padded row's positions predicting
