@@ -110,6 +110,14 @@ void read_rl(engine::JsonReader& r, RlOptions& o, bool grpo) {
 
 }  // namespace
 
+// cuda_graph.enabled records triad-train's step (Note [Recorded steps] in
+// engine/step_recording.h), which SFT runs; the other steps train through loops of their own.
+void check_recorded(const engine::TrainConfig& train, const std::string& step) {
+  TRIAD_CHECK(!train.cuda_graph.enabled || step == "sft",
+              "[config] cuda_graph.enabled: the " << step << " step's training is not recorded as a CUDA graph "
+                                                  << "(SFT's is; generation replays its own graphs)");
+}
+
 StepConfig parse_rlhf_config(const nlohmann::json& json, const std::string& step, int64_t ranks) {
   TRIAD_CHECK(std::find(kSteps.begin(), kSteps.end(), step) != kSteps.end(),
               "triad-rlhf: unknown step '" << step << "' (sft, reward, dpo, ppo or grpo)");
@@ -128,6 +136,7 @@ StepConfig parse_rlhf_config(const nlohmann::json& json, const std::string& step
     if (step == "sft") c.include_prompt = r.boolean("include_prompt", false);
     if (step == "dpo") c.dpo.beta = r.number("beta", c.dpo.beta, 1e-9, 1e6);
     c.model.train = train_config(top, {training}, ranks);
+    check_recorded(c.model.train, step);
   } else {
     read_rl(r, c.rl, step == "grpo");
     const std::vector<std::string> models = step == "ppo" ? std::vector<std::string>{"actor", "critic"}
@@ -141,6 +150,7 @@ StepConfig parse_rlhf_config(const nlohmann::json& json, const std::string& step
       run.init = read_init(sr, true);
       sr.finish();
       run.train = train_config(top, {training, sub_training}, ranks, c.rl.ppo_epochs);
+      check_recorded(run.train, step);
       // Each trained model keeps its checkpoints in a folder of its own.
       if (!run.train.checkpoint.dir.empty()) run.train.checkpoint.dir += "/" + name;
     }

@@ -107,6 +107,12 @@ BOOST_AUTO_TEST_CASE(bad_configs_name_the_key) {
   fails([](auto& j) { j["ppo"]["kl_ctll"] = 0.1; }, "ppo", {"kl_ctll"});
   fails([](auto& j) { j["ppo"]["critic"]["optimzer"] = nlohmann::json::object(); }, "ppo", {"optimzer"});
   test::check_error([] { parse_rlhf_config(base(), "sftt", 1); }, {"unknown step 'sftt'"});
+  // A recorded step (cuda_graph) is triad-train's, which SFT runs; the other loops refuse it.
+  for (const std::string step : {"reward", "dpo", "ppo", "grpo"})
+    fails([](auto& j) { j["cuda_graph"] = {{"enabled", true}}; }, step, {"cuda_graph.enabled", step + " step"});
+  nlohmann::json sft = base();
+  sft["cuda_graph"] = {{"enabled", true}};
+  BOOST_TEST(parse_rlhf_config(sft, "sft", 1).model.train.cuda_graph.enabled);
 }
 
 // Every loop refuses sequence parallelism without tensor parallelism, naming the key and
