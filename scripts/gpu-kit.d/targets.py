@@ -33,6 +33,8 @@ def main():
     rows = [
         ("triad step MFU >= 45% at batch 16, 32 or 64 (GPT-2 124M, bf16)", figure(steps, "speed_step", "triad_mfu_max"),
          "%.1f%%", lambda v: v >= 0.45, 100),
+        ("triad step MFU >= 45% recorded as a CUDA graph (GPT-2 124M, batch 16, bf16)",
+         figure(steps, "bench_step_cuda_graph", "mfu"), "%.1f%%", lambda v: v >= 0.45, 100),
         ("triad step tokens/s over torch.compile's (best batch each) > 1",
          figure(steps, "speed_step", "triad_vs_compile_best"), "%.2f", lambda v: v > 1.0, 1),
         ("attention forward >= 250 TFLOP/s (bf16, hs 64, T 1024, causal)",
