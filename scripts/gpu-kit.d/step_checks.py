@@ -159,21 +159,39 @@ def offload_cpu(a):
                 "offload_z3_step_ms_both_pageable": ms["z3_both_pageable"]}
 
 
+# step_sync and recorded_steps: the demo model and GPT-2 124M (batch 16 x 1024), bf16 on the GPU.
+BF16_CUDA = ["--set", "device=cuda", "--set", "bf16.enabled=true", "--set", "eval_interval=1000000"]
+
+
+def bf16_models(demo_steps, gpt2_steps):
+    return (("demo", "demo.json", demo_steps, []),
+            ("gpt2", "gpt2-124m.json", gpt2_steps, ["--set", "train_micro_batch_size_per_gpu=16",
+                                                    "--set", "train_batch_size=16"]))
+
+
+def metric_lines(a, name, steps, flags, config):
+    """A triad-train run's metrics lines, one a step."""
+    train(a.kit, a.work, name, steps, flags, config=config)
+    return [json.loads(l) for l in open(os.path.join(a.work, name + ".jsonl")) if l.strip()]
+
+
+def same_values(xs, ys):
+    return all(x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"] for x, y in zip(xs, ys))
+
+
+def ms_after_first_read(lines):
+    """The steps' time from step 11 on: the first read (step 10) and what precedes it left out."""
+    return sum(line["step_ms"] for line in lines[10:])
+
+
 def step_sync(a):
-    bf16 = ["--set", "device=cuda", "--set", "bf16.enabled=true", "--set", "eval_interval=1000000"]
-    models = (("demo", "demo.json", a.steps, []),
-              ("gpt2", "gpt2-124m.json", 20, ["--set", "train_micro_batch_size_per_gpu=16",
-                                              "--set", "train_batch_size=16"]))
     ok, figures = True, {}
-    for model, config, steps, extra in models:
-        runs = {}
-        for every in (1, 10):
-            name = "step_sync_%s_every%d" % (model, every)
-            train(a.kit, a.work, name, steps, bf16 + extra + ["--set", "log_interval=%d" % every], config=config)
-            runs[every] = [json.loads(l) for l in open(os.path.join(a.work, name + ".jsonl")) if l.strip()]
-        same = all(x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"] for x, y in zip(runs[1], runs[10]))
-        # From step 11 on: the first read (step 10) and what precedes it left out.
-        ms = {every: sum(line["step_ms"] for line in lines[10:]) for every, lines in runs.items()}
+    for model, config, steps, extra in bf16_models(a.steps, 20):
+        runs = {every: metric_lines(a, "step_sync_%s_every%d" % (model, every), steps,
+                                    BF16_CUDA + extra + ["--set", "log_interval=%d" % every], config)
+                for every in (1, 10)}
+        same = same_values(runs[1], runs[10])
+        ms = {every: ms_after_first_read(lines) for every, lines in runs.items()}
         ratio = ms[1] / ms[10]
         print("%s: steps 11-%d read at every step %.1f ms, every 10th %.1f ms (ratio %.3f); losses and norms %s"
               % (model, steps, ms[1], ms[10], ratio, "equal" if same else "DIFFER"))
@@ -184,23 +202,16 @@ def step_sync(a):
 
 
 def recorded_steps(a):
-    bf16 = ["--set", "device=cuda", "--set", "bf16.enabled=true", "--set", "eval_interval=1000000",
-            "--set", "log_interval=10"]
-    models = (("demo", "demo.json", a.steps, []),
-              ("gpt2", "gpt2-124m.json", 30, ["--set", "train_micro_batch_size_per_gpu=16",
-                                              "--set", "train_batch_size=16"]))
     ok, figures = True, {}
-    for model, config, steps, extra in models:
-        runs = {}
-        for recorded in (False, True):
-            name = "recorded_%s_%s" % (model, "graph" if recorded else "plain")
-            flags = ["--set", "cuda_graph.enabled=true"] if recorded else []
-            train(a.kit, a.work, name, steps, bf16 + extra + flags, config=config)
-            runs[recorded] = [json.loads(l) for l in open(os.path.join(a.work, name + ".jsonl")) if l.strip()]
+    for model, config, steps, extra in bf16_models(a.steps, 30):
+        runs = {recorded: metric_lines(a, "recorded_%s_%s" % (model, "graph" if recorded else "plain"), steps,
+                                       BF16_CUDA + extra + ["--set", "log_interval=10"] +
+                                       (["--set", "cuda_graph.enabled=true"] if recorded else []), config)
+                for recorded in (False, True)}
         pairs = list(zip(runs[False], runs[True]))
         err = max(max(rel(y["loss"], x["loss"]), rel(y["grad_norm"], x["grad_norm"])) for x, y in pairs)
-        bitwise = all(x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"] for x, y in pairs)
-        ms = {recorded: sum(line["step_ms"] for line in lines[10:]) for recorded, lines in runs.items()}
+        bitwise = same_values(runs[False], runs[True])
+        ms = {recorded: ms_after_first_read(lines) for recorded, lines in runs.items()}
         ratio = ms[False] / ms[True]
         print("%s: steps 11-%d plain %.1f ms, recorded %.1f ms (plain / recorded %.3f); losses and norms within %.2e%s"
               % (model, steps, ms[False], ms[True], ratio, err, " (bit for bit)" if bitwise else ""))

@@ -7,12 +7,6 @@
 
 namespace triad::engine {
 
-namespace {
-
-bool same_state(const GeneratorState& a, const GeneratorState& b) { return a.seed == b.seed && a.offset == b.offset; }
-
-}  // namespace
-
 StepRecording::StepRecording(Device device, const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets)
     : device_(device) {
   TRIAD_CHECK(!inputs.empty() && inputs.size() == targets.size(),
@@ -63,10 +57,9 @@ bool StepRecording::run(const std::function<void()>& step) {
     step();
   }
   activation_peak_ = double(memory.peak_bytes() - base);
-  TRIAD_CHECK(
-      same_state(default_generator().state(), dropout) && same_state(tensor_parallel_generator().state(), split),
-      "cuda_graph.enabled: the training step draws random numbers (dropout), which every replay of its "
-      "recording would repeat; set the model's dropout to 0 or cuda_graph.enabled false");
+  TRIAD_CHECK(default_generator().state() == dropout && tensor_parallel_generator().state() == split,
+              "cuda_graph.enabled: the training step draws random numbers (dropout), which every replay of its "
+              "recording would repeat; set the model's dropout to 0 or cuda_graph.enabled false");
   if (graph_) graph_->replay();
   return true;
 }

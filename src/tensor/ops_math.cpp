@@ -357,7 +357,7 @@ GeluBiasGrads gelu_bias_backward(const Tensor& pre, const Tensor& grad_y, bool w
 
 void adamw_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
             const AdamWStep& step, const Tensor& param_copy) {
-  adamw_({AdamWTensors{param, grad, exp_avg, exp_avg_sq, param_copy, step, Tensor()}});
+  adamw_({AdamWTensors{param, grad, exp_avg, exp_avg_sq, param_copy, step}});
 }
 
 void adamw_(const std::vector<AdamWTensors>& updates) {

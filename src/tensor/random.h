@@ -13,6 +13,7 @@ namespace triad {
 struct GeneratorState {
   uint64_t seed = 0;
   uint64_t offset = 0;
+  bool operator==(const GeneratorState&) const = default;
 };
 
 class Generator {

@@ -438,23 +438,12 @@ class TrainingRun {
   // What the passes allocate besides activations counts too: gradients not yet in their
   // buffers, ZeRO-3's gathered parameters, transients, and on the CPU the step's token batches.
   Passes forward_and_backward(int64_t step, bool profiling) {
-    Allocator& device_memory = allocator_for(engine_->device());
-    const size_t step_base = device_memory.bytes_in_use();
-    device_memory.reset_peak();
+    const PeakWindow window(engine_->device());
     Passes passes;
-    const auto micro_batch = [&](int64_t m) {
-      io::Batch b = rows_of(step, m);
-      passes.positions += b.inputs.numel();
-      return b;
-    };
     // The micro-batches' losses stay where they were computed (StepValues keeps them there
     // until the trainer reads them): the host never waits for the device mid-step.
     if (engine_->pipelined()) {
-      std::vector<Tensor> inputs, targets;
-      for (int64_t m = 0; m < c_.gradient_accumulation_steps; ++m) {
-        io::Batch b = micro_batch(m);
-        inputs.push_back(b.inputs), targets.push_back(b.targets);
-      }
+      const auto [inputs, targets] = step_batches(step, passes);
       const auto f0 = Clock::now();
       passes.losses = engine_->forward_backward(inputs, targets);
       if (c_.wall_clock_breakdown) {  // the forward and backward actions' own time; the rest is waiting
@@ -466,7 +455,8 @@ class TrainingRun {
       }
     }
     for (int64_t m = 0; m < c_.gradient_accumulation_steps && !engine_->pipelined(); ++m) {
-      const io::Batch b = micro_batch(m);
+      const io::Batch b = rows_of(step, m);
+      passes.positions += b.inputs.numel();
       const bool profile = profiling && m == 0;  // the first micro-batch, as DeepSpeed's profiler
       const bool timed = c_.wall_clock_breakdown || profile;
       if (profile) profiler_->start();
@@ -483,31 +473,47 @@ class TrainingRun {
       if (profile) profiled_.backward_s = b_ms / 1e3;
       if (c_.wall_clock_breakdown) breakdown_.forward += f_ms, breakdown_.backward += b_ms;
     }
-    passes.activation_peak = double(device_memory.peak_bytes() - step_base);
+    passes.activation_peak = window.bytes();
     return passes;
   }
+
+  // The activation peak (Passes::activation_peak): the most the device's allocator holds
+  // from the window's start on beyond what it held then.
+  struct PeakWindow {
+    Allocator& memory;
+    size_t base;
+    explicit PeakWindow(Device device) : memory(allocator_for(device)), base(memory.bytes_in_use()) {
+      memory.reset_peak();
+    }
+    double bytes() const { return double(memory.peak_bytes() - base); }
+  };
 
   // This rank's rows of the step's micro-batch m.
   io::Batch rows_of(int64_t step, int64_t m) const {
     return data_->batch(step, c_.train_batch_size, (m * n_ + rank_) * c_.micro_batch_size, c_.micro_batch_size);
   }
 
-  // The step's micro-batches, passes and update in one call (Engine::train_step), which
-  // records the step and replays it (Note [Recorded steps] in engine/step_recording.h).
-  Passes whole_step(int64_t step, QueuedStep& queued) {
-    Allocator& device_memory = allocator_for(engine_->device());
-    const size_t step_base = device_memory.bytes_in_use();
-    device_memory.reset_peak();
-    Passes passes;
+  // This rank's rows of every micro-batch of the step, as inputs and targets; their
+  // positions counted in passes.
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> step_batches(int64_t step, Passes& passes) const {
     std::vector<Tensor> inputs, targets;
     for (int64_t m = 0; m < c_.gradient_accumulation_steps; ++m) {
       io::Batch b = rows_of(step, m);
       passes.positions += b.inputs.numel();
       inputs.push_back(b.inputs), targets.push_back(b.targets);
     }
+    return {inputs, targets};
+  }
+
+  // The step's micro-batches, passes and update in one call (Engine::train_step), which
+  // records the step and replays it (Note [Recorded steps] in engine/step_recording.h).
+  Passes whole_step(int64_t step, QueuedStep& queued) {
+    const PeakWindow window(engine_->device());
+    Passes passes;
+    const auto [inputs, targets] = step_batches(step, passes);
     TrainStep s = engine_->train_step(inputs, targets);
     passes.losses = s.losses;
-    passes.activation_peak = s.activation_peak.value_or(double(device_memory.peak_bytes() - step_base));
+    passes.activation_peak = s.activation_peak.value_or(window.bytes());
     queued = std::move(s.queued);
     return passes;
   }

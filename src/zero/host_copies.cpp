@@ -34,10 +34,7 @@ HostCopies::Copy HostCopies::to_host(const Tensor& dst, const Tensor& src) const
 HostCopies::Copy HostCopies::to_device(const Tensor& dst, const Tensor& src) const {
   TRIAD_ASSERT(src.device().is_cpu() && dst.device() == device_ && dst.numel() == src.numel());
   if (!pinned_) {  // straight into dst, staged by the device runtime (no device temporary)
-    if (device_.is_cpu())
-      ops::copy_(dst, src);
-    else
-      device_runtime(device_).copy_to_device(dst, src);
+    copy_from_host(dst, src);
     return nullptr;
   }
   return staging_->to_device(dst, src);

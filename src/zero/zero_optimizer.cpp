@@ -592,7 +592,6 @@ void ZeroOptimizer::update(const Update& u) {
   // whose parameters are in memory or updated in place; an offloaded parameter shard's are
   // staged once it is in.
   bool any_host = false;
-  size_t row = 0;  // the sub-group's row of step_constants_
   // Offloaded parameter shards the update needs on the device (Note [Offloaded parameters]),
   // read in unless it only writes them (mixed precision: the master weights are the store's).
   const auto swapped = [&](size_t i) { return param_swap_ && groups_[i].partitioned && !groups_[i].in_place; };
@@ -643,7 +642,7 @@ void ZeroOptimizer::update(const Update& u) {
         state.master.defined()
             ? AdamWTensors{state.master, grad, state.exp_avg, state.exp_avg_sq, host ? state.params : params, s}
             : AdamWTensors{params, grad, state.exp_avg, state.exp_avg_sq, Tensor(), s};
-    if (step_constants_.defined()) update.constants = ops::select(step_constants_, 0, int64_t(row++));
+    if (step_constants_.defined()) update.constants = ops::select(step_constants_, 0, int64_t(i));
     if (at_once)
       batch.push_back(update);  // its tensors outlive the release (ShardStore::resident)
     else
@@ -818,19 +817,15 @@ void ZeroOptimizer::read_constants_from_device() {
   TRIAD_CHECK(!tp_ || tp_->size() == 1,
               "ZeRO: a recorded step cannot run under tensor parallelism (the gradient "
               "norm's parts are summed on the host)");
-  int64_t rows = 0;
-  for (const Group& g : groups_) rows += int64_t(g.subgroups.size());
-  step_constants_ = Tensor::empty({rows, kAdamWConstants}, DType::f32, device_);
+  step_constants_ = Tensor::empty({int64_t(groups_.size()), kAdamWConstants}, DType::f32, device_);
 }
 
 void ZeroOptimizer::write_step_constants(double lr) {
   TRIAD_ASSERT(step_constants_.defined());
   const Tensor host = Tensor::empty(step_constants_.shape(), DType::f32);
-  int64_t row = 0;
-  for (const Group& g : groups_)
-    for (size_t k = 0; k < g.subgroups.size(); ++k)
-      ops::adamw_constants(optim::adamw_step(adamw_, lr, g.flat->weight_decay(), steps_ + 1),
-                           ops::select(host, 0, row++));
+  for (size_t i = 0; i < groups_.size(); ++i)
+    ops::adamw_constants(optim::adamw_step(adamw_, lr, groups_[i].flat->weight_decay(), steps_ + 1),
+                         ops::select(host, 0, int64_t(i)));
   copy_from_host(step_constants_, host);
 }
 

@@ -209,7 +209,7 @@ class ZeroOptimizer {
   // Adam's betas from the next step on (a schedule's: DeepSpeed's OneCycle cycles beta1).
   void set_betas(double beta1, double beta2);
   // Note [Recorded steps] (engine/step_recording.h): from now on step()'s update reads
-  // Adam's constants from a table on the training device, a row per sub-group (Note
+  // Adam's constants from a table on the training device, a row per group (Note
   // [Adam's constants in memory]), which write_step_constants() fills before each step, so
   // that a step recorded once replays with the rate, betas and bias corrections of the step
   // it runs as. Only where the whole update runs on the device in one call: the state in
@@ -452,7 +452,7 @@ class ZeroOptimizer {
   bool held_ = false;  // stage 3: gather_all() holds every unit gathered until release_all()
   int64_t steps_ = 0;
   Delayed delayed_;
-  Tensor step_constants_;  // read_constants_from_device(): (sub-groups, kAdamWConstants) f32 on device_
+  Tensor step_constants_;  // read_constants_from_device(): (groups, kAdamWConstants) f32 on device_
 };
 
 }  // namespace triad::zero
