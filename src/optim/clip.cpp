@@ -8,17 +8,6 @@
 
 namespace triad::optim {
 
-double global_grad_norm(const std::vector<NormPart>& parts, const SumOverRanks& sum_over_ranks) {
-  double sq = 0;
-  for (const NormPart& part : parts) {
-    if (part.grads.empty()) continue;
-    const double s = ops::sum_squares(part.grads);
-    if (part.counted || !std::isfinite(s)) sq += s;
-  }
-  if (sum_over_ranks) sq = sum_over_ranks(sq);
-  return std::sqrt(sq);
-}
-
 double clip_coefficient(double norm, double max_norm) { return max_norm > 0.0 ? clip_factor(norm, max_norm) : 1.0; }
 
 void clip_grads(const std::vector<Tensor>& grads, double norm, double max_norm) {
@@ -36,14 +25,17 @@ std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
   return grads;
 }
 
+// The L2 norm of the gradients together, their squares summed in double.
+double norm_of(const std::vector<Tensor>& grads) { return grads.empty() ? 0.0 : std::sqrt(ops::sum_squares(grads)); }
+
 }  // namespace
 
-double grad_norm(const std::vector<Tensor>& params) { return global_grad_norm({{grads_of(params)}}); }
+double grad_norm(const std::vector<Tensor>& params) { return norm_of(grads_of(params)); }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   TRIAD_CHECK(max_norm > 0.0, "[gradient_clipping] max norm must be positive, got " << max_norm);
   const std::vector<Tensor> grads = grads_of(params);
-  const double norm = global_grad_norm({{grads}});
+  const double norm = norm_of(grads);
   clip_grads(grads, norm, max_norm);
   return norm;
 }

@@ -108,7 +108,6 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
 //     the last read; LossScaler::update's rules (hysteresis, window, consecutive
 //     hysteresis) as a one-thread kernel on the device state; the scale and the skipped
 //     flag read with the step's values (StepValues), and counters() read before a save.
-//   * tensor parallelism: the counted and uncounted parts are summed on the host;
 //   * gradients kept by an offloading store, the delayed update, and SGD in one process:
 //     the update or the norm runs on the host.
 //   MPI collectives of device tensors wait for their copy to the host; over NCCL they are

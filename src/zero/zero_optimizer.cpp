@@ -814,9 +814,6 @@ void ZeroOptimizer::read_constants_from_device() {
               "the host)");
   TRIAD_CHECK(!config_.delayed_update.enabled,
               "ZeRO: a recorded step cannot delay the update (zero_optimization.delayed_update)");
-  TRIAD_CHECK(!tp_ || tp_->size() == 1,
-              "ZeRO: a recorded step cannot run under tensor parallelism (the gradient "
-              "norm's parts are summed on the host)");
   step_constants_ = Tensor::empty({int64_t(groups_.size()), kAdamWConstants}, DType::f32, device_);
 }
 
@@ -880,14 +877,9 @@ bool ZeroOptimizer::counted_in_norm(size_t group) const {
 
 double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
   // The host waits for the device here (Note [Host synchronisation in a step] in
-  // train/trainer.cpp). The sum is the same on every rank (stage 0's gradients are, and the
-  // all-reduce gives every rank the same bits), so every rank reaches the same verdict.
-  if (const Tensor squared = squared_grad_norm(grads); squared.defined()) return std::sqrt(squared.item());
-  // Split parameters count on every tp rank, replicated ones on tp rank 0.
-  std::vector<optim::NormPart> parts = {{.grads = {}, .counted = true}, {.grads = {}, .counted = tp_->rank() == 0}};
-  for (const GradPiece& p : grad_pieces(grads))
-    if (counted_in_norm(p.group)) parts[p.split.is_split() ? 0 : 1].grads.push_back(p.grad);
-  return optim::global_grad_norm(parts, [&](double sq) { return sum_squares_over_ranks(sq); });
+  // train/trainer.cpp). The sum is the same on every rank (the all-reduce gives every rank
+  // the same bits), so every rank reaches the same verdict.
+  return std::sqrt(squared_grad_norm(grads).item());
 }
 
 double ZeroOptimizer::sum_squares_over_ranks(double sq) const {
@@ -910,15 +902,23 @@ double ZeroOptimizer::stored_grad_norm() const {
 }
 
 Tensor ZeroOptimizer::squared_grad_norm(const std::vector<Tensor>& grads) const {
-  if (tp_ && tp_->size() > 1) return Tensor();
+  const bool split_model = tp_ && tp_->size() > 1, pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
   std::vector<Tensor> counted;
-  for (size_t i = 0; i < groups_.size(); ++i)
-    if (counted_in_norm(i)) counted.push_back(grads[i]);
+  if (!split_model) {
+    for (size_t i = 0; i < groups_.size(); ++i)
+      if (counted_in_norm(i)) counted.push_back(grads[i]);
+  } else {
+    // Note [ZeRO under tensor parallelism]: split parameters count on every tp rank,
+    // replicated ones on tp rank 0.
+    for (const GradPiece& p : grad_pieces(grads))
+      if (counted_in_norm(p.group) && (p.split.is_split() || tp_->rank() == 0)) counted.push_back(p.grad);
+  }
   Tensor total = ops::squared_norm(counted, device_);
   // Every rank holds the whole gradient at stage 0 (without experts spread); otherwise the
   // ranks' sums add up.
   if (config_.stage >= 1 || replicated_experts()) dp_->all_reduce(total)->wait();
-  if (pipeline_.pp && pipeline_.pp->size() > 1) pipeline_.pp->all_reduce(total)->wait();
+  if (split_model) tp_->all_reduce(total)->wait();
+  if (pipelined) pipeline_.pp->all_reduce(total)->wait();
   return total;
 }
 

@@ -46,8 +46,10 @@
 // flat groups have the same layout on every tp rank, the local shapes being equal). At the
 // step, gradients of parameters marked partial_grad (sequence parallelism) are summed over
 // tp, and the norm counts every element of the global model once: the split parameters'
-// squares on every tp rank, the replicated ones' on tp rank 0 only, summed over tp. An
-// inf/NaN anywhere in the grid makes every rank's norm non-finite (one verdict).
+// squares on every tp rank, the replicated ones' on tp rank 0 only, summed over tp on the
+// device. The other tp ranks' replicated gradients are the same values as rank 0's (the
+// partial ones summed over tp, the others computed from the same replicated inputs), so an
+// inf/NaN in them is in rank 0's sum too, and every rank's norm is non-finite (one verdict).
 //
 // Note [Delayed parameter update] (the ZeRO-Offload paper's DPU, arXiv 2101.06840;
 // zero_optimization.delayed_update): step() of step i >= warmup_steps (counting the steps
@@ -418,8 +420,8 @@ class ZeroOptimizer {
   double stored_grad_norm() const;                 // the norm of gradients the store keeps
   double gradient_unscale() const;  // what averages the reduced gradients and undoes the loss scale
   void clear_gradients();
-  // The squared norm left on the device, all-reduced where grad_norm's is; undefined under
-  // tensor parallelism, whose norm sums counted and uncounted parts on the host.
+  // The squared norm of the whole model's gradient, left on the device (its counted parts'
+  // squares, all-reduced over the ranks holding the rest).
   Tensor squared_grad_norm(const std::vector<Tensor>& grads) const;
   // Whether group i's gradient counts in the norm: a tied parameter once, on its tie
   // group's rank 0 (an inf or NaN in it is there too); stage 0 with experts spread, a

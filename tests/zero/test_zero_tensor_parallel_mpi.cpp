@@ -2,8 +2,10 @@
 // ZeRO stages 0-3 over the data-parallel ranks, with and without sequence parallelism, on
 // every tp × dp layout of the world with tp >= 2 (2: 2x1; 4: 2x2, 4x1; 8: 2x4, 4x2). Losses
 // and final parameters (gathered to their global shapes) equal the single-process run on
-// the same global batches within 1e-5 relative (fp32). Clipping is active every step, so
-// the norm must count every element of the global model exactly once.
+// the same global batches within 1e-5 relative (fp32), and so do the gradient norms, which
+// stay on the device (the split parameters' squares on every tp rank, the replicated ones'
+// on tp rank 0). Clipping is active every step, so the norm must count every element of the
+// global model exactly once.
 #include <boost/test/unit_test.hpp>
 
 #include "parallel/process_grid.h"
@@ -38,8 +40,8 @@ Tensor loss_of(nn::GPT& model, const Tensor& tokens, int64_t first, int64_t rows
 }
 
 struct Trajectory {
-  std::vector<double> losses;
-  std::vector<Tensor> params;  // global shapes
+  std::vector<double> losses, norms;  // norms: before clipping
+  std::vector<Tensor> params;         // global shapes
 };
 
 Trajectory single_process() {
@@ -49,7 +51,7 @@ Trajectory single_process() {
   for (int64_t step = 0; step < kSteps; ++step) {
     const Tensor l = loss_of(*model, global_tokens(step), 0, kBatch);
     backward(l);
-    optim::clip_grad_norm(model->parameters(), kClip);
+    t.norms.push_back(optim::clip_grad_norm(model->parameters(), kClip));
     opt.step();
     opt.zero_grad();
     t.losses.push_back(l.item());
@@ -69,7 +71,7 @@ Trajectory two_dimensional(const parallel::ProcessGrid& grid, int stage, bool sp
     const Tensor l = loss_of(*model, global_tokens(step), grid.dp_rank() * rows, rows);
     opt.begin_backward(true);
     backward(l);
-    opt.step(kLr, kClip);
+    t.norms.push_back(opt.step(kLr, kClip).norm.item());
     Tensor sum = Tensor::full({1}, l.item(), DType::f64);
     grid.dp()->all_reduce(sum)->wait();
     t.losses.push_back(sum.item() / grid.dp_size());
@@ -110,6 +112,8 @@ BOOST_AUTO_TEST_CASE(tp_by_dp_with_every_zero_stage_equals_one_process) {
         BOOST_TEST_CONTEXT("tp " << tp << " dp " << grid.dp_size() << " stage " << stage << " sp " << sp) {
           for (size_t i = 0; i < ref.losses.size(); ++i)
             BOOST_TEST(std::abs(run.losses[i] - ref.losses[i]) / ref.losses[i] < 1e-5, "step " << i);
+          for (size_t i = 0; i < ref.norms.size(); ++i)
+            BOOST_TEST(std::abs(run.norms[i] - ref.norms[i]) / ref.norms[i] < 1e-5, "norm of step " << i);
           for (size_t i = 0; i < ref.params.size(); ++i)
             BOOST_TEST(test::max_abs_diff(run.params[i], ref.params[i]) / scale < 1e-5, "parameter " << i);
         }
