@@ -1,10 +1,12 @@
 #include "train/stall_hook.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "parallel/runtime.h"
 #include "tensor/error.h"
@@ -20,13 +22,17 @@ void stall_if_asked(int64_t step) {
   char c1 = 0, c2 = 0;
   std::string how;
   in >> rank >> c1 >> at >> c2 >> how;
-  TRIAD_CHECK(in && !how.empty() && c1 == ':' && c2 == ':' && (how == "spin" || how == "stop"),
-              "TRIAD_STALL must be RANK:STEP:spin or RANK:STEP:stop, got '" << spec << "'");
+  TRIAD_CHECK(in && !how.empty() && c1 == ':' && c2 == ':' && (how == "spin" || how == "stop" || how == "pause"),
+              "TRIAD_STALL must be RANK:STEP:spin, RANK:STEP:stop or RANK:STEP:pause, got '" << spec << "'");
   if (rank != parallel::world_rank() || step != at) return;
   std::fprintf(stderr, "rank %d: TRIAD_STALL: %s at step %lld\n", rank, how.c_str(), static_cast<long long>(step));
   std::fflush(stderr);
   if (how == "stop") {
     std::raise(SIGSTOP);
+    return;
+  }
+  if (how == "pause") {
+    std::this_thread::sleep_for(std::chrono::seconds(kPauseSeconds));
     return;
   }
   for (volatile bool forever = true; forever;) {

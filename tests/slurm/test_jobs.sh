@@ -135,8 +135,11 @@ wait_until_gone() {
 last_step() { python3 -c 'import json,sys; print(max([json.loads(l)["step"] for l in open(sys.argv[1]) if l.strip()] or [0]))' "$1"; }
 
 # ---- train: cancelled after its first checkpoint, resubmitted, resumes ----
+# The first job's step 6 takes kPauseSeconds (src/train/stall_hook.h): the test cancels it
+# (or signals it, below) after the checkpoint of step 5, before it can end, however fast
+# the machine runs the other steps.
 step "train: submit, cancel after the first checkpoint, resubmit"
-out=$(submit train --job-name resume)
+out=$(TRIAD_STALL=0:6:pause submit train --job-name resume)
 first=$(job_id_of "$out")
 [[ -n $first ]] || fail "submit.sh train printed no job id: $out"
 wait_for_file "$runs/resume/ckpt/latest" "$first"
@@ -168,7 +171,8 @@ echo "cancelled job $first at step $done_steps; job $second resumed at step $k a
 
 # ---- train: the time-limit signal requeues the job, which resumes under the same id ----
 step "train: USR1 (as --signal sends it near the time limit) requeues the job"
-out=$(submit train --job-name requeue)
+# The signal comes during the pause of step 6; the requeued job resumes after it.
+out=$(TRIAD_STALL=0:6:pause submit train --job-name requeue)
 id=$(job_id_of "$out")
 wait_for_file "$runs/requeue/ckpt/latest" "$id"
 scancel --batch --signal=USR1 "$id"
