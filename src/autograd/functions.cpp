@@ -683,10 +683,10 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
                 [cos, sin](const Grads& g) { return Grads{ops::rotary_backward(g[0], cos, sin)}; });
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end) {
-  return record("embedding", {weight}, ops::embedding(weight, indices, zero_past_end),
+Tensor embedding(const Tensor& weight, const Tensor& indices, TableRows rows) {
+  return record("embedding", {weight}, ops::embedding(weight, indices, rows),
                 [=, idx = detach(indices), v = weight.size(0)](const Grads& g) {
-                  return Grads{like(ops::embedding_backward(g[0], idx, v, zero_past_end), weight)};
+                  return Grads{like(ops::embedding_backward(g[0], idx, v, rows), weight)};
                 });
 }
 

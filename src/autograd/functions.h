@@ -150,8 +150,9 @@ AddNorm add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, dou
 // forward and one backward, x read through its strides, a 16-bit result rounded once. The
 // tables take no gradient.
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
-// ops::embedding (zero_past_end: the index V reads zeros and passes no gradient).
-Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end = false);
+// ops::embedding: the indices of `rows` (TableRows) off the table's rows read zeros and
+// pass no gradient.
+Tensor embedding(const Tensor& weight, const Tensor& indices, TableRows rows = {});
 // Mean cross-entropy of logits (..., V) against targets (...), skipping ignore_index.
 // classes: the first `classes` columns of logits' last dimension are the classes, the rest
 // padding (ops::cross_entropy); -1: all of them.

@@ -19,6 +19,19 @@ int64_t rows_per_chunk(int64_t chunk_rows, const Tensor& weight) {
   return std::max<int64_t>(kClassifierChunkBytes / row_bytes, 1);
 }
 
+// A part's classes resolved for W rows (or columns) of logits: {first, classes, vocab}.
+struct Classes {
+  int64_t first, count, vocab;
+};
+Classes classes_of(const ClassifierPart& part, int64_t W, const char* op) {
+  const int64_t count = part.classes < 0 ? W : part.classes;
+  const Classes c{part.first, count, part.vocab < 0 ? part.first + count : part.vocab};
+  TRIAD_CHECK(c.first >= 0 && c.count <= W && (c.count == 0 || c.first + c.count <= c.vocab),
+              op << ": the " << W << " rows of logits cannot hold classes [" << c.first << ", " << c.first + c.count
+                 << ") of a vocabulary of " << c.vocab);
+  return c;
+}
+
 }  // namespace
 
 Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& targets, int64_t ignore_index,
@@ -30,11 +43,7 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
                   << shape_str(targets.shape()));
   TRIAD_CHECK(chunk_rows >= 0, "linear_cross_entropy: chunk_rows must be >= 0 (0: automatic), got " << chunk_rows);
   const int64_t W = weight.size(0), C = weight.size(1), N = targets.numel();
-  const int64_t first = part.first, classes = part.classes < 0 ? W : part.classes;
-  const int64_t vocab = part.vocab < 0 ? first + classes : part.vocab;
-  TRIAD_CHECK(first >= 0 && classes <= W && (classes == 0 || first + classes <= vocab),
-              "linear_cross_entropy: the weight's " << W << " rows cannot hold classes [" << first << ", "
-                                                    << first + classes << ") of a vocabulary of " << vocab);
+  const auto [first, classes, vocab] = classes_of(part, W, "linear_cross_entropy");
   const Tensor x = input.dtype() != weight.dtype() && is_16bit(weight.dtype()) ? to(input, weight.dtype()) : input;
   const Tensor x2 = ops::reshape(detach(x), {N, C});
   const Tensor t1 = ops::contiguous(ops::to(ops::reshape(targets, {N}), DType::i64));
@@ -81,6 +90,30 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
     }
     return Grads{gx ? ops::reshape(dx, x.shape()) : Tensor(), dw};
   });
+}
+
+Tensor cross_entropy_of_part(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             const ClassifierPart& part) {
+  TRIAD_CHECK(logits.dim() >= 1 && targets.shape() == Shape(logits.shape().begin(), logits.shape().end() - 1),
+              "cross_entropy_of_part: logits " << shape_str(logits.shape()) << " do not match targets "
+                                               << shape_str(targets.shape())
+                                               << " (expected logits (..., W), targets (...))");
+  const int64_t W = logits.size(-1), N = targets.numel();
+  const auto [first, classes, vocab] = classes_of(part, W, "cross_entropy_of_part");
+  const Tensor l2 = ops::contiguous(ops::reshape(detach(logits), {N, W}));
+  const Tensor t1 = ops::contiguous(ops::to(ops::reshape(targets, {N}), DType::i64));
+  const DType stats = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor lse = Tensor::empty({N}, stats, logits.device());
+  const Tensor target_logit = Tensor::empty({N}, stats, logits.device());
+  ops::classifier_rows_(l2, t1, first, classes, vocab, ignore_index, lse, target_logit);
+  if (part.combine) part.combine(lse, target_logit);
+  const ops::CrossEntropyOut r = ops::classifier_loss(lse, target_logit, t1, vocab, ignore_index);
+  return record("cross_entropy_of_part", {logits}, r.loss,
+                [=, shape = logits.shape(), count = r.count](const Grads& g) {
+                  const Tensor d = ops::clone(l2);
+                  ops::classifier_grad_(d, t1, first, classes, vocab, ignore_index, lse, g[0], count);
+                  return Grads{ops::reshape(d, shape)};
+                });
 }
 
 }  // namespace triad

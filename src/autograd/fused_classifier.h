@@ -65,4 +65,11 @@ inline constexpr int64_t kClassifierChunkBytes = int64_t(32) << 20;
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index = -100,
                             const ClassifierPart& part = {}, int64_t chunk_rows = 0);
 
+// The same loss of logits already made (..., W), whose columns are the part's classes (then
+// padding): each row's log-sum-exp and target logit, combined over the parts by
+// part.combine; the backward is local, d(logits) in their dtype. A tensor-parallel
+// cross-entropy of a head that is not fused (parallel::vocab_parallel_cross_entropy).
+Tensor cross_entropy_of_part(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             const ClassifierPart& part);
+
 }  // namespace triad

@@ -370,8 +370,6 @@ void parse_cuda_graph(JsonReader r, TrainConfig& c) {
              ", model.tensor_parallel " + std::to_string(c.tensor_parallel) + ", pipeline.stages " +
              std::to_string(c.pipeline.stages) + "); collectives in a recorded step are not built");
   refuse(c.optimizer.type != "AdamW", "optimizer.type " + c.optimizer.type + ": a recorded step runs AdamW");
-  refuse(c.precision.dtype == DType::f16,
-         "fp16.enabled: the loss scale's overflow test reads the gradient norm on the host every step; use bf16");
   refuse(c.zero.offload_optimizer.device != zero::OffloadDevice::none ||
              c.zero.offload_param.device != zero::OffloadDevice::none,
          "zero_optimization.offload_optimizer and offload_param: an offloaded update runs on the host");

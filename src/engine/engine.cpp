@@ -401,7 +401,8 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
     } else
       zero_->begin_backward(false);
   };
-  const nn::RouterLossGradient router(s.loss_gradient);  // Note [Router losses in the backward]
+  // Note [Router losses in the backward]
+  const nn::RouterLossGradient router(Tensor::full({}, s.loss_gradient, DType::f64, device_));
   return pipeline_losses(pipe_->run(s), int64_t(inputs.size()));
 }
 
@@ -431,24 +432,43 @@ Tensor Engine::pipeline_losses(const std::vector<Tensor>& losses, int64_t m) {
 }
 
 void Engine::backward(const Tensor& loss) {
-  const double scale = (zero_ ? zero_->loss_scale() : 1.0) / double(config_.gradient_accumulation_steps);
+  const double steps = double(config_.gradient_accumulation_steps);
   if (zero_) zero_->begin_backward(micro_ + 1 == config_.gradient_accumulation_steps);
   micro_ = (micro_ + 1) % config_.gradient_accumulation_steps;
-  const nn::RouterLossGradient router(scale);  // Note [Router losses in the backward]
-  triad::backward(loss, Tensor::full(loss.shape(), scale, loss.dtype(), loss.device()));
+  // The loss scale over the accumulation steps, made where the scale is (Note [Loss scale on
+  // the device] in zero/device_loss_scale.h): the host reads nothing here.
+  const Tensor seed =
+      zero_ ? zero_->loss_seed(steps, loss.dtype()) : Tensor::full({}, 1.0 / steps, loss.dtype(), loss.device());
+  const nn::RouterLossGradient router(seed);  // Note [Router losses in the backward]
+  triad::backward(loss, ops::reshape(seed, loss.shape()));
+}
+
+StepResult QueuedStep::read() const {
+  StepResult r{step, lr, grad_norm.item(), false, 1.0, comm};
+  if (outcome.defined()) {
+    const std::vector<double> v = outcome.to_vector<double>();
+    r.lr = v[0], r.skipped = v[1] != 0.0, r.loss_scale = v[2];
+  }
+  return r;
+}
+
+zero::ZeroOptimizer::RatesAt Engine::rates() const {
+  // The schedule counts the steps taken: as DeepSpeed's engine, which steps its scheduler
+  // only after a step that did not overflow, an fp16 step skipped leaves the next one the
+  // same rate.
+  return [this](int64_t taken) {
+    zero::ZeroOptimizer::Rates r{schedule_->lr_at(taken), std::nullopt};
+    if (const auto betas = schedule_->betas_at(taken)) r.betas = std::pair(betas->beta1, betas->beta2);
+    return r;
+  };
 }
 
 QueuedStep Engine::queue_step() {
   micro_ = 0;
   if (zero_) {
-    // The schedule counts the steps taken: as DeepSpeed's engine, which steps its scheduler
-    // only after a step that did not overflow, an fp16 step skipped leaves the next one the
-    // same rate.
-    const int64_t taken = zero_->counters().steps;
-    const double lr = schedule_->lr_at(taken);
-    if (const auto betas = schedule_->betas_at(taken)) zero_->set_betas(betas->beta1, betas->beta2);
-    zero::ZeroOptimizer::StepNorm norm = zero_->step(lr, config_.gradient_clipping);
-    return {++step_, lr, std::move(norm.norm), norm.skipped, zero_->loss_scale(), take_comm()};
+    zero_->prepare_step(rates());
+    zero::ZeroOptimizer::StepNorm norm = zero_->step(config_.gradient_clipping);
+    return {++step_, norm.lr, std::move(norm.norm), std::move(norm.outcome), take_comm()};
   }
   const std::vector<Tensor> params = model_->parameters();
   const double norm = config_.gradient_clipping > 0 ? optim::clip_grad_norm(params, config_.gradient_clipping)
@@ -458,7 +478,7 @@ QueuedStep Engine::queue_step() {
   optimizer_->step();
   optimizer_->zero_grad();
   ++step_;
-  return {step_, lr, Tensor::full({1}, norm, DType::f64), false, 1.0, nullptr};
+  return {step_, lr, Tensor::full({1}, norm, DType::f64), Tensor(), nullptr};
 }
 
 nlohmann::json Engine::take_comm() {
@@ -506,10 +526,7 @@ TrainStep Engine::recorded_step(const std::vector<Tensor>& inputs, const std::ve
     recording_ = std::make_unique<StepRecording>(device_, inputs, targets);
   }
   recording_->load(inputs, targets);
-  const int64_t taken = zero_->counters().steps;
-  const double lr = schedule_->lr_at(taken);
-  if (const auto betas = schedule_->betas_at(taken)) zero_->set_betas(betas->beta1, betas->beta2);
-  zero_->write_step_constants(lr);
+  const double lr = zero_->prepare_step(rates());
   const StepRecording& r = *recording_;
   const bool ran = recording_->run([&] {
     for (size_t m = 0; m < r.inputs().size(); ++m) {
@@ -517,12 +534,15 @@ TrainStep Engine::recorded_step(const std::vector<Tensor>& inputs, const std::ve
       ops::copy_(ops::select(r.losses(), 0, int64_t(m)), loss);
       backward(loss);
     }
-    ops::copy_(r.grad_norm(), zero_->step(lr, config_.gradient_clipping).norm);
+    const zero::ZeroOptimizer::StepNorm n = zero_->step(config_.gradient_clipping);
+    ops::copy_(r.grad_norm(), n.norm);
+    if (n.outcome.defined()) ops::copy_(r.outcome(), n.outcome);
     recorded_comm_ = take_comm();
   });
   if (!ran) zero_->count_replayed_step();
+  const Tensor outcome = zero_->loss_scale_on_device() ? r.outcome() : Tensor();
   TrainStep s{.losses = r.losses(),
-              .queued = {++step_, lr, r.grad_norm(), false, zero_->loss_scale(), recorded_comm_},
+              .queued = {++step_, lr, r.grad_norm(), outcome, recorded_comm_},
               .activation_peak = ran ? std::nullopt : std::optional<double>(r.activation_peak())};
   return s;
 }

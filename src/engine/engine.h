@@ -114,12 +114,13 @@ struct StepResult {
 // train/trainer.cpp). read() reads the norm, waiting for them.
 struct QueuedStep {
   int64_t step;
-  double lr;
+  double lr;         // NaN when only the device knows it (in outcome)
   Tensor grad_norm;  // (1,) f64 where it was computed (zero::ZeroOptimizer::StepNorm)
-  bool skipped = false;
-  double loss_scale = 1.0;
+  // With loss scaling (fp16): the step's rate, whether it was skipped and the loss scale
+  // after it, (kStepOutcome,) f64 where decided (zero::ZeroOptimizer::StepNorm); else undefined.
+  Tensor outcome;
   nlohmann::json comm;
-  StepResult read() const { return {step, lr, grad_norm.item(), skipped, loss_scale, comm}; }
+  StepResult read() const;
 };
 
 // One optimizer step as Engine::train_step ran it.
@@ -315,6 +316,8 @@ class Engine {
   nlohmann::json take_comm();
   // train_step through recording_ (Note [Recorded steps]).
   TrainStep recorded_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
+  // The schedule's rate and betas after a number of steps taken, for ZeRO's step.
+  zero::ZeroOptimizer::RatesAt rates() const;
   Tensor pipeline_losses(const std::vector<Tensor>& losses, int64_t micro_batches);
 
   TrainConfig config_;

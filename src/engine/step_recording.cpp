@@ -2,6 +2,7 @@
 
 #include "tensor/allocator.h"
 #include "tensor/error.h"
+#include "tensor/loss_scale_math.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 
@@ -17,6 +18,7 @@ StepRecording::StepRecording(Device device, const std::vector<Tensor>& inputs, c
   }
   losses_ = Tensor::zeros({int64_t(inputs.size())}, DType::f32, device);
   grad_norm_ = Tensor::zeros({1}, DType::f64, device);
+  outcome_ = Tensor::zeros({kStepOutcome}, DType::f64, device);
 }
 
 void StepRecording::load(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets) {

@@ -8,16 +8,19 @@
 // - the micro-batches: copied into fixed buffers (StepRecording::load);
 // - the rate, betas and bias corrections: Adam reads its constants from a table that ZeRO
 //   writes before each step (Note [Adam's constants in memory], tensor/optimizer_ops.h;
-//   ZeroOptimizer::write_step_constants);
-// - the step's losses and gradient norm: written into fixed tensors, which the trainer
-//   copies out after the replay (StepValues), as it does a plain step's.
+//   ZeroOptimizer::prepare_step); with fp16's loss scale, which stays on the device, from
+//   the row of its candidates that the step's overflow test picks there (Note [Loss scale
+//   on the device] in zero/device_loss_scale.h);
+// - the step's losses, gradient norm and, with loss scaling, its outcome: written into
+//   fixed tensors, which the trainer copies out after the replay (StepValues), as it does a
+//   plain step's.
 // The host side of the step (autograd, ZeRO's bookkeeping, module hooks) runs once, at the
 // recording; the Engine counts each replayed step itself (ZeroOptimizer::count_replayed_step).
 //
 // The first cuda_graph.warmup_steps steps run plainly, so that everything a step creates
 // once (the optimizer's state, cuBLASLt's workspaces) exists before the recording. What a
 // recording cannot hold is refused: the config's keys by parse_config (more than one
-// process, fp16's loss scaling, offload, the delayed update, MoE, dropout, timed phases);
+// process, offload, the delayed update, MoE, dropout, timed phases);
 // a step that draws random numbers anyway, or copies a host tensor to the device, or makes
 // the host wait for the device, fails the recording with an Error naming why. The memory a
 // step allocates is the graph's for the run (Note [Graph pools] in cuda/caching_allocator.h):
@@ -51,6 +54,9 @@ class StepRecording {
   // Where the step writes its micro-batches' losses ((m,) f32) and its gradient norm ((1,) f64).
   const Tensor& losses() const { return losses_; }
   const Tensor& grad_norm() const { return grad_norm_; }
+  // With loss scaling, where it writes its outcome ((kStepOutcome,) f64: the rate, whether
+  // it was skipped, the scale after it; zero::ZeroOptimizer::StepNorm).
+  const Tensor& outcome() const { return outcome_; }
 
   // Runs the step: on a CUDA device the first call records `step` (its host side runs now)
   // and replays it, later calls replay the recording without calling `step`; on the CPU
@@ -64,7 +70,7 @@ class StepRecording {
  private:
   Device device_;
   std::vector<Tensor> inputs_, targets_;
-  Tensor losses_, grad_norm_;
+  Tensor losses_, grad_norm_, outcome_;
   std::unique_ptr<DeviceGraph> graph_;
   double activation_peak_ = 0;
 };

@@ -48,11 +48,7 @@ double residual_bytes(const ActivationShape& s) {
   return kF32 * d.B * d.Tr * d.C;
 }
 
-LayerActivations embedding_activations(const ActivationShape& s) {
-  const Dims d = dims(s);
-  if (s.tp == 1) return {};
-  return {kF32 * d.B * d.T * d.C + (kIndex + kF32) * d.B * d.T, 0};
-}
+LayerActivations embedding_activations(const ActivationShape&) { return {}; }
 
 LayerActivations block_activations(const ActivationShape& s) {
   const Dims d = dims(s);

@@ -33,9 +33,9 @@
 // made contiguous (pBTC/t; none with one head per rank, or T = 1, where the output already
 // is in (B, T, C) order).
 //
-// Embedding: on one rank nothing new (the lookup keeps the batch's token ids, which the
-// batch holds anyway); vocab-parallel, the rank's lookup (4BTC), its local ids (8BT) and
-// mask (4BT). Head: ln_f as ln1 (4BT'C + 8BT') and the logits projection's input (pBTC).
+// Embedding: nothing new (the lookup keeps the batch's token ids, which the batch holds
+// anyway; vocab-parallel too, whose lookup reads its rank's rows of them, ops::TableRows).
+// Head: ln_f as ln1 (4BT'C + 8BT') and the logits projection's input (pBTC).
 // Loss: fused with the head, with pipeline stages or without (Note [Fused head loss] in
 // nn/layer_list.h, Note [Fused classifier] in autograd/fused_classifier.h), it keeps only
 // each row's log-sum-exp (4BT, V_r the vocabulary rows on the rank not mattering) and the
@@ -45,8 +45,8 @@
 // input-gradient pass, each deferred linear keeps its input and its output's gradient
 // until the weight-gradient pass. Per block 4BTC + 4BTC/t + 4BTC + 16BTC/t (inputs) +
 // 12BTC/t + 4BTC + 16BTC/t + 4BTC (gradients) = 16BTC + 48BTC/t; the head's fused loss
-// adds its weight's gradient in its own backward, deferring nothing. With bf16 parameters on a CUDA device linear layers
-// compute every gradient at once (nothing is deferred).
+// adds its weight's gradient in its own backward, deferring nothing. With bf16 parameters on a CUDA device linear
+// layers compute every gradient at once (nothing is deferred).
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,16 @@
 
 namespace triad::nn {
 
+namespace {
+
+// The indices a gather of `rows` takes: with dropped tokens, also the one past the end,
+// which reads zeros (Note [MoE gathers] in nn/moe_routing.h).
+TableRows gathered(const Tensor& rows, bool drop_tokens) {
+  return drop_tokens ? TableRows::zero_past_end(rows.size(0)) : TableRows{};
+}
+
+}  // namespace
+
 std::vector<int64_t> MoEStats::loads() const { return load.to_vector<int64_t>(); }
 
 int64_t MoEStats::dropped() const {
@@ -42,12 +52,12 @@ MoE::MoE(int64_t d_model, const MoEConfig& config, const ExpertFactory& make_exp
 // An empty slot or a dropped choice reads the zero row past the end (Note [MoE gathers] in
 // nn/moe_routing.h); dropless, there is none.
 Tensor MoE::dispatch(const Tensor& tokens, const ops::MoEIndices& at) const {
-  return embedding(tokens, at.source, config.drop_tokens);
+  return embedding(tokens, at.source, gathered(tokens, config.drop_tokens));
 }
 
 Tensor MoE::combine(const Tensor& outputs, const ops::MoEIndices& at, const Tensor& weights) const {
   const Tensor rows = reshape(outputs, {-1, outputs.size(-1)});
-  const Tensor routed = embedding(rows, at.slot, config.drop_tokens);  // (S, K, d)
+  const Tensor routed = embedding(rows, at.slot, gathered(rows, config.drop_tokens));  // (S, K, d)
   return sum(mul(routed, unsqueeze(weights, 2)), 1);
 }
 

@@ -27,7 +27,7 @@ GateOutput gate_tokens(const Tensor& logits, const MoEConfig& config, bool train
   // The probability of each kept choice's expert: rows of probs viewed (S E, 1), 0 when dropped.
   g.indices = config.drop_tokens ? ops::moe_indices(r.expert, r.location, E, r.capacity)
                                  : ops::moe_indices_dropless(r.expert, r.location, r.load);
-  g.weights = view(embedding(view(probs, {S * E, 1}), g.indices.choice, /*zero_past_end=*/true), {S, K});
+  g.weights = view(embedding(view(probs, {S * E, 1}), g.indices.choice, TableRows::zero_past_end(S * E)), {S, K});
   if (config.renormalizes()) {
     const double eps =
         dtype == DType::f64 ? std::numeric_limits<double>::epsilon() : double(std::numeric_limits<float>::epsilon());

@@ -75,7 +75,7 @@ struct Routing {
 // Note [MoE gathers]
 // The gate weights, dispatch and combine are single gathers by the indices of
 // ops::moe_indices (embedding, whose backward scatter-adds): of rows (n, d), a dropped choice
-// or an empty slot reading row n, a row of zeros past the end (embedding's zero_past_end),
+// or an empty slot reading row n, a row of zeros past the end (TableRows::zero_past_end),
 // which no copy appends and which takes no gradient. Dropless, no choice is dropped and no
 // slot empty, and the indices never reach n.
 

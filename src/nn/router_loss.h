@@ -23,18 +23,20 @@ namespace triad::nn {
 // out, unchanged; in the backward, loss (a scalar) receives router_loss_gradient().
 Tensor attach_router_loss(const Tensor& out, const Tensor& loss);
 
-double router_loss_gradient();
+// A one-element tensor where the seed was made (the device, with the loss scale there:
+// Note [Loss scale on the device] in zero/device_loss_scale.h); undefined: 1.
+Tensor router_loss_gradient();
 
 // Sets router_loss_gradient() for its lifetime (per thread, as grad mode is).
 class RouterLossGradient {
  public:
-  explicit RouterLossGradient(double seed);
+  explicit RouterLossGradient(Tensor seed);
   ~RouterLossGradient();
   RouterLossGradient(const RouterLossGradient&) = delete;
   RouterLossGradient& operator=(const RouterLossGradient&) = delete;
 
  private:
-  double previous_;
+  Tensor previous_;
 };
 
 }  // namespace triad::nn

@@ -1,8 +1,7 @@
 #include "optim/loss_scaler.h"
 
-#include <algorithm>
-
 #include "tensor/error.h"
+#include "tensor/loss_scale_math.h"
 
 namespace triad::optim {
 
@@ -11,18 +10,18 @@ LossScaler::LossScaler(const LossScaleConfig& config)
       scale_(config.dynamic ? config.initial_scale : config.static_scale > 0 ? config.static_scale : 1.0),
       hysteresis_left_(config.hysteresis) {}
 
+LossScaleRule LossScaler::rule() const {
+  return {.dynamic = config_.dynamic,
+          .window = config_.window,
+          .hysteresis = config_.hysteresis,
+          .consecutive_hysteresis = config_.consecutive_hysteresis,
+          .min_scale = config_.min_scale};
+}
+
 void LossScaler::update(bool overflow) {
-  if (!config_.dynamic) return;
-  if (overflow) {
-    clean_steps_ = 0;
-    if (hysteresis_left_ <= 1)
-      scale_ = std::max(scale_ / 2.0, config_.min_scale);
-    else
-      --hysteresis_left_;
-  } else {
-    if (config_.consecutive_hysteresis) hysteresis_left_ = config_.hysteresis;
-    if (++clean_steps_ % config_.window == 0) hysteresis_left_ = config_.hysteresis, scale_ *= 2.0;
-  }
+  int64_t hysteresis_left = hysteresis_left_;
+  advance_loss_scale(scale_, hysteresis_left, clean_steps_, overflow, rule());
+  hysteresis_left_ = int(hysteresis_left);
 }
 
 void LossScaler::set_state(const State& s) {

@@ -12,6 +12,10 @@
 
 #include <cstdint>
 
+namespace triad {
+struct LossScaleRule;  // tensor/loss_scale_math.h
+}
+
 namespace triad::optim {
 
 struct LossScaleConfig {
@@ -30,8 +34,10 @@ class LossScaler {
 
   double scale() const { return scale_; }
   const LossScaleConfig& config() const { return config_; }
-  // After a step whose gradients overflowed on some rank (or did not): moves a dynamic scale.
+  // After a step whose gradients overflowed on some rank (or did not): moves a dynamic scale
+  // (the rule, which the device runs too: tensor/loss_scale_math.h).
   void update(bool overflow);
+  LossScaleRule rule() const;
 
   // What a checkpoint keeps. set_state checks it (Error when invalid); a static or unit
   // scale keeps its configured value, as a dynamic one's saved scale does not apply to it.

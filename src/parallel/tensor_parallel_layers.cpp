@@ -23,11 +23,6 @@ Tensor uniform_part(const Shape& global, const nn::TensorSplit& split, const Sha
   return nn::local_part(g, split, local);
 }
 
-// The ids of `indices` on the host, as i64.
-std::vector<int64_t> host_ids(const Tensor& indices) {
-  return ops::to(ops::to(indices, Device::cpu()), DType::i64).to_vector<int64_t>();
-}
-
 LinearPart column_part(int64_t in, int64_t out, const Communicator& tp, const ColumnParallelOptions& o,
                        Generator& gen) {
   const int n = tp.size();
@@ -138,96 +133,21 @@ VocabParallelEmbedding::VocabParallelEmbedding(LinearPart p, int64_t vocab_, Com
       tp_(std::move(tp)) {}
 
 Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
-  const int64_t rows = weight.size(0);
-  const std::vector<int64_t> ids = host_ids(indices);
-  std::vector<int64_t> local(ids.size());
-  std::vector<float> mask(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    TRIAD_CHECK(ids[i] >= 0 && ids[i] < vocab,
-                "VocabParallelEmbedding: token id " << ids[i] << " is outside the vocabulary of " << vocab);
-    const bool mine = ids[i] >= first_row && ids[i] < first_row + rows;
-    local[i] = mine ? ids[i] - first_row : 0;
-    mask[i] = mine ? 1.0f : 0.0f;
-  }
-  Shape mask_shape = indices.shape();
-  mask_shape.push_back(1);
-  const Device device = weight.device();
-  const Tensor looked_up = embedding(weight, ops::to(Tensor::from_vector(local, indices.shape()), device));
-  const Tensor partial = mul(looked_up, ops::to(Tensor::from_vector(mask, mask_shape), device));
+  // The other ranks' tokens read zeros (TableRows): nothing is read on the host.
+  const Tensor partial = embedding(weight, ops::to(indices, weight.device()), {first_row, vocab});
   return sequence_parallel && !nn::sequence_parallel_paused() ? reduce_scatter_to_sequence_region(partial, tp_)
                                                               : reduce_from_tp_region(partial, tp_);
 }
 
 // ---- vocab-parallel cross-entropy
 
-Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const CommunicatorPtr& tp,
-                                    int64_t first_row, int64_t vocab, int64_t ignore_index) {
-  TRIAD_CHECK(logits.dim() >= 1 && targets.shape() == Shape(logits.shape().begin(), logits.shape().end() - 1),
-              "vocab_parallel_cross_entropy: logits " << shape_str(logits.shape()) << " do not match targets "
-                                                      << shape_str(targets.shape())
-                                                      << " (expected logits (..., V/n), targets (...))");
-  const int64_t rows = logits.size(-1), N = targets.numel();
-  const int64_t valid = std::clamp<int64_t>(vocab - first_row, 0, rows);  // columns that are tokens, not padding
-  const Device device = logits.device();
+namespace {
 
-  // Per row: whether it counts, whether its target is one of this rank's columns, and the
-  // flat index of that column (row i, column 0 when it is not).
-  const std::vector<int64_t> t = host_ids(targets);
-  std::vector<float> counted(size_t(N), 0.0f), local(size_t(N), 0.0f);
-  std::vector<int64_t> flat(static_cast<size_t>(N));
-  int64_t count = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    flat[size_t(i)] = i * rows;
-    if (t[size_t(i)] == ignore_index) continue;
-    TRIAD_CHECK(t[size_t(i)] >= 0 && t[size_t(i)] < vocab, "vocab_parallel_cross_entropy: target "
-                                                               << t[size_t(i)] << " is outside the vocabulary of "
-                                                               << vocab);
-    counted[size_t(i)] = 1.0f, ++count;
-    if (t[size_t(i)] >= first_row && t[size_t(i)] < first_row + valid)
-      local[size_t(i)] = 1.0f, flat[size_t(i)] += t[size_t(i)] - first_row;
-  }
-  const Tensor counted_t = ops::to(Tensor::from_vector(counted, {N, 1}), device);
-  const Tensor local_t = ops::to(Tensor::from_vector(local, {N, 1}), device);
-  const Tensor flat_t = ops::to(Tensor::from_vector(flat, {N}), device);
-
-  const Tensor raw = ops::contiguous(ops::reshape(ops::to(logits, DType::f32), {N, rows}));
-  Tensor l = raw;
-  if (valid < rows) {  // padding columns never win the maximum nor add to the sum
-    l = ops::clone(raw);
-    ops::fill_(ops::narrow(l, 1, valid, rows - valid), -std::numeric_limits<double>::infinity());
-  }
-  Tensor m = ops::contiguous(ops::max(l, 1, /*keepdim=*/true));  // (N, 1)
-  tp->all_reduce(m, ReduceOp::max)->wait();
-  const Tensor sums = Tensor::empty({2, N}, DType::f32, device);  // Σexp(l − m) and the target's logit
-  ops::copy_(ops::select(sums, 0, 0), ops::sum(ops::exp(ops::sub(l, m)), 1));
-  ops::copy_(ops::select(sums, 0, 1),
-             ops::reshape(ops::mul(ops::embedding(ops::reshape(raw, {N * rows, 1}), flat_t), local_t), {N}));
-  tp->all_reduce(sums)->wait();
-  const Tensor s = ops::reshape(ops::select(sums, 0, 0), {N, 1});
-  const Tensor row_loss = ops::mul(ops::sub(ops::add(ops::log(s), m), ops::reshape(ops::select(sums, 0, 1), {N, 1})),
-                                   counted_t);
-  const double inv_count = count > 0 ? 1.0 / double(count) : 0.0;
-  const Tensor loss = ops::mul(ops::sum(row_loss), inv_count);
-
-  return record("vocab_parallel_cross_entropy", {logits}, loss,
-                [=, shape = logits.shape(), dtype = logits.dtype()](const Grads& g) {
-                  // softmax − one-hot(target), each counted row scaled by g / count.
-                  const Tensor w = ops::mul(ops::mul(counted_t, ops::to(g[0], DType::f32)), inv_count);  // (N, 1)
-                  const Tensor p = ops::mul(ops::div(ops::exp(ops::sub(l, m)), s), w);
-                  const Tensor hit = ops::embedding_backward(ops::mul(w, local_t), flat_t, N * rows);
-                  const Tensor d = ops::sub(p, ops::reshape(hit, {N, rows}));
-                  return Grads{ops::to(ops::reshape(d, shape), dtype)};
-                });
-}
-
-Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& table, const Tensor& targets,
-                                           const CommunicatorPtr& tp, int64_t first_row, int64_t vocab,
-                                           int64_t ignore_index, int64_t chunk_rows) {
-  TRIAD_CHECK(table.dim() == 2 && first_row >= 0,
-              "vocab_parallel_linear_cross_entropy: expected a table (rows, C) from row "
-                  << first_row << " of a vocabulary of " << vocab << ", got " << shape_str(table.shape()));
-  // Each rank's lse_r and target logit (0 off the rank) become lse = M + log Σ_r exp(lse_r - M),
-  // M = max_r lse_r, and the sum of the target logits.
+// A rank's part of the vocabulary, rows [first_row, first_row + rows) of `vocab` (the last
+// ranks' rows past the vocabulary are padding): each rank's per-row lse_r and target logit
+// (0 off the rank) become lse = M + log Σ_r exp(lse_r - M), M = max_r lse_r, and the sum of
+// the target logits: one all-reduce MAX and one SUM of (N,) vectors.
+ClassifierPart vocab_part(const CommunicatorPtr& tp, int64_t first_row, int64_t rows, int64_t vocab) {
   const auto combine = [tp](const Tensor& lse, const Tensor& target_logit) {
     const Tensor m = ops::clone(lse);
     tp->all_reduce(m, ReduceOp::max)->wait();
@@ -238,11 +158,29 @@ Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& table,
     ops::copy_(lse, ops::add(m, ops::log(ops::select(sums, 0, 0))));
     ops::copy_(target_logit, ops::select(sums, 0, 1));
   };
-  const ClassifierPart part{.first = first_row,
-                            .classes = std::clamp<int64_t>(vocab - first_row, 0, table.size(0)),
-                            .vocab = vocab,
-                            .combine = combine};
-  return linear_cross_entropy(x, table, targets, ignore_index, part, chunk_rows);
+  return {.first = first_row,
+          .classes = std::clamp<int64_t>(vocab - first_row, 0, rows),
+          .vocab = vocab,
+          .combine = combine};
+}
+
+}  // namespace
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const CommunicatorPtr& tp,
+                                    int64_t first_row, int64_t vocab, int64_t ignore_index) {
+  TRIAD_CHECK(logits.dim() >= 1 && first_row >= 0, "vocab_parallel_cross_entropy: expected logits (..., rows) from row "
+                                                       << first_row << ", got " << shape_str(logits.shape()));
+  return cross_entropy_of_part(logits, targets, ignore_index, vocab_part(tp, first_row, logits.size(-1), vocab));
+}
+
+Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& table, const Tensor& targets,
+                                           const CommunicatorPtr& tp, int64_t first_row, int64_t vocab,
+                                           int64_t ignore_index, int64_t chunk_rows) {
+  TRIAD_CHECK(table.dim() == 2 && first_row >= 0,
+              "vocab_parallel_linear_cross_entropy: expected a table (rows, C) from row "
+                  << first_row << " of a vocabulary of " << vocab << ", got " << shape_str(table.shape()));
+  return linear_cross_entropy(x, table, targets, ignore_index, vocab_part(tp, first_row, table.size(0), vocab),
+                              chunk_rows);
 }
 
 // ---- TensorParallel

@@ -103,7 +103,8 @@ class VocabParallelEmbedding : public nn::Embedding {
 };
 
 // logits (..., rows) of this rank's vocabulary rows [first_row, first_row + rows) of a
-// vocabulary of `vocab` tokens; targets (...) global ids or ignore_index.
+// vocabulary of `vocab` tokens; targets (...) global ids or ignore_index, on the logits'
+// device (cross_entropy_of_part: nothing is read on the host).
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const CommunicatorPtr& tp,
                                     int64_t first_row, int64_t vocab, int64_t ignore_index = -100);
 // The same loss of the logits x table^T, table (rows, C) this rank's vocabulary rows, fused

@@ -105,6 +105,10 @@ class Backend {
   // ops::clip_to_norm_: each f32 gradient multiplied by clip_coefficient(sqrt(squared[0]),
   // max_norm) (optim/clip.h) when that is below 1, squared read where it is.
   virtual void clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) = 0;
+  // ops::mul_by_ and ops::loss_scale_step_ (checked there), read and written where they are.
+  virtual void mul_by(const std::vector<Tensor>& tensors, const Tensor& factor) = 0;
+  virtual void loss_scale_step(const Tensor& squared, const Tensor& state, const Tensor& ring, const Tensor& constants,
+                               const Tensor& outcome, const LossScaleRule& rule) = 0;
 
   // Block-wise quantization (ops::quantize_blocks) of each of the rows of src (rows, n),
   // contiguous, f32, bf16 or f16, none empty: q i8 (rows, format.bytes(n)), scales f32
@@ -171,11 +175,12 @@ class Backend {
   // get them unchecked (checking on the host would make it wait for the device): their
   // kernels must never touch memory for an index out of range, and must report it at the
   // next wait for the device (Note [Deferred device errors], cuda/deferred_errors.h).
-  // With zero_past_end, the index V (weight's rows) is in range too: it reads a row of zeros
-  // and takes no gradient (ops::embedding).
-  virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, bool zero_past_end) = 0;
+  // The valid indices are [0, rows.vocab) (resolved: never -1); index i reads the row
+  // i - rows.first when that is one of the table's, else zeros that take no gradient
+  // (TableRows).
+  virtual void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, TableRows rows) = 0;
   virtual void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight,
-                                  bool zero_past_end) = 0;
+                                  TableRows rows) = 0;
   // logits (N, W) contiguous, of which the first `classes` <= W columns are the classes (the
   // rest, a padded vocabulary's padding, take no part); targets (N,) i64; lse (N,), loss ()
   // in f32 (f64 for f64 logits): the mean over rows that count (target != ignore_index), 0 when none

@@ -54,6 +54,21 @@ struct Quantized {
   Tensor q, scales, offsets;
 };
 
+// Which indices a table (V, C) of ops::embedding answers, and with which of its rows: the
+// indices in [0, vocab) are valid, and index i reads row i - first when that is one of the
+// table's rows, else a row of zeros that takes no gradient. The default (vocab -1: V) is
+// the whole table. Two others:
+// - TableRows::zero_past_end(V), {0, V + 1}: the index V reads zeros, as if a row of zeros
+//   were appended to the table (without the copy): an empty slot or a dropped choice of an
+//   MoE routing (ops::moe_indices).
+// - {first, vocab}: the rows [first, first + V) of a vocabulary split over ranks (the
+//   vocab-parallel embedding, parallel/tensor_parallel_layers.h): the other ranks' tokens
+//   read zeros, with no mask and nothing read on the host.
+struct TableRows {
+  int64_t first = 0, vocab = -1;
+  static TableRows zero_past_end(int64_t rows) { return {0, rows + 1}; }
+};
+
 }  // namespace triad
 
 namespace triad::ops {
@@ -316,17 +331,13 @@ Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
 // with grad_y of x's shape and dtype and the tables as rotary's; rounded the same way.
 Tensor rotary_backward(const Tensor& grad_y, const Tensor& cos, const Tensor& sin);
 
-// weight (V, C), indices (...) of i64 or i32 in [0, V) -> (..., C). An index out of range
-// throws Error: here on the CPU; on a GPU at the next wait for the device (Note [Deferred
-// device errors]), as do the targets of cross_entropy. With zero_past_end the index V is in
-// range too and reads a row of zeros, as if one were appended to weight (without the copy):
-// an empty slot or a dropped choice of an MoE routing (ops::moe_indices).
-Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end = false);
-// Scatter-adds grad_y (..., C) into a zero (V, C) gradient at the rows `indices`, in f32 for
-// a 16-bit grad_y, rounded once into the result (of grad_y's dtype); with zero_past_end, the
-// rows of index V add nothing.
-Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings,
-                          bool zero_past_end = false);
+// weight (V, C), indices (...) of i64 or i32 in [0, V) (or `rows`' range) -> (..., C). An
+// index out of range throws Error: here on the CPU; on a GPU at the next wait for the device
+// (Note [Deferred device errors]), as do the targets of cross_entropy.
+Tensor embedding(const Tensor& weight, const Tensor& indices, TableRows rows = {});
+// Scatter-adds grad_y (..., C) into a zero (V, C) gradient at the rows `indices` read (those
+// of `rows`), in f32 for a 16-bit grad_y, rounded once into the result (of grad_y's dtype).
+Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings, TableRows rows = {});
 
 struct CrossEntropyOut {
   Tensor loss;   // shape (): mean over rows whose target != ignore_index (0 when none)
@@ -391,7 +402,7 @@ MoERouteOut moe_route(const Tensor& probs, const Tensor& logits, const MoERoutin
 // S E when dropped (rows of the gate's probabilities viewed (S E, 1), S E past their end);
 // slot (S, k), expert C + location, E C when dropped (rows of the experts' outputs (E C, d),
 // E C past their end); source (E, C), the token in each slot, S when empty (rows of the
-// tokens (S, d), S past their end). Gathered by embedding with zero_past_end, an index past
+// tokens (S, d), S past their end). Gathered by embedding with TableRows::zero_past_end, an index past
 // the end reads zeros (Note [MoE gathers] in nn/moe_routing.h).
 struct MoEIndices {
   Tensor choice, slot, source;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tensor/backend.h"
+#include "tensor/loss_scale_math.h"
 #include "tensor/ops.h"
 #include "tensor/ops_checks.h"
 #include "tensor/optimizer_math.h"
@@ -425,6 +426,36 @@ void clip_to_norm_(const std::vector<Tensor>& grads, const Tensor& squared, doub
                 "clip_to_norm_: expected contiguous f32 gradients on " << squared.device().str() << ", got "
                                                                         << g.str());
   backend_for(squared.device()).clip_to_norm(grads, squared, max_norm);
+}
+
+void mul_by_(const std::vector<Tensor>& tensors, const Tensor& factor) {
+  TRIAD_CHECK(factor.dtype() == DType::f64 && factor.numel() == 1,
+              "mul_by_: the factor must be one f64 element, got " << factor.str());
+  for (const Tensor& t : tensors)
+    TRIAD_CHECK(t.dtype() == DType::f32 && t.is_contiguous() && t.device() == factor.device(),
+                "mul_by_: expected contiguous f32 tensors on " << factor.device().str() << ", got " << t.str());
+  backend_for(factor.device()).mul_by(tensors, factor);
+}
+
+void loss_scale_step_(const Tensor& squared, const Tensor& state, const Tensor& ring, const Tensor& constants,
+                      const Tensor& outcome, const LossScaleRule& rule) {
+  const Device d = state.device();
+  const auto check = [&](const Tensor& t, DType dtype, const Shape& shape, const char* what) {
+    TRIAD_CHECK(t.dtype() == dtype && t.shape() == shape && t.is_contiguous() && t.device() == d,
+                "loss_scale_step_: expected " << what << " " << shape_str(shape) << " " << dtype_name(dtype)
+                                              << " contiguous on " << d.str() << ", got " << t.str());
+  };
+  TRIAD_CHECK(constants.dim() == 2 && ring.dim() == 2 && ring.size(0) > 0,
+              "loss_scale_step_: expected constants (groups, " << kAdamWConstants << ") and ring (rows, 1 + "
+                                                               << "groups " << kAdamWConstants << "), got "
+                                                               << constants.str() << " and " << ring.str());
+  const int64_t groups = constants.size(0);
+  check(squared, DType::f64, {1}, "squared");
+  check(state, DType::f64, {kLossScaleSlots}, "state");
+  check(ring, DType::f64, {ring.size(0), 1 + groups * kAdamWConstants}, "ring");
+  check(constants, DType::f32, {groups, kAdamWConstants}, "constants");
+  check(outcome, DType::f64, {kStepOutcome}, "outcome");
+  backend_for(d).loss_scale_step(squared, state, ring, constants, outcome, rule);
 }
 
 void sgd_(const std::vector<SGDTensors>& updates, const SGDStep& step) {

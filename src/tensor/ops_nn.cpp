@@ -53,9 +53,11 @@ Tensor check_indices(const Tensor& idx, Device device, int64_t limit, std::optio
 
 namespace {
 
-// zero_past_end's extra index, when on.
-std::optional<int64_t> embedding_past_end(bool zero_past_end, int64_t rows) {
-  return zero_past_end ? std::optional<int64_t>(rows) : std::nullopt;
+// `rows` with its vocabulary resolved for a table of `count` rows (checked).
+TableRows resolved(TableRows rows, int64_t count, const char* op) {
+  if (rows.vocab < 0) rows.vocab = count;
+  TRIAD_CHECK(rows.first >= 0, op << ": the table's rows start at " << rows.first << ", below 0");
+  return rows;
 }
 
 // q, k, v of causal_attention: 4-D, one floating dtype and device, k and v alike, q's
@@ -299,28 +301,28 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
   return g;
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices, bool zero_past_end) {
+Tensor embedding(const Tensor& weight, const Tensor& indices, TableRows rows) {
   check_float(weight, "embedding");
   TRIAD_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got " << shape_str(weight.shape()));
-  const int64_t v = weight.size(0);
-  const Tensor idx = check_indices(indices, weight.device(), v, embedding_past_end(zero_past_end, v), false, "embedding");
+  rows = resolved(rows, weight.size(0), "embedding");
+  const Tensor idx = check_indices(indices, weight.device(), rows.vocab, std::nullopt, false, "embedding");
   Shape shape = indices.shape();
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, weight.dtype(), weight.device());
-  backend_for(weight.device()).embedding(contiguous(weight), idx, out, zero_past_end);
+  backend_for(weight.device()).embedding(contiguous(weight), idx, out, rows);
   return out;
 }
 
-Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings, bool zero_past_end) {
+Tensor embedding_backward(const Tensor& grad_y, const Tensor& indices, int64_t num_embeddings, TableRows rows) {
   check_float(grad_y, "embedding_backward");
   TRIAD_CHECK(
       grad_y.dim() == indices.dim() + 1 && Shape(grad_y.shape().begin(), grad_y.shape().end() - 1) == indices.shape(),
       "embedding_backward: grad " << shape_str(grad_y.shape()) << " does not match indices "
                                   << shape_str(indices.shape()));
-  const Tensor idx = check_indices(indices, grad_y.device(), num_embeddings, embedding_past_end(zero_past_end, num_embeddings),
-                                   false, "embedding_backward");
+  rows = resolved(rows, num_embeddings, "embedding_backward");
+  const Tensor idx = check_indices(indices, grad_y.device(), rows.vocab, std::nullopt, false, "embedding_backward");
   Tensor gw = Tensor::zeros({num_embeddings, grad_y.size(-1)}, grad_y.dtype(), grad_y.device());
-  backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), idx, gw, zero_past_end);
+  backend_for(grad_y.device()).embedding_backward(contiguous(grad_y), idx, gw, rows);
   return gw;
 }
 

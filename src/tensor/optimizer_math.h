@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "tensor/host_device.h"
@@ -14,10 +15,10 @@
 namespace triad {
 
 // ops::adamw_'s constants, in T (as AdamWTensors::constants stores them in f32: these
-// members in this order).
+// members in this order). skip not 0: the update changes nothing (kAdamWSkip).
 template <class T>
 struct AdamWConstants {
-  T decay, l2, b1, b2, step_size, bc2_sqrt, eps;
+  T decay, l2, b1, b2, step_size, bc2_sqrt, eps, skip;
 
   static AdamWConstants of(const AdamWStep& s) {
     return {T(s.adam_w_mode ? 1.0 - s.lr * s.weight_decay : 1.0),
@@ -26,10 +27,13 @@ struct AdamWConstants {
             T(s.beta2),
             T(s.lr / s.bias_correction1),
             T(std::sqrt(s.bias_correction2)),
-            T(s.eps)};
+            T(s.eps),
+            T(0)};
   }
 };
-static_assert(sizeof(AdamWConstants<float>) == kAdamWConstants * sizeof(float), "AdamWTensors::constants' layout");
+static_assert(sizeof(AdamWConstants<float>) == kAdamWConstants * sizeof(float) &&
+                  offsetof(AdamWConstants<float>, skip) == kAdamWSkip * sizeof(float),
+              "AdamWTensors::constants' layout");
 
 // Updates p, m, v in place from gradient g; returns the new p.
 template <class T>

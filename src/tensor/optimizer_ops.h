@@ -16,7 +16,12 @@ namespace triad {
 // (tensor/optimizer_math.h) of the step as adamw_constants() writes them on the host, copied
 // to the device before each replay. The constants are those the host would compute from
 // `step`, so the update is the same bit for bit.
-inline constexpr int64_t kAdamWConstants = 7;  // f32 values of AdamWTensors::constants
+inline constexpr int64_t kAdamWConstants = 8;  // f32 values of AdamWTensors::constants
+// The last of them: not 0 skips the update (a step whose gradients overflowed, Note [Loss
+// scale on the device] in zero/device_loss_scale.h).
+inline constexpr int64_t kAdamWSkip = 7;
+
+struct LossScaleRule;  // tensor/loss_scale_math.h
 
 // One parameter's Adam update (ops::adamw_).
 struct AdamWTensors {
@@ -67,5 +72,17 @@ Tensor squared_norm(const std::vector<Tensor>& tensors, Device device);
 // when that is below 1, norm = sqrt(squared[0]) (optim::clip_coefficient's rule, max_norm
 // > 0), reading squared where it is.
 void clip_to_norm_(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm);
+// Multiplies the f32 tensors (contiguous, on factor's device) by factor[0], an f64 element
+// read where it is, rounded to f32 as mul_ rounds its scalar: the loss scale's unscaling
+// with the scale on the device (Note [Loss scale on the device] in zero/device_loss_scale.h).
+void mul_by_(const std::vector<Tensor>& tensors, const Tensor& factor);
+
+// One step's loss-scale verdict on the device (tensor/loss_scale_math.h's loss_scale_step),
+// one launch: squared (1,) f64, the squared gradient norm; state (kLossScaleSlots,) f64,
+// moved; ring (rows, 1 + groups kAdamWConstants) f64, the candidate rates; constants
+// (groups, kAdamWConstants) f32 and outcome (kStepOutcome,) f64, written. All contiguous on
+// one device; nothing makes the host wait.
+void loss_scale_step_(const Tensor& squared, const Tensor& state, const Tensor& ring, const Tensor& constants,
+                      const Tensor& outcome, const LossScaleRule& rule);
 
 }  // namespace triad::ops

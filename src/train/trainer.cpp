@@ -92,24 +92,16 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
 //   the last read shows in the read step's time; over the steps between two reads the sum
 //   is the device's. The progress line's tokens per second are the mean since the previous
 //   line.
-// - The gradient norm: without loss scaling ZeroOptimizer::step leaves it on the device
-//   (its square is summed there, ops::squared_norm; clipping reads it there,
-//   ops::clip_to_norm_). The host reads it before the update, where it decides:
-//   * fp16's loss scaling: the overflow verdict decides on the host whether the update is
-//     skipped and how the scale changes. Keeping it on the device needs: the found-inf flag
-//     from the device sum (counted groups, and the non-finite test of the uncounted ones:
-//     tied copies, replicated experts), summed over the grid; the loss scale on the device
-//     (the backward's seed in Engine::backward, the pipeline's loss_gradient and the router
-//     losses' nn::RouterLossGradient read it there; unscaling multiplies by a device
-//     scalar); the multi-tensor AdamW (Note [Multi-tensor optimizer]) skipping on the flag;
-//     the steps taken (bias correction) as a device counter the kernel advances, and the
-//     learning rate and betas of the schedule (which does not advance on a skipped step)
-//     picked on the device from the host's table of lr_at(t) for the t still possible since
-//     the last read; LossScaler::update's rules (hysteresis, window, consecutive
-//     hysteresis) as a one-thread kernel on the device state; the scale and the skipped
-//     flag read with the step's values (StepValues), and counters() read before a save.
-//   * gradients kept by an offloading store, the delayed update, and SGD in one process:
-//     the update or the norm runs on the host.
+// - The gradient norm: ZeroOptimizer::step leaves it on the device (its square is summed
+//   there, ops::squared_norm, over the grid and the tensor-parallel parts; clipping reads it
+//   there, ops::clip_to_norm_). fp16's overflow test reads it there too, where the update
+//   runs on the device (Note [Loss scale on the device] in zero/device_loss_scale.h): the
+//   update skips itself, the scale moves there, and the step's rate, verdict and new scale
+//   are read with its values (StepValues). The host reads the norm before the update where
+//   the update or the norm runs on the host: gradients kept by an offloading store, an
+//   update on the host (offload), the delayed update, and SGD in one process. The host reads
+//   the loss scale itself (it waits) for ZeRO's counters before a save, a pipeline's loss
+//   gradient and the router losses of a pipeline.
 //   MPI collectives of device tensors wait for their copy to the host; over NCCL they are
 //   queued on the device.
 // - With wall_clock_breakdown or at the flops profiler's step the host waits at every
@@ -310,10 +302,11 @@ class TrainingRun {
       write_profile(profiler_->report(profiled_, c_.flops_profiler), c_.flops_profiler.output_file);
     }
     if (!step_values_)
-      step_values_ = std::make_unique<StepValues>(
-          c_.gradient_accumulation_steps, std::min<int64_t>(c_.log_interval, kMostUnreadSteps), engine_->device());
-    step_values_->keep(passes.losses, p.queued.grad_norm);
-    p.queued.grad_norm = Tensor();  // (kept by step_values_)
+      step_values_ =
+          std::make_unique<StepValues>(c_.gradient_accumulation_steps, p.queued.outcome.defined(),
+                                       std::min<int64_t>(c_.log_interval, kMostUnreadSteps), engine_->device());
+    step_values_->keep(passes.losses, p.queued.grad_norm, p.queued.outcome);
+    p.queued.grad_norm = p.queued.outcome = Tensor();  // (kept by step_values_)
     p.positions = passes.positions, p.activation_peak = passes.activation_peak;
     if (options_.metrics_path.empty()) {
       p.queued.comm = nullptr;  // for the metrics line alone
@@ -357,10 +350,10 @@ class TrainingRun {
     const std::vector<double> values = step_values_->read();
     end_timing(steps.back());  // the wait for the device is the last step's
     const size_t count = steps.size();
-    const size_t row = size_t(c_.gradient_accumulation_steps) + 1;
+    const size_t row = size_t(step_values_->row_width()), micro = size_t(c_.gradient_accumulation_steps);
     std::vector<double> loss_sums(count, 0.0), peaks(count), busy(count);
     for (size_t k = 0; k < count; ++k) {
-      for (size_t m = 0; m + 1 < row; ++m) loss_sums[k] += values[k * row + m];
+      for (size_t m = 0; m < micro; ++m) loss_sums[k] += values[k * row + m];
       peaks[k] = steps[k].activation_peak, busy[k] = steps[k].busy_ms;
     }
     Tensor totals = Tensor::from_vector(loss_sums, {int64_t(count)});
@@ -378,11 +371,11 @@ class TrainingRun {
     }
     for (size_t k = 0; k < count; ++k) {
       const PendingStep& p = steps[k];
-      const double* micro = values.data() + k * row;
+      const double* v = values.data() + k * row;  // the losses, the norm, the outcome
       const double loss = sums[k] / double(c_.gradient_accumulation_steps * n_);
-      const StepResult r{p.queued.step,    p.queued.lr,         micro[row - 1],
-                         p.queued.skipped, p.queued.loss_scale, p.queued.comm};
-      check_finite(r, micro, loss);
+      StepResult r{p.queued.step, p.queued.lr, v[micro], false, 1.0, p.queued.comm};
+      if (row > micro + 1) r.lr = v[micro + 1], r.skipped = v[micro + 2] != 0.0, r.loss_scale = v[micro + 3];
+      check_finite(r, v, loss);
       report(p, r, loss, peaks[k], std::move(ranks[k]));
     }
   }

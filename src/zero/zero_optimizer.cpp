@@ -137,6 +137,22 @@ ZeroOptimizer::ZeroOptimizer(const nn::ModulePtr& model, const ZeroConfig& confi
     }
   }
   if (config_.stage == 3) install_stage3_hooks();
+  // Note [Loss scale on the device]: where the whole update runs there, so does the
+  // overflow test.
+  const bool scaled = config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0;
+  if (scaled && updates_on_device() && !config_.delayed_update.enabled) {
+    device_scale_ = std::make_unique<DeviceLossScale>(config_.loss_scale, config_.gradient_predivide_factor,
+                                                      dp_->size(), int64_t(groups_.size()), device_);
+    step_constants_ = device_scale_->constants();
+  }
+}
+
+bool ZeroOptimizer::updates_on_device() const {
+  if (param_swap_ || store_->keeps_gradients()) return false;
+  for (const Group& g : groups_)
+    for (const Group::SubGroup& sub : g.subgroups)
+      if (!store_->resident(sub.entry) || store_->updates_on_host(sub.entry)) return false;
+  return true;
 }
 
 std::vector<ZeroOptimizer::GroupSpec> ZeroOptimizer::group_specs(
@@ -454,7 +470,42 @@ void ZeroOptimizer::drain(bool wait_all) {
   pending_.resize(kept);
 }
 
+bool ZeroOptimizer::StepNorm::skipped() const { return outcome.defined() && outcome.to_vector<double>()[1] != 0.0; }
+
+double ZeroOptimizer::prepare_step(const RatesAt& rates) {
+  if (device_scale_) {
+    // Every count of steps taken still possible (Note [Loss scale on the device]).
+    device_scale_->prepare([&](int64_t taken, const Tensor& rows) {
+      const Rates r = rates(taken);
+      optim::AdamWOptions o = adamw_;
+      if (r.betas) o.beta1 = r.betas->first, o.beta2 = r.betas->second;
+      optim::check_betas(o.beta1, o.beta2);
+      for (size_t i = 0; i < groups_.size(); ++i)
+        ops::adamw_constants(optim::adamw_step(o, r.lr, groups_[i].flat->weight_decay(), taken + 1),
+                             ops::select(rows, 0, int64_t(i)));
+      return r.lr;
+    });
+    return lr_ = NAN;
+  }
+  const Rates r = rates(steps_);
+  if (r.betas) set_betas(r.betas->first, r.betas->second);
+  lr_ = r.lr;
+  if (!step_constants_.defined()) return lr_;
+  // A recorded step: the constants of the next step, queued on the device.
+  const Tensor host = Tensor::empty(step_constants_.shape(), DType::f32);
+  for (size_t i = 0; i < groups_.size(); ++i)
+    ops::adamw_constants(optim::adamw_step(adamw_, lr_, groups_[i].flat->weight_decay(), steps_ + 1),
+                         ops::select(host, 0, int64_t(i)));
+  copy_from_host(step_constants_, host);
+  return lr_;
+}
+
 ZeroOptimizer::StepNorm ZeroOptimizer::step(double lr, double max_norm) {
+  prepare_step([lr](int64_t) { return Rates{lr, std::nullopt}; });
+  return step(max_norm);
+}
+
+ZeroOptimizer::StepNorm ZeroOptimizer::step(double max_norm) {
   NoGradGuard no_grad;
   if (config_.stage == 3) release_all();  // groups whose gradients never came
   // Reductions the backward did not start (no overlap, unused parameters, stage 1).
@@ -477,7 +528,7 @@ ZeroOptimizer::StepNorm ZeroOptimizer::step(double lr, double max_norm) {
   sum_tied_gradients();
   // Average over ranks (what prescale() left of it) and undo the loss scale, in f32; then
   // the global norm.
-  const double unscale = gradient_unscale();
+  const double unscale = device_scale_ ? 1.0 : gradient_unscale();
   std::vector<Tensor> grads;
   for (Group& g : groups_) {
     if (store_->keeps_gradients()) break;  // they stay there (Note [Offloaded gradients])
@@ -486,7 +537,18 @@ ZeroOptimizer::StepNorm ZeroOptimizer::step(double lr, double max_norm) {
     if (unscale != 1.0) ops::mul_(grad, unscale);
     grads.push_back(grad);
   }
+  if (device_scale_) device_scale_->unscale(grads);
   sum_partial_gradients(grads);
+  if (device_scale_) {  // Note [Loss scale on the device]: the verdict stays there too
+    const Tensor squared = squared_grad_norm(grads);
+    const Tensor outcome = device_scale_->decide(squared);
+    if (max_norm > 0) ops::clip_to_norm_(grads, squared, max_norm);
+    Update u{.lr = NAN, .adamw = adamw_, .step = ++steps_, .grads = std::move(grads), .params = {}};
+    update(u);  // skipped on the device when the gradients overflowed (kAdamWSkip)
+    gather_updated();
+    clear_gradients();
+    return {ops::sqrt(squared), NAN, outcome};
+  }
   // Without loss scaling nothing before the update needs the norm on the host: its square
   // stays on the device, clipping reads it there, and the caller reads the norm when it
   // needs it (Note [Host synchronisation in a step] in train/trainer.cpp). Gradients kept by
@@ -495,13 +557,17 @@ ZeroOptimizer::StepNorm ZeroOptimizer::step(double lr, double max_norm) {
   const bool stored = store_->keeps_gradients();
   const Tensor squared = scaled || stored ? Tensor() : squared_grad_norm(grads);
   const double norm = squared.defined() ? NAN : stored ? stored_grad_norm() : grad_norm(grads);
+  const auto outcome = [&](bool skipped) {
+    return scaled ? Tensor::from_vector(std::vector<double>{lr_, skipped ? 1.0 : 0.0, scaler_.scale()}, {kStepOutcome})
+                  : Tensor();
+  };
   if (scaled) {
     const bool overflow = !std::isfinite(norm);
     scaler_.update(overflow);
     if (overflow) {
       clear_gradients();
       apply_pending_update();  // Note [Delayed parameter update]: a skipped step ends the delay
-      return {Tensor::full({1}, std::numeric_limits<double>::infinity(), DType::f64), true};
+      return {Tensor::full({1}, std::numeric_limits<double>::infinity(), DType::f64), lr_, outcome(true)};
     }
   }
   if (!squared.defined())
@@ -509,7 +575,7 @@ ZeroOptimizer::StepNorm ZeroOptimizer::step(double lr, double max_norm) {
   else if (max_norm > 0)
     ops::clip_to_norm_(grads, squared, max_norm);
 
-  Update u{.lr = lr, .adamw = adamw_, .step = ++steps_, .grads = std::move(grads), .params = {}};
+  Update u{.lr = lr_, .adamw = adamw_, .step = ++steps_, .grads = std::move(grads), .params = {}};
   if (store_->keeps_gradients()) u.unscale = unscale, u.clip = optim::clip_coefficient(norm, max_norm);
   if (config_.delayed_update.enabled && u.step > config_.delayed_update.warmup_steps) {
     apply_pending_update();
@@ -532,7 +598,7 @@ ZeroOptimizer::StepNorm ZeroOptimizer::step(double lr, double max_norm) {
     gather_updated();
   }
   clear_gradients();
-  return {squared.defined() ? ops::sqrt(squared) : Tensor::full({1}, norm, DType::f64), false};
+  return {squared.defined() ? ops::sqrt(squared) : Tensor::full({1}, norm, DType::f64), lr_, outcome(false)};
 }
 
 double ZeroOptimizer::gradient_unscale() const {
@@ -801,29 +867,31 @@ void ZeroOptimizer::set_betas(double beta1, double beta2) {
 }
 
 void ZeroOptimizer::read_constants_from_device() {
-  const bool scaled = config_.loss_scale.dynamic || config_.loss_scale.static_scale > 0;
-  bool on_device = !param_swap_;
-  for (const Group& g : groups_)
-    for (const Group::SubGroup& sub : g.subgroups)
-      on_device = on_device && store_->resident(sub.entry) && !store_->updates_on_host(sub.entry);
-  TRIAD_CHECK(on_device,
+  TRIAD_CHECK(updates_on_device(),
               "ZeRO: a recorded step reads Adam's constants on the device, where offloaded optimizer "
               "state or parameters are not updated (zero_optimization.offload_optimizer, offload_param)");
-  TRIAD_CHECK(!scaled,
-              "ZeRO: a recorded step cannot scale the loss (fp16's overflow test reads the gradient norm on "
-              "the host)");
   TRIAD_CHECK(!config_.delayed_update.enabled,
               "ZeRO: a recorded step cannot delay the update (zero_optimization.delayed_update)");
-  step_constants_ = Tensor::empty({int64_t(groups_.size()), kAdamWConstants}, DType::f32, device_);
+  if (!step_constants_.defined())  // (the loss scale on the device has them already)
+    step_constants_ = Tensor::empty({int64_t(groups_.size()), kAdamWConstants}, DType::f32, device_);
 }
 
-void ZeroOptimizer::write_step_constants(double lr) {
-  TRIAD_ASSERT(step_constants_.defined());
-  const Tensor host = Tensor::empty(step_constants_.shape(), DType::f32);
-  for (size_t i = 0; i < groups_.size(); ++i)
-    ops::adamw_constants(optim::adamw_step(adamw_, lr, groups_[i].flat->weight_decay(), steps_ + 1),
-                         ops::select(host, 0, int64_t(i)));
-  copy_from_host(step_constants_, host);
+void ZeroOptimizer::count_replayed_step() {
+  ++steps_;
+  if (device_scale_) device_scale_->count_replayed();
+}
+
+double ZeroOptimizer::loss_scale() const { return device_scale_ ? device_scale_->read().scale.scale : scaler_.scale(); }
+
+Tensor ZeroOptimizer::loss_seed(double divisor, DType dtype) const {
+  return device_scale_ ? device_scale_->seed(divisor, dtype)
+                       : Tensor::full({}, scaler_.scale() / divisor, dtype, device_);
+}
+
+ZeroOptimizer::Counters ZeroOptimizer::counters() const {
+  if (!device_scale_) return {steps_, scaler_.state()};
+  const DeviceLossScale::Counters c = device_scale_->read();
+  return {c.taken, c.scale};
 }
 
 void ZeroOptimizer::set_counters(const Counters& c) {
@@ -831,6 +899,7 @@ void ZeroOptimizer::set_counters(const Counters& c) {
   apply_pending_update();
   scaler_.set_state(c.loss_scale);
   steps_ = c.steps;
+  if (device_scale_) device_scale_->write({c.steps, scaler_.state()});
 }
 
 Tensor ZeroOptimizer::param_view(Group& g) const {

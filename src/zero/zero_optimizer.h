@@ -33,13 +33,16 @@
 // zero/nvme_shard_store.h; at stages 2 and 3 the rank's reduced gradients go there too, Note
 // [Offloaded gradients]; with "cpu" on a GPU they live in host memory, where Adam runs:
 // Note [Host optimizer step] in zero/host_shard_store.h; with ratio below 1 only the last
-// sub-groups do: Note [Partial offload] in zero/partial_offload_store.h); the host reads only the scalars it needs
-// (norms, overflow flags). Everything the communicator is handed is on that device, the partial norms and overflow
+// sub-groups do: Note [Partial offload] in zero/partial_offload_store.h); the host reads the
+// gradient norm only where the update runs on the host (with the update on the device,
+// fp16's overflow test stays there too: Note [Loss scale on the device] in
+// zero/device_loss_scale.h). Everything the communicator is handed is on that device, the partial norms and overflow
 // flags reduced over ranks included: an NCCL communicator takes its GPU's tensors only.
 //
 // Gradients of parameters are views of their group's flat gradient (Note [Flat
 // parameters]); the clipping norm is the norm of the full averaged gradient (optim/clip.h:
-// shards' squares summed in double and all-reduced). Loss scaling is optim/loss_scaler.h's.
+// shards' squares summed in double and all-reduced). Loss scaling is optim/loss_scaler.h's rule,
+// on the device where the update is (zero/device_loss_scale.h).
 //
 // Note [ZeRO under tensor parallelism]: with a tensor-parallel group tp, each tp rank runs
 // its own ZeroOptimizer over its dp group, on the parts of the parameters it holds (their
@@ -75,9 +78,11 @@
 // or in pipeline stages (ZeroConfig::validate).
 #pragma once
 
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +91,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
+#include "zero/device_loss_scale.h"
 #include "zero/expert_placement.h"
 #include "zero/flat_group.h"
 #include "zero/param_swap.h"
@@ -191,17 +197,38 @@ class ZeroOptimizer {
   // it, behind the stage's remaining backwards; the others wait for step().
   void begin_final_backward(const std::vector<Tensor>& params);
   // What step() returns: the global gradient norm before clipping, kept where it was
-  // computed. Without loss scaling it is on the device, the square root of the sum the
-  // clipping read there, and the host has not waited for it (Note [Host synchronisation in
-  // a step] in train/trainer.cpp); where the host needed the norm before the update (loss
-  // scaling's overflow test, tensor parallelism, gradients kept by the store) it is on the
-  // CPU. norm.item() reads it.
+  // computed. It is on the device, the square root of the sum the clipping read there, and
+  // the host has not waited for it (Note [Host synchronisation in a step] in
+  // train/trainer.cpp), unless the host needed the norm before the update (the loss scale's
+  // overflow test with an update on the host, gradients kept by the store): then it is on
+  // the CPU. norm.item() reads it.
   struct StepNorm {
-    Tensor norm;           // (1,) f64; +inf for a skipped step
-    bool skipped = false;  // fp16: the gradients overflowed on some rank; nothing was updated
+    Tensor norm;  // (1,) f64; not finite for a skipped step
+    // The step's learning rate when the host knows it; NaN when it is in `outcome`.
+    double lr = 0;
+    // With loss scaling: (kStepOutcome,) f64, the step's learning rate, whether it was
+    // skipped (1: the gradients overflowed on some rank; nothing was updated) and the loss
+    // scale after it (tensor/loss_scale_math.h), on the device with the loss scale on it
+    // (Note [Loss scale on the device]), else on the CPU. Undefined without loss scaling.
+    Tensor outcome;
+    bool skipped() const;  // reads outcome
   };
+  // The schedule's learning rate and, when it sets them, Adam's betas, after `taken` steps.
+  struct Rates {
+    double lr;
+    std::optional<std::pair<double, double>> betas;
+  };
+  using RatesAt = std::function<Rates(int64_t taken)>;
+  // Before step(): the rates of the step, the schedule's at the steps taken so far. Adam's
+  // constants read from memory (a recorded step, Note [Recorded steps]; the loss scale on
+  // the device, whose steps taken the host does not know) are queued on the device here,
+  // outside a recording; the host does not wait. Returns the step's learning rate, NaN when
+  // only the device knows it (StepNorm::outcome).
+  double prepare_step(const RatesAt& rates);
   // Averages and reduces what the backward left, unscales, clips to max_norm (0: off),
-  // updates with lr, gathers the parameters, clears the gradients.
+  // updates with the prepared rates, gathers the parameters, clears the gradients.
+  StepNorm step(double max_norm);
+  // Both, at a constant rate with the betas set.
   StepNorm step(double lr, double max_norm);
   // Waits for the update of the last step, if it is pending (Note [Delayed parameter
   // update]), and applies it; collective over dp at stages 1-3 (the new parameters are
@@ -212,20 +239,23 @@ class ZeroOptimizer {
   void set_betas(double beta1, double beta2);
   // Note [Recorded steps] (engine/step_recording.h): from now on step()'s update reads
   // Adam's constants from a table on the training device, a row per group (Note
-  // [Adam's constants in memory]), which write_step_constants() fills before each step, so
-  // that a step recorded once replays with the rate, betas and bias corrections of the step
-  // it runs as. Only where the whole update runs on the device in one call: the state in
-  // the device's memory (no offload), no loss scaling, no delayed update, no tensor
-  // parallelism (each needs the host inside the step); else an Error naming what.
+  // [Adam's constants in memory]), which prepare_step() fills before each step, so that a
+  // step recorded once replays with the rate, betas and bias corrections of the step it
+  // runs as. Only where the whole update runs on the device in one call: the state in the
+  // device's memory (no offload), no delayed update (each needs the host inside the step);
+  // else an Error naming what.
   void read_constants_from_device();
-  // Queues on the training device the constants of the next step (steps taken + 1) at rate
-  // lr with the betas set now; the host does not wait.
-  void write_step_constants(double lr);
   // A replay of a recorded step ran on the device (its host side ran once, when it was
   // recorded): counts the step it took.
-  void count_replayed_step() { ++steps_; }
-  // The factor the loss's gradient must be multiplied by before the backward.
-  double loss_scale() const { return scaler_.scale(); }
+  void count_replayed_step();
+  // The factor the loss's gradient must be multiplied by before the backward (with the loss
+  // scale on the device, the host reads it there and waits).
+  double loss_scale() const;
+  // The backward's seed of a loss: loss_scale() / divisor, () in `dtype` (the loss's) on the
+  // training device, made there without the host's reading the scale.
+  Tensor loss_seed(double divisor, DType dtype) const;
+  // Whether the loss scale lives on the device (Note [Loss scale on the device]).
+  bool loss_scale_on_device() const { return device_scale_ != nullptr; }
 
   // Waits for a pending update without applying it (its errors are lost with it).
   ~ZeroOptimizer();
@@ -304,7 +334,7 @@ class ZeroOptimizer {
     int64_t steps = 0;
     optim::LossScaler::State loss_scale;
   };
-  Counters counters() const { return {steps_, scaler_.state()}; }
+  Counters counters() const;  // with the loss scale on the device, read there (the host waits)
   void set_counters(const Counters& c);
   // Stage 3: gather every parameter (collective) so the whole model can be read, e.g. to
   // save it or to generate (Note [Hybrid engine] in engine/hybrid_engine.h); until
@@ -419,6 +449,9 @@ class ZeroOptimizer {
   double sum_squares_over_ranks(double sq) const;  // a rank's partial sum of squares summed over the ranks holding the rest
   double stored_grad_norm() const;                 // the norm of gradients the store keeps
   double gradient_unscale() const;  // what averages the reduced gradients and undoes the loss scale
+  // Whether every sub-group's update runs on the device, in one multi-tensor call (the state
+  // in the device's memory, the parameters not offloaded).
+  bool updates_on_device() const;
   void clear_gradients();
   // The squared norm of the whole model's gradient, left on the device (its counted parts'
   // squares, all-reduced over the ranks holding the rest).
@@ -452,9 +485,11 @@ class ZeroOptimizer {
   std::vector<Pending> pending_;
   bool last_micro_ = true;
   bool held_ = false;  // stage 3: gather_all() holds every unit gathered until release_all()
-  int64_t steps_ = 0;
+  int64_t steps_ = 0;  // with the loss scale on the device: the steps decided (taken or skipped)
+  double lr_ = 0;      // the prepared step's (prepare_step)
   Delayed delayed_;
   Tensor step_constants_;  // read_constants_from_device(): (groups, kAdamWConstants) f32 on device_
+  std::unique_ptr<DeviceLossScale> device_scale_;  // Note [Loss scale on the device]; else null
 };
 
 }  // namespace triad::zero

@@ -79,7 +79,7 @@ BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
     Sink s;
     Tensor out = Tensor::full({n, c}, 7.0);
     emulation::launch(3, 1, 64, [&] {
-      cuda::embedding_kernel(floats(w), indices.raw_data(), it == DType::i64, floats(out), n, c, v, false, s.sink());
+      cuda::embedding_kernel(floats(w), indices.raw_data(), it == DType::i64, floats(out), n, c, v, 0, v, s.sink());
     });
     const std::vector<float> po = out.to_vector<float>();
     int64_t wrong = 0;
@@ -94,8 +94,8 @@ BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
     Sink sb;
     Tensor gw = Tensor::zeros({v, c});
     emulation::launch(2, 1, 96, [&] {
-      cuda::embedding_backward_kernel(floats(g), indices.raw_data(), it == DType::i64, gw.data<float>(), n, c, v,
-                                      false, sb.sink());
+      cuda::embedding_backward_kernel(floats(g), indices.raw_data(), it == DType::i64, gw.data<float>(), n, c, v, 0, v,
+                                      sb.sink());
     });
     std::vector<double> want(size_t(v * c), 0.0);
     for (int64_t i = 0; i < n; ++i)
@@ -109,10 +109,10 @@ BOOST_AUTO_TEST_CASE(embedding_skips_and_records_bad_indices) {
   }
 }
 
-// zero_past_end (an MoE routing's empty slots and dropped choices): the index v reads a zero
-// row and adds no gradient, unreported; the values equal the CPU backend's bit for bit (the
-// gradient here hits each row once, so the atomics add in no particular order harmlessly),
-// and a bad index is still recorded.
+// TableRows::zero_past_end (an MoE routing's empty slots and dropped choices): the index v
+// reads a zero row and adds no gradient, unreported; the values equal the CPU backend's bit
+// for bit (the gradient here hits each row once, so the atomics add in no particular order
+// harmlessly), and a bad index is still recorded.
 BOOST_AUTO_TEST_CASE(embedding_zero_past_end_reads_zeros) {
   const int64_t v = 50, c = 24, n = 40;
   const Tensor w = uniform({v, c}, 11, -1, 1), g = uniform({n, c}, 12, -1, 1);
@@ -122,28 +122,81 @@ BOOST_AUTO_TEST_CASE(embedding_zero_past_end_reads_zeros) {
   Sink s;
   Tensor out = Tensor::full({n, c}, 7.0);
   emulation::launch(3, 1, 64, [&] {
-    cuda::embedding_kernel(floats(w), indices.raw_data(), true, floats(out), n, c, v, true, s.sink());
+    cuda::embedding_kernel(floats(w), indices.raw_data(), true, floats(out), n, c, v, 0, v + 1, s.sink());
   });
   BOOST_TEST(s.record.found == 0);
-  BOOST_TEST(out.to_vector<float>() == ops::embedding(w, indices, true).to_vector<float>(),
+  BOOST_TEST(out.to_vector<float>() == ops::embedding(w, indices, TableRows::zero_past_end(v)).to_vector<float>(),
              boost::test_tools::per_element());
   BOOST_TEST(ops::max_abs(ops::narrow(out, 0, 0, 1)) == 0.0);  // row 0 read index v
   Sink sb;
   Tensor gw = Tensor::zeros({v, c});
   emulation::launch(2, 1, 96, [&] {
-    cuda::embedding_backward_kernel(floats(g), indices.raw_data(), true, gw.data<float>(), n, c, v, true, sb.sink());
+    cuda::embedding_backward_kernel(floats(g), indices.raw_data(), true, gw.data<float>(), n, c, v, 0, v + 1,
+                                    sb.sink());
   });
   BOOST_TEST(sb.record.found == 0);
-  BOOST_TEST(gw.to_vector<float>() == ops::embedding_backward(g, indices, v, true).to_vector<float>(),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      gw.to_vector<float>() == ops::embedding_backward(g, indices, v, TableRows::zero_past_end(v)).to_vector<float>(),
+      boost::test_tools::per_element());
 
   idx[5] = v + 1;  // past the zero row: bad
   const Tensor bad = Tensor::from_vector(idx, {n});
   Sink sbad;
   emulation::launch(3, 1, 64, [&] {
-    cuda::embedding_kernel(floats(w), bad.raw_data(), true, floats(out), n, c, v, true, sbad.sink());
+    cuda::embedding_kernel(floats(w), bad.raw_data(), true, floats(out), n, c, v, 0, v + 1, sbad.sink());
   });
-  check_record(sbad, cuda::IndexOp::embedding, {{v + 1, 5}}, n, v, "embedding zero_past_end");
+  check_record(sbad, cuda::IndexOp::embedding, {{v + 1, 5}}, n, v + 1, "embedding zero_past_end");
+}
+
+// A vocab-parallel part (TableRows {first, vocab}): the table holds the rows [first,
+// first + v) of a vocabulary of `vocab`; the indices there read their rows and take
+// gradient, the others in the vocabulary read zeros and take none, unreported; the values
+// equal the CPU backend's bit for bit, and an index outside the vocabulary is recorded
+// against it.
+BOOST_AUTO_TEST_CASE(embedding_of_a_vocabulary_part_reads_its_rows) {
+  const int64_t v = 20, c = 24, n = 40, first = 20, vocab = 55;
+  const TableRows part{first, vocab};
+  const Tensor w = uniform({v, c}, 13, -1, 1), g = uniform({n, c}, 14, -1, 1);
+  // Each row of the part once, then 20 distinct indices of the vocabulary (13 is prime to
+  // 55): a row is hit at most twice, so the atomics' order leaves the sums' bits alone.
+  std::vector<int64_t> idx;
+  for (int64_t i = 0; i < n; ++i) idx.push_back(i < v ? first + (7 * i) % v : (13 * i) % vocab);
+  const Tensor indices = Tensor::from_vector(idx, {n});
+  Sink s;
+  Tensor out = Tensor::full({n, c}, 7.0);
+  emulation::launch(3, 1, 64, [&] {
+    cuda::embedding_kernel(floats(w), indices.raw_data(), true, floats(out), n, c, v, first, vocab, s.sink());
+  });
+  BOOST_TEST(s.record.found == 0);
+  const std::vector<float> po = out.to_vector<float>(), pw = w.to_vector<float>();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      const bool held = idx[i] >= first && idx[i] < first + v;
+      wrong += po[i * c + j] != (held ? pw[(idx[i] - first) * c + j] : 0.0f);
+    }
+  BOOST_TEST(wrong == 0, wrong << " wrong elements");
+  BOOST_TEST(out.to_vector<float>() == ops::embedding(w, indices, part).to_vector<float>(),
+             boost::test_tools::per_element());
+  Sink sb;
+  Tensor gw = Tensor::zeros({v, c});
+  emulation::launch(2, 1, 96, [&] {
+    cuda::embedding_backward_kernel(floats(g), indices.raw_data(), true, gw.data<float>(), n, c, v, first, vocab,
+                                    sb.sink());
+  });
+  BOOST_TEST(sb.record.found == 0);
+  BOOST_TEST(gw.to_vector<float>() == ops::embedding_backward(g, indices, v, part).to_vector<float>(),
+             boost::test_tools::per_element());
+  BOOST_TEST(ops::max_abs(gw) > 0.0);
+
+  idx[3] = vocab;  // outside the vocabulary: bad
+  idx[33] = -1;
+  const Tensor bad = Tensor::from_vector(idx, {n});
+  Sink sbad;
+  emulation::launch(3, 1, 64, [&] {
+    cuda::embedding_kernel(floats(w), bad.raw_data(), true, floats(out), n, c, v, first, vocab, sbad.sink());
+  });
+  check_record(sbad, cuda::IndexOp::embedding, {{vocab, 3}, {-1, 33}}, n, vocab, "embedding of a part");
 }
 
 // The rows' lse, their mean loss and count, and the backward, against the CPU backend on
@@ -342,7 +395,7 @@ BOOST_AUTO_TEST_CASE(bf16_logits_and_rows_match_the_cpu) {
   const Tensor indices = Tensor::from_vector(idx, {4});
   Tensor out = Tensor::zeros({4, 5}, DType::bf16);
   emulation::launch(1, 1, 64, [&] {
-    cuda::embedding_kernel(floats(table), indices.raw_data(), true, floats(out), 4, 5, 9, false, s.sink());
+    cuda::embedding_kernel(floats(table), indices.raw_data(), true, floats(out), 4, 5, 9, 0, 9, s.sink());
   });
   BOOST_TEST(ops::max_abs(ops::sub(ops::to(out, DType::f32), ops::to(ops::embedding(table, indices), DType::f32))) ==
              0.0);

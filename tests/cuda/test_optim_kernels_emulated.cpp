@@ -7,7 +7,9 @@
 // kernel against the same element arithmetic run here is compared bit for bit; against the
 // library's CPU optimizer (built -march=native, where the compiler may fuse a multiply and
 // an add into one FMA that this program's build does not) within a few f32 ulps. Clipping
-// to a norm read on the device matches optim::clip_grads bit for bit.
+// to a norm read on the device matches optim::clip_grads bit for bit, and so does scaling
+// by a factor read there (the loss scale's unscaling) the CPU's; constants that say skip
+// change nothing.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -211,6 +213,27 @@ BOOST_AUTO_TEST_CASE(adamw_reads_its_constants_from_memory) {
     optim_same(live_m[i], m[i], at + " exp_avg");
     optim_same(live_v[i], v[i], at + " exp_avg_sq");
   }
+  // Row 0 says skip (an overflowed fp16 step, kAdamWSkip): its tensors keep their values,
+  // row 1's are updated as the host's constants update them.
+  table.data<float>()[kAdamWSkip] = 1.0f;
+  std::vector<cuda::AdamWEntry> given, read;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Tensor g = optim_uniform(sizes[i], 9000 + i, -1, 1);
+    if (i % 2 == 1)
+      given.push_back({p[i].data<float>(), g.data<float>(), m[i].data<float>(), v[i].data<float>(), cuda::Floats{},
+                       sizes[i], AdamWConstants<float>::of(optim::adamw_step(o, o.lr / 3.0, decays[1], 3)), nullptr});
+    read.push_back({live_p[i].data<float>(), g.data<float>(), live_m[i].data<float>(), live_v[i].data<float>(),
+                    cuda::Floats{}, sizes[i], unread,
+                    reinterpret_cast<const AdamWConstants<float>*>(table.data<float>() + (i % 2) * kAdamWConstants)});
+  }
+  optim_run(given);
+  optim_run(read);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string at = "skipped or not, tensor " + std::to_string(i);
+    optim_same(live_p[i], p[i], at + " param");
+    optim_same(live_m[i], m[i], at + " exp_avg");
+    optim_same(live_v[i], v[i], at + " exp_avg_sq");
+  }
 }
 
 // Three SGD steps (the momentum buffer's first step among them) over two groups: the kernel
@@ -277,4 +300,26 @@ BOOST_AUTO_TEST_CASE(clip_matches_the_cpu_clipping) {
     if (norm == 3.7)  // clipped: the factor 1 / 3.7 reached every tensor
       BOOST_TEST(ops::max_abs(grads.back()) < 0.3);
   }
+}
+
+// The loss scale's unscaling read on the device (ops::mul_by_): the factor rounded to f32
+// as mul_ rounds it, every element of every tensor once, as the CPU's.
+BOOST_AUTO_TEST_CASE(scale_by_a_factor_in_memory_matches_the_cpu) {
+  const std::vector<int64_t> sizes = optim_sizes();
+  const Tensor factor = Tensor::full({1}, 1.0 / (3.0 * 65536.0), DType::f64);
+  std::vector<Tensor> tensors, want;
+  std::vector<cuda::ScaleEntry> entries;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    tensors.push_back(optim_uniform(sizes[i], 60 + i, -1e4, 1e4));
+    want.push_back(ops::clone(tensors.back()));
+    entries.push_back({tensors.back().data<float>(), sizes[i], factor.data<double>()});
+  }
+  optim_run(entries);
+  ops::mul_by_(want, factor);
+  for (size_t i = 0; i < sizes.size(); ++i) BOOST_TEST(test::max_abs_diff(tensors[i], want[i]) == 0.0, "tensor " << i);
+  // The CPU's mul_by_ is mul_ by the factor.
+  const Tensor t = optim_uniform(100, 70, -1, 1), u = ops::clone(t);
+  ops::mul_by_({t}, factor);
+  ops::mul_(u, 1.0 / (3.0 * 65536.0));
+  BOOST_TEST(test::max_abs_diff(t, u) == 0.0);
 }

@@ -84,10 +84,17 @@ BOOST_AUTO_TEST_CASE(indices_out_of_range_name_the_op) {
   const Tensor w = Tensor::ones({4, 2});
   const Tensor bad = Tensor::from_vector(std::vector<int64_t>{0, 4}, {2});
   test::check_error([&] { ops::embedding(w, bad); }, {"embedding: index 4 at position 1", "out of range [0, 4)"});
-  // With zero_past_end the index 4 reads zeros; 5 is named with the range and the extra index.
-  BOOST_TEST(ops::embedding(w, bad, /*zero_past_end=*/true).to_vector<double>() == (std::vector<double>{1, 1, 0, 0}));
+  // With a zero row past the end the index 4 reads zeros; 5 is named with the range.
+  const TableRows past_end = TableRows::zero_past_end(4);
+  BOOST_TEST(ops::embedding(w, bad, past_end).to_vector<double>() == (std::vector<double>{1, 1, 0, 0}));
   const Tensor worse = Tensor::from_vector(std::vector<int64_t>{5}, {1});
-  test::check_error([&] { ops::embedding(w, worse, true); }, {"embedding: index 5", "out of range [0, 4) (or 4)"});
+  test::check_error([&] { ops::embedding(w, worse, past_end); }, {"embedding: index 5", "out of range [0, 5)"});
+  // Rows 6.. of a vocabulary of 10: the index 9 reads row 3, 2 reads zeros, 10 is out of it.
+  const Tensor part = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}, {4, 2});
+  const Tensor some = Tensor::from_vector(std::vector<int64_t>{9, 2}, {2});
+  BOOST_TEST(ops::embedding(part, some, {6, 10}).to_vector<double>() == (std::vector<double>{7, 8, 0, 0}));
+  const Tensor beyond = Tensor::from_vector(std::vector<int64_t>{10}, {1});
+  test::check_error([&] { ops::embedding(part, beyond, {6, 10}); }, {"embedding: index 10", "out of range [0, 10)"});
 }
 
 // Module::to keeps every parameter's handle (the optimizer and ZeRO hold them).

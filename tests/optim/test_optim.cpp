@@ -124,13 +124,21 @@ BOOST_AUTO_TEST_CASE(adamw_reads_its_constants_from_memory) {
   BOOST_TEST(test::max_abs_diff(read, given) == 0.0);
   BOOST_TEST(test::max_abs_diff(read_m, m) == 0.0);
   BOOST_TEST(test::max_abs_diff(read_v, v) == 0.0);
+  // Constants that say skip (an overflowed fp16 step, kAdamWSkip) change nothing.
+  const Tensor before = ops::clone(read), before_m = ops::clone(read_m), before_v = ops::clone(read_v);
+  constants.data<float>()[kAdamWSkip] = 1.0f;
+  ops::adamw_({AdamWTensors{read, param({5.0, 5.0, 5.0}, DType::f32), read_m, read_v, Tensor(),
+                            optim::adamw_step(o, o.lr, 0.2, 4), constants}});
+  BOOST_TEST(test::max_abs_diff(read, before) == 0.0);
+  BOOST_TEST(test::max_abs_diff(read_m, before_m) == 0.0);
+  BOOST_TEST(test::max_abs_diff(read_v, before_v) == 0.0);
   const AdamWStep s = optim::adamw_step(o, o.lr, 0.2, 1);
   const Tensor g = Tensor::zeros({3});
   test::check_error(
       [&] {
         ops::adamw_({AdamWTensors{read, g, read_m, read_v, Tensor(), s, Tensor::empty({6})}});
       },
-      {"adamw_", "constants", "7"});
+      {"adamw_", "constants", "8"});
   test::check_error([&] { ops::adamw_constants(s, Tensor::empty({7}, DType::f64)); }, {"adamw_constants", "f32"});
 }
 

@@ -15,12 +15,15 @@
 // offload or in pipeline stages is a named error. Partial offload (Note [Partial offload])
 // splits sub-groups of equal size as DeepSpeed does, keeps the first entries on the device
 // and the rest in the host store, and refuses a ratio outside [0, 1] or below 1 with nvme.
+// The loss scale on the device (Note [Loss scale on the device]) moves as optim::LossScaler
+// moves and picks the row of the steps taken, through a ring that wraps.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "parallel/self_communicator.h"
@@ -29,6 +32,7 @@
 #include "support/zero_trajectory.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
+#include "zero/device_loss_scale.h"
 #include "zero/nvme_shard_store.h"
 #include "zero/param_swap.h"
 #include "zero/partial_offload_store.h"
@@ -603,6 +607,65 @@ BOOST_AUTO_TEST_CASE(parameters_in_host_memory_take_buffer_count_and_refuse_a_de
   BOOST_TEST(error(2, true) == "[config] zero_optimization.delayed_update does not run with offload_param.device "
                                "\"cpu\" on a cpu device (the pending update would hold every parameter shard on the "
                                "device); turn one of them off");
+}
+
+// Note [Loss scale on the device]: over 60 steps with overflows drawn at random, the scale,
+// its counters and the verdicts follow optim::LossScaler's; each step's constants are the
+// row of the steps taken before it (row_at(t) fills row t with 1000 t + its index), with
+// the skip set on overflow, and its rate that row's. A ring of 3 rows wraps at once and
+// makes the host read the state every second unread step; reads at random points in
+// between change nothing. The seed and the unscaling read the scale there.
+BOOST_AUTO_TEST_CASE(device_loss_scale_moves_as_the_hosts_and_picks_the_row_taken) {
+  const optim::LossScaleConfig config{.dynamic = true, .initial_scale = 0x1p20, .window = 3, .hysteresis = 2};
+  const int64_t groups = 2;
+  zero::DeviceLossScale device(config, /*predivide=*/2.0, /*ranks=*/4, groups, Device::cpu(), /*ring_rows=*/3);
+  optim::LossScaler host(config);
+  int64_t taken = 0;
+  std::map<int64_t, int> asked;  // how often each row was asked for
+  const auto row_at = [&](int64_t t, const Tensor& row) {
+    BOOST_TEST(row.shape() == (Shape{groups, kAdamWConstants}));
+    for (int64_t i = 0; i < row.numel(); ++i) row.data<float>()[i] = float(1000 * t + i);
+    ++asked[t];
+    return 0.5 + double(t);
+  };
+  for (int64_t step = 0; step < 60; ++step) {
+    BOOST_TEST_CONTEXT("step " << step) {
+      const bool overflow = random_bits(77, uint64_t(step)) % 3 == 0;
+      const Tensor ones = Tensor::ones({5});
+      device.unscale({ones});
+      BOOST_TEST(ones.data<float>()[0] == float(2.0 / (4.0 * host.scale())));
+      BOOST_TEST(device.seed(4.0, DType::f64).item() == host.scale() / 4.0);
+      device.prepare(row_at);
+      const std::vector<double> outcome =
+          device.decide(Tensor::full({1}, overflow ? INFINITY : 9.0, DType::f64)).to_vector<double>();
+      host.update(overflow);
+      BOOST_TEST(outcome == (std::vector<double>{0.5 + double(taken), overflow ? 1.0 : 0.0, host.scale()}),
+                 boost::test_tools::per_element());
+      const std::vector<float> k = device.constants().to_vector<float>();
+      for (int64_t i = 0; i < groups * kAdamWConstants; ++i)
+        BOOST_TEST(
+            k[size_t(i)] == (i % kAdamWConstants == kAdamWSkip ? (overflow ? 1.0f : 0.0f) : float(1000 * taken + i)),
+            "constant " << i);
+      taken += overflow ? 0 : 1;
+      if (random_bits(78, uint64_t(step)) % 5 == 0) {
+        const zero::DeviceLossScale::Counters c = device.read();
+        BOOST_TEST(c.taken == taken);
+        BOOST_TEST(c.scale.scale == host.state().scale);
+        BOOST_TEST(c.scale.hysteresis_left == host.state().hysteresis_left);
+        BOOST_TEST(c.scale.clean_steps == host.state().clean_steps);
+      }
+    }
+  }
+  for (const auto& [t, n] : asked) BOOST_TEST(n == 1, "row " << t << " asked " << n << " times");
+  BOOST_TEST(asked.count(taken) == 1);
+  // A resumed run's counters: the rows are asked again from the steps taken.
+  device.write({7, {0x1p10, 1, 2}});
+  device.prepare(row_at);
+  BOOST_TEST(device.decide(Tensor::full({1}, 1.0, DType::f64)).to_vector<double>() ==
+                 (std::vector<double>{7.5, 0.0, 0x1p11}),  // the third clean step doubles
+             boost::test_tools::per_element());
+  BOOST_TEST(device.read().taken == 8);
+  test::check_error([&] { zero::DeviceLossScale(config, 1.0, 1, 1, Device::cpu(), 1); }, {"2 rows or more, got 1"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_zero_parts

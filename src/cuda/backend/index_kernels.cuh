@@ -21,31 +21,32 @@ __device__ inline int64_t index_at(const void* idx, bool is64, int64_t i) {
   return is64 ? static_cast<const int64_t*>(idx)[i] : int64_t(static_cast<const int32_t*>(idx)[i]);
 }
 
-// A bad index gives a zero row (Note [Deferred device errors]); so does the index v with
-// zero_past_end (ops::embedding), which is not bad.
+// The table (v, c) holds the rows [first, first + v) of the indices [0, vocab)
+// (TableRows): an index there reads its row, any other valid one a row of zeros. A bad
+// index (outside [0, vocab)) gives a zero row too (Note [Deferred device errors]).
 __global__ void embedding_kernel(Floats w, const void* idx, bool is64, Floats out, int64_t n, int64_t c, int64_t v,
-                                 bool zero_past_end, BadIndexSink sink) {
+                                 int64_t first, int64_t vocab, BadIndexSink sink) {
   const int64_t total = n * c;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t / c, j = t - i * c;
-    const int64_t row = index_at(idx, is64, i);
-    const bool ok = row >= 0 && row < v;
-    if (!ok && !(zero_past_end && row == v) && j == 0) record_bad_index(sink, IndexOp::embedding, row, i, n, v);
-    out.store(t, ok ? w.load(row * c + j) : 0.0f);
+    const int64_t index = index_at(idx, is64, i), row = index - first;
+    if (!(index >= 0 && index < vocab) && j == 0) record_bad_index(sink, IndexOp::embedding, index, i, n, vocab);
+    out.store(t, index >= 0 && index < vocab && row >= 0 && row < v ? w.load(row * c + j) : 0.0f);
   }
 }
 
-// A bad index adds nothing, nor does the index v with zero_past_end.
+// Only the table's rows take gradient; a bad index adds nothing.
 __global__ void embedding_backward_kernel(Floats g, const void* idx, bool is64, float* gw, int64_t n, int64_t c,
-                                          int64_t v, bool zero_past_end, BadIndexSink sink) {
+                                          int64_t v, int64_t first, int64_t vocab, BadIndexSink sink) {
   const int64_t total = n * c;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t / c, j = t - i * c;
-    const int64_t row = index_at(idx, is64, i);
-    if (row >= 0 && row < v)
+    const int64_t index = index_at(idx, is64, i), row = index - first;
+    if (!(index >= 0 && index < vocab)) {
+      if (j == 0) record_bad_index(sink, IndexOp::embedding_backward, index, i, n, vocab);
+    } else if (row >= 0 && row < v) {
       atomicAdd(gw + row * c + j, g.load(t));
-    else if (j == 0 && !(zero_past_end && row == v))
-      record_bad_index(sink, IndexOp::embedding_backward, row, i, n, v);
+    }
   }
 }
 

@@ -86,7 +86,9 @@ struct AdamWEntry {
   const AdamWConstants<float>* live;  // non-null: the constants in device memory, read in place of k
 
   __device__ void update(int64_t i) const {
-    const float pi = adamw_element(p[i], m[i], v[i], g[i], live ? *live : k);
+    const AdamWConstants<float>& c = live ? *live : k;
+    if (c.skip != 0.0f) return;
+    const float pi = adamw_element(p[i], m[i], v[i], g[i], c);
     if (copy.data) copy.store(i, pi);
   }
 };
@@ -114,6 +116,16 @@ struct ClipEntry {
     const double coef = clip_factor(sqrt(*squared), max_norm);
     if (coef < 1.0) g[i] *= float(coef);
   }
+};
+
+// One f32 tensor multiplied by the factor at `factor` in device memory (ops::mul_by_), as
+// the CPU's mul_ does (by the factor in f32).
+struct ScaleEntry {
+  float* t;
+  int64_t n;
+  const double* factor;
+
+  __device__ void update(int64_t i) const { t[i] *= float(*factor); }
 };
 
 static_assert(sizeof(TensorTable<AdamWEntry>) <= 4000 && sizeof(TensorTable<SGDEntry>) <= 4000,

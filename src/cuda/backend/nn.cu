@@ -235,19 +235,19 @@ void CudaBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const
   norm_params_backward(fg, fx, nullptr, ptr<const float>(rstd), fdw, Floats{}, rows, c, x.device(), on.stream());
 }
 
-void CudaBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, bool zero_past_end) {
+void CudaBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, TableRows rows) {
   const Floats fw = floats(weight, "embedding"), fout = floats(out, "embedding");
   const int64_t v = weight.size(0), c = weight.size(1), n = indices.numel();
   if (n == 0 || c == 0) return;
   OnDevice on(weight);
   embedding_kernel<<<blocks_for(n * c), kThreads, 0, on.stream()>>>(
-      fw, indices.raw_data(), indices.dtype() == DType::i64, fout, n, c, v, zero_past_end,
+      fw, indices.raw_data(), indices.dtype() == DType::i64, fout, n, c, v, rows.first, rows.vocab,
       bad_index_sink(weight.device().index));
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight,
-                                     bool zero_past_end) {
+                                     TableRows rows) {
   const Floats fg = floats(grad_y, "embedding_backward");
   require_floating(grad_weight, "embedding_backward");
   const int64_t v = grad_weight.size(0), c = grad_weight.size(1), n = indices.numel();
@@ -257,7 +257,7 @@ void CudaBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices
   const bool wide = grad_weight.dtype() == DType::f32;
   const Tensor sum = wide ? grad_weight : Tensor::zeros(grad_weight.shape(), DType::f32, grad_weight.device());
   embedding_backward_kernel<<<blocks_for(n * c), kThreads, 0, on.stream()>>>(
-      fg, indices.raw_data(), indices.dtype() == DType::i64, ptr<float>(sum), n, c, v, zero_past_end,
+      fg, indices.raw_data(), indices.dtype() == DType::i64, ptr<float>(sum), n, c, v, rows.first, rows.vocab,
       bad_index_sink(grad_y.device().index));
   TRIAD_CUDA_CHECK_LAUNCH();
   if (!wide) copy(grad_weight, sum);

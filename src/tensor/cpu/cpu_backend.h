@@ -45,6 +45,9 @@ class CpuBackend final : public Backend {
   void sgd(const std::vector<SGDTensors>& updates, const SGDStep& step) override;
   void sum_squares_to(const std::vector<Tensor>& tensors, const Tensor& out) override;
   void clip_to_norm(const std::vector<Tensor>& grads, const Tensor& squared, double max_norm) override;
+  void mul_by(const std::vector<Tensor>& tensors, const Tensor& factor) override;
+  void loss_scale_step(const Tensor& squared, const Tensor& state, const Tensor& ring, const Tensor& constants,
+                       const Tensor& outcome, const LossScaleRule& rule) override;
   void quantize_blocks(const Tensor& src, const Tensor& q, const Tensor& scales, int64_t rows, int64_t n,
                        const QuantFormat& format) override;
   void dequantize_blocks(const Tensor& q, const Tensor& scales, const Tensor& out, int64_t rows, int64_t k, int64_t n,
@@ -70,9 +73,9 @@ class CpuBackend final : public Backend {
   void swiglu_backward(const Tensor& a, const Tensor& b, const Tensor& grad_y, const Tensor& da,
                        const Tensor& db) override;
   void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out, bool backward) override;
-  void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, bool zero_past_end) override;
+  void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, TableRows rows) override;
   void embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight,
-                          bool zero_past_end) override;
+                          TableRows rows) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
                      const Tensor& count, int64_t ignore_index, int64_t classes) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,

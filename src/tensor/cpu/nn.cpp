@@ -313,17 +313,17 @@ void CpuBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   });
 }
 
-void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, bool /*zero_past_end*/) {
-  // Rows copied as stored: any floating dtype, out of weight's. The op checked the indices:
-  // one equal to v is zero_past_end's.
+void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Tensor& out, TableRows rows) {
+  // Rows copied as stored: any floating dtype, out of weight's. The op checked the indices
+  // (in [0, rows.vocab)): one off the table's rows reads zeros.
   const int64_t v = weight.size(0), c = weight.size(1), n = indices.numel();
   const size_t row_bytes = size_t(c) * element_size(weight.dtype());
   const auto* pw = static_cast<const unsigned char*>(weight.raw_data());
   auto* po = static_cast<unsigned char*>(out.raw_data());
 #pragma omp parallel for if (n * c > cpu::kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = index_at(indices, i);
-    if (row < v)
+    const int64_t row = index_at(indices, i) - rows.first;
+    if (row >= 0 && row < v)
       std::memcpy(po + i * row_bytes, pw + row * row_bytes, row_bytes);
     else
       std::memset(po + i * row_bytes, 0, row_bytes);  // all-zero bits: +0 in every floating dtype
@@ -331,10 +331,10 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& indices, const Te
 }
 
 void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices, const Tensor& grad_weight,
-                                    bool zero_past_end) {
+                                    TableRows rows) {
   if (cpu::any_16bit({&grad_y, &grad_weight})) {
     const cpu::WideOut o(grad_weight, /*initial=*/true);
-    embedding_backward(cpu::widen(grad_y), indices, o.get(), zero_past_end);
+    embedding_backward(cpu::widen(grad_y), indices, o.get(), rows);
     return o.store();
   }
   cpu::visit_float(grad_y.dtype(), [&](auto tag) {
@@ -348,8 +348,8 @@ void CpuBackend::embedding_backward(const Tensor& grad_y, const Tensor& indices,
       const int nt = omp_get_num_threads(), t = omp_get_thread_num();
       const int64_t lo = c * t / nt, hi = c * (t + 1) / nt;
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t row = index_at(indices, i);
-        if (row == v) continue;  // zero_past_end's zero row
+        const int64_t row = index_at(indices, i) - rows.first;
+        if (row < 0 || row >= v) continue;  // a row of zeros, off the table
         T* dst = pw + row * c;
         const T* src = pg + i * c;
 #pragma omp simd

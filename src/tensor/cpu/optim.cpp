@@ -9,6 +9,7 @@
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided.h"
 #include "tensor/cpu/visit_float.h"
+#include "tensor/loss_scale_math.h"
 #include "tensor/optimizer_math.h"
 
 namespace triad {
@@ -25,6 +26,7 @@ void CpuBackend::adamw(const std::vector<AdamWTensors>& updates) {
       T* v = u.exp_avg_sq.data<T>();
       AdamWConstants<T> k = AdamWConstants<T>::of(u.step);
       if (u.constants.defined()) std::memcpy(&k, u.constants.raw_data(), sizeof k);  // (T is float: checked)
+      if (k.skip != T(0)) return;
       const int64_t n = u.param.numel();
 #pragma omp parallel for simd if (n > cpu::kParallelGrain)
       for (int64_t i = 0; i < n; ++i) {
@@ -63,6 +65,22 @@ void CpuBackend::clip_to_norm(const std::vector<Tensor>& grads, const Tensor& sq
 #pragma omp parallel for simd if (n > cpu::kParallelGrain)
     for (int64_t i = 0; i < n; ++i) p[i] *= f;
   }
+}
+
+void CpuBackend::mul_by(const std::vector<Tensor>& tensors, const Tensor& factor) {
+  const float f = float(factor.data<double>()[0]);  // as mul_ multiplies an f32 tensor
+  for (const Tensor& t : tensors) {
+    float* p = t.data<float>();
+    const int64_t n = t.numel();
+#pragma omp parallel for simd if (n > cpu::kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) p[i] *= f;
+  }
+}
+
+void CpuBackend::loss_scale_step(const Tensor& squared, const Tensor& state, const Tensor& ring,
+                                 const Tensor& constants, const Tensor& outcome, const LossScaleRule& rule) {
+  triad::loss_scale_step(squared.data<double>(), state.data<double>(), ring.data<double>(), ring.size(0),
+                         constants.size(0), constants.data<float>(), outcome.data<double>(), rule);
 }
 
 }  // namespace triad
