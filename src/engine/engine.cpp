@@ -390,7 +390,9 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
     s.targets.push_back(ops::to(targets[m], device_));
   }
   s.loss = loss;
-  s.loss_gradient = (zero_ ? zero_->loss_scale() : 1.0) / double(config_.gradient_accumulation_steps);
+  const double steps = double(config_.gradient_accumulation_steps);
+  // Made where the loss scale is (Note [Loss scale on the device]): the host reads nothing.
+  s.loss_gradient = zero_ ? zero_->loss_seed(steps, DType::f64) : Tensor::full({}, 1.0 / steps, DType::f64, device_);
   s.before_backward = [this](int chunk, bool final) {
     if (!zero_) return;
     if (final) {
@@ -401,8 +403,7 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
     } else
       zero_->begin_backward(false);
   };
-  // Note [Router losses in the backward]
-  const nn::RouterLossGradient router(Tensor::full({}, s.loss_gradient, DType::f64, device_));
+  const nn::RouterLossGradient router(s.loss_gradient);  // Note [Router losses in the backward]
   return pipeline_losses(pipe_->run(s), int64_t(inputs.size()));
 }
 

@@ -145,7 +145,8 @@ void PipelineExecutor::backward_input(const Step& step, int m, int c, bool defer
   TRIAD_ASSERT_MSG(l.output.defined(), "backward of micro-batch " << m << " before its forward");
   Tensor seed;
   if (last_virtual(c)) {
-    seed = Tensor::full(l.output.shape(), step.loss_gradient, l.output.dtype(), l.output.device());
+    seed = step.loss_gradient.defined() ? ops::reshape(ops::to(step.loss_gradient, l.output.dtype()), l.output.shape())
+                                        : Tensor::full(l.output.shape(), 1.0, l.output.dtype(), l.output.device());
   } else {
     seed = receive(PipeMessage{true, virtual_stage(c) + 1, m});
   }

@@ -56,7 +56,10 @@ class PipelineExecutor {
     // The loss of the last layer's output; empty: the layer list's own, fused with the last
     // layer where the list allows (PipelineStage::forward_loss, Note [Fused head loss]).
     std::function<Tensor(const Tensor& output, const Tensor& targets)> loss;
-    double loss_gradient = 1.0;  // the gradient each micro-batch's loss is back-propagated with
+    // The gradient each micro-batch's loss is back-propagated with: a one-element tensor on
+    // the losses' device (the loss scale over the micro-batches, made where the scale is);
+    // undefined: 1.
+    Tensor loss_gradient;
     // Runs before each backward (or input-gradient) action of chunk `chunk`, after its
     // gradient has arrived: `final` marks the chunk's last whole backward of the step, after
     // which its parameters' gradients are complete (ZeRO's begin_final_backward; never for

@@ -100,8 +100,7 @@ void check_same_config(const TrainConfig& c, parallel::Communicator& world) {
 //   are read with its values (StepValues). The host reads the norm before the update where
 //   the update or the norm runs on the host: gradients kept by an offloading store, an
 //   update on the host (offload), the delayed update, and SGD in one process. The host reads
-//   the loss scale itself (it waits) for ZeRO's counters before a save, a pipeline's loss
-//   gradient and the router losses of a pipeline.
+//   the loss scale itself (it waits) only for ZeRO's counters before a save.
 //   MPI collectives of device tensors wait for their copy to the host; over NCCL they are
 //   queued on the device.
 // - With wall_clock_breakdown or at the flops profiler's step the host waits at every

@@ -13,12 +13,13 @@ namespace triad::zero {
 
 // Note [Loss scale on the device]: with dynamic (or static) loss scaling the host used to
 // read each step's gradient norm to decide whether the update is skipped and how the scale
-// moves (optim/loss_scaler.h) — a wait for the device in every step. Here everything that
-// verdict decides stays on the device:
+// moves (optim/loss_scaler.h) — a wait for the device in every step. Where ZeRO's whole
+// update runs on the device, everything that verdict decides stays there:
 // - The state (tensor/loss_scale_math.h's slots): the scale, the hysteresis left, the clean
 //   steps, the steps taken and the factor that unscales the next step's gradients. The
-//   backward's seed is made from the scale there (seed()), the gradients are unscaled by
-//   the factor there (unscale()).
+//   backward's seed is made from the scale there (seed(): the plain step's, a pipeline's
+//   last stage's, the router losses'), the gradients are unscaled by the factor there
+//   (unscale()).
 // - The verdict is one one-thread launch (ops::loss_scale_step_, optim::LossScaler's own
 //   rule): overflow when the squared norm summed over the ranks is not finite (so every
 //   rank reaches the same verdict), then the scale and the counters move.
@@ -33,11 +34,12 @@ namespace triad::zero {
 //   kAdamWSkip set on overflow: the multi-tensor AdamW then changes nothing.
 // - What the trainer reports (the step's rate, whether it was skipped, the scale after it)
 //   is the verdict's outcome, a (kStepOutcome,) f64 tensor read with the step's losses.
-// The host reads the state when it needs the counters (a checkpoint, a pipeline's or the
-// router losses' seed) and, so that the ring's rows stay apart, once its rows less one
-// steps went unread (kRingRows: a read every thousand steps at most, where the trainer reads
-// its steps' values at least as often). The arithmetic is the host path's (the same rule, the same f32 unscaling and
-// the same constants), so the two paths train bit for bit alike (test_zero_mpi).
+// The host reads the state when it needs the counters (a checkpoint) and, so that the ring's
+// rows stay apart, once its rows less one steps went unread (kRingRows: a read every
+// thousand steps at most, where the trainer reads its steps' values at least as often). The
+// arithmetic is the host path's (the same rule, the same f32 unscaling and the same
+// constants), so the two paths train bit for bit alike (test_zero_mpi). Offload and the
+// delayed update, whose updates run on the host, keep the host's verdict (optim::LossScaler).
 class DeviceLossScale {
  public:
   static constexpr int64_t kRingRows = 1024;
