@@ -190,50 +190,43 @@ BOOST_AUTO_TEST_CASE(adamw_reads_its_constants_from_memory) {
   const Tensor table = Tensor::empty({2, kAdamWConstants});
   AdamWConstants<float> unread;
   std::memset(&unread, 0xff, sizeof unread);  // NaNs: an entry reading these would show it
-  for (int64_t t = 1; t <= 3; ++t) {
-    const double lr = o.lr / double(t);  // a schedule's rate
-    for (size_t d = 0; d < 2; ++d)
-      ops::adamw_constants(optim::adamw_step(o, lr, decays[d], t), ops::select(table, 0, int64_t(d)));
+  // Step t at rate lr: entries given the host's constants, and entries reading the table;
+  // with row 0 skipped, its tensors get no given entry (they must keep their values).
+  const auto run_step = [&](int64_t t, double lr, uint64_t seed, bool skip_row0) {
+    std::vector<Tensor> grads;  // alive until the kernels ran
     std::vector<cuda::AdamWEntry> given, read;
     for (size_t i = 0; i < sizes.size(); ++i) {
-      const Tensor g = optim_uniform(sizes[i], 3000 * uint64_t(t) + i, -1, 1);
-      const AdamWStep s = optim::adamw_step(o, lr, decays[i % 2], t);
-      given.push_back({p[i].data<float>(), g.data<float>(), m[i].data<float>(), v[i].data<float>(), cuda::Floats{},
-                       sizes[i], AdamWConstants<float>::of(s), nullptr});
+      const Tensor& g = grads.emplace_back(optim_uniform(sizes[i], seed + i, -1, 1));
+      if (!skip_row0 || i % 2 == 1)
+        given.push_back({p[i].data<float>(), g.data<float>(), m[i].data<float>(), v[i].data<float>(), cuda::Floats{},
+                         sizes[i], AdamWConstants<float>::of(optim::adamw_step(o, lr, decays[i % 2], t)), nullptr});
       read.push_back({live_p[i].data<float>(), g.data<float>(), live_m[i].data<float>(), live_v[i].data<float>(),
                       cuda::Floats{}, sizes[i], unread,
                       reinterpret_cast<const AdamWConstants<float>*>(table.data<float>() + (i % 2) * kAdamWConstants)});
     }
     optim_run(given);
     optim_run(read);
+  };
+  const auto check = [&](const std::string& what) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::string at = what + "tensor " + std::to_string(i);
+      optim_same(live_p[i], p[i], at + " param");
+      optim_same(live_m[i], m[i], at + " exp_avg");
+      optim_same(live_v[i], v[i], at + " exp_avg_sq");
+    }
+  };
+  for (int64_t t = 1; t <= 3; ++t) {
+    const double lr = o.lr / double(t);  // a schedule's rate
+    for (size_t d = 0; d < 2; ++d)
+      ops::adamw_constants(optim::adamw_step(o, lr, decays[d], t), ops::select(table, 0, int64_t(d)));
+    run_step(t, lr, 3000 * uint64_t(t), false);
   }
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const std::string at = "tensor " + std::to_string(i);
-    optim_same(live_p[i], p[i], at + " param");
-    optim_same(live_m[i], m[i], at + " exp_avg");
-    optim_same(live_v[i], v[i], at + " exp_avg_sq");
-  }
+  check("");
   // Row 0 says skip (an overflowed fp16 step, kAdamWSkip): its tensors keep their values,
   // row 1's are updated as the host's constants update them.
   table.data<float>()[kAdamWSkip] = 1.0f;
-  std::vector<cuda::AdamWEntry> given, read;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const Tensor g = optim_uniform(sizes[i], 9000 + i, -1, 1);
-    if (i % 2 == 1)
-      given.push_back({p[i].data<float>(), g.data<float>(), m[i].data<float>(), v[i].data<float>(), cuda::Floats{},
-                       sizes[i], AdamWConstants<float>::of(optim::adamw_step(o, o.lr / 3.0, decays[1], 3)), nullptr});
-    read.push_back({live_p[i].data<float>(), g.data<float>(), live_m[i].data<float>(), live_v[i].data<float>(),
-                    cuda::Floats{}, sizes[i], unread,
-                    reinterpret_cast<const AdamWConstants<float>*>(table.data<float>() + (i % 2) * kAdamWConstants)});
-  }
-  optim_run(given);
-  optim_run(read);
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const std::string at = "skipped or not, tensor " + std::to_string(i);
-    optim_same(live_p[i], p[i], at + " param");
-    optim_same(live_m[i], m[i], at + " exp_avg");
-    optim_same(live_v[i], v[i], at + " exp_avg_sq");
-  }
+  run_step(3, o.lr / 3.0, 9000, true);
+  check("skipped or not, ");
 }
 
 // Three SGD steps (the momentum buffer's first step among them) over two groups: the kernel
