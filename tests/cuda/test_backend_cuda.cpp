@@ -217,6 +217,30 @@ void unary_case() {
   }
 }
 
+// f64 on the device (the gradient norm's root, the loss scale's seed): the exactly rounded
+// ops equal the CPU's bit for bit, broadcast and in place on a strided view; the others
+// name the dtype.
+void f64_case() {
+  const Tensor a = random({6, 9}, 13, 0.5, 4.0, DType::f64), b = random({1, 9}, 14, -3.0, 3.0, DType::f64);
+  const auto both = [&](const char* what, const std::function<Tensor(const Tensor&, const Tensor&)>& f) {
+    expect_equal(std::string("f64 ") + what, f(dev(a), dev(b)), f(a, b));
+  };
+  both("add", [](const Tensor& x, const Tensor& y) { return ops::add(x, y); });
+  both("sub", [](const Tensor& x, const Tensor& y) { return ops::sub(x, y); });
+  both("mul", [](const Tensor& x, const Tensor& y) { return ops::mul(x, y); });
+  both("div", [](const Tensor& x, const Tensor& y) { return ops::div(x, y); });
+  both("neg", [](const Tensor& x, const Tensor&) { return ops::neg(x); });
+  both("sqrt", [](const Tensor& x, const Tensor&) { return ops::sqrt(x); });
+  both("scale", [](const Tensor& x, const Tensor&) { return ops::mul(x, 1.0 / 3.0); });
+  both("add_scalar", [](const Tensor& x, const Tensor&) { return ops::add(x, 1.0 / 3.0); });
+  both("mul_ of a transposed view", [](const Tensor& x, const Tensor&) {
+    const Tensor c = ops::clone(x);
+    ops::mul_(ops::transpose(c, 0, 1), 0.1);
+    return c;
+  });
+  test::check_error([&] { ops::exp(dev(a)); }, {"exp", "f64", "square root"});
+}
+
 void axpy_case() {
   for (double alpha : {1.0, -0.37}) {
     const Pair base = pair(random({40, 90}, 13));
@@ -958,6 +982,7 @@ const Case kCases[] = {
     {"random", random_case},
     {"binary", binary_case},
     {"unary", unary_case},
+    {"f64_arithmetic", f64_case},
     {"axpy", axpy_case},
     {"gelu_backward_dropout", gelu_dropout_case},
     {"sum_dim_max_dim", reduce_dim_case},

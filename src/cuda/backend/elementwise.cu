@@ -1,33 +1,18 @@
 // Elementwise kernels: binary ops over broadcast operands, unary maps, axpy, GELU and its
 // backward, SiLU and its backward, dropout (tensor/cpu/elementwise.cpp on the GPU). One
-// kernel template per operand count, instantiated per op with a functor; operands of any
-// strides go through Strided, which merges a dense operand's dimensions into one; each
-// operand is stored in f32, bf16 or f16 of its own (Floats), computed on in f32.
+// kernel template per operand count (cuda/backend/elementwise_kernels.cuh), instantiated
+// per op with a functor; operands of any strides go through Strided, which merges a dense
+// operand's dimensions into one; each operand is stored in f32, bf16 or f16 of its own
+// (Floats), computed on in f32. The exactly rounded ops (+, -, x, /, negation, square root,
+// the scalar forms) also take f64 operands, computed on in f64.
 #include "cuda/backend/convert.cuh"
 #include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/elementwise_kernels.cuh"
 #include "cuda/backend/launch.cuh"
 
 namespace triad::cuda {
 
 namespace {
-
-template <class F>
-__global__ void map2_kernel(int64_t n, Strided<3> g, Floats out, Floats a, Floats b, F f) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t off[3];
-    g.offsets(i, off);
-    out.store(off[0], f(a.load(off[1]), b.load(off[2])));
-  }
-}
-
-template <class F>
-__global__ void map1_kernel(int64_t n, Strided<2> g, Floats out, Floats a, F f) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t off[2];
-    g.offsets(i, off);
-    out.store(off[0], f(a.load(off[1])));
-  }
-}
 
 template <class F>
 void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f, const char* method) {
@@ -50,21 +35,36 @@ void map1(const Tensor& a, const Tensor& out, F f, const char* method) {
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
+double* doubles(const Tensor& t, const char* method) {
+  TRIAD_CHECK(t.dtype() == DType::f64,
+              "cuda backend: " << method << " on f64 takes f64 operands only, got " << t.str());
+  return static_cast<double*>(t.raw_data());
+}
+
+template <class F>
+void map2_f64(const Tensor& a, const Tensor& b, const Tensor& out, F f, const char* method) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  OnDevice on(out);
+  const Strided<3> g = make_strided<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()}, method);
+  map2_f64_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, g, doubles(out, method), doubles(a, method),
+                                                               doubles(b, method), f);
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
+template <class F>
+void map1_f64(const Tensor& a, const Tensor& out, F f, const char* method) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  OnDevice on(out);
+  const Strided<2> g = make_strided<2>(out.shape(), {&out.strides(), &a.strides()}, method);
+  map1_f64_kernel<<<blocks_for(n), kThreads, 0, on.stream()>>>(n, g, doubles(out, method), doubles(a, method), f);
+  TRIAD_CUDA_CHECK_LAUNCH();
+}
+
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-struct Add {
-  __device__ float operator()(float x, float y) const { return x + y; }
-};
-struct Sub {
-  __device__ float operator()(float x, float y) const { return x - y; }
-};
-struct Mul {
-  __device__ float operator()(float x, float y) const { return x * y; }
-};
-struct Div {
-  __device__ float operator()(float x, float y) const { return x / y; }
-};
 struct ReluBackward {  // y, grad_y
   __device__ float operator()(float y, float g) const { return y > 0.0f ? g : 0.0f; }
 };
@@ -89,17 +89,11 @@ struct GeluBackward {  // x, grad_y
   }
 };
 
-struct Neg {
-  __device__ float operator()(float x) const { return -x; }
-};
 struct Exp {
   __device__ float operator()(float x) const { return expf(x); }
 };
 struct Log {
   __device__ float operator()(float x) const { return logf(x); }
-};
-struct Sqrt {
-  __device__ float operator()(float x) const { return sqrtf(x); }
 };
 struct Tanh {
   __device__ float operator()(float x) const { return tanhf(x); }
@@ -119,14 +113,6 @@ struct Pow {
   float s;
   __device__ float operator()(float x) const { return powf(x, s); }
 };
-struct Scale {
-  float s;
-  __device__ float operator()(float x) const { return x * s; }
-};
-struct AddScalar {
-  float s;
-  __device__ float operator()(float x) const { return x + s; }
-};
 
 __global__ void dropout_kernel(int64_t n, Floats x, Floats out, double p, float keep_scale, uint64_t seed,
                                uint64_t first) {
@@ -134,9 +120,43 @@ __global__ void dropout_kernel(int64_t n, Floats x, Floats out, double p, float 
     out.store(i, random_uniform(seed, first + uint64_t(i)) >= p ? x.load(i) * keep_scale : 0.0f);
 }
 
+// f64 operands: the exactly rounded ops run (true); the others are f32, bf16 and f16 only
+// (false: floats() names the dtype).
+bool binary_f64(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  switch (op) {
+    case BinaryOp::add:
+      return map2_f64(a, b, out, Add{}, "add"), true;
+    case BinaryOp::sub:
+      return map2_f64(a, b, out, Sub{}, "sub"), true;
+    case BinaryOp::mul:
+      return map2_f64(a, b, out, Mul{}, "mul"), true;
+    case BinaryOp::div:
+      return map2_f64(a, b, out, Div{}, "div"), true;
+    default:
+      return false;
+  }
+}
+
+bool unary_f64(UnaryOp op, const Tensor& a, const Tensor& out, double scalar) {
+  switch (op) {
+    case UnaryOp::neg:
+      return map1_f64(a, out, Neg{}, "neg"), true;
+    case UnaryOp::sqrt:
+      return map1_f64(a, out, Sqrt{}, "sqrt"), true;
+    case UnaryOp::scale:
+      return map1_f64(a, out, Scale<double>{scalar}, "scale"), true;
+    case UnaryOp::add_scalar:
+      return map1_f64(a, out, AddScalar<double>{scalar}, "add_scalar"), true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if ((a.dtype() == DType::f64 || b.dtype() == DType::f64 || out.dtype() == DType::f64) && binary_f64(op, a, b, out))
+    return;
   switch (op) {
     case BinaryOp::add:
       return map2(a, b, out, Add{}, "add");
@@ -154,6 +174,7 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
 }
 
 void CudaBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double scalar) {
+  if ((a.dtype() == DType::f64 || out.dtype() == DType::f64) && unary_f64(op, a, out, scalar)) return;
   const float s = float(scalar);
   switch (op) {
     case UnaryOp::neg:
@@ -175,9 +196,9 @@ void CudaBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double s
     case UnaryOp::pow:
       return map1(a, out, Pow{s}, "pow");
     case UnaryOp::scale:
-      return map1(a, out, Scale{s}, "scale");
+      return map1(a, out, Scale<float>{s}, "scale");
     case UnaryOp::add_scalar:
-      return map1(a, out, AddScalar{s}, "add_scalar");
+      return map1(a, out, AddScalar<float>{s}, "add_scalar");
   }
 }
 

@@ -54,7 +54,8 @@ T* ptr(const Tensor& t) {
 inline void require_floating(const Tensor& t, const char* method) {
   TRIAD_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16,
               "cuda backend: " << method << " takes f32, bf16 or f16, got " << t.str()
-                               << " (f64 kernels are CPU-only; they serve gradient checks)");
+                               << " (in f64 only +, -, *, /, negation, square root and their scalar forms run "
+                                  "on a GPU; the rest are CPU-only, for gradient checks)");
 }
 
 // A floating operand of a kernel, stored in f32, bf16 or f16: elements load as float and
