@@ -253,8 +253,14 @@ void Engine::make_optimizer() {
     std::vector<std::string> tied_modules;
     zero::PipelinePlacement placement = pipeline_placement(tied_modules);
     const std::vector<int> nodes = grid_->dp_nodes();
-    comm_ = std::make_shared<parallel::CountingCommunicator>(
-        zero_backend_ == DistributedBackend::nccl ? cuda::make_nccl_communicator(dp_, device_.index) : dp_, nodes);
+    // One data-parallel rank (alone, or `mpirun -np 1`): ZeRO's collectives are copies on the
+    // device, never an MPI call staged through the host nor an NCCL launch polled by its
+    // watchdog, either of which a recorded step could not hold (Note [Recorded steps]).
+    const parallel::CommunicatorPtr zero_group = dp_->size() == 1 ? std::make_shared<parallel::SelfCommunicator>()
+                                                 : zero_backend_ == DistributedBackend::nccl
+                                                     ? cuda::make_nccl_communicator(dp_, device_.index)
+                                                     : dp_;
+    comm_ = std::make_shared<parallel::CountingCommunicator>(zero_group, nodes);
     const zero::ZeroPlusPlusGroups zeropp = zeropp_groups(nodes);
     zero::ExpertPlacement experts;  // Note [ZeRO with experts]: counted with ZeRO's traffic
     if (ep_->size() > 1)

@@ -53,8 +53,10 @@ class Backend {
   // a contiguous, viewed as (outer, n, inner); out (outer, inner).
   virtual void sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) = 0;
   virtual void max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) = 0;
+  // a contiguous; out one element of a's dtype on a's device: the sum of every element, in
+  // f64, rounded once to out's dtype where it is (the host waits for nothing).
+  virtual void sum_all_to(const Tensor& a, const Tensor& out) = 0;
   // a contiguous; reductions to a host double.
-  virtual double sum_all(const Tensor& a) = 0;
   virtual double sum_squares(const std::vector<Tensor>& tensors) = 0;  // over all, one device
   virtual double max_abs(const Tensor& a) = 0;
   virtual bool all_finite(const Tensor& a) = 0;

@@ -287,7 +287,12 @@ void reduce_all_case() {
   for (int64_t n : {int64_t(1), int64_t(1000), int64_t(3'000'001)}) {
     const Pair a = pair(random({n}, 18, -1.0, 2.0));
     auto close = [](double x, double y) { return std::fabs(x - y) <= 1e-9 * std::max(1.0, std::fabs(y)); };
-    BOOST_TEST(close(gpu().sum_all(a.g), cpu().sum_all(a.c)));
+    // The sum left on the device: in f64 to 1e-9, and rounded once to f32.
+    Pair total = empty_pair({}, DType::f64), total32 = empty_pair({});
+    cpu().sum_all_to(a.c, total.c), gpu().sum_all_to(a.g, total.g);
+    cpu().sum_all_to(a.c, total32.c), gpu().sum_all_to(a.g, total32.g);
+    BOOST_TEST(close(host(total.g).item(), total.c.item()));
+    BOOST_TEST(host(total32.g).item() == double(float(host(total.g).item())));
     BOOST_TEST(close(gpu().sum_squares({a.g}), cpu().sum_squares({a.c})));
     BOOST_TEST(gpu().max_abs(a.g) == cpu().max_abs(a.c));
     BOOST_TEST(gpu().all_finite(a.g));

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "cuda/backend/convert.cuh"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
 #include "cuda/deferred_errors.h"
@@ -103,20 +104,22 @@ __global__ void reduce_all_kernel(Floats a, int64_t n, double* partial, F f, Com
   if (threadIdx.x == 0) partial[blockIdx.x] = r;
 }
 
-// out[0] = the combination of partial[0, count).
+// out[0] (of dtype t) = the combination of partial[0, count), rounded once to t.
 template <class Combine>
-__global__ void combine_partials_kernel(const double* partial, int count, double* out, Combine combine) {
+__global__ void combine_partials_kernel(const double* partial, int count, void* out, DType t, Combine combine) {
   double r = 0.0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) r = combine(r, partial[i]);
   r = block_reduce(r, combine, 0.0);
-  if (threadIdx.x == 0) out[0] = r;
+  if (threadIdx.x == 0) store_double(out, 0, t, r);
 }
 
 // Queues the reduction of f over every element of the tensors (f32, bf16 or f16,
-// contiguous, on one device) into out[0] (device memory): each tensor's blocks write their
-// own partials, one block combines them all. No tensor or no element: 0.
+// contiguous, on one device) into out (one element in device memory, rounded once to its
+// dtype): each tensor's blocks write their own partials, one block combines them all. No
+// tensor or no element: 0.
 template <class F, class Combine>
-void reduce_all_to(const std::vector<Tensor>& tensors, F f, Combine combine, Device device, double* out) {
+void reduce_all_to(const std::vector<Tensor>& tensors, F f, Combine combine, const Tensor& out) {
+  const Device device = out.device();
   std::vector<int> blocks;
   int total = 0;
   for (const Tensor& t : tensors) {
@@ -127,7 +130,7 @@ void reduce_all_to(const std::vector<Tensor>& tensors, F f, Combine combine, Dev
   DeviceGuard guard(device.index);
   const cudaStream_t stream = current_stream(device.index);
   if (total == 0) {
-    TRIAD_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream));
+    TRIAD_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, element_size(out.dtype()), stream));  // +0 in every dtype
     return;
   }
   Tensor partial = Tensor::empty({total}, DType::f64, device);
@@ -138,7 +141,7 @@ void reduce_all_to(const std::vector<Tensor>& tensors, F f, Combine combine, Dev
                                                           p + first, f, combine);
     TRIAD_CUDA_CHECK_LAUNCH();
   }
-  combine_partials_kernel<<<1, kThreads * 2, 0, stream>>>(p, total, out, combine);
+  combine_partials_kernel<<<1, kThreads * 2, 0, stream>>>(p, total, out.raw_data(), out.dtype(), combine);
   TRIAD_CUDA_CHECK_LAUNCH();
 }
 
@@ -148,7 +151,7 @@ double reduce_all(const std::vector<Tensor>& tensors, F f, Combine combine) {
   if (tensors.empty()) return 0.0;
   const Device device = tensors[0].device();
   const Tensor out = Tensor::empty({1}, DType::f64, device);
-  reduce_all_to(tensors, f, combine, device, ptr<double>(out));
+  reduce_all_to(tensors, f, combine, out);
   DeviceGuard guard(device.index);
   const cudaStream_t stream = current_stream(device.index);
   double result = 0.0;
@@ -168,7 +171,10 @@ void CudaBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int
   reduce_dim(a, out, outer, n, inner, MaxOp{}, -std::numeric_limits<float>::infinity(), "max_dim");
 }
 
-double CudaBackend::sum_all(const Tensor& a) { return reduce_all({a}, Identity{}, SumOp{}); }
+void CudaBackend::sum_all_to(const Tensor& a, const Tensor& out) {
+  require_floating(a, "sum");
+  reduce_all_to({a}, Identity{}, SumOp{}, out);
+}
 
 double CudaBackend::sum_squares(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) require_floating(t, "sum_squares");
@@ -177,7 +183,7 @@ double CudaBackend::sum_squares(const std::vector<Tensor>& tensors) {
 
 void CudaBackend::sum_squares_to(const std::vector<Tensor>& tensors, const Tensor& out) {
   for (const Tensor& t : tensors) require_floating(t, "sum_squares");
-  reduce_all_to(tensors, Square{}, SumOp{}, out.device(), ptr<double>(out));
+  reduce_all_to(tensors, Square{}, SumOp{}, out);
 }
 
 double CudaBackend::max_abs(const Tensor& a) { return reduce_all({a}, Abs{}, MaxIgnoringNaN{}); }

@@ -26,7 +26,7 @@ class CpuBackend final : public Backend {
 
   void sum_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) override;
   void max_dim(const Tensor& a, const Tensor& out, int64_t outer, int64_t n, int64_t inner) override;
-  double sum_all(const Tensor& a) override;
+  void sum_all_to(const Tensor& a, const Tensor& out) override;
   double sum_squares(const std::vector<Tensor>& tensors) override;
   double max_abs(const Tensor& a) override;
   bool all_finite(const Tensor& a) override;

@@ -78,11 +78,14 @@ void CpuBackend::max_dim(const Tensor& a, const Tensor& out, int64_t outer, int6
   });
 }
 
-double CpuBackend::sum_all(const Tensor& a) {
-  if (cpu::is_16bit(a)) return sum_all(cpu::widen(a));
+void CpuBackend::sum_all_to(const Tensor& a, const Tensor& out) {
+  const Tensor wide = cpu::widen(a);
   double r = 0;
-  cpu::visit_float(a.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(a, [](double v) { return v; }); });
-  return r;
+  cpu::visit_float(wide.dtype(), [&](auto tag) { r = reduce_all<decltype(tag)>(wide, [](double v) { return v; }); });
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    *static_cast<T*>(out.raw_data()) = from_double<T>(r);
+  });
 }
 
 double CpuBackend::sum_squares(const std::vector<Tensor>& tensors) {
