@@ -281,7 +281,9 @@ void CachingAllocator::release_free_segments() {
   for (FreeSet* pool : {&small_, &large_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
-      if (b->prev || b->next) {
+      // A graph pool's segment stays until release_pool, even whole and free: the graph's
+      // replays still use its memory (Note [Graph pools]).
+      if (b->prev || b->next || pools_.count(b->stream)) {
         ++it;
         continue;
       }

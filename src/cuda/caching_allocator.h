@@ -40,9 +40,11 @@
 // there when freed). A block of the recording stream's ordinary cache, allocated before
 // the recording and freed during it, may still be used by the graph's replays (a training
 // step's work reads what the step before left, and drops it): it is held the pool's too,
-// not reused until release_pool returns it. While any stream records, the allocator neither queries events nor
-// returns memory to the provider (CUDA forbids both during a capture): a request it cannot
-// serve from the pool or a new segment fails, and the recording with it.
+// not reused until release_pool returns it. A held pool's segments stay with the provider
+// even when all their blocks are free: empty_cache() and the release before a retry skip
+// them. While any stream records, the allocator neither queries events nor returns memory
+// to the provider (CUDA forbids both during a capture): a request it cannot serve from the
+// pool or a new segment fails, and the recording with it.
 #pragma once
 
 #include <cstddef>

@@ -420,4 +420,27 @@ BOOST_AUTO_TEST_CASE(a_recording_never_releases_the_cache) {
   f.alloc->deallocate(b);
 }
 
+// Note [Graph pools]: a pool's segment whose blocks were all freed (during the recording, or
+// after it) is kept while the pool is held, whatever asks for the cache back: empty_cache(),
+// or a request the provider cannot serve, which fails rather than free the graph's memory.
+// After release_pool it goes back as any other.
+BOOST_AUTO_TEST_CASE(a_held_pools_free_segments_stay_until_it_is_released) {
+  Fixture f(30 * MiB);
+  const CachingAllocator::PoolId pool = f.alloc->begin_pool(s1);
+  void* a = f.alloc->allocate(20 * MiB, s1);
+  f.alloc->end_pool(s1);
+  f.alloc->deallocate(a);  // whole and free, in the pool
+  f.alloc->empty_cache();
+  BOOST_TEST(f.mem->used() == CachingAllocator::segment_size(20 * MiB));
+  test::check_error([&] { f.alloc->allocate(12 * MiB, s2); }, {"out of memory on fake:0"});
+  BOOST_TEST(f.mem->used() == CachingAllocator::segment_size(20 * MiB));
+  f.alloc->release_pool(pool, s1);
+  void* b = f.alloc->allocate(12 * MiB, s2);  // now the pool's segment goes back, and it fits
+  BOOST_TEST(b != nullptr);
+  BOOST_TEST(f.alloc->stats().retries_after_release >= 1u);
+  f.alloc->deallocate(b);
+  f.alloc->empty_cache();
+  BOOST_TEST(f.mem->used() == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()  // test_allocator_logic

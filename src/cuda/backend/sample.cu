@@ -1,6 +1,7 @@
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/launch.cuh"
 #include "cuda/backend/sample_kernels.cuh"
+#include "tensor/device_runtime.h"
 #include "tensor/ops.h"
 
 namespace triad::cuda {
@@ -17,10 +18,10 @@ void CudaBackend::sample_tokens(const Tensor& logits, int64_t vocab, const Token
                  host_mask = Tensor::empty({B});
     backend_for(Device::cpu()).sample_tokens(host_logits, vocab, s, host_done, host_tokens, host_logprobs, host_mask,
                                              host_step);
-    ops::copy_(done, host_done);
-    ops::copy_(tokens, host_tokens);
-    ops::copy_(logprobs, host_logprobs);
-    ops::copy_(mask, host_mask);
+    copy_from_host(done, host_done);
+    copy_from_host(tokens, host_tokens);
+    copy_from_host(logprobs, host_logprobs);
+    copy_from_host(mask, host_mask);
     return;
   }
   OnDevice on(logits);
