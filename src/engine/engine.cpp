@@ -396,9 +396,7 @@ Tensor Engine::forward_backward(const std::vector<Tensor>& inputs, const std::ve
     s.targets.push_back(ops::to(targets[m], device_));
   }
   s.loss = loss;
-  const double steps = double(config_.gradient_accumulation_steps);
-  // Made where the loss scale is (Note [Loss scale on the device]): the host reads nothing.
-  s.loss_gradient = zero_ ? zero_->loss_seed(steps, DType::f64) : Tensor::full({}, 1.0 / steps, DType::f64, device_);
+  s.loss_gradient = loss_seed(DType::f64);  // the stages convert it to their losses' dtype
   s.before_backward = [this](int chunk, bool final) {
     if (!zero_) return;
     if (final) {
@@ -439,24 +437,26 @@ Tensor Engine::pipeline_losses(const std::vector<Tensor>& losses, int64_t m) {
 }
 
 void Engine::backward(const Tensor& loss) {
-  const double steps = double(config_.gradient_accumulation_steps);
   if (zero_) zero_->begin_backward(micro_ + 1 == config_.gradient_accumulation_steps);
   micro_ = (micro_ + 1) % config_.gradient_accumulation_steps;
-  // The loss scale over the accumulation steps, made where the scale is (Note [Loss scale on
-  // the device] in zero/device_loss_scale.h): the host reads nothing here.
-  const Tensor seed =
-      zero_ ? zero_->loss_seed(steps, loss.dtype()) : Tensor::full({}, 1.0 / steps, loss.dtype(), loss.device());
+  const Tensor seed = loss_seed(loss.dtype());  // the host reads nothing here
   const nn::RouterLossGradient router(seed);  // Note [Router losses in the backward]
   triad::backward(loss, ops::reshape(seed, loss.shape()));
 }
 
+void read_outcome(const double* outcome, StepResult& r) {
+  r.lr = outcome[0], r.skipped = outcome[1] != 0.0, r.loss_scale = outcome[2];
+}
+
 StepResult QueuedStep::read() const {
   StepResult r{step, lr, grad_norm.item(), false, 1.0, comm};
-  if (outcome.defined()) {
-    const std::vector<double> v = outcome.to_vector<double>();
-    r.lr = v[0], r.skipped = v[1] != 0.0, r.loss_scale = v[2];
-  }
+  if (outcome.defined()) read_outcome(outcome.to_vector<double>().data(), r);
   return r;
+}
+
+Tensor Engine::loss_seed(DType dtype) const {
+  const double steps = double(config_.gradient_accumulation_steps);
+  return zero_ ? zero_->loss_seed(steps, dtype) : Tensor::full({}, 1.0 / steps, dtype, device_);
 }
 
 zero::ZeroOptimizer::RatesAt Engine::rates() const {

@@ -123,6 +123,10 @@ struct QueuedStep {
   StepResult read() const;
 };
 
+// A step's outcome as read to the host (its kStepOutcome values: the rate, whether it was
+// skipped, the loss scale after it) into r.
+void read_outcome(const double* outcome, StepResult& r);
+
 // One optimizer step as Engine::train_step ran it.
 struct TrainStep {
   Tensor losses;  // the micro-batches' losses (m,) on the device, where computed
@@ -318,6 +322,9 @@ class Engine {
   TrainStep recorded_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
   // The schedule's rate and betas after a number of steps taken, for ZeRO's step.
   zero::ZeroOptimizer::RatesAt rates() const;
+  // The backward's seed of a micro-batch's loss, () in `dtype`: the loss scale over the
+  // accumulation steps, made where the scale is (Note [Loss scale on the device]).
+  Tensor loss_seed(DType dtype) const;
   Tensor pipeline_losses(const std::vector<Tensor>& losses, int64_t micro_batches);
 
   TrainConfig config_;

@@ -27,6 +27,11 @@ struct LossScaleRule {
   double predivide = 1.0, ranks = 1.0;
 };
 
+// What gradients made with loss scale `scale` are multiplied by: predivide / (ranks scale).
+TRIAD_HOST_DEVICE inline double unscale_factor(const LossScaleRule& r, double scale) {
+  return r.predivide / (r.ranks * scale);
+}
+
 TRIAD_HOST_DEVICE inline void advance_loss_scale(double& scale, int64_t& hysteresis_left, int64_t& clean_steps,
                                                  bool overflow, const LossScaleRule& r) {
   if (!r.dynamic) return;
@@ -79,7 +84,7 @@ TRIAD_HOST_DEVICE inline void loss_scale_step(const double* squared, double* sta
   state[kHysteresisLeft] = double(hysteresis_left);
   state[kCleanSteps] = double(clean_steps);
   state[kStepsTaken] = double(taken + (overflow ? 0 : 1));
-  state[kUnscale] = r.predivide / (r.ranks * scale);
+  state[kUnscale] = unscale_factor(r, scale);
   outcome[0] = row[0];
   outcome[1] = overflow ? 1.0 : 0.0;
   outcome[2] = scale;

@@ -373,7 +373,7 @@ class TrainingRun {
       const double* v = values.data() + k * row;  // the losses, the norm, the outcome
       const double loss = sums[k] / double(c_.gradient_accumulation_steps * n_);
       StepResult r{p.queued.step, p.queued.lr, v[micro], false, 1.0, p.queued.comm};
-      if (row > micro + 1) r.lr = v[micro + 1], r.skipped = v[micro + 2] != 0.0, r.loss_scale = v[micro + 3];
+      if (row > micro + 1) read_outcome(v + micro + 1, r);
       check_finite(r, v, loss);
       report(p, r, loss, peaks[k], std::move(ranks[k]));
     }

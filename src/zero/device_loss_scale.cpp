@@ -62,7 +62,7 @@ void DeviceLossScale::write(const Counters& c) {
   s[kHysteresisLeft] = double(c.scale.hysteresis_left);
   s[kCleanSteps] = double(c.scale.clean_steps);
   s[kStepsTaken] = double(c.taken);
-  s[kUnscale] = rule_.predivide / (rule_.ranks * c.scale.scale);
+  s[kUnscale] = unscale_factor(rule_, c.scale.scale);
   copy_from_host(state_, Tensor::from_vector(s, {kLossScaleSlots}));
   read_taken_ = written_ = c.taken;
   unread_ = 0;

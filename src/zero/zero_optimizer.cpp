@@ -480,9 +480,7 @@ double ZeroOptimizer::prepare_step(const RatesAt& rates) {
       optim::AdamWOptions o = adamw_;
       if (r.betas) o.beta1 = r.betas->first, o.beta2 = r.betas->second;
       optim::check_betas(o.beta1, o.beta2);
-      for (size_t i = 0; i < groups_.size(); ++i)
-        ops::adamw_constants(optim::adamw_step(o, r.lr, groups_[i].flat->weight_decay(), taken + 1),
-                             ops::select(rows, 0, int64_t(i)));
+      write_constants(o, r.lr, taken + 1, rows);
       return r.lr;
     });
     return lr_ = NAN;
@@ -493,11 +491,15 @@ double ZeroOptimizer::prepare_step(const RatesAt& rates) {
   if (!step_constants_.defined()) return lr_;
   // A recorded step: the constants of the next step, queued on the device.
   const Tensor host = Tensor::empty(step_constants_.shape(), DType::f32);
-  for (size_t i = 0; i < groups_.size(); ++i)
-    ops::adamw_constants(optim::adamw_step(adamw_, lr_, groups_[i].flat->weight_decay(), steps_ + 1),
-                         ops::select(host, 0, int64_t(i)));
+  write_constants(adamw_, lr_, steps_ + 1, host);
   copy_from_host(step_constants_, host);
   return lr_;
+}
+
+void ZeroOptimizer::write_constants(const optim::AdamWOptions& o, double lr, int64_t t, const Tensor& rows) const {
+  for (size_t i = 0; i < groups_.size(); ++i)
+    ops::adamw_constants(optim::adamw_step(o, lr, groups_[i].flat->weight_decay(), t),
+                         ops::select(rows, 0, int64_t(i)));
 }
 
 ZeroOptimizer::StepNorm ZeroOptimizer::step(double lr, double max_norm) {
@@ -602,7 +604,8 @@ ZeroOptimizer::StepNorm ZeroOptimizer::step(double max_norm) {
 }
 
 double ZeroOptimizer::gradient_unscale() const {
-  return config_.gradient_predivide_factor / (double(dp_->size()) * scaler_.scale());
+  return unscale_factor({.predivide = config_.gradient_predivide_factor, .ranks = double(dp_->size())},
+                        scaler_.scale());
 }
 
 void ZeroOptimizer::clear_gradients() {
@@ -951,23 +954,16 @@ double ZeroOptimizer::grad_norm(const std::vector<Tensor>& grads) const {
   return std::sqrt(squared_grad_norm(grads).item());
 }
 
-double ZeroOptimizer::sum_squares_over_ranks(double sq) const {
-  const bool split_model = tp_ && tp_->size() > 1, pipelined = pipeline_.pp && pipeline_.pp->size() > 1;
-  // Every rank holds the whole gradient.
-  if (config_.stage == 0 && !replicated_experts() && !split_model && !pipelined) return sq;
-  Tensor total = Tensor::full({1}, sq, DType::f64, device_);
-  if (config_.stage >= 1 || replicated_experts()) dp_->all_reduce(total)->wait();
-  if (split_model) tp_->all_reduce(total)->wait();
-  if (pipelined) pipeline_.pp->all_reduce(total)->wait();
-  return total.item();
-}
-
 double ZeroOptimizer::stored_grad_norm() const {
-  // No tied, partial or replicated gradients here: each rank counts all of its own.
+  // Gradients kept by the store (stages 2 and 3, without tensor parallelism or pipeline
+  // stages: the constructor) are no tied, partial or replicated ones: each rank counts all
+  // of its own shard, summed over dp.
   double sq = 0;
   for (const Group& g : groups_)
     for (const Group::SubGroup& sub : g.subgroups) sq += sub.grad_squares;
-  return std::sqrt(sum_squares_over_ranks(sq));
+  Tensor total = Tensor::full({1}, sq, DType::f64, device_);
+  dp_->all_reduce(total)->wait();
+  return std::sqrt(total.item());
 }
 
 Tensor ZeroOptimizer::squared_grad_norm(const std::vector<Tensor>& grads) const {

@@ -446,9 +446,11 @@ class ZeroOptimizer {
   std::vector<GradPiece> grad_pieces(const std::vector<Tensor>& grads) const;
   void sum_partial_gradients(const std::vector<Tensor>& grads);
   double grad_norm(const std::vector<Tensor>& grads) const;
-  double sum_squares_over_ranks(double sq) const;  // a rank's partial sum of squares summed over the ranks holding the rest
   double stored_grad_norm() const;                 // the norm of gradients the store keeps
   double gradient_unscale() const;  // what averages the reduced gradients and undoes the loss scale
+  // Each group's Adam constants of step t at rate lr (a row of `rows`, (groups,
+  // kAdamWConstants) f32 on the host: Note [Adam's constants in memory]).
+  void write_constants(const optim::AdamWOptions& o, double lr, int64_t t, const Tensor& rows) const;
   // Whether every sub-group's update runs on the device, in one multi-tensor call (the state
   // in the device's memory, the parameters not offloaded).
   bool updates_on_device() const;
